@@ -1,0 +1,42 @@
+// Command counter is the example entity: a counter per entity ID.
+//
+// Messages: "inc" adds one, "inc N" adds N (a signed 64-bit integer); both reply with
+// the new count. "get" replies with the count. Counts are decimal text.
+//
+// Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o counter.wasm .
+// (make examples writes bin/wasm/counter.wasm)
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
+)
+
+type counter struct{ n int64 }
+
+func (c *counter) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+	f := strings.Fields(string(msg))
+	switch {
+	case len(f) == 1 && f[0] == "get":
+	case len(f) == 1 && f[0] == "inc":
+		c.n++
+	case len(f) == 2 && f[0] == "inc":
+		d, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("counter: inc wants an integer, got %q", f[1])
+		}
+		c.n += d
+	default:
+		return nil, fmt.Errorf("counter: unknown message %q (want inc, inc N or get)", msg)
+	}
+	return strconv.AppendInt(nil, c.n, 10), nil
+}
+
+func init() {
+	shardhost.Register(func(string) shardhost.Entity { return &counter{} })
+}
+
+func main() {}

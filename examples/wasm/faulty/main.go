@@ -1,0 +1,45 @@
+// Command faulty is an entity that misbehaves on request, for testing the host's sandbox.
+//
+// Messages: "echo X" replies X; "loop" never returns; "grow" allocates memory without
+// end; "trap" panics; "fail" returns an error. Anything else is an error.
+//
+// Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o faulty.wasm .
+package main
+
+import (
+	"errors"
+	"strings"
+
+	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
+)
+
+type faulty struct{ hoard [][]byte }
+
+var sink int
+
+func (f *faulty) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+	s := string(msg)
+	switch {
+	case strings.HasPrefix(s, "echo "):
+		return []byte(strings.TrimPrefix(s, "echo ")), nil
+	case s == "loop":
+		for i := 0; ; i++ {
+			sink += i
+		}
+	case s == "grow":
+		for {
+			f.hoard = append(f.hoard, make([]byte, 1<<20))
+		}
+	case s == "trap":
+		panic("faulty: trap requested")
+	case s == "fail":
+		return nil, errors.New("faulty: failure requested")
+	}
+	return nil, errors.New("faulty: unknown message " + s)
+}
+
+func init() {
+	shardhost.Register(func(string) shardhost.Entity { return &faulty{} })
+}
+
+func main() {}

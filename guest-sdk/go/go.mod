@@ -1,0 +1,3 @@
+module github.com/shardhost/shardhost/guest-sdk/go
+
+go 1.24
