@@ -1,0 +1,99 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/shardhost/shardhost/abi"
+)
+
+// The host functions of ABI v0 (abi/SPEC.md). A host function that panics traps the guest
+// call; wazero turns the panic into the call's error, and the instance is discarded.
+
+var errOutOfRange = errors.New("host: guest pointer range outside its memory")
+
+// maxLogLine caps a guest log line, in bytes.
+const maxLogLine = 4 << 10
+
+var hostFunctionNames = map[string]struct{}{
+	abi.ImportReply:      {},
+	abi.ImportEntityID:   {},
+	abi.ImportEntityType: {},
+	abi.ImportLog:        {},
+}
+
+func (rt *Runtime) instantiateHostModule(ctx context.Context) error {
+	b := rt.r.NewHostModuleBuilder(abi.ImportModule)
+	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
+		b.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
+	}
+	fn(abi.ImportReply, hostReply, []api.ValueType{i32, i32}, nil)
+	fn(abi.ImportEntityID, func(ctx context.Context, mod api.Module, stack []uint64) {
+		writeString(ctx, mod, stack, func(i *Instance) string { return i.entityID })
+	}, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn(abi.ImportEntityType, func(ctx context.Context, mod api.Module, stack []uint64) {
+		writeString(ctx, mod, stack, func(i *Instance) string { return i.entityType })
+	}, []api.ValueType{i32, i32}, []api.ValueType{i32})
+	fn(abi.ImportLog, hostLog, []api.ValueType{i32, i32, i32}, nil)
+	if _, err := b.Instantiate(ctx); err != nil {
+		return fmt.Errorf("host: instantiating the %s host module: %w", abi.ImportModule, err)
+	}
+	return nil
+}
+
+func mustInstance(ctx context.Context) *Instance {
+	inst := instanceFrom(ctx)
+	if inst == nil {
+		panic("host: host function called outside a shardhost instance")
+	}
+	return inst
+}
+
+func read(mod api.Module, ptr, n uint32) []byte {
+	b, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		panic(fmt.Errorf("%w: [%#x, +%d)", errOutOfRange, ptr, n))
+	}
+	return b
+}
+
+// hostReply is reply(ptr, len): copies the reply of the current message.
+func hostReply(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := mustInstance(ctx)
+	ptr, n := uint32(stack[0]), uint32(stack[1])
+	if !inst.inCall {
+		panic("host: reply called outside shardhost_receive")
+	}
+	if max := inst.m.rt.cfg.MaxMessageSize; int(n) > max {
+		panic(fmt.Errorf("%w: %d bytes, the cap is %d", ErrReplyTooLarge, n, max))
+	}
+	inst.reply = append(inst.reply[:0], read(mod, ptr, n)...)
+}
+
+// writeString implements the (ptr, cap) -> len host functions.
+func writeString(ctx context.Context, mod api.Module, stack []uint64, value func(*Instance) string) {
+	inst := mustInstance(ctx)
+	ptr, capacity := uint32(stack[0]), uint32(stack[1])
+	s := value(inst)
+	if uint32(len(s)) <= capacity && len(s) > 0 {
+		if !mod.Memory().WriteString(ptr, s) {
+			panic(fmt.Errorf("%w: [%#x, +%d)", errOutOfRange, ptr, len(s)))
+		}
+	}
+	stack[0] = uint64(uint32(len(s)))
+}
+
+// hostLog is log(level, ptr, len).
+func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := mustInstance(ctx)
+	level, ptr, n := int32(uint32(stack[0])), uint32(stack[1]), uint32(stack[2])
+	if n > maxLogLine {
+		n = maxLogLine
+	}
+	msg := string(read(mod, ptr, n))
+	inst.m.rt.log.Log(ctx, slog.Level(level), msg, "entity", inst.name)
+}

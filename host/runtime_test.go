@@ -1,0 +1,311 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+)
+
+// cacheDir is a compilation cache shared by the package's tests: a Go guest compiles in
+// seconds under the race detector, and from the cache in milliseconds.
+var cacheDir string
+
+func TestMain(m *testing.M) {
+	d, err := os.MkdirTemp("", "shardhost-host-test-")
+	if err != nil {
+		panic(err)
+	}
+	cacheDir = d
+	code := m.Run()
+	os.RemoveAll(d)
+	testwasm.Cleanup()
+	os.Exit(code)
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newTestRuntime(t testing.TB, mutate func(*RuntimeConfig)) (*Runtime, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	cfg := DefaultRuntimeConfig()
+	cfg.CacheDir = cacheDir
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	rt, err := NewRuntime(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt, logs
+}
+
+func compile(t testing.TB, rt *Runtime, name string) *Module {
+	t.Helper()
+	m, err := rt.Compile(context.Background(), testwasm.Bytes(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestCounterInstanceKeepsStateAndOrder(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	m := compile(t, rt, "counter")
+	ctx := context.Background()
+	inst, err := m.Instantiate(ctx, "counter", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	for i := 1; i <= 100; i++ {
+		out, err := inst.Receive(ctx, []byte("inc"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != strconv.Itoa(i) {
+			t.Fatalf("inc %d replied %q", i, out)
+		}
+	}
+	if out, err := inst.Receive(ctx, []byte("inc 900")); err != nil || string(out) != "1000" {
+		t.Fatalf("inc 900: %q %v", out, err)
+	}
+	if out, err := inst.Receive(ctx, []byte("get")); err != nil || string(out) != "1000" {
+		t.Fatalf("get: %q %v", out, err)
+	}
+	// An entity's own error leaves it running with its state.
+	_, err = inst.Receive(ctx, []byte("bogus"))
+	var ee *EntityError
+	if !errors.As(err, &ee) || !strings.Contains(ee.Message, "unknown message") {
+		t.Fatalf("bogus: %v", err)
+	}
+	if out, err := inst.Receive(ctx, []byte("get")); err != nil || string(out) != "1000" {
+		t.Fatalf("get after error: %q %v", out, err)
+	}
+	if inst.MemorySize() == 0 || inst.MemorySize() > 64<<20 {
+		t.Fatalf("memory size %d", inst.MemorySize())
+	}
+}
+
+func TestInstancesAreIsolated(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	m := compile(t, rt, "counter")
+	ctx := context.Background()
+	a, err := m.Instantiate(ctx, "counter", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Instantiate(ctx, "counter", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Receive(ctx, []byte("inc 5"))
+	b.Receive(ctx, []byte("inc 7"))
+	if out, _ := a.Receive(ctx, []byte("get")); string(out) != "5" {
+		t.Fatalf("a = %q", out)
+	}
+	if out, _ := b.Receive(ctx, []byte("get")); string(out) != "7" {
+		t.Fatalf("b = %q", out)
+	}
+}
+
+func TestCompileRefusesBadModules(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	ctx := context.Background()
+	cases := map[string]struct {
+		wasm []byte
+		want string
+	}{
+		"not wasm":      {[]byte("#!/bin/sh\necho hi\n"), "not a WebAssembly binary"},
+		"empty":         {nil, "not a WebAssembly binary"},
+		"truncated":     {[]byte("\x00asm\x01\x00\x00\x00\x01\x05"), "invalid module"},
+		"no exports":    {[]byte("\x00asm\x01\x00\x00\x00"), "missing required exports shardhost_abi_v0, shardhost_alloc, shardhost_receive"},
+		"other version": {moduleExporting(t, "shardhost_abi_v9"), "another ABI version (shardhost_abi_v9)"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := rt.Compile(ctx, c.wasm)
+			if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want ErrInvalidModule containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// moduleExporting returns a wasm module exporting one function () -> () named name.
+func moduleExporting(t *testing.T, name string) []byte {
+	t.Helper()
+	var b []byte
+	b = append(b, "\x00asm\x01\x00\x00\x00"...)
+	b = append(b, 1, 4, 1, 0x60, 0, 0) // type section: one type () -> ()
+	b = append(b, 3, 2, 1, 0)          // function section: one function of type 0
+	exp := []byte{1, byte(len(name))}
+	exp = append(exp, name...)
+	exp = append(exp, 0, 0) // func index 0
+	b = append(b, 7, byte(len(exp)))
+	b = append(b, exp...)
+	b = append(b, 10, 4, 1, 2, 0, 0x0b) // code section: one empty body
+	return b
+}
+
+func TestGuestTrapFailsOnlyThatMessage(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	m := compile(t, rt, "faulty")
+	ctx := context.Background()
+	inst, err := m.Instantiate(ctx, "faulty", "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := inst.Receive(ctx, []byte("echo hi")); err != nil || string(out) != "hi" {
+		t.Fatalf("echo: %q %v", out, err)
+	}
+	_, err = inst.Receive(ctx, []byte("trap"))
+	var ge *GuestError
+	if !errors.As(err, &ge) || !errors.Is(err, ErrGuestTrap) {
+		t.Fatalf("trap: %v", err)
+	}
+	if !strings.Contains(err.Error(), "panic: faulty: trap requested") {
+		t.Fatalf("trap error lacks the panic message: %v", err)
+	}
+	if !inst.Closed() {
+		t.Fatal("instance survived a trap")
+	}
+	if _, err := inst.Receive(ctx, []byte("echo x")); !errors.Is(err, ErrInstanceClosed) {
+		t.Fatalf("after trap: %v", err)
+	}
+	// The module itself is fine: a new instance serves.
+	inst2, err := m.Instantiate(ctx, "faulty", "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst2.Close(ctx)
+	if out, err := inst2.Receive(ctx, []byte("echo again")); err != nil || string(out) != "again" {
+		t.Fatalf("echo after trap: %q %v", out, err)
+	}
+}
+
+func TestGuestLoopStopsAtDeadline(t *testing.T) {
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MessageDeadline = 200 * time.Millisecond })
+	m := compile(t, rt, "faulty")
+	ctx := context.Background()
+	inst, err := m.Instantiate(ctx, "faulty", "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = inst.Receive(ctx, []byte("loop"))
+	if !errors.Is(err, ErrGuestDeadline) {
+		t.Fatalf("loop: %v", err)
+	}
+	if !inst.Closed() {
+		t.Fatal("instance survived its deadline")
+	}
+}
+
+func TestGuestMemoryBombHitsTheCap(t *testing.T) {
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = 32 << 20 })
+	m := compile(t, rt, "faulty")
+	ctx := context.Background()
+	inst, err := m.Instantiate(ctx, "faulty", "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = inst.Receive(ctx, []byte("grow"))
+	if !errors.Is(err, ErrGuestTrap) || !strings.Contains(err.Error(), "out of memory") {
+		t.Fatalf("grow: %v", err)
+	}
+}
+
+func TestMessageOverCapRefusedBeforeGuest(t *testing.T) {
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MaxMessageSize = 1024 })
+	m := compile(t, rt, "faulty")
+	ctx := context.Background()
+	inst, err := m.Instantiate(ctx, "faulty", "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	if _, err := inst.Receive(ctx, bytes.Repeat([]byte("x"), 1025)); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("oversize: %v", err)
+	}
+	// A reply over the cap traps the call inside the host function.
+	_, err = inst.Receive(ctx, append([]byte("echo "), bytes.Repeat([]byte("y"), 1019)...))
+	if err != nil {
+		t.Fatalf("at the cap: %v", err)
+	}
+}
+
+func TestGuestLogReachesHostLog(t *testing.T) {
+	rt, logs := newTestRuntime(t, nil)
+	m := compile(t, rt, "faulty")
+	ctx := context.Background()
+	inst, err := m.Instantiate(ctx, "faulty", "f-log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Receive(ctx, []byte("trap"))
+	if !strings.Contains(logs.String(), "panic: faulty: trap requested") || !strings.Contains(logs.String(), "entity=faulty/f-log") {
+		t.Fatalf("log lacks the guest's stderr:\n%s", logs)
+	}
+}
+
+func TestCompilationCacheIsReused(t *testing.T) {
+	dir := t.TempDir()
+	wasm := testwasm.Bytes(t, "counter")
+	for i := 0; i < 2; i++ {
+		cfg := DefaultRuntimeConfig()
+		cfg.CacheDir = dir
+		rt, err := NewRuntime(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Compile(context.Background(), wasm); err != nil {
+			t.Fatal(err)
+		}
+		rt.Close(context.Background())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("cache dir empty: %v", err)
+	}
+}
+
+func TestRuntimeConfigValidate(t *testing.T) {
+	for _, mutate := range []func(*RuntimeConfig){
+		func(c *RuntimeConfig) { c.MemoryLimit = 100 },
+		func(c *RuntimeConfig) { c.MemoryLimit = 5 << 30 },
+		func(c *RuntimeConfig) { c.MessageDeadline = 0 },
+		func(c *RuntimeConfig) { c.MaxMessageSize = -1 },
+	} {
+		c := DefaultRuntimeConfig()
+		mutate(&c)
+		if c.Validate() == nil {
+			t.Errorf("%+v validated", c)
+		}
+	}
+}
