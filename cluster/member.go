@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MemberStatus is a member's place in the lifecycle of the cluster specification:
+// joining → up → leaving → exiting → removed, and down. Unreachability is a separate
+// flag (Member.Reachable), not a status.
+type MemberStatus uint8
+
+const (
+	StatusJoining MemberStatus = iota + 1
+	StatusUp
+	StatusLeaving
+	StatusExiting
+	StatusDown
+	StatusRemoved
+)
+
+var statusNames = [...]string{"", "joining", "up", "leaving", "exiting", "down", "removed"}
+
+func (s MemberStatus) String() string {
+	if int(s) < len(statusNames) && s != 0 {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// MarshalText writes the status's name ("up", "leaving", ...).
+func (s MemberStatus) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a status's name.
+func (s *MemberStatus) UnmarshalText(b []byte) error {
+	for i, name := range statusNames {
+		if i > 0 && name == string(b) {
+			*s = MemberStatus(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("cluster: unknown member status %q", b)
+}
+
+// Member is one host process in the cluster.
+type Member struct {
+	// Address is the member's gossip address, host:port (its --bind address).
+	Address string `json:"address"`
+	// UID is chosen at random when the process starts: a restarted process on the same
+	// address is a new member.
+	UID uint64 `json:"uid,string"`
+	// TransportAddr is where the member receives node-to-node frames, host:port.
+	TransportAddr string `json:"transport"`
+	// APIAddr is the member's management API, host:port (empty if it serves none).
+	APIAddr string `json:"api,omitempty"`
+	// Roles are the member's roles (none yet in this version).
+	Roles []string `json:"roles"`
+	// StartedAt is when the process started (wall clock of that member). It orders
+	// members by age until up-numbers come with the full membership lifecycle.
+	StartedAt time.Time `json:"started_at"`
+	// Status is the member's lifecycle status.
+	Status MemberStatus `json:"status"`
+	// Reachable is false while the failure detector suspects the member.
+	Reachable bool `json:"reachable"`
+}
+
+// UniqueAddress identifies one incarnation of a member: "address#uid" with the UID in hex.
+func (m Member) UniqueAddress() string { return uniqueAddress(m.Address, m.UID) }
+
+func uniqueAddress(addr string, uid uint64) string { return fmt.Sprintf("%s#%016x", addr, uid) }
+
+// IsOlderThan reports whether m joined the cluster before o. Ties in start time are
+// broken by address, then UID, so that every member orders the same set the same way.
+func (m Member) IsOlderThan(o Member) bool {
+	if !m.StartedAt.Equal(o.StartedAt) {
+		return m.StartedAt.Before(o.StartedAt)
+	}
+	if m.Address != o.Address {
+		return m.Address < o.Address
+	}
+	return m.UID < o.UID
+}
+
+// Oldest returns the oldest of members (see IsOlderThan), and false for none.
+func Oldest(members []Member) (Member, bool) {
+	var oldest Member
+	found := false
+	for _, m := range members {
+		if !found || m.IsOlderThan(oldest) {
+			oldest, found = m, true
+		}
+	}
+	return oldest, found
+}
+
+// String describes a member on one line, for logs.
+func (m Member) String() string {
+	return fmt.Sprintf("%s (uid %016x, %s, transport %s, roles [%s])", m.Address, m.UID, m.Status,
+		m.TransportAddr, strings.Join(m.Roles, ","))
+}

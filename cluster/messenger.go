@@ -1,0 +1,351 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Request is an incoming request or one-way message given to a topic Handler.
+type Request struct {
+	// From is the transport address of the sender.
+	From string
+	// Topic is the topic the message was sent to.
+	Topic string
+	// Body is the message's payload; the handler owns it.
+	Body []byte
+
+	id      uint64
+	oneWay  bool
+	replied atomic.Bool
+	m       *Messenger
+}
+
+// OneWay reports whether the sender expects no reply (the message came by Tell).
+func (r *Request) OneWay() bool { return r.oneWay }
+
+// Reply answers the request with body, or with err if it is not nil (the requester
+// then gets an error wrapping ErrRemote whose text is err.Error()). It may be
+// called later and from any goroutine; only the first call counts, later calls are
+// ignored. It is a no-op for a one-way message. Sending the reply is best effort:
+// a failure is logged, and the requester times out.
+func (r *Request) Reply(body []byte, err error) {
+	if r.oneWay {
+		return
+	}
+	if !r.replied.CompareAndSwap(false, true) {
+		r.m.log.Debug("reply called more than once; ignored", "topic", r.Topic, "from", r.From)
+		return
+	}
+	if r.From == "" {
+		r.m.log.Warn("request without a sender address; cannot reply", "topic", r.Topic)
+		return
+	}
+	resp := &Frame{Kind: FrameResponse, ID: r.id, From: r.m.localAddr, Topic: r.Topic}
+	if err != nil {
+		resp.Error = err.Error()
+		if resp.Error == "" {
+			resp.Error = ErrRemote.Error()
+		}
+	} else {
+		resp.Body = body
+	}
+	if serr := r.m.transport.Send(r.From, resp); serr != nil {
+		r.m.log.Debug("sending reply failed", "topic", r.Topic, "to", r.From, "err", serr)
+	}
+}
+
+// Handler handles the messages of one topic. It is called on the transport's
+// reader goroutine, so it must not block: hand work off to another goroutine and
+// Reply from there. A panic in a handler is recovered, logged, and answered with an
+// error reply.
+type Handler func(r *Request)
+
+// RemoteError is the error of a request whose remote handler replied with an error.
+// Its text is the remote error's text; errors.Is(err, ErrRemote) holds.
+type RemoteError struct {
+	// Msg is the remote error's text.
+	Msg string
+}
+
+// Error returns the remote error's text.
+func (e *RemoteError) Error() string { return e.Msg }
+
+// Unwrap returns ErrRemote.
+func (e *RemoteError) Unwrap() error { return ErrRemote }
+
+// Messenger gives a Transport topics and request/response: handlers register per
+// topic, Tell sends one-way messages, Request and RequestAsync send a request and
+// wait for its reply with a deadline. Requests to the messenger's own address go
+// through the transport like any other.
+//
+// All methods are safe for concurrent use.
+type Messenger struct {
+	log       *slog.Logger
+	transport Transport
+	localAddr string
+	ready     chan struct{} // closed once transport is set
+
+	handlersMu sync.Mutex                         // serialises Handle
+	handlers   atomic.Pointer[map[string]Handler] // copy on write
+
+	nextID  atomic.Uint64
+	mu      sync.Mutex
+	closed  bool
+	pending map[uint64]*pendingRequest
+	once    sync.Once
+}
+
+// pendingRequest is a request awaiting its reply. Whoever removes it from
+// Messenger.pending (reply, timeout, cancel, Close) completes it.
+type pendingRequest struct {
+	cb    func([]byte, error)
+	timer *time.Timer // nil when the caller's context bounds the wait
+}
+
+// NewMessenger creates a messenger and its transport: newTransport is called once
+// with the messenger's FrameHandler, e.g.
+//
+//	m, err := NewMessenger(func(h FrameHandler) (Transport, error) {
+//		return NewTCPTransport(cfg, h)
+//	}, logger)
+//
+// Frames that arrive before newTransport returns wait for it. Register handlers
+// with Handle before other nodes learn the address: a request for a topic without
+// a handler gets an error reply. The messenger owns the transport and closes it in
+// Close. A nil logger discards logs. It returns newTransport's error, if any.
+func NewMessenger(newTransport func(FrameHandler) (Transport, error), logger *slog.Logger) (*Messenger, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Messenger{
+		log:     logger.With("component", "cluster.messenger"),
+		ready:   make(chan struct{}),
+		pending: make(map[uint64]*pendingRequest),
+	}
+	m.handlers.Store(&map[string]Handler{})
+	t, err := newTransport(m.handleFrame)
+	if err == nil && t == nil {
+		err = fmt.Errorf("cluster: NewMessenger: newTransport returned no transport: %w", ErrInvalidTransportConfig)
+	}
+	if err != nil {
+		close(m.ready)
+		return nil, err
+	}
+	m.transport = t
+	m.localAddr = t.LocalAddr()
+	m.log = m.log.With("local", t.LocalAddr())
+	close(m.ready)
+	return m, nil
+}
+
+// LocalAddr returns the transport address of this messenger, which peers send to.
+func (m *Messenger) LocalAddr() string { return m.localAddr }
+
+// Transport returns the messenger's transport, e.g. for its stats.
+func (m *Messenger) Transport() Transport { return m.transport }
+
+// Handle registers h for topic. Register before traffic for the topic arrives.
+// It panics if topic already has a handler, or topic is empty or h nil.
+func (m *Messenger) Handle(topic string, h Handler) {
+	if topic == "" || h == nil {
+		panic("cluster: Messenger.Handle needs a topic and a handler")
+	}
+	m.handlersMu.Lock()
+	defer m.handlersMu.Unlock()
+	old := *m.handlers.Load()
+	if _, dup := old[topic]; dup {
+		panic(fmt.Sprintf("cluster: Messenger.Handle: topic %q already has a handler", topic))
+	}
+	next := make(map[string]Handler, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[topic] = h
+	m.handlers.Store(&next)
+}
+
+// Tell sends body to topic at addr as a one-way message. It returns the
+// transport's Send error (ErrTransportClosed, ErrQueueFull, ErrUnreachable,
+// ErrFrameTooLarge); nil does not mean the message was delivered.
+func (m *Messenger) Tell(addr, topic string, body []byte) error {
+	return m.transport.Send(addr, &Frame{Kind: FrameOneWay, From: m.localAddr, Topic: topic, Body: body})
+}
+
+// Request sends body to topic at addr and waits for the reply or for ctx. Errors:
+// the remote handler's error (wrapping ErrRemote, text as sent), the transport's
+// Send error, ErrTransportClosed if the messenger closes meanwhile, or ctx's error
+// (a deadline also wraps ErrRequestTimeout). A request without a deadline whose
+// reply is lost waits until ctx is cancelled or the messenger closes.
+func (m *Messenger) Request(ctx context.Context, addr, topic string, body []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, requestCtxError(addr, topic, err)
+	}
+	type result struct {
+		body []byte
+		err  error
+	}
+	ch := make(chan result, 1)
+	id, err := m.start(addr, topic, body, 0, func(b []byte, err error) { ch <- result{b, err} })
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.body, r.err
+	case <-ctx.Done():
+		if m.take(id) != nil {
+			return nil, requestCtxError(addr, topic, ctx.Err())
+		}
+		r := <-ch // completed meanwhile
+		return r.body, r.err
+	}
+}
+
+// RequestAsync sends body to topic at addr and calls cb exactly once, from some
+// other goroutine (never the caller's), with the reply or an error: the remote
+// handler's error (wrapping ErrRemote), the transport's Send error,
+// ErrTransportClosed at Close, or after timeout an error wrapping both
+// ErrRequestTimeout and context.DeadlineExceeded. A timeout <= 0 times out at
+// once. cb must not block: it may run on a transport reader goroutine.
+func (m *Messenger) RequestAsync(addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error)) {
+	if timeout <= 0 {
+		err := timeoutError(addr, topic, timeout)
+		time.AfterFunc(0, func() { cb(nil, err) })
+		return
+	}
+	if _, err := m.start(addr, topic, body, timeout, cb); err != nil {
+		time.AfterFunc(0, func() { cb(nil, err) })
+	}
+}
+
+// start registers a pending request (with a timeout timer if timeout > 0) and sends
+// it. On error nothing stays registered and cb will not be called.
+func (m *Messenger) start(addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error)) (uint64, error) {
+	id := m.nextID.Add(1)
+	p := &pendingRequest{cb: cb}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return 0, fmt.Errorf("cluster: request %q to %s: %w", topic, addr, ErrTransportClosed)
+	}
+	m.pending[id] = p
+	if timeout > 0 {
+		p.timer = time.AfterFunc(timeout, func() {
+			if q := m.take(id); q != nil {
+				q.cb(nil, timeoutError(addr, topic, timeout))
+			}
+		})
+	}
+	m.mu.Unlock()
+
+	err := m.transport.Send(addr, &Frame{Kind: FrameRequest, ID: id, From: m.localAddr, Topic: topic, Body: body})
+	if err != nil {
+		if m.take(id) == nil {
+			// Close (or, in theory, a timer) completed it meanwhile; cb has run.
+			return 0, nil
+		}
+		return 0, err
+	}
+	return id, nil
+}
+
+// take removes and returns the pending request id, stopping its timer, or returns
+// nil if it is no longer pending.
+func (m *Messenger) take(id uint64) *pendingRequest {
+	m.mu.Lock()
+	p := m.pending[id]
+	delete(m.pending, id)
+	m.mu.Unlock()
+	if p != nil && p.timer != nil {
+		p.timer.Stop()
+	}
+	return p
+}
+
+func timeoutError(addr, topic string, timeout time.Duration) error {
+	return fmt.Errorf("cluster: request %q to %s: no reply within %v: %w (%w)",
+		topic, addr, timeout, ErrRequestTimeout, context.DeadlineExceeded)
+}
+
+func requestCtxError(addr, topic string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("cluster: request %q to %s: %w (%w)", topic, addr, ErrRequestTimeout, err)
+	}
+	return fmt.Errorf("cluster: request %q to %s: %w", topic, addr, err)
+}
+
+// Close closes the transport (stopping its goroutines, so no more replies arrive),
+// then fails every pending request with ErrTransportClosed, calling their
+// callbacks on the caller's goroutine, and stops their timers. Later calls to Tell,
+// Request and RequestAsync fail with ErrTransportClosed. It is idempotent and
+// returns the transport's Close error from the first call.
+func (m *Messenger) Close() error {
+	var err error
+	m.once.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		m.mu.Unlock()
+		err = m.transport.Close()
+
+		m.mu.Lock()
+		pending := m.pending
+		m.pending = make(map[uint64]*pendingRequest)
+		m.mu.Unlock()
+		for _, p := range pending {
+			if p.timer != nil {
+				p.timer.Stop()
+			}
+			p.cb(nil, fmt.Errorf("cluster: messenger closed: %w", ErrTransportClosed))
+		}
+	})
+	return err
+}
+
+// handleFrame is the messenger's FrameHandler.
+func (m *Messenger) handleFrame(f *Frame) {
+	<-m.ready
+	if m.transport == nil {
+		return
+	}
+	switch f.Kind {
+	case FrameResponse:
+		p := m.take(f.ID)
+		if p == nil {
+			m.log.Debug("response to no pending request (late or unknown); dropped", "id", f.ID, "from", f.From, "topic", f.Topic)
+			return
+		}
+		if f.Error != "" {
+			p.cb(nil, &RemoteError{Msg: f.Error})
+			return
+		}
+		p.cb(f.Body, nil)
+	case FrameRequest, FrameOneWay:
+		r := &Request{From: f.From, Topic: f.Topic, Body: f.Body, id: f.ID, oneWay: f.Kind == FrameOneWay, m: m}
+		h := (*m.handlers.Load())[f.Topic]
+		if h == nil {
+			if r.oneWay {
+				m.log.Warn("one-way message for a topic without a handler; dropped", "topic", f.Topic, "from", f.From)
+				return
+			}
+			r.Reply(nil, fmt.Errorf("cluster: no handler for topic %s", f.Topic))
+			return
+		}
+		m.callHandler(h, r)
+	}
+}
+
+// callHandler runs h, turning a panic into a log line and an error reply.
+func (m *Messenger) callHandler(h Handler, r *Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			m.log.Error("topic handler panicked", "topic", r.Topic, "from", r.From, "panic", v)
+			r.Reply(nil, fmt.Errorf("cluster: handler for topic %s panicked: %v", r.Topic, v))
+		}
+	}()
+	h(r)
+}

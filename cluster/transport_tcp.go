@@ -1,0 +1,660 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TCPConfig configures a TCPTransport. Start from DefaultTCPConfig (or
+// DefaultLocalTCPConfig in tests) and change what you need.
+type TCPConfig struct {
+	// BindAddr is the host:port to listen on. Port 0 picks a free port; LocalAddr
+	// then reports the real one.
+	BindAddr string
+	// AdvertiseAddr is the host:port that peers dial to reach this node, sent as the
+	// From of every frame. Empty means the listener's address, which requires
+	// BindAddr to name a specific IP (not 0.0.0.0 or ::).
+	AdvertiseAddr string
+	// MaxFrameSize caps one frame's CBOR encoding, in bytes (the length prefix is
+	// not counted). Larger outbound frames fail with ErrFrameTooLarge; a larger
+	// inbound length prefix closes the connection. All nodes should agree on it.
+	MaxFrameSize int
+	// SendQueueSize is the number of frames queued per peer before Send fails with
+	// ErrQueueFull. Bigger absorbs longer bursts (and stalls) at the cost of memory:
+	// the queue is allocated at SendQueueSize × 24 bytes per peer.
+	SendQueueSize int
+	// DialTimeout bounds connecting to a peer, and each TLS handshake (outbound and
+	// inbound) when TLSConfig is set.
+	DialTimeout time.Duration
+	// WriteTimeout bounds writing one batch of frames to a peer; a peer that does not
+	// read for that long has its connection closed and the batch dropped.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a peer's outbound connection and writer goroutine live
+	// without traffic before they are closed; they are re-created on demand. The
+	// connection closes between one and two IdleTimeouts after the last frame.
+	IdleTimeout time.Duration
+	// RedialBackoff is how long Sends to a peer that could not be dialled fail with
+	// ErrUnreachable before the next dial; it doubles on each consecutive failure
+	// up to MaxRedialBackoff and resets on a successful dial.
+	RedialBackoff time.Duration
+	// MaxRedialBackoff caps RedialBackoff's doubling.
+	MaxRedialBackoff time.Duration
+	// TLSConfig, if set, makes every connection TLS: the listener serves with it and
+	// dials use it as the client config (set Certificates, RootCAs, ClientCAs and
+	// ClientAuth = tls.RequireAndVerifyClientCert for mutual TLS). ServerName is
+	// taken from the dialled address when empty. Nil means plain TCP.
+	TLSConfig *tls.Config
+	// Logger receives connection events: dial failures (warn for the first of a
+	// streak, then debug), a peer reachable again (info), write failures and
+	// malformed inbound frames (warn), connects and idle closes (debug). Nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// DefaultTCPConfig returns a configuration for a LAN: port 7947 on all interfaces
+// (so AdvertiseAddr must be set), 8 MiB frames, 65536 frames queued per peer, 5 s
+// dial and 10 s write timeouts, 1 min idle timeout, redial backoff 100 ms to 5 s.
+func DefaultTCPConfig() TCPConfig {
+	return TCPConfig{
+		BindAddr:         "0.0.0.0:7947",
+		MaxFrameSize:     DefaultMaxFrameSize,
+		SendQueueSize:    65536,
+		DialTimeout:      5 * time.Second,
+		WriteTimeout:     10 * time.Second,
+		IdleTimeout:      time.Minute,
+		RedialBackoff:    100 * time.Millisecond,
+		MaxRedialBackoff: 5 * time.Second,
+	}
+}
+
+// DefaultLocalTCPConfig returns a configuration for tests and single-machine
+// clusters: a free port on 127.0.0.1, 1 s dial and 2 s write timeouts, redial
+// backoff 10 ms to 200 ms, otherwise as DefaultTCPConfig.
+func DefaultLocalTCPConfig() TCPConfig {
+	c := DefaultTCPConfig()
+	c.BindAddr = "127.0.0.1:0"
+	c.DialTimeout = time.Second
+	c.WriteTimeout = 2 * time.Second
+	c.RedialBackoff = 10 * time.Millisecond
+	c.MaxRedialBackoff = 200 * time.Millisecond
+	return c
+}
+
+// Validate checks the configuration. Its errors wrap ErrInvalidTransportConfig.
+func (c TCPConfig) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("cluster: TCPConfig."+format+": %w", append(args, ErrInvalidTransportConfig)...)
+	}
+	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
+		return bad("BindAddr %q: %v", c.BindAddr, err)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, port, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {
+			return bad("AdvertiseAddr %q: %v", c.AdvertiseAddr, err)
+		} else if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+			return bad("AdvertiseAddr %q: bad port", c.AdvertiseAddr)
+		}
+	}
+	switch {
+	case c.MaxFrameSize <= 0 || c.MaxFrameSize > maxFrameSizeLimit:
+		return bad("MaxFrameSize %d out of range (1 B to 1 GiB)", c.MaxFrameSize)
+	case c.SendQueueSize <= 0:
+		return bad("SendQueueSize %d must be positive", c.SendQueueSize)
+	case c.DialTimeout <= 0:
+		return bad("DialTimeout %v must be positive", c.DialTimeout)
+	case c.WriteTimeout <= 0:
+		return bad("WriteTimeout %v must be positive", c.WriteTimeout)
+	case c.IdleTimeout <= 0:
+		return bad("IdleTimeout %v must be positive", c.IdleTimeout)
+	case c.RedialBackoff <= 0:
+		return bad("RedialBackoff %v must be positive", c.RedialBackoff)
+	case c.MaxRedialBackoff < c.RedialBackoff:
+		return bad("MaxRedialBackoff %v is below RedialBackoff %v", c.MaxRedialBackoff, c.RedialBackoff)
+	}
+	return nil
+}
+
+const (
+	// tcpWriteBufferSize is the size of a peer's bufio.Writer, in bytes.
+	tcpWriteBufferSize = 64 << 10
+	// tcpMaxBatch is the most frames written before a flush.
+	tcpMaxBatch = 1024
+)
+
+// TCPTransport is the Transport of a real cluster: one persistent outbound TCP
+// connection per peer address, created on the first Send and owned by a writer
+// goroutine that drains the peer's bounded queue and batches writes (it flushes
+// when the queue is momentarily empty, after tcpMaxBatch frames, or when its
+// buffer is full); one reader goroutine per inbound connection calls the
+// FrameHandler. Replies travel over the replier's own outbound connection to the
+// requester's From address.
+//
+// When dialling a peer fails, the frames in hand are dropped and, for a backoff
+// (RedialBackoff doubling to MaxRedialBackoff), Send to that peer fails at once
+// with ErrUnreachable; the next Send after it dials again. When writing fails, the
+// batch is dropped, the connection closed, and the next frame re-dials. A
+// malformed or oversize inbound frame closes only the connection that carried it.
+//
+// All methods are safe for concurrent use.
+type TCPTransport struct {
+	cfg     TCPConfig
+	addr    string
+	handler FrameHandler
+	log     *slog.Logger
+	ln      net.Listener
+
+	ctx     context.Context // cancelled by Close: aborts dials
+	cancel  context.CancelFunc
+	closing chan struct{} // closed by Close: stops writers and the accept loop
+	wg      sync.WaitGroup
+	once    sync.Once
+
+	mu     sync.RWMutex
+	closed bool
+	peers  map[string]*tcpPeer
+	conns  map[net.Conn]struct{} // every open connection, inbound and outbound
+
+	framesSent, framesReceived, framesDropped atomic.Uint64
+	bytesSent, bytesReceived, malformed       atomic.Uint64
+}
+
+var _ Transport = (*TCPTransport)(nil)
+
+// tcpPeer is the outbound side of one peer address: its queue of encoded frames
+// and its writer goroutine.
+type tcpPeer struct {
+	addr  string
+	queue chan []byte
+	// downUntil is the UnixNano time until which Sends fail with ErrUnreachable;
+	// 0 when the peer is not backing off.
+	downUntil atomic.Int64
+}
+
+// tcpOutConn is an outbound connection owned by a peer's writer goroutine.
+type tcpOutConn struct {
+	conn net.Conn
+	w    *bufio.Writer
+	hdr  [frameHeaderSize]byte
+	dead chan struct{} // closed when the watcher sees the connection end
+}
+
+// NewTCPTransport validates cfg, listens on cfg.BindAddr at once, and returns a
+// transport that hands every inbound frame to h. It fails if cfg is invalid, h is
+// nil, the address cannot be bound, or the advertise address cannot be derived.
+func NewTCPTransport(cfg TCPConfig, h FrameHandler) (*TCPTransport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("cluster: NewTCPTransport: nil FrameHandler: %w", ErrInvalidTransportConfig)
+	}
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listen on %s: %w", cfg.BindAddr, err)
+	}
+	addr := cfg.AdvertiseAddr
+	if addr == "" {
+		tcpAddr, ok := ln.Addr().(*net.TCPAddr)
+		if !ok || tcpAddr.IP.IsUnspecified() {
+			_ = ln.Close()
+			return nil, fmt.Errorf("cluster: TCPConfig.AdvertiseAddr is required when BindAddr %q has no specific IP: %w",
+				cfg.BindAddr, ErrInvalidTransportConfig)
+		}
+		addr = tcpAddr.String()
+	}
+	if cfg.TLSConfig != nil {
+		ln = tls.NewListener(ln, cfg.TLSConfig)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &TCPTransport{
+		cfg:     cfg,
+		addr:    addr,
+		handler: h,
+		log:     log.With("component", "cluster.transport", "local", addr),
+		ln:      ln,
+		ctx:     ctx,
+		cancel:  cancel,
+		closing: make(chan struct{}),
+		peers:   make(map[string]*tcpPeer),
+		conns:   make(map[net.Conn]struct{}),
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+// LocalAddr returns the address peers send to: AdvertiseAddr, or the listener's
+// address (with the real port when BindAddr used port 0).
+func (t *TCPTransport) LocalAddr() string { return t.addr }
+
+// Send encodes f and queues it for the writer of addr, starting that writer (and
+// its connection) if needed. It never blocks on the network. Errors: the frame's
+// encoding exceeds MaxFrameSize (ErrFrameTooLarge), its Kind is invalid
+// (ErrMalformedFrame), the transport is closed (ErrTransportClosed), the peer's
+// queue is full (ErrQueueFull), or addr is empty or the peer is backing off after
+// a failed dial (ErrUnreachable). Every failed frame is counted in FramesDropped.
+func (t *TCPTransport) Send(addr string, f *Frame) error {
+	if f != nil && f.From == "" {
+		g := *f
+		g.From = t.addr
+		f = &g
+	}
+	b, err := EncodeFrame(f)
+	if err != nil {
+		t.framesDropped.Add(1)
+		return err
+	}
+	if len(b) > t.cfg.MaxFrameSize {
+		t.framesDropped.Add(1)
+		return fmt.Errorf("cluster: send to %s: %d-byte frame exceeds MaxFrameSize %d: %w",
+			addr, len(b), t.cfg.MaxFrameSize, ErrFrameTooLarge)
+	}
+
+	if addr == "" {
+		t.framesDropped.Add(1)
+		return fmt.Errorf("cluster: send to an empty address: %w", ErrUnreachable)
+	}
+
+	t.mu.RLock()
+	if t.closed {
+		t.mu.RUnlock()
+		t.framesDropped.Add(1)
+		return fmt.Errorf("cluster: send to %s: %w", addr, ErrTransportClosed)
+	}
+	p := t.peers[addr]
+	if p != nil {
+		err = t.enqueue(p, b)
+		t.mu.RUnlock()
+		return err
+	}
+	t.mu.RUnlock()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		t.framesDropped.Add(1)
+		return fmt.Errorf("cluster: send to %s: %w", addr, ErrTransportClosed)
+	}
+	if p = t.peers[addr]; p == nil {
+		p = &tcpPeer{addr: addr, queue: make(chan []byte, t.cfg.SendQueueSize)}
+		t.peers[addr] = p
+		t.wg.Add(1)
+		go t.runPeer(p)
+	}
+	return t.enqueue(p, b)
+}
+
+// enqueue puts b on p's queue without blocking. It is called with t.mu held (read
+// or write), so that a writer retiring for idleness never strands a frame.
+func (t *TCPTransport) enqueue(p *tcpPeer, b []byte) error {
+	if until := p.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		t.framesDropped.Add(1)
+		return fmt.Errorf("cluster: send to %s: backing off after a failed dial: %w", p.addr, ErrUnreachable)
+	}
+	select {
+	case p.queue <- b:
+		return nil
+	default:
+		t.framesDropped.Add(1)
+		return fmt.Errorf("cluster: send to %s: %d frames queued: %w", p.addr, cap(p.queue), ErrQueueFull)
+	}
+}
+
+// Close stops the listener, every writer and reader goroutine, closes every
+// connection and waits for all goroutines (including running FrameHandler calls)
+// to return. Frames still queued are dropped and counted. It is idempotent; it
+// returns the listener's close error, if any, from the first call.
+func (t *TCPTransport) Close() error {
+	var err error
+	t.once.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		conns := make([]net.Conn, 0, len(t.conns))
+		for c := range t.conns {
+			conns = append(conns, c)
+		}
+		t.mu.Unlock()
+
+		close(t.closing)
+		t.cancel()
+		if cerr := t.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			err = fmt.Errorf("cluster: close listener: %w", cerr)
+		}
+		for _, c := range conns {
+			if tc, ok := c.(*tls.Conn); ok {
+				// Skip the close_notify alert, which could block on a stuck peer.
+				_ = tc.NetConn().Close()
+			}
+			_ = c.Close()
+		}
+		t.wg.Wait()
+
+		var dropped int
+		for _, p := range t.peers {
+			dropped += len(p.queue)
+		}
+		if dropped > 0 {
+			t.framesDropped.Add(uint64(dropped))
+			t.log.Debug("transport closed with frames queued", "dropped", dropped)
+		}
+	})
+	return err
+}
+
+// Stats returns the transport's counters.
+func (t *TCPTransport) Stats() TransportStats {
+	return TransportStats{
+		FramesSent:      t.framesSent.Load(),
+		FramesReceived:  t.framesReceived.Load(),
+		FramesDropped:   t.framesDropped.Load(),
+		BytesSent:       t.bytesSent.Load(),
+		BytesReceived:   t.bytesReceived.Load(),
+		MalformedFrames: t.malformed.Load(),
+	}
+}
+
+// track registers an open connection so that Close can close it. It returns false
+// (and the caller must close c) if the transport is closed.
+func (t *TCPTransport) track(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[c] = struct{}{}
+	return true
+}
+
+// untrack closes c and forgets it.
+func (t *TCPTransport) untrack(c net.Conn) {
+	_ = c.Close()
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+}
+
+// runPeer is the writer goroutine of one peer: it owns the peer's outbound
+// connection and drains its queue until Close, or until it has been idle for
+// IdleTimeout with an empty queue.
+func (t *TCPTransport) runPeer(p *tcpPeer) {
+	defer t.wg.Done()
+	var (
+		c       *tcpOutConn
+		backoff time.Duration
+		active  = true
+	)
+	defer func() {
+		if c != nil {
+			t.untrack(c.conn)
+		}
+	}()
+	idle := time.NewTicker(t.cfg.IdleTimeout)
+	defer idle.Stop()
+
+	for {
+		var dead <-chan struct{}
+		if c != nil {
+			dead = c.dead
+		}
+		select {
+		case <-t.closing:
+			return
+		case <-dead:
+			t.log.Debug("peer closed the connection", "peer", p.addr)
+			t.untrack(c.conn)
+			c = nil
+		case <-idle.C:
+			if !active && t.retire(p) {
+				t.log.Debug("closing idle connection", "peer", p.addr)
+				return
+			}
+			active = false
+		case b := <-p.queue:
+			active = true
+			if until := p.downUntil.Load(); until != 0 {
+				if time.Now().UnixNano() < until {
+					t.framesDropped.Add(1) // queued just before the backoff began
+					continue
+				}
+			}
+			if c == nil {
+				var err error
+				if c, err = t.dial(p.addr); err != nil {
+					n := 1 + drainQueue(p.queue)
+					t.framesDropped.Add(uint64(n))
+					backoff = min(max(2*backoff, t.cfg.RedialBackoff), t.cfg.MaxRedialBackoff)
+					p.downUntil.Store(time.Now().Add(backoff).UnixNano())
+					level := slog.LevelWarn // once per streak of failures, then debug
+					if backoff > t.cfg.RedialBackoff {
+						level = slog.LevelDebug
+					}
+					select {
+					case <-t.closing:
+					default:
+						t.log.Log(t.ctx, level, "dial failed; dropping frames and backing off",
+							"peer", p.addr, "dropped", n, "backoff", backoff, "err", err)
+					}
+					continue
+				}
+				if backoff > 0 {
+					t.log.Info("peer reachable again", "peer", p.addr)
+				}
+				backoff = 0
+				p.downUntil.Store(0)
+			}
+			if err := t.writeBatch(c, p, b); err != nil {
+				t.untrack(c.conn)
+				c = nil
+			}
+		}
+	}
+}
+
+// retire removes p from the peer map if no frame is queued and it is not backing
+// off, under the write lock so that no Send can enqueue to it afterwards. It
+// reports whether p was removed.
+func (t *TCPTransport) retire(p *tcpPeer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p.queue) > 0 || t.closed {
+		return false
+	}
+	if until := p.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return false // keep the backoff state until it runs out
+	}
+	if t.peers[p.addr] == p {
+		delete(t.peers, p.addr)
+	}
+	return true
+}
+
+// drainQueue empties q without blocking and returns how many frames it removed.
+func drainQueue(q chan []byte) int {
+	for n := 0; ; n++ {
+		select {
+		case <-q:
+		default:
+			return n
+		}
+	}
+}
+
+// dial connects to addr (with TLS if configured), registers the connection and
+// starts its watcher.
+func (t *TCPTransport) dial(addr string) (*tcpOutConn, error) {
+	d := &net.Dialer{Timeout: t.cfg.DialTimeout}
+	var (
+		conn net.Conn
+		err  error
+	)
+	if t.cfg.TLSConfig != nil {
+		td := &tls.Dialer{NetDialer: d, Config: t.cfg.TLSConfig}
+		conn, err = td.DialContext(t.ctx, "tcp", addr)
+	} else {
+		conn, err = d.DialContext(t.ctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !t.track(conn) {
+		_ = conn.Close()
+		return nil, ErrTransportClosed
+	}
+	c := &tcpOutConn{
+		conn: conn,
+		w:    bufio.NewWriterSize(conn, tcpWriteBufferSize),
+		dead: make(chan struct{}),
+	}
+	t.wg.Add(1)
+	go t.watch(c)
+	t.log.Debug("connected", "peer", addr)
+	return c, nil
+}
+
+// watch blocks reading the outbound connection, on which the peer never writes, so
+// that it notices at once when the peer closes it (or it is closed locally), and
+// the writer re-dials for the next frame rather than writing into a dead socket.
+func (t *TCPTransport) watch(c *tcpOutConn) {
+	defer t.wg.Done()
+	var b [1]byte
+	_, _ = c.conn.Read(b[:])
+	close(c.dead)
+}
+
+// writeBatch writes first and then every frame already queued (up to tcpMaxBatch)
+// into the connection's buffer, and flushes. On error the whole batch is counted
+// as dropped and the error returned; the caller closes the connection.
+func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first []byte) error {
+	if err := c.conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout)); err != nil {
+		t.framesDropped.Add(1)
+		return err
+	}
+	var (
+		frames, bytes int
+		err           error
+	)
+	for b := first; ; {
+		frames++
+		bytes += frameHeaderSize + len(b)
+		putFrameHeader(&c.hdr, len(b))
+		if _, err = c.w.Write(c.hdr[:]); err != nil {
+			break
+		}
+		if _, err = c.w.Write(b); err != nil {
+			break
+		}
+		if frames == tcpMaxBatch {
+			break
+		}
+		select {
+		case b = <-p.queue:
+			continue
+		default:
+		}
+		break
+	}
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if err != nil {
+		t.framesDropped.Add(uint64(frames))
+		select {
+		case <-t.closing:
+		default:
+			t.log.Warn("write failed; dropping batch and closing the connection",
+				"peer", p.addr, "dropped", frames, "err", err)
+		}
+		return err
+	}
+	t.framesSent.Add(uint64(frames))
+	t.bytesSent.Add(uint64(bytes))
+	return nil
+}
+
+// acceptLoop accepts inbound connections until Close, starting a reader for each.
+func (t *TCPTransport) acceptLoop() {
+	defer t.wg.Done()
+	var delay time.Duration
+	for {
+		conn, err := t.ln.Accept()
+		if err != nil {
+			select {
+			case <-t.closing:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t.log.Warn("accept failed; retrying", "err", err, "delay", delay)
+			timer := time.NewTimer(delay)
+			select {
+			case <-t.closing:
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			continue
+		}
+		delay = 0
+		if !t.track(conn) {
+			_ = conn.Close()
+			return
+		}
+		t.wg.Add(1)
+		go t.readLoop(conn)
+	}
+}
+
+// readLoop reads frames from one inbound connection and hands them to the handler
+// until the connection ends or carries a bad frame.
+func (t *TCPTransport) readLoop(conn net.Conn) {
+	defer t.wg.Done()
+	defer t.untrack(conn)
+	remote := conn.RemoteAddr().String()
+	if tc, ok := conn.(*tls.Conn); ok {
+		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			t.log.Warn("TLS handshake failed; closing connection", "remote", remote, "err", err)
+			return
+		}
+	}
+	t.log.Debug("accepted connection", "remote", remote)
+	fr := newFrameReader(conn, t.cfg.MaxFrameSize)
+	for {
+		f, n, err := fr.next()
+		if err != nil {
+			switch {
+			case errors.Is(err, ErrMalformedFrame) || errors.Is(err, ErrFrameTooLarge):
+				t.malformed.Add(1)
+				t.log.Warn("bad inbound frame; closing connection", "remote", remote, "err", err)
+			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+				t.log.Debug("inbound connection closed", "remote", remote)
+			default:
+				t.log.Debug("inbound connection failed", "remote", remote, "err", err)
+			}
+			return
+		}
+		t.framesReceived.Add(1)
+		t.bytesReceived.Add(uint64(n))
+		t.handler(f)
+	}
+}
