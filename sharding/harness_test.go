@@ -1,0 +1,284 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/cluster"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// activations records which member activated which entity, to check that no entity is
+// ever active on two members at once.
+type activations struct {
+	mu     sync.Mutex
+	active map[string]string // "type/id" → node
+	log    []string          // "node type/id" in activation order
+	double []string
+}
+
+func (a *activations) activate(node, key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if other, ok := a.active[key]; ok && other != node {
+		a.double = append(a.double, fmt.Sprintf("%s on %s and %s", key, other, node))
+	}
+	a.active[key] = node
+	a.log = append(a.log, node+" "+key)
+}
+
+func (a *activations) stopped(node, key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.active[key] == node {
+		delete(a.active, key)
+	}
+}
+
+// fakeFactory makes in-memory entities: "inc" adds one and replies the count, "get"
+// replies the count, "append X" appends X to a list and "list" replies it, "fail"
+// returns an entity error, "slow" sleeps 50 ms.
+type fakeFactory struct {
+	node string
+	acts *activations
+	// failActivation makes NewEntity fail for IDs with this prefix.
+	failActivation string
+}
+
+type codedErr struct{ code, msg string }
+
+func (e *codedErr) Error() string     { return e.msg }
+func (e *codedErr) ErrorCode() string { return e.code }
+
+func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string) (Entity, error) {
+	if f.failActivation != "" && strings.HasPrefix(id, f.failActivation) {
+		return nil, &codedErr{CodeActivationError, "activation refused for " + id}
+	}
+	f.acts.activate(f.node, typ+"/"+id)
+	return &fakeEntity{f: f, key: typ + "/" + id}, nil
+}
+
+type fakeEntity struct {
+	f    *fakeFactory
+	key  string
+	n    int
+	list []string
+}
+
+func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
+	msg := string(payload)
+	switch {
+	case msg == "inc":
+		e.n++
+		return []byte(strconv.Itoa(e.n)), nil
+	case msg == "get":
+		return []byte(strconv.Itoa(e.n)), nil
+	case strings.HasPrefix(msg, "append "):
+		e.list = append(e.list, strings.TrimPrefix(msg, "append "))
+		return nil, nil
+	case msg == "list":
+		return []byte(strings.Join(e.list, ",")), nil
+	case msg == "fail":
+		return nil, &codedErr{CodeEntityError, "entity says no"}
+	case msg == "slow":
+		time.Sleep(50 * time.Millisecond)
+		return nil, nil
+	}
+	return nil, &codedErr{CodeEntityError, "unknown message " + msg}
+}
+
+func (e *fakeEntity) Stop(ctx context.Context) { e.f.acts.stopped(e.f.node, e.key) }
+
+// types is a TypeResolver with a fixed set of types; block, if set, is waited on first.
+type types struct {
+	known map[string]int
+	block chan struct{}
+}
+
+func (t *types) EntityType(ctx context.Context, name string) (TypeSettings, error) {
+	if t.block != nil {
+		select {
+		case <-t.block:
+		case <-ctx.Done():
+			return TypeSettings{}, ctx.Err()
+		}
+	}
+	n, ok := t.known[name]
+	if !ok {
+		return TypeSettings{}, fmt.Errorf("%w: %q", ErrUnknownEntityType, name)
+	}
+	return TypeSettings{Name: name, NumberOfShards: n}, nil
+}
+
+// testNode is one member: membership on memberlist's mock network, messaging on the
+// in-memory transport, sharding with fake entities.
+type testNode struct {
+	name       string
+	membership *cluster.Membership
+	messenger  *cluster.Messenger
+	sharding   *Sharding
+	factory    *fakeFactory
+	types      *types
+	stopped    bool
+}
+
+func (n *testNode) addr() string { return n.membership.Self().Address }
+
+type testCluster struct {
+	t      *testing.T
+	gossip *cluster.InmemGossipNetwork
+	net    *cluster.InmemNetwork
+	acts   *activations
+	nodes  []*testNode
+	mutate func(*Config)
+	base   time.Time
+}
+
+func newTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
+	t.Helper()
+	tc := &testCluster{
+		t:      t,
+		gossip: cluster.NewInmemGossipNetwork(),
+		net:    cluster.NewInmemNetwork(),
+		acts:   &activations{active: map[string]string{}},
+		mutate: mutate,
+		base:   time.Unix(1_700_000_000, 0),
+	}
+	for i := 0; i < n; i++ {
+		tc.add()
+	}
+	tc.waitMembers()
+	t.Cleanup(tc.stopAll)
+	return tc
+}
+
+// add starts one more member and joins it to the first.
+func (tc *testCluster) add() *testNode {
+	t := tc.t
+	t.Helper()
+	i := len(tc.nodes)
+	name := fmt.Sprintf("node-%d", i)
+	transportAddr := fmt.Sprintf("transport-%d", i)
+	msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
+		return tc.net.NewTransport(transportAddr, h)
+	}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := cluster.NewMembership(cluster.MembershipConfig{
+		Transport:     tc.gossip.NewTransport(),
+		TransportAddr: transportAddr,
+		Profile:       "local",
+		StartedAt:     tc.base.Add(time.Duration(i) * time.Second),
+		Logger:        quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &testNode{name: name, membership: ms, messenger: msgr,
+		types: &types{known: map[string]int{"counter": 10, "other": 7}}}
+	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
+	cfg := DefaultConfig()
+	cfg.Membership, cfg.Messenger, cfg.Types, cfg.Factory, cfg.Logger = ms, msgr, node.types, node.factory, quiet
+	cfg.ReconcileInterval = 50 * time.Millisecond
+	if tc.mutate != nil {
+		tc.mutate(&cfg)
+	}
+	sh, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.sharding = sh
+	if i > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := ms.Join(ctx, []string{tc.nodes[0].addr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.nodes = append(tc.nodes, node)
+	return node
+}
+
+func (tc *testCluster) live() []*testNode {
+	var out []*testNode
+	for _, n := range tc.nodes {
+		if !n.stopped {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitMembers waits until every live member sees every live member.
+func (tc *testCluster) waitMembers() {
+	tc.t.Helper()
+	live := tc.live()
+	waitFor(tc.t, 10*time.Second, "membership", func() bool {
+		for _, n := range live {
+			if len(n.membership.Members()) != len(live) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// stop stops a member: gracefully (leave) or as a crash.
+func (tc *testCluster) stop(n *testNode, leave bool) {
+	n.stopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.sharding.Stop(ctx); err != nil {
+		tc.t.Errorf("stopping %s: %v", n.name, err)
+	}
+	if leave {
+		n.membership.Leave(time.Second)
+	} else {
+		n.membership.Shutdown()
+	}
+	n.messenger.Close()
+}
+
+func (tc *testCluster) stopAll() {
+	for _, n := range tc.nodes {
+		if !n.stopped {
+			tc.stop(n, false)
+		}
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func ask(t *testing.T, n *testNode, typ, id, msg string) (Reply, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.sharding.Ask(ctx, typ, id, []byte(msg))
+}
+
+func mustAsk(t *testing.T, n *testNode, typ, id, msg string) string {
+	t.Helper()
+	r, err := ask(t, n, typ, id, msg)
+	if err != nil {
+		t.Fatalf("ask %s/%s %q via %s: %v", typ, id, msg, n.name, err)
+	}
+	return string(r.Payload)
+}

@@ -1,0 +1,185 @@
+package sharding
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// Errors of sharding. Each has an error code (ErrorCode) that survives crossing members.
+var (
+	ErrUnknownEntityType = errors.New("sharding: unknown entity type")
+	ErrEmptyEntityID     = errors.New("sharding: empty entity ID")
+	ErrBufferFull        = errors.New("sharding: buffer full, message dropped (dead letter)")
+	ErrMailboxFull       = errors.New("sharding: entity mailbox full, message dropped (dead letter)")
+	ErrShardUnavailable  = errors.New("sharding: shard home could not be resolved")
+	ErrNotCoordinator    = errors.New("sharding: this member is not the shard coordinator")
+	ErrRoutingLoop       = errors.New("sharding: message forwarded too many times")
+	ErrAskTimeout        = errors.New("sharding: ask timed out")
+	ErrStopped           = errors.New("sharding: stopped")
+	ErrMalformedMessage  = errors.New("sharding: malformed message from a member")
+)
+
+// Error codes: stable names for the kinds of failure a caller can tell apart, carried
+// across members and mapped to HTTP statuses by the API.
+const (
+	CodeEntityError     = "entity-error"        // the entity refused the message
+	CodeGuestTrap       = "guest-trap"          // the guest trapped; the message failed
+	CodeGuestDeadline   = "guest-deadline"      // the guest ran past its deadline
+	CodeUnknownType     = "unknown-entity-type" // no such entity type is deployed
+	CodeBadRequest      = "bad-request"         // empty entity ID, message too large, ...
+	CodeOverloaded      = "overloaded"          // a buffer or mailbox was full
+	CodeUnavailable     = "unavailable"         // no shard home, member gone, timeout
+	CodeInternal        = "internal"            // anything else
+	CodeActivationError = "activation-failed"   // the entity could not be created
+)
+
+// CodedError is an error with a code from the list above. Entity factories return such
+// errors so that a caller on another member learns what kind of failure happened.
+type CodedError interface {
+	error
+	ErrorCode() string
+}
+
+// RemoteError is a failure reported by another member, with its code.
+type RemoteError struct {
+	Code    string
+	Message string
+	// Node is the member that reported it.
+	Node string
+}
+
+func (e *RemoteError) Error() string { return e.Message }
+
+// ErrorCode returns the code the remote member gave.
+func (e *RemoteError) ErrorCode() string { return e.Code }
+
+// Is makes a remote error match the local sentinel of the same code, so that
+// errors.Is(err, ErrUnknownEntityType) works wherever the failure happened.
+func (e *RemoteError) Is(target error) bool {
+	return target != nil && codeOfSentinel(target) == e.Code && e.Code != CodeInternal
+}
+
+// ErrorCode returns the code of err: its own if it is a CodedError, else the code of a
+// sharding sentinel it wraps, else CodeInternal.
+func ErrorCode(err error) string {
+	var ce CodedError
+	if errors.As(err, &ce) {
+		return ce.ErrorCode()
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return codeOfSentinel(s)
+		}
+	}
+	return CodeInternal
+}
+
+var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
+	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped}
+
+func codeOfSentinel(err error) string {
+	switch err {
+	case ErrUnknownEntityType:
+		return CodeUnknownType
+	case ErrEmptyEntityID:
+		return CodeBadRequest
+	case ErrBufferFull, ErrMailboxFull:
+		return CodeOverloaded
+	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop:
+		return CodeUnavailable
+	}
+	return CodeInternal
+}
+
+// Envelope is a message on its way to an entity.
+type Envelope struct {
+	EntityType string `cbor:"1,keyasint"`
+	EntityID   string `cbor:"2,keyasint"`
+	Payload    []byte `cbor:"3,keyasint,omitempty"`
+	// Trace is the W3C trace context (traceparent, tracestate) of the sender's span.
+	Trace map[string]string `cbor:"4,keyasint,omitempty"`
+	// Hops counts forwards between regions; a message is refused past maxHops.
+	Hops uint8 `cbor:"5,keyasint,omitempty"`
+}
+
+// Reply is an entity's answer to an ask.
+type Reply struct {
+	Payload []byte
+	// Node is the address of the member whose region hosts the entity.
+	Node string
+}
+
+// wireReply is the body of a reply to a forwarded ask.
+type wireReply struct {
+	Payload []byte `cbor:"1,keyasint,omitempty"`
+	Node    string `cbor:"2,keyasint,omitempty"`
+	Code    string `cbor:"3,keyasint,omitempty"`
+	Error   string `cbor:"4,keyasint,omitempty"`
+}
+
+// shardRef names a shard of an entity type.
+type shardRef struct {
+	Type  string `cbor:"1,keyasint"`
+	Shard int    `cbor:"2,keyasint"`
+	// Requester is the region (member address) asking for the shard's home.
+	Requester string `cbor:"3,keyasint,omitempty"`
+}
+
+func (r shardRef) String() string { return fmt.Sprintf("%s/%d", r.Type, r.Shard) }
+
+// shardHome answers a GetShardHome request.
+type shardHome struct {
+	Region string `cbor:"1,keyasint"` // member address
+}
+
+// ShardState is one shard of a region: its ID and its active entities.
+type ShardState struct {
+	Type     string   `cbor:"1,keyasint" json:"type"`
+	ID       int      `cbor:"2,keyasint" json:"id"`
+	Entities []string `cbor:"3,keyasint,omitempty" json:"entity_ids,omitempty"`
+}
+
+// RegionState is what one member hosts, for inspection and coordinator recovery.
+type RegionState struct {
+	Node   string       `cbor:"1,keyasint" json:"node"`
+	Shards []ShardState `cbor:"2,keyasint" json:"shards"`
+}
+
+var (
+	encMode = func() cbor.EncMode {
+		em, err := cbor.CoreDetEncOptions().EncMode()
+		if err != nil {
+			panic(err)
+		}
+		return em
+	}()
+	decMode = func() cbor.DecMode {
+		dm, err := cbor.DecOptions{
+			MaxNestedLevels:  8,
+			MaxArrayElements: 1 << 20,
+			MaxMapPairs:      64,
+			DupMapKey:        cbor.DupMapKeyEnforcedAPF,
+		}.DecMode()
+		if err != nil {
+			panic(err)
+		}
+		return dm
+	}()
+)
+
+func encode(v any) []byte {
+	b, err := encMode.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("sharding: encoding %T: %v", v, err)) // only our own types get here
+	}
+	return b
+}
+
+func decode(b []byte, v any) error {
+	if err := decMode.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %T: %v", ErrMalformedMessage, v, err)
+	}
+	return nil
+}

@@ -1,0 +1,381 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardhost/shardhost/abi"
+)
+
+// Region is the shard region of one entity type on this member (Akka's ShardRegion): it
+// hosts the shards the coordinator allocated here, forwards messages for other shards to
+// their regions, and buffers messages for shards whose home it is resolving.
+type Region struct {
+	s        *Sharding
+	settings TypeSettings
+
+	mu        sync.Mutex
+	shards    map[int]*shard     // hosted here
+	homes     map[int]string     // known homes elsewhere: member address
+	pending   map[int][]delivery // waiting for their shard's home
+	resolving map[int]bool       // shards whose home is being asked for
+	buffered  int                // messages in pending
+}
+
+// shard is a hosted shard: its active entities.
+type shard struct {
+	id       int
+	entities map[string]*entity
+}
+
+func newRegion(s *Sharding, t TypeSettings) *Region {
+	return &Region{
+		s:         s,
+		settings:  t,
+		shards:    map[int]*shard{},
+		homes:     map[int]string{},
+		pending:   map[int][]delivery{},
+		resolving: map[int]bool{},
+	}
+}
+
+// Settings returns the region's entity type settings.
+func (r *Region) Settings() TypeSettings { return r.settings }
+
+// deliver routes d: to a local entity, to the region hosting its shard, or into the
+// buffer while the shard's home is resolved. Messages of one sender keep their order:
+// buffered messages are flushed under the region's lock before any later one passes.
+// The caller holds the Sharding's stopMu for reading.
+func (r *Region) deliver(d delivery) {
+	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
+	r.mu.Lock()
+	if sh := r.shards[shardID]; sh != nil {
+		e := r.entityLocked(sh, d.env.EntityID)
+		r.mu.Unlock()
+		e.enqueue(d)
+		return
+	}
+	if home, ok := r.homes[shardID]; ok {
+		r.mu.Unlock()
+		r.forward(home, shardID, d)
+		return
+	}
+	if r.buffered >= r.s.cfg.BufferSize {
+		r.mu.Unlock()
+		r.s.deadLetter(d, ErrBufferFull)
+		return
+	}
+	r.pending[shardID] = append(r.pending[shardID], d)
+	r.buffered++
+	start := !r.resolving[shardID]
+	r.resolving[shardID] = true
+	r.mu.Unlock()
+	if start {
+		// deliver runs with stopMu held for reading, so the WaitGroup may grow.
+		r.s.wg.Add(1)
+		go func() {
+			defer r.s.wg.Done()
+			r.resolve(shardID)
+		}()
+	}
+}
+
+func (r *Region) entityLocked(sh *shard, id string) *entity {
+	e := sh.entities[id]
+	if e == nil {
+		e = &entity{r: r, shard: sh.id, id: id}
+		sh.entities[id] = e
+	}
+	return e
+}
+
+// resolve asks the coordinator for a shard's home until it answers or ResolveTimeout
+// passes, then flushes the shard's buffered messages.
+func (r *Region) resolve(shardID int) {
+	ref := shardRef{Type: r.settings.Name, Shard: shardID}
+	deadline := time.Now().Add(r.s.cfg.ResolveTimeout)
+	backoff := 20 * time.Millisecond
+	for {
+		home, err := r.s.shardHome(ref)
+		if err == nil {
+			r.resolved(shardID, home)
+			return
+		}
+		if errors.Is(err, ErrStopped) || time.Now().After(deadline) {
+			r.s.log.Warn("shard home not resolved", "shard", ref.String(), "err", err)
+			r.failPending(shardID, fmt.Errorf("%w: %s: %v", ErrShardUnavailable, ref, err))
+			return
+		}
+		r.s.log.Debug("retrying shard home", "shard", ref.String(), "err", err)
+		select {
+		case <-r.s.stop:
+			r.failPending(shardID, ErrStopped)
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// resolved records a shard's home and flushes its buffer there, in order.
+func (r *Region) resolved(shardID int, home string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.resolving, shardID)
+	if home == r.s.self {
+		r.hostShardLocked(shardID)
+		return
+	}
+	pending := r.pending[shardID]
+	delete(r.pending, shardID)
+	r.buffered -= len(pending)
+	r.homes[shardID] = home
+	for _, d := range pending {
+		r.forward(home, shardID, d)
+	}
+}
+
+func (r *Region) failPending(shardID int, err error) {
+	r.mu.Lock()
+	delete(r.resolving, shardID)
+	pending := r.pending[shardID]
+	delete(r.pending, shardID)
+	r.buffered -= len(pending)
+	r.mu.Unlock()
+	for _, d := range pending {
+		d.fail(err)
+	}
+}
+
+// hostShard makes this region the home of a shard (the coordinator's HostShard).
+func (r *Region) hostShard(shardID int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hostShardLocked(shardID)
+}
+
+// hostShardLocked hosts a shard here and delivers the messages buffered for it, in
+// order, before any later message can reach the shard's entities.
+func (r *Region) hostShardLocked(shardID int) *shard {
+	sh := r.shards[shardID]
+	if sh == nil {
+		sh = &shard{id: shardID, entities: map[string]*entity{}}
+		r.shards[shardID] = sh
+		delete(r.homes, shardID)
+		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID)
+	}
+	pending := r.pending[shardID]
+	delete(r.pending, shardID)
+	r.buffered -= len(pending)
+	for _, d := range pending {
+		r.entityLocked(sh, d.env.EntityID).enqueue(d)
+	}
+	return sh
+}
+
+// forgetHomesAt drops cached homes at members for which gone returns true, so that their
+// shards are resolved anew.
+func (r *Region) forgetHomesAt(gone func(string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, home := range r.homes {
+		if gone(home) {
+			delete(r.homes, id)
+		}
+	}
+}
+
+// forward sends d to the region at home. It may be called with r.mu held: it only
+// queues frames and never calls back into the region.
+func (r *Region) forward(home string, shardID int, d delivery) {
+	if d.env.Hops >= maxHops {
+		d.fail(fmt.Errorf("%w: %s/%s after %d hops", ErrRoutingLoop, d.env.EntityType, d.env.EntityID, d.env.Hops))
+		return
+	}
+	to, err := r.s.transportAddr(home)
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	ctx, span := r.s.tracer.Start(d.ctx, "forward", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("shardhost.region", home), attribute.Int("shardhost.shard", shardID)))
+	env := d.env
+	env.Hops++
+	env.Trace = map[string]string{}
+	r.s.prop.Inject(ctx, propagation.MapCarrier(env.Trace))
+	body := encode(env)
+	if !d.ask {
+		if err := r.s.cfg.Messenger.Tell(to, topicDeliver, body); err != nil {
+			span.RecordError(err)
+			d.fail(fmt.Errorf("%w: forwarding to %s: %v", ErrShardUnavailable, home, err))
+		}
+		span.End()
+		return
+	}
+	timeout := time.Until(d.deadline)
+	if timeout <= 0 {
+		timeout = time.Millisecond
+	}
+	r.s.cfg.Messenger.RequestAsync(to, topicDeliver, body, timeout, func(b []byte, err error) {
+		defer span.End()
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "forward failed")
+			d.fail(&RemoteError{Code: CodeUnavailable, Message: fmt.Sprintf("forwarding to %s: %v", home, err), Node: home})
+			return
+		}
+		var w wireReply
+		if err := decode(b, &w); err != nil {
+			d.fail(err)
+			return
+		}
+		if w.Code != "" {
+			span.SetStatus(codes.Error, w.Code)
+			d.fail(&RemoteError{Code: w.Code, Message: w.Error, Node: w.Node})
+			return
+		}
+		d.reply(Reply{Payload: w.Payload, Node: w.Node}, nil)
+	})
+}
+
+// state lists the region's shards and active entities, sorted.
+func (r *Region) state() []ShardState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ShardState, 0, len(r.shards))
+	for id, sh := range r.shards {
+		ss := ShardState{Type: r.settings.Name, ID: id}
+		for eid, e := range sh.entities {
+			if e.active() {
+				ss.Entities = append(ss.Entities, eid)
+			}
+		}
+		sort.Strings(ss.Entities)
+		out = append(out, ss)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// stopEntities stops every entity of the region; called by Sharding.Stop once no
+// mailbox goroutine runs.
+func (r *Region) stopEntities(ctx context.Context) {
+	r.mu.Lock()
+	var all []*entity
+	for _, sh := range r.shards {
+		for _, e := range sh.entities {
+			all = append(all, e)
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range all {
+		e.stop(ctx)
+	}
+}
+
+// entity is one entity's mailbox. A goroutine drains it while it is not empty, so an
+// idle entity holds no goroutine; its instance is touched only by that goroutine (or,
+// after Sharding.Stop, by stop).
+type entity struct {
+	r     *Region
+	shard int
+	id    string
+
+	mu      sync.Mutex
+	queue   []delivery
+	running bool
+	live    bool // has an instance
+
+	inst Entity
+}
+
+func (e *entity) active() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.live
+}
+
+// enqueue adds d to the mailbox, starting the drain goroutine if none runs. It may be
+// called with the region's lock held.
+func (e *entity) enqueue(d delivery) {
+	e.mu.Lock()
+	if len(e.queue) >= e.r.s.cfg.MailboxSize {
+		e.mu.Unlock()
+		e.r.s.deadLetter(d, ErrMailboxFull)
+		return
+	}
+	e.queue = append(e.queue, d)
+	if e.running {
+		e.mu.Unlock()
+		return
+	}
+	e.running = true
+	e.mu.Unlock()
+	// The caller holds stopMu for reading (route) or runs on an owned goroutine
+	// (resolve, hostShard), so the WaitGroup is not being waited on at zero.
+	e.r.s.wg.Add(1)
+	go e.drain()
+}
+
+func (e *entity) drain() {
+	defer e.r.s.wg.Done()
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.running = false
+			e.queue = nil
+			e.mu.Unlock()
+			return
+		}
+		d := e.queue[0]
+		e.queue[0] = delivery{}
+		e.queue = e.queue[1:]
+		e.mu.Unlock()
+		e.process(d)
+	}
+}
+
+func (e *entity) process(d delivery) {
+	s := e.r.s
+	if e.inst == nil {
+		inst, err := s.cfg.Factory.NewEntity(d.ctx, e.r.settings.Name, e.id)
+		if err != nil {
+			s.log.Warn("entity activation failed", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+			d.fail(err)
+			return
+		}
+		e.inst = inst
+		e.mu.Lock()
+		e.live = true
+		e.mu.Unlock()
+		s.log.Info("entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "node", s.self)
+	}
+	out, err := e.inst.Receive(d.ctx, d.env.Payload)
+	if err != nil {
+		s.log.Debug("message failed", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		d.fail(err)
+		return
+	}
+	if d.ask {
+		d.reply(Reply{Payload: out, Node: s.self}, nil)
+	}
+}
+
+func (e *entity) stop(ctx context.Context) {
+	if e.inst != nil {
+		e.inst.Stop(ctx)
+		e.inst = nil
+		e.mu.Lock()
+		e.live = false
+		e.mu.Unlock()
+	}
+}

@@ -1,0 +1,729 @@
+// Package sharding is cluster sharding as Akka describes it: every member runs a shard
+// region per entity type, which routes each message to the region that hosts the
+// message's shard (at most one hop); a shard coordinator on the oldest member decides
+// where shards live with a pluggable allocation strategy; regions cache shard homes and
+// buffer messages while a home is being resolved. Entities are created on demand by an
+// EntityFactory (the host's wasm instances) and get their messages one at a time, in
+// order per sender.
+//
+// Source: Akka Cluster Sharding ("How it works", scenarios 1 and 2), see
+// shared/reference/akka-cluster-sharding-ja-en.txt.
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/shardhost/shardhost/cluster"
+)
+
+// Topics of the messages between members.
+const (
+	topicDeliver      = "sharding/deliver"
+	topicGetShardHome = "sharding/get-shard-home"
+	topicHostShard    = "sharding/host-shard"
+	topicRegionState  = "sharding/region-state"
+)
+
+// maxHops bounds how often one message is forwarded between regions. In a stable cluster
+// a message takes at most one hop; more happen only while shard homes move.
+const maxHops = 3
+
+// Membership is what sharding needs of cluster membership; *cluster.Membership has it.
+type Membership interface {
+	Self() cluster.Member
+	Members() []cluster.Member
+	Member(address string) (cluster.Member, bool)
+	Subscribe(buffer int) *cluster.Subscription
+}
+
+// Messenger is what sharding needs of node-to-node messaging; *cluster.Messenger has it.
+type Messenger interface {
+	Handle(topic string, h cluster.Handler)
+	Tell(addr, topic string, body []byte) error
+	Request(ctx context.Context, addr, topic string, body []byte) ([]byte, error)
+	RequestAsync(addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error))
+}
+
+// Entity is one active entity. Calls come from one goroutine at a time.
+type Entity interface {
+	// Receive handles one message and returns the reply. Errors should be CodedErrors
+	// so that remote askers learn their kind.
+	Receive(ctx context.Context, payload []byte) ([]byte, error)
+	// Stop releases the entity; no call follows.
+	Stop(ctx context.Context)
+}
+
+// EntityFactory activates entities. NewEntity is called on the entity's mailbox
+// goroutine when its first message arrives, and may block for the activation.
+type EntityFactory interface {
+	NewEntity(ctx context.Context, entityType, entityID string) (Entity, error)
+}
+
+// TypeSettings are the sharding settings of an entity type.
+type TypeSettings struct {
+	Name string
+	// NumberOfShards is fixed for the life of the cluster; abi.ShardID uses it.
+	NumberOfShards int
+}
+
+// TypeResolver tells sharding about the entity types of the cluster.
+type TypeResolver interface {
+	// EntityType returns the settings of a type deployed in the cluster, making it
+	// available on this member if needed (which may take network round trips). It
+	// returns an error wrapping ErrUnknownEntityType for a type nobody deployed.
+	EntityType(ctx context.Context, name string) (TypeSettings, error)
+}
+
+// Config configures Sharding.
+type Config struct {
+	Membership Membership
+	Messenger  Messenger
+	Types      TypeResolver
+	Factory    EntityFactory
+	// Strategy allocates shards; default LeastShardAllocationStrategy.
+	Strategy ShardAllocationStrategy
+	// BufferSize caps the messages a region buffers while shard homes are resolved
+	// (and, per entity type, while the type is being resolved). Over it, messages are
+	// dead letters: ErrBufferFull. Default 100,000 (Akka's buffer-size).
+	BufferSize int
+	// MailboxSize caps the messages queued for one entity. Default 10,000.
+	MailboxSize int
+	// RequestTimeout bounds one request to the coordinator or a region. Default 3 s.
+	RequestTimeout time.Duration
+	// ResolveTimeout is how long messages wait for their shard's home (retrying the
+	// coordinator) before they fail with ErrShardUnavailable. Default 10 s.
+	ResolveTimeout time.Duration
+	// AskTimeout bounds an ask whose context has no deadline. Default 10 s.
+	AskTimeout time.Duration
+	// ReconcileInterval is how often membership is re-read, in case events were
+	// missed. Default 1 s.
+	ReconcileInterval time.Duration
+	Logger            *slog.Logger
+	TracerProvider    trace.TracerProvider
+}
+
+// DefaultConfig returns the defaults described on Config (dependencies unset).
+func DefaultConfig() Config {
+	return Config{
+		BufferSize:        100_000,
+		MailboxSize:       10_000,
+		RequestTimeout:    3 * time.Second,
+		ResolveTimeout:    10 * time.Second,
+		AskTimeout:        10 * time.Second,
+		ReconcileInterval: time.Second,
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Membership == nil || c.Messenger == nil || c.Types == nil || c.Factory == nil:
+		return errors.New("sharding: Membership, Messenger, Types and Factory are required")
+	case c.BufferSize <= 0 || c.MailboxSize <= 0:
+		return errors.New("sharding: buffer and mailbox sizes must be positive")
+	case c.RequestTimeout <= 0 || c.ResolveTimeout <= 0 || c.AskTimeout <= 0 || c.ReconcileInterval <= 0:
+		return errors.New("sharding: timeouts and intervals must be positive")
+	}
+	return nil
+}
+
+// Sharding is cluster sharding on one member: its regions (one per entity type) and its
+// share of the coordinator (active on the oldest member). It is safe for concurrent use.
+type Sharding struct {
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	self   string // this member's address
+	coord  *coordinator
+
+	// stopMu is held for reading by everything that may start a goroutine (so the
+	// WaitGroup is never added to after Stop begins waiting) and for writing by Stop.
+	stopMu  sync.RWMutex
+	stopped bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	mu          sync.Mutex
+	regions     map[string]*Region
+	typeWaiters map[string][]delivery // messages for types being resolved
+	waiting     int                   // total in typeWaiters
+
+	deadLetters atomic.Uint64
+	sub         *cluster.Subscription
+}
+
+// New starts sharding on this member: it registers its message handlers with the
+// messenger and follows membership. Stop ends it.
+func New(cfg Config) (*Sharding, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Strategy == nil {
+		cfg.Strategy = LeastShardAllocationStrategy{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	s := &Sharding{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		tracer:      cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/sharding"),
+		prop:        propagation.TraceContext{},
+		self:        cfg.Membership.Self().Address,
+		stop:        make(chan struct{}),
+		regions:     map[string]*Region{},
+		typeWaiters: map[string][]delivery{},
+	}
+	s.coord = newCoordinator(s)
+	cfg.Messenger.Handle(topicDeliver, s.handleDeliver)
+	cfg.Messenger.Handle(topicGetShardHome, s.handleGetShardHome)
+	cfg.Messenger.Handle(topicHostShard, s.handleHostShard)
+	cfg.Messenger.Handle(topicRegionState, s.handleRegionState)
+	s.sub = cfg.Membership.Subscribe(1024)
+	s.coord.update()
+	s.wg.Add(1)
+	go s.followMembership()
+	return s, nil
+}
+
+// Stop stops routing (new messages fail with ErrStopped), ends the background work,
+// waits for messages being processed and stops every entity.
+func (s *Sharding) Stop(ctx context.Context) error {
+	s.stopMu.Lock()
+	if s.stopped {
+		s.stopMu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	close(s.stop)
+	s.stopMu.Unlock()
+	s.sub.Close()
+
+	s.mu.Lock()
+	for _, ds := range s.typeWaiters {
+		for _, d := range ds {
+			d.fail(ErrStopped)
+		}
+	}
+	s.typeWaiters = map[string][]delivery{}
+	regions := make([]*Region, 0, len(s.regions))
+	for _, r := range s.regions {
+		regions = append(regions, r)
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("sharding: stopping: %w", ctx.Err())
+	}
+	for _, r := range regions {
+		r.stopEntities(ctx)
+	}
+	return nil
+}
+
+// goroutine runs f on a goroutine owned by s, unless s is stopping.
+func (s *Sharding) goroutine(f func()) bool {
+	s.stopMu.RLock()
+	defer s.stopMu.RUnlock()
+	if s.stopped {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// StartType starts the region of an entity type on this member (idempotent) and delivers
+// the messages that waited for the type. A second start with another number of shards
+// is refused: shard IDs are fixed for the life of the cluster.
+func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
+	if t.Name == "" || t.NumberOfShards <= 0 {
+		return nil, fmt.Errorf("sharding: bad type settings %+v", t)
+	}
+	s.stopMu.RLock()
+	defer s.stopMu.RUnlock()
+	if s.stopped {
+		return nil, ErrStopped
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.regions[t.Name]; r != nil {
+		if r.settings.NumberOfShards != t.NumberOfShards {
+			return nil, fmt.Errorf("sharding: entity type %s has %d shards; it cannot change to %d",
+				t.Name, r.settings.NumberOfShards, t.NumberOfShards)
+		}
+		return r, nil
+	}
+	r := newRegion(s, t)
+	s.regions[t.Name] = r
+	waiters := s.typeWaiters[t.Name]
+	delete(s.typeWaiters, t.Name)
+	s.waiting -= len(waiters)
+	for _, d := range waiters {
+		r.deliver(d)
+	}
+	return r, nil
+}
+
+// delivery is a message and how to answer it.
+type delivery struct {
+	env Envelope
+	// ctx carries the trace; processing never stops because it is cancelled.
+	ctx      context.Context
+	deadline time.Time
+	// ask says the sender waits for the reply.
+	ask bool
+	// reply receives the reply of an ask, or a failure (for a tell, failures only); it
+	// is called at most once, never with a lock of this package held. May be nil.
+	reply func(Reply, error)
+}
+
+func (d delivery) fail(err error) {
+	if d.reply != nil {
+		d.reply(Reply{}, err)
+	}
+}
+
+// Tell sends payload to the entity typ/id without waiting for it to be processed. It
+// returns an error if the message cannot be routed from here (unknown type, empty ID,
+// buffer full); failures further on are logged and counted, not returned.
+func (s *Sharding) Tell(ctx context.Context, typ, id string, payload []byte) error {
+	if id == "" {
+		return ErrEmptyEntityID
+	}
+	ctx, span := s.tracer.Start(ctx, "shard region tell", trace.WithAttributes(
+		attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id)))
+	defer span.End()
+	// A tell has no reply, but a failure before the message leaves this member (stopped,
+	// buffer full) happens synchronously and is returned; later ones are not.
+	errc := make(chan error, 1)
+	s.route(delivery{
+		env: Envelope{EntityType: typ, EntityID: id, Payload: payload},
+		ctx: ctx,
+		reply: func(_ Reply, err error) {
+			select {
+			case errc <- err:
+			default:
+			}
+		},
+	})
+	select {
+	case err := <-errc:
+		span.RecordError(err)
+		return err
+	default:
+		return nil
+	}
+}
+
+// Ask sends payload to the entity typ/id and waits for its reply, until ctx ends (or
+// Config.AskTimeout if ctx has no deadline). Errors carry an ErrorCode: the entity's own
+// error, a guest failure, ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull,
+// ErrShardUnavailable, ErrAskTimeout.
+func (s *Sharding) Ask(ctx context.Context, typ, id string, payload []byte) (Reply, error) {
+	if id == "" {
+		return Reply{}, ErrEmptyEntityID
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.AskTimeout)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	start := time.Now()
+	ctx, span := s.tracer.Start(ctx, "shard region ask", trace.WithAttributes(
+		attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id)))
+	defer span.End()
+	type result struct {
+		r   Reply
+		err error
+	}
+	ch := make(chan result, 1)
+	var once sync.Once
+	d := delivery{
+		env:      Envelope{EntityType: typ, EntityID: id, Payload: payload},
+		ctx:      ctx,
+		deadline: deadline,
+		ask:      true,
+		reply: func(r Reply, err error) {
+			once.Do(func() { ch <- result{r, err} })
+		},
+	}
+	s.route(d)
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			span.RecordError(res.err)
+			span.SetStatus(codes.Error, ErrorCode(res.err))
+		}
+		return res.r, res.err
+	case <-ctx.Done():
+		span.SetStatus(codes.Error, "timeout")
+		return Reply{}, fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// route delivers d to its region, waiting for the entity type if this member does not
+// know it yet. Failures go to d.reply.
+func (s *Sharding) route(d delivery) {
+	s.stopMu.RLock()
+	defer s.stopMu.RUnlock()
+	if s.stopped {
+		d.fail(ErrStopped)
+		return
+	}
+	s.mu.Lock()
+	r := s.regions[d.env.EntityType]
+	if r == nil {
+		if s.waiting >= s.cfg.BufferSize {
+			s.mu.Unlock()
+			s.deadLetter(d, ErrBufferFull)
+			return
+		}
+		first := len(s.typeWaiters[d.env.EntityType]) == 0
+		s.typeWaiters[d.env.EntityType] = append(s.typeWaiters[d.env.EntityType], d)
+		s.waiting++
+		s.mu.Unlock()
+		if first {
+			typ := d.env.EntityType
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.resolveType(typ)
+			}()
+		}
+		return
+	}
+	s.mu.Unlock()
+	r.deliver(d)
+}
+
+// resolveType asks the TypeResolver about a type messages wait for, then starts its
+// region (which delivers them) or fails them.
+func (s *Sharding) resolveType(typ string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ResolveTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	settings, err := s.cfg.Types.EntityType(ctx, typ)
+	if err == nil {
+		_, err = s.StartType(settings)
+	}
+	if err != nil {
+		s.mu.Lock()
+		waiters := s.typeWaiters[typ]
+		delete(s.typeWaiters, typ)
+		s.waiting -= len(waiters)
+		s.mu.Unlock()
+		for _, d := range waiters {
+			d.fail(err)
+		}
+	}
+}
+
+// ensureRegion returns the region of typ, resolving the type if needed (may block).
+func (s *Sharding) ensureRegion(ctx context.Context, typ string) (*Region, error) {
+	s.mu.Lock()
+	r := s.regions[typ]
+	s.mu.Unlock()
+	if r != nil {
+		return r, nil
+	}
+	settings, err := s.cfg.Types.EntityType(ctx, typ)
+	if err != nil {
+		return nil, err
+	}
+	return s.StartType(settings)
+}
+
+func (s *Sharding) region(typ string) *Region {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.regions[typ]
+}
+
+func (s *Sharding) allRegions() []*Region {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Region, 0, len(s.regions))
+	for _, r := range s.regions {
+		out = append(out, r)
+	}
+	return out
+}
+
+func (s *Sharding) deadLetter(d delivery, err error) {
+	s.deadLetters.Add(1)
+	s.log.Debug("dead letter", "entity", d.env.EntityType+"/"+d.env.EntityID, "err", err)
+	d.fail(err)
+}
+
+// DeadLetters returns how many messages were dropped because a buffer or mailbox was
+// full, since start.
+func (s *Sharding) DeadLetters() uint64 { return s.deadLetters.Load() }
+
+// LocalState returns the shards this member hosts and their active entities, sorted.
+func (s *Sharding) LocalState() RegionState {
+	st := RegionState{Node: s.self, Shards: []ShardState{}}
+	for _, r := range s.allRegions() {
+		st.Shards = append(st.Shards, r.state()...)
+	}
+	sort.Slice(st.Shards, func(i, j int) bool {
+		if st.Shards[i].Type != st.Shards[j].Type {
+			return st.Shards[i].Type < st.Shards[j].Type
+		}
+		return st.Shards[i].ID < st.Shards[j].ID
+	})
+	return st
+}
+
+// ClusterState asks every member for its region state (Akka's GetClusterShardingStats)
+// and returns them sorted by node. Members that do not answer are listed in the error
+// and left out.
+func (s *Sharding) ClusterState(ctx context.Context) ([]RegionState, error) {
+	members := s.cfg.Membership.Members()
+	states := make([]RegionState, len(members))
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		if m.Address == s.self {
+			states[i] = s.LocalState()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			states[i], errs[i] = s.remoteState(ctx, m)
+		}()
+	}
+	wg.Wait()
+	var out []RegionState
+	for i := range states {
+		if errs[i] == nil {
+			out = append(out, states[i])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, errors.Join(errs...)
+}
+
+func (s *Sharding) remoteState(ctx context.Context, m cluster.Member) (RegionState, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	b, err := s.cfg.Messenger.Request(ctx, m.TransportAddr, topicRegionState, nil)
+	if err != nil {
+		return RegionState{}, fmt.Errorf("region state of %s: %w", m.Address, err)
+	}
+	var st RegionState
+	if err := decode(b, &st); err != nil {
+		return RegionState{}, fmt.Errorf("region state of %s: %w", m.Address, err)
+	}
+	return st, nil
+}
+
+// followMembership keeps regions and the coordinator in step with membership.
+func (s *Sharding) followMembership() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.ReconcileInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case e := <-s.sub.C:
+			if e.Kind == cluster.MemberRemoved {
+				s.memberRemoved(e.Member.Address)
+			}
+			s.coord.update()
+		case <-tick.C:
+			s.reconcile()
+			s.coord.update()
+		}
+	}
+}
+
+func (s *Sharding) memberRemoved(addr string) {
+	for _, r := range s.allRegions() {
+		r.forgetHomesAt(func(home string) bool { return home == addr })
+	}
+	s.coord.memberRemoved(addr)
+}
+
+// reconcile forgets homes and allocations at members that are gone, in case a removal
+// event was dropped.
+func (s *Sharding) reconcile() {
+	alive := map[string]bool{}
+	for _, m := range s.cfg.Membership.Members() {
+		alive[m.Address] = true
+	}
+	gone := func(addr string) bool { return !alive[addr] }
+	for _, r := range s.allRegions() {
+		r.forgetHomesAt(gone)
+	}
+	s.coord.forgetRegions(gone)
+}
+
+// transportAddr returns where to send frames for the member at addr.
+func (s *Sharding) transportAddr(addr string) (string, error) {
+	m, ok := s.cfg.Membership.Member(addr)
+	if !ok {
+		return "", fmt.Errorf("%w: member %s is not in the cluster", ErrShardUnavailable, addr)
+	}
+	return m.TransportAddr, nil
+}
+
+// shardHome asks the coordinator (on the oldest member) where a shard lives, allocating
+// it if needed. It blocks for at most RequestTimeout.
+func (s *Sharding) shardHome(ref shardRef) (string, error) {
+	oldest, ok := cluster.Oldest(s.cfg.Membership.Members())
+	if !ok {
+		return "", fmt.Errorf("%w: no members", ErrShardUnavailable)
+	}
+	ref.Requester = s.self
+	if oldest.Address == s.self {
+		type result struct {
+			home string
+			err  error
+		}
+		ch := make(chan result, 1)
+		s.coord.getShardHome(ref, func(home string, err error) { ch <- result{home, err} })
+		select {
+		case r := <-ch:
+			return r.home, r.err
+		case <-time.After(s.cfg.RequestTimeout):
+			return "", fmt.Errorf("%w: the coordinator did not answer in %v", ErrShardUnavailable, s.cfg.RequestTimeout)
+		case <-s.stop:
+			return "", ErrStopped
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	b, err := s.cfg.Messenger.Request(ctx, oldest.TransportAddr, topicGetShardHome, encode(ref))
+	if err != nil {
+		return "", fmt.Errorf("%w: asking the coordinator at %s: %v", ErrShardUnavailable, oldest.Address, err)
+	}
+	var h shardHome
+	if err := decode(b, &h); err != nil {
+		return "", err
+	}
+	return h.Region, nil
+}
+
+// hostShard tells the region at addr to host a shard; cb gets the outcome.
+func (s *Sharding) hostShard(addr string, ref shardRef, cb func(error)) {
+	if addr == s.self {
+		if !s.goroutine(func() { cb(s.hostShardHere(ref)) }) {
+			cb(ErrStopped)
+		}
+		return
+	}
+	to, err := s.transportAddr(addr)
+	if err != nil {
+		cb(err)
+		return
+	}
+	s.cfg.Messenger.RequestAsync(to, topicHostShard, encode(ref), s.cfg.RequestTimeout, func(_ []byte, err error) { cb(err) })
+}
+
+func (s *Sharding) hostShardHere(ref shardRef) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	r, err := s.ensureRegion(ctx, ref.Type)
+	if err != nil {
+		return err
+	}
+	r.hostShard(ref.Shard)
+	return nil
+}
+
+// Handlers of member-to-member messages. They run on the transport's reader goroutine
+// and must not block: slow work goes to an owned goroutine.
+
+func (s *Sharding) handleDeliver(req *cluster.Request) {
+	var env Envelope
+	if err := decode(req.Body, &env); err != nil {
+		s.log.Warn("dropping a malformed envelope", "from", req.From, "err", err)
+		req.Reply(nil, err)
+		return
+	}
+	ctx := s.prop.Extract(context.Background(), propagation.MapCarrier(env.Trace))
+	ctx, span := s.tracer.Start(ctx, "shard region receive", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("shardhost.entity_type", env.EntityType),
+			attribute.String("shardhost.entity_id", env.EntityID), attribute.Int("shardhost.hops", int(env.Hops))))
+	defer span.End()
+	d := delivery{env: env, ctx: ctx, ask: !req.OneWay()}
+	if d.ask {
+		d.deadline = time.Now().Add(s.cfg.AskTimeout)
+		d.reply = func(r Reply, err error) {
+			w := wireReply{Payload: r.Payload, Node: r.Node}
+			if err != nil {
+				w = wireReply{Code: ErrorCode(err), Error: err.Error(), Node: s.self}
+				var re *RemoteError
+				if errors.As(err, &re) && re.Node != "" {
+					w.Node = re.Node
+				}
+			}
+			req.Reply(encode(w), nil)
+		}
+	}
+	s.route(d)
+}
+
+func (s *Sharding) handleGetShardHome(req *cluster.Request) {
+	var ref shardRef
+	if err := decode(req.Body, &ref); err != nil {
+		req.Reply(nil, err)
+		return
+	}
+	s.coord.getShardHome(ref, func(home string, err error) {
+		if err != nil {
+			req.Reply(nil, err)
+			return
+		}
+		req.Reply(encode(shardHome{Region: home}), nil)
+	})
+}
+
+func (s *Sharding) handleHostShard(req *cluster.Request) {
+	var ref shardRef
+	if err := decode(req.Body, &ref); err != nil {
+		req.Reply(nil, err)
+		return
+	}
+	if !s.goroutine(func() { req.Reply(nil, s.hostShardHere(ref)) }) {
+		req.Reply(nil, ErrStopped)
+	}
+}
+
+func (s *Sharding) handleRegionState(req *cluster.Request) {
+	req.Reply(encode(s.LocalState()), nil)
+}

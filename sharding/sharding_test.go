@@ -1,0 +1,284 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestEntitiesAcrossThreeMembers(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	const entities = 300
+	// Every entity gets i%5+1 increments, sent through different members.
+	var wg sync.WaitGroup
+	for i := 0; i < entities; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := "c-" + strconv.Itoa(i)
+			for k := 0; k < i%5+1; k++ {
+				via := tc.nodes[(i+k)%3]
+				if _, err := ask(t, via, "counter", id, "inc"); err != nil {
+					t.Errorf("inc %s via %s: %v", id, via.name, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	hosts := map[string]int{}
+	for i := 0; i < entities; i++ {
+		id := "c-" + strconv.Itoa(i)
+		r, err := ask(t, tc.nodes[i%3], "counter", id, "get")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := strconv.Itoa(i%5 + 1); string(r.Payload) != want {
+			t.Fatalf("%s = %s, want %s", id, r.Payload, want)
+		}
+		hosts[r.Node]++
+	}
+	if len(hosts) != 3 {
+		t.Fatalf("entities live on %d members: %v", len(hosts), hosts)
+	}
+	if len(tc.acts.double) > 0 {
+		t.Fatalf("entities active twice: %v", tc.acts.double)
+	}
+	// The region states agree: every entity on exactly one member, and least-shard
+	// spread the 10 shards 4/3/3.
+	seen := map[string]string{}
+	ctx := context.Background()
+	states, err := tc.nodes[1].sharding.ClusterState(ctx)
+	if err != nil || len(states) != 3 {
+		t.Fatalf("cluster state: %v %v", states, err)
+	}
+	for _, st := range states {
+		if n := len(st.Shards); n < 3 || n > 4 {
+			t.Errorf("%s hosts %d shards", st.Node, n)
+		}
+		for _, sh := range st.Shards {
+			for _, id := range sh.Entities {
+				if other, dup := seen[id]; dup {
+					t.Fatalf("%s active on %s and %s", id, other, st.Node)
+				}
+				seen[id] = st.Node
+			}
+		}
+	}
+	if len(seen) != entities {
+		t.Fatalf("%d entities active, want %d", len(seen), entities)
+	}
+}
+
+func TestOrderPerSenderThroughBufferingAndForwarding(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	ctx := context.Background()
+	// Tells from each member to the same entities, the first of them buffered while the
+	// shard home is resolved, the others forwarded or local.
+	for _, n := range tc.nodes {
+		for _, id := range []string{"x", "y", "z"} {
+			for k := 0; k < 200; k++ {
+				if err := n.sharding.Tell(ctx, "counter", id, []byte(fmt.Sprintf("append %s:%d", n.name, k))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, id := range []string{"x", "y", "z"} {
+		// An ask from each member after its tells sees all of them (FIFO per sender).
+		for _, n := range tc.nodes {
+			next := map[string]int{}
+			list := mustAsk(t, n, "counter", id, "list")
+			for _, item := range strings.Split(list, ",") {
+				name, k, _ := strings.Cut(item, ":")
+				kk, _ := strconv.Atoi(k)
+				if kk < next[name] {
+					t.Fatalf("%s: %s out of order (want ≥ %d)", id, item, next[name])
+				}
+				next[name] = kk + 1
+			}
+			if next[n.name] != 200 {
+				t.Fatalf("%s: ask via %s saw %d of its tells", id, n.name, next[n.name])
+			}
+		}
+	}
+}
+
+func TestErrorsKeepTheirCodeAcrossMembers(t *testing.T) {
+	tc := newTestCluster(t, 2, nil)
+	// Find an entity hosted on node-1 and ask it from node-0.
+	var id string
+	for i := 0; ; i++ {
+		id = "e" + strconv.Itoa(i)
+		r, err := ask(t, tc.nodes[0], "counter", id, "get")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Node == tc.nodes[1].addr() {
+			break
+		}
+	}
+	_, err := ask(t, tc.nodes[0], "counter", id, "fail")
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Code != CodeEntityError || re.Message != "entity says no" || re.Node != tc.nodes[1].addr() {
+		t.Fatalf("remote entity error: %#v", err)
+	}
+	if _, err := ask(t, tc.nodes[0], "nope", "a", "get"); !errors.Is(err, ErrUnknownEntityType) || ErrorCode(err) != CodeUnknownType {
+		t.Fatalf("unknown type: %v", err)
+	}
+	if _, err := ask(t, tc.nodes[0], "counter", "", "get"); !errors.Is(err, ErrEmptyEntityID) || ErrorCode(err) != CodeBadRequest {
+		t.Fatalf("empty id: %v", err)
+	}
+	if err := tc.nodes[0].sharding.Tell(context.Background(), "counter", "", nil); !errors.Is(err, ErrEmptyEntityID) {
+		t.Fatalf("tell empty id: %v", err)
+	}
+	// A failed activation fails the message with its code, and the next message tries again.
+	tc.nodes[0].factory.failActivation = "bad"
+	tc.nodes[1].factory.failActivation = "bad"
+	if _, err := ask(t, tc.nodes[0], "counter", "bad-1", "get"); ErrorCode(err) != CodeActivationError {
+		t.Fatalf("activation failure: %v", err)
+	}
+}
+
+func TestBufferOverflowIsADeadLetter(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.BufferSize = 5 })
+	n := tc.nodes[0]
+	n.types.block = make(chan struct{}) // the type stays unresolved: messages wait
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		if err := n.sharding.Tell(ctx, "counter", "a", []byte("inc")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.sharding.Tell(ctx, "counter", "a", []byte("inc")); !errors.Is(err, ErrBufferFull) {
+		t.Fatalf("sixth tell: %v", err)
+	}
+	if n.sharding.DeadLetters() != 1 {
+		t.Fatalf("dead letters %d", n.sharding.DeadLetters())
+	}
+	close(n.types.block)
+	waitFor(t, 5*time.Second, "buffered tells", func() bool {
+		r, err := ask(t, n, "counter", "a", "get")
+		return err == nil && string(r.Payload) == "5"
+	})
+}
+
+func TestMailboxOverflowIsADeadLetter(t *testing.T) {
+	tc := newTestCluster(t, 1, func(c *Config) { c.MailboxSize = 3 })
+	n := tc.nodes[0]
+	ctx := context.Background()
+	mustAsk(t, n, "counter", "a", "get") // activate and home the shard
+	var failed int
+	for i := 0; i < 20; i++ {
+		if err := n.sharding.Tell(ctx, "counter", "a", []byte("slow")); err != nil {
+			if !errors.Is(err, ErrMailboxFull) {
+				t.Fatal(err)
+			}
+			failed++
+		}
+	}
+	if failed == 0 || n.sharding.DeadLetters() != uint64(failed) {
+		t.Fatalf("%d tells failed, %d dead letters", failed, n.sharding.DeadLetters())
+	}
+}
+
+func TestShardsMoveWhenTheirMemberLeaves(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	ids := make([]string, 60)
+	for i := range ids {
+		ids[i] = "m" + strconv.Itoa(i)
+		mustAsk(t, tc.nodes[0], "counter", ids[i], "inc")
+	}
+	leaver := tc.nodes[2]
+	tc.stop(leaver, true)
+	tc.waitMembers()
+	for _, id := range ids {
+		r, err := ask(t, tc.nodes[0], "counter", id, "get")
+		if err != nil {
+			t.Fatalf("%s after leave: %v", id, err)
+		}
+		if r.Node == leaver.addr() {
+			t.Fatalf("%s still routed to the member that left", id)
+		}
+	}
+	if len(tc.acts.double) > 0 {
+		t.Fatalf("entities active twice: %v", tc.acts.double)
+	}
+}
+
+func TestCoordinatorMovesToTheNextOldestAndRecovers(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	// Home shards on node-1 and node-2 while node-0 coordinates.
+	homes := map[string]string{}
+	for i := 0; i < 40; i++ {
+		id := "k" + strconv.Itoa(i)
+		r, err := ask(t, tc.nodes[1], "counter", id, "inc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		homes[id] = r.Node
+	}
+	tc.stop(tc.nodes[0], true)
+	tc.waitMembers()
+	waitFor(t, 5*time.Second, "the new coordinator", func() bool {
+		tc.nodes[1].sharding.coord.mu.Lock()
+		defer tc.nodes[1].sharding.coord.mu.Unlock()
+		return tc.nodes[1].sharding.coord.active
+	})
+	// The new coordinator knows where the surviving shards are: entities on node-1 and
+	// node-2 kept their state and their member.
+	for id, home := range homes {
+		if home == tc.nodes[0].addr() {
+			continue
+		}
+		r, err := ask(t, tc.nodes[2], "counter", id, "get")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Node != home || string(r.Payload) != "1" {
+			t.Fatalf("%s: %q on %s, want 1 on %s", id, r.Payload, r.Node, home)
+		}
+	}
+	if len(tc.acts.double) > 0 {
+		t.Fatalf("entities active twice: %v", tc.acts.double)
+	}
+}
+
+func TestStopFailsNewMessagesAndStopsEntities(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "a", "inc")
+	tc.stop(n, false)
+	if _, err := ask(t, n, "counter", "a", "get"); !errors.Is(err, ErrStopped) {
+		t.Fatalf("after stop: %v", err)
+	}
+	tc.acts.mu.Lock()
+	defer tc.acts.mu.Unlock()
+	if len(tc.acts.active) != 0 {
+		t.Fatalf("entities still active: %v", tc.acts.active)
+	}
+}
+
+func TestStartTypeRefusesAnotherShardCount(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	s := tc.nodes[0].sharding
+	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 11}); err == nil {
+		t.Fatal("shard count changed")
+	}
+}
