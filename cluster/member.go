@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -49,7 +50,7 @@ type Member struct {
 	Address string `json:"address"`
 	// UID is chosen at random when the process starts: a restarted process on the same
 	// address is a new member.
-	UID uint64 `json:"uid,string"`
+	UID UID `json:"uid"`
 	// TransportAddr is where the member receives node-to-node frames, host:port.
 	TransportAddr string `json:"transport"`
 	// APIAddr is the member's management API, host:port (empty if it serves none).
@@ -65,10 +66,28 @@ type Member struct {
 	Reachable bool `json:"reachable"`
 }
 
+// UID identifies one incarnation of a member. Its text form is 16 hex digits.
+type UID uint64
+
+func (u UID) String() string { return fmt.Sprintf("%016x", uint64(u)) }
+
+// MarshalText writes the UID as 16 hex digits.
+func (u UID) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
+
+// UnmarshalText reads a UID written by MarshalText.
+func (u *UID) UnmarshalText(b []byte) error {
+	v, err := strconv.ParseUint(string(b), 16, 64)
+	if err != nil || len(b) != 16 {
+		return fmt.Errorf("cluster: bad UID %q (want 16 hex digits)", b)
+	}
+	*u = UID(v)
+	return nil
+}
+
 // UniqueAddress identifies one incarnation of a member: "address#uid" with the UID in hex.
 func (m Member) UniqueAddress() string { return uniqueAddress(m.Address, m.UID) }
 
-func uniqueAddress(addr string, uid uint64) string { return fmt.Sprintf("%s#%016x", addr, uid) }
+func uniqueAddress(addr string, uid UID) string { return addr + "#" + uid.String() }
 
 // IsOlderThan reports whether m joined the cluster before o. Ties in start time are
 // broken by address, then UID, so that every member orders the same set the same way.
@@ -96,6 +115,6 @@ func Oldest(members []Member) (Member, bool) {
 
 // String describes a member on one line, for logs.
 func (m Member) String() string {
-	return fmt.Sprintf("%s (uid %016x, %s, transport %s, roles [%s])", m.Address, m.UID, m.Status,
+	return fmt.Sprintf("%s (uid %s, %s, transport %s, roles [%s])", m.Address, m.UID, m.Status,
 		m.TransportAddr, strings.Join(m.Roles, ","))
 }

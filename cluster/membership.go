@@ -32,7 +32,7 @@ type MembershipConfig struct {
 	// AdvertiseAddr is the gossip address other members use, if not BindAddr.
 	AdvertiseAddr string
 	// UID identifies this incarnation; 0 picks a random one.
-	UID uint64
+	UID UID
 	// TransportAddr and APIAddr are published to the other members in the metadata.
 	TransportAddr string
 	APIAddr       string
@@ -96,7 +96,7 @@ var gossipDecMode = func() cbor.DecMode {
 
 // memberMeta is what a member publishes in memberlist's node metadata (≤ 512 bytes).
 type memberMeta struct {
-	UID           uint64   `cbor:"1,keyasint"`
+	UID           UID      `cbor:"1,keyasint"`
 	TransportAddr string   `cbor:"2,keyasint"`
 	APIAddr       string   `cbor:"3,keyasint,omitempty"`
 	StartedAt     int64    `cbor:"4,keyasint"` // Unix nanoseconds
@@ -250,14 +250,14 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	return m, nil
 }
 
-func randomUID() uint64 {
+func randomUID() UID {
 	var b [8]byte
 	for {
 		if _, err := rand.Read(b[:]); err != nil {
 			panic(err)
 		}
 		if uid := binary.BigEndian.Uint64(b[:]); uid != 0 {
-			return uid
+			return UID(uid)
 		}
 	}
 }
@@ -422,7 +422,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	delete(m.members, n.Name)
 	mem.Status = StatusRemoved
 	mem.Reachable = false
-	m.log.Info("member removed", "member", mem.Address, "uid", fmt.Sprintf("%016x", mem.UID))
+	m.log.Info("member removed", "member", mem.Address, "uid", mem.UID)
 	m.publish(MemberEvent{Kind: MemberRemoved, Member: mem})
 }
 
@@ -437,7 +437,7 @@ func (m *Membership) nodeUp(n *memberlist.Node) {
 	m.members[n.Name] = mem
 	if !known {
 		if mem.UID != m.self.UID {
-			m.log.Info("member up", "member", mem.Address, "uid", fmt.Sprintf("%016x", mem.UID), "transport", mem.TransportAddr)
+			m.log.Info("member up", "member", mem.Address, "uid", mem.UID, "transport", mem.TransportAddr)
 		}
 		m.publish(MemberEvent{Kind: MemberUp, Member: mem})
 	}

@@ -127,7 +127,7 @@ func TestMembershipJoinListsEveryMember(t *testing.T) {
 		return states[0].has("from-1") && states[0].has("from-2") && states[1].has("from-0")
 	})
 	// The subscriber saw itself and both joiners come up.
-	up := map[uint64]bool{}
+	up := map[UID]bool{}
 	waitFor(t, 5*time.Second, "3 up events", func() bool {
 		for {
 			select {

@@ -20,18 +20,6 @@ import (
 	"github.com/shardhost/shardhost/abi"
 )
 
-// Errors of the wasm runtime. Guest failures come as *GuestError, which matches
-// ErrGuestTrap or ErrGuestDeadline with errors.Is.
-var (
-	ErrInvalidModule   = errors.New("host: invalid module")
-	ErrMessageTooLarge = errors.New("host: message too large")
-	ErrReplyTooLarge   = errors.New("host: reply too large")
-	ErrGuestTrap       = errors.New("host: guest trapped")
-	ErrGuestDeadline   = errors.New("host: guest exceeded its per-message deadline")
-	ErrInstanceClosed  = errors.New("host: instance closed")
-	ErrRuntimeClosed   = errors.New("host: runtime closed")
-)
-
 // RuntimeConfig configures a Runtime.
 type RuntimeConfig struct {
 	// CacheDir is the directory of wazero's compilation cache: a module compiled once is

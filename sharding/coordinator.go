@@ -115,7 +115,7 @@ func (c *coordinator) recover(epoch uint64, members []cluster.Member) {
 	}
 	c.alloc = alloc
 	c.active, c.recovering = true, false
-	c.s.log.Info("shard coordinator active", "node", c.s.self, "recovered_shards", shards)
+	c.s.log.Info("shard coordinator active", "recovered_shards", shards)
 }
 
 // getShardHome answers where a shard lives, allocating it if it has no home. cb is

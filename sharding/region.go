@@ -357,7 +357,7 @@ func (e *entity) process(d delivery) {
 		e.mu.Lock()
 		e.live = true
 		e.mu.Unlock()
-		s.log.Info("entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "node", s.self)
+		s.log.Info("entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard)
 	}
 	out, err := e.inst.Receive(d.ctx, d.env.Payload)
 	if err != nil {

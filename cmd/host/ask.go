@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardhost/shardhost/host"
+)
+
+func newAskCommand(g *globals) *cobra.Command {
+	var timeout time.Duration
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "ask TYPE/ID PAYLOAD",
+		Short: "Send a message to an entity and print its reply (PAYLOAD - reads standard input)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			typ, id, err := parseTarget(args[0])
+			if err != nil {
+				return err
+			}
+			payload, err := payloadArg(args[1], cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.do("POST", fmt.Sprintf("/v1/ask?%s&timeout=%s", entityQuery(typ, id), timeout), payload)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			out.Write(r.body)
+			if len(r.body) == 0 || r.body[len(r.body)-1] != '\n' {
+				fmt.Fprintln(out)
+			}
+			if verbose {
+				fmt.Fprintf(cmd.ErrOrStderr(), "(%s/%s is hosted on %s)\n", typ, id, r.header.Get(host.NodeHeader))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the reply")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print, on standard error, which member hosts the entity")
+	return cmd
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// client talks to a node's management API.
+type client struct {
+	base string
+	http *http.Client
+}
+
+func (g *globals) client() (*client, error) {
+	base := strings.TrimRight(g.api, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--api %q is not an http(s) URL or HOST:PORT", g.api)
+	}
+	return &client{base: base, http: &http.Client{Timeout: 2 * time.Minute}}, nil
+}
+
+// response is an API reply that succeeded.
+type response struct {
+	body   []byte
+	header http.Header
+}
+
+// do sends a request and turns an API error reply into an error with its text.
+func (c *client) do(method, path string, body []byte) (response, error) {
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return response{}, fmt.Errorf("cannot reach the API at %s: %v", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, fmt.Errorf("reading the API's reply: %v", err)
+	}
+	if resp.StatusCode >= 400 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return response{}, errors.New(e.Error)
+		}
+		return response{}, fmt.Errorf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return response{body: b, header: resp.Header}, nil
+}
+
+func (c *client) getJSON(path string, v any) error {
+	r, err := c.do("GET", path, nil)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(r.body, v); err != nil {
+		return fmt.Errorf("the API's reply is not what this client expects: %v", err)
+	}
+	return nil
+}
+
+// parseTarget splits TYPE/ID: the ID is everything after the first '/', any UTF-8.
+func parseTarget(s string) (typ, id string, err error) {
+	typ, id, ok := strings.Cut(s, "/")
+	switch {
+	case !ok:
+		return "", "", fmt.Errorf("%q is not TYPE/ID (for example counter/alice)", s)
+	case typ == "":
+		return "", "", fmt.Errorf("%q has no entity type before the '/'", s)
+	case id == "":
+		return "", "", fmt.Errorf("%q has an empty entity ID", s)
+	}
+	return typ, id, nil
+}
+
+func entityQuery(typ, id string) string {
+	return "type=" + url.QueryEscape(typ) + "&id=" + url.QueryEscape(id)
+}
+
+// payloadArg returns a message payload: the argument, or standard input for "-".
+func payloadArg(arg string, stdin io.Reader) ([]byte, error) {
+	if arg == "-" {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading the payload from standard input: %v", err)
+		}
+		return b, nil
+	}
+	return []byte(arg), nil
+}
+
+func httpClient() *http.Client { return &http.Client{Timeout: 30 * time.Second} }
+
+func timeAfter(ms int) <-chan time.Time { return time.After(time.Duration(ms) * time.Millisecond) }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// globals are the flags every command has.
+type globals struct {
+	api      string
+	logLevel string
+}
+
+func newRootCommand() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "shardhost",
+		Short: "Sharded wasm entities on a cluster of hosts",
+		Long: `shardhost runs virtual actors ("entities") as sandboxed WebAssembly instances,
+sharded over a cluster of hosts: an entity is created on the first message to its ID,
+lives on exactly one host, and processes its messages one at a time.
+
+Start a local three-node cluster with the example entities:  shardhost dev
+Talk to it:                                                  shardhost ask counter/alice inc`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.AddCommand(
+		newStartCommand(g),
+		newDevCommand(g),
+		g.clientFlags(newDeployCommand(g)),
+		g.clientFlags(newTellCommand(g)),
+		g.clientFlags(newAskCommand(g)),
+		g.clientFlags(newMembersCommand(g)),
+		g.clientFlags(newShardsCommand(g)),
+		g.clientFlags(newTypesCommand(g)),
+	)
+	return root
+}
+
+// clientFlags adds --api to a command that talks to a node's API.
+func (g *globals) clientFlags(cmd *cobra.Command) *cobra.Command {
+	def := os.Getenv("SHARDHOST_API")
+	if def == "" {
+		def = "http://127.0.0.1:8080"
+	}
+	cmd.Flags().StringVar(&g.api, "api", def, "`URL` of any node's management API, or HOST:PORT (env SHARDHOST_API)")
+	return cmd
+}
+
+func (g *globals) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
+}
+
+// oneLine keeps the first line of an error text.
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

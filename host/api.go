@@ -1,0 +1,271 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// The management API, version 1. Requests and replies are JSON, except message payloads
+// and replies, which are the raw bytes. Every error is {"error": TEXT, "code": CODE}
+// with a 4xx or 5xx status.
+//
+//	POST /v1/types/{name}[?shards=N]     body: the module → DeployResult
+//	GET  /v1/types                       → [TypeInfo]
+//	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
+//	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
+//	GET  /v1/members                     → [Member]
+//	GET  /v1/shards                      → {"regions":[{"node":A,"shards":[{"type":T,"id":S,"entities":N}]}]}
+//	GET  /v1/health                      → {"status":"ok","node":A}
+//
+// The entity ID is any UTF-8 text, URL-encoded in the query.
+
+// NodeHeader names the response header that gives the address of the member that
+// hosts the entity which answered an ask.
+const NodeHeader = "Shardhost-Node"
+
+// Handler returns the node's management API.
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/types/{name}", n.apiDeploy)
+	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Types()) })
+	mux.HandleFunc("POST /v1/tell", n.apiTell)
+	mux.HandleFunc("POST /v1/ask", n.apiAsk)
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
+	mux.HandleFunc("GET /v1/shards", n.apiShards)
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.Self().Address})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("%w: no such endpoint %s %s", ErrBadRequest, r.Method, r.URL.Path), http.StatusNotFound)
+	})
+	return mux
+}
+
+// apiError is the body of every error reply.
+type apiError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// statusOf maps an error to its HTTP status and code.
+func statusOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrModuleTooLarge), errors.Is(err, ErrMessageTooLarge):
+		return http.StatusRequestEntityTooLarge, sharding.CodeBadRequest
+	case errors.Is(err, ErrInvalidModule), errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest, sharding.CodeBadRequest
+	case errors.Is(err, ErrShardsChanged):
+		return http.StatusConflict, sharding.CodeBadRequest
+	}
+	code := sharding.ErrorCode(withCode(err))
+	switch code {
+	case sharding.CodeUnknownType:
+		return http.StatusNotFound, code
+	case sharding.CodeBadRequest:
+		return http.StatusBadRequest, code
+	case sharding.CodeEntityError:
+		return http.StatusUnprocessableEntity, code
+	case sharding.CodeGuestDeadline:
+		return http.StatusGatewayTimeout, code
+	case sharding.CodeOverloaded:
+		return http.StatusServiceUnavailable, code
+	case sharding.CodeUnavailable:
+		if errors.Is(err, sharding.ErrAskTimeout) {
+			return http.StatusGatewayTimeout, code
+		}
+		return http.StatusServiceUnavailable, code
+	}
+	return http.StatusInternalServerError, code
+}
+
+func writeError(w http.ResponseWriter, err error, status int) {
+	code := sharding.ErrorCode(withCode(err))
+	if status == 0 {
+		status, code = statusOf(err)
+	}
+	writeJSON(w, status, apiError{Error: err.Error(), Code: code})
+}
+
+// readBody reads at most max bytes of the request body; more is ErrMessageTooLarge
+// (or ErrModuleTooLarge for a module).
+func readBody(r *http.Request, max int, tooLarge error) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the request body: %v", ErrBadRequest, err)
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("%w: over the cap of %d bytes", tooLarge, max)
+	}
+	return b, nil
+}
+
+func (n *Node) startSpan(r *http.Request, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	return n.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	shards := 0
+	if s := r.URL.Query().Get("shards"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			writeError(w, fmt.Errorf("%w: shards=%q is not a number", ErrBadRequest, s), 0)
+			return
+		}
+		shards = v
+	}
+	wasm, err := readBody(r, n.cfg.MaxModuleSize, ErrModuleTooLarge)
+	if err != nil {
+		writeError(w, err, 0)
+		return
+	}
+	ctx, span := n.startSpan(r, "api deploy", attribute.String("shardhost.entity_type", name))
+	defer span.End()
+	res, err := n.Deploy(ctx, name, wasm, shards)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "deploy failed")
+		writeError(w, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// target reads and checks the entity type and ID of a tell or ask.
+func (n *Node) target(r *http.Request) (typ, id string, err error) {
+	q := r.URL.Query()
+	typ, id = q.Get("type"), q.Get("id")
+	if typ == "" {
+		return "", "", fmt.Errorf("%w: the entity type is missing (type=)", ErrBadRequest)
+	}
+	if id == "" {
+		return "", "", fmt.Errorf("%w: %v", ErrBadRequest, sharding.ErrEmptyEntityID)
+	}
+	if _, ok := n.catalog.get(typ); !ok {
+		return "", "", fmt.Errorf("%w: %q (deploy it with shardhost deploy --type %s FILE.wasm)",
+			sharding.ErrUnknownEntityType, typ, typ)
+	}
+	return typ, id, nil
+}
+
+func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
+	typ, id, err := n.target(r)
+	if err != nil {
+		writeError(w, err, 0)
+		return
+	}
+	payload, err := readBody(r, n.cfg.Runtime.MaxMessageSize, ErrMessageTooLarge)
+	if err != nil {
+		writeError(w, err, 0)
+		return
+	}
+	ctx, span := n.startSpan(r, "api tell", attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id))
+	defer span.End()
+	if err := n.sharding.Tell(ctx, typ, id, payload); err != nil {
+		span.RecordError(err)
+		writeError(w, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted"})
+}
+
+func (n *Node) apiAsk(w http.ResponseWriter, r *http.Request) {
+	typ, id, err := n.target(r)
+	if err != nil {
+		writeError(w, err, 0)
+		return
+	}
+	payload, err := readBody(r, n.cfg.Runtime.MaxMessageSize, ErrMessageTooLarge)
+	if err != nil {
+		writeError(w, err, 0)
+		return
+	}
+	timeout := n.cfg.Sharding.AskTimeout
+	if s := r.URL.Query().Get("timeout"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			writeError(w, fmt.Errorf("%w: timeout=%q is not a positive duration", ErrBadRequest, s), 0)
+			return
+		}
+		timeout = d
+	}
+	ctx, span := n.startSpan(r, "api ask", attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	reply, err := n.sharding.Ask(ctx, typ, id, payload)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, sharding.ErrorCode(err))
+		var re *sharding.RemoteError
+		if errors.As(err, &re) && re.Node != "" {
+			w.Header().Set(NodeHeader, re.Node)
+		}
+		writeError(w, err, 0)
+		return
+	}
+	w.Header().Set(NodeHeader, reply.Node)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	w.Write(reply.Payload)
+}
+
+// ShardsReport is the API's view of cluster sharding (Akka's ClusterShardingStats).
+type ShardsReport struct {
+	Regions []RegionReport `json:"regions"`
+	// Errors lists members that did not answer.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// RegionReport is what one member hosts.
+type RegionReport struct {
+	Node   string        `json:"node"`
+	Shards []ShardReport `json:"shards"`
+}
+
+// ShardReport is one hosted shard and its number of active entities.
+type ShardReport struct {
+	Type     string `json:"type"`
+	ID       int    `json:"id"`
+	Entities int    `json:"entities"`
+}
+
+func (n *Node) apiShards(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	states, err := n.sharding.ClusterState(ctx)
+	rep := ShardsReport{Regions: []RegionReport{}}
+	for _, st := range states {
+		rr := RegionReport{Node: st.Node, Shards: []ShardReport{}}
+		for _, sh := range st.Shards {
+			rr.Shards = append(rr.Shards, ShardReport{Type: sh.Type, ID: sh.ID, Entities: len(sh.Entities)})
+		}
+		rep.Regions = append(rep.Regions, rr)
+	}
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	writeJSON(w, http.StatusOK, rep)
+}

@@ -1,0 +1,149 @@
+package host
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// TypeInfo describes a deployed entity type: its module and its settings.
+type TypeInfo struct {
+	Name string `cbor:"1,keyasint" json:"name"`
+	// Digest is the hex SHA-256 of the module (see Digest).
+	Digest string `cbor:"2,keyasint" json:"digest"`
+	// Size is the module's size in bytes.
+	Size int `cbor:"3,keyasint" json:"size"`
+	// NumberOfShards is fixed for the life of the cluster.
+	NumberOfShards int `cbor:"4,keyasint" json:"shards"`
+	// Version counts the deployments of the type, from 1.
+	Version uint64 `cbor:"5,keyasint" json:"version"`
+	// DeployedAt is when the deployment happened (Unix nanoseconds on the deploying member).
+	DeployedAt int64 `cbor:"6,keyasint" json:"deployed_at_unix_nano"`
+	// DeployedBy is the address of the member that took the deployment: it has the module.
+	DeployedBy string `cbor:"7,keyasint" json:"deployed_by"`
+}
+
+// newerThan orders deployments of one type: higher version, then later time, then
+// digest, so that every member picks the same winner.
+func (t TypeInfo) newerThan(o TypeInfo) bool {
+	if t.Version != o.Version {
+		return t.Version > o.Version
+	}
+	if t.DeployedAt != o.DeployedAt {
+		return t.DeployedAt > o.DeployedAt
+	}
+	return t.Digest > o.Digest
+}
+
+var typeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidateTypeName checks an entity type name: 1 to 64 characters of letters, digits,
+// '_', '.' and '-', starting with a letter or digit.
+func ValidateTypeName(name string) error {
+	if !typeNameRE.MatchString(name) {
+		return fmt.Errorf("%w: entity type name %q (want 1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit)", ErrBadRequest, name)
+	}
+	return nil
+}
+
+// catalog is the cluster-wide map of entity types: a last-writer-wins map (by
+// TypeInfo.newerThan), gossiped by memberlist's push-pull and broadcasts. Merging is
+// commutative, associative and idempotent, so every member converges to the same map.
+type catalog struct {
+	mu    sync.Mutex
+	types map[string]TypeInfo
+	// changed is called, without the lock, with each entry that a merge added or
+	// replaced. It must not block.
+	changed func(TypeInfo)
+}
+
+func newCatalog(changed func(TypeInfo)) *catalog {
+	return &catalog{types: map[string]TypeInfo{}, changed: changed}
+}
+
+func (c *catalog) get(name string) (TypeInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.types[name]
+	return t, ok
+}
+
+func (c *catalog) list() []TypeInfo {
+	c.mu.Lock()
+	out := make([]TypeInfo, 0, len(c.types))
+	for _, t := range c.types {
+		out = append(out, t)
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// next returns the entry a new deployment of name would write.
+func (c *catalog) next(name, digest string, size, shards int, by string) TypeInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.types[name]
+	return TypeInfo{Name: name, Digest: digest, Size: size, NumberOfShards: shards,
+		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by}
+}
+
+// merge adds entries that are newer than what the catalog holds, and reports them.
+func (c *catalog) merge(entries []TypeInfo) {
+	var changed []TypeInfo
+	c.mu.Lock()
+	for _, t := range entries {
+		if t.Name == "" {
+			continue
+		}
+		if cur, ok := c.types[t.Name]; !ok || t.newerThan(cur) {
+			c.types[t.Name] = t
+			changed = append(changed, t)
+		}
+	}
+	c.mu.Unlock()
+	if c.changed != nil {
+		for _, t := range changed {
+			c.changed(t)
+		}
+	}
+}
+
+// LocalState implements cluster.StateDelegate.
+func (c *catalog) LocalState() []byte {
+	b, err := catalogEncMode.Marshal(c.list())
+	if err != nil {
+		panic(err) // a slice of plain structs always encodes
+	}
+	return b
+}
+
+// MergeRemoteState implements cluster.StateDelegate; malformed state is ignored.
+func (c *catalog) MergeRemoteState(b []byte) {
+	var entries []TypeInfo
+	if err := catalogDecMode.Unmarshal(b, &entries); err != nil {
+		return
+	}
+	c.merge(entries)
+}
+
+var (
+	catalogEncMode = func() cbor.EncMode {
+		em, err := cbor.CoreDetEncOptions().EncMode()
+		if err != nil {
+			panic(err)
+		}
+		return em
+	}()
+	catalogDecMode = func() cbor.DecMode {
+		dm, err := cbor.DecOptions{MaxNestedLevels: 4, MaxArrayElements: 10_000, MaxMapPairs: 16}.DecMode()
+		if err != nil {
+			panic(err)
+		}
+		return dm
+	}()
+)

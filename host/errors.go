@@ -1,0 +1,61 @@
+package host
+
+import (
+	"errors"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Errors of the host. Guest failures come as *GuestError, which matches ErrGuestTrap or
+// ErrGuestDeadline with errors.Is; an entity's own refusal is an *EntityError.
+var (
+	ErrInvalidModule     = errors.New("host: invalid module")
+	ErrModuleTooLarge    = errors.New("host: module too large")
+	ErrModuleUnavailable = errors.New("host: module unavailable")
+	ErrShardsChanged     = errors.New("host: the number of shards of an entity type cannot change")
+	ErrBadRequest        = errors.New("host: bad request")
+	ErrMessageTooLarge   = errors.New("host: message too large")
+	ErrReplyTooLarge     = errors.New("host: reply too large")
+	ErrGuestTrap         = errors.New("host: guest trapped")
+	ErrGuestDeadline     = errors.New("host: guest exceeded its per-message deadline")
+	ErrInstanceClosed    = errors.New("host: instance closed")
+	ErrRuntimeClosed     = errors.New("host: runtime closed")
+)
+
+// ErrorCode implements sharding.CodedError.
+func (e *EntityError) ErrorCode() string { return sharding.CodeEntityError }
+
+// ErrorCode implements sharding.CodedError.
+func (e *GuestError) ErrorCode() string {
+	if errors.Is(e.Cause, ErrGuestDeadline) {
+		return sharding.CodeGuestDeadline
+	}
+	return sharding.CodeGuestTrap
+}
+
+// codedError gives a host error a sharding error code, so that a caller on another
+// member learns what kind of failure it was.
+type codedError struct {
+	code string
+	err  error
+}
+
+func (e *codedError) Error() string     { return e.err.Error() }
+func (e *codedError) Unwrap() error     { return e.err }
+func (e *codedError) ErrorCode() string { return e.code }
+
+// withCode returns err with the error code its kind has; nil stays nil.
+func withCode(err error) error {
+	var ce sharding.CodedError
+	switch {
+	case err == nil || errors.As(err, &ce):
+		return err
+	case errors.Is(err, ErrMessageTooLarge), errors.Is(err, ErrBadRequest):
+		return &codedError{sharding.CodeBadRequest, err}
+	case errors.Is(err, ErrModuleUnavailable), errors.Is(err, ErrInvalidModule):
+		return &codedError{sharding.CodeActivationError, err}
+	case errors.Is(err, ErrRuntimeClosed), errors.Is(err, ErrInstanceClosed):
+		return &codedError{sharding.CodeUnavailable, err}
+	}
+	return err
+}

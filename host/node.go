@@ -1,0 +1,547 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Topics of the host's member-to-member messages.
+const (
+	topicModule  = "host/module"  // body: digest; reply: the module's bytes
+	topicPrepare = "host/prepare" // body: TypeInfo; reply when the type is ready here
+)
+
+// catalogState is the name of the catalog's state in membership gossip.
+const catalogState = "catalog"
+
+// Config configures a Node.
+type Config struct {
+	// BindAddr is the gossip address, host:port; the member's address.
+	BindAddr string
+	// TransportAddr is where node-to-node frames arrive, host:port. Default: BindAddr's
+	// host and port + 1.
+	TransportAddr string
+	// APIAddr is where the management HTTP API listens, host:port. Empty: no API.
+	APIAddr string
+	// Join lists seed members' gossip addresses. Empty starts a new cluster.
+	Join []string
+	// JoinTimeout bounds the attempts to reach a seed. Default 30 s.
+	JoinTimeout time.Duration
+	// DataDir holds the modules and the compilation cache. Required.
+	DataDir string
+	// GossipProfile is "lan" (default) or "local" (faster failure detection on one machine).
+	GossipProfile string
+	// MaxModuleSize caps a deployed module, in bytes. Default 32 MiB.
+	MaxModuleSize int
+	// Runtime configures the wasm runtime; its CacheDir defaults to DataDir/cache.
+	Runtime RuntimeConfig
+	// Sharding's sizes and timeouts are used; its dependencies are the node's.
+	Sharding sharding.Config
+	// ShutdownTimeout bounds Close. Default 10 s.
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+	TracerProvider  trace.TracerProvider
+}
+
+// DefaultConfig returns a node configuration with the defaults described on Config; the
+// addresses and the data directory are still to be set.
+func DefaultConfig() Config {
+	return Config{
+		JoinTimeout:     30 * time.Second,
+		GossipProfile:   "lan",
+		MaxModuleSize:   32 << 20,
+		Runtime:         DefaultRuntimeConfig(),
+		Sharding:        sharding.DefaultConfig(),
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
+		return fmt.Errorf("host: --bind %q: %v", c.BindAddr, err)
+	}
+	if c.TransportAddr != "" {
+		if _, _, err := net.SplitHostPort(c.TransportAddr); err != nil {
+			return fmt.Errorf("host: --transport %q: %v", c.TransportAddr, err)
+		}
+	}
+	if c.APIAddr != "" {
+		if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
+			return fmt.Errorf("host: --api %q: %v", c.APIAddr, err)
+		}
+	}
+	if c.DataDir == "" {
+		return errors.New("host: a data directory is required")
+	}
+	if c.MaxModuleSize <= 0 || c.JoinTimeout <= 0 || c.ShutdownTimeout <= 0 {
+		return errors.New("host: module size cap and timeouts must be positive")
+	}
+	return nil
+}
+
+// DefaultTransportAddr returns the bind address with its port plus one.
+func DefaultTransportAddr(bind string) (string, error) {
+	host, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p >= 65535 {
+		return "", fmt.Errorf("host: cannot derive a transport port from %q", bind)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1)), nil
+}
+
+// Node is one shardhost host process: membership, the node-to-node messenger, cluster
+// sharding, the wasm runtime with its modules, and the management API.
+type Node struct {
+	cfg        Config
+	log        *slog.Logger
+	tracer     trace.Tracer
+	rt         *Runtime
+	modules    *moduleStore
+	catalog    *catalog
+	messenger  *cluster.Messenger
+	membership *cluster.Membership
+	sharding   *sharding.Sharding
+	api        *http.Server
+	apiLn      net.Listener
+
+	mu      sync.Mutex
+	closed  bool
+	stopped chan struct{}
+	wg      sync.WaitGroup
+}
+
+// Start starts a node: it binds the gossip, transport and API addresses, joins the
+// seeds (retrying for up to JoinTimeout) and serves until Close.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if cfg.TransportAddr == "" && cfg.BindAddr != "" {
+		if cfg.TransportAddr, err = DefaultTransportAddr(cfg.BindAddr); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("host: data directory: %w", err)
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		tracer:  cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/host"),
+		stopped: make(chan struct{}),
+	}
+	// Whatever started is stopped again if a later step fails.
+	defer func() {
+		if err != nil {
+			n.shutdown(context.Background(), false)
+		}
+	}()
+
+	rc := cfg.Runtime
+	if rc.CacheDir == "" {
+		rc.CacheDir = filepath.Join(cfg.DataDir, "cache")
+	}
+	rc.Logger, rc.TracerProvider = cfg.Logger, cfg.TracerProvider
+	if n.rt, err = NewRuntime(ctx, rc); err != nil {
+		return nil, err
+	}
+	if n.modules, err = newModuleStore(n.rt, filepath.Join(cfg.DataDir, "modules"), cfg.Logger); err != nil {
+		return nil, err
+	}
+	n.modules.fetch = n.fetchModule
+	n.catalog = newCatalog(n.typeChanged)
+
+	tcfg := cluster.DefaultTCPConfig()
+	tcfg.BindAddr = cfg.TransportAddr
+	tcfg.MaxFrameSize = cfg.MaxModuleSize + 1<<20
+	tcfg.Logger = cfg.Logger
+	if n.messenger, err = cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
+		return cluster.NewTCPTransport(tcfg, h)
+	}, cfg.Logger); err != nil {
+		return nil, fmt.Errorf("host: node-to-node transport on %s: %w", cfg.TransportAddr, err)
+	}
+
+	var apiAddr string
+	if cfg.APIAddr != "" {
+		if n.apiLn, err = net.Listen("tcp", cfg.APIAddr); err != nil {
+			return nil, fmt.Errorf("host: API on %s: %w", cfg.APIAddr, err)
+		}
+		apiAddr = n.apiLn.Addr().String()
+	}
+
+	if n.membership, err = cluster.NewMembership(cluster.MembershipConfig{
+		BindAddr:      cfg.BindAddr,
+		TransportAddr: n.messenger.LocalAddr(),
+		APIAddr:       apiAddr,
+		Profile:       cfg.GossipProfile,
+		Logger:        cfg.Logger,
+	}); err != nil {
+		return nil, err
+	}
+	n.membership.RegisterState(catalogState, n.catalog)
+
+	sc := cfg.Sharding
+	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
+	sc.Logger, sc.TracerProvider = cfg.Logger, cfg.TracerProvider
+	if n.sharding, err = sharding.New(sc); err != nil {
+		return nil, err
+	}
+	n.messenger.Handle(topicModule, n.handleModule)
+	n.messenger.Handle(topicPrepare, n.handlePrepare)
+
+	if len(cfg.Join) > 0 {
+		jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+		_, err = n.membership.Join(jctx, cfg.Join)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if n.apiLn != nil {
+		n.api = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.api.Serve(n.apiLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("API server stopped", "err", err)
+			}
+		}()
+	}
+	self := n.membership.Self()
+	n.log.Info("node started", "address", self.Address, "uid", self.UID,
+		"transport", self.TransportAddr, "api", apiAddr, "data_dir", cfg.DataDir)
+	return n, nil
+}
+
+// Self returns this node's member record.
+func (n *Node) Self() cluster.Member { return n.membership.Self() }
+
+// Members returns the members this node sees, sorted by address.
+func (n *Node) Members() []cluster.Member { return n.membership.Members() }
+
+// APIAddr returns the address the API listens on ("" if none).
+func (n *Node) APIAddr() string {
+	if n.apiLn == nil {
+		return ""
+	}
+	return n.apiLn.Addr().String()
+}
+
+// Sharding returns the node's cluster sharding.
+func (n *Node) Sharding() *sharding.Sharding { return n.sharding }
+
+// Types returns the entity types deployed in the cluster, as this node knows them.
+func (n *Node) Types() []TypeInfo { return n.catalog.list() }
+
+// Close leaves the cluster gracefully: the API stops, sharding stops its entities, the
+// other members are told this one leaves, and everything is released.
+func (n *Node) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
+	defer cancel()
+	return n.shutdown(ctx, true)
+}
+
+// Kill stops the node as abruptly as possible short of exiting: no leave message, so
+// the others see a crash. For tests.
+func (n *Node) Kill() error { return n.shutdown(context.Background(), false) }
+
+func (n *Node) shutdown(ctx context.Context, leave bool) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	close(n.stopped)
+	n.mu.Unlock()
+	var errs []error
+	if n.api != nil {
+		errs = append(errs, n.api.Shutdown(ctx))
+	} else if n.apiLn != nil {
+		n.apiLn.Close()
+	}
+	if n.sharding != nil {
+		errs = append(errs, n.sharding.Stop(ctx))
+	}
+	if n.membership != nil {
+		if leave {
+			errs = append(errs, n.membership.Leave(2*time.Second))
+		} else {
+			errs = append(errs, n.membership.Shutdown())
+		}
+	}
+	n.wg.Wait()
+	if n.messenger != nil {
+		errs = append(errs, n.messenger.Close())
+	}
+	if n.rt != nil {
+		errs = append(errs, n.rt.Close(context.Background()))
+	}
+	return errors.Join(errs...)
+}
+
+// goroutine runs f on a goroutine the node owns, unless the node is closing.
+func (n *Node) goroutine(f func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// DeployResult is what Deploy did.
+type DeployResult struct {
+	Type TypeInfo `json:"type"`
+	// Members says, for each member, whether the type is ready there.
+	Members []MemberDeployment `json:"members"`
+}
+
+// MemberDeployment is one member's part of a deployment.
+type MemberDeployment struct {
+	Node  string `json:"node"`
+	Ready bool   `json:"ready"`
+	Error string `json:"error,omitempty"`
+}
+
+// Deploy validates a module and makes it the entity type name in the whole cluster, with
+// numberOfShards shards (0: the type's current number, or abi.DefaultNumberOfShards for
+// a new type). It returns once every member has the type ready or has failed to; members
+// that join later get it through gossip. Errors: ErrBadRequest (name, shards),
+// ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged.
+func (n *Node) Deploy(ctx context.Context, name string, wasm []byte, numberOfShards int) (DeployResult, error) {
+	if err := ValidateTypeName(name); err != nil {
+		return DeployResult{}, err
+	}
+	if len(wasm) > n.cfg.MaxModuleSize {
+		return DeployResult{}, fmt.Errorf("%w: %d bytes, the cap is %d", ErrModuleTooLarge, len(wasm), n.cfg.MaxModuleSize)
+	}
+	if numberOfShards < 0 || numberOfShards > 100_000 {
+		return DeployResult{}, fmt.Errorf("%w: number of shards %d (want 1 to 100000)", ErrBadRequest, numberOfShards)
+	}
+	prev, exists := n.catalog.get(name)
+	switch {
+	case numberOfShards == 0 && exists:
+		numberOfShards = prev.NumberOfShards
+	case numberOfShards == 0:
+		numberOfShards = abi.DefaultNumberOfShards
+	case exists && prev.NumberOfShards != numberOfShards:
+		return DeployResult{}, fmt.Errorf("%w: %s has %d shards, not %d", ErrShardsChanged, name, prev.NumberOfShards, numberOfShards)
+	}
+	ctx, span := n.tracer.Start(ctx, "deploy")
+	defer span.End()
+	mod, err := n.modules.put(ctx, wasm)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	self := n.membership.Self()
+	info := n.catalog.next(name, mod.Digest, mod.Size, numberOfShards, self.Address)
+	if err := n.prepare(ctx, info); err != nil {
+		return DeployResult{}, err
+	}
+	n.membership.Broadcast(catalogState, mustEncodeTypes([]TypeInfo{info}))
+
+	members := n.membership.Members()
+	res := DeployResult{Type: info, Members: make([]MemberDeployment, len(members))}
+	var wg sync.WaitGroup
+	for i, m := range members {
+		res.Members[i].Node = m.Address
+		if m.Address == self.Address {
+			res.Members[i].Ready = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := n.messenger.Request(ctx, m.TransportAddr, topicPrepare, mustEncodeTypes([]TypeInfo{info}))
+			if err != nil {
+				res.Members[i].Error = err.Error()
+				return
+			}
+			res.Members[i].Ready = true
+		}()
+	}
+	wg.Wait()
+	n.log.Info("entity type deployed", "type", name, "version", info.Version, "digest", info.Digest[:12],
+		"shards", numberOfShards, "bytes", info.Size)
+	return res, nil
+}
+
+// prepare makes a type ready on this node: in the catalog, its module compiled (fetched
+// if needed), its region started.
+func (n *Node) prepare(ctx context.Context, info TypeInfo) error {
+	n.catalog.merge([]TypeInfo{info})
+	cur, _ := n.catalog.get(info.Name)
+	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
+		return err
+	}
+	_, err := n.sharding.StartType(sharding.TypeSettings{Name: cur.Name, NumberOfShards: cur.NumberOfShards})
+	return err
+}
+
+// typeChanged is the catalog's callback for entries learned by gossip: the type is
+// prepared in the background.
+func (n *Node) typeChanged(info TypeInfo) {
+	n.goroutine(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.JoinTimeout)
+		defer cancel()
+		go func() {
+			select {
+			case <-n.stopped:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := n.prepare(ctx, info); err != nil {
+			n.log.Warn("entity type not ready on this node", "type", info.Name, "err", err)
+		}
+	})
+}
+
+// moduleSources lists the members to fetch a type's module from: its deployer first.
+func (n *Node) moduleSources(info TypeInfo) []string {
+	self := n.membership.Self().Address
+	from := []string{info.DeployedBy}
+	for _, m := range n.membership.Members() {
+		if m.Address != info.DeployedBy && m.Address != self {
+			from = append(from, m.Address)
+		}
+	}
+	return from
+}
+
+// fetchModule asks members for a module's bytes, in order, until one has it.
+func (n *Node) fetchModule(ctx context.Context, digest string, from []string) ([]byte, error) {
+	var errs []error
+	for _, addr := range from {
+		m, ok := n.membership.Member(addr)
+		if !ok || m.UID == n.membership.Self().UID {
+			continue
+		}
+		b, err := n.messenger.Request(ctx, m.TransportAddr, topicModule, []byte(digest))
+		if err == nil {
+			n.log.Info("module fetched", "digest", digest[:12], "from", addr, "bytes", len(b))
+			return b, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return nil, fmt.Errorf("%w: module %s: no member could send it: %v", ErrModuleUnavailable, digest, errors.Join(errs...))
+}
+
+func (n *Node) handleModule(req *cluster.Request) {
+	n.goroutine(func() { req.Reply(n.modules.bytes(string(req.Body))) })
+}
+
+func (n *Node) handlePrepare(req *cluster.Request) {
+	var infos []TypeInfo
+	if err := catalogDecMode.Unmarshal(req.Body, &infos); err != nil || len(infos) != 1 {
+		req.Reply(nil, fmt.Errorf("%w: malformed type info", ErrBadRequest))
+		return
+	}
+	n.goroutine(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.JoinTimeout)
+		defer cancel()
+		req.Reply(nil, n.prepare(ctx, infos[0]))
+	})
+}
+
+func mustEncodeTypes(ts []TypeInfo) []byte {
+	b, err := catalogEncMode.Marshal(ts)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// typeResolver is the node as sharding's TypeResolver.
+type typeResolver Node
+
+func (r *typeResolver) EntityType(ctx context.Context, name string) (sharding.TypeSettings, error) {
+	n := (*Node)(r)
+	info, ok := n.catalog.get(name)
+	if !ok {
+		return sharding.TypeSettings{}, fmt.Errorf("%w: %q (deploy it with shardhost deploy --type %s FILE.wasm)",
+			sharding.ErrUnknownEntityType, name, name)
+	}
+	if _, err := n.modules.get(ctx, info.Digest, n.moduleSources(info)); err != nil {
+		return sharding.TypeSettings{}, withCode(err)
+	}
+	return sharding.TypeSettings{Name: info.Name, NumberOfShards: info.NumberOfShards}, nil
+}
+
+// entityFactory is the node as sharding's EntityFactory: entities are wasm instances.
+type entityFactory Node
+
+func (f *entityFactory) NewEntity(ctx context.Context, typ, id string) (sharding.Entity, error) {
+	n := (*Node)(f)
+	info, ok := n.catalog.get(typ)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, typ)
+	}
+	mod, err := n.modules.get(ctx, info.Digest, n.moduleSources(info))
+	if err != nil {
+		return nil, withCode(err)
+	}
+	inst, err := mod.Instantiate(ctx, typ, id)
+	if err != nil {
+		return nil, withCode(err)
+	}
+	return &wasmEntity{mod: mod, typ: typ, id: id, inst: inst}, nil
+}
+
+// wasmEntity is an entity backed by a wasm instance. After a trap or a deadline the
+// instance is gone; the next message creates a fresh one.
+type wasmEntity struct {
+	mod     *Module
+	typ, id string
+	inst    *Instance
+}
+
+func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
+	if e.inst == nil || e.inst.Closed() {
+		inst, err := e.mod.Instantiate(ctx, e.typ, e.id)
+		if err != nil {
+			return nil, withCode(err)
+		}
+		e.inst = inst
+	}
+	out, err := e.inst.Receive(ctx, payload)
+	return out, withCode(err)
+}
+
+func (e *wasmEntity) Stop(ctx context.Context) {
+	if e.inst != nil {
+		e.inst.Close(ctx)
+		e.inst = nil
+	}
+}

@@ -1,0 +1,278 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+)
+
+// startNode starts a node on 127.0.0.1 with OS-chosen ports.
+func startNode(t *testing.T, join []string, mutate func(*Config)) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.TransportAddr = "127.0.0.1:0"
+	cfg.APIAddr = "127.0.0.1:0"
+	cfg.Join = join
+	cfg.DataDir = t.TempDir()
+	cfg.GossipProfile = "local"
+	cfg.Runtime.CacheDir = cacheDir
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	n, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Kill() })
+	return n
+}
+
+func startNodes(t *testing.T, count int, mutate func(*Config)) []*Node {
+	t.Helper()
+	nodes := []*Node{startNode(t, nil, mutate)}
+	for i := 1; i < count; i++ {
+		nodes = append(nodes, startNode(t, []string{nodes[0].Self().Address}, mutate))
+	}
+	waitMembers(t, nodes)
+	return nodes
+}
+
+func waitMembers(t *testing.T, nodes []*Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range nodes {
+		for len(n.Members()) != len(nodes) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees %d members, want %d", n.Self().Address, len(n.Members()), len(nodes))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+type apiClient struct {
+	t    *testing.T
+	base string
+}
+
+func client(t *testing.T, n *Node) apiClient { return apiClient{t, "http://" + n.APIAddr()} }
+
+type apiResult struct {
+	status int
+	body   []byte
+	node   string
+	err    apiError
+}
+
+func (c apiClient) do(method, path string, body []byte) apiResult {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	res := apiResult{status: resp.StatusCode, body: b, node: resp.Header.Get(NodeHeader)}
+	if resp.StatusCode >= 400 {
+		if err := json.Unmarshal(b, &res.err); err != nil {
+			c.t.Fatalf("%s %s: error body is not JSON: %q", method, path, b)
+		}
+	}
+	return res
+}
+
+func (c apiClient) ask(typ, id, msg string) apiResult {
+	c.t.Helper()
+	return c.do("POST", "/v1/ask?type="+url.QueryEscape(typ)+"&id="+url.QueryEscape(id), []byte(msg))
+}
+
+func (c apiClient) tell(typ, id, msg string) apiResult {
+	c.t.Helper()
+	return c.do("POST", "/v1/tell?type="+url.QueryEscape(typ)+"&id="+url.QueryEscape(id), []byte(msg))
+}
+
+func TestThreeNodesDeployAndServeCounters(t *testing.T) {
+	nodes := startNodes(t, 3, nil)
+	deploy := client(t, nodes[1]).do("POST", "/v1/types/counter", testwasm.Bytes(t, "counter"))
+	if deploy.status != 200 {
+		t.Fatalf("deploy: %d %s", deploy.status, deploy.body)
+	}
+	var res DeployResult
+	if err := json.Unmarshal(deploy.body, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Members) != 3 || res.Type.NumberOfShards != 100 || res.Type.Version != 1 {
+		t.Fatalf("deploy result %+v", res)
+	}
+	for _, m := range res.Members {
+		if !m.Ready {
+			t.Fatalf("not ready on %s: %s", m.Node, m.Error)
+		}
+	}
+	// 60 entities, IDs in several scripts, incremented through every node.
+	var wg sync.WaitGroup
+	for i := 0; i < 60; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("ctr-%d-é/ü 日本", i)
+			for k := 0; k <= i%4; k++ {
+				if r := client(t, nodes[(i+k)%3]).tell("counter", id, "inc"); r.status != http.StatusAccepted {
+					t.Errorf("tell: %d %s", r.status, r.body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	hosts := map[string]bool{}
+	for i := 0; i < 60; i++ {
+		id := fmt.Sprintf("ctr-%d-é/ü 日本", i)
+		want := strconv.Itoa(i%4 + 1)
+		// Tells from different nodes race each other; wait until all have arrived.
+		deadline := time.Now().Add(5 * time.Second)
+		var r apiResult
+		for {
+			r = client(t, nodes[i%3]).ask("counter", id, "get")
+			if string(r.body) == want || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if r.status != 200 || string(r.body) != want {
+			t.Fatalf("%s: %d %q, want %s", id, r.status, r.body, want)
+		}
+		hosts[r.node] = true
+	}
+	if len(hosts) < 2 {
+		t.Fatalf("every entity on %v", hosts)
+	}
+	var shards ShardsReport
+	if r := client(t, nodes[2]).do("GET", "/v1/shards", nil); r.status != 200 || json.Unmarshal(r.body, &shards) != nil {
+		t.Fatalf("shards: %d %s", r.status, r.body)
+	}
+	total := 0
+	for _, reg := range shards.Regions {
+		for _, sh := range reg.Shards {
+			total += sh.Entities
+		}
+	}
+	if len(shards.Regions) != 3 || total != 60 {
+		t.Fatalf("shards report: %d regions, %d entities: %s", len(shards.Regions), total, mustJSON(shards))
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestLateJoinerGetsDeployedTypes(t *testing.T) {
+	nodes := startNodes(t, 2, nil)
+	if r := client(t, nodes[0]).do("POST", "/v1/types/counter?shards=7", testwasm.Bytes(t, "counter")); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	late := startNode(t, []string{nodes[1].Self().Address}, nil)
+	waitMembers(t, append(nodes, late))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		types := late.Types()
+		if len(types) == 1 && types[0].NumberOfShards == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("late joiner knows %v", types)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// It can host entities: ask until one lands on it (least-shard sends new shards there).
+	for i := 0; i < 50; i++ {
+		r := client(t, late).ask("counter", "late-"+strconv.Itoa(i), "inc")
+		if r.status != 200 {
+			t.Fatalf("ask via late joiner: %d %s", r.status, r.body)
+		}
+		if r.node == late.Self().Address {
+			return
+		}
+	}
+	t.Fatal("no entity was hosted on the late joiner")
+}
+
+func TestAPIBadInputs(t *testing.T) {
+	nodes := startNodes(t, 2, func(c *Config) {
+		c.Runtime.MessageDeadline = 300 * time.Millisecond
+		c.Runtime.MaxMessageSize = 1024
+	})
+	c := client(t, nodes[0])
+	if r := c.do("POST", "/v1/types/faulty", testwasm.Bytes(t, "faulty")); r.status != 200 {
+		t.Fatalf("deploy faulty: %d %s", r.status, r.body)
+	}
+	cases := []struct {
+		name   string
+		res    apiResult
+		status int
+		code   string
+		text   string
+	}{
+		{"not wasm", c.do("POST", "/v1/types/x", []byte("hello")), 400, "bad-request", "not a WebAssembly binary"},
+		{"no exports", c.do("POST", "/v1/types/x", []byte("\x00asm\x01\x00\x00\x00")), 400, "bad-request", "missing required exports"},
+		{"bad type name", c.do("POST", "/v1/types/bad%20name", testwasm.Bytes(t, "counter")), 400, "bad-request", "entity type name"},
+		{"shards change", c.do("POST", "/v1/types/faulty?shards=5", testwasm.Bytes(t, "faulty")), 409, "bad-request", "cannot change"},
+		{"unknown type", c.ask("nope", "a", "x"), 404, "unknown-entity-type", "unknown entity type"},
+		{"empty id", c.ask("faulty", "", "x"), 400, "bad-request", "empty entity ID"},
+		{"missing type", c.do("POST", "/v1/ask?id=a", nil), 400, "bad-request", "type is missing"},
+		{"payload over cap", c.ask("faulty", "a", strings.Repeat("x", 1025)), 413, "bad-request", "over the cap"},
+		{"tell over cap", c.tell("faulty", "a", strings.Repeat("x", 1025)), 413, "bad-request", "over the cap"},
+		{"entity error", c.ask("faulty", "a", "fail"), 422, "entity-error", "failure requested"},
+		{"trap", c.ask("faulty", "a", "trap"), 500, "guest-trap", "panic: faulty: trap requested"},
+		{"loop", c.ask("faulty", "b", "loop"), 504, "guest-deadline", "deadline"},
+		{"unknown endpoint", c.do("GET", "/v2/whatever", nil), 404, "bad-request", "no such endpoint"},
+	}
+	for _, tc := range cases {
+		if tc.res.status != tc.status || tc.res.err.Code != tc.code || !strings.Contains(tc.res.err.Error, tc.text) {
+			t.Errorf("%s: %d %+v, want %d %s containing %q", tc.name, tc.res.status, tc.res.err, tc.status, tc.code, tc.text)
+		}
+	}
+	// After all that, both nodes still serve, and the trapped and looping entities come back.
+	for _, n := range nodes {
+		for _, id := range []string{"a", "b"} {
+			if r := client(t, n).ask("faulty", id, "echo ok"); r.status != 200 || string(r.body) != "ok" {
+				t.Fatalf("after bad inputs, %s via %s: %d %s", id, n.Self().Address, r.status, r.body)
+			}
+		}
+	}
+}
+
+func TestAPIMembersAndHealth(t *testing.T) {
+	nodes := startNodes(t, 2, nil)
+	r := client(t, nodes[1]).do("GET", "/v1/members", nil)
+	var members []map[string]any
+	if err := json.Unmarshal(r.body, &members); err != nil || len(members) != 2 {
+		t.Fatalf("members: %s", r.body)
+	}
+	for _, m := range members {
+		if m["status"] != "up" || m["uid"] == "" || m["address"] == "" || m["reachable"] != true {
+			t.Fatalf("member %v", m)
+		}
+	}
+	if r := client(t, nodes[0]).do("GET", "/v1/health", nil); r.status != 200 || !strings.Contains(string(r.body), nodes[0].Self().Address) {
+		t.Fatalf("health: %d %s", r.status, r.body)
+	}
+}
