@@ -276,3 +276,5 @@ func TestAPIMembersAndHealth(t *testing.T) {
 		t.Fatalf("health: %d %s", r.status, r.body)
 	}
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,352 @@
+// Package e2e runs real shardhost processes and talks to them through the CLI and the
+// management API, as a user would.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+)
+
+var binary string // the shardhost binary built for this run
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shardhost-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "shardhost")
+	cmd := exec.Command("go", "build", "-o", binary, "./cmd/host")
+	cmd.Dir = testwasm.RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building shardhost: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	testwasm.Cleanup()
+	os.Exit(code)
+}
+
+// freePorts returns n distinct TCP ports free on 127.0.0.1 (and, for gossip, UDP).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			l.Close()
+			continue
+		}
+		held = append(held, l, u)
+		ports = append(ports, port)
+	}
+	return ports
+}
+
+// host is one shardhost process.
+type host struct {
+	bind, api string
+	cmd       *exec.Cmd
+	log       *bytes.Buffer
+	done      chan error
+}
+
+func startHost(t *testing.T, join string, extra ...string) *host {
+	t.Helper()
+	p := freePorts(t, 3)
+	h := &host{
+		bind: fmt.Sprintf("127.0.0.1:%d", p[0]),
+		api:  fmt.Sprintf("127.0.0.1:%d", p[2]),
+		log:  &bytes.Buffer{},
+		done: make(chan error, 1),
+	}
+	args := []string{"start", "--bind", h.bind, "--transport", fmt.Sprintf("127.0.0.1:%d", p[1]), "--api", h.api,
+		"--data-dir", t.TempDir(), "--gossip-profile", "local"}
+	if join != "" {
+		args = append(args, "--join", join)
+	}
+	h.cmd = exec.Command(binary, append(args, extra...)...)
+	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { h.done <- h.cmd.Wait() }()
+	t.Cleanup(func() {
+		h.cmd.Process.Kill()
+		<-h.done
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", h.bind, h.log)
+		}
+	})
+	return h
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (h *host) stop(t *testing.T) {
+	t.Helper()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-h.done:
+		h.done <- err
+		if err != nil {
+			t.Fatalf("%s exited with %v\n%s", h.bind, err, h.log)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not stop on SIGTERM", h.bind)
+	}
+}
+
+// cli runs the shardhost CLI against a host's API and returns stdout, stderr and
+// whether it exited 0.
+func cli(t *testing.T, h *host, stdin []byte, args ...string) (string, string, bool) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "SHARDHOST_API="+h.api)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	if err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			t.Fatal(err)
+		}
+	}
+	return out.String(), errb.String(), err == nil
+}
+
+// mustFail checks that a CLI call fails with one line on stderr containing want.
+func mustFail(t *testing.T, h *host, stdin []byte, want string, args ...string) {
+	t.Helper()
+	out, errText, ok := cli(t, h, stdin, args...)
+	lines := strings.Split(strings.TrimRight(errText, "\n"), "\n")
+	if ok || len(lines) != 1 || !strings.HasPrefix(lines[0], "shardhost: ") || !strings.Contains(lines[0], want) {
+		t.Errorf("shardhost %s: exit ok=%v, stdout %q, stderr %q; want failure with one line containing %q",
+			strings.Join(args, " "), ok, out, errText, want)
+	}
+}
+
+type member struct {
+	Address string `json:"address"`
+	UID     string `json:"uid"`
+	Status  string `json:"status"`
+}
+
+func waitForCluster(t *testing.T, hosts []*host) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, h := range hosts {
+		for {
+			out, _, ok := cli(t, h, nil, "members", "--json")
+			var ms []member
+			if ok && json.Unmarshal([]byte(out), &ms) == nil && len(ms) == len(hosts) {
+				up := 0
+				for _, m := range ms {
+					if m.Status == "up" && m.UID != "" {
+						up++
+					}
+				}
+				if up == len(hosts) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s does not see %d up members: %s", h.bind, len(hosts), out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// api sends one tell or ask through a host's HTTP API.
+func api(h *host, verb, typ, id, payload string) (int, string, string, error) {
+	resp, err := http.Post("http://"+h.api+"/v1/"+verb+"?type="+url.QueryEscape(typ)+"&id="+url.QueryEscape(id),
+		"application/octet-stream", strings.NewReader(payload))
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header.Get("Shardhost-Node"), nil
+}
+
+func TestThreeProcessesServeHundredsOfCounters(t *testing.T) {
+	h1 := startHost(t, "")
+	h2 := startHost(t, h1.bind)
+	h3 := startHost(t, h1.bind)
+	hosts := []*host{h1, h2, h3}
+	waitForCluster(t, hosts)
+
+	out, errText, ok := cli(t, h2, nil, "deploy", "--type", "counter", testwasm.Path(t, "counter"))
+	if !ok || strings.Count(out, " ready\n") != 3 {
+		t.Fatalf("deploy: ok=%v\n%s%s", ok, out, errText)
+	}
+
+	// 300 counters; counter i gets i%5+1 increments, each through another host.
+	const entities = 300
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, entities)
+	sem := make(chan struct{}, 32)
+	for i := 0; i < entities; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			id := fmt.Sprintf("user-%d/ü", i)
+			for k := 0; k < i%5+1; k++ {
+				if ctx.Err() != nil {
+					return
+				}
+				status, body, _, err := api(hosts[(i+k)%3], "ask", "counter", id, "inc")
+				if err != nil || status != 200 {
+					errs <- fmt.Errorf("inc %s: %d %s %v", id, status, body, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Every count is right, read through yet another host.
+	nodes := map[string]int{}
+	for i := 0; i < entities; i++ {
+		id := fmt.Sprintf("user-%d/ü", i)
+		status, body, node, err := api(hosts[(i+2)%3], "ask", "counter", id, "get")
+		if err != nil || status != 200 || body != strconv.Itoa(i%5+1) {
+			t.Fatalf("get %s: %d %q %v, want %d", id, status, body, err, i%5+1)
+		}
+		nodes[node]++
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("every entity on one host: %v", nodes)
+	}
+	t.Logf("entities per host: %v", nodes)
+
+	// Tells through the CLI, then the CLI's ask sees them.
+	for i := 0; i < 5; i++ {
+		if _, errText, ok := cli(t, hosts[i%3], nil, "tell", "counter/cli-entity", "inc 2"); !ok {
+			t.Fatalf("tell: %s", errText)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, errText, ok := cli(t, h3, nil, "ask", "counter/cli-entity", "get")
+		if ok && out == "10\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ask after 5 tells of inc 2: %q %q", out, errText)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// shards --json: the entities are spread over more than one host, and counted.
+	out, errText, ok = cli(t, h1, nil, "shards", "--json")
+	if !ok {
+		t.Fatal(errText)
+	}
+	var rep struct {
+		Regions []struct {
+			Node   string `json:"node"`
+			Shards []struct {
+				Type     string `json:"type"`
+				ID       int    `json:"id"`
+				Entities int    `json:"entities"`
+			} `json:"shards"`
+		} `json:"regions"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("shards --json: %v\n%s", err, out)
+	}
+	total, withEntities := 0, 0
+	for _, r := range rep.Regions {
+		n := 0
+		for _, s := range r.Shards {
+			n += s.Entities
+		}
+		if n > 0 {
+			withEntities++
+		}
+		total += n
+	}
+	if len(rep.Regions) != 3 || withEntities < 2 || total != entities+1 {
+		t.Fatalf("shards: %d regions, %d with entities, %d entities in all\n%s", len(rep.Regions), withEntities, total, out)
+	}
+
+	for _, h := range hosts {
+		h.stop(t)
+	}
+}
+
+func TestBadInputsGiveClearErrorsAndHostsGoOn(t *testing.T) {
+	h1 := startHost(t, "", "--message-deadline", "1s", "--max-message-size", "4096")
+	h2 := startHost(t, h1.bind, "--message-deadline", "1s", "--max-message-size", "4096")
+	waitForCluster(t, []*host{h1, h2})
+	if out, errText, ok := cli(t, h1, nil, "deploy", "--type", "faulty", testwasm.Path(t, "faulty")); !ok {
+		t.Fatalf("deploy faulty: %s%s", out, errText)
+	}
+	dir := t.TempDir()
+	notWasm := filepath.Join(dir, "notes.wasm")
+	os.WriteFile(notWasm, []byte("these are my notes"), 0o644)
+	noExports := filepath.Join(dir, "empty.wasm")
+	os.WriteFile(noExports, []byte("\x00asm\x01\x00\x00\x00"), 0o644)
+
+	mustFail(t, h1, nil, "not a WebAssembly binary", "deploy", "--type", "notes", notWasm)
+	mustFail(t, h1, nil, "missing required exports", "deploy", "--type", "empty", noExports)
+	mustFail(t, h1, nil, "no such file", "deploy", "--type", "x", filepath.Join(dir, "missing.wasm"))
+	mustFail(t, h1, nil, "unknown entity type", "ask", "nosuchtype/a", "hi")
+	mustFail(t, h1, nil, "empty entity ID", "ask", "faulty/", "hi")
+	mustFail(t, h1, nil, "is not TYPE/ID", "tell", "faulty", "hi")
+	mustFail(t, h1, bytes.Repeat([]byte("x"), 5000), "over the cap", "ask", "faulty/a", "-")
+	mustFail(t, h2, nil, "panic: faulty: trap requested", "ask", "faulty/a", "trap")
+	mustFail(t, h2, nil, "deadline", "ask", "faulty/b", "loop")
+	mustFail(t, h1, nil, "failure requested", "ask", "faulty/c", "fail")
+	mustFail(t, &host{api: "127.0.0.1:1"}, nil, "cannot reach the API", "members")
+
+	// Both hosts still serve, including the entities that trapped and looped.
+	for _, h := range []*host{h1, h2} {
+		for _, id := range []string{"a", "b", "c"} {
+			out, errText, ok := cli(t, h, nil, "ask", "faulty/"+id, "echo still here")
+			if !ok || out != "still here\n" {
+				t.Fatalf("after bad inputs, faulty/%s via %s: %q %q", id, h.api, out, errText)
+			}
+		}
+	}
+	h1.stop(t)
+	h2.stop(t)
+}

@@ -1,0 +1,60 @@
+// Package depcheck checks the dependency direction of DESIGN.md: cmd/host → host →
+// sharding → ddata → cluster → abi, imports pointing down only, and abi on the standard
+// library alone.
+package depcheck
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+)
+
+const mod = "github.com/shardhost/shardhost/"
+
+// layers from top to bottom; a package may import only layers below its own.
+var layers = []string{"cmd/host", "host", "sharding", "ddata", "cluster", "abi"}
+
+func layerOf(pkg string) int {
+	rel := strings.TrimPrefix(pkg, mod)
+	for i, l := range layers {
+		if rel == l || strings.HasPrefix(rel, l+"/") {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestDependencyDirection(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")
+	cmd.Dir = testwasm.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, imports := fields[0], fields[1:]
+		from := layerOf(pkg)
+		if from < 0 {
+			continue
+		}
+		checked++
+		for _, imp := range imports {
+			if layers[from] == "abi" && strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") {
+				t.Errorf("abi imports %s: it must use the standard library only", imp)
+			}
+			if !strings.HasPrefix(imp, mod) {
+				continue
+			}
+			if to := layerOf(imp); to >= 0 && to <= from && layers[to] != layers[from] {
+				t.Errorf("%s imports %s: imports must point down %v", pkg, imp, layers)
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("checked only %d packages", checked)
+	}
+}
