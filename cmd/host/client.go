@@ -19,7 +19,7 @@ type client struct {
 }
 
 func (g *globals) client() (*client, error) {
-	base := strings.TrimRight(g.api, "/")
+	base := g.api
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
@@ -27,7 +27,7 @@ func (g *globals) client() (*client, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("--api %q is not an http(s) URL or HOST:PORT", g.api)
 	}
-	return &client{base: base, http: &http.Client{Timeout: 2 * time.Minute}}, nil
+	return &client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 2 * time.Minute}}, nil
 }
 
 // response is an API reply that succeeded.
