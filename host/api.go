@@ -153,6 +153,17 @@ func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// entityRequest reads and checks the entity type, ID and payload of a tell or ask.
+func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, err error) {
+	if typ, id, err = n.target(r); err != nil {
+		return "", "", nil, err
+	}
+	if payload, err = readBody(r, n.cfg.Runtime.MaxMessageSize, ErrMessageTooLarge); err != nil {
+		return "", "", nil, err
+	}
+	return typ, id, payload, nil
+}
+
 // target reads and checks the entity type and ID of a tell or ask.
 func (n *Node) target(r *http.Request) (typ, id string, err error) {
 	q := r.URL.Query()
@@ -171,12 +182,7 @@ func (n *Node) target(r *http.Request) (typ, id string, err error) {
 }
 
 func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
-	typ, id, err := n.target(r)
-	if err != nil {
-		writeError(w, err, 0)
-		return
-	}
-	payload, err := readBody(r, n.cfg.Runtime.MaxMessageSize, ErrMessageTooLarge)
+	typ, id, payload, err := n.entityRequest(r)
 	if err != nil {
 		writeError(w, err, 0)
 		return
@@ -192,12 +198,7 @@ func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) apiAsk(w http.ResponseWriter, r *http.Request) {
-	typ, id, err := n.target(r)
-	if err != nil {
-		writeError(w, err, 0)
-		return
-	}
-	payload, err := readBody(r, n.cfg.Runtime.MaxMessageSize, ErrMessageTooLarge)
+	typ, id, payload, err := n.entityRequest(r)
 	if err != nil {
 		writeError(w, err, 0)
 		return

@@ -17,19 +17,11 @@ func newAskCommand(g *globals) *cobra.Command {
 		Short: "Send a message to an entity and print its reply (PAYLOAD - reads standard input)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, id, err := parseTarget(args[0])
+			c, path, payload, err := g.entityCall("ask", args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			payload, err := payloadArg(args[1], cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			r, err := c.do("POST", fmt.Sprintf("/v1/ask?%s&timeout=%s", entityQuery(typ, id), timeout), payload)
+			r, err := c.do("POST", fmt.Sprintf("%s&timeout=%s", path, timeout), payload)
 			if err != nil {
 				return err
 			}
@@ -39,7 +31,7 @@ func newAskCommand(g *globals) *cobra.Command {
 				fmt.Fprintln(out)
 			}
 			if verbose {
-				fmt.Fprintf(cmd.ErrOrStderr(), "(%s/%s is hosted on %s)\n", typ, id, r.header.Get(host.NodeHeader))
+				fmt.Fprintf(cmd.ErrOrStderr(), "(%s is hosted on %s)\n", args[0], r.header.Get(host.NodeHeader))
 			}
 			return nil
 		},

@@ -111,3 +111,28 @@ func payloadArg(arg string, stdin io.Reader) ([]byte, error) {
 func httpClient() *http.Client { return &http.Client{Timeout: 30 * time.Second} }
 
 func timeAfter(ms int) <-chan time.Time { return time.After(time.Duration(ms) * time.Millisecond) }
+
+// entityCall reads the TYPE/ID and PAYLOAD arguments of tell and ask and returns the
+// API path and the payload.
+func (g *globals) entityCall(verb string, args []string, stdin io.Reader) (*client, string, []byte, error) {
+	typ, id, err := parseTarget(args[0])
+	if err != nil {
+		return nil, "", nil, err
+	}
+	payload, err := payloadArg(args[1], stdin)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err := g.client()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return c, "/v1/" + verb + "?" + entityQuery(typ, id), payload, nil
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

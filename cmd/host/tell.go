@@ -10,19 +10,11 @@ func newTellCommand(g *globals) *cobra.Command {
 		Short: "Send a message to an entity without waiting for it (PAYLOAD - reads standard input)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, id, err := parseTarget(args[0])
+			c, path, payload, err := g.entityCall("tell", args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			payload, err := payloadArg(args[1], cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			_, err = c.do("POST", "/v1/tell?"+entityQuery(typ, id), payload)
+			_, err = c.do("POST", path, payload)
 			return err
 		},
 	}
