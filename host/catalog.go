@@ -97,8 +97,8 @@ func (c *catalog) merge(entries []TypeInfo) {
 	var changed []TypeInfo
 	c.mu.Lock()
 	for _, t := range entries {
-		if t.Name == "" {
-			continue
+		if ValidateTypeName(t.Name) != nil || !validDigest(t.Digest) || t.NumberOfShards <= 0 {
+			continue // not something a member writes: ignore it
 		}
 		if cur, ok := c.types[t.Name]; !ok || t.newerThan(cur) {
 			c.types[t.Name] = t

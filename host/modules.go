@@ -36,6 +36,20 @@ func newModuleStore(rt *Runtime, dir string, log *slog.Logger) (*moduleStore, er
 
 func (s *moduleStore) path(digest string) string { return filepath.Join(s.dir, digest+".wasm") }
 
+// validDigest reports whether d is a hex SHA-256 as Digest writes it: only such names
+// ever become file names.
+func validDigest(d string) bool {
+	if len(d) != 64 {
+		return false
+	}
+	for i := 0; i < len(d); i++ {
+		if c := d[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // put validates and compiles a module, stores it, and returns it.
 func (s *moduleStore) put(ctx context.Context, wasm []byte) (*Module, error) {
 	m, err := s.rt.Compile(ctx, wasm)
@@ -81,6 +95,9 @@ func (s *moduleStore) write(digest string, wasm []byte) error {
 // get returns the compiled module with the digest: from memory, from its file, or
 // fetched from the members at from. Concurrent calls for one digest share the work.
 func (s *moduleStore) get(ctx context.Context, digest string, from []string) (*Module, error) {
+	if !validDigest(digest) {
+		return nil, fmt.Errorf("%w: bad module digest %q", ErrModuleUnavailable, digest)
+	}
 	s.mu.Lock()
 	m, ok := s.compiled[digest]
 	s.mu.Unlock()
@@ -111,8 +128,8 @@ func (s *moduleStore) get(ctx context.Context, digest string, from []string) (*M
 
 // bytes returns a stored module's bytes, for a peer that fetches it.
 func (s *moduleStore) bytes(digest string) ([]byte, error) {
-	if len(digest) != 64 {
-		return nil, fmt.Errorf("%w: bad digest %q", ErrBadRequest, digest)
+	if !validDigest(digest) {
+		return nil, fmt.Errorf("%w: bad module digest %q", ErrBadRequest, digest)
 	}
 	b, err := os.ReadFile(s.path(digest))
 	if err != nil {

@@ -1,0 +1,96 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCatalogMergeIsOrderIndependentAndIdempotent(t *testing.T) {
+	a := TypeInfo{Name: "counter", Digest: digest("aa"), Version: 1, DeployedAt: 10, NumberOfShards: 10}
+	b := TypeInfo{Name: "counter", Digest: digest("bb"), Version: 2, DeployedAt: 5, NumberOfShards: 10}
+	c := TypeInfo{Name: "counter", Digest: digest("cc"), Version: 2, DeployedAt: 5, NumberOfShards: 10} // ties b but for the digest
+	d := TypeInfo{Name: "room", Digest: digest("dd"), Version: 1, NumberOfShards: 10}
+	orders := [][]TypeInfo{{a, b, c, d}, {d, c, b, a}, {b, d, a, c, c, a}}
+	for _, order := range orders {
+		cat := newCatalog(nil)
+		for _, e := range order {
+			cat.merge([]TypeInfo{e})
+		}
+		list := cat.list()
+		if len(list) != 2 || list[0] != c || list[1] != d {
+			t.Fatalf("order %v gave %v", order, list)
+		}
+	}
+}
+
+func TestCatalogStateRoundTripAndBadState(t *testing.T) {
+	var changed []string
+	src := newCatalog(nil)
+	src.merge([]TypeInfo{{Name: "a", Digest: digest("1"), Version: 1, NumberOfShards: 1}, {Name: "b", Digest: digest("2"), Version: 3, NumberOfShards: 2}})
+	dst := newCatalog(func(t TypeInfo) { changed = append(changed, t.Name) })
+	dst.MergeRemoteState(src.LocalState())
+	if len(dst.list()) != 2 || len(changed) != 2 {
+		t.Fatalf("merged %v, changed %v", dst.list(), changed)
+	}
+	dst.MergeRemoteState(src.LocalState()) // idempotent: nothing changes
+	dst.MergeRemoteState([]byte("not cbor"))
+	if len(changed) != 2 || len(dst.list()) != 2 {
+		t.Fatalf("after re-merge and garbage: %v %v", dst.list(), changed)
+	}
+}
+
+// digest makes a valid-looking digest from a short hex prefix.
+func digest(prefix string) string { return prefix + strings.Repeat("0", 64-len(prefix)) }
+
+func TestCatalogIgnoresEntriesNoMemberWrites(t *testing.T) {
+	c := newCatalog(nil)
+	c.merge([]TypeInfo{
+		{Name: "ok", Digest: digest("a"), Version: 1, NumberOfShards: 3},
+		{Name: "path", Digest: "../../../../../../../../../../../../../../../../../../../etc/passwd", Version: 1, NumberOfShards: 3},
+		{Name: "zero", Digest: digest("b"), Version: 1},
+		{Name: "bad name", Digest: digest("c"), Version: 1, NumberOfShards: 3},
+	})
+	if l := c.list(); len(l) != 1 || l[0].Name != "ok" {
+		t.Fatalf("catalog kept %v", l)
+	}
+}
+
+func TestModuleStoreRefusesBadDigests(t *testing.T) {
+	s, err := newModuleStore(nil, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"", "../x", digest("A"), strings.Repeat("../", 21) + "x"} {
+		if _, err := s.bytes(d); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("bytes(%q): %v", d, err)
+		}
+		if _, err := s.get(context.Background(), d, nil); !errors.Is(err, ErrModuleUnavailable) {
+			t.Errorf("get(%q): %v", d, err)
+		}
+	}
+}
+
+func TestValidateTypeName(t *testing.T) {
+	for _, ok := range []string{"counter", "a", "Cart_v2.1-x"} {
+		if err := ValidateTypeName(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-x", "a b", "a/b", "ü", string(make([]byte, 65))} {
+		if err := ValidateTypeName(bad); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func FuzzCatalogMergeRemoteState(f *testing.F) {
+	c := newCatalog(nil)
+	c.merge([]TypeInfo{{Name: "a", Digest: digest("1"), Version: 1, NumberOfShards: 10}})
+	f.Add(c.LocalState())
+	f.Add([]byte{0x81, 0xa1, 0x01, 0x61, 0x61})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		newCatalog(func(TypeInfo) {}).MergeRemoteState(b)
+	})
+}
