@@ -69,6 +69,9 @@ func Decode(b []byte) (ReplicatedData, error) {
 	if err := decMode.Unmarshal(b, &e); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	if len(e.State) == 0 || e.State[0] == 0xf6 || e.State[0] == 0xf7 {
+		return nil, fmt.Errorf("%w: %s: no state (null or undefined)", ErrMalformed, e.Type)
+	}
 	decode, ok := decoders[e.Type]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)

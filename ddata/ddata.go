@@ -83,10 +83,11 @@ type RemovedNodePruning interface {
 	PruningCleanup(removed NodeID) ReplicatedData
 }
 
-// mismatch returns the error for a merge of different types.
+// mismatch returns the error for a merge of different types. It never calls a method
+// of got, which may be a typed nil pointer.
 func mismatch(want DataType, got ReplicatedData) error {
 	if got == nil {
 		return fmt.Errorf("%w: %s with nil", ErrTypeMismatch, want)
 	}
-	return fmt.Errorf("%w: %s with %s", ErrTypeMismatch, want, got.Type())
+	return fmt.Errorf("%w: %s with %T", ErrTypeMismatch, want, got)
 }
