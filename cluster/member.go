@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // MemberStatus is a member's place in the lifecycle of the cluster specification:
@@ -55,15 +54,17 @@ type Member struct {
 	TransportAddr string `json:"transport"`
 	// APIAddr is the member's management API, host:port (empty if it serves none).
 	APIAddr string `json:"api,omitempty"`
-	// Roles are the member's roles (none yet in this version).
+	// Roles are the member's roles.
 	Roles []string `json:"roles"`
-	// StartedAt is when the process started (wall clock of that member). It orders
-	// members by age until up-numbers come with the full membership lifecycle.
-	StartedAt time.Time `json:"started_at"`
 	// Status is the member's lifecycle status.
 	Status MemberStatus `json:"status"`
-	// Reachable is false while the failure detector suspects the member.
+	// UpNumber orders members by age: the leader numbers members as it moves them to
+	// up. 0 while joining.
+	UpNumber int `json:"up_number"`
+	// Reachable is false while a member's failure detector finds it unreachable.
 	Reachable bool `json:"reachable"`
+	// Leader is true for the member that is the leader in the view that listed it.
+	Leader bool `json:"leader"`
 }
 
 // UID identifies one incarnation of a member. Its text form is 16 hex digits.
@@ -89,17 +90,24 @@ func (m Member) UniqueAddress() string { return uniqueAddress(m.Address, m.UID) 
 
 func uniqueAddress(addr string, uid UID) string { return addr + "#" + uid.String() }
 
-// IsOlderThan reports whether m joined the cluster before o. Ties in start time are
-// broken by address, then UID, so that every member orders the same set the same way.
+// IsOlderThan reports whether m became up before o (Akka's Member.isOlderThan): lower
+// up-number first, members not yet up after all others; ties by address, then UID, so
+// that every member orders the same set the same way.
 func (m Member) IsOlderThan(o Member) bool {
-	if !m.StartedAt.Equal(o.StartedAt) {
-		return m.StartedAt.Before(o.StartedAt)
+	if m.UpNumber != o.UpNumber {
+		if m.UpNumber == 0 || o.UpNumber == 0 {
+			return m.UpNumber != 0
+		}
+		return m.UpNumber < o.UpNumber
 	}
 	if m.Address != o.Address {
 		return m.Address < o.Address
 	}
 	return m.UID < o.UID
 }
+
+// Node returns the member's unique address.
+func (m Member) Node() UniqueAddress { return UniqueAddress{Address: m.Address, UID: m.UID} }
 
 // Oldest returns the oldest of members (see IsOlderThan), and false for none.
 func Oldest(members []Member) (Member, bool) {

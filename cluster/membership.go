@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,8 +19,12 @@ import (
 
 // Errors of membership.
 var (
-	ErrJoinFailed       = errors.New("cluster: could not join any seed")
+	ErrJoinFailed       = errors.New("cluster: could not join the cluster")
+	ErrMalformedGossip  = errors.New("cluster: malformed membership gossip")
 	ErrMembershipClosed = errors.New("cluster: membership shut down")
+	ErrExited           = errors.New("cluster: this member is out of the cluster")
+	ErrNoSuchMember     = errors.New("cluster: no such member")
+	ErrBadGossipKey     = errors.New("cluster: gossip key must be 16, 24 or 32 bytes")
 )
 
 // MembershipConfig configures a Membership.
@@ -33,16 +36,25 @@ type MembershipConfig struct {
 	AdvertiseAddr string
 	// UID identifies this incarnation; 0 picks a random one.
 	UID UID
-	// TransportAddr and APIAddr are published to the other members in the metadata.
+	// TransportAddr and APIAddr are published to the other members.
 	TransportAddr string
 	APIAddr       string
-	// Roles are published to the other members in the metadata.
+	// Roles are the member's roles.
 	Roles []string
-	// StartedAt orders members by age; zero means time.Now() at NewMembership.
-	StartedAt time.Time
-	// Profile picks memberlist's timing: "lan" (memberlist.DefaultLANConfig: a crash is
-	// seen in about 5 s) or "local" (memberlist.DefaultLocalConfig, for one machine).
+	// Seeds are gossip addresses of members to join. None: this member starts a new
+	// cluster.
+	Seeds []string
+	// Lifecycle configures the membership core: minimum members, failure detector,
+	// split brain resolver (its Self and Seeds are set from the fields above).
+	Lifecycle CoreConfig
+	// TickInterval is how often the core is ticked. Default 100 ms.
+	TickInterval time.Duration
+	// Profile picks memberlist's timing for its own probes and push-pull: "lan"
+	// (memberlist.DefaultLANConfig) or "local" (DefaultLocalConfig).
 	Profile string
+	// GossipKey, if set, encrypts all gossip (AES-GCM through memberlist's keyring);
+	// members without the same key cannot join. 16, 24 or 32 bytes.
+	GossipKey []byte
 	// Transport replaces memberlist's UDP/TCP transport, e.g. an InmemGossipNetwork
 	// transport in tests. Nil uses the network at BindAddr.
 	Transport memberlist.Transport
@@ -52,7 +64,7 @@ type MembershipConfig struct {
 
 // DefaultMembershipConfig returns a LAN configuration bound to 127.0.0.1:7946.
 func DefaultMembershipConfig() MembershipConfig {
-	return MembershipConfig{BindAddr: "127.0.0.1:7946", Profile: "lan"}
+	return MembershipConfig{BindAddr: "127.0.0.1:7946", Profile: "lan", Lifecycle: DefaultCoreConfig(), TickInterval: 100 * time.Millisecond}
 }
 
 // Validate reports a configuration that cannot work.
@@ -70,6 +82,12 @@ func (c MembershipConfig) Validate() error {
 	if c.Profile != "lan" && c.Profile != "local" {
 		return fmt.Errorf("cluster: unknown gossip profile %q (want lan or local)", c.Profile)
 	}
+	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		return fmt.Errorf("%w, got %d", ErrBadGossipKey, n)
+	}
+	if c.TickInterval <= 0 {
+		return errors.New("cluster: tick interval must be positive")
+	}
 	return nil
 }
 
@@ -85,48 +103,51 @@ func splitHostPort(addr string) (string, int, error) {
 	return host, port, nil
 }
 
-// gossipDecMode decodes what arrives by gossip: metadata, named states, broadcasts.
-var gossipDecMode = func() cbor.DecMode {
-	dm, err := cbor.DecOptions{MaxNestedLevels: 8, MaxArrayElements: 4096, MaxMapPairs: 4096}.DecMode()
-	if err != nil {
-		panic(err)
-	}
-	return dm
-}()
-
-// memberMeta is what a member publishes in memberlist's node metadata (≤ 512 bytes).
-type memberMeta struct {
-	UID           UID      `cbor:"1,keyasint"`
-	TransportAddr string   `cbor:"2,keyasint"`
-	APIAddr       string   `cbor:"3,keyasint,omitempty"`
-	StartedAt     int64    `cbor:"4,keyasint"` // Unix nanoseconds
-	Roles         []string `cbor:"5,keyasint,omitempty"`
-}
-
-// EventKind says what happened to a member.
+// EventKind says what happened.
 type EventKind uint8
 
 const (
-	// MemberUp: a member joined and serves.
-	MemberUp EventKind = iota + 1
-	// MemberRemoved: a member left or was declared dead by memberlist.
+	// MemberJoined: a member is joining.
+	MemberJoined EventKind = iota + 1
+	// MemberUp: a member is up and serves.
+	MemberUp
+	// MemberLeft: a member is leaving.
+	MemberLeft
+	// MemberExited: a member is exiting.
+	MemberExited
+	// MemberDowned: a member was marked down.
+	MemberDowned
+	// MemberRemoved: a member is out of the cluster for good.
 	MemberRemoved
+	// UnreachableMember: a failure detector finds a member unreachable.
+	UnreachableMember
+	// ReachableMember: every monitor of a member finds it reachable again.
+	ReachableMember
+	// LeaderChanged: the leader (Member) is another member, or none (zero Member).
+	LeaderChanged
+	// ConvergenceChanged: the view converged (Converged true) or stopped converging.
+	ConvergenceChanged
+	// SelfExited: this member is out of the cluster (Reason says why); it must stop
+	// hosting at once.
+	SelfExited
 )
 
+var eventNames = [...]string{"", "member-joined", "member-up", "member-left", "member-exited", "member-downed",
+	"member-removed", "unreachable-member", "reachable-member", "leader-changed", "convergence-changed", "self-exited"}
+
 func (k EventKind) String() string {
-	switch k {
-	case MemberUp:
-		return "member-up"
-	case MemberRemoved:
-		return "member-removed"
+	if int(k) < len(eventNames) && k != 0 {
+		return eventNames[k]
 	}
 	return "event(" + strconv.Itoa(int(k)) + ")"
 }
 
 // MemberEvent is a change of membership.
 type MemberEvent struct {
-	Kind   EventKind
-	Member Member
+	Kind      EventKind
+	Member    Member
+	Converged bool   // for ConvergenceChanged
+	Reason    string // for SelfExited
 }
 
 // Subscription receives membership events. Events are never blocked on: when C is full
@@ -145,9 +166,17 @@ func (s *Subscription) Dropped() uint64 { return s.dropped.Load() }
 
 // Close ends the subscription; C is not closed.
 func (s *Subscription) Close() {
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
+	s.m.subMu.Lock()
+	defer s.m.subMu.Unlock()
 	delete(s.m.subs, s)
+}
+
+func (s *Subscription) deliver(e MemberEvent) {
+	select {
+	case s.c <- e:
+	default:
+		s.dropped.Add(1)
+	}
 }
 
 // StateDelegate lets a layer above membership share small state through memberlist.
@@ -159,27 +188,53 @@ type StateDelegate interface {
 	MergeRemoteState(state []byte)
 }
 
-// Membership is this process's view of the cluster, on hashicorp/memberlist: who is a
-// member, with what address, UID and status. (Convergence, the leader, phi accrual and
-// downing belong to the full membership lifecycle; this type is its seam.)
+// LeaveHook runs on a leaving member before the leader may move it to exiting: the
+// sharding layer hands its shards off here. It should return within ctx.
+type LeaveHook func(ctx context.Context) error
+
+// Membership is this member's part in the cluster's membership: the lifecycle of the
+// cluster specification (a Core) run by one goroutine, its messages carried by
+// hashicorp/memberlist (streams for state, datagrams for heartbeats and status, push-pull
+// for anti-entropy, the keyring for encryption). It is safe for concurrent use.
 type Membership struct {
 	cfg   MembershipConfig
 	log   *slog.Logger
-	self  Member
+	self  UniqueAddress
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
 
-	mu      sync.Mutex
-	members map[string]Member // by memberlist node name, members that are alive
-	subs    map[*Subscription]struct{}
-	states  map[string]StateDelegate
-	closed  bool
+	inbox chan message
+	cmds  chan func(*Core)
+	stop  chan struct{}
+	done  chan struct{}
+	wg    sync.WaitGroup
+	sends chan struct{} // bounds the reliable sends in flight
+
+	view     atomic.Pointer[View]
+	wire     atomic.Pointer[gossipWire]
+	hookOnce sync.Once
+
+	subMu     sync.Mutex
+	subs      map[*Subscription]struct{}
+	statesMu  sync.Mutex
+	states    map[string]StateDelegate
+	hooks     []LeaveHook
+	closeOnce sync.Once
 }
 
-// NewMembership starts gossip at cfg.BindAddr as a one-member cluster; Join joins others.
+// NewMembership starts this member: gossip on BindAddr and the membership core, which
+// joins the seeds (or starts a new cluster). Join waits for the outcome.
 func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if cfg.Profile == "" {
 		cfg.Profile = "lan"
+	}
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = 100 * time.Millisecond
+	}
+	if cfg.Lifecycle.HeartbeatInterval == 0 {
+		lc := DefaultCoreConfig()
+		lc.Roles = cfg.Lifecycle.Roles
+		cfg.Lifecycle = lc
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -190,15 +245,16 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	if cfg.UID == 0 {
 		cfg.UID = randomUID()
 	}
-	if cfg.StartedAt.IsZero() {
-		cfg.StartedAt = time.Now()
-	}
 	m := &Membership{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		members: map[string]Member{},
-		subs:    map[*Subscription]struct{}{},
-		states:  map[string]StateDelegate{},
+		cfg:    cfg,
+		log:    cfg.Logger,
+		inbox:  make(chan message, 1024),
+		cmds:   make(chan func(*Core), 64),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		sends:  make(chan struct{}, 32),
+		subs:   map[*Subscription]struct{}{},
+		states: map[string]StateDelegate{},
 	}
 	var mc *memberlist.Config
 	if cfg.Profile == "local" {
@@ -217,36 +273,55 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		host, port, _ := splitHostPort(cfg.AdvertiseAddr)
 		mc.AdvertiseAddr, mc.AdvertisePort = host, port
 	}
-	bindName := cfg.AdvertiseAddr
-	if bindName == "" {
-		bindName = cfg.BindAddr
+	if len(cfg.GossipKey) > 0 {
+		kr, err := memberlist.NewKeyring(nil, cfg.GossipKey)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadGossipKey, err)
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
-	mc.Name = uniqueAddress(bindName, cfg.UID)
+	name := cfg.AdvertiseAddr
+	if name == "" {
+		name = cfg.BindAddr
+	}
+	mc.Name = uniqueAddress(name, cfg.UID)
 	mc.Delegate = (*delegate)(m)
-	mc.Events = (*events)(m)
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "memberlist").Handler(), slog.LevelDebug)
 	m.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: mc.RetransmitMult, NumNodes: func() int {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return max(len(m.members), 1)
+		if v := m.view.Load(); v != nil && len(v.Members) > 0 {
+			return len(v.Members)
+		}
+		return 1
 	}}
-	m.self = Member{
-		UID:           cfg.UID,
-		TransportAddr: cfg.TransportAddr,
-		APIAddr:       cfg.APIAddr,
-		Roles:         append([]string{}, cfg.Roles...),
-		StartedAt:     cfg.StartedAt,
-		Status:        StatusUp,
-		Reachable:     true,
-	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: starting gossip on %s: %w", cfg.BindAddr, err)
 	}
-	m.mu.Lock()
 	m.ml = ml
-	m.self.Address = ml.LocalNode().Address()
-	m.mu.Unlock()
+	m.self = UniqueAddress{Address: ml.LocalNode().Address(), UID: cfg.UID}
+
+	lc := cfg.Lifecycle
+	lc.Self = m.self
+	lc.Roles = append([]string(nil), cfg.Roles...)
+	lc.TransportAddr, lc.APIAddr = cfg.TransportAddr, cfg.APIAddr
+	lc.Seeds = append([]string(nil), cfg.Seeds...)
+	lc.WaitForLeaveHooks = true
+	if lc.RandomSeed == 0 {
+		lc.RandomSeed = int64(cfg.UID)
+	}
+	core, err := NewCore(lc)
+	if err != nil {
+		ml.Shutdown()
+		return nil, err
+	}
+	m.view.Store(&View{Self: m.self})
+	m.wg.Add(1)
+	go m.run(core)
+	if len(cfg.Seeds) > 0 {
+		m.wg.Add(1)
+		go m.discover()
+	}
 	return m, nil
 }
 
@@ -262,93 +337,361 @@ func randomUID() UID {
 	}
 }
 
-// Self returns this member.
-func (m *Membership) Self() Member {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.self
-}
-
-// Members returns the members that are alive, sorted by address, this one included.
-func (m *Membership) Members() []Member {
-	m.mu.Lock()
-	out := make([]Member, 0, len(m.members))
-	for _, mem := range m.members {
-		out = append(out, mem)
-	}
-	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Address != out[j].Address {
-			return out[i].Address < out[j].Address
+// discover joins memberlist's own gossip (the carrier of push-pull state and
+// broadcasts) through the seeds, retrying until it works or membership stops.
+func (m *Membership) discover() {
+	defer m.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		if n, _ := m.ml.Join(m.cfg.Seeds); n > 0 {
+			return
 		}
-		return out[i].UID < out[j].UID
-	})
-	return out
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
-// Member returns the live member at a gossip address.
-func (m *Membership) Member(address string) (Member, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, mem := range m.members {
-		if mem.Address == address {
+// run owns the core: it ticks it, feeds it messages and commands, sends what it returns
+// and publishes its view.
+func (m *Membership) run(core *Core) {
+	defer m.wg.Done()
+	defer close(m.done)
+	tick := time.NewTicker(m.cfg.TickInterval)
+	defer tick.Stop()
+	prev := View{Self: m.self}
+	publish := func() {
+		v := core.View()
+		m.view.Store(&v)
+		if w, ok := core.gossipWire(); ok {
+			m.wire.Store(&w)
+		}
+		m.publishDiff(prev, v)
+		prev = v
+	}
+	publish()
+	for {
+		var outs []outbound
+		select {
+		case <-m.stop:
+			return
+		case now := <-tick.C:
+			outs = core.Tick(now)
+			m.maintainGossipPeers(prev)
+		case msg := <-m.inbox:
+			outs = core.Step(time.Now(), msg)
+		case cmd := <-m.cmds:
+			cmd(core)
+		}
+		for _, o := range outs {
+			m.send(o)
+		}
+		publish()
+	}
+}
+
+// maintainGossipPeers keeps memberlist's own member list (which carries push-pull and
+// broadcasts) in step with the cluster: members memberlist lost, for instance after a
+// partition healed, are joined again.
+func (m *Membership) maintainGossipPeers(v View) {
+	if !v.Joined || len(v.Members) == memberlistSize(m.ml) {
+		return
+	}
+	known := map[string]bool{}
+	for _, n := range m.ml.Members() {
+		known[n.Name] = true
+	}
+	var missing []string
+	for _, mem := range v.Members {
+		if mem.Reachable && !known[mem.UniqueAddress()] && mem.Address != m.self.Address {
+			missing = append(missing, mem.Address)
+		}
+	}
+	if len(missing) > 0 && m.trySend() {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			defer func() { <-m.sends }()
+			m.ml.Join(missing)
+		}()
+	}
+}
+
+func memberlistSize(ml *memberlist.Memberlist) int { return ml.NumMembers() }
+
+func (m *Membership) trySend() bool {
+	select {
+	case m.sends <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// send carries one core message: datagrams for heartbeats and status (never blocking),
+// a stream for state (on a bounded number of goroutines; over the bound it is dropped,
+// as the next gossip round repairs it).
+func (m *Membership) send(o outbound) {
+	if o.To.Address == "" {
+		return
+	}
+	b, err := encodeUserMsg(userMsgMembership, o.Msg)
+	if err != nil {
+		m.log.Error("encoding a membership message", "err", err)
+		return
+	}
+	addr := memberlist.Address{Addr: o.To.Address}
+	if o.To.UID != 0 {
+		addr.Name = o.To.String()
+	}
+	if !o.Reliable {
+		if err := m.ml.SendToAddress(addr, b); err != nil {
+			m.log.Debug("membership datagram not sent", "to", o.To, "err", err)
+		}
+		return
+	}
+	if !m.trySend() {
+		m.log.Debug("membership stream dropped: too many in flight", "to", o.To)
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer func() { <-m.sends }()
+		host, port, err := splitHostPort(addr.Addr)
+		if err != nil {
+			return
+		}
+		node := &memberlist.Node{Name: addr.Name, Addr: net.ParseIP(host), Port: uint16(port)}
+		if err := m.ml.SendReliable(node, b); err != nil {
+			m.log.Debug("membership stream not sent", "to", o.To, "err", err)
+		}
+	}()
+}
+
+// publishDiff turns the difference between two views into events.
+func (m *Membership) publishDiff(prev, next View) {
+	var events []MemberEvent
+	before := map[UniqueAddress]Member{}
+	for _, mem := range prev.Members {
+		before[mem.Node()] = mem
+	}
+	after := map[UniqueAddress]bool{}
+	for _, mem := range next.Members {
+		after[mem.Node()] = true
+		old, existed := before[mem.Node()]
+		if !existed || old.Status != mem.Status {
+			kind := map[MemberStatus]EventKind{StatusJoining: MemberJoined, StatusUp: MemberUp, StatusLeaving: MemberLeft,
+				StatusExiting: MemberExited, StatusDown: MemberDowned}[mem.Status]
+			if kind != 0 {
+				events = append(events, MemberEvent{Kind: kind, Member: mem})
+			}
+		}
+		if existed && old.Reachable != mem.Reachable {
+			kind := ReachableMember
+			if !mem.Reachable {
+				kind = UnreachableMember
+			}
+			events = append(events, MemberEvent{Kind: kind, Member: mem})
+		}
+	}
+	for node, mem := range before {
+		if !after[node] {
+			mem.Status, mem.Reachable = StatusRemoved, false
+			events = append(events, MemberEvent{Kind: MemberRemoved, Member: mem})
+		}
+	}
+	if prev.Leader != next.Leader {
+		var leader Member
+		for _, mem := range next.Members {
+			if mem.Node() == next.Leader {
+				leader = mem
+			}
+		}
+		events = append(events, MemberEvent{Kind: LeaderChanged, Member: leader})
+	}
+	if prev.Converged != next.Converged {
+		events = append(events, MemberEvent{Kind: ConvergenceChanged, Converged: next.Converged})
+	}
+	if !prev.Exited && next.Exited {
+		events = append(events, MemberEvent{Kind: SelfExited, Reason: next.ExitReason})
+		m.log.Warn("this member is out of the cluster", "reason", next.ExitReason)
+	}
+	if self, ok := m.selfIn(next); ok && self.Status == StatusLeaving {
+		m.hookOnce.Do(func() { m.runLeaveHooks() })
+	}
+	for _, e := range events {
+		if e.Kind != SelfExited && e.Kind != ConvergenceChanged {
+			m.log.Info("membership: "+e.Kind.String(), "member", e.Member.Address, "uid", e.Member.UID, "status", e.Member.Status)
+		}
+	}
+	m.subMu.Lock()
+	defer m.subMu.Unlock()
+	for s := range m.subs {
+		for _, e := range events {
+			s.deliver(e)
+		}
+	}
+}
+
+func (m *Membership) selfIn(v View) (Member, bool) {
+	for _, mem := range v.Members {
+		if mem.Node() == m.self {
 			return mem, true
 		}
 	}
 	return Member{}, false
 }
 
-// Join contacts the seed addresses (host:port) until one answers or ctx ends, retrying
-// with a backoff from 100 ms to 2 s, and returns how many members it reached. The error
-// wraps ErrJoinFailed, with the last failure.
-func (m *Membership) Join(ctx context.Context, seeds []string) (int, error) {
-	backoff := 100 * time.Millisecond
-	for {
-		n, err := m.ml.Join(seeds)
-		if n > 0 {
-			return n, nil
+// runLeaveHooks runs the leave hooks on a goroutine and then tells the core this member
+// is ready to exit. It starts when the member sees itself leaving, whoever asked.
+func (m *Membership) runLeaveHooks() {
+	m.statesMu.Lock()
+	hooks := append([]LeaveHook(nil), m.hooks...)
+	m.statesMu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		go func() {
+			select {
+			case <-m.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for _, h := range hooks {
+			if err := h(ctx); err != nil {
+				m.log.Warn("leave hook failed; leaving anyway", "err", err)
+			}
 		}
-		m.log.Debug("join attempt failed", "seeds", seeds, "err", err)
+		m.do(func(c *Core) { c.ReadyToExit() })
+	}()
+}
+
+// do runs f on the core's goroutine and waits for it; false if membership has stopped.
+func (m *Membership) do(f func(*Core)) bool {
+	ran := make(chan struct{})
+	select {
+	case m.cmds <- func(c *Core) { f(c); close(ran) }:
+	case <-m.done:
+		return false
+	}
+	select {
+	case <-ran:
+		return true
+	case <-m.done:
+		return false
+	}
+}
+
+// Self returns this member as the current view has it (status joining until the
+// cluster has taken it in).
+func (m *Membership) Self() Member {
+	if mem, ok := m.selfIn(*m.view.Load()); ok {
+		return mem
+	}
+	return Member{Address: m.self.Address, UID: m.self.UID, TransportAddr: m.cfg.TransportAddr, APIAddr: m.cfg.APIAddr,
+		Roles: append([]string{}, m.cfg.Roles...), Status: StatusJoining, Reachable: true}
+}
+
+// View returns the current picture of the cluster: members, leader, convergence.
+func (m *Membership) View() View { return *m.view.Load() }
+
+// Members returns the members (every status but removed), sorted by address.
+func (m *Membership) Members() []Member { return append([]Member(nil), m.view.Load().Members...) }
+
+// Member returns the member at a gossip address. If two incarnations are listed (a
+// restarted process whose old incarnation is not removed yet), the one in the earlier
+// lifecycle status is returned: the live one.
+func (m *Membership) Member(address string) (Member, bool) {
+	var found Member
+	ok := false
+	for _, mem := range m.view.Load().Members {
+		if mem.Address == address && (!ok || statusRank(mem.Status) < statusRank(found.Status)) {
+			found, ok = mem, true
+		}
+	}
+	return found, ok
+}
+
+// Join waits until this member is in the cluster (welcomed by a seed, or the first
+// member), or ctx ends. The error wraps ErrJoinFailed.
+func (m *Membership) Join(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		v := m.view.Load()
+		if v.Joined {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("%w %v: %v", ErrJoinFailed, seeds, err)
-		case <-time.After(backoff):
+			return fmt.Errorf("%w through %v: %v", ErrJoinFailed, m.cfg.Seeds, ctx.Err())
+		case <-m.done:
+			return ErrMembershipClosed
+		case <-t.C:
 		}
-		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// WaitUp waits until this member's status is up, or ctx ends.
+func (m *Membership) WaitUp(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if self, ok := m.selfIn(*m.view.Load()); ok && self.Status == StatusUp {
+			return nil
+		}
+		if m.view.Load().Exited {
+			return ErrExited
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: not up: %w", ctx.Err())
+		case <-m.done:
+			return ErrMembershipClosed
+		case <-t.C:
+		}
 	}
 }
 
 // Subscribe returns a subscription whose channel holds up to buffer events. The current
-// members are delivered first, as MemberUp events, as far as they fit.
+// members are delivered first, as MemberUp (or their status's) events, as far as they fit.
 func (m *Membership) Subscribe(buffer int) *Subscription {
 	if buffer < 1 {
 		buffer = 1
 	}
 	c := make(chan MemberEvent, buffer)
 	s := &Subscription{C: c, c: c, m: m}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, mem := range m.members {
-		s.deliver(MemberEvent{Kind: MemberUp, Member: mem})
+	m.subMu.Lock()
+	defer m.subMu.Unlock()
+	for _, mem := range m.view.Load().Members {
+		if mem.Status == StatusUp {
+			s.deliver(MemberEvent{Kind: MemberUp, Member: mem})
+		}
 	}
 	m.subs[s] = struct{}{}
 	return s
 }
 
-func (s *Subscription) deliver(e MemberEvent) {
-	select {
-	case s.c <- e:
-	default:
-		s.dropped.Add(1)
-	}
-}
-
-// RegisterState registers a named state delegate. Register before Join so the first
+// RegisterState registers a named state delegate. Register before joining so the first
 // push-pull already carries the state.
 func (m *Membership) RegisterState(name string, d StateDelegate) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.statesMu.Lock()
+	defer m.statesMu.Unlock()
 	m.states[name] = d
+}
+
+// RegisterLeaveHook adds a hook that runs when this member leaves, before it exits.
+func (m *Membership) RegisterLeaveHook(h LeaveHook) {
+	m.statesMu.Lock()
+	defer m.statesMu.Unlock()
+	m.hooks = append(m.hooks, h)
 }
 
 // Broadcast gossips state for the named delegate to every member, best effort (UDP
@@ -356,134 +699,175 @@ func (m *Membership) RegisterState(name string, d StateDelegate) {
 // for the same name replaces one still queued. States larger than a gossip packet (about
 // 1 KiB) only travel by push-pull.
 func (m *Membership) Broadcast(name string, state []byte) {
-	msg, err := cbor.Marshal(namedState{Name: name, State: state})
+	b, err := encodeUserMsg(userMsgState, namedState{Name: name, State: state})
 	if err != nil {
 		m.log.Error("encoding a broadcast", "name", name, "err", err)
 		return
 	}
-	m.queue.QueueBroadcast(&broadcast{name: name, msg: msg})
+	m.queue.QueueBroadcast(&broadcast{name: name, msg: b})
 }
 
-// Leave tells the other members this one is leaving, waiting up to timeout for the
-// message to spread, and then shuts gossip down.
-func (m *Membership) Leave(timeout time.Duration) error {
-	err := m.ml.Leave(timeout)
-	if serr := m.Shutdown(); err == nil {
-		err = serr
+// LeaveMember marks the member at address leaving; it hands off and exits. The error
+// wraps ErrNoSuchMember if no member there can leave.
+func (m *Membership) LeaveMember(address string) error {
+	ok := false
+	if !m.do(func(c *Core) { ok = c.Leave(address) }) {
+		return ErrMembershipClosed
 	}
+	if !ok {
+		return fmt.Errorf("%w: no joining or up member at %s", ErrNoSuchMember, address)
+	}
+	return nil
+}
+
+// DownMember marks the member at address down: an operator's decision. The error wraps
+// ErrNoSuchMember if there is none.
+func (m *Membership) DownMember(address string) error {
+	ok := false
+	if !m.do(func(c *Core) { ok = c.Down(address) }) {
+		return ErrMembershipClosed
+	}
+	if !ok {
+		return fmt.Errorf("%w: no member to down at %s", ErrNoSuchMember, address)
+	}
+	return nil
+}
+
+// Leave leaves the cluster gracefully: this member becomes leaving, its leave hooks
+// run, the leader moves it to exiting and then removes it. It waits for that (or ctx),
+// then shuts gossip down.
+func (m *Membership) Leave(ctx context.Context) error {
+	if v := m.view.Load(); v.Joined && !v.Exited {
+		m.do(func(c *Core) { c.Leave(m.self.Address) })
+		t := time.NewTicker(20 * time.Millisecond)
+	wait:
+		for {
+			if m.view.Load().Exited {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				break wait
+			case <-m.done:
+				break wait
+			case <-t.C:
+			}
+		}
+		t.Stop()
+	}
+	// Tell every reachable member the final state (this member exiting), and wait for
+	// the sends a little, so that nobody waits for news of it; then stop.
+	var outs []outbound
+	m.do(func(c *Core) { outs = c.gossipToAll() })
+	m.sendAndWait(outs, time.Second)
+	m.ml.Leave(500 * time.Millisecond)
+	return m.Shutdown()
+}
+
+// sendAndWait sends messages on streams and waits for them, at most timeout.
+func (m *Membership) sendAndWait(outs []outbound, timeout time.Duration) {
+	var wg sync.WaitGroup
+	for _, o := range outs {
+		b, err := encodeUserMsg(userMsgMembership, o.Msg)
+		if err != nil {
+			continue
+		}
+		host, port, err := splitHostPort(o.To.Address)
+		if err != nil {
+			continue
+		}
+		node := &memberlist.Node{Name: o.To.String(), Addr: net.ParseIP(host), Port: uint16(port)}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.ml.SendReliable(node, b)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+	}
+}
+
+// Shutdown stops at once, without telling the others (they see a crash). Idempotent.
+func (m *Membership) Shutdown() error {
+	var err error
+	m.closeOnce.Do(func() {
+		close(m.stop)
+		err = m.ml.Shutdown()
+		m.wg.Wait()
+	})
 	return err
 }
 
-// Shutdown stops gossip at once, without telling the others (they see a crash).
-// It is idempotent.
-func (m *Membership) Shutdown() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil
+// Done is closed when the membership has stopped.
+func (m *Membership) Done() <-chan struct{} { return m.done }
+
+// User messages on memberlist: a kind byte, then CBOR.
+const (
+	userMsgMembership byte = 'M'
+	userMsgState      byte = 'S'
+)
+
+func encodeUserMsg(kind byte, v any) ([]byte, error) {
+	b, err := cbor.Marshal(v)
+	if err != nil {
+		return nil, err
 	}
-	m.closed = true
-	m.mu.Unlock()
-	return m.ml.Shutdown()
+	return append([]byte{kind}, b...), nil
 }
 
-func (m *Membership) memberFromNode(n *memberlist.Node) (Member, bool) {
-	var meta memberMeta
-	if err := gossipDecMode.Unmarshal(n.Meta, &meta); err != nil || meta.UID == 0 {
-		m.log.Warn("ignoring a gossip node without shardhost metadata", "node", n.Name, "err", err)
-		return Member{}, false
+// gossipDecMode decodes what arrives by gossip, with limits.
+var gossipDecMode = func() cbor.DecMode {
+	dm, err := cbor.DecOptions{MaxNestedLevels: 12, MaxArrayElements: 1 << 16, MaxMapPairs: 1 << 16}.DecMode()
+	if err != nil {
+		panic(err)
 	}
-	return Member{
-		Address:       n.Address(),
-		UID:           meta.UID,
-		TransportAddr: meta.TransportAddr,
-		APIAddr:       meta.APIAddr,
-		Roles:         append([]string{}, meta.Roles...),
-		StartedAt:     time.Unix(0, meta.StartedAt),
-		Status:        StatusUp,
-		Reachable:     true,
-	}, true
-}
-
-// events adapts Membership to memberlist.EventDelegate. memberlist calls it from its own
-// goroutines, one at a time; it never blocks (subscribers have bounded queues).
-type events Membership
-
-func (e *events) NotifyJoin(n *memberlist.Node)   { (*Membership)(e).nodeUp(n) }
-func (e *events) NotifyUpdate(n *memberlist.Node) { (*Membership)(e).nodeUp(n) }
-func (e *events) NotifyLeave(n *memberlist.Node) {
-	m := (*Membership)(e)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	mem, ok := m.members[n.Name]
-	if !ok {
-		return
-	}
-	delete(m.members, n.Name)
-	mem.Status = StatusRemoved
-	mem.Reachable = false
-	m.log.Info("member removed", "member", mem.Address, "uid", mem.UID)
-	m.publish(MemberEvent{Kind: MemberRemoved, Member: mem})
-}
-
-func (m *Membership) nodeUp(n *memberlist.Node) {
-	mem, ok := m.memberFromNode(n)
-	if !ok {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, known := m.members[n.Name]
-	m.members[n.Name] = mem
-	if !known {
-		if mem.UID != m.self.UID {
-			m.log.Info("member up", "member", mem.Address, "uid", mem.UID, "transport", mem.TransportAddr)
-		}
-		m.publish(MemberEvent{Kind: MemberUp, Member: mem})
-	}
-}
-
-func (m *Membership) publish(e MemberEvent) {
-	for s := range m.subs {
-		s.deliver(e)
-	}
-}
-
-// delegate adapts Membership to memberlist.Delegate.
-type delegate Membership
-
-func (d *delegate) NodeMeta(limit int) []byte {
-	m := (*Membership)(d)
-	b, err := cbor.Marshal(memberMeta{
-		UID:           m.cfg.UID,
-		TransportAddr: m.cfg.TransportAddr,
-		APIAddr:       m.cfg.APIAddr,
-		StartedAt:     m.cfg.StartedAt.UnixNano(),
-		Roles:         m.cfg.Roles,
-	})
-	if err != nil || len(b) > limit {
-		panic(fmt.Sprintf("cluster: member metadata does not fit memberlist's %d bytes (%d, %v)", limit, len(b), err))
-	}
-	return b
-}
+	return dm
+}()
 
 type namedState struct {
 	Name  string `cbor:"1,keyasint"`
 	State []byte `cbor:"2,keyasint"`
 }
 
+// delegate adapts Membership to memberlist.Delegate. memberlist calls it from its own
+// goroutines; it never blocks (the inbox drops when full).
+type delegate Membership
+
+func (d *delegate) NodeMeta(limit int) []byte { return nil }
+
 func (d *delegate) NotifyMsg(b []byte) {
 	m := (*Membership)(d)
-	var ns namedState
-	if err := gossipDecMode.Unmarshal(b, &ns); err != nil {
-		m.log.Warn("dropping a malformed gossip message", "err", err)
+	if len(b) < 2 {
 		return
 	}
-	m.mu.Lock()
-	sd := m.states[ns.Name]
-	m.mu.Unlock()
-	if sd != nil {
-		sd.MergeRemoteState(ns.State)
+	switch b[0] {
+	case userMsgMembership:
+		var msg message
+		if err := gossipDecMode.Unmarshal(b[1:], &msg); err != nil {
+			m.log.Debug("dropping a malformed membership message", "err", err)
+			return
+		}
+		select {
+		case m.inbox <- msg:
+		default:
+			m.log.Debug("membership inbox full: message dropped")
+		}
+	case userMsgState:
+		var ns namedState
+		if err := gossipDecMode.Unmarshal(b[1:], &ns); err != nil {
+			m.log.Debug("dropping a malformed state broadcast", "err", err)
+			return
+		}
+		m.statesMu.Lock()
+		sd := m.states[ns.Name]
+		m.statesMu.Unlock()
+		if sd != nil {
+			sd.MergeRemoteState(ns.State)
+		}
 	}
 }
 
@@ -491,17 +875,25 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.queue.GetBroadcasts(overhead, limit)
 }
 
+// membershipState is the push-pull name of the membership state itself.
+const membershipState = "cluster.membership"
+
 func (d *delegate) LocalState(join bool) []byte {
 	m := (*Membership)(d)
-	m.mu.Lock()
+	m.statesMu.Lock()
 	states := make(map[string]StateDelegate, len(m.states))
 	for k, v := range m.states {
 		states[k] = v
 	}
-	m.mu.Unlock()
-	all := make(map[string][]byte, len(states))
+	m.statesMu.Unlock()
+	all := make(map[string][]byte, len(states)+1)
 	for name, sd := range states {
 		all[name] = sd.LocalState()
+	}
+	if w := m.wire.Load(); w != nil {
+		if b, err := cbor.Marshal(w); err == nil {
+			all[membershipState] = b
+		}
 	}
 	b, err := cbor.Marshal(all)
 	if err != nil {
@@ -518,13 +910,23 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	}
 	var all map[string][]byte
 	if err := gossipDecMode.Unmarshal(buf, &all); err != nil {
-		m.log.Warn("dropping malformed remote state", "err", err)
+		m.log.Debug("dropping malformed remote state", "err", err)
 		return
 	}
 	for name, state := range all {
-		m.mu.Lock()
+		if name == membershipState {
+			var w gossipWire
+			if err := gossipDecMode.Unmarshal(state, &w); err == nil {
+				select {
+				case m.inbox <- message{Kind: msgGossip, Gossip: &w}:
+				default:
+				}
+			}
+			continue
+		}
+		m.statesMu.Lock()
 		sd := m.states[name]
-		m.mu.Unlock()
+		m.statesMu.Unlock()
 		if sd != nil {
 			sd.MergeRemoteState(state)
 		}

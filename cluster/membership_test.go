@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,74 +63,108 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-func newMockMembers(t *testing.T, n int) ([]*Membership, []*textState) {
+type memberCluster struct {
+	t       *testing.T
+	network *InmemGossipNetwork
+	members []*Membership
+	states  []*textState
+	mutate  func(*MembershipConfig)
+}
+
+func newMemberCluster(t *testing.T, n int, mutate func(*MembershipConfig)) *memberCluster {
 	t.Helper()
 	// Registered first, so it runs after the cleanups that shut the members down.
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-	network := NewInmemGossipNetwork()
-	var ms []*Membership
-	var states []*textState
-	base := time.Unix(1_700_000_000, 0)
+	mc := &memberCluster{t: t, network: NewInmemGossipNetwork(), mutate: mutate}
 	for i := 0; i < n; i++ {
-		m, err := NewMembership(MembershipConfig{
-			Transport:     network.NewTransport(),
-			TransportAddr: fmt.Sprintf("transport-%d", i),
-			Profile:       "local",
-			StartedAt:     base.Add(time.Duration(i) * time.Second),
-			Logger:        quiet,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := &textState{set: map[string]bool{fmt.Sprintf("from-%d", i): true}}
-		m.RegisterState("test", st)
-		t.Cleanup(func() { m.Shutdown() })
-		ms = append(ms, m)
-		states = append(states, st)
+		mc.add()
 	}
-	return ms, states
+	return mc
 }
 
-func TestMembershipJoinListsEveryMember(t *testing.T) {
-	ms, states := newMockMembers(t, 3)
-	sub := ms[0].Subscribe(16)
+func (mc *memberCluster) add() *Membership {
+	mc.t.Helper()
+	i := len(mc.members)
+	cfg := DefaultMembershipConfig()
+	cfg.Transport = mc.network.NewTransport()
+	cfg.TransportAddr = fmt.Sprintf("transport-%d", i)
+	cfg.Profile = "local"
+	cfg.Lifecycle = DefaultLocalCoreConfig()
+	cfg.Logger = quiet
+	if i > 0 {
+		cfg.Seeds = []string{mc.members[0].Self().Address}
+	}
+	if mc.mutate != nil {
+		mc.mutate(&cfg)
+	}
+	m, err := NewMembership(cfg)
+	if err != nil {
+		mc.t.Fatal(err)
+	}
+	st := &textState{set: map[string]bool{fmt.Sprintf("from-%d", i): true}}
+	m.RegisterState("test", st)
+	mc.t.Cleanup(func() { m.Shutdown() })
+	mc.members = append(mc.members, m)
+	mc.states = append(mc.states, st)
+	return m
+}
+
+// allUp reports whether each of ms sees exactly ms, all up and reachable, converged.
+func allUp(ms []*Membership) bool {
+	for _, m := range ms {
+		v := m.View()
+		if !v.Converged || len(v.Members) != len(ms) {
+			return false
+		}
+		for _, mem := range v.Members {
+			if mem.Status != StatusUp || !mem.Reachable {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func TestMembershipJoinLeaderAndEvents(t *testing.T) {
+	mc := newMemberCluster(t, 1, nil)
+	sub := mc.members[0].Subscribe(64)
 	defer sub.Close()
+	mc.add()
+	mc.add()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, m := range ms[1:] {
-		if _, err := m.Join(ctx, []string{ms[0].Self().Address}); err != nil {
+	for _, m := range mc.members {
+		if err := m.Join(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, m := range ms {
-		waitFor(t, 5*time.Second, "3 members", func() bool { return len(m.Members()) == 3 })
-	}
-	for _, m := range ms {
-		members := m.Members()
-		for i, mem := range members {
-			if mem.Status != StatusUp || !mem.Reachable || mem.UID == 0 {
-				t.Fatalf("member %v", mem)
-			}
-			if i > 0 && members[i-1].Address >= mem.Address {
-				t.Fatalf("members not sorted: %v", members)
+	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	leader := mc.members[0].View().Leader
+	for _, m := range mc.members {
+		v := m.View()
+		if v.Leader != leader {
+			t.Fatalf("leaders differ: %v and %v", leader, v.Leader)
+		}
+		leaders := 0
+		for _, mem := range v.Members {
+			if mem.Leader {
+				leaders++
 			}
 		}
-		oldest, _ := Oldest(members)
-		if oldest.UID != ms[0].Self().UID {
-			t.Fatalf("oldest is %v, want node-0", oldest)
+		if leaders != 1 {
+			t.Fatalf("%d members flagged leader", leaders)
 		}
-		got, ok := m.Member(ms[2].Self().Address)
-		if !ok || got.TransportAddr != "transport-2" {
-			t.Fatalf("Member(node-2) = %v %v", got, ok)
+		if got, ok := m.Member(mc.members[2].Self().Address); !ok || got.TransportAddr != "transport-2" {
+			t.Fatalf("Member(2) = %v %v", got, ok)
 		}
 	}
-	// Push-pull at join carried every state to the seed, and back.
-	waitFor(t, 5*time.Second, "state exchange", func() bool {
-		return states[0].has("from-1") && states[0].has("from-2") && states[1].has("from-0")
+	// Push-pull carried every named state.
+	waitFor(t, 10*time.Second, "state exchange", func() bool {
+		return mc.states[0].has("from-1") && mc.states[0].has("from-2") && mc.states[1].has("from-0")
 	})
-	// The subscriber saw itself and both joiners come up.
+	// The first member saw both joiners come up.
 	up := map[UID]bool{}
-	waitFor(t, 5*time.Second, "3 up events", func() bool {
+	waitFor(t, 5*time.Second, "up events", func() bool {
 		for {
 			select {
 			case e := <-sub.C:
@@ -143,78 +179,188 @@ func TestMembershipJoinListsEveryMember(t *testing.T) {
 }
 
 func TestMembershipBroadcastReachesAll(t *testing.T) {
-	ms, states := newMockMembers(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, m := range ms[1:] {
-		if _, err := m.Join(ctx, []string{ms[0].Self().Address}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, m := range ms {
-		waitFor(t, 5*time.Second, "3 members", func() bool { return len(m.Members()) == 3 })
-	}
-	ms[2].Broadcast("test", []byte("news\n"))
+	mc := newMemberCluster(t, 3, nil)
+	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	mc.members[2].Broadcast("test", []byte("news\n"))
 	for i := 0; i < 2; i++ {
-		waitFor(t, 5*time.Second, "broadcast", func() bool { return states[i].has("news") })
+		waitFor(t, 5*time.Second, "broadcast", func() bool { return mc.states[i].has("news") })
 	}
 }
 
-func TestMembershipLeaveIsSeenAsRemoved(t *testing.T) {
-	ms, _ := newMockMembers(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := ms[1].Join(ctx, []string{ms[0].Self().Address}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "2 members", func() bool { return len(ms[0].Members()) == 2 })
-	sub := ms[0].Subscribe(8)
-	defer sub.Close()
-	leaver := ms[1].Self()
-	if err := ms[1].Leave(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "1 member", func() bool { return len(ms[0].Members()) == 1 })
-	for {
-		select {
-		case e := <-sub.C:
-			if e.Kind == MemberRemoved {
-				if e.Member.UID != leaver.UID || e.Member.Status != StatusRemoved {
-					t.Fatalf("removed event %v", e)
-				}
-				return
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("no removed event")
+func TestMembershipGracefulLeaveRunsHooksFirst(t *testing.T) {
+	mc := newMemberCluster(t, 3, nil)
+	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	leaver := mc.members[2]
+	var hookRan atomic.Bool
+	leaver.RegisterLeaveHook(func(ctx context.Context) error {
+		time.Sleep(300 * time.Millisecond) // a handoff takes a while
+		// While the hook runs, the leader must not have moved us to exiting.
+		if s := leaver.Self().Status; s != StatusLeaving {
+			return fmt.Errorf("status %s during the hook", s)
 		}
+		hookRan.Store(true)
+		return nil
+	})
+	sub := mc.members[0].Subscribe(64)
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := leaver.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hookRan.Load() {
+		t.Fatal("the leave hook did not run (or saw the wrong status)")
+	}
+	rest := mc.members[:2]
+	waitFor(t, 10*time.Second, "the leaver removed", func() bool { return allUp(rest) })
+	kinds := map[EventKind]bool{}
+	waitFor(t, 5*time.Second, "leave events", func() bool {
+		for {
+			select {
+			case e := <-sub.C:
+				if e.Member.UID == leaver.self.UID {
+					kinds[e.Kind] = true
+				}
+			default:
+				return kinds[MemberLeft] && kinds[MemberRemoved]
+			}
+		}
+	})
+}
+
+func TestMembershipCrashIsDownedAndRemoved(t *testing.T) {
+	mc := newMemberCluster(t, 3, nil)
+	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	start := time.Now()
+	mc.members[1].Shutdown()
+	rest := []*Membership{mc.members[0], mc.members[2]}
+	waitFor(t, 10*time.Second, "unreachable", func() bool {
+		for _, mem := range mc.members[0].View().Members {
+			if mem.UID == mc.members[1].self.UID && !mem.Reachable {
+				return true
+			}
+		}
+		return false
+	})
+	unreachable := time.Since(start)
+	waitFor(t, 15*time.Second, "removed", func() bool { return allUp(rest) })
+	t.Logf("local profile: crash → unreachable %v, → removed %v", unreachable.Round(10*time.Millisecond), time.Since(start).Round(10*time.Millisecond))
+}
+
+func TestMembershipOperatorDownAndLeaveOther(t *testing.T) {
+	mc := newMemberCluster(t, 4, nil)
+	waitFor(t, 10*time.Second, "4 up members", func() bool { return allUp(mc.members) })
+	downed := mc.members[3].Self().Address
+	sub := mc.members[3].Subscribe(16)
+	defer sub.Close()
+	if err := mc.members[0].DownMember(downed); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the downed member told", func() bool {
+		for {
+			select {
+			case e := <-sub.C:
+				if e.Kind == SelfExited {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	if err := mc.members[0].LeaveMember(mc.members[2].Self().Address); err != nil {
+		t.Fatal(err)
+	}
+	rest := mc.members[:2]
+	waitFor(t, 15*time.Second, "both gone", func() bool { return allUp(rest) })
+	if err := mc.members[0].DownMember("10.9.9.9:1"); !errors.Is(err, ErrNoSuchMember) {
+		t.Fatalf("down of nobody: %v", err)
+	}
+}
+
+func TestMembershipMinMembers(t *testing.T) {
+	mc := newMemberCluster(t, 2, func(c *MembershipConfig) { c.Lifecycle.MinMembers = 3 })
+	time.Sleep(time.Second) // long enough for two members to come up, if allowed
+	for _, mem := range mc.members[0].View().Members {
+		if mem.Status != StatusJoining {
+			t.Fatalf("%s is %s with 2 of 3 members", mem.Address, mem.Status)
+		}
+	}
+	mc.add()
+	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+}
+
+func TestMembershipGossipKey(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	mc := newMemberCluster(t, 2, func(c *MembershipConfig) { c.GossipKey = key })
+	waitFor(t, 10*time.Second, "2 up members with the key", func() bool { return allUp(mc.members) })
+	// A member with another key cannot join.
+	cfg := DefaultMembershipConfig()
+	cfg.Transport = mc.network.NewTransport()
+	cfg.Profile = "local"
+	cfg.Lifecycle = DefaultLocalCoreConfig()
+	cfg.Logger = quiet
+	cfg.GossipKey = []byte("fedcba9876543210")
+	cfg.Seeds = []string{mc.members[0].Self().Address}
+	intruder, err := NewMembership(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := intruder.Join(ctx); !errors.Is(err, ErrJoinFailed) {
+		t.Fatalf("a member with the wrong key joined: %v", err)
+	}
+	if n := len(mc.members[0].View().Members); n != 2 {
+		t.Fatalf("the cluster has %d members", n)
+	}
+	cfg.GossipKey = []byte("short")
+	if _, err := NewMembership(cfg); !errors.Is(err, ErrBadGossipKey) {
+		t.Fatalf("short key: %v", err)
 	}
 }
 
 func TestMembershipJoinGivesUpAtDeadline(t *testing.T) {
-	ms, _ := newMockMembers(t, 1)
+	mc := newMemberCluster(t, 0, nil)
+	cfg := DefaultMembershipConfig()
+	cfg.Transport = mc.network.NewTransport()
+	cfg.Profile = "local"
+	cfg.Logger = quiet
+	cfg.Seeds = []string{"127.0.0.1:999"}
+	m, err := NewMembership(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := ms[0].Join(ctx, []string{"127.0.0.1:999"}); err == nil {
-		t.Fatal("joined nobody")
+	if err := m.Join(ctx); !errors.Is(err, ErrJoinFailed) {
+		t.Fatalf("joined nobody: %v", err)
 	}
 }
 
 func TestMembershipOverUDP(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var ms []*Membership
 	for i := 0; i < 2; i++ {
-		m, err := NewMembership(MembershipConfig{BindAddr: "127.0.0.1:0", Profile: "local", Logger: quiet, TransportAddr: "t"})
+		cfg := DefaultMembershipConfig()
+		cfg.BindAddr = "127.0.0.1:0"
+		cfg.Profile = "local"
+		cfg.Lifecycle = DefaultLocalCoreConfig()
+		cfg.Logger = quiet
+		cfg.TransportAddr = "t"
+		if i > 0 {
+			cfg.Seeds = []string{ms[0].Self().Address}
+		}
+		m, err := NewMembership(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { m.Shutdown() })
+		defer m.Shutdown()
 		ms = append(ms, m)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := ms[1].Join(ctx, []string{ms[0].Self().Address}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "2 members over UDP", func() bool { return len(ms[0].Members()) == 2 && len(ms[1].Members()) == 2 })
+	waitFor(t, 10*time.Second, "2 up members over UDP", func() bool { return allUp(ms) })
 }
 
 func TestMemberStatusText(t *testing.T) {

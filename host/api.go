@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -27,6 +28,10 @@ import (
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
 //	GET  /v1/members                     → [Member]
+//	GET  /v1/cluster                     → the view: self, leader, converged, members
+//	POST /v1/members/{address}/down      → mark the member down (an operator's decision)
+//	POST /v1/members/{address}/leave     → make the member leave gracefully
+//	POST /v1/leave                       → make this member leave gracefully
 //	GET  /v1/shards                      → {"regions":[{"node":A,"shards":[{"type":T,"id":S,"entities":N}]}]}
 //	GET  /v1/health                      → {"status":"ok","node":A}
 //
@@ -45,6 +50,16 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
 	mux.HandleFunc("GET /v1/shards", n.apiShards)
+	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.membership.View()) })
+	mux.HandleFunc("POST /v1/members/{address}/down", func(w http.ResponseWriter, r *http.Request) {
+		n.memberAction(w, r.PathValue("address"), "down", n.membership.DownMember)
+	})
+	mux.HandleFunc("POST /v1/members/{address}/leave", func(w http.ResponseWriter, r *http.Request) {
+		n.memberAction(w, r.PathValue("address"), "leave", n.membership.LeaveMember)
+	})
+	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
+		n.memberAction(w, n.Self().Address, "leave", n.membership.LeaveMember)
+	})
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.Self().Address})
 	})
@@ -52,6 +67,19 @@ func (n *Node) Handler() http.Handler {
 		writeError(w, fmt.Errorf("%w: no such endpoint %s %s", ErrBadRequest, r.Method, r.URL.Path), http.StatusNotFound)
 	})
 	return mux
+}
+
+func (n *Node) memberAction(w http.ResponseWriter, address, action string, do func(string) error) {
+	if err := do(address); err != nil {
+		status := http.StatusConflict
+		if errors.Is(err, cluster.ErrNoSuchMember) {
+			status = http.StatusNotFound
+		}
+		writeError(w, err, status)
+		return
+	}
+	n.log.Info("operator action", "action", action, "member", address)
+	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted", "action": action, "member": address})
 }
 
 // apiError is the body of every error reply.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -28,6 +29,7 @@ func benchNode(b *testing.B, count int) []*Node {
 		cfg.BindAddr, cfg.TransportAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0", ""
 		cfg.DataDir = b.TempDir()
 		cfg.GossipProfile = "local"
+		cfg.Lifecycle = cluster.DefaultLocalCoreConfig()
 		cfg.Runtime.CacheDir = cacheDir
 		cfg.Logger = quietLogger()
 		if i > 0 {
@@ -41,7 +43,12 @@ func benchNode(b *testing.B, count int) []*Node {
 		nodes = append(nodes, n)
 	}
 	for _, n := range nodes {
-		for len(n.Members()) != count {
+		if err := n.Membership().WaitUp(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		for len(n.Members()) != count || !n.Membership().View().Converged {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}

@@ -45,8 +45,16 @@ type Config struct {
 	JoinTimeout time.Duration
 	// DataDir holds the modules and the compilation cache. Required.
 	DataDir string
-	// GossipProfile is "lan" (default) or "local" (faster failure detection on one machine).
+	// GossipProfile is "lan" (default) or "local" (memberlist's own timing).
 	GossipProfile string
+	// Roles are this member's roles.
+	Roles []string
+	// Lifecycle configures membership: minimum members, the phi accrual failure
+	// detector, the split brain resolver (cluster.DefaultCoreConfig; the local profile
+	// cluster.DefaultLocalCoreConfig detects crashes in about a second).
+	Lifecycle cluster.CoreConfig
+	// GossipKey encrypts gossip; members need the same key (16, 24 or 32 bytes).
+	GossipKey []byte
 	// MaxModuleSize caps a deployed module, in bytes. Default 32 MiB.
 	MaxModuleSize int
 	// Runtime configures the wasm runtime; its CacheDir defaults to DataDir/cache.
@@ -65,6 +73,7 @@ func DefaultConfig() Config {
 	return Config{
 		JoinTimeout:     30 * time.Second,
 		GossipProfile:   "lan",
+		Lifecycle:       cluster.DefaultCoreConfig(),
 		MaxModuleSize:   32 << 20,
 		Runtime:         DefaultRuntimeConfig(),
 		Sharding:        sharding.DefaultConfig(),
@@ -124,10 +133,12 @@ type Node struct {
 	api        *http.Server
 	apiLn      net.Listener
 
-	mu      sync.Mutex
-	closed  bool
-	stopped chan struct{}
-	wg      sync.WaitGroup
+	mu         sync.Mutex
+	closed     bool
+	stopped    chan struct{}
+	wg         sync.WaitGroup
+	exited     chan struct{} // closed when this member is out of the cluster
+	exitReason string
 }
 
 // Start starts a node: it binds the gossip, transport and API addresses, joins the
@@ -155,6 +166,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		log:     cfg.Logger,
 		tracer:  cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/host"),
 		stopped: make(chan struct{}),
+		exited:  make(chan struct{}),
 	}
 	// Whatever started is stopped again if a later step fails.
 	defer func() {
@@ -199,12 +211,18 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		BindAddr:      cfg.BindAddr,
 		TransportAddr: n.messenger.LocalAddr(),
 		APIAddr:       apiAddr,
+		Roles:         cfg.Roles,
+		Seeds:         cfg.Join,
+		Lifecycle:     cfg.Lifecycle,
+		TickInterval:  100 * time.Millisecond,
 		Profile:       cfg.GossipProfile,
+		GossipKey:     cfg.GossipKey,
 		Logger:        cfg.Logger,
 	}); err != nil {
 		return nil, err
 	}
 	n.membership.RegisterState(catalogState, n.catalog)
+	exits := n.membership.Subscribe(64)
 
 	sc := cfg.Sharding
 	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
@@ -215,13 +233,13 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.messenger.Handle(topicModule, n.handleModule)
 	n.messenger.Handle(topicPrepare, n.handlePrepare)
 
-	if len(cfg.Join) > 0 {
-		jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
-		_, err = n.membership.Join(jctx, cfg.Join)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
+	n.wg.Add(1)
+	go n.watchExit(exits)
+	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	err = n.membership.Join(jctx)
+	cancel()
+	if err != nil {
+		return nil, err
 	}
 	if n.apiLn != nil {
 		n.api = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -238,6 +256,49 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		"transport", self.TransportAddr, "api", apiAddr, "data_dir", cfg.DataDir)
 	return n, nil
 }
+
+// watchExit stops hosting at once when the cluster has downed or removed this member
+// (or it has left), and reports it through Exited.
+func (n *Node) watchExit(sub *cluster.Subscription) {
+	defer n.wg.Done()
+	defer sub.Close()
+	for {
+		select {
+		case <-n.stopped:
+			return
+		case e := <-sub.C:
+			if e.Kind != cluster.SelfExited {
+				continue
+			}
+			n.mu.Lock()
+			n.exitReason = e.Reason
+			n.mu.Unlock()
+			if e.Reason != cluster.ReasonLeft {
+				// Downed or removed: another member may take over our shards any moment.
+				ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
+				n.sharding.Stop(ctx)
+				cancel()
+				n.log.Error("this member is out of the cluster and stopped hosting", "reason", e.Reason)
+			}
+			close(n.exited)
+			return
+		}
+	}
+}
+
+// Exited is closed when this member is out of the cluster: downed, removed or left.
+// ExitReason says which.
+func (n *Node) Exited() <-chan struct{} { return n.exited }
+
+// ExitReason says why the member is out of the cluster ("" while it is in).
+func (n *Node) ExitReason() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.exitReason
+}
+
+// Membership returns the node's cluster membership.
+func (n *Node) Membership() *cluster.Membership { return n.membership }
 
 // Self returns this node's member record.
 func (n *Node) Self() cluster.Member { return n.membership.Self() }
@@ -259,8 +320,8 @@ func (n *Node) Sharding() *sharding.Sharding { return n.sharding }
 // Types returns the entity types deployed in the cluster, as this node knows them.
 func (n *Node) Types() []TypeInfo { return n.catalog.list() }
 
-// Close leaves the cluster gracefully: the API stops, sharding stops its entities, the
-// other members are told this one leaves, and everything is released.
+// Close leaves the cluster gracefully: the member becomes leaving, hands its shards off,
+// waits to be removed, forwards what reached it meanwhile, and releases everything.
 func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
 	defer cancel()
@@ -286,15 +347,20 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 	} else if n.apiLn != nil {
 		n.apiLn.Close()
 	}
-	if n.sharding != nil {
-		errs = append(errs, n.sharding.Stop(ctx))
-	}
 	if n.membership != nil {
 		if leave {
-			errs = append(errs, n.membership.Leave(2*time.Second))
+			errs = append(errs, n.membership.Leave(ctx))
+			if n.sharding != nil {
+				if err := n.sharding.Drain(ctx); err != nil {
+					n.log.Warn("leaving with messages still buffered", "err", err)
+				}
+			}
 		} else {
 			errs = append(errs, n.membership.Shutdown())
 		}
+	}
+	if n.sharding != nil {
+		errs = append(errs, n.sharding.Stop(ctx))
 	}
 	n.wg.Wait()
 	if n.messenger != nil {

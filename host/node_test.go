@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -28,6 +29,7 @@ func startNode(t *testing.T, join []string, mutate func(*Config)) *Node {
 	cfg.Join = join
 	cfg.DataDir = t.TempDir()
 	cfg.GossipProfile = "local"
+	cfg.Lifecycle = cluster.DefaultLocalCoreConfig()
 	cfg.Runtime.CacheDir = cacheDir
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if mutate != nil {
@@ -51,13 +53,24 @@ func startNodes(t *testing.T, count int, mutate func(*Config)) []*Node {
 	return nodes
 }
 
+// waitMembers waits until every node sees every node up, and converged.
 func waitMembers(t *testing.T, nodes []*Node) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for _, n := range nodes {
-		for len(n.Members()) != len(nodes) {
+		for {
+			v := n.Membership().View()
+			up := 0
+			for _, m := range v.Members {
+				if m.Status == cluster.StatusUp && m.Reachable {
+					up++
+				}
+			}
+			if v.Converged && up == len(nodes) && len(v.Members) == len(nodes) {
+				break
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s sees %d members, want %d", n.Self().Address, len(n.Members()), len(nodes))
+				t.Fatalf("%s sees %v, want %d up members", n.Self().Address, v.Members, len(nodes))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -7,12 +7,12 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 )
 
-// coordinator is the shard coordinator (Akka's ShardCoordinator). Every member has one,
-// active only on the oldest member: it decides the home of each shard with the
+// coordinator is the shard coordinator (Akka's ShardCoordinator), run as a cluster
+// singleton: every member has one, active only where the singleton runs. It decides the home of each shard with the
 // allocation strategy, makes the chosen region host the shard before anyone learns the
 // home, and answers GetShardHome requests.
 //
-// Its state (shard → region) lives in memory. When a member becomes the oldest, its
+// Its state (shard → region) lives in memory. When the singleton starts on a member, its
 // coordinator rebuilds the state by asking every region what it hosts before it answers
 // (the state moves to distributed data with the full sharding work).
 type coordinator struct {
@@ -27,36 +27,39 @@ type coordinator struct {
 	// tentative holds allocations decided but not yet acknowledged by their region;
 	// the strategy counts them, so concurrent requests spread as sequential ones would.
 	tentative map[shardRef]string
+	// leaving holds regions that said they are leaving: they get no new shards even
+	// before this member's view shows them leaving.
+	leaving map[string]bool
 }
 
 func newCoordinator(s *Sharding) *coordinator {
 	return &coordinator{s: s, alloc: map[string]map[int]string{},
-		inflight: map[shardRef][]func(string, error){}, tentative: map[shardRef]string{}}
+		inflight: map[shardRef][]func(string, error){}, tentative: map[shardRef]string{}, leaving: map[string]bool{}}
 }
 
-// update activates the coordinator when this member is the oldest, and deactivates it
-// when it is no longer.
-func (c *coordinator) update() {
+// Start activates the coordinator on this member (cluster.SingletonService): it rebuilds
+// its allocations from the regions, then answers requests.
+func (c *coordinator) Start() {
 	members := c.s.cfg.Membership.Members()
-	oldest, ok := cluster.Oldest(members)
-	isOldest := ok && oldest.Address == c.s.self
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case isOldest && !c.active && !c.recovering:
-		c.recovering = true
-		c.epoch++
-		epoch := c.epoch
-		if !c.s.goroutine(func() { c.recover(epoch, members) }) {
-			c.recovering = false
-		}
-	case !isOldest && (c.active || c.recovering):
-		c.s.log.Info("shard coordinator handed over", "to", oldest.Address)
-		c.active, c.recovering = false, false
-		c.epoch++
-		c.alloc = map[string]map[int]string{}
-		c.tentative = map[shardRef]string{}
+	c.recovering = true
+	c.epoch++
+	epoch := c.epoch
+	if !c.s.goroutine(func() { c.recover(epoch, members) }) {
+		c.recovering = false
 	}
+}
+
+// Stop deactivates the coordinator (cluster.SingletonService): requests are refused
+// with ErrNotCoordinator until it starts again, here or elsewhere.
+func (c *coordinator) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active, c.recovering = false, false
+	c.epoch++
+	c.alloc = map[string]map[int]string{}
+	c.tentative = map[shardRef]string{}
 }
 
 // recover rebuilds the allocations from what the regions host.
@@ -70,6 +73,9 @@ func (c *coordinator) recover(epoch uint64, members []cluster.Member) {
 	answers := make(chan answer, len(members))
 	var wg sync.WaitGroup
 	for _, m := range members {
+		if !hosting(m) {
+			continue
+		}
 		if m.Address == c.s.self {
 			answers <- answer{m, c.s.LocalState()}
 			continue
@@ -132,7 +138,9 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
 	members := c.s.cfg.Membership.Members()
 	alive := make(map[string]bool, len(members))
 	for _, m := range members {
-		alive[m.Address] = true
+		if hosting(m) {
+			alive[m.Address] = true
+		}
 	}
 	if home, ok := c.alloc[ref.Type][ref.Shard]; ok && alive[home] {
 		c.mu.Unlock()
@@ -145,17 +153,21 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
 		return
 	}
 	c.inflight[ref] = []func(string, error){cb}
+	// New shards go to reachable up members only; leaving, joining, unreachable and
+	// down members get none.
 	current := make(map[string][]int, len(members))
 	for _, m := range members {
-		current[m.Address] = nil
+		if m.Status == cluster.StatusUp && m.Reachable && !c.leaving[m.Address] {
+			current[m.Address] = nil
+		}
 	}
 	for shardID, home := range c.alloc[ref.Type] {
-		if alive[home] {
+		if _, ok := current[home]; ok {
 			current[home] = append(current[home], shardID)
 		}
 	}
 	for other, home := range c.tentative {
-		if other.Type == ref.Type && alive[home] {
+		if _, ok := current[home]; other.Type == ref.Type && ok {
 			current[home] = append(current[home], other.Shard)
 		}
 	}
@@ -201,6 +213,19 @@ func (c *coordinator) finish(ref shardRef, home string, err error) {
 	}
 }
 
+// handedOff forgets a shard's allocation after its region handed it off.
+func (c *coordinator) handedOff(ref shardRef) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ref.Leaving && ref.Requester != "" {
+		c.leaving[ref.Requester] = true
+	}
+	if home, ok := c.alloc[ref.Type][ref.Shard]; ok && (ref.Requester == "" || home == ref.Requester) {
+		delete(c.alloc[ref.Type], ref.Shard)
+		c.s.log.Debug("shard handed off", "shard", ref.String(), "from", home)
+	}
+}
+
 // memberRemoved forgets the allocations at a member that left.
 func (c *coordinator) memberRemoved(addr string) {
 	c.forgetRegions(func(region string) bool { return region == addr })
@@ -209,6 +234,11 @@ func (c *coordinator) memberRemoved(addr string) {
 func (c *coordinator) forgetRegions(gone func(string) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for r := range c.leaving {
+		if gone(r) {
+			delete(c.leaving, r)
+		}
+	}
 	for _, shards := range c.alloc {
 		for id, region := range shards {
 			if gone(region) {

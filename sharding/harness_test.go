@@ -139,7 +139,6 @@ type testCluster struct {
 	acts   *activations
 	nodes  []*testNode
 	mutate func(*Config)
-	base   time.Time
 }
 
 func newTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
@@ -150,7 +149,6 @@ func newTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
 		net:    cluster.NewInmemNetwork(),
 		acts:   &activations{active: map[string]string{}},
 		mutate: mutate,
-		base:   time.Unix(1_700_000_000, 0),
 	}
 	for i := 0; i < n; i++ {
 		tc.add()
@@ -173,13 +171,16 @@ func (tc *testCluster) add() *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := cluster.NewMembership(cluster.MembershipConfig{
-		Transport:     tc.gossip.NewTransport(),
-		TransportAddr: transportAddr,
-		Profile:       "local",
-		StartedAt:     tc.base.Add(time.Duration(i) * time.Second),
-		Logger:        quiet,
-	})
+	mcfg := cluster.DefaultMembershipConfig()
+	mcfg.Transport = tc.gossip.NewTransport()
+	mcfg.TransportAddr = transportAddr
+	mcfg.Profile = "local"
+	mcfg.Lifecycle = cluster.DefaultLocalCoreConfig()
+	mcfg.Logger = quiet
+	if i > 0 {
+		mcfg.Seeds = []string{tc.nodes[0].addr()}
+	}
+	ms, err := cluster.NewMembership(mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,12 +198,10 @@ func (tc *testCluster) add() *testNode {
 		t.Fatal(err)
 	}
 	node.sharding = sh
-	if i > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := ms.Join(ctx, []string{tc.nodes[0].addr()}); err != nil {
-			t.Fatal(err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ms.Join(ctx); err != nil {
+		t.Fatal(err)
 	}
 	tc.nodes = append(tc.nodes, node)
 	return node
@@ -218,33 +217,46 @@ func (tc *testCluster) live() []*testNode {
 	return out
 }
 
-// waitMembers waits until every live member sees every live member.
+// waitMembers waits until every live member sees every live member up, converged.
 func (tc *testCluster) waitMembers() {
 	tc.t.Helper()
 	live := tc.live()
-	waitFor(tc.t, 10*time.Second, "membership", func() bool {
+	waitFor(tc.t, 15*time.Second, "membership", func() bool {
 		for _, n := range live {
-			if len(n.membership.Members()) != len(live) {
+			v := n.membership.View()
+			if !v.Converged || len(v.Members) != len(live) {
 				return false
+			}
+			for _, m := range v.Members {
+				if m.Status != cluster.StatusUp || !m.Reachable {
+					return false
+				}
 			}
 		}
 		return true
 	})
 }
 
-// stop stops a member: gracefully (leave) or as a crash.
+// stop stops a member: gracefully (leave: its shards are handed off first) or as a
+// crash.
 func (tc *testCluster) stop(n *testNode, leave bool) {
 	n.stopped = true
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := n.sharding.Stop(ctx); err != nil {
-		tc.t.Errorf("stopping %s: %v", n.name, err)
-	}
 	if leave {
-		n.membership.Leave(time.Second)
+		if err := n.membership.Leave(ctx); err != nil {
+			tc.t.Errorf("leaving %s: %v", n.name, err)
+		}
+		if err := n.sharding.Drain(ctx); err != nil {
+			tc.t.Errorf("draining %s: %v", n.name, err)
+		}
 	} else {
 		n.membership.Shutdown()
 	}
+	if err := n.sharding.Stop(ctx); err != nil {
+		tc.t.Errorf("stopping %s: %v", n.name, err)
+	}
+	n.membership.Shutdown()
 	n.messenger.Close()
 }
 

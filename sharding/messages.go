@@ -18,6 +18,7 @@ var (
 	ErrRoutingLoop       = errors.New("sharding: message forwarded too many times")
 	ErrAskTimeout        = errors.New("sharding: ask timed out")
 	ErrStopped           = errors.New("sharding: stopped")
+	ErrLeaving           = errors.New("sharding: this member is leaving and takes no new shards")
 	ErrMalformedMessage  = errors.New("sharding: malformed message from a member")
 )
 
@@ -77,7 +78,7 @@ func ErrorCode(err error) string {
 }
 
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
-	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped}
+	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, ErrLeaving}
 
 func codeOfSentinel(err error) string {
 	switch err {
@@ -87,7 +88,7 @@ func codeOfSentinel(err error) string {
 		return CodeBadRequest
 	case ErrBufferFull, ErrMailboxFull:
 		return CodeOverloaded
-	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop:
+	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, ErrLeaving:
 		return CodeUnavailable
 	}
 	return CodeInternal
@@ -123,8 +124,11 @@ type wireReply struct {
 type shardRef struct {
 	Type  string `cbor:"1,keyasint"`
 	Shard int    `cbor:"2,keyasint"`
-	// Requester is the region (member address) asking for the shard's home.
+	// Requester is the region (member address) asking for the shard's home, or handing
+	// the shard off.
 	Requester string `cbor:"3,keyasint,omitempty"`
+	// Leaving marks a handoff by a region that is leaving: it takes no new shards.
+	Leaving bool `cbor:"4,keyasint,omitempty"`
 }
 
 func (r shardRef) String() string { return fmt.Sprintf("%s/%d", r.Type, r.Shard) }

@@ -28,6 +28,7 @@ type Region struct {
 	homes     map[int]string     // known homes elsewhere: member address
 	pending   map[int][]delivery // waiting for their shard's home
 	resolving map[int]bool       // shards whose home is being asked for
+	handing   map[int]bool       // shards being handed off: messages wait in pending
 	buffered  int                // messages in pending
 }
 
@@ -45,6 +46,7 @@ func newRegion(s *Sharding, t TypeSettings) *Region {
 		homes:     map[int]string{},
 		pending:   map[int][]delivery{},
 		resolving: map[int]bool{},
+		handing:   map[int]bool{},
 	}
 }
 
@@ -76,7 +78,7 @@ func (r *Region) deliver(d delivery) {
 	}
 	r.pending[shardID] = append(r.pending[shardID], d)
 	r.buffered++
-	start := !r.resolving[shardID]
+	start := !r.resolving[shardID] && !r.handing[shardID]
 	r.resolving[shardID] = true
 	r.mu.Unlock()
 	if start {
@@ -180,6 +182,50 @@ func (r *Region) hostShardLocked(shardID int) *shard {
 		r.entityLocked(sh, d.env.EntityID).enqueue(d)
 	}
 	return sh
+}
+
+// handOff stops hosting every shard of the region, one at a time (the leave hook): new
+// messages for the shard wait in the buffer while its entities finish what they already
+// received; then they stop, the coordinator forgets the allocation, and the buffer goes
+// to the shard's next home, in order.
+func (r *Region) handOff(ctx context.Context) error {
+	r.mu.Lock()
+	ids := make([]int, 0, len(r.shards))
+	for id := range r.shards {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	sort.Ints(ids)
+	var firstErr error
+	for _, id := range ids {
+		r.mu.Lock()
+		sh := r.shards[id]
+		delete(r.shards, id)
+		r.handing[id] = true
+		r.mu.Unlock()
+		if sh != nil {
+			for _, e := range sh.entities {
+				e.waitIdle(ctx)
+				e.stop(ctx)
+			}
+		}
+		err := r.s.shardHandedOff(ctx, shardRef{Type: r.settings.Name, Shard: id})
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("sharding: handing off %s/%d: %w", r.settings.Name, id, err)
+		}
+		r.mu.Lock()
+		delete(r.handing, id)
+		resolve := len(r.pending[id]) > 0 && !r.resolving[id]
+		if resolve {
+			r.resolving[id] = true
+		}
+		r.mu.Unlock()
+		if resolve && !r.s.goroutine(func() { r.resolve(id) }) {
+			r.failPending(id, ErrStopped)
+		}
+	}
+	r.s.log.Info("region handed off its shards", "type", r.settings.Name, "shards", len(ids))
+	return firstErr
 }
 
 // forgetHomesAt drops cached homes at members for which gone returns true, so that their
@@ -296,6 +342,24 @@ type entity struct {
 	live    bool // has an instance
 
 	inst Entity
+}
+
+// waitIdle waits until the entity's mailbox is empty and no goroutine drains it, or ctx
+// ends.
+func (e *entity) waitIdle(ctx context.Context) {
+	for {
+		e.mu.Lock()
+		idle := !e.running && len(e.queue) == 0
+		e.mu.Unlock()
+		if idle {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 func (e *entity) active() bool {

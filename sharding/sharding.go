@@ -35,6 +35,7 @@ const (
 	topicGetShardHome = "sharding/get-shard-home"
 	topicHostShard    = "sharding/host-shard"
 	topicRegionState  = "sharding/region-state"
+	topicHandOffDone  = "sharding/handoff-done"
 )
 
 // maxHops bounds how often one message is forwarded between regions. In a stable cluster
@@ -44,9 +45,11 @@ const maxHops = 3
 // Membership is what sharding needs of cluster membership; *cluster.Membership has it.
 type Membership interface {
 	Self() cluster.Member
+	View() cluster.View
 	Members() []cluster.Member
 	Member(address string) (cluster.Member, bool)
 	Subscribe(buffer int) *cluster.Subscription
+	RegisterLeaveHook(cluster.LeaveHook)
 }
 
 // Messenger is what sharding needs of node-to-node messaging; *cluster.Messenger has it.
@@ -163,7 +166,9 @@ type Sharding struct {
 	waiting     int                   // total in typeWaiters
 
 	deadLetters atomic.Uint64
+	leaving     atomic.Bool // set by the leave hook: no new shards here
 	sub         *cluster.Subscription
+	singleton   *cluster.Singleton
 }
 
 // New starts sharding on this member: it registers its message handlers with the
@@ -196,8 +201,10 @@ func New(cfg Config) (*Sharding, error) {
 	cfg.Messenger.Handle(topicGetShardHome, s.handleGetShardHome)
 	cfg.Messenger.Handle(topicHostShard, s.handleHostShard)
 	cfg.Messenger.Handle(topicRegionState, s.handleRegionState)
+	cfg.Messenger.Handle(topicHandOffDone, s.handleHandOffDone)
 	s.sub = cfg.Membership.Subscribe(1024)
-	s.coord.update()
+	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
+	cfg.Membership.RegisterLeaveHook(s.handOffAll)
 	s.wg.Add(1)
 	go s.followMembership()
 	return s, nil
@@ -215,6 +222,7 @@ func (s *Sharding) Stop(ctx context.Context) error {
 	close(s.stop)
 	s.stopMu.Unlock()
 	s.sub.Close()
+	s.singleton.Close()
 
 	s.mu.Lock()
 	for _, ds := range s.typeWaiters {
@@ -240,6 +248,33 @@ func (s *Sharding) Stop(ctx context.Context) error {
 		r.stopEntities(ctx)
 	}
 	return nil
+}
+
+// Drain waits until no message waits in a buffer of this member (for a shard home or an
+// entity type), or ctx ends. A leaving member calls it between leaving and Stop: the
+// messages that reached it during the handoff go on to the shards' new homes, which may
+// only be known once the coordinator has moved.
+func (s *Sharding) Drain(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		waiting := s.waiting
+		s.mu.Unlock()
+		for _, r := range s.allRegions() {
+			r.mu.Lock()
+			waiting += r.buffered
+			r.mu.Unlock()
+		}
+		if waiting == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sharding: %d messages still buffered: %w", waiting, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // goroutine runs f on a goroutine owned by s, unless s is stopping.
@@ -560,13 +595,12 @@ func (s *Sharding) followMembership() {
 		case <-s.stop:
 			return
 		case e := <-s.sub.C:
-			if e.Kind == cluster.MemberRemoved {
+			switch e.Kind {
+			case cluster.MemberDowned, cluster.MemberExited, cluster.MemberRemoved:
 				s.memberRemoved(e.Member.Address)
 			}
-			s.coord.update()
 		case <-tick.C:
 			s.reconcile()
-			s.coord.update()
 		}
 	}
 }
@@ -578,12 +612,21 @@ func (s *Sharding) memberRemoved(addr string) {
 	s.coord.memberRemoved(addr)
 }
 
+// hosting reports whether a member's status lets it host shards it already has: up or
+// leaving (a leaving member hands its shards off before it exits). An unreachable
+// member still counts until it is downed: it may be running its entities.
+func hosting(m cluster.Member) bool {
+	return m.Status == cluster.StatusUp || m.Status == cluster.StatusLeaving
+}
+
 // reconcile forgets homes and allocations at members that are gone, in case a removal
 // event was dropped.
 func (s *Sharding) reconcile() {
 	alive := map[string]bool{}
 	for _, m := range s.cfg.Membership.Members() {
-		alive[m.Address] = true
+		if hosting(m) {
+			alive[m.Address] = true
+		}
 	}
 	gone := func(addr string) bool { return !alive[addr] }
 	for _, r := range s.allRegions() {
@@ -601,12 +644,12 @@ func (s *Sharding) transportAddr(addr string) (string, error) {
 	return m.TransportAddr, nil
 }
 
-// shardHome asks the coordinator (on the oldest member) where a shard lives, allocating
-// it if needed. It blocks for at most RequestTimeout.
+// shardHome asks the coordinator (the singleton on the oldest member) where a shard
+// lives, allocating it if needed. It blocks for at most RequestTimeout.
 func (s *Sharding) shardHome(ref shardRef) (string, error) {
-	oldest, ok := cluster.Oldest(s.cfg.Membership.Members())
+	oldest, ok := cluster.SingletonHost(s.cfg.Membership.Members(), "")
 	if !ok {
-		return "", fmt.Errorf("%w: no members", ErrShardUnavailable)
+		return "", fmt.Errorf("%w: no up member to run the coordinator", ErrShardUnavailable)
 	}
 	ref.Requester = s.self
 	if oldest.Address == s.self {
@@ -655,6 +698,9 @@ func (s *Sharding) hostShard(addr string, ref shardRef, cb func(error)) {
 }
 
 func (s *Sharding) hostShardHere(ref shardRef) error {
+	if s.leaving.Load() {
+		return ErrLeaving
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
 	r, err := s.ensureRegion(ctx, ref.Type)
@@ -726,4 +772,42 @@ func (s *Sharding) handleHostShard(req *cluster.Request) {
 
 func (s *Sharding) handleRegionState(req *cluster.Request) {
 	req.Reply(encode(s.LocalState()), nil)
+}
+
+func (s *Sharding) handleHandOffDone(req *cluster.Request) {
+	var ref shardRef
+	if err := decode(req.Body, &ref); err != nil {
+		req.Reply(nil, err)
+		return
+	}
+	s.coord.handedOff(ref)
+	req.Reply(nil, nil)
+}
+
+// handOffAll is the leave hook: every region hands its shards off, one at a time, so
+// that they are allocated elsewhere before this member exits.
+func (s *Sharding) handOffAll(ctx context.Context) error {
+	s.leaving.Store(true)
+	var errs []error
+	for _, r := range s.allRegions() {
+		errs = append(errs, r.handOff(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// shardHandedOff tells the coordinator that this region no longer hosts a shard.
+func (s *Sharding) shardHandedOff(ctx context.Context, ref shardRef) error {
+	ref.Requester, ref.Leaving = s.self, s.leaving.Load()
+	host, ok := cluster.SingletonHost(s.cfg.Membership.Members(), "")
+	if !ok {
+		return fmt.Errorf("%w: no coordinator", ErrShardUnavailable)
+	}
+	if host.Address == s.self {
+		s.coord.handedOff(ref)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	_, err := s.cfg.Messenger.Request(ctx, host.TransportAddr, topicHandOffDone, encode(ref))
+	return err
 }

@@ -61,7 +61,10 @@ interrupted.`,
 				}
 			}()
 			for i, addr := range devNodes {
-				cfg := nf.config()
+				cfg, err := nf.config()
+				if err != nil {
+					return err
+				}
 				cfg.BindAddr, cfg.APIAddr = addr.bind, addr.api
 				cfg.DataDir = filepath.Join(dataDir, fmt.Sprintf("node-%d", i+1))
 				cfg.Logger = log.With("node", addr.bind)

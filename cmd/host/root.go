@@ -39,6 +39,8 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newMembersCommand(g)),
 		g.clientFlags(newShardsCommand(g)),
 		g.clientFlags(newTypesCommand(g)),
+		g.clientFlags(newDownCommand(g)),
+		g.clientFlags(newLeaveCommand(g)),
 	)
 	return root
 }

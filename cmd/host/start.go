@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/host"
 	"github.com/shardhost/shardhost/internal/telemetry"
 )
@@ -24,10 +26,35 @@ type nodeFlags struct {
 	maxMessageSize  int
 	maxModuleSize   int
 	askTimeout      time.Duration
+	// membership lifecycle
+	roles             []string
+	minMembers        int
+	minMembersOfRole  map[string]int
+	heartbeatInterval time.Duration
+	phiThreshold      float64
+	acceptablePause   time.Duration
+	sbrStrategy       string
+	sbrQuorumSize     int
+	sbrStableAfter    time.Duration
+	gossipKey         string
 }
 
 func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	d := host.DefaultConfig()
+	lc := cluster.DefaultCoreConfig()
+	if profile == "local" {
+		lc = cluster.DefaultLocalCoreConfig()
+	}
+	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles of this member, ROLE,...")
+	cmd.Flags().IntVar(&f.minMembers, "min-members", 1, "members that must have joined before the leader moves any to up")
+	cmd.Flags().StringToIntVar(&f.minMembersOfRole, "min-members-of-role", nil, "the same per role, ROLE=N,...")
+	cmd.Flags().DurationVar(&f.heartbeatInterval, "heartbeat-interval", lc.HeartbeatInterval, "how often a member heartbeats the (up to 5) members it monitors")
+	cmd.Flags().Float64Var(&f.phiThreshold, "phi-threshold", lc.FailureDetector.Threshold, "phi accrual failure detector threshold: a member above it is unreachable")
+	cmd.Flags().DurationVar(&f.acceptablePause, "acceptable-heartbeat-pause", lc.FailureDetector.AcceptableHeartbeatPause, "heartbeat pause the failure detector tolerates (GC, hiccups)")
+	cmd.Flags().StringVar(&f.sbrStrategy, "sbr-strategy", string(lc.SBRStrategy), "split brain resolver: keep-majority, static-quorum, keep-oldest or down-all")
+	cmd.Flags().IntVar(&f.sbrQuorumSize, "sbr-quorum-size", 0, "quorum of the static-quorum strategy")
+	cmd.Flags().DurationVar(&f.sbrStableAfter, "sbr-stable-after", lc.SBRStableAfter, "how long the set of unreachable members must be stable before the resolver downs any")
+	cmd.Flags().StringVar(&f.gossipKey, "gossip-key", "", "base64 16-, 24- or 32-byte key that encrypts gossip; members with another key cannot join")
 	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "memberlist timing: lan, or local (faster failure detection on one machine)")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
 	cmd.Flags().DurationVar(&f.messageDeadline, "message-deadline", d.Runtime.MessageDeadline, "how long one message may run inside an entity")
@@ -36,20 +63,50 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().DurationVar(&f.askTimeout, "ask-timeout", d.Sharding.AskTimeout, "default time an ask waits for its reply")
 }
 
-func (f *nodeFlags) config() host.Config {
+func (f *nodeFlags) config() (host.Config, error) {
 	cfg := host.DefaultConfig()
 	cfg.GossipProfile = f.gossipProfile
+	lc := cluster.DefaultCoreConfig()
+	if f.gossipProfile == "local" {
+		lc = cluster.DefaultLocalCoreConfig()
+	}
+	lc.MinMembers = f.minMembers
+	lc.MinMembersOfRole = f.minMembersOfRole
+	lc.HeartbeatInterval = f.heartbeatInterval
+	lc.FailureDetector.Threshold = f.phiThreshold
+	lc.FailureDetector.AcceptableHeartbeatPause = f.acceptablePause
+	strategy, err := cluster.ParseSBRStrategy(f.sbrStrategy)
+	if err != nil {
+		return cfg, err
+	}
+	lc.SBRStrategy, lc.SBRQuorumSize, lc.SBRStableAfter = strategy, f.sbrQuorumSize, f.sbrStableAfter
+	if err := (func() error { c := lc; c.Self = cluster.UniqueAddress{Address: "x:1", UID: 1}; return c.Validate() })(); err != nil {
+		return cfg, err
+	}
+	cfg.Lifecycle = lc
+	cfg.Roles = f.roles
+	if f.gossipKey != "" {
+		key, err := base64.StdEncoding.DecodeString(f.gossipKey)
+		if err != nil {
+			return cfg, fmt.Errorf("--gossip-key is not base64: %v", err)
+		}
+		if n := len(key); n != 16 && n != 24 && n != 32 {
+			return cfg, fmt.Errorf("--gossip-key must decode to 16, 24 or 32 bytes, not %d", n)
+		}
+		cfg.GossipKey = key
+	}
 	cfg.Runtime.MemoryLimit = uint64(f.memoryLimitMiB) << 20
 	cfg.Runtime.MessageDeadline = f.messageDeadline
 	cfg.Runtime.MaxMessageSize = f.maxMessageSize
 	cfg.MaxModuleSize = f.maxModuleSize
 	cfg.Sharding.AskTimeout = f.askTimeout
-	return cfg
+	return cfg, nil
 }
 
 func newStartCommand(g *globals) *cobra.Command {
 	var bind, api, transport, dataDir string
 	var join []string
+	var rejoin bool
 	var nf nodeFlags
 	cmd := &cobra.Command{
 		Use:   "start --bind HOST:PORT --api HOST:PORT [--transport HOST:PORT] [--join HOST:PORT,...] [--data-dir DIR]",
@@ -60,7 +117,10 @@ func newStartCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := nf.config()
+			cfg, err := nf.config()
+			if err != nil {
+				return err
+			}
 			cfg.BindAddr, cfg.APIAddr, cfg.TransportAddr, cfg.Join = bind, api, transport, join
 			cfg.DataDir = dataDir
 			if cfg.DataDir == "" {
@@ -75,17 +135,35 @@ func newStartCommand(g *globals) *cobra.Command {
 			}
 			defer shutdownTracing(context.Background())
 			cfg.TracerProvider = tp
-			n, err := host.Start(ctx, cfg)
-			if err != nil {
-				return err
+			for {
+				n, err := host.Start(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					log.Info("leaving the cluster")
+					if err := n.Close(); err != nil {
+						return fmt.Errorf("stopping: %v", err)
+					}
+					log.Info("stopped")
+					return nil
+				case <-n.Exited():
+				}
+				reason := n.ExitReason()
+				n.Kill()
+				if reason == cluster.ReasonLeft {
+					log.Info("left the cluster; stopped")
+					return nil
+				}
+				if !rejoin {
+					return fmt.Errorf("this member is out of the cluster (%s); it stopped hosting. Start it again (or use --rejoin) to join as a new member", reason)
+				}
+				log.Warn("this member is out of the cluster; rejoining as a new member", "reason", reason)
+				if len(cfg.Join) == 0 {
+					return fmt.Errorf("this member is out of the cluster (%s) and has no --join seeds to rejoin through", reason)
+				}
 			}
-			<-ctx.Done()
-			log.Info("leaving the cluster")
-			if err := n.Close(); err != nil {
-				return fmt.Errorf("stopping: %v", err)
-			}
-			log.Info("stopped")
-			return nil
 		},
 	}
 	cmd.Flags().StringVar(&bind, "bind", "127.0.0.1:7946", "gossip address, HOST:PORT: the member's address")
@@ -93,6 +171,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&transport, "transport", "", "node-to-node address, HOST:PORT (default: the bind port + 1)")
 	cmd.Flags().StringSliceVar(&join, "join", nil, "gossip addresses of members to join, HOST:PORT,... (none: start a new cluster)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for modules and the compilation cache (default .shardhost/node-HOST-PORT)")
+	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
 	return cmd
 }

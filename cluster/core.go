@@ -1,0 +1,748 @@
+package cluster
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+	"time"
+)
+
+// CoreConfig configures the membership core of one member.
+type CoreConfig struct {
+	// Self is this member's unique address; its metadata follows.
+	Self          UniqueAddress
+	Roles         []string
+	TransportAddr string
+	APIAddr       string
+	// Seeds are addresses to send Join to. None: this member starts a new cluster by
+	// joining itself.
+	Seeds []string
+	// MinMembers holds joining members in joining until at least this many members
+	// (joining or up) are in the cluster (Akka's min-nr-of-members). Default 1.
+	MinMembers int
+	// MinMembersOfRole is the same per role.
+	MinMembersOfRole map[string]int
+	// HeartbeatInterval is how often a member heartbeats the members it monitors.
+	// Default 1 s.
+	HeartbeatInterval time.Duration
+	// MonitoredByNrOfMembers is how many members watch each member. Default 5.
+	MonitoredByNrOfMembers int
+	// FailureDetector configures each monitored member's phi accrual detector.
+	FailureDetector PhiAccrualConfig
+	// GossipInterval is the period of gossip rounds (a third of it while fewer than
+	// half the members have seen the current state). Default 1 s.
+	GossipInterval time.Duration
+	// GossipDifferentViewProbability is the chance that a round, when the cluster has
+	// not converged, picks a member that has not seen the current state. Default 0.8.
+	GossipDifferentViewProbability float64
+	// SBRStrategy and SBRQuorumSize configure the split brain resolver; it acts on the
+	// leader once the set of unreachable members has not changed for SBRStableAfter.
+	// Default keep-majority, 5 s.
+	SBRStrategy    SBRStrategy
+	SBRQuorumSize  int
+	SBRStableAfter time.Duration
+	// JoinRetryInterval is how often Join is sent to the seeds until a Welcome comes.
+	// Default 1 s.
+	JoinRetryInterval time.Duration
+	// TombstoneTTL is how long removed members are remembered. Default 24 h.
+	TombstoneTTL time.Duration
+	// RandomSeed seeds the choice of gossip targets (tests use a fixed one).
+	RandomSeed int64
+	// WaitForLeaveHooks makes the leader move a leaving member to exiting only once
+	// that member has reported its leave hooks done (ReadyToExit). The Membership
+	// wrapper sets it; a bare core leaves at once.
+	WaitForLeaveHooks bool
+}
+
+// DefaultCoreConfig returns the defaults described on CoreConfig, without Self.
+func DefaultCoreConfig() CoreConfig {
+	return CoreConfig{
+		MinMembers:                     1,
+		HeartbeatInterval:              time.Second,
+		MonitoredByNrOfMembers:         5,
+		FailureDetector:                DefaultPhiAccrualConfig(),
+		GossipInterval:                 time.Second,
+		GossipDifferentViewProbability: 0.8,
+		SBRStrategy:                    KeepMajority,
+		SBRStableAfter:                 5 * time.Second,
+		JoinRetryInterval:              time.Second,
+		TombstoneTTL:                   24 * time.Hour,
+		RandomSeed:                     time.Now().UnixNano(),
+	}
+}
+
+// DefaultLocalCoreConfig is a fast profile for one machine and tests: heartbeats every
+// 200 ms, an acceptable pause of 600 ms, gossip every 200 ms and a resolver that acts
+// after 1 s of stability. A crash is seen within about a second.
+func DefaultLocalCoreConfig() CoreConfig {
+	c := DefaultCoreConfig()
+	c.HeartbeatInterval = 200 * time.Millisecond
+	c.FailureDetector.AcceptableHeartbeatPause = 600 * time.Millisecond
+	c.FailureDetector.FirstHeartbeatEstimate = 200 * time.Millisecond
+	c.FailureDetector.MinStdDeviation = 50 * time.Millisecond
+	c.GossipInterval = 200 * time.Millisecond
+	c.SBRStableAfter = time.Second
+	c.JoinRetryInterval = 200 * time.Millisecond
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c CoreConfig) Validate() error {
+	switch {
+	case c.Self.Address == "" || c.Self.UID == 0:
+		return fmt.Errorf("cluster: self address and UID are required")
+	case c.MinMembers < 1:
+		return fmt.Errorf("cluster: min members must be at least 1, got %d", c.MinMembers)
+	case c.HeartbeatInterval <= 0 || c.GossipInterval <= 0 || c.JoinRetryInterval <= 0 || c.SBRStableAfter <= 0:
+		return fmt.Errorf("cluster: intervals must be positive")
+	case c.MonitoredByNrOfMembers < 1:
+		return fmt.Errorf("cluster: a member must be monitored by at least 1 other")
+	case c.FailureDetector.Threshold <= 0 || c.FailureDetector.MaxSampleSize < 2:
+		return fmt.Errorf("cluster: bad failure detector settings %+v", c.FailureDetector)
+	case c.SBRStrategy == StaticQuorum && c.SBRQuorumSize < 1:
+		return fmt.Errorf("cluster: static-quorum needs a quorum size")
+	}
+	if _, err := ParseSBRStrategy(string(c.SBRStrategy)); err != nil {
+		return err
+	}
+	for role, n := range c.MinMembersOfRole {
+		if n < 1 {
+			return fmt.Errorf("cluster: min members of role %s must be at least 1", role)
+		}
+	}
+	return nil
+}
+
+// messageKind is the kind of a membership message between members.
+type messageKind uint8
+
+const (
+	msgJoin messageKind = iota + 1
+	msgWelcome
+	msgGossip
+	msgGossipStatus
+	msgHeartbeat
+	msgHeartbeatRsp
+)
+
+// message is what members of the core send each other.
+type message struct {
+	Kind messageKind   `cbor:"1,keyasint"`
+	From UniqueAddress `cbor:"2,keyasint"`
+	// Joiner is the joining member (msgJoin).
+	Joiner *gossipMember `cbor:"3,keyasint,omitempty"`
+	// Gossip is the full state (msgWelcome, msgGossip).
+	Gossip *gossipWire `cbor:"4,keyasint,omitempty"`
+	// Version and Seen summarise the state (msgGossipStatus).
+	Version VectorClock     `cbor:"5,keyasint,omitempty"`
+	Seen    []UniqueAddress `cbor:"6,keyasint,omitempty"`
+	// Seq numbers heartbeats.
+	Seq uint64 `cbor:"7,keyasint,omitempty"`
+}
+
+// outbound is a message to send: to a member's address (To.Address; To.UID may be 0
+// for a seed). Reliable asks for a stream rather than a datagram.
+type outbound struct {
+	To       UniqueAddress
+	Msg      message
+	Reliable bool
+}
+
+// Core is the membership of the cluster specification for one member, as a pure state
+// machine: the caller feeds it time (Tick) and messages from other members (Step), and
+// sends the messages they return. It is not safe for concurrent use; one goroutine owns
+// it.
+type Core struct {
+	cfg    CoreConfig
+	rng    *rand.Rand
+	gossip Gossip
+	joined bool
+
+	detectors     map[UniqueAddress]*phiDetector
+	hbSeq         uint64
+	lastHeartbeat time.Time
+	lastGossip    time.Time
+	lastJoin      time.Time
+
+	// The split brain resolver acts once the view has been stable for SBRStableAfter.
+	sbrSignature string
+	sbrSince     time.Time
+
+	exited     bool
+	exitReason string
+}
+
+// NewCore returns the core of a member that is not yet in a cluster.
+func NewCore(cfg CoreConfig) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Core{
+		cfg:       cfg,
+		rng:       rand.New(rand.NewSource(cfg.RandomSeed)),
+		gossip:    emptyGossip(),
+		detectors: map[UniqueAddress]*phiDetector{},
+	}, nil
+}
+
+func (c *Core) self() UniqueAddress { return c.cfg.Self }
+
+func (c *Core) selfMember() gossipMember {
+	return gossipMember{Node: c.cfg.Self, Status: StatusJoining, Roles: append([]string(nil), c.cfg.Roles...),
+		TransportAddr: c.cfg.TransportAddr, APIAddr: c.cfg.APIAddr}
+}
+
+// Tick advances the core to now: joining, heartbeats and reachability, leader actions,
+// the split brain resolver and gossip rounds. It returns the messages to send.
+func (c *Core) Tick(now time.Time) []outbound {
+	if c.exited {
+		return nil
+	}
+	if !c.joined {
+		return c.tryJoin(now)
+	}
+	var out []outbound
+	out = append(out, c.heartbeats(now)...)
+	c.checkReachability(now)
+	c.leaderActions(now)
+	c.resolveSplitBrain(now)
+	c.pruneTombstones(now)
+	c.checkSelf()
+	if !c.exited {
+		out = append(out, c.gossipRound(now)...)
+	}
+	return out
+}
+
+func (c *Core) tryJoin(now time.Time) []outbound {
+	if len(c.cfg.Seeds) == 0 {
+		// A member without seeds starts a new cluster: it joins itself.
+		g := emptyGossip()
+		g.members[c.self()] = c.selfMember()
+		c.gossip = g.changed(c.self())
+		c.joined = true
+		return nil
+	}
+	if !c.lastJoin.IsZero() && now.Sub(c.lastJoin) < c.cfg.JoinRetryInterval {
+		return nil
+	}
+	c.lastJoin = now
+	me := c.selfMember()
+	var out []outbound
+	for _, seed := range c.cfg.Seeds {
+		if seed == c.self().Address {
+			continue
+		}
+		out = append(out, outbound{To: UniqueAddress{Address: seed}, Msg: message{Kind: msgJoin, From: c.self(), Joiner: &me}, Reliable: true})
+	}
+	return out
+}
+
+// liveMembers are the members other than self that gossip and heartbeats go to: not
+// removed, and (for gossip) reachable.
+func (c *Core) gossipTargets() []UniqueAddress {
+	var out []UniqueAddress
+	for _, m := range c.gossip.sortedMembers() {
+		if m.Node != c.self() && c.gossip.isReachable(m.Node) {
+			out = append(out, m.Node)
+		}
+	}
+	return out
+}
+
+func (c *Core) heartbeats(now time.Time) []outbound {
+	if !c.lastHeartbeat.IsZero() && now.Sub(c.lastHeartbeat) < c.cfg.HeartbeatInterval {
+		return nil
+	}
+	c.lastHeartbeat = now
+	var nodes []UniqueAddress
+	for _, m := range c.gossip.members {
+		if m.Status != StatusDown {
+			nodes = append(nodes, m.Node)
+		}
+	}
+	unreachable := c.gossip.unreachableSet()
+	receivers := newHeartbeatRing(nodes).receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
+	keep := map[UniqueAddress]bool{}
+	c.hbSeq++
+	var out []outbound
+	for _, r := range receivers {
+		keep[r] = true
+		if c.detectors[r] == nil {
+			// Akka's first heartbeat trigger: a member that never answers becomes
+			// unreachable as if it had answered once, now.
+			d := newPhiDetector(c.cfg.FailureDetector)
+			d.heartbeat(now)
+			c.detectors[r] = d
+		}
+		out = append(out, outbound{To: r, Msg: message{Kind: msgHeartbeat, From: c.self(), Seq: c.hbSeq}})
+	}
+	for n := range c.detectors {
+		if !keep[n] {
+			delete(c.detectors, n)
+		}
+	}
+	return out
+}
+
+// checkReachability updates self's reachability record from the failure detectors.
+func (c *Core) checkReachability(now time.Time) {
+	rec := c.gossip.reachability[c.self()]
+	mine := map[UniqueAddress]bool{}
+	for _, s := range rec.Unreachable {
+		mine[s] = true
+	}
+	changed := false
+	for n, d := range c.detectors {
+		avail := d.available(now)
+		if !avail && !mine[n] {
+			mine[n], changed = true, true
+		} else if avail && mine[n] {
+			delete(mine, n)
+			changed = true
+		}
+	}
+	for n := range mine {
+		if _, ok := c.gossip.members[n]; !ok {
+			delete(mine, n)
+			changed = true
+		} else if _, watched := c.detectors[n]; !watched {
+			// No longer monitored by self (the ring changed): self's verdict lapses.
+			delete(mine, n)
+			changed = true
+		}
+	}
+	if !changed {
+		return
+	}
+	g := c.gossip.changed(c.self())
+	g.reachability[c.self()] = observerRecord{Version: rec.Version + 1, Unreachable: sortedSet(mine)}
+	c.gossip = g
+}
+
+// leaderActions are the leader's duties, done only on convergence: joining → up (when
+// the minimum number of members is there), leaving → exiting, exiting → removed and
+// down → removed.
+func (c *Core) leaderActions(now time.Time) {
+	leader, ok := c.gossip.leader(c.self())
+	if !ok || leader != c.self() || !c.gossip.converged(c.self()) {
+		return
+	}
+	g := c.gossip
+	changed := false
+	upNumber := 0
+	for _, m := range g.members {
+		if m.UpNumber > upNumber {
+			upNumber = m.UpNumber
+		}
+	}
+	minFulfilled := c.minMembersFulfilled()
+	var next Gossip
+	ensure := func() {
+		if !changed {
+			next = g.changed(c.self())
+			changed = true
+		}
+	}
+	for _, m := range g.sortedMembers() {
+		switch {
+		case m.Status == StatusJoining && minFulfilled:
+			ensure()
+			upNumber++
+			m.Status, m.UpNumber = StatusUp, upNumber
+			next.members[m.Node] = m
+		case m.Status == StatusLeaving && (m.ReadyToExit || !c.cfg.WaitForLeaveHooks):
+			ensure()
+			m.Status = StatusExiting
+			next.members[m.Node] = m
+		case m.Status == StatusExiting || m.Status == StatusDown:
+			if m.Node == c.self() {
+				continue // a leader never removes itself; the next leader does
+			}
+			ensure()
+			delete(next.members, m.Node)
+			delete(next.seen, m.Node)
+			delete(next.reachability, m.Node)
+			next.tombstones[m.Node] = now.UnixNano()
+		}
+	}
+	if changed {
+		next.reachability = pruneSubjects(next.reachability, next.tombstones)
+		c.gossip = next
+	}
+}
+
+func pruneSubjects(r map[UniqueAddress]observerRecord, tombstones map[UniqueAddress]int64) map[UniqueAddress]observerRecord {
+	for obs, rec := range r {
+		r[obs] = observerRecord{Version: rec.Version, Unreachable: withoutTombstoned(rec.Unreachable, tombstones)}
+	}
+	return r
+}
+
+func (c *Core) minMembersFulfilled() bool {
+	count := 0
+	perRole := map[string]int{}
+	for _, m := range c.gossip.members {
+		if m.Status == StatusJoining || m.Status == StatusUp {
+			count++
+			for _, r := range m.Roles {
+				perRole[r]++
+			}
+		}
+	}
+	if count < c.cfg.MinMembers {
+		return false
+	}
+	for role, n := range c.cfg.MinMembersOfRole {
+		if perRole[role] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveSplitBrain runs the split brain resolver on the leader once the unreachable
+// set has been stable for SBRStableAfter. Only it (or an operator) ever downs a member.
+func (c *Core) resolveSplitBrain(now time.Time) {
+	unreachable := c.gossip.unreachableSet()
+	sig := ""
+	for _, n := range sortedSet(unreachable) {
+		if s := c.gossip.members[n].Status; s != StatusDown {
+			sig += n.String() + ","
+		}
+	}
+	if sig != c.sbrSignature {
+		c.sbrSignature, c.sbrSince = sig, now
+		return
+	}
+	if sig == "" || now.Sub(c.sbrSince) < c.cfg.SBRStableAfter {
+		return
+	}
+	leader, ok := c.gossip.leader(c.self())
+	if !ok || leader != c.self() {
+		return
+	}
+	down := sbrDecide(c.cfg.SBRStrategy, c.cfg.SBRQuorumSize, c.gossip.sortedMembers(), func(n UniqueAddress) bool {
+		return n == c.self() || !unreachable[n]
+	})
+	c.sbrSince = now // decide again only after another stable period
+	if len(down) == 0 {
+		return
+	}
+	g := c.gossip.changed(c.self())
+	for _, n := range down {
+		m := g.members[n]
+		if m.Status != StatusDown {
+			m.Status = StatusDown
+			g.members[n] = m
+		}
+	}
+	c.gossip = g
+}
+
+func (c *Core) pruneTombstones(now time.Time) {
+	for n, at := range c.gossip.tombstones {
+		if now.Sub(time.Unix(0, at)) > c.cfg.TombstoneTTL {
+			g := c.gossip.clone()
+			delete(g.tombstones, n)
+			c.gossip = g
+		}
+	}
+}
+
+// checkSelf ends this member's part when the cluster has downed or removed it, or when
+// it has finished leaving.
+func (c *Core) checkSelf() {
+	if _, gone := c.gossip.tombstones[c.self()]; gone {
+		c.exit(ReasonRemoved)
+		return
+	}
+	switch c.gossip.members[c.self()].Status {
+	case StatusDown:
+		c.exit(ReasonDowned)
+	case StatusExiting:
+		c.exit(ReasonLeft)
+	}
+}
+
+// Reasons a member is out of the cluster (View.ExitReason).
+const (
+	ReasonLeft    = "left the cluster"
+	ReasonDowned  = "downed by the cluster (split brain resolver or operator)"
+	ReasonRemoved = "removed from the cluster"
+)
+
+func (c *Core) exit(reason string) {
+	if !c.exited {
+		c.exited, c.exitReason = true, reason
+	}
+}
+
+// gossipRound picks a member and sends it the state (or, while converged, only the
+// state's version), following the spec's speed-up rules.
+func (c *Core) gossipRound(now time.Time) []outbound {
+	targets := c.gossipTargets()
+	if len(targets) == 0 {
+		return nil
+	}
+	seen := 0
+	for _, m := range c.gossip.members {
+		if c.gossip.seen[m.Node] {
+			seen++
+		}
+	}
+	interval := c.cfg.GossipInterval
+	if seen*2 < len(c.gossip.members) {
+		interval /= 3
+	}
+	if !c.lastGossip.IsZero() && now.Sub(c.lastGossip) < interval {
+		return nil
+	}
+	c.lastGossip = now
+	converged := c.gossip.converged(c.self())
+	target := targets[c.rng.Intn(len(targets))]
+	if !converged && c.rng.Float64() < c.cfg.GossipDifferentViewProbability {
+		var unseen []UniqueAddress
+		for _, t := range targets {
+			if !c.gossip.seen[t] {
+				unseen = append(unseen, t)
+			}
+		}
+		if len(unseen) > 0 {
+			target = unseen[c.rng.Intn(len(unseen))]
+		}
+	}
+	if converged {
+		return []outbound{c.statusTo(target)}
+	}
+	return []outbound{c.gossipTo(target)}
+}
+
+// gossipToAll returns the state for every reachable member: what a member that left
+// sends before it stops, so that nobody waits for news of it.
+func (c *Core) gossipToAll() []outbound {
+	var out []outbound
+	for _, t := range c.gossipTargets() {
+		out = append(out, c.gossipTo(t))
+	}
+	return out
+}
+
+func (c *Core) gossipTo(to UniqueAddress) outbound {
+	w := c.gossip.wire()
+	return outbound{To: to, Msg: message{Kind: msgGossip, From: c.self(), Gossip: &w}, Reliable: true}
+}
+
+func (c *Core) statusTo(to UniqueAddress) outbound {
+	return outbound{To: to, Msg: message{Kind: msgGossipStatus, From: c.self(), Version: c.gossip.version, Seen: sortedSet(c.gossip.seen)}}
+}
+
+// Step handles a message from another member at now and returns the messages to send.
+func (c *Core) Step(now time.Time, m message) []outbound {
+	if c.exited || m.From == c.self() {
+		return nil
+	}
+	switch m.Kind {
+	case msgJoin:
+		return c.onJoin(now, m)
+	case msgWelcome, msgGossip:
+		if m.Gossip == nil {
+			return nil
+		}
+		g, err := m.Gossip.gossip()
+		if err != nil {
+			return nil
+		}
+		return c.onGossip(m.From, g, m.Kind == msgWelcome)
+	case msgGossipStatus:
+		return c.onStatus(m)
+	case msgHeartbeat:
+		if _, gone := c.gossip.tombstones[m.From]; gone {
+			// A removed member learns it is out from the state, not from silence alone.
+			return []outbound{c.gossipTo(m.From)}
+		}
+		return []outbound{{To: m.From, Msg: message{Kind: msgHeartbeatRsp, From: c.self(), Seq: m.Seq}}}
+	case msgHeartbeatRsp:
+		if d := c.detectors[m.From]; d != nil {
+			d.heartbeat(now)
+		}
+	}
+	return nil
+}
+
+func (c *Core) onJoin(now time.Time, m message) []outbound {
+	if !c.joined || m.Joiner == nil || m.Joiner.Node != m.From || m.From.UID == 0 {
+		return nil
+	}
+	joiner := *m.Joiner
+	if _, gone := c.gossip.tombstones[joiner.Node]; gone {
+		return nil // a removed incarnation never comes back
+	}
+	if cur, ok := c.gossip.members[joiner.Node]; ok {
+		if cur.Status == StatusDown {
+			return nil
+		}
+		// Already a member (a retried Join): welcome it again.
+		w := c.gossip.wire()
+		return []outbound{{To: joiner.Node, Msg: message{Kind: msgWelcome, From: c.self(), Gossip: &w}, Reliable: true}}
+	}
+	g := c.gossip.changed(c.self())
+	for _, old := range g.sortedMembers() {
+		if old.Node.Address == joiner.Node.Address && old.Node.UID != joiner.Node.UID && old.Status != StatusDown {
+			// A new incarnation on the same address: the old process is gone.
+			old.Status = StatusDown
+			g.members[old.Node] = old
+		}
+	}
+	joiner.Status, joiner.UpNumber = StatusJoining, 0
+	g.members[joiner.Node] = joiner
+	c.gossip = g
+	w := c.gossip.wire()
+	return []outbound{{To: joiner.Node, Msg: message{Kind: msgWelcome, From: c.self(), Gossip: &w}, Reliable: true}}
+}
+
+func (c *Core) onGossip(from UniqueAddress, remote Gossip, welcome bool) []outbound {
+	if !c.joined {
+		if _, ok := remote.members[c.self()]; !ok {
+			return nil // not (yet) a member: only a Welcome with self in it makes one
+		}
+		c.joined = true
+	}
+	c.gossip = c.gossip.Merge(remote).seenBy(c.self())
+	if _, ok := c.gossip.members[c.self()]; !ok {
+		if _, gone := c.gossip.tombstones[c.self()]; !gone {
+			// The sender's state lacks self (it never knew it): put self back.
+			g := c.gossip.changed(c.self())
+			g.members[c.self()] = c.selfMember()
+			c.gossip = g
+		}
+	}
+	c.checkSelf()
+	// Tell the sender what it lacks: our newer or merged state, or that we have seen.
+	switch {
+	case welcome || c.exited:
+		return nil
+	case c.gossip.version.Compare(remote.version) != Same:
+		return []outbound{c.gossipTo(from)}
+	case !remote.seen[c.self()]:
+		return []outbound{c.statusTo(from)}
+	}
+	return nil
+}
+
+func (c *Core) onStatus(m message) []outbound {
+	if !c.joined {
+		return nil
+	}
+	switch c.gossip.version.Compare(m.Version) {
+	case After, Concurrent:
+		return []outbound{c.gossipTo(m.From)}
+	case Before:
+		return []outbound{c.statusTo(m.From)} // the sender answers with its newer state
+	}
+	// Same version: unite the seen sets, and tell the sender if it lacks something.
+	remoteSeen := map[UniqueAddress]bool{}
+	for _, s := range m.Seen {
+		remoteSeen[s] = true
+	}
+	g := c.gossip
+	for s := range remoteSeen {
+		if _, ok := g.members[s]; ok && !g.seen[s] {
+			g = g.seenBy(s)
+		}
+	}
+	c.gossip = g.seenBy(c.self())
+	for s := range c.gossip.seen {
+		if !remoteSeen[s] {
+			return []outbound{c.statusTo(m.From)}
+		}
+	}
+	return nil
+}
+
+// Leave marks the member at address leaving (Akka's Cluster.leave). It returns false
+// if there is no such member, or it is already leaving or beyond.
+func (c *Core) Leave(address string) bool {
+	return c.setStatus(address, StatusLeaving, func(s MemberStatus) bool { return s == StatusJoining || s == StatusUp })
+}
+
+// ReadyToExit records that this member, leaving, has run its leave hooks: the leader
+// may now move it to exiting.
+func (c *Core) ReadyToExit() {
+	m, ok := c.gossip.members[c.self()]
+	if !ok || m.ReadyToExit {
+		return
+	}
+	g := c.gossip.changed(c.self())
+	m.ReadyToExit = true
+	g.members[c.self()] = m
+	c.gossip = g
+}
+
+// Down marks the member at address down (Akka's Cluster.down): the operator's decision.
+func (c *Core) Down(address string) bool {
+	return c.setStatus(address, StatusDown, func(s MemberStatus) bool { return s != StatusDown })
+}
+
+func (c *Core) setStatus(address string, to MemberStatus, allowed func(MemberStatus) bool) bool {
+	if !c.joined {
+		return false
+	}
+	for _, m := range c.gossip.sortedMembers() {
+		if m.Node.Address == address && allowed(m.Status) {
+			g := c.gossip.changed(c.self())
+			m.Status = to
+			g.members[m.Node] = m
+			c.gossip = g
+			return true
+		}
+	}
+	return false
+}
+
+// View is a core's picture of the cluster.
+type View struct {
+	Self      UniqueAddress `json:"self"`
+	Joined    bool          `json:"joined"`
+	Members   []Member      `json:"members"` // sorted by address, removed members excluded
+	Leader    UniqueAddress `json:"leader"`
+	HasLeader bool          `json:"has_leader"`
+	Converged bool          `json:"converged"`
+	// Exited is set when this member is out of the cluster (downed, removed or left),
+	// with the reason.
+	Exited     bool   `json:"exited"`
+	ExitReason string `json:"exit_reason,omitempty"`
+}
+
+// View returns the core's picture of the cluster.
+func (c *Core) View() View {
+	v := View{Self: c.self(), Joined: c.joined, Exited: c.exited, ExitReason: c.exitReason}
+	if !c.joined {
+		return v
+	}
+	v.Leader, v.HasLeader = c.gossip.leader(c.self())
+	v.Converged = c.gossip.converged(c.self())
+	for _, m := range c.gossip.sortedMembers() {
+		v.Members = append(v.Members, Member{
+			Address:       m.Node.Address,
+			UID:           m.Node.UID,
+			TransportAddr: m.TransportAddr,
+			APIAddr:       m.APIAddr,
+			Roles:         append([]string{}, m.Roles...),
+			Status:        m.Status,
+			UpNumber:      m.UpNumber,
+			Reachable:     m.Node == c.self() || c.gossip.isReachable(m.Node),
+			Leader:        v.HasLeader && m.Node == v.Leader,
+		})
+	}
+	sort.Slice(v.Members, func(i, j int) bool { return v.Members[i].Address < v.Members[j].Address })
+	return v
+}
+
+// gossipWire returns the state for memberlist's push-pull; false before joining.
+func (c *Core) gossipWire() (gossipWire, bool) {
+	if !c.joined {
+		return gossipWire{}, false
+	}
+	return c.gossip.wire(), true
+}

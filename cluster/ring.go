@@ -1,0 +1,68 @@
+package cluster
+
+import "sort"
+
+// heartbeatRing orders members on a ring by a hash of their unique address, the same on
+// every member (the spec: "the nodes to monitor are picked out of neighbors in a hashed
+// ordered node ring ... the order is the same on all nodes, which ensures full coverage").
+type heartbeatRing struct {
+	nodes []UniqueAddress // sorted by ringHash
+}
+
+func ringHash(u UniqueAddress) uint64 {
+	h := fnvOffset
+	for _, b := range []byte(u.String()) {
+		h ^= uint64(b)
+		h *= fnvPrime
+	}
+	return h
+}
+
+const (
+	fnvOffset uint64 = 14695981039346656037
+	fnvPrime  uint64 = 1099511628211
+)
+
+func newHeartbeatRing(nodes []UniqueAddress) heartbeatRing {
+	out := append([]UniqueAddress(nil), nodes...)
+	sort.Slice(out, func(i, j int) bool {
+		hi, hj := ringHash(out[i]), ringHash(out[j])
+		if hi != hj {
+			return hi < hj
+		}
+		return out[i].Less(out[j])
+	})
+	return heartbeatRing{nodes: out}
+}
+
+// receivers returns the members self monitors: the next k members after self on the
+// ring that are reachable, plus every unreachable member met on the way (so that they
+// are still watched and can become reachable again), as Akka's HeartbeatNodeRing does.
+func (r heartbeatRing) receivers(self UniqueAddress, k int, unreachable map[UniqueAddress]bool) []UniqueAddress {
+	start := -1
+	for i, n := range r.nodes {
+		if n == self {
+			start = i
+			break
+		}
+	}
+	var out []UniqueAddress
+	reachable := 0
+	for step := 1; step < len(r.nodes) && reachable < k; step++ {
+		i := step
+		if start >= 0 {
+			i = (start + step) % len(r.nodes)
+		} else {
+			i = step - 1
+		}
+		n := r.nodes[i]
+		if n == self {
+			continue
+		}
+		out = append(out, n)
+		if !unreachable[n] {
+			reachable++
+		}
+	}
+	return out
+}

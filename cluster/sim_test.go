@@ -1,0 +1,531 @@
+package cluster
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// sim runs membership cores on a simulated network with a simulated clock: no sockets,
+// no sleeps, the same result on every run.
+type sim struct {
+	t      *testing.T
+	now    time.Time
+	step   time.Duration
+	nodes  []*simNode
+	queue  []simMsg
+	cut    map[[2]string]bool
+	delay  map[string]func(now time.Time) time.Duration // extra latency of messages from an address
+	mutate func(*CoreConfig)
+}
+
+type simNode struct {
+	addr    string
+	core    *Core
+	crashed bool
+	paused  bool
+}
+
+type simMsg struct {
+	at       time.Time
+	from, to string
+	msg      message
+}
+
+func newSim(t *testing.T, mutate func(*CoreConfig)) *sim {
+	return &sim{t: t, now: time.Unix(1_800_000_000, 0), step: 100 * time.Millisecond,
+		cut: map[[2]string]bool{}, delay: map[string]func(time.Time) time.Duration{}, mutate: mutate}
+}
+
+// add starts a member at 10.0.0.N:7946 (N from 1) with the given seeds.
+func (s *sim) add(seeds ...string) *simNode {
+	s.t.Helper()
+	n := len(s.nodes) + 1
+	return s.addAt(fmt.Sprintf("10.0.0.%d:7946", n), UID(n), seeds...)
+}
+
+func (s *sim) addAt(addr string, uid UID, seeds ...string) *simNode {
+	s.t.Helper()
+	cfg := DefaultCoreConfig()
+	cfg.Self = UniqueAddress{Address: addr, UID: uid}
+	cfg.TransportAddr = addr
+	cfg.Seeds = seeds
+	cfg.RandomSeed = int64(uid)
+	if s.mutate != nil {
+		s.mutate(&cfg)
+	}
+	core, err := NewCore(cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	node := &simNode{addr: addr, core: core}
+	s.nodes = append(s.nodes, node)
+	return node
+}
+
+func (s *sim) node(addr string) *simNode {
+	for i := len(s.nodes) - 1; i >= 0; i-- {
+		if s.nodes[i].addr == addr && !s.nodes[i].crashed {
+			return s.nodes[i]
+		}
+	}
+	return nil
+}
+
+// partition cuts every link between the groups of addresses.
+func (s *sim) partition(a, b []*simNode) {
+	for _, x := range a {
+		for _, y := range b {
+			s.cut[pairKey(x.addr, y.addr)] = true
+		}
+	}
+}
+
+func (s *sim) heal() { s.cut = map[[2]string]bool{} }
+
+func (s *sim) send(from string, outs []outbound) {
+	for _, o := range outs {
+		// Every message goes through the wire encoding, as it would between processes.
+		b, err := cbor.Marshal(o.Msg)
+		if err != nil {
+			s.t.Fatalf("encoding %v: %v", o.Msg.Kind, err)
+		}
+		var m message
+		if err := gossipDecMode.Unmarshal(b, &m); err != nil {
+			s.t.Fatalf("decoding %v: %v", o.Msg.Kind, err)
+		}
+		latency := 10 * time.Millisecond
+		if d := s.delay[from]; d != nil {
+			latency += d(s.now)
+		}
+		s.queue = append(s.queue, simMsg{at: s.now.Add(latency), from: from, to: o.To.Address, msg: m})
+	}
+}
+
+// run advances the simulation by d: every member ticks every step, and messages arrive
+// after their latency unless the link is cut or the receiver is down.
+func (s *sim) run(d time.Duration) {
+	end := s.now.Add(d)
+	for s.now.Before(end) {
+		s.now = s.now.Add(s.step)
+		for _, n := range s.nodes {
+			if !n.crashed && !n.paused {
+				s.send(n.addr, n.core.Tick(s.now))
+			}
+		}
+		for {
+			var due, later []simMsg
+			for _, m := range s.queue {
+				if !m.at.After(s.now) {
+					due = append(due, m)
+				} else {
+					later = append(later, m)
+				}
+			}
+			s.queue = later
+			if len(due) == 0 {
+				break
+			}
+			for _, m := range due {
+				to := s.node(m.to)
+				if to == nil || to.paused || s.cut[pairKey(m.from, m.to)] {
+					continue
+				}
+				s.send(to.addr, to.core.Step(s.now, m.msg))
+			}
+		}
+	}
+}
+
+// until runs until cond holds, failing after limit; it returns the simulated time taken.
+func (s *sim) until(limit time.Duration, what string, cond func() bool) time.Duration {
+	s.t.Helper()
+	start := s.now
+	for !cond() {
+		if s.now.Sub(start) > limit {
+			s.t.Fatalf("after %v of simulated time, not %s:\n%s", limit, what, s.describe())
+		}
+		s.run(s.step)
+	}
+	return s.now.Sub(start)
+}
+
+func (s *sim) live() []*simNode {
+	var out []*simNode
+	for _, n := range s.nodes {
+		if !n.crashed && !n.core.View().Exited {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// allSee reports whether every live member in nodes has converged on exactly the
+// members in want, all with status.
+func (s *sim) allSee(nodes []*simNode, status MemberStatus, want ...*simNode) bool {
+	for _, n := range nodes {
+		v := n.core.View()
+		if !v.Converged || len(v.Members) != len(want) {
+			return false
+		}
+		for _, m := range v.Members {
+			if m.Status != status || !m.Reachable {
+				return false
+			}
+			found := false
+			for _, w := range want {
+				if w.core.self() == m.Node() {
+					found = true
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *sim) describe() string {
+	var b strings.Builder
+	for _, n := range s.nodes {
+		state := ""
+		switch {
+		case n.crashed:
+			state = " (crashed)"
+		case n.paused:
+			state = " (paused)"
+		}
+		v := n.core.View()
+		fmt.Fprintf(&b, "  %s%s: leader=%s converged=%v exited=%q %s\n", n.addr, state, v.Leader.Address, v.Converged, v.ExitReason, n.core.gossip)
+	}
+	return b.String()
+}
+
+// startCluster adds n members, the first starting the cluster and the others joining
+// it, and waits until all are up and converged.
+func (s *sim) startCluster(n int) []*simNode {
+	s.t.Helper()
+	first := s.add()
+	nodes := []*simNode{first}
+	for i := 1; i < n; i++ {
+		nodes = append(nodes, s.add(first.addr))
+	}
+	s.until(30*time.Second, "all up", func() bool { return s.allSee(nodes, StatusUp, nodes...) })
+	return nodes
+}
+
+func leaders(nodes []*simNode) []string {
+	set := map[string]bool{}
+	for _, n := range nodes {
+		v := n.core.View()
+		set[v.Leader.String()] = true
+	}
+	var out []string
+	for l := range set {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestSimFiveMembersJoinAndConverge(t *testing.T) {
+	s := newSim(t, nil)
+	first := s.add()
+	nodes := []*simNode{first}
+	for i := 1; i < 5; i++ {
+		nodes = append(nodes, s.add(first.addr))
+	}
+	took := s.until(30*time.Second, "5 up members", func() bool { return s.allSee(nodes, StatusUp, nodes...) })
+	t.Logf("5 members up and converged after %v of simulated time", took)
+	if l := leaders(nodes); len(l) != 1 || l[0] != first.core.self().String() {
+		t.Fatalf("leaders %v, want only %s", l, first.core.self())
+	}
+	// Up-numbers are distinct and the first member is the oldest.
+	ups := map[int]bool{}
+	for _, m := range nodes[2].core.View().Members {
+		if ups[m.UpNumber] || m.UpNumber == 0 {
+			t.Fatalf("up-numbers %v", nodes[2].core.View().Members)
+		}
+		ups[m.UpNumber] = true
+	}
+	oldest, _ := Oldest(nodes[4].core.View().Members)
+	if oldest.Node() != first.core.self() {
+		t.Fatalf("oldest %v", oldest)
+	}
+}
+
+func TestSimMinMembersHoldsJoiningMembers(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.MinMembers = 3 })
+	a := s.add()
+	b := s.add(a.addr)
+	s.run(10 * time.Second)
+	for _, m := range b.core.View().Members {
+		if m.Status != StatusJoining {
+			t.Fatalf("with 2 of 3 members, %s is %s", m.Address, m.Status)
+		}
+	}
+	c := s.add(a.addr)
+	s.until(20*time.Second, "3 up", func() bool { return s.allSee([]*simNode{a, b, c}, StatusUp, a, b, c) })
+}
+
+func TestSimGracefulLeave(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(4)
+	leaver := nodes[2]
+	if !nodes[0].core.Leave(leaver.addr) {
+		t.Fatal("leave refused")
+	}
+	rest := []*simNode{nodes[0], nodes[1], nodes[3]}
+	s.until(20*time.Second, "the leaver removed", func() bool { return s.allSee(rest, StatusUp, rest...) })
+	if v := leaver.core.View(); !v.Exited || !strings.Contains(v.ExitReason, "left") && !strings.Contains(v.ExitReason, "removed") {
+		t.Fatalf("leaver: exited=%v %q", v.Exited, v.ExitReason)
+	}
+}
+
+func TestSimLeaderLeaves(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(3)
+	nodes[0].core.Leave(nodes[0].addr)
+	rest := nodes[1:]
+	s.until(30*time.Second, "the old leader removed", func() bool { return s.allSee(rest, StatusUp, rest...) })
+	if l := leaders(rest); len(l) != 1 || l[0] != nodes[1].core.self().String() {
+		t.Fatalf("leaders %v", l)
+	}
+}
+
+func TestSimCrashIsUnreachableThenDownedThenRemoved(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(5)
+	victim := nodes[3]
+	victim.crashed = true
+	rest := []*simNode{nodes[0], nodes[1], nodes[2], nodes[4]}
+	unreachable := s.until(20*time.Second, "unreachable on all", func() bool {
+		for _, n := range rest {
+			for _, m := range n.core.View().Members {
+				if m.Node() == victim.core.self() && m.Reachable {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// Never downed before the resolver's stable period.
+	for _, n := range rest {
+		for _, m := range n.core.View().Members {
+			if m.Node() == victim.core.self() && m.Status == StatusDown {
+				t.Fatal("downed before stable-after")
+			}
+		}
+	}
+	removed := s.until(30*time.Second, "removed", func() bool { return s.allSee(rest, StatusUp, rest...) })
+	t.Logf("crash → unreachable on all: %v; → removed: %v more (simulated)", unreachable, removed)
+}
+
+func TestSimSlowMemberStaysReachable(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(3)
+	// Every seventh second the slow member stalls for 3.5 s (a GC pause, a busy
+	// network): phi rises far above its calm level but stays under 8, thanks to the
+	// acceptable pause of 3 s.
+	s.delay[nodes[2].addr] = func(now time.Time) time.Duration {
+		phase := time.Duration(now.UnixNano() % int64(7*time.Second))
+		if phase < 3500*time.Millisecond {
+			return 3500*time.Millisecond - phase // held until the stall ends
+		}
+		return 0
+	}
+	maxPhi := 0.0
+	for i := 0; i < 600; i++ {
+		s.run(100 * time.Millisecond)
+		for _, n := range nodes[:2] {
+			if d := n.core.detectors[nodes[2].core.self()]; d != nil {
+				maxPhi = max(maxPhi, d.phi(s.now))
+			}
+		}
+	}
+	t.Logf("highest phi of the slow member: %.2f", maxPhi)
+	if maxPhi < 0.5 {
+		t.Fatalf("phi never rose (%.2f): the delays did not reach the detector", maxPhi)
+	}
+	for _, n := range nodes {
+		for _, m := range n.core.View().Members {
+			if !m.Reachable || m.Status != StatusUp {
+				t.Fatalf("%s sees %s %s reachable=%v", n.addr, m.Address, m.Status, m.Reachable)
+			}
+		}
+	}
+}
+
+func TestSimPartitionHealedBeforeStableAfterDownsNobody(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.SBRStableAfter = 20 * time.Second })
+	nodes := s.startCluster(4)
+	s.partition(nodes[:2], nodes[2:])
+	s.until(20*time.Second, "unreachability seen", func() bool {
+		for _, m := range nodes[0].core.View().Members {
+			if !m.Reachable {
+				return true
+			}
+		}
+		return false
+	})
+	s.heal()
+	s.until(20*time.Second, "all reachable and converged again", func() bool { return s.allSee(nodes, StatusUp, nodes...) })
+}
+
+// checkOneSideSurvives partitions a cluster into sides and checks that, once the
+// resolver has acted, the members of at most one side keep running and that side
+// converges on itself.
+func checkOneSideSurvives(t *testing.T, s *sim, sides [][]*simNode, wantSurvivor int) {
+	t.Helper()
+	for i := range sides {
+		for j := i + 1; j < len(sides); j++ {
+			s.partition(sides[i], sides[j])
+		}
+	}
+	s.run(40 * time.Second)
+	running := -1
+	for i, side := range sides {
+		alive := 0
+		for _, n := range side {
+			if !n.core.View().Exited {
+				alive++
+			}
+		}
+		if alive > 0 {
+			if running >= 0 {
+				t.Fatalf("sides %d and %d both keep running:\n%s", running, i, s.describe())
+			}
+			running = i
+			if alive != len(side) {
+				t.Fatalf("side %d is half running:\n%s", i, s.describe())
+			}
+		}
+	}
+	if running != wantSurvivor {
+		t.Fatalf("side %d survived, want %d:\n%s", running, wantSurvivor, s.describe())
+	}
+	if running >= 0 {
+		side := sides[running]
+		s.until(20*time.Second, "the survivors converge", func() bool { return s.allSee(side, StatusUp, side...) })
+	}
+	// After healing, the downed side stays out.
+	s.heal()
+	s.run(10 * time.Second)
+	for i, side := range sides {
+		for _, n := range side {
+			if i != running && !n.core.View().Exited {
+				t.Fatalf("%s came back after healing", n.addr)
+			}
+		}
+	}
+}
+
+func TestSimSplitBrainKeepMajority(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(5)
+	checkOneSideSurvives(t, s, [][]*simNode{nodes[:2], nodes[2:]}, 1)
+}
+
+func TestSimSplitBrainKeepMajorityTieGoesToLowestAddress(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(4)
+	checkOneSideSurvives(t, s, [][]*simNode{{nodes[1], nodes[2]}, {nodes[0], nodes[3]}}, 1)
+}
+
+func TestSimSplitBrainStaticQuorum(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.SBRStrategy, c.SBRQuorumSize = StaticQuorum, 3 })
+	nodes := s.startCluster(5)
+	checkOneSideSurvives(t, s, [][]*simNode{nodes[:3], nodes[3:]}, 0)
+}
+
+func TestSimSplitBrainStaticQuorumNoSideHasIt(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.SBRStrategy, c.SBRQuorumSize = StaticQuorum, 3 })
+	nodes := s.startCluster(4)
+	checkOneSideSurvives(t, s, [][]*simNode{nodes[:2], nodes[2:]}, -1)
+}
+
+func TestSimSplitBrainKeepOldest(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.SBRStrategy = KeepOldest })
+	nodes := s.startCluster(5)
+	// The oldest (the first) is on the smaller side with another member: that side wins.
+	checkOneSideSurvives(t, s, [][]*simNode{{nodes[0], nodes[1]}, nodes[2:]}, 0)
+}
+
+func TestSimSplitBrainKeepOldestDownIfAlone(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.SBRStrategy = KeepOldest })
+	nodes := s.startCluster(4)
+	checkOneSideSurvives(t, s, [][]*simNode{{nodes[0]}, nodes[1:]}, 1)
+}
+
+func TestSimSplitBrainDownAll(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.SBRStrategy = DownAll })
+	nodes := s.startCluster(4)
+	checkOneSideSurvives(t, s, [][]*simNode{nodes[:3], nodes[3:]}, -1)
+}
+
+func TestSimPausedMemberComesBackAfterBeingRemoved(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(3)
+	nodes[2].paused = true
+	rest := nodes[:2]
+	s.until(30*time.Second, "the paused member removed", func() bool { return s.allSee(rest, StatusUp, rest...) })
+	nodes[2].paused = false
+	s.until(20*time.Second, "the paused member to learn it is out", func() bool { return nodes[2].core.View().Exited })
+	s.run(5 * time.Second)
+	if !s.allSee(rest, StatusUp, rest...) {
+		t.Fatalf("the others were disturbed:\n%s", s.describe())
+	}
+}
+
+func TestSimRestartedProcessIsANewMember(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(3)
+	old := nodes[2]
+	old.crashed = true
+	restarted := s.addAt(old.addr, 99, nodes[0].addr)
+	want := []*simNode{nodes[0], nodes[1], restarted}
+	s.until(30*time.Second, "the new incarnation up, the old one gone", func() bool { return s.allSee(want, StatusUp, want...) })
+	// The old UID can never come back.
+	oldJoin := old.core.selfMember()
+	outs := nodes[0].core.Step(s.now, message{Kind: msgJoin, From: old.core.self(), Joiner: &oldJoin})
+	if len(outs) != 0 {
+		t.Fatalf("a removed UID was welcomed: %v", outs)
+	}
+}
+
+func TestSimOperatorDown(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(3)
+	if !nodes[1].core.Down(nodes[2].addr) {
+		t.Fatal("down refused")
+	}
+	rest := nodes[:2]
+	s.until(20*time.Second, "the downed member removed", func() bool { return s.allSee(rest, StatusUp, rest...) })
+	s.until(10*time.Second, "the downed member to learn it", func() bool { return nodes[2].core.View().Exited })
+	if v := nodes[2].core.View(); !strings.Contains(v.ExitReason, "down") && !strings.Contains(v.ExitReason, "removed") {
+		t.Fatalf("downed member: %v %q", v.Exited, v.ExitReason)
+	}
+}
+
+func TestSimNoLeaderActionsWithoutConvergence(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) { c.SBRStableAfter = time.Hour })
+	nodes := s.startCluster(3)
+	nodes[2].crashed = true
+	s.run(10 * time.Second) // now unreachable: no convergence
+	joiner := s.add(nodes[0].addr)
+	s.run(20 * time.Second)
+	for _, m := range nodes[0].core.View().Members {
+		if m.Node() == joiner.core.self() && m.Status != StatusJoining {
+			t.Fatalf("a member became %s without convergence", m.Status)
+		}
+	}
+	// An operator downs the crashed member: convergence returns, the joiner comes up.
+	nodes[0].core.Down(nodes[2].addr)
+	want := []*simNode{nodes[0], nodes[1], joiner}
+	s.until(30*time.Second, "the joiner up", func() bool { return s.allSee(want, StatusUp, want...) })
+}
