@@ -75,8 +75,27 @@ func freePorts(t *testing.T, n int) []int {
 type host struct {
 	bind, api string
 	cmd       *exec.Cmd
-	log       *bytes.Buffer
+	log       *lockedBuffer
 	done      chan error
+}
+
+// lockedBuffer is the log of a running process: written by the process's output
+// copier, read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startHost(t *testing.T, join string, extra ...string) *host {
@@ -85,7 +104,7 @@ func startHost(t *testing.T, join string, extra ...string) *host {
 	h := &host{
 		bind: fmt.Sprintf("127.0.0.1:%d", p[0]),
 		api:  fmt.Sprintf("127.0.0.1:%d", p[2]),
-		log:  &bytes.Buffer{},
+		log:  &lockedBuffer{},
 		done: make(chan error, 1),
 	}
 	args := []string{"start", "--bind", h.bind, "--transport", fmt.Sprintf("127.0.0.1:%d", p[1]), "--api", h.api,

@@ -107,6 +107,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	var bind, api, transport, dataDir string
 	var join []string
 	var rejoin bool
+	var joinTimeout time.Duration
 	var nf nodeFlags
 	cmd := &cobra.Command{
 		Use:   "start --bind HOST:PORT --api HOST:PORT [--transport HOST:PORT] [--join HOST:PORT,...] [--data-dir DIR]",
@@ -122,6 +123,7 @@ func newStartCommand(g *globals) *cobra.Command {
 				return err
 			}
 			cfg.BindAddr, cfg.APIAddr, cfg.TransportAddr, cfg.Join = bind, api, transport, join
+			cfg.JoinTimeout = joinTimeout
 			cfg.DataDir = dataDir
 			if cfg.DataDir == "" {
 				cfg.DataDir = filepath.Join(".shardhost", "node-"+strings.NewReplacer(":", "-", "[", "", "]", "").Replace(bind))
@@ -171,6 +173,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&transport, "transport", "", "node-to-node address, HOST:PORT (default: the bind port + 1)")
 	cmd.Flags().StringSliceVar(&join, "join", nil, "gossip addresses of members to join, HOST:PORT,... (none: start a new cluster)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for modules and the compilation cache (default .shardhost/node-HOST-PORT)")
+	cmd.Flags().DurationVar(&joinTimeout, "join-timeout", host.DefaultConfig().JoinTimeout, "how long to try the --join seeds before giving up")
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
 	return cmd
