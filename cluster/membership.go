@@ -363,11 +363,16 @@ func (m *Membership) run(core *Core) {
 	tick := time.NewTicker(m.cfg.TickInterval)
 	defer tick.Stop()
 	prev := View{Self: m.self}
+	var lastVersion VectorClock
 	publish := func() {
 		v := core.View()
 		m.view.Store(&v)
 		if w, ok := core.gossipWire(); ok {
 			m.wire.Store(&w)
+			if w.Version.Compare(lastVersion) != Same {
+				lastVersion = w.Version
+				m.broadcastChange(w)
+			}
 		}
 		m.publishDiff(prev, v)
 		prev = v
@@ -392,6 +397,25 @@ func (m *Membership) run(core *Core) {
 		publish()
 	}
 }
+
+// broadcastChange queues a changed state on memberlist's broadcast queue, which
+// piggybacks it on memberlist's own gossip to a few members per round (retransmitted
+// log(N) times). A state too large for a datagram is left to the gossip rounds.
+func (m *Membership) broadcastChange(w gossipWire) {
+	state, err := cbor.Marshal(w)
+	if err != nil || len(state) > maxBroadcastState {
+		return
+	}
+	b, err := encodeUserMsg(userMsgState, namedState{Name: membershipState, State: state})
+	if err != nil {
+		return
+	}
+	m.queue.QueueBroadcast(&broadcast{name: membershipState, msg: b})
+}
+
+// maxBroadcastState is the largest membership state sent as a broadcast, in bytes:
+// memberlist's datagrams are about 1400 bytes.
+const maxBroadcastState = 1200
 
 // maintainGossipPeers keeps memberlist's own member list (which carries push-pull and
 // broadcasts) in step with the cluster: members memberlist lost, for instance after a
@@ -860,6 +884,16 @@ func (d *delegate) NotifyMsg(b []byte) {
 		var ns namedState
 		if err := gossipDecMode.Unmarshal(b[1:], &ns); err != nil {
 			m.log.Debug("dropping a malformed state broadcast", "err", err)
+			return
+		}
+		if ns.Name == membershipState {
+			var w gossipWire
+			if err := gossipDecMode.Unmarshal(ns.State, &w); err == nil {
+				select {
+				case m.inbox <- message{Kind: msgGossip, Gossip: &w}:
+				default:
+				}
+			}
 			return
 		}
 		m.statesMu.Lock()
