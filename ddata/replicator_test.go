@@ -1,0 +1,530 @@
+package ddata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/cluster"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// replNode is one member with a replicator.
+type replNode struct {
+	m     *cluster.Membership
+	msgr  *cluster.Messenger
+	r     *Replicator
+	store DurableStore
+	down  bool
+}
+
+type replCluster struct {
+	t      *testing.T
+	gossip *cluster.InmemGossipNetwork
+	net    *cluster.InmemNetwork
+	nodes  []*replNode
+	mutate func(*ReplicatorConfig)
+	next   int
+}
+
+func newReplCluster(t *testing.T, n int, mutate func(*ReplicatorConfig)) *replCluster {
+	t.Helper()
+	rc := &replCluster{t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), mutate: mutate}
+	for i := 0; i < n; i++ {
+		rc.add(nil)
+	}
+	rc.waitUp()
+	t.Cleanup(rc.stopAll)
+	return rc
+}
+
+// add starts a member (joining the first live one) with an optional durable store.
+func (rc *replCluster) add(store DurableStore) *replNode {
+	rc.t.Helper()
+	i := rc.next
+	rc.next++
+	addr := fmt.Sprintf("t-%d", i)
+	msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
+		return rc.net.NewTransport(addr, h)
+	}, quietLog)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	mc := cluster.DefaultMembershipConfig()
+	mc.Transport = rc.gossip.NewTransport()
+	mc.TransportAddr = addr
+	mc.Profile = "local"
+	mc.Lifecycle = cluster.DefaultLocalCoreConfig()
+	mc.Logger = quietLog
+	for _, n := range rc.nodes {
+		if !n.down {
+			mc.Seeds = []string{n.m.Self().Address}
+			break
+		}
+	}
+	m, err := cluster.NewMembership(mc)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	cfg := DefaultReplicatorConfig()
+	cfg.Membership, cfg.Messenger, cfg.Logger = m, msgr, quietLog
+	cfg.GossipInterval = 100 * time.Millisecond
+	cfg.DeltaPropagationInterval = 50 * time.Millisecond
+	cfg.NotifySubscribersInterval = 50 * time.Millisecond
+	if store != nil {
+		cfg.Store, cfg.DurableKeys = store, []string{"durable-*"}
+	}
+	if rc.mutate != nil {
+		rc.mutate(&cfg)
+	}
+	r, err := NewReplicator(cfg)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	node := &replNode{m: m, msgr: msgr, r: r, store: store}
+	rc.nodes = append(rc.nodes, node)
+	return node
+}
+
+func (rc *replCluster) live() []*replNode {
+	var out []*replNode
+	for _, n := range rc.nodes {
+		if !n.down {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (rc *replCluster) waitUp() {
+	rc.t.Helper()
+	live := rc.live()
+	eventually(rc.t, 15*time.Second, "every member up", func() bool {
+		for _, n := range live {
+			v := n.m.View()
+			up := 0
+			for _, m := range v.Members {
+				if m.Status == cluster.StatusUp && m.Reachable {
+					up++
+				}
+			}
+			if !v.Converged || up != len(live) || len(v.Members) != len(live) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// kill stops a member abruptly: the others see it unreachable, then downed.
+func (rc *replCluster) kill(n *replNode) {
+	n.down = true
+	n.r.Close()
+	n.m.Shutdown()
+	n.msgr.Close()
+}
+
+func (rc *replCluster) stopAll() {
+	for _, n := range rc.nodes {
+		if !n.down {
+			rc.kill(n)
+		}
+	}
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func incr(node NodeID, n int64) func(ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+	return func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+		c, ok := d.(PNCounter)
+		if !ok {
+			return nil, nil, fmt.Errorf("not a PNCounter: %T", d)
+		}
+		next, delta := c.Add(node, n)
+		return next, delta, nil
+	}
+}
+
+func countOf(t *testing.T, d ReplicatedData) int64 {
+	t.Helper()
+	c, ok := d.(PNCounter)
+	if !ok {
+		t.Fatalf("%T is not a PNCounter", d)
+	}
+	return c.Count().Int64()
+}
+
+func TestReplicatorWriteLocalSpreadsByDeltasAndGossip(t *testing.T) {
+	rc := newReplCluster(t, 3, nil)
+	a := rc.nodes[0]
+	for i := 0; i < 10; i++ {
+		if _, err := a.r.Update(ctxT(t), "counter-1", PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// You read your own writes at once.
+	if d, err := a.r.Get(ctxT(t), "counter-1", ReadLocal()); err != nil || countOf(t, d) != 10 {
+		t.Fatalf("own read: %v %v", d, err)
+	}
+	for _, n := range rc.nodes[1:] {
+		eventually(t, 5*time.Second, "the counter everywhere", func() bool {
+			d, err := n.r.Get(ctxT(t), "counter-1", ReadLocal())
+			return err == nil && countOf(t, d) == 10
+		})
+	}
+}
+
+func TestReplicatorSpreadsByGossipAloneWithoutDeltas(t *testing.T) {
+	rc := newReplCluster(t, 3, func(c *ReplicatorConfig) { c.DeltaEnabled = false })
+	a := rc.nodes[0]
+	a.r.Update(ctxT(t), "k", GSet{}, WriteLocal(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+		s, delta := d.(GSet).Add("x")
+		return s, delta, nil
+	})
+	for _, n := range rc.nodes[1:] {
+		eventually(t, 5*time.Second, "the set by gossip", func() bool {
+			d, err := n.r.Get(ctxT(t), "k", ReadLocal())
+			return err == nil && d.(GSet).Contains("x")
+		})
+	}
+}
+
+func TestReplicatorMajorityWriteThenMajorityReadWithOneMemberDown(t *testing.T) {
+	rc := newReplCluster(t, 3, nil)
+	rc.kill(rc.nodes[2])
+	a, b := rc.nodes[0], rc.nodes[1]
+	for i := 1; i <= 20; i++ {
+		writer, reader := a, b
+		if i%2 == 0 {
+			writer, reader = b, a
+		}
+		if _, err := writer.r.Update(ctxT(t), "c", PNCounter{}, WriteMajority(0), incr(writer.r.SelfNodeID(), 1)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		d, err := reader.r.Get(ctxT(t), "c", ReadMajority(0))
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if got := countOf(t, d); got != int64(i) {
+			t.Fatalf("after %d acknowledged majority writes a majority read gives %d", i, got)
+		}
+	}
+}
+
+func TestReplicatorWriteAllWithAMemberDownTimesOutButStandsLocally(t *testing.T) {
+	rc := newReplCluster(t, 3, nil)
+	rc.kill(rc.nodes[2])
+	a := rc.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := a.r.Update(ctx, "c", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 5))
+	if !errors.Is(err, ErrUpdateTimeout) {
+		t.Fatalf("write all with a member down: %v", err)
+	}
+	if d, err := a.r.Get(ctxT(t), "c", ReadLocal()); err != nil || countOf(t, d) != 5 {
+		t.Fatalf("the update does not stand locally: %v %v", d, err)
+	}
+	// ReadAll fails the same way; ReadLocal never does.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	if _, err := a.r.Get(ctx2, "c", ReadAll()); !errors.Is(err, ErrGetFailure) {
+		t.Fatalf("read all with a member down: %v", err)
+	}
+	for i := 0; i < 50; i++ {
+		if _, err := rc.nodes[1].r.Get(context.Background(), "c", ReadLocal()); err != nil && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("read local failed: %v", err)
+		}
+	}
+}
+
+func TestReplicatorDeleteIsFinalEverywhere(t *testing.T) {
+	rc := newReplCluster(t, 3, nil)
+	a, b := rc.nodes[0], rc.nodes[1]
+	sub := b.r.Subscribe("gone", 8)
+	defer sub.Close()
+	a.r.Update(ctxT(t), "gone", Flag{}, WriteAll(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+		f, delta := d.(Flag).SwitchOn()
+		return f, delta, nil
+	})
+	if err := a.r.Delete(ctxT(t), "gone", WriteMajority(0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range rc.nodes {
+		eventually(t, 5*time.Second, "the tombstone", func() bool {
+			_, err := n.r.Get(ctxT(t), "gone", ReadLocal())
+			return errors.Is(err, ErrDataDeleted)
+		})
+		if _, err := n.r.Update(ctxT(t), "gone", Flag{}, WriteLocal(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+			return d, nil, nil
+		}); !errors.Is(err, ErrDataDeleted) {
+			t.Fatalf("update after delete: %v", err)
+		}
+		if err := n.r.Delete(ctxT(t), "gone", WriteLocal()); !errors.Is(err, ErrDataDeleted) {
+			t.Fatalf("delete after delete: %v", err)
+		}
+	}
+	eventually(t, 5*time.Second, "a Deleted notification", func() bool {
+		for {
+			select {
+			case c := <-sub.C:
+				if c.Deleted {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+}
+
+func TestReplicatorSubscribeToPrefix(t *testing.T) {
+	rc := newReplCluster(t, 2, nil)
+	a, b := rc.nodes[0], rc.nodes[1]
+	sub := b.r.Subscribe("counter-*", 64)
+	defer sub.Close()
+	for _, key := range []string{"counter-a", "counter-b", "other"} {
+		a.r.Update(ctxT(t), key, PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), 3))
+	}
+	got := map[string]int64{}
+	eventually(t, 5*time.Second, "both counters notified", func() bool {
+		for {
+			select {
+			case c := <-sub.C:
+				if c.Data != nil {
+					got[c.Key] = countOf(t, c.Data)
+				}
+			default:
+				return got["counter-a"] == 3 && got["counter-b"] == 3
+			}
+		}
+	})
+	if _, ok := got["other"]; ok {
+		t.Fatal("notified of a key outside the prefix")
+	}
+}
+
+func TestReplicatorRefusesATypeChangeAndKeepsTheValue(t *testing.T) {
+	rc := newReplCluster(t, 1, nil)
+	a := rc.nodes[0]
+	a.r.Update(ctxT(t), "k", PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), 7))
+	_, err := a.r.Update(ctxT(t), "k", GSet{}, WriteLocal(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+		return GSet{}, nil, nil
+	})
+	if !errors.Is(err, ErrTypeMismatch) {
+		t.Fatalf("type change: %v", err)
+	}
+	_, err = a.r.Update(ctxT(t), "k", PNCounter{}, WriteLocal(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+		return nil, nil, errors.New("no thanks")
+	})
+	if !errors.Is(err, ErrModifyFailure) {
+		t.Fatalf("modify failure: %v", err)
+	}
+	if d, _ := a.r.Get(ctxT(t), "k", ReadLocal()); countOf(t, d) != 7 {
+		t.Fatalf("value changed to %v", d.Value())
+	}
+	if _, err := a.r.Get(ctxT(t), "missing", ReadLocal()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing key: %v", err)
+	}
+}
+
+func TestReplicatorIgnoresMalformedInputFromPeers(t *testing.T) {
+	rc := newReplCluster(t, 2, nil)
+	a, b := rc.nodes[0], rc.nodes[1]
+	a.r.Update(ctxT(t), "k", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 4))
+	addr := a.m.Self().TransportAddr
+	garbage := [][]byte{nil, []byte("garbage"), {0xa1, 0x01, 0x02}}
+	for _, topic := range []string{topicStatus, topicGossip, topicDelta} {
+		for _, g := range garbage {
+			b.msgr.Tell(addr, topic, g)
+		}
+	}
+	for _, topic := range []string{topicWrite, topicRead} {
+		for _, g := range garbage {
+			if _, err := b.msgr.Request(ctxT(t), addr, topic, g); err == nil {
+				t.Errorf("%s accepted %q", topic, g)
+			}
+		}
+	}
+	// A write carrying another type for the key is refused and changes nothing.
+	other, _ := GSet{}.Add("x")
+	env, _ := envelope{data: other}.encode()
+	wbody, _ := encMode.Marshal(writeMsg{Key: "k", Envelope: env})
+	if _, err := b.msgr.Request(ctxT(t), addr, topicWrite, wbody); err == nil {
+		t.Error("a write of another type was acknowledged")
+	}
+	// A delta of another type is dropped.
+	dd, _ := Encode(other)
+	dbody, _ := encMode.Marshal(deltaMsg{From: "x", Entries: []deltaEntry{{Key: "k", FromSeq: 1, ToSeq: 1, Data: dd}}})
+	b.msgr.Tell(addr, topicDelta, dbody)
+	time.Sleep(200 * time.Millisecond)
+	if d, err := a.r.Get(ctxT(t), "k", ReadLocal()); err != nil || countOf(t, d) != 4 {
+		t.Fatalf("value after malformed input: %v %v", d, err)
+	}
+}
+
+func TestReplicatorJoiningMemberReceivesEverythingInChunks(t *testing.T) {
+	rc := newReplCluster(t, 2, func(c *ReplicatorConfig) { c.MaxDeltaElements = 10 })
+	a := rc.nodes[0]
+	for i := 0; i < 95; i++ {
+		key := "k" + strconv.Itoa(i)
+		a.r.Update(ctxT(t), key, PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), int64(i)))
+	}
+	late := rc.add(nil)
+	rc.waitUp()
+	eventually(t, 15*time.Second, "all 95 keys on the joining member", func() bool {
+		return len(late.r.Keys()) == 95
+	})
+	for i := 0; i < 95; i++ {
+		d, err := late.r.Get(ctxT(t), "k"+strconv.Itoa(i), ReadLocal())
+		if err != nil || countOf(t, d) != int64(i) {
+			t.Fatalf("k%d on the joining member: %v %v", i, d, err)
+		}
+	}
+}
+
+func TestReplicatorPrunesARemovedMembersData(t *testing.T) {
+	rc := newReplCluster(t, 3, func(c *ReplicatorConfig) {
+		c.PruningInterval = 100 * time.Millisecond
+		c.MaxPruningDissemination = 500 * time.Millisecond
+	})
+	victim := rc.nodes[2]
+	gone := victim.r.SelfNodeID()
+	for _, n := range rc.nodes {
+		n.r.Update(ctxT(t), "g", GCounter{}, WriteAll(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+			c, delta := d.(GCounter).Increment(n.r.SelfNodeID(), 10)
+			return c, delta, nil
+		})
+	}
+	rc.kill(victim)
+	rc.waitUp() // downed and removed
+	for _, n := range rc.live() {
+		eventually(t, 15*time.Second, "the removed member's data pruned", func() bool {
+			d, err := n.r.Get(ctxT(t), "g", ReadLocal())
+			if err != nil {
+				return false
+			}
+			c := d.(GCounter)
+			for _, m := range c.ModifiedByNodes() {
+				if m == gone {
+					return false
+				}
+			}
+			return c.Count().Cmp(big.NewInt(30)) == 0
+		})
+	}
+}
+
+func TestReplicatorExpiresInactiveKeys(t *testing.T) {
+	rc := newReplCluster(t, 2, func(c *ReplicatorConfig) {
+		c.Expiry = []ExpiryRule{{Pattern: "cache-*", After: 300 * time.Millisecond}}
+	})
+	a := rc.nodes[0]
+	sub := a.r.Subscribe("cache-*", 8)
+	defer sub.Close()
+	a.r.Update(ctxT(t), "cache-1", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 1))
+	a.r.Update(ctxT(t), "keep", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 1))
+	for _, n := range rc.nodes {
+		eventually(t, 5*time.Second, "the key expired", func() bool {
+			_, err := n.r.Get(ctxT(t), "cache-1", ReadLocal())
+			if err == nil {
+				n.r.mu.Lock() // reading refreshed it locally: undo for the test
+				n.r.lastAccess["cache-1"] = time.Time{}
+				n.r.mu.Unlock()
+			}
+			return errors.Is(err, ErrNotFound)
+		})
+	}
+	if _, err := a.r.Get(ctxT(t), "keep", ReadLocal()); err != nil {
+		t.Fatalf("a key without a rule expired: %v", err)
+	}
+	eventually(t, 5*time.Second, "an Expired notification", func() bool {
+		for {
+			select {
+			case c := <-sub.C:
+				if c.Expired {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	// An expired key can be used again.
+	if _, err := a.r.Update(ctxT(t), "cache-1", PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), 2)); err != nil {
+		t.Fatalf("reuse after expiry: %v", err)
+	}
+}
+
+func TestReplicatorConvergesUnderConcurrentUpdatesAndPartitions(t *testing.T) {
+	rc := newReplCluster(t, 3, nil)
+	var wg sync.WaitGroup
+	for i, n := range rc.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 50; k++ {
+				n.r.Update(context.Background(), "s", ORSet{}, WriteLocal(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+					s, delta := d.(ORSet).Add(n.r.SelfNodeID(), fmt.Sprintf("%d-%d", i, k))
+					return s, delta, nil
+				})
+				if k == 20 && i == 0 {
+					rc.net.Disconnect("t-0", "t-1")
+				}
+				if k == 40 && i == 0 {
+					rc.net.Heal()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, n := range rc.nodes {
+		eventually(t, 10*time.Second, "150 elements everywhere", func() bool {
+			d, err := n.r.Get(ctxT(t), "s", ReadLocal())
+			return err == nil && d.(ORSet).Len() == 150
+		})
+	}
+}
+
+func TestParseConsistency(t *testing.T) {
+	for in, want := range map[string]int{"local": 1, "majority": 3, "majority+1": 4, "all": 5, "2": 2, "majority/5": 5} {
+		c, err := ParseReadConsistency(in)
+		if err != nil || c.c.needed(5) != want {
+			t.Errorf("%q needs %d of 5, want %d (%v)", in, c.c.needed(5), want, err)
+		}
+	}
+	for _, bad := range []string{"", "most", "0", "majority+x", "all/3", "-1"} {
+		if _, err := ParseWriteConsistency(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	// minCap raises a small cluster's majority, up to all of it.
+	if n := WriteMajority(5).c.needed(3); n != 3 {
+		t.Errorf("majority min 5 of 3 = %d", n)
+	}
+	if n := WriteMajority(5).c.needed(12); n != 7 {
+		t.Errorf("majority min 5 of 12 = %d", n)
+	}
+}
