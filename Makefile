@@ -85,7 +85,7 @@ test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) | rust-toolchain
 	done
 
 test-go:
-	$(GO) test -race -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 $(BIN)/wazero:
 	$(GO) build -o $@ github.com/tetratelabs/wazero/cmd/wazero

@@ -58,6 +58,9 @@ type MembershipConfig struct {
 	// Transport replaces memberlist's UDP/TCP transport, e.g. an InmemGossipNetwork
 	// transport in tests. Nil uses the network at BindAddr.
 	Transport memberlist.Transport
+	// States are named state delegates shared through push-pull and broadcasts. Given
+	// here, they take part in the first push-pull, at join; RegisterState adds one later.
+	States map[string]StateDelegate
 	// Logger receives memberlist's log at debug level and membership events at info.
 	Logger *slog.Logger
 }
@@ -255,6 +258,9 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		sends:  make(chan struct{}, 32),
 		subs:   map[*Subscription]struct{}{},
 		states: map[string]StateDelegate{},
+	}
+	for name, d := range cfg.States {
+		m.states[name] = d
 	}
 	var mc *memberlist.Config
 	if cfg.Profile == "local" {
@@ -703,8 +709,8 @@ func (m *Membership) Subscribe(buffer int) *Subscription {
 	return s
 }
 
-// RegisterState registers a named state delegate. Register before joining so the first
-// push-pull already carries the state.
+// RegisterState registers a named state delegate. It takes part in push-pulls from now
+// on; to be in the first one, at join, give it in MembershipConfig.States.
 func (m *Membership) RegisterState(name string, d StateDelegate) {
 	m.statesMu.Lock()
 	defer m.statesMu.Unlock()

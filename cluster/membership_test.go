@@ -94,6 +94,8 @@ func (mc *memberCluster) add() *Membership {
 	if i > 0 {
 		cfg.Seeds = []string{mc.members[0].Self().Address}
 	}
+	st := &textState{set: map[string]bool{fmt.Sprintf("from-%d", i): true}}
+	cfg.States = map[string]StateDelegate{"test": st}
 	if mc.mutate != nil {
 		mc.mutate(&cfg)
 	}
@@ -101,8 +103,6 @@ func (mc *memberCluster) add() *Membership {
 	if err != nil {
 		mc.t.Fatal(err)
 	}
-	st := &textState{set: map[string]bool{fmt.Sprintf("from-%d", i): true}}
-	m.RegisterState("test", st)
 	mc.t.Cleanup(func() { m.Shutdown() })
 	mc.members = append(mc.members, m)
 	mc.states = append(mc.states, st)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shardhost/shardhost/cluster"
 )
@@ -31,7 +32,26 @@ var (
 	ErrModifyFailure = errors.New("ddata: modify function failed")
 	// ErrReplicatorClosed: the replicator has stopped.
 	ErrReplicatorClosed = errors.New("ddata: replicator closed")
+	// ErrBadKey: a key must be 1 to MaxKeyLength bytes of UTF-8.
+	ErrBadKey = errors.New("ddata: bad key")
 )
+
+// MaxKeyLength is the longest key, in bytes.
+const MaxKeyLength = 1024
+
+func checkKey(key string) error {
+	if key == "" || len(key) > MaxKeyLength || !utf8.ValidString(key) {
+		return fmt.Errorf("%w: %q (want 1 to %d bytes of UTF-8)", ErrBadKey, truncate(key, 40), MaxKeyLength)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
 
 // Topics of replicator messages between members.
 const (
@@ -337,6 +357,9 @@ func (r *Replicator) Get(ctx context.Context, key string, rc ReadConsistency) (R
 	if r.closed() {
 		return nil, ErrReplicatorClosed
 	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	r.lastAccess[key] = r.now()
 	local, ok := r.data[key]
@@ -377,6 +400,9 @@ func (r *Replicator) Update(ctx context.Context, key string, initial ReplicatedD
 	modify func(ReplicatedData) (ReplicatedData, ReplicatedData, error)) (ReplicatedData, error) {
 	if r.closed() {
 		return nil, ErrReplicatorClosed
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
 	}
 	r.mu.Lock()
 	cur, exists := r.data[key]
@@ -433,6 +459,9 @@ func typeOf(d ReplicatedData) any {
 func (r *Replicator) Delete(ctx context.Context, key string, wc WriteConsistency) error {
 	if r.closed() {
 		return ErrReplicatorClosed
+	}
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	cur, ok := r.data[key]
@@ -494,6 +523,9 @@ func (r *Replicator) mergeIncoming(key string, in envelope) (envelope, error) {
 }
 
 func (r *Replicator) mergeLocked(key string, in envelope) (envelope, error) {
+	if err := checkKey(key); err != nil {
+		return envelope{}, err
+	}
 	cur, ok := r.data[key]
 	if !ok && r.expiredLocked(key, in) {
 		return cur, nil // expired here; an old copy does not bring it back

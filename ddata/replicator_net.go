@@ -39,6 +39,9 @@ type deltaEntry struct {
 	ToSeq   uint64 `cbor:"3,keyasint"`
 	Data    []byte `cbor:"4,keyasint"`
 	Causal  bool   `cbor:"5,keyasint,omitempty"`
+	// UsedAt is the origin's last update of the key (envelope.usedAt), so that every
+	// replica's envelope ends up identical and gossip finds nothing to repair.
+	UsedAt int64 `cbor:"6,keyasint,omitempty"`
 }
 
 // writeMsg and readMsg are the requests of Update/Delete and Get with a consistency
@@ -134,7 +137,7 @@ func (r *Replicator) propagateDeltas() {
 		if dd, ok := p.data.(DeltaReplicatedData); ok {
 			causal = dd.RequiresCausalDeliveryOfDeltas()
 		}
-		entries = append(entries, deltaEntry{Key: key, FromSeq: p.from, ToSeq: p.to, Data: b, Causal: causal})
+		entries = append(entries, deltaEntry{Key: key, FromSeq: p.from, ToSeq: p.to, Data: b, Causal: causal, UsedAt: r.data[key].usedAt})
 	}
 	r.deltas = map[string]pendingDelta{}
 	r.mu.Unlock()
@@ -313,14 +316,15 @@ func (r *Replicator) handleDelta(req *cluster.Request) {
 		if cur, ok := r.data[e.Key]; ok && cur.deleted {
 			continue
 		}
-		if _, err := r.mergeLocked(e.Key, envelope{data: d, usedAt: r.now().UnixMilli()}); err == nil {
+		if _, err := r.mergeLocked(e.Key, envelope{data: d, usedAt: e.UsedAt}); err == nil {
 			seen[e.Key] = e.ToSeq
 		}
 	}
 }
 
 // handleWrite merges a replica sent for a write consistency and acknowledges once it is
-// merged (and, for durable keys without write-behind, on disk).
+// merged (and, for durable keys without write-behind, on disk). If the key is deleted
+// here, the acknowledgement carries the tombstone: the writer learns of the delete.
 func (r *Replicator) handleWrite(req *cluster.Request) {
 	var w writeMsg
 	if err := decMode.Unmarshal(req.Body, &w); err != nil {
@@ -333,11 +337,16 @@ func (r *Replicator) handleWrite(req *cluster.Request) {
 		return
 	}
 	r.mu.Lock()
-	_, err = r.mergeLocked(w.Key, env)
+	merged, err := r.mergeLocked(w.Key, env)
 	if err == nil {
 		err = r.persistLocked(w.Key, true)
 	}
 	r.mu.Unlock()
+	if err == nil && merged.deleted && !env.deleted {
+		b, _ := merged.encode()
+		req.Reply(r.encode(readReply{Found: true, Envelope: b}), nil)
+		return
+	}
 	req.Reply(nil, err)
 }
 
@@ -376,7 +385,20 @@ func (r *Replicator) writeTo(ctx context.Context, key string, env envelope, wc W
 		return err
 	}
 	body := r.encode(writeMsg{Key: key, Envelope: b})
-	ok := r.gather(ctx, peers, needed, topicWrite, body, func([]byte) bool { return true })
+	var deleted atomic.Bool
+	ok := r.gather(ctx, peers, needed, topicWrite, body, func(reply []byte) bool {
+		var rr readReply
+		if len(reply) > 0 && decMode.Unmarshal(reply, &rr) == nil && rr.Found {
+			if env, err := decodeEnvelope(rr.Envelope); err == nil && env.deleted {
+				deleted.Store(true)
+			}
+		}
+		return true
+	})
+	if deleted.Load() {
+		r.mergeIncoming(key, envelope{deleted: true})
+		return fmt.Errorf("%w: %q (deleted on another replica)", ErrDataDeleted, key)
+	}
 	if ok < needed {
 		return fmt.Errorf("%w: %d of %d acknowledgements for %q (%s)", ErrUpdateTimeout, ok+1, needed+1, key, wc)
 	}

@@ -27,17 +27,33 @@ type replNode struct {
 }
 
 type replCluster struct {
-	t      *testing.T
-	gossip *cluster.InmemGossipNetwork
-	net    *cluster.InmemNetwork
-	nodes  []*replNode
-	mutate func(*ReplicatorConfig)
-	next   int
+	t         *testing.T
+	gossip    *cluster.InmemGossipNetwork
+	net       *cluster.InmemNetwork
+	nodes     []*replNode
+	mutate    func(*ReplicatorConfig)
+	next      int
+	lifecycle cluster.CoreConfig
+}
+
+// tolerant is failure detection quick to form a cluster and slow to find a member
+// unreachable (a loaded machine must not make one look crashed); tests of removal use
+// cluster.DefaultLocalCoreConfig.
+func tolerant() cluster.CoreConfig {
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
+	lc.SBRStableAfter = 10 * time.Second
+	return lc
 }
 
 func newReplCluster(t *testing.T, n int, mutate func(*ReplicatorConfig)) *replCluster {
 	t.Helper()
-	rc := &replCluster{t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), mutate: mutate}
+	return newReplClusterWith(t, n, tolerant(), mutate)
+}
+
+func newReplClusterWith(t *testing.T, n int, lc cluster.CoreConfig, mutate func(*ReplicatorConfig)) *replCluster {
+	t.Helper()
+	rc := &replCluster{t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), mutate: mutate, lifecycle: lc}
 	for i := 0; i < n; i++ {
 		rc.add(nil)
 	}
@@ -62,7 +78,7 @@ func (rc *replCluster) add(store DurableStore) *replNode {
 	mc.Transport = rc.gossip.NewTransport()
 	mc.TransportAddr = addr
 	mc.Profile = "local"
-	mc.Lifecycle = cluster.DefaultLocalCoreConfig()
+	mc.Lifecycle = rc.lifecycle
 	mc.Logger = quietLog
 	for _, n := range rc.nodes {
 		if !n.down {
@@ -406,7 +422,7 @@ func TestReplicatorJoiningMemberReceivesEverythingInChunks(t *testing.T) {
 }
 
 func TestReplicatorPrunesARemovedMembersData(t *testing.T) {
-	rc := newReplCluster(t, 3, func(c *ReplicatorConfig) {
+	rc := newReplClusterWith(t, 3, cluster.DefaultLocalCoreConfig(), func(c *ReplicatorConfig) {
 		c.PruningInterval = 100 * time.Millisecond
 		c.MaxPruningDissemination = 500 * time.Millisecond
 	})
@@ -526,5 +542,78 @@ func TestParseConsistency(t *testing.T) {
 	}
 	if n := WriteMajority(5).c.needed(12); n != 7 {
 		t.Errorf("majority min 5 of 12 = %d", n)
+	}
+}
+
+func TestReplicatorMajorityUpdateAfterAMajorityDeleteIsRefused(t *testing.T) {
+	rc := newReplCluster(t, 3, nil)
+	a, c := rc.nodes[0], rc.nodes[2]
+	a.r.Update(ctxT(t), "k", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 1))
+	// c misses the delete: it reaches a and b only.
+	rc.net.Disconnect("t-0", "t-2")
+	rc.net.Disconnect("t-1", "t-2")
+	if err := a.r.Delete(ctxT(t), "k", WriteMajority(0)); err != nil {
+		t.Fatal(err)
+	}
+	rc.net.Heal()
+	// c's majority write overlaps a member that has the tombstone.
+	_, err := c.r.Update(ctxT(t), "k", PNCounter{}, WriteMajority(0), incr(c.r.SelfNodeID(), 1))
+	if !errors.Is(err, ErrDataDeleted) {
+		t.Fatalf("majority update after a majority delete: %v", err)
+	}
+	if _, err := c.r.Get(ctxT(t), "k", ReadLocal()); !errors.Is(err, ErrDataDeleted) {
+		t.Fatalf("the writer did not learn of the delete: %v", err)
+	}
+}
+
+func TestReplicatorDurableKeysSurviveRestartingEveryMember(t *testing.T) {
+	stores := []*MemoryStore{NewMemoryStore(), NewMemoryStore()}
+	rc := &replCluster{t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lifecycle: tolerant()}
+	t.Cleanup(rc.stopAll)
+	start := func() []*replNode {
+		var out []*replNode
+		for _, s := range stores {
+			out = append(out, rc.add(s))
+		}
+		rc.waitUp()
+		return out
+	}
+	nodes := start()
+	nodes[0].r.Update(ctxT(t), "durable-c", PNCounter{}, WriteAll(), incr(nodes[0].r.SelfNodeID(), 9))
+	nodes[1].r.Update(ctxT(t), "volatile", PNCounter{}, WriteAll(), incr(nodes[1].r.SelfNodeID(), 1))
+	for _, n := range nodes {
+		rc.kill(n)
+	}
+	nodes = start()
+	for _, n := range nodes {
+		d, err := n.r.Get(ctxT(t), "durable-c", ReadLocal())
+		if err != nil || countOf(t, d) != 9 {
+			t.Fatalf("durable key after restart: %v %v", d, err)
+		}
+		if _, err := n.r.Get(ctxT(t), "volatile", ReadLocal()); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("a key that is not durable came back: %v", err)
+		}
+	}
+	// A failing store fails the update with ErrStoreFailure; the value stands in memory.
+	stores[0].FailNext(errors.New("disk full"))
+	_, err := nodes[0].r.Update(ctxT(t), "durable-c", PNCounter{}, WriteLocal(), incr(nodes[0].r.SelfNodeID(), 1))
+	if !errors.Is(err, ErrStoreFailure) {
+		t.Fatalf("store failure: %v", err)
+	}
+}
+
+func TestReplicatorRefusesBadKeys(t *testing.T) {
+	rc := newReplCluster(t, 1, nil)
+	r := rc.nodes[0].r
+	for _, key := range []string{"", string(make([]byte, MaxKeyLength+1)), "bad\xff"} {
+		if _, err := r.Get(ctxT(t), key, ReadLocal()); !errors.Is(err, ErrBadKey) {
+			t.Errorf("get %q: %v", key, err)
+		}
+		if _, err := r.Update(ctxT(t), key, GSet{}, WriteLocal(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) { return d, nil, nil }); !errors.Is(err, ErrBadKey) {
+			t.Errorf("update %q: %v", key, err)
+		}
+		if err := r.Delete(ctxT(t), key, WriteLocal()); !errors.Is(err, ErrBadKey) {
+			t.Errorf("delete %q: %v", key, err)
+		}
 	}
 }

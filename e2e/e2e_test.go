@@ -100,6 +100,49 @@ func (l *lockedBuffer) String() string {
 
 func startHost(t *testing.T, join string, extra ...string) *host {
 	t.Helper()
+	return startHostIn(t, t.TempDir(), join, extra...)
+}
+
+// startHostIn starts a host whose data directory is dir, and waits until its API
+// answers or it exits. The ports are probed free, but another process may take one
+// before the host binds it: a start that fails with "address already in use" is
+// retried with other ports.
+func startHostIn(t *testing.T, dir, join string, extra ...string) *host {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		h := launchHost(t, dir, join, extra...)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			select {
+			case err := <-h.done:
+				h.done <- err
+				if strings.Contains(h.log.String(), "address already in use") && attempt < 5 {
+					goto retry
+				}
+				return h // the test looks at why it stopped
+			default:
+			}
+			if healthy(h) || time.Now().After(deadline) {
+				return h
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	retry:
+	}
+}
+
+func healthy(h *host) bool {
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get("http://" + h.api + "/v1/health")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func launchHost(t *testing.T, dir, join string, extra ...string) *host {
+	t.Helper()
 	p := freePorts(t, 3)
 	h := &host{
 		bind: fmt.Sprintf("127.0.0.1:%d", p[0]),
@@ -108,7 +151,7 @@ func startHost(t *testing.T, join string, extra ...string) *host {
 		done: make(chan error, 1),
 	}
 	args := []string{"start", "--bind", h.bind, "--transport", fmt.Sprintf("127.0.0.1:%d", p[1]), "--api", h.api,
-		"--data-dir", t.TempDir(), "--gossip-profile", "local"}
+		"--data-dir", dir, "--gossip-profile", "local"}
 	if join != "" {
 		args = append(args, "--join", join)
 	}
@@ -120,7 +163,8 @@ func startHost(t *testing.T, join string, extra ...string) *host {
 	go func() { h.done <- h.cmd.Wait() }()
 	t.Cleanup(func() {
 		h.cmd.Process.Kill()
-		<-h.done
+		err := <-h.done
+		h.done <- err
 		if t.Failed() {
 			t.Logf("log of %s:\n%s", h.bind, h.log)
 		}

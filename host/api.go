@@ -60,6 +60,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
 		n.memberAction(w, n.Self().Address, "leave", n.membership.LeaveMember)
 	})
+	n.ddataRoutes(mux)
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.Self().Address})
 	})

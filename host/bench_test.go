@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -29,7 +28,7 @@ func benchNode(b *testing.B, count int) []*Node {
 		cfg.BindAddr, cfg.TransportAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0", ""
 		cfg.DataDir = b.TempDir()
 		cfg.GossipProfile = "local"
-		cfg.Lifecycle = cluster.DefaultLocalCoreConfig()
+		cfg.Lifecycle = tolerantLifecycle()
 		cfg.Runtime.CacheDir = cacheDir
 		cfg.Logger = quietLogger()
 		if i > 0 {

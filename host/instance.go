@@ -103,7 +103,7 @@ func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (
 	base, cancel := context.WithCancel(context.Background())
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
-	inst.timer = time.AfterFunc(rt.cfg.MessageDeadline, func() {
+	inst.timer = time.AfterFunc(rt.cfg.ActivationDeadline, func() {
 		inst.deadlineHit.Store(true)
 		cancel()
 	})
@@ -128,7 +128,7 @@ func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (
 	if fired || inst.mem == nil || inst.alloc == nil || inst.receive == nil {
 		inst.Close(context.Background())
 		if fired {
-			return nil, &GuestError{Entity: inst.name, Cause: ErrGuestDeadline, Detail: "during instantiation"}
+			return nil, &GuestError{Entity: inst.name, Cause: ErrGuestDeadline, Detail: fmt.Sprintf("instantiation took over %v", rt.cfg.ActivationDeadline)}
 		}
 		return nil, fmt.Errorf("%w: exports missing after instantiation", ErrInvalidModule)
 	}

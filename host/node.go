@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/ddata"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -61,6 +62,12 @@ type Config struct {
 	Runtime RuntimeConfig
 	// Sharding's sizes and timeouts are used; its dependencies are the node's.
 	Sharding sharding.Config
+	// DData configures the replicator (intervals, expiry); its dependencies are the
+	// node's. DurableKeys (keys, or prefixes ending in '*') are kept on disk under
+	// DataDir/ddata, written before an update returns unless DData.WriteBehindInterval
+	// is set.
+	DData       ddata.ReplicatorConfig
+	DurableKeys []string
 	// ShutdownTimeout bounds Close. Default 10 s.
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
@@ -77,6 +84,7 @@ func DefaultConfig() Config {
 		MaxModuleSize:   32 << 20,
 		Runtime:         DefaultRuntimeConfig(),
 		Sharding:        sharding.DefaultConfig(),
+		DData:           ddata.DefaultReplicatorConfig(),
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -129,6 +137,8 @@ type Node struct {
 	catalog    *catalog
 	messenger  *cluster.Messenger
 	membership *cluster.Membership
+	replicator *ddata.Replicator
+	store      ddata.DurableStore
 	sharding   *sharding.Sharding
 	api        *http.Server
 	apiLn      net.Listener
@@ -217,12 +227,24 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		TickInterval:  100 * time.Millisecond,
 		Profile:       cfg.GossipProfile,
 		GossipKey:     cfg.GossipKey,
+		States:        map[string]cluster.StateDelegate{catalogState: n.catalog},
 		Logger:        cfg.Logger,
 	}); err != nil {
 		return nil, err
 	}
-	n.membership.RegisterState(catalogState, n.catalog)
 	exits := n.membership.Subscribe(64)
+
+	dc := cfg.DData
+	dc.Membership, dc.Messenger, dc.Logger = n.membership, n.messenger, cfg.Logger
+	if len(cfg.DurableKeys) > 0 {
+		if n.store, err = ddata.OpenBoltStore(filepath.Join(cfg.DataDir, "ddata")); err != nil {
+			return nil, err
+		}
+		dc.Store, dc.DurableKeys = n.store, cfg.DurableKeys
+	}
+	if n.replicator, err = ddata.NewReplicator(dc); err != nil {
+		return nil, err
+	}
 
 	sc := cfg.Sharding
 	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
@@ -314,6 +336,9 @@ func (n *Node) APIAddr() string {
 	return n.apiLn.Addr().String()
 }
 
+// Replicator returns the node's distributed data replicator.
+func (n *Node) Replicator() *ddata.Replicator { return n.replicator }
+
 // Sharding returns the node's cluster sharding.
 func (n *Node) Sharding() *sharding.Sharding { return n.sharding }
 
@@ -361,6 +386,12 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 	}
 	if n.sharding != nil {
 		errs = append(errs, n.sharding.Stop(ctx))
+	}
+	if n.replicator != nil {
+		errs = append(errs, n.replicator.Close())
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
 	}
 	n.wg.Wait()
 	if n.messenger != nil {

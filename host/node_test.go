@@ -29,7 +29,7 @@ func startNode(t *testing.T, join []string, mutate func(*Config)) *Node {
 	cfg.Join = join
 	cfg.DataDir = t.TempDir()
 	cfg.GossipProfile = "local"
-	cfg.Lifecycle = cluster.DefaultLocalCoreConfig()
+	cfg.Lifecycle = tolerantLifecycle()
 	cfg.Runtime.CacheDir = cacheDir
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if mutate != nil {
@@ -288,6 +288,16 @@ func TestAPIMembersAndHealth(t *testing.T) {
 	if r := client(t, nodes[0]).do("GET", "/v1/health", nil); r.status != 200 || !strings.Contains(string(r.body), nodes[0].Self().Address) {
 		t.Fatalf("health: %d %s", r.status, r.body)
 	}
+}
+
+// tolerantLifecycle is quick to form a cluster but slow to find a member unreachable:
+// these tests do not crash members, and a loaded CI machine under the race detector must
+// not make them look crashed.
+func tolerantLifecycle() cluster.CoreConfig {
+	c := cluster.DefaultLocalCoreConfig()
+	c.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
+	c.SBRStableAfter = 10 * time.Second
+	return c
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

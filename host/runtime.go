@@ -30,10 +30,14 @@ type RuntimeConfig struct {
 	// 64 KiB pages. A guest that grows past it gets a failed memory.grow (Go guests then
 	// die with "out of memory"). Default 64 MiB; a Go guest starts at about 2.4 MiB.
 	MemoryLimit uint64
-	// MessageDeadline is how long one message (including a first message's
-	// instantiation) may run inside the guest before the instance is stopped and the
-	// message fails with ErrGuestDeadline. Default 5 s.
+	// MessageDeadline is how long one message may run inside the guest before the
+	// instance is stopped and the message fails with ErrGuestDeadline. Default 5 s.
 	MessageDeadline time.Duration
+	// ActivationDeadline bounds an instantiation (the module's _initialize: a Go guest
+	// starts its runtime there). It is separate from MessageDeadline so that a loaded
+	// host does not fail activations, and still stops a guest whose initialisation
+	// never ends. Default 30 s.
+	ActivationDeadline time.Duration
 	// MaxMessageSize caps a message and a reply, in bytes. Default abi.MaxMessageSize.
 	MaxMessageSize int
 	// Logger receives the guests' log lines and stdout/stderr. Default slog.Default().
@@ -45,9 +49,10 @@ type RuntimeConfig struct {
 // DefaultRuntimeConfig returns the defaults described on RuntimeConfig.
 func DefaultRuntimeConfig() RuntimeConfig {
 	return RuntimeConfig{
-		MemoryLimit:     64 << 20,
-		MessageDeadline: 5 * time.Second,
-		MaxMessageSize:  abi.MaxMessageSize,
+		MemoryLimit:        64 << 20,
+		MessageDeadline:    5 * time.Second,
+		ActivationDeadline: 30 * time.Second,
+		MaxMessageSize:     abi.MaxMessageSize,
 	}
 }
 
@@ -58,8 +63,8 @@ func (c RuntimeConfig) Validate() error {
 		return fmt.Errorf("host: memory limit %d bytes is under one 64 KiB page", c.MemoryLimit)
 	case c.MemoryLimit > 4<<30:
 		return fmt.Errorf("host: memory limit %d bytes is over the 4 GiB of wasm32", c.MemoryLimit)
-	case c.MessageDeadline <= 0:
-		return fmt.Errorf("host: message deadline must be positive, got %v", c.MessageDeadline)
+	case c.MessageDeadline <= 0 || c.ActivationDeadline <= 0:
+		return fmt.Errorf("host: message and activation deadlines must be positive, got %v and %v", c.MessageDeadline, c.ActivationDeadline)
 	case c.MaxMessageSize <= 0:
 		return fmt.Errorf("host: max message size must be positive, got %d", c.MaxMessageSize)
 	}

@@ -133,22 +133,39 @@ type testNode struct {
 func (n *testNode) addr() string { return n.membership.Self().Address }
 
 type testCluster struct {
-	t      *testing.T
-	gossip *cluster.InmemGossipNetwork
-	net    *cluster.InmemNetwork
-	acts   *activations
-	nodes  []*testNode
-	mutate func(*Config)
+	t         *testing.T
+	gossip    *cluster.InmemGossipNetwork
+	net       *cluster.InmemNetwork
+	acts      *activations
+	nodes     []*testNode
+	mutate    func(*Config)
+	lifecycle cluster.CoreConfig
 }
 
+// newTestCluster starts n members whose failure detection is quick to form a cluster
+// but slow to find a member unreachable: a loaded machine under the race detector must
+// not make a member look crashed. Tests of crashes use newFastTestCluster.
 func newTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
+	lc.SBRStableAfter = 10 * time.Second
+	return newTestClusterWith(t, n, lc, mutate)
+}
+
+// newFastTestCluster starts n members that detect a crash in about a second.
+func newFastTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
+	return newTestClusterWith(t, n, cluster.DefaultLocalCoreConfig(), mutate)
+}
+
+func newTestClusterWith(t *testing.T, n int, lc cluster.CoreConfig, mutate func(*Config)) *testCluster {
 	t.Helper()
 	tc := &testCluster{
-		t:      t,
-		gossip: cluster.NewInmemGossipNetwork(),
-		net:    cluster.NewInmemNetwork(),
-		acts:   &activations{active: map[string]string{}},
-		mutate: mutate,
+		t:         t,
+		gossip:    cluster.NewInmemGossipNetwork(),
+		net:       cluster.NewInmemNetwork(),
+		acts:      &activations{active: map[string]string{}},
+		mutate:    mutate,
+		lifecycle: lc,
 	}
 	for i := 0; i < n; i++ {
 		tc.add()
@@ -175,7 +192,7 @@ func (tc *testCluster) add() *testNode {
 	mcfg.Transport = tc.gossip.NewTransport()
 	mcfg.TransportAddr = transportAddr
 	mcfg.Profile = "local"
-	mcfg.Lifecycle = cluster.DefaultLocalCoreConfig()
+	mcfg.Lifecycle = tc.lifecycle
 	mcfg.Logger = quiet
 	if i > 0 {
 		mcfg.Seeds = []string{tc.nodes[0].addr()}

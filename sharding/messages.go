@@ -22,6 +22,10 @@ var (
 	ErrMalformedMessage  = errors.New("sharding: malformed message from a member")
 )
 
+// codeHandedOff answers a forwarded ask whose shard the region is handing off: the
+// sender's region routes it again, ahead of what it buffered since.
+const codeHandedOff = "handed-off"
+
 // Error codes: stable names for the kinds of failure a caller can tell apart, carried
 // across members and mapped to HTTP statuses by the API.
 const (
@@ -103,6 +107,10 @@ type Envelope struct {
 	Trace map[string]string `cbor:"4,keyasint,omitempty"`
 	// Hops counts forwards between regions; a message is refused past maxHops.
 	Hops uint8 `cbor:"5,keyasint,omitempty"`
+	// Origin is the member whose region first routed the message (the sender's). A
+	// region handing the shard off returns the message there, so that it keeps its
+	// place in that region's order.
+	Origin string `cbor:"6,keyasint,omitempty"`
 }
 
 // Reply is an entity's answer to an ask.

@@ -28,7 +28,9 @@ type Region struct {
 	homes     map[int]string     // known homes elsewhere: member address
 	pending   map[int][]delivery // waiting for their shard's home
 	resolving map[int]bool       // shards whose home is being asked for
-	handing   map[int]bool       // shards being handed off: messages wait in pending
+	handing   map[int]bool       // shards this region hands off: remote messages go back
+	paused    map[int]string     // shards another region (this member address) hands off: messages wait here
+	returned  map[int]int        // messages given back to us, at the head of pending
 	buffered  int                // messages in pending
 }
 
@@ -47,6 +49,8 @@ func newRegion(s *Sharding, t TypeSettings) *Region {
 		pending:   map[int][]delivery{},
 		resolving: map[int]bool{},
 		handing:   map[int]bool{},
+		paused:    map[int]string{},
+		returned:  map[int]int{},
 	}
 }
 
@@ -71,6 +75,13 @@ func (r *Region) deliver(d delivery) {
 		r.forward(home, shardID, d)
 		return
 	}
+	if r.handing[shardID] && d.env.Origin != "" && d.env.Origin != r.s.self {
+		// Handed off here: the message goes back to its sender's region, which keeps
+		// it ahead of what it buffered since the handoff began.
+		r.mu.Unlock()
+		r.giveBack(d)
+		return
+	}
 	if r.buffered >= r.s.cfg.BufferSize {
 		r.mu.Unlock()
 		r.s.deadLetter(d, ErrBufferFull)
@@ -78,8 +89,13 @@ func (r *Region) deliver(d delivery) {
 	}
 	r.pending[shardID] = append(r.pending[shardID], d)
 	r.buffered++
-	start := !r.resolving[shardID] && !r.handing[shardID]
-	r.resolving[shardID] = true
+	// While the shard is handed off (here or elsewhere), its messages wait: the handoff
+	// resolves them when it completes.
+	_, paused := r.paused[shardID]
+	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
+	if start {
+		r.resolving[shardID] = true
+	}
 	r.mu.Unlock()
 	if start {
 		// deliver runs with stopMu held for reading, so the WaitGroup may grow.
@@ -88,6 +104,83 @@ func (r *Region) deliver(d delivery) {
 			defer r.s.wg.Done()
 			r.resolve(shardID)
 		}()
+	}
+}
+
+// giveBack returns a message whose shard this region hands off to its sender's region:
+// an ask through its reply, a tell as a Return message.
+func (r *Region) giveBack(d delivery) {
+	if d.ask {
+		d.fail(&RemoteError{Code: codeHandedOff, Message: "shard handed off", Node: r.s.self})
+		return
+	}
+	to, err := r.s.transportAddr(d.env.Origin)
+	if err != nil {
+		r.s.log.Warn("cannot give a message back to its sender", "origin", d.env.Origin, "err", err)
+		return
+	}
+	r.s.cfg.Messenger.Tell(to, topicReturn, encode(d.env))
+}
+
+// reroute takes back a message a handing-off region returned: it goes ahead of the
+// messages buffered for its shard since the handoff began, after those returned before.
+func (r *Region) reroute(d delivery) {
+	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
+	r.mu.Lock()
+	pos := r.returned[shardID]
+	q := r.pending[shardID]
+	q = append(q, delivery{})
+	copy(q[pos+1:], q[pos:])
+	q[pos] = d
+	r.pending[shardID] = q
+	r.returned[shardID] = pos + 1
+	r.buffered++
+	_, paused := r.paused[shardID]
+	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
+	if start {
+		r.resolving[shardID] = true
+	}
+	r.mu.Unlock()
+	if start && !r.s.goroutine(func() { r.resolve(shardID) }) {
+		r.failPending(shardID, ErrStopped)
+	}
+}
+
+// pause stops routing a shard the region at by hands off: messages wait here.
+func (r *Region) pause(shardID int, by string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.homes, shardID)
+	r.paused[shardID] = by
+}
+
+// unpauseFrom ends the pauses of the region at a member that is gone: a handoff that
+// did not complete must not hold messages forever.
+func (r *Region) unpauseFrom(gone func(string) bool) {
+	r.mu.Lock()
+	var ids []int
+	for id, by := range r.paused {
+		if gone(by) {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		r.unpause(id)
+	}
+}
+
+// unpause ends a pause: the shard's new home is resolved for what waited.
+func (r *Region) unpause(shardID int) {
+	r.mu.Lock()
+	delete(r.paused, shardID)
+	start := len(r.pending[shardID]) > 0 && !r.resolving[shardID] && !r.handing[shardID]
+	if start {
+		r.resolving[shardID] = true
+	}
+	r.mu.Unlock()
+	if start && !r.s.goroutine(func() { r.resolve(shardID) }) {
+		r.failPending(shardID, ErrStopped)
 	}
 }
 
@@ -133,12 +226,16 @@ func (r *Region) resolved(shardID int, home string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.resolving, shardID)
+	if _, paused := r.paused[shardID]; paused || r.handing[shardID] {
+		return // a handoff began meanwhile: its completion resolves again
+	}
 	if home == r.s.self {
 		r.hostShardLocked(shardID)
 		return
 	}
 	pending := r.pending[shardID]
 	delete(r.pending, shardID)
+	delete(r.returned, shardID)
 	r.buffered -= len(pending)
 	r.homes[shardID] = home
 	for _, d := range pending {
@@ -151,6 +248,7 @@ func (r *Region) failPending(shardID int, err error) {
 	delete(r.resolving, shardID)
 	pending := r.pending[shardID]
 	delete(r.pending, shardID)
+	delete(r.returned, shardID)
 	r.buffered -= len(pending)
 	r.mu.Unlock()
 	for _, d := range pending {
@@ -177,6 +275,7 @@ func (r *Region) hostShardLocked(shardID int) *shard {
 	}
 	pending := r.pending[shardID]
 	delete(r.pending, shardID)
+	delete(r.returned, shardID)
 	r.buffered -= len(pending)
 	for _, d := range pending {
 		r.entityLocked(sh, d.env.EntityID).enqueue(d)
@@ -184,10 +283,17 @@ func (r *Region) hostShardLocked(shardID int) *shard {
 	return sh
 }
 
-// handOff stops hosting every shard of the region, one at a time (the leave hook): new
-// messages for the shard wait in the buffer while its entities finish what they already
-// received; then they stop, the coordinator forgets the allocation, and the buffer goes
-// to the shard's next home, in order.
+// handOff stops hosting every shard of the region, one at a time (the leave hook),
+// keeping each sender's order:
+//  1. the shard stops taking messages here: messages from other regions go back to
+//     them, messages from local senders wait;
+//  2. every other region is told (BeginHandOff) to stop routing to it and buffer; their
+//     acknowledgements come after whatever they had already sent here, which has thus
+//     been given back;
+//  3. the shard's entities finish what they already received and stop;
+//  4. the coordinator forgets the allocation;
+//  5. the regions are told the handoff is complete (behind every message given back)
+//     and resolve the new home, with what they buffered in order.
 func (r *Region) handOff(ctx context.Context) error {
 	r.mu.Lock()
 	ids := make([]int, 0, len(r.shards))
@@ -198,20 +304,35 @@ func (r *Region) handOff(ctx context.Context) error {
 	sort.Ints(ids)
 	var firstErr error
 	for _, id := range ids {
+		ref := shardRef{Type: r.settings.Name, Shard: id, Requester: r.s.self}
 		r.mu.Lock()
 		sh := r.shards[id]
 		delete(r.shards, id)
 		r.handing[id] = true
+		// Messages from other regions already buffered here go back too.
+		var back, keep []delivery
+		for _, d := range r.pending[id] {
+			if d.env.Origin != "" && d.env.Origin != r.s.self {
+				back = append(back, d)
+			} else {
+				keep = append(keep, d)
+			}
+		}
+		r.pending[id] = keep
+		r.buffered -= len(back)
 		r.mu.Unlock()
+		for _, d := range back {
+			r.giveBack(d)
+		}
+		r.s.broadcastHandOff(ctx, topicBeginHandOff, ref, true)
 		if sh != nil {
 			for _, e := range sh.entities {
 				e.waitIdle(ctx)
 				e.stop(ctx)
 			}
 		}
-		err := r.s.shardHandedOff(ctx, shardRef{Type: r.settings.Name, Shard: id})
-		if err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("sharding: handing off %s/%d: %w", r.settings.Name, id, err)
+		if err := r.s.shardHandedOff(ctx, ref); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("sharding: handing off %s: %w", ref, err)
 		}
 		r.mu.Lock()
 		delete(r.handing, id)
@@ -220,6 +341,7 @@ func (r *Region) handOff(ctx context.Context) error {
 			r.resolving[id] = true
 		}
 		r.mu.Unlock()
+		r.s.broadcastHandOff(ctx, topicHandOffComplete, ref, false)
 		if resolve && !r.s.goroutine(func() { r.resolve(id) }) {
 			r.failPending(id, ErrStopped)
 		}
@@ -282,6 +404,11 @@ func (r *Region) forward(home string, shardID int, d delivery) {
 		var w wireReply
 		if err := decode(b, &w); err != nil {
 			d.fail(err)
+			return
+		}
+		if w.Code == codeHandedOff {
+			// The shard is being handed off: route the message again from here.
+			r.reroute(d)
 			return
 		}
 		if w.Code != "" {

@@ -36,6 +36,12 @@ const (
 	topicHostShard    = "sharding/host-shard"
 	topicRegionState  = "sharding/region-state"
 	topicHandOffDone  = "sharding/handoff-done"
+	// A region handing a shard off: BeginHandOff tells every region to stop routing to
+	// it and buffer (acknowledged); Return gives a message back to its sender's region;
+	// HandOffComplete lets the regions resolve the shard's new home.
+	topicBeginHandOff    = "sharding/begin-handoff"
+	topicReturn          = "sharding/return"
+	topicHandOffComplete = "sharding/handoff-complete"
 )
 
 // maxHops bounds how often one message is forwarded between regions. In a stable cluster
@@ -202,6 +208,9 @@ func New(cfg Config) (*Sharding, error) {
 	cfg.Messenger.Handle(topicHostShard, s.handleHostShard)
 	cfg.Messenger.Handle(topicRegionState, s.handleRegionState)
 	cfg.Messenger.Handle(topicHandOffDone, s.handleHandOffDone)
+	cfg.Messenger.Handle(topicBeginHandOff, s.handleBeginHandOff)
+	cfg.Messenger.Handle(topicReturn, s.handleReturn)
+	cfg.Messenger.Handle(topicHandOffComplete, s.handleHandOffComplete)
 	s.sub = cfg.Membership.Subscribe(1024)
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
 	cfg.Membership.RegisterLeaveHook(s.handOffAll)
@@ -357,7 +366,7 @@ func (s *Sharding) Tell(ctx context.Context, typ, id string, payload []byte) err
 	// buffer full) happens synchronously and is returned; later ones are not.
 	errc := make(chan error, 1)
 	s.route(delivery{
-		env: Envelope{EntityType: typ, EntityID: id, Payload: payload},
+		env: Envelope{EntityType: typ, EntityID: id, Payload: payload, Origin: s.self},
 		ctx: ctx,
 		reply: func(_ Reply, err error) {
 			select {
@@ -400,7 +409,7 @@ func (s *Sharding) Ask(ctx context.Context, typ, id string, payload []byte) (Rep
 	ch := make(chan result, 1)
 	var once sync.Once
 	d := delivery{
-		env:      Envelope{EntityType: typ, EntityID: id, Payload: payload},
+		env:      Envelope{EntityType: typ, EntityID: id, Payload: payload, Origin: s.self},
 		ctx:      ctx,
 		deadline: deadline,
 		ask:      true,
@@ -608,6 +617,7 @@ func (s *Sharding) followMembership() {
 func (s *Sharding) memberRemoved(addr string) {
 	for _, r := range s.allRegions() {
 		r.forgetHomesAt(func(home string) bool { return home == addr })
+		r.unpauseFrom(func(by string) bool { return by == addr })
 	}
 	s.coord.memberRemoved(addr)
 }
@@ -631,6 +641,7 @@ func (s *Sharding) reconcile() {
 	gone := func(addr string) bool { return !alive[addr] }
 	for _, r := range s.allRegions() {
 		r.forgetHomesAt(gone)
+		r.unpauseFrom(gone)
 	}
 	s.coord.forgetRegions(gone)
 }
@@ -772,6 +783,70 @@ func (s *Sharding) handleHostShard(req *cluster.Request) {
 
 func (s *Sharding) handleRegionState(req *cluster.Request) {
 	req.Reply(encode(s.LocalState()), nil)
+}
+
+// handleBeginHandOff: another region hands a shard off; buffer its messages here until
+// it completes. The acknowledgement follows, on the same connection, every message this
+// member had already sent it.
+func (s *Sharding) handleBeginHandOff(req *cluster.Request) {
+	var ref shardRef
+	if err := decode(req.Body, &ref); err != nil {
+		req.Reply(nil, err)
+		return
+	}
+	if r := s.region(ref.Type); r != nil {
+		r.pause(ref.Shard, ref.Requester)
+	}
+	req.Reply(nil, nil)
+}
+
+// handleHandOffComplete: the shard's handoff is over; resolve its new home.
+func (s *Sharding) handleHandOffComplete(req *cluster.Request) {
+	var ref shardRef
+	if err := decode(req.Body, &ref); err != nil {
+		return
+	}
+	if r := s.region(ref.Type); r != nil {
+		r.unpause(ref.Shard)
+	}
+}
+
+// handleReturn: a region handing a shard off gives back a tell this member sent it.
+func (s *Sharding) handleReturn(req *cluster.Request) {
+	var env Envelope
+	if err := decode(req.Body, &env); err != nil {
+		return
+	}
+	ctx := s.prop.Extract(context.Background(), propagation.MapCarrier(env.Trace))
+	if r := s.region(env.EntityType); r != nil {
+		r.reroute(delivery{env: env, ctx: ctx})
+	}
+}
+
+// broadcastHandOff sends a handoff message about ref to every other member; with wait,
+// it waits for their acknowledgements (at most RequestTimeout).
+func (s *Sharding) broadcastHandOff(ctx context.Context, topic string, ref shardRef, wait bool) {
+	body := encode(ref)
+	var wg sync.WaitGroup
+	for _, m := range s.cfg.Membership.Members() {
+		if m.Address == s.self || m.Status == cluster.StatusDown || m.Status == cluster.StatusRemoved {
+			continue
+		}
+		if !wait {
+			s.cfg.Messenger.Tell(m.TransportAddr, topic, body)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			defer cancel()
+			if _, err := s.cfg.Messenger.Request(rctx, m.TransportAddr, topic, body); err != nil {
+				s.log.Warn("a region did not acknowledge a handoff", "region", m.Address, "shard", ref.String(), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (s *Sharding) handleHandOffDone(req *cluster.Request) {

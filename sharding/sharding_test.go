@@ -349,7 +349,7 @@ func TestHandOffOnLeaveLosesNoMessageAndKeepsOrder(t *testing.T) {
 }
 
 func TestShardsOfACrashedMemberMoveOnceItIsDowned(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newFastTestCluster(t, 3, nil)
 	ids := map[string]*testNode{}
 	var victim *testNode
 	for i := 0; len(ids) < 30; i++ {

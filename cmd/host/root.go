@@ -41,6 +41,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newTypesCommand(g)),
 		g.clientFlags(newDownCommand(g)),
 		g.clientFlags(newLeaveCommand(g)),
+		newDDataCommand(g),
 	)
 	return root
 }

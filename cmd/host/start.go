@@ -37,6 +37,9 @@ type nodeFlags struct {
 	sbrQuorumSize     int
 	sbrStableAfter    time.Duration
 	gossipKey         string
+	// distributed data
+	durableKeys []string
+	writeBehind time.Duration
 }
 
 func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
@@ -54,6 +57,8 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().StringVar(&f.sbrStrategy, "sbr-strategy", string(lc.SBRStrategy), "split brain resolver: keep-majority, static-quorum, keep-oldest or down-all")
 	cmd.Flags().IntVar(&f.sbrQuorumSize, "sbr-quorum-size", 0, "quorum of the static-quorum strategy")
 	cmd.Flags().DurationVar(&f.sbrStableAfter, "sbr-stable-after", lc.SBRStableAfter, "how long the set of unreachable members must be stable before the resolver downs any")
+	cmd.Flags().StringSliceVar(&f.durableKeys, "durable-keys", nil, "distributed data keys kept on disk, KEY or PREFIX*,... (loaded at start)")
+	cmd.Flags().DurationVar(&f.writeBehind, "ddata-write-behind", 0, "write durable keys every interval instead of before each update returns (0)")
 	cmd.Flags().StringVar(&f.gossipKey, "gossip-key", "", "base64 16-, 24- or 32-byte key that encrypts gossip; members with another key cannot join")
 	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "memberlist timing: lan, or local (faster failure detection on one machine)")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
@@ -85,6 +90,8 @@ func (f *nodeFlags) config() (host.Config, error) {
 	}
 	cfg.Lifecycle = lc
 	cfg.Roles = f.roles
+	cfg.DurableKeys = f.durableKeys
+	cfg.DData.WriteBehindInterval = f.writeBehind
 	if f.gossipKey != "" {
 		key, err := base64.StdEncoding.DecodeString(f.gossipKey)
 		if err != nil {
