@@ -51,11 +51,23 @@ func TestDDataThroughTheCLIOnThreeProcesses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	keys := ddataCLI(t, b, "keys")
-	for _, want := range []string{"visits", "pncounter", "tags", "orset", "colors", "lwwmap", "motd", "ready", "flag"} {
-		if !strings.Contains(keys, want) {
-			t.Fatalf("keys lacks %s:\n%s", want, keys)
+	// keys lists the local replica: a majority write may reach it by gossip later.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		keys := ddataCLI(t, b, "keys")
+		missing := ""
+		for _, want := range []string{"visits", "pncounter", "tags", "orset", "colors", "lwwmap", "motd", "ready", "flag"} {
+			if !strings.Contains(keys, want) {
+				missing = want
+			}
 		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys lacks %s:\n%s", missing, keys)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	// Bad input: a clear error, and the stored value untouched.
 	mustFail(t, a, nil, "values of different types", "ddata", "update", "visits", "--type", "gset", "--op", "add x")
