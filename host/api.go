@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -155,16 +156,12 @@ func (n *Node) startSpan(r *http.Request, name string, attrs ...attribute.KeyVal
 }
 
 func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	shards := 0
-	if s := r.URL.Query().Get("shards"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil {
-			writeError(w, fmt.Errorf("%w: shards=%q is not a number", ErrBadRequest, s), 0)
-			return
-		}
-		shards = v
+	st, err := deploySettings(r.PathValue("name"), r.URL.Query())
+	if err != nil {
+		writeError(w, err, 0)
+		return
 	}
+	name := st.Name
 	wasm, err := readBody(r, n.cfg.MaxModuleSize, ErrModuleTooLarge)
 	if err != nil {
 		writeError(w, err, 0)
@@ -172,7 +169,7 @@ func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, span := n.startSpan(r, "api deploy", attribute.String("shardhost.entity_type", name))
 	defer span.End()
-	res, err := n.Deploy(ctx, name, wasm, shards)
+	res, err := n.Deploy(ctx, wasm, st)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "deploy failed")
@@ -191,6 +188,42 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 		return "", "", nil, err
 	}
 	return typ, id, payload, nil
+}
+
+// deploySettings reads an entity type's settings from a deploy request's query:
+// shards, role, allocation, passivate_after (a duration), max_active, checkpoint and
+// remember_entities (true or false).
+func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
+	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
+	atoi := func(key string) (int, error) {
+		s := q.Get(key)
+		if s == "" {
+			return 0, nil
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return 0, fmt.Errorf("%w: %s=%q is not a non-negative number", ErrBadRequest, key, s)
+		}
+		return v, nil
+	}
+	var err error
+	if st.NumberOfShards, err = atoi("shards"); err != nil {
+		return st, err
+	}
+	if st.MaxActive, err = atoi("max_active"); err != nil {
+		return st, err
+	}
+	if s := q.Get("passivate_after"); s != "" {
+		if st.PassivateAfter, err = time.ParseDuration(s); err != nil || st.PassivateAfter < 0 {
+			return st, fmt.Errorf("%w: passivate_after=%q is not a duration", ErrBadRequest, s)
+		}
+	}
+	if s := q.Get("remember_entities"); s != "" {
+		if st.RememberEntities, err = strconv.ParseBool(s); err != nil {
+			return st, fmt.Errorf("%w: remember_entities=%q is not true or false", ErrBadRequest, s)
+		}
+	}
+	return st, nil
 }
 
 // target reads and checks the entity type and ID of a tell or ask.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // reportLatency adds p50 and p99 of the samples to the benchmark's output.
@@ -51,7 +52,7 @@ func benchNode(b *testing.B, count int) []*Node {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if _, err := nodes[0].Deploy(context.Background(), "counter", testwasm.Bytes(b, "counter"), 0); err != nil {
+	if _, err := nodes[0].Deploy(context.Background(), testwasm.Bytes(b, "counter"), sharding.TypeSettings{Name: "counter"}); err != nil {
 		b.Fatal(err)
 	}
 	return nodes

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // TypeInfo describes a deployed entity type: its module and its settings.
@@ -25,6 +27,20 @@ type TypeInfo struct {
 	DeployedAt int64 `cbor:"6,keyasint" json:"deployed_at_unix_nano"`
 	// DeployedBy is the address of the member that took the deployment: it has the module.
 	DeployedBy string `cbor:"7,keyasint" json:"deployed_by"`
+	// The type's sharding settings (sharding.TypeSettings).
+	Role             string `cbor:"8,keyasint,omitempty" json:"role,omitempty"`
+	Allocation       string `cbor:"9,keyasint,omitempty" json:"allocation"`
+	PassivateAfterMs int64  `cbor:"10,keyasint,omitempty" json:"passivate_after_ms,omitempty"`
+	MaxActive        int    `cbor:"11,keyasint,omitempty" json:"max_active,omitempty"`
+	Checkpoint       string `cbor:"12,keyasint,omitempty" json:"checkpoint"`
+	RememberEntities bool   `cbor:"13,keyasint,omitempty" json:"remember_entities"`
+}
+
+// Settings returns the type's sharding settings.
+func (t TypeInfo) Settings() sharding.TypeSettings {
+	return sharding.TypeSettings{Name: t.Name, NumberOfShards: t.NumberOfShards, Role: t.Role, Allocation: t.Allocation,
+		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
+		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities}
 }
 
 // newerThan orders deployments of one type: higher version, then later time, then
@@ -83,13 +99,15 @@ func (c *catalog) list() []TypeInfo {
 	return out
 }
 
-// next returns the entry a new deployment of name would write.
-func (c *catalog) next(name, digest string, size, shards int, by string) TypeInfo {
+// next returns the entry a new deployment of name would write, with settings st.
+func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by string) TypeInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	prev := c.types[name]
-	return TypeInfo{Name: name, Digest: digest, Size: size, NumberOfShards: shards,
-		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by}
+	prev := c.types[st.Name]
+	return TypeInfo{Name: st.Name, Digest: digest, Size: size, NumberOfShards: st.NumberOfShards,
+		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
+		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
+		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities}
 }
 
 // merge adds entries that are newer than what the catalog holds, and reports them.
@@ -97,7 +115,8 @@ func (c *catalog) merge(entries []TypeInfo) {
 	var changed []TypeInfo
 	c.mu.Lock()
 	for _, t := range entries {
-		if ValidateTypeName(t.Name) != nil || !validDigest(t.Digest) || t.NumberOfShards <= 0 {
+		st := t.Settings()
+		if ValidateTypeName(t.Name) != nil || !validDigest(t.Digest) || st.Validate() != nil {
 			continue // not something a member writes: ignore it
 		}
 		if cur, ok := c.types[t.Name]; !ok || t.newerThan(cur) {

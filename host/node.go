@@ -431,29 +431,31 @@ type MemberDeployment struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Deploy validates a module and makes it the entity type name in the whole cluster, with
-// numberOfShards shards (0: the type's current number, or abi.DefaultNumberOfShards for
-// a new type). It returns once every member has the type ready or has failed to; members
-// that join later get it through gossip. Errors: ErrBadRequest (name, shards),
+// Deploy validates a module and makes it the entity type st.Name in the whole cluster,
+// with the settings st (NumberOfShards 0: the type's current number, or
+// abi.DefaultNumberOfShards for a new type; other empty fields take their defaults). It
+// returns once every member has the type ready or has failed to; members that join
+// later get it through gossip. Errors: ErrBadRequest (name, settings),
 // ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged.
-func (n *Node) Deploy(ctx context.Context, name string, wasm []byte, numberOfShards int) (DeployResult, error) {
+func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings) (DeployResult, error) {
+	name := st.Name
 	if err := ValidateTypeName(name); err != nil {
 		return DeployResult{}, err
 	}
 	if len(wasm) > n.cfg.MaxModuleSize {
 		return DeployResult{}, fmt.Errorf("%w: %d bytes, the cap is %d", ErrModuleTooLarge, len(wasm), n.cfg.MaxModuleSize)
 	}
-	if numberOfShards < 0 || numberOfShards > 100_000 {
-		return DeployResult{}, fmt.Errorf("%w: number of shards %d (want 1 to 100000)", ErrBadRequest, numberOfShards)
-	}
 	prev, exists := n.catalog.get(name)
 	switch {
-	case numberOfShards == 0 && exists:
-		numberOfShards = prev.NumberOfShards
-	case numberOfShards == 0:
-		numberOfShards = abi.DefaultNumberOfShards
-	case exists && prev.NumberOfShards != numberOfShards:
-		return DeployResult{}, fmt.Errorf("%w: %s has %d shards, not %d", ErrShardsChanged, name, prev.NumberOfShards, numberOfShards)
+	case st.NumberOfShards == 0 && exists:
+		st.NumberOfShards = prev.NumberOfShards
+	case st.NumberOfShards == 0:
+		st.NumberOfShards = abi.DefaultNumberOfShards
+	case exists && prev.NumberOfShards != st.NumberOfShards:
+		return DeployResult{}, fmt.Errorf("%w: %s has %d shards, not %d", ErrShardsChanged, name, prev.NumberOfShards, st.NumberOfShards)
+	}
+	if err := st.Validate(); err != nil {
+		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	ctx, span := n.tracer.Start(ctx, "deploy")
 	defer span.End()
@@ -462,7 +464,7 @@ func (n *Node) Deploy(ctx context.Context, name string, wasm []byte, numberOfSha
 		return DeployResult{}, err
 	}
 	self := n.membership.Self()
-	info := n.catalog.next(name, mod.Digest, mod.Size, numberOfShards, self.Address)
+	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address)
 	if err := n.prepare(ctx, info); err != nil {
 		return DeployResult{}, err
 	}
@@ -490,7 +492,7 @@ func (n *Node) Deploy(ctx context.Context, name string, wasm []byte, numberOfSha
 	}
 	wg.Wait()
 	n.log.Info("entity type deployed", "type", name, "version", info.Version, "digest", info.Digest[:12],
-		"shards", numberOfShards, "bytes", info.Size)
+		"shards", st.NumberOfShards, "bytes", info.Size)
 	return res, nil
 }
 
@@ -502,7 +504,7 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) error {
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err
 	}
-	_, err := n.sharding.StartType(sharding.TypeSettings{Name: cur.Name, NumberOfShards: cur.NumberOfShards})
+	_, err := n.sharding.StartType(cur.Settings())
 	return err
 }
 
@@ -593,7 +595,7 @@ func (r *typeResolver) EntityType(ctx context.Context, name string) (sharding.Ty
 	if _, err := n.modules.get(ctx, info.Digest, n.moduleSources(info)); err != nil {
 		return sharding.TypeSettings{}, withCode(err)
 	}
-	return sharding.TypeSettings{Name: info.Name, NumberOfShards: info.NumberOfShards}, nil
+	return info.Settings(), nil
 }
 
 // entityFactory is the node as sharding's EntityFactory: entities are wasm instances.

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // TestTraceFollowsAMessageAcrossHosts: an ask through one node to an entity on another
@@ -18,7 +19,7 @@ func TestTraceFollowsAMessageAcrossHosts(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	defer tp.Shutdown(context.Background())
 	nodes := startNodes(t, 2, func(c *Config) { c.TracerProvider = tp })
-	if _, err := nodes[0].Deploy(context.Background(), "counter", testwasm.Bytes(t, "counter"), 0); err != nil {
+	if _, err := nodes[0].Deploy(context.Background(), testwasm.Bytes(t, "counter"), sharding.TypeSettings{Name: "counter"}); err != nil {
 		t.Fatal(err)
 	}
 	// Find an entity that lives on node 1, asking through node 0's API.

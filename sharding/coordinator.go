@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/shardhost/shardhost/cluster"
 )
@@ -30,11 +31,14 @@ type coordinator struct {
 	// leaving holds regions that said they are leaving: they get no new shards even
 	// before this member's view shows them leaving.
 	leaving map[string]bool
+	// rebalancing holds the shards being handed off by a rebalance, per type.
+	rebalancing map[string]map[int]bool
 }
 
 func newCoordinator(s *Sharding) *coordinator {
 	return &coordinator{s: s, alloc: map[string]map[int]string{},
-		inflight: map[shardRef][]func(string, error){}, tentative: map[shardRef]string{}, leaving: map[string]bool{}}
+		inflight: map[shardRef][]func(string, error){}, tentative: map[shardRef]string{}, leaving: map[string]bool{},
+		rebalancing: map[string]map[int]bool{}}
 }
 
 // Start activates the coordinator on this member (cluster.SingletonService): it rebuilds
@@ -49,6 +53,7 @@ func (c *coordinator) Start() {
 	if !c.s.goroutine(func() { c.recover(epoch, members) }) {
 		c.recovering = false
 	}
+	c.s.goroutine(func() { c.rebalanceLoop(epoch) })
 }
 
 // Stop deactivates the coordinator (cluster.SingletonService): requests are refused
@@ -60,6 +65,7 @@ func (c *coordinator) Stop() {
 	c.epoch++
 	c.alloc = map[string]map[int]string{}
 	c.tentative = map[shardRef]string{}
+	c.rebalancing = map[string]map[int]bool{}
 }
 
 // recover rebuilds the allocations from what the regions host.
@@ -153,14 +159,8 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
 		return
 	}
 	c.inflight[ref] = []func(string, error){cb}
-	// New shards go to reachable up members only; leaving, joining, unreachable and
-	// down members get none.
-	current := make(map[string][]int, len(members))
-	for _, m := range members {
-		if m.Status == cluster.StatusUp && m.Reachable && !c.leaving[m.Address] {
-			current[m.Address] = nil
-		}
-	}
+	settings := c.s.typeSettings(ref.Type)
+	current := c.candidatesLocked(members, settings)
 	for shardID, home := range c.alloc[ref.Type] {
 		if _, ok := current[home]; ok {
 			current[home] = append(current[home], shardID)
@@ -172,7 +172,7 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
 		}
 	}
 	epoch := c.epoch
-	region, err := c.s.cfg.Strategy.AllocateShard(requester, ref.Shard, current)
+	region, err := strategyFor(settings, c.s.cfg.Strategy, c.s.cfg.MaxSimultaneousRebalance).AllocateShard(requester, ref.Shard, current)
 	if err == nil {
 		c.tentative[ref] = region
 	}
@@ -210,6 +210,93 @@ func (c *coordinator) finish(ref shardRef, home string, err error) {
 	}
 	for _, cb := range waiters {
 		cb(home, err)
+	}
+}
+
+// candidatesLocked returns the regions that may take new shards of a type, each with no
+// shards yet: reachable up members with the type's role that are not leaving. Joining,
+// leaving, unreachable and down members get none.
+func (c *coordinator) candidatesLocked(members []cluster.Member, t TypeSettings) map[string][]int {
+	current := make(map[string][]int, len(members))
+	for _, m := range members {
+		if m.Status == cluster.StatusUp && m.Reachable && !c.leaving[m.Address] &&
+			(t.Role == "" || hasRole(m.Roles, t.Role)) {
+			current[m.Address] = nil
+		}
+	}
+	return current
+}
+
+func hasRole(roles []string, role string) bool {
+	for _, r := range roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// rebalanceLoop runs rounds of rebalancing while this coordinator is active (epoch).
+func (c *coordinator) rebalanceLoop(epoch uint64) {
+	t := time.NewTicker(c.s.cfg.RebalanceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.s.stop:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		current := c.epoch == epoch
+		c.mu.Unlock()
+		if !current {
+			return
+		}
+		c.rebalanceRound(epoch)
+	}
+}
+
+// rebalanceRound asks each type's strategy which shards to move and has their regions
+// hand them off; the coordinator allocates them anew when asked for them next.
+func (c *coordinator) rebalanceRound(epoch uint64) {
+	members := c.s.cfg.Membership.Members()
+	type move struct {
+		ref    shardRef
+		region string
+	}
+	var moves []move
+	c.mu.Lock()
+	if !c.active || c.epoch != epoch {
+		c.mu.Unlock()
+		return
+	}
+	for typ, shards := range c.alloc {
+		settings := c.s.typeSettings(typ)
+		current := c.candidatesLocked(members, settings)
+		for shard, region := range shards {
+			if _, ok := current[region]; ok {
+				current[region] = append(current[region], shard)
+			}
+		}
+		if c.rebalancing[typ] == nil {
+			c.rebalancing[typ] = map[int]bool{}
+		}
+		for _, shard := range strategyFor(settings, c.s.cfg.Strategy, c.s.cfg.MaxSimultaneousRebalance).Rebalance(current, c.rebalancing[typ]) {
+			c.rebalancing[typ][shard] = true
+			moves = append(moves, move{shardRef{Type: typ, Shard: shard}, shards[shard]})
+		}
+	}
+	c.mu.Unlock()
+	for _, mv := range moves {
+		c.s.log.Info("rebalancing a shard", "shard", mv.ref.String(), "from", mv.region)
+		c.s.handOffShardAt(mv.region, mv.ref, func(err error) {
+			if err != nil {
+				c.s.log.Warn("rebalance handoff failed", "shard", mv.ref.String(), "from", mv.region, "err", err)
+			}
+			c.mu.Lock()
+			delete(c.rebalancing[mv.ref.Type], mv.ref.Shard)
+			c.mu.Unlock()
+		})
 	}
 }
 

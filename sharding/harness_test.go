@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/cluster"
 )
 
@@ -311,3 +312,5 @@ func mustAsk(t *testing.T, n *testNode, typ, id, msg string) string {
 	}
 	return string(r.Payload)
 }
+
+func abiShard(id string, n int) int { return abi.ShardID(id, n) }

@@ -55,7 +55,20 @@ func newRegion(s *Sharding, t TypeSettings) *Region {
 }
 
 // Settings returns the region's entity type settings.
-func (r *Region) Settings() TypeSettings { return r.settings }
+func (r *Region) Settings() TypeSettings {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.settings
+}
+
+// updateSettings applies a redeployment's settings. Name and NumberOfShards never
+// change (they are read without the lock); the other fields are read with it.
+func (r *Region) updateSettings(t TypeSettings) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settings.Role, r.settings.Allocation, r.settings.Checkpoint = t.Role, t.Allocation, t.Checkpoint
+	r.settings.PassivateAfter, r.settings.MaxActive, r.settings.RememberEntities = t.PassivateAfter, t.MaxActive, t.RememberEntities
+}
 
 // deliver routes d: to a local entity, to the region hosting its shard, or into the
 // buffer while the shard's home is resolved. Messages of one sender keep their order:
@@ -304,50 +317,60 @@ func (r *Region) handOff(ctx context.Context) error {
 	sort.Ints(ids)
 	var firstErr error
 	for _, id := range ids {
-		ref := shardRef{Type: r.settings.Name, Shard: id, Requester: r.s.self}
-		r.mu.Lock()
-		sh := r.shards[id]
-		delete(r.shards, id)
-		r.handing[id] = true
-		// Messages from other regions already buffered here go back too.
-		var back, keep []delivery
-		for _, d := range r.pending[id] {
-			if d.env.Origin != "" && d.env.Origin != r.s.self {
-				back = append(back, d)
-			} else {
-				keep = append(keep, d)
-			}
-		}
-		r.pending[id] = keep
-		r.buffered -= len(back)
-		r.mu.Unlock()
-		for _, d := range back {
-			r.giveBack(d)
-		}
-		r.s.broadcastHandOff(ctx, topicBeginHandOff, ref, true)
-		if sh != nil {
-			for _, e := range sh.entities {
-				e.waitIdle(ctx)
-				e.stop(ctx)
-			}
-		}
-		if err := r.s.shardHandedOff(ctx, ref); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("sharding: handing off %s: %w", ref, err)
-		}
-		r.mu.Lock()
-		delete(r.handing, id)
-		resolve := len(r.pending[id]) > 0 && !r.resolving[id]
-		if resolve {
-			r.resolving[id] = true
-		}
-		r.mu.Unlock()
-		r.s.broadcastHandOff(ctx, topicHandOffComplete, ref, false)
-		if resolve && !r.s.goroutine(func() { r.resolve(id) }) {
-			r.failPending(id, ErrStopped)
+		if err := r.handOffShard(ctx, id); err != nil && firstErr == nil {
+			firstErr = err
 		}
 	}
 	r.s.log.Info("region handed off its shards", "type", r.settings.Name, "shards", len(ids))
 	return firstErr
+}
+
+// handOffShard hands one shard off (see handOff). A shard not hosted here is only
+// reported to the coordinator.
+func (r *Region) handOffShard(ctx context.Context, id int) error {
+	ref := shardRef{Type: r.settings.Name, Shard: id, Requester: r.s.self}
+	r.mu.Lock()
+	sh := r.shards[id]
+	delete(r.shards, id)
+	r.handing[id] = true
+	// Messages from other regions already buffered here go back too.
+	var back, keep []delivery
+	for _, d := range r.pending[id] {
+		if d.env.Origin != "" && d.env.Origin != r.s.self {
+			back = append(back, d)
+		} else {
+			keep = append(keep, d)
+		}
+	}
+	r.pending[id] = keep
+	r.buffered -= len(back)
+	r.mu.Unlock()
+	for _, d := range back {
+		r.giveBack(d)
+	}
+	r.s.broadcastHandOff(ctx, topicBeginHandOff, ref, true)
+	if sh != nil {
+		for _, e := range sh.entities {
+			e.waitIdle(ctx)
+			e.stop(ctx)
+		}
+	}
+	var err error
+	if herr := r.s.shardHandedOff(ctx, ref); herr != nil {
+		err = fmt.Errorf("sharding: handing off %s: %w", ref, herr)
+	}
+	r.mu.Lock()
+	delete(r.handing, id)
+	resolve := len(r.pending[id]) > 0 && !r.resolving[id]
+	if resolve {
+		r.resolving[id] = true
+	}
+	r.mu.Unlock()
+	r.s.broadcastHandOff(ctx, topicHandOffComplete, ref, false)
+	if resolve && !r.s.goroutine(func() { r.resolve(id) }) {
+		r.failPending(id, ErrStopped)
+	}
+	return err
 }
 
 // forgetHomesAt drops cached homes at members for which gone returns true, so that their

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,8 @@ const (
 	topicBeginHandOff    = "sharding/begin-handoff"
 	topicReturn          = "sharding/return"
 	topicHandOffComplete = "sharding/handoff-complete"
+	// HandOffShard is the coordinator asking a region to hand a shard off (rebalance).
+	topicHandOffShard = "sharding/handoff-shard"
 )
 
 // maxHops bounds how often one message is forwarded between regions. In a stable cluster
@@ -81,11 +85,79 @@ type EntityFactory interface {
 	NewEntity(ctx context.Context, entityType, entityID string) (Entity, error)
 }
 
-// TypeSettings are the sharding settings of an entity type.
+// TypeSettings are the sharding settings of an entity type, given at deploy.
 type TypeSettings struct {
-	Name string
+	Name string `json:"name"`
 	// NumberOfShards is fixed for the life of the cluster; abi.ShardID uses it.
-	NumberOfShards int
+	NumberOfShards int `json:"shards"`
+	// Role: only members with this role host the type's shards; the others run
+	// proxy-only regions that route its messages. Empty: every member hosts.
+	Role string `json:"role,omitempty"`
+	// Allocation is the shard allocation strategy: AllocationLeastShard (default) or
+	// AllocationPriority.
+	Allocation string `json:"allocation,omitempty"`
+	// PassivateAfter passivates an entity idle for this long; 0 never.
+	PassivateAfter time.Duration `json:"passivate_after,omitempty"`
+	// MaxActive caps the active entities of the type per region; the least recently
+	// used is passivated to make room. 0: no cap.
+	MaxActive int `json:"max_active,omitempty"`
+	// Checkpoint says when an entity's state is saved: CheckpointPassivation (on
+	// passivation and handoff, the default), CheckpointEveryMessage, or "every:N".
+	Checkpoint string `json:"checkpoint,omitempty"`
+	// RememberEntities restarts a shard's entities wherever the shard goes.
+	RememberEntities bool `json:"remember_entities,omitempty"`
+}
+
+// Allocation strategies and checkpoint policies by name.
+const (
+	AllocationLeastShard   = "least-shard"
+	AllocationPriority     = "priority"
+	CheckpointPassivation  = "passivation"
+	CheckpointEveryMessage = "every-message"
+)
+
+// Validate checks the settings; it fills in the defaults of empty fields.
+func (t *TypeSettings) Validate() error {
+	switch {
+	case t.Name == "":
+		return errors.New("sharding: an entity type needs a name")
+	case t.NumberOfShards < 1 || t.NumberOfShards > 100_000:
+		return fmt.Errorf("sharding: number of shards %d (want 1 to 100000)", t.NumberOfShards)
+	case t.PassivateAfter < 0 || t.MaxActive < 0:
+		return fmt.Errorf("sharding: passivate-after and max-active must not be negative")
+	}
+	switch t.Allocation {
+	case "":
+		t.Allocation = AllocationLeastShard
+	case AllocationLeastShard, AllocationPriority:
+	default:
+		return fmt.Errorf("sharding: allocation %q (want %s or %s)", t.Allocation, AllocationLeastShard, AllocationPriority)
+	}
+	if t.Checkpoint == "" {
+		t.Checkpoint = CheckpointPassivation
+	}
+	if _, err := CheckpointEvery(t.Checkpoint); err != nil {
+		return err
+	}
+	return nil
+}
+
+// CheckpointEvery returns after how many messages an entity's state is saved under a
+// checkpoint policy: 0 for passivation (only on passivation and handoff), 1 for every
+// message, N for "every:N".
+func CheckpointEvery(policy string) (int, error) {
+	switch policy {
+	case CheckpointPassivation, "":
+		return 0, nil
+	case CheckpointEveryMessage:
+		return 1, nil
+	}
+	if n, ok := strings.CutPrefix(policy, "every:"); ok {
+		if v, err := strconv.Atoi(n); err == nil && v >= 1 {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("sharding: checkpoint policy %q (want passivation, every-message or every:N)", policy)
 }
 
 // TypeResolver tells sharding about the entity types of the cluster.
@@ -102,8 +174,13 @@ type Config struct {
 	Messenger  Messenger
 	Types      TypeResolver
 	Factory    EntityFactory
-	// Strategy allocates shards; default LeastShardAllocationStrategy.
+	// Strategy, if set, allocates the shards of every type; by default each type uses
+	// the strategy its settings name (least-shard or priority).
 	Strategy ShardAllocationStrategy
+	// RebalanceInterval is how often the coordinator looks for shards to move. Default 10 s.
+	RebalanceInterval time.Duration
+	// MaxSimultaneousRebalance caps the shards of one type in handoff at once. Default 3.
+	MaxSimultaneousRebalance int
 	// BufferSize caps the messages a region buffers while shard homes are resolved
 	// (and, per entity type, while the type is being resolved). Over it, messages are
 	// dead letters: ErrBufferFull. Default 100,000 (Akka's buffer-size).
@@ -133,6 +210,9 @@ func DefaultConfig() Config {
 		ResolveTimeout:    10 * time.Second,
 		AskTimeout:        10 * time.Second,
 		ReconcileInterval: time.Second,
+		RebalanceInterval: 10 * time.Second,
+
+		MaxSimultaneousRebalance: 3,
 	}
 }
 
@@ -143,7 +223,8 @@ func (c Config) Validate() error {
 		return errors.New("sharding: Membership, Messenger, Types and Factory are required")
 	case c.BufferSize <= 0 || c.MailboxSize <= 0:
 		return errors.New("sharding: buffer and mailbox sizes must be positive")
-	case c.RequestTimeout <= 0 || c.ResolveTimeout <= 0 || c.AskTimeout <= 0 || c.ReconcileInterval <= 0:
+	case c.RequestTimeout <= 0 || c.ResolveTimeout <= 0 || c.AskTimeout <= 0 || c.ReconcileInterval <= 0 ||
+		c.RebalanceInterval <= 0 || c.MaxSimultaneousRebalance <= 0:
 		return errors.New("sharding: timeouts and intervals must be positive")
 	}
 	return nil
@@ -183,9 +264,6 @@ func New(cfg Config) (*Sharding, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Strategy == nil {
-		cfg.Strategy = LeastShardAllocationStrategy{}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -211,6 +289,7 @@ func New(cfg Config) (*Sharding, error) {
 	cfg.Messenger.Handle(topicBeginHandOff, s.handleBeginHandOff)
 	cfg.Messenger.Handle(topicReturn, s.handleReturn)
 	cfg.Messenger.Handle(topicHandOffComplete, s.handleHandOffComplete)
+	cfg.Messenger.Handle(topicHandOffShard, s.handleHandOffShard)
 	s.sub = cfg.Membership.Subscribe(1024)
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
 	cfg.Membership.RegisterLeaveHook(s.handOffAll)
@@ -305,8 +384,8 @@ func (s *Sharding) goroutine(f func()) bool {
 // the messages that waited for the type. A second start with another number of shards
 // is refused: shard IDs are fixed for the life of the cluster.
 func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
-	if t.Name == "" || t.NumberOfShards <= 0 {
-		return nil, fmt.Errorf("sharding: bad type settings %+v", t)
+	if err := t.Validate(); err != nil {
+		return nil, err
 	}
 	s.stopMu.RLock()
 	defer s.stopMu.RUnlock()
@@ -320,6 +399,7 @@ func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
 			return nil, fmt.Errorf("sharding: entity type %s has %d shards; it cannot change to %d",
 				t.Name, r.settings.NumberOfShards, t.NumberOfShards)
 		}
+		r.updateSettings(t)
 		return r, nil
 	}
 	r := newRegion(s, t)
@@ -783,6 +863,54 @@ func (s *Sharding) handleHostShard(req *cluster.Request) {
 
 func (s *Sharding) handleRegionState(req *cluster.Request) {
 	req.Reply(encode(s.LocalState()), nil)
+}
+
+// typeSettings returns a type's settings as this member knows them (defaults for a type
+// it has no region of).
+func (s *Sharding) typeSettings(typ string) TypeSettings {
+	if r := s.region(typ); r != nil {
+		return r.Settings()
+	}
+	return TypeSettings{Name: typ, Allocation: AllocationLeastShard}
+}
+
+// handOffShardAt has the region at addr hand a shard off (for a rebalance); cb gets the
+// outcome once the handoff is complete.
+func (s *Sharding) handOffShardAt(addr string, ref shardRef, cb func(error)) {
+	if addr == s.self {
+		if !s.goroutine(func() { cb(s.handOffShardHere(ref)) }) {
+			cb(ErrStopped)
+		}
+		return
+	}
+	to, err := s.transportAddr(addr)
+	if err != nil {
+		cb(err)
+		return
+	}
+	s.cfg.Messenger.RequestAsync(to, topicHandOffShard, encode(ref), 3*s.cfg.RequestTimeout+s.cfg.ResolveTimeout,
+		func(_ []byte, err error) { cb(err) })
+}
+
+func (s *Sharding) handOffShardHere(ref shardRef) error {
+	r := s.region(ref.Type)
+	if r == nil {
+		return fmt.Errorf("%w: no region of %s here", ErrShardUnavailable, ref.Type)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.RequestTimeout+s.cfg.ResolveTimeout)
+	defer cancel()
+	return r.handOffShard(ctx, ref.Shard)
+}
+
+func (s *Sharding) handleHandOffShard(req *cluster.Request) {
+	var ref shardRef
+	if err := decode(req.Body, &ref); err != nil {
+		req.Reply(nil, err)
+		return
+	}
+	if !s.goroutine(func() { req.Reply(nil, s.handOffShardHere(ref)) }) {
+		req.Reply(nil, ErrStopped)
+	}
 }
 
 // handleBeginHandOff: another region hands a shard off; buffer its messages here until

@@ -386,3 +386,72 @@ func TestShardsOfACrashedMemberMoveOnceItIsDowned(t *testing.T) {
 		t.Fatalf("entities active twice: %v", tc.acts.double)
 	}
 }
+
+func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
+	fast := func(c *Config) { c.RebalanceInterval = 200 * time.Millisecond }
+	tc := newTestCluster(t, 3, fast)
+	// Home all 10 shards of "counter" (4/3/3 by least-shard) with one entity each.
+	ids := map[int]string{}
+	for i := 0; len(ids) < 10; i++ {
+		id := "r" + strconv.Itoa(i)
+		sh := abiShard(id, 10)
+		if _, ok := ids[sh]; !ok {
+			ids[sh] = id
+			mustAsk(t, tc.nodes[0], "counter", id, "get")
+		}
+	}
+	// Keep telling every entity while a fourth member joins and shards move to it.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	sent := map[string]int{}
+	sender := tc.nodes[0]
+	go func() {
+		defer close(done)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, id := range ids {
+				sender.sharding.Tell(context.Background(), "counter", id, []byte("append "+strconv.Itoa(k)))
+				sent[id] = k + 1
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	newcomer := tc.add()
+	tc.waitMembers()
+	waitFor(t, 20*time.Second, "shards on the newcomer", func() bool {
+		st := newcomer.sharding.LocalState()
+		return len(st.Shards) >= 2
+	})
+	close(stop)
+	<-done
+	// Every entity got a contiguous, ordered tail of its messages (a moved entity starts
+	// afresh: its state does not move yet), and none ran on two members at once.
+	for _, id := range ids {
+		want := strconv.Itoa(sent[id] - 1)
+		var list string
+		waitFor(t, 10*time.Second, id+"'s last message", func() bool {
+			r, err := ask(t, tc.nodes[1], "counter", id, "list")
+			list = string(r.Payload)
+			return err == nil && strings.HasSuffix(list, ","+want) || list == want
+		})
+		items := strings.Split(list, ",")
+		first, _ := strconv.Atoi(items[0])
+		for i, item := range items {
+			if item != strconv.Itoa(first+i) {
+				t.Fatalf("%s: gap or disorder at %d: %s", id, i, list)
+			}
+		}
+	}
+	if len(tc.acts.double) > 0 {
+		t.Fatalf("entities active twice: %v", tc.acts.double)
+	}
+	var counts []int
+	for _, n := range tc.live() {
+		counts = append(counts, len(n.sharding.LocalState().Shards))
+	}
+	t.Logf("shards per member after the rebalance: %v", counts)
+}

@@ -49,3 +49,147 @@ func TestLeastShardBalancesOneHundredShards(t *testing.T) {
 		}
 	}
 }
+
+// allocateAll allocates shards 0..n-1 one by one with s and returns the allocation.
+func allocateAll(t *testing.T, s ShardAllocationStrategy, regions []string, n int) map[string][]int {
+	t.Helper()
+	current := map[string][]int{}
+	for _, r := range regions {
+		current[r] = nil
+	}
+	for shard := 0; shard < n; shard++ {
+		r, err := s.AllocateShard(regions[0], shard, current)
+		if err != nil {
+			t.Fatal(err)
+		}
+		current[r] = append(current[r], shard)
+	}
+	return current
+}
+
+// rebalanceFully runs rounds of Rebalance, reallocating each moved shard with the
+// strategy, until nothing moves; it checks the per-round cap and returns the moves.
+func rebalanceFully(t *testing.T, s ShardAllocationStrategy, current map[string][]int, perRound int) int {
+	t.Helper()
+	moves := 0
+	for round := 0; round < 1000; round++ {
+		moving := s.Rebalance(current, nil)
+		if len(moving) == 0 {
+			return moves
+		}
+		if len(moving) > perRound {
+			t.Fatalf("round %d moves %d shards, the cap is %d", round, len(moving), perRound)
+		}
+		for _, sh := range moving {
+			for r, shards := range current {
+				for i, x := range shards {
+					if x == sh {
+						current[r] = append(shards[:i:i], shards[i+1:]...)
+					}
+				}
+			}
+			r, _ := s.AllocateShard("", sh, current)
+			current[r] = append(current[r], sh)
+			moves++
+		}
+	}
+	t.Fatal("rebalancing never settles")
+	return moves
+}
+
+func spread(current map[string][]int) (lo, hi int) {
+	lo = 1 << 30
+	for _, shards := range current {
+		lo, hi = min(lo, len(shards)), max(hi, len(shards))
+	}
+	return lo, hi
+}
+
+func TestLeastShardRebalancesAJoinedRegion(t *testing.T) {
+	s := LeastShardAllocationStrategy{MaxSimultaneousRebalance: 3}
+	current := allocateAll(t, s, []string{"a", "b", "c"}, 100)
+	current["d"] = nil
+	moves := rebalanceFully(t, s, current, 3)
+	if lo, hi := spread(current); hi-lo > 1 {
+		t.Fatalf("after rebalancing the spread is %d..%d", lo, hi)
+	}
+	if moves != 25 {
+		t.Fatalf("%d moves to give the new region its 25 shards", moves)
+	}
+	// In progress handoffs count against the cap.
+	current["e"] = nil
+	if got := s.Rebalance(current, map[int]bool{1: true, 2: true}); len(got) != 1 {
+		t.Fatalf("with 2 in progress and a cap of 3, %d more move", len(got))
+	}
+}
+
+func TestLeastShardAfterAFailure(t *testing.T) {
+	s := LeastShardAllocationStrategy{}
+	current := allocateAll(t, s, []string{"a", "b", "c", "d"}, 100)
+	lost := current["b"]
+	delete(current, "b")
+	for _, sh := range lost {
+		r, _ := s.AllocateShard("", sh, current)
+		current[r] = append(current[r], sh)
+	}
+	if lo, hi := spread(current); hi-lo > 1 {
+		t.Fatalf("after a failure the spread is %d..%d", lo, hi)
+	}
+}
+
+func TestPrioritySpreadsAFailedRegionsShardsEvenly(t *testing.T) {
+	regions := []string{"m1", "m2", "m3", "m4", "m5", "m6"}
+	s := PriorityAllocationStrategy{Type: "counter"}
+	const n = 6000
+	current := allocateAll(t, s, regions, n)
+	if lo, hi := spread(current); lo < 850 || hi > 1150 {
+		t.Fatalf("priority allocation of %d shards over 6 regions: %d..%d", n, lo, hi)
+	}
+	// m3 fails: its shards go to each shard's next region, spread over the 5 survivors.
+	lost := current["m3"]
+	delete(current, "m3")
+	got := map[string]int{}
+	for _, sh := range lost {
+		r, _ := s.AllocateShard("", sh, current)
+		got[r]++
+	}
+	per := len(lost) / 5
+	for _, r := range []string{"m1", "m2", "m4", "m5", "m6"} {
+		if got[r] < per*7/10 || got[r] > per*13/10 {
+			t.Fatalf("the failed region's %d shards went %v: not even", len(lost), got)
+		}
+	}
+	// A survivor's own shards do not move.
+	if moving := s.Rebalance(current, nil); len(moving) != 0 {
+		t.Fatalf("after a failure, %d shards rebalance", len(moving))
+	}
+}
+
+func TestPriorityJoinMovesAboutOneNth(t *testing.T) {
+	s := PriorityAllocationStrategy{Type: "counter", MaxSimultaneousRebalance: 50}
+	current := allocateAll(t, s, []string{"m1", "m2", "m3", "m4"}, 1000)
+	current["m5"] = nil
+	moves := rebalanceFully(t, s, current, 50)
+	// About 1000/5 = 200 move, all to the new region.
+	if moves < 150 || moves > 250 || len(current["m5"]) != moves {
+		t.Fatalf("a fifth region took %d shards in %d moves", len(current["m5"]), moves)
+	}
+}
+
+func TestPriorityIsTheSameEverywhere(t *testing.T) {
+	a := PriorityAllocationStrategy{Type: "t"}.Order(7, []string{"x", "y", "z"})
+	b := PriorityAllocationStrategy{Type: "t"}.Order(7, []string{"z", "x", "y"})
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("orders differ: %v %v", a, b)
+	}
+	c := PriorityAllocationStrategy{Type: "other"}
+	same := 0
+	for sh := 0; sh < 100; sh++ {
+		if c.Order(sh, []string{"x", "y", "z"})[0] == (PriorityAllocationStrategy{Type: "t"}).Order(sh, []string{"x", "y", "z"})[0] {
+			same++
+		}
+	}
+	if same > 60 {
+		t.Fatalf("two types place %d of 100 shards alike", same)
+	}
+}

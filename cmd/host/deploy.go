@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,10 +14,12 @@ import (
 )
 
 func newDeployCommand(g *globals) *cobra.Command {
-	var typ string
-	var shards int
+	var typ, role, allocation, checkpoint string
+	var shards, maxActive int
+	var passivateAfter time.Duration
+	var remember bool
 	cmd := &cobra.Command{
-		Use:   "deploy --type NAME FILE.wasm",
+		Use:   "deploy --type NAME [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--remember-entities] [--role R] [--allocation A] FILE.wasm",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -30,10 +34,29 @@ func newDeployCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			path := "/v1/types/" + url.PathEscape(typ)
+			q := url.Values{}
 			if shards > 0 {
-				path += fmt.Sprintf("?shards=%d", shards)
+				q.Set("shards", strconv.Itoa(shards))
 			}
+			if role != "" {
+				q.Set("role", role)
+			}
+			if allocation != "" {
+				q.Set("allocation", allocation)
+			}
+			if checkpoint != "" {
+				q.Set("checkpoint", checkpoint)
+			}
+			if passivateAfter > 0 {
+				q.Set("passivate_after", passivateAfter.String())
+			}
+			if maxActive > 0 {
+				q.Set("max_active", strconv.Itoa(maxActive))
+			}
+			if remember {
+				q.Set("remember_entities", "true")
+			}
+			path := "/v1/types/" + url.PathEscape(typ) + "?" + q.Encode()
 			r, err := c.do("POST", path, wasm)
 			if err != nil {
 				return err
@@ -43,8 +66,9 @@ func newDeployCommand(g *globals) *cobra.Command {
 				return fmt.Errorf("the API's reply is not what this client expects: %v", err)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s, %d shards)\n",
-				res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16], res.Type.NumberOfShards)
+			fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s, %d shards, %s allocation, checkpoint %s)\n",
+				res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16], res.Type.NumberOfShards,
+				res.Type.Allocation, res.Type.Checkpoint)
 			failed := 0
 			for _, m := range res.Members {
 				if m.Ready {
@@ -62,5 +86,11 @@ func newDeployCommand(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "name of the entity type (required)")
 	cmd.Flags().IntVar(&shards, "shards", 0, "number of shards of a new type (default 100; fixed once deployed)")
+	cmd.Flags().DurationVar(&passivateAfter, "passivate-after", 0, "passivate an entity idle this long (0: never)")
+	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the least recently used is passivated (0: no cap)")
+	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "when entity state is saved: passivation (default), every-message or every:N")
+	cmd.Flags().BoolVar(&remember, "remember-entities", false, "restart a shard's entities wherever the shard goes")
+	cmd.Flags().StringVar(&role, "role", "", "only members with this role host the type (others route its messages)")
+	cmd.Flags().StringVar(&allocation, "allocation", "", "shard allocation: least-shard (default) or priority")
 	return cmd
 }
