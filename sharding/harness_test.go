@@ -98,10 +98,12 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 
 func (e *fakeEntity) Stop(ctx context.Context) { e.f.acts.stopped(e.f.node, e.key) }
 
-// types is a TypeResolver with a fixed set of types; block, if set, is waited on first.
+// types is a TypeResolver with a fixed set of types (name → shards, or full settings);
+// block, if set, is waited on first.
 type types struct {
-	known map[string]int
-	block chan struct{}
+	known    map[string]int
+	settings map[string]TypeSettings
+	block    chan struct{}
 }
 
 func (t *types) EntityType(ctx context.Context, name string) (TypeSettings, error) {
@@ -111,6 +113,9 @@ func (t *types) EntityType(ctx context.Context, name string) (TypeSettings, erro
 		case <-ctx.Done():
 			return TypeSettings{}, ctx.Err()
 		}
+	}
+	if st, ok := t.settings[name]; ok {
+		return st, nil
 	}
 	n, ok := t.known[name]
 	if !ok {
@@ -203,7 +208,10 @@ func (tc *testCluster) add() *testNode {
 		t.Fatal(err)
 	}
 	node := &testNode{name: name, membership: ms, messenger: msgr,
-		types: &types{known: map[string]int{"counter": 10, "other": 7}}}
+		types: &types{known: map[string]int{"counter": 10, "other": 7}, settings: map[string]TypeSettings{
+			"idle":    {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
+			"bounded": {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
+		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()
 	cfg.Membership, cfg.Messenger, cfg.Types, cfg.Factory, cfg.Logger = ms, msgr, node.types, node.factory, quiet

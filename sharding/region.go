@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -32,6 +33,8 @@ type Region struct {
 	paused    map[int]string     // shards another region (this member address) hands off: messages wait here
 	returned  map[int]int        // messages given back to us, at the head of pending
 	buffered  int                // messages in pending
+
+	passivations atomic.Uint64 // entities passivated, for inspection and tests
 }
 
 // shard is a hosted shard: its active entities.
@@ -119,6 +122,66 @@ func (r *Region) deliver(d delivery) {
 		}()
 	}
 }
+
+// activated is called on an entity's goroutine after it got an instance: over the
+// type's MaxActive, the least recently used idle entity of the region is passivated.
+func (r *Region) activated(e *entity) {
+	r.mu.Lock()
+	maxActive := r.settings.MaxActive
+	if maxActive <= 0 {
+		r.mu.Unlock()
+		return
+	}
+	active := 0
+	var lru *entity
+	var lruAt time.Time
+	for _, sh := range r.shards {
+		for _, other := range sh.entities {
+			other.mu.Lock()
+			live, idle, used := other.live, !other.running && len(other.queue) == 0, other.lastUsed
+			other.mu.Unlock()
+			if !live {
+				continue
+			}
+			active++
+			if other != e && idle && (lru == nil || used.Before(lruAt)) {
+				lru, lruAt = other, used
+			}
+		}
+	}
+	r.mu.Unlock()
+	if active > maxActive && lru != nil {
+		lru.passivate("max-active")
+	}
+}
+
+// passivateIdle passivates the entities idle for longer than the type's PassivateAfter,
+// and forgets entities without instance or messages. The caller holds stopMu for
+// reading.
+func (r *Region) passivateIdle(now time.Time) {
+	r.mu.Lock()
+	after := r.settings.PassivateAfter
+	var idle []*entity
+	for _, sh := range r.shards {
+		for id, e := range sh.entities {
+			e.mu.Lock()
+			quiet := !e.running && len(e.queue) == 0
+			if quiet && !e.live {
+				delete(sh.entities, id) // nothing to keep: a new message makes a new one
+			} else if quiet && after > 0 && now.Sub(e.lastUsed) > after {
+				idle = append(idle, e)
+			}
+			e.mu.Unlock()
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range idle {
+		e.passivate("idle")
+	}
+}
+
+// Passivations returns how many entities of the region were passivated.
+func (r *Region) Passivations() uint64 { return r.passivations.Load() }
 
 // giveBack returns a message whose shard this region hands off to its sender's region:
 // an ask through its reply, a tell as a Return message.
@@ -486,10 +549,11 @@ type entity struct {
 	shard int
 	id    string
 
-	mu      sync.Mutex
-	queue   []delivery
-	running bool
-	live    bool // has an instance
+	mu       sync.Mutex
+	queue    []delivery
+	running  bool
+	live     bool      // has an instance
+	lastUsed time.Time // when it last finished a message
 
 	inst Entity
 }
@@ -542,6 +606,10 @@ func (e *entity) enqueue(d delivery) {
 
 func (e *entity) drain() {
 	defer e.r.s.wg.Done()
+	e.drainLoop()
+}
+
+func (e *entity) drainLoop() {
 	for {
 		e.mu.Lock()
 		if len(e.queue) == 0 {
@@ -572,7 +640,13 @@ func (e *entity) process(d delivery) {
 		e.live = true
 		e.mu.Unlock()
 		s.log.Info("entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard)
+		e.r.activated(e)
 	}
+	defer func() {
+		e.mu.Lock()
+		e.lastUsed = time.Now()
+		e.mu.Unlock()
+	}()
 	out, err := e.inst.Receive(d.ctx, d.env.Payload)
 	if err != nil {
 		s.log.Debug("message failed", "entity", e.r.settings.Name+"/"+e.id, "err", err)
@@ -582,6 +656,29 @@ func (e *entity) process(d delivery) {
 	if d.ask {
 		d.reply(Reply{Payload: out, Node: s.self}, nil)
 	}
+}
+
+// passivate stops the entity's instance if it is idle: it takes the mailbox (as a drain
+// would), so messages that arrive meanwhile wait and go to the next incarnation, in
+// order. It reports whether it started. The caller holds stopMu for reading or runs on
+// an owned goroutine.
+func (e *entity) passivate(reason string) bool {
+	e.mu.Lock()
+	if e.running || !e.live || len(e.queue) > 0 {
+		e.mu.Unlock()
+		return false
+	}
+	e.running = true
+	e.mu.Unlock()
+	e.r.s.wg.Add(1)
+	go func() {
+		defer e.r.s.wg.Done()
+		e.r.s.log.Debug("passivating entity", "entity", e.r.settings.Name+"/"+e.id, "reason", reason)
+		e.stop(context.Background())
+		e.r.passivations.Add(1)
+		e.drainLoop()
+	}()
+	return true
 }
 
 func (e *entity) stop(ctx context.Context) {

@@ -690,6 +690,7 @@ func (s *Sharding) followMembership() {
 			}
 		case <-tick.C:
 			s.reconcile()
+			s.passivateIdle()
 		}
 	}
 }
@@ -700,6 +701,19 @@ func (s *Sharding) memberRemoved(addr string) {
 		r.unpauseFrom(func(by string) bool { return by == addr })
 	}
 	s.coord.memberRemoved(addr)
+}
+
+// passivateIdle runs each region's idle passivation.
+func (s *Sharding) passivateIdle() {
+	s.stopMu.RLock()
+	defer s.stopMu.RUnlock()
+	if s.stopped {
+		return
+	}
+	now := time.Now()
+	for _, r := range s.allRegions() {
+		r.passivateIdle(now)
+	}
 }
 
 // hosting reports whether a member's status lets it host shards it already has: up or

@@ -455,3 +455,69 @@ func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
 	}
 	t.Logf("shards per member after the rebalance: %v", counts)
 }
+
+func activeOn(tc *testCluster, key string) bool {
+	tc.acts.mu.Lock()
+	defer tc.acts.mu.Unlock()
+	_, ok := tc.acts.active[key]
+	return ok
+}
+
+func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
+	tc := newTestCluster(t, 2, func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond })
+	n := tc.nodes[0]
+	mustAsk(t, n, "idle", "a", "inc")
+	waitFor(t, 5*time.Second, "idle passivation", func() bool { return !activeOn(tc, "idle/a") })
+	// The next message activates a new incarnation (state does not survive
+	// passivation without a state store: the count starts again).
+	if got := mustAsk(t, n, "idle", "a", "inc"); got != "1" {
+		t.Fatalf("after passivation: %s", got)
+	}
+	if !activeOn(tc, "idle/a") {
+		t.Fatal("not active again")
+	}
+	// Messages that arrive while an entity passivates wait and are delivered in order.
+	for round := 0; round < 5; round++ {
+		waitFor(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
+		for k := 0; k < 20; k++ {
+			n.sharding.Tell(context.Background(), "idle", "a", []byte("append "+strconv.Itoa(round*100+k)))
+		}
+		list := mustAsk(t, n, "idle", "a", "list")
+		want := ""
+		for k := 0; k < 20; k++ {
+			if k > 0 {
+				want += ","
+			}
+			want += strconv.Itoa(round*100 + k)
+		}
+		if list != want {
+			t.Fatalf("round %d: %s", round, list)
+		}
+	}
+	// The shards report counts active entities only.
+	waitFor(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
+	for _, st := range n.sharding.LocalState().Shards {
+		if st.Type == "idle" && len(st.Entities) != 0 {
+			t.Fatalf("passivated entity listed: %v", st)
+		}
+	}
+}
+
+func TestMaxActivePassivatesTheLeastRecentlyUsed(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	n := tc.nodes[0]
+	for _, id := range []string{"a", "b", "c"} {
+		mustAsk(t, n, "bounded", id, "inc")
+	}
+	mustAsk(t, n, "bounded", "a", "inc") // b is now the least recently used
+	mustAsk(t, n, "bounded", "d", "inc")
+	waitFor(t, 5*time.Second, "b passivated", func() bool { return !activeOn(tc, "bounded/b") })
+	for _, id := range []string{"a", "c", "d"} {
+		if !activeOn(tc, "bounded/"+id) {
+			t.Fatalf("%s passivated instead of b", id)
+		}
+	}
+	if got := mustAsk(t, n, "bounded", "a", "get"); got != "2" {
+		t.Fatalf("a lost its state: %s", got)
+	}
+}
