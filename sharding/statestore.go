@@ -1,0 +1,138 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+)
+
+// Errors of entity state stores.
+var (
+	// ErrStaleEpoch: a write carried an allocation epoch older than one the store has
+	// seen for the shard; the writer no longer owns the shard (fencing).
+	ErrStaleEpoch = errors.New("sharding: stale allocation epoch: the shard has moved")
+	// ErrNoState: the store has no state for the entity.
+	ErrNoState = errors.New("sharding: no stored state")
+	// ErrStoreUnavailable: not enough replicas of the shard's state answered.
+	ErrStoreUnavailable = errors.New("sharding: entity state store unavailable")
+)
+
+// EntityKey names an entity in a state store.
+type EntityKey struct {
+	Type  string `cbor:"1,keyasint"`
+	Shard int    `cbor:"2,keyasint"`
+	ID    string `cbor:"3,keyasint"`
+}
+
+// StateStore keeps entity state: each entity's latest snapshot, and, for types that
+// remember entities, the IDs of each shard's entities (DESIGN.md: the entity state
+// store). Every write carries the writer's allocation epoch for the shard; a store
+// refuses, with ErrStaleEpoch, a write whose epoch is older than the newest it has seen
+// for the shard, so a host whose allocation is stale cannot overwrite the state of the
+// shard's new home. Implementations are safe for concurrent use.
+type StateStore interface {
+	// Save stores state as the entity's snapshot. It returns once the write is durable
+	// as the implementation promises (for the replicated store: on a majority of the
+	// shard's replicas). Errors: ErrStaleEpoch, ErrStoreUnavailable.
+	Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error
+	// Load returns the entity's latest snapshot, or ErrNoState.
+	Load(ctx context.Context, key EntityKey) ([]byte, error)
+	// Remember records (remember) or forgets (!remember) the entity among its shard's
+	// remembered entities. Errors: ErrStaleEpoch, ErrStoreUnavailable.
+	Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error
+	// Remembered returns the IDs remembered for a shard, sorted.
+	Remembered(ctx context.Context, typ string, shard int) ([]string, error)
+}
+
+// MemoryStateStore is the in-memory StateStore for tests: one store shared by the
+// members of a test cluster plays a replicated store that never loses a write.
+type MemoryStateStore struct {
+	mu         sync.Mutex
+	state      map[EntityKey][]byte
+	remembered map[shardKey]map[string]bool
+	epochs     map[shardKey]uint64
+	saves      int
+}
+
+type shardKey struct {
+	typ   string
+	shard int
+}
+
+var _ StateStore = (*MemoryStateStore)(nil)
+
+// NewMemoryStateStore returns an empty store.
+func NewMemoryStateStore() *MemoryStateStore {
+	return &MemoryStateStore{state: map[EntityKey][]byte{}, remembered: map[shardKey]map[string]bool{},
+		epochs: map[shardKey]uint64{}}
+}
+
+func (m *MemoryStateStore) fence(k shardKey, epoch uint64) error {
+	if epoch < m.epochs[k] {
+		return ErrStaleEpoch
+	}
+	m.epochs[k] = epoch
+	return nil
+}
+
+// Save implements StateStore.
+func (m *MemoryStateStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fence(shardKey{key.Type, key.Shard}, epoch); err != nil {
+		return err
+	}
+	m.state[key] = append([]byte(nil), state...)
+	m.saves++
+	return nil
+}
+
+// Load implements StateStore.
+func (m *MemoryStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.state[key]
+	if !ok {
+		return nil, ErrNoState
+	}
+	return append([]byte(nil), s...), nil
+}
+
+// Remember implements StateStore.
+func (m *MemoryStateStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := shardKey{key.Type, key.Shard}
+	if err := m.fence(k, epoch); err != nil {
+		return err
+	}
+	if m.remembered[k] == nil {
+		m.remembered[k] = map[string]bool{}
+	}
+	if remember {
+		m.remembered[k][key.ID] = true
+	} else {
+		delete(m.remembered[k], key.ID)
+	}
+	return nil
+}
+
+// Remembered implements StateStore.
+func (m *MemoryStateStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for id := range m.remembered[shardKey{typ, shard}] {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Saves returns how many snapshots were saved, for tests.
+func (m *MemoryStateStore) Saves() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.saves
+}
