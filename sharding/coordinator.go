@@ -2,58 +2,130 @@ package sharding
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/ddata"
 )
 
+// DData is what the coordinator needs of distributed data; *ddata.Replicator has it.
+type DData interface {
+	Get(ctx context.Context, key string, rc ddata.ReadConsistency) (ddata.ReplicatedData, error)
+	Update(ctx context.Context, key string, initial ddata.ReplicatedData, wc ddata.WriteConsistency,
+		modify func(ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error)) (ddata.ReplicatedData, error)
+	SelfNodeID() ddata.NodeID
+}
+
+// Keys of the coordinator's state in distributed data: the set of entity types with
+// allocations, and per type an LWWMap shard → "region|epoch" (region empty: not
+// allocated). Entries are never removed, so the highest epoch is always known.
+const coordinatorTypesKey = "sharding-coordinator-types"
+
+func coordinatorKey(typ string) string { return "sharding-coordinator:" + typ }
+
+// allocation is a shard's home and its fencing epoch.
+type allocation struct {
+	region string
+	epoch  uint64
+}
+
 // coordinator is the shard coordinator (Akka's ShardCoordinator), run as a cluster
-// singleton: every member has one, active only where the singleton runs. It decides the home of each shard with the
-// allocation strategy, makes the chosen region host the shard before anyone learns the
-// home, and answers GetShardHome requests.
-//
-// Its state (shard → region) lives in memory. When the singleton starts on a member, its
-// coordinator rebuilds the state by asking every region what it hosts before it answers
-// (the state moves to distributed data with the full sharding work).
+// singleton: every member has one, active only where the singleton runs. It decides
+// the home of each shard with the type's allocation strategy, records it (with a new
+// fencing epoch) in distributed data with WriteMajority, makes the chosen region host
+// the shard, and only then answers. A coordinator that starts (after the previous one
+// moved or crashed) reads the allocations back with ReadMajority and checks them
+// against what the regions host. Without distributed data (tests) it rebuilds them
+// from the regions alone.
 type coordinator struct {
 	s *Sharding
 
-	mu         sync.Mutex
-	active     bool
-	recovering bool
-	epoch      uint64                    // bumped whenever activity changes; stale recoveries are dropped
-	alloc      map[string]map[int]string // type → shard → region address
-	inflight   map[shardRef][]func(string, error)
-	// tentative holds allocations decided but not yet acknowledged by their region;
-	// the strategy counts them, so concurrent requests spread as sequential ones would.
-	tentative map[shardRef]string
-	// leaving holds regions that said they are leaving: they get no new shards even
-	// before this member's view shows them leaving.
-	leaving map[string]bool
-	// rebalancing holds the shards being handed off by a rebalance, per type.
+	mu          sync.Mutex
+	active      bool
+	recovering  bool
+	gen         uint64 // bumped whenever activity changes; stale work is dropped
+	alloc       map[string]map[int]allocation
+	maxEpoch    map[string]uint64
+	inflight    map[shardRef][]func(shardHome, error)
+	tentative   map[shardRef]string // decided, not yet hosted: counted by the strategy
+	leaving     map[string]bool     // regions that said they are leaving
 	rebalancing map[string]map[int]bool
+	typesSaved  map[string]bool // types recorded in coordinatorTypesKey
+	// known holds every shard ever allocated, per type: the shards of types that
+	// remember entities are allocated again at once when they lose their home.
+	known map[string]map[int]bool
 }
 
 func newCoordinator(s *Sharding) *coordinator {
-	return &coordinator{s: s, alloc: map[string]map[int]string{},
-		inflight: map[shardRef][]func(string, error){}, tentative: map[shardRef]string{}, leaving: map[string]bool{},
-		rebalancing: map[string]map[int]bool{}}
+	c := &coordinator{s: s}
+	c.reset()
+	return c
 }
 
-// Start activates the coordinator on this member (cluster.SingletonService): it rebuilds
-// its allocations from the regions, then answers requests.
+func (c *coordinator) reset() {
+	c.alloc = map[string]map[int]allocation{}
+	c.maxEpoch = map[string]uint64{}
+	c.inflight = map[shardRef][]func(shardHome, error){}
+	c.tentative = map[shardRef]string{}
+	c.leaving = map[string]bool{}
+	c.rebalancing = map[string]map[int]bool{}
+	c.typesSaved = map[string]bool{}
+	c.known = map[string]map[int]bool{}
+}
+
+func (c *coordinator) knowLocked(typ string, shard int) {
+	if c.known[typ] == nil {
+		c.known[typ] = map[int]bool{}
+	}
+	c.known[typ][shard] = true
+}
+
+// allocateRemembered allocates, without waiting for a message, every known shard of the
+// types that remember entities and has no home: their regions restart the entities.
+func (c *coordinator) allocateRemembered() {
+	c.mu.Lock()
+	if !c.active {
+		c.mu.Unlock()
+		return
+	}
+	var refs []shardRef
+	for typ, shards := range c.known {
+		if !c.s.typeSettings(typ).RememberEntities {
+			continue
+		}
+		for shard := range shards {
+			if a, ok := c.alloc[typ][shard]; !ok || a.region == "" {
+				refs = append(refs, shardRef{Type: typ, Shard: shard})
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, ref := range refs {
+		c.getShardHome(ref, func(_ shardHome, err error) {
+			if err != nil {
+				c.s.log.Debug("allocating a shard of remembered entities", "shard", ref.String(), "err", err)
+			}
+		})
+	}
+}
+
+// Start activates the coordinator on this member (cluster.SingletonService): it
+// recovers its state, then answers requests.
 func (c *coordinator) Start() {
-	members := c.s.cfg.Membership.Members()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.recovering = true
-	c.epoch++
-	epoch := c.epoch
-	if !c.s.goroutine(func() { c.recover(epoch, members) }) {
+	c.gen++
+	gen := c.gen
+	if !c.s.goroutine(func() { c.recover(gen) }) {
 		c.recovering = false
 	}
-	c.s.goroutine(func() { c.rebalanceLoop(epoch) })
+	c.s.goroutine(func() { c.rebalanceLoop(gen) })
 }
 
 // Stop deactivates the coordinator (cluster.SingletonService): requests are refused
@@ -62,28 +134,196 @@ func (c *coordinator) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.active, c.recovering = false, false
-	c.epoch++
-	c.alloc = map[string]map[int]string{}
-	c.tentative = map[shardRef]string{}
-	c.rebalancing = map[string]map[int]bool{}
+	c.gen++
+	waiters := c.inflight
+	c.reset()
+	go func() {
+		for _, ws := range waiters {
+			for _, cb := range ws {
+				cb(shardHome{}, ErrNotCoordinator)
+			}
+		}
+	}()
 }
 
-// recover rebuilds the allocations from what the regions host.
-func (c *coordinator) recover(epoch uint64, members []cluster.Member) {
+func (c *coordinator) current(gen uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen == gen
+}
+
+// recover rebuilds the allocations: from distributed data (ReadMajority; retried until
+// it succeeds, as a coordinator that cannot read its state must not allocate), then
+// checked against what the regions host.
+func (c *coordinator) recover(gen uint64) {
+	alloc := map[string]map[int]allocation{}
+	maxEpoch := map[string]uint64{}
+	if c.s.cfg.DData != nil {
+		for {
+			var err error
+			alloc, maxEpoch, err = c.readState()
+			if err == nil {
+				break
+			}
+			c.s.log.Warn("shard coordinator cannot read its state yet", "err", err)
+			select {
+			case <-c.s.stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if !c.current(gen) {
+				return
+			}
+		}
+	}
+	members := c.s.cfg.Membership.Members()
+	alive := map[string]cluster.Member{}
+	for _, m := range members {
+		if hosting(m) {
+			alive[m.Address] = m
+		}
+	}
+	// What the regions host: adds allocations the state lacks, and finds stale copies.
+	var stale []shardRef
+	for _, st := range c.regionStates(members) {
+		for _, sh := range st.Shards {
+			if alloc[sh.Type] == nil {
+				alloc[sh.Type] = map[int]allocation{}
+			}
+			cur, known := alloc[sh.Type][sh.ID]
+			switch {
+			case !known || cur.region == "" && sh.Epoch >= cur.epoch:
+				alloc[sh.Type][sh.ID] = allocation{st.Node, sh.Epoch}
+			case cur.region != st.Node && sh.Epoch < cur.epoch:
+				stale = append(stale, shardRef{Type: sh.Type, Shard: sh.ID, Requester: st.Node, Epoch: cur.epoch})
+			case cur.region != st.Node && sh.Epoch > cur.epoch:
+				alloc[sh.Type][sh.ID] = allocation{st.Node, sh.Epoch}
+			}
+			maxEpoch[sh.Type] = max(maxEpoch[sh.Type], sh.Epoch)
+		}
+	}
+	shards := 0
+	known := map[string]map[int]bool{}
+	for typ, shardsOf := range alloc {
+		known[typ] = map[int]bool{}
+		for id, a := range shardsOf {
+			known[typ][id] = true
+			if _, ok := alive[a.region]; !ok {
+				delete(shardsOf, id)
+				continue
+			}
+			shards++
+		}
+	}
+	c.mu.Lock()
+	if gen != c.gen || !c.recovering {
+		c.mu.Unlock()
+		return
+	}
+	c.alloc, c.maxEpoch, c.known = alloc, maxEpoch, known
+	c.active, c.recovering = true, false
+	c.mu.Unlock()
+	c.s.goroutine(c.allocateRemembered)
+	for _, ref := range stale {
+		c.s.dropShardAt(ref.Requester, ref)
+	}
+	c.s.log.Info("shard coordinator active", "recovered_shards", shards, "stale_copies", len(stale))
+}
+
+// readState reads the coordinator's state from distributed data with ReadMajority.
+func (c *coordinator) readState() (map[string]map[int]allocation, map[string]uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
 	defer cancel()
-	type answer struct {
-		m  cluster.Member
-		st RegionState
+	alloc := map[string]map[int]allocation{}
+	maxEpoch := map[string]uint64{}
+	d, err := c.s.cfg.DData.Get(ctx, coordinatorTypesKey, ddata.ReadMajority(0))
+	if errors.Is(err, ddata.ErrNotFound) {
+		return alloc, maxEpoch, nil
 	}
-	answers := make(chan answer, len(members))
+	if err != nil {
+		return nil, nil, err
+	}
+	types, ok := d.(ddata.GSet)
+	if !ok {
+		return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorTypesKey, d.Type())
+	}
+	for _, typ := range types.Elements() {
+		d, err := c.s.cfg.DData.Get(ctx, coordinatorKey(typ), ddata.ReadMajority(0))
+		if errors.Is(err, ddata.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		m, ok := d.(ddata.LWWMap)
+		if !ok {
+			return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorKey(typ), d.Type())
+		}
+		alloc[typ] = map[int]allocation{}
+		for key, v := range m.Entries() {
+			shard, err1 := strconv.Atoi(key)
+			region, epochStr, _ := strings.Cut(string(v), "|")
+			epoch, err2 := strconv.ParseUint(epochStr, 10, 64)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			maxEpoch[typ] = max(maxEpoch[typ], epoch)
+			alloc[typ][shard] = allocation{region, epoch}
+		}
+		c.mu.Lock()
+		c.typesSaved[typ] = true
+		c.mu.Unlock()
+	}
+	return alloc, maxEpoch, nil
+}
+
+// persist records a shard's allocation (region "" when it has none) in distributed data
+// with WriteMajority.
+func (c *coordinator) persist(ctx context.Context, typ string, shard int, a allocation) error {
+	dd := c.s.cfg.DData
+	if dd == nil {
+		return nil
+	}
+	node := dd.SelfNodeID()
+	c.mu.Lock()
+	saved := c.typesSaved[typ]
+	c.mu.Unlock()
+	if !saved {
+		if _, err := dd.Update(ctx, coordinatorTypesKey, ddata.GSet{}, ddata.WriteMajority(0),
+			func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
+				s, delta := d.(ddata.GSet).Add(typ)
+				return s, delta, nil
+			}); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.typesSaved[typ] = true
+		c.mu.Unlock()
+	}
+	value := []byte(a.region + "|" + strconv.FormatUint(a.epoch, 10))
+	_, err := dd.Update(ctx, coordinatorKey(typ), ddata.LWWMap{}, ddata.WriteMajority(0),
+		func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
+			m, delta := d.(ddata.LWWMap).Put(node, strconv.Itoa(shard), value, ddata.DefaultClock(func() int64 { return time.Now().UnixMilli() }))
+			return m, delta, nil
+		})
+	return err
+}
+
+// regionStates asks every hosting member what it hosts (at most RequestTimeout).
+func (c *coordinator) regionStates(members []cluster.Member) []RegionState {
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var out []RegionState
 	var wg sync.WaitGroup
 	for _, m := range members {
 		if !hosting(m) {
 			continue
 		}
 		if m.Address == c.s.self {
-			answers <- answer{m, c.s.LocalState()}
+			mu.Lock()
+			out = append(out, c.s.LocalState())
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
@@ -94,51 +334,24 @@ func (c *coordinator) recover(epoch uint64, members []cluster.Member) {
 				c.s.log.Warn("shard coordinator recovery: region did not answer", "region", m.Address, "err", err)
 				return
 			}
-			answers <- answer{m, st}
+			mu.Lock()
+			out = append(out, st)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	close(answers)
-	alloc := map[string]map[int]string{}
-	owner := map[shardRef]cluster.Member{}
-	shards := 0
-	for a := range answers {
-		for _, sh := range a.st.Shards {
-			ref := shardRef{Type: sh.Type, Shard: sh.ID}
-			if prev, dup := owner[ref]; dup {
-				c.s.log.Warn("shard hosted by two regions; keeping the older", "shard", ref.String(),
-					"regions", []string{prev.Address, a.m.Address})
-				if prev.IsOlderThan(a.m) {
-					continue
-				}
-			}
-			owner[ref] = a.m
-			if alloc[sh.Type] == nil {
-				alloc[sh.Type] = map[int]string{}
-			}
-			alloc[sh.Type][sh.ID] = a.m.Address
-			shards++
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if epoch != c.epoch || !c.recovering {
-		return
-	}
-	c.alloc = alloc
-	c.active, c.recovering = true, false
-	c.s.log.Info("shard coordinator active", "recovered_shards", shards)
+	return out
 }
 
 // getShardHome answers where a shard lives, allocating it if it has no home. cb is
 // called exactly once, possibly on another goroutine, never with c.mu held.
-func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
+func (c *coordinator) getShardHome(ref shardRef, cb func(shardHome, error)) {
 	requester := ref.Requester
-	ref.Requester = ""
+	ref.Requester, ref.Epoch, ref.Leaving = "", 0, false
 	c.mu.Lock()
 	if !c.active {
 		c.mu.Unlock()
-		cb("", ErrNotCoordinator)
+		cb(shardHome{}, ErrNotCoordinator)
 		return
 	}
 	members := c.s.cfg.Membership.Members()
@@ -148,9 +361,9 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
 			alive[m.Address] = true
 		}
 	}
-	if home, ok := c.alloc[ref.Type][ref.Shard]; ok && alive[home] {
+	if a, ok := c.alloc[ref.Type][ref.Shard]; ok && a.region != "" && alive[a.region] {
 		c.mu.Unlock()
-		cb(home, nil)
+		cb(shardHome{Region: a.region, Epoch: a.epoch}, nil)
 		return
 	}
 	if waiters, ok := c.inflight[ref]; ok {
@@ -158,12 +371,12 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
 		c.mu.Unlock()
 		return
 	}
-	c.inflight[ref] = []func(string, error){cb}
+	c.inflight[ref] = []func(shardHome, error){cb}
 	settings := c.s.typeSettings(ref.Type)
 	current := c.candidatesLocked(members, settings)
-	for shardID, home := range c.alloc[ref.Type] {
-		if _, ok := current[home]; ok {
-			current[home] = append(current[home], shardID)
+	for shardID, a := range c.alloc[ref.Type] {
+		if _, ok := current[a.region]; ok {
+			current[a.region] = append(current[a.region], shardID)
 		}
 	}
 	for other, home := range c.tentative {
@@ -171,42 +384,63 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(string, error)) {
 			current[home] = append(current[home], other.Shard)
 		}
 	}
-	epoch := c.epoch
+	gen := c.gen
 	region, err := strategyFor(settings, c.s.cfg.Strategy, c.s.cfg.MaxSimultaneousRebalance).AllocateShard(requester, ref.Shard, current)
+	var epoch uint64
 	if err == nil {
 		c.tentative[ref] = region
+		c.maxEpoch[ref.Type]++
+		epoch = c.maxEpoch[ref.Type]
 	}
 	c.mu.Unlock()
 	if err != nil {
-		c.finish(ref, "", err)
+		c.finish(ref, shardHome{}, err)
 		return
 	}
-	c.s.hostShard(region, ref, func(err error) {
-		if err == nil {
-			c.mu.Lock()
-			if epoch == c.epoch {
-				if c.alloc[ref.Type] == nil {
-					c.alloc[ref.Type] = map[int]string{}
-				}
-				c.alloc[ref.Type][ref.Shard] = region
-				c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region)
-			} else {
-				err = ErrNotCoordinator
-			}
-			c.mu.Unlock()
+	home := shardHome{Region: region, Epoch: epoch}
+	ok := c.s.goroutine(func() {
+		// Record the allocation before any region hosts the shard: a coordinator that
+		// takes over finds it.
+		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
+		err := c.persist(ctx, ref.Type, ref.Shard, allocation{region, epoch})
+		cancel()
+		if err != nil {
+			c.finish(ref, shardHome{}, fmt.Errorf("%w: recording the allocation of %s: %v", ErrShardUnavailable, ref, err))
+			return
 		}
-		c.finish(ref, region, err)
+		host := ref
+		host.Epoch = epoch
+		c.s.hostShard(region, host, func(err error) {
+			if err == nil {
+				c.mu.Lock()
+				if gen == c.gen {
+					if c.alloc[ref.Type] == nil {
+						c.alloc[ref.Type] = map[int]allocation{}
+					}
+					c.alloc[ref.Type][ref.Shard] = allocation{region, epoch}
+					c.knowLocked(ref.Type, ref.Shard)
+					c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region, "epoch", epoch)
+				} else {
+					err = ErrNotCoordinator
+				}
+				c.mu.Unlock()
+			}
+			c.finish(ref, home, err)
+		})
 	})
+	if !ok {
+		c.finish(ref, shardHome{}, ErrStopped)
+	}
 }
 
-func (c *coordinator) finish(ref shardRef, home string, err error) {
+func (c *coordinator) finish(ref shardRef, home shardHome, err error) {
 	c.mu.Lock()
 	waiters := c.inflight[ref]
 	delete(c.inflight, ref)
 	delete(c.tentative, ref)
 	c.mu.Unlock()
 	if err != nil {
-		home = ""
+		home = shardHome{}
 	}
 	for _, cb := range waiters {
 		cb(home, err)
@@ -236,8 +470,8 @@ func hasRole(roles []string, role string) bool {
 	return false
 }
 
-// rebalanceLoop runs rounds of rebalancing while this coordinator is active (epoch).
-func (c *coordinator) rebalanceLoop(epoch uint64) {
+// rebalanceLoop runs rounds of rebalancing while this coordinator is active (gen).
+func (c *coordinator) rebalanceLoop(gen uint64) {
 	t := time.NewTicker(c.s.cfg.RebalanceInterval)
 	defer t.Stop()
 	for {
@@ -246,19 +480,16 @@ func (c *coordinator) rebalanceLoop(epoch uint64) {
 			return
 		case <-t.C:
 		}
-		c.mu.Lock()
-		current := c.epoch == epoch
-		c.mu.Unlock()
-		if !current {
+		if !c.current(gen) {
 			return
 		}
-		c.rebalanceRound(epoch)
+		c.rebalanceRound(gen)
 	}
 }
 
 // rebalanceRound asks each type's strategy which shards to move and has their regions
 // hand them off; the coordinator allocates them anew when asked for them next.
-func (c *coordinator) rebalanceRound(epoch uint64) {
+func (c *coordinator) rebalanceRound(gen uint64) {
 	members := c.s.cfg.Membership.Members()
 	type move struct {
 		ref    shardRef
@@ -266,16 +497,16 @@ func (c *coordinator) rebalanceRound(epoch uint64) {
 	}
 	var moves []move
 	c.mu.Lock()
-	if !c.active || c.epoch != epoch {
+	if !c.active || c.gen != gen {
 		c.mu.Unlock()
 		return
 	}
 	for typ, shards := range c.alloc {
 		settings := c.s.typeSettings(typ)
 		current := c.candidatesLocked(members, settings)
-		for shard, region := range shards {
-			if _, ok := current[region]; ok {
-				current[region] = append(current[region], shard)
+		for shard, a := range shards {
+			if _, ok := current[a.region]; ok {
+				current[a.region] = append(current[a.region], shard)
 			}
 		}
 		if c.rebalancing[typ] == nil {
@@ -283,7 +514,7 @@ func (c *coordinator) rebalanceRound(epoch uint64) {
 		}
 		for _, shard := range strategyFor(settings, c.s.cfg.Strategy, c.s.cfg.MaxSimultaneousRebalance).Rebalance(current, c.rebalancing[typ]) {
 			c.rebalancing[typ][shard] = true
-			moves = append(moves, move{shardRef{Type: typ, Shard: shard}, shards[shard]})
+			moves = append(moves, move{shardRef{Type: typ, Shard: shard}, shards[shard].region})
 		}
 	}
 	c.mu.Unlock()
@@ -300,16 +531,30 @@ func (c *coordinator) rebalanceRound(epoch uint64) {
 	}
 }
 
-// handedOff forgets a shard's allocation after its region handed it off.
+// handedOff forgets a shard's allocation after its region handed it off, and records
+// that it has none (keeping its epoch).
 func (c *coordinator) handedOff(ref shardRef) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if ref.Leaving && ref.Requester != "" {
 		c.leaving[ref.Requester] = true
 	}
-	if home, ok := c.alloc[ref.Type][ref.Shard]; ok && (ref.Requester == "" || home == ref.Requester) {
+	a, ok := c.alloc[ref.Type][ref.Shard]
+	drop := ok && (ref.Requester == "" || a.region == ref.Requester)
+	if drop {
 		delete(c.alloc[ref.Type], ref.Shard)
-		c.s.log.Debug("shard handed off", "shard", ref.String(), "from", home)
+		c.s.log.Debug("shard handed off", "shard", ref.String(), "from", a.region)
+	}
+	active := c.active
+	c.mu.Unlock()
+	if drop && active {
+		c.s.goroutine(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
+			defer cancel()
+			if err := c.persist(ctx, ref.Type, ref.Shard, allocation{"", a.epoch}); err != nil {
+				c.s.log.Debug("recording a handoff", "shard", ref.String(), "err", err)
+			}
+			c.allocateRemembered()
+		})
 	}
 }
 
@@ -320,30 +565,37 @@ func (c *coordinator) memberRemoved(addr string) {
 
 func (c *coordinator) forgetRegions(gone func(string) bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for r := range c.leaving {
 		if gone(r) {
 			delete(c.leaving, r)
 		}
 	}
+	dropped := false
 	for _, shards := range c.alloc {
-		for id, region := range shards {
-			if gone(region) {
+		for id, a := range shards {
+			if gone(a.region) {
 				delete(shards, id)
+				dropped = true
 			}
 		}
 	}
+	active := c.active
+	c.mu.Unlock()
+	if dropped && active {
+		c.s.goroutine(c.allocateRemembered)
+	}
 }
 
-// allocations returns a copy of the allocations, for tests and inspection.
+// allocations returns a copy of the allocations (type → shard → region), for tests and
+// inspection.
 func (c *coordinator) allocations() map[string]map[int]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make(map[string]map[int]string, len(c.alloc))
 	for t, shards := range c.alloc {
 		out[t] = make(map[int]string, len(shards))
-		for id, r := range shards {
-			out[t][id] = r
+		for id, a := range shards {
+			out[t][id] = a.region
 		}
 	}
 	return out

@@ -59,12 +59,25 @@ type codedErr struct{ code, msg string }
 func (e *codedErr) Error() string     { return e.msg }
 func (e *codedErr) ErrorCode() string { return e.code }
 
-func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string) (Entity, error) {
+func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string, state []byte) (Entity, error) {
 	if f.failActivation != "" && strings.HasPrefix(id, f.failActivation) {
 		return nil, &codedErr{CodeActivationError, "activation refused for " + id}
 	}
 	f.acts.activate(f.node, typ+"/"+id)
-	return &fakeEntity{f: f, key: typ + "/" + id}, nil
+	e := &fakeEntity{f: f, key: typ + "/" + id}
+	if state != nil {
+		// The state is "n|item,item,...".
+		n, list, _ := strings.Cut(string(state), "|")
+		e.n, _ = strconv.Atoi(n)
+		if list != "" {
+			e.list = strings.Split(list, ",")
+		}
+	}
+	return e, nil
+}
+
+func (e *fakeEntity) Snapshot(ctx context.Context) ([]byte, error) {
+	return []byte(strconv.Itoa(e.n) + "|" + strings.Join(e.list, ",")), nil
 }
 
 type fakeEntity struct {
@@ -146,6 +159,8 @@ type testCluster struct {
 	nodes     []*testNode
 	mutate    func(*Config)
 	lifecycle cluster.CoreConfig
+	// states, if set, is the entity state store every member shares.
+	states *MemoryStateStore
 }
 
 // newTestCluster starts n members whose failure detection is quick to form a cluster
@@ -158,14 +173,29 @@ func newTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
 	return newTestClusterWith(t, n, lc, mutate)
 }
 
+// newStatefulTestCluster starts n members sharing an in-memory entity state store.
+func newStatefulTestCluster(t *testing.T, n int, fast bool, mutate func(*Config)) *testCluster {
+	lc := cluster.DefaultLocalCoreConfig()
+	if !fast {
+		lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
+		lc.SBRStableAfter = 10 * time.Second
+	}
+	return newTestClusterFull(t, n, lc, NewMemoryStateStore(), mutate)
+}
+
 // newFastTestCluster starts n members that detect a crash in about a second.
 func newFastTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
 	return newTestClusterWith(t, n, cluster.DefaultLocalCoreConfig(), mutate)
 }
 
 func newTestClusterWith(t *testing.T, n int, lc cluster.CoreConfig, mutate func(*Config)) *testCluster {
+	return newTestClusterFull(t, n, lc, nil, mutate)
+}
+
+func newTestClusterFull(t *testing.T, n int, lc cluster.CoreConfig, states *MemoryStateStore, mutate func(*Config)) *testCluster {
 	t.Helper()
 	tc := &testCluster{
+		states:    states,
 		t:         t,
 		gossip:    cluster.NewInmemGossipNetwork(),
 		net:       cluster.NewInmemNetwork(),
@@ -209,12 +239,17 @@ func (tc *testCluster) add() *testNode {
 	}
 	node := &testNode{name: name, membership: ms, messenger: msgr,
 		types: &types{known: map[string]int{"counter": 10, "other": 7}, settings: map[string]TypeSettings{
-			"idle":    {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
-			"bounded": {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
+			"idle":     {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
+			"bounded":  {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
+			"durable":  {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
+			"remember": {Name: "remember", NumberOfShards: 10, RememberEntities: true},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()
 	cfg.Membership, cfg.Messenger, cfg.Types, cfg.Factory, cfg.Logger = ms, msgr, node.types, node.factory, quiet
+	if tc.states != nil {
+		cfg.States = tc.states
+	}
 	cfg.ReconcileInterval = 50 * time.Millisecond
 	if tc.mutate != nil {
 		tc.mutate(&cfg)

@@ -111,6 +111,9 @@ type Envelope struct {
 	// region handing the shard off returns the message there, so that it keeps its
 	// place in that region's order.
 	Origin string `cbor:"6,keyasint,omitempty"`
+	// Epoch is the allocation epoch of the shard home the sender forwarded to: a
+	// region hosting the shard under an older epoch learns its allocation is stale.
+	Epoch uint64 `cbor:"7,keyasint,omitempty"`
 }
 
 // Reply is an entity's answer to an ask.
@@ -137,6 +140,8 @@ type shardRef struct {
 	Requester string `cbor:"3,keyasint,omitempty"`
 	// Leaving marks a handoff by a region that is leaving: it takes no new shards.
 	Leaving bool `cbor:"4,keyasint,omitempty"`
+	// Epoch is the allocation's fencing epoch (HostShard).
+	Epoch uint64 `cbor:"5,keyasint,omitempty"`
 }
 
 func (r shardRef) String() string { return fmt.Sprintf("%s/%d", r.Type, r.Shard) }
@@ -144,6 +149,7 @@ func (r shardRef) String() string { return fmt.Sprintf("%s/%d", r.Type, r.Shard)
 // shardHome answers a GetShardHome request.
 type shardHome struct {
 	Region string `cbor:"1,keyasint"` // member address
+	Epoch  uint64 `cbor:"2,keyasint,omitempty"`
 }
 
 // ShardState is one shard of a region: its ID and its active entities.
@@ -151,6 +157,7 @@ type ShardState struct {
 	Type     string   `cbor:"1,keyasint" json:"type"`
 	ID       int      `cbor:"2,keyasint" json:"id"`
 	Entities []string `cbor:"3,keyasint,omitempty" json:"entity_ids,omitempty"`
+	Epoch    uint64   `cbor:"4,keyasint,omitempty" json:"epoch,omitempty"`
 }
 
 // RegionState is what one member hosts, for inspection and coordinator recovery.

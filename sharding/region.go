@@ -26,7 +26,7 @@ type Region struct {
 
 	mu        sync.Mutex
 	shards    map[int]*shard     // hosted here
-	homes     map[int]string     // known homes elsewhere: member address
+	homes     map[int]allocation // known homes elsewhere, with their epochs
 	pending   map[int][]delivery // waiting for their shard's home
 	resolving map[int]bool       // shards whose home is being asked for
 	handing   map[int]bool       // shards this region hands off: remote messages go back
@@ -37,9 +37,10 @@ type Region struct {
 	passivations atomic.Uint64 // entities passivated, for inspection and tests
 }
 
-// shard is a hosted shard: its active entities.
+// shard is a hosted shard: its active entities and its allocation epoch.
 type shard struct {
 	id       int
+	epoch    uint64
 	entities map[string]*entity
 }
 
@@ -48,7 +49,7 @@ func newRegion(s *Sharding, t TypeSettings) *Region {
 		s:         s,
 		settings:  t,
 		shards:    map[int]*shard{},
-		homes:     map[int]string{},
+		homes:     map[int]allocation{},
 		pending:   map[int][]delivery{},
 		resolving: map[int]bool{},
 		handing:   map[int]bool{},
@@ -81,10 +82,15 @@ func (r *Region) deliver(d delivery) {
 	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
 	r.mu.Lock()
 	if sh := r.shards[shardID]; sh != nil {
-		e := r.entityLocked(sh, d.env.EntityID)
-		r.mu.Unlock()
-		e.enqueue(d)
-		return
+		if d.env.Epoch > sh.epoch {
+			// The sender knows a newer allocation of the shard: this copy is stale.
+			r.dropStaleLocked(sh)
+		} else {
+			e := r.entityLocked(sh, d.env.EntityID)
+			r.mu.Unlock()
+			e.enqueue(d)
+			return
+		}
 	}
 	if home, ok := r.homes[shardID]; ok {
 		r.mu.Unlock()
@@ -263,10 +269,30 @@ func (r *Region) unpause(shardID int) {
 func (r *Region) entityLocked(sh *shard, id string) *entity {
 	e := sh.entities[id]
 	if e == nil {
-		e = &entity{r: r, shard: sh.id, id: id}
+		e = &entity{r: r, shard: sh.id, id: id, epoch: sh.epoch}
 		sh.entities[id] = e
 	}
 	return e
+}
+
+// dropStale stops hosting a shard whose allocation here is older than epoch: the
+// coordinator allocated it again since. Its entities stop without saving state (a stale
+// host's writes would be refused anyway).
+func (r *Region) dropStale(shardID int, epoch uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if sh := r.shards[shardID]; sh != nil && sh.epoch < epoch {
+		r.dropStaleLocked(sh)
+	}
+}
+
+func (r *Region) dropStaleLocked(sh *shard) {
+	r.s.log.Warn("stale shard allocation: stopping the shard here", "type", r.settings.Name, "shard", sh.id, "epoch", sh.epoch)
+	delete(r.shards, sh.id)
+	for _, e := range sh.entities {
+		e.fenced.Store(true)
+		e.passivate("stale allocation")
+	}
 }
 
 // resolve asks the coordinator for a shard's home until it answers or ResolveTimeout
@@ -298,7 +324,8 @@ func (r *Region) resolve(shardID int) {
 }
 
 // resolved records a shard's home and flushes its buffer there, in order.
-func (r *Region) resolved(shardID int, home string) {
+func (r *Region) resolved(shardID int, h shardHome) {
+	home := h.Region
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.resolving, shardID)
@@ -306,16 +333,16 @@ func (r *Region) resolved(shardID int, home string) {
 		return // a handoff began meanwhile: its completion resolves again
 	}
 	if home == r.s.self {
-		r.hostShardLocked(shardID)
+		r.hostShardLocked(shardID, h.Epoch)
 		return
 	}
 	pending := r.pending[shardID]
 	delete(r.pending, shardID)
 	delete(r.returned, shardID)
 	r.buffered -= len(pending)
-	r.homes[shardID] = home
+	r.homes[shardID] = allocation{home, h.Epoch}
 	for _, d := range pending {
-		r.forward(home, shardID, d)
+		r.forward(r.homes[shardID], shardID, d)
 	}
 }
 
@@ -332,22 +359,31 @@ func (r *Region) failPending(shardID int, err error) {
 	}
 }
 
-// hostShard makes this region the home of a shard (the coordinator's HostShard).
-func (r *Region) hostShard(shardID int) {
+// hostShard makes this region the home of a shard under an allocation epoch (the
+// coordinator's HostShard).
+func (r *Region) hostShard(shardID int, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.hostShardLocked(shardID)
+	r.hostShardLocked(shardID, epoch)
 }
 
 // hostShardLocked hosts a shard here and delivers the messages buffered for it, in
 // order, before any later message can reach the shard's entities.
-func (r *Region) hostShardLocked(shardID int) *shard {
+func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 	sh := r.shards[shardID]
 	if sh == nil {
-		sh = &shard{id: shardID, entities: map[string]*entity{}}
+		sh = &shard{id: shardID, epoch: epoch, entities: map[string]*entity{}}
 		r.shards[shardID] = sh
 		delete(r.homes, shardID)
-		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID)
+		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID, "epoch", epoch)
+		if r.settings.RememberEntities && r.s.cfg.States != nil {
+			r.s.goroutine(func() { r.restartRemembered(sh) })
+		}
+	} else if epoch > sh.epoch {
+		sh.epoch = epoch
+		for _, e := range sh.entities {
+			e.setEpoch(epoch)
+		}
 	}
 	pending := r.pending[shardID]
 	delete(r.pending, shardID)
@@ -357,6 +393,33 @@ func (r *Region) hostShardLocked(shardID int) *shard {
 		r.entityLocked(sh, d.env.EntityID).enqueue(d)
 	}
 	return sh
+}
+
+// restartRemembered starts the remembered entities of a shard that came here.
+func (r *Region) restartRemembered(sh *shard) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.s.cfg.RequestTimeout)
+	ids, err := r.s.cfg.States.Remembered(ctx, r.settings.Name, sh.id)
+	cancel()
+	if err != nil {
+		r.s.log.Warn("cannot read the remembered entities of a shard", "type", r.settings.Name, "shard", sh.id, "err", err)
+		return
+	}
+	r.s.stopMu.RLock()
+	defer r.s.stopMu.RUnlock()
+	if r.s.stopped {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.shards[sh.id] != sh {
+		return // handed off meanwhile
+	}
+	for _, id := range ids {
+		r.entityLocked(sh, id).enqueue(delivery{start: true, ctx: context.Background()})
+	}
+	if len(ids) > 0 {
+		r.s.log.Info("restarting remembered entities", "type", r.settings.Name, "shard", sh.id, "entities", len(ids))
+	}
 }
 
 // handOff stops hosting every shard of the region, one at a time (the leave hook),
@@ -415,7 +478,7 @@ func (r *Region) handOffShard(ctx context.Context, id int) error {
 	if sh != nil {
 		for _, e := range sh.entities {
 			e.waitIdle(ctx)
-			e.stop(ctx)
+			e.stop(ctx, true)
 		}
 	}
 	var err error
@@ -442,7 +505,7 @@ func (r *Region) forgetHomesAt(gone func(string) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, home := range r.homes {
-		if gone(home) {
+		if gone(home.region) {
 			delete(r.homes, id)
 		}
 	}
@@ -450,7 +513,8 @@ func (r *Region) forgetHomesAt(gone func(string) bool) {
 
 // forward sends d to the region at home. It may be called with r.mu held: it only
 // queues frames and never calls back into the region.
-func (r *Region) forward(home string, shardID int, d delivery) {
+func (r *Region) forward(a allocation, shardID int, d delivery) {
+	home := a.region
 	if d.env.Hops >= maxHops {
 		d.fail(fmt.Errorf("%w: %s/%s after %d hops", ErrRoutingLoop, d.env.EntityType, d.env.EntityID, d.env.Hops))
 		return
@@ -464,6 +528,7 @@ func (r *Region) forward(home string, shardID int, d delivery) {
 		trace.WithAttributes(attribute.String("shardhost.region", home), attribute.Int("shardhost.shard", shardID)))
 	env := d.env
 	env.Hops++
+	env.Epoch = a.epoch
 	env.Trace = map[string]string{}
 	r.s.prop.Inject(ctx, propagation.MapCarrier(env.Trace))
 	body := encode(env)
@@ -512,7 +577,7 @@ func (r *Region) state() []ShardState {
 	defer r.mu.Unlock()
 	out := make([]ShardState, 0, len(r.shards))
 	for id, sh := range r.shards {
-		ss := ShardState{Type: r.settings.Name, ID: id}
+		ss := ShardState{Type: r.settings.Name, ID: id, Epoch: sh.epoch}
 		for eid, e := range sh.entities {
 			if e.active() {
 				ss.Entities = append(ss.Entities, eid)
@@ -527,7 +592,7 @@ func (r *Region) state() []ShardState {
 
 // stopEntities stops every entity of the region; called by Sharding.Stop once no
 // mailbox goroutine runs.
-func (r *Region) stopEntities(ctx context.Context) {
+func (r *Region) stopEntities(ctx context.Context, save bool) {
 	r.mu.Lock()
 	var all []*entity
 	for _, sh := range r.shards {
@@ -537,7 +602,7 @@ func (r *Region) stopEntities(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	for _, e := range all {
-		e.stop(ctx)
+		e.stop(ctx, save)
 	}
 }
 
@@ -554,8 +619,30 @@ type entity struct {
 	running  bool
 	live     bool      // has an instance
 	lastUsed time.Time // when it last finished a message
+	epoch    uint64    // the shard's allocation epoch here: fences state writes
 
-	inst Entity
+	// fenced is set when the shard's allocation here turned out stale: the entity stops
+	// without saving.
+	fenced atomic.Bool
+
+	// Owned by the goroutine that drains the mailbox.
+	inst       Entity
+	remembered bool // recorded among the shard's remembered entities
+	unsaved    int  // messages since the last checkpoint
+}
+
+func (e *entity) setEpoch(epoch uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.epoch = epoch
+}
+
+func (e *entity) key() EntityKey { return EntityKey{Type: e.r.settings.Name, Shard: e.shard, ID: e.id} }
+
+func (e *entity) currentEpoch() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.epoch
 }
 
 // waitIdle waits until the entity's mailbox is empty and no goroutine drains it, or ctx
@@ -628,19 +715,16 @@ func (e *entity) drainLoop() {
 
 func (e *entity) process(d delivery) {
 	s := e.r.s
+	name := e.r.settings.Name + "/" + e.id
 	if e.inst == nil {
-		inst, err := s.cfg.Factory.NewEntity(d.ctx, e.r.settings.Name, e.id)
-		if err != nil {
-			s.log.Warn("entity activation failed", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		if err := e.activate(d.ctx); err != nil {
+			s.log.Warn("entity activation failed", "entity", name, "err", err)
 			d.fail(err)
 			return
 		}
-		e.inst = inst
-		e.mu.Lock()
-		e.live = true
-		e.mu.Unlock()
-		s.log.Info("entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard)
-		e.r.activated(e)
+	}
+	if d.start {
+		return // a remembered entity restarted: no message
 	}
 	defer func() {
 		e.mu.Lock()
@@ -649,13 +733,90 @@ func (e *entity) process(d delivery) {
 	}()
 	out, err := e.inst.Receive(d.ctx, d.env.Payload)
 	if err != nil {
-		s.log.Debug("message failed", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		s.log.Debug("message failed", "entity", name, "err", err)
 		d.fail(err)
 		return
+	}
+	// The checkpoint policy: with every-message, the state is saved before the reply,
+	// so an acknowledged message survives a crash of this member.
+	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil {
+		e.unsaved++
+		if e.unsaved >= every {
+			if err := e.save(d.ctx); err != nil {
+				d.fail(fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err))
+				return
+			}
+		}
 	}
 	if d.ask {
 		d.reply(Reply{Payload: out, Node: s.self}, nil)
 	}
+}
+
+// activate creates the entity's instance, from its saved state if the state store has
+// one, and records it among the shard's remembered entities if the type remembers them.
+func (e *entity) activate(ctx context.Context) error {
+	s := e.r.s
+	var state []byte
+	if s.cfg.States != nil {
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		st, err := s.cfg.States.Load(lctx, e.key())
+		cancel()
+		switch {
+		case errors.Is(err, ErrNoState):
+		case err != nil:
+			// Starting without the saved state would lose it: refuse instead.
+			return fmt.Errorf("%w: loading the state of %s: %v", ErrShardUnavailable, e.id, err)
+		default:
+			state = st
+		}
+	}
+	inst, err := s.cfg.Factory.NewEntity(ctx, e.r.settings.Name, e.id, state)
+	if err != nil {
+		return err
+	}
+	e.inst = inst
+	e.unsaved = 0
+	e.mu.Lock()
+	e.live = true
+	e.mu.Unlock()
+	s.log.Info("entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {
+			s.log.Warn("cannot remember an entity", "entity", e.id, "err", err)
+		} else {
+			e.remembered = true
+		}
+		cancel()
+	}
+	e.r.activated(e)
+	return nil
+}
+
+// save writes the entity's snapshot to the state store under its shard's epoch.
+func (e *entity) save(ctx context.Context) error {
+	s := e.r.s
+	if s.cfg.States == nil || e.inst == nil || e.fenced.Load() {
+		return nil
+	}
+	state, err := e.inst.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: %w", e.id, err)
+	}
+	if state == nil {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if err := s.cfg.States.Save(sctx, e.key(), e.currentEpoch(), state); err != nil {
+		if errors.Is(err, ErrStaleEpoch) {
+			e.fenced.Store(true)
+		}
+		return err
+	}
+	e.unsaved = 0
+	return nil
 }
 
 // passivate stops the entity's instance if it is idle: it takes the mailbox (as a drain
@@ -674,19 +835,27 @@ func (e *entity) passivate(reason string) bool {
 	go func() {
 		defer e.r.s.wg.Done()
 		e.r.s.log.Debug("passivating entity", "entity", e.r.settings.Name+"/"+e.id, "reason", reason)
-		e.stop(context.Background())
+		e.stop(context.Background(), true)
 		e.r.passivations.Add(1)
 		e.drainLoop()
 	}()
 	return true
 }
 
-func (e *entity) stop(ctx context.Context) {
-	if e.inst != nil {
-		e.inst.Stop(ctx)
-		e.inst = nil
-		e.mu.Lock()
-		e.live = false
-		e.mu.Unlock()
+// stop releases the instance, saving its state first when save is set (passivation,
+// handoff, graceful shutdown) unless the entity is fenced.
+func (e *entity) stop(ctx context.Context, save bool) {
+	if e.inst == nil {
+		return
 	}
+	if save {
+		if err := e.save(ctx); err != nil {
+			e.r.s.log.Warn("entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		}
+	}
+	e.inst.Stop(ctx)
+	e.inst = nil
+	e.mu.Lock()
+	e.live = false
+	e.mu.Unlock()
 }

@@ -46,6 +46,8 @@ const (
 	topicHandOffComplete = "sharding/handoff-complete"
 	// HandOffShard is the coordinator asking a region to hand a shard off (rebalance).
 	topicHandOffShard = "sharding/handoff-shard"
+	// DropShard is the coordinator telling a region that its copy of a shard is stale.
+	topicDropShard = "sharding/drop-shard"
 )
 
 // maxHops bounds how often one message is forwarded between regions. In a stable cluster
@@ -75,14 +77,19 @@ type Entity interface {
 	// Receive handles one message and returns the reply. Errors should be CodedErrors
 	// so that remote askers learn their kind.
 	Receive(ctx context.Context, payload []byte) ([]byte, error)
+	// Snapshot returns the entity's state, to be given to NewEntity of a later
+	// incarnation (after passivation, handoff or a crash); nil if it keeps none. It is
+	// called between messages.
+	Snapshot(ctx context.Context) ([]byte, error)
 	// Stop releases the entity; no call follows.
 	Stop(ctx context.Context)
 }
 
 // EntityFactory activates entities. NewEntity is called on the entity's mailbox
-// goroutine when its first message arrives, and may block for the activation.
+// goroutine when its first message arrives, and may block for the activation. state is
+// the entity's last saved snapshot, or nil for a new entity.
 type EntityFactory interface {
-	NewEntity(ctx context.Context, entityType, entityID string) (Entity, error)
+	NewEntity(ctx context.Context, entityType, entityID string, state []byte) (Entity, error)
 }
 
 // TypeSettings are the sharding settings of an entity type, given at deploy.
@@ -174,6 +181,13 @@ type Config struct {
 	Messenger  Messenger
 	Types      TypeResolver
 	Factory    EntityFactory
+	// DData keeps the coordinator's state (allocations and epochs) with WriteMajority and
+	// ReadMajority. Nil: the coordinator rebuilds its state from the regions alone.
+	DData DData
+	// States keeps entity state (snapshots, remembered entities): with it, state moves
+	// with its shard and survives passivation and crashes (per the checkpoint policy).
+	// Nil: an entity's state lives only in its instance.
+	States StateStore
 	// Strategy, if set, allocates the shards of every type; by default each type uses
 	// the strategy its settings name (least-shard or priority).
 	Strategy ShardAllocationStrategy
@@ -290,6 +304,7 @@ func New(cfg Config) (*Sharding, error) {
 	cfg.Messenger.Handle(topicReturn, s.handleReturn)
 	cfg.Messenger.Handle(topicHandOffComplete, s.handleHandOffComplete)
 	cfg.Messenger.Handle(topicHandOffShard, s.handleHandOffShard)
+	cfg.Messenger.Handle(topicDropShard, s.handleDropShard)
 	s.sub = cfg.Membership.Subscribe(1024)
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
 	cfg.Membership.RegisterLeaveHook(s.handOffAll)
@@ -299,8 +314,15 @@ func New(cfg Config) (*Sharding, error) {
 }
 
 // Stop stops routing (new messages fail with ErrStopped), ends the background work,
-// waits for messages being processed and stops every entity.
-func (s *Sharding) Stop(ctx context.Context) error {
+// waits for messages being processed and stops every entity, saving its state (a
+// graceful shutdown).
+func (s *Sharding) Stop(ctx context.Context) error { return s.stopAll(ctx, true) }
+
+// Abort stops like Stop but saves no entity state: for a member that the cluster
+// downed or removed, whose shards may already live elsewhere.
+func (s *Sharding) Abort(ctx context.Context) error { return s.stopAll(ctx, false) }
+
+func (s *Sharding) stopAll(ctx context.Context, save bool) error {
 	s.stopMu.Lock()
 	if s.stopped {
 		s.stopMu.Unlock()
@@ -333,7 +355,7 @@ func (s *Sharding) Stop(ctx context.Context) error {
 		return fmt.Errorf("sharding: stopping: %w", ctx.Err())
 	}
 	for _, r := range regions {
-		r.stopEntities(ctx)
+		r.stopEntities(ctx, save)
 	}
 	return nil
 }
@@ -421,6 +443,8 @@ type delivery struct {
 	deadline time.Time
 	// ask says the sender waits for the reply.
 	ask bool
+	// start activates the entity without a message (a remembered entity restarting).
+	start bool
 	// reply receives the reply of an ask, or a failure (for a tell, failures only); it
 	// is called at most once, never with a lock of this package held. May be nil.
 	reply func(Reply, error)
@@ -751,39 +775,39 @@ func (s *Sharding) transportAddr(addr string) (string, error) {
 
 // shardHome asks the coordinator (the singleton on the oldest member) where a shard
 // lives, allocating it if needed. It blocks for at most RequestTimeout.
-func (s *Sharding) shardHome(ref shardRef) (string, error) {
+func (s *Sharding) shardHome(ref shardRef) (shardHome, error) {
 	oldest, ok := cluster.SingletonHost(s.cfg.Membership.Members(), "")
 	if !ok {
-		return "", fmt.Errorf("%w: no up member to run the coordinator", ErrShardUnavailable)
+		return shardHome{}, fmt.Errorf("%w: no up member to run the coordinator", ErrShardUnavailable)
 	}
 	ref.Requester = s.self
 	if oldest.Address == s.self {
 		type result struct {
-			home string
+			home shardHome
 			err  error
 		}
 		ch := make(chan result, 1)
-		s.coord.getShardHome(ref, func(home string, err error) { ch <- result{home, err} })
+		s.coord.getShardHome(ref, func(home shardHome, err error) { ch <- result{home, err} })
 		select {
 		case r := <-ch:
 			return r.home, r.err
-		case <-time.After(s.cfg.RequestTimeout):
-			return "", fmt.Errorf("%w: the coordinator did not answer in %v", ErrShardUnavailable, s.cfg.RequestTimeout)
+		case <-time.After(2 * s.cfg.RequestTimeout):
+			return shardHome{}, fmt.Errorf("%w: the coordinator did not answer in %v", ErrShardUnavailable, 2*s.cfg.RequestTimeout)
 		case <-s.stop:
-			return "", ErrStopped
+			return shardHome{}, ErrStopped
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.RequestTimeout)
 	defer cancel()
 	b, err := s.cfg.Messenger.Request(ctx, oldest.TransportAddr, topicGetShardHome, encode(ref))
 	if err != nil {
-		return "", fmt.Errorf("%w: asking the coordinator at %s: %v", ErrShardUnavailable, oldest.Address, err)
+		return shardHome{}, fmt.Errorf("%w: asking the coordinator at %s: %v", ErrShardUnavailable, oldest.Address, err)
 	}
 	var h shardHome
 	if err := decode(b, &h); err != nil {
-		return "", err
+		return shardHome{}, err
 	}
-	return h.Region, nil
+	return h, nil
 }
 
 // hostShard tells the region at addr to host a shard; cb gets the outcome.
@@ -812,7 +836,7 @@ func (s *Sharding) hostShardHere(ref shardRef) error {
 	if err != nil {
 		return err
 	}
-	r.hostShard(ref.Shard)
+	r.hostShard(ref.Shard, ref.Epoch)
 	return nil
 }
 
@@ -855,12 +879,12 @@ func (s *Sharding) handleGetShardHome(req *cluster.Request) {
 		req.Reply(nil, err)
 		return
 	}
-	s.coord.getShardHome(ref, func(home string, err error) {
+	s.coord.getShardHome(ref, func(home shardHome, err error) {
 		if err != nil {
 			req.Reply(nil, err)
 			return
 		}
-		req.Reply(encode(shardHome{Region: home}), nil)
+		req.Reply(encode(home), nil)
 	})
 }
 
@@ -914,6 +938,30 @@ func (s *Sharding) handOffShardHere(ref shardRef) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.RequestTimeout+s.cfg.ResolveTimeout)
 	defer cancel()
 	return r.handOffShard(ctx, ref.Shard)
+}
+
+// dropShardAt tells the region at addr that its copy of ref's shard is stale (ref.Epoch
+// is the current allocation's).
+func (s *Sharding) dropShardAt(addr string, ref shardRef) {
+	if addr == s.self {
+		if r := s.region(ref.Type); r != nil {
+			r.dropStale(ref.Shard, ref.Epoch)
+		}
+		return
+	}
+	if to, err := s.transportAddr(addr); err == nil {
+		s.cfg.Messenger.Tell(to, topicDropShard, encode(ref))
+	}
+}
+
+func (s *Sharding) handleDropShard(req *cluster.Request) {
+	var ref shardRef
+	if err := decode(req.Body, &ref); err != nil {
+		return
+	}
+	if r := s.region(ref.Type); r != nil {
+		r.dropStale(ref.Shard, ref.Epoch)
+	}
 }
 
 func (s *Sharding) handleHandOffShard(req *cluster.Request) {

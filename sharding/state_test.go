@@ -1,0 +1,199 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStateSurvivesPassivation(t *testing.T) {
+	tc := newStatefulTestCluster(t, 2, false, func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond })
+	n := tc.nodes[0]
+	for i := 0; i < 5; i++ {
+		mustAsk(t, n, "idle", "a", "inc")
+	}
+	waitFor(t, 5*time.Second, "idle passivation", func() bool { return !activeOn(tc, "idle/a") })
+	if got := mustAsk(t, n, "idle", "a", "inc"); got != "6" {
+		t.Fatalf("after passivation the count is %s, want 6", got)
+	}
+}
+
+func TestStateMovesWithAGracefulLeave(t *testing.T) {
+	tc := newStatefulTestCluster(t, 3, false, nil)
+	want := map[string]int{}
+	for i := 0; i < 40; i++ {
+		id := "m" + strconv.Itoa(i)
+		for k := 0; k <= i%3; k++ {
+			mustAsk(t, tc.nodes[0], "counter", id, "inc")
+		}
+		want[id] = i%3 + 1
+	}
+	tc.stop(tc.nodes[2], true)
+	tc.waitMembers()
+	for id, n := range want {
+		if got := mustAsk(t, tc.nodes[1], "counter", id, "get"); got != strconv.Itoa(n) {
+			t.Fatalf("%s = %s after the leave, want %d", id, got, n)
+		}
+	}
+	if len(tc.acts.double) > 0 {
+		t.Fatalf("entities active twice: %v", tc.acts.double)
+	}
+}
+
+func TestStateMovesWithARebalance(t *testing.T) {
+	tc := newStatefulTestCluster(t, 2, false, func(c *Config) { c.RebalanceInterval = 200 * time.Millisecond })
+	want := map[string]int{}
+	for i := 0; i < 30; i++ {
+		id := "b" + strconv.Itoa(i)
+		for k := 0; k <= i%4; k++ {
+			mustAsk(t, tc.nodes[0], "counter", id, "inc")
+		}
+		want[id] = i%4 + 1
+	}
+	newcomer := tc.add()
+	tc.waitMembers()
+	// A handed-off shard is allocated anew when a message asks for it: keep asking.
+	waitFor(t, 20*time.Second, "shards on the newcomer", func() bool {
+		for id := range want {
+			ask(t, tc.nodes[0], "counter", id, "get")
+		}
+		return len(newcomer.sharding.LocalState().Shards) >= 3
+	})
+	moved := 0
+	for id, n := range want {
+		r, err := ask(t, tc.nodes[0], "counter", id, "get")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.Payload) != strconv.Itoa(n) {
+			t.Fatalf("%s = %s after the rebalance, want %d", id, r.Payload, n)
+		}
+		if r.Node == newcomer.addr() {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no entity moved to the newcomer")
+	}
+}
+
+func TestEveryMessageCheckpointLosesNoAcknowledgedMessageInACrash(t *testing.T) {
+	tc := newStatefulTestCluster(t, 3, true, nil)
+	var victim *testNode
+	acked := map[string]int{}
+	for i := 0; len(acked) < 30; i++ {
+		id := "d" + strconv.Itoa(i)
+		r, err := ask(t, tc.nodes[0], "durable", id, "inc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked[id] = 1
+		if r.Node != tc.nodes[0].addr() {
+			victim = tc.nodes[1]
+			if r.Node == tc.nodes[2].addr() {
+				victim = tc.nodes[2]
+			}
+		}
+	}
+	for id := range acked {
+		mustAsk(t, tc.nodes[0], "durable", id, "inc")
+		acked[id]++
+	}
+	// The victim's process dies: no leave, no handoff, no save on stop.
+	victim.stopped = true
+	victim.membership.Shutdown()
+	victim.messenger.Close()
+	victim.sharding.Abort(context.Background()) // its entities die with it, unsaved
+	tc.waitMembers()
+	for id, n := range acked {
+		if got := mustAsk(t, tc.nodes[0], "durable", id, "get"); got != strconv.Itoa(n) {
+			t.Fatalf("%s = %s after the crash, want %d acknowledged increments", id, got, n)
+		}
+	}
+}
+
+func TestRememberedEntitiesRestartWhereTheirShardGoes(t *testing.T) {
+	tc := newStatefulTestCluster(t, 3, false, nil)
+	ids := []string{}
+	for i := 0; i < 20; i++ {
+		id := "r" + strconv.Itoa(i)
+		mustAsk(t, tc.nodes[0], "remember", id, "inc")
+		ids = append(ids, id)
+	}
+	leaver := tc.nodes[2]
+	var onLeaver []string
+	for _, id := range ids {
+		tc.acts.mu.Lock()
+		if tc.acts.active["remember/"+id] == leaver.addr() {
+			onLeaver = append(onLeaver, id)
+		}
+		tc.acts.mu.Unlock()
+	}
+	if len(onLeaver) == 0 {
+		t.Skip("no remembered entity on the leaving member")
+	}
+	tc.stop(leaver, true)
+	// Without any message, the leaver's remembered entities come back elsewhere.
+	waitFor(t, 15*time.Second, "remembered entities restarted", func() bool {
+		for _, id := range onLeaver {
+			if !activeOn(tc, "remember/"+id) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range onLeaver {
+		if got := mustAsk(t, tc.nodes[0], "remember", id, "get"); got != "1" {
+			t.Fatalf("%s restarted with %s", id, got)
+		}
+	}
+}
+
+func TestStaleEpochWritesAreRefused(t *testing.T) {
+	st := NewMemoryStateStore()
+	ctx := context.Background()
+	key := EntityKey{Type: "t", Shard: 1, ID: "a"}
+	if err := st.Save(ctx, key, 5, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Save(ctx, key, 4, []byte("old")); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("stale save: %v", err)
+	}
+	if b, _ := st.Load(ctx, key); string(b) != "new" {
+		t.Fatalf("state %q", b)
+	}
+}
+
+func TestARegionDropsAStaleShardOnANewerEpoch(t *testing.T) {
+	tc := newStatefulTestCluster(t, 2, false, nil)
+	n := tc.nodes[0]
+	r, err := ask(t, n, "counter", "x", "inc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := tc.nodes[0]
+	if r.Node == tc.nodes[1].addr() {
+		host = tc.nodes[1]
+	}
+	reg := host.sharding.region("counter")
+	sh := abiShard("x", 10)
+	reg.mu.Lock()
+	epoch := reg.shards[sh].epoch
+	reg.mu.Unlock()
+	// Another allocation of the shard, with a newer epoch, is announced: this copy stops.
+	reg.dropStale(sh, epoch+1)
+	reg.mu.Lock()
+	_, still := reg.shards[sh]
+	reg.mu.Unlock()
+	if still {
+		t.Fatal("the stale shard is still hosted")
+	}
+	waitFor(t, 5*time.Second, "the stale entity stopped", func() bool { return !activeOn(tc, "counter/x") })
+	// Its entity did not save on the way out (it was fenced), and it serves again.
+	if got := mustAsk(t, n, "counter", "x", "get"); !strings.HasPrefix(got, "1") && got != "0" {
+		t.Fatalf("after the stale shard: %s", got)
+	}
+}
