@@ -236,18 +236,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	dc := cfg.DData
 	dc.Membership, dc.Messenger, dc.Logger = n.membership, n.messenger, cfg.Logger
-	if len(cfg.DurableKeys) > 0 {
-		if n.store, err = ddata.OpenBoltStore(filepath.Join(cfg.DataDir, "ddata")); err != nil {
-			return nil, err
-		}
-		dc.Store, dc.DurableKeys = n.store, cfg.DurableKeys
+	// The shard coordinator's state is always durable: after a full restart the
+	// coordinator knows the shards (and restarts remembered entities).
+	if n.store, err = ddata.OpenBoltStore(filepath.Join(cfg.DataDir, "ddata")); err != nil {
+		return nil, err
 	}
+	dc.Store, dc.DurableKeys = n.store, append([]string{"sharding-coordinator*"}, cfg.DurableKeys...)
 	if n.replicator, err = ddata.NewReplicator(dc); err != nil {
 		return nil, err
 	}
 
 	sc := cfg.Sharding
 	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
+	sc.DData = n.replicator
 	sc.Logger, sc.TracerProvider = cfg.Logger, cfg.TracerProvider
 	if n.sharding, err = sharding.New(sc); err != nil {
 		return nil, err
