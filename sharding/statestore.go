@@ -16,6 +16,11 @@ var (
 	ErrNoState = errors.New("sharding: no stored state")
 	// ErrStoreUnavailable: not enough replicas of the shard's state answered.
 	ErrStoreUnavailable = errors.New("sharding: entity state store unavailable")
+	// ErrStateTooLarge: a snapshot is over the store's MaxStateSize.
+	ErrStateTooLarge = errors.New("sharding: entity state too large")
+	// ErrInvalidStateKey: a key the store cannot hold: an empty type or ID, a negative
+	// shard, or a type or ID over its length cap (1 KiB, 16 KiB).
+	ErrInvalidStateKey = errors.New("sharding: invalid entity state key")
 )
 
 // EntityKey names an entity in a state store.

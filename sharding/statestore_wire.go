@@ -1,0 +1,338 @@
+package sharding
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// This file holds the formats of the replicated state store (statestore_replicated.go):
+// its node-to-node messages and its records on disk.
+
+// Topics of the replicated state store's protocol. Every message is a request (one-way
+// messages are dropped); request and reply bodies are CBOR maps with integer keys. Every
+// reply type has Code at key 1 and Msg at key 2, so a reply of any topic decodes as a
+// stateReply, which is how a busy replica answers whatever it was asked.
+const (
+	// topicStateWrite: stateWriteReq → stateReply. Apply records (fenced writes of
+	// Save/Remember, or unfenced repair writes).
+	topicStateWrite = "state/write"
+	// topicStateChunk: stateChunkReq → stateReply. Stage a piece of a snapshot too
+	// large for one message; a later state/write names the transfer.
+	topicStateChunk = "state/chunk"
+	// topicStateRead: stateReadReq → stateReadReply. A snapshot's version and bytes from
+	// an offset, at most ChunkSize of them.
+	topicStateRead = "state/read"
+	// topicStateRemembered: stateRememberedReq → stateRememberedReply. A page of a
+	// shard's remember/forget records (tombstones included), in ID order.
+	topicStateRemembered = "state/remembered"
+	// topicStateSummary: stateSummaryReq → stateSummaryReply. Anti-entropy, first step:
+	// compare a shard's record-version digest, exchange the shard's epoch.
+	topicStateSummary = "state/summary"
+	// topicStateDiff: stateDiffReq → stateDiffReply. Anti-entropy, second step: which of
+	// these record versions the replica lacks or holds older.
+	topicStateDiff = "state/diff"
+)
+
+// Reply codes: the outcome of a request, mapped back to errors by the requester
+// (stateCodeError), so that errors.Is(err, ErrStaleEpoch) holds across members.
+const (
+	stateCodeOK       uint8 = iota
+	stateCodeStale          // ErrStaleEpoch: the replica has a newer epoch for the shard
+	stateCodeTooLarge       // ErrStateTooLarge
+	stateCodeBad            // ErrMalformedMessage or ErrInvalidStateKey: a bad request
+	stateCodeBusy           // ErrStoreUnavailable: the replica serves too many requests
+	stateCodeFailure        // ErrStoreUnavailable: the replica's disk failed, or it is closed
+	stateCodeChanged        // errStateChanged: a chunked read found a newer version
+)
+
+// Record kinds: what a record under a shard holds.
+const (
+	// stateKindSnapshot: an entity's latest snapshot.
+	stateKindSnapshot uint8 = 1
+	// stateKindRemember: whether an entity is remembered (Remember true) or was
+	// forgotten (false: a tombstone, kept so that a stale replica cannot revive it).
+	stateKindRemember uint8 = 2
+)
+
+// stateVersion orders the writes of one record: allocation epoch first, then the
+// writer's sequence number (its hybrid clock: Unix nanoseconds, strictly increasing
+// within a process). The newest version wins everywhere.
+type stateVersion struct {
+	Epoch uint64
+	Seq   uint64
+}
+
+// less reports whether v is older than o.
+func (v stateVersion) less(o stateVersion) bool {
+	if v.Epoch != o.Epoch {
+		return v.Epoch < o.Epoch
+	}
+	return v.Seq < o.Seq
+}
+
+// stateRecord is one record on the wire: a snapshot or a remember/forget mark, with
+// its version. In digests (state/diff) and listings Data is absent.
+type stateRecord struct {
+	Kind     uint8  `cbor:"1,keyasint"`
+	ID       string `cbor:"2,keyasint"`
+	Epoch    uint64 `cbor:"3,keyasint"`
+	Seq      uint64 `cbor:"4,keyasint"`
+	Remember bool   `cbor:"5,keyasint,omitempty"`
+	Data     []byte `cbor:"6,keyasint,omitempty"`
+	// Xfer, when not 0, names the chunked transfer (state/chunk) that staged Data on the
+	// receiving replica.
+	Xfer uint64 `cbor:"7,keyasint,omitempty"`
+}
+
+func (r *stateRecord) version() stateVersion { return stateVersion{r.Epoch, r.Seq} }
+
+// stateWriteReq applies records to one shard. Fence: refuse (stateCodeStale) unless
+// Epoch >= the replica's epoch for the shard; Save and Remember fence, repair writes do
+// not (their records carry their own versions). Either way the replica's epoch for the
+// shard becomes max(its epoch, Epoch), and each record is stored only if newer than the
+// replica's.
+type stateWriteReq struct {
+	Type    string        `cbor:"1,keyasint"`
+	Shard   int           `cbor:"2,keyasint"`
+	Epoch   uint64        `cbor:"3,keyasint"`
+	Fence   bool          `cbor:"4,keyasint,omitempty"`
+	Records []stateRecord `cbor:"5,keyasint"`
+}
+
+// stateReply answers state/write and state/chunk; Epoch is the replica's epoch for the
+// shard after the request (state/write).
+type stateReply struct {
+	Code  uint8  `cbor:"1,keyasint"`
+	Msg   string `cbor:"2,keyasint,omitempty"`
+	Epoch uint64 `cbor:"3,keyasint,omitempty"`
+}
+
+// stateChunkReq stages bytes [Offset, Offset+len(Data)) of a Total-byte snapshot under
+// transfer Xfer (chosen at random by the sender). Chunks arrive in order.
+type stateChunkReq struct {
+	Xfer   uint64 `cbor:"1,keyasint"`
+	Total  int    `cbor:"2,keyasint"`
+	Offset int    `cbor:"3,keyasint"`
+	Data   []byte `cbor:"4,keyasint"`
+}
+
+// stateReadReq asks for an entity's snapshot from byte Offset. With Offset > 0 the
+// replica answers stateCodeChanged unless it still holds version (Epoch, Seq).
+type stateReadReq struct {
+	Type   string `cbor:"1,keyasint"`
+	Shard  int    `cbor:"2,keyasint"`
+	ID     string `cbor:"3,keyasint"`
+	Offset int    `cbor:"4,keyasint,omitempty"`
+	Epoch  uint64 `cbor:"5,keyasint,omitempty"`
+	Seq    uint64 `cbor:"6,keyasint,omitempty"`
+}
+
+// stateReadReply: Found, the version and Size of the snapshot, and its bytes from the
+// requested offset (at most the replica's ChunkSize).
+type stateReadReply struct {
+	Code  uint8  `cbor:"1,keyasint"`
+	Msg   string `cbor:"2,keyasint,omitempty"`
+	Found bool   `cbor:"3,keyasint,omitempty"`
+	Epoch uint64 `cbor:"4,keyasint,omitempty"`
+	Seq   uint64 `cbor:"5,keyasint,omitempty"`
+	Size  int    `cbor:"6,keyasint,omitempty"`
+	Data  []byte `cbor:"7,keyasint,omitempty"`
+}
+
+// stateRememberedReq asks for the remember records of a shard whose IDs sort after
+// After ("" for the first page).
+type stateRememberedReq struct {
+	Type  string `cbor:"1,keyasint"`
+	Shard int    `cbor:"2,keyasint"`
+	After string `cbor:"3,keyasint,omitempty"`
+}
+
+// stateRememberedReply: a page of remember records in ID order; More: there are more.
+type stateRememberedReply struct {
+	Code    uint8         `cbor:"1,keyasint"`
+	Msg     string        `cbor:"2,keyasint,omitempty"`
+	Records []stateRecord `cbor:"3,keyasint,omitempty"`
+	More    bool          `cbor:"4,keyasint,omitempty"`
+}
+
+// stateSummaryReq: the sender holds Count records of the shard whose versions hash to
+// Hash (see stateDisk.summary), and has seen Epoch for it.
+type stateSummaryReq struct {
+	Type  string `cbor:"1,keyasint"`
+	Shard int    `cbor:"2,keyasint"`
+	Epoch uint64 `cbor:"3,keyasint"`
+	Count int    `cbor:"4,keyasint"`
+	Hash  []byte `cbor:"5,keyasint"`
+}
+
+// stateSummaryReply: Same: the replica holds exactly the same record versions; Epoch:
+// its epoch for the shard (after taking the sender's).
+type stateSummaryReply struct {
+	Code  uint8  `cbor:"1,keyasint"`
+	Msg   string `cbor:"2,keyasint,omitempty"`
+	Epoch uint64 `cbor:"3,keyasint,omitempty"`
+	Same  bool   `cbor:"4,keyasint,omitempty"`
+}
+
+// stateDiffReq lists record versions (no data) the sender holds for the shard.
+type stateDiffReq struct {
+	Type    string        `cbor:"1,keyasint"`
+	Shard   int           `cbor:"2,keyasint"`
+	Records []stateRecord `cbor:"3,keyasint"`
+}
+
+// stateDiffReply: the indexes, in the request's Records, of the records the replica
+// lacks or holds an older version of.
+type stateDiffReply struct {
+	Code uint8  `cbor:"1,keyasint"`
+	Msg  string `cbor:"2,keyasint,omitempty"`
+	Need []int  `cbor:"3,keyasint,omitempty"`
+}
+
+var (
+	stateEncMode = func() cbor.EncMode {
+		em, err := cbor.CoreDetEncOptions().EncMode()
+		if err != nil {
+			panic(err)
+		}
+		return em
+	}()
+	// stateDecMode bounds what a peer's message can make the decoder allocate beyond
+	// its own size: nesting, array lengths (a diff or a listing holds at most
+	// stateMaxListLen records) and map sizes.
+	stateDecMode = func() cbor.DecMode {
+		dm, err := cbor.DecOptions{
+			MaxNestedLevels:  6,
+			MaxArrayElements: stateMaxListLen,
+			MaxMapPairs:      16,
+			DupMapKey:        cbor.DupMapKeyEnforcedAPF,
+		}.DecMode()
+		if err != nil {
+			panic(err)
+		}
+		return dm
+	}()
+)
+
+// stateMaxListLen caps the records of one message (a write, a diff, a listing page).
+const stateMaxListLen = 1 << 16
+
+func encodeState(v any) []byte {
+	b, err := stateEncMode.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("sharding: encoding %T: %v", v, err)) // only our own types get here
+	}
+	return b
+}
+
+func decodeState(b []byte, v any) error {
+	if len(b) == 0 {
+		return fmt.Errorf("%w: %T: empty body", ErrMalformedMessage, v)
+	}
+	if err := stateDecMode.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %T: %v", ErrMalformedMessage, v, err)
+	}
+	return nil
+}
+
+// Limits of keys: bbolt keys are at most 32 KiB.
+const (
+	stateMaxTypeLen = 1 << 10
+	stateMaxIDLen   = 16 << 10
+)
+
+// checkStateKey validates the parts of a key the store can hold.
+func checkStateKey(typ string, shard int, id string, needID bool) error {
+	switch {
+	case typ == "":
+		return fmt.Errorf("%w: empty entity type", ErrInvalidStateKey)
+	case len(typ) > stateMaxTypeLen:
+		return fmt.Errorf("%w: entity type of %d bytes (the cap is %d)", ErrInvalidStateKey, len(typ), stateMaxTypeLen)
+	case shard < 0:
+		return fmt.Errorf("%w: negative shard %d", ErrInvalidStateKey, shard)
+	case needID && id == "":
+		return fmt.Errorf("%w: empty entity ID", ErrInvalidStateKey)
+	case len(id) > stateMaxIDLen:
+		return fmt.Errorf("%w: entity ID of %d bytes (the cap is %d)", ErrInvalidStateKey, len(id), stateMaxIDLen)
+	}
+	return nil
+}
+
+// On disk (bbolt, file state.db), two buckets:
+//
+//	epochs:  shard prefix → epoch (8 bytes, big-endian)
+//	records: shard prefix | kind (1 byte) | entity ID → value
+//
+// shard prefix = uvarint(len(type)) | type | shard (8 bytes, big-endian), so that one
+// shard's records are contiguous and no type's prefix is another's. value =
+// format (1 byte, 1) | epoch (8) | seq (8) | flags (1; bit 0: remembered) | data.
+// Every shard with records has an epochs entry, so the epochs bucket lists the shards
+// a member stores.
+var (
+	stateBucketEpochs  = []byte("epochs")
+	stateBucketRecords = []byte("records")
+)
+
+const (
+	stateValueFormat = 1
+	stateValueHeader = 1 + 8 + 8 + 1
+)
+
+func stateShardPrefix(typ string, shard int) []byte {
+	b := make([]byte, 0, binary.MaxVarintLen64+len(typ)+8)
+	b = binary.AppendUvarint(b, uint64(len(typ)))
+	b = append(b, typ...)
+	return binary.BigEndian.AppendUint64(b, uint64(shard))
+}
+
+// parseStateShardPrefix reads a whole epochs key back.
+func parseStateShardPrefix(k []byte) (typ string, shard int, ok bool) {
+	n, w := binary.Uvarint(k)
+	if w <= 0 || n == 0 || n > stateMaxTypeLen || uint64(len(k)-w) != n+8 {
+		return "", 0, false
+	}
+	typ = string(k[w : w+int(n)])
+	s := binary.BigEndian.Uint64(k[w+int(n):])
+	if s > math.MaxInt {
+		return "", 0, false
+	}
+	return typ, int(s), true
+}
+
+func stateRecordKey(prefix []byte, kind uint8, id string) []byte {
+	k := make([]byte, 0, len(prefix)+1+len(id))
+	k = append(k, prefix...)
+	k = append(k, kind)
+	return append(k, id...)
+}
+
+// splitStateRecordKey returns the kind and ID of a records key under prefix.
+func splitStateRecordKey(prefix, k []byte) (kind uint8, id string, ok bool) {
+	if len(k) <= len(prefix) || string(k[:len(prefix)]) != string(prefix) {
+		return 0, "", false
+	}
+	return k[len(prefix)], string(k[len(prefix)+1:]), true
+}
+
+func encodeStateValue(r *stateRecord) []byte {
+	v := make([]byte, stateValueHeader, stateValueHeader+len(r.Data))
+	v[0] = stateValueFormat
+	binary.BigEndian.PutUint64(v[1:], r.Epoch)
+	binary.BigEndian.PutUint64(v[9:], r.Seq)
+	if r.Remember {
+		v[17] = 1
+	}
+	return append(v, r.Data...)
+}
+
+// decodeStateValue reads a records value; data aliases v.
+func decodeStateValue(v []byte) (ver stateVersion, remember bool, data []byte, ok bool) {
+	if len(v) < stateValueHeader || v[0] != stateValueFormat {
+		return stateVersion{}, false, nil, false
+	}
+	ver = stateVersion{binary.BigEndian.Uint64(v[1:]), binary.BigEndian.Uint64(v[9:])}
+	return ver, v[17]&1 != 0, v[stateValueHeader:], true
+}
