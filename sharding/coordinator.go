@@ -183,9 +183,26 @@ func (c *coordinator) recover(gen uint64) {
 			alive[m.Address] = m
 		}
 	}
-	// What the regions host: adds allocations the state lacks, and finds stale copies.
+	// What the regions host: adds allocations the state lacks, finds stale copies, and
+	// drops allocations their region (asked, and answering) does not host: after a
+	// full restart the recorded regions are new processes that host nothing yet.
 	var stale []shardRef
-	for _, st := range c.regionStates(members) {
+	states := c.regionStates(members)
+	hosted := map[string]map[shardRef]bool{}
+	for _, st := range states {
+		hosted[st.Node] = map[shardRef]bool{}
+		for _, sh := range st.Shards {
+			hosted[st.Node][shardRef{Type: sh.Type, Shard: sh.ID}] = true
+		}
+	}
+	for typ, shardsOf := range alloc {
+		for id, a := range shardsOf {
+			if h, answered := hosted[a.region]; answered && a.region != "" && !h[shardRef{Type: typ, Shard: id}] {
+				shardsOf[id] = allocation{"", a.epoch}
+			}
+		}
+	}
+	for _, st := range states {
 		for _, sh := range st.Shards {
 			if alloc[sh.Type] == nil {
 				alloc[sh.Type] = map[int]allocation{}
@@ -208,7 +225,7 @@ func (c *coordinator) recover(gen uint64) {
 		known[typ] = map[int]bool{}
 		for id, a := range shardsOf {
 			known[typ][id] = true
-			if _, ok := alive[a.region]; !ok {
+			if _, ok := alive[a.region]; !ok || a.region == "" {
 				delete(shardsOf, id)
 				continue
 			}
@@ -484,6 +501,9 @@ func (c *coordinator) rebalanceLoop(gen uint64) {
 			return
 		}
 		c.rebalanceRound(gen)
+		// A safety net for remembered entities whose allocation failed (no member
+		// could host them then).
+		c.allocateRemembered()
 	}
 }
 

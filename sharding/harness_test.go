@@ -46,7 +46,8 @@ func (a *activations) stopped(node, key string) {
 
 // fakeFactory makes in-memory entities: "inc" adds one and replies the count, "get"
 // replies the count, "append X" appends X to a list and "list" replies it, "fail"
-// returns an entity error, "slow" sleeps 50 ms.
+// returns an entity error, "slow" sleeps 50 ms, "passivate" asks for passivation, "crash"
+// kills the entity (as a trap kills a wasm instance).
 type fakeFactory struct {
 	node string
 	acts *activations
@@ -85,6 +86,16 @@ type fakeEntity struct {
 	key  string
 	n    int
 	list []string
+	// dead and passivate implement EntityLifecycle ("crash", "passivate").
+	dead, passivate bool
+}
+
+func (e *fakeEntity) Terminated() bool { return e.dead }
+
+func (e *fakeEntity) PassivationRequested() bool {
+	p := e.passivate
+	e.passivate = false
+	return p
 }
 
 func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
@@ -105,6 +116,12 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	case msg == "slow":
 		time.Sleep(50 * time.Millisecond)
 		return nil, nil
+	case msg == "passivate":
+		e.passivate = true
+		return []byte("ok"), nil
+	case msg == "crash":
+		e.dead = true
+		return nil, &codedErr{CodeGuestTrap, "entity crashed"}
 	}
 	return nil, &codedErr{CodeEntityError, "unknown message " + msg}
 }
@@ -161,6 +178,8 @@ type testCluster struct {
 	lifecycle cluster.CoreConfig
 	// states, if set, is the entity state store every member shares.
 	states *MemoryStateStore
+	// roles, if set, gives the roles of the i-th member added.
+	roles func(i int) []string
 }
 
 // newTestCluster starts n members whose failure detection is quick to form a cluster
@@ -230,6 +249,9 @@ func (tc *testCluster) add() *testNode {
 	mcfg.Profile = "local"
 	mcfg.Lifecycle = tc.lifecycle
 	mcfg.Logger = quiet
+	if tc.roles != nil {
+		mcfg.Roles = tc.roles(i)
+	}
 	if i > 0 {
 		mcfg.Seeds = []string{tc.nodes[0].addr()}
 	}
@@ -243,6 +265,7 @@ func (tc *testCluster) add() *testNode {
 			"bounded":  {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
 			"durable":  {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
 			"remember": {Name: "remember", NumberOfShards: 10, RememberEntities: true},
+			"worker":   {Name: "worker", NumberOfShards: 20, Role: "worker"},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()

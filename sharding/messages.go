@@ -164,6 +164,10 @@ type ShardState struct {
 type RegionState struct {
 	Node   string       `cbor:"1,keyasint" json:"node"`
 	Shards []ShardState `cbor:"2,keyasint" json:"shards"`
+	// Counters of the member's regions since it started.
+	Passivations          uint64 `cbor:"3,keyasint,omitempty" json:"passivations"`
+	BufferedDuringHandoff uint64 `cbor:"4,keyasint,omitempty" json:"buffered_during_handoff"`
+	DeadLetters           uint64 `cbor:"5,keyasint,omitempty" json:"dead_letters"`
 }
 
 var (

@@ -35,6 +35,9 @@ type Region struct {
 	buffered  int                // messages in pending
 
 	passivations atomic.Uint64 // entities passivated, for inspection and tests
+	// handoffBuffered counts the messages buffered because their shard was being handed
+	// off (here or by another region), since start.
+	handoffBuffered atomic.Uint64
 }
 
 // shard is a hosted shard: its active entities and its allocation epoch.
@@ -114,6 +117,9 @@ func (r *Region) deliver(d delivery) {
 	// While the shard is handed off (here or elsewhere), its messages wait: the handoff
 	// resolves them when it completes.
 	_, paused := r.paused[shardID]
+	if paused || r.handing[shardID] {
+		r.handoffBuffered.Add(1)
+	}
 	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
 	if start {
 		r.resolving[shardID] = true
@@ -186,6 +192,10 @@ func (r *Region) passivateIdle(now time.Time) {
 	}
 }
 
+// BufferedDuringHandoff returns how many messages the region buffered because their
+// shard was being handed off, since start.
+func (r *Region) BufferedDuringHandoff() uint64 { return r.handoffBuffered.Load() }
+
 // Passivations returns how many entities of the region were passivated.
 func (r *Region) Passivations() uint64 { return r.passivations.Load() }
 
@@ -217,6 +227,7 @@ func (r *Region) reroute(d delivery) {
 	r.pending[shardID] = q
 	r.returned[shardID] = pos + 1
 	r.buffered++
+	r.handoffBuffered.Add(1)
 	_, paused := r.paused[shardID]
 	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
 	if start {
@@ -474,12 +485,12 @@ func (r *Region) handOffShard(ctx context.Context, id int) error {
 	for _, d := range back {
 		r.giveBack(d)
 	}
+	start := time.Now()
 	r.s.broadcastHandOff(ctx, topicBeginHandOff, ref, true)
+	entities := 0
 	if sh != nil {
-		for _, e := range sh.entities {
-			e.waitIdle(ctx)
-			e.stop(ctx, true)
-		}
+		entities = len(sh.entities)
+		stopEntities(ctx, sh.entities)
 	}
 	var err error
 	if herr := r.s.shardHandedOff(ctx, ref); herr != nil {
@@ -496,7 +507,29 @@ func (r *Region) handOffShard(ctx context.Context, id int) error {
 	if resolve && !r.s.goroutine(func() { r.resolve(id) }) {
 		r.failPending(id, ErrStopped)
 	}
+	r.s.log.Info("shard handed off", "shard", ref.String(), "entities", entities, "took", time.Since(start))
 	return err
+}
+
+// handOffParallelism is how many entities of a shard stop (and save their state) at
+// once during a handoff.
+const handOffParallelism = 16
+
+// stopEntities lets each entity finish what it already received, then stops it and
+// saves its state, handOffParallelism at a time.
+func stopEntities(ctx context.Context, entities map[string]*entity) {
+	sem := make(chan struct{}, handOffParallelism)
+	var wg sync.WaitGroup
+	for _, e := range entities {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			e.waitIdle(ctx)
+			e.stop(ctx, true)
+		}()
+	}
+	wg.Wait()
 }
 
 // forgetHomesAt drops cached homes at members for which gone returns true, so that their
@@ -732,24 +765,43 @@ func (e *entity) process(d delivery) {
 		e.mu.Unlock()
 	}()
 	out, err := e.inst.Receive(d.ctx, d.env.Payload)
+	lc, _ := e.inst.(EntityLifecycle)
+	if lc != nil && lc.Terminated() {
+		// The entity is gone (a trapped instance): what it did since its last save is
+		// lost, and the next message starts from the saved state.
+		s.log.Warn("entity terminated", "entity", name, "err", err)
+		e.stop(d.ctx, false)
+	}
 	if err != nil {
 		s.log.Debug("message failed", "entity", name, "err", err)
 		d.fail(err)
 		return
 	}
+	if e.inst == nil {
+		// Terminated just after it handled the message: the reply stands, but its
+		// state is not saved.
+		if d.ask {
+			d.reply(Reply{Payload: out, Node: s.self}, nil)
+		}
+		return
+	}
+	e.unsaved++
 	// The checkpoint policy: with every-message, the state is saved before the reply,
 	// so an acknowledged message survives a crash of this member.
-	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil {
-		e.unsaved++
-		if e.unsaved >= every {
-			if err := e.save(d.ctx); err != nil {
-				d.fail(fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err))
-				return
-			}
+	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
+		if err := e.save(d.ctx); err != nil {
+			d.fail(fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err))
+			return
 		}
 	}
 	if d.ask {
 		d.reply(Reply{Payload: out, Node: s.self}, nil)
+	}
+	if lc != nil && lc.PassivationRequested() {
+		// Passivation the entity asked for: the mailbox is ours (this is its drain), so
+		// messages that arrive meanwhile wait for the next incarnation.
+		e.stop(d.ctx, true)
+		e.r.passivations.Add(1)
 	}
 }
 
@@ -759,9 +811,7 @@ func (e *entity) activate(ctx context.Context) error {
 	s := e.r.s
 	var state []byte
 	if s.cfg.States != nil {
-		lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-		st, err := s.cfg.States.Load(lctx, e.key())
-		cancel()
+		st, err := e.loadState(ctx)
 		switch {
 		case errors.Is(err, ErrNoState):
 		case err != nil:
@@ -792,6 +842,29 @@ func (e *entity) activate(ctx context.Context) error {
 	}
 	e.r.activated(e)
 	return nil
+}
+
+// loadState reads the entity's saved state, trying again (three attempts in all, 50 ms
+// then 200 ms apart) while the store is unavailable: a majority of its replicas may be
+// moments from answering, as while members join or a shard moves.
+func (e *entity) loadState(ctx context.Context) ([]byte, error) {
+	s := e.r.s
+	var err error
+	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		var st []byte
+		st, err = s.cfg.States.Load(lctx, e.key())
+		cancel()
+		if err == nil || errors.Is(err, ErrNoState) || attempt == 2 || ctx.Err() != nil {
+			return st, err
+		}
+		s.log.Debug("entity state not loaded yet", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause):
+		}
+	}
 }
 
 // save writes the entity's snapshot to the state store under its shard's epoch.
@@ -848,7 +921,7 @@ func (e *entity) stop(ctx context.Context, save bool) {
 	if e.inst == nil {
 		return
 	}
-	if save {
+	if save && e.unsaved > 0 {
 		if err := e.save(ctx); err != nil {
 			e.r.s.log.Warn("entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
 		}
@@ -858,4 +931,5 @@ func (e *entity) stop(ctx context.Context, save bool) {
 	e.mu.Lock()
 	e.live = false
 	e.mu.Unlock()
+	e.r.s.log.Info("entity stopped", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "saved", save && !e.fenced.Load())
 }

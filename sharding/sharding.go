@@ -85,6 +85,19 @@ type Entity interface {
 	Stop(ctx context.Context)
 }
 
+// EntityLifecycle is implemented by an Entity that can end, or ask to end, on its own;
+// the region asks after each message.
+type EntityLifecycle interface {
+	// Terminated reports that the entity is gone (a wasm instance that trapped): the
+	// region stops it without saving its state, and the next message activates it again
+	// from its last saved state.
+	Terminated() bool
+	// PassivationRequested reports that the entity asked to be passivated after the
+	// message (Akka's context.passivate), and clears the request. Its state is saved and
+	// it is stopped; messages that arrive meanwhile go to the next incarnation.
+	PassivationRequested() bool
+}
+
 // EntityFactory activates entities. NewEntity is called on the entity's mailbox
 // goroutine when its first message arrives, and may block for the activation. state is
 // the entity's last saved snapshot, or nil for a new entity.
@@ -422,10 +435,12 @@ func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
 				t.Name, r.settings.NumberOfShards, t.NumberOfShards)
 		}
 		r.updateSettings(t)
+		s.restartRemembered(t)
 		return r, nil
 	}
 	r := newRegion(s, t)
 	s.regions[t.Name] = r
+	s.restartRemembered(t)
 	waiters := s.typeWaiters[t.Name]
 	delete(s.typeWaiters, t.Name)
 	s.waiting -= len(waiters)
@@ -433,6 +448,21 @@ func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
 		r.deliver(d)
 	}
 	return r, nil
+}
+
+// restartRemembered has the coordinator, if active here, allocate the homeless shards of
+// a type that remembers entities, now that this member knows the type's settings (after
+// a full restart the coordinator recovers before the types are known). The caller holds
+// stopMu for reading, with s not stopped.
+func (s *Sharding) restartRemembered(t TypeSettings) {
+	if !t.RememberEntities {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.coord.allocateRemembered()
+	}()
 }
 
 // delivery is a message and how to answer it.
@@ -471,7 +501,9 @@ func (s *Sharding) Tell(ctx context.Context, typ, id string, payload []byte) err
 	errc := make(chan error, 1)
 	s.route(delivery{
 		env: Envelope{EntityType: typ, EntityID: id, Payload: payload, Origin: s.self},
-		ctx: ctx,
+		// The message outlives the call (and the sender's request): keep the trace,
+		// not the cancellation.
+		ctx: context.WithoutCancel(ctx),
 		reply: func(_ Reply, err error) {
 			select {
 			case errc <- err:
@@ -639,11 +671,14 @@ func (s *Sharding) deadLetter(d delivery, err error) {
 // full, since start.
 func (s *Sharding) DeadLetters() uint64 { return s.deadLetters.Load() }
 
-// LocalState returns the shards this member hosts and their active entities, sorted.
+// LocalState returns the shards this member hosts and their active entities, sorted,
+// and the counters of its regions.
 func (s *Sharding) LocalState() RegionState {
-	st := RegionState{Node: s.self, Shards: []ShardState{}}
+	st := RegionState{Node: s.self, Shards: []ShardState{}, DeadLetters: s.DeadLetters()}
 	for _, r := range s.allRegions() {
 		st.Shards = append(st.Shards, r.state()...)
+		st.Passivations += r.Passivations()
+		st.BufferedDuringHandoff += r.BufferedDuringHandoff()
 	}
 	sort.Slice(st.Shards, func(i, j int) bool {
 		if st.Shards[i].Type != st.Shards[j].Type {

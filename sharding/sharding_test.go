@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/shardhost/shardhost/cluster"
 )
 
 func TestMain(m *testing.M) {
@@ -519,5 +521,56 @@ func TestMaxActivePassivatesTheLeastRecentlyUsed(t *testing.T) {
 	}
 	if got := mustAsk(t, n, "bounded", "a", "get"); got != "2" {
 		t.Fatalf("a lost its state: %s", got)
+	}
+}
+
+// A member without a type's role runs a proxy-only region: it routes the type's
+// messages and hosts none of its shards.
+func TestProxyOnlyRegionOnMembersWithoutTheRole(t *testing.T) {
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
+	lc.SBRStableAfter = 10 * time.Second
+	tc := &testCluster{
+		t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(),
+		acts: &activations{active: map[string]string{}}, lifecycle: lc,
+		roles: func(i int) []string {
+			if i == 2 {
+				return nil // the proxy
+			}
+			return []string{"worker"}
+		},
+	}
+	for i := 0; i < 3; i++ {
+		tc.add()
+	}
+	tc.waitMembers()
+	t.Cleanup(tc.stopAll)
+	proxy := tc.nodes[2]
+	hosts := map[string]int{}
+	for i := 0; i < 60; i++ {
+		r, err := ask(t, proxy, "worker", "w"+strconv.Itoa(i), "inc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts[r.Node]++
+	}
+	if hosts[proxy.addr()] > 0 || len(hosts) != 2 {
+		t.Fatalf("replies came from %v: want the two workers only", hosts)
+	}
+	for _, sh := range proxy.sharding.LocalState().Shards {
+		if sh.Type == "worker" {
+			t.Fatalf("the proxy hosts shard %d of worker", sh.ID)
+		}
+	}
+	// A type without a role is hosted by every member, the proxy included.
+	for i := 0; i < 60; i++ {
+		r, err := ask(t, proxy, "counter", "c"+strconv.Itoa(i), "inc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts[r.Node]++
+	}
+	if hosts[proxy.addr()] == 0 {
+		t.Fatal("the proxy hosts no counter: roleless types belong on every member")
 	}
 }

@@ -21,6 +21,63 @@ func TestStateSurvivesPassivation(t *testing.T) {
 	}
 }
 
+// activationsOf counts the activations of key recorded so far.
+func activationsOf(tc *testCluster, key string) int {
+	tc.acts.mu.Lock()
+	defer tc.acts.mu.Unlock()
+	n := 0
+	for _, l := range tc.acts.log {
+		if strings.HasSuffix(l, " "+key) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestEntityRequestedPassivation(t *testing.T) {
+	tc := newStatefulTestCluster(t, 1, false, nil)
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "p", "inc")
+	mustAsk(t, n, "counter", "p", "inc")
+	// The tell queues behind the passivating message and reaches the next incarnation.
+	ctx := context.Background()
+	done := make(chan string, 1)
+	go func() { done <- mustAsk(t, n, "counter", "p", "passivate") }()
+	if err := n.sharding.Tell(ctx, "counter", "p", []byte("inc")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got != "ok" {
+		t.Fatalf("passivate replied %q", got)
+	}
+	if got := mustAsk(t, n, "counter", "p", "get"); got != "3" {
+		t.Fatalf("count %s after passivation, want 3", got)
+	}
+	if got := activationsOf(tc, "counter/p"); got != 2 {
+		t.Fatalf("%d activations, want 2 (one before, one after the passivation)", got)
+	}
+	if p := n.sharding.region("counter").Passivations(); p != 1 {
+		t.Fatalf("%d passivations, want 1", p)
+	}
+}
+
+func TestTerminatedEntityRestartsFromItsSavedState(t *testing.T) {
+	tc := newStatefulTestCluster(t, 1, false, nil)
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "t", "inc")
+	mustAsk(t, n, "counter", "t", "inc")
+	mustAsk(t, n, "counter", "t", "passivate") // saves 2
+	mustAsk(t, n, "counter", "t", "inc")       // 3, not saved
+	if _, err := ask(t, n, "counter", "t", "crash"); err == nil || ErrorCode(err) != CodeGuestTrap {
+		t.Fatalf("crash: %v", err)
+	}
+	if got := mustAsk(t, n, "counter", "t", "get"); got != "2" {
+		t.Fatalf("count %s after the crash, want the saved 2", got)
+	}
+	if got := activationsOf(tc, "counter/t"); got != 3 {
+		t.Fatalf("%d activations, want 3", got)
+	}
+}
+
 func TestStateMovesWithAGracefulLeave(t *testing.T) {
 	tc := newStatefulTestCluster(t, 3, false, nil)
 	want := map[string]int{}

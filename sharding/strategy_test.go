@@ -193,3 +193,39 @@ func TestPriorityIsTheSameEverywhere(t *testing.T) {
 		t.Fatalf("two types place %d of 100 shards alike", same)
 	}
 }
+
+// TestSpreadAfterAFailureForEachStrategy: 100 shards on four regions, one fails; the
+// spread of shards per surviving region, for each strategy (a figure of the issue's
+// report: go test -v -run SpreadAfter ./sharding).
+func TestSpreadAfterAFailureForEachStrategy(t *testing.T) {
+	for _, s := range []ShardAllocationStrategy{LeastShardAllocationStrategy{}, PriorityAllocationStrategy{Type: "counter"}} {
+		current := allocateAll(t, s, []string{"a", "b", "c", "d"}, 100)
+		before := map[string]int{}
+		for r, shards := range current {
+			before[r] = len(shards)
+		}
+		lost := current["b"]
+		delete(current, "b")
+		for _, sh := range lost {
+			r, err := s.AllocateShard("", sh, current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			current[r] = append(current[r], sh)
+		}
+		after := map[string]int{}
+		total := 0
+		for r, shards := range current {
+			after[r] = len(shards)
+			total += len(shards)
+		}
+		if total != 100 {
+			t.Fatalf("%T: %d shards allocated after the failure", s, total)
+		}
+		lo, hi := spread(current)
+		t.Logf("%T: before %v; after b fails %v (spread %d..%d)", s, before, after, lo, hi)
+		if _, least := s.(LeastShardAllocationStrategy); least && hi-lo > 1 {
+			t.Fatalf("least-shard spread %d..%d", lo, hi)
+		}
+	}
+}
