@@ -38,6 +38,22 @@ const (
 	// once after instantiation and before any other export. Go's wasip1 port and TinyGo
 	// produce it with -buildmode=c-shared.
 	ExportInitialize = "_initialize"
+	// ExportSnapshot is `shardhost_snapshot() -> i32`: the guest-level snapshot. The
+	// guest calls ImportReply with its state (at most MaxSnapshotSize bytes) and returns
+	// StatusOK; StatusNoSnapshot asks the host for a transparent snapshot of the
+	// instance's memory and globals instead; StatusError fails the snapshot with the
+	// reply as its text. Called between messages. A module exports ExportSnapshot and
+	// ExportRestore together or neither.
+	ExportSnapshot = "shardhost_snapshot"
+	// ExportRestore is `shardhost_restore(ptr i32, len i32) -> i32`: the guest takes up
+	// the state of len bytes at ptr (written into a buffer from ExportAlloc), which an
+	// earlier incarnation's ExportSnapshot returned, and returns StatusOK or StatusError
+	// (the reply is the error text). Called once, after _initialize and before the
+	// first message.
+	ExportRestore = "shardhost_restore"
+	// ExportGlobalPrefix is reserved: the host exports a module's mutable globals under
+	// names "shardhost_g<index>" for transparent snapshots. A module must not use it.
+	ExportGlobalPrefix = "shardhost_g"
 )
 
 // ImportModule is the module name under which the host provides its functions.
@@ -59,6 +75,11 @@ const (
 	// ImportLog is `log(level i32, ptr i32, len i32) -> ()`: writes the UTF-8 text at ptr
 	// into the host's log at level (a LogLevel).
 	ImportLog = "log"
+	// ImportPassivate is `passivate() -> ()`: asks the host to passivate the entity once
+	// the current message is handled (its state saved, its instance released); messages
+	// that arrive meanwhile go to the next incarnation. Valid only during
+	// ExportReceive; elsewhere it traps.
+	ImportPassivate = "passivate"
 )
 
 // Status is what ExportReceive returns.
@@ -70,6 +91,9 @@ const (
 	// StatusError: the entity rejected the message; the reply is the error text, which
 	// the asker receives as an error. The entity keeps running.
 	StatusError Status = 1
+	// StatusNoSnapshot, from ExportSnapshot only: the guest keeps no guest-level
+	// snapshot; the host takes a transparent one.
+	StatusNoSnapshot Status = 2
 )
 
 // LogLevel is the level argument of ImportLog. The values are those of log/slog.
@@ -85,6 +109,10 @@ const (
 // MaxMessageSize is the largest message or reply the host passes through the ABI by
 // default, in bytes (1 MiB). Hosts may be configured lower or higher.
 const MaxMessageSize = 1 << 20
+
+// MaxSnapshotSize is the largest guest-level snapshot (ExportSnapshot) a host accepts, in
+// bytes (4 MiB): a snapshot travels in one frame of the entity state store.
+const MaxSnapshotSize = 4 << 20
 
 func itoa(v int) string {
 	if v == 0 {

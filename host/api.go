@@ -306,6 +306,13 @@ type ShardsReport struct {
 type RegionReport struct {
 	Node   string        `json:"node"`
 	Shards []ShardReport `json:"shards"`
+	// Passivations counts the entities passivated on the member since it started.
+	Passivations uint64 `json:"passivations"`
+	// BufferedDuringHandoff counts the messages the member buffered because their
+	// shard was being handed off, since it started.
+	BufferedDuringHandoff uint64 `json:"buffered_during_handoff"`
+	// DeadLetters counts the messages dropped because a buffer or mailbox was full.
+	DeadLetters uint64 `json:"dead_letters"`
 }
 
 // ShardReport is one hosted shard and its number of active entities.
@@ -321,7 +328,8 @@ func (n *Node) apiShards(w http.ResponseWriter, r *http.Request) {
 	states, err := n.sharding.ClusterState(ctx)
 	rep := ShardsReport{Regions: []RegionReport{}}
 	for _, st := range states {
-		rr := RegionReport{Node: st.Node, Shards: []ShardReport{}}
+		rr := RegionReport{Node: st.Node, Shards: []ShardReport{}, Passivations: st.Passivations,
+			BufferedDuringHandoff: st.BufferedDuringHandoff, DeadLetters: st.DeadLetters}
 		for _, sh := range st.Shards {
 			rr.Shards = append(rr.Shards, ShardReport{Type: sh.Type, ID: sh.ID, Entities: len(sh.Entities)})
 		}

@@ -1,7 +1,11 @@
 package host
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"sync"
@@ -69,16 +73,81 @@ func ValidateTypeName(name string) error {
 // catalog is the cluster-wide map of entity types: a last-writer-wins map (by
 // TypeInfo.newerThan), gossiped by memberlist's push-pull and broadcasts. Merging is
 // commutative, associative and idempotent, so every member converges to the same map.
+// Each member keeps a copy in its data directory, so that deployed types survive a
+// restart of the whole cluster.
 type catalog struct {
 	mu    sync.Mutex
 	types map[string]TypeInfo
 	// changed is called, without the lock, with each entry that a merge added or
 	// replaced. It must not block.
 	changed func(TypeInfo)
+	// path is the file the catalog is kept in ("" for none); saveMu orders writes.
+	path   string
+	log    *slog.Logger
+	saveMu sync.Mutex
 }
 
-func newCatalog(changed func(TypeInfo)) *catalog {
-	return &catalog{types: map[string]TypeInfo{}, changed: changed}
+func newCatalog(changed func(TypeInfo), path string, log *slog.Logger) *catalog {
+	return &catalog{types: map[string]TypeInfo{}, changed: changed, path: path, log: log}
+}
+
+// load merges the catalog's file, if there is one, as merge does (changed is called
+// with each type). Errors: the file cannot be read or decoded.
+func (c *catalog) load() error {
+	if c.path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("host: type catalog: %w", err)
+	}
+	var entries []TypeInfo
+	if err := catalogDecMode.Unmarshal(b, &entries); err != nil {
+		return fmt.Errorf("host: type catalog %s: %w", c.path, err)
+	}
+	c.merge(entries)
+	return nil
+}
+
+// save writes the catalog to its file (write, sync, rename). A failure is logged: the
+// cluster still has the types, only a full restart would miss them.
+func (c *catalog) save() {
+	if c.path == "" {
+		return
+	}
+	c.saveMu.Lock()
+	defer c.saveMu.Unlock()
+	b, err := catalogEncMode.Marshal(c.list())
+	if err == nil {
+		err = writeFileAtomic(c.path, b)
+	}
+	if err != nil {
+		c.log.Warn("type catalog not saved", "path", c.path, "err", err)
+	}
+}
+
+// writeFileAtomic replaces path with b: a reader sees the old or the new file, whole.
+func writeFileAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func (c *catalog) get(name string) (TypeInfo, bool) {
@@ -125,6 +194,9 @@ func (c *catalog) merge(entries []TypeInfo) {
 		}
 	}
 	c.mu.Unlock()
+	if len(changed) > 0 {
+		c.save()
+	}
 	if c.changed != nil {
 		for _, t := range changed {
 			c.changed(t)

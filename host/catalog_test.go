@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -14,7 +15,7 @@ func TestCatalogMergeIsOrderIndependentAndIdempotent(t *testing.T) {
 	d := TypeInfo{Name: "room", Digest: digest("dd"), Version: 1, NumberOfShards: 10}
 	orders := [][]TypeInfo{{a, b, c, d}, {d, c, b, a}, {b, d, a, c, c, a}}
 	for _, order := range orders {
-		cat := newCatalog(nil)
+		cat := newCatalog(nil, "", nil)
 		for _, e := range order {
 			cat.merge([]TypeInfo{e})
 		}
@@ -27,9 +28,9 @@ func TestCatalogMergeIsOrderIndependentAndIdempotent(t *testing.T) {
 
 func TestCatalogStateRoundTripAndBadState(t *testing.T) {
 	var changed []string
-	src := newCatalog(nil)
+	src := newCatalog(nil, "", nil)
 	src.merge([]TypeInfo{{Name: "a", Digest: digest("1"), Version: 1, NumberOfShards: 1}, {Name: "b", Digest: digest("2"), Version: 3, NumberOfShards: 2}})
-	dst := newCatalog(func(t TypeInfo) { changed = append(changed, t.Name) })
+	dst := newCatalog(func(t TypeInfo) { changed = append(changed, t.Name) }, "", nil)
 	dst.MergeRemoteState(src.LocalState())
 	if len(dst.list()) != 2 || len(changed) != 2 {
 		t.Fatalf("merged %v, changed %v", dst.list(), changed)
@@ -45,7 +46,7 @@ func TestCatalogStateRoundTripAndBadState(t *testing.T) {
 func digest(prefix string) string { return prefix + strings.Repeat("0", 64-len(prefix)) }
 
 func TestCatalogIgnoresEntriesNoMemberWrites(t *testing.T) {
-	c := newCatalog(nil)
+	c := newCatalog(nil, "", nil)
 	c.merge([]TypeInfo{
 		{Name: "ok", Digest: digest("a"), Version: 1, NumberOfShards: 3},
 		{Name: "path", Digest: "../../../../../../../../../../../../../../../../../../../etc/passwd", Version: 1, NumberOfShards: 3},
@@ -86,11 +87,36 @@ func TestValidateTypeName(t *testing.T) {
 }
 
 func FuzzCatalogMergeRemoteState(f *testing.F) {
-	c := newCatalog(nil)
+	c := newCatalog(nil, "", nil)
 	c.merge([]TypeInfo{{Name: "a", Digest: digest("1"), Version: 1, NumberOfShards: 10}})
 	f.Add(c.LocalState())
 	f.Add([]byte{0x81, 0xa1, 0x01, 0x61, 0x61})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		newCatalog(func(TypeInfo) {}).MergeRemoteState(b)
+		newCatalog(func(TypeInfo) {}, "", nil).MergeRemoteState(b)
 	})
+}
+
+func TestCatalogIsKeptOnDisk(t *testing.T) {
+	path := t.TempDir() + "/types.cbor"
+	a := newCatalog(nil, path, testLogger())
+	if err := a.load(); err != nil {
+		t.Fatalf("no file yet: %v", err)
+	}
+	entries := []TypeInfo{{Name: "a", Digest: digest("1"), Version: 1, NumberOfShards: 1, RememberEntities: true},
+		{Name: "b", Digest: digest("2"), Version: 3, NumberOfShards: 2}}
+	a.merge(entries)
+	var changed []string
+	b := newCatalog(func(t TypeInfo) { changed = append(changed, t.Name) }, path, testLogger())
+	if err := b.load(); err != nil {
+		t.Fatal(err)
+	}
+	if l := b.list(); len(l) != 2 || l[0] != entries[0] || l[1] != entries[1] || len(changed) != 2 {
+		t.Fatalf("loaded %v, changed %v", l, changed)
+	}
+	if err := os.WriteFile(path, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := newCatalog(nil, path, testLogger()).load(); err == nil || !strings.Contains(err.Error(), "type catalog") {
+		t.Fatalf("garbage file: %v", err)
+	}
 }

@@ -20,6 +20,17 @@ var (
 	ErrGuestDeadline     = errors.New("host: guest exceeded its per-message deadline")
 	ErrInstanceClosed    = errors.New("host: instance closed")
 	ErrRuntimeClosed     = errors.New("host: runtime closed")
+	// ErrBadSnapshot: a saved entity state that does not decode, or does not fit the
+	// module or runtime it is restored into (another module's, over the memory cap, a
+	// guest-level state for a module without shardhost_restore, ...).
+	ErrBadSnapshot = errors.New("host: bad snapshot")
+	// ErrNotSnapshottable: the instance's state cannot be captured: a message is in
+	// progress, or the module keeps state a snapshot cannot hold (a mutable reference or
+	// v128 global).
+	ErrNotSnapshottable = errors.New("host: instance cannot be snapshotted")
+	// ErrSnapshotFailed: the guest's shardhost_snapshot or shardhost_restore refused
+	// (status Error, with the guest's text) or gave a state over abi.MaxSnapshotSize.
+	ErrSnapshotFailed = errors.New("host: guest snapshot failed")
 )
 
 // ErrorCode implements sharding.CodedError.
@@ -52,7 +63,8 @@ func withCode(err error) error {
 		return err
 	case errors.Is(err, ErrMessageTooLarge), errors.Is(err, ErrBadRequest):
 		return &codedError{sharding.CodeBadRequest, err}
-	case errors.Is(err, ErrModuleUnavailable), errors.Is(err, ErrInvalidModule):
+	case errors.Is(err, ErrModuleUnavailable), errors.Is(err, ErrInvalidModule),
+		errors.Is(err, ErrBadSnapshot), errors.Is(err, ErrSnapshotFailed):
 		return &codedError{sharding.CodeActivationError, err}
 	case errors.Is(err, ErrRuntimeClosed), errors.Is(err, ErrInstanceClosed):
 		return &codedError{sharding.CodeUnavailable, err}

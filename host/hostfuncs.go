@@ -24,6 +24,7 @@ var hostFunctionNames = map[string]struct{}{
 	abi.ImportEntityID:   {},
 	abi.ImportEntityType: {},
 	abi.ImportLog:        {},
+	abi.ImportPassivate:  {},
 }
 
 func (rt *Runtime) instantiateHostModule(ctx context.Context) error {
@@ -39,6 +40,7 @@ func (rt *Runtime) instantiateHostModule(ctx context.Context) error {
 		writeString(ctx, mod, stack, func(i *Instance) string { return i.entityType })
 	}, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn(abi.ImportLog, hostLog, []api.ValueType{i32, i32, i32}, nil)
+	fn(abi.ImportPassivate, hostPassivate, nil, nil)
 	if _, err := b.Instantiate(ctx); err != nil {
 		return fmt.Errorf("host: instantiating the %s host module: %w", abi.ImportModule, err)
 	}
@@ -66,9 +68,9 @@ func hostReply(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
 	ptr, n := uint32(stack[0]), uint32(stack[1])
 	if !inst.inCall {
-		panic("host: reply called outside shardhost_receive")
+		panic("host: reply called outside shardhost_receive, shardhost_snapshot and shardhost_restore")
 	}
-	if max := inst.m.rt.cfg.MaxMessageSize; int(n) > max {
+	if max := inst.replyCap; int(n) > max {
 		panic(fmt.Errorf("%w: %d bytes, the cap is %d", ErrReplyTooLarge, n, max))
 	}
 	inst.reply = append(inst.reply[:0], read(mod, ptr, n)...)
@@ -96,4 +98,13 @@ func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 	msg := string(read(mod, ptr, n))
 	inst.m.rt.log.Log(ctx, slog.Level(level), msg, "entity", inst.name)
+}
+
+// hostPassivate is passivate(): the entity asks to be passivated after this message.
+func hostPassivate(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := mustInstance(ctx)
+	if !inst.receiving {
+		panic("host: passivate called outside shardhost_receive")
+	}
+	inst.passivate = true
 }

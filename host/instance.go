@@ -83,23 +83,48 @@ type Instance struct {
 	stderr      head
 	stack       [2]uint64
 
+	// Guest-level snapshots: both exported or both nil (Compile checks).
+	snapshotFn, restoreFn api.Function
+
 	// State of the call in progress, touched by host functions on the calling goroutine.
-	inCall bool
-	reply  []byte
-	closed bool
+	inCall    bool // in shardhost_receive, _snapshot or _restore: reply is allowed
+	receiving bool // in shardhost_receive: passivate is allowed
+	replyCap  int  // the largest reply of the current call, in bytes
+	reply     []byte
+	closed    bool
+	// passivate is set by the passivate host function; PassivationRequested reads and
+	// clears it.
+	passivate bool
+
+	// Snapshots (snapshot.go): the guest's clocks, and the module's mutable globals,
+	// looked up at the first snapshot or restore.
+	clock       guestClock
+	snapGlobals []api.MutableGlobal
 }
 
 // Instantiate creates an instance of the module for the entity typ/id and runs the
 // module's _initialize, within the message deadline. Errors wrap ErrGuestTrap or
 // ErrGuestDeadline when the guest failed, ErrRuntimeClosed when the runtime is gone.
 func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (*Instance, error) {
+	return m.instantiate(ctx, entityType, entityID, nil)
+}
+
+// instantiate is Instantiate; with a plan, it is Restore's: the plan names the compiled
+// module and start functions, and its snapshot is loaded before the instance is returned.
+func (m *Module) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan) (*Instance, error) {
 	rt := m.rt
 	_, span := rt.tracer.Start(ctx, "activate", trace.WithAttributes(
 		attribute.String("shardhost.entity_type", entityType),
 		attribute.String("shardhost.entity_id", entityID),
-		attribute.String("shardhost.module_digest", m.Digest)))
+		attribute.String("shardhost.module_digest", m.Digest),
+		attribute.Bool("shardhost.restored", plan != nil)))
 	defer span.End()
 	inst := &Instance{m: m, entityType: entityType, entityID: entityID, name: entityType + "/" + entityID}
+	inst.clock.reset(SnapshotClock{Wall: fakeEpochNanos})
+	compiled, start := m.compiled, []string{abi.ExportInitialize}
+	if plan != nil {
+		compiled, start = plan.compiled, plan.start
+	}
 	base, cancel := context.WithCancel(context.Background())
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
@@ -109,10 +134,12 @@ func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (
 	})
 	cfg := wazero.NewModuleConfig().
 		WithName("").
-		WithStartFunctions(abi.ExportInitialize).
+		WithStartFunctions(start...).
 		WithStdout(&guestOutput{inst: inst, stream: "stdout"}).
-		WithStderr(&guestOutput{inst: inst, stream: "stderr"})
-	mod, err := rt.r.InstantiateModule(inst.ctx, m.compiled, cfg)
+		WithStderr(&guestOutput{inst: inst, stream: "stderr"}).
+		WithNanotime(inst.clock.nanotime, 1).
+		WithWalltime(inst.clock.walltime, sys.ClockResolution(time.Microsecond))
+	mod, err := rt.r.InstantiateModule(inst.ctx, compiled, cfg)
 	fired := !inst.timer.Stop()
 	if err != nil {
 		cancel()
@@ -125,12 +152,22 @@ func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (
 	inst.mem = mod.Memory()
 	inst.alloc = mod.ExportedFunction(abi.ExportAlloc)
 	inst.receive = mod.ExportedFunction(abi.ExportReceive)
+	inst.snapshotFn = mod.ExportedFunction(abi.ExportSnapshot)
+	inst.restoreFn = mod.ExportedFunction(abi.ExportRestore)
 	if fired || inst.mem == nil || inst.alloc == nil || inst.receive == nil {
 		inst.Close(context.Background())
 		if fired {
 			return nil, &GuestError{Entity: inst.name, Cause: ErrGuestDeadline, Detail: fmt.Sprintf("instantiation took over %v", rt.cfg.ActivationDeadline)}
 		}
 		return nil, fmt.Errorf("%w: exports missing after instantiation", ErrInvalidModule)
+	}
+	if plan != nil {
+		if err := inst.load(plan); err != nil {
+			inst.Close(context.Background())
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "restore failed")
+			return nil, err
+		}
 	}
 	return inst, nil
 }
@@ -159,38 +196,11 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 }
 
 func (i *Instance) call(msg []byte) ([]byte, error) {
-	i.stderr.reset()
-	i.timer.Reset(i.m.rt.cfg.MessageDeadline)
-	i.stack[0] = uint64(len(msg))
-	err := i.alloc.CallWithStack(i.ctx, i.stack[:])
-	if err == nil {
-		ptr := uint32(i.stack[0])
-		switch {
-		case ptr == 0 && len(msg) > 0:
-			err = errors.New("shardhost_alloc returned 0 (out of memory)")
-		case !i.mem.Write(ptr, msg):
-			err = fmt.Errorf("shardhost_alloc returned %#x, outside the guest's memory", ptr)
-		default:
-			i.inCall = true
-			i.reply = i.reply[:0]
-			i.stack[0], i.stack[1] = uint64(ptr), uint64(len(msg))
-			err = i.receive.CallWithStack(i.ctx, i.stack[:])
-			i.inCall = false
-		}
-	}
-	fired := !i.timer.Stop()
+	status, reply, err := i.invoke(i.receive, msg, true, i.m.rt.cfg.MaxMessageSize)
 	if err != nil {
-		err = i.guestError(err, fired)
-		i.Close(context.Background())
 		return nil, err
 	}
-	reply := append([]byte(nil), i.reply...)
-	if fired {
-		// The deadline passed just as the call returned: the context is cancelled, so
-		// the instance cannot be called again. The reply stands.
-		i.Close(context.Background())
-	}
-	switch status := abi.Status(int32(uint32(i.stack[0]))); status {
+	switch status {
 	case abi.StatusOK:
 		return reply, nil
 	case abi.StatusError:
@@ -198,6 +208,120 @@ func (i *Instance) call(msg []byte) ([]byte, error) {
 	default:
 		return nil, &EntityError{Message: fmt.Sprintf("guest returned status %d", status)}
 	}
+}
+
+// invoke calls one of the guest's exports within the message deadline: fn(ptr, len)
+// with arg written into a buffer from shardhost_alloc when withArg is set, fn()
+// otherwise. It returns the status the guest returned and the reply it gave (at most
+// replyCap bytes). A trap or the deadline closes the instance and is a *GuestError.
+func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
+	i.stderr.reset()
+	i.timer.Reset(i.m.rt.cfg.MessageDeadline)
+	var err error
+	var ptr uint32
+	if withArg {
+		i.stack[0] = uint64(len(arg))
+		err = i.alloc.CallWithStack(i.ctx, i.stack[:])
+		if err == nil {
+			ptr = uint32(i.stack[0])
+			switch {
+			case ptr == 0 && len(arg) > 0:
+				err = errors.New("shardhost_alloc returned 0 (out of memory)")
+			case !i.mem.Write(ptr, arg):
+				err = fmt.Errorf("shardhost_alloc returned %#x, outside the guest's memory", ptr)
+			}
+		}
+	}
+	if err == nil {
+		i.inCall, i.receiving, i.replyCap = true, fn == i.receive, replyCap
+		i.reply = i.reply[:0]
+		i.stack[0], i.stack[1] = uint64(ptr), uint64(len(arg))
+		err = fn.CallWithStack(i.ctx, i.stack[:])
+		i.inCall, i.receiving = false, false
+	}
+	fired := !i.timer.Stop()
+	if err != nil {
+		err = i.guestError(err, fired)
+		i.Close(context.Background())
+		return 0, nil, err
+	}
+	reply := append([]byte(nil), i.reply...)
+	if fired {
+		// The deadline passed just as the call returned: the context is cancelled, so
+		// the instance cannot be called again. The reply stands.
+		i.Close(context.Background())
+	}
+	return abi.Status(int32(uint32(i.stack[0]))), reply, nil
+}
+
+// HasGuestSnapshot reports whether the module exports shardhost_snapshot and
+// shardhost_restore (abi/SPEC.md).
+func (m *Module) HasGuestSnapshot() bool { return m.guestSnapshot }
+
+// GuestSnapshot asks the guest for its guest-level snapshot (shardhost_snapshot), between
+// messages. ok is false when the module has none or the guest answered NoSnapshot: the
+// caller takes a transparent snapshot (Snapshot) instead.
+//
+// Errors: ErrInstanceClosed; ErrSnapshotFailed when the guest refused (its text is in the
+// error) or gave more than abi.MaxSnapshotSize bytes; a *GuestError for a trap or the
+// deadline, after which the instance is closed.
+func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
+	if i.closed {
+		return nil, false, ErrInstanceClosed
+	}
+	if i.snapshotFn == nil {
+		return nil, false, nil
+	}
+	status, reply, err := i.invoke(i.snapshotFn, nil, false, abi.MaxSnapshotSize)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case status == abi.StatusOK:
+		return reply, true, nil
+	case status == abi.StatusNoSnapshot:
+		return nil, false, nil
+	case status == abi.StatusError:
+		return nil, false, fmt.Errorf("%w: %s: %s", ErrSnapshotFailed, i.name, reply)
+	}
+	return nil, false, fmt.Errorf("%w: %s: guest returned status %d", ErrSnapshotFailed, i.name, status)
+}
+
+// RestoreGuest makes a new instance for the entity entityType/entityID, as Instantiate
+// does, and gives it a guest-level state that an earlier GuestSnapshot returned
+// (shardhost_restore), before any message.
+//
+// Errors: ErrBadSnapshot when the module does not export shardhost_restore;
+// ErrSnapshotFailed when the guest refused the state (its text is in the error); those
+// of Instantiate.
+func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, state []byte) (*Instance, error) {
+	if !m.guestSnapshot {
+		return nil, fmt.Errorf("%w: module %.12s… does not export %s: it cannot take up the guest-level state of %s/%s",
+			ErrBadSnapshot, m.Digest, abi.ExportRestore, entityType, entityID)
+	}
+	inst, err := m.Instantiate(ctx, entityType, entityID)
+	if err != nil {
+		return nil, err
+	}
+	status, reply, err := inst.invoke(inst.restoreFn, state, true, m.rt.cfg.MaxMessageSize)
+	switch {
+	case err != nil:
+		return nil, err
+	case status != abi.StatusOK:
+		inst.Close(ctx)
+		if status == abi.StatusError {
+			return nil, fmt.Errorf("%w: %s refused its state: %s", ErrSnapshotFailed, inst.name, reply)
+		}
+		return nil, fmt.Errorf("%w: %s: %s returned status %d", ErrSnapshotFailed, inst.name, abi.ExportRestore, status)
+	}
+	return inst, nil
+}
+
+// PassivationRequested reports whether the guest called the passivate host function
+// during the last message, and clears the request.
+func (i *Instance) PassivationRequested() bool {
+	p := i.passivate
+	i.passivate = false
+	return p
 }
 
 // guestError turns a runtime error into a *GuestError; fired says whether the deadline

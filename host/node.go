@@ -139,6 +139,7 @@ type Node struct {
 	membership *cluster.Membership
 	replicator *ddata.Replicator
 	store      ddata.DurableStore
+	states     *sharding.ReplicatedStateStore
 	sharding   *sharding.Sharding
 	api        *http.Server
 	apiLn      net.Listener
@@ -197,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.modules.fetch = n.fetchModule
-	n.catalog = newCatalog(n.typeChanged)
+	n.catalog = newCatalog(n.typeChanged, filepath.Join(cfg.DataDir, "types.cbor"), cfg.Logger)
 
 	tcfg := cluster.DefaultTCPConfig()
 	tcfg.BindAddr = cfg.TransportAddr
@@ -246,15 +247,28 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
+	stc := sharding.DefaultReplicatedStateStoreConfig()
+	stc.Membership, stc.Messenger, stc.Logger = n.membership, n.messenger, cfg.Logger
+	stc.Dir = filepath.Join(cfg.DataDir, "state")
+	if n.states, err = sharding.NewReplicatedStateStore(stc); err != nil {
+		return nil, err
+	}
+
 	sc := cfg.Sharding
 	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
 	sc.DData = n.replicator
+	sc.States = n.states
 	sc.Logger, sc.TracerProvider = cfg.Logger, cfg.TracerProvider
 	if n.sharding, err = sharding.New(sc); err != nil {
 		return nil, err
 	}
 	n.messenger.Handle(topicModule, n.handleModule)
 	n.messenger.Handle(topicPrepare, n.handlePrepare)
+	// The types this member knew before a restart get ready again (their modules are
+	// in the data directory); the cluster's catalog may bring newer versions.
+	if err := n.catalog.load(); err != nil {
+		return nil, err
+	}
 
 	n.wg.Add(1)
 	go n.watchExit(exits)
@@ -354,8 +368,8 @@ func (n *Node) Close() error {
 	return n.shutdown(ctx, true)
 }
 
-// Kill stops the node as abruptly as possible short of exiting: no leave message, so
-// the others see a crash. For tests.
+// Kill stops the node as abruptly as possible short of exiting: no leave message and no
+// entity state saved, so the others see a crash. For tests.
 func (n *Node) Kill() error { return n.shutdown(context.Background(), false) }
 
 func (n *Node) shutdown(ctx context.Context, leave bool) error {
@@ -386,10 +400,18 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 		}
 	}
 	if n.sharding != nil {
-		errs = append(errs, n.sharding.Stop(ctx))
+		if leave {
+			errs = append(errs, n.sharding.Stop(ctx))
+		} else {
+			// As a crash: entity state since the last checkpoint is lost.
+			errs = append(errs, n.sharding.Abort(ctx))
+		}
 	}
 	if n.replicator != nil {
 		errs = append(errs, n.replicator.Close())
+	}
+	if n.states != nil {
+		errs = append(errs, n.states.Close())
 	}
 	if n.store != nil {
 		errs = append(errs, n.store.Close())
@@ -555,6 +577,9 @@ func (n *Node) fetchModule(ctx context.Context, digest string, from []string) ([
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("%w: module %s: no other member to fetch it from", ErrModuleUnavailable, digest)
+	}
 	return nil, fmt.Errorf("%w: module %s: no member could send it: %v", ErrModuleUnavailable, digest, errors.Join(errs...))
 }
 
@@ -612,7 +637,37 @@ func (f *entityFactory) NewEntity(ctx context.Context, typ, id string, state []b
 	if err != nil {
 		return nil, withCode(err)
 	}
-	inst, err := mod.Instantiate(ctx, typ, id)
+	if state == nil {
+		inst, err := mod.Instantiate(ctx, typ, id)
+		if err != nil {
+			return nil, withCode(err)
+		}
+		return &wasmEntity{mod: mod, typ: typ, id: id, inst: inst}, nil
+	}
+	kind, payload, err := decodeState(state)
+	if err != nil {
+		return nil, withCode(err)
+	}
+	var inst *Instance
+	switch kind {
+	case stateGuest:
+		inst, err = mod.RestoreGuest(ctx, typ, id, payload)
+	case stateInstance:
+		var snap *Snapshot
+		if snap, err = n.rt.UnmarshalSnapshot(payload); err != nil {
+			return nil, withCode(err)
+		}
+		if snap.ModuleDigest != mod.Digest {
+			// A memory snapshot belongs to its module: the entity goes on with the code
+			// its state was made by (abi/SPEC.md).
+			if mod, err = n.modules.get(ctx, snap.ModuleDigest, n.moduleSources(info)); err != nil {
+				return nil, withCode(err)
+			}
+			n.log.Info("entity keeps the module of its state", "entity", typ+"/"+id,
+				"module", snap.ModuleDigest[:12], "deployed", info.Digest[:12])
+		}
+		inst, err = mod.Restore(ctx, typ, id, snap)
+	}
 	if err != nil {
 		return nil, withCode(err)
 	}
@@ -620,7 +675,8 @@ func (f *entityFactory) NewEntity(ctx context.Context, typ, id string, state []b
 }
 
 // wasmEntity is an entity backed by a wasm instance. After a trap or a deadline the
-// instance is gone; the next message creates a fresh one.
+// instance is gone and Receive fails with a guest error code: the region discards the
+// entity, and the next message activates it again from its last saved state.
 type wasmEntity struct {
 	mod     *Module
 	typ, id string
@@ -629,19 +685,46 @@ type wasmEntity struct {
 
 func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
 	if e.inst == nil || e.inst.Closed() {
-		inst, err := e.mod.Instantiate(ctx, e.typ, e.id)
-		if err != nil {
-			return nil, withCode(err)
-		}
-		e.inst = inst
+		return nil, withCode(fmt.Errorf("%w: %s/%s", ErrInstanceClosed, e.typ, e.id))
 	}
 	out, err := e.inst.Receive(ctx, payload)
 	return out, withCode(err)
 }
 
-// Snapshot implements sharding.Entity. The instance's state is not captured yet: an
-// entity starts afresh after passivation, handoff or a crash.
-func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) { return nil, nil }
+// Snapshot implements sharding.Entity: the guest-level snapshot when the guest gives
+// one, a transparent snapshot of the instance otherwise; nil when the instance is gone
+// (its last saved state stands).
+func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
+	if e.inst == nil || e.inst.Closed() {
+		return nil, nil
+	}
+	state, ok, err := e.inst.GuestSnapshot()
+	if err != nil {
+		return nil, withCode(err)
+	}
+	if ok {
+		return encodeState(stateGuest, state), nil
+	}
+	snap, err := e.inst.Snapshot()
+	if err != nil {
+		return nil, withCode(err)
+	}
+	b, err := snap.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return encodeState(stateInstance, b), nil
+}
+
+// Terminated implements sharding.EntityLifecycle: the instance trapped or overran its
+// deadline and is closed.
+func (e *wasmEntity) Terminated() bool { return e.inst == nil || e.inst.Closed() }
+
+// PassivationRequested implements sharding.EntityLifecycle: the guest called the
+// passivate host function during the last message.
+func (e *wasmEntity) PassivationRequested() bool {
+	return e.inst != nil && e.inst.PassivationRequested()
+}
 
 func (e *wasmEntity) Stop(ctx context.Context) {
 	if e.inst != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,20 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
+
+// testLogger discards the nodes' logs, unless SHARDHOST_TEST_LOG is set: then they go
+// to stderr, at that level (debug, info, warn, error).
+func testLogger() *slog.Logger {
+	level, ok := os.LookupEnv("SHARDHOST_TEST_LOG")
+	if !ok {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
 
 // startNode starts a node on 127.0.0.1 with OS-chosen ports.
 func startNode(t *testing.T, join []string, mutate func(*Config)) *Node {
@@ -31,7 +46,7 @@ func startNode(t *testing.T, join []string, mutate func(*Config)) *Node {
 	cfg.GossipProfile = "local"
 	cfg.Lifecycle = tolerantLifecycle()
 	cfg.Runtime.CacheDir = cacheDir
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = testLogger()
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -80,6 +81,8 @@ type Runtime struct {
 	tracer trace.Tracer
 	r      wazero.Runtime
 	cache  wazero.CompilationCache
+	// bg counts the runtime's background compilations (restore images); Close waits.
+	bg sync.WaitGroup
 }
 
 // NewRuntime returns a runtime configured by cfg. Close releases it.
@@ -126,8 +129,10 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	return rt, nil
 }
 
-// Close releases the runtime and every module and instance it made.
+// Close releases the runtime and every module and instance it made, after any
+// background compilation ends.
 func (rt *Runtime) Close(ctx context.Context) error {
+	rt.bg.Wait()
 	err := rt.r.Close(ctx)
 	if rt.cache != nil {
 		if cerr := rt.cache.Close(ctx); err == nil {
@@ -137,16 +142,22 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	return err
 }
 
-// Module is a compiled, validated entity module.
+// Module is a compiled, validated entity module. What is compiled is the module as
+// uploaded with every mutable global exported (exportGlobals, for snapshots); Digest
+// and Size are those of the upload, since the rewrite is deterministic and every host
+// derives the same compiled module from the same bytes.
 type Module struct {
 	rt       *Runtime
 	compiled wazero.CompiledModule
+	snap     *moduleSnapshots // snapshot.go
 	// Digest is the SHA-256 of the module's bytes, in hex.
 	Digest string
 	// Size is the module's size in bytes.
 	Size int
 	// ABIVersion is the ABI version the module's marker declares.
 	ABIVersion int
+	// guestSnapshot: the module exports shardhost_snapshot and shardhost_restore.
+	guestSnapshot bool
 }
 
 // Digest returns the hex SHA-256 of a module binary, the name under which modules are
@@ -161,18 +172,36 @@ func Digest(wasm []byte) string {
 // signatures of abi/SPEC.md, import nothing but WASI and the shardhost host functions,
 // and instantiate (running _initialize) within the message deadline. Every refusal
 // wraps ErrInvalidModule and says what is wrong.
+//
+// What is compiled is the module rewritten by exportGlobals, which exports every
+// mutable global so that Instance.Snapshot and Module.Restore reach them; the Module's
+// Digest and Size are those of wasm as given, which is what is stored and fetched. The
+// rewrite is deterministic: every host compiles the same module from the same bytes.
 func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
 	}
-	compiled, err := rt.r.CompileModule(ctx, wasm)
+	rewritten, globals, _, rerr := rewriteGlobals(wasm)
+	if rerr != nil {
+		// wazero's account of a malformed module comes first; the rewrite's otherwise.
+		rewritten = wasm
+	}
+	compiled, err := rt.r.CompileModule(ctx, rewritten)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidModule, firstLine(err.Error()))
 	}
+	if rerr != nil {
+		compiled.Close(ctx)
+		return nil, rerr
+	}
 	m := &Module{rt: rt, compiled: compiled, Digest: Digest(wasm), Size: len(wasm), ABIVersion: abi.Version}
-	if err := checkShape(compiled); err != nil {
+	if m.guestSnapshot, err = checkShape(compiled); err != nil {
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
+	if m.snap, err = newModuleSnapshots(rewritten, globals); err != nil {
+		compiled.Close(ctx)
+		return nil, err
 	}
 	// A probe instance shows that it links and that _initialize runs.
 	inst, err := m.Instantiate(ctx, "", "")
@@ -185,7 +214,13 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 }
 
 // Close releases the compiled module. Instances already made keep working until closed.
-func (m *Module) Close(ctx context.Context) error { return m.compiled.Close(ctx) }
+func (m *Module) Close(ctx context.Context) error {
+	err := m.compiled.Close(ctx)
+	if serr := m.snap.close(ctx); err == nil {
+		err = serr
+	}
+	return err
+}
 
 var (
 	i32 = api.ValueTypeI32
@@ -198,9 +233,20 @@ var (
 		{abi.ExportAlloc, []api.ValueType{i32}, []api.ValueType{i32}},
 		{abi.ExportReceive, []api.ValueType{i32, i32}, []api.ValueType{i32}},
 	}
+	// optionalExports are the functions a module may export, with their types.
+	optionalExports = []struct {
+		name            string
+		params, results []api.ValueType
+	}{
+		{abi.ExportInitialize, nil, nil},
+		{abi.ExportSnapshot, nil, []api.ValueType{i32}},
+		{abi.ExportRestore, []api.ValueType{i32, i32}, []api.ValueType{i32}},
+	}
 )
 
-func checkShape(c wazero.CompiledModule) error {
+// checkShape checks a module's exports and imports against abi/SPEC.md; guestSnapshot
+// reports whether it exports shardhost_snapshot and shardhost_restore.
+func checkShape(c wazero.CompiledModule) (guestSnapshot bool, err error) {
 	exports := c.ExportedFunctions()
 	var missing []string
 	for _, want := range requiredExports {
@@ -210,9 +256,20 @@ func checkShape(c wazero.CompiledModule) error {
 			continue
 		}
 		if !sameTypes(def.ParamTypes(), want.params) || !sameTypes(def.ResultTypes(), want.results) {
-			return fmt.Errorf("export %s has type %s, want %s", want.name,
+			return false, fmt.Errorf("export %s has type %s, want %s", want.name,
 				signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
 		}
+	}
+	for _, want := range optionalExports {
+		if def, ok := exports[want.name]; ok && (!sameTypes(def.ParamTypes(), want.params) || !sameTypes(def.ResultTypes(), want.results)) {
+			return false, fmt.Errorf("export %s has type %s, want %s", want.name,
+				signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
+		}
+	}
+	_, snap := exports[abi.ExportSnapshot]
+	_, restore := exports[abi.ExportRestore]
+	if snap != restore {
+		return false, fmt.Errorf("exports one of %s and %s: a module exports both or neither", abi.ExportSnapshot, abi.ExportRestore)
 	}
 	if len(missing) > 0 {
 		var other []string
@@ -222,12 +279,12 @@ func checkShape(c wazero.CompiledModule) error {
 			}
 		}
 		if len(other) > 0 {
-			return fmt.Errorf("built for another ABI version (%s); this host speaks v%d", strings.Join(other, ", "), abi.Version)
+			return false, fmt.Errorf("built for another ABI version (%s); this host speaks v%d", strings.Join(other, ", "), abi.Version)
 		}
-		return fmt.Errorf("missing required exports %s (is it built with the shardhost guest SDK?)", strings.Join(missing, ", "))
+		return false, fmt.Errorf("missing required exports %s (is it built with the shardhost guest SDK?)", strings.Join(missing, ", "))
 	}
 	if _, ok := c.ExportedMemories()["memory"]; !ok {
-		return errors.New(`missing exported memory "memory"`)
+		return false, errors.New(`missing exported memory "memory"`)
 	}
 	for _, imp := range c.ImportedFunctions() {
 		mod, name, _ := imp.Import()
@@ -235,13 +292,13 @@ func checkShape(c wazero.CompiledModule) error {
 		case wasi_snapshot_preview1.ModuleName:
 		case abi.ImportModule:
 			if _, ok := hostFunctionNames[name]; !ok {
-				return fmt.Errorf("imports unknown host function %s.%s", mod, name)
+				return false, fmt.Errorf("imports unknown host function %s.%s", mod, name)
 			}
 		default:
-			return fmt.Errorf("imports %s.%s from a module the host does not provide", mod, name)
+			return false, fmt.Errorf("imports %s.%s from a module the host does not provide", mod, name)
 		}
 	}
-	return nil
+	return snap, nil
 }
 
 func sameTypes(a, b []api.ValueType) bool {

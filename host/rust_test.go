@@ -56,7 +56,7 @@ func TestRustModuleValidates(t *testing.T) {
 	if _, ok := exports[abi.ExportInitialize]; ok {
 		t.Errorf("a Rust guest needs no %s", abi.ExportInitialize)
 	}
-	// The SDK imports the four host functions and, for its panic hook, WASI's fd_write.
+	// The SDK imports the host functions and, for its panic hook, WASI's fd_write.
 	var imports []string
 	for _, imp := range m.compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()

@@ -4,8 +4,9 @@ package shardhost
 
 import "unsafe"
 
-// The exports and imports of ABI version 0. This file is compiled for wasip1 only; the
-// tag shardhost_nohost leaves it out so the SDK's own tests run under a plain WASI runner.
+// The exports and imports of ABI version 0 (abi/SPEC.md), a thin glue around dispatcher.
+// This file is compiled for wasip1 only; the tag shardhost_nohost leaves it out so the
+// SDK's own tests run under a plain WASI runner.
 
 //go:wasmimport shardhost reply
 func hostReply(ptr unsafe.Pointer, size uint32)
@@ -19,13 +20,18 @@ func hostEntityType(ptr unsafe.Pointer, capacity uint32) uint32
 //go:wasmimport shardhost log
 func hostLog(level int32, ptr unsafe.Pointer, size uint32)
 
+//go:wasmimport shardhost passivate
+func hostPassivate()
+
 type wasmHost struct {
 	id, typ string // cached: they never change for an instance
 }
 
+var _ host = (*wasmHost)(nil)
+
 var (
 	instance = dispatcher{h: &wasmHost{}}
-	inbox    []byte // the buffer shardhost_alloc hands out
+	inbox    []byte // the buffer shardhost_alloc hands out; nil after a restore
 )
 
 //go:wasmexport shardhost_abi_v0
@@ -45,16 +51,52 @@ func alloc(size uint32) unsafe.Pointer {
 
 //go:wasmexport shardhost_receive
 func receive(ptr unsafe.Pointer, size uint32) int32 {
-	if size > uint32(cap(inbox)) || (size > 0 && ptr != unsafe.Pointer(&inbox[0])) {
+	if !inInbox(ptr, size) {
 		reply([]byte("shardhost: message not in the buffer shardhost_alloc returned"))
-		return 1
+		return statusError
 	}
 	out, isErr := instance.receive(inbox[:size])
 	reply(out)
 	if isErr {
-		return 1
+		return statusError
 	}
-	return 0
+	return statusOK
+}
+
+//go:wasmexport shardhost_snapshot
+func snapshot() int32 {
+	state, ok, err := instance.snapshot()
+	switch {
+	case err != nil:
+		reply([]byte(err.Error()))
+		return statusError
+	case !ok:
+		return statusNoSnapshot
+	}
+	reply(state)
+	return statusOK
+}
+
+//go:wasmexport shardhost_restore
+func restore(ptr unsafe.Pointer, size uint32) int32 {
+	if !inInbox(ptr, size) {
+		reply([]byte("shardhost: state not in the buffer shardhost_alloc returned"))
+		return statusError
+	}
+	state := inbox[:size]
+	// Drop the buffer: the entity may keep state (Snapshotter), so the next message gets
+	// a buffer of its own, and a state the entity does not keep is collected.
+	inbox = nil
+	if err := instance.restore(state); err != nil {
+		reply([]byte(err.Error()))
+		return statusError
+	}
+	return statusOK
+}
+
+// inInbox reports whether the size bytes at ptr are the buffer shardhost_alloc returned.
+func inInbox(ptr unsafe.Pointer, size uint32) bool {
+	return size <= uint32(cap(inbox)) && (size == 0 || ptr == unsafe.Pointer(&inbox[0]))
 }
 
 func reply(b []byte) {
@@ -87,6 +129,8 @@ func (w *wasmHost) log(level LogLevel, msg string) {
 	b := []byte(msg)
 	hostLog(int32(level), unsafe.Pointer(&b[0]), uint32(len(b)))
 }
+
+func (w *wasmHost) passivate() { hostPassivate() }
 
 // readString calls a host function of the (ptr, cap) -> len shape until the value fits.
 func readString(f func(unsafe.Pointer, uint32) uint32) string {

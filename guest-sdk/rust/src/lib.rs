@@ -40,6 +40,10 @@ use std::fmt;
 /// The host ABI version this SDK implements.
 pub const ABI_VERSION: u32 = 0;
 
+/// The largest guest-level snapshot a host accepts, in bytes (4 MiB): a larger one fails
+/// the snapshot (see [`Entity::snapshot`]).
+pub const MAX_SNAPSHOT_SIZE: usize = 4 << 20;
+
 /// The level of a log line; the values are Go's log/slog levels, as in the ABI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(i32)]
@@ -138,13 +142,93 @@ from_std_error!(
 /// order; `Ok` bytes are the reply to the asker (ignored for a tell), and an `Err` is
 /// delivered to the asker as an error. An entity keeps its state in its own fields: one
 /// wasm instance hosts exactly one entity.
+///
+/// The host saves an entity's state on passivation, handoff and shutdown, and after
+/// messages as its type's checkpoint policy says; the next incarnation starts from it. By
+/// default the host copies the instance's memory (a *transparent* snapshot), which only the
+/// same module can take up. An entity that implements [`snapshot`](Entity::snapshot) and
+/// [`restore`](Entity::restore) gives its state as bytes of its own encoding instead
+/// (*guest-level*), and that state survives a redeploy of the type with new code:
+///
+/// ```
+/// use shardhost::{Context, Entity, Error, Harness};
+///
+/// struct Total { sum: i64 }
+///
+/// impl Entity for Total {
+///     fn receive(&mut self, _ctx: &mut Context, msg: &[u8]) -> Result<Vec<u8>, Error> {
+///         self.sum += std::str::from_utf8(msg)?.parse::<i64>()?;
+///         Ok(self.sum.to_string().into_bytes())
+///     }
+///
+///     fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
+///         Some(Ok(self.sum.to_le_bytes().to_vec()))
+///     }
+///
+///     fn restore(&mut self, state: &[u8]) -> Result<(), Error> {
+///         let b: [u8; 8] = state.try_into().map_err(|_| Error::new("bad state"))?;
+///         self.sum = i64::from_le_bytes(b);
+///         Ok(())
+///     }
+/// }
+///
+/// let mut h = Harness::new("total", "t1", |_id: &str| Total { sum: 0 });
+/// h.send(b"40").unwrap();
+/// let state = h.snapshot().unwrap().unwrap();
+///
+/// // The next incarnation, perhaps of newer code, takes the state up before any message.
+/// let mut next = Harness::new("total", "t1", |_id: &str| Total { sum: 0 });
+/// next.restore(&state).unwrap();
+/// assert_eq!(next.send(b"2").unwrap(), b"42");
+/// ```
 pub trait Entity {
+    /// Handles one message: `Ok` is the reply, `Err` reaches the asker as an error (the
+    /// entity keeps its state and goes on).
     fn receive(&mut self, ctx: &mut Context, msg: &[u8]) -> Result<Vec<u8>, Error>;
+
+    /// Returns the entity's state in its own encoding, for a guest-level snapshot. The
+    /// host calls it between messages, whenever it saves the state.
+    ///
+    /// - `None` (the default): no guest-level state; the host takes a transparent snapshot
+    ///   of the instance's memory instead, which only this same module can take up.
+    /// - `Some(Ok(bytes))`: the state, at most [`MAX_SNAPSHOT_SIZE`] (4 MiB) bytes; a larger
+    ///   one fails the snapshot. An incarnation of this or of newer code gets the bytes in
+    ///   [`restore`](Entity::restore), so keep the encoding readable across versions
+    ///   (a version byte first helps).
+    /// - `Some(Err(e))`: the snapshot fails with `e`'s text; the host keeps the state it
+    ///   saved before, if any.
+    ///
+    /// An entity that returns `Some` must implement `restore` as well.
+    fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
+        None
+    }
+
+    /// Takes up `state`, which an earlier incarnation's [`snapshot`](Entity::snapshot)
+    /// returned (perhaps from older code), in an entity the factory has just created. The
+    /// host calls it once, before the first message. An `Err` fails the activation with
+    /// its text; the host keeps the state for a later attempt, so refuse state you cannot
+    /// read rather than start afresh.
+    ///
+    /// The default refuses: the entity keeps no guest-level state.
+    fn restore(&mut self, state: &[u8]) -> Result<(), Error> {
+        Err(Error::new(format!(
+            "shardhost: this entity does not restore guest-level state ({} bytes given): it does not implement Entity::restore",
+            state.len()
+        )))
+    }
 }
 
 impl<E: Entity + ?Sized> Entity for Box<E> {
     fn receive(&mut self, ctx: &mut Context, msg: &[u8]) -> Result<Vec<u8>, Error> {
         (**self).receive(ctx, msg)
+    }
+
+    fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
+        (**self).snapshot()
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), Error> {
+        (**self).restore(state)
     }
 }
 
@@ -155,6 +239,9 @@ pub struct Context {
     /// Lines logged through a [`Harness`], as "LEVEL text".
     #[cfg(not(target_arch = "wasm32"))]
     logs: Vec<String>,
+    /// Whether the current message (in a [`Harness`]) called [`Context::passivate`].
+    #[cfg(not(target_arch = "wasm32"))]
+    passivate: bool,
 }
 
 impl Context {
@@ -174,6 +261,19 @@ impl Context {
         wasm::log(level, msg);
         #[cfg(not(target_arch = "wasm32"))]
         self.logs.push(format!("{} {}", level.name(), msg));
+    }
+
+    /// Asks the host to passivate the entity once the current message is handled: the host
+    /// saves its state (see [`Entity::snapshot`]) and releases its instance; messages that
+    /// arrive meanwhile go to the next incarnation, which starts from that state. The reply
+    /// to the current message is delivered as usual. Calling it again changes nothing.
+    pub fn passivate(&mut self) {
+        #[cfg(target_arch = "wasm32")]
+        wasm::passivate();
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.passivate = true;
+        }
     }
 }
 
@@ -212,6 +312,34 @@ impl<E: Entity> Dispatcher<E> {
     fn receive(&mut self, msg: &[u8], create: impl FnOnce() -> (E, Context)) -> Result<Vec<u8>, Error> {
         let (entity, ctx) = self.live.get_or_insert_with(create);
         entity.receive(ctx, msg)
+    }
+
+    /// The entity's guest-level snapshot: `None` if it keeps none or does not exist yet (no
+    /// message and no restore), an error if it fails or is over [`MAX_SNAPSHOT_SIZE`].
+    fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
+        let (entity, _) = self.live.as_ref()?;
+        match entity.snapshot()? {
+            Ok(state) if state.len() > MAX_SNAPSHOT_SIZE => Some(Err(Error::new(format!(
+                "shardhost: snapshot of {} bytes is over the cap of {} bytes (4 MiB)",
+                state.len(),
+                MAX_SNAPSHOT_SIZE
+            )))),
+            r => Some(r),
+        }
+    }
+
+    /// Creates the entity with `create` and has it take up `state`. Only before the entity
+    /// exists; if it refuses the state, there is still no entity afterwards.
+    fn restore(&mut self, state: &[u8], create: impl FnOnce() -> (E, Context)) -> Result<(), Error> {
+        if self.live.is_some() {
+            return Err(Error::new(
+                "shardhost: restore after the entity was created: state is restored once, before the first message",
+            ));
+        }
+        let (mut entity, ctx) = create();
+        entity.restore(state)?;
+        self.live = Some((entity, ctx));
+        Ok(())
     }
 }
 
@@ -270,7 +398,12 @@ fn panic_line(payload: &(dyn std::any::Any + Send), location: Option<&std::panic
 
 /// Defines the exports of ABI v0 for an entity type: `shardhost::entity!(Type, factory)`,
 /// where `factory` is a closure or function `fn(&str) -> Type` that creates the entity
-/// with the given ID. It is called once per instance, when the first message arrives.
+/// with the given ID. It is called once per instance: when the first message arrives, or
+/// before that, when the host restores a guest-level snapshot ([`Entity::restore`]).
+///
+/// The exports are `shardhost_abi_v0`, `shardhost_alloc`, `shardhost_receive`, and
+/// `shardhost_snapshot` and `shardhost_restore`, which call [`Entity::snapshot`] and
+/// [`Entity::restore`] (an entity that keeps their defaults gets transparent snapshots).
 ///
 /// ```
 /// # use shardhost::{Context, Entity, Error};
@@ -317,6 +450,18 @@ macro_rules! entity {
             pub extern "C" fn shardhost_receive(ptr: *const u8, len: u32) -> i32 {
                 $crate::__private::receive(ptr, len, __shardhost_create)
             }
+
+            #[cfg(target_arch = "wasm32")]
+            #[no_mangle]
+            pub extern "C" fn shardhost_snapshot() -> i32 {
+                $crate::__private::snapshot()
+            }
+
+            #[cfg(target_arch = "wasm32")]
+            #[no_mangle]
+            pub extern "C" fn shardhost_restore(ptr: *const u8, len: u32) -> i32 {
+                $crate::__private::restore(ptr, len, __shardhost_create)
+            }
         };
     };
 }
@@ -325,7 +470,7 @@ macro_rules! entity {
 #[doc(hidden)]
 #[cfg(target_arch = "wasm32")]
 pub mod __private {
-    pub use crate::wasm::{alloc, receive};
+    pub use crate::wasm::{alloc, receive, restore, snapshot};
 }
 
 /// The guest side of ABI v0 on wasm32: host imports, the state of the instance, and the
@@ -336,6 +481,7 @@ mod wasm {
     use std::cell::RefCell;
 
     const MSG_NOT_IN_BUFFER: &str = "shardhost: message not in the buffer shardhost_alloc returned";
+    const STATE_NOT_IN_BUFFER: &str = "shardhost: state not in the buffer shardhost_alloc returned";
 
     #[link(wasm_import_module = "shardhost")]
     extern "C" {
@@ -344,6 +490,8 @@ mod wasm {
         fn entity_type(ptr: *mut u8, cap: u32) -> u32;
         #[link_name = "log"]
         fn host_log(level: i32, ptr: *const u8, len: u32);
+        #[link_name = "passivate"]
+        fn host_passivate();
     }
 
     #[repr(C)]
@@ -360,6 +508,7 @@ mod wasm {
 
     const STATUS_OK: i32 = 0;
     const STATUS_ERROR: i32 = 1;
+    const STATUS_NO_SNAPSHOT: i32 = 2;
 
     struct Guest {
         inbox: Inbox,
@@ -388,18 +537,7 @@ mod wasm {
                     return STATUS_ERROR;
                 }
             };
-            let result = g.dispatcher.receive(msg, || {
-                std::panic::set_hook(Box::new(|info| {
-                    let line = panic_line(info.payload(), info.location());
-                    log(LogLevel::Error, &line);
-                    write_stderr(&line);
-                }));
-                let ctx = Context {
-                    entity_id: read_string(entity_id),
-                    entity_type: read_string(entity_type),
-                };
-                (create(&ctx.entity_id), ctx)
-            });
+            let result = g.dispatcher.receive(msg, || start(create));
             match result {
                 Ok(out) => {
                     send_reply(&out);
@@ -411,6 +549,63 @@ mod wasm {
                 }
             }
         })
+    }
+
+    pub fn snapshot() -> i32 {
+        GUEST.with(|g| match g.borrow().dispatcher.snapshot() {
+            None => STATUS_NO_SNAPSHOT,
+            Some(Ok(state)) => {
+                // Replied even when empty, so that the state is exactly these bytes.
+                unsafe { reply(state.as_ptr(), state.len() as u32) }
+                STATUS_OK
+            }
+            Some(Err(e)) => {
+                send_reply(e.message().as_bytes());
+                STATUS_ERROR
+            }
+        })
+    }
+
+    pub fn restore(ptr: *const u8, len: u32, create: fn(&str) -> Box<dyn Entity>) -> i32 {
+        GUEST.with(|g| {
+            let g = &mut *g.borrow_mut();
+            let state = match g.inbox.message(ptr, len) {
+                Some(s) => s,
+                None => {
+                    send_reply(STATE_NOT_IN_BUFFER.as_bytes());
+                    return STATUS_ERROR;
+                }
+            };
+            let result = g.dispatcher.restore(state, || start(create));
+            // A state may be up to 4 MiB, more than messages need: let the allocator have
+            // the buffer back (the entity has copied what it keeps).
+            g.inbox = Inbox::new();
+            match result {
+                Ok(()) => STATUS_OK,
+                Err(e) => {
+                    send_reply(e.message().as_bytes());
+                    STATUS_ERROR
+                }
+            }
+        })
+    }
+
+    /// Creates the instance's entity and its context, first installing the panic hook.
+    fn start(create: fn(&str) -> Box<dyn Entity>) -> (Box<dyn Entity>, Context) {
+        std::panic::set_hook(Box::new(|info| {
+            let line = panic_line(info.payload(), info.location());
+            log(LogLevel::Error, &line);
+            write_stderr(&line);
+        }));
+        let ctx = Context {
+            entity_id: read_string(entity_id),
+            entity_type: read_string(entity_type),
+        };
+        (create(&ctx.entity_id), ctx)
+    }
+
+    pub fn passivate() {
+        unsafe { host_passivate() }
     }
 
     fn send_reply(b: &[u8]) {
@@ -456,9 +651,9 @@ mod wasm {
 }
 
 /// Runs an entity without a host, for native unit tests of entity code: it plays the host's
-/// part of the ABI (entity ID and type, log) and delivers messages through the same path as
-/// the wasm exports. A panic in the entity unwinds out of [`Harness::send`] (in wasm it is
-/// a trap).
+/// part of the ABI (entity ID and type, log, passivation requests, guest-level snapshots)
+/// and delivers messages through the same path as the wasm exports. A panic in the entity
+/// unwinds out of [`Harness::send`] (in wasm it is a trap).
 ///
 /// ```
 /// use shardhost::{Context, Entity, Error, Harness, LogLevel};
@@ -502,11 +697,38 @@ impl<E: Entity> Harness<E> {
     /// Delivers `msg` to the entity (creating it on the first call) and returns its reply,
     /// or its error.
     pub fn send(&mut self, msg: &[u8]) -> Result<Vec<u8>, Error> {
+        if let Some((_, ctx)) = &mut self.dispatcher.live {
+            ctx.passivate = false;
+        }
         let (typ, id, factory) = (&self.entity_type, &self.entity_id, &mut self.factory);
-        self.dispatcher.receive(msg, || {
-            let ctx = Context { entity_id: id.clone(), entity_type: typ.clone(), logs: Vec::new() };
-            (factory(id), ctx)
-        })
+        self.dispatcher.receive(msg, || start(typ, id, factory))
+    }
+
+    /// Whether the last message sent called [`Context::passivate`], asking the host to
+    /// passivate the entity after it.
+    pub fn passivated(&self) -> bool {
+        match &self.dispatcher.live {
+            Some((_, ctx)) => ctx.passivate,
+            None => false,
+        }
+    }
+
+    /// Takes a guest-level snapshot as the host would between messages: `None` if the
+    /// entity keeps no guest-level state (the host would take a transparent snapshot) or
+    /// does not exist yet; otherwise [`Entity::snapshot`]'s result, an error if it is over
+    /// [`MAX_SNAPSHOT_SIZE`].
+    pub fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
+        self.dispatcher.snapshot()
+    }
+
+    /// Starts the entity from `state` (a [`Harness::snapshot`], say) as the host starts a
+    /// new incarnation: creates it with the factory and calls [`Entity::restore`]. Use it
+    /// on a fresh harness: it is an error once a message or a restore has created the
+    /// entity. If the entity refuses the state, the harness stays fresh (the next message
+    /// creates the entity anew; the host instead fails the activation and keeps the state).
+    pub fn restore(&mut self, state: &[u8]) -> Result<(), Error> {
+        let (typ, id, factory) = (&self.entity_type, &self.entity_id, &mut self.factory);
+        self.dispatcher.restore(state, || start(typ, id, factory))
     }
 
     /// Every line the entity logged, as "LEVEL text" (for example "INFO hello").
@@ -517,10 +739,17 @@ impl<E: Entity> Harness<E> {
         }
     }
 
-    /// The entity, once the first message has created it.
+    /// The entity, once the first message (or a restore) has created it.
     pub fn entity(&self) -> Option<&E> {
         self.dispatcher.live.as_ref().map(|(e, _)| e)
     }
+}
+
+/// Creates a harnessed entity and its context.
+#[cfg(not(target_arch = "wasm32"))]
+fn start<E>(typ: &str, id: &str, factory: &mut dyn FnMut(&str) -> E) -> (E, Context) {
+    let ctx = Context { entity_id: id.to_string(), entity_type: typ.to_string(), logs: Vec::new(), passivate: false };
+    (factory(id), ctx)
 }
 
 #[cfg(test)]
@@ -596,6 +825,150 @@ mod tests {
         let mut h = Harness::new("bomb", "b", |_: &str| Bomb);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.send(b"x")));
         assert!(r.is_err());
+    }
+
+    /// Keeps a list of words; its state is the words joined by newlines, after a version
+    /// byte.
+    struct Words {
+        words: Vec<String>,
+    }
+
+    impl Entity for Words {
+        fn receive(&mut self, ctx: &mut Context, msg: &[u8]) -> Result<Vec<u8>, Error> {
+            match msg {
+                b"bye" => ctx.passivate(),
+                b"big" => self.words.push("x".repeat(MAX_SNAPSHOT_SIZE)),
+                _ => self.words.push(std::str::from_utf8(msg)?.to_string()),
+            }
+            Ok(self.words.join(",").into_bytes())
+        }
+
+        fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
+            if self.words.iter().any(|w| w == "nosnap") {
+                return None;
+            }
+            if self.words.iter().any(|w| w == "badsnap") {
+                return Some(Err("cannot snapshot badsnap".into()));
+            }
+            let mut out = vec![1u8];
+            out.extend_from_slice(self.words.join("\n").as_bytes());
+            Some(Ok(out))
+        }
+
+        fn restore(&mut self, state: &[u8]) -> Result<(), Error> {
+            match state.split_first() {
+                Some((1, rest)) => {
+                    assert!(self.words.is_empty(), "restore into a used entity");
+                    let text = std::str::from_utf8(rest)?;
+                    self.words = if text.is_empty() { Vec::new() } else { text.split('\n').map(String::from).collect() };
+                    Ok(())
+                }
+                _ => Err("bad words state".into()),
+            }
+        }
+    }
+
+    fn words() -> Harness<Words> {
+        Harness::new("words", "w", |_: &str| Words { words: Vec::new() })
+    }
+
+    #[test]
+    fn harness_snapshot_and_restore_round_trip() {
+        let mut h = words();
+        assert!(h.snapshot().is_none(), "no entity yet: transparent");
+        h.send(b"a").unwrap();
+        h.send(b"b").unwrap();
+        let state = h.snapshot().unwrap().unwrap();
+        assert_eq!(state, b"\x01a\nb");
+        assert_eq!(h.send(b"c").unwrap(), b"a,b,c", "a snapshot leaves the entity as it was");
+
+        let mut next = words();
+        next.restore(&state).unwrap();
+        assert_eq!(next.entity().unwrap().words, ["a", "b"]);
+        assert_eq!(next.snapshot().unwrap().unwrap(), state, "restored, not yet sent to");
+        assert_eq!(next.send(b"d").unwrap(), b"a,b,d");
+
+        let mut empty = words();
+        empty.restore(b"\x01").unwrap();
+        assert_eq!(empty.send(b"e").unwrap(), b"e");
+    }
+
+    #[test]
+    fn harness_restore_only_fresh() {
+        let mut h = words();
+        h.send(b"a").unwrap();
+        let err = h.restore(b"\x01b").unwrap_err();
+        assert!(err.message().contains("restore after the entity was created"), "{}", err);
+        assert_eq!(h.send(b"c").unwrap(), b"a,c", "the entity is untouched");
+
+        let mut h = words();
+        h.restore(b"\x01b").unwrap();
+        assert!(h.restore(b"\x01b").is_err(), "restored twice");
+    }
+
+    #[test]
+    fn harness_restore_refused_leaves_it_fresh() {
+        let mut h = words();
+        assert_eq!(h.restore(b"\x02a").unwrap_err().message(), "bad words state");
+        assert!(h.entity().is_none());
+        assert_eq!(h.restore(b"\xff").unwrap_err().message(), "bad words state");
+        assert!(h.restore(b"\x01\xff").unwrap_err().message().contains("utf-8"));
+        h.restore(b"\x01z").unwrap();
+        assert_eq!(h.send(b"y").unwrap(), b"z,y");
+    }
+
+    #[test]
+    fn harness_snapshot_none_error_and_cap() {
+        let mut h = words();
+        h.send(b"nosnap").unwrap();
+        assert!(h.snapshot().is_none());
+
+        let mut h = words();
+        h.send(b"badsnap").unwrap();
+        assert_eq!(h.snapshot().unwrap().unwrap_err().message(), "cannot snapshot badsnap");
+
+        let mut h = words();
+        h.send(b"big").unwrap(); // the version byte makes it one over
+        let err = h.snapshot().unwrap().unwrap_err();
+        assert_eq!(err.message(), "shardhost: snapshot of 4194305 bytes is over the cap of 4194304 bytes (4 MiB)");
+    }
+
+    #[test]
+    fn default_snapshot_is_transparent_and_restore_refuses() {
+        let mut h = Harness::new("echo", "e", |_: &str| Echo { seen: 0 });
+        h.send(b"x").unwrap();
+        assert!(h.snapshot().is_none());
+        let mut h = Harness::new("echo", "e", |_: &str| Echo { seen: 0 });
+        let err = h.restore(b"abc").unwrap_err();
+        assert!(err.message().contains("does not restore guest-level state (3 bytes given)"), "{}", err);
+        assert!(h.entity().is_none());
+    }
+
+    #[test]
+    fn boxed_entities_forward_snapshot_and_restore() {
+        // The wasm exports hold the entity as a Box<dyn Entity>.
+        let mut h = Harness::new("words", "w", |_: &str| -> Box<dyn Entity> { Box::new(Words { words: Vec::new() }) });
+        h.send(b"a").unwrap();
+        let state = h.snapshot().unwrap().unwrap();
+        assert_eq!(state, b"\x01a");
+        let mut next = Harness::new("words", "w", |_: &str| -> Box<dyn Entity> { Box::new(Words { words: Vec::new() }) });
+        next.restore(&state).unwrap();
+        assert_eq!(next.send(b"b").unwrap(), b"a,b");
+        assert!(next.restore(b"\x01").is_err());
+    }
+
+    #[test]
+    fn harness_reports_passivate_per_message() {
+        let mut h = words();
+        assert!(!h.passivated());
+        h.send(b"a").unwrap();
+        assert!(!h.passivated());
+        assert_eq!(h.send(b"bye").unwrap(), b"a", "the reply is delivered as usual");
+        assert!(h.passivated());
+        h.send(b"b").unwrap();
+        assert!(!h.passivated(), "only the message that asked");
+        assert!(h.send(b"\xff").is_err());
+        assert!(!h.passivated());
     }
 
     #[test]

@@ -1,0 +1,238 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Entity state through the host: guest-level snapshots (echo-rust exports
+// shardhost_snapshot/restore), transparent ones (the Go counter does not), the passivate
+// host function, and the saved-state envelope.
+
+func TestGuestSnapshotRoundTrip(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	m := compileRust(t, rt, echoRust)
+	if !m.HasGuestSnapshot() {
+		t.Fatal("echo-rust exports shardhost_snapshot and shardhost_restore")
+	}
+	ctx := context.Background()
+	inst := instantiateRust(t, m, echoRust, "a")
+	if _, ok, err := inst.GuestSnapshot(); ok || err != nil {
+		t.Fatalf("before any message: ok %v, %v; want NoSnapshot", ok, err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := inst.Receive(ctx, []byte("echo x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state, ok, err := inst.GuestSnapshot()
+	if !ok || err != nil {
+		t.Fatalf("snapshot: ok %v, %v", ok, err)
+	}
+	if want := []byte{1, 5, 0, 0, 0, 0, 0, 0, 0}; !bytes.Equal(state, want) {
+		t.Fatalf("state % x, want % x (echo-rust's encoding)", state, want)
+	}
+	// The instance goes on after a snapshot.
+	if out, err := inst.Receive(ctx, []byte("count")); err != nil || string(out) != "6" {
+		t.Fatalf("count after snapshot: %q %v", out, err)
+	}
+	restored, err := m.RestoreGuest(ctx, echoRust, "a", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restored.Close(ctx)
+	if out, err := restored.Receive(ctx, []byte("count")); err != nil || string(out) != "6" {
+		t.Fatalf("restored count: %q %v, want 6", out, err)
+	}
+}
+
+func TestGuestRestoreRefusals(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	ctx := context.Background()
+	rust := compileRust(t, rt, echoRust)
+	_, err := rust.RestoreGuest(ctx, echoRust, "a", []byte{9, 9})
+	if !errors.Is(err, ErrSnapshotFailed) || !strings.Contains(err.Error(), "echo-rust: malformed state") {
+		t.Fatalf("malformed state: %v, want ErrSnapshotFailed with the guest's text", err)
+	}
+	// A Go guest with no Snapshotter answers NoSnapshot, and refuses a guest state.
+	counter := compile(t, rt, "counter")
+	if !counter.HasGuestSnapshot() {
+		t.Fatal("the Go SDK exports shardhost_snapshot and shardhost_restore")
+	}
+	inst, err := counter.Instantiate(ctx, "counter", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(ctx)
+	if _, err := inst.Receive(ctx, []byte("inc")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := inst.GuestSnapshot(); ok || err != nil {
+		t.Fatalf("counter: ok %v, %v; want NoSnapshot", ok, err)
+	}
+	if _, err := counter.RestoreGuest(ctx, "counter", "c", []byte("x")); !errors.Is(err, ErrSnapshotFailed) {
+		t.Fatalf("counter given a guest state: %v", err)
+	}
+}
+
+func TestCompileChecksSnapshotExports(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	ctx := context.Background()
+	cases := map[string]struct {
+		wasm []byte
+		want string
+	}{
+		"snapshot of the wrong type": {moduleExporting(t, abi.ExportSnapshot), "export shardhost_snapshot has type ()->(), want ()->(i32)"},
+		"snapshot without restore":   {moduleExportingI32(abi.ExportSnapshot), "a module exports both or neither"},
+		"reserved global name":       {moduleExportingI32(abi.ExportGlobalPrefix + "0"), "shardhost_g"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := rt.Compile(ctx, c.wasm)
+			if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want ErrInvalidModule containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// moduleExportingI32 returns a wasm module exporting one function () -> i32 named name.
+func moduleExportingI32(name string) []byte {
+	var b []byte
+	b = append(b, "\x00asm\x01\x00\x00\x00"...)
+	b = append(b, 1, 5, 1, 0x60, 0, 1, 0x7f) // type section: one type () -> i32
+	b = append(b, 3, 2, 1, 0)                // function section: one function of type 0
+	exp := []byte{1, byte(len(name))}
+	exp = append(exp, name...)
+	exp = append(exp, 0, 0) // func index 0
+	b = append(b, 7, byte(len(exp)))
+	b = append(b, exp...)
+	b = append(b, 10, 6, 1, 4, 0, 0x41, 0, 0x0b) // code section: i32.const 0
+	return b
+}
+
+func TestPassivateOnlyDuringReceive(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	m := compileRust(t, rt, echoRust)
+	inst := instantiateRust(t, m, echoRust, "p")
+	ctx := context.Background()
+	if _, err := inst.Receive(ctx, []byte("count")); err != nil || inst.PassivationRequested() {
+		t.Fatalf("count: %v, passivation requested %v", err, inst.PassivationRequested())
+	}
+	if out, err := inst.Receive(ctx, []byte("passivate")); err != nil || string(out) != "ok" {
+		t.Fatalf("passivate: %q %v", out, err)
+	}
+	if !inst.PassivationRequested() {
+		t.Fatal("passivate not seen")
+	}
+	if inst.PassivationRequested() {
+		t.Fatal("the request is cleared once read")
+	}
+}
+
+func TestEntityStateEnvelope(t *testing.T) {
+	for _, kind := range []byte{stateGuest, stateInstance} {
+		k, payload, err := decodeState(encodeState(kind, []byte("abc")))
+		if err != nil || k != kind || string(payload) != "abc" {
+			t.Fatalf("kind %q: %q %q %v", kind, k, payload, err)
+		}
+	}
+	bad := map[string][]byte{
+		"empty":       nil,
+		"no magic":    []byte("XXXX\x01g"),
+		"new version": []byte("SHES\x02g"),
+		"bad kind":    []byte("SHES\x01z"),
+		"short":       []byte("SHES"),
+	}
+	for name, b := range bad {
+		if _, _, err := decodeState(b); !errors.Is(err, ErrBadSnapshot) {
+			t.Errorf("%s: %v, want ErrBadSnapshot", name, err)
+		}
+	}
+}
+
+// waitPassivated waits until no member hosts the entity's instance any more.
+func waitPassivated(t *testing.T, n *Node, typ, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		active := false
+		for _, sh := range n.Sharding().LocalState().Shards {
+			for _, e := range sh.Entities {
+				active = active || (sh.Type == typ && e == id)
+			}
+		}
+		if !active {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s still active", typ, id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A Go entity (transparent snapshot) passivated for idleness comes back with its state.
+func TestNodeTransparentStateSurvivesPassivation(t *testing.T) {
+	n := startNode(t, nil, nil)
+	waitMembers(t, []*Node{n})
+	ctx := context.Background()
+	if _, err := n.Deploy(ctx, testwasm.Bytes(t, "counter"),
+		sharding.TypeSettings{Name: "counter", PassivateAfter: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := n.Sharding().Ask(ctx, "counter", "idle", []byte("inc")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPassivated(t, n, "counter", "idle")
+	r, err := n.Sharding().Ask(ctx, "counter", "idle", []byte("inc"))
+	if err != nil || string(r.Payload) != "4" {
+		t.Fatalf("after passivation: %q %v, want 4", r.Payload, err)
+	}
+}
+
+// A Rust entity asks to be passivated; it comes back with its guest-level state, and a
+// trap takes it back to its last saved state.
+func TestNodeGuestStateAndRequestedPassivation(t *testing.T) {
+	n := startNode(t, nil, nil)
+	waitMembers(t, []*Node{n})
+	ctx := context.Background()
+	if _, err := n.Deploy(ctx, testwasm.RustBytes(t, echoRust), sharding.TypeSettings{Name: echoRust}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(msg string) (string, error) {
+		r, err := n.Sharding().Ask(ctx, echoRust, "r", []byte(msg))
+		return string(r.Payload), err
+	}
+	for i := 1; i <= 3; i++ {
+		if out, err := ask("count"); err != nil || out != strconv.Itoa(i) {
+			t.Fatalf("count %d: %q %v", i, out, err)
+		}
+	}
+	if out, err := ask("passivate"); err != nil || out != "ok" {
+		t.Fatalf("passivate: %q %v", out, err)
+	}
+	waitPassivated(t, n, echoRust, "r")
+	if out, err := ask("count"); err != nil || out != "5" {
+		t.Fatalf("after passivation: %q %v, want 5", out, err)
+	}
+	if _, err := ask("panic"); err == nil {
+		t.Fatal("panic did not fail")
+	}
+	// The trap lost the count since the save (4, at passivation): the next message
+	// starts from it.
+	if out, err := ask("count"); err != nil || out != "5" {
+		t.Fatalf("after the trap: %q %v, want 5", out, err)
+	}
+}
