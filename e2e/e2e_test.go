@@ -141,11 +141,46 @@ func healthy(h *host) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// restartHostAt starts a host on a given gossip address (a restart of a member that
+// stopped there), retrying while the address is still being released.
+func restartHostAt(t *testing.T, dir, bind, join string, extra ...string) *host {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		h := launchHostWith(t, dir, bind, join, extra...)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			select {
+			case err := <-h.done:
+				h.done <- err
+				if strings.Contains(h.log.String(), "address already in use") && attempt < 20 {
+					time.Sleep(250 * time.Millisecond)
+					goto retry
+				}
+				return h
+			default:
+			}
+			if healthy(h) || time.Now().After(deadline) {
+				return h
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	retry:
+	}
+}
+
 func launchHost(t *testing.T, dir, join string, extra ...string) *host {
+	return launchHostWith(t, dir, "", join, extra...)
+}
+
+// launchHostWith starts a host process: on bind, or on a free port if bind is empty.
+func launchHostWith(t *testing.T, dir, bind, join string, extra ...string) *host {
 	t.Helper()
 	p := freePorts(t, 3)
+	if bind == "" {
+		bind = fmt.Sprintf("127.0.0.1:%d", p[0])
+	}
 	h := &host{
-		bind: fmt.Sprintf("127.0.0.1:%d", p[0]),
+		bind: bind,
 		api:  fmt.Sprintf("127.0.0.1:%d", p[2]),
 		log:  &lockedBuffer{},
 		done: make(chan error, 1),

@@ -51,9 +51,18 @@ func newShardsCommand(g *globals) *cobra.Command {
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", r.Node, t, perType[t][0], perType[t][1])
 				}
 			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintln(out)
+			tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tPASSIVATIONS\tBUFFERED DURING HANDOFF\tDEAD LETTERS")
+			for _, r := range rep.Regions {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", r.Node, r.Passivations, r.BufferedDuringHandoff, r.DeadLetters)
+			}
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"regions":[{"node":ADDRESS,"shards":[{"type":T,"id":S,"entities":N}]}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"regions":[{"node":ADDRESS,"shards":[{"type":T,"id":S,"entities":N}],"passivations":N,"buffered_during_handoff":N,"dead_letters":N}]}`)
 	return cmd
 }
