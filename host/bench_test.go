@@ -21,7 +21,10 @@ func reportLatency(b *testing.B, samples []time.Duration) {
 	b.ReportMetric(float64(samples[len(samples)*99/100].Nanoseconds())/1e3, "p99-µs")
 }
 
-func benchNode(b *testing.B, count int) []*Node {
+// startBenchNodes starts count members on loopback with OS-chosen ports, no API and
+// the package's compilation cache, each joining the first; mutate adjusts each config.
+// It does not wait for them to be up.
+func startBenchNodes(b *testing.B, count int, mutate func(*Config)) []*Node {
 	b.Helper()
 	nodes := []*Node{}
 	for i := 0; i < count; i++ {
@@ -32,6 +35,9 @@ func benchNode(b *testing.B, count int) []*Node {
 		cfg.Lifecycle = tolerantLifecycle()
 		cfg.Runtime.CacheDir = cacheDir
 		cfg.Logger = quietLogger()
+		if mutate != nil {
+			mutate(&cfg)
+		}
 		if i > 0 {
 			cfg.Join = []string{nodes[0].Self().Address}
 		}
@@ -42,6 +48,12 @@ func benchNode(b *testing.B, count int) []*Node {
 		b.Cleanup(func() { n.Kill() })
 		nodes = append(nodes, n)
 	}
+	return nodes
+}
+
+func benchNode(b *testing.B, count int) []*Node {
+	b.Helper()
+	nodes := startBenchNodes(b, count, nil)
 	for _, n := range nodes {
 		if err := n.Membership().WaitUp(context.Background()); err != nil {
 			b.Fatal(err)

@@ -12,26 +12,7 @@ import (
 
 func ddataNodes(b *testing.B, deltas bool) []*Node {
 	b.Helper()
-	var nodes []*Node
-	for i := 0; i < 3; i++ {
-		cfg := DefaultConfig()
-		cfg.BindAddr, cfg.TransportAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-		cfg.DataDir = b.TempDir()
-		cfg.GossipProfile = "local"
-		cfg.Lifecycle = tolerantLifecycle()
-		cfg.Runtime.CacheDir = cacheDir
-		cfg.Logger = quietLogger()
-		cfg.DData.DeltaEnabled = deltas
-		if i > 0 {
-			cfg.Join = []string{nodes[0].Self().Address}
-		}
-		n, err := Start(context.Background(), cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { n.Kill() })
-		nodes = append(nodes, n)
-	}
+	nodes := startBenchNodes(b, 3, func(cfg *Config) { cfg.DData.DeltaEnabled = deltas })
 	for _, n := range nodes {
 		for {
 			v := n.Membership().View()

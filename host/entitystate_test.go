@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -81,27 +80,6 @@ func TestGuestRestoreRefusals(t *testing.T) {
 	}
 	if _, err := counter.RestoreGuest(ctx, "counter", "c", []byte("x")); !errors.Is(err, ErrSnapshotFailed) {
 		t.Fatalf("counter given a guest state: %v", err)
-	}
-}
-
-func TestCompileChecksSnapshotExports(t *testing.T) {
-	rt, _ := newTestRuntime(t, nil)
-	ctx := context.Background()
-	cases := map[string]struct {
-		wasm []byte
-		want string
-	}{
-		"snapshot of the wrong type": {moduleExporting(t, abi.ExportSnapshot), "export shardhost_snapshot has type ()->(), want ()->(i32)"},
-		"snapshot without restore":   {moduleExportingI32(abi.ExportSnapshot), "a module exports both or neither"},
-		"reserved global name":       {moduleExportingI32(abi.ExportGlobalPrefix + "0"), "shardhost_g"},
-	}
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := rt.Compile(ctx, c.wasm)
-			if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("err = %v, want ErrInvalidModule containing %q", err, c.want)
-			}
-		})
 	}
 }
 

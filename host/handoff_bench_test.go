@@ -104,25 +104,7 @@ func BenchmarkShardHandoff100(b *testing.B) {
 // handoffCluster starts three members logging into logs.
 func handoffCluster(b *testing.B, logs *syncBuffer) []*Node {
 	b.Helper()
-	var nodes []*Node
-	for i := 0; i < 3; i++ {
-		cfg := DefaultConfig()
-		cfg.BindAddr, cfg.TransportAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-		cfg.DataDir = b.TempDir()
-		cfg.GossipProfile = "local"
-		cfg.Lifecycle = tolerantLifecycle()
-		cfg.Runtime.CacheDir = cacheDir
-		cfg.Logger = slogTo(logs)
-		if i > 0 {
-			cfg.Join = []string{nodes[0].Self().Address}
-		}
-		n, err := Start(context.Background(), cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { n.Kill() })
-		nodes = append(nodes, n)
-	}
+	nodes := startBenchNodes(b, 3, func(cfg *Config) { cfg.Logger = slogTo(logs) })
 	for _, n := range nodes {
 		for len(n.Members()) != 3 || !n.Membership().View().Converged {
 			time.Sleep(10 * time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -255,13 +256,13 @@ func checkShape(c wazero.CompiledModule) (guestSnapshot bool, err error) {
 			missing = append(missing, want.name)
 			continue
 		}
-		if !sameTypes(def.ParamTypes(), want.params) || !sameTypes(def.ResultTypes(), want.results) {
+		if !slices.Equal(def.ParamTypes(), want.params) || !slices.Equal(def.ResultTypes(), want.results) {
 			return false, fmt.Errorf("export %s has type %s, want %s", want.name,
 				signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
 		}
 	}
 	for _, want := range optionalExports {
-		if def, ok := exports[want.name]; ok && (!sameTypes(def.ParamTypes(), want.params) || !sameTypes(def.ResultTypes(), want.results)) {
+		if def, ok := exports[want.name]; ok && (!slices.Equal(def.ParamTypes(), want.params) || !slices.Equal(def.ResultTypes(), want.results)) {
 			return false, fmt.Errorf("export %s has type %s, want %s", want.name,
 				signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
 		}
@@ -299,18 +300,6 @@ func checkShape(c wazero.CompiledModule) (guestSnapshot bool, err error) {
 		}
 	}
 	return snap, nil
-}
-
-func sameTypes(a, b []api.ValueType) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func signature(params, results []api.ValueType) string {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -147,6 +148,10 @@ func TestCompileRefusesBadModules(t *testing.T) {
 		"truncated":     {[]byte("\x00asm\x01\x00\x00\x00\x01\x05"), "invalid module"},
 		"no exports":    {[]byte("\x00asm\x01\x00\x00\x00"), "missing required exports shardhost_abi_v0, shardhost_alloc, shardhost_receive"},
 		"other version": {moduleExporting(t, "shardhost_abi_v9"), "another ABI version (shardhost_abi_v9)"},
+		// Snapshot exports (abi/SPEC.md): typed, both or neither, and the reserved prefix.
+		"snapshot of the wrong type": {moduleExporting(t, abi.ExportSnapshot), "export shardhost_snapshot has type ()->(), want ()->(i32)"},
+		"snapshot without restore":   {moduleExportingI32(abi.ExportSnapshot), "a module exports both or neither"},
+		"reserved global name":       {moduleExportingI32(abi.ExportGlobalPrefix + "0"), "reserved for the host"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

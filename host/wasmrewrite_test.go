@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -125,7 +126,7 @@ func TestExportGlobalsNumbersAfterImportedGlobals(t *testing.T) {
 		t.Fatalf("added %d exports, want 2", added)
 	}
 	want := []string{"kept 3 4", "f 0 0", "shardhost_g2 3 2", "shardhost_g5 3 5"}
-	if got := exportsOf(t, out); !equalStrings(got, want) {
+	if got := exportsOf(t, out); !slices.Equal(got, want) {
 		t.Fatalf("exports %v, want %v", got, want)
 	}
 	compileOnly(t, out)
@@ -169,7 +170,7 @@ func TestExportGlobalsAddsAnExportSection(t *testing.T) {
 	if err != nil || added != 1 {
 		t.Fatalf("added %d, %v", added, err)
 	}
-	if got := exportsOf(t, out); !equalStrings(got, []string{"shardhost_g0 3 0"}) {
+	if got := exportsOf(t, out); !slices.Equal(got, []string{"shardhost_g0 3 0"}) {
 		t.Fatalf("exports %v", got)
 	}
 	compileOnly(t, out)
@@ -330,18 +331,6 @@ func TestRestoreImageIsRefusedForTableAndSegmentChanges(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // FuzzExportGlobals: the rewrite never panics, errors are ErrInvalidModule, and its
