@@ -490,7 +490,7 @@ func (r *Region) handOffShard(ctx context.Context, id int) error {
 	entities := 0
 	if sh != nil {
 		entities = len(sh.entities)
-		stopEntities(ctx, sh.entities)
+		stopForHandOff(ctx, sh.entities)
 	}
 	var err error
 	if herr := r.s.shardHandedOff(ctx, ref); herr != nil {
@@ -515,9 +515,9 @@ func (r *Region) handOffShard(ctx context.Context, id int) error {
 // once during a handoff.
 const handOffParallelism = 16
 
-// stopEntities lets each entity finish what it already received, then stops it and
+// stopForHandOff lets each entity finish what it already received, then stops it and
 // saves its state, handOffParallelism at a time.
-func stopEntities(ctx context.Context, entities map[string]*entity) {
+func stopForHandOff(ctx context.Context, entities map[string]*entity) {
 	sem := make(chan struct{}, handOffParallelism)
 	var wg sync.WaitGroup
 	for _, e := range entities {
