@@ -799,8 +799,9 @@ func (e *entity) process(d delivery) {
 	}
 	if lc != nil && lc.PassivationRequested() {
 		// Passivation the entity asked for: the mailbox is ours (this is its drain), so
-		// messages that arrive meanwhile wait for the next incarnation.
-		e.stop(d.ctx, true)
+		// messages that arrive meanwhile wait for the next incarnation. The asker has
+		// its reply and may cancel its context: the save must not depend on it.
+		e.stop(context.WithoutCancel(d.ctx), true)
 		e.r.passivations.Add(1)
 	}
 }
