@@ -9,8 +9,9 @@
 package abi
 
 // Version is the ABI version this package describes. A module declares the version it was
-// built for by exporting the function named VersionMarker(Version).
-const Version = 0
+// built for by exporting the function named VersionMarker(Version). Version 1 keeps all
+// of version 0, and a host speaking 1 runs modules built for 0.
+const Version = 1
 
 // MarkerPrefix prefixes the name of the version marker export: a module built for ABI
 // version N exports a function named "shardhost_abi_vN" with no parameters and no results.
@@ -54,6 +55,15 @@ const (
 	// ExportGlobalPrefix is reserved: the host exports a module's mutable globals under
 	// names "shardhost_g<index>" for transparent snapshots. A module must not use it.
 	ExportGlobalPrefix = "shardhost_g"
+	// ExportOnActivate (v1) is `shardhost_on_activate() -> i32`: called once per
+	// incarnation before the first message, after any restore and after the saved
+	// timers and subscriptions are re-armed. StatusError (with the reply as text) fails
+	// the activation.
+	ExportOnActivate = "shardhost_on_activate"
+	// ExportOnPassivate (v1) is `shardhost_on_passivate() -> i32`: called once before
+	// the host saves the state of an entity it stops (passivation, handoff, shutdown).
+	// A non-zero status is logged; the stop goes on.
+	ExportOnPassivate = "shardhost_on_passivate"
 )
 
 // ImportModule is the module name under which the host provides its functions.
@@ -80,6 +90,110 @@ const (
 	// that arrive meanwhile go to the next incarnation. Valid only during
 	// ExportReceive; elsewhere it traps.
 	ImportPassivate = "passivate"
+)
+
+// Host functions added in version 1 (SPEC.md, "v1"). Those returning an i32 return a
+// Code and set the instance's result, which ImportResult copies.
+const (
+	// ImportResult is `result(ptr i32, cap i32) -> i32`: copies the current result if
+	// it fits in cap bytes; returns its length either way.
+	ImportResult = "result"
+	// ImportMessageKind is `message_kind() -> i32`: the MessageKind of the current
+	// message.
+	ImportMessageKind = "message_kind"
+	// ImportSender is `sender(ptr i32, cap i32) -> i32`: the source of the current
+	// message: "TYPE/ID" of the sending entity (empty from outside), the timer's name,
+	// or the changed key.
+	ImportSender = "sender"
+	// ImportTell is `tell(type_ptr, type_len, id_ptr, id_len, msg_ptr, msg_len) -> code`.
+	ImportTell = "tell"
+	// ImportAsk is `ask(type_ptr, type_len, id_ptr, id_len, msg_ptr, msg_len,
+	// timeout_ms) -> code`; the reply (or the entity's error text) is the result.
+	ImportAsk = "ask"
+	// ImportForward is `forward(type_ptr, type_len, id_ptr, id_len) -> code`.
+	ImportForward = "forward"
+	// ImportDDataGet is `ddata_get(key_ptr, key_len, cons_ptr, cons_len, timeout_ms)
+	// -> code`; the value as JSON is the result.
+	ImportDDataGet = "ddata_get"
+	// ImportDDataUpdate is `ddata_update(key_ptr, key_len, type_ptr, type_len, op_ptr,
+	// op_len, cons_ptr, cons_len, timeout_ms) -> code`; the new value is the result.
+	ImportDDataUpdate = "ddata_update"
+	// ImportDDataDelete is `ddata_delete(key_ptr, key_len, cons_ptr, cons_len,
+	// timeout_ms) -> code`.
+	ImportDDataDelete = "ddata_delete"
+	// ImportDDataSubscribe is `ddata_subscribe(key_ptr, key_len) -> code`.
+	ImportDDataSubscribe = "ddata_subscribe"
+	// ImportDDataUnsubscribe is `ddata_unsubscribe(key_ptr, key_len) -> code`.
+	ImportDDataUnsubscribe = "ddata_unsubscribe"
+	// ImportTimerStart is `timer_start(name_ptr, name_len, msg_ptr, msg_len,
+	// delay_ms i64, interval_ms i64) -> code`.
+	ImportTimerStart = "timer_start"
+	// ImportTimerCancel is `timer_cancel(name_ptr, name_len) -> i32`: 1 if the timer was
+	// running.
+	ImportTimerCancel = "timer_cancel"
+	// ImportNow is `now(clock i32) -> i64`: ClockWall or ClockMonotonic, nanoseconds.
+	ImportNow = "now"
+	// ImportRandom is `random(ptr i32, len i32) -> ()`: random bytes, at most
+	// MaxRandom per call.
+	ImportRandom = "random"
+	// ImportTraceEvent is `trace_event(ptr i32, len i32) -> ()`: an event on the
+	// current message's span.
+	ImportTraceEvent = "trace_event"
+)
+
+// V0Imports are the host functions a module built for ABI version 0 may import.
+var V0Imports = []string{ImportReply, ImportEntityID, ImportEntityType, ImportLog, ImportPassivate}
+
+// MessageKind is what ImportMessageKind returns.
+type MessageKind int32
+
+const (
+	// KindMessage is a message from an entity (the source is "TYPE/ID") or from
+	// outside (the source is empty).
+	KindMessage MessageKind = 0
+	// KindTimer is a timer's message; the source is the timer's name.
+	KindTimer MessageKind = 1
+	// KindChanged is the new value (JSON) of a subscribed distributed data key; the
+	// source is the key.
+	KindChanged MessageKind = 2
+)
+
+// Code is what the v1 host functions return.
+type Code int32
+
+const (
+	CodeOK           Code = 0
+	CodeError        Code = 1
+	CodeNotFound     Code = 2
+	CodeDeleted      Code = 3
+	CodeTimeout      Code = 4
+	CodeAskCycle     Code = 5
+	CodeUnavailable  Code = 6
+	CodeBadRequest   Code = 7
+	CodeNotAllowed   Code = 8
+	CodeEntityError  Code = 9
+	CodeTypeMismatch Code = 10
+)
+
+// Clocks of ImportNow.
+const (
+	ClockWall      int32 = 0
+	ClockMonotonic int32 = 1
+)
+
+// Limits of the v1 host functions.
+const (
+	// MaxTimerName is the longest timer name, in bytes.
+	MaxTimerName = 256
+	// MaxTimerMessage is the largest timer message, in bytes (64 KiB).
+	MaxTimerMessage = 64 << 10
+	// MaxTimers is the most timers one entity may have running.
+	MaxTimers = 1000
+	// MaxRandom is the most bytes one ImportRandom call fills (64 KiB).
+	MaxRandom = 64 << 10
+	// DefaultCallBudget is the default number of host function calls one message (or
+	// hook) may make; the call past it traps.
+	DefaultCallBudget = 10000
 )
 
 // Status is what ExportReceive returns.

@@ -421,7 +421,7 @@ func (r *Replicator) Update(ctx context.Context, key string, initial ReplicatedD
 	next, delta, err := modify(value)
 	if err != nil {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("%w: %v", ErrModifyFailure, err)
+		return nil, fmt.Errorf("%w: %w", ErrModifyFailure, err)
 	}
 	if next == nil || next.Type() != value.Type() {
 		r.mu.Unlock()

@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -38,6 +39,7 @@ const (
 	CodeUnavailable     = "unavailable"         // no shard home, member gone, timeout
 	CodeInternal        = "internal"            // anything else
 	CodeActivationError = "activation-failed"   // the entity could not be created
+	CodeBackoff         = "entity-backoff"      // the entity keeps failing and rests
 )
 
 // CodedError is an error with a code from the list above. Entity factories return such
@@ -114,6 +116,76 @@ type Envelope struct {
 	// Epoch is the allocation epoch of the shard home the sender forwarded to: a
 	// region hosting the shard under an older epoch learns its allocation is stale.
 	Epoch uint64 `cbor:"7,keyasint,omitempty"`
+	// Sender, Kind, Tag and Chain are what the receiving entity learns of the message
+	// (Message).
+	Sender string      `cbor:"8,keyasint,omitempty"`
+	Kind   MessageKind `cbor:"9,keyasint,omitempty"`
+	Tag    uint64      `cbor:"10,keyasint,omitempty"`
+	Chain  []string    `cbor:"11,keyasint,omitempty"`
+	// Forwards counts how often entities passed the message on (Forward); a message is
+	// refused past maxForwards.
+	Forwards uint8 `cbor:"12,keyasint,omitempty"`
+}
+
+// MessageKind says where a message comes from (abi.MessageKind).
+type MessageKind uint8
+
+const (
+	// KindMessage is a message from an entity or from outside.
+	KindMessage MessageKind = 0
+	// KindTimer is a timer's message to its own entity; Sender is the timer's name.
+	KindTimer MessageKind = 1
+	// KindChanged is a distributed data change for a subscribed entity; Sender is the
+	// key.
+	KindChanged MessageKind = 2
+)
+
+// Message is a message for an entity with what the receiver learns of it, for
+// TellMessage and AskMessage.
+type Message struct {
+	EntityType, EntityID string
+	Payload              []byte
+	// Sender is the sending entity as "type/id", a timer's name or a changed key; empty
+	// from outside the cluster's entities.
+	Sender string
+	Kind   MessageKind
+	// Tag is the sender's own mark (a timer's generation), given back unchanged.
+	Tag uint64
+	// Chain lists the entities ("type/id") that wait, directly or through others, for
+	// the reply of this ask, oldest first; an entity that would ask one of them would
+	// deadlock.
+	Chain []string
+}
+
+// MessageInfo is what an entity learns of the message it is handling: Entity.Receive's
+// context carries it (MessageInfoFrom).
+type MessageInfo struct {
+	Sender string
+	Kind   MessageKind
+	Tag    uint64
+	Chain  []string
+	// Ask says the sender waits for the reply.
+	Ask bool
+}
+
+type messageInfoKey struct{}
+
+// MessageInfoFrom returns the MessageInfo of the message an Entity.Receive context
+// belongs to.
+func MessageInfoFrom(ctx context.Context) (MessageInfo, bool) {
+	mi, ok := ctx.Value(messageInfoKey{}).(MessageInfo)
+	return mi, ok
+}
+
+// ForwardTo is what Entity.Receive returns, as its error, to pass the message on to
+// another entity unchanged: the sender, its reply and its deadline go with it (Akka's
+// forward). The reply of the entity it reaches answers the asker.
+type ForwardTo struct {
+	EntityType, EntityID string
+}
+
+func (f *ForwardTo) Error() string {
+	return "sharding: forwarded to " + f.EntityType + "/" + f.EntityID
 }
 
 // Reply is an entity's answer to an ask.

@@ -764,13 +764,22 @@ func (e *entity) process(d delivery) {
 		e.lastUsed = time.Now()
 		e.mu.Unlock()
 	}()
-	out, err := e.inst.Receive(d.ctx, d.env.Payload)
+	ctx := context.WithValue(d.ctx, messageInfoKey{}, MessageInfo{
+		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
+	out, err := e.inst.Receive(ctx, d.env.Payload)
 	lc, _ := e.inst.(EntityLifecycle)
 	if lc != nil && lc.Terminated() {
 		// The entity is gone (a trapped instance): what it did since its last save is
 		// lost, and the next message starts from the saved state.
 		s.log.Warn("entity terminated", "entity", name, "err", err)
 		e.stop(d.ctx, false)
+	}
+	var fwd *ForwardTo
+	if errors.As(err, &fwd) {
+		// Passed on: the entity it names answers the asker.
+		s.forward(d, fwd)
+		d.reply, d.ask = nil, false
+		err = nil
 	}
 	if err != nil {
 		s.log.Debug("message failed", "entity", name, "err", err)
@@ -921,6 +930,11 @@ func (e *entity) passivate(reason string) bool {
 func (e *entity) stop(ctx context.Context, save bool) {
 	if e.inst == nil {
 		return
+	}
+	if h, ok := e.inst.(EntityStopHook); ok && save && !e.fenced.Load() {
+		if h.BeforeStop(ctx) {
+			e.unsaved++
+		}
 	}
 	if save && e.unsaved > 0 {
 		if err := e.save(ctx); err != nil {

@@ -54,6 +54,9 @@ const (
 // a message takes at most one hop; more happen only while shard homes move.
 const maxHops = 3
 
+// maxForwards bounds how often entities may pass one message on (ForwardTo).
+const maxForwards = 16
+
 // Membership is what sharding needs of cluster membership; *cluster.Membership has it.
 type Membership interface {
 	Self() cluster.Member
@@ -96,6 +99,14 @@ type EntityLifecycle interface {
 	// message (Akka's context.passivate), and clears the request. Its state is saved and
 	// it is stopped; messages that arrive meanwhile go to the next incarnation.
 	PassivationRequested() bool
+}
+
+// EntityStopHook is implemented by an Entity that wants to act before it is stopped with
+// its state saved (passivation, handoff, shutdown; not after a failure nor when fenced).
+// BeforeStop runs on the entity's mailbox goroutine just before the final Snapshot and
+// reports whether it may have changed the entity's state.
+type EntityStopHook interface {
+	BeforeStop(ctx context.Context) bool
 }
 
 // EntityFactory activates entities. NewEntity is called on the entity's mailbox
@@ -490,17 +501,24 @@ func (d delivery) fail(err error) {
 // returns an error if the message cannot be routed from here (unknown type, empty ID,
 // buffer full); failures further on are logged and counted, not returned.
 func (s *Sharding) Tell(ctx context.Context, typ, id string, payload []byte) error {
-	if id == "" {
+	return s.TellMessage(ctx, Message{EntityType: typ, EntityID: id, Payload: payload})
+}
+
+// TellMessage is Tell for a message with a sender, kind and tag.
+func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
+	if m.EntityID == "" {
 		return ErrEmptyEntityID
 	}
 	ctx, span := s.tracer.Start(ctx, "shard region tell", trace.WithAttributes(
-		attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id)))
+		attribute.String("shardhost.entity_type", m.EntityType), attribute.String("shardhost.entity_id", m.EntityID)))
 	defer span.End()
 	// A tell has no reply, but a failure before the message leaves this member (stopped,
 	// buffer full) happens synchronously and is returned; later ones are not.
 	errc := make(chan error, 1)
+	env := m.envelope(s.self)
+	env.Chain = nil // nobody waits for a tell
 	s.route(delivery{
-		env: Envelope{EntityType: typ, EntityID: id, Payload: payload, Origin: s.self},
+		env: env,
 		// The message outlives the call (and the sender's request): keep the trace,
 		// not the cancellation.
 		ctx: context.WithoutCancel(ctx),
@@ -525,6 +543,12 @@ func (s *Sharding) Tell(ctx context.Context, typ, id string, payload []byte) err
 // error, a guest failure, ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull,
 // ErrShardUnavailable, ErrAskTimeout.
 func (s *Sharding) Ask(ctx context.Context, typ, id string, payload []byte) (Reply, error) {
+	return s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Payload: payload})
+}
+
+// AskMessage is Ask for a message with a sender, kind, tag and ask chain.
+func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
+	typ, id := m.EntityType, m.EntityID
 	if id == "" {
 		return Reply{}, ErrEmptyEntityID
 	}
@@ -545,7 +569,7 @@ func (s *Sharding) Ask(ctx context.Context, typ, id string, payload []byte) (Rep
 	ch := make(chan result, 1)
 	var once sync.Once
 	d := delivery{
-		env:      Envelope{EntityType: typ, EntityID: id, Payload: payload, Origin: s.self},
+		env:      m.envelope(s.self),
 		ctx:      ctx,
 		deadline: deadline,
 		ask:      true,
@@ -565,6 +589,35 @@ func (s *Sharding) Ask(ctx context.Context, typ, id string, payload []byte) (Rep
 		span.SetStatus(codes.Error, "timeout")
 		return Reply{}, fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// envelope is the envelope of a message first routed by the member self.
+func (m Message) envelope(self string) Envelope {
+	return Envelope{EntityType: m.EntityType, EntityID: m.EntityID, Payload: m.Payload, Origin: self,
+		Sender: m.Sender, Kind: m.Kind, Tag: m.Tag, Chain: m.Chain}
+}
+
+// forward passes d on to the entity f names, as Entity.Receive asked: the same payload,
+// sender, deadline and reply.
+func (s *Sharding) forward(d delivery, f *ForwardTo) {
+	if d.env.Forwards >= maxForwards {
+		d.fail(fmt.Errorf("%w: %s/%s passed on %d times", ErrRoutingLoop, d.env.EntityType, d.env.EntityID, d.env.Forwards))
+		return
+	}
+	if f.EntityID == "" {
+		d.fail(ErrEmptyEntityID)
+		return
+	}
+	env := d.env
+	env.EntityType, env.EntityID = f.EntityType, f.EntityID
+	env.Hops, env.Epoch, env.Origin = 0, 0, s.self
+	env.Forwards++
+	d.env = env
+	if d.ask && !d.deadline.IsZero() && time.Now().After(d.deadline) {
+		d.fail(fmt.Errorf("%w: %s/%s", ErrAskTimeout, f.EntityType, f.EntityID))
+		return
+	}
+	s.route(d)
 }
 
 // route delivers d to its region, waiting for the entity type if this member does not
