@@ -26,6 +26,7 @@ import (
 //
 //	POST /v1/types/{name}[?shards=N]     body: the module → DeployResult
 //	GET  /v1/types                       → [TypeInfo]
+//	GET  /v1/modules                     → [ModuleInfo]: every type's versions, newest first
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
 //	GET  /v1/members                     → [Member]
@@ -47,6 +48,7 @@ func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/types/{name}", n.apiDeploy)
 	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Types()) })
+	mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Modules()) })
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })

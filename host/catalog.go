@@ -38,6 +38,27 @@ type TypeInfo struct {
 	MaxActive        int    `cbor:"11,keyasint,omitempty" json:"max_active,omitempty"`
 	Checkpoint       string `cbor:"12,keyasint,omitempty" json:"checkpoint"`
 	RememberEntities bool   `cbor:"13,keyasint,omitempty" json:"remember_entities"`
+	// Previous are the type's earlier versions, newest first (at most maxPrevious):
+	// entities still running one move to this version at their next activation.
+	Previous []ModuleVersion `cbor:"14,keyasint,omitempty" json:"previous,omitempty"`
+}
+
+// ModuleVersion is one deployed version of an entity type's module.
+type ModuleVersion struct {
+	Version    uint64 `cbor:"1,keyasint" json:"version"`
+	Digest     string `cbor:"2,keyasint" json:"digest"`
+	Size       int    `cbor:"3,keyasint" json:"size"`
+	DeployedAt int64  `cbor:"4,keyasint" json:"deployed_at_unix_nano"`
+	DeployedBy string `cbor:"5,keyasint" json:"deployed_by"`
+}
+
+// maxPrevious bounds the versions a type's history keeps.
+const maxPrevious = 16
+
+// Versions returns every known version of the type, the current one first.
+func (t TypeInfo) Versions() []ModuleVersion {
+	cur := ModuleVersion{Version: t.Version, Digest: t.Digest, Size: t.Size, DeployedAt: t.DeployedAt, DeployedBy: t.DeployedBy}
+	return append([]ModuleVersion{cur}, t.Previous...)
 }
 
 // Settings returns the type's sharding settings.
@@ -172,11 +193,19 @@ func (c *catalog) list() []TypeInfo {
 func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by string) TypeInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	prev := c.types[st.Name]
+	prev, ok := c.types[st.Name]
+	var previous []ModuleVersion
+	if ok {
+		previous = prev.Versions()
+		if len(previous) > maxPrevious {
+			previous = previous[:maxPrevious]
+		}
+	}
 	return TypeInfo{Name: st.Name, Digest: digest, Size: size, NumberOfShards: st.NumberOfShards,
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
-		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities}
+		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
+		Previous: previous}
 }
 
 // merge adds entries that are newer than what the catalog holds, and reports them.

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/shardhost/shardhost/sharding"
 )
 
 func TestCatalogMergeIsOrderIndependentAndIdempotent(t *testing.T) {
@@ -20,7 +24,7 @@ func TestCatalogMergeIsOrderIndependentAndIdempotent(t *testing.T) {
 			cat.merge([]TypeInfo{e})
 		}
 		list := cat.list()
-		if len(list) != 2 || list[0] != c || list[1] != d {
+		if len(list) != 2 || !reflect.DeepEqual(list[0], c) || !reflect.DeepEqual(list[1], d) {
 			t.Fatalf("order %v gave %v", order, list)
 		}
 	}
@@ -110,7 +114,7 @@ func TestCatalogIsKeptOnDisk(t *testing.T) {
 	if err := b.load(); err != nil {
 		t.Fatal(err)
 	}
-	if l := b.list(); len(l) != 2 || l[0] != entries[0] || l[1] != entries[1] || len(changed) != 2 {
+	if l := b.list(); len(l) != 2 || !reflect.DeepEqual(l[0], entries[0]) || !reflect.DeepEqual(l[1], entries[1]) || len(changed) != 2 {
 		t.Fatalf("loaded %v, changed %v", l, changed)
 	}
 	if err := os.WriteFile(path, []byte("garbage"), 0o644); err != nil {
@@ -118,5 +122,30 @@ func TestCatalogIsKeptOnDisk(t *testing.T) {
 	}
 	if err := newCatalog(nil, path, testLogger()).load(); err == nil || !strings.Contains(err.Error(), "type catalog") {
 		t.Fatalf("garbage file: %v", err)
+	}
+}
+
+// Each deployment records the versions before it, newest first, and the history is
+// bounded.
+func TestCatalogKeepsModuleVersions(t *testing.T) {
+	cat := newCatalog(nil, "", nil)
+	st := sharding.TypeSettings{Name: "cart", NumberOfShards: 10}
+	for i := 1; i <= maxPrevious+3; i++ {
+		cat.merge([]TypeInfo{cat.next(st, digest(strconv.Itoa(i)), i, "m1")})
+	}
+	cur, _ := cat.get("cart")
+	vs := cur.Versions()
+	if cur.Version != maxPrevious+3 || len(vs) != maxPrevious+1 {
+		t.Fatalf("version %d with %d versions", cur.Version, len(vs))
+	}
+	for i, v := range vs {
+		if want := uint64(maxPrevious + 3 - i); v.Version != want || v.Digest != digest(strconv.Itoa(int(want))) || v.Size != int(want) {
+			t.Fatalf("versions[%d] = %+v, want version %d", i, v, want)
+		}
+	}
+	// The history survives the catalog's encoding (gossip and the file).
+	var back []TypeInfo
+	if err := catalogDecMode.Unmarshal(mustEncodeTypes([]TypeInfo{cur}), &back); err != nil || !reflect.DeepEqual(back[0], cur) {
+		t.Fatalf("round trip: %v", err)
 	}
 }

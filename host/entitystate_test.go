@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
@@ -118,21 +122,35 @@ func TestPassivateOnlyDuringReceive(t *testing.T) {
 }
 
 func TestEntityStateEnvelope(t *testing.T) {
+	extras := entityExtras{
+		Timers:        []savedTimer{{Name: "tick", Message: []byte("t"), Due: 1234, Interval: 5}},
+		Subscriptions: []string{"a", "b"},
+	}
 	for _, kind := range []byte{stateGuest, stateInstance} {
-		k, payload, err := decodeState(encodeState(kind, []byte("abc")))
-		if err != nil || k != kind || string(payload) != "abc" {
-			t.Fatalf("kind %q: %q %q %v", kind, k, payload, err)
+		for _, x := range []entityExtras{{}, extras} {
+			k, payload, got, err := decodeState(encodeState(kind, []byte("abc"), x))
+			if err != nil || k != kind || string(payload) != "abc" || !reflect.DeepEqual(got, x) {
+				t.Fatalf("kind %q: %q %q %+v %v", kind, k, payload, got, err)
+			}
 		}
 	}
+	// A state saved by the version before extras is still read.
+	if k, payload, x, err := decodeState([]byte("SHES\x01gabc")); err != nil || k != stateGuest || string(payload) != "abc" || len(x.Timers) != 0 {
+		t.Fatalf("version 1: %q %q %v", k, payload, err)
+	}
 	bad := map[string][]byte{
-		"empty":       nil,
-		"no magic":    []byte("XXXX\x01g"),
-		"new version": []byte("SHES\x02g"),
-		"bad kind":    []byte("SHES\x01z"),
-		"short":       []byte("SHES"),
+		"empty":        nil,
+		"no magic":     []byte("XXXX\x02g\x00"),
+		"new version":  []byte("SHES\x03g\x00"),
+		"bad kind":     []byte("SHES\x02z\x00"),
+		"short":        []byte("SHES"),
+		"no length":    []byte("SHES\x02g"),
+		"long extras":  []byte("SHES\x02g\x09ab"),
+		"bad extras":   []byte("SHES\x02g\x02\xff\xffabc"),
+		"extras shape": []byte("SHES\x02g\x01\x05abc"),
 	}
 	for name, b := range bad {
-		if _, _, err := decodeState(b); !errors.Is(err, ErrBadSnapshot) {
+		if _, _, _, err := decodeState(b); !errors.Is(err, ErrBadSnapshot) {
 			t.Errorf("%s: %v, want ErrBadSnapshot", name, err)
 		}
 	}
@@ -212,5 +230,71 @@ func TestNodeGuestStateAndRequestedPassivation(t *testing.T) {
 	// starts from it.
 	if out, err := ask("count"); err != nil || out != "5" {
 		t.Fatalf("after the trap: %q %v, want 5", out, err)
+	}
+}
+
+// withCustomSection returns wasm with a custom section appended: the same code under
+// another digest, as a redeploy of a rebuilt module is.
+func withCustomSection(wasm []byte, text string) []byte {
+	body := wasmName(nil, "shardhost-test")
+	body = append(body, text...)
+	return section(append([]byte(nil), wasm...), 0, body)
+}
+
+// A new version of a type is recorded; an entity active during the deploy moves to it
+// at its next activation, with its guest-level state.
+func TestNodeModuleVersions(t *testing.T) {
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	defer tp.Shutdown(context.Background())
+	n := startNode(t, nil, func(c *Config) { c.TracerProvider = tp })
+	waitMembers(t, []*Node{n})
+	ctx := context.Background()
+	v1 := testwasm.RustBytes(t, echoRust)
+	if _, err := n.Deploy(ctx, v1, sharding.TypeSettings{Name: echoRust}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(msg string) (string, error) {
+		r, err := n.Sharding().Ask(ctx, echoRust, "v", []byte(msg))
+		return string(r.Payload), err
+	}
+	for i := 1; i <= 2; i++ {
+		if out, err := ask("count"); err != nil || out != strconv.Itoa(i) {
+			t.Fatalf("count %d: %q %v", i, out, err)
+		}
+	}
+	v2 := withCustomSection(v1, "version 2")
+	res, err := n.Deploy(ctx, v2, sharding.TypeSettings{Name: echoRust})
+	if err != nil || res.Type.Version != 2 {
+		t.Fatalf("redeploy: %+v %v", res.Type, err)
+	}
+	mods := n.Modules()
+	if len(mods) != 2 || !mods[0].Current || mods[0].Digest != Digest(v2) || mods[1].Digest != Digest(v1) ||
+		mods[1].Version != 1 || mods[1].Current || !mods[0].Local || !mods[1].Local {
+		t.Fatalf("modules: %+v", mods)
+	}
+	if out, err := ask("passivate"); err != nil || out != "ok" {
+		t.Fatalf("passivate: %q %v", out, err)
+	}
+	waitPassivated(t, n, echoRust, "v")
+	if out, err := ask("count"); err != nil || out != "4" {
+		t.Fatalf("count on version 2: %q %v, want 4", out, err)
+	}
+	// The activations of v, in order, and the module each used.
+	var used []string
+	for _, s := range recorder.Ended() {
+		if s.Name() != "activate" {
+			continue
+		}
+		attrs := map[string]string{}
+		for _, a := range s.Attributes() {
+			attrs[string(a.Key)] = a.Value.Emit()
+		}
+		if attrs["shardhost.entity_id"] == "v" {
+			used = append(used, attrs["shardhost.module_digest"])
+		}
+	}
+	if len(used) != 2 || used[0] != Digest(v1) || used[1] != Digest(v2) {
+		t.Fatalf("activations used %v, want version 1 then version 2", used)
 	}
 }

@@ -19,13 +19,16 @@ var errOutOfRange = errors.New("host: guest pointer range outside its memory")
 // maxLogLine caps a guest log line, in bytes.
 const maxLogLine = 4 << 10
 
-var hostFunctionNames = map[string]struct{}{
-	abi.ImportReply:      {},
-	abi.ImportEntityID:   {},
-	abi.ImportEntityType: {},
-	abi.ImportLog:        {},
-	abi.ImportPassivate:  {},
-}
+var hostFunctionNames = func() map[string]struct{} {
+	names := map[string]struct{}{}
+	for _, n := range abi.V0Imports {
+		names[n] = struct{}{}
+	}
+	for _, f := range v1Functions {
+		names[f.name] = struct{}{}
+	}
+	return names
+}()
 
 func (rt *Runtime) instantiateHostModule(ctx context.Context) error {
 	b := rt.r.NewHostModuleBuilder(abi.ImportModule)
@@ -41,6 +44,9 @@ func (rt *Runtime) instantiateHostModule(ctx context.Context) error {
 	}, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn(abi.ImportLog, hostLog, []api.ValueType{i32, i32, i32}, nil)
 	fn(abi.ImportPassivate, hostPassivate, nil, nil)
+	for _, f := range v1Functions {
+		fn(f.name, f.f, f.params, f.results)
+	}
 	if _, err := b.Instantiate(ctx); err != nil {
 		return fmt.Errorf("host: instantiating the %s host module: %w", abi.ImportModule, err)
 	}
@@ -66,9 +72,10 @@ func read(mod api.Module, ptr, n uint32) []byte {
 // hostReply is reply(ptr, len): copies the reply of the current message.
 func hostReply(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
+	inst.charge()
 	ptr, n := uint32(stack[0]), uint32(stack[1])
 	if !inst.inCall {
-		panic("host: reply called outside shardhost_receive, shardhost_snapshot and shardhost_restore")
+		panic("host: reply called outside shardhost_receive, shardhost_snapshot, shardhost_restore and the hooks")
 	}
 	if max := inst.replyCap; int(n) > max {
 		panic(fmt.Errorf("%w: %d bytes, the cap is %d", ErrReplyTooLarge, n, max))
@@ -79,6 +86,7 @@ func hostReply(ctx context.Context, mod api.Module, stack []uint64) {
 // writeString implements the (ptr, cap) -> len host functions.
 func writeString(ctx context.Context, mod api.Module, stack []uint64, value func(*Instance) string) {
 	inst := mustInstance(ctx)
+	inst.charge()
 	ptr, capacity := uint32(stack[0]), uint32(stack[1])
 	s := value(inst)
 	if uint32(len(s)) <= capacity && len(s) > 0 {
@@ -92,6 +100,7 @@ func writeString(ctx context.Context, mod api.Module, stack []uint64, value func
 // hostLog is log(level, ptr, len).
 func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
+	inst.charge()
 	level, ptr, n := int32(uint32(stack[0])), uint32(stack[1]), uint32(stack[2])
 	if n > maxLogLine {
 		n = maxLogLine
@@ -103,7 +112,8 @@ func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 // hostPassivate is passivate(): the entity asks to be passivated after this message.
 func hostPassivate(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
-	if !inst.receiving {
+	inst.charge()
+	if inst.phase != phaseReceive {
 		panic("host: passivate called outside shardhost_receive")
 	}
 	inst.passivate = true

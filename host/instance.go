@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // GuestError is a message that failed inside the guest: a trap (including a Go panic
@@ -86,12 +87,25 @@ type Instance struct {
 	// Guest-level snapshots: both exported or both nil (Compile checks).
 	snapshotFn, restoreFn api.Function
 
+	// The v1 hooks, nil when the module does not export them (or declares v0).
+	onActivateFn, onPassivateFn api.Function
+
 	// State of the call in progress, touched by host functions on the calling goroutine.
-	inCall    bool // in shardhost_receive, _snapshot or _restore: reply is allowed
-	receiving bool // in shardhost_receive: passivate is allowed
-	replyCap  int  // the largest reply of the current call, in bytes
-	reply     []byte
-	closed    bool
+	inCall   bool  // in an export that may reply
+	phase    phase // which export runs
+	replyCap int   // the largest reply of the current call, in bytes
+	reply    []byte
+	calls    int // host function calls in the current call (the budget)
+	closed   bool
+	// The v1 state of the current message: what sharding says of it, its context (for
+	// traces), the result of the last host function, and a forward the guest asked for.
+	msg     sharding.MessageInfo
+	msgCtx  context.Context
+	result  []byte
+	forward *sharding.ForwardTo
+	// svc is the node's messaging, distributed data and timers for this entity; nil
+	// outside a node.
+	svc services
 	// passivate is set by the passivate host function; PassivationRequested reads and
 	// clears it.
 	passivate bool
@@ -154,6 +168,10 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	inst.receive = mod.ExportedFunction(abi.ExportReceive)
 	inst.snapshotFn = mod.ExportedFunction(abi.ExportSnapshot)
 	inst.restoreFn = mod.ExportedFunction(abi.ExportRestore)
+	if m.ABIVersion >= 1 {
+		inst.onActivateFn = mod.ExportedFunction(abi.ExportOnActivate)
+		inst.onPassivateFn = mod.ExportedFunction(abi.ExportOnPassivate)
+	}
 	if fired || inst.mem == nil || inst.alloc == nil || inst.receive == nil {
 		inst.Close(context.Background())
 		if fired {
@@ -183,11 +201,14 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	if len(msg) > i.m.rt.cfg.MaxMessageSize {
 		return nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrMessageTooLarge, len(msg), i.m.rt.cfg.MaxMessageSize)
 	}
-	_, span := i.m.rt.tracer.Start(ctx, "guest call", trace.WithAttributes(
+	ctx, span := i.m.rt.tracer.Start(ctx, "guest call", trace.WithAttributes(
 		attribute.String("shardhost.entity", i.name),
 		attribute.Int("shardhost.message_bytes", len(msg))))
 	defer span.End()
+	i.msg, _ = sharding.MessageInfoFrom(ctx)
+	i.msgCtx = ctx
 	reply, err := i.call(msg)
+	i.msg, i.msgCtx = sharding.MessageInfo{}, nil
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, firstLine(err.Error()))
@@ -196,12 +217,18 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 }
 
 func (i *Instance) call(msg []byte) ([]byte, error) {
+	i.forward = nil
 	status, reply, err := i.invoke(i.receive, msg, true, i.m.rt.cfg.MaxMessageSize)
+	fwd := i.forward
+	i.forward = nil
 	if err != nil {
 		return nil, err
 	}
 	switch status {
 	case abi.StatusOK:
+		if fwd != nil {
+			return nil, fwd
+		}
 		return reply, nil
 	case abi.StatusError:
 		return nil, &EntityError{Message: string(reply)}
@@ -233,11 +260,12 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		}
 	}
 	if err == nil {
-		i.inCall, i.receiving, i.replyCap = true, fn == i.receive, replyCap
+		i.inCall, i.phase, i.replyCap = true, i.phaseOf(fn), replyCap
 		i.reply = i.reply[:0]
+		i.calls = 0
 		i.stack[0], i.stack[1] = uint64(ptr), uint64(len(arg))
 		err = fn.CallWithStack(i.ctx, i.stack[:])
-		i.inCall, i.receiving = false, false
+		i.inCall, i.phase = false, phaseNone
 	}
 	fired := !i.timer.Stop()
 	if err != nil {
@@ -252,6 +280,66 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		i.Close(context.Background())
 	}
 	return abi.Status(int32(uint32(i.stack[0]))), reply, nil
+}
+
+// phaseOf names the export fn is.
+func (i *Instance) phaseOf(fn api.Function) phase {
+	switch fn {
+	case i.receive:
+		return phaseReceive
+	case i.snapshotFn:
+		return phaseSnapshot
+	case i.restoreFn:
+		return phaseRestore
+	case i.onActivateFn:
+		return phaseActivate
+	case i.onPassivateFn:
+		return phasePassivate
+	}
+	return phaseNone
+}
+
+// Activate runs the guest's shardhost_on_activate (ABI v1), if it exports one, before
+// the first message of an incarnation. Errors: an *EntityError with the guest's text when
+// it refused, a *GuestError for a trap or the deadline (the instance is then closed).
+func (i *Instance) Activate(ctx context.Context) error {
+	if i.closed {
+		return ErrInstanceClosed
+	}
+	if i.onActivateFn == nil {
+		return nil
+	}
+	i.msgCtx = ctx
+	defer func() { i.msgCtx = nil }()
+	status, reply, err := i.invoke(i.onActivateFn, nil, false, i.m.rt.cfg.MaxMessageSize)
+	switch {
+	case err != nil:
+		return err
+	case status != abi.StatusOK:
+		return &EntityError{Message: fmt.Sprintf("%s refused its activation: %s", abi.ExportOnActivate, reply)}
+	}
+	return nil
+}
+
+// BeforeStop runs the guest's shardhost_on_passivate (ABI v1), if it exports one, before
+// its state is saved for a passivation, handoff or shutdown. It reports whether the
+// hook ran; a refusal or a failure is logged (after a trap the instance is closed and
+// the last saved state stands).
+func (i *Instance) BeforeStop(ctx context.Context) bool {
+	if i.closed || i.onPassivateFn == nil {
+		return false
+	}
+	i.msgCtx = ctx
+	defer func() { i.msgCtx = nil }()
+	status, reply, err := i.invoke(i.onPassivateFn, nil, false, i.m.rt.cfg.MaxMessageSize)
+	switch {
+	case err != nil:
+		i.m.rt.log.Warn("entity's on_passivate failed", "entity", i.name, "err", err)
+		return false
+	case status != abi.StatusOK:
+		i.m.rt.log.Warn("entity's on_passivate refused", "entity", i.name, "status", status, "text", string(reply))
+	}
+	return true
 }
 
 // HasGuestSnapshot reports whether the module exports shardhost_snapshot and

@@ -36,6 +36,15 @@ func newModuleStore(rt *Runtime, dir string, log *slog.Logger) (*moduleStore, er
 
 func (s *moduleStore) path(digest string) string { return filepath.Join(s.dir, digest+".wasm") }
 
+// has reports whether the module's file is in this member's store.
+func (s *moduleStore) has(digest string) bool {
+	if !validDigest(digest) {
+		return false
+	}
+	_, err := os.Stat(s.path(digest))
+	return err == nil
+}
+
 // validDigest reports whether d is a hex SHA-256 as Digest writes it: only such names
 // ever become file names.
 func validDigest(d string) bool {

@@ -141,6 +141,7 @@ type Node struct {
 	store      ddata.DurableStore
 	states     *sharding.ReplicatedStateStore
 	sharding   *sharding.Sharding
+	backoff    *backoff
 	api        *http.Server
 	apiLn      net.Listener
 
@@ -178,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		tracer:  cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/host"),
 		stopped: make(chan struct{}),
 		exited:  make(chan struct{}),
+		backoff: newBackoff(time.Now),
 	}
 	// Whatever started is stopped again if a later step fails.
 	defer func() {
@@ -359,6 +361,27 @@ func (n *Node) Sharding() *sharding.Sharding { return n.sharding }
 
 // Types returns the entity types deployed in the cluster, as this node knows them.
 func (n *Node) Types() []TypeInfo { return n.catalog.list() }
+
+// ModuleInfo is one version of an entity type's module, as Node.Modules lists them.
+type ModuleInfo struct {
+	Type string `json:"type"`
+	ModuleVersion
+	// Current says this version is the one new activations use.
+	Current bool `json:"current"`
+	// Local says this member holds the module.
+	Local bool `json:"local"`
+}
+
+// Modules lists the versions of every deployed type, by type name and newest first.
+func (n *Node) Modules() []ModuleInfo {
+	out := []ModuleInfo{}
+	for _, t := range n.catalog.list() {
+		for i, v := range t.Versions() {
+			out = append(out, ModuleInfo{Type: t.Name, ModuleVersion: v, Current: i == 0, Local: n.modules.has(v.Digest)})
+		}
+	}
+	return out
+}
 
 // Close leaves the cluster gracefully: the member becomes leaving, hands its shards off,
 // waits to be removed, forwards what reached it meanwhile, and releases everything.
@@ -622,113 +645,4 @@ func (r *typeResolver) EntityType(ctx context.Context, name string) (sharding.Ty
 		return sharding.TypeSettings{}, withCode(err)
 	}
 	return info.Settings(), nil
-}
-
-// entityFactory is the node as sharding's EntityFactory: entities are wasm instances.
-type entityFactory Node
-
-func (f *entityFactory) NewEntity(ctx context.Context, typ, id string, state []byte) (sharding.Entity, error) {
-	n := (*Node)(f)
-	info, ok := n.catalog.get(typ)
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, typ)
-	}
-	mod, err := n.modules.get(ctx, info.Digest, n.moduleSources(info))
-	if err != nil {
-		return nil, withCode(err)
-	}
-	if state == nil {
-		inst, err := mod.Instantiate(ctx, typ, id)
-		if err != nil {
-			return nil, withCode(err)
-		}
-		return &wasmEntity{mod: mod, typ: typ, id: id, inst: inst}, nil
-	}
-	kind, payload, err := decodeState(state)
-	if err != nil {
-		return nil, withCode(err)
-	}
-	var inst *Instance
-	switch kind {
-	case stateGuest:
-		inst, err = mod.RestoreGuest(ctx, typ, id, payload)
-	case stateInstance:
-		var snap *Snapshot
-		if snap, err = n.rt.UnmarshalSnapshot(payload); err != nil {
-			return nil, withCode(err)
-		}
-		if snap.ModuleDigest != mod.Digest {
-			// A memory snapshot belongs to its module: the entity goes on with the code
-			// its state was made by (abi/SPEC.md).
-			if mod, err = n.modules.get(ctx, snap.ModuleDigest, n.moduleSources(info)); err != nil {
-				return nil, withCode(err)
-			}
-			n.log.Info("entity keeps the module of its state", "entity", typ+"/"+id,
-				"module", snap.ModuleDigest[:12], "deployed", info.Digest[:12])
-		}
-		inst, err = mod.Restore(ctx, typ, id, snap)
-	}
-	if err != nil {
-		return nil, withCode(err)
-	}
-	return &wasmEntity{mod: mod, typ: typ, id: id, inst: inst}, nil
-}
-
-// wasmEntity is an entity backed by a wasm instance. After a trap or a deadline the
-// instance is gone and Receive fails with a guest error code: the region discards the
-// entity, and the next message activates it again from its last saved state.
-type wasmEntity struct {
-	mod     *Module
-	typ, id string
-	inst    *Instance
-}
-
-func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
-	if e.inst == nil || e.inst.Closed() {
-		return nil, withCode(fmt.Errorf("%w: %s/%s", ErrInstanceClosed, e.typ, e.id))
-	}
-	out, err := e.inst.Receive(ctx, payload)
-	return out, withCode(err)
-}
-
-// Snapshot implements sharding.Entity: the guest-level snapshot when the guest gives
-// one, a transparent snapshot of the instance otherwise; nil when the instance is gone
-// (its last saved state stands).
-func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
-	if e.inst == nil || e.inst.Closed() {
-		return nil, nil
-	}
-	state, ok, err := e.inst.GuestSnapshot()
-	if err != nil {
-		return nil, withCode(err)
-	}
-	if ok {
-		return encodeState(stateGuest, state), nil
-	}
-	snap, err := e.inst.Snapshot()
-	if err != nil {
-		return nil, withCode(err)
-	}
-	b, err := snap.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	return encodeState(stateInstance, b), nil
-}
-
-// Terminated implements sharding.EntityLifecycle: the instance trapped or overran its
-// deadline and is closed.
-func (e *wasmEntity) Terminated() bool { return e.inst == nil || e.inst.Closed() }
-
-// PassivationRequested implements sharding.EntityLifecycle: the guest called the
-// passivate host function during the last message.
-func (e *wasmEntity) PassivationRequested() bool {
-	return e.inst != nil && e.inst.PassivationRequested()
-}
-
-func (e *wasmEntity) Stop(ctx context.Context) {
-	if e.inst != nil {
-		e.inst.Close(ctx)
-		e.inst = nil
-	}
 }

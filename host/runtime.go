@@ -2,10 +2,12 @@ package host
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -46,6 +48,15 @@ type RuntimeConfig struct {
 	Logger *slog.Logger
 	// TracerProvider makes the "activate" and "guest call" spans. Default: no-op.
 	TracerProvider trace.TracerProvider
+	// CallBudget is how many host function calls one call of the guest (a message, a
+	// hook) may make; the call past it traps. Default abi.DefaultCallBudget.
+	CallBudget int
+	// Clock gives the guests' wall and monotonic time (the host function now). Default
+	// time.Now; tests give a fixed or simulated one.
+	Clock func() time.Time
+	// Rand gives the guests' random bytes (the host function random). Default
+	// crypto/rand.Reader; tests give a seeded one.
+	Rand io.Reader
 }
 
 // DefaultRuntimeConfig returns the defaults described on RuntimeConfig.
@@ -55,6 +66,7 @@ func DefaultRuntimeConfig() RuntimeConfig {
 		MessageDeadline:    5 * time.Second,
 		ActivationDeadline: 30 * time.Second,
 		MaxMessageSize:     abi.MaxMessageSize,
+		CallBudget:         abi.DefaultCallBudget,
 	}
 }
 
@@ -69,6 +81,8 @@ func (c RuntimeConfig) Validate() error {
 		return fmt.Errorf("host: message and activation deadlines must be positive, got %v and %v", c.MessageDeadline, c.ActivationDeadline)
 	case c.MaxMessageSize <= 0:
 		return fmt.Errorf("host: max message size must be positive, got %d", c.MaxMessageSize)
+	case c.CallBudget < 0:
+		return fmt.Errorf("host: host call budget must not be negative, got %d", c.CallBudget)
 	}
 	return nil
 }
@@ -84,6 +98,9 @@ type Runtime struct {
 	cache  wazero.CompilationCache
 	// bg counts the runtime's background compilations (restore images); Close waits.
 	bg sync.WaitGroup
+	// started is the origin of the guests' monotonic clock.
+	started time.Time
+	randMu  sync.Mutex
 }
 
 // NewRuntime returns a runtime configured by cfg. Close releases it.
@@ -96,6 +113,15 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	}
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	if cfg.CallBudget == 0 {
+		cfg.CallBudget = abi.DefaultCallBudget
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Reader
 	}
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithMemoryLimitPages(uint32(cfg.MemoryLimit >> 16)).
@@ -119,6 +145,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		r:      wazero.NewRuntimeWithConfig(ctx, rc),
 		cache:  cache,
 	}
+	rt.started = cfg.Clock()
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt.r); err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("host: instantiating WASI: %w", err)
@@ -195,8 +222,8 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 		compiled.Close(ctx)
 		return nil, rerr
 	}
-	m := &Module{rt: rt, compiled: compiled, Digest: Digest(wasm), Size: len(wasm), ABIVersion: abi.Version}
-	if m.guestSnapshot, err = checkShape(compiled); err != nil {
+	m := &Module{rt: rt, compiled: compiled, Digest: Digest(wasm), Size: len(wasm)}
+	if m.ABIVersion, m.guestSnapshot, err = checkShape(compiled); err != nil {
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
@@ -230,7 +257,6 @@ var (
 		name            string
 		params, results []api.ValueType
 	}{
-		{abi.VersionMarker(abi.Version), nil, nil},
 		{abi.ExportAlloc, []api.ValueType{i32}, []api.ValueType{i32}},
 		{abi.ExportReceive, []api.ValueType{i32, i32}, []api.ValueType{i32}},
 	}
@@ -242,14 +268,50 @@ var (
 		{abi.ExportInitialize, nil, nil},
 		{abi.ExportSnapshot, nil, []api.ValueType{i32}},
 		{abi.ExportRestore, []api.ValueType{i32, i32}, []api.ValueType{i32}},
+		{abi.ExportOnActivate, nil, []api.ValueType{i32}},
+		{abi.ExportOnPassivate, nil, []api.ValueType{i32}},
 	}
+	// abiVersions are the versions this host speaks: a module declares one.
+	abiVersions = []int{0, 1}
 )
 
-// checkShape checks a module's exports and imports against abi/SPEC.md; guestSnapshot
-// reports whether it exports shardhost_snapshot and shardhost_restore.
-func checkShape(c wazero.CompiledModule) (guestSnapshot bool, err error) {
+// checkShape checks a module's exports and imports against abi/SPEC.md: it returns the
+// ABI version the module declares and whether it exports shardhost_snapshot and
+// shardhost_restore.
+func checkShape(c wazero.CompiledModule) (version int, guestSnapshot bool, err error) {
 	exports := c.ExportedFunctions()
+	version = -1
+	var markers, other []string
+	for name := range exports {
+		if !strings.HasPrefix(name, abi.MarkerPrefix) {
+			continue
+		}
+		known := false
+		for _, v := range abiVersions {
+			if name == abi.VersionMarker(v) {
+				version, known = v, true
+			}
+		}
+		if known {
+			markers = append(markers, name)
+		} else {
+			other = append(other, name)
+		}
+	}
+	slices.Sort(markers)
+	switch {
+	case len(markers) > 1:
+		return 0, false, fmt.Errorf("exports several ABI version markers (%s); a module declares one", strings.Join(markers, ", "))
+	case len(markers) == 0 && len(other) > 0:
+		slices.Sort(other)
+		return 0, false, fmt.Errorf("built for another ABI version (%s); this host speaks v0 and v1", strings.Join(other, ", "))
+	}
 	var missing []string
+	if version < 0 {
+		missing = append(missing, abi.VersionMarker(abi.Version))
+	} else if def := exports[markers[0]]; len(def.ParamTypes()) != 0 || len(def.ResultTypes()) != 0 {
+		return 0, false, fmt.Errorf("export %s has type %s, want ()->()", markers[0], signature(def.ParamTypes(), def.ResultTypes()))
+	}
 	for _, want := range requiredExports {
 		def, ok := exports[want.name]
 		if !ok {
@@ -257,35 +319,26 @@ func checkShape(c wazero.CompiledModule) (guestSnapshot bool, err error) {
 			continue
 		}
 		if !slices.Equal(def.ParamTypes(), want.params) || !slices.Equal(def.ResultTypes(), want.results) {
-			return false, fmt.Errorf("export %s has type %s, want %s", want.name,
+			return 0, false, fmt.Errorf("export %s has type %s, want %s", want.name,
 				signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
 		}
 	}
 	for _, want := range optionalExports {
 		if def, ok := exports[want.name]; ok && (!slices.Equal(def.ParamTypes(), want.params) || !slices.Equal(def.ResultTypes(), want.results)) {
-			return false, fmt.Errorf("export %s has type %s, want %s", want.name,
+			return 0, false, fmt.Errorf("export %s has type %s, want %s", want.name,
 				signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
 		}
 	}
 	_, snap := exports[abi.ExportSnapshot]
 	_, restore := exports[abi.ExportRestore]
 	if snap != restore {
-		return false, fmt.Errorf("exports one of %s and %s: a module exports both or neither", abi.ExportSnapshot, abi.ExportRestore)
+		return 0, false, fmt.Errorf("exports one of %s and %s: a module exports both or neither", abi.ExportSnapshot, abi.ExportRestore)
 	}
 	if len(missing) > 0 {
-		var other []string
-		for name := range exports {
-			if strings.HasPrefix(name, abi.MarkerPrefix) {
-				other = append(other, name)
-			}
-		}
-		if len(other) > 0 {
-			return false, fmt.Errorf("built for another ABI version (%s); this host speaks v%d", strings.Join(other, ", "), abi.Version)
-		}
-		return false, fmt.Errorf("missing required exports %s (is it built with the shardhost guest SDK?)", strings.Join(missing, ", "))
+		return 0, false, fmt.Errorf("missing required exports %s (is it built with the shardhost guest SDK?)", strings.Join(missing, ", "))
 	}
 	if _, ok := c.ExportedMemories()["memory"]; !ok {
-		return false, errors.New(`missing exported memory "memory"`)
+		return 0, false, errors.New(`missing exported memory "memory"`)
 	}
 	for _, imp := range c.ImportedFunctions() {
 		mod, name, _ := imp.Import()
@@ -293,13 +346,16 @@ func checkShape(c wazero.CompiledModule) (guestSnapshot bool, err error) {
 		case wasi_snapshot_preview1.ModuleName:
 		case abi.ImportModule:
 			if _, ok := hostFunctionNames[name]; !ok {
-				return false, fmt.Errorf("imports unknown host function %s.%s", mod, name)
+				return 0, false, fmt.Errorf("imports unknown host function %s.%s", mod, name)
+			}
+			if version == 0 && !slices.Contains(abi.V0Imports, name) {
+				return 0, false, fmt.Errorf("imports %s.%s, a host function of ABI v1, but declares v0", mod, name)
 			}
 		default:
-			return false, fmt.Errorf("imports %s.%s from a module the host does not provide", mod, name)
+			return 0, false, fmt.Errorf("imports %s.%s from a module the host does not provide", mod, name)
 		}
 	}
-	return snap, nil
+	return version, snap, nil
 }
 
 func signature(params, results []api.ValueType) string {

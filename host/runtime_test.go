@@ -146,7 +146,7 @@ func TestCompileRefusesBadModules(t *testing.T) {
 		"not wasm":      {[]byte("#!/bin/sh\necho hi\n"), "not a WebAssembly binary"},
 		"empty":         {nil, "not a WebAssembly binary"},
 		"truncated":     {[]byte("\x00asm\x01\x00\x00\x00\x01\x05"), "invalid module"},
-		"no exports":    {[]byte("\x00asm\x01\x00\x00\x00"), "missing required exports shardhost_abi_v0, shardhost_alloc, shardhost_receive"},
+		"no exports":    {[]byte("\x00asm\x01\x00\x00\x00"), "missing required exports shardhost_abi_v1, shardhost_alloc, shardhost_receive"},
 		"other version": {moduleExporting(t, "shardhost_abi_v9"), "another ABI version (shardhost_abi_v9)"},
 		// Snapshot exports (abi/SPEC.md): typed, both or neither, and the reserved prefix.
 		"snapshot of the wrong type": {moduleExporting(t, abi.ExportSnapshot), "export shardhost_snapshot has type ()->(), want ()->(i32)"},

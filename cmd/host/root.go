@@ -39,6 +39,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newMembersCommand(g)),
 		g.clientFlags(newShardsCommand(g)),
 		g.clientFlags(newTypesCommand(g)),
+		g.clientFlags(newModulesCommand(g)),
 		g.clientFlags(newDownCommand(g)),
 		g.clientFlags(newLeaveCommand(g)),
 		newDDataCommand(g),

@@ -1,0 +1,437 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// entityFactory is the node as sharding's EntityFactory: entities are wasm instances.
+type entityFactory Node
+
+func (f *entityFactory) NewEntity(ctx context.Context, typ, id string, state []byte) (sharding.Entity, error) {
+	n := (*Node)(f)
+	name := typ + "/" + id
+	if err := n.backoff.check(name); err != nil {
+		return nil, err
+	}
+	e, err := n.newEntity(ctx, typ, id, state)
+	if err != nil {
+		var ge *GuestError
+		if errors.As(err, &ge) {
+			n.backoff.failed(name)
+		}
+		return nil, err
+	}
+	return e, nil
+}
+
+func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wasmEntity, error) {
+	info, ok := n.catalog.get(typ)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, typ)
+	}
+	mod, err := n.modules.get(ctx, info.Digest, n.moduleSources(info))
+	if err != nil {
+		return nil, withCode(err)
+	}
+	var inst *Instance
+	var extras entityExtras
+	if state == nil {
+		if inst, err = mod.Instantiate(ctx, typ, id); err != nil {
+			return nil, withCode(err)
+		}
+	} else {
+		var kind byte
+		var payload []byte
+		if kind, payload, extras, err = decodeState(state); err != nil {
+			return nil, withCode(err)
+		}
+		switch kind {
+		case stateGuest:
+			inst, err = mod.RestoreGuest(ctx, typ, id, payload)
+		case stateInstance:
+			var snap *Snapshot
+			if snap, err = n.rt.UnmarshalSnapshot(payload); err != nil {
+				return nil, withCode(err)
+			}
+			if snap.ModuleDigest != mod.Digest {
+				// A memory snapshot belongs to its module: the entity goes on with the
+				// code its state was made by (abi/SPEC.md).
+				if mod, err = n.modules.get(ctx, snap.ModuleDigest, n.moduleSources(info)); err != nil {
+					return nil, withCode(err)
+				}
+				n.log.Info("entity keeps the module of its state", "entity", typ+"/"+id,
+					"module", snap.ModuleDigest[:12], "deployed", info.Digest[:12])
+			}
+			inst, err = mod.Restore(ctx, typ, id, snap)
+		}
+		if err != nil {
+			return nil, withCode(err)
+		}
+	}
+	e := &wasmEntity{n: n, mod: mod, typ: typ, id: id, inst: inst, timers: map[string]*entityTimer{}, subs: map[string]*entitySub{}}
+	inst.svc = e
+	// The timers and subscriptions of the last incarnation run again (abi/SPEC.md,
+	// "v1: timers"), before on_activate.
+	now := time.Now()
+	for _, t := range extras.Timers {
+		e.arm(&entityTimer{name: t.Name, msg: t.Message, interval: time.Duration(t.Interval)}, time.Unix(0, t.Due).Sub(now))
+	}
+	for _, key := range extras.Subscriptions {
+		if err := e.subscribe(key); err != nil {
+			n.log.Warn("entity subscription not renewed", "entity", e.name(), "key", key, "err", err)
+		}
+	}
+	if err := inst.Activate(ctx); err != nil {
+		e.Stop(ctx)
+		return nil, withCode(err)
+	}
+	return e, nil
+}
+
+// wasmEntity is an entity backed by a wasm instance, with the timers and subscriptions
+// it started. After a trap or a deadline the instance is gone and Receive fails with a
+// guest error code: the region discards the entity, and the next message activates it
+// again from its last saved state.
+//
+// Everything but the timer and subscription goroutines runs on the entity's mailbox
+// goroutine; those only read what they captured and route messages.
+type wasmEntity struct {
+	n       *Node
+	mod     *Module
+	typ, id string
+	inst    *Instance
+	timers  map[string]*entityTimer
+	subs    map[string]*entitySub
+	stopped atomic.Bool
+	wg      sync.WaitGroup // subscription goroutines
+}
+
+// entityTimer is a timer an entity started.
+type entityTimer struct {
+	name     string
+	msg      []byte
+	interval time.Duration
+	due      time.Time
+	gen      uint64
+	t        *time.Timer
+}
+
+// entitySub is a distributed data subscription of an entity.
+type entitySub struct {
+	sub  *ddata.Subscription
+	done chan struct{}
+}
+
+// timerGen numbers timer starts, so that a message of a replaced or cancelled timer is
+// told apart from the current one's.
+var timerGen atomic.Uint64
+
+func (e *wasmEntity) name() string { return e.typ + "/" + e.id }
+
+func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
+	if e.inst == nil || e.inst.Closed() {
+		return nil, withCode(fmt.Errorf("%w: %s/%s", ErrInstanceClosed, e.typ, e.id))
+	}
+	if mi, _ := sharding.MessageInfoFrom(ctx); mi.Kind == sharding.KindTimer {
+		t := e.timers[mi.Sender]
+		if t == nil || t.gen != mi.Tag {
+			return nil, nil // a cancelled or replaced timer's message: dropped
+		}
+		if t.interval > 0 {
+			e.arm(t, t.interval) // fixed delay: the next one counts from now
+		} else {
+			delete(e.timers, t.name)
+		}
+	}
+	out, err := e.inst.Receive(ctx, payload)
+	var ge *GuestError
+	switch {
+	case errors.As(err, &ge):
+		e.n.backoff.failed(e.name())
+	case err == nil:
+		e.n.backoff.succeeded(e.name())
+	}
+	return out, withCode(err)
+}
+
+// Snapshot implements sharding.Entity: the guest-level snapshot when the guest gives
+// one, a transparent snapshot of the instance otherwise, with the entity's timers and
+// subscriptions; nil when the instance is gone (its last saved state stands).
+func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
+	if e.inst == nil || e.inst.Closed() {
+		return nil, nil
+	}
+	extras := e.extras()
+	state, ok, err := e.inst.GuestSnapshot()
+	if err != nil {
+		return nil, withCode(err)
+	}
+	if ok {
+		return encodeState(stateGuest, state, extras), nil
+	}
+	snap, err := e.inst.Snapshot()
+	if err != nil {
+		return nil, withCode(err)
+	}
+	b, err := snap.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return encodeState(stateInstance, b, extras), nil
+}
+
+func (e *wasmEntity) extras() entityExtras {
+	var x entityExtras
+	for _, t := range e.timers {
+		x.Timers = append(x.Timers, savedTimer{Name: t.name, Message: t.msg, Due: t.due.UnixNano(), Interval: int64(t.interval)})
+	}
+	slices.SortFunc(x.Timers, func(a, b savedTimer) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	for key := range e.subs {
+		x.Subscriptions = append(x.Subscriptions, key)
+	}
+	slices.Sort(x.Subscriptions)
+	return x
+}
+
+// Terminated implements sharding.EntityLifecycle: the instance trapped or overran its
+// deadline and is closed.
+func (e *wasmEntity) Terminated() bool { return e.inst == nil || e.inst.Closed() }
+
+// PassivationRequested implements sharding.EntityLifecycle: the guest called the
+// passivate host function during the last message.
+func (e *wasmEntity) PassivationRequested() bool {
+	return e.inst != nil && e.inst.PassivationRequested()
+}
+
+// BeforeStop implements sharding.EntityStopHook: the guest's on_passivate.
+func (e *wasmEntity) BeforeStop(ctx context.Context) bool {
+	return e.inst != nil && e.inst.BeforeStop(ctx)
+}
+
+// Stop ends the entity's timers and subscriptions (they are in its saved state) and
+// closes its instance.
+func (e *wasmEntity) Stop(ctx context.Context) {
+	e.stopped.Store(true)
+	for _, t := range e.timers {
+		if t.t != nil {
+			t.t.Stop()
+		}
+	}
+	for key := range e.subs {
+		e.unsubscribe(key)
+	}
+	e.wg.Wait()
+	if e.inst != nil {
+		e.inst.Close(ctx)
+		e.inst = nil
+	}
+}
+
+// The services of the v1 host functions.
+
+func (e *wasmEntity) tell(ctx context.Context, m sharding.Message) error {
+	return e.n.sharding.TellMessage(ctx, m)
+}
+
+func (e *wasmEntity) ask(ctx context.Context, m sharding.Message) ([]byte, error) {
+	r, err := e.n.sharding.AskMessage(ctx, m)
+	return r.Payload, err
+}
+
+func (e *wasmEntity) ddataGet(ctx context.Context, key string, rc ddata.ReadConsistency) (ddata.ReplicatedData, error) {
+	return e.n.replicator.Get(ctx, key, rc)
+}
+
+func (e *wasmEntity) ddataUpdate(ctx context.Context, key string, typ ddata.DataType, op ddata.Op, wc ddata.WriteConsistency) (ddata.ReplicatedData, error) {
+	initial, err := ddata.Empty(typ)
+	if err != nil {
+		return nil, err
+	}
+	return e.n.replicator.Update(ctx, key, initial, wc, op.Modify(e.n.replicator.SelfNodeID(), nil))
+}
+
+func (e *wasmEntity) ddataDelete(ctx context.Context, key string, wc ddata.WriteConsistency) error {
+	return e.n.replicator.Delete(ctx, key, wc)
+}
+
+// subscribe delivers the changes of key to the entity as messages of kind changed, from
+// a goroutine that Stop and unsubscribe end.
+func (e *wasmEntity) subscribe(key string) error {
+	if _, ok := e.subs[key]; ok {
+		return nil
+	}
+	if len(e.subs) >= abi.MaxTimers {
+		return fmt.Errorf("%w: at most %d subscriptions per entity", ErrBadRequest, abi.MaxTimers)
+	}
+	es := &entitySub{sub: e.n.replicator.Subscribe(key, 16), done: make(chan struct{})}
+	e.subs[key] = es
+	s, typ, id := e.n.sharding, e.typ, e.id
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for {
+			select {
+			case <-es.done:
+				return
+			case ch := <-es.sub.C:
+				payload := []byte("null")
+				if ch.Data != nil && !ch.Deleted && !ch.Expired {
+					var err error
+					if payload, err = valueJSON(ch.Data); err != nil {
+						continue
+					}
+				}
+				if err := s.TellMessage(context.Background(), sharding.Message{EntityType: typ, EntityID: id,
+					Payload: payload, Sender: ch.Key, Kind: sharding.KindChanged}); err != nil {
+					e.n.log.Debug("change not delivered", "entity", typ+"/"+id, "key", ch.Key, "err", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+func (e *wasmEntity) unsubscribe(key string) {
+	es, ok := e.subs[key]
+	if !ok {
+		return
+	}
+	delete(e.subs, key)
+	es.sub.Close()
+	close(es.done)
+}
+
+func (e *wasmEntity) startTimer(name string, msg []byte, delay, interval time.Duration) error {
+	old := e.timers[name]
+	if old == nil && len(e.timers) >= abi.MaxTimers {
+		return fmt.Errorf("%w: at most %d timers per entity", ErrBadRequest, abi.MaxTimers)
+	}
+	if old != nil && old.t != nil {
+		old.t.Stop()
+	}
+	e.arm(&entityTimer{name: name, msg: msg, interval: interval}, delay)
+	return nil
+}
+
+// arm (re)starts t to fire after delay (at once when it is not positive) with a new
+// generation, and records it.
+func (e *wasmEntity) arm(t *entityTimer, delay time.Duration) {
+	if t.t != nil {
+		t.t.Stop()
+	}
+	delay = max(delay, 0)
+	t.gen = timerGen.Add(1)
+	t.due = time.Now().Add(delay)
+	e.timers[t.name] = t
+	s, typ, id, name, msg, gen := e.n.sharding, e.typ, e.id, t.name, t.msg, t.gen
+	t.t = time.AfterFunc(delay, func() {
+		if e.stopped.Load() {
+			return
+		}
+		if err := s.TellMessage(context.Background(), sharding.Message{EntityType: typ, EntityID: id,
+			Payload: msg, Sender: name, Kind: sharding.KindTimer, Tag: gen}); err != nil {
+			e.n.log.Debug("timer message not delivered", "entity", typ+"/"+id, "timer", name, "err", err)
+		}
+	})
+}
+
+func (e *wasmEntity) cancelTimer(name string) bool {
+	t, ok := e.timers[name]
+	if !ok {
+		return false
+	}
+	t.t.Stop()
+	delete(e.timers, name)
+	return true
+}
+
+// valueJSON renders a distributed data value as abi/SPEC.md says: counters as numbers,
+// sets as sorted arrays, registers as strings, flags as booleans, maps as objects.
+func valueJSON(d ddata.ReplicatedData) ([]byte, error) {
+	b, err := json.Marshal(d.Value())
+	if err != nil {
+		return nil, fmt.Errorf("host: rendering a %s as JSON: %w", d.Type(), err)
+	}
+	return b, nil
+}
+
+// backoff rests entities that keep failing (abi/SPEC.md, "Failures"): after
+// backoffAfter guest failures in a row, the entity is not activated for a while that
+// starts at backoffMin and doubles up to backoffMax. A handled message resets it.
+type backoff struct {
+	mu      sync.Mutex
+	clock   func() time.Time
+	failing map[string]*failing
+}
+
+type failing struct {
+	count int
+	delay time.Duration
+	until time.Time
+}
+
+const (
+	backoffAfter = 3
+	backoffMin   = time.Second
+	backoffMax   = time.Minute
+)
+
+func newBackoff(clock func() time.Time) *backoff {
+	return &backoff{clock: clock, failing: map[string]*failing{}}
+}
+
+// check returns an error coded entity-backoff while the entity rests.
+func (b *backoff) check(entity string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.failing[entity]
+	if f == nil || !b.clock().Before(f.until) {
+		return nil
+	}
+	return &codedError{sharding.CodeBackoff, fmt.Errorf("%w: %s failed %d times in a row; retry after %v",
+		ErrEntityBackoff, entity, f.count, f.until.Sub(b.clock()).Round(time.Millisecond))}
+}
+
+// failed counts a guest failure of the entity.
+func (b *backoff) failed(entity string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.failing[entity]
+	if f == nil {
+		f = &failing{}
+		b.failing[entity] = f
+	}
+	f.count++
+	if f.count >= backoffAfter {
+		f.delay = min(max(2*f.delay, backoffMin), backoffMax)
+		f.until = b.clock().Add(f.delay)
+	}
+}
+
+// succeeded forgets the entity's failures.
+func (b *backoff) succeeded(entity string) {
+	b.mu.Lock()
+	if len(b.failing) > 0 {
+		delete(b.failing, entity)
+	}
+	b.mu.Unlock()
+}
