@@ -3,6 +3,7 @@ package shardhost_test
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
 )
@@ -48,4 +49,61 @@ func ExampleHarness_Restore() {
 	// 2 true
 	// 2 true <nil>
 	// 3 false
+}
+
+// greeter keeps the names it greeted in a ready state type: Stateful makes it a
+// Snapshotter, so the names survive passivation and redeploys. It counts greetings in
+// distributed data and says goodbye with a timer.
+type greeter struct {
+	shardhost.Stateful[shardhost.Strings, *shardhost.Strings]
+}
+
+func (g *greeter) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+	if ctx.Kind() == shardhost.KindTimer {
+		return nil, ctx.Tell("mailer", "m-1", []byte("goodbye "+string(msg)))
+	}
+	g.State = append(g.State, string(msg))
+	n, err := ctx.PNCounter("greetings").Incr(1, shardhost.Majority)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.StartTimer("bye-"+string(msg), msg, time.Minute); err != nil {
+		return nil, err
+	}
+	return []byte(fmt.Sprintf("hello %s, greeting %d", msg, n)), nil
+}
+
+// A test drives the v1 host functions through the Harness: distributed data, timers on
+// a clock it moves, recorded tells, and a restart that keeps the state.
+func ExampleHarness_FireDue() {
+	h := shardhost.NewHarness("greeter", "g-1", func(string) shardhost.Entity { return &greeter{} })
+	out, _ := h.Send([]byte("ann"))
+	fmt.Println(string(out))
+	out, _ = h.Send([]byte("bob"))
+	fmt.Println(string(out))
+
+	h.Advance(time.Minute)
+	fired, _ := h.FireDue()
+	fmt.Println(fired)
+	for _, m := range h.Tells {
+		fmt.Printf("%s told %s/%s %q\n", m.Sender, m.Type, m.ID, m.Msg)
+	}
+
+	if err := h.Restart(); err != nil {
+		fmt.Println(err)
+	}
+	out, _ = h.Send([]byte("cy"))
+	fmt.Println(string(out))
+	state, _, _ := h.Snapshot()
+	var names shardhost.Strings
+	names.UnmarshalBinary(state)
+	fmt.Println(names)
+	// Output:
+	// hello ann, greeting 1
+	// hello bob, greeting 2
+	// [bye-ann bye-bob]
+	// greeter/g-1 told mailer/m-1 "goodbye ann"
+	// greeter/g-1 told mailer/m-1 "goodbye bob"
+	// hello cy, greeting 3
+	// [ann bob cy]
 }

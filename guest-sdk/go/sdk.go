@@ -16,12 +16,23 @@
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o counter.wasm .
 //
 // An entity that also implements Snapshotter saves its state in its own encoding, so that
-// the state survives a redeploy with new code; otherwise the host snapshots the instance's
-// memory. Context.Passivate asks the host to passivate the entity.
+// the state survives a redeploy with new code (Stateful does it for a state value that
+// implements encoding.BinaryMarshaler and encoding.BinaryUnmarshaler); otherwise the host
+// snapshots the instance's memory. Context.Passivate asks the host to passivate the
+// entity; Activator and Passivator are called as an incarnation starts and stops.
 //
-// The SDK implements ABI version 0 (abi/SPEC.md in the shardhost repository). It uses no
+// Through its Context an entity also talks to other entities (Tell, Ask, Forward; Sender
+// and Kind tell where the current message comes from), uses the cluster's distributed
+// data (the typed helpers PNCounter, ORSet, LWWMap and the others, or DDataUpdate,
+// DDataGet and DDataDelete; Subscribe delivers a key's changes as messages of
+// KindChanged), starts timers (StartTimer, StartRepeatingTimer: messages of KindTimer),
+// reads the host's clocks (Now, Monotonic), random bytes (Random) and adds trace events.
+// Host functions that fail return a *HostError, which errors.Is matches against ErrTimeout,
+// ErrNotFound and the other sentinels.
+//
+// The SDK implements ABI version 1 (abi/SPEC.md in the shardhost repository). It uses no
 // reflection and no dependencies beyond the standard library, so TinyGo can build it.
-// Entity code is tested without a host with Harness.
+// Entity code is tested without a host with Harness, which fakes every host function.
 package shardhost
 
 import (
@@ -29,8 +40,9 @@ import (
 	"fmt"
 )
 
-// ABIVersion is the host ABI version this SDK implements.
-const ABIVersion = 0
+// ABIVersion is the host ABI version this SDK implements: a module built with it exports
+// shardhost_abi_v1.
+const ABIVersion = 1
 
 // Entity is the code of one entity. The host calls Receive for each message, one at a
 // time and in order; the returned bytes are the reply to the asker (ignored for a tell),
@@ -67,6 +79,25 @@ type Snapshotter interface {
 	Restore(state []byte) error
 }
 
+// Activator is implemented by an entity that does something as each incarnation starts:
+// OnActivate is called once, before the first message, after the state is restored and
+// after the host re-armed the timers and subscriptions saved with it (start timers or
+// subscribe here). An error fails the activation: the message that caused it fails, and
+// the next one tries again with a new instance. The Context is valid during the call;
+// Kind is KindMessage and Sender empty.
+type Activator interface {
+	OnActivate(ctx *Context) error
+}
+
+// Passivator is implemented by an entity that does something before it stops for
+// passivation, handoff or shutdown: OnPassivate is called once, before the host saves
+// its state (not after a trap or a crash). It may use the Context except Tell, Ask,
+// Forward and Passivate (the host refuses them with ErrNotAllowed). It is called after
+// the last message and before Snapshot.
+type Passivator interface {
+	OnPassivate(ctx *Context)
+}
+
 // MaxSnapshotSize is the largest state Snapshotter.Snapshot may return, in bytes (4 MiB):
 // abi.MaxSnapshotSize, the size of one frame of the host's entity state store.
 const MaxSnapshotSize = 4 << 20
@@ -100,12 +131,40 @@ const (
 )
 
 // host is what the SDK needs from the host: the real one (wasm imports) or a Harness.
+// The methods that return a Code also return the result (the value or the error text).
 type host interface {
 	entityID() string
 	entityType() string
 	log(level LogLevel, msg string)
 	passivate()
+
+	// v1; messageKind is called only during receive.
+	messageKind() MessageKind
+	sender() string
+	tell(typ, id string, msg []byte) (Code, []byte)
+	ask(typ, id string, msg []byte, timeoutMS int32) (Code, []byte)
+	forward(typ, id string) (Code, []byte)
+	ddataGet(key, cons string, timeoutMS int32) (Code, []byte)
+	ddataUpdate(key, typ, op, cons string, timeoutMS int32) (Code, []byte)
+	ddataDelete(key, cons string, timeoutMS int32) (Code, []byte)
+	ddataSubscribe(key string) (Code, []byte)
+	ddataUnsubscribe(key string) (Code, []byte)
+	timerStart(name string, msg []byte, delayMS, intervalMS int64) (Code, []byte)
+	timerCancel(name string) bool
+	now(clock int32) int64
+	random(b []byte)
+	traceEvent(name string)
 }
+
+// phase is the export the SDK is running in: some host functions are valid only in some.
+type phase uint8
+
+const (
+	phaseIdle      phase = iota
+	phaseReceive         // shardhost_receive
+	phaseActivate        // shardhost_on_activate
+	phasePassivate       // shardhost_on_passivate
+)
 
 // Status codes the exports return (abi.Status).
 const (
@@ -114,10 +173,17 @@ const (
 	statusNoSnapshot int32 = 2
 )
 
-// Context gives an entity access to the host during Receive. It is valid only during the
-// Receive call it was passed to.
+// Context gives an entity access to the host during Receive (and the lifecycle hooks).
+// It is valid only during the call it was passed to.
 type Context struct {
-	h host
+	h     host
+	phase phase
+	// The current message's kind and sender, read from the host once per message: every
+	// host call counts against the message's call budget.
+	kind     MessageKind
+	kindRead bool
+	from     string
+	fromRead bool
 }
 
 // EntityID returns the entity's ID.
@@ -139,7 +205,19 @@ func (c *Context) Logf(level LogLevel, format string, args ...any) {
 // and messages that arrive meanwhile go to the next incarnation, which starts from that
 // state: Akka's Passivate, Orleans' DeactivateOnIdle. The reply to the current message
 // is delivered as usual; calling Passivate again changes nothing.
-func (c *Context) Passivate() { c.h.passivate() }
+// Outside Receive it does nothing.
+func (c *Context) Passivate() {
+	if c.phase == phaseReceive {
+		c.h.passivate()
+	}
+}
+
+// begin prepares the context for a call of the entity in phase p.
+func (c *Context) begin(p phase) {
+	c.phase = p
+	c.kind, c.kindRead = KindMessage, false
+	c.from, c.fromRead = "", false
+}
 
 var (
 	// ErrNotRegistered is returned for every message of a module that never called
@@ -165,6 +243,9 @@ type dispatcher struct {
 	entity Entity
 }
 
+// end leaves the entity's call: the context is idle until the next one.
+func (d *dispatcher) end() { d.ctx.phase = phaseIdle }
+
 // create makes the entity through the registered factory.
 func (d *dispatcher) create() error {
 	if registered == nil {
@@ -186,6 +267,8 @@ func (d *dispatcher) receive(msg []byte) (reply []byte, isErr bool) {
 			return []byte(err.Error()), true
 		}
 	}
+	d.ctx.begin(phaseReceive)
+	defer d.end()
 	out, err := d.entity.Receive(&d.ctx, msg)
 	if err != nil {
 		return []byte(err.Error()), true
@@ -231,6 +314,39 @@ func (d *dispatcher) restore(state []byte) error {
 		return err
 	}
 	return nil
+}
+
+// activate runs the entity's Activator, creating the entity first if no restore did. On
+// an error the entity is dropped, so that the next message starts from a fresh one (the
+// host uses a new instance).
+func (d *dispatcher) activate() error {
+	if d.entity == nil {
+		if err := d.create(); err != nil {
+			return err
+		}
+	}
+	a, ok := d.entity.(Activator)
+	if !ok {
+		return nil
+	}
+	d.ctx.begin(phaseActivate)
+	defer d.end()
+	if err := a.OnActivate(&d.ctx); err != nil {
+		d.entity = nil
+		return err
+	}
+	return nil
+}
+
+// passivate runs the entity's Passivator, if there is an entity.
+func (d *dispatcher) passivate() {
+	p, ok := d.entity.(Passivator)
+	if !ok {
+		return
+	}
+	d.ctx.begin(phasePassivate)
+	defer d.end()
+	p.OnPassivate(&d.ctx)
 }
 
 // ShardID returns the shard of an entity: the 64-bit FNV-1a hash of the entity ID's

@@ -27,15 +27,25 @@ func (f *faulty) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 			sink += i
 		}
 	case s == "grow":
-		for {
-			f.hoard = append(f.hoard, make([]byte, 1<<20))
-		}
+		grow(&f.hoard)
 	case s == "trap":
 		panic("faulty: trap requested")
 	case s == "fail":
 		return nil, errors.New("faulty: failure requested")
 	}
 	return nil, errors.New("faulty: unknown message " + s)
+}
+
+// grow allocates memory without end, writing to every page so that the memory is really
+// used, and keeping all of it reachable from hoard so that the collector frees none.
+func grow(hoard *[][]byte) {
+	for {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = byte(i>>12) | 1
+		}
+		*hoard = append(*hoard, b)
+	}
 }
 
 func init() {
