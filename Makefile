@@ -3,14 +3,15 @@
 
 GO       ?= go
 BIN      := bin
-EXAMPLES := counter faulty
+EXAMPLES := counter faulty room
 GOROOT   := $(shell $(GO) env GOROOT)
 
 # Rust guests build with Debian's rustc (1.63), whose std includes wasm32-unknown-unknown;
 # a rustup toolchain earlier in PATH usually lacks that target, hence the full path.
 RUSTC         ?= /usr/bin/rustc
 RUSTDOC       ?= /usr/bin/rustdoc
-RUST_EXAMPLES := echo-rust
+RUST_EXAMPLES := echo-rust cart
+RUST_TEST_MODULES := abitest-rust
 RUST_SDK      := guest-sdk/rust/src/lib.rs
 RUST_SDK_WASM := $(BIN)/rust/wasm32/libshardhost.rlib
 RUST_SDK_HOST := $(BIN)/rust/native/libshardhost.rlib
@@ -37,7 +38,7 @@ $(RUST_SDK_WASM): $(RUST_SDK) | rust-toolchain
 	$(RUSTC) --edition 2021 --crate-type rlib --crate-name shardhost --target wasm32-unknown-unknown \
 		-C opt-level=3 -C panic=abort -D warnings -o $@ $(RUST_SDK)
 
-$(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: examples/wasm/%/lib.rs $(RUST_SDK_WASM) | rust-toolchain
+$(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: examples/wasm/%/lib.rs $(RUST_SDK_WASM) | rust-toolchain
 	@mkdir -p $(BIN)/wasm
 	$(RUSTC) --edition 2021 --crate-type cdylib --crate-name $(subst -,_,$*) --target wasm32-unknown-unknown \
 		-C opt-level=3 -C lto=yes -C panic=abort -C strip=symbols -C link-arg=-zstack-size=65536 \
@@ -71,13 +72,13 @@ test-guest: $(BIN)/wazero
 # The Rust SDK's unit tests (with the shard ID vectors) and doc examples, and the Rust
 # examples' tests, run natively against the SDK's Harness; the examples must also build
 # for wasm32.
-test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) | rust-toolchain
+test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wasm/%.wasm) | rust-toolchain
 	@mkdir -p $(dir $(RUST_SDK_HOST))
 	$(RUSTC) --edition 2021 --crate-name shardhost --test -D warnings -o $(BIN)/rust/native/shardhost-test $(RUST_SDK)
 	$(BIN)/rust/native/shardhost-test -q
 	$(RUSTC) --edition 2021 --crate-type rlib --crate-name shardhost -D warnings -o $(RUST_SDK_HOST) $(RUST_SDK)
 	$(RUSTDOC) --edition 2021 --test --crate-name shardhost -L $(dir $(RUST_SDK_HOST)) $(RUST_SDK)
-	set -e; for ex in $(RUST_EXAMPLES); do \
+	set -e; for ex in $(RUST_EXAMPLES) $(RUST_TEST_MODULES); do \
 		$(RUSTC) --edition 2021 --crate-name $$(echo $$ex | tr - _) --test -D warnings \
 			--extern shardhost=$(RUST_SDK_HOST) -L $(dir $(RUST_SDK_HOST)) \
 			-o $(BIN)/rust/native/$$ex-test examples/wasm/$$ex/lib.rs; \
