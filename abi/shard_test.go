@@ -85,7 +85,7 @@ func TestShardIDPanicsOnNonPositive(t *testing.T) {
 }
 
 func TestVersionMarker(t *testing.T) {
-	if got := VersionMarker(Version); got != "shardhost_abi_v0" {
+	if got := VersionMarker(Version); got != "shardhost_abi_v1" {
 		t.Fatalf("marker %q", got)
 	}
 	if got := VersionMarker(12); got != "shardhost_abi_v12" {

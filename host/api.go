@@ -120,7 +120,7 @@ func statusOf(err error) (int, string) {
 		return http.StatusUnprocessableEntity, code
 	case sharding.CodeGuestDeadline:
 		return http.StatusGatewayTimeout, code
-	case sharding.CodeOverloaded:
+	case sharding.CodeOverloaded, sharding.CodeBackoff:
 		return http.StatusServiceUnavailable, code
 	case sharding.CodeUnavailable:
 		if errors.Is(err, sharding.ErrAskTimeout) {

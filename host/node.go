@@ -150,6 +150,9 @@ type Node struct {
 	stopped    chan struct{}
 	wg         sync.WaitGroup
 	exited     chan struct{} // closed when this member is out of the cluster
+	// started is closed once Start has assigned every field: work that the catalog or
+	// the membership starts during Start waits for it.
+	started chan struct{}
 	exitReason string
 }
 
@@ -179,6 +182,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		tracer:  cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/host"),
 		stopped: make(chan struct{}),
 		exited:  make(chan struct{}),
+		started: make(chan struct{}),
 		backoff: newBackoff(time.Now),
 	}
 	// Whatever started is stopped again if a later step fails.
@@ -293,6 +297,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	self := n.membership.Self()
 	n.log.Info("node started", "address", self.Address, "uid", self.UID,
 		"transport", self.TransportAddr, "api", apiAddr, "data_dir", cfg.DataDir)
+	close(n.started)
 	return n, nil
 }
 
@@ -558,6 +563,11 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) error {
 // prepared in the background.
 func (n *Node) typeChanged(info TypeInfo) {
 	n.goroutine(func() {
+		select {
+		case <-n.started:
+		case <-n.stopped:
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.JoinTimeout)
 		defer cancel()
 		go func() {
