@@ -406,6 +406,33 @@ func TestThreeProcessesServeHundredsOfCounters(t *testing.T) {
 		t.Fatalf("shards: %d regions, %d with entities, %d entities in all\n%s", len(rep.Regions), withEntities, total, out)
 	}
 
+	// A second version of counter (the same code under another digest): modules lists
+	// both, the new one current, on every member.
+	v2 := filepath.Join(t.TempDir(), "counter-v2.wasm")
+	wasm := testwasm.Bytes(t, "counter")
+	// A custom section named "v2" holding "build 2" (wazero refuses an empty one).
+	custom := append([]byte{0, byte(1 + len("v2") + len("build 2")), byte(len("v2"))}, "v2build 2"...)
+	if err := os.WriteFile(v2, append(append([]byte(nil), wasm...), custom...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errText, ok := cli(t, h3, nil, "deploy", "--type", "counter", v2); !ok {
+		t.Fatalf("deploy v2: %s%s", out, errText)
+	}
+	out, errText, ok = cli(t, h1, nil, "modules")
+	if !ok {
+		t.Fatal(errText)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "TYPE") || !strings.Contains(lines[1], "counter") ||
+		!strings.Contains(lines[1], " 2 ") || !strings.Contains(lines[1], "*") || !strings.Contains(lines[2], " 1 ") {
+		t.Fatalf("modules:\n%s", out)
+	}
+	t.Logf("shardhost modules:\n%s", out)
+	// The counts survive: each entity moves to version 2 at its next activation.
+	if out, _, ok := cli(t, h2, nil, "ask", "counter/cli-entity", "get"); !ok || out != "10\n" {
+		t.Fatalf("get after the redeploy: %q", out)
+	}
+
 	for _, h := range hosts {
 		h.stop(t)
 	}

@@ -259,3 +259,38 @@ func TestABIConformance(t *testing.T) {
 		})
 	}
 }
+
+// A timer moves with its entity: the member hosting it leaves gracefully, the entity's
+// state (with the timer) is saved at the handoff, and the next incarnation on the other
+// member re-arms it and it fires there.
+func TestTimerMovesWithItsEntity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	nodes := startNodes(t, 2, nil)
+	ctx := context.Background()
+	const typ = "abitest-rust"
+	if _, err := nodes[0].Deploy(ctx, testwasm.RustBytes(t, "abitest-rust"), sharding.TypeSettings{Name: typ, NumberOfShards: 10}); err != nil {
+		t.Fatal(err)
+	}
+	// An entity that lives on node 1, the one that leaves.
+	var id string
+	for i := 0; id == ""; i++ {
+		r, err := nodes[0].Sharding().Ask(ctx, typ, "m"+strconv.Itoa(i), []byte("timer moved 1500 0 wake"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Node == nodes[1].Self().Address {
+			id = "m" + strconv.Itoa(i)
+		}
+	}
+	if err := nodes[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := &conformance{t: t, nodes: nodes[:1]}
+	c.want(typ, id, "hooks", "activations=2 passivations=1")
+	got := c.eventually(typ, id, "events", func(s string) bool { return strings.Contains(s, "1 moved wake") })
+	if strings.Count(got, "1 moved wake") != 1 {
+		t.Fatalf("events: %q, want the timer once", got)
+	}
+}

@@ -145,14 +145,14 @@ type Node struct {
 	api        *http.Server
 	apiLn      net.Listener
 
-	mu         sync.Mutex
-	closed     bool
-	stopped    chan struct{}
-	wg         sync.WaitGroup
-	exited     chan struct{} // closed when this member is out of the cluster
+	mu      sync.Mutex
+	closed  bool
+	stopped chan struct{}
+	wg      sync.WaitGroup
+	exited  chan struct{} // closed when this member is out of the cluster
 	// started is closed once Start has assigned every field: work that the catalog or
 	// the membership starts during Start waits for it.
-	started chan struct{}
+	started    chan struct{}
 	exitReason string
 }
 

@@ -1,13 +1,18 @@
 // Command faulty is an entity that misbehaves on request, for testing the host's sandbox.
 //
 // Messages: "echo X" replies X; "loop" never returns; "grow" allocates memory without
-// end; "trap" panics; "fail" returns an error. Anything else is an error.
+// end; "trap" panics; "fail" returns an error; "read PATH" tries to read a file and
+// "dial ADDR" to open a TCP connection, replying what happened (the sandbox gives a
+// guest no filesystem and no network, so both fail). Anything else is an error.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o faulty.wasm .
 package main
 
 import (
 	"errors"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 
 	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
@@ -32,6 +37,19 @@ func (f *faulty) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 		panic("faulty: trap requested")
 	case s == "fail":
 		return nil, errors.New("faulty: failure requested")
+	case strings.HasPrefix(s, "read "):
+		b, err := os.ReadFile(strings.TrimPrefix(s, "read "))
+		if err != nil {
+			return []byte("refused: " + err.Error()), nil
+		}
+		return []byte("read " + strconv.Itoa(len(b)) + " bytes"), nil
+	case strings.HasPrefix(s, "dial "):
+		c, err := net.Dial("tcp", strings.TrimPrefix(s, "dial "))
+		if err != nil {
+			return []byte("refused: " + err.Error()), nil
+		}
+		c.Close()
+		return []byte("connected"), nil
 	}
 	return nil, errors.New("faulty: unknown message " + s)
 }
