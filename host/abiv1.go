@@ -230,11 +230,11 @@ func hostSender(ctx context.Context, mod api.Module, stack []uint64) {
 
 // target reads the (type, id) arguments at stack[0:4].
 func (i *Instance) target(mod api.Module, stack []uint64) (typ, id string, ok bool) {
-	if typ, ok = i.text(mod, stack, uint32(stack[0]), uint32(stack[1]), "entity type"); !ok {
-		return
+	args, ok := i.textArgs(mod, stack, "entity type", "entity ID")
+	if !ok {
+		return "", "", false
 	}
-	id, ok = i.text(mod, stack, uint32(stack[2]), uint32(stack[3]), "entity ID")
-	return
+	return args[0], args[1], true
 }
 
 // outgoing is a message from this entity to typ/id with the ask chain it carries.
@@ -349,30 +349,46 @@ func hostForward(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 }
 
+// textArgs reads the UTF-8 (ptr, len) arguments at stack[0:2*len(names)], named for the
+// error; ok is false (and the result set to BadRequest) when one is not UTF-8.
+func (i *Instance) textArgs(mod api.Module, stack []uint64, names ...string) ([]string, bool) {
+	out := make([]string, len(names))
+	for k, what := range names {
+		s, ok := i.text(mod, stack, uint32(stack[2*k]), uint32(stack[2*k+1]), what)
+		if !ok {
+			return nil, false
+		}
+		out[k] = s
+	}
+	return out, true
+}
+
+// withServices reports whether the instance runs in a node; if not, it sets the result
+// to Unavailable.
+func (i *Instance) withServices(stack []uint64) bool {
+	if i.svc == nil {
+		i.finish(stack, nil, errNoServices)
+		return false
+	}
+	return true
+}
+
 // hostDDataGet is ddata_get(key, consistency, timeout_ms) -> code.
 func hostDDataGet(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
 	inst.charge()
-	key, ok := inst.text(mod, stack, uint32(stack[0]), uint32(stack[1]), "key")
-	if !ok {
+	args, ok := inst.textArgs(mod, stack, "key", "consistency")
+	if !ok || !inst.withServices(stack) {
 		return
 	}
-	cons, ok := inst.text(mod, stack, uint32(stack[2]), uint32(stack[3]), "consistency")
-	if !ok {
-		return
-	}
-	if inst.svc == nil {
-		inst.finish(stack, nil, errNoServices)
-		return
-	}
-	rc, err := ddata.ParseReadConsistency(orDefault(cons, "local"))
+	rc, err := ddata.ParseReadConsistency(orDefault(args[1], "local"))
 	if err != nil {
 		inst.finish(stack, nil, fmt.Errorf("%w: %v", ErrBadRequest, err))
 		return
 	}
 	cctx, cancel := inst.callCtx(int32(uint32(stack[4])))
 	defer cancel()
-	d, err := inst.svc.ddataGet(cctx, key, rc)
+	d, err := inst.svc.ddataGet(cctx, args[0], rc)
 	inst.finishValue(stack, d, err)
 }
 
@@ -386,29 +402,30 @@ func (i *Instance) finishValue(stack []uint64, d ddata.ReplicatedData, err error
 	i.finish(stack, out, err)
 }
 
+// writeConsistency parses a guest's write consistency; on an error it sets the result.
+func (i *Instance) writeConsistency(stack []uint64, s string) (ddata.WriteConsistency, bool) {
+	wc, err := ddata.ParseWriteConsistency(orDefault(s, "local"))
+	if err != nil {
+		i.finish(stack, nil, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		return wc, false
+	}
+	return wc, true
+}
+
 // hostDDataUpdate is ddata_update(key, type, op, consistency, timeout_ms) -> code.
 func hostDDataUpdate(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
 	inst.charge()
-	var args [4]string
-	for k, what := range []string{"key", "data type", "operation", "consistency"} {
-		s, ok := inst.text(mod, stack, uint32(stack[2*k]), uint32(stack[2*k+1]), what)
-		if !ok {
-			return
-		}
-		args[k] = s
-	}
-	if inst.svc == nil {
-		inst.finish(stack, nil, errNoServices)
+	args, ok := inst.textArgs(mod, stack, "key", "data type", "operation", "consistency")
+	if !ok || !inst.withServices(stack) {
 		return
 	}
-	key, typ, text, cons := args[0], ddata.DataType(args[1]), args[2], args[3]
-	wc, err := ddata.ParseWriteConsistency(orDefault(cons, "local"))
-	if err != nil {
-		inst.finish(stack, nil, fmt.Errorf("%w: %v", ErrBadRequest, err))
+	key, typ := args[0], ddata.DataType(args[1])
+	wc, ok := inst.writeConsistency(stack, args[3])
+	if !ok {
 		return
 	}
-	op, err := ddata.ParseOp(typ, text)
+	op, err := ddata.ParseOp(typ, args[2])
 	if err != nil {
 		inst.finish(stack, nil, err)
 		return
@@ -423,26 +440,17 @@ func hostDDataUpdate(ctx context.Context, mod api.Module, stack []uint64) {
 func hostDDataDelete(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
 	inst.charge()
-	key, ok := inst.text(mod, stack, uint32(stack[0]), uint32(stack[1]), "key")
+	args, ok := inst.textArgs(mod, stack, "key", "consistency")
+	if !ok || !inst.withServices(stack) {
+		return
+	}
+	wc, ok := inst.writeConsistency(stack, args[1])
 	if !ok {
-		return
-	}
-	cons, ok := inst.text(mod, stack, uint32(stack[2]), uint32(stack[3]), "consistency")
-	if !ok {
-		return
-	}
-	if inst.svc == nil {
-		inst.finish(stack, nil, errNoServices)
-		return
-	}
-	wc, err := ddata.ParseWriteConsistency(orDefault(cons, "local"))
-	if err != nil {
-		inst.finish(stack, nil, fmt.Errorf("%w: %v", ErrBadRequest, err))
 		return
 	}
 	cctx, cancel := inst.callCtx(int32(uint32(stack[4])))
 	defer cancel()
-	inst.finish(stack, nil, inst.svc.ddataDelete(cctx, key, wc))
+	inst.finish(stack, nil, inst.svc.ddataDelete(cctx, args[0], wc))
 }
 
 // hostSubscribe is ddata_subscribe(key) -> code.

@@ -95,41 +95,30 @@ func ParseStrings(b []byte) ([]string, error) {
 
 // ParseStringMap reads a JSON object of strings, such as an lwwmap's value.
 func ParseStringMap(b []byte) (map[string]string, error) {
-	p := jsonParser{b: b}
-	out := map[string]string{}
-	p.expect('{')
-	if !p.peekIs('}') {
-		for p.err == nil {
-			k := p.str()
-			p.expect(':')
-			out[k] = p.str()
-			if !p.peekIs(',') {
-				break
-			}
-			p.i++
-		}
-	}
-	p.expect('}')
-	if err := p.end(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return parseObject(b, (*jsonParser).str)
 }
 
 // ParseIntMap reads a JSON object of integers, such as a pncountermap's value.
 func ParseIntMap(b []byte) (map[string]int64, error) {
+	return parseObject(b, func(p *jsonParser) int64 {
+		n, err := strconv.ParseInt(p.number(), 10, 64)
+		if err != nil && p.err == nil {
+			p.fail("an int64")
+		}
+		return n
+	})
+}
+
+// parseObject reads a JSON object whose values value reads.
+func parseObject[V any](b []byte, value func(*jsonParser) V) (map[string]V, error) {
 	p := jsonParser{b: b}
-	out := map[string]int64{}
+	out := map[string]V{}
 	p.expect('{')
 	if !p.peekIs('}') {
 		for p.err == nil {
 			k := p.str()
 			p.expect(':')
-			n, err := strconv.ParseInt(p.number(), 10, 64)
-			if err != nil && p.err == nil {
-				p.fail("an int64")
-			}
-			out[k] = n
+			out[k] = value(&p)
 			if !p.peekIs(',') {
 				break
 			}
