@@ -479,6 +479,16 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		}
 	}
 	best := newestAnswer(answers)
+	if best == nil {
+		// None of the majority has a snapshot. One that reached fewer replicas is still
+		// the entity's state: after members left one by one, the last of them may hold
+		// the only copy until repair spreads it. Ask the other reachable replicas before
+		// concluding there is none.
+		for _, a := range stragglers(reps, answers, results, ctx.Done(), func(a stateReadAnswer) stateReplica { return a.rep }) {
+			answers = append(answers, a)
+		}
+		best = newestAnswer(answers)
+	}
 	var data []byte
 	if best != nil {
 		if data, err = s.fetchRest(s.ctx, key, best); err != nil {
@@ -494,6 +504,35 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		return nil, ErrNoState
 	}
 	return data, nil
+}
+
+// stragglers waits for the answers of the reachable replicas that have not answered yet
+// (each answers or fails within RequestTimeout), until done; it returns them.
+// Unreachable replicas are not waited for.
+func stragglers[A any](reps []stateReplica, answered []A, results <-chan A, done <-chan struct{}, rep func(A) stateReplica) []A {
+	seen := map[string]bool{}
+	for _, a := range answered {
+		seen[rep(a).addr] = true
+	}
+	missing := 0
+	for _, r := range reps {
+		if !seen[r.addr] && r.reachable {
+			missing++
+		}
+	}
+	var out []A
+	for missing > 0 {
+		select {
+		case a := <-results:
+			out = append(out, a)
+			if rep(a).reachable {
+				missing--
+			}
+		case <-done:
+			return out
+		}
+	}
+	return out
 }
 
 // newestAnswer returns the answer with the newest snapshot, or nil if none found one.
@@ -579,6 +618,9 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 				typ, shard, ErrStoreUnavailable, ok, len(reps), need, ctx.Err())
 		}
 	}
+	// A remember mark that reached fewer replicas still counts (see load): the union
+	// takes every reachable replica's marks.
+	answers = append(answers, stragglers(reps, answers, results, ctx.Done(), func(a stateRememberedAnswer) stateReplica { return a.rep })...)
 	merged := mergeRemembered(answers)
 	out := []string{}
 	for id, r := range merged {
