@@ -62,7 +62,7 @@ const (
 	ExportOnActivate = "shardhost_on_activate"
 	// ExportOnPassivate (v1) is `shardhost_on_passivate() -> i32`: called once before
 	// the host saves the state of an entity it stops (passivation, handoff, shutdown).
-	// A non-zero status is logged; the stop goes on.
+	// StatusNoHook says nothing ran; another non-zero status is logged; the stop goes on.
 	ExportOnPassivate = "shardhost_on_passivate"
 )
 
@@ -208,6 +208,9 @@ const (
 	// StatusNoSnapshot, from ExportSnapshot only: the guest keeps no guest-level
 	// snapshot; the host takes a transparent one.
 	StatusNoSnapshot Status = 2
+	// StatusNoHook, from ExportOnPassivate only: the entity has no hook and nothing ran,
+	// so its state is as it was (the host need not save it again).
+	StatusNoHook Status = 2
 )
 
 // LogLevel is the level argument of ImportLog. The values are those of log/slog.

@@ -323,8 +323,9 @@ func (i *Instance) Activate(ctx context.Context) error {
 
 // BeforeStop runs the guest's shardhost_on_passivate (ABI v1), if it exports one, before
 // its state is saved for a passivation, handoff or shutdown. It reports whether the
-// hook ran; a refusal or a failure is logged (after a trap the instance is closed and
-// the last saved state stands).
+// hook may have changed the state: not when the guest answered StatusNoHook (it has
+// none). A refusal or a failure is logged (after a trap the instance is closed and the
+// last saved state stands).
 func (i *Instance) BeforeStop(ctx context.Context) bool {
 	if i.closed || i.onPassivateFn == nil {
 		return false
@@ -335,6 +336,8 @@ func (i *Instance) BeforeStop(ctx context.Context) bool {
 	switch {
 	case err != nil:
 		i.m.rt.log.Warn("entity's on_passivate failed", "entity", i.name, "err", err)
+		return false
+	case status == abi.StatusNoHook:
 		return false
 	case status != abi.StatusOK:
 		i.m.rt.log.Warn("entity's on_passivate refused", "entity", i.name, "status", status, "text", string(reply))

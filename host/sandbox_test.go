@@ -92,3 +92,24 @@ func TestHostTimeRandomnessAndTraceEvents(t *testing.T) {
 		})
 	}
 }
+
+// on_passivate tells whether a hook ran: a Go entity without a Passivator answers
+// NoHook, so stopping it does not save a state no message changed.
+func TestBeforeStopReportsWhetherAHookRan(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	ctx := context.Background()
+	for name, want := range map[string]bool{"counter": false, "abitest": true} {
+		m := compile(t, rt, name)
+		inst, err := m.Instantiate(ctx, name, "stop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inst.Receive(ctx, []byte(map[string]string{"counter": "inc", "abitest": "count"}[name])); err != nil {
+			t.Fatal(err)
+		}
+		if got := inst.BeforeStop(ctx); got != want {
+			t.Errorf("%s: BeforeStop = %v, want %v", name, got, want)
+		}
+		inst.Close(ctx)
+	}
+}

@@ -158,7 +158,9 @@ func onActivate() int32 {
 
 //go:wasmexport shardhost_on_passivate
 func onPassivate() int32 {
-	instance.passivate()
+	if !instance.passivate() {
+		return statusNoHook // nothing ran: the state is as it was
+	}
 	return statusOK
 }
 

@@ -171,6 +171,8 @@ const (
 	statusOK         int32 = 0
 	statusError      int32 = 1
 	statusNoSnapshot int32 = 2
+	// statusNoHook, from shardhost_on_passivate: the entity has no hook; nothing ran.
+	statusNoHook int32 = 2
 )
 
 // Context gives an entity access to the host during Receive (and the lifecycle hooks).
@@ -338,15 +340,17 @@ func (d *dispatcher) activate() error {
 	return nil
 }
 
-// passivate runs the entity's Passivator, if there is an entity.
-func (d *dispatcher) passivate() {
+// passivate runs the entity's Passivator, if there is an entity, and reports whether it
+// ran one.
+func (d *dispatcher) passivate() bool {
 	p, ok := d.entity.(Passivator)
 	if !ok {
-		return
+		return false
 	}
 	d.ctx.begin(phasePassivate)
 	defer d.end()
 	p.OnPassivate(&d.ctx)
+	return true
 }
 
 // ShardID returns the shard of an entity: the 64-bit FNV-1a hash of the entity ID's
