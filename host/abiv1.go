@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -249,63 +250,51 @@ func (i *Instance) outgoing(typ, id string, payload []byte, ask bool) sharding.M
 	return m
 }
 
-func (i *Instance) checkPayload(n uint32) error {
-	if int(n) > i.m.rt.cfg.MaxMessageSize {
-		return fmt.Errorf("%w: %d bytes, the cap is %d", ErrMessageTooLarge, n, i.m.rt.cfg.MaxMessageSize)
+// message reads the (type, id, msg) arguments of tell and ask and returns the message
+// from this entity; ok is false (the result set) when the arguments are bad, the call
+// is not allowed here, or the instance runs outside a node.
+func (i *Instance) message(mod api.Module, stack []uint64, verb string, ask bool) (m sharding.Message, ok bool) {
+	typ, id, ok := i.target(mod, stack)
+	if !ok {
+		return m, false
 	}
-	return nil
+	switch n := uint32(stack[5]); {
+	case !i.messaging():
+		i.finish(stack, nil, fmt.Errorf("%w: %s outside a message or on_activate", errNotAllowed, verb))
+	case i.svc == nil:
+		i.finish(stack, nil, errNoServices)
+	case int(n) > i.m.rt.cfg.MaxMessageSize:
+		i.finish(stack, nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrMessageTooLarge, n, i.m.rt.cfg.MaxMessageSize))
+	default:
+		payload := append([]byte(nil), read(mod, uint32(stack[4]), n)...)
+		return i.outgoing(typ, id, payload, ask), true
+	}
+	return m, false
 }
 
 // hostTell is tell(type, id, msg) -> code.
 func hostTell(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
 	inst.charge()
-	typ, id, ok := inst.target(mod, stack)
+	m, ok := inst.message(mod, stack, "tell", false)
 	if !ok {
 		return
 	}
-	switch {
-	case !inst.messaging():
-		inst.finish(stack, nil, fmt.Errorf("%w: tell outside a message or on_activate", errNotAllowed))
-	case inst.svc == nil:
-		inst.finish(stack, nil, errNoServices)
-	default:
-		if err := inst.checkPayload(uint32(stack[5])); err != nil {
-			inst.finish(stack, nil, err)
-			return
-		}
-		payload := append([]byte(nil), read(mod, uint32(stack[4]), uint32(stack[5]))...)
-		tctx := ctx
-		if inst.msgCtx != nil {
-			tctx = inst.msgCtx
-		}
-		inst.finish(stack, nil, inst.svc.tell(tctx, inst.outgoing(typ, id, payload, false)))
+	if inst.msgCtx != nil {
+		ctx = inst.msgCtx
 	}
+	inst.finish(stack, nil, inst.svc.tell(ctx, m))
 }
 
 // hostAsk is ask(type, id, msg, timeout_ms) -> code.
 func hostAsk(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
 	inst.charge()
-	typ, id, ok := inst.target(mod, stack)
+	m, ok := inst.message(mod, stack, "ask", true)
 	if !ok {
 		return
 	}
-	switch {
-	case !inst.messaging():
-		inst.finish(stack, nil, fmt.Errorf("%w: ask outside a message or on_activate", errNotAllowed))
-		return
-	case inst.svc == nil:
-		inst.finish(stack, nil, errNoServices)
-		return
-	}
-	if err := inst.checkPayload(uint32(stack[5])); err != nil {
-		inst.finish(stack, nil, err)
-		return
-	}
-	payload := append([]byte(nil), read(mod, uint32(stack[4]), uint32(stack[5]))...)
-	m := inst.outgoing(typ, id, payload, true)
-	target := typ + "/" + id
+	target := m.EntityType + "/" + m.EntityID
 	for _, waiting := range m.Chain {
 		if waiting == target {
 			inst.finish(stack, nil, fmt.Errorf("%w: %s asks %s, which waits for it (%s)", ErrAskCycle, inst.name, target,
@@ -322,12 +311,9 @@ func hostAsk(ctx context.Context, mod api.Module, stack []uint64) {
 	inst.finish(stack, out, err)
 }
 
+// chainText renders an ask cycle: "a → b → a".
 func chainText(chain []string, target string) string {
-	s := ""
-	for _, c := range chain {
-		s += c + " → "
-	}
-	return s + target
+	return strings.Join(chain, " → ") + " → " + target
 }
 
 // hostForward is forward(type, id) -> code.

@@ -279,24 +279,33 @@ func TestGuestLogReachesHostLog(t *testing.T) {
 	}
 }
 
+// A module compiled once is in the cache directory for the next runtime: a Go and a
+// Rust guest.
 func TestCompilationCacheIsReused(t *testing.T) {
-	dir := t.TempDir()
-	wasm := testwasm.Bytes(t, "counter")
-	for i := 0; i < 2; i++ {
-		cfg := DefaultRuntimeConfig()
-		cfg.CacheDir = dir
-		rt, err := NewRuntime(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := rt.Compile(context.Background(), wasm); err != nil {
-			t.Fatal(err)
-		}
-		rt.Close(context.Background())
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("cache dir empty: %v", err)
+	for name, wasm := range map[string]func(testing.TB) []byte{
+		"go":   func(tb testing.TB) []byte { return testwasm.Bytes(tb, "counter") },
+		"rust": func(tb testing.TB) []byte { return testwasm.RustBytes(tb, echoRust) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			wasm := wasm(t)
+			for i := 0; i < 2; i++ {
+				cfg := DefaultRuntimeConfig()
+				cfg.CacheDir = dir
+				rt, err := NewRuntime(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := rt.Compile(context.Background(), wasm); err != nil {
+					t.Fatal(err)
+				}
+				rt.Close(context.Background())
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil || len(entries) == 0 {
+				t.Fatalf("cache dir empty: %v", err)
+			}
+		})
 	}
 }
 

@@ -449,34 +449,15 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	need := len(reps)/2 + 1
 	results := make(chan stateReadAnswer, len(reps))
 	for _, r := range reps {
 		if !s.spawn(func() { results <- s.readFrom(s.ctx, r, key) }) {
 			results <- stateReadAnswer{rep: r, err: closedError()}
 		}
 	}
-	var answers []stateReadAnswer
-	ok, fails := 0, 0
-	var errs []error
-	for ok < need {
-		select {
-		case a := <-results:
-			answers = append(answers, a)
-			if a.err == nil {
-				ok++
-				continue
-			}
-			fails++
-			errs = append(errs, a.err)
-			if fails > len(reps)-need {
-				return nil, fmt.Errorf("%w: %d of %d replicas answered, %d needed: %w",
-					ErrStoreUnavailable, ok, len(reps), need, errors.Join(errs...))
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %d of %d replicas answered, %d needed, when %v",
-				ErrStoreUnavailable, ok, len(reps), need, ctx.Err())
-		}
+	answers, err := awaitMajority(ctx, reps, results)
+	if err != nil {
+		return nil, err
 	}
 	best := newestAnswer(answers)
 	if best == nil {
@@ -484,9 +465,7 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		// the entity's state: after members left one by one, the last of them may hold
 		// the only copy until repair spreads it. Ask the other reachable replicas before
 		// concluding there is none.
-		for _, a := range stragglers(reps, answers, results, ctx.Done(), func(a stateReadAnswer) stateReplica { return a.rep }) {
-			answers = append(answers, a)
-		}
+		answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
 		best = newestAnswer(answers)
 	}
 	var data []byte
@@ -506,13 +485,55 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 	return data, nil
 }
 
+// replicaAnswer is one replica's answer to a read (stateReadAnswer,
+// stateRememberedAnswer).
+type replicaAnswer interface {
+	replica() stateReplica
+	failure() error
+}
+
+func (a stateReadAnswer) replica() stateReplica       { return a.rep }
+func (a stateReadAnswer) failure() error              { return a.err }
+func (a stateRememberedAnswer) replica() stateReplica { return a.rep }
+func (a stateRememberedAnswer) failure() error        { return a.err }
+
+// awaitMajority collects answers from results until a majority of reps succeeded. It
+// fails with ErrStoreUnavailable once a majority can no longer succeed, or when ctx
+// ends first.
+func awaitMajority[A replicaAnswer](ctx context.Context, reps []stateReplica, results <-chan A) ([]A, error) {
+	need := len(reps)/2 + 1
+	var answers []A
+	ok, fails := 0, 0
+	var errs []error
+	for ok < need {
+		select {
+		case a := <-results:
+			answers = append(answers, a)
+			if a.failure() == nil {
+				ok++
+				continue
+			}
+			fails++
+			errs = append(errs, a.failure())
+			if fails > len(reps)-need {
+				return nil, fmt.Errorf("%w: %d of %d replicas answered, %d needed: %w",
+					ErrStoreUnavailable, ok, len(reps), need, errors.Join(errs...))
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %d of %d replicas answered, %d needed, when %v",
+				ErrStoreUnavailable, ok, len(reps), need, ctx.Err())
+		}
+	}
+	return answers, nil
+}
+
 // stragglers waits for the answers of the reachable replicas that have not answered yet
 // (each answers or fails within RequestTimeout), until done; it returns them.
 // Unreachable replicas are not waited for.
-func stragglers[A any](reps []stateReplica, answered []A, results <-chan A, done <-chan struct{}, rep func(A) stateReplica) []A {
+func stragglers[A replicaAnswer](reps []stateReplica, answered []A, results <-chan A, done <-chan struct{}) []A {
 	seen := map[string]bool{}
 	for _, a := range answered {
-		seen[rep(a).addr] = true
+		seen[a.replica().addr] = true
 	}
 	missing := 0
 	for _, r := range reps {
@@ -525,7 +546,7 @@ func stragglers[A any](reps []stateReplica, answered []A, results <-chan A, done
 		select {
 		case a := <-results:
 			out = append(out, a)
-			if rep(a).reachable {
+			if a.replica().reachable {
 				missing--
 			}
 		case <-done:
@@ -586,7 +607,6 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	if err != nil {
 		return nil, err
 	}
-	need := len(reps)/2 + 1
 	results := make(chan stateRememberedAnswer, len(reps))
 	for _, r := range reps {
 		if !s.spawn(func() {
@@ -596,31 +616,13 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 			results <- stateRememberedAnswer{rep: r, err: closedError()}
 		}
 	}
-	var answers []stateRememberedAnswer
-	ok, fails := 0, 0
-	var errs []error
-	for ok < need {
-		select {
-		case a := <-results:
-			answers = append(answers, a)
-			if a.err == nil {
-				ok++
-				continue
-			}
-			fails++
-			errs = append(errs, a.err)
-			if fails > len(reps)-need {
-				return nil, fmt.Errorf("sharding: remembered entities of %s/%d: %w: %d of %d replicas answered, %d needed: %w",
-					typ, shard, ErrStoreUnavailable, ok, len(reps), need, errors.Join(errs...))
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("sharding: remembered entities of %s/%d: %w: %d of %d replicas answered, %d needed, when %v",
-				typ, shard, ErrStoreUnavailable, ok, len(reps), need, ctx.Err())
-		}
+	answers, err := awaitMajority(ctx, reps, results)
+	if err != nil {
+		return nil, fmt.Errorf("sharding: remembered entities of %s/%d: %w", typ, shard, err)
 	}
 	// A remember mark that reached fewer replicas still counts (see load): the union
 	// takes every reachable replica's marks.
-	answers = append(answers, stragglers(reps, answers, results, ctx.Done(), func(a stateRememberedAnswer) stateReplica { return a.rep })...)
+	answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
 	merged := mergeRemembered(answers)
 	out := []string{}
 	for id, r := range merged {

@@ -916,23 +916,22 @@ func BenchmarkReplicatedStateStoreSave(b *testing.B) {
 // unreachable ones, and stops when done closes.
 func TestStateReadStragglers(t *testing.T) {
 	reps := []stateReplica{{addr: "a", reachable: true}, {addr: "b", reachable: true}, {addr: "c"}, {addr: "d", reachable: true}}
-	rep := func(a stateReadAnswer) stateReplica { return a.rep }
 	results := make(chan stateReadAnswer, 4)
 	results <- stateReadAnswer{rep: reps[2]}              // c, unreachable, answers anyway
 	results <- stateReadAnswer{rep: reps[1], found: true} // b
 	results <- stateReadAnswer{rep: reps[3]}              // d
-	got := stragglers(reps, []stateReadAnswer{{rep: reps[0]}}, results, nil, rep)
+	got := stragglers(reps, []stateReadAnswer{{rep: reps[0]}}, results, nil)
 	if len(got) != 3 || !got[1].found || len(results) != 0 {
 		t.Fatalf("got %d answers (%+v), %d left", len(got), got, len(results))
 	}
 	// Everybody reachable answered: nothing to wait for.
-	if got := stragglers(reps, []stateReadAnswer{{rep: reps[0]}, {rep: reps[1]}, {rep: reps[3]}}, results, nil, rep); len(got) != 0 {
+	if got := stragglers(reps, []stateReadAnswer{{rep: reps[0]}, {rep: reps[1]}, {rep: reps[3]}}, results, nil); len(got) != 0 {
 		t.Fatalf("waited for %d more", len(got))
 	}
 	// A replica that never answers: done ends the wait.
 	done := make(chan struct{})
 	close(done)
-	if got := stragglers(reps, []stateReadAnswer{{rep: reps[0]}}, results, done, rep); len(got) != 0 {
+	if got := stragglers(reps, []stateReadAnswer{{rep: reps[0]}}, results, done); len(got) != 0 {
 		t.Fatalf("got %d answers after done", len(got))
 	}
 }
