@@ -1,0 +1,490 @@
+// A ReplicatedStateStore's replica data on this member: one bbolt file, written by one
+// goroutine with group commit.
+
+package sharding
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// stateDisk is a member's replica data: a bbolt file (layout in statestore_wire.go).
+// One goroutine writes: it commits the writes waiting in its queue together, in one
+// transaction and one fsync (group commit), and acknowledges each after the fsync.
+// Reads run beside it, each in a read transaction. Safe for concurrent use.
+type stateDisk struct {
+	path string
+	db   *bolt.DB
+	ops  chan *stateDiskOp
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+	err  error
+}
+
+// stateDiskOp is a write waiting for the writer. fn may run twice (after a failed
+// batch, each op is retried alone) and reports whether it changed anything.
+type stateDiskOp struct {
+	fn   func(eb, rb *bolt.Bucket) (changed bool, err error)
+	size int
+	done chan error
+}
+
+const (
+	stateDiskQueue      = 256
+	stateDiskBatchOps   = 256
+	stateDiskBatchBytes = 16 << 20
+)
+
+// openStateDisk opens (or creates) the data file in dir, creating dir with mode 0o700
+// and the file with mode 0o600. Errors wrap ErrStoreUnavailable: the directory cannot be
+// made, another store holds the file (its lock is not taken within 1 s), the file is
+// not a valid bbolt file.
+func openStateDisk(dir string) (*stateDisk, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: state store: create directory: %w", ErrStoreUnavailable, err)
+	}
+	path := filepath.Join(dir, StateFileName)
+	_, statErr := os.Stat(path)
+	var db *bolt.DB
+	err := guardState(func() (err error) {
+		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
+		return err
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		err = fmt.Errorf("directory %s is in use by another store: %w", dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
+	}
+	err = guardState(func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords} {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err == nil && errors.Is(statErr, os.ErrNotExist) {
+		err = syncStateDir(dir) // bbolt fsyncs the new file, not the entry naming it
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
+	}
+	d := &stateDisk{path: path, db: db, ops: make(chan *stateDiskOp, stateDiskQueue),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go d.run()
+	return d, nil
+}
+
+func syncStateDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// guardState runs fn, turning a panic of bbolt (its reaction to some corrupt pages) or a
+// memory fault into an error.
+func guardState(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("corrupt database: panic: %v", r)
+		}
+	}()
+	return fn()
+}
+
+// close stops the writer (writes still queued fail) and closes the file. Idempotent.
+func (d *stateDisk) close() error {
+	d.once.Do(func() {
+		close(d.stop)
+		<-d.done
+		if err := d.db.Close(); err != nil {
+			d.err = fmt.Errorf("%w: state store %s: close: %w", ErrStoreUnavailable, d.path, err)
+		}
+	})
+	return d.err
+}
+
+func (d *stateDisk) run() {
+	defer close(d.done)
+	for {
+		var first *stateDiskOp
+		select {
+		case first = <-d.ops:
+		case <-d.stop:
+			return
+		}
+		batch, size := []*stateDiskOp{first}, first.size
+	fill:
+		for len(batch) < stateDiskBatchOps && size < stateDiskBatchBytes {
+			select {
+			case op := <-d.ops:
+				batch = append(batch, op)
+				size += op.size
+			default:
+				break fill
+			}
+		}
+		err := d.commit(batch)
+		if err != nil && len(batch) > 1 {
+			for _, op := range batch { // one op's failure must not fail the others
+				op.done <- d.commit([]*stateDiskOp{op})
+			}
+			continue
+		}
+		for _, op := range batch {
+			op.done <- err
+		}
+	}
+}
+
+// commit runs the ops in one transaction, committed (and fsynced) unless none changed
+// anything.
+func (d *stateDisk) commit(batch []*stateDiskOp) error {
+	err := guardState(func() error {
+		return d.db.Update(func(tx *bolt.Tx) error {
+			eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+			if eb == nil || rb == nil {
+				return errors.New("buckets missing")
+			}
+			changed := false
+			for _, op := range batch {
+				c, err := op.fn(eb, rb)
+				if err != nil {
+					return err
+				}
+				changed = changed || c
+			}
+			if !changed {
+				return errStateNoChange
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, errStateNoChange) {
+		return nil
+	}
+	return err
+}
+
+// update runs fn in a write transaction (shared with other writes) and returns once it
+// is on disk.
+func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error)) error {
+	op := &stateDiskOp{fn: fn, size: size, done: make(chan error, 1)}
+	select {
+	case d.ops <- op:
+	case <-d.stop:
+		return errStateClosed
+	}
+	select {
+	case err := <-op.done:
+		return err
+	case <-d.done:
+		select {
+		case err := <-op.done:
+			return err
+		default:
+			return errStateClosed
+		}
+	}
+}
+
+// view runs fn in a read transaction. Errors wrap ErrStoreUnavailable.
+func (d *stateDisk) view(fn func(eb, rb *bolt.Bucket) error) error {
+	err := guardState(func() error {
+		return d.db.View(func(tx *bolt.Tx) error {
+			eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+			if eb == nil || rb == nil {
+				return errors.New("buckets missing")
+			}
+			return fn(eb, rb)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("%w: state store %s: read: %w", ErrStoreUnavailable, d.path, err)
+	}
+	return nil
+}
+
+// stateEpochOf returns the epoch stored for a shard, and whether there is an entry.
+func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) {
+	v := eb.Get(prefix)
+	if v == nil {
+		return 0, false
+	}
+	if len(v) != 8 {
+		return 0, true
+	}
+	return binary.BigEndian.Uint64(v), true
+}
+
+// applyWrite applies a write request (see stateWriteReq) and returns the shard's epoch
+// after it. Errors: ErrStaleEpoch (a fenced write older than the shard's epoch: nothing
+// written), ErrStoreUnavailable (the disk failed).
+func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
+	prefix := stateShardPrefix(req.Type, req.Shard)
+	size := 0
+	for i := range req.Records {
+		size += len(req.Records[i].ID) + len(req.Records[i].Data)
+	}
+	var epoch uint64
+	var stale bool
+	err := d.update(size, func(eb, rb *bolt.Bucket) (bool, error) {
+		cur, has := stateEpochOf(eb, prefix)
+		if req.Fence && req.Epoch < cur {
+			epoch, stale = cur, true
+			return false, nil
+		}
+		epoch, stale = max(cur, req.Epoch), false
+		changed := false
+		if !has || epoch != cur {
+			if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+		for i := range req.Records {
+			r := &req.Records[i]
+			k := stateRecordKey(prefix, r.Kind, r.ID)
+			if old := rb.Get(k); old != nil {
+				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
+					continue // the replica's is as new or newer
+				}
+			}
+			if err := rb.Put(k, encodeStateValue(r)); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: state store %s: write: %w", ErrStoreUnavailable, d.path, err)
+	}
+	if stale {
+		return epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", ErrStaleEpoch, req.Epoch, epoch, req.Type, req.Shard)
+	}
+	return epoch, nil
+}
+
+// raiseEpoch makes the shard's epoch at least epoch (creating its entry) and returns
+// it; it writes only if that changes something.
+func (d *stateDisk) raiseEpoch(prefix []byte, epoch uint64) (uint64, error) {
+	var cur uint64
+	var has bool
+	if err := d.view(func(eb, rb *bolt.Bucket) error {
+		cur, has = stateEpochOf(eb, prefix)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	if has && cur >= epoch {
+		return cur, nil
+	}
+	err := d.update(8, func(eb, rb *bolt.Bucket) (bool, error) {
+		c, has := stateEpochOf(eb, prefix)
+		if has && c >= epoch {
+			cur = c
+			return false, nil
+		}
+		cur = max(c, epoch)
+		return true, eb.Put(prefix, binary.BigEndian.AppendUint64(nil, cur))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: state store %s: write: %w", ErrStoreUnavailable, d.path, err)
+	}
+	return cur, nil
+}
+
+// record returns a record with its data (a copy).
+func (d *stateDisk) record(prefix []byte, kind uint8, id string) (stateRecord, bool, error) {
+	var rec stateRecord
+	var found bool
+	err := d.view(func(eb, rb *bolt.Bucket) error {
+		ver, remember, data, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, kind, id)))
+		if ok {
+			found = true
+			rec = stateRecord{Kind: kind, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Remember: remember,
+				Data: append([]byte{}, data...)}
+		}
+		return nil
+	})
+	return rec, found, err
+}
+
+// read returns a snapshot's version and size and a copy of at most max bytes of it
+// from off (none if off is past its end).
+func (d *stateDisk) read(prefix []byte, id string, off, maxBytes int) (ver stateVersion, size int, data []byte, found bool, err error) {
+	err = d.view(func(eb, rb *bolt.Bucket) error {
+		v, _, all, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, stateKindSnapshot, id)))
+		if !ok {
+			return nil
+		}
+		ver, size, found = v, len(all), true
+		if off <= len(all) {
+			data = append([]byte{}, all[off:off+min(maxBytes, len(all)-off)]...)
+		}
+		return nil
+	})
+	return
+}
+
+// rememberedPage returns the remember marks of a shard whose IDs sort after after, in
+// ID order, stopping before limit records or budget bytes (at least one record);
+// more: some are left.
+func (d *stateDisk) rememberedPage(prefix []byte, after string, budget, limit int) (recs []stateRecord, more bool, err error) {
+	kp := append(bytes.Clone(prefix), stateKindRemember)
+	start := append(bytes.Clone(kp), after...)
+	err = d.view(func(eb, rb *bolt.Bucket) error {
+		recs, more = nil, false
+		size := 0
+		c := rb.Cursor()
+		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, kp); k, v = c.Next() {
+			id := string(k[len(kp):])
+			if id == after {
+				continue
+			}
+			ver, remember, _, ok := decodeStateValue(v)
+			if !ok {
+				continue
+			}
+			if len(recs) > 0 && (len(recs) >= limit || size+len(id)+32 > budget) {
+				more = true
+				return nil
+			}
+			recs = append(recs, stateRecord{Kind: stateKindRemember, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Remember: remember})
+			size += len(id) + 32
+		}
+		return nil
+	})
+	return recs, more, err
+}
+
+// stateSummary digests a shard's records on one member: its epoch, its record count,
+// and a SHA-256 over (kind, ID, epoch, seq) of each record in key order, which two
+// members holding the same versions compute alike. entries lists the versions.
+type stateSummary struct {
+	epoch   uint64
+	count   int
+	hash    []byte
+	entries []stateRecord
+}
+
+// summary digests a shard's records, listing their versions if withEntries.
+func (d *stateDisk) summary(prefix []byte, withEntries bool) (stateSummary, error) {
+	var sum stateSummary
+	err := d.view(func(eb, rb *bolt.Bucket) error {
+		sum = stateSummary{}
+		sum.epoch, _ = stateEpochOf(eb, prefix)
+		h := sha256.New()
+		var buf []byte
+		c := rb.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			kind, id, ok := splitStateRecordKey(prefix, k)
+			if !ok {
+				continue
+			}
+			ver, _, _, ok := decodeStateValue(v)
+			if !ok {
+				continue
+			}
+			buf = append(buf[:0], kind)
+			buf = binary.AppendUvarint(buf, uint64(len(id)))
+			buf = append(buf, id...)
+			buf = binary.BigEndian.AppendUint64(buf, ver.Epoch)
+			buf = binary.BigEndian.AppendUint64(buf, ver.Seq)
+			h.Write(buf)
+			sum.count++
+			if withEntries {
+				sum.entries = append(sum.entries, stateRecord{Kind: kind, ID: id, Epoch: ver.Epoch, Seq: ver.Seq})
+			}
+		}
+		sum.hash = h.Sum(nil)
+		return nil
+	})
+	return sum, err
+}
+
+// needs returns the indexes of the records this member lacks or holds older.
+func (d *stateDisk) needs(prefix []byte, recs []stateRecord) ([]int, error) {
+	var need []int
+	err := d.view(func(eb, rb *bolt.Bucket) error {
+		need = nil
+		for i := range recs {
+			ver, _, _, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, recs[i].Kind, recs[i].ID)))
+			if !ok || ver.less(recs[i].version()) {
+				need = append(need, i)
+			}
+		}
+		return nil
+	})
+	return need, err
+}
+
+// shards lists the shards this member stores (those with an epoch entry).
+func (d *stateDisk) shards() ([]stateShardRef, error) {
+	var out []stateShardRef
+	err := d.view(func(eb, rb *bolt.Bucket) error {
+		out = nil
+		return eb.ForEach(func(k, v []byte) error {
+			if typ, shard, ok := parseStateShardPrefix(k); ok {
+				out = append(out, stateShardRef{typ, shard})
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// dropSynced deletes the listed records that still have the listed versions, and the
+// shard's epoch entry if no record of it is left. It returns how many it deleted.
+func (d *stateDisk) dropSynced(prefix []byte, entries []stateRecord) (int, error) {
+	dropped := 0
+	err := d.update(0, func(eb, rb *bolt.Bucket) (bool, error) {
+		dropped = 0
+		for i := range entries {
+			k := stateRecordKey(prefix, entries[i].Kind, entries[i].ID)
+			v := rb.Get(k)
+			if v == nil {
+				continue
+			}
+			if ver, _, _, ok := decodeStateValue(v); ok && ver != entries[i].version() {
+				continue // written since the replicas acknowledged
+			}
+			if err := rb.Delete(k); err != nil {
+				return false, err
+			}
+			dropped++
+		}
+		if k, _ := rb.Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
+			return dropped > 0, nil
+		}
+		if eb.Get(prefix) == nil {
+			return dropped > 0, nil
+		}
+		return true, eb.Delete(prefix)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: state store %s: drop: %w", ErrStoreUnavailable, d.path, err)
+	}
+	return dropped, nil
+}

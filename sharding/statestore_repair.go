@@ -1,0 +1,399 @@
+// The ReplicatedStateStore's repairs: read repair (a read that found replicas behind
+// sends them the newest version, best effort, through a bounded queue) and
+// anti-entropy (a pass over the shards this member stores, every RepairInterval and on
+// membership changes, that brings their current replicas up to what it holds).
+
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/cluster"
+)
+
+// finishLoad waits for the replicas that had not answered when Load returned (each
+// answers or fails within RequestTimeout), then queues a read repair for those that
+// hold an older snapshot or none.
+func (s *ReplicatedStateStore) finishLoad(key EntityKey, answers []stateReadAnswer, pending int, results <-chan stateReadAnswer) {
+	for ; pending > 0; pending-- {
+		answers = append(answers, <-results)
+	}
+	best := newestAnswer(answers)
+	if best == nil {
+		return
+	}
+	var stale []stateReplica
+	for _, a := range answers {
+		if a.err == nil && (!a.found || a.ver.less(best.ver)) {
+			stale = append(stale, a.rep)
+		}
+	}
+	if len(stale) > 0 {
+		s.queueRepair(stateRepairJob{typ: key.Type, shard: key.Shard, targets: stale,
+			pull: &statePull{id: key.ID, from: best.rep, ver: best.ver}})
+	}
+}
+
+// finishRemembered waits for the late replicas, then queues, for each replica that
+// answered, the marks it lacks or holds older.
+func (s *ReplicatedStateStore) finishRemembered(typ string, shard int, answers []stateRememberedAnswer, pending int, results <-chan stateRememberedAnswer) {
+	for ; pending > 0; pending-- {
+		answers = append(answers, <-results)
+	}
+	merged := mergeRemembered(answers)
+	for _, a := range answers {
+		if a.err != nil {
+			continue
+		}
+		have := make(map[string]stateVersion, len(a.records))
+		for _, r := range a.records {
+			have[r.ID] = r.version()
+		}
+		var missing []stateRecord
+		for id, r := range merged {
+			if v, ok := have[id]; !ok || v.less(r.version()) {
+				missing = append(missing, r)
+			}
+		}
+		for len(missing) > 0 {
+			n := min(len(missing), stateMaxWriteRecords)
+			s.queueRepair(stateRepairJob{typ: typ, shard: shard, targets: []stateReplica{a.rep}, records: missing[:n]})
+			missing = missing[n:]
+		}
+	}
+}
+
+// Repair runs one anti-entropy pass now (see ReplicatedStateStore) and returns when it
+// is done: nil if every stored shard was in sync with, or sent to, every current
+// replica; else an error wrapping ErrStoreUnavailable that counts the shards left out
+// of sync (a later pass retries them). Passes do not overlap.
+func (s *ReplicatedStateStore) Repair(ctx context.Context) error {
+	if !s.enter() {
+		return closedError()
+	}
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	s.repairMu.Lock()
+	defer s.repairMu.Unlock()
+	return s.repairPass(ctx)
+}
+
+// ReadRepairsDropped returns how many read repairs did not fit in the queue (repair
+// passes make up for them).
+func (s *ReplicatedStateStore) ReadRepairsDropped() uint64 { return s.readRepairsDropped.Load() }
+
+// statePull names a snapshot version to read from a replica for a read repair.
+type statePull struct {
+	id   string
+	from stateReplica
+	ver  stateVersion
+}
+
+// stateRepairJob is a read repair: records to write to targets, or (pull) a snapshot to
+// read from a replica and write to targets.
+type stateRepairJob struct {
+	typ     string
+	shard   int
+	targets []stateReplica
+	records []stateRecord
+	pull    *statePull
+}
+
+// queueRepair queues a read repair, or drops it (counted) if the queue is full.
+func (s *ReplicatedStateStore) queueRepair(job stateRepairJob) {
+	select {
+	case s.readRepairs <- job:
+	default:
+		s.readRepairsDropped.Add(1)
+	}
+}
+
+func (s *ReplicatedStateStore) readRepairLoop() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case job := <-s.readRepairs:
+			s.runRepair(job)
+		}
+	}
+}
+
+// runRepair writes a read repair's records (unfenced: versions decide) to its targets.
+func (s *ReplicatedStateStore) runRepair(job stateRepairJob) {
+	recs := job.records
+	if job.pull != nil {
+		key := EntityKey{Type: job.typ, Shard: job.shard, ID: job.pull.id}
+		a := s.readFrom(s.ctx, job.pull.from, key)
+		if a.err != nil || !a.found || a.ver.less(job.pull.ver) {
+			s.log.Debug("read repair: source no longer has the snapshot", "key", key, "err", a.err)
+			return
+		}
+		data, err := s.fetchRest(s.ctx, key, &a)
+		if err != nil {
+			s.log.Debug("read repair: reading the snapshot failed", "key", key, "err", err)
+			return
+		}
+		recs = []stateRecord{{Kind: stateKindSnapshot, ID: key.ID, Epoch: a.ver.Epoch, Seq: a.ver.Seq, Data: data}}
+	}
+	var epoch uint64
+	for _, r := range recs {
+		epoch = max(epoch, r.Epoch)
+	}
+	req := &stateWriteReq{Type: job.typ, Shard: job.shard, Epoch: epoch, Records: recs}
+	for _, t := range job.targets {
+		if err := s.writeTo(s.ctx, t, req); err != nil {
+			s.log.Debug("read repair failed", "type", job.typ, "shard", job.shard, "replica", t.addr, "err", err)
+		}
+	}
+}
+
+// stateRepairEvent reports whether a membership event changes replica sets.
+func stateRepairEvent(k cluster.EventKind) bool {
+	switch k {
+	case cluster.MemberUp, cluster.MemberLeft, cluster.MemberExited, cluster.MemberDowned, cluster.MemberRemoved:
+		return true
+	}
+	return false
+}
+
+// repairLoop runs a repair pass every RepairInterval and after membership changes
+// (a burst of events makes one pass).
+func (s *ReplicatedStateStore) repairLoop() {
+	t := time.NewTicker(s.cfg.RepairInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case e := <-s.sub.C:
+			if !stateRepairEvent(e.Kind) {
+				continue
+			}
+		drain:
+			for {
+				select {
+				case <-s.sub.C:
+				default:
+					break drain
+				}
+			}
+		}
+		s.repairMu.Lock()
+		err := s.repairPass(s.ctx)
+		s.repairMu.Unlock()
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Debug("state repair pass incomplete", "err", err)
+		}
+	}
+}
+
+// stateRepairPass remembers, for one pass, the replicas that failed: the pass skips
+// them for its other shards.
+type stateRepairPass struct {
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (p *stateRepairPass) fail(addr string) {
+	p.mu.Lock()
+	p.failed[addr] = true
+	p.mu.Unlock()
+}
+
+func (p *stateRepairPass) hasFailed(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed[addr]
+}
+
+// repairPass syncs every shard this member stores with the shard's current replicas,
+// a few shards at a time. The caller holds repairMu.
+func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
+	shards, err := s.disk.shards()
+	if err != nil {
+		return err
+	}
+	pass := &stateRepairPass{failed: map[string]bool{}}
+	sem := make(chan struct{}, stateRepairParallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	unsynced := 0
+	var firstErr error
+	for _, sh := range shards {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := s.repairShard(ctx, sh, pass); err != nil {
+				mu.Lock()
+				unsynced++
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	s.mu.Lock()
+	if !s.closed {
+		s.sweepStagingLocked(s.now())
+	}
+	s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: repair pass: %w", ErrStoreUnavailable, err)
+	}
+	if unsynced > 0 {
+		return fmt.Errorf("%w: repair pass: %d of %d shards not in sync with all their replicas: %w",
+			ErrStoreUnavailable, unsynced, len(shards), firstErr)
+	}
+	return nil
+}
+
+// stateShardRef names a shard this member stores.
+type stateShardRef struct {
+	typ   string
+	shard int
+}
+
+// repairShard syncs one shard with its current replicas, and drops it here if this
+// member is not one of them and all of them acknowledged holding what it had.
+func (s *ReplicatedStateStore) repairShard(ctx context.Context, sh stateShardRef, pass *stateRepairPass) error {
+	reps, err := s.replicaSet(sh.typ, sh.shard)
+	if err != nil {
+		return err
+	}
+	prefix := stateShardPrefix(sh.typ, sh.shard)
+	sum, err := s.disk.summary(prefix, true)
+	if err != nil {
+		return err
+	}
+	isReplica, synced := false, 0
+	var errs []error
+	for _, r := range reps {
+		switch {
+		case r.local:
+			isReplica = true
+		case !r.reachable:
+			errs = append(errs, fmt.Errorf("%w: replica %s is unreachable", ErrStoreUnavailable, r.addr))
+		case pass.hasFailed(r.addr):
+			errs = append(errs, fmt.Errorf("%w: replica %s failed earlier in this pass", ErrStoreUnavailable, r.addr))
+		default:
+			if err := s.syncShard(ctx, r, sh, prefix, &sum); err != nil {
+				pass.fail(r.addr)
+				errs = append(errs, err)
+				continue
+			}
+			synced++
+		}
+	}
+	if isReplica || len(errs) > 0 {
+		if len(errs) > 0 {
+			return fmt.Errorf("shard %s/%d: %w", sh.typ, sh.shard, errors.Join(errs...))
+		}
+		return nil
+	}
+	n, err := s.disk.dropSynced(prefix, sum.entries)
+	if err != nil {
+		return err
+	}
+	s.log.Info("dropped the replica of a shard this member no longer replicates", "type", sh.typ, "shard", sh.shard,
+		"records", n, "replicas", synced)
+	return nil
+}
+
+// syncShard brings one replica up to what this member holds of a shard: a summary
+// exchange (which also carries the shard's epoch both ways), then, unless the replica
+// holds exactly the same versions, pages of versions and the records it needs.
+func (s *ReplicatedStateStore) syncShard(ctx context.Context, r stateReplica, sh stateShardRef, prefix []byte, sum *stateSummary) error {
+	var sr stateSummaryReply
+	req := &stateSummaryReq{Type: sh.typ, Shard: sh.shard, Epoch: sum.epoch, Count: sum.count, Hash: sum.hash}
+	if err := s.call(ctx, r, topicStateSummary, req, &sr); err != nil {
+		return err
+	}
+	if sr.Epoch > sum.epoch {
+		epoch, err := s.disk.raiseEpoch(prefix, sr.Epoch)
+		if err != nil {
+			return err
+		}
+		sum.epoch = epoch
+	}
+	if sr.Same {
+		return nil
+	}
+	entries := sum.entries
+	for len(entries) > 0 {
+		n, size := 0, 0
+		for n < len(entries) && n < stateMaxPageRecords && (n == 0 || size+len(entries[n].ID)+32 <= s.cfg.ChunkSize) {
+			size += len(entries[n].ID) + 32
+			n++
+		}
+		page := entries[:n]
+		entries = entries[n:]
+		var dr stateDiffReply
+		if err := s.call(ctx, r, topicStateDiff, &stateDiffReq{Type: sh.typ, Shard: sh.shard, Records: page}, &dr); err != nil {
+			return err
+		}
+		for i, idx := range dr.Need {
+			if idx < 0 || idx >= len(page) || (i > 0 && idx <= dr.Need[i-1]) {
+				return fmt.Errorf("%w: replica %s: bad diff reply", ErrStoreUnavailable, r.addr)
+			}
+		}
+		if err := s.pushRecords(ctx, r, sh, prefix, sum.epoch, page, dr.Need); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pushRecords sends a replica the records it needs, as they are on disk now, in writes
+// of at most ChunkSize bytes (a larger snapshot alone, in chunks).
+func (s *ReplicatedStateStore) pushRecords(ctx context.Context, r stateReplica, sh stateShardRef, prefix []byte, epoch uint64, page []stateRecord, need []int) error {
+	var batch []stateRecord
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		e := epoch
+		for _, rec := range batch {
+			e = max(e, rec.Epoch)
+		}
+		err := s.writeTo(ctx, r, &stateWriteReq{Type: sh.typ, Shard: sh.shard, Epoch: e, Records: batch})
+		batch, size = nil, 0
+		return err
+	}
+	for _, i := range need {
+		rec, found, err := s.disk.record(prefix, page[i].Kind, page[i].ID)
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue
+		}
+		sz := len(rec.ID) + len(rec.Data) + 64
+		if len(batch) > 0 && (size+sz > s.cfg.ChunkSize || len(batch) >= stateMaxWriteRecords) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, rec)
+		size += sz
+	}
+	return flush()
+}
