@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/shardhost/shardhost/internal/boltfile"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -93,30 +94,24 @@ func OpenBoltStore(dir string) (*BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := guardBolt(func() error {
-		return db.Update(func(tx *bolt.Tx) error {
-			if tx.Bucket(boltBucket) != nil {
-				return errNoChange // rolled back: nothing written, nothing synced
-			}
-			_, err := tx.CreateBucket(boltBucket)
-			return err
-		})
-	}); err != nil && !errors.Is(err, errNoChange) {
+	if err := boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
+		if tx.Bucket(boltBucket) != nil {
+			return false, nil // rolled back: nothing written, nothing synced
+		}
+		_, err := tx.CreateBucket(boltBucket)
+		return true, err
+	}); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: open bolt store %s: create bucket: %w", ErrStoreFailure, path, err)
 	}
 	if created {
-		// bbolt fsyncs the new file, not the directory entry that names it.
-		if err := syncDir(dir); err != nil {
+		if err := boltfile.SyncDir(dir); err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("%w: open bolt store %s: sync directory: %w", ErrStoreFailure, path, err)
 		}
 	}
 	return &BoltStore{path: path, db: db}, nil
 }
-
-// errNoChange rolls back a transaction that has nothing to write.
-var errNoChange = errors.New("no change")
 
 // openBolt opens the database file at path, read-only (with a shared lock) or for
 // writing (with an exclusive lock, creating the file), and classifies the errors. A
@@ -225,19 +220,6 @@ func corruptError(path string, err error) error {
 		ErrStoreFailure, path, err)
 }
 
-// syncDir fsyncs a directory, making the entries created in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // Path returns the database file's path: dir/ddata.db.
 func (s *BoltStore) Path() string { return s.path }
 
@@ -252,18 +234,16 @@ func (s *BoltStore) Load() (map[string][]byte, error) {
 		return nil, fmt.Errorf("bolt store %s: %w", s.path, errStoreClosed)
 	}
 	var out map[string][]byte
-	err := guardBolt(func() error {
-		return s.db.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket(boltBucket)
-			if b == nil {
-				return errors.New("bucket missing")
-			}
-			out = make(map[string][]byte)
-			// bbolt's slices point into its memory map, valid only inside the
-			// transaction: copy.
-			return walkBolt(tx, b, func(k, v []byte) {
-				out[string(k)] = append(make([]byte, 0, len(v)), v...)
-			})
+	err := boltfile.View(s.db, func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltBucket)
+		if b == nil {
+			return errors.New("bucket missing")
+		}
+		out = make(map[string][]byte)
+		// bbolt's slices point into its memory map, valid only inside the
+		// transaction: copy.
+		return walkBolt(tx, b, func(k, v []byte) {
+			out[string(k)] = append(make([]byte, 0, len(v)), v...)
 		})
 	})
 	if err != nil {
@@ -294,7 +274,7 @@ func (s *BoltStore) Store(entries map[string][]byte) error {
 	}
 	// In key order: bbolt appends to its B+tree pages most cheaply in order.
 	keys := slices.Sorted(maps.Keys(entries))
-	err := guardBolt(func() error {
+	err := boltfile.Guard(func() error {
 		return s.db.Update(func(tx *bolt.Tx) error {
 			b := tx.Bucket(boltBucket)
 			if b == nil {
@@ -334,19 +314,6 @@ func (s *BoltStore) Close() error {
 		return fmt.Errorf("%w: bolt store %s: close: %w", ErrStoreFailure, s.path, err)
 	}
 	return nil
-}
-
-// guardBolt runs fn, turning a panic of bbolt (its reaction to some corrupt pages) and a
-// memory fault (a page of the map past the end of a shrunken file) into an error. bbolt
-// has rolled its transaction back by the time the panic reaches here.
-func guardBolt(fn func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("corrupt database: panic: %v", r)
-		}
-	}()
-	return fn()
 }
 
 // bbolt's file format (version 2, unchanged since 2014; go.etcd.io/bbolt/internal/common),

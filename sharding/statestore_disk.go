@@ -11,10 +11,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/boltfile"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -58,7 +58,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	path := filepath.Join(dir, StateFileName)
 	_, statErr := os.Stat(path)
 	var db *bolt.DB
-	err := guardState(func() (err error) {
+	err := boltfile.Guard(func() (err error) {
 		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
 		return err
 	})
@@ -68,18 +68,21 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
-	err = guardState(func() error {
-		return db.Update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords} {
-				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-					return err
-				}
+	err = boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
+		changed := false
+		for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords} {
+			if tx.Bucket(b) != nil {
+				continue
 			}
-			return nil
-		})
+			if _, err := tx.CreateBucket(b); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+		return changed, nil
 	})
 	if err == nil && errors.Is(statErr, os.ErrNotExist) {
-		err = syncStateDir(dir) // bbolt fsyncs the new file, not the entry naming it
+		err = boltfile.SyncDir(dir)
 	}
 	if err != nil {
 		_ = db.Close()
@@ -89,27 +92,6 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go d.run()
 	return d, nil
-}
-
-func syncStateDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-// guardState runs fn, turning a panic of bbolt (its reaction to some corrupt pages) or a
-// memory fault into an error.
-func guardState(fn func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("corrupt database: panic: %v", r)
-		}
-	}()
-	return fn()
 }
 
 // close stops the writer (writes still queued fail) and closes the file. Idempotent.
@@ -160,30 +142,21 @@ func (d *stateDisk) run() {
 // commit runs the ops in one transaction, committed (and fsynced) unless none changed
 // anything.
 func (d *stateDisk) commit(batch []*stateDiskOp) error {
-	err := guardState(func() error {
-		return d.db.Update(func(tx *bolt.Tx) error {
-			eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
-			if eb == nil || rb == nil {
-				return errors.New("buckets missing")
+	return boltfile.Update(d.db, func(tx *bolt.Tx) (bool, error) {
+		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+		if eb == nil || rb == nil {
+			return false, errors.New("buckets missing")
+		}
+		changed := false
+		for _, op := range batch {
+			c, err := op.fn(eb, rb)
+			if err != nil {
+				return false, err
 			}
-			changed := false
-			for _, op := range batch {
-				c, err := op.fn(eb, rb)
-				if err != nil {
-					return err
-				}
-				changed = changed || c
-			}
-			if !changed {
-				return errStateNoChange
-			}
-			return nil
-		})
+			changed = changed || c
+		}
+		return changed, nil
 	})
-	if errors.Is(err, errStateNoChange) {
-		return nil
-	}
-	return err
 }
 
 // update runs fn in a write transaction (shared with other writes) and returns once it
@@ -210,14 +183,12 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 
 // view runs fn in a read transaction. Errors wrap ErrStoreUnavailable.
 func (d *stateDisk) view(fn func(eb, rb *bolt.Bucket) error) error {
-	err := guardState(func() error {
-		return d.db.View(func(tx *bolt.Tx) error {
-			eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
-			if eb == nil || rb == nil {
-				return errors.New("buckets missing")
-			}
-			return fn(eb, rb)
-		})
+	err := boltfile.View(d.db, func(tx *bolt.Tx) error {
+		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+		if eb == nil || rb == nil {
+			return errors.New("buckets missing")
+		}
+		return fn(eb, rb)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: state store %s: read: %w", ErrStoreUnavailable, d.path, err)

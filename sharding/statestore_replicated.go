@@ -26,8 +26,6 @@ var (
 	errStateClosed = errors.New("sharding: state store closed")
 	// errStateBusy: a replica refused a request because it serves too many.
 	errStateBusy = errors.New("sharding: state replica busy")
-	// errStateNoChange rolls back a disk transaction that changed nothing (no fsync).
-	errStateNoChange = errors.New("no change")
 )
 
 // StateFileName is the name of a ReplicatedStateStore's database file in its Dir.
