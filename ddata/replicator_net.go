@@ -2,12 +2,14 @@ package ddata
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/quorum"
 )
 
 // Messages between replicators.
@@ -440,10 +442,15 @@ func (r *Replicator) readFrom(ctx context.Context, key string, peers []cluster.M
 	return merged, found, nil
 }
 
+// errRejected is a reply that its accept function refused.
+var errRejected = errors.New("ddata: reply rejected")
+
 // gather sends body to peers until needed of them have answered well (accept), or ctx
 // ends (default 5 s), and returns how many did. It asks the first needed peers (the
 // reachable ones come first), replaces each that fails with the next, and after a
-// fifth of the time asks all the rest.
+// fifth of the time asks all the rest (as Akka's read and write aggregators do). The
+// wait is quorum.Await's; the requests are bounded by ctx, which ends when gather
+// returns.
 func (r *Replicator) gather(ctx context.Context, peers []cluster.Member, needed int, topic string, body []byte, accept func([]byte) bool) int {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -452,44 +459,41 @@ func (r *Replicator) gather(ctx context.Context, peers []cluster.Member, needed 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make(chan bool, len(peers))
-	sent := 0
-	send := func() {
-		m := peers[sent]
-		sent++
+	results := make(chan error, len(peers)) // each peer answers once at most
+	var asked atomic.Int64
+	var ask func()
+	ask = func() {
+		i := int(asked.Add(1)) - 1
+		if i >= len(peers) {
+			return
+		}
+		m := peers[i]
 		go func() {
 			b, err := r.cfg.Messenger.Request(ctx, m.TransportAddr, topic, body)
-			results <- err == nil && accept(b)
+			if err == nil && !accept(b) {
+				err = errRejected
+			}
+			if err != nil {
+				ask() // the next peer replaces this one
+			}
+			results <- err
 		}()
 	}
-	for sent < min(needed, len(peers)) {
-		send()
+	for range min(needed, len(peers)) {
+		ask()
 	}
 	deadline, _ := ctx.Deadline()
-	secondWave := time.NewTimer(time.Until(deadline) / 5)
-	defer secondWave.Stop()
-	good, answered := 0, 0
-	for good < needed && answered < len(peers) {
-		select {
-		case ok := <-results:
-			answered++
-			if ok {
-				good++
-			} else if sent < len(peers) {
-				send()
-			}
-		case <-secondWave.C:
-			for sent < len(peers) {
-				send()
-			}
-		case <-ctx.Done():
-			return good
+	askRest := time.AfterFunc(time.Until(deadline)/5, func() {
+		for asked.Load() < int64(len(peers)) {
+			ask()
 		}
-		if answered == sent && sent < len(peers) && good < needed {
-			send()
-		}
+	})
+	defer askRest.Stop()
+	_, err := quorum.Await(ctx, results, len(peers), needed, func(err error) error { return err })
+	if short, ok := errors.AsType[*quorum.ShortError](err); ok {
+		return short.OK
 	}
-	return min(good, needed)
+	return needed
 }
 
 // Change is a notification to a subscriber.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/quorum"
 )
 
 // Errors of the replicated state store, beside those of StateStore.
@@ -363,7 +364,6 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 	if err != nil {
 		return err
 	}
-	need := len(reps)/2 + 1
 	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: []stateRecord{rec}}
 	results := make(chan error, len(reps))
 	for _, r := range reps {
@@ -371,31 +371,23 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 			results <- closedError()
 		}
 	}
-	acks, fails := 0, 0
-	var errs []error
-	for acks < need {
-		select {
-		case err := <-results:
-			switch {
-			case err == nil:
-				acks++
-			case errors.Is(err, ErrStaleEpoch), errors.Is(err, ErrStateTooLarge):
-				return err
-			default:
-				fails++
-				errs = append(errs, err)
-				if fails > len(reps)-need {
-					return fmt.Errorf("%w: %d of %d replicas acknowledged, %d needed (the write may have landed on some): %w",
-						ErrStoreUnavailable, acks, len(reps), need, errors.Join(errs...))
-				}
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %d of %d replicas acknowledged, %d needed, when %v (the write may still land on some)",
-				ErrStoreUnavailable, acks, len(reps), need, ctx.Err())
+	_, err = quorum.Await(ctx, results, len(reps), majority(len(reps)), func(err error) error {
+		if errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrStateTooLarge) {
+			return quorum.Fatal(err) // no other replica's acknowledgement makes up for it
 		}
+		return err
+	})
+	if short, ok := errors.AsType[*quorum.ShortError](err); ok {
+		if short.Cause != nil {
+			return fmt.Errorf("%w: replicas: %w (the write may still land on some)", ErrStoreUnavailable, short)
+		}
+		return fmt.Errorf("%w: replicas: %w (the write may have landed on some)", ErrStoreUnavailable, short)
 	}
-	return nil
+	return err
 }
+
+// majority is K/2+1 of K replicas.
+func majority(replicas int) int { return replicas/2 + 1 }
 
 // stateReadAnswer is one replica's answer to a snapshot read.
 type stateReadAnswer struct {
@@ -488,32 +480,13 @@ func (a stateReadAnswer) failure() error              { return a.err }
 func (a stateRememberedAnswer) replica() stateReplica { return a.rep }
 func (a stateRememberedAnswer) failure() error        { return a.err }
 
-// awaitMajority collects answers from results until a majority of reps succeeded. It
-// fails with ErrStoreUnavailable once a majority can no longer succeed, or when ctx
-// ends first.
+// awaitMajority collects answers from results until a majority of reps succeeded
+// (quorum.Await). It fails with ErrStoreUnavailable once a majority can no longer
+// succeed, or when ctx ends first.
 func awaitMajority[A replicaAnswer](ctx context.Context, reps []stateReplica, results <-chan A) ([]A, error) {
-	need := len(reps)/2 + 1
-	var answers []A
-	ok, fails := 0, 0
-	var errs []error
-	for ok < need {
-		select {
-		case a := <-results:
-			answers = append(answers, a)
-			if a.failure() == nil {
-				ok++
-				continue
-			}
-			fails++
-			errs = append(errs, a.failure())
-			if fails > len(reps)-need {
-				return nil, fmt.Errorf("%w: %d of %d replicas answered, %d needed: %w",
-					ErrStoreUnavailable, ok, len(reps), need, errors.Join(errs...))
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %d of %d replicas answered, %d needed, when %v",
-				ErrStoreUnavailable, ok, len(reps), need, ctx.Err())
-		}
+	answers, err := quorum.Await(ctx, results, len(reps), majority(len(reps)), A.failure)
+	if err != nil {
+		return nil, fmt.Errorf("%w: replicas: %w", ErrStoreUnavailable, err)
 	}
 	return answers, nil
 }

@@ -1,0 +1,91 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+var errDown = errors.New("replica down")
+
+func feed(answers ...error) <-chan error {
+	c := make(chan error, len(answers))
+	for _, a := range answers {
+		c <- a
+	}
+	return c
+}
+
+func same(err error) error { return err }
+
+func TestAwaitReturnsOnceTheQuorumAnswered(t *testing.T) {
+	results := feed(nil, errDown, nil, nil)
+	got, err := Await(context.Background(), results, 4, 2, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("Await read %d answers, want 3 (it stops at the quorum)", len(got))
+	}
+	if len(results) != 1 {
+		t.Fatalf("%d answers left for the caller, want 1", len(results))
+	}
+}
+
+func TestAwaitFailsOnceTheQuorumIsLost(t *testing.T) {
+	// 3 of 5 needed: the third failure makes it impossible, whatever follows.
+	results := feed(errDown, nil, errDown, errDown, nil)
+	got, err := Await(context.Background(), results, 5, 3, same)
+	short, ok := errors.AsType[*ShortError](err)
+	if !ok {
+		t.Fatalf("Await = %v, want a *ShortError", err)
+	}
+	if short.OK != 1 || short.Total != 5 || short.Need != 3 || len(short.Errs) != 3 || short.Cause != nil {
+		t.Fatalf("short = %+v", short)
+	}
+	if !errors.Is(err, errDown) || len(got) != 4 {
+		t.Fatalf("err %v (want it to wrap the failures), %d answers read, want 4", err, len(got))
+	}
+	if msg := err.Error(); !strings.Contains(msg, "1 of 5 answered, 3 needed") || !strings.Contains(msg, "replica down") {
+		t.Fatalf("message %q", msg)
+	}
+}
+
+func TestAwaitEndsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	results := make(chan error) // unbuffered: the cancel follows the answer's receipt
+	go func() {
+		results <- nil
+		cancel()
+	}()
+	_, err := Await(ctx, results, 3, 2, same)
+	short, ok := errors.AsType[*ShortError](err)
+	if !ok || short.Cause != context.Canceled || short.OK != 1 {
+		t.Fatalf("Await = %v, want a *ShortError with 1 answer, caused by the cancel", err)
+	}
+	if errors.Is(err, context.Canceled) {
+		t.Fatal("the caller's cancel is wrapped as if a replica had failed with it")
+	}
+}
+
+func TestAwaitStopsAtAFatalAnswer(t *testing.T) {
+	stale := errors.New("stale epoch")
+	results := feed(nil, stale, nil)
+	_, err := Await(context.Background(), results, 3, 2, func(err error) error {
+		if err == stale {
+			return Fatal(err)
+		}
+		return err
+	})
+	if err != stale {
+		t.Fatalf("Await = %v, want the fatal error itself", err)
+	}
+}
+
+func TestAwaitWithMoreNeededThanReplicasFailsAtOnce(t *testing.T) {
+	_, err := Await(context.Background(), make(chan error), 1, 2, same)
+	if _, ok := errors.AsType[*ShortError](err); !ok {
+		t.Fatalf("Await = %v, want a *ShortError", err)
+	}
+}
