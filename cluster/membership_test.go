@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -49,18 +50,6 @@ func (s *textState) has(k string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.set[k]
-}
-
-// waitFor polls cond every 10 ms until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 type memberCluster struct {
@@ -138,7 +127,7 @@ func TestMembershipJoinLeaderAndEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
 	leader := mc.members[0].View().Leader
 	for _, m := range mc.members {
 		v := m.View()
@@ -159,12 +148,12 @@ func TestMembershipJoinLeaderAndEvents(t *testing.T) {
 		}
 	}
 	// Push-pull carried every named state.
-	waitFor(t, 10*time.Second, "state exchange", func() bool {
+	testutil.Eventually(t, 10*time.Second, "state exchange", func() bool {
 		return mc.states[0].has("from-1") && mc.states[0].has("from-2") && mc.states[1].has("from-0")
 	})
 	// The first member saw both joiners come up.
 	up := map[UID]bool{}
-	waitFor(t, 5*time.Second, "up events", func() bool {
+	testutil.Eventually(t, 5*time.Second, "up events", func() bool {
 		for {
 			select {
 			case e := <-sub.C:
@@ -180,16 +169,16 @@ func TestMembershipJoinLeaderAndEvents(t *testing.T) {
 
 func TestMembershipBroadcastReachesAll(t *testing.T) {
 	mc := newMemberCluster(t, 3, nil)
-	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
 	mc.members[2].Broadcast("test", []byte("news\n"))
 	for i := 0; i < 2; i++ {
-		waitFor(t, 5*time.Second, "broadcast", func() bool { return mc.states[i].has("news") })
+		testutil.Eventually(t, 5*time.Second, "broadcast", func() bool { return mc.states[i].has("news") })
 	}
 }
 
 func TestMembershipGracefulLeaveRunsHooksFirst(t *testing.T) {
 	mc := newMemberCluster(t, 3, nil)
-	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
 	leaver := mc.members[2]
 	var hookRan atomic.Bool
 	leaver.RegisterLeaveHook(func(ctx context.Context) error {
@@ -212,9 +201,9 @@ func TestMembershipGracefulLeaveRunsHooksFirst(t *testing.T) {
 		t.Fatal("the leave hook did not run (or saw the wrong status)")
 	}
 	rest := mc.members[:2]
-	waitFor(t, 10*time.Second, "the leaver removed", func() bool { return allUp(rest) })
+	testutil.Eventually(t, 10*time.Second, "the leaver removed", func() bool { return allUp(rest) })
 	kinds := map[EventKind]bool{}
-	waitFor(t, 5*time.Second, "leave events", func() bool {
+	testutil.Eventually(t, 5*time.Second, "leave events", func() bool {
 		for {
 			select {
 			case e := <-sub.C:
@@ -230,11 +219,11 @@ func TestMembershipGracefulLeaveRunsHooksFirst(t *testing.T) {
 
 func TestMembershipCrashIsDownedAndRemoved(t *testing.T) {
 	mc := newMemberCluster(t, 3, nil)
-	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
 	start := time.Now()
 	mc.members[1].Shutdown()
 	rest := []*Membership{mc.members[0], mc.members[2]}
-	waitFor(t, 10*time.Second, "unreachable", func() bool {
+	testutil.Eventually(t, 10*time.Second, "unreachable", func() bool {
 		for _, mem := range mc.members[0].View().Members {
 			if mem.UID == mc.members[1].self.UID && !mem.Reachable {
 				return true
@@ -243,20 +232,20 @@ func TestMembershipCrashIsDownedAndRemoved(t *testing.T) {
 		return false
 	})
 	unreachable := time.Since(start)
-	waitFor(t, 15*time.Second, "removed", func() bool { return allUp(rest) })
+	testutil.Eventually(t, 15*time.Second, "removed", func() bool { return allUp(rest) })
 	t.Logf("local profile: crash → unreachable %v, → removed %v", unreachable.Round(10*time.Millisecond), time.Since(start).Round(10*time.Millisecond))
 }
 
 func TestMembershipOperatorDownAndLeaveOther(t *testing.T) {
 	mc := newMemberCluster(t, 4, nil)
-	waitFor(t, 10*time.Second, "4 up members", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "4 up members", func() bool { return allUp(mc.members) })
 	downed := mc.members[3].Self().Address
 	sub := mc.members[3].Subscribe(16)
 	defer sub.Close()
 	if err := mc.members[0].DownMember(downed); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the downed member told", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the downed member told", func() bool {
 		for {
 			select {
 			case e := <-sub.C:
@@ -272,7 +261,7 @@ func TestMembershipOperatorDownAndLeaveOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest := mc.members[:2]
-	waitFor(t, 15*time.Second, "both gone", func() bool { return allUp(rest) })
+	testutil.Eventually(t, 15*time.Second, "both gone", func() bool { return allUp(rest) })
 	if err := mc.members[0].DownMember("10.9.9.9:1"); !errors.Is(err, ErrNoSuchMember) {
 		t.Fatalf("down of nobody: %v", err)
 	}
@@ -287,13 +276,13 @@ func TestMembershipMinMembers(t *testing.T) {
 		}
 	}
 	mc.add()
-	waitFor(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "3 up members", func() bool { return allUp(mc.members) })
 }
 
 func TestMembershipGossipKey(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	mc := newMemberCluster(t, 2, func(c *MembershipConfig) { c.GossipKey = key })
-	waitFor(t, 10*time.Second, "2 up members with the key", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "2 up members with the key", func() bool { return allUp(mc.members) })
 	// A member with another key cannot join.
 	cfg := DefaultMembershipConfig()
 	cfg.Transport = mc.network.NewTransport()
@@ -360,7 +349,7 @@ func TestMembershipOverUDP(t *testing.T) {
 		defer m.Shutdown()
 		ms = append(ms, m)
 	}
-	waitFor(t, 10*time.Second, "2 up members over UDP", func() bool { return allUp(ms) })
+	testutil.Eventually(t, 10*time.Second, "2 up members over UDP", func() bool { return allUp(ms) })
 }
 
 func TestMemberStatusText(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 // tracker records where a singleton runs, and fails on two at once.
@@ -48,7 +50,7 @@ func (tr *tracker) where() []string {
 
 func TestSingletonRunsOnceAndMovesOnLeaveAndCrash(t *testing.T) {
 	mc := newMemberCluster(t, 4, nil)
-	waitFor(t, 10*time.Second, "4 up members", func() bool { return allUp(mc.members) })
+	testutil.Eventually(t, 10*time.Second, "4 up members", func() bool { return allUp(mc.members) })
 	tr := &tracker{running: map[string]bool{}}
 	var singletons []*Singleton
 	for _, m := range mc.members {
@@ -57,7 +59,7 @@ func TestSingletonRunsOnceAndMovesOnLeaveAndCrash(t *testing.T) {
 		defer s.Close()
 	}
 	oldest, _ := Oldest(mc.members[0].Members())
-	waitFor(t, 5*time.Second, "the singleton on the oldest", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the singleton on the oldest", func() bool {
 		w := tr.where()
 		return len(w) == 1 && w[0] == oldest.Address
 	})
@@ -79,9 +81,9 @@ func TestSingletonRunsOnceAndMovesOnLeaveAndCrash(t *testing.T) {
 			rest = append(rest, m)
 		}
 	}
-	waitFor(t, 10*time.Second, "the leaver removed", func() bool { return allUp(rest) })
+	testutil.Eventually(t, 10*time.Second, "the leaver removed", func() bool { return allUp(rest) })
 	next, _ := Oldest(rest[0].Members())
-	waitFor(t, 10*time.Second, "the singleton on the next oldest", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the singleton on the next oldest", func() bool {
 		w := tr.where()
 		return len(w) == 1 && w[0] == next.Address && next.Address != oldest.Address
 	})
@@ -100,7 +102,7 @@ func TestSingletonRunsOnceAndMovesOnLeaveAndCrash(t *testing.T) {
 	}
 	tr.Stop(next.Address)
 	crashed.Shutdown()
-	waitFor(t, 15*time.Second, "the singleton after the crash", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the singleton after the crash", func() bool {
 		w := tr.where()
 		return len(w) == 1 && w[0] != next.Address && w[0] != oldest.Address
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -123,7 +124,7 @@ func (rc *replCluster) live() []*replNode {
 func (rc *replCluster) waitUp() {
 	rc.t.Helper()
 	live := rc.live()
-	eventually(rc.t, 15*time.Second, "every member up", func() bool {
+	testutil.Eventually(rc.t, 15*time.Second, "every member up", func() bool {
 		for _, n := range live {
 			v := n.m.View()
 			up := 0
@@ -153,17 +154,6 @@ func (rc *replCluster) stopAll() {
 		if !n.down {
 			rc.kill(n)
 		}
-	}
-}
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -206,7 +196,7 @@ func TestReplicatorWriteLocalSpreadsByDeltasAndGossip(t *testing.T) {
 		t.Fatalf("own read: %v %v", d, err)
 	}
 	for _, n := range rc.nodes[1:] {
-		eventually(t, 5*time.Second, "the counter everywhere", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the counter everywhere", func() bool {
 			d, err := n.r.Get(ctxT(t), "counter-1", ReadLocal())
 			return err == nil && countOf(t, d) == 10
 		})
@@ -221,7 +211,7 @@ func TestReplicatorSpreadsByGossipAloneWithoutDeltas(t *testing.T) {
 		return s, delta, nil
 	})
 	for _, n := range rc.nodes[1:] {
-		eventually(t, 5*time.Second, "the set by gossip", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the set by gossip", func() bool {
 			d, err := n.r.Get(ctxT(t), "k", ReadLocal())
 			return err == nil && d.(GSet).Contains("x")
 		})
@@ -289,7 +279,7 @@ func TestReplicatorDeleteIsFinalEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range rc.nodes {
-		eventually(t, 5*time.Second, "the tombstone", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the tombstone", func() bool {
 			_, err := n.r.Get(ctxT(t), "gone", ReadLocal())
 			return errors.Is(err, ErrDataDeleted)
 		})
@@ -302,7 +292,7 @@ func TestReplicatorDeleteIsFinalEverywhere(t *testing.T) {
 			t.Fatalf("delete after delete: %v", err)
 		}
 	}
-	eventually(t, 5*time.Second, "a Deleted notification", func() bool {
+	testutil.Eventually(t, 5*time.Second, "a Deleted notification", func() bool {
 		for {
 			select {
 			case c := <-sub.C:
@@ -325,7 +315,7 @@ func TestReplicatorSubscribeToPrefix(t *testing.T) {
 		a.r.Update(ctxT(t), key, PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), 3))
 	}
 	got := map[string]int64{}
-	eventually(t, 5*time.Second, "both counters notified", func() bool {
+	testutil.Eventually(t, 5*time.Second, "both counters notified", func() bool {
 		for {
 			select {
 			case c := <-sub.C:
@@ -410,7 +400,7 @@ func TestReplicatorJoiningMemberReceivesEverythingInChunks(t *testing.T) {
 	}
 	late := rc.add(nil)
 	rc.waitUp()
-	eventually(t, 15*time.Second, "all 95 keys on the joining member", func() bool {
+	testutil.Eventually(t, 15*time.Second, "all 95 keys on the joining member", func() bool {
 		return len(late.r.Keys()) == 95
 	})
 	for i := 0; i < 95; i++ {
@@ -437,7 +427,7 @@ func TestReplicatorPrunesARemovedMembersData(t *testing.T) {
 	rc.kill(victim)
 	rc.waitUp() // downed and removed
 	for _, n := range rc.live() {
-		eventually(t, 15*time.Second, "the removed member's data pruned", func() bool {
+		testutil.Eventually(t, 15*time.Second, "the removed member's data pruned", func() bool {
 			d, err := n.r.Get(ctxT(t), "g", ReadLocal())
 			if err != nil {
 				return false
@@ -463,7 +453,7 @@ func TestReplicatorExpiresInactiveKeys(t *testing.T) {
 	a.r.Update(ctxT(t), "cache-1", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 1))
 	a.r.Update(ctxT(t), "keep", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 1))
 	for _, n := range rc.nodes {
-		eventually(t, 5*time.Second, "the key expired", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the key expired", func() bool {
 			_, err := n.r.Get(ctxT(t), "cache-1", ReadLocal())
 			if err == nil {
 				n.r.mu.Lock() // reading refreshed it locally: undo for the test
@@ -476,7 +466,7 @@ func TestReplicatorExpiresInactiveKeys(t *testing.T) {
 	if _, err := a.r.Get(ctxT(t), "keep", ReadLocal()); err != nil {
 		t.Fatalf("a key without a rule expired: %v", err)
 	}
-	eventually(t, 5*time.Second, "an Expired notification", func() bool {
+	testutil.Eventually(t, 5*time.Second, "an Expired notification", func() bool {
 		for {
 			select {
 			case c := <-sub.C:
@@ -517,7 +507,7 @@ func TestReplicatorConvergesUnderConcurrentUpdatesAndPartitions(t *testing.T) {
 	}
 	wg.Wait()
 	for _, n := range rc.nodes {
-		eventually(t, 10*time.Second, "150 elements everywhere", func() bool {
+		testutil.Eventually(t, 10*time.Second, "150 elements everywhere", func() bool {
 			d, err := n.r.Get(ctxT(t), "s", ReadLocal())
 			return err == nil && d.(ORSet).Len() == 150
 		})

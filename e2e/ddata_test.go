@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 // ddataCLI runs a ddata command and returns its trimmed output, failing the test on an
@@ -44,31 +47,17 @@ func TestDDataThroughTheCLIOnThreeProcesses(t *testing.T) {
 	}
 	ddataCLI(t, c, "update", "ready", "--type", "flag", "--op", "enable")
 	// WriteLocal spreads by gossip and deltas.
-	deadline := time.Now().Add(10 * time.Second)
-	for ddataGet(t, a, "ready") != "true" {
-		if time.Now().After(deadline) {
-			t.Fatal("the flag did not spread")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the flag to spread", func() bool { return ddataGet(t, a, "ready") == "true" })
 	// keys lists the local replica: a majority write may reach it by gossip later.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 10*time.Second, "every key in the local replica", func() error {
 		keys := ddataCLI(t, b, "keys")
-		missing := ""
 		for _, want := range []string{"visits", "pncounter", "tags", "orset", "colors", "lwwmap", "motd", "ready", "flag"} {
 			if !strings.Contains(keys, want) {
-				missing = want
+				return fmt.Errorf("keys lacks %s:\n%s", want, keys)
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keys lacks %s:\n%s", missing, keys)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	// Bad input: a clear error, and the stored value untouched.
 	mustFail(t, a, nil, "values of different types", "ddata", "update", "visits", "--type", "gset", "--op", "add x")
 	mustFail(t, a, nil, "unknown data type", "ddata", "update", "x", "--type", "hyperloglog", "--op", "add x")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -99,18 +100,20 @@ func (dc *dockerCluster) members(i int) ([]memberJSON, error) {
 
 func (dc *dockerCluster) waitView(i int, limit time.Duration, what string, cond func([]memberJSON) bool) {
 	dc.t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ms, err := dc.members(i)
-		if err == nil && cond(ms) {
-			return
-		}
-		if time.Now().After(deadline) {
+	var ms []memberJSON
+	var err error
+	defer func() {
+		if dc.t.Failed() {
 			logs, _ := docker(dc.t, "logs", dc.containers[i])
-			dc.t.Fatalf("member %d does not see %s: %+v %v\n%s", i, what, ms, err, logs)
+			dc.t.Logf("log of member %d:\n%s", i, logs)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}()
+	testutil.EventuallyNil(dc.t, limit, fmt.Sprintf("member %d to see %s", i, what), func() error {
+		if ms, err = dc.members(i); err == nil && cond(ms) {
+			return nil
+		}
+		return fmt.Errorf("it sees %+v %v", ms, err)
+	})
 }
 
 func (dc *dockerCluster) running(i int) bool {
@@ -163,13 +166,7 @@ func TestDockerPartition(t *testing.T) {
 		dc.waitView(i, 30*time.Second, "the cut-off member removed", allUpView(2))
 	}
 	t.Logf("partition → the cut-off member removed by the majority after %v", time.Since(start).Round(10*time.Millisecond))
-	deadline := time.Now().Add(30 * time.Second)
-	for dc.running(2) {
-		if time.Now().After(deadline) {
-			t.Fatal("the cut-off member keeps running: two sides alive")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "the cut-off member to stop (else two sides are alive)", func() bool { return !dc.running(2) })
 	logs, _ := docker(t, "logs", dc.containers[2])
 	if !strings.Contains(logs, "out of the cluster") {
 		t.Fatalf("the cut-off member stopped without saying why:\n%s", logs)

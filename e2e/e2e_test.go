@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -261,28 +262,25 @@ type member struct {
 
 func waitForCluster(t *testing.T, hosts []*host) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, h := range hosts {
-		for {
-			out, _, ok := cli(t, h, nil, "members", "--json")
+	testutil.EventuallyNil(t, 30*time.Second, fmt.Sprintf("every member to see %d up members", len(hosts)), func() error {
+		for _, h := range hosts {
+			out, errText, ok := cli(t, h, nil, "members", "--json")
 			var ms []member
-			if ok && json.Unmarshal([]byte(out), &ms) == nil && len(ms) == len(hosts) {
-				up := 0
-				for _, m := range ms {
-					if m.Status == "up" && m.UID != "" {
-						up++
-					}
-				}
-				if up == len(hosts) {
-					break
+			if !ok || json.Unmarshal([]byte(out), &ms) != nil {
+				return fmt.Errorf("%s: members: %s%s", h.bind, out, errText)
+			}
+			up := 0
+			for _, m := range ms {
+				if m.Status == "up" && m.UID != "" {
+					up++
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s does not see %d up members: %s", h.bind, len(hosts), out)
+			if up != len(hosts) || len(ms) != len(hosts) {
+				return fmt.Errorf("%s sees %s", h.bind, out)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 }
 
 // api sends one tell or ask through a host's HTTP API.
@@ -361,17 +359,12 @@ func TestThreeProcessesServeHundredsOfCounters(t *testing.T) {
 			t.Fatalf("tell: %s", errText)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, errText, ok := cli(t, h3, nil, "ask", "counter/cli-entity", "get")
-		if ok && out == "10\n" {
-			break
+	testutil.EventuallyNil(t, 10*time.Second, "the 5 tells of inc 2 to count 10", func() error {
+		if out, errText, ok := cli(t, h3, nil, "ask", "counter/cli-entity", "get"); !ok || out != "10\n" {
+			return fmt.Errorf("ask: %q %q", out, errText)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ask after 5 tells of inc 2: %q %q", out, errText)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// shards --json: the entities are spread over more than one host, and counted.
 	out, errText, ok = cli(t, h1, nil, "shards", "--json")

@@ -3,10 +3,13 @@ package e2e
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 // fast is the failure detection profile of these tests: heartbeats every 200 ms, an
@@ -37,16 +40,14 @@ func members(t *testing.T, h *host) ([]memberJSON, bool) {
 func waitView(t *testing.T, h *host, limit time.Duration, what string, cond func([]memberJSON) bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		if ms, ok := members(t, h); ok && cond(ms) {
-			return time.Since(start)
+	testutil.EventuallyNil(t, limit, h.bind+" to see "+what, func() error {
+		ms, ok := members(t, h)
+		if ok && cond(ms) {
+			return nil
 		}
-		if time.Since(start) > limit {
-			ms, _ := members(t, h)
-			t.Fatalf("after %v, %s does not see %s: %+v", limit, h.bind, what, ms)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("it sees %+v", ms)
+	})
+	return time.Since(start)
 }
 
 func find(ms []memberJSON, addr string) (memberJSON, bool) {

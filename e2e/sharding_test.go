@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -247,23 +248,18 @@ func TestIdlePassivationKeepsState(t *testing.T) {
 			t.Fatal(errText)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		events := lifecycleEvents(t, hosts)
+	testutil.EventuallyNil(t, 20*time.Second, "10 counters passivated", func() error {
 		stops := 0
-		for _, e := range events {
+		for _, e := range lifecycleEvents(t, hosts) {
 			if !e.start && strings.HasPrefix(e.entity, "counter/p") {
 				stops++
 			}
 		}
-		if stops >= 10 {
-			break
+		if stops < 10 {
+			return fmt.Errorf("%d passivated", stops)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of 10 counters passivated", stops)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	for i := 0; i < 10; i++ {
 		out, errText, ok := cli(t, hosts[1], nil, "ask", fmt.Sprintf("counter/p%d", i), "get")
 		if !ok || strings.TrimSpace(out) != strconv.Itoa(i+1) {
@@ -302,22 +298,18 @@ func TestFullRestartWithRememberEntities(t *testing.T) {
 		restarted = append(restarted, restartHostAt(t, dirs[i], binds[i], binds[0], args...))
 	}
 	waitForCluster(t, restarted)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 30*time.Second, "the 20 remembered entities to restart by themselves", func() error {
 		started := map[string]bool{}
 		for _, e := range lifecycleEvents(t, restarted) {
 			if e.start {
 				started[e.entity] = true
 			}
 		}
-		if len(started) >= 20 {
-			break
+		if len(started) < 20 {
+			return fmt.Errorf("%d restarted", len(started))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of 20 remembered entities restarted by themselves", len(started))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	for i := 0; i < 20; i++ {
 		out, errText, ok := cli(t, restarted[i%3], nil, "ask", fmt.Sprintf("counter/m%d", i), "get")
 		if !ok || strings.TrimSpace(out) != strconv.Itoa(i+1) {

@@ -13,6 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -159,22 +160,16 @@ func TestEntityStateEnvelope(t *testing.T) {
 // waitPassivated waits until no member hosts the entity's instance any more.
 func waitPassivated(t *testing.T, n *Node, typ, id string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		active := false
+	testutil.Eventually(t, 10*time.Second, typ+"/"+id+" passivated", func() bool {
 		for _, sh := range n.Sharding().LocalState().Shards {
 			for _, e := range sh.Entities {
-				active = active || (sh.Type == typ && e == id)
+				if sh.Type == typ && e == id {
+					return false
+				}
 			}
 		}
-		if !active {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s/%s still active", typ, id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 // A Go entity (transparent snapshot) passivated for idleness comes back with its state.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -114,29 +115,12 @@ func TestRoomExample(t *testing.T) {
 	if _, err := nodes[2].Replicator().Update(ctx, "room-topics", ddata.LWWMap{}, ddata.WriteAll(), op.Modify(nodes[2].Replicator().SelfNodeID(), nil)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { got, _ := ask("topic"); return got == "birds" })
+	testutil.Eventually(t, 15*time.Second, `the room's topic "birds"`, func() bool { got, _ := ask("topic"); return got == "birds" })
 	// Idle members go: bob said nothing, alice keeps talking.
 	must("expire-after 600ms", "ok")
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testutil.Eventually(t, 15*time.Second, "bob to be let go", func() bool {
 		must("say alice still here", "ok")
-		if got, _ := ask("members"); got == `["alice"]` {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("bob was never let go")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func waitFor(t *testing.T, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 15 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		got, _ := ask("members")
+		return got == `["alice"]`
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -71,9 +72,8 @@ func startNodes(t *testing.T, count int, mutate func(*Config)) []*Node {
 // waitMembers waits until every node sees every node up, and converged.
 func waitMembers(t *testing.T, nodes []*Node) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for _, n := range nodes {
-		for {
+	testutil.EventuallyNil(t, 15*time.Second, fmt.Sprintf("%d up members in a converged view", len(nodes)), func() error {
+		for _, n := range nodes {
 			v := n.Membership().View()
 			up := 0
 			for _, m := range v.Members {
@@ -81,15 +81,12 @@ func waitMembers(t *testing.T, nodes []*Node) {
 					up++
 				}
 			}
-			if v.Converged && up == len(nodes) && len(v.Members) == len(nodes) {
-				break
+			if !v.Converged || up != len(nodes) || len(v.Members) != len(nodes) {
+				return fmt.Errorf("%s sees %v (converged %v)", n.Self().Address, v.Members, v.Converged)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s sees %v, want %d up members", n.Self().Address, v.Members, len(nodes))
-			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 }
 
 type apiClient struct {
@@ -175,18 +172,13 @@ func TestThreeNodesDeployAndServeCounters(t *testing.T) {
 		id := fmt.Sprintf("ctr-%d-é/ü 日本", i)
 		want := strconv.Itoa(i%4 + 1)
 		// Tells from different nodes race each other; wait until all have arrived.
-		deadline := time.Now().Add(5 * time.Second)
 		var r apiResult
-		for {
-			r = client(t, nodes[i%3]).ask("counter", id, "get")
-			if string(r.body) == want || time.Now().After(deadline) {
-				break
+		testutil.EventuallyNil(t, 5*time.Second, id+" = "+want, func() error {
+			if r = client(t, nodes[i%3]).ask("counter", id, "get"); r.status != 200 || string(r.body) != want {
+				return fmt.Errorf("%d %q", r.status, r.body)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		if r.status != 200 || string(r.body) != want {
-			t.Fatalf("%s: %d %q, want %s", id, r.status, r.body, want)
-		}
+			return nil
+		})
 		hosts[r.node] = true
 	}
 	if len(hosts) < 2 {
@@ -219,17 +211,12 @@ func TestLateJoinerGetsDeployedTypes(t *testing.T) {
 	}
 	late := startNode(t, []string{nodes[1].Self().Address}, nil)
 	waitMembers(t, append(nodes, late))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		types := late.Types()
-		if len(types) == 1 && types[0].NumberOfShards == 7 {
-			break
+	testutil.EventuallyNil(t, 10*time.Second, "the late joiner to know the type", func() error {
+		if types := late.Types(); len(types) != 1 || types[0].NumberOfShards != 7 {
+			return fmt.Errorf("it knows %v", types)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("late joiner knows %v", types)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	// It can host entities: ask until one lands on it (least-shard sends new shards there).
 	for i := 0; i < 50; i++ {
 		r := client(t, late).ask("counter", "late-"+strconv.Itoa(i), "inc")

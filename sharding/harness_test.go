@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -305,7 +306,7 @@ func (tc *testCluster) live() []*testNode {
 func (tc *testCluster) waitMembers() {
 	tc.t.Helper()
 	live := tc.live()
-	waitFor(tc.t, 15*time.Second, "membership", func() bool {
+	testutil.Eventually(tc.t, 15*time.Second, "membership", func() bool {
 		for _, n := range live {
 			v := n.membership.View()
 			if !v.Converged || len(v.Members) != len(live) {
@@ -349,17 +350,6 @@ func (tc *testCluster) stopAll() {
 		if !n.stopped {
 			tc.stop(n, false)
 		}
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

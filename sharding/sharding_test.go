@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -169,7 +170,7 @@ func TestBufferOverflowIsADeadLetter(t *testing.T) {
 		t.Fatalf("dead letters %d", n.sharding.DeadLetters())
 	}
 	close(n.types.block)
-	waitFor(t, 5*time.Second, "buffered tells", func() bool {
+	testutil.Eventually(t, 5*time.Second, "buffered tells", func() bool {
 		r, err := ask(t, n, "counter", "a", "get")
 		return err == nil && string(r.Payload) == "5"
 	})
@@ -232,7 +233,7 @@ func TestCoordinatorMovesToTheNextOldestAndRecovers(t *testing.T) {
 	}
 	tc.stop(tc.nodes[0], true)
 	tc.waitMembers()
-	waitFor(t, 5*time.Second, "the new coordinator", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the new coordinator", func() bool {
 		tc.nodes[1].sharding.coord.mu.Lock()
 		defer tc.nodes[1].sharding.coord.mu.Unlock()
 		return tc.nodes[1].sharding.coord.active
@@ -330,7 +331,7 @@ func TestHandOffOnLeaveLosesNoMessageAndKeepsOrder(t *testing.T) {
 	// The entity's new incarnation got a contiguous, ordered tail of the messages: the
 	// ones sent during the handoff waited in buffers, none was lost or reordered.
 	var list string
-	waitFor(t, 10*time.Second, "the last message", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the last message", func() bool {
 		r, err := ask(t, tc.nodes[0], "counter", id, "list")
 		list = string(r.Payload)
 		return err == nil && strings.HasSuffix(list, strconv.Itoa(total-1))
@@ -424,7 +425,7 @@ func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
 	}()
 	newcomer := tc.add()
 	tc.waitMembers()
-	waitFor(t, 20*time.Second, "shards on the newcomer", func() bool {
+	testutil.Eventually(t, 20*time.Second, "shards on the newcomer", func() bool {
 		st := newcomer.sharding.LocalState()
 		return len(st.Shards) >= 2
 	})
@@ -435,7 +436,7 @@ func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
 	for _, id := range ids {
 		want := strconv.Itoa(sent[id] - 1)
 		var list string
-		waitFor(t, 10*time.Second, id+"'s last message", func() bool {
+		testutil.Eventually(t, 10*time.Second, id+"'s last message", func() bool {
 			r, err := ask(t, tc.nodes[1], "counter", id, "list")
 			list = string(r.Payload)
 			return err == nil && strings.HasSuffix(list, ","+want) || list == want
@@ -469,7 +470,7 @@ func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
 	tc := newTestCluster(t, 2, func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond })
 	n := tc.nodes[0]
 	mustAsk(t, n, "idle", "a", "inc")
-	waitFor(t, 5*time.Second, "idle passivation", func() bool { return !activeOn(tc, "idle/a") })
+	testutil.Eventually(t, 5*time.Second, "idle passivation", func() bool { return !activeOn(tc, "idle/a") })
 	// The next message activates a new incarnation (state does not survive
 	// passivation without a state store: the count starts again).
 	if got := mustAsk(t, n, "idle", "a", "inc"); got != "1" {
@@ -480,7 +481,7 @@ func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
 	}
 	// Messages that arrive while an entity passivates wait and are delivered in order.
 	for round := 0; round < 5; round++ {
-		waitFor(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
+		testutil.Eventually(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
 		for k := 0; k < 20; k++ {
 			n.sharding.Tell(context.Background(), "idle", "a", []byte("append "+strconv.Itoa(round*100+k)))
 		}
@@ -497,7 +498,7 @@ func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
 		}
 	}
 	// The shards report counts active entities only.
-	waitFor(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
+	testutil.Eventually(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
 	for _, st := range n.sharding.LocalState().Shards {
 		if st.Type == "idle" && len(st.Entities) != 0 {
 			t.Fatalf("passivated entity listed: %v", st)
@@ -513,7 +514,7 @@ func TestMaxActivePassivatesTheLeastRecentlyUsed(t *testing.T) {
 	}
 	mustAsk(t, n, "bounded", "a", "inc") // b is now the least recently used
 	mustAsk(t, n, "bounded", "d", "inc")
-	waitFor(t, 5*time.Second, "b passivated", func() bool { return !activeOn(tc, "bounded/b") })
+	testutil.Eventually(t, 5*time.Second, "b passivated", func() bool { return !activeOn(tc, "bounded/b") })
 	for _, id := range []string{"a", "c", "d"} {
 		if !activeOn(tc, "bounded/"+id) {
 			t.Fatalf("%s passivated instead of b", id)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 func TestStateSurvivesPassivation(t *testing.T) {
@@ -15,7 +17,7 @@ func TestStateSurvivesPassivation(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		mustAsk(t, n, "idle", "a", "inc")
 	}
-	waitFor(t, 5*time.Second, "idle passivation", func() bool { return !activeOn(tc, "idle/a") })
+	testutil.Eventually(t, 5*time.Second, "idle passivation", func() bool { return !activeOn(tc, "idle/a") })
 	if got := mustAsk(t, n, "idle", "a", "inc"); got != "6" {
 		t.Fatalf("after passivation the count is %s, want 6", got)
 	}
@@ -113,7 +115,7 @@ func TestStateMovesWithARebalance(t *testing.T) {
 	newcomer := tc.add()
 	tc.waitMembers()
 	// A handed-off shard is allocated anew when a message asks for it: keep asking.
-	waitFor(t, 20*time.Second, "shards on the newcomer", func() bool {
+	testutil.Eventually(t, 20*time.Second, "shards on the newcomer", func() bool {
 		for id := range want {
 			ask(t, tc.nodes[0], "counter", id, "get")
 		}
@@ -194,7 +196,7 @@ func TestRememberedEntitiesRestartWhereTheirShardGoes(t *testing.T) {
 	}
 	tc.stop(leaver, true)
 	// Without any message, the leaver's remembered entities come back elsewhere.
-	waitFor(t, 15*time.Second, "remembered entities restarted", func() bool {
+	testutil.Eventually(t, 15*time.Second, "remembered entities restarted", func() bool {
 		for _, id := range onLeaver {
 			if !activeOn(tc, "remember/"+id) {
 				return false
@@ -248,7 +250,7 @@ func TestARegionDropsAStaleShardOnANewerEpoch(t *testing.T) {
 	if still {
 		t.Fatal("the stale shard is still hosted")
 	}
-	waitFor(t, 5*time.Second, "the stale entity stopped", func() bool { return !activeOn(tc, "counter/x") })
+	testutil.Eventually(t, 5*time.Second, "the stale entity stopped", func() bool { return !activeOn(tc, "counter/x") })
 	// Its entity did not save on the way out (it was fenced), and it serves again.
 	if got := mustAsk(t, n, "counter", "x", "get"); !strings.HasPrefix(got, "1") && got != "0" {
 		t.Fatalf("after the stale shard: %s", got)

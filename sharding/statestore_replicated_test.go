@@ -16,6 +16,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -158,7 +159,7 @@ func (c *ssCluster) stopAll() {
 func (c *ssCluster) waitUp() {
 	c.tb.Helper()
 	live := c.live()
-	ssWaitFor(c.tb, 20*time.Second, "membership", func() bool {
+	testutil.Eventually(c.tb, 20*time.Second, "membership", func() bool {
 		for _, n := range live {
 			v := n.ms.View()
 			if !v.Converged || len(v.Members) != len(live) {
@@ -177,7 +178,7 @@ func (c *ssCluster) waitUp() {
 // waitGone waits until no live member lists addr any more.
 func (c *ssCluster) waitGone(addr string) {
 	c.tb.Helper()
-	ssWaitFor(c.tb, 30*time.Second, "removal of "+addr, func() bool {
+	testutil.Eventually(c.tb, 30*time.Second, "removal of "+addr, func() bool {
 		for _, n := range c.live() {
 			if _, ok := n.ms.Member(addr); ok {
 				return false
@@ -253,30 +254,14 @@ func (c *ssCluster) holders(key EntityKey, want []byte) []string {
 // live members of its shard's order.
 func (c *ssCluster) waitPlaced(key EntityKey, want []byte) {
 	c.tb.Helper()
-	var got, exp []string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		exp = slices.Clone(c.ranking(key)[:min(3, len(c.live()))])
+	testutil.EventuallyNil(c.tb, 20*time.Second, fmt.Sprintf("%v on exactly its first 3 live members", key), func() error {
+		exp := slices.Clone(c.ranking(key)[:min(3, len(c.live()))])
 		sort.Strings(exp)
-		if got = c.holders(key, want); slices.Equal(got, exp) {
-			return
+		if got := c.holders(key, want); !slices.Equal(got, exp) {
+			return fmt.Errorf("it is on %v, want %v", got, exp)
 		}
-		if time.Now().After(deadline) {
-			c.tb.Fatalf("%v is on %v, want exactly %v", key, got, exp)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func ssWaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func ssCtx(tb testing.TB) context.Context {
@@ -426,7 +411,7 @@ func TestReplicatedStateStore(t *testing.T) {
 		if err := w.store.Remember(ctx, key, 1, true); err != nil {
 			t.Fatal(err)
 		}
-		ssWaitFor(t, 5*time.Second, "the mark on every replica", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the mark on every replica", func() bool {
 			for _, r := range reps {
 				if rec, ok := ssLocalRecord(t, r, stateKindRemember, key); !ok || !rec.Remember {
 					return false
@@ -448,7 +433,7 @@ func TestReplicatedStateStore(t *testing.T) {
 		ssRemembered(t, w, typ, shard, "a", "c")
 		c.net.Reconnect(w.transport, reps[1].transport)
 		// Read repair gave the stale replica the tombstone.
-		ssWaitFor(t, 5*time.Second, "read repair of the forget", func() bool {
+		testutil.Eventually(t, 5*time.Second, "read repair of the forget", func() bool {
 			rec, ok := ssLocalRecord(t, reps[2], stateKindRemember, key)
 			return ok && !rec.Remember
 		})
