@@ -13,6 +13,7 @@ RUSTDOC       ?= /usr/bin/rustdoc
 RUST_EXAMPLES := echo-rust cart
 RUST_TEST_MODULES := abitest-rust
 RUST_SDK      := guest-sdk/rust/src/lib.rs
+RUST_SDK_SRC  := $(wildcard guest-sdk/rust/src/*.rs)
 RUST_SDK_WASM := $(BIN)/rust/wasm32/libshardhost.rlib
 RUST_SDK_HOST := $(BIN)/rust/native/libshardhost.rlib
 RUST_PACKAGES := rustc libstd-rust-dev-wasm32 lld-14
@@ -33,7 +34,7 @@ $(BIN)/wasm/%.wasm: examples/wasm/%/*.go examples/wasm/go.mod guest-sdk/go/*.go
 
 # A Rust guest is a cdylib for wasm32-unknown-unknown with the SDK as an rlib: panic=abort
 # (a panic traps), LTO, and a 64 KiB stack (the default 1 MiB makes every instance 1 MiB).
-$(RUST_SDK_WASM): $(RUST_SDK) | rust-toolchain
+$(RUST_SDK_WASM): $(RUST_SDK_SRC) | rust-toolchain
 	@mkdir -p $(@D)
 	$(RUSTC) --edition 2021 --crate-type rlib --crate-name shardhost --target wasm32-unknown-unknown \
 		-C opt-level=3 -C panic=abort -D warnings -o $@ $(RUST_SDK)
