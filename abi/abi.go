@@ -228,7 +228,9 @@ const (
 const MaxMessageSize = 1 << 20
 
 // MaxSnapshotSize is the largest guest-level snapshot (ExportSnapshot) a host accepts, in
-// bytes (4 MiB): a snapshot travels in one frame of the entity state store.
+// bytes (4 MiB): the entity's own encoding of its state, meant to be compact. (The
+// host's entity state store takes larger states, transparent snapshots of an instance's
+// memory, up to its own cap, 64 MiB by default, in chunks.)
 const MaxSnapshotSize = 4 << 20
 
 func itoa(v int) string {

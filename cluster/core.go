@@ -238,8 +238,9 @@ func (c *Core) tryJoin(now time.Time) []outbound {
 	return out
 }
 
-// liveMembers are the members other than self that gossip and heartbeats go to: not
-// removed, and (for gossip) reachable.
+// gossipTargets are the members gossip goes to: every member of the state other than
+// self that this member sees reachable, in address order. (Heartbeats choose their own
+// targets on the monitoring ring.)
 func (c *Core) gossipTargets() []UniqueAddress {
 	var out []UniqueAddress
 	for _, m := range c.gossip.sortedMembers() {

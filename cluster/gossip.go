@@ -9,8 +9,8 @@ import (
 // This file is the membership state of the cluster specification: members with their
 // status, a vector clock, a seen set, a reachability table and tombstones of removed
 // members, with a monotonic merge (a join-semilattice: commutative, associative,
-// idempotent). Source: shared/reference/akka-cluster-specification.txt ("Membership",
-// "Vector Clocks", "Gossip Convergence", "Leader", "Membership Lifecycle").
+// idempotent), after Akka's cluster specification ("Membership", "Vector Clocks",
+// "Gossip Convergence", "Leader", "Membership Lifecycle"); see docs/design.md.
 
 // UniqueAddress identifies one incarnation of a member: its address and the UID chosen
 // when its process started. It orders by address, then UID.

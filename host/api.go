@@ -24,7 +24,7 @@ import (
 // and replies, which are the raw bytes. Every error is {"error": TEXT, "code": CODE}
 // with a 4xx or 5xx status.
 //
-//	POST /v1/types/{name}[?shards=N]     body: the module → DeployResult
+//	POST /v1/types/{name}[?shards=N&...] body: the module → DeployResult (deploySettings)
 //	GET  /v1/types                       → [TypeInfo]
 //	GET  /v1/modules                     → [ModuleInfo]: every type's versions, newest first
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
@@ -35,6 +35,10 @@ import (
 //	POST /v1/members/{address}/leave     → make the member leave gracefully
 //	POST /v1/leave                       → make this member leave gracefully
 //	GET  /v1/shards                      → {"regions":[{"node":A,"shards":[{"type":T,"id":S,"entities":N}]}]}
+//	GET  /v1/ddata/keys                  → the keys this member holds (api_ddata.go)
+//	GET  /v1/ddata/keys/{key}[?consistency=C]   → the key's value
+//	POST /v1/ddata/keys/{key}?type=T[&consistency=C] body: an operation → the new value
+//	DELETE /v1/ddata/keys/{key}[?consistency=C] → delete the key for good
 //	GET  /v1/health                      → {"status":"ok","node":A}
 //
 // The entity ID is any UTF-8 text, URL-encoded in the query.

@@ -6,8 +6,8 @@
 // EntityFactory (the host's wasm instances) and get their messages one at a time, in
 // order per sender.
 //
-// Source: Akka Cluster Sharding ("How it works", scenarios 1 and 2), see
-// shared/reference/akka-cluster-sharding-ja-en.txt.
+// Design: docs/design.md ("Cluster sharding"), after Akka Cluster Sharding ("How it
+// works", scenarios 1 and 2).
 package sharding
 
 import (
@@ -58,13 +58,13 @@ const maxHops = 3
 const maxForwards = 16
 
 // Membership is what sharding needs of cluster membership; *cluster.Membership has it.
+// The shard coordinator runs as a cluster singleton, which needs View, Self, Subscribe
+// and RegisterLeaveHook (cluster.SingletonMembership); regions and the state store read
+// the members.
 type Membership interface {
-	Self() cluster.Member
-	View() cluster.View
+	cluster.SingletonMembership
 	Members() []cluster.Member
 	Member(address string) (cluster.Member, bool)
-	Subscribe(buffer int) *cluster.Subscription
-	RegisterLeaveHook(cluster.LeaveHook)
 }
 
 // Messenger is what sharding needs of node-to-node messaging; *cluster.Messenger has it.

@@ -31,7 +31,7 @@ type EntityKey struct {
 }
 
 // StateStore keeps entity state: each entity's latest snapshot, and, for types that
-// remember entities, the IDs of each shard's entities (DESIGN.md: the entity state
+// remember entities, the IDs of each shard's entities (docs/design.md: the entity state
 // store). Every write carries the writer's allocation epoch for the shard; a store
 // refuses, with ErrStaleEpoch, a write whose epoch is older than the newest it has seen
 // for the shard, so a host whose allocation is stale cannot overwrite the state of the

@@ -84,8 +84,9 @@ func (s *ReplicatedStateStore) Repair(ctx context.Context) error {
 	return s.repairPass(ctx)
 }
 
-// ReadRepairsDropped returns how many read repairs did not fit in the queue (repair
-// passes make up for them).
+// ReadRepairsDropped returns how many read repairs did not fit in their queue since the
+// store opened (a bounded queue drops rather than blocks a read). Each anti-entropy pass
+// makes up for them and logs how many it follows, at warn level.
 func (s *ReplicatedStateStore) ReadRepairsDropped() uint64 { return s.readRepairsDropped.Load() }
 
 // statePull names a snapshot version to read from a replica for a read repair.
@@ -168,6 +169,7 @@ func stateRepairEvent(k cluster.EventKind) bool {
 func (s *ReplicatedStateStore) repairLoop() {
 	t := time.NewTicker(s.cfg.RepairInterval)
 	defer t.Stop()
+	var dropped uint64 // read repairs dropped before the last pass
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -185,6 +187,11 @@ func (s *ReplicatedStateStore) repairLoop() {
 					break drain
 				}
 			}
+		}
+		if n := s.ReadRepairsDropped(); n > dropped {
+			s.log.Warn("read repairs dropped, the queue being full; this repair pass makes up for them",
+				"dropped", n-dropped, "queue", stateRepairQueue)
+			dropped = n
 		}
 		s.repairMu.Lock()
 		err := s.repairPass(s.ctx)

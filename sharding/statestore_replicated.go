@@ -133,10 +133,10 @@ const (
 	stateMaxPageRecords = 4096
 )
 
-// ReplicatedStateStore is the StateStore of DESIGN.md: each shard's data (snapshots and
-// remembered entity IDs) on the first K members of the shard's priority order, on disk
-// (bbolt, fsynced before a replica acknowledges), a majority of K acknowledging a write
-// and answering a read.
+// ReplicatedStateStore is the entity state store of docs/design.md: each shard's data
+// (snapshots and remembered entity IDs) on the first K members of the shard's priority
+// order, on disk (bbolt, fsynced before a replica acknowledges), a majority of K
+// acknowledging a write and answering a read.
 //
 // Versions. Every record (an entity's snapshot, or its remember/forget mark) carries a
 // version (epoch, seq): the writer's allocation epoch for the shard, then seq, the

@@ -793,6 +793,25 @@ func TestReplicatedStateStoreCloseLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestReadRepairQueueDropsAndCounts: read repairs wait in a bounded queue; when it is
+// full, a read does not block but drops the repair and counts it (anti-entropy makes up
+// for it).
+func TestReadRepairQueueDropsAndCounts(t *testing.T) {
+	c := newSSCluster(t, 1, ssTolerant(), nil)
+	n := c.nodes[0]
+	c.stopAll() // the repair loops stop: nothing takes jobs from the queue any more
+	if got := n.store.ReadRepairsDropped(); got != 0 {
+		t.Fatalf("%d read repairs dropped before any was queued", got)
+	}
+	job := stateRepairJob{typ: "counter", shard: 1}
+	for i := 0; i < stateRepairQueue+3; i++ {
+		n.store.queueRepair(job)
+	}
+	if got := n.store.ReadRepairsDropped(); got != 3 {
+		t.Fatalf("ReadRepairsDropped = %d after %d jobs into a queue of %d, want 3", got, stateRepairQueue+3, stateRepairQueue)
+	}
+}
+
 func TestReplicatedStateStoreOpenTwice(t *testing.T) {
 	c := newSSCluster(t, 1, ssTolerant(), nil)
 	n := c.nodes[0]

@@ -119,8 +119,8 @@ func (s LeastShardAllocationStrategy) Rebalance(current map[string][]int, inProg
 // the shard on the first region of its order that is present. When a region fails, its
 // shards go to their next region, which is a different one for each shard, so they
 // spread evenly over the survivors; when a region joins, it takes only the shards that
-// rank it first, about 1/N. This is shared/reference/priority-election-uniform-leaders.txt
-// applied to shard placement.
+// rank it first, about 1/N. This is Zeebe's priority election for an even spread of
+// leaders, applied to shard placement (docs/design.md, "Cluster sharding").
 type PriorityAllocationStrategy struct {
 	// Type is the entity type: shards of different types rank regions differently.
 	Type string

@@ -99,7 +99,7 @@ type Passivator interface {
 }
 
 // MaxSnapshotSize is the largest state Snapshotter.Snapshot may return, in bytes (4 MiB):
-// abi.MaxSnapshotSize, the size of one frame of the host's entity state store.
+// abi.MaxSnapshotSize, the cap a host puts on a guest-level snapshot.
 const MaxSnapshotSize = 4 << 20
 
 // Factory creates the entity with the given ID. It is called once per instance: when the

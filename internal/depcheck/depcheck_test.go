@@ -1,4 +1,4 @@
-// Package depcheck checks the dependency direction of DESIGN.md: cmd/host → host →
+// Package depcheck checks the dependency direction of docs/design.md: cmd/host → host →
 // sharding → ddata → cluster → abi, imports pointing down only, and abi on the standard
 // library alone.
 package depcheck
