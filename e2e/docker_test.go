@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,11 +38,17 @@ type dockerCluster struct {
 
 func newDockerCluster(t *testing.T) *dockerCluster {
 	t.Helper()
+	// Without Docker the tests are skipped, except in CI (CI=true), where a missing
+	// Docker must not pass unnoticed.
+	skip := t.Skipf
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		skip = t.Fatalf
+	}
 	if _, err := exec.LookPath("docker"); err != nil {
-		t.Skip("docker is not installed")
+		skip("docker is not installed (CI=%q)", os.Getenv("CI"))
 	}
 	if out, err := docker(t, "info", "--format", "{{.ServerVersion}}"); err != nil {
-		t.Skipf("the docker engine is not reachable: %s", out)
+		skip("the docker engine is not reachable (CI=%q): %s", os.Getenv("CI"), out)
 	}
 	dir := t.TempDir()
 	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "shardhost"), "./cmd/host")

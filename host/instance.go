@@ -33,6 +33,13 @@ type GuestError struct {
 	// Stderr is the start (at most 4 KiB) of what the guest wrote to stderr during the
 	// failed call: a Go panic's message and stack land here.
 	Stderr string
+	// Ran is how long the failed call ran, measured by the host from the start of the
+	// call, when its deadline starts, to its end. For ErrGuestDeadline it is at least
+	// the deadline.
+	Ran time.Duration
+	// MemoryBytes is the size of the guest's linear memory when the call failed, in
+	// bytes (0 when instantiation failed): at most the runtime's MemoryLimit.
+	MemoryBytes uint32
 }
 
 func (e *GuestError) Error() string {
@@ -142,6 +149,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	base, cancel := context.WithCancel(context.Background())
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
+	started := time.Now()
 	inst.timer = time.AfterFunc(rt.cfg.ActivationDeadline, func() {
 		inst.deadlineHit.Store(true)
 		cancel()
@@ -157,7 +165,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	fired := !inst.timer.Stop()
 	if err != nil {
 		cancel()
-		err = inst.guestError(err, fired)
+		err = inst.guestError(err, fired, rt.cfg.ActivationDeadline, time.Since(started))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "instantiation failed")
 		return nil, err
@@ -243,6 +251,7 @@ func (i *Instance) call(msg []byte) ([]byte, error) {
 // replyCap bytes). A trap or the deadline closes the instance and is a *GuestError.
 func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
 	i.stderr.reset()
+	started := time.Now()
 	i.timer.Reset(i.m.rt.cfg.MessageDeadline)
 	var err error
 	var ptr uint32
@@ -269,7 +278,7 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	}
 	fired := !i.timer.Stop()
 	if err != nil {
-		err = i.guestError(err, fired)
+		err = i.guestError(err, fired, i.m.rt.cfg.MessageDeadline, time.Since(started))
 		i.Close(context.Background())
 		return 0, nil, err
 	}
@@ -416,17 +425,20 @@ func (i *Instance) PassivationRequested() bool {
 }
 
 // guestError turns a runtime error into a *GuestError; fired says whether the deadline
-// timer went off during the call.
-func (i *Instance) guestError(err error, fired bool) error {
+// timer went off during the call, deadline is the call's and ran how long it ran.
+func (i *Instance) guestError(err error, fired bool, deadline, ran time.Duration) error {
 	if errors.Is(err, context.Canceled) && !fired && !i.deadlineHit.Load() {
 		return fmt.Errorf("%w: %v", ErrRuntimeClosed, err)
 	}
-	ge := &GuestError{Entity: i.name, Cause: ErrGuestTrap, Stderr: i.stderr.String()}
+	ge := &GuestError{Entity: i.name, Cause: ErrGuestTrap, Stderr: i.stderr.String(), Ran: ran}
+	if i.mem != nil {
+		ge.MemoryBytes = i.mem.Size()
+	}
 	var exit *sys.ExitError
 	switch {
 	case fired || i.deadlineHit.Load():
 		ge.Cause = ErrGuestDeadline
-		ge.Detail = fmt.Sprintf("stopped after %v", i.m.rt.cfg.MessageDeadline)
+		ge.Detail = fmt.Sprintf("stopped after %v (the deadline is %v)", ran.Round(time.Millisecond), deadline)
 	case errors.As(err, &exit):
 		ge.Detail = fmt.Sprintf("exited with code %d", exit.ExitCode())
 	default:

@@ -215,8 +215,12 @@ func TestGuestTrapFailsOnlyThatMessage(t *testing.T) {
 	}
 }
 
+// An infinite loop is stopped at the configured deadline: not before it (the host's own
+// measure of the call), and not at some other deadline. The upper bound is loose, for a
+// loaded machine, yet a deadline five times the configured one fails it.
 func TestGuestLoopStopsAtDeadline(t *testing.T) {
-	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MessageDeadline = 200 * time.Millisecond })
+	const deadline = time.Second
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MessageDeadline = deadline })
 	m := compile(t, rt, "faulty")
 	ctx := context.Background()
 	inst, err := m.Instantiate(ctx, "faulty", "f")
@@ -224,16 +228,26 @@ func TestGuestLoopStopsAtDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = inst.Receive(ctx, []byte("loop"))
-	if !errors.Is(err, ErrGuestDeadline) {
+	var ge *GuestError
+	if !errors.As(err, &ge) || !errors.Is(err, ErrGuestDeadline) {
 		t.Fatalf("loop: %v", err)
 	}
 	if !inst.Closed() {
 		t.Fatal("instance survived its deadline")
 	}
+	if ge.Ran < deadline || ge.Ran >= 5*deadline {
+		t.Fatalf("the loop ran %v by the host's measure; want at least its deadline %v and well under %v", ge.Ran, deadline, 5*deadline)
+	}
+	if !strings.Contains(err.Error(), "the deadline is 1s") {
+		t.Fatalf("the error does not name the deadline: %v", err)
+	}
 }
 
+// A memory bomb traps when the guest's memory reaches the configured cap: the memory
+// it had then is at most the cap, and most of it (a cap twice as large, or none, fails).
 func TestGuestMemoryBombHitsTheCap(t *testing.T) {
-	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = 32 << 20 })
+	const limit = 32 << 20
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = limit })
 	m := compile(t, rt, "faulty")
 	ctx := context.Background()
 	inst, err := m.Instantiate(ctx, "faulty", "f")
@@ -241,9 +255,14 @@ func TestGuestMemoryBombHitsTheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = inst.Receive(ctx, []byte("grow"))
-	if !errors.Is(err, ErrGuestTrap) || !strings.Contains(err.Error(), "out of memory") {
+	var ge *GuestError
+	if !errors.As(err, &ge) || !errors.Is(err, ErrGuestTrap) || !strings.Contains(err.Error(), "out of memory") {
 		t.Fatalf("grow: %v", err)
 	}
+	if ge.MemoryBytes > limit || ge.MemoryBytes < limit/2 {
+		t.Fatalf("the guest trapped with %d MiB of memory; want the cap, %d MiB, or just under", ge.MemoryBytes>>20, limit>>20)
+	}
+	t.Logf("out of memory at %d KiB under a cap of %d KiB", ge.MemoryBytes>>10, limit>>10)
 }
 
 func TestMessageOverCapRefusedBeforeGuest(t *testing.T) {
