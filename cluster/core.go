@@ -170,6 +170,9 @@ type Core struct {
 
 	exited     bool
 	exitReason string
+	// sawLeaving: this member has seen itself leaving, so a removal it hears of next
+	// ends a graceful leave (the exiting status may have passed it by).
+	sawLeaving bool
 }
 
 // NewCore returns the core of a member that is not yet in a cluster.
@@ -452,15 +455,24 @@ func (c *Core) pruneTombstones(now time.Time) {
 }
 
 // checkSelf ends this member's part when the cluster has downed or removed it, or when
-// it has finished leaving.
+// it has finished leaving. A leaving member may hear of its removal without having seen
+// itself exiting (the leader removes an exiting member without waiting for it to see
+// that): it has left all the same. (One downed while leaving, that misses the down as
+// well, is taken to have left too: the removal does not say which it was.)
 func (c *Core) checkSelf() {
 	if _, gone := c.gossip.tombstones[c.self()]; gone {
-		c.exit(ReasonRemoved)
+		if c.sawLeaving {
+			c.exit(ReasonLeft)
+		} else {
+			c.exit(ReasonRemoved)
+		}
 		return
 	}
 	switch c.gossip.members[c.self()].Status {
 	case StatusDown:
 		c.exit(ReasonDowned)
+	case StatusLeaving:
+		c.sawLeaving = true
 	case StatusExiting:
 		c.exit(ReasonLeft)
 	}

@@ -282,8 +282,8 @@ func TestSimGracefulLeave(t *testing.T) {
 	}
 	rest := []*simNode{nodes[0], nodes[1], nodes[3]}
 	s.until(20*time.Second, "the leaver removed", func() bool { return s.allSee(rest, StatusUp, rest...) })
-	if v := leaver.core.View(); !v.Exited || !strings.Contains(v.ExitReason, "left") && !strings.Contains(v.ExitReason, "removed") {
-		t.Fatalf("leaver: exited=%v %q", v.Exited, v.ExitReason)
+	if v := leaver.core.View(); !v.Exited || v.ExitReason != ReasonLeft {
+		t.Fatalf("leaver: exited=%v %q, want %q", v.Exited, v.ExitReason, ReasonLeft)
 	}
 }
 
@@ -528,4 +528,42 @@ func TestSimNoLeaderActionsWithoutConvergence(t *testing.T) {
 	nodes[0].core.Down(nodes[2].addr)
 	want := []*simNode{nodes[0], nodes[1], joiner}
 	s.until(30*time.Second, "the joiner up", func() bool { return s.allSee(want, StatusUp, want...) })
+}
+
+// A leaving member that misses its own exiting status (cut off just after the leader
+// moved it to exiting) and next hears of its removal has still left the cluster: it
+// exits with ReasonLeft, as one that saw itself exiting does.
+func TestSimLeaverThatMissesExitingHasLeft(t *testing.T) {
+	// A resolver slow enough that the cut-off leaver does not down the others meanwhile.
+	s := newSim(t, func(c *CoreConfig) { c.SBRStableAfter = time.Minute })
+	nodes := s.startCluster(4)
+	leader, leaver := nodes[0], nodes[2]
+	if !leader.core.Leave(leaver.addr) {
+		t.Fatal("leave refused")
+	}
+	rest := []*simNode{nodes[0], nodes[1], nodes[3]}
+	s.until(10*time.Second, "the leader moves the leaver to exiting", func() bool {
+		for _, m := range leader.core.View().Members {
+			if m.Node() == leaver.core.self() {
+				return m.Status == StatusExiting
+			}
+		}
+		return false
+	})
+	// The leader's news is still on its way: the cut drops it.
+	s.partition([]*simNode{leaver}, rest)
+	s.until(30*time.Second, "the leaver removed", func() bool { return s.allSee(rest, StatusUp, rest...) })
+	if v := leaver.core.View(); v.Exited {
+		t.Fatalf("the cut-off leaver exited before hearing of it: %q", v.ExitReason)
+	}
+	for _, m := range leaver.core.View().Members {
+		if m.Node() == leaver.core.self() && m.Status != StatusLeaving {
+			t.Fatalf("the leaver saw itself %s; the test needs it to miss exiting", m.Status)
+		}
+	}
+	s.heal()
+	s.until(20*time.Second, "the leaver out", func() bool { return leaver.core.View().Exited })
+	if v := leaver.core.View(); v.ExitReason != ReasonLeft {
+		t.Fatalf("the leaver exited with %q, want %q", v.ExitReason, ReasonLeft)
+	}
 }

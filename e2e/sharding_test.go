@@ -83,8 +83,9 @@ func checkSingleActivation(t *testing.T, hosts []*host, killedAt map[string]time
 }
 
 // TestShardingMovesStateThroughAJoinAndAGracefulStop: 1,000 Rust entities and 100 Go
-// counters on three members while eight senders keep asking; a fourth member joins and
-// shards rebalance to it, then one member stops gracefully and hands its shards off.
+// counters on three members while eight senders keep asking; once every entity has
+// had a message, a fourth member joins and shards rebalance to it, then one member
+// stops gracefully and hands its shards off.
 // Each phase (before the join, between the join and the stop, after the stop) needs
 // acknowledged asks, failures stay a small share of them, entities moved with their
 // state to the new member and away from the stopped one, every entity's count equals
@@ -165,6 +166,26 @@ func TestShardingMovesStateThroughAJoinAndAGracefulStop(t *testing.T) {
 			return nil
 		})
 	}
+	// Every entity gets a message before the join, so every shard has a home: the new
+	// member can then only get shards by handoffs (a rebalance), not by allocation.
+	testutil.EventuallyNil(t, 2*time.Minute, "a message acknowledged by every entity before the join", func() error {
+		missing := 0
+		for i := range acked {
+			if acked[i].Load() == 0 {
+				missing++
+			}
+		}
+		for i := range counted {
+			if counted[i].Load() == 0 {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d entities still without one (%d failures, last: %v)", missing, echoes+counters,
+				phaseFailures[0].Load(), lastFailure.Load())
+		}
+		return nil
+	})
 	waitAcks(0, "before the join")
 
 	joined := startHost(t, hosts[0].bind, args...)
