@@ -143,17 +143,7 @@ func TestSIGSTOPShorterThanStableAfterDownsNobody(t *testing.T) {
 	})
 	paused.cmd.Process.Signal(syscall.SIGCONT)
 	for _, h := range hosts {
-		waitView(t, h, 15*time.Second, "all three up and reachable again", func(ms []memberJSON) bool {
-			if len(ms) != 3 {
-				return false
-			}
-			for _, m := range ms {
-				if m.Status != "up" || !m.Reachable {
-					return false
-				}
-			}
-			return true
-		})
+		waitView(t, h, 15*time.Second, "all three up and reachable again", allUpView(3))
 	}
 }
 
@@ -176,15 +166,12 @@ func TestFastProfileHoldsThroughTwoSecondStalls(t *testing.T) {
 	}
 	for _, h := range hosts {
 		waitView(t, h, 30*time.Second, "the same three members up and reachable", func(ms []memberJSON) bool {
-			if len(ms) != 3 {
-				return false
-			}
 			for _, m := range ms {
-				if m.Status != "up" || !m.Reachable || m.UID != uids[m.Address] {
+				if m.UID != uids[m.Address] {
 					return false
 				}
 			}
-			return true
+			return allUpView(3)(ms)
 		})
 	}
 	for _, h := range hosts {
