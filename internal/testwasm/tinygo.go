@@ -1,0 +1,96 @@
+package testwasm
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TinyGoFlags are the flags a Go-language entity is built with by TinyGo: a WASI reactor
+// without debug information and without a scheduler (the Makefile's TINYGO_FLAGS, which
+// the README explains; a test checks that the two agree).
+var TinyGoFlags = []string{"-target=wasip1", "-buildmode=c-shared", "-no-debug", "-scheduler=none"}
+
+// RequireTinyGoEnv is the environment variable that makes a missing TinyGo fail the tests
+// that need it instead of skipping them (.ci/run sets it to 1).
+const RequireTinyGoEnv = "SHARDHOST_REQUIRE_TINYGO"
+
+// TinyGoInstall says how to get TinyGo, for messages.
+const TinyGoInstall = "install TinyGo >= 0.34 (https://tinygo.org/getting-started/install/) and put it on PATH, or set TINYGO"
+
+// TinyGo returns the tinygo command the tests use: $TINYGO if set (a name on PATH or a
+// path), else tinygo on PATH. ok is false when there is none.
+func TinyGo() (path string, ok bool) {
+	name := os.Getenv("TINYGO")
+	if name == "" {
+		name = "tinygo"
+	}
+	p, err := exec.LookPath(name)
+	return p, err == nil
+}
+
+// HaveTinyGo reports whether TinyGo is here. When it is not and
+// SHARDHOST_REQUIRE_TINYGO=1, it fails tb (and returns false).
+func HaveTinyGo(tb testing.TB) bool {
+	tb.Helper()
+	if _, ok := TinyGo(); ok {
+		return true
+	}
+	if os.Getenv(RequireTinyGoEnv) == "1" {
+		tb.Errorf("testwasm: TinyGo not found and %s=1: %s", RequireTinyGoEnv, TinyGoInstall)
+	}
+	return false
+}
+
+// RequireTinyGo returns the tinygo command, or ends the test when there is none: it
+// fails when SHARDHOST_REQUIRE_TINYGO=1 and skips otherwise.
+func RequireTinyGo(tb testing.TB) string {
+	tb.Helper()
+	if !HaveTinyGo(tb) {
+		if tb.Failed() {
+			tb.FailNow()
+		}
+		tb.Skipf("testwasm: TinyGo not found (%s to run this test)", TinyGoInstall)
+	}
+	p, _ := TinyGo()
+	return p
+}
+
+// TinyGoPath builds examples/wasm/NAME with TinyGo and TinyGoFlags, as the Makefile
+// does, and returns the .wasm file's path; each module is built once per test process.
+// Without TinyGo the test is skipped (failed with SHARDHOST_REQUIRE_TINYGO=1).
+func TinyGoPath(tb testing.TB, name string) string {
+	tb.Helper()
+	tinygo := RequireTinyGo(tb)
+	mu.Lock()
+	defer mu.Unlock()
+	key := "tinygo/" + name
+	if p, ok := built[key]; ok {
+		return p
+	}
+	tdir := filepath.Join(tempDir(tb), "tinygo")
+	if err := os.MkdirAll(tdir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	out := filepath.Join(tdir, name+".wasm")
+	args := append([]string{"build"}, TinyGoFlags...)
+	cmd := exec.Command(tinygo, append(args, "-o", out, "./"+name)...)
+	cmd.Dir = filepath.Join(RepoRoot(), "examples", "wasm")
+	cmd.Env = goGuestEnv()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("building %s.wasm with %s: %v\n%s", name, tinygo, err, b)
+	}
+	built[key] = out
+	return out
+}
+
+// TinyGoBytes returns the bytes of the module TinyGoPath builds.
+func TinyGoBytes(tb testing.TB, name string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(TinyGoPath(tb, name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
