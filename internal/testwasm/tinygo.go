@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -62,24 +63,30 @@ func RequireTinyGo(tb testing.TB) string {
 // Without TinyGo the test is skipped (failed with SHARDHOST_REQUIRE_TINYGO=1).
 func TinyGoPath(tb testing.TB, name string) string {
 	tb.Helper()
+	return TinyGoPathWith(tb, name, TinyGoFlags)
+}
+
+// TinyGoPathWith is TinyGoPath with other flags instead of TinyGoFlags.
+func TinyGoPathWith(tb testing.TB, name string, flags []string) string {
+	tb.Helper()
 	tinygo := RequireTinyGo(tb)
 	mu.Lock()
 	defer mu.Unlock()
-	key := "tinygo/" + name
+	key := "tinygo/" + name + " " + strings.Join(flags, " ")
 	if p, ok := built[key]; ok {
 		return p
 	}
-	tdir := filepath.Join(tempDir(tb), "tinygo")
-	if err := os.MkdirAll(tdir, 0o755); err != nil {
+	tdir, err := os.MkdirTemp(tempDir(tb), "tinygo-")
+	if err != nil {
 		tb.Fatal(err)
 	}
 	out := filepath.Join(tdir, name+".wasm")
-	args := append([]string{"build"}, TinyGoFlags...)
+	args := append([]string{"build"}, flags...)
 	cmd := exec.Command(tinygo, append(args, "-o", out, "./"+name)...)
 	cmd.Dir = filepath.Join(RepoRoot(), "examples", "wasm")
 	cmd.Env = goGuestEnv()
 	if b, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("building %s.wasm with %s: %v\n%s", name, tinygo, err, b)
+		tb.Fatalf("building %s.wasm with %s %s: %v\n%s", name, tinygo, strings.Join(flags, " "), err, b)
 	}
 	built[key] = out
 	return out
@@ -88,7 +95,13 @@ func TinyGoPath(tb testing.TB, name string) string {
 // TinyGoBytes returns the bytes of the module TinyGoPath builds.
 func TinyGoBytes(tb testing.TB, name string) []byte {
 	tb.Helper()
-	b, err := os.ReadFile(TinyGoPath(tb, name))
+	return TinyGoBytesWith(tb, name, TinyGoFlags)
+}
+
+// TinyGoBytesWith returns the bytes of the module TinyGoPathWith builds.
+func TinyGoBytesWith(tb testing.TB, name string, flags []string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(TinyGoPathWith(tb, name, flags))
 	if err != nil {
 		tb.Fatal(err)
 	}
