@@ -41,7 +41,7 @@ endif
 # a rustup toolchain earlier in PATH usually lacks that target, hence the full path.
 RUSTC         ?= /usr/bin/rustc
 RUSTDOC       ?= /usr/bin/rustdoc
-RUST_EXAMPLES := echo-rust cart
+RUST_EXAMPLES := echo-rust cart counter-rust
 RUST_TEST_MODULES := abitest-rust
 RUST_SDK      := guest-sdk/rust/src/lib.rs
 RUST_SDK_WASM := $(BIN)/rust/wasm32/libshardhost.rlib
@@ -54,7 +54,7 @@ TEST_WASM := $(BIN)/testwasm
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: all build examples run test test-go test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench fmt-check fresh-check clean FORCE
+.PHONY: all build examples run test test-go test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench figures fmt-check fresh-check clean FORCE
 
 all: build examples
 
@@ -188,6 +188,11 @@ $(BIN)/wazero:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/ ./cluster/
+
+# The README's table of the counter built by TinyGo, by Go's port and in Rust (each
+# sub-benchmark does a fixed amount of work: run once, without the race detector).
+figures:
+	TINYGO=$(TINYGO) $(GO) test -run '^$$' -bench 'BenchmarkCounterFigures' -benchtime 1x -timeout 30m ./host/
 
 clean:
 	rm -rf $(BIN) .shardhost
