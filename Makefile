@@ -58,7 +58,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 all: build examples
 
-build:
+build: | toolchains
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/shardhost ./cmd/host
 
 examples: $(GO_EXAMPLE_WASM) $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm)
@@ -114,18 +114,29 @@ $(RUST_TEST_MODULES:%=$(TEST_WASM)/%.wasm): $(TEST_WASM)/%.wasm: examples/wasm/%
 	@mkdir -p $(@D)
 	$(RUST_CDYLIB)
 
-# The Debian packages the build needs, installed when missing: Debian's Rust toolchain
-# for wasm32. TinyGo is optional (tinygo-check says how to get it).
-toolchains: rust-toolchain
+# The Debian packages the build needs, installed when missing (apt-get as root, through
+# sudo otherwise): the CA certificates, as the go command fetches modules over HTTPS, and
+# Debian's Rust toolchain for wasm32 guests. TinyGo is optional (tinygo-check says how to
+# get it). Elsewhere than Debian, install their equivalents and set RUSTC.
+DEBIAN_PACKAGES := ca-certificates $(RUST_PACKAGES)
 
-rust-toolchain:
-	@if ! { [ -x $(RUSTC) ] && [ -d "$$($(RUSTC) --print sysroot 2>/dev/null)/lib/rustlib/wasm32-unknown-unknown" ] && command -v rust-lld >/dev/null; }; then \
-		echo "installing Debian's Rust toolchain for wasm32 guests: $(RUST_PACKAGES)"; \
-		if ! command -v apt-get >/dev/null; then echo "no apt-get here: install rustc with the wasm32-unknown-unknown std and rust-lld, and set RUSTC"; exit 1; fi; \
-		if [ -n "$(SUDO)" ] && ! command -v sudo >/dev/null; then echo "not root and no sudo: run as root: apt-get update && apt-get install -y --no-install-recommends $(RUST_PACKAGES)"; exit 1; fi; \
-		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(RUST_PACKAGES) >/dev/null || exit 1; \
+toolchains:
+	@if command -v dpkg-query >/dev/null; then \
+		missing=$$(for p in $(DEBIAN_PACKAGES); do \
+			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+		if [ -n "$$missing" ]; then \
+			echo "installing Debian packages:" $$missing; \
+			if [ -n "$(SUDO)" ] && ! command -v sudo >/dev/null; then \
+				echo "not root and no sudo: as root, run apt-get update && apt-get install -y --no-install-recommends" $$missing; exit 1; fi; \
+			$(SUDO) apt-get update -qq && \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+		fi; \
 	fi
+	@[ -x $(RUSTC) ] && [ -d "$$($(RUSTC) --print sysroot 2>/dev/null)/lib/rustlib/wasm32-unknown-unknown" ] && command -v rust-lld >/dev/null || { \
+		echo "$(RUSTC) with the wasm32-unknown-unknown std and rust-lld are needed for Rust guests: on Debian,"; \
+		echo "  apt-get install -y --no-install-recommends $(RUST_PACKAGES); elsewhere set RUSTC"; exit 1; }
+
+rust-toolchain: toolchains
 
 # One line when TinyGo is missing: its tests skip, or fail with SHARDHOST_REQUIRE_TINYGO=1.
 tinygo-check:
@@ -137,7 +148,7 @@ endif
 run: build examples
 	$(BIN)/shardhost dev
 
-test: fmt-check tinygo-check test-guest test-rust test-go
+test: toolchains fmt-check tinygo-check test-guest test-rust test-go
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -193,6 +204,11 @@ bench:
 # sub-benchmark does a fixed amount of work: run once, without the race detector).
 figures:
 	TINYGO=$(TINYGO) $(GO) test -run '^$$' -bench 'BenchmarkCounterFigures' -benchtime 1x -timeout 30m ./host/
+
+# The README's two commands on a fresh Debian 12 made by debootstrap, in Docker (slow:
+# most of an hour; not part of make test).
+fresh-check:
+	.ci/fresh-check
 
 clean:
 	rm -rf $(BIN) .shardhost
