@@ -125,7 +125,9 @@ func benchCounterRSS(b *testing.B, wasm []byte) {
 		b.Fatal(err)
 	}
 	defer inst.Close(ctx)
-	ask("m")
+	if _, err := inst.Receive(ctx, []byte("inc")); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric(float64(inst.MemorySize())/1024, "KiB-memory")
 }
 
