@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -93,7 +94,7 @@ current directory upwards.`,
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "wrote a %s entity project for the type %s in %s:\n", lang, typ, dir)
-			for _, f := range sortedKeys(files) {
+			for _, f := range slices.Sorted(maps.Keys(files)) {
 				fmt.Fprintf(out, "  %s\n", f)
 			}
 			fmt.Fprintf(out, "next: cd %s && make && make deploy (README.md says more)\n", dir)
@@ -139,7 +140,7 @@ func writeScaffold(dir string, files map[string][]byte) error {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	for _, name := range sortedKeys(files) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
@@ -215,13 +216,4 @@ func crateName(typ string) string {
 		return "entity_" + string(b)
 	}
 	return string(b)
-}
-
-func sortedKeys(m map[string][]byte) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
