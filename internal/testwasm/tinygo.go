@@ -48,14 +48,16 @@ func HaveTinyGo(tb testing.TB) bool {
 // fails when SHARDHOST_REQUIRE_TINYGO=1 and skips otherwise.
 func RequireTinyGo(tb testing.TB) string {
 	tb.Helper()
-	if !HaveTinyGo(tb) {
-		if tb.Failed() {
-			tb.FailNow()
-		}
+	p, ok := TinyGo()
+	switch {
+	case ok:
+		return p
+	case os.Getenv(RequireTinyGoEnv) == "1":
+		tb.Fatalf("testwasm: TinyGo not found and %s=1: %s", RequireTinyGoEnv, TinyGoInstall)
+	default:
 		tb.Skipf("testwasm: TinyGo not found (%s to run this test)", TinyGoInstall)
 	}
-	p, _ := TinyGo()
-	return p
+	return ""
 }
 
 // TinyGoPath builds examples/wasm/NAME with TinyGo and TinyGoFlags, as the Makefile

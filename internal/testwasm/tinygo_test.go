@@ -39,14 +39,12 @@ func TestRequireTinyGoWithoutTinyGo(t *testing.T) {
 	}
 }
 
-// recorder is a testing.TB that records failure and skips; FailNow and SkipNow panic.
+// recorder is a testing.TB that records Fatalf and Skipf, which panic to stop the caller.
 type recorder struct {
 	testing.TB
 	failed, skipped bool
 }
 
 func (r *recorder) Helper()                          {}
-func (r *recorder) Errorf(string, ...any)            { r.failed = true }
-func (r *recorder) Failed() bool                     { return r.failed }
-func (r *recorder) FailNow()                         { r.failed = true; panic("FailNow") }
+func (r *recorder) Fatalf(string, ...any)            { r.failed = true; panic("FailNow") }
 func (r *recorder) Skipf(format string, args ...any) { r.skipped = true; panic("SkipNow") }
