@@ -1,16 +1,47 @@
 # shardhost: `make run` builds everything and starts a local three-node cluster with the
-# example entities; `make test` runs every test.
+# example entities; `make test` runs every test. Both install the Debian packages they
+# need first (apt-get as root, through sudo otherwise): see `toolchains`.
 
 GO       ?= go
+TINYGO   ?= tinygo
 BIN      := bin
-EXAMPLES := counter faulty room
 GOROOT   := $(shell $(GO) env GOROOT)
+
+# Go-language entities build with TinyGo when it is on PATH (or TINYGO names it), and
+# with Go's wasip1 port otherwise. TinyGo modules are about 40-100 KB and start in tens
+# of microseconds; Go's are 2.7 MB and take milliseconds (README, "Figures").
+#
+# TINYGO_FLAGS (internal/testwasm.TinyGoFlags is the same; a test checks it):
+#   -target=wasip1 -buildmode=c-shared  a WASI reactor: _initialize, then the exports
+#   -no-debug         no DWARF: a third of the size; panics still print their message
+#   -scheduler=none   no goroutine scheduler and no asyncify: a module of half the size,
+#                     and every call runs on the module's own stack instead of a new 64 KiB
+#                     goroutine stack (activation 17 ms -> 45 us, memory 2 MiB -> 128 KiB).
+#                     An entity handles one message at a time, so it needs none; the
+#                     compiler refuses a `go` statement.
+# TinyGo's defaults stay for the rest: -opt=z (-opt=2 is 40% larger and no faster
+# here), the precise collector (-gc=leaking would never free; conservative is no
+# smaller), and the linker's 64 KiB stack.
+TINYGO_FLAGS := -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none
+HAVE_TINYGO  := $(shell command -v $(TINYGO) >/dev/null 2>&1 && echo yes)
+TINYGO_GET   := install TinyGo >= 0.34 (https://tinygo.org/getting-started/install/)
+
+GO_EXAMPLES     := counter faulty room
+GO_TEST_MODULES := abitest
+GO_SDK          := guest-sdk/go/*.go guest-sdk/go/go.mod
+ifeq ($(HAVE_TINYGO),yes)
+GO_WASM_COMPILER := tinygo
+GO_EXAMPLE_WASM  := $(GO_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(GO_EXAMPLES:%=$(BIN)/wasm/go/%.wasm)
+else
+GO_WASM_COMPILER := go
+GO_EXAMPLE_WASM  := $(GO_EXAMPLES:%=$(BIN)/wasm/%.wasm)
+endif
 
 # Rust guests build with Debian's rustc (1.63), whose std includes wasm32-unknown-unknown;
 # a rustup toolchain earlier in PATH usually lacks that target, hence the full path.
 RUSTC         ?= /usr/bin/rustc
 RUSTDOC       ?= /usr/bin/rustdoc
-RUST_EXAMPLES := echo-rust cart
+RUST_EXAMPLES := echo-rust cart counter-rust
 RUST_TEST_MODULES := abitest-rust
 RUST_SDK      := guest-sdk/rust/src/lib.rs
 RUST_SDK_SRC  := $(wildcard guest-sdk/rust/src/*.rs)
@@ -18,19 +49,52 @@ RUST_SDK_WASM := $(BIN)/rust/wasm32/libshardhost.rlib
 RUST_SDK_HOST := $(BIN)/rust/native/libshardhost.rlib
 RUST_PACKAGES := rustc libstd-rust-dev-wasm32 lld-14
 
-.PHONY: all build examples run test test-go test-guest test-rust rust-toolchain bench fmt-check clean
+# Test modules (abitest and its twins) go to bin/testwasm, never to bin/wasm, which
+# `shardhost dev` deploys.
+TEST_WASM := $(BIN)/testwasm
+
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+.PHONY: all build examples run test test-go test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench figures fmt-check fresh-check clean FORCE
 
 all: build examples
 
-build:
+build: | toolchains
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/shardhost ./cmd/host
 
-examples: $(EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm)
+examples: $(GO_EXAMPLE_WASM) $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm)
+	@rm -f $(GO_TEST_MODULES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wasm/%.wasm)
+ifneq ($(HAVE_TINYGO),yes)
+	@echo "TinyGo not found ($(TINYGO)): the Go examples in $(BIN)/wasm are built with Go's wasip1 port (2.7 MB each, slow to start); for TinyGo builds, $(TINYGO_GET) and make again."
+endif
 
-# A Go guest is a WASI reactor: GOOS=wasip1 GOARCH=wasm -buildmode=c-shared.
-$(BIN)/wasm/%.wasm: examples/wasm/%/*.go examples/wasm/go.mod guest-sdk/go/*.go
-	@mkdir -p $(BIN)/wasm
-	cd examples/wasm && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o ../../$@ ./$*
+# The compiler of the Go examples in bin/wasm: when it changes, they are built again.
+$(BIN)/wasm/.go-compiler: FORCE
+	@mkdir -p $(@D)
+	@echo $(GO_WASM_COMPILER) | cmp -s - $@ || echo $(GO_WASM_COMPILER) > $@
+
+# A Go guest is a WASI reactor. TinyGo: tinygo build $(TINYGO_FLAGS). Go's port:
+# GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared.
+define go-wasm
+	@mkdir -p $(@D)
+	cd examples/wasm && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o $(CURDIR)/$@ ./$*
+endef
+define tinygo-wasm
+	@mkdir -p $(@D)
+	cd examples/wasm && $(TINYGO) build $(TINYGO_FLAGS) -o $(CURDIR)/$@ ./$*
+endef
+
+.SECONDEXPANSION:
+GO_EXAMPLE_SOURCES = $$(wildcard examples/wasm/$$*/*.go) examples/wasm/go.mod $(wildcard $(GO_SDK))
+ifeq ($(HAVE_TINYGO),yes)
+$(GO_EXAMPLES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: $(GO_EXAMPLE_SOURCES) $(BIN)/wasm/.go-compiler
+	$(tinygo-wasm)
+$(GO_EXAMPLES:%=$(BIN)/wasm/go/%.wasm): $(BIN)/wasm/go/%.wasm: $(GO_EXAMPLE_SOURCES)
+	$(go-wasm)
+else
+$(GO_EXAMPLES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: $(GO_EXAMPLE_SOURCES) $(BIN)/wasm/.go-compiler
+	$(go-wasm)
+endif
 
 # A Rust guest is a cdylib for wasm32-unknown-unknown with the SDK as an rlib: panic=abort
 # (a panic traps), LTO, and a 64 KiB stack (the default 1 MiB makes every instance 1 MiB).
@@ -39,23 +103,53 @@ $(RUST_SDK_WASM): $(RUST_SDK_SRC) | rust-toolchain
 	$(RUSTC) --edition 2021 --crate-type rlib --crate-name shardhost --target wasm32-unknown-unknown \
 		-C opt-level=3 -C panic=abort -D warnings -o $@ $(RUST_SDK)
 
-$(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: examples/wasm/%/lib.rs $(RUST_SDK_WASM) | rust-toolchain
-	@mkdir -p $(BIN)/wasm
-	$(RUSTC) --edition 2021 --crate-type cdylib --crate-name $(subst -,_,$*) --target wasm32-unknown-unknown \
-		-C opt-level=3 -C lto=yes -C panic=abort -C strip=symbols -C link-arg=-zstack-size=65536 \
-		--extern shardhost=$(RUST_SDK_WASM) -L $(dir $(RUST_SDK_WASM)) -o $@ $<
+RUST_CDYLIB = $(RUSTC) --edition 2021 --crate-type cdylib --crate-name $(subst -,_,$*) --target wasm32-unknown-unknown \
+	-C opt-level=3 -C lto=yes -C panic=abort -C strip=symbols -C link-arg=-zstack-size=65536 \
+	--extern shardhost=$(RUST_SDK_WASM) -L $(dir $(RUST_SDK_WASM)) -o $@ $<
 
-rust-toolchain:
-	@test -x $(RUSTC) || { echo "$(RUSTC) not found. Rust guests need Debian's Rust toolchain for wasm32:"; \
-		echo "  apt-get update && apt-get install -y --no-install-recommends $(RUST_PACKAGES)   (.ci/run does this)"; exit 1; }
-	@test -d "$$($(RUSTC) --print sysroot)/lib/rustlib/wasm32-unknown-unknown" && command -v rust-lld >/dev/null || { \
-		echo "$(RUSTC) lacks the wasm32-unknown-unknown std or rust-lld. Install:"; \
-		echo "  apt-get update && apt-get install -y --no-install-recommends $(RUST_PACKAGES)   (.ci/run does this)"; exit 1; }
+$(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: examples/wasm/%/lib.rs $(RUST_SDK_WASM) | rust-toolchain
+	@mkdir -p $(@D)
+	$(RUST_CDYLIB)
+
+$(RUST_TEST_MODULES:%=$(TEST_WASM)/%.wasm): $(TEST_WASM)/%.wasm: examples/wasm/%/lib.rs $(RUST_SDK_WASM) | rust-toolchain
+	@mkdir -p $(@D)
+	$(RUST_CDYLIB)
+
+# The Debian packages the build needs, installed when missing (apt-get as root, through
+# sudo otherwise): the CA certificates, as the go command fetches modules over HTTPS, and
+# Debian's Rust toolchain for wasm32 guests. TinyGo is optional (tinygo-check says how to
+# get it). Elsewhere than Debian, install their equivalents and set RUSTC.
+DEBIAN_PACKAGES := ca-certificates $(RUST_PACKAGES)
+
+toolchains:
+	@if command -v dpkg-query >/dev/null; then \
+		missing=$$(for p in $(DEBIAN_PACKAGES); do \
+			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+		if [ -n "$$missing" ]; then \
+			echo "installing Debian packages:" $$missing; \
+			if [ -n "$(SUDO)" ] && ! command -v sudo >/dev/null; then \
+				echo "not root and no sudo: as root, run apt-get update && apt-get install -y --no-install-recommends" $$missing; exit 1; fi; \
+			$(SUDO) apt-get update -qq && \
+			$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+		fi; \
+	fi
+	@[ -x $(RUSTC) ] && [ -d "$$($(RUSTC) --print sysroot 2>/dev/null)/lib/rustlib/wasm32-unknown-unknown" ] && command -v rust-lld >/dev/null || { \
+		echo "$(RUSTC) with the wasm32-unknown-unknown std and rust-lld are needed for Rust guests: on Debian,"; \
+		echo "  apt-get install -y --no-install-recommends $(RUST_PACKAGES); elsewhere set RUSTC"; exit 1; }
+
+rust-toolchain: toolchains
+
+# One line when TinyGo is missing: its tests skip, or fail with SHARDHOST_REQUIRE_TINYGO=1.
+tinygo-check:
+ifneq ($(HAVE_TINYGO),yes)
+	@if [ "$$SHARDHOST_REQUIRE_TINYGO" = 1 ]; then echo "TinyGo ($(TINYGO)) not found and SHARDHOST_REQUIRE_TINYGO=1"; exit 1; fi
+	@echo "TinyGo not found ($(TINYGO)): the TinyGo tests skip; $(TINYGO_GET) to run them."
+endif
 
 run: build examples
 	$(BIN)/shardhost dev
 
-test: fmt-check test-guest test-rust test-go
+test: toolchains fmt-check tinygo-check test-guest test-rust test-go
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -63,17 +157,28 @@ fmt-check:
 	$(GO) vet ./...
 
 # The guest SDK and the examples are their own modules: tested natively, vetted for
-# wasip1, and the SDK's tests also run compiled to wasip1 under wazero.
-test-guest: $(BIN)/wazero
+# wasip1; the SDK's tests also run compiled to wasm by Go's port and by TinyGo, under
+# wazero.
+test-guest: $(BIN)/wazero test-guest-tinygo
 	cd guest-sdk/go && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd guest-sdk/go && PATH="$(CURDIR)/$(BIN):$$PATH" GOWASIRUNTIME=wazero GOOS=wasip1 GOARCH=wasm \
 		$(GO) test -tags shardhost_nohost -exec="$(GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./...
 	cd examples/wasm && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 
+# TinyGo's `tinygo test` runs a wasm test binary under wasmtime; here it is compiled with
+# -c and run by wazero, with the repository mounted where the tests look for ../../abi.
+test-guest-tinygo: $(BIN)/wazero
+ifeq ($(HAVE_TINYGO),yes)
+	@mkdir -p $(BIN)/tinygo
+	cd guest-sdk/go && $(TINYGO) test -c -target=wasip1 -tags shardhost_nohost -o $(CURDIR)/$(BIN)/tinygo/sdk.test.wasm .
+	cd guest-sdk/go && $(CURDIR)/$(BIN)/wazero run -mount=$(CURDIR):$(CURDIR) -env PWD=$(CURDIR)/guest-sdk/go \
+		$(CURDIR)/$(BIN)/tinygo/sdk.test.wasm
+endif
+
 # The Rust SDK's unit tests (with the shard ID vectors) and doc examples, and the Rust
 # examples' tests, run natively against the SDK's Harness; the examples must also build
 # for wasm32.
-test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wasm/%.wasm) | rust-toolchain
+test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(TEST_WASM)/%.wasm) | rust-toolchain
 	@mkdir -p $(dir $(RUST_SDK_HOST))
 	$(RUSTC) --edition 2021 --crate-name shardhost --test -D warnings -o $(BIN)/rust/native/shardhost-test $(RUST_SDK)
 	$(BIN)/rust/native/shardhost-test -q
@@ -86,8 +191,9 @@ test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wa
 		$(BIN)/rust/native/$$ex-test -q; \
 	done
 
-test-go:
-	$(GO) test -race -count=1 -timeout 30m ./...
+# The Go tests build their modules themselves (internal/testwasm), with the same TinyGo.
+test-go: | rust-toolchain
+	TINYGO=$(TINYGO) $(GO) test -race -count=1 -timeout 30m ./...
 
 $(BIN)/wazero:
 	$(GO) build -o $@ github.com/tetratelabs/wazero/cmd/wazero
@@ -95,5 +201,17 @@ $(BIN)/wazero:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/ ./cluster/
 
+# The README's table of the counter built by TinyGo, by Go's port and in Rust (each
+# sub-benchmark does a fixed amount of work: run once, without the race detector).
+figures:
+	TINYGO=$(TINYGO) $(GO) test -run '^$$' -bench 'BenchmarkCounterFigures' -benchtime 1x -timeout 30m ./host/
+
+# The README's two commands on a fresh Debian 12 made by debootstrap, in Docker (slow:
+# most of an hour; not part of make test).
+fresh-check:
+	.ci/fresh-check
+
 clean:
 	rm -rf $(BIN) .shardhost
+
+FORCE:

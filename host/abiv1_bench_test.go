@@ -16,6 +16,7 @@ var v1Modules = []struct {
 	sdk  string
 	wasm func(testing.TB) []byte
 }{
+	{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "abitest") }},
 	{"go", func(tb testing.TB) []byte { return testwasm.Bytes(tb, "abitest") }},
 	{"rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "abitest-rust") }},
 }

@@ -172,12 +172,19 @@ func waitPassivated(t *testing.T, n *Node, typ, id string) {
 	})
 }
 
-// A Go entity (transparent snapshot) passivated for idleness comes back with its state.
+// A Go entity (transparent snapshot), built by TinyGo and by Go's port, passivated for
+// idleness comes back with its state.
 func TestNodeTransparentStateSurvivesPassivation(t *testing.T) {
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name, func(t *testing.T) { testTransparentStateSurvivesPassivation(t, c.Bytes(t, "counter")) })
+	}
+}
+
+func testTransparentStateSurvivesPassivation(t *testing.T, counter []byte) {
 	n := startNode(t, nil, nil)
 	waitMembers(t, []*Node{n})
 	ctx := context.Background()
-	if _, err := n.Deploy(ctx, testwasm.Bytes(t, "counter"),
+	if _, err := n.Deploy(ctx, counter,
 		sharding.TypeSettings{Name: "counter", PassivateAfter: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,9 @@ import (
 )
 
 // The ABI v1 examples on a cluster of three nodes: the Rust cart keeps the cluster-wide
-// ORSet carts and PNCounter cart-items; the Go room takes its topic from a subscription
-// and lets idle members go with its timer.
+// ORSet carts and PNCounter cart-items; the Go room (built by TinyGo and by Go's port)
+// takes its topic from a subscription and lets idle members go with its timer. The
+// counter is in counter_example_test.go.
 
 func TestCartExample(t *testing.T) {
 	if testing.Short() {
@@ -82,13 +83,20 @@ func TestCartExample(t *testing.T) {
 	}
 }
 
+// The room built by TinyGo and by Go's port.
 func TestRoomExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name, func(t *testing.T) { testRoomExample(t, c.Bytes(t, "room")) })
+	}
+}
+
+func testRoomExample(t *testing.T, room []byte) {
 	nodes := startNodes(t, 3, nil)
 	ctx := context.Background()
-	if _, err := nodes[0].Deploy(ctx, testwasm.Bytes(t, "room"), sharding.TypeSettings{Name: "room", NumberOfShards: 12}); err != nil {
+	if _, err := nodes[0].Deploy(ctx, room, sharding.TypeSettings{Name: "room", NumberOfShards: 12}); err != nil {
 		t.Fatal(err)
 	}
 	ask := func(msg string) (string, error) {

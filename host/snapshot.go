@@ -272,7 +272,7 @@ func (m *Module) PrepareRestore(ctx context.Context) error {
 // again from its start), a partial line of stdout or stderr not yet logged, the
 // entity's type and ID (the guest SDK caches them in memory: restore a snapshot under
 // the entity it was taken from). Tables and the dropped state of passive segments are
-// not captured either: Go and Rust guests do not change them after instantiation.
+// not captured either: Go, TinyGo and Rust guests do not change them after instantiation.
 func (i *Instance) Snapshot() (*Snapshot, error) {
 	if i.closed {
 		return nil, ErrInstanceClosed

@@ -96,12 +96,29 @@ func otherHost(t testing.TB) *Runtime {
 	return rt
 }
 
+// compileWith compiles examples/wasm/NAME built by c (TinyGo or Go's port).
+func compileWith(t testing.TB, rt *Runtime, c testwasm.Compiler, name string) *Module {
+	t.Helper()
+	m, err := rt.Compile(context.Background(), c.Bytes(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// The Go counter, built by TinyGo and by Go's port, moved by a transparent snapshot.
 func TestSnapshotRestoreGoCounter(t *testing.T) {
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name, func(t *testing.T) { testSnapshotRestoreGoCounter(t, c) })
+	}
+}
+
+func testSnapshotRestoreGoCounter(t *testing.T, c testwasm.Compiler) {
 	ctx := context.Background()
 	rt, _ := newTestRuntime(t, nil)
-	m := compile(t, rt, "counter")
+	m := compileWith(t, rt, c, "counter")
 	rt2 := otherHost(t)
-	m2 := compile(t, rt2, "counter")
+	m2 := compileWith(t, rt2, c, "counter")
 	for _, path := range restorePaths {
 		t.Run(path.name, func(t *testing.T) {
 			inst, err := m.Instantiate(ctx, "counter", "alice")
@@ -147,52 +164,73 @@ func TestSnapshotRestoreGoCounter(t *testing.T) {
 // of the instance the snapshot was taken from, byte for byte, on both paths.
 func TestRestoredStateIsExact(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
-	for _, mod := range []struct {
-		name string
-		m    *Module
-		msg  string
-	}{
-		{"go", compile(t, rt, "counter"), "inc 7"},
-		{"rust", compileRust(t, rt, echoRust), "echo seven"},
-	} {
-		if err := mod.m.PrepareRestore(context.Background()); err != nil {
-			t.Fatal(err)
+	type exactCase struct {
+		name    string
+		compile func(testing.TB) *Module
+		msg     string
+	}
+	cases := []exactCase{
+		{"rust", func(t testing.TB) *Module { return compileRust(t, rt, echoRust) }, "echo seven"},
+		// TinyGo's default scheduler adds asyncify's two globals to __stack_pointer; at
+		// rest between calls they are zero.
+		{"tinygo-asyncify", func(t testing.TB) *Module {
+			m, err := rt.Compile(context.Background(), testwasm.TinyGoBytesWith(t, "counter", tinyGoAsyncify))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}, "inc 7"},
+	}
+	for _, c := range testwasm.GoCompilers {
+		cases = append(cases, exactCase{c.Name, func(t testing.TB) *Module { return compileWith(t, rt, c, "counter") }, "inc 7"})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { testRestoredStateIsExact(t, rt, c.compile(t), c.msg) })
+	}
+}
+
+// tinyGoAsyncify are the TinyGo flags of a module built with TinyGo's default scheduler
+// (asyncify), which the Makefile's -scheduler=none leaves out.
+var tinyGoAsyncify = []string{"-target=wasip1", "-buildmode=c-shared", "-no-debug"}
+
+func testRestoredStateIsExact(t *testing.T, rt *Runtime, m *Module, msg string) {
+	if err := m.PrepareRestore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := m.Instantiate(context.Background(), "exact", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { orig.Close(context.Background()) }()
+	for i := 0; i < 50; i++ {
+		ask(t, orig, msg)
+	}
+	s := snapshot(t, orig)
+	wantMem, wantGlobals := memoryOf(t, orig), globalsOf(t, orig)
+	for _, path := range restorePaths {
+		r := restore(t, m, "exact", "x", roundTrip(t, rt, s), path.initialise)
+		if !path.initialise && m.snap.image == nil {
+			t.Fatalf("no restore image: the module's initialisation ran")
 		}
-		orig, err := mod.m.Instantiate(context.Background(), mod.name, "x")
-		if err != nil {
-			t.Fatal(err)
+		if got := memoryOf(t, r); !bytes.Equal(got, wantMem) {
+			t.Errorf("%s: restored memory differs (%d bytes, want %d)", path.name, len(got), len(wantMem))
 		}
-		defer orig.Close(context.Background())
-		for i := 0; i < 50; i++ {
-			ask(t, orig, mod.msg)
+		if got := globalsOf(t, r); fmt.Sprint(got) != fmt.Sprint(wantGlobals) {
+			t.Errorf("%s: globals %x, want %x", path.name, got, wantGlobals)
 		}
-		s := snapshot(t, orig)
-		wantMem, wantGlobals := memoryOf(t, orig), globalsOf(t, orig)
-		for _, path := range restorePaths {
-			r := restore(t, mod.m, mod.name, "x", roundTrip(t, rt, s), path.initialise)
-			if !path.initialise && mod.m.snap.image == nil {
-				t.Fatalf("%s: no restore image: the module's initialisation ran", mod.name)
-			}
-			if got := memoryOf(t, r); !bytes.Equal(got, wantMem) {
-				t.Errorf("%s/%s: restored memory differs (%d bytes, want %d)", mod.name, path.name, len(got), len(wantMem))
-			}
-			if got := globalsOf(t, r); fmt.Sprint(got) != fmt.Sprint(wantGlobals) {
-				t.Errorf("%s/%s: globals %x, want %x", mod.name, path.name, got, wantGlobals)
-			}
-			if got := r.clock.state(); got != orig.clock.state() {
-				t.Errorf("%s/%s: clock %+v, want %+v", mod.name, path.name, got, orig.clock.state())
-			}
-			// And both go on alike.
-			if a, b := ask(t, r, mod.msg), ask(t, orig, mod.msg); a != b {
-				t.Errorf("%s/%s: restored replies %q, the original %q", mod.name, path.name, a, b)
-			}
-			if !bytes.Equal(memoryOf(t, r), memoryOf(t, orig)) {
-				t.Errorf("%s/%s: memories differ after one more message", mod.name, path.name)
-			}
-			// Take orig back to the snapshot's state for the next path.
-			orig.Close(context.Background())
-			orig = restore(t, mod.m, mod.name, "x", s, false)
+		if got := r.clock.state(); got != orig.clock.state() {
+			t.Errorf("%s: clock %+v, want %+v", path.name, got, orig.clock.state())
 		}
+		// And both go on alike.
+		if a, b := ask(t, r, msg), ask(t, orig, msg); a != b {
+			t.Errorf("%s: restored replies %q, the original %q", path.name, a, b)
+		}
+		if !bytes.Equal(memoryOf(t, r), memoryOf(t, orig)) {
+			t.Errorf("%s: memories differ after one more message", path.name)
+		}
+		// Take orig back to the snapshot's state for the next path.
+		orig.Close(context.Background())
+		orig = restore(t, m, "exact", "x", s, false)
 	}
 }
 
@@ -228,9 +266,15 @@ func TestSnapshotRestoreRustEcho(t *testing.T) {
 // by either restore path; replies stay right and nothing traps. (Moves between hosts
 // are TestCounterMovesManyTimes.)
 func TestGoGuestRunsOnAfterRestores(t *testing.T) {
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name, func(t *testing.T) { testGoGuestRunsOnAfterRestores(t, c) })
+	}
+}
+
+func testGoGuestRunsOnAfterRestores(t *testing.T, c testwasm.Compiler) {
 	ctx := context.Background()
 	rt, _ := newTestRuntime(t, nil)
-	m := compile(t, rt, "faulty")
+	m := compileWith(t, rt, c, "faulty")
 	inst, err := m.Instantiate(ctx, "faulty", "gc")
 	if err != nil {
 		t.Fatal(err)
@@ -261,9 +305,15 @@ func TestGoGuestRunsOnAfterRestores(t *testing.T) {
 // TestCounterMovesManyTimes: a counter moved after every few messages between two hosts
 // keeps its count exactly.
 func TestCounterMovesManyTimes(t *testing.T) {
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name, func(t *testing.T) { testCounterMovesManyTimes(t, c) })
+	}
+}
+
+func testCounterMovesManyTimes(t *testing.T, c testwasm.Compiler) {
 	ctx := context.Background()
 	rt1, _ := newTestRuntime(t, nil)
-	mods := []*Module{compile(t, rt1, "counter"), compile(t, otherHost(t), "counter")}
+	mods := []*Module{compileWith(t, rt1, c, "counter"), compileWith(t, otherHost(t), c, "counter")}
 	inst, err := mods[0].Instantiate(ctx, "counter", "mover")
 	if err != nil {
 		t.Fatal(err)
@@ -308,14 +358,22 @@ func TestGuestClockContinuesAcrossRestore(t *testing.T) {
 
 func TestSnapshotSizes(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
-	for _, c := range []struct {
+	cases := []struct {
 		name string
 		m    *Module
 		msg  string
 	}{
 		{"go counter", compile(t, rt, "counter"), "inc"},
 		{"rust echo", compileRust(t, rt, echoRust), "echo hello"},
-	} {
+	}
+	if testwasm.HaveTinyGo(t) {
+		cases = append(cases, struct {
+			name string
+			m    *Module
+			msg  string
+		}{"tinygo counter", compileWith(t, rt, testwasm.GoCompilers[0], "counter"), "inc"})
+	}
+	for _, c := range cases {
 		inst, err := c.m.Instantiate(context.Background(), "t", "sizes")
 		if err != nil {
 			t.Fatal(err)

@@ -15,12 +15,15 @@ import (
 //
 // A module's state between two calls is its linear memory and its mutable globals.
 // Memory is exported by every entity module (abi/SPEC.md); globals usually are not (a Go
-// guest keeps SP, CTXT, g, RET0–RET3 and PAUSE in unexported globals, a Rust guest its
-// __stack_pointer). exportGlobals adds an export for each of them, so that wazero's
-// api.Module.ExportedGlobal reaches them and a snapshot can read and restore them.
+// guest keeps SP, CTXT, g, RET0–RET3 and PAUSE in unexported globals, a Rust or TinyGo
+// guest its __stack_pointer, and TinyGo's default asyncify scheduler adds
+// __asyncify_state and __asyncify_data, both zero between calls). exportGlobals adds an
+// export for each of them, so that wazero's api.Module.ExportedGlobal reaches them and a
+// snapshot can read and restore them. Nothing else is assumed of them: every mutable
+// global is saved and restored, whatever the toolchain calls it.
 //
 // The pass relies on this much of the binary format (WebAssembly 1.0, plus what Go's
-// wasip1 port and rustc emit: bulk memory, sign extension, non-trapping float-to-int,
+// wasip1 port, TinyGo and rustc emit: bulk memory, sign extension, non-trapping float-to-int,
 // mutable globals, reference types, and the extended-constant and SIMD constants in
 // global initialisers):
 //

@@ -33,6 +33,7 @@ Talk to it:                                                  shardhost ask count
 	root.AddCommand(
 		newStartCommand(g),
 		newDevCommand(g),
+		newInitCommand(),
 		g.clientFlags(newDeployCommand(g)),
 		g.clientFlags(newTellCommand(g)),
 		g.clientFlags(newAskCommand(g)),

@@ -190,14 +190,14 @@ func strPtr(s string) unsafe.Pointer {
 
 func (w *wasmHost) entityID() string {
 	if w.id == "" {
-		w.id = readString(hostEntityID)
+		w.id = readString(func(p unsafe.Pointer, n uint32) uint32 { return hostEntityID(p, n) })
 	}
 	return w.id
 }
 
 func (w *wasmHost) entityType() string {
 	if w.typ == "" {
-		w.typ = readString(hostEntityType)
+		w.typ = readString(func(p unsafe.Pointer, n uint32) uint32 { return hostEntityType(p, n) })
 	}
 	return w.typ
 }
@@ -210,7 +210,9 @@ func (w *wasmHost) passivate() { hostPassivate() }
 
 func (w *wasmHost) messageKind() MessageKind { return MessageKind(hostMessageKind()) }
 
-func (w *wasmHost) sender() string { return readString(hostSender) }
+func (w *wasmHost) sender() string {
+	return readString(func(p unsafe.Pointer, n uint32) uint32 { return hostSender(p, n) })
+}
 
 // result returns the code with the instance's result: always for an error; for CodeOK
 // only if want (a success without bytes leaves an empty result, not worth a host call).
@@ -285,6 +287,8 @@ func (w *wasmHost) random(b []byte) { hostRandom(bytesPtr(b), uint32(len(b))) }
 func (w *wasmHost) traceEvent(name string) { hostTraceEvent(strPtr(name), uint32(len(name))) }
 
 // readString calls a host function of the (ptr, cap) -> len shape until the value fits.
+// Callers wrap the import in a closure: TinyGo refuses an imported or exported function
+// used as a value.
 func readString(f func(unsafe.Pointer, uint32) uint32) string {
 	buf := make([]byte, 64)
 	for {

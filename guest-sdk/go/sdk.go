@@ -11,9 +11,16 @@
 //	func init() { shardhost.Register(func(id string) shardhost.Entity { return &counter{} }) }
 //	func main() {}
 //
-// Build with Go's wasip1 port (or TinyGo) as a WASI reactor:
+// Build it as a WASI reactor with TinyGo (a module of tens of KiB that starts in tens of
+// microseconds) or with Go's wasip1 port (megabytes, milliseconds):
 //
+//	tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o counter.wasm .
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o counter.wasm .
+//
+// The SDK behaves the same under both. TinyGo 0.34 wants `go 1.23` or lower in go.mod and
+// has no net package; with -scheduler=none an entity starts no goroutines (it needs
+// none: the host delivers one message at a time); and a panic is never recovered, so it
+// fails the message as a trap, as under Go's port when nothing recovers it.
 //
 // An entity that also implements Snapshotter saves its state in its own encoding, so that
 // the state survives a redeploy with new code (Stateful does it for a state value that
@@ -31,7 +38,7 @@
 // ErrNotFound and the other sentinels.
 //
 // The SDK implements ABI version 1 (abi/SPEC.md in the shardhost repository). It uses no
-// reflection and no dependencies beyond the standard library, so TinyGo can build it.
+// reflection and no dependencies beyond the standard library.
 // Entity code is tested without a host with Harness, which fakes every host function.
 package shardhost
 

@@ -31,14 +31,7 @@ func RustPath(tb testing.TB, name string) string {
 		tb.Fatalf("testwasm: %s not found: Rust guests need Debian's Rust toolchain for wasm32: "+
 			"apt-get update && apt-get install -y --no-install-recommends %s (.ci/run installs it)", Rustc, rustPackages)
 	}
-	if dir == "" {
-		d, err := os.MkdirTemp("", "shardhost-testwasm-")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		dir = d
-	}
-	rdir := filepath.Join(dir, "rust")
+	rdir := filepath.Join(tempDir(tb), "rust")
 	sdk := filepath.Join(rdir, "libshardhost.rlib")
 	if _, ok := built["rust-sdk"]; !ok {
 		if err := os.MkdirAll(rdir, 0o755); err != nil {

@@ -1,5 +1,6 @@
 // Package testwasm builds the example entity modules for tests, from source, once per
-// test process.
+// test process, with the toolchains the Makefile uses: Go's wasip1 port (Path), TinyGo
+// (TinyGoPath) and Debian's rustc (RustPath).
 package testwasm
 
 import (
@@ -32,6 +33,39 @@ func Path(tb testing.TB, name string) string {
 	if p, ok := built[name]; ok {
 		return p
 	}
+	out := filepath.Join(tempDir(tb), name+".wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
+	cmd.Dir = filepath.Join(RepoRoot(), "examples", "wasm")
+	cmd.Env = append(goGuestEnv(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("building %s.wasm: %v\n%s", name, err, b)
+	}
+	built[name] = out
+	return out
+}
+
+// Compiler builds Go-language examples one way, for tests that run a module built by
+// each compiler.
+type Compiler struct {
+	// Name is "tinygo" or "go" (Go's wasip1 port).
+	Name string
+	// Path and Bytes build examples/wasm/NAME as Path and Bytes (or TinyGoPath and
+	// TinyGoBytes) do.
+	Path  func(tb testing.TB, name string) string
+	Bytes func(tb testing.TB, name string) []byte
+}
+
+// GoCompilers are TinyGo and Go's wasip1 port. The TinyGo one skips the test when
+// TinyGo is missing (fails it with SHARDHOST_REQUIRE_TINYGO=1).
+var GoCompilers = []Compiler{
+	{Name: "tinygo", Path: TinyGoPath, Bytes: TinyGoBytes},
+	{Name: "go", Path: Path, Bytes: Bytes},
+}
+
+// tempDir returns the directory of this process's modules, made at the first call;
+// mu is held.
+func tempDir(tb testing.TB) string {
+	tb.Helper()
 	if dir == "" {
 		d, err := os.MkdirTemp("", "shardhost-testwasm-")
 		if err != nil {
@@ -39,15 +73,13 @@ func Path(tb testing.TB, name string) string {
 		}
 		dir = d
 	}
-	out := filepath.Join(dir, name+".wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
-	cmd.Dir = filepath.Join(RepoRoot(), "examples", "wasm")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=-mod=mod")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("building %s.wasm: %v\n%s", name, err, b)
-	}
-	built[name] = out
-	return out
+	return dir
+}
+
+// goGuestEnv is the environment of a Go guest build: the process's, with the examples'
+// replace directive allowed to update go.mod's requirements in memory.
+func goGuestEnv() []string {
+	return append(os.Environ(), "GOFLAGS=-mod=mod")
 }
 
 // Bytes returns the bytes of the module Path builds.

@@ -36,6 +36,8 @@
 // The counter, the events and the hook counts are guest-level state.
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o abitest.wasm .
+// or tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o abitest.wasm .
+// (the conformance suite runs both, and abitest-rust).
 package main
 
 import (

@@ -3,12 +3,14 @@
 // Messages: "inc" adds one, "inc N" adds N (a signed 64-bit integer); both reply with
 // the new count. "get" replies with the count. Counts are decimal text.
 //
-// Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o counter.wasm .
-// (make examples writes bin/wasm/counter.wasm)
+// Build: tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o counter.wasm .
+// or, with Go's port, GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o counter.wasm .
+// (make examples writes bin/wasm/counter.wasm). It formats its errors with strconv, not
+// fmt, which would make the TinyGo module more than twice as large.
 package main
 
 import (
-	"fmt"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -26,11 +28,11 @@ func (c *counter) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	case len(f) == 2 && f[0] == "inc":
 		d, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("counter: inc wants an integer, got %q", f[1])
+			return nil, errors.New("counter: inc wants an integer, got " + strconv.Quote(f[1]))
 		}
 		c.n += d
 	default:
-		return nil, fmt.Errorf("counter: unknown message %q (want inc, inc N or get)", msg)
+		return nil, errors.New("counter: unknown message " + strconv.Quote(string(msg)) + " (want inc, inc N or get)")
 	}
 	return strconv.AppendInt(nil, c.n, 10), nil
 }

@@ -5,12 +5,12 @@
 // "dial ADDR" to open a TCP connection, replying what happened (the sandbox gives a
 // guest no filesystem and no network, so both fail). Anything else is an error.
 //
-// Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o faulty.wasm .
+// Build: tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o faulty.wasm .
+// or, with Go's port, GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o faulty.wasm .
 package main
 
 import (
 	"errors"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -44,11 +44,9 @@ func (f *faulty) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 		}
 		return []byte("read " + strconv.Itoa(len(b)) + " bytes"), nil
 	case strings.HasPrefix(s, "dial "):
-		c, err := net.Dial("tcp", strings.TrimPrefix(s, "dial "))
-		if err != nil {
+		if err := dial(strings.TrimPrefix(s, "dial ")); err != nil {
 			return []byte("refused: " + err.Error()), nil
 		}
-		c.Close()
 		return []byte("connected"), nil
 	}
 	return nil, errors.New("faulty: unknown message " + s)

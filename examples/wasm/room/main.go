@@ -7,7 +7,8 @@
 // Changed messages, an update with a write consistency, a repeating timer, and the host's
 // clock.
 //
-// Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o room.wasm .
+// Build: tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o room.wasm .
+// or, with Go's port, GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o room.wasm .
 // (make examples writes bin/wasm/room.wasm)
 package main
 
