@@ -13,10 +13,11 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -114,26 +115,44 @@ type Instance struct {
 	// looked up at the first snapshot or restore.
 	clock       guestClock
 	snapGlobals []api.MutableGlobal
+
+	// Telemetry: the attribute set of the entity's spans, the measurement options of
+	// its type, and the memory counted in shardhost.entity.memory.
+	attrs       []attribute.KeyValue
+	typeOpt     metric.MeasurementOption
+	memOpt      metric.MeasurementOption
+	memCounted  int64
+	callSpanOpt trace.SpanStartOption
 }
 
 // Instantiate creates an instance of the module for the entity typ/id and runs the
 // module's _initialize, within the message deadline. Errors wrap ErrGuestTrap or
 // ErrGuestDeadline when the guest failed, ErrRuntimeClosed when the runtime is gone.
 func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (*Instance, error) {
-	return m.instantiate(ctx, entityType, entityID, nil)
+	return m.instantiate(ctx, entityType, entityID, nil, false)
 }
 
 // instantiate is Instantiate; with a plan, it is Restore's: the plan names the compiled
 // module and start functions, and its snapshot is loaded before the instance is returned.
-func (m *Module) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan) (*Instance, error) {
+// restoring names its span "restore" (a guest-level restore follows).
+func (m *Module) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan, restoring bool) (*Instance, error) {
 	rt := m.rt
-	_, span := rt.tracer.Start(ctx, "activate", trace.WithAttributes(
-		attribute.String("shardhost.entity_type", entityType),
-		attribute.String("shardhost.entity_id", entityID),
-		attribute.String("shardhost.module_digest", m.Digest),
-		attribute.Bool("shardhost.restored", plan != nil)))
-	defer span.End()
 	inst := &Instance{m: m, entityType: entityType, entityID: entityID, name: entityType + "/" + entityID}
+	span := noopSpan
+	if entityType != "" {
+		inst.attrs = entityAttrs(ctx, entityType, entityID)
+		inst.typeOpt = rt.tel.byType.Get(entityType)
+		inst.memOpt = inst.typeOpt
+		if rt.tel.traced {
+			name := "instantiate " + entityType
+			if plan != nil || restoring {
+				name = "restore " + entityType
+			}
+			_, span = rt.tracer.Start(ctx, name, trace.WithAttributes(append(inst.attrs, attrModuleDigest.String(m.Digest))...))
+			inst.callSpanOpt = trace.WithAttributes(inst.attrs...)
+		}
+	}
+	defer span.End()
 	inst.clock.reset(SnapshotClock{Wall: fakeEpochNanos})
 	compiled, start := m.compiled, []string{abi.ExportInitialize}
 	if plan != nil {
@@ -158,8 +177,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	if err != nil {
 		cancel()
 		err = inst.guestError(err, fired)
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "instantiation failed")
+		obs.Fail(span, err, guestOutcome(err))
 		return nil, err
 	}
 	inst.mod = mod
@@ -182,11 +200,11 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	if plan != nil {
 		if err := inst.load(plan); err != nil {
 			inst.Close(context.Background())
-			span.RecordError(err)
-			span.SetStatus(codes.Error, "restore failed")
+			obs.Fail(span, err, guestOutcome(err))
 			return nil, err
 		}
 	}
+	inst.trackMemory()
 	return inst, nil
 }
 
@@ -201,20 +219,36 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	if len(msg) > i.m.rt.cfg.MaxMessageSize {
 		return nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrMessageTooLarge, len(msg), i.m.rt.cfg.MaxMessageSize)
 	}
-	ctx, span := i.m.rt.tracer.Start(ctx, "guest call", trace.WithAttributes(
-		attribute.String("shardhost.entity", i.name),
-		attribute.Int("shardhost.message_bytes", len(msg))))
-	defer span.End()
+	rt := i.m.rt
+	span := noopSpan
+	if rt.tel.traced && i.callSpanOpt != nil {
+		ctx, span = rt.tracer.Start(ctx, "guest call", i.callSpanOpt, trace.WithAttributes(attrMessageBytes.Int(len(msg))))
+	}
+	start := time.Now()
 	i.msg, _ = sharding.MessageInfoFrom(ctx)
 	i.msgCtx = ctx
 	reply, err := i.call(msg)
 	i.msg, i.msgCtx = sharding.MessageInfo{}, nil
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, firstLine(err.Error()))
+	if i.typeOpt != nil {
+		if err == nil {
+			rt.tel.callDur.Record(context.Background(), since(start), rt.tel.byOutcome.Get([2]string{i.entityType, obs.OutcomeOK}))
+		} else {
+			rt.tel.callDur.Record(context.Background(), since(start), rt.tel.byOutcome.Get([2]string{i.entityType, guestOutcome(err)}))
+		}
+		rt.tel.hostCalls.Record(context.Background(), int64(i.calls), i.typeOpt)
 	}
+	if span.IsRecording() {
+		span.SetAttributes(attrHostCalls.Int(i.calls))
+		if err != nil {
+			obs.Fail(span, err, guestOutcome(err))
+		}
+	}
+	span.End()
 	return reply, err
 }
+
+// noopSpan stands for a span when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 func (i *Instance) call(msg []byte) ([]byte, error) {
 	i.forward = nil
@@ -274,6 +308,7 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		return 0, nil, err
 	}
 	reply := append([]byte(nil), i.reply...)
+	i.trackMemory()
 	if fired {
 		// The deadline passed just as the call returned: the context is cancelled, so
 		// the instance cannot be called again. The reply stands.
@@ -389,7 +424,7 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 		return nil, fmt.Errorf("%w: module %.12s… does not export %s: it cannot take up the guest-level state of %s/%s",
 			ErrBadSnapshot, m.Digest, abi.ExportRestore, entityType, entityID)
 	}
-	inst, err := m.Instantiate(ctx, entityType, entityID)
+	inst, err := m.instantiate(ctx, entityType, entityID, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -455,6 +490,7 @@ func (i *Instance) Close(ctx context.Context) error {
 	i.timer.Stop()
 	err := i.mod.Close(ctx)
 	i.cancel()
+	i.trackMemory()
 	return err
 }
 
