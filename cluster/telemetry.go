@@ -47,22 +47,22 @@ func newMessengerTelemetry(o messengerOptions, t Transport) *messengerTelemetry 
 	})
 	buckets := metric.WithExplicitBucketBoundaries(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 	tel.clientDur = obs.Must(meter.Float64Histogram("rpc.client.duration", metric.WithUnit("ms"),
-		metric.WithDescription("Duration of member-to-member requests sent, until their reply."), buckets))
+		metric.WithDescription("Duration of member-to-member requests sent, until their reply. [rpc.system, rpc.service, rpc.method]"), buckets))
 	tel.serverDur = obs.Must(meter.Float64Histogram("rpc.server.duration", metric.WithUnit("ms"),
-		metric.WithDescription("Duration of member-to-member requests received, until the reply is sent."), buckets))
+		metric.WithDescription("Duration of member-to-member requests received, until the reply is sent. [rpc.system, rpc.service, rpc.method]"), buckets))
 	if st, ok := t.(statser); ok {
 		in := metric.WithAttributeSet(attribute.NewSet(obs.NetworkIODirection.String("receive")))
 		out := metric.WithAttributeSet(attribute.NewSet(obs.NetworkIODirection.String("transmit")))
 		frames := obs.Must(meter.Int64ObservableCounter("shardhost.transport.frames", metric.WithUnit("{frame}"),
-			metric.WithDescription("Node-to-node frames sent and received.")))
+			metric.WithDescription("Node-to-node frames sent and received. [network.io.direction]")))
 		bytes := obs.Must(meter.Int64ObservableCounter("shardhost.transport.io", metric.WithUnit("By"),
-			metric.WithDescription("Bytes of node-to-node frames sent and received, length prefixes included.")))
+			metric.WithDescription("Bytes of node-to-node frames sent and received, length prefixes included. [network.io.direction]")))
 		dropped := obs.Must(meter.Int64ObservableCounter("shardhost.transport.frames.dropped", metric.WithUnit("{frame}"),
-			metric.WithDescription("Frames given to the transport that never reached the network (queue full, peer unreachable, write failure).")))
+			metric.WithDescription("Frames given to the transport that never reached the network (queue full, peer unreachable, write failure). []")))
 		malformed := obs.Must(meter.Int64ObservableCounter("shardhost.transport.frames.malformed", metric.WithUnit("{frame}"),
-			metric.WithDescription("Inbound frames refused as malformed or too large.")))
+			metric.WithDescription("Inbound frames refused as malformed or too large. []")))
 		connErrs := obs.Must(meter.Int64ObservableCounter("shardhost.transport.connection.errors", metric.WithUnit("{error}"),
-			metric.WithDescription("Failed dials and failed writes to peers.")))
+			metric.WithDescription("Failed dials and failed writes to peers. []")))
 		obs.Must(meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			s := st.Stats()
 			o.ObserveInt64(frames, int64(s.FramesSent), out)
@@ -192,18 +192,18 @@ func (t *messengerTelemetry) serverDone(r *Request, err error) {
 func (m *Membership) instrument() {
 	meter := obs.Meter(m.cfg.MeterProvider, "cluster")
 	m.leaderChanges = obs.Must(meter.Int64Counter("shardhost.cluster.leader.changes", metric.WithUnit("{change}"),
-		metric.WithDescription("Times this member saw the leader change to another member.")))
+		metric.WithDescription("Times this member saw the leader change to another member. []")))
 	if m.cfg.MeterProvider == nil {
 		return
 	}
 	members := obs.Must(meter.Int64ObservableGauge("shardhost.cluster.members", metric.WithUnit("{member}"),
-		metric.WithDescription("Members in this member's view, by status.")))
+		metric.WithDescription("Members in this member's view, by status. [shardhost.member.status]")))
 	unreachable := obs.Must(meter.Int64ObservableGauge("shardhost.cluster.members.unreachable", metric.WithUnit("{member}"),
-		metric.WithDescription("Members that a failure detector finds unreachable, in this member's view.")))
-	converged := obs.Must(meter.Int64ObservableGauge("shardhost.cluster.converged", metric.WithUnit("1"),
-		metric.WithDescription("1 when every reachable member has seen the current membership state, else 0.")))
-	phi := obs.Must(meter.Float64ObservableGauge("shardhost.cluster.phi", metric.WithUnit("1"),
-		metric.WithDescription("Phi accrual suspicion level of each member this member monitors, by shardhost.member.")))
+		metric.WithDescription("Members that a failure detector finds unreachable, in this member's view. []")))
+	converged := obs.Must(meter.Int64ObservableGauge("shardhost.cluster.converged", metric.WithUnit("{bool}"),
+		metric.WithDescription("1 when every reachable member has seen the current membership state, else 0. []")))
+	phi := obs.Must(meter.Float64ObservableGauge("shardhost.cluster.phi", metric.WithUnit("{phi}"),
+		metric.WithDescription("Phi accrual suspicion level of each member this member monitors, by shardhost.member. [shardhost.member]")))
 	byStatus := make([]metric.ObserveOption, len(statusNames))
 	for i, name := range statusNames {
 		if i > 0 {

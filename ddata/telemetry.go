@@ -124,16 +124,16 @@ func (r *Replicator) instrument() {
 			obs.Outcome.String(k.outcome))
 	})
 	t.ops = obs.Must(meter.Int64Counter("shardhost.ddata.operations", metric.WithUnit("{operation}"),
-		metric.WithDescription("Distributed data gets, updates and deletes, by consistency and outcome.")))
+		metric.WithDescription("Distributed data gets, updates and deletes, by consistency and outcome. [shardhost.ddata.operation, shardhost.ddata.consistency, shardhost.outcome]")))
 	t.duration = obs.Must(meter.Float64Histogram("shardhost.ddata.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of distributed data gets, updates and deletes, by consistency and outcome.")))
+		metric.WithDescription("Duration of distributed data gets, updates and deletes, by consistency and outcome. [shardhost.ddata.operation, shardhost.ddata.consistency, shardhost.outcome]")))
 	if r.cfg.MeterProvider == nil {
 		return
 	}
 	keys := obs.Must(meter.Int64ObservableGauge("shardhost.ddata.keys", metric.WithUnit("{key}"),
-		metric.WithDescription("Keys this replica holds, deleted ones included.")))
+		metric.WithDescription("Keys this replica holds, deleted ones included. []")))
 	sent := obs.Must(meter.Int64ObservableCounter("shardhost.ddata.sent", metric.WithUnit("By"),
-		metric.WithDescription("Bytes of replicator messages sent, by shardhost.ddata.message (delta, gossip, status, write, read, reply).")))
+		metric.WithDescription("Bytes of replicator messages sent, by shardhost.ddata.message (delta, gossip, status, write, read, reply). [shardhost.ddata.message]")))
 	var kinds [numMsgKinds]metric.ObserveOption
 	for i, name := range msgKindNames {
 		kinds[i] = metric.WithAttributeSet(attribute.NewSet(attrMessage.String(name)))

@@ -118,11 +118,10 @@ type Instance struct {
 
 	// Telemetry: the attribute set of the entity's spans, the measurement options of
 	// its type, and the memory counted in shardhost.entity.memory.
-	attrs       []attribute.KeyValue
-	typeOpt     metric.MeasurementOption
-	memOpt      metric.MeasurementOption
-	memCounted  int64
-	callSpanOpt trace.SpanStartOption
+	attrs      []attribute.KeyValue
+	typeOpt    metric.MeasurementOption
+	memOpt     metric.MeasurementOption
+	memCounted int64
 }
 
 // Instantiate creates an instance of the module for the entity typ/id and runs the
@@ -149,7 +148,6 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 				name = "restore " + entityType
 			}
 			_, span = rt.tracer.Start(ctx, name, trace.WithAttributes(append(inst.attrs, attrModuleDigest.String(m.Digest))...))
-			inst.callSpanOpt = trace.WithAttributes(inst.attrs...)
 		}
 	}
 	defer span.End()
@@ -219,31 +217,26 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	if len(msg) > i.m.rt.cfg.MaxMessageSize {
 		return nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrMessageTooLarge, len(msg), i.m.rt.cfg.MaxMessageSize)
 	}
+	// The message's span is the caller's (sharding's "handle" span): the guest's trace
+	// events, and the spans of what it calls (ddata, tell, ask), go there. One span per
+	// message keeps tracing cheap; the guest call's duration is a metric.
 	rt := i.m.rt
-	span := noopSpan
-	if rt.tel.traced && i.callSpanOpt != nil {
-		ctx, span = rt.tracer.Start(ctx, "guest call", i.callSpanOpt, trace.WithAttributes(attrMessageBytes.Int(len(msg))))
-	}
 	start := time.Now()
 	i.msg, _ = sharding.MessageInfoFrom(ctx)
 	i.msgCtx = ctx
 	reply, err := i.call(msg)
 	i.msg, i.msgCtx = sharding.MessageInfo{}, nil
 	if i.typeOpt != nil {
-		if err == nil {
-			rt.tel.callDur.Record(context.Background(), since(start), rt.tel.byOutcome.Get([2]string{i.entityType, obs.OutcomeOK}))
-		} else {
-			rt.tel.callDur.Record(context.Background(), since(start), rt.tel.byOutcome.Get([2]string{i.entityType, guestOutcome(err)}))
-		}
-		rt.tel.hostCalls.Record(context.Background(), int64(i.calls), i.typeOpt)
-	}
-	if span.IsRecording() {
-		span.SetAttributes(attrHostCalls.Int(i.calls))
-		if err != nil {
-			obs.Fail(span, err, guestOutcome(err))
+		rt.tel.callDur.Record(context.Background(), since(start), i.typeOpt)
+		if i.calls > 0 {
+			rt.tel.hostCalls.Add(context.Background(), int64(i.calls), i.typeOpt)
 		}
 	}
-	span.End()
+	if rt.tel.traced {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(attrMessageBytes.Int(len(msg)), attrHostCalls.Int(i.calls))
+		}
+	}
 	return reply, err
 }
 

@@ -27,30 +27,25 @@ const (
 type runtimeTelemetry struct {
 	traced     bool
 	callDur    metric.Float64Histogram
-	hostCalls  metric.Int64Histogram
+	hostCalls  metric.Int64Counter
 	memory     metric.Int64UpDownCounter
 	compileDur metric.Float64Histogram
 	byType     *obs.AttrCache[string]
-	byOutcome  *obs.AttrCache[[2]string]
 }
 
 func newRuntimeTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *runtimeTelemetry {
 	m := obs.Meter(mp, "host")
 	t := &runtimeTelemetry{traced: obs.Enabled(tp)}
 	t.callDur = obs.Must(m.Float64Histogram("shardhost.guest.call.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of calls into guests for messages (shardhost_receive), by entity type and outcome."),
+		metric.WithDescription("Duration of calls into guests for messages (shardhost_receive), failed ones included (the outcome of each message is in shardhost.entity.message.duration). [shardhost.entity.type]"),
 		metric.WithExplicitBucketBoundaries(0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)))
-	t.hostCalls = obs.Must(m.Int64Histogram("shardhost.guest.host_calls", metric.WithUnit("{call}"),
-		metric.WithDescription("Host function calls a guest made while handling one message, by entity type."),
-		metric.WithExplicitBucketBoundaries(0, 1, 2, 5, 10, 20, 50, 100, 1000, 10000)))
+	t.hostCalls = obs.Must(m.Int64Counter("shardhost.guest.host_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Host function calls guests made while handling messages; divided by the count of shardhost.guest.call.duration, the host calls per message. [shardhost.entity.type]")))
 	t.memory = obs.Must(m.Int64UpDownCounter("shardhost.entity.memory", metric.WithUnit("By"),
-		metric.WithDescription("Linear memory of the active wasm instances, by entity type.")))
+		metric.WithDescription("Linear memory of the active wasm instances, by entity type. [shardhost.entity.type]")))
 	t.compileDur = obs.Must(m.Float64Histogram("shardhost.module.compile.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to compile and check a module (from the compilation cache when it has it).")))
+		metric.WithDescription("Time to compile and check a module (from the compilation cache when it has it). []")))
 	t.byType = obs.NewAttrCache(func(typ string) attribute.Set { return attribute.NewSet(obs.EntityType.String(typ)) })
-	t.byOutcome = obs.NewAttrCache(func(k [2]string) attribute.Set {
-		return attribute.NewSet(obs.EntityType.String(k[0]), obs.Outcome.String(k[1]))
-	})
 	return t
 }
 
@@ -109,13 +104,13 @@ func newNodeTelemetry(mp metric.MeterProvider) *nodeTelemetry {
 	m := obs.Meter(mp, "host")
 	t := &nodeTelemetry{}
 	t.deploys = obs.Must(m.Int64Counter("shardhost.deploys", metric.WithUnit("{deploy}"),
-		metric.WithDescription("Deployments taken by this member's API, by entity type and outcome.")))
+		metric.WithDescription("Deployments taken by this member's API, by entity type and outcome. [shardhost.entity.type, shardhost.outcome]")))
 	t.failures = obs.Must(m.Int64Counter("shardhost.entity.failures", metric.WithUnit("{failure}"),
-		metric.WithDescription("Guest failures (guest-trap, guest-deadline) that ended an instance, by entity type and error.type.")))
+		metric.WithDescription("Guest failures (guest-trap, guest-deadline) that ended an instance, by entity type and error.type. [shardhost.entity.type, error.type]")))
 	t.backoffs = obs.Must(m.Int64Counter("shardhost.entity.backoffs", metric.WithUnit("{backoff}"),
-		metric.WithDescription("Times an entity that kept failing was put to rest (backoff), by entity type.")))
+		metric.WithDescription("Times an entity that kept failing was put to rest (backoff), by entity type. [shardhost.entity.type]")))
 	t.restores = obs.Must(m.Int64Counter("shardhost.entity.restores", metric.WithUnit("{restore}"),
-		metric.WithDescription("Instances made from saved state, by entity type and kind (guest: shardhost_restore; instance: a transparent snapshot).")))
+		metric.WithDescription("Instances made from saved state, by entity type and kind (guest: shardhost_restore; instance: a transparent snapshot). [shardhost.entity.type, shardhost.restore.kind]")))
 	t.attrs = obs.NewAttrCache(func(k [2]string) attribute.Set {
 		parts := []attribute.KeyValue{obs.EntityType.String(k[0])}
 		switch {

@@ -223,9 +223,10 @@ func tracedNodes(t *testing.T, count int, sp *spans, mutate func(*Config)) []*No
 }
 
 // TestTraceLocalAsk: an ask through the API of the member that hosts the entity is one
-// trace: the HTTP server span named by route, the ask, the entity's handling with its
-// first activation and the guest call, each with the entity's attribute set, every child
-// within its parent; the response names the server span in its traceparent header.
+// trace: the HTTP server span named by route, the entity's handling of the message
+// (with the guest call's host calls) and its first activation, each with the entity's
+// attribute set, every child within its parent; the response names the server span in
+// its traceparent header.
 func TestTraceLocalAsk(t *testing.T) {
 	sp := newSpans(t)
 	n := tracedNodes(t, 1, sp, nil)[0]
@@ -243,14 +244,15 @@ func TestTraceLocalAsk(t *testing.T) {
 		t.Errorf("http.route = %q", v.Emit())
 	}
 	self := n.Self().Address
-	guest := sp.wait(tid, "guest call", nil)
-	handle := sp.under(guest, "handle abitest")
+	handle := sp.wait(tid, "handle abitest", nil)
+	sp.under(handle, "POST /v1/ask")
 	sp.under(sp.wait(tid, "activate abitest", nil), "handle abitest")
 	sp.under(sp.wait(tid, "instantiate abitest", nil), "activate abitest")
-	sp.under(handle, "ask abitest")
-	sp.under(sp.wait(tid, "ask abitest", nil), "POST /v1/ask")
-	for _, s := range []sdktrace.ReadOnlySpan{guest, handle, sp.wait(tid, "activate abitest", nil)} {
+	for _, s := range []sdktrace.ReadOnlySpan{handle, sp.wait(tid, "activate abitest", nil)} {
 		entitySpan(t, s, "abitest", "local", self)
+	}
+	if v, _ := attr(handle, "shardhost.guest.host_calls"); v.Type() != attribute.INT64 {
+		t.Errorf("handle: no shardhost.guest.host_calls")
 	}
 	if v, _ := attr(handle, "shardhost.message.kind"); v.AsString() != "ask" {
 		t.Errorf("handle: message kind %q", v.Emit())
@@ -296,7 +298,6 @@ func TestTraceRemoteAskAndRestoredActivation(t *testing.T) {
 	}
 	handle := sp.wait(tid, "handle abitest", nil)
 	sp.under(handle, "sharding/deliver")
-	sp.under(sp.wait(tid, "guest call", nil), "handle abitest")
 	entitySpan(t, handle, "abitest", id, owner)
 
 	// Passivation (asked for by the entity), then a restored activation.
@@ -331,7 +332,7 @@ func TestTraceRemoteAskAndRestoredActivation(t *testing.T) {
 }
 
 // TestTraceGuestMajorityWrite: a guest's WriteMajority is a "ddata update" span under
-// its guest call, with the key, type, consistency and replicas, and the writes to the
+// the span of the message it handles, with the key, type, consistency and replicas, and the writes to the
 // other replicas are RPCs in the same trace.
 func TestTraceGuestMajorityWrite(t *testing.T) {
 	sp := newSpans(t)
@@ -342,7 +343,7 @@ func TestTraceGuestMajorityWrite(t *testing.T) {
 		t.Fatalf("ddup: %d %q", status, body)
 	}
 	up := sp.wait(tid, "ddata update", nil)
-	sp.under(up, "guest call")
+	sp.under(up, "handle abitest")
 	for k, want := range map[string]string{"shardhost.ddata.key": "hits", "shardhost.ddata.type": "gcounter",
 		"shardhost.ddata.consistency": "majority", "shardhost.outcome": "ok", "shardhost.ddata.replicas.answered": "2",
 		"shardhost.ddata.replicas.needed": "2"} {
@@ -364,8 +365,7 @@ func TestTraceGuestMajorityWrite(t *testing.T) {
 	}
 }
 
-// TestTraceTrapAndRefusals: a trap marks the guest call, the entity's handling and the
-// HTTP span failed with error.type guest-trap and an exception event; a refused request
+// TestTraceTrapAndRefusals: a trap marks the entity's handling and the HTTP span failed with error.type guest-trap and an exception event; a refused request
 // (unknown type, bad input) still has its HTTP span, failed.
 func TestTraceTrapAndRefusals(t *testing.T) {
 	sp := newSpans(t)
@@ -375,7 +375,7 @@ func TestTraceTrapAndRefusals(t *testing.T) {
 	if status != 500 {
 		t.Fatalf("trap: %d", status)
 	}
-	for _, name := range []string{"guest call", "handle abitest", "POST /v1/ask"} {
+	for _, name := range []string{"handle abitest", "POST /v1/ask"} {
 		s := sp.wait(tid, name, nil)
 		if s.Status().Code != codes.Error {
 			t.Errorf("%s: status %v", name, s.Status())
@@ -385,11 +385,11 @@ func TestTraceTrapAndRefusals(t *testing.T) {
 		}
 	}
 	found := false
-	for _, e := range sp.wait(tid, "guest call", nil).Events() {
+	for _, e := range sp.wait(tid, "handle abitest", nil).Events() {
 		found = found || e.Name == "exception"
 	}
 	if !found {
-		t.Error("the guest call has no exception event")
+		t.Error("the message's span has no exception event")
 	}
 	for path, code := range map[string]string{askPath("nope", "x"): sharding.CodeUnknownType, "/v1/ask?type=abitest": sharding.CodeBadRequest} {
 		tid, status, tp, _ := tracedRequest(t, n, "POST", path, "x")
@@ -404,7 +404,7 @@ func TestTraceTrapAndRefusals(t *testing.T) {
 }
 
 // TestTraceTimerStartsALinkedTrace: a timer's message starts a trace of its own, linked
-// to the guest call that set the timer; its spans are a PRODUCER "timer" and the
+// to the span of the message that set the timer; its spans are a PRODUCER "timer" and the
 // entity's CONSUMER handling.
 func TestTraceTimerStartsALinkedTrace(t *testing.T) {
 	sp := newSpans(t)
@@ -414,7 +414,7 @@ func TestTraceTimerStartsALinkedTrace(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("timer: %d", status)
 	}
-	setter := sp.wait(tid, "guest call", nil)
+	setter := sp.wait(tid, "handle abitest", nil)
 	fired := sp.waitAny("timer abitest", nil)
 	if fired.SpanContext().TraceID() == tid || fired.Parent().IsValid() {
 		t.Fatalf("the timer's message is not a new trace: %v parent %v", fired.SpanContext(), fired.Parent())
@@ -555,4 +555,46 @@ func activeIn(n *Node, typ, id string) bool {
 		}
 	}
 	return false
+}
+
+// TestTraceCrossMemberFirstActivation: the first message to an entity whose shard has no
+// home yet, sent through a member that is neither the coordinator's nor the entity's:
+// the shard home is resolved by a request to the coordinator (RPC spans), the message
+// waits in the buffer (a span linked to the resolution), then crosses to the owner,
+// where the entity is activated (state load, instantiation) and handles it. The trace
+// is logged: the README shows one.
+func TestTraceCrossMemberFirstActivation(t *testing.T) {
+	sp := newSpans(t)
+	nodes := tracedNodes(t, 3, sp, nil)
+	deployOn(t, nodes[0], "counter")
+	coordinator := nodes[0] // the oldest member
+	via, owner := nodes[2], nodes[1]
+	if v := coordinator.Membership().View(); !v.HasLeader {
+		t.Fatal("no leader")
+	}
+	for i := 0; i < 200; i++ {
+		id := "first-" + strconv.Itoa(i)
+		tid, status, _, body := tracedRequest(t, via, "POST", askPath("counter", id), "inc")
+		if status != 200 || body != "1" {
+			t.Fatalf("ask: %d %q", status, body)
+		}
+		handle := sp.wait(tid, "handle counter", nil)
+		if v, _ := attr(handle, "shardhost.node"); v.AsString() != owner.Self().Address {
+			continue
+		}
+		sp.wait(tid, "POST /v1/ask", nil)
+		home := sp.wait(tid, "shard home counter", nil)
+		sp.under(sp.wait(tid, "sharding/get-shard-home", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindClient }), "shard home counter")
+		sp.wait(tid, "sharding/get-shard-home", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindServer })
+		buf := sp.wait(tid, "buffered counter", nil)
+		if len(buf.Links()) != 1 || buf.Links()[0].SpanContext.SpanID() != home.SpanContext().SpanID() {
+			t.Errorf("the buffered wait links to %v, want the shard home span", buf.Links())
+		}
+		sp.under(sp.wait(tid, "state load", nil), "activate counter")
+		sp.under(sp.wait(tid, "instantiate counter", nil), "activate counter")
+		t.Logf("cross-member first activation (via %s, coordinator %s, owner %s):\n%s", via.Self().Address,
+			coordinator.Self().Address, owner.Self().Address, sp.tree(tid))
+		return
+	}
+	t.Fatal("no entity landed on the owner")
 }

@@ -779,6 +779,8 @@ type entity struct {
 	inst       Entity
 	remembered bool // recorded among the shard's remembered entities
 	unsaved    int  // messages since the last checkpoint
+	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
+	handleOpts [numKinds]trace.SpanStartOption
 }
 
 func (e *entity) setEpoch(epoch uint64) {
@@ -876,8 +878,11 @@ func (e *entity) process(d delivery) {
 		if !d.ask {
 			kind = trace.SpanKindConsumer // a tell, timer or change: messaging
 		}
-		attrs := append(e.entityAttrs(), obs.MessageKind.String(kindNames[kindIndex(&d)]))
-		ctx, span = s.tracer.Start(ctx, e.r.tel.handleName, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+		k := kindIndex(&d)
+		if e.handleOpts[k] == nil {
+			e.handleOpts[k] = trace.WithAttributes(append(e.entityAttrs(), obs.MessageKind.String(kindNames[k]))...)
+		}
+		ctx, span = s.tracer.Start(ctx, e.r.tel.handleName, trace.WithSpanKind(kind), e.handleOpts[k])
 	}
 	// done ends the message's span and records it; it comes before the reply, so that
 	// the reply's server span (the asker's wait) covers everything here.

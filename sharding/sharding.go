@@ -599,12 +599,8 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 	}
 	deadline, _ := ctx.Deadline()
 	start := time.Now()
-	span := noopSpan
-	if s.tel.traced {
-		ctx, span = s.tracer.Start(ctx, "ask "+typ, trace.WithAttributes(
-			obs.EntityType.String(typ), obs.EntityID.String(id), obs.Node.String(s.self)))
-		defer span.End()
-	}
+	// No span of its own: the caller's (the API's server span, the asking entity's
+	// message) is the ask's, and the entity's "handle" span is its child.
 	type result struct {
 		r   Reply
 		err error
@@ -623,12 +619,9 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 	s.route(d)
 	select {
 	case res := <-ch:
-		failSpan(span, res.err)
 		return res.r, res.err
 	case <-ctx.Done():
-		err := fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
-		failSpan(span, err)
-		return Reply{}, err
+		return Reply{}, fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
 	}
 }
 

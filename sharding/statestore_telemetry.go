@@ -68,13 +68,13 @@ func InstrumentStateStore(store StateStore, self string, tp trace.TracerProvider
 	m := obs.Meter(mp, "sharding")
 	s := &instrumentedStateStore{store: store, tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp), self: self}
 	s.ops = obs.Must(m.Int64Counter("shardhost.state.operations", metric.WithUnit("{operation}"),
-		metric.WithDescription("Entity state store operations (save, load, remember, remembered), by outcome.")))
+		metric.WithDescription("Entity state store operations (save, load, remember, remembered), by outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.duration = obs.Must(m.Float64Histogram("shardhost.state.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of entity state store operations, by operation and outcome.")))
+		metric.WithDescription("Duration of entity state store operations, by operation and outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.io = obs.Must(m.Int64Counter("shardhost.state.io", metric.WithUnit("By"),
-		metric.WithDescription("Bytes of entity state saved and loaded, by operation.")))
+		metric.WithDescription("Bytes of entity state saved and loaded, by operation. [shardhost.state.operation]")))
 	s.fenced = obs.Must(m.Int64Counter("shardhost.state.fencing.refusals", metric.WithUnit("{refusal}"),
-		metric.WithDescription("State writes refused because the writer's allocation epoch was stale (fencing).")))
+		metric.WithDescription("State writes refused because the writer's allocation epoch was stale (fencing). []")))
 	s.attrs = obs.NewAttrCache(func(k stateOpKey) attribute.Set {
 		return attribute.NewSet(attrStateOperation.String(stateOpNames[k.op]), obs.Outcome.String(k.outcome))
 	})

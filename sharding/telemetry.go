@@ -75,7 +75,6 @@ type shardingTelemetry struct {
 	// handoff) start new traces only then.
 	traced bool
 
-	messages        metric.Int64Counter
 	messageDur      metric.Float64Histogram
 	activations     metric.Int64Counter
 	activationDur   metric.Float64Histogram
@@ -111,27 +110,25 @@ type typeAndKey struct {
 func newShardingTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *shardingTelemetry {
 	t := &shardingTelemetry{tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp)}
 	m := obs.Meter(mp, "sharding")
-	t.messages = obs.Must(m.Int64Counter("shardhost.entity.messages", metric.WithUnit("{message}"),
-		metric.WithDescription("Messages handled by entities hosted here, by entity type, kind (ask, tell, timer, changed), source (local: routed first by this member; remote) and outcome.")))
 	t.messageDur = obs.Must(m.Float64Histogram("shardhost.entity.message.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time from a message's arrival in its entity's mailbox to the end of its handling (mailbox wait, activation, guest call, checkpoint), by the attributes of shardhost.entity.messages."),
+		metric.WithDescription("Messages handled by entities hosted here (its count), and the time from each one's arrival in its entity's mailbox to the end of its handling (mailbox wait, activation, guest call, checkpoint); kind is ask, tell, timer or changed, source local (routed first by this member) or remote. [shardhost.entity.type, shardhost.message.kind, shardhost.message.source, shardhost.outcome]"),
 		metric.WithExplicitBucketBoundaries(0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)))
 	t.activations = obs.Must(m.Int64Counter("shardhost.entity.activations", metric.WithUnit("{activation}"),
-		metric.WithDescription("Entity activations, by entity type, state (fresh, restored: from saved state) and outcome.")))
+		metric.WithDescription("Entity activations, by entity type, state (fresh, restored: from saved state) and outcome. [shardhost.entity.type, shardhost.activation.state, shardhost.outcome]")))
 	t.activationDur = obs.Must(m.Float64Histogram("shardhost.entity.activation.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of entity activations (state load, instantiation or restore, on_activate), by entity type and state.")))
+		metric.WithDescription("Duration of entity activations (state load, instantiation or restore, on_activate), by entity type and state. [shardhost.entity.type, shardhost.activation.state]")))
 	t.passivations = obs.Must(m.Int64Counter("shardhost.entity.passivations", metric.WithUnit("{passivation}"),
-		metric.WithDescription("Entities stopped with their state saved, by entity type and cause (idle, max-active, requested, handoff, shutdown, stale-allocation).")))
+		metric.WithDescription("Entities stopped with their state saved, by entity type and cause (idle, max-active, requested, handoff, shutdown, stale-allocation). [shardhost.entity.type, shardhost.passivation.cause]")))
 	t.active = obs.Must(m.Int64UpDownCounter("shardhost.entities.active", metric.WithUnit("{entity}"),
-		metric.WithDescription("Active entities (with an instance) hosted here, by entity type.")))
+		metric.WithDescription("Active entities (with an instance) hosted here, by entity type. [shardhost.entity.type]")))
 	t.handoffs = obs.Must(m.Int64Counter("shardhost.shard.handoffs", metric.WithUnit("{handoff}"),
-		metric.WithDescription("Shards this member handed off, by entity type and outcome.")))
+		metric.WithDescription("Shards this member handed off, by entity type and outcome. [shardhost.entity.type, shardhost.outcome]")))
 	t.handoffDur = obs.Must(m.Float64Histogram("shardhost.shard.handoff.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of shard handoffs, from the begin message to the coordinator's acknowledgement, by entity type.")))
+		metric.WithDescription("Duration of shard handoffs, from the begin message to the coordinator's acknowledgement, by entity type. [shardhost.entity.type]")))
 	t.buffered = obs.Must(m.Int64Counter("shardhost.messages.buffered", metric.WithUnit("{message}"),
-		metric.WithDescription("Messages buffered by this member's regions, by entity type and reason (resolving: the shard's home; handoff; entity-type: the type being resolved).")))
+		metric.WithDescription("Messages buffered by this member's regions, by entity type and reason (resolving: the shard's home; handoff; entity-type: the type being resolved). [shardhost.entity.type, shardhost.buffer.reason]")))
 	t.deadLetters = obs.Must(m.Int64Counter("shardhost.dead_letters", metric.WithUnit("{message}"),
-		metric.WithDescription("Messages dropped as dead letters, by entity type and reason (buffer-full, mailbox-full).")))
+		metric.WithDescription("Messages dropped as dead letters, by entity type and reason (buffer-full, mailbox-full). [shardhost.entity.type, shardhost.dead_letter.reason]")))
 	t.messageFailure = obs.NewAttrCache(func(k messageKey) attribute.Set {
 		return messageAttrs(k.typ, k.kind, k.remote, k.outcome)
 	})
@@ -168,7 +165,7 @@ func (s *Sharding) registerShards(mp metric.MeterProvider) {
 	}
 	m := obs.Meter(mp, "sharding")
 	shards := obs.Must(m.Int64ObservableGauge("shardhost.shards", metric.WithUnit("{shard}"),
-		metric.WithDescription("Shards hosted by this member's region of each entity type.")))
+		metric.WithDescription("Shards hosted by this member's region of each entity type. [shardhost.entity.type]")))
 	obs.Must(m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, r := range s.allRegions() {
 			r.mu.Lock()
@@ -232,9 +229,7 @@ func (e *entity) recordMessage(d *delivery, start time.Time, err error) {
 	} else {
 		a = t.messageFailure.Get(messageKey{e.r.settings.Name, kind, remote, ErrorCode(err)})
 	}
-	ctx := context.Background()
-	t.messages.Add(ctx, 1, a)
-	t.messageDur.Record(ctx, time.Since(start).Seconds(), a)
+	t.messageDur.Record(context.Background(), time.Since(start).Seconds(), a)
 }
 
 // failSpan marks span failed with err's error code as error.type.
