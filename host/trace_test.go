@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -34,10 +35,23 @@ type spans struct {
 
 func newSpans(t *testing.T) *spans {
 	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(baggageRecorder{}), sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	return &spans{t: t, rec: rec, tp: tp}
 }
+
+// baggageRecorder copies the baggage member "tenant" of a span's context into the span
+// (test.tenant), to show that baggage reaches the spans of every member.
+type baggageRecorder struct{}
+
+func (baggageRecorder) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) {
+	if m := baggage.FromContext(ctx).Member("tenant"); m.Value() != "" {
+		s.SetAttributes(attribute.String("test.tenant", m.Value()))
+	}
+}
+func (baggageRecorder) OnEnd(sdktrace.ReadOnlySpan)      {}
+func (baggageRecorder) Shutdown(context.Context) error   { return nil }
+func (baggageRecorder) ForceFlush(context.Context) error { return nil }
 
 // of returns the ended spans of a trace.
 func (s *spans) of(tid trace.TraceID) []sdktrace.ReadOnlySpan {
@@ -189,7 +203,7 @@ func entitySpan(t *testing.T, sp sdktrace.ReadOnlySpan, typ, id, node string) {
 
 // tracedRequest sends an API request as part of a new trace (its traceparent header)
 // and returns the trace ID, the response's status and traceparent header, and its body.
-func tracedRequest(t *testing.T, n *Node, method, path, body string) (trace.TraceID, int, string, string) {
+func tracedRequest(t *testing.T, n *Node, method, path, body string, header ...string) (trace.TraceID, int, string, string) {
 	t.Helper()
 	var tid trace.TraceID
 	var sid trace.SpanID
@@ -200,6 +214,9 @@ func tracedRequest(t *testing.T, n *Node, method, path, body string) (trace.Trac
 		t.Fatal(err)
 	}
 	req.Header.Set("traceparent", fmt.Sprintf("00-%s-%s-01", tid, sid))
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -273,11 +290,15 @@ func TestTraceRemoteAskAndRestoredActivation(t *testing.T) {
 	id := entityOn(t, nodes[0], nodes[1], "abitest", "count")
 	owner := nodes[1].Self().Address
 
-	tid, status, _, body := tracedRequest(t, nodes[0], "POST", askPath("abitest", id), "count")
+	tid, status, _, body := tracedRequest(t, nodes[0], "POST", askPath("abitest", id), "count", "baggage", "tenant=acme")
 	if status != 200 || body != "2" {
 		t.Fatalf("ask: %d %q", status, body)
 	}
 	sp.wait(tid, "POST /v1/ask", nil)
+	// The baggage crossed to the owner.
+	if v, _ := attr(sp.wait(tid, "handle abitest", nil), "test.tenant"); v.AsString() != "acme" {
+		t.Errorf("the owner's span has baggage tenant %q, want acme", v.Emit())
+	}
 	server := sp.wait(tid, "sharding/deliver", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindServer })
 	cli := sp.under(server, "sharding/deliver")
 	if cli.SpanKind() != trace.SpanKindClient {
@@ -300,6 +321,20 @@ func TestTraceRemoteAskAndRestoredActivation(t *testing.T) {
 	sp.under(handle, "sharding/deliver")
 	entitySpan(t, handle, "abitest", id, owner)
 
+	// A tell: a PRODUCER span on the sender, the owner's CONSUMER span its child.
+	tid, status, _, _ = tracedRequest(t, nodes[0], "POST", "/v1/tell?type=abitest&id="+id, "count")
+	if status != 202 {
+		t.Fatalf("tell: %d", status)
+	}
+	consumer := sp.wait(tid, "handle abitest", nil)
+	producer := sp.parentOf(consumer)
+	if consumer.SpanKind() != trace.SpanKindConsumer || producer == nil || producer.Name() != "tell abitest" ||
+		producer.SpanKind() != trace.SpanKindProducer {
+		t.Fatalf("tell trace:\n%s", sp.tree(tid))
+	}
+	entitySpan(t, consumer, "abitest", id, owner)
+	waitFor(t, func() bool { return client(t, nodes[0]).ask("abitest", id, "count").status == 200 })
+
 	// Passivation (asked for by the entity), then a restored activation.
 	if r := client(t, nodes[0]).ask("abitest", id, "passivate"); r.status != 200 {
 		t.Fatalf("passivate: %d %s", r.status, r.body)
@@ -311,7 +346,7 @@ func TestTraceRemoteAskAndRestoredActivation(t *testing.T) {
 	}
 	sp.wait(pass.SpanContext().TraceID(), "state save", nil)
 	tid, status, _, body = tracedRequest(t, nodes[0], "POST", askPath("abitest", id), "count")
-	if status != 200 || body != "3" {
+	if status != 200 || body != "5" {
 		t.Fatalf("ask after passivation: %d %q", status, body)
 	}
 	act := sp.wait(tid, "activate abitest", nil)
@@ -337,8 +372,21 @@ func TestTraceRemoteAskAndRestoredActivation(t *testing.T) {
 func TestTraceGuestMajorityWrite(t *testing.T) {
 	sp := newSpans(t)
 	nodes := tracedNodes(t, 3, sp, nil)
-	deployOn(t, nodes[0], "abitest")
-	tid, status, _, body := tracedRequest(t, nodes[0], "POST", askPath("abitest", "w"), "ddup hits gcounter majority incr 2")
+	// A deploy through the API: every member prepares the type in the deploy's trace.
+	tid, status, _, body := tracedRequest(t, nodes[0], "POST", "/v1/types/abitest", string(testwasm.Bytes(t, "abitest")))
+	if status != 200 {
+		t.Fatalf("deploy: %d %s", status, body)
+	}
+	sp.under(sp.wait(tid, "deploy abitest", nil), "POST /v1/types/{name}")
+	prepared := map[string]bool{}
+	for _, n := range nodes {
+		p := sp.wait(tid, "prepare abitest", attrIs("shardhost.node", n.Self().Address))
+		prepared[n.Self().Address] = true
+		if n != nodes[0] {
+			sp.under(p, "host/prepare")
+		}
+	}
+	tid, status, _, body = tracedRequest(t, nodes[0], "POST", askPath("abitest", "w"), "ddup hits gcounter majority incr 2")
 	if status != 200 || body != "2" {
 		t.Fatalf("ddup: %d %q", status, body)
 	}
@@ -429,6 +477,21 @@ func TestTraceTimerStartsALinkedTrace(t *testing.T) {
 	}
 	if v, _ := attr(handle, "shardhost.message.kind"); v.AsString() != "timer" {
 		t.Errorf("message kind %q", v.Emit())
+	}
+
+	// A subscription's change messages too, linked to the subscription's span.
+	tid, status, _, _ = tracedRequest(t, n, "POST", askPath("abitest", "sb"), "sub topics")
+	if status != 200 {
+		t.Fatalf("sub: %d", status)
+	}
+	subscriber := sp.wait(tid, "ddata subscribe", nil)
+	sp.under(subscriber, "handle abitest")
+	if r := client(t, n).do("POST", "/v1/ddata/keys/topics?type=gcounter", []byte("incr 1")); r.status != 200 {
+		t.Fatalf("ddata update: %d %s", r.status, r.body)
+	}
+	changed := sp.waitAny("changed abitest", nil)
+	if changed.Parent().IsValid() || len(changed.Links()) != 1 || changed.Links()[0].SpanContext.SpanID() != subscriber.SpanContext().SpanID() {
+		t.Fatalf("the change's trace: parent %v links %v, want a root linked to %v", changed.Parent(), changed.Links(), subscriber.SpanContext())
 	}
 }
 
@@ -559,7 +622,8 @@ func activeIn(n *Node, typ, id string) bool {
 
 // TestTraceCrossMemberFirstActivation: the first message to an entity whose shard has no
 // home yet, sent through a member that is neither the coordinator's nor the entity's:
-// the shard home is resolved by a request to the coordinator (RPC spans), the message
+// the shard home is resolved by a request to the coordinator (RPC spans), which
+// allocates the shard (its write to distributed data, HostShard to the owner), the message
 // waits in the buffer (a span linked to the resolution), then crosses to the owner,
 // where the entity is activated (state load, instantiation) and handles it. The trace
 // is logged: the README shows one.
@@ -585,7 +649,12 @@ func TestTraceCrossMemberFirstActivation(t *testing.T) {
 		sp.wait(tid, "POST /v1/ask", nil)
 		home := sp.wait(tid, "shard home counter", nil)
 		sp.under(sp.wait(tid, "sharding/get-shard-home", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindClient }), "shard home counter")
-		sp.wait(tid, "sharding/get-shard-home", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindServer })
+		server := sp.wait(tid, "sharding/get-shard-home", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindServer })
+		alloc := sp.wait(tid, "allocate counter", nil)
+		if p := sp.parentOf(alloc); p == nil || p.SpanContext().SpanID() != server.SpanContext().SpanID() {
+			t.Errorf("the allocation is not under the coordinator's server span")
+		}
+		sp.wait(tid, "sharding/host-shard", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindServer })
 		buf := sp.wait(tid, "buffered counter", nil)
 		if len(buf.Links()) != 1 || buf.Links()[0].SpanContext.SpanID() != home.SpanContext().SpanID() {
 			t.Errorf("the buffered wait links to %v, want the shard home span", buf.Links())

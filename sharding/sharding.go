@@ -928,7 +928,7 @@ func (s *Sharding) shardHome(ctx context.Context, ref shardRef) (shardHome, erro
 			err  error
 		}
 		ch := make(chan result, 1)
-		s.coord.getShardHome(ref, func(home shardHome, err error) { ch <- result{home, err} })
+		s.coord.getShardHome(ctx, ref, func(home shardHome, err error) { ch <- result{home, err} })
 		select {
 		case r := <-ch:
 			return r.home, r.err
@@ -952,7 +952,7 @@ func (s *Sharding) shardHome(ctx context.Context, ref shardRef) (shardHome, erro
 }
 
 // hostShard tells the region at addr to host a shard; cb gets the outcome.
-func (s *Sharding) hostShard(addr string, ref shardRef, cb func(error)) {
+func (s *Sharding) hostShard(ctx context.Context, addr string, ref shardRef, cb func(error)) {
 	if addr == s.self {
 		if !s.goroutine(func() { cb(s.hostShardHere(ref)) }) {
 			cb(ErrStopped)
@@ -964,7 +964,7 @@ func (s *Sharding) hostShard(addr string, ref shardRef, cb func(error)) {
 		cb(err)
 		return
 	}
-	s.cfg.Messenger.RequestAsync(to, topicHostShard, encode(ref), s.cfg.RequestTimeout, func(_ []byte, err error) { cb(err) })
+	s.cfg.Messenger.RequestAsyncContext(ctx, to, topicHostShard, encode(ref), s.cfg.RequestTimeout, func(_ []byte, err error) { cb(err) })
 }
 
 func (s *Sharding) hostShardHere(ref shardRef) error {
@@ -1021,7 +1021,7 @@ func (s *Sharding) handleGetShardHome(req *cluster.Request) {
 		req.Reply(nil, err)
 		return
 	}
-	s.coord.getShardHome(ref, func(home shardHome, err error) {
+	s.coord.getShardHome(req.Context(), ref, func(home shardHome, err error) {
 		if err != nil {
 			req.Reply(nil, err)
 			return
