@@ -886,11 +886,12 @@ func (e *entity) process(d delivery) {
 	}
 	// done ends the message's span and records it; it comes before the reply, so that
 	// the reply's server span (the asker's wait) covers everything here.
+	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
 	done := func(err error) {
 		if d.start {
 			return
 		}
-		e.recordMessage(&d, d.arrived, err)
+		e.recordMessage(kind, remote, arrived, err)
 		failSpan(span, err)
 		span.End()
 	}
@@ -923,9 +924,9 @@ func (e *entity) process(d delivery) {
 	var fwd *ForwardTo
 	if errors.As(err, &fwd) {
 		// Passed on: the entity it names answers the asker.
-		done(nil)
 		s.forward(d, fwd)
-		return
+		d.reply, d.ask = nil, false
+		err = nil
 	}
 	if err != nil {
 		s.log.DebugContext(ctx, "message failed", "entity", name, "err", err)

@@ -215,10 +215,8 @@ func (e *entity) entityAttrs() []attribute.KeyValue {
 }
 
 // recordMessage records a handled message: its count and duration since arrival.
-func (e *entity) recordMessage(d *delivery, start time.Time, err error) {
+func (e *entity) recordMessage(kind messageKindIndex, remote bool, arrived time.Time, err error) {
 	t := e.r.s.tel
-	kind := kindIndex(d)
-	remote := d.env.Origin != "" && d.env.Origin != e.r.s.self
 	var a metric.MeasurementOption
 	if err == nil {
 		r := 0
@@ -229,7 +227,7 @@ func (e *entity) recordMessage(d *delivery, start time.Time, err error) {
 	} else {
 		a = t.messageFailure.Get(messageKey{e.r.settings.Name, kind, remote, ErrorCode(err)})
 	}
-	t.messageDur.Record(context.Background(), time.Since(start).Seconds(), a)
+	t.messageDur.Record(context.Background(), time.Since(arrived).Seconds(), a)
 }
 
 // failSpan marks span failed with err's error code as error.type.
