@@ -390,7 +390,7 @@ func TestTraceGuestMajorityWrite(t *testing.T) {
 	if status != 200 || body != "2" {
 		t.Fatalf("ddup: %d %q", status, body)
 	}
-	up := sp.wait(tid, "ddata update", nil)
+	up := sp.wait(tid, "ddata update", attrIs("shardhost.ddata.key", "hits"))
 	sp.under(up, "handle abitest")
 	for k, want := range map[string]string{"shardhost.ddata.key": "hits", "shardhost.ddata.type": "gcounter",
 		"shardhost.ddata.consistency": "majority", "shardhost.outcome": "ok", "shardhost.ddata.replicas.answered": "2",
@@ -399,8 +399,11 @@ func TestTraceGuestMajorityWrite(t *testing.T) {
 			t.Errorf("ddata update: %s = %q, want %q", k, v.Emit(), want)
 		}
 	}
-	w := sp.wait(tid, "ddata/write", func(s sdktrace.ReadOnlySpan) bool { return s.SpanKind() == trace.SpanKindServer })
-	sp.under(sp.parentOf(w), "ddata update")
+	// The writes to the other replicas are RPCs under it.
+	sp.wait(tid, "ddata/write", func(s sdktrace.ReadOnlySpan) bool {
+		c := sp.parentOf(s)
+		return s.SpanKind() == trace.SpanKindServer && c != nil && c.Parent().SpanID() == up.SpanContext().SpanID()
+	})
 	// The API's own ddata calls are traced too.
 	tid, status, _, _ = tracedRequest(t, nodes[1], "GET", "/v1/ddata/keys/hits?consistency=all", "")
 	if status != 200 {
