@@ -122,6 +122,7 @@ type Instance struct {
 	typeOpt    metric.MeasurementOption
 	memOpt     metric.MeasurementOption
 	memCounted int64
+	hostCalls  *atomic.Int64 // of the entity type
 }
 
 // Instantiate creates an instance of the module for the entity typ/id and runs the
@@ -142,6 +143,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		inst.attrs = entityAttrs(ctx, entityType, entityID)
 		inst.typeOpt = rt.tel.byType.Get(entityType)
 		inst.memOpt = inst.typeOpt
+		inst.hostCalls = rt.tel.hostCallsOf(entityType)
 		if rt.tel.traced {
 			name := "instantiate " + entityType
 			if plan != nil || restoring {
@@ -228,9 +230,7 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	i.msg, i.msgCtx = sharding.MessageInfo{}, nil
 	if i.typeOpt != nil {
 		rt.tel.callDur.Record(context.Background(), since(start), i.typeOpt)
-		if i.calls > 0 {
-			rt.tel.hostCalls.Add(context.Background(), int64(i.calls), i.typeOpt)
-		}
+		i.hostCalls.Add(int64(i.calls))
 	}
 	if rt.tel.traced {
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {

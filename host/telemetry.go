@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -25,28 +27,51 @@ const (
 
 // runtimeTelemetry holds the instruments of a Runtime and its instances.
 type runtimeTelemetry struct {
-	traced     bool
-	callDur    metric.Float64Histogram
-	hostCalls  metric.Int64Counter
-	memory     metric.Int64UpDownCounter
-	compileDur metric.Float64Histogram
-	byType     *obs.AttrCache[string]
+	traced         bool
+	callDur        metric.Float64Histogram
+	mu             sync.Mutex
+	hostCallTotals map[string]*atomic.Int64 // by entity type
+	memory         metric.Int64UpDownCounter
+	compileDur     metric.Float64Histogram
+	byType         *obs.AttrCache[string]
 }
 
 func newRuntimeTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *runtimeTelemetry {
 	m := obs.Meter(mp, "host")
-	t := &runtimeTelemetry{traced: obs.Enabled(tp)}
+	t := &runtimeTelemetry{traced: obs.Enabled(tp), hostCallTotals: map[string]*atomic.Int64{}}
 	t.callDur = obs.Must(m.Float64Histogram("shardhost.guest.call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of calls into guests for messages (shardhost_receive), failed ones included (the outcome of each message is in shardhost.entity.message.duration). [shardhost.entity.type]"),
 		metric.WithExplicitBucketBoundaries(0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)))
-	t.hostCalls = obs.Must(m.Int64Counter("shardhost.guest.host_calls", metric.WithUnit("{call}"),
+	// Host calls are counted in an atomic per type and read at collection: one
+	// measurement less on each message's path.
+	hostCalls := obs.Must(m.Int64ObservableCounter("shardhost.guest.host_calls", metric.WithUnit("{call}"),
 		metric.WithDescription("Host function calls guests made while handling messages; divided by the count of shardhost.guest.call.duration, the host calls per message. [shardhost.entity.type]")))
+	obs.Must(m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for typ, n := range t.hostCallTotals {
+			o.ObserveInt64(hostCalls, n.Load(), t.byType.Get(typ))
+		}
+		return nil
+	}, hostCalls))
 	t.memory = obs.Must(m.Int64UpDownCounter("shardhost.entity.memory", metric.WithUnit("By"),
 		metric.WithDescription("Linear memory of the active wasm instances, by entity type. [shardhost.entity.type]")))
 	t.compileDur = obs.Must(m.Float64Histogram("shardhost.module.compile.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to compile and check a module (from the compilation cache when it has it). []")))
 	t.byType = obs.NewAttrCache(func(typ string) attribute.Set { return attribute.NewSet(obs.EntityType.String(typ)) })
 	return t
+}
+
+// hostCallsOf returns the counter of the host calls of typ's guests.
+func (t *runtimeTelemetry) hostCallsOf(typ string) *atomic.Int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.hostCallTotals[typ]
+	if n == nil {
+		n = &atomic.Int64{}
+		t.hostCallTotals[typ] = n
+	}
+	return n
 }
 
 // entityAttrsKey carries, in the context of an instantiation, the attribute set of the
