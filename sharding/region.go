@@ -220,7 +220,9 @@ func (r *Region) activated(e *entity) {
 	for _, sh := range r.shards {
 		for _, other := range sh.entities {
 			other.mu.Lock()
-			live, idle, used := other.live, !other.running && len(other.queue) == 0, other.lastUsed
+			// Idle: no message in hand or waiting (its goroutine may still be finishing
+			// the last one; then it passivates as soon as it is done).
+			live, idle, used := other.live, !other.busy && len(other.queue) == 0, other.lastUsed
 			other.mu.Unlock()
 			if !live {
 				continue
@@ -233,7 +235,7 @@ func (r *Region) activated(e *entity) {
 	}
 	r.mu.Unlock()
 	if active > maxActive && lru != nil {
-		lru.passivate(causeMaxActive)
+		lru.passivateSoon(causeMaxActive)
 	}
 }
 
@@ -769,7 +771,11 @@ type entity struct {
 	running  bool
 	live     bool      // has an instance
 	lastUsed time.Time // when it last finished a message
-	epoch    uint64    // the shard's allocation epoch here: fences state writes
+	busy     bool      // handling a message (from its dequeue to just before its reply)
+	// passivateWhenIdle, if set, is the cause of a passivation to run once the
+	// goroutine that drains the mailbox has nothing left (chosen while it finished).
+	passivateWhenIdle string
+	epoch             uint64 // the shard's allocation epoch here: fences state writes
 
 	// fenced is set when the shard's allocation here turned out stale: the entity stops
 	// without saving.
@@ -854,6 +860,14 @@ func (e *entity) drain() {
 func (e *entity) drainLoop() {
 	for {
 		e.mu.Lock()
+		if len(e.queue) == 0 && e.passivateWhenIdle != "" {
+			// A passivation chose it while it finished its last message.
+			cause := e.passivateWhenIdle
+			e.passivateWhenIdle = ""
+			e.mu.Unlock()
+			e.passivateNow(context.Background(), cause, trace.SpanContext{})
+			continue
+		}
 		if len(e.queue) == 0 {
 			e.running = false
 			e.queue = nil
@@ -863,6 +877,7 @@ func (e *entity) drainLoop() {
 		d := e.queue[0]
 		e.queue[0] = delivery{}
 		e.queue = e.queue[1:]
+		e.busy = true
 		e.mu.Unlock()
 		e.process(d)
 	}
@@ -888,6 +903,12 @@ func (e *entity) process(d delivery) {
 	// the reply's server span (the asker's wait) covers everything here.
 	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
 	done := func(err error) {
+		e.mu.Lock()
+		e.busy = false
+		if !d.start {
+			e.lastUsed = time.Now()
+		}
+		e.mu.Unlock()
 		if d.start {
 			return
 		}
@@ -904,13 +925,9 @@ func (e *entity) process(d delivery) {
 		}
 	}
 	if d.start {
+		done(nil)
 		return // a remembered entity restarted: no message
 	}
-	defer func() {
-		e.mu.Lock()
-		e.lastUsed = time.Now()
-		e.mu.Unlock()
-	}()
 	mctx := context.WithValue(ctx, messageInfoKey{}, MessageInfo{
 		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
 	out, err := e.inst.Receive(mctx, d.env.Payload)
@@ -1102,6 +1119,19 @@ func (e *entity) passivate(cause string) bool {
 		e.drainLoop()
 	}()
 	return true
+}
+
+// passivateSoon passivates the entity now if no goroutine drains its mailbox, or as
+// soon as the one that does has nothing left.
+func (e *entity) passivateSoon(cause string) {
+	e.mu.Lock()
+	if e.running && e.live {
+		e.passivateWhenIdle = cause
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.passivate(cause)
 }
 
 // passivateNow stops the entity saving its state (unless it is fenced), as a
