@@ -713,6 +713,16 @@ func (c *Core) setStatus(address string, to MemberStatus, allowed func(MemberSta
 	return false
 }
 
+// MonitoredPhi returns the phi accrual suspicion level, at now, of each member this
+// member monitors (at most MonitoredByNrOfMembers).
+func (c *Core) MonitoredPhi(now time.Time) map[UniqueAddress]float64 {
+	out := make(map[UniqueAddress]float64, len(c.detectors))
+	for n, d := range c.detectors {
+		out[n] = d.phi(now)
+	}
+	return out
+}
+
 // View is a core's picture of the cluster.
 type View struct {
 	Self      UniqueAddress `json:"self"`

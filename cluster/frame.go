@@ -57,6 +57,9 @@ type Frame struct {
 	Body []byte `cbor:"5,keyasint,omitempty"`
 	// Error is a response's error text, empty on success.
 	Error string `cbor:"6,keyasint,omitempty"`
+	// Trace is the sender's trace context, as its propagators wrote it (W3C
+	// traceparent and tracestate, baggage, ...); empty when the sender was not tracing.
+	Trace map[string]string `cbor:"7,keyasint,omitempty"`
 }
 
 const (

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/hashicorp/memberlist"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Errors of membership.
@@ -63,6 +64,9 @@ type MembershipConfig struct {
 	States map[string]StateDelegate
 	// Logger receives memberlist's log at debug level and membership events at info.
 	Logger *slog.Logger
+	// MeterProvider records the membership metrics (members by status, unreachable
+	// members, convergence, leader changes, phi of the monitored members). Nil: none.
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultMembershipConfig returns a LAN configuration bound to 127.0.0.1:7946.
@@ -213,9 +217,11 @@ type Membership struct {
 	wg    sync.WaitGroup
 	sends chan struct{} // bounds the reliable sends in flight
 
-	view     atomic.Pointer[View]
-	wire     atomic.Pointer[gossipWire]
-	hookOnce sync.Once
+	view          atomic.Pointer[View]
+	phi           atomic.Pointer[map[UniqueAddress]float64] // of the monitored members, at the last tick
+	leaderChanges metric.Int64Counter
+	wire          atomic.Pointer[gossipWire]
+	hookOnce      sync.Once
 
 	subMu     sync.Mutex
 	subs      map[*Subscription]struct{}
@@ -322,6 +328,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		return nil, err
 	}
 	m.view.Store(&View{Self: m.self})
+	m.instrument()
 	m.wg.Add(1)
 	go m.run(core)
 	if len(cfg.Seeds) > 0 {
@@ -392,6 +399,8 @@ func (m *Membership) run(core *Core) {
 		case now := <-tick.C:
 			outs = core.Tick(now)
 			m.maintainGossipPeers(prev)
+			phi := core.MonitoredPhi(now)
+			m.phi.Store(&phi)
 		case msg := <-m.inbox:
 			outs = core.Step(time.Now(), msg)
 		case cmd := <-m.cmds:
@@ -535,6 +544,9 @@ func (m *Membership) publishDiff(prev, next View) {
 		}
 	}
 	if prev.Leader != next.Leader {
+		if next.HasLeader {
+			m.leaderChanges.Add(context.Background(), 1)
+		}
 		var leader Member
 		for _, mem := range next.Members {
 			if mem.Node() == next.Leader {

@@ -8,6 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Request is an incoming request or one-way message given to a topic Handler.
@@ -23,10 +27,23 @@ type Request struct {
 	oneWay  bool
 	replied atomic.Bool
 	m       *Messenger
+	ctx     context.Context
+	span    trace.Span // the server span of a traced request, ended by Reply
+	start   time.Time
 }
 
 // OneWay reports whether the sender expects no reply (the message came by Tell).
 func (r *Request) OneWay() bool { return r.oneWay }
+
+// Context returns the context of the request: the sender's trace context and baggage
+// (Frame.Trace) and, for a traced request, the server span that Reply ends. It is never
+// cancelled. Work done for the request starts its spans from it.
+func (r *Request) Context() context.Context {
+	if r.ctx == nil {
+		return context.Background()
+	}
+	return r.ctx
+}
 
 // Reply answers the request with body, or with err if it is not nil (the requester
 // then gets an error wrapping ErrRemote whose text is err.Error()). It may be
@@ -41,6 +58,7 @@ func (r *Request) Reply(body []byte, err error) {
 		r.m.log.Debug("reply called more than once; ignored", "topic", r.Topic, "from", r.From)
 		return
 	}
+	r.m.tel.serverDone(r, err)
 	if r.From == "" {
 		r.m.log.Warn("request without a sender address; cannot reply", "topic", r.Topic)
 		return
@@ -98,6 +116,7 @@ type Messenger struct {
 	closed  bool
 	pending map[uint64]*pendingRequest
 	once    sync.Once
+	tel     *messengerTelemetry
 }
 
 // pendingRequest is a request awaiting its reply. Whoever removes it from
@@ -105,6 +124,32 @@ type Messenger struct {
 type pendingRequest struct {
 	cb    func([]byte, error)
 	timer *time.Timer // nil when the caller's context bounds the wait
+}
+
+// MessengerOption configures a Messenger's telemetry.
+type MessengerOption func(*messengerOptions)
+
+type messengerOptions struct {
+	tp   trace.TracerProvider
+	mp   metric.MeterProvider
+	prop propagation.TextMapPropagator
+}
+
+// WithTracing has the messenger carry the trace context of requests and tells in
+// their frames (with prop; nil: W3C Trace Context and Baggage) and make a CLIENT span
+// for each request sent, and a SERVER span for each request received, from a traced
+// context (named by topic, with the rpc.* attributes of the semantic conventions,
+// rpc.system = shardhost).
+func WithTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) MessengerOption {
+	return func(o *messengerOptions) { o.tp, o.prop = tp, prop }
+}
+
+// WithMetrics has the messenger record rpc.client.duration and rpc.server.duration
+// (milliseconds, by rpc.method) and its transport's counters (frames and bytes in and
+// out, frames dropped, malformed frames, connection errors) when the transport has a
+// Stats method.
+func WithMetrics(mp metric.MeterProvider) MessengerOption {
+	return func(o *messengerOptions) { o.mp = mp }
 }
 
 // NewMessenger creates a messenger and its transport: newTransport is called once
@@ -118,9 +163,13 @@ type pendingRequest struct {
 // with Handle before other nodes learn the address: a request for a topic without
 // a handler gets an error reply. The messenger owns the transport and closes it in
 // Close. A nil logger discards logs. It returns newTransport's error, if any.
-func NewMessenger(newTransport func(FrameHandler) (Transport, error), logger *slog.Logger) (*Messenger, error) {
+func NewMessenger(newTransport func(FrameHandler) (Transport, error), logger *slog.Logger, opts ...MessengerOption) (*Messenger, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	var o messengerOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	m := &Messenger{
 		log:     logger.With("component", "cluster.messenger"),
@@ -139,6 +188,7 @@ func NewMessenger(newTransport func(FrameHandler) (Transport, error), logger *sl
 	m.transport = t
 	m.localAddr = t.LocalAddr()
 	m.log = m.log.With("local", t.LocalAddr())
+	m.tel = newMessengerTelemetry(o, t)
 	close(m.ready)
 	return m, nil
 }
@@ -176,6 +226,14 @@ func (m *Messenger) Tell(addr, topic string, body []byte) error {
 	return m.transport.Send(addr, &Frame{Kind: FrameOneWay, From: m.localAddr, Topic: topic, Body: body})
 }
 
+// TellContext is Tell carrying ctx's trace context and baggage (WithTracing) in the
+// frame: the receiver's Request.Context has them. It makes no span: the caller's span
+// is the message's producer.
+func (m *Messenger) TellContext(ctx context.Context, addr, topic string, body []byte) error {
+	return m.transport.Send(addr, &Frame{Kind: FrameOneWay, From: m.localAddr, Topic: topic, Body: body,
+		Trace: m.tel.inject(ctx)})
+}
+
 // Request sends body to topic at addr and waits for the reply or for ctx. Errors:
 // the remote handler's error (wrapping ErrRemote, text as sent), the transport's
 // Send error, ErrTransportClosed if the messenger closes meanwhile, or ctx's error
@@ -190,8 +248,10 @@ func (m *Messenger) Request(ctx context.Context, addr, topic string, body []byte
 		err  error
 	}
 	ch := make(chan result, 1)
-	id, err := m.start(addr, topic, body, 0, func(b []byte, err error) { ch <- result{b, err} })
+	ctx, done := m.tel.clientStart(ctx, addr, topic)
+	id, err := m.start(addr, topic, body, m.tel.inject(ctx), 0, func(b []byte, err error) { done(err); ch <- result{b, err} })
 	if err != nil {
+		done(err)
 		return nil, err
 	}
 	select {
@@ -199,7 +259,9 @@ func (m *Messenger) Request(ctx context.Context, addr, topic string, body []byte
 		return r.body, r.err
 	case <-ctx.Done():
 		if m.take(id) != nil {
-			return nil, requestCtxError(addr, topic, ctx.Err())
+			err := requestCtxError(addr, topic, ctx.Err())
+			done(err)
+			return nil, err
 		}
 		r := <-ch // completed meanwhile
 		return r.body, r.err
@@ -213,19 +275,29 @@ func (m *Messenger) Request(ctx context.Context, addr, topic string, body []byte
 // ErrRequestTimeout and context.DeadlineExceeded. A timeout <= 0 times out at
 // once. cb must not block: it may run on a transport reader goroutine.
 func (m *Messenger) RequestAsync(addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error)) {
+	m.RequestAsyncContext(context.Background(), addr, topic, body, timeout, cb)
+}
+
+// RequestAsyncContext is RequestAsync carrying ctx's trace context and baggage
+// (WithTracing), under a CLIENT span when ctx is traced; ctx's cancellation is not
+// watched (timeout bounds the wait).
+func (m *Messenger) RequestAsyncContext(ctx context.Context, addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error)) {
+	ctx, done := m.tel.clientStart(ctx, addr, topic)
+	fail := func(err error) {
+		time.AfterFunc(0, func() { done(err); cb(nil, err) })
+	}
 	if timeout <= 0 {
-		err := timeoutError(addr, topic, timeout)
-		time.AfterFunc(0, func() { cb(nil, err) })
+		fail(timeoutError(addr, topic, timeout))
 		return
 	}
-	if _, err := m.start(addr, topic, body, timeout, cb); err != nil {
-		time.AfterFunc(0, func() { cb(nil, err) })
+	if _, err := m.start(addr, topic, body, m.tel.inject(ctx), timeout, func(b []byte, err error) { done(err); cb(b, err) }); err != nil {
+		fail(err)
 	}
 }
 
 // start registers a pending request (with a timeout timer if timeout > 0) and sends
 // it. On error nothing stays registered and cb will not be called.
-func (m *Messenger) start(addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error)) (uint64, error) {
+func (m *Messenger) start(addr, topic string, body []byte, traceCtx map[string]string, timeout time.Duration, cb func([]byte, error)) (uint64, error) {
 	id := m.nextID.Add(1)
 	p := &pendingRequest{cb: cb}
 	m.mu.Lock()
@@ -243,7 +315,7 @@ func (m *Messenger) start(addr, topic string, body []byte, timeout time.Duration
 	}
 	m.mu.Unlock()
 
-	err := m.transport.Send(addr, &Frame{Kind: FrameRequest, ID: id, From: m.localAddr, Topic: topic, Body: body})
+	err := m.transport.Send(addr, &Frame{Kind: FrameRequest, ID: id, From: m.localAddr, Topic: topic, Body: body, Trace: traceCtx})
 	if err != nil {
 		if m.take(id) == nil {
 			// Close (or, in theory, a timer) completed it meanwhile; cb has run.
@@ -326,6 +398,7 @@ func (m *Messenger) handleFrame(f *Frame) {
 		p.cb(f.Body, nil)
 	case FrameRequest, FrameOneWay:
 		r := &Request{From: f.From, Topic: f.Topic, Body: f.Body, id: f.ID, oneWay: f.Kind == FrameOneWay, m: m}
+		m.tel.serverStart(r, f.Trace)
 		h := (*m.handlers.Load())[f.Topic]
 		if h == nil {
 			if r.oneWay {

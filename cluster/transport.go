@@ -77,4 +77,6 @@ type TransportStats struct {
 	// MalformedFrames counts inbound frames refused as malformed or too large; on TCP
 	// each one closes the connection that carried it.
 	MalformedFrames uint64
+	// ConnectionErrors counts failed dials and failed writes to peers (TCP).
+	ConnectionErrors uint64
 }

@@ -166,6 +166,7 @@ type TCPTransport struct {
 
 	framesSent, framesReceived, framesDropped atomic.Uint64
 	bytesSent, bytesReceived, malformed       atomic.Uint64
+	connErrors                                atomic.Uint64
 }
 
 var _ Transport = (*TCPTransport)(nil)
@@ -364,6 +365,8 @@ func (t *TCPTransport) Stats() TransportStats {
 		BytesSent:       t.bytesSent.Load(),
 		BytesReceived:   t.bytesReceived.Load(),
 		MalformedFrames: t.malformed.Load(),
+
+		ConnectionErrors: t.connErrors.Load(),
 	}
 }
 
@@ -434,6 +437,7 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 			if c == nil {
 				var err error
 				if c, err = t.dial(p.addr); err != nil {
+					t.connErrors.Add(1)
 					n := 1 + drainQueue(p.queue)
 					t.framesDropped.Add(uint64(n))
 					backoff = min(max(2*backoff, t.cfg.RedialBackoff), t.cfg.MaxRedialBackoff)
@@ -457,6 +461,7 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 				p.downUntil.Store(0)
 			}
 			if err := t.writeBatch(c, p, b); err != nil {
+				t.connErrors.Add(1)
 				t.untrack(c.conn)
 				c = nil
 			}

@@ -14,6 +14,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardhost/shardhost/cluster"
 )
 
@@ -116,6 +119,13 @@ type ReplicatorConfig struct {
 	// Now is the clock; default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// TracerProvider makes a span for each Get, Update and Delete called in a traced
+	// context ("ddata get", ...: key, CRDT type, consistency, replicas answered,
+	// outcome). Nil: none.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records the replicator's metrics (operations by consistency and
+	// outcome with their duration, keys, bytes sent by message kind). Nil: none.
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultReplicatorConfig returns the defaults described on ReplicatorConfig.
@@ -191,6 +201,8 @@ type Replicator struct {
 	dirty       map[string]bool // durable keys not yet written (write-behind)
 	chunk       int
 	gossipBytes atomic.Uint64 // bytes of ddata messages sent, for benchmarks
+	sentBytes   [numMsgKinds]atomic.Uint64
+	tel         replicatorTelemetry
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -234,6 +246,7 @@ func NewReplicator(cfg ReplicatorConfig) (*Replicator, error) {
 			return nil, err
 		}
 	}
+	r.instrument()
 	cfg.Messenger.Handle(topicStatus, r.handleStatus)
 	cfg.Messenger.Handle(topicGossip, r.handleGossip)
 	cfg.Messenger.Handle(topicDelta, r.handleDelta)
@@ -353,7 +366,13 @@ func (r *Replicator) flushLocked() error {
 // Get reads key with the given consistency until ctx ends. Errors: ErrNotFound,
 // ErrDataDeleted, ErrGetFailure (not enough replicas answered; never for ReadLocal),
 // ErrReplicatorClosed.
-func (r *Replicator) Get(ctx context.Context, key string, rc ReadConsistency) (ReplicatedData, error) {
+func (r *Replicator) Get(ctx context.Context, key string, rc ReadConsistency) (d ReplicatedData, err error) {
+	ctx, done := r.tel.start(ctx, opGet, key, rc.c, "")
+	defer func() { done(d, err) }()
+	return r.get(ctx, key, rc)
+}
+
+func (r *Replicator) get(ctx context.Context, key string, rc ReadConsistency) (ReplicatedData, error) {
 	if r.closed() {
 		return nil, ErrReplicatorClosed
 	}
@@ -397,6 +416,17 @@ func (r *Replicator) Get(ctx context.Context, key string, rc ReadConsistency) (R
 // value is of another type than the key's), ErrStoreFailure, ErrUpdateTimeout (the
 // update stands locally and may spread), ErrReplicatorClosed.
 func (r *Replicator) Update(ctx context.Context, key string, initial ReplicatedData, wc WriteConsistency,
+	modify func(ReplicatedData) (ReplicatedData, ReplicatedData, error)) (d ReplicatedData, err error) {
+	var typ DataType
+	if initial != nil {
+		typ = initial.Type()
+	}
+	ctx, done := r.tel.start(ctx, opUpdate, key, wc.c, typ)
+	defer func() { done(d, err) }()
+	return r.update(ctx, key, initial, wc, modify)
+}
+
+func (r *Replicator) update(ctx context.Context, key string, initial ReplicatedData, wc WriteConsistency,
 	modify func(ReplicatedData) (ReplicatedData, ReplicatedData, error)) (ReplicatedData, error) {
 	if r.closed() {
 		return nil, ErrReplicatorClosed
@@ -456,7 +486,13 @@ func typeOf(d ReplicatedData) any {
 // Delete deletes key with the given write consistency: later Get, Update and Delete of
 // it fail with ErrDataDeleted everywhere, and subscribers are told. A deleted key
 // cannot be used again. Errors as for Update.
-func (r *Replicator) Delete(ctx context.Context, key string, wc WriteConsistency) error {
+func (r *Replicator) Delete(ctx context.Context, key string, wc WriteConsistency) (err error) {
+	ctx, done := r.tel.start(ctx, opDelete, key, wc.c, "")
+	defer func() { done(nil, err) }()
+	return r.delete(ctx, key, wc)
+}
+
+func (r *Replicator) delete(ctx context.Context, key string, wc WriteConsistency) error {
 	if r.closed() {
 		return ErrReplicatorClosed
 	}

@@ -68,6 +68,7 @@ func (r *Replicator) encode(v any) []byte {
 		panic(fmt.Sprintf("ddata: encoding %T: %v", v, err))
 	}
 	r.gossipBytes.Add(uint64(len(b)))
+	r.sentBytes[kindOf(v)].Add(uint64(len(b)))
 	return b
 }
 
@@ -157,6 +158,7 @@ func (r *Replicator) encodeFor(n int, v any) []byte {
 	b := r.encode(v)
 	if n > 1 {
 		r.gossipBytes.Add(uint64(len(b) * (n - 1)))
+		r.sentBytes[kindOf(v)].Add(uint64(len(b) * (n - 1)))
 	}
 	return b
 }
@@ -397,6 +399,7 @@ func (r *Replicator) writeTo(ctx context.Context, key string, env envelope, wc W
 		}
 		return true
 	})
+	answered(ctx, ok+1, needed+1)
 	if deleted.Load() {
 		r.mergeIncoming(key, envelope{deleted: true})
 		return fmt.Errorf("%w: %q (deleted on another replica)", ErrDataDeleted, key)
@@ -434,6 +437,7 @@ func (r *Replicator) readFrom(ctx context.Context, key string, peers []cluster.M
 		}
 		return true
 	})
+	answered(ctx, ok+1, needed+1)
 	if ok < needed {
 		return envelope{}, false, fmt.Errorf("%w: %d of %d replicas answered for %q", ErrGetFailure, ok+1, needed+1, key)
 	}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero/api"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
@@ -41,7 +42,7 @@ type services interface {
 	ddataGet(ctx context.Context, key string, rc ddata.ReadConsistency) (ddata.ReplicatedData, error)
 	ddataUpdate(ctx context.Context, key string, typ ddata.DataType, op ddata.Op, wc ddata.WriteConsistency) (ddata.ReplicatedData, error)
 	ddataDelete(ctx context.Context, key string, wc ddata.WriteConsistency) error
-	subscribe(key string) error
+	subscribe(ctx context.Context, key string) error
 	unsubscribe(key string)
 	startTimer(name string, msg []byte, delay, interval time.Duration) error
 	cancelTimer(name string) bool
@@ -171,12 +172,15 @@ func (i *Instance) text(mod api.Module, stack []uint64, ptr, n uint32, what stri
 }
 
 // callCtx is the context of an ask or a distributed data call made by the guest: the
-// current message's trace, the instance's cancellation (the message deadline), and the
-// guest's timeout (defaultHostCallTimeout when 0).
+// current message's trace and baggage, the instance's cancellation (the message
+// deadline), and the guest's timeout (defaultHostCallTimeout when 0).
 func (i *Instance) callCtx(timeoutMs int32) (context.Context, context.CancelFunc) {
 	ctx := i.ctx
 	if i.msgCtx != nil {
 		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(i.msgCtx))
+		if b := baggage.FromContext(i.msgCtx); b.Len() > 0 {
+			ctx = baggage.ContextWithBaggage(ctx, b)
+		}
 	}
 	t := defaultHostCallTimeout
 	if timeoutMs > 0 {
@@ -453,7 +457,9 @@ func hostSubscribe(ctx context.Context, mod api.Module, stack []uint64) {
 	case key == "":
 		inst.finish(stack, nil, fmt.Errorf("%w: empty key", ErrBadRequest))
 	default:
-		inst.finish(stack, nil, inst.svc.subscribe(key))
+		sctx, cancel := inst.callCtx(0)
+		inst.finish(stack, nil, inst.svc.subscribe(sctx, key))
+		cancel()
 	}
 }
 

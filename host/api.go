@@ -9,14 +9,18 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -39,7 +43,13 @@ import (
 //	GET  /v1/ddata/keys/{key}[?consistency=C]   → the key's value
 //	POST /v1/ddata/keys/{key}?type=T[&consistency=C] body: an operation → the new value
 //	DELETE /v1/ddata/keys/{key}[?consistency=C] → delete the key for good
-//	GET  /v1/health                      → {"status":"ok","node":A}
+//	GET  /v1/health                      → {"status":"ok","node":A}: an alias of /alive
+//	GET  /alive                          → 200 {"status":"alive","node":A} while the process serves
+//	GET  /ready                          → 200 {"status":"ready",...} or 503 {"status":"not-ready","reason":R,...}
+//	GET  /metrics                        → the metrics in the Prometheus text format
+//
+// Every request has an HTTP server span (otelhttp, named by route: "POST /v1/ask"), and
+// every response a traceparent header (W3C Trace Context) naming it when tracing is on.
 //
 // The entity ID is any UTF-8 text, URL-encoded in the query.
 
@@ -47,8 +57,51 @@ import (
 // hosts the entity which answered an ask.
 const NodeHeader = "Shardhost-Node"
 
-// Handler returns the node's management API.
+// Handler returns the node's management API, with its telemetry: an HTTP server span
+// per request (except the probes and /metrics), http.server.* metrics, and the
+// traceparent response header.
 func (n *Node) Handler() http.Handler {
+	mux := n.routes()
+	tp := n.cfg.TracerProvider
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	mp := n.cfg.MeterProvider
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	return otelhttp.NewHandler(traceparentHeader(mux), "shardhost API",
+		otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp), otelhttp.WithPropagators(n.prop),
+		otelhttp.WithFilter(func(r *http.Request) bool {
+			switch r.URL.Path {
+			case "/metrics", "/alive", "/ready", "/v1/health":
+				return false
+			}
+			return true
+		}))
+}
+
+// traceparentHeader gives every response the traceparent (and tracestate) of the
+// request's server span, so that a caller can find its trace.
+// It also sets http.route on the span once the mux has matched the request.
+func traceparentHeader(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		span := trace.SpanFromContext(r.Context())
+		if span.SpanContext().IsValid() {
+			propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(w.Header()))
+		}
+		next.ServeHTTP(w, r)
+		if r.Pattern != "" && span.IsRecording() {
+			route := r.Pattern
+			if i := strings.IndexByte(route, ' '); i >= 0 {
+				route = route[i+1:]
+			}
+			span.SetAttributes(attribute.String("http.route", route))
+		}
+	})
+}
+
+func (n *Node) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/types/{name}", n.apiDeploy)
 	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Types()) })
@@ -59,34 +112,94 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/shards", n.apiShards)
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.membership.View()) })
 	mux.HandleFunc("POST /v1/members/{address}/down", func(w http.ResponseWriter, r *http.Request) {
-		n.memberAction(w, r.PathValue("address"), "down", n.membership.DownMember)
+		n.memberAction(w, r, r.PathValue("address"), "down", n.membership.DownMember)
 	})
 	mux.HandleFunc("POST /v1/members/{address}/leave", func(w http.ResponseWriter, r *http.Request) {
-		n.memberAction(w, r.PathValue("address"), "leave", n.membership.LeaveMember)
+		n.memberAction(w, r, r.PathValue("address"), "leave", n.membership.LeaveMember)
 	})
 	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
-		n.memberAction(w, n.Self().Address, "leave", n.membership.LeaveMember)
+		n.memberAction(w, r, n.Self().Address, "leave", n.membership.LeaveMember)
 	})
 	n.ddataRoutes(mux)
+	// /v1/health predates the probes: it stays, as an alias of /alive.
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.Self().Address})
 	})
+	mux.HandleFunc("GET /alive", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "alive", "node": n.Self().Address})
+	})
+	mux.HandleFunc("GET /ready", n.apiReady)
+	if n.cfg.MetricsHandler != nil {
+		mux.Handle("GET /metrics", n.cfg.MetricsHandler)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, fmt.Errorf("%w: no such endpoint %s %s", ErrBadRequest, r.Method, r.URL.Path), http.StatusNotFound)
+		writeError(w, r, fmt.Errorf("%w: no such endpoint %s %s", ErrBadRequest, r.Method, r.URL.Path), http.StatusNotFound)
 	})
 	return mux
 }
 
-func (n *Node) memberAction(w http.ResponseWriter, address, action string, do func(string) error) {
+// Readiness is the body of GET /ready.
+type Readiness struct {
+	Status string `json:"status"` // ready, not-ready
+	Node   string `json:"node"`
+	// Reason says why the member is not ready.
+	Reason       string `json:"reason,omitempty"`
+	MemberStatus string `json:"member_status"`
+	Converged    bool   `json:"converged"`
+}
+
+// Ready reports whether the member should get traffic, as Akka Management's readiness
+// check: it is up in a converged view, its regions have started (Start has returned) and
+// it is neither leaving nor out of the cluster. Otherwise Reason says why not.
+func (n *Node) Ready() Readiness {
+	v := n.membership.View()
+	self := n.membership.Self()
+	rd := Readiness{Status: "not-ready", Node: self.Address, MemberStatus: self.Status.String(), Converged: v.Converged}
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	select {
+	case <-n.started:
+	default:
+		rd.Reason = "starting: the regions have not started"
+		return rd
+	}
+	switch {
+	case closed:
+		rd.Reason = "shutting down"
+	case v.Exited:
+		rd.Reason = "out of the cluster: " + v.ExitReason
+	case n.sharding.Leaving() || self.Status == cluster.StatusLeaving || self.Status == cluster.StatusExiting:
+		rd.Reason = "leaving the cluster"
+	case self.Status != cluster.StatusUp:
+		rd.Reason = "member status is " + self.Status.String() + ", not up"
+	case !v.Converged:
+		rd.Reason = "the membership view has not converged"
+	default:
+		rd.Status = "ready"
+	}
+	return rd
+}
+
+func (n *Node) apiReady(w http.ResponseWriter, r *http.Request) {
+	rd := n.Ready()
+	status := http.StatusOK
+	if rd.Status != "ready" {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, rd)
+}
+
+func (n *Node) memberAction(w http.ResponseWriter, r *http.Request, address, action string, do func(string) error) {
 	if err := do(address); err != nil {
 		status := http.StatusConflict
 		if errors.Is(err, cluster.ErrNoSuchMember) {
 			status = http.StatusNotFound
 		}
-		writeError(w, err, status)
+		writeError(w, r, err, status)
 		return
 	}
-	n.log.Info("operator action", "action", action, "member", address)
+	n.log.InfoContext(r.Context(), "operator action", "action", action, "member", address)
 	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted", "action": action, "member": address})
 }
 
@@ -135,11 +248,14 @@ func statusOf(err error) (int, string) {
 	return http.StatusInternalServerError, code
 }
 
-func writeError(w http.ResponseWriter, err error, status int) {
+// writeError answers with err, and marks the request's span failed (a refusal too:
+// bad input, an unknown type, a size cap) with error.type set to the code.
+func writeError(w http.ResponseWriter, r *http.Request, err error, status int) {
 	code := sharding.ErrorCode(withCode(err))
 	if status == 0 {
 		status, code = statusOf(err)
 	}
+	obs.Fail(trace.SpanFromContext(r.Context()), err, code)
 	writeJSON(w, status, apiError{Error: err.Error(), Code: code})
 }
 
@@ -156,30 +272,22 @@ func readBody(r *http.Request, max int, tooLarge error) ([]byte, error) {
 	return b, nil
 }
 
-func (n *Node) startSpan(r *http.Request, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	return n.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-}
-
 func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
 	st, err := deploySettings(r.PathValue("name"), r.URL.Query())
 	if err != nil {
-		writeError(w, err, 0)
+		writeError(w, r, err, 0)
 		return
 	}
 	name := st.Name
 	wasm, err := readBody(r, n.cfg.MaxModuleSize, ErrModuleTooLarge)
 	if err != nil {
-		writeError(w, err, 0)
+		writeError(w, r, err, 0)
 		return
 	}
-	ctx, span := n.startSpan(r, "api deploy", attribute.String("shardhost.entity_type", name))
-	defer span.End()
-	res, err := n.Deploy(ctx, wasm, st)
+	trace.SpanFromContext(r.Context()).SetAttributes(obs.EntityType.String(name))
+	res, err := n.Deploy(r.Context(), wasm, st)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "deploy failed")
-		writeError(w, err, 0)
+		writeError(w, r, err, 0)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -236,6 +344,9 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 func (n *Node) target(r *http.Request) (typ, id string, err error) {
 	q := r.URL.Query()
 	typ, id = q.Get("type"), q.Get("id")
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		span.SetAttributes(obs.EntityType.String(typ), obs.EntityID.String(id))
+	}
 	if typ == "" {
 		return "", "", fmt.Errorf("%w: the entity type is missing (type=)", ErrBadRequest)
 	}
@@ -252,14 +363,11 @@ func (n *Node) target(r *http.Request) (typ, id string, err error) {
 func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
 	typ, id, payload, err := n.entityRequest(r)
 	if err != nil {
-		writeError(w, err, 0)
+		writeError(w, r, err, 0)
 		return
 	}
-	ctx, span := n.startSpan(r, "api tell", attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id))
-	defer span.End()
-	if err := n.sharding.Tell(ctx, typ, id, payload); err != nil {
-		span.RecordError(err)
-		writeError(w, err, 0)
+	if err := n.sharding.Tell(r.Context(), typ, id, payload); err != nil {
+		writeError(w, r, err, 0)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted"})
@@ -268,31 +376,27 @@ func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
 func (n *Node) apiAsk(w http.ResponseWriter, r *http.Request) {
 	typ, id, payload, err := n.entityRequest(r)
 	if err != nil {
-		writeError(w, err, 0)
+		writeError(w, r, err, 0)
 		return
 	}
 	timeout := n.cfg.Sharding.AskTimeout
 	if s := r.URL.Query().Get("timeout"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			writeError(w, fmt.Errorf("%w: timeout=%q is not a positive duration", ErrBadRequest, s), 0)
+			writeError(w, r, fmt.Errorf("%w: timeout=%q is not a positive duration", ErrBadRequest, s), 0)
 			return
 		}
 		timeout = d
 	}
-	ctx, span := n.startSpan(r, "api ask", attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id))
-	defer span.End()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	reply, err := n.sharding.Ask(ctx, typ, id, payload)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, sharding.ErrorCode(err))
 		var re *sharding.RemoteError
 		if errors.As(err, &re) && re.Node != "" {
 			w.Header().Set(NodeHeader, re.Node)
 		}
-		writeError(w, err, 0)
+		writeError(w, r, err, 0)
 		return
 	}
 	w.Header().Set(NodeHeader, reply.Node)

@@ -7,7 +7,10 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/obs"
 )
 
 // Distributed data through the management API:
@@ -58,8 +61,9 @@ func ddataStatus(err error) (int, string) {
 	return http.StatusInternalServerError, "internal"
 }
 
-func writeDDataError(w http.ResponseWriter, err error) {
+func writeDDataError(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := ddataStatus(err)
+	obs.Fail(trace.SpanFromContext(r.Context()), err, code)
 	writeJSON(w, status, apiError{Error: err.Error(), Code: code})
 }
 
@@ -90,14 +94,14 @@ func (n *Node) apiDDataGet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	rc, err := ddata.ParseReadConsistency(orDefault(r.URL.Query().Get("consistency"), "local"))
 	if err != nil {
-		writeDDataError(w, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		writeDDataError(w, r, fmt.Errorf("%w: %v", ErrBadRequest, err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ddataTimeout)
 	defer cancel()
 	d, err := n.replicator.Get(ctx, key, rc)
 	if err != nil {
-		writeDDataError(w, err)
+		writeDDataError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, DDataEntry{Key: key, Type: string(d.Type()), Value: d.Value()})
@@ -108,18 +112,18 @@ func (n *Node) apiDDataUpdate(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	wc, err := ddata.ParseWriteConsistency(orDefault(q.Get("consistency"), "local"))
 	if err != nil {
-		writeDDataError(w, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		writeDDataError(w, r, fmt.Errorf("%w: %v", ErrBadRequest, err))
 		return
 	}
 	text, err := readBody(r, 64<<10, ErrBadRequest)
 	if err != nil {
-		writeDDataError(w, err)
+		writeDDataError(w, r, err)
 		return
 	}
 	typ := ddata.DataType(q.Get("type"))
 	op, err := ddata.ParseOp(typ, string(text))
 	if err != nil {
-		writeDDataError(w, err)
+		writeDDataError(w, r, err)
 		return
 	}
 	initial, _ := ddata.Empty(typ)
@@ -127,7 +131,7 @@ func (n *Node) apiDDataUpdate(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	d, err := n.replicator.Update(ctx, key, initial, wc, op.Modify(n.replicator.SelfNodeID(), nil))
 	if err != nil {
-		writeDDataError(w, err)
+		writeDDataError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, DDataEntry{Key: key, Type: string(d.Type()), Value: d.Value()})
@@ -137,13 +141,13 @@ func (n *Node) apiDDataDelete(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	wc, err := ddata.ParseWriteConsistency(orDefault(r.URL.Query().Get("consistency"), "local"))
 	if err != nil {
-		writeDDataError(w, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		writeDDataError(w, r, fmt.Errorf("%w: %v", ErrBadRequest, err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ddataTimeout)
 	defer cancel()
 	if err := n.replicator.Delete(ctx, key, wc); err != nil {
-		writeDDataError(w, err)
+		writeDDataError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, DDataEntry{Key: key, Deleted: true})

@@ -2,11 +2,18 @@ package host
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strconv"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/shardhost/shardhost/internal/telemetry"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -177,4 +184,75 @@ func BenchmarkInstantiate(b *testing.B) {
 		inst.Close(ctx)
 		b.StartTimer()
 	}
+}
+
+// BenchmarkLocalAskTelemetry is BenchmarkLocalAsk on three single-member clusters in one
+// process: telemetry off; metrics on (the Prometheus pipeline of a shardhost process,
+// not scraped meanwhile); tracing on (always_on sampler, a batching span processor
+// exporting by OTLP/HTTP to an endpoint that discards what it gets). The asks are
+// interleaved (off, metrics, tracing, in turn), so that the load of a shared machine
+// weighs on the three alike. It reports each one's p50 and the ratios of the p50s:
+// metrics-x and tracing-x (targets: at most 1.05 and 1.25).
+func BenchmarkLocalAskTelemetry(b *testing.B) {
+	discard := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+	}))
+	defer discard.Close()
+	m, err := telemetry.NewMetrics(context.Background(), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(discard.URL+"/v1/traces"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(exp))
+	defer tp.Shutdown(context.Background())
+	modes := []struct {
+		name   string
+		mutate func(*Config)
+	}{
+		{"off", nil},
+		{"metrics", func(c *Config) { c.MeterProvider, c.MetricsHandler = m.Provider, m.Handler }},
+		{"tracing", func(c *Config) { c.TracerProvider = tp }},
+	}
+	ctx := context.Background()
+	nodes := make([]*Node, len(modes))
+	for i, mode := range modes {
+		nodes[i] = startBenchNodes(b, 1, mode.mutate)[0]
+		if err := nodes[i].Membership().WaitUp(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := nodes[i].Deploy(ctx, testwasm.Bytes(b, "counter"), sharding.TypeSettings{Name: "counter"}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := nodes[i].Sharding().Ask(ctx, "counter", "warm", []byte("inc")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	samples := make([][]time.Duration, len(modes))
+	for i := range samples {
+		samples[i] = make([]time.Duration, 0, b.N)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range modes {
+			k := (i + j) % len(modes)
+			start := time.Now()
+			if _, err := nodes[k].Sharding().Ask(ctx, "counter", "warm", []byte("get")); err != nil {
+				b.Fatal(err)
+			}
+			samples[k] = append(samples[k], time.Since(start))
+		}
+	}
+	b.StopTimer()
+	p50 := make([]float64, len(modes))
+	for i, mode := range modes {
+		sort.Slice(samples[i], func(a, c int) bool { return samples[i][a] < samples[i][c] })
+		p50[i] = float64(samples[i][len(samples[i])/2].Nanoseconds()) / 1e3
+		b.ReportMetric(p50[i], mode.name+"-p50-µs")
+	}
+	b.ReportMetric(p50[1]/p50[0], "metrics-x")
+	b.ReportMetric(p50[2]/p50[0], "tracing-x")
 }

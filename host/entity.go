@@ -10,8 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -28,11 +32,19 @@ func (f *entityFactory) NewEntity(ctx context.Context, typ, id string, state []b
 	if err != nil {
 		var ge *GuestError
 		if errors.As(err, &ge) {
-			n.backoff.failed(name)
+			n.guestFailed(typ, id, err)
 		}
 		return nil, err
 	}
 	return e, nil
+}
+
+// guestFailed counts a guest failure of typ/id towards its backoff and in the metrics.
+func (n *Node) guestFailed(typ, id string, err error) {
+	n.guestFailure(typ, err)
+	if n.backoff.failed(typ + "/" + id) {
+		n.tel.backoffs.Add(context.Background(), 1, n.tel.attrs.Get([2]string{typ, ""}))
+	}
 }
 
 func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wasmEntity, error) {
@@ -44,6 +56,10 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	if err != nil {
 		return nil, withCode(err)
 	}
+	// The instance's spans carry the entity's attribute set; the runtime does not know
+	// its shard or this member.
+	ctx = withEntityAttrs(ctx, []attribute.KeyValue{obs.EntityType.String(typ), obs.EntityID.String(id),
+		obs.ShardID.Int(abi.ShardID(id, info.NumberOfShards)), obs.Node.String(n.membership.Self().Address)})
 	var inst *Instance
 	var extras entityExtras
 	if state == nil {
@@ -56,6 +72,11 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 		if kind, payload, extras, err = decodeState(state); err != nil {
 			return nil, withCode(err)
 		}
+		restore := "guest"
+		if kind == stateInstance {
+			restore = "instance"
+		}
+		n.tel.restores.Add(context.Background(), 1, n.tel.attrs.Get([2]string{typ, "r:" + restore}))
 		switch kind {
 		case stateGuest:
 			inst, err = mod.RestoreGuest(ctx, typ, id, payload)
@@ -84,11 +105,12 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	// The timers and subscriptions of the last incarnation run again (abi/SPEC.md,
 	// "v1: timers"), before on_activate.
 	now := time.Now()
+	link := trace.SpanContextFromContext(ctx) // the activation: timers re-armed link to it
 	for _, t := range extras.Timers {
-		e.arm(&entityTimer{name: t.Name, msg: t.Message, interval: time.Duration(t.Interval)}, time.Unix(0, t.Due).Sub(now))
+		e.arm(&entityTimer{name: t.Name, msg: t.Message, interval: time.Duration(t.Interval), link: link}, time.Unix(0, t.Due).Sub(now))
 	}
 	for _, key := range extras.Subscriptions {
-		if err := e.subscribe(key); err != nil {
+		if err := e.subscribe(ctx, key); err != nil {
 			n.log.Warn("entity subscription not renewed", "entity", e.name(), "key", key, "err", err)
 		}
 	}
@@ -125,12 +147,16 @@ type entityTimer struct {
 	due      time.Time
 	gen      uint64
 	t        *time.Timer
+	// link is the span that set the timer (its guest call): each firing starts a trace
+	// of its own linked to it.
+	link trace.SpanContext
 }
 
 // entitySub is a distributed data subscription of an entity.
 type entitySub struct {
 	sub  *ddata.Subscription
 	done chan struct{}
+	link trace.SpanContext // the span that subscribed
 }
 
 // timerGen numbers timer starts, so that a message of a replaced or cancelled timer is
@@ -149,7 +175,7 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 			return nil, nil // a cancelled or replaced timer's message: dropped
 		}
 		if t.interval > 0 {
-			e.arm(t, t.interval) // fixed delay: the next one counts from now
+			e.arm(t, t.interval) // fixed delay: the next one counts from now (linked to the setter still)
 		} else {
 			delete(e.timers, t.name)
 		}
@@ -158,7 +184,7 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	var ge *GuestError
 	switch {
 	case errors.As(err, &ge):
-		e.n.backoff.failed(e.name())
+		e.n.guestFailed(e.typ, e.id, err)
 	case err == nil:
 		e.n.backoff.succeeded(e.name())
 	}
@@ -257,6 +283,14 @@ func (e *wasmEntity) ask(ctx context.Context, m sharding.Message) ([]byte, error
 	return r.Payload, err
 }
 
+// msgSpan is the span of the message the entity handles now (its guest call), if any.
+func (e *wasmEntity) msgSpan() trace.SpanContext {
+	if e.inst != nil && e.inst.msgCtx != nil {
+		return trace.SpanContextFromContext(e.inst.msgCtx)
+	}
+	return trace.SpanContext{}
+}
+
 func (e *wasmEntity) ddataGet(ctx context.Context, key string, rc ddata.ReadConsistency) (ddata.ReplicatedData, error) {
 	return e.n.replicator.Get(ctx, key, rc)
 }
@@ -274,15 +308,26 @@ func (e *wasmEntity) ddataDelete(ctx context.Context, key string, wc ddata.Write
 }
 
 // subscribe delivers the changes of key to the entity as messages of kind changed, from
-// a goroutine that Stop and unsubscribe end.
-func (e *wasmEntity) subscribe(key string) error {
+// a goroutine that Stop and unsubscribe end. Each change starts a trace of its own,
+// linked to the span of ctx (the guest call that subscribed, or the activation that
+// renewed the subscription), which gets a "ddata subscribe" child.
+func (e *wasmEntity) subscribe(ctx context.Context, key string) (err error) {
+	if e.n.traced && obs.Traced(ctx) {
+		var span trace.Span
+		ctx, span = e.n.tracer.Start(ctx, "ddata subscribe", trace.WithAttributes(attribute.String("shardhost.ddata.key", key),
+			obs.EntityType.String(e.typ), obs.EntityID.String(e.id)))
+		defer func() {
+			obs.Fail(span, err, "bad-request")
+			span.End()
+		}()
+	}
 	if _, ok := e.subs[key]; ok {
 		return nil
 	}
 	if len(e.subs) >= abi.MaxTimers {
 		return fmt.Errorf("%w: at most %d subscriptions per entity", ErrBadRequest, abi.MaxTimers)
 	}
-	es := &entitySub{sub: e.n.replicator.Subscribe(key, 16), done: make(chan struct{})}
+	es := &entitySub{sub: e.n.replicator.Subscribe(key, 16), done: make(chan struct{}), link: trace.SpanContextFromContext(ctx)}
 	e.subs[key] = es
 	s, typ, id := e.n.sharding, e.typ, e.id
 	e.wg.Add(1)
@@ -301,7 +346,7 @@ func (e *wasmEntity) subscribe(key string) error {
 					}
 				}
 				if err := s.TellMessage(context.Background(), sharding.Message{EntityType: typ, EntityID: id,
-					Payload: payload, Sender: ch.Key, Kind: sharding.KindChanged}); err != nil {
+					Payload: payload, Sender: ch.Key, Kind: sharding.KindChanged, Link: es.link}); err != nil {
 					e.n.log.Debug("change not delivered", "entity", typ+"/"+id, "key", ch.Key, "err", err)
 				}
 			}
@@ -328,7 +373,7 @@ func (e *wasmEntity) startTimer(name string, msg []byte, delay, interval time.Du
 	if old != nil && old.t != nil {
 		old.t.Stop()
 	}
-	e.arm(&entityTimer{name: name, msg: msg, interval: interval}, delay)
+	e.arm(&entityTimer{name: name, msg: msg, interval: interval, link: e.msgSpan()}, delay)
 	return nil
 }
 
@@ -342,13 +387,13 @@ func (e *wasmEntity) arm(t *entityTimer, delay time.Duration) {
 	t.gen = timerGen.Add(1)
 	t.due = time.Now().Add(delay)
 	e.timers[t.name] = t
-	s, typ, id, name, msg, gen := e.n.sharding, e.typ, e.id, t.name, t.msg, t.gen
+	s, typ, id, name, msg, gen, link := e.n.sharding, e.typ, e.id, t.name, t.msg, t.gen, t.link
 	t.t = time.AfterFunc(delay, func() {
 		if e.stopped.Load() {
 			return
 		}
 		if err := s.TellMessage(context.Background(), sharding.Message{EntityType: typ, EntityID: id,
-			Payload: msg, Sender: name, Kind: sharding.KindTimer, Tag: gen}); err != nil {
+			Payload: msg, Sender: name, Kind: sharding.KindTimer, Tag: gen, Link: link}); err != nil {
 			e.n.log.Debug("timer message not delivered", "entity", typ+"/"+id, "timer", name, "err", err)
 		}
 	})
@@ -411,8 +456,8 @@ func (b *backoff) check(entity string) error {
 		ErrEntityBackoff, entity, f.count, f.until.Sub(b.clock()).Round(time.Millisecond))}
 }
 
-// failed counts a guest failure of the entity.
-func (b *backoff) failed(entity string) {
+// failed counts a guest failure of the entity; it reports whether the entity now rests.
+func (b *backoff) failed(entity string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f := b.failing[entity]
@@ -424,7 +469,9 @@ func (b *backoff) failed(entity string) {
 	if f.count >= backoffAfter {
 		f.delay = min(max(2*f.delay, backoffMin), backoffMax)
 		f.until = b.clock().Add(f.delay)
+		return true
 	}
+	return false
 }
 
 // succeeded forgets the entity's failures.

@@ -285,15 +285,15 @@ func TestNodeModuleVersions(t *testing.T) {
 	// The activations of v, in order, and the module each used.
 	var used []string
 	for _, s := range recorder.Ended() {
-		if s.Name() != "activate" {
+		if s.Name() != "instantiate "+echoRust && s.Name() != "restore "+echoRust {
 			continue
 		}
 		attrs := map[string]string{}
 		for _, a := range s.Attributes() {
 			attrs[string(a.Key)] = a.Value.Emit()
 		}
-		if attrs["shardhost.entity_id"] == "v" {
-			used = append(used, attrs["shardhost.module_digest"])
+		if attrs["shardhost.entity.id"] == "v" {
+			used = append(used, attrs["shardhost.module.digest"])
 		}
 	}
 	if len(used) != 2 || used[0] != Digest(v1) || used[1] != Digest(v2) {

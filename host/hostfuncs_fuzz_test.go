@@ -221,8 +221,8 @@ func (f *fakeServices) ddataDelete(ctx context.Context, key string, wc ddata.Wri
 	return nil
 }
 
-func (f *fakeServices) subscribe(key string) error { f.subs[key] = true; return nil }
-func (f *fakeServices) unsubscribe(key string)     { delete(f.subs, key) }
+func (f *fakeServices) subscribe(_ context.Context, key string) error { f.subs[key] = true; return nil }
+func (f *fakeServices) unsubscribe(key string)                        { delete(f.subs, key) }
 
 func (f *fakeServices) startTimer(name string, msg []byte, delay, interval time.Duration) error {
 	f.timers[name] = true

@@ -13,10 +13,11 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -121,26 +122,44 @@ type Instance struct {
 	// looked up at the first snapshot or restore.
 	clock       guestClock
 	snapGlobals []api.MutableGlobal
+
+	// Telemetry: the attribute set of the entity's spans, the measurement options of
+	// its type, and the memory counted in shardhost.entity.memory.
+	attrs      []attribute.KeyValue
+	typeOpt    metric.MeasurementOption
+	memOpt     metric.MeasurementOption
+	memCounted int64
+	hostCalls  *atomic.Int64 // of the entity type
 }
 
 // Instantiate creates an instance of the module for the entity typ/id and runs the
 // module's _initialize, within the message deadline. Errors wrap ErrGuestTrap or
 // ErrGuestDeadline when the guest failed, ErrRuntimeClosed when the runtime is gone.
 func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (*Instance, error) {
-	return m.instantiate(ctx, entityType, entityID, nil)
+	return m.instantiate(ctx, entityType, entityID, nil, false)
 }
 
 // instantiate is Instantiate; with a plan, it is Restore's: the plan names the compiled
 // module and start functions, and its snapshot is loaded before the instance is returned.
-func (m *Module) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan) (*Instance, error) {
+// restoring names its span "restore" (a guest-level restore follows).
+func (m *Module) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan, restoring bool) (*Instance, error) {
 	rt := m.rt
-	_, span := rt.tracer.Start(ctx, "activate", trace.WithAttributes(
-		attribute.String("shardhost.entity_type", entityType),
-		attribute.String("shardhost.entity_id", entityID),
-		attribute.String("shardhost.module_digest", m.Digest),
-		attribute.Bool("shardhost.restored", plan != nil)))
-	defer span.End()
 	inst := &Instance{m: m, entityType: entityType, entityID: entityID, name: entityType + "/" + entityID}
+	span := noopSpan
+	if entityType != "" {
+		inst.attrs = entityAttrs(ctx, entityType, entityID)
+		inst.typeOpt = rt.tel.byType.Get(entityType)
+		inst.memOpt = inst.typeOpt
+		inst.hostCalls = rt.tel.hostCallsOf(entityType)
+		if rt.tel.traced {
+			name := "instantiate " + entityType
+			if plan != nil || restoring {
+				name = "restore " + entityType
+			}
+			_, span = rt.tracer.Start(ctx, name, trace.WithAttributes(append(inst.attrs, attrModuleDigest.String(m.Digest))...))
+		}
+	}
+	defer span.End()
 	inst.clock.reset(SnapshotClock{Wall: fakeEpochNanos})
 	compiled, start := m.compiled, []string{abi.ExportInitialize}
 	if plan != nil {
@@ -166,8 +185,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	if err != nil {
 		cancel()
 		err = inst.guestError(err, fired, rt.cfg.ActivationDeadline, time.Since(started))
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "instantiation failed")
+		obs.Fail(span, err, guestOutcome(err))
 		return nil, err
 	}
 	inst.mod = mod
@@ -190,11 +208,11 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	if plan != nil {
 		if err := inst.load(plan); err != nil {
 			inst.Close(context.Background())
-			span.RecordError(err)
-			span.SetStatus(codes.Error, "restore failed")
+			obs.Fail(span, err, guestOutcome(err))
 			return nil, err
 		}
 	}
+	inst.trackMemory()
 	return inst, nil
 }
 
@@ -209,20 +227,29 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	if len(msg) > i.m.rt.cfg.MaxMessageSize {
 		return nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrMessageTooLarge, len(msg), i.m.rt.cfg.MaxMessageSize)
 	}
-	ctx, span := i.m.rt.tracer.Start(ctx, "guest call", trace.WithAttributes(
-		attribute.String("shardhost.entity", i.name),
-		attribute.Int("shardhost.message_bytes", len(msg))))
-	defer span.End()
+	// The message's span is the caller's (sharding's "handle" span): the guest's trace
+	// events, and the spans of what it calls (ddata, tell, ask), go there. One span per
+	// message keeps tracing cheap; the guest call's duration is a metric.
+	rt := i.m.rt
+	start := time.Now()
 	i.msg, _ = sharding.MessageInfoFrom(ctx)
 	i.msgCtx = ctx
 	reply, err := i.call(msg)
 	i.msg, i.msgCtx = sharding.MessageInfo{}, nil
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, firstLine(err.Error()))
+	if i.typeOpt != nil {
+		rt.tel.callDur.Record(context.Background(), since(start), i.typeOpt)
+		i.hostCalls.Add(int64(i.calls))
+	}
+	if rt.tel.traced {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(attrMessageBytes.Int(len(msg)), attrHostCalls.Int(i.calls))
+		}
 	}
 	return reply, err
 }
+
+// noopSpan stands for a span when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 func (i *Instance) call(msg []byte) ([]byte, error) {
 	i.forward = nil
@@ -283,6 +310,7 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		return 0, nil, err
 	}
 	reply := append([]byte(nil), i.reply...)
+	i.trackMemory()
 	if fired {
 		// The deadline passed just as the call returned: the context is cancelled, so
 		// the instance cannot be called again. The reply stands.
@@ -398,7 +426,7 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 		return nil, fmt.Errorf("%w: module %.12s… does not export %s: it cannot take up the guest-level state of %s/%s",
 			ErrBadSnapshot, m.Digest, abi.ExportRestore, entityType, entityID)
 	}
-	inst, err := m.Instantiate(ctx, entityType, entityID)
+	inst, err := m.instantiate(ctx, entityType, entityID, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -467,6 +495,7 @@ func (i *Instance) Close(ctx context.Context) error {
 	i.timer.Stop()
 	err := i.mod.Close(ctx)
 	i.cancel()
+	i.trackMemory()
 	return err
 }
 

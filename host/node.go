@@ -13,12 +13,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -71,7 +74,18 @@ type Config struct {
 	// ShutdownTimeout bounds Close. Default 10 s.
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
-	TracerProvider  trace.TracerProvider
+	// TracerProvider makes the spans of every layer: the API (HTTP server spans),
+	// member-to-member requests, sharding, the state store, distributed data and the
+	// wasm runtime. Nil: no tracing.
+	TracerProvider trace.TracerProvider
+	// Propagator carries trace context and baggage in API requests and between
+	// members. Nil: W3C Trace Context and W3C Baggage.
+	Propagator propagation.TextMapPropagator
+	// MeterProvider records the metrics of every layer (README, "Observe"). Nil: none.
+	MeterProvider metric.MeterProvider
+	// MetricsHandler, if set, is served at GET /metrics on the API address: the
+	// Prometheus text of MeterProvider's instruments (internal/telemetry.NewMetrics).
+	MetricsHandler http.Handler
 }
 
 // DefaultConfig returns a node configuration with the defaults described on Config; the
@@ -132,6 +146,9 @@ type Node struct {
 	cfg        Config
 	log        *slog.Logger
 	tracer     trace.Tracer
+	traced     bool
+	prop       propagation.TextMapPropagator
+	tel        *nodeTelemetry
 	rt         *Runtime
 	modules    *moduleStore
 	catalog    *catalog
@@ -170,16 +187,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = noop.NewTracerProvider()
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("host: data directory: %w", err)
 	}
 	n := &Node{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		tracer:  cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/host"),
+		tracer:  obs.Tracer(cfg.TracerProvider, "host"),
+		traced:  obs.Enabled(cfg.TracerProvider),
+		prop:    obs.Propagator(cfg.Propagator),
+		tel:     newNodeTelemetry(cfg.MeterProvider),
 		stopped: make(chan struct{}),
 		exited:  make(chan struct{}),
 		started: make(chan struct{}),
@@ -196,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if rc.CacheDir == "" {
 		rc.CacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
-	rc.Logger, rc.TracerProvider = cfg.Logger, cfg.TracerProvider
+	rc.Logger, rc.TracerProvider, rc.MeterProvider = cfg.Logger, cfg.TracerProvider, cfg.MeterProvider
 	if n.rt, err = NewRuntime(ctx, rc); err != nil {
 		return nil, err
 	}
@@ -212,7 +229,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	tcfg.Logger = cfg.Logger
 	if n.messenger, err = cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
 		return cluster.NewTCPTransport(tcfg, h)
-	}, cfg.Logger); err != nil {
+	}, cfg.Logger, cluster.WithTracing(cfg.TracerProvider, n.prop), cluster.WithMetrics(cfg.MeterProvider)); err != nil {
 		return nil, fmt.Errorf("host: node-to-node transport on %s: %w", cfg.TransportAddr, err)
 	}
 
@@ -236,6 +253,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		GossipKey:     cfg.GossipKey,
 		States:        map[string]cluster.StateDelegate{catalogState: n.catalog},
 		Logger:        cfg.Logger,
+		MeterProvider: cfg.MeterProvider,
 	}); err != nil {
 		return nil, err
 	}
@@ -243,6 +261,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	dc := cfg.DData
 	dc.Membership, dc.Messenger, dc.Logger = n.membership, n.messenger, cfg.Logger
+	dc.TracerProvider, dc.MeterProvider = cfg.TracerProvider, cfg.MeterProvider
 	// The shard coordinator's state is always durable: after a full restart the
 	// coordinator knows the shards (and restarts remembered entities).
 	if n.store, err = ddata.OpenBoltStore(filepath.Join(cfg.DataDir, "ddata")); err != nil {
@@ -264,7 +283,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
 	sc.DData = n.replicator
 	sc.States = n.states
-	sc.Logger, sc.TracerProvider = cfg.Logger, cfg.TracerProvider
+	sc.Logger, sc.TracerProvider, sc.MeterProvider = cfg.Logger, cfg.TracerProvider, cfg.MeterProvider
 	if n.sharding, err = sharding.New(sc); err != nil {
 		return nil, err
 	}
@@ -488,8 +507,25 @@ type MemberDeployment struct {
 // returns once every member has the type ready or has failed to; members that join
 // later get it through gossip. Errors: ErrBadRequest (name, settings),
 // ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged.
-func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings) (DeployResult, error) {
+func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings) (res DeployResult, err error) {
 	name := st.Name
+	span := noopSpan
+	if n.traced {
+		ctx, span = n.tracer.Start(ctx, "deploy "+name, trace.WithAttributes(obs.EntityType.String(name),
+			obs.Node.String(n.membership.Self().Address), attribute.Int("shardhost.module.bytes", len(wasm))))
+	}
+	defer func() {
+		outcome := obs.OutcomeOK
+		if err != nil {
+			outcome = sharding.ErrorCode(withCode(err))
+			if _, code := statusOf(err); code != "" {
+				outcome = code
+			}
+			obs.Fail(span, err, outcome)
+		}
+		n.tel.deploys.Add(context.Background(), 1, n.tel.attrs.Get([2]string{name, "o:" + outcome}))
+		span.End()
+	}()
 	if err := ValidateTypeName(name); err != nil {
 		return DeployResult{}, err
 	}
@@ -508,21 +544,20 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	if err := st.Validate(); err != nil {
 		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	ctx, span := n.tracer.Start(ctx, "deploy")
-	defer span.End()
 	mod, err := n.modules.put(ctx, wasm)
 	if err != nil {
 		return DeployResult{}, err
 	}
 	self := n.membership.Self()
 	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address)
+	span.SetAttributes(attrModuleVer.Int64(int64(info.Version)), attrModuleDigest.String(info.Digest))
 	if err := n.prepare(ctx, info); err != nil {
 		return DeployResult{}, err
 	}
 	n.membership.Broadcast(catalogState, mustEncodeTypes([]TypeInfo{info}))
 
 	members := n.membership.Members()
-	res := DeployResult{Type: info, Members: make([]MemberDeployment, len(members))}
+	res = DeployResult{Type: info, Members: make([]MemberDeployment, len(members))}
 	var wg sync.WaitGroup
 	for i, m := range members {
 		res.Members[i].Node = m.Address
@@ -542,20 +577,30 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 		}()
 	}
 	wg.Wait()
-	n.log.Info("entity type deployed", "type", name, "version", info.Version, "digest", info.Digest[:12],
+	n.log.InfoContext(ctx, "entity type deployed", "type", name, "version", info.Version, "digest", info.Digest[:12],
 		"shards", st.NumberOfShards, "bytes", info.Size)
 	return res, nil
 }
 
 // prepare makes a type ready on this node: in the catalog, its module compiled (fetched
-// if needed), its region started.
-func (n *Node) prepare(ctx context.Context, info TypeInfo) error {
+// if needed), its region started. Its "prepare" span is a child of ctx's: on every
+// member, of the deploying request's (through the prepare request).
+func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
+	if n.traced {
+		var span trace.Span
+		ctx, span = n.tracer.Start(ctx, "prepare "+info.Name, trace.WithAttributes(obs.EntityType.String(info.Name),
+			obs.Node.String(n.membership.Self().Address), attrModuleVer.Int64(int64(info.Version)), attrModuleDigest.String(info.Digest)))
+		defer func() {
+			obs.Fail(span, err, sharding.ErrorCode(withCode(err)))
+			span.End()
+		}()
+	}
 	n.catalog.merge([]TypeInfo{info})
 	cur, _ := n.catalog.get(info.Name)
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err
 	}
-	_, err := n.sharding.StartType(cur.Settings())
+	_, err = n.sharding.StartType(cur.Settings())
 	return err
 }
 
@@ -627,7 +672,7 @@ func (n *Node) handlePrepare(req *cluster.Request) {
 		return
 	}
 	n.goroutine(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.JoinTimeout)
+		ctx, cancel := context.WithTimeout(req.Context(), n.cfg.JoinTimeout)
 		defer cancel()
 		req.Reply(nil, n.prepare(ctx, infos[0]))
 	})

@@ -18,10 +18,11 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/internal/obs"
 )
 
 // RuntimeConfig configures a Runtime.
@@ -46,8 +47,12 @@ type RuntimeConfig struct {
 	MaxMessageSize int
 	// Logger receives the guests' log lines and stdout/stderr. Default slog.Default().
 	Logger *slog.Logger
-	// TracerProvider makes the "activate" and "guest call" spans. Default: no-op.
+	// TracerProvider makes the "instantiate", "restore" and "guest call" spans. Nil:
+	// none.
 	TracerProvider trace.TracerProvider
+	// MeterProvider records guest call durations, host calls per message, the linear
+	// memory of active instances and module compile times. Nil: none.
+	MeterProvider metric.MeterProvider
 	// CallBudget is how many host function calls one call of the guest (a message, a
 	// hook) may make; the call past it traps. Default abi.DefaultCallBudget.
 	CallBudget int
@@ -94,6 +99,7 @@ type Runtime struct {
 	cfg    RuntimeConfig
 	log    *slog.Logger
 	tracer trace.Tracer
+	tel    *runtimeTelemetry
 	r      wazero.Runtime
 	cache  wazero.CompilationCache
 	// bg counts the runtime's background compilations (restore images); Close waits.
@@ -110,9 +116,6 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = noop.NewTracerProvider()
 	}
 	if cfg.CallBudget == 0 {
 		cfg.CallBudget = abi.DefaultCallBudget
@@ -141,7 +144,8 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	rt := &Runtime{
 		cfg:    cfg,
 		log:    cfg.Logger,
-		tracer: cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/host"),
+		tracer: obs.Tracer(cfg.TracerProvider, "host"),
+		tel:    newRuntimeTelemetry(cfg.TracerProvider, cfg.MeterProvider),
 		r:      wazero.NewRuntimeWithConfig(ctx, rc),
 		cache:  cache,
 	}
@@ -209,6 +213,7 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
 	}
+	defer func(start time.Time) { rt.tel.compileDur.Record(context.Background(), since(start)) }(time.Now())
 	rewritten, globals, _, rerr := rewriteGlobals(wasm)
 	if rerr != nil {
 		// wazero's account of a malformed module comes first; the rewrite's otherwise.

@@ -80,7 +80,11 @@ func TestHostTimeRandomnessAndTraceEvents(t *testing.T) {
 					}
 					return string(out)
 				}
-				reply("trace checkpoint reached")
+				mctx, span := tp.Tracer("test").Start(ctx, "message")
+				if _, err := inst.Receive(mctx, []byte("trace checkpoint reached")); err != nil {
+					t.Fatal(err)
+				}
+				span.End()
 				return reply("now"), reply("random 8")
 			}
 			now1, random1 := run()
@@ -94,11 +98,11 @@ func TestHostTimeRandomnessAndTraceEvents(t *testing.T) {
 			found := false
 			for _, s := range recorder.Ended() {
 				for _, e := range s.Events() {
-					found = found || (s.Name() == "guest call" && e.Name == "checkpoint reached")
+					found = found || (s.Name() == "message" && e.Name == "checkpoint reached")
 				}
 			}
 			if !found {
-				t.Fatal("no trace event on the guest call span")
+				t.Fatal("no trace event on the message's span")
 			}
 		})
 	}

@@ -411,7 +411,7 @@ func (m *Module) restore(ctx context.Context, entityType, entityID string, s *Sn
 			plan.compiled, plan.start, plan.zeroed = image, nil, true
 		}
 	}
-	return m.instantiate(ctx, entityType, entityID, plan)
+	return m.instantiate(ctx, entityType, entityID, plan, true)
 }
 
 // checkSnapshot reports (as ErrBadSnapshot) a snapshot that cannot be restored into m.

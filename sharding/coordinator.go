@@ -9,8 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/obs"
 )
 
 // DData is what the coordinator needs of distributed data; *ddata.Replicator has it.
@@ -106,7 +109,7 @@ func (c *coordinator) allocateRemembered() {
 	}
 	c.mu.Unlock()
 	for _, ref := range refs {
-		c.getShardHome(ref, func(_ shardHome, err error) {
+		c.getShardHome(context.Background(), ref, func(_ shardHome, err error) {
 			if err != nil {
 				c.s.log.Debug("allocating a shard of remembered entities", "shard", ref.String(), "err", err)
 			}
@@ -362,7 +365,7 @@ func (c *coordinator) regionStates(members []cluster.Member) []RegionState {
 
 // getShardHome answers where a shard lives, allocating it if it has no home. cb is
 // called exactly once, possibly on another goroutine, never with c.mu held.
-func (c *coordinator) getShardHome(ref shardRef, cb func(shardHome, error)) {
+func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(shardHome, error)) {
 	requester := ref.Requester
 	ref.Requester, ref.Epoch, ref.Leaving = "", 0, false
 	c.mu.Lock()
@@ -416,18 +419,30 @@ func (c *coordinator) getShardHome(ref shardRef, cb func(shardHome, error)) {
 	}
 	home := shardHome{Region: region, Epoch: epoch}
 	ok := c.s.goroutine(func() {
+		// In the trace of the request that asked (if traced): an "allocate" span with
+		// the allocation's write and the HostShard request.
+		actx, span := context.WithoutCancel(ctx), noopSpan
+		if c.s.tel.traced && obs.Traced(ctx) {
+			actx, span = c.s.tracer.Start(actx, "allocate "+ref.Type, trace.WithAttributes(obs.EntityType.String(ref.Type),
+				obs.ShardID.Int(ref.Shard), attrHome.String(region), attrEpoch.Int64(int64(epoch)), obs.Node.String(c.s.self)))
+		}
 		// Record the allocation before any region hosts the shard: a coordinator that
 		// takes over finds it.
-		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
-		err := c.persist(ctx, ref.Type, ref.Shard, allocation{region, epoch})
+		pctx, cancel := context.WithTimeout(actx, c.s.cfg.RequestTimeout)
+		err := c.persist(pctx, ref.Type, ref.Shard, allocation{region, epoch})
 		cancel()
 		if err != nil {
-			c.finish(ref, shardHome{}, fmt.Errorf("%w: recording the allocation of %s: %v", ErrShardUnavailable, ref, err))
+			err = fmt.Errorf("%w: recording the allocation of %s: %v", ErrShardUnavailable, ref, err)
+			failSpan(span, err)
+			span.End()
+			c.finish(ref, shardHome{}, err)
 			return
 		}
 		host := ref
 		host.Epoch = epoch
-		c.s.hostShard(region, host, func(err error) {
+		c.s.hostShard(actx, region, host, func(err error) {
+			failSpan(span, err)
+			span.End()
 			if err == nil {
 				c.mu.Lock()
 				if gen == c.gen {

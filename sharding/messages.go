@@ -2,10 +2,12 @@ package sharding
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
 	"github.com/fxamacker/cbor/v2"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Errors of sharding. Each has an error code (ErrorCode) that survives crossing members.
@@ -105,8 +107,7 @@ type Envelope struct {
 	EntityType string `cbor:"1,keyasint"`
 	EntityID   string `cbor:"2,keyasint"`
 	Payload    []byte `cbor:"3,keyasint,omitempty"`
-	// Trace is the W3C trace context (traceparent, tracestate) of the sender's span.
-	Trace map[string]string `cbor:"4,keyasint,omitempty"`
+	// Key 4 was the trace context; it travels in the frame now (cluster.Frame.Trace).
 	// Hops counts forwards between regions; a message is refused past maxHops.
 	Hops uint8 `cbor:"5,keyasint,omitempty"`
 	// Origin is the member whose region first routed the message (the sender's). A
@@ -155,6 +156,9 @@ type Message struct {
 	// the reply of this ask, oldest first; an entity that would ask one of them would
 	// deadlock.
 	Chain []string
+	// Link, if valid, makes the message (a timer's, a subscription's) start a trace of
+	// its own, linked to this span: the one that set the timer or subscribed.
+	Link trace.SpanContext
 }
 
 // MessageInfo is what an entity learns of the message it is handling: Entity.Receive's
@@ -214,6 +218,36 @@ type shardRef struct {
 	Leaving bool `cbor:"4,keyasint,omitempty"`
 	// Epoch is the allocation's fencing epoch (HostShard).
 	Epoch uint64 `cbor:"5,keyasint,omitempty"`
+	// HandOff is the span context of the handoff (BeginHandOff), for the messages it
+	// holds to link to (encodeSpanContext); empty when it is not traced.
+	HandOff string `cbor:"6,keyasint,omitempty"`
+}
+
+// encodeSpanContext packs a span context as the hex of its trace ID, span ID and flags
+// (50 characters), or "" when it is not valid.
+func encodeSpanContext(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b := make([]byte, 0, 25)
+	b = append(b, tid[:]...)
+	b = append(b, sid[:]...)
+	return hex.EncodeToString(append(b, byte(sc.TraceFlags())))
+}
+
+// decodeSpanContext unpacks encodeSpanContext's text as a remote span context; an
+// invalid one for anything else.
+func decodeSpanContext(text string) trace.SpanContext {
+	b, err := hex.DecodeString(text)
+	if err != nil || len(b) != 25 {
+		return trace.SpanContext{}
+	}
+	var tid trace.TraceID
+	var sid trace.SpanID
+	copy(tid[:], b[:16])
+	copy(sid[:], b[16:24])
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(b[24]), Remote: true})
 }
 
 func (r shardRef) String() string { return fmt.Sprintf("%s/%d", r.Type, r.Shard) }

@@ -3,20 +3,33 @@ package sharding
 import (
 	"errors"
 	"testing"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
-	env := Envelope{EntityType: "counter", EntityID: "ü/1", Payload: []byte("inc"), Trace: map[string]string{"traceparent": "00-x"}, Hops: 1}
+	env := Envelope{EntityType: "counter", EntityID: "ü/1", Payload: []byte("inc"), Hops: 1}
 	var back Envelope
 	if err := decode(encode(env), &back); err != nil {
 		t.Fatal(err)
 	}
 	if back.EntityType != env.EntityType || back.EntityID != env.EntityID || string(back.Payload) != "inc" ||
-		back.Trace["traceparent"] != "00-x" || back.Hops != 1 {
+		back.Hops != 1 {
 		t.Fatalf("%+v", back)
 	}
 	if err := decode([]byte{0xff, 0x00}, &back); !errors.Is(err, ErrMalformedMessage) {
 		t.Fatalf("garbage: %v", err)
+	}
+}
+
+func TestSpanContextRoundTrip(t *testing.T) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: trace.FlagsSampled})
+	back := decodeSpanContext(encodeSpanContext(sc))
+	if back.TraceID() != sc.TraceID() || back.SpanID() != sc.SpanID() || !back.IsSampled() || !back.IsRemote() {
+		t.Fatalf("%v -> %v", sc, back)
+	}
+	if encodeSpanContext(trace.SpanContext{}) != "" || decodeSpanContext("zz").IsValid() || decodeSpanContext("00").IsValid() {
+		t.Fatal("invalid span contexts are not refused")
 	}
 }
 

@@ -9,12 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/internal/obs"
 )
 
 // Region is the shard region of one entity type on this member (Akka's ShardRegion): it
@@ -33,6 +31,12 @@ type Region struct {
 	paused    map[int]string     // shards another region (this member address) hands off: messages wait here
 	returned  map[int]int        // messages given back to us, at the head of pending
 	buffered  int                // messages in pending
+	// Spans that buffered messages link to: the resolution of a shard's home, this
+	// region's handoff of a shard, another region's handoff (from its BeginHandOff).
+	resolveSpans, handoffSpans, pauseSpans map[int]trace.SpanContext
+	handoffMsgs                            map[int]int // buffered here during this region's handoff of a shard
+
+	tel regionTelemetry
 
 	passivations atomic.Uint64 // entities passivated, for inspection and tests
 	// handoffBuffered counts the messages buffered because their shard was being handed
@@ -58,6 +62,12 @@ func newRegion(s *Sharding, t TypeSettings) *Region {
 		handing:   map[int]bool{},
 		paused:    map[int]string{},
 		returned:  map[int]int{},
+
+		resolveSpans: map[int]trace.SpanContext{},
+		handoffSpans: map[int]trace.SpanContext{},
+		pauseSpans:   map[int]trace.SpanContext{},
+		handoffMsgs:  map[int]int{},
+		tel:          newRegionTelemetry(t.Name),
 	}
 }
 
@@ -112,8 +122,6 @@ func (r *Region) deliver(d delivery) {
 		r.s.deadLetter(d, ErrBufferFull)
 		return
 	}
-	r.pending[shardID] = append(r.pending[shardID], d)
-	r.buffered++
 	// While the shard is handed off (here or elsewhere), its messages wait: the handoff
 	// resolves them when it completes.
 	_, paused := r.paused[shardID]
@@ -121,18 +129,80 @@ func (r *Region) deliver(d delivery) {
 		r.handoffBuffered.Add(1)
 	}
 	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
+	var rctx context.Context
+	var rspan trace.Span
 	if start {
 		r.resolving[shardID] = true
+		rctx, rspan = r.startResolveLocked(shardID, d.ctx)
 	}
+	r.pending[shardID] = append(r.pending[shardID], r.bufferLocked(shardID, d))
+	r.buffered++
 	r.mu.Unlock()
 	if start {
 		// deliver runs with stopMu held for reading, so the WaitGroup may grow.
 		r.s.wg.Add(1)
 		go func() {
 			defer r.s.wg.Done()
-			r.resolve(shardID)
+			r.resolve(rctx, rspan, shardID)
 		}()
 	}
+}
+
+// bufferLocked records that d waits in the shard's buffer: counted, and, in a traced
+// context, a "buffered" span, linked to what holds it (the handoff of the shard, here
+// or by another region, or the resolution of its home), that ends when it leaves the
+// buffer (unbuffered). r.mu is held.
+func (r *Region) bufferLocked(shardID int, d delivery) delivery {
+	reason, link := bufferResolving, r.resolveSpans[shardID]
+	if _, paused := r.paused[shardID]; paused {
+		reason, link = bufferHandoff, r.pauseSpans[shardID]
+	} else if r.handing[shardID] {
+		reason, link = bufferHandoff, r.handoffSpans[shardID]
+		r.handoffMsgs[shardID]++
+	}
+	r.s.tel.buffered.Add(context.Background(), 1, r.s.tel.typeAttr(r.settings.Name, attrBufferReason, reason))
+	if !r.s.tel.traced || d.wait != nil || !obs.Traced(d.ctx) {
+		return d
+	}
+	opts := []trace.SpanStartOption{trace.WithAttributes(obs.EntityType.String(r.settings.Name),
+		obs.EntityID.String(d.env.EntityID), obs.ShardID.Int(shardID), obs.Node.String(r.s.self),
+		attrBufferReason.String(reason))}
+	if link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
+	}
+	_, d.wait = r.s.tracer.Start(d.ctx, r.tel.bufferedName, opts...)
+	return d
+}
+
+// unbuffered ends the span of d's wait in a buffer, if any.
+func (d *delivery) unbuffered() {
+	if d.wait != nil {
+		d.wait.End()
+		d.wait = nil
+	}
+}
+
+// startResolveLocked starts the span of the resolution of a shard's home, in the trace of
+// the message that made it start (ctx), and records it for the messages buffered
+// meanwhile to link to. r.mu is held.
+func (r *Region) startResolveLocked(shardID int, ctx context.Context) (context.Context, trace.Span) {
+	ctx = context.WithoutCancel(ctx)
+	if !r.s.tel.traced || !obs.Traced(ctx) {
+		return ctx, noopSpan
+	}
+	ctx, span := r.s.tracer.Start(ctx, r.tel.resolveName, trace.WithAttributes(obs.EntityType.String(r.settings.Name),
+		obs.ShardID.Int(shardID), obs.Node.String(r.s.self)))
+	r.resolveSpans[shardID] = span.SpanContext()
+	return ctx, span
+}
+
+// firstPendingCtx is the context of the first message waiting for a shard (a resolution
+// it starts is in its trace), or context.Background(). r.mu is held.
+func (r *Region) firstPendingCtxLocked(shardID int) context.Context {
+	if q := r.pending[shardID]; len(q) > 0 && q[0].ctx != nil {
+		return q[0].ctx
+	}
+	return context.Background()
 }
 
 // activated is called on an entity's goroutine after it got an instance: over the
@@ -150,7 +220,9 @@ func (r *Region) activated(e *entity) {
 	for _, sh := range r.shards {
 		for _, other := range sh.entities {
 			other.mu.Lock()
-			live, idle, used := other.live, !other.running && len(other.queue) == 0, other.lastUsed
+			// Idle: no message in hand or waiting (its goroutine may still be finishing
+			// the last one; then it passivates as soon as it is done).
+			live, idle, used := other.live, !other.busy && len(other.queue) == 0, other.lastUsed
 			other.mu.Unlock()
 			if !live {
 				continue
@@ -163,7 +235,7 @@ func (r *Region) activated(e *entity) {
 	}
 	r.mu.Unlock()
 	if active > maxActive && lru != nil {
-		lru.passivate("max-active")
+		lru.passivateSoon(causeMaxActive)
 	}
 }
 
@@ -188,7 +260,7 @@ func (r *Region) passivateIdle(now time.Time) {
 	}
 	r.mu.Unlock()
 	for _, e := range idle {
-		e.passivate("idle")
+		e.passivate(causeIdle)
 	}
 }
 
@@ -211,7 +283,7 @@ func (r *Region) giveBack(d delivery) {
 		r.s.log.Warn("cannot give a message back to its sender", "origin", d.env.Origin, "err", err)
 		return
 	}
-	r.s.cfg.Messenger.Tell(to, topicReturn, encode(d.env))
+	r.s.cfg.Messenger.TellContext(d.ctx, to, topicReturn, encode(d.env))
 }
 
 // reroute takes back a message a handing-off region returned: it goes ahead of the
@@ -230,21 +302,28 @@ func (r *Region) reroute(d delivery) {
 	r.handoffBuffered.Add(1)
 	_, paused := r.paused[shardID]
 	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
+	var rctx context.Context
+	var rspan trace.Span
 	if start {
 		r.resolving[shardID] = true
+		rctx, rspan = r.startResolveLocked(shardID, r.firstPendingCtxLocked(shardID))
 	}
+	q[pos] = r.bufferLocked(shardID, d)
 	r.mu.Unlock()
-	if start && !r.s.goroutine(func() { r.resolve(shardID) }) {
+	if start && !r.s.goroutine(func() { r.resolve(rctx, rspan, shardID) }) {
+		rspan.End()
 		r.failPending(shardID, ErrStopped)
 	}
 }
 
-// pause stops routing a shard the region at by hands off: messages wait here.
-func (r *Region) pause(shardID int, by string) {
+// pause stops routing a shard the region at by hands off: messages wait here, linked to
+// the handoff's span (when it is traced).
+func (r *Region) pause(shardID int, by string, handoff trace.SpanContext) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.homes, shardID)
 	r.paused[shardID] = by
+	r.pauseSpans[shardID] = handoff
 }
 
 // unpauseFrom ends the pauses of the region at a member that is gone: a handoff that
@@ -267,12 +346,17 @@ func (r *Region) unpauseFrom(gone func(string) bool) {
 func (r *Region) unpause(shardID int) {
 	r.mu.Lock()
 	delete(r.paused, shardID)
+	delete(r.pauseSpans, shardID)
 	start := len(r.pending[shardID]) > 0 && !r.resolving[shardID] && !r.handing[shardID]
+	var rctx context.Context
+	var rspan trace.Span
 	if start {
 		r.resolving[shardID] = true
+		rctx, rspan = r.startResolveLocked(shardID, r.firstPendingCtxLocked(shardID))
 	}
 	r.mu.Unlock()
-	if start && !r.s.goroutine(func() { r.resolve(shardID) }) {
+	if start && !r.s.goroutine(func() { r.resolve(rctx, rspan, shardID) }) {
+		rspan.End()
 		r.failPending(shardID, ErrStopped)
 	}
 }
@@ -302,30 +386,39 @@ func (r *Region) dropStaleLocked(sh *shard) {
 	delete(r.shards, sh.id)
 	for _, e := range sh.entities {
 		e.fenced.Store(true)
-		e.passivate("stale allocation")
+		e.passivate(causeStale)
 	}
 }
 
 // resolve asks the coordinator for a shard's home until it answers or ResolveTimeout
-// passes, then flushes the shard's buffered messages.
-func (r *Region) resolve(shardID int) {
+// passes, then flushes the shard's buffered messages. span (the "shard home" span, in
+// ctx) ends with it.
+func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
 	ref := shardRef{Type: r.settings.Name, Shard: shardID}
 	deadline := time.Now().Add(r.s.cfg.ResolveTimeout)
 	backoff := 20 * time.Millisecond
-	for {
-		home, err := r.s.shardHome(ref)
+	for attempt := 1; ; attempt++ {
+		home, err := r.s.shardHome(ctx, ref)
 		if err == nil {
+			span.SetAttributes(attrHome.String(home.Region), attrEpoch.Int64(int64(home.Epoch)))
+			span.End()
 			r.resolved(shardID, home)
 			return
 		}
 		if errors.Is(err, ErrStopped) || time.Now().After(deadline) {
-			r.s.log.Warn("shard home not resolved", "shard", ref.String(), "err", err)
-			r.failPending(shardID, fmt.Errorf("%w: %s: %v", ErrShardUnavailable, ref, err))
+			r.s.log.WarnContext(ctx, "shard home not resolved", "shard", ref.String(), "err", err)
+			err = fmt.Errorf("%w: %s: %v", ErrShardUnavailable, ref, err)
+			failSpan(span, err)
+			span.End()
+			r.failPending(shardID, err)
 			return
 		}
-		r.s.log.Debug("retrying shard home", "shard", ref.String(), "err", err)
+		r.s.log.DebugContext(ctx, "retrying shard home", "shard", ref.String(), "err", err)
+		span.AddEvent("retry", trace.WithAttributes(obs.ErrorType.String(ErrorCode(err))))
 		select {
 		case <-r.s.stop:
+			failSpan(span, ErrStopped)
+			span.End()
 			r.failPending(shardID, ErrStopped)
 			return
 		case <-time.After(backoff):
@@ -340,6 +433,7 @@ func (r *Region) resolved(shardID int, h shardHome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.resolving, shardID)
+	delete(r.resolveSpans, shardID)
 	if _, paused := r.paused[shardID]; paused || r.handing[shardID] {
 		return // a handoff began meanwhile: its completion resolves again
 	}
@@ -353,6 +447,7 @@ func (r *Region) resolved(shardID int, h shardHome) {
 	r.buffered -= len(pending)
 	r.homes[shardID] = allocation{home, h.Epoch}
 	for _, d := range pending {
+		d.unbuffered()
 		r.forward(r.homes[shardID], shardID, d)
 	}
 }
@@ -360,12 +455,14 @@ func (r *Region) resolved(shardID int, h shardHome) {
 func (r *Region) failPending(shardID int, err error) {
 	r.mu.Lock()
 	delete(r.resolving, shardID)
+	delete(r.resolveSpans, shardID)
 	pending := r.pending[shardID]
 	delete(r.pending, shardID)
 	delete(r.returned, shardID)
 	r.buffered -= len(pending)
 	r.mu.Unlock()
 	for _, d := range pending {
+		d.unbuffered()
 		d.fail(err)
 	}
 }
@@ -401,6 +498,7 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 	delete(r.returned, shardID)
 	r.buffered -= len(pending)
 	for _, d := range pending {
+		d.unbuffered()
 		r.entityLocked(sh, d.env.EntityID).enqueue(d)
 	}
 	return sh
@@ -464,12 +562,22 @@ func (r *Region) handOff(ctx context.Context) error {
 
 // handOffShard hands one shard off (see handOff). A shard not hosted here is only
 // reported to the coordinator.
-func (r *Region) handOffShard(ctx context.Context, id int) error {
+func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
+	start := time.Now()
+	span := noopSpan
+	if r.s.tel.traced {
+		ctx, span = r.s.tracer.Start(ctx, r.tel.handoffName, trace.WithAttributes(obs.EntityType.String(r.settings.Name),
+			obs.ShardID.Int(id), obs.Node.String(r.s.self)))
+	}
 	ref := shardRef{Type: r.settings.Name, Shard: id, Requester: r.s.self}
+	begin := ref
+	begin.HandOff = encodeSpanContext(span.SpanContext())
 	r.mu.Lock()
 	sh := r.shards[id]
 	delete(r.shards, id)
 	r.handing[id] = true
+	r.handoffSpans[id] = span.SpanContext()
+	r.handoffMsgs[id] = 0
 	// Messages from other regions already buffered here go back too.
 	var back, keep []delivery
 	for _, d := range r.pending[id] {
@@ -483,31 +591,47 @@ func (r *Region) handOffShard(ctx context.Context, id int) error {
 	r.buffered -= len(back)
 	r.mu.Unlock()
 	for _, d := range back {
+		d.unbuffered()
 		r.giveBack(d)
 	}
-	start := time.Now()
-	r.s.broadcastHandOff(ctx, topicBeginHandOff, ref, true)
+	r.s.broadcastHandOff(ctx, topicBeginHandOff, begin, true)
 	entities := 0
 	if sh != nil {
 		entities = len(sh.entities)
 		stopForHandOff(ctx, sh.entities)
 	}
-	var err error
 	if herr := r.s.shardHandedOff(ctx, ref); herr != nil {
 		err = fmt.Errorf("sharding: handing off %s: %w", ref, herr)
 	}
 	r.mu.Lock()
 	delete(r.handing, id)
+	delete(r.handoffSpans, id)
+	buffered := r.handoffMsgs[id]
+	delete(r.handoffMsgs, id)
 	resolve := len(r.pending[id]) > 0 && !r.resolving[id]
+	var rctx context.Context
+	var rspan trace.Span
 	if resolve {
 		r.resolving[id] = true
+		rctx, rspan = r.startResolveLocked(id, r.firstPendingCtxLocked(id))
 	}
 	r.mu.Unlock()
 	r.s.broadcastHandOff(ctx, topicHandOffComplete, ref, false)
-	if resolve && !r.s.goroutine(func() { r.resolve(id) }) {
+	if resolve && !r.s.goroutine(func() { r.resolve(rctx, rspan, id) }) {
+		rspan.End()
 		r.failPending(id, ErrStopped)
 	}
-	r.s.log.Info("shard handed off", "shard", ref.String(), "entities", entities, "took", time.Since(start))
+	took := time.Since(start)
+	span.SetAttributes(attrEntitiesStopped.Int(entities), attrMessagesBuffered.Int(buffered))
+	failSpan(span, err)
+	span.End()
+	outcome := obs.OutcomeOK
+	if err != nil {
+		outcome = ErrorCode(err)
+	}
+	r.s.tel.handoffs.Add(context.Background(), 1, r.s.tel.typeAttr(r.settings.Name, obs.Outcome, outcome))
+	r.s.tel.handoffDur.Record(context.Background(), took.Seconds(), r.tel.typeOnly)
+	r.s.log.InfoContext(ctx, "shard handed off", "shard", ref.String(), "entities", entities, "buffered", buffered, "took", took)
 	return err
 }
 
@@ -526,7 +650,7 @@ func stopForHandOff(ctx context.Context, entities map[string]*entity) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			e.waitIdle(ctx)
-			e.stop(ctx, true)
+			e.passivateNow(ctx, causeHandoff, trace.SpanContext{})
 		}()
 	}
 	wg.Wait()
@@ -557,31 +681,23 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 		d.fail(err)
 		return
 	}
-	ctx, span := r.s.tracer.Start(d.ctx, "forward", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("shardhost.region", home), attribute.Int("shardhost.shard", shardID)))
 	env := d.env
 	env.Hops++
 	env.Epoch = a.epoch
-	env.Trace = map[string]string{}
-	r.s.prop.Inject(ctx, propagation.MapCarrier(env.Trace))
 	body := encode(env)
+	// The messenger carries the trace in the frame, under a CLIENT span for an ask.
 	if !d.ask {
-		if err := r.s.cfg.Messenger.Tell(to, topicDeliver, body); err != nil {
-			span.RecordError(err)
+		if err := r.s.cfg.Messenger.TellContext(d.ctx, to, topicDeliver, body); err != nil {
 			d.fail(fmt.Errorf("%w: forwarding to %s: %v", ErrShardUnavailable, home, err))
 		}
-		span.End()
 		return
 	}
 	timeout := time.Until(d.deadline)
 	if timeout <= 0 {
 		timeout = time.Millisecond
 	}
-	r.s.cfg.Messenger.RequestAsync(to, topicDeliver, body, timeout, func(b []byte, err error) {
-		defer span.End()
+	r.s.cfg.Messenger.RequestAsyncContext(d.ctx, to, topicDeliver, body, timeout, func(b []byte, err error) {
 		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, "forward failed")
 			d.fail(&RemoteError{Code: CodeUnavailable, Message: fmt.Sprintf("forwarding to %s: %v", home, err), Node: home})
 			return
 		}
@@ -596,7 +712,6 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 			return
 		}
 		if w.Code != "" {
-			span.SetStatus(codes.Error, w.Code)
 			d.fail(&RemoteError{Code: w.Code, Message: w.Error, Node: w.Node})
 			return
 		}
@@ -635,7 +750,11 @@ func (r *Region) stopEntities(ctx context.Context, save bool) {
 	}
 	r.mu.Unlock()
 	for _, e := range all {
-		e.stop(ctx, save)
+		if save {
+			e.passivateNow(ctx, causeShutdown, trace.SpanContext{})
+		} else {
+			e.stop(ctx, false)
+		}
 	}
 }
 
@@ -652,7 +771,11 @@ type entity struct {
 	running  bool
 	live     bool      // has an instance
 	lastUsed time.Time // when it last finished a message
-	epoch    uint64    // the shard's allocation epoch here: fences state writes
+	busy     bool      // handling a message (from its dequeue to just before its reply)
+	// passivateWhenIdle, if set, is the cause of a passivation to run once the
+	// goroutine that drains the mailbox has nothing left (chosen while it finished).
+	passivateWhenIdle string
+	epoch             uint64 // the shard's allocation epoch here: fences state writes
 
 	// fenced is set when the shard's allocation here turned out stale: the entity stops
 	// without saving.
@@ -662,6 +785,8 @@ type entity struct {
 	inst       Entity
 	remembered bool // recorded among the shard's remembered entities
 	unsaved    int  // messages since the last checkpoint
+	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
+	handleOpts [numKinds]trace.SpanStartOption
 }
 
 func (e *entity) setEpoch(epoch uint64) {
@@ -711,6 +836,9 @@ func (e *entity) enqueue(d delivery) {
 		e.r.s.deadLetter(d, ErrMailboxFull)
 		return
 	}
+	if !d.start {
+		d.arrived = time.Now()
+	}
 	e.queue = append(e.queue, d)
 	if e.running {
 		e.mu.Unlock()
@@ -732,6 +860,14 @@ func (e *entity) drain() {
 func (e *entity) drainLoop() {
 	for {
 		e.mu.Lock()
+		if len(e.queue) == 0 && e.passivateWhenIdle != "" {
+			// A passivation chose it while it finished its last message.
+			cause := e.passivateWhenIdle
+			e.passivateWhenIdle = ""
+			e.mu.Unlock()
+			e.passivateNow(context.Background(), cause, trace.SpanContext{})
+			continue
+		}
 		if len(e.queue) == 0 {
 			e.running = false
 			e.queue = nil
@@ -741,6 +877,7 @@ func (e *entity) drainLoop() {
 		d := e.queue[0]
 		e.queue[0] = delivery{}
 		e.queue = e.queue[1:]
+		e.busy = true
 		e.mu.Unlock()
 		e.process(d)
 	}
@@ -749,30 +886,57 @@ func (e *entity) drainLoop() {
 func (e *entity) process(d delivery) {
 	s := e.r.s
 	name := e.r.settings.Name + "/" + e.id
+	ctx := d.ctx
+	span := noopSpan
+	if s.tel.traced && !d.start {
+		kind := trace.SpanKindInternal
+		if !d.ask {
+			kind = trace.SpanKindConsumer // a tell, timer or change: messaging
+		}
+		k := kindIndex(&d)
+		if e.handleOpts[k] == nil {
+			e.handleOpts[k] = trace.WithAttributes(append(e.entityAttrs(), obs.MessageKind.String(kindNames[k]))...)
+		}
+		ctx, span = s.tracer.Start(ctx, e.r.tel.handleName, trace.WithSpanKind(kind), e.handleOpts[k])
+	}
+	// done ends the message's span and records it; it comes before the reply, so that
+	// the reply's server span (the asker's wait) covers everything here.
+	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
+	done := func(err error) {
+		e.mu.Lock()
+		e.busy = false
+		if !d.start {
+			e.lastUsed = time.Now()
+		}
+		e.mu.Unlock()
+		if d.start {
+			return
+		}
+		e.recordMessage(kind, remote, arrived, err)
+		failSpan(span, err)
+		span.End()
+	}
 	if e.inst == nil {
-		if err := e.activate(d.ctx); err != nil {
-			s.log.Warn("entity activation failed", "entity", name, "err", err)
+		if err := e.activate(ctx); err != nil {
+			s.log.WarnContext(ctx, "entity activation failed", "entity", name, "err", err)
+			done(err)
 			d.fail(err)
 			return
 		}
 	}
 	if d.start {
+		done(nil)
 		return // a remembered entity restarted: no message
 	}
-	defer func() {
-		e.mu.Lock()
-		e.lastUsed = time.Now()
-		e.mu.Unlock()
-	}()
-	ctx := context.WithValue(d.ctx, messageInfoKey{}, MessageInfo{
+	mctx := context.WithValue(ctx, messageInfoKey{}, MessageInfo{
 		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
-	out, err := e.inst.Receive(ctx, d.env.Payload)
+	out, err := e.inst.Receive(mctx, d.env.Payload)
 	lc, _ := e.inst.(EntityLifecycle)
 	if lc != nil && lc.Terminated() {
 		// The entity is gone (a trapped instance): what it did since its last save is
 		// lost, and the next message starts from the saved state.
-		s.log.Warn("entity terminated", "entity", name, "err", err)
-		e.stop(d.ctx, false)
+		s.log.WarnContext(ctx, "entity terminated", "entity", name, "err", err)
+		e.stop(ctx, false)
 	}
 	var fwd *ForwardTo
 	if errors.As(err, &fwd) {
@@ -782,13 +946,15 @@ func (e *entity) process(d delivery) {
 		err = nil
 	}
 	if err != nil {
-		s.log.Debug("message failed", "entity", name, "err", err)
+		s.log.DebugContext(ctx, "message failed", "entity", name, "err", err)
+		done(err)
 		d.fail(err)
 		return
 	}
 	if e.inst == nil {
 		// Terminated just after it handled the message: the reply stands, but its
 		// state is not saved.
+		done(nil)
 		if d.ask {
 			d.reply(Reply{Payload: out, Node: s.self}, nil)
 		}
@@ -798,28 +964,51 @@ func (e *entity) process(d delivery) {
 	// The checkpoint policy: with every-message, the state is saved before the reply,
 	// so an acknowledged message survives a crash of this member.
 	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
-		if err := e.save(d.ctx); err != nil {
-			d.fail(fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err))
+		if err := e.save(ctx); err != nil {
+			err = fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err)
+			done(err)
+			d.fail(err)
 			return
 		}
 	}
+	done(nil)
 	if d.ask {
 		d.reply(Reply{Payload: out, Node: s.self}, nil)
 	}
 	if lc != nil && lc.PassivationRequested() {
 		// Passivation the entity asked for: the mailbox is ours (this is its drain), so
 		// messages that arrive meanwhile wait for the next incarnation. The asker has
-		// its reply and may cancel its context: the save must not depend on it.
-		e.stop(context.WithoutCancel(d.ctx), true)
-		e.r.passivations.Add(1)
+		// its reply and may cancel its context: the save must not depend on it. Its
+		// span starts a trace of its own, linked to the message's.
+		e.passivateNow(context.WithoutCancel(ctx), causeRequested, span.SpanContext())
 	}
 }
 
 // activate creates the entity's instance, from its saved state if the state store has
 // one, and records it among the shard's remembered entities if the type remembers them.
-func (e *entity) activate(ctx context.Context) error {
+func (e *entity) activate(ctx context.Context) (err error) {
 	s := e.r.s
+	begin := time.Now()
+	span := noopSpan
+	if s.tel.traced {
+		ctx, span = s.tracer.Start(ctx, e.r.tel.activateName, trace.WithAttributes(e.entityAttrs()...))
+	}
 	var state []byte
+	defer func() {
+		st := "fresh"
+		if state != nil {
+			st = "restored"
+		}
+		outcome := obs.OutcomeOK
+		if err != nil {
+			outcome = ErrorCode(err)
+		}
+		s.tel.activations.Add(context.Background(), 1, s.tel.activationAttrs.Get(activationKey{e.r.settings.Name, st, outcome}))
+		s.tel.activationDur.Record(context.Background(), time.Since(begin).Seconds(), s.tel.typeAttr(e.r.settings.Name, attrActivationState, st))
+		span.SetAttributes(attrActivationState.String(st))
+		failSpan(span, err)
+		span.End()
+	}()
 	if s.cfg.States != nil {
 		st, err := e.loadState(ctx)
 		switch {
@@ -840,11 +1029,12 @@ func (e *entity) activate(ctx context.Context) error {
 	e.mu.Lock()
 	e.live = true
 	e.mu.Unlock()
-	s.log.Info("entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
+	s.log.InfoContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
 	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {
-			s.log.Warn("cannot remember an entity", "entity", e.id, "err", err)
+			s.log.WarnContext(ctx, "cannot remember an entity", "entity", e.id, "err", err)
 		} else {
 			e.remembered = true
 		}
@@ -868,7 +1058,7 @@ func (e *entity) loadState(ctx context.Context) ([]byte, error) {
 		if err == nil || errors.Is(err, ErrNoState) || attempt == 2 || ctx.Err() != nil {
 			return st, err
 		}
-		s.log.Debug("entity state not loaded yet", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		s.log.DebugContext(ctx, "entity state not loaded yet", "entity", e.r.settings.Name+"/"+e.id, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -878,10 +1068,18 @@ func (e *entity) loadState(ctx context.Context) ([]byte, error) {
 }
 
 // save writes the entity's snapshot to the state store under its shard's epoch.
-func (e *entity) save(ctx context.Context) error {
+func (e *entity) save(ctx context.Context) (err error) {
 	s := e.r.s
 	if s.cfg.States == nil || e.inst == nil || e.fenced.Load() {
 		return nil
+	}
+	if s.tel.traced {
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, e.r.tel.saveName, trace.WithAttributes(e.entityAttrs()...))
+		defer func() {
+			failSpan(span, err)
+			span.End()
+		}()
 	}
 	state, err := e.inst.Snapshot(ctx)
 	if err != nil {
@@ -906,7 +1104,7 @@ func (e *entity) save(ctx context.Context) error {
 // would), so messages that arrive meanwhile wait and go to the next incarnation, in
 // order. It reports whether it started. The caller holds stopMu for reading or runs on
 // an owned goroutine.
-func (e *entity) passivate(reason string) bool {
+func (e *entity) passivate(cause string) bool {
 	e.mu.Lock()
 	if e.running || !e.live || len(e.queue) > 0 {
 		e.mu.Unlock()
@@ -917,12 +1115,48 @@ func (e *entity) passivate(reason string) bool {
 	e.r.s.wg.Add(1)
 	go func() {
 		defer e.r.s.wg.Done()
-		e.r.s.log.Debug("passivating entity", "entity", e.r.settings.Name+"/"+e.id, "reason", reason)
-		e.stop(context.Background(), true)
-		e.r.passivations.Add(1)
+		e.passivateNow(context.Background(), cause, trace.SpanContext{})
 		e.drainLoop()
 	}()
 	return true
+}
+
+// passivateSoon passivates the entity now if no goroutine drains its mailbox, or as
+// soon as the one that does has nothing left.
+func (e *entity) passivateSoon(cause string) {
+	e.mu.Lock()
+	if e.running && e.live {
+		e.passivateWhenIdle = cause
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.passivate(cause)
+}
+
+// passivateNow stops the entity saving its state (unless it is fenced), as a
+// passivation of the given cause: under a "passivate" span, a child of ctx's span or,
+// with a valid link, a new trace linked to it, and counted.
+func (e *entity) passivateNow(ctx context.Context, cause string, link trace.SpanContext) {
+	if e.inst == nil {
+		return
+	}
+	s := e.r.s
+	if s.tel.traced {
+		opts := []trace.SpanStartOption{trace.WithAttributes(append(e.entityAttrs(), attrPassivationCause.String(cause))...)}
+		if link.IsValid() {
+			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: link}))
+		}
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, e.r.tel.passivateName, opts...)
+		defer span.End()
+	}
+	s.log.DebugContext(ctx, "passivating entity", "entity", e.r.settings.Name+"/"+e.id, "cause", cause)
+	e.stop(ctx, true)
+	if cause != causeHandoff && cause != causeShutdown {
+		e.r.passivations.Add(1) // what shardhost shards reports
+	}
+	s.tel.passivations.Add(context.Background(), 1, s.tel.typeAttr(e.r.settings.Name, attrPassivationCause, cause))
 }
 
 // stop releases the instance, saving its state first when save is set (passivation,
@@ -938,7 +1172,7 @@ func (e *entity) stop(ctx context.Context, save bool) {
 	}
 	if save && e.unsaved > 0 {
 		if err := e.save(ctx); err != nil {
-			e.r.s.log.Warn("entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+			e.r.s.log.WarnContext(ctx, "entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
 		}
 	}
 	e.inst.Stop(ctx)
@@ -946,5 +1180,6 @@ func (e *entity) stop(ctx context.Context, save bool) {
 	e.mu.Lock()
 	e.live = false
 	e.mu.Unlock()
-	e.r.s.log.Info("entity stopped", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "saved", save && !e.fenced.Load())
+	e.r.s.tel.active.Add(context.Background(), -1, e.r.tel.typeOnly)
+	e.r.s.log.InfoContext(ctx, "entity stopped", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "saved", save && !e.fenced.Load())
 }

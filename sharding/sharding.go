@@ -22,13 +22,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/obs"
 )
 
 // Topics of the messages between members.
@@ -71,8 +69,10 @@ type Membership interface {
 type Messenger interface {
 	Handle(topic string, h cluster.Handler)
 	Tell(addr, topic string, body []byte) error
+	TellContext(ctx context.Context, addr, topic string, body []byte) error
 	Request(ctx context.Context, addr, topic string, body []byte) ([]byte, error)
 	RequestAsync(addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error))
+	RequestAsyncContext(ctx context.Context, addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error))
 }
 
 // Entity is one active entity. Calls come from one goroutine at a time.
@@ -236,7 +236,14 @@ type Config struct {
 	// missed. Default 1 s.
 	ReconcileInterval time.Duration
 	Logger            *slog.Logger
-	TracerProvider    trace.TracerProvider
+	// TracerProvider makes the spans of messages (tell, ask, handle), activations,
+	// passivations, state store calls, shard home resolution, buffering and handoffs.
+	// Nil: none.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records sharding's metrics (messages handled, activations,
+	// passivations, active entities, shards, handoffs, buffered messages, dead letters,
+	// state store operations). Nil: none.
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultConfig returns the defaults described on Config (dependencies unset).
@@ -274,7 +281,7 @@ type Sharding struct {
 	cfg    Config
 	log    *slog.Logger
 	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
+	tel    *shardingTelemetry
 	self   string // this member's address
 	coord  *coordinator
 
@@ -305,20 +312,23 @@ func New(cfg Config) (*Sharding, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = noop.NewTracerProvider()
+	self := cfg.Membership.Self().Address
+	tel := newShardingTelemetry(cfg.TracerProvider, cfg.MeterProvider)
+	if cfg.States != nil {
+		cfg.States = InstrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
 	}
 	s := &Sharding{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		tracer:      cfg.TracerProvider.Tracer("github.com/shardhost/shardhost/sharding"),
-		prop:        propagation.TraceContext{},
-		self:        cfg.Membership.Self().Address,
+		tracer:      tel.tracer,
+		tel:         tel,
+		self:        self,
 		stop:        make(chan struct{}),
 		regions:     map[string]*Region{},
 		typeWaiters: map[string][]delivery{},
 	}
 	s.coord = newCoordinator(s)
+	s.registerShards(cfg.MeterProvider)
 	cfg.Messenger.Handle(topicDeliver, s.handleDeliver)
 	cfg.Messenger.Handle(topicGetShardHome, s.handleGetShardHome)
 	cfg.Messenger.Handle(topicHostShard, s.handleHostShard)
@@ -489,6 +499,11 @@ type delivery struct {
 	// reply receives the reply of an ask, or a failure (for a tell, failures only); it
 	// is called at most once, never with a lock of this package held. May be nil.
 	reply func(Reply, error)
+	// wait is the span of the message's wait in a region's buffer, while it waits there
+	// in a traced context.
+	wait trace.Span
+	// arrived is when the message reached its entity's mailbox.
+	arrived time.Time
 }
 
 func (d delivery) fail(err error) {
@@ -509,9 +524,20 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	if m.EntityID == "" {
 		return ErrEmptyEntityID
 	}
-	ctx, span := s.tracer.Start(ctx, "shard region tell", trace.WithAttributes(
-		attribute.String("shardhost.entity_type", m.EntityType), attribute.String("shardhost.entity_id", m.EntityID)))
-	defer span.End()
+	span := noopSpan
+	if s.tel.traced {
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+			obs.EntityType.String(m.EntityType), obs.EntityID.String(m.EntityID), obs.Node.String(s.self),
+			obs.MessagingSystem.String(obs.RPCSystemName), obs.MessagingOp.String("send"),
+			obs.MessagingDest.String(m.EntityType))}
+		if m.Link.IsValid() {
+			// A timer's or a subscription's message: a trace of its own, linked to the
+			// span that set the timer or subscribed.
+			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: m.Link}))
+		}
+		ctx, span = s.tracer.Start(ctx, tellSpanName(m), opts...)
+		defer span.End()
+	}
 	// A tell has no reply, but a failure before the message leaves this member (stopped,
 	// buffer full) happens synchronously and is returned; later ones are not.
 	errc := make(chan error, 1)
@@ -531,11 +557,25 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	})
 	select {
 	case err := <-errc:
-		span.RecordError(err)
+		failSpan(span, err)
 		return err
 	default:
 		return nil
 	}
+}
+
+// noopSpan stands for a span when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
+
+// tellSpanName is "tell TYPE", "timer TYPE" or "changed TYPE".
+func tellSpanName(m Message) string {
+	switch m.Kind {
+	case KindTimer:
+		return "timer " + m.EntityType
+	case KindChanged:
+		return "changed " + m.EntityType
+	}
+	return "tell " + m.EntityType
 }
 
 // Ask sends payload to the entity typ/id and waits for its reply, until ctx ends (or
@@ -559,9 +599,8 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 	}
 	deadline, _ := ctx.Deadline()
 	start := time.Now()
-	ctx, span := s.tracer.Start(ctx, "shard region ask", trace.WithAttributes(
-		attribute.String("shardhost.entity_type", typ), attribute.String("shardhost.entity_id", id)))
-	defer span.End()
+	// No span of its own: the caller's (the API's server span, the asking entity's
+	// message) is the ask's, and the entity's "handle" span is its child.
 	type result struct {
 		r   Reply
 		err error
@@ -580,13 +619,8 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 	s.route(d)
 	select {
 	case res := <-ch:
-		if res.err != nil {
-			span.RecordError(res.err)
-			span.SetStatus(codes.Error, ErrorCode(res.err))
-		}
 		return res.r, res.err
 	case <-ctx.Done():
-		span.SetStatus(codes.Error, "timeout")
 		return Reply{}, fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
 	}
 }
@@ -716,9 +750,28 @@ func (s *Sharding) allRegions() []*Region {
 
 func (s *Sharding) deadLetter(d delivery, err error) {
 	s.deadLetters.Add(1)
-	s.log.Debug("dead letter", "entity", d.env.EntityType+"/"+d.env.EntityID, "err", err)
+	reason := deadLetterReason(err)
+	s.tel.deadLetters.Add(context.Background(), 1, s.tel.typeAttr(d.env.EntityType, attrDeadLetterReason, reason))
+	s.log.DebugContext(d.ctx, "dead letter", "entity", d.env.EntityType+"/"+d.env.EntityID, "reason", reason, "err", err)
+	if span := trace.SpanFromContext(d.ctx); span.IsRecording() {
+		span.AddEvent("dead letter", trace.WithAttributes(attrDeadLetterReason.String(reason)))
+	}
 	d.fail(err)
 }
+
+// deadLetterReason names why a message was dropped (shardhost.dead_letter.reason).
+func deadLetterReason(err error) string {
+	switch {
+	case errors.Is(err, ErrBufferFull):
+		return "buffer-full"
+	case errors.Is(err, ErrMailboxFull):
+		return "mailbox-full"
+	}
+	return ErrorCode(err)
+}
+
+// Leaving reports whether this member has begun handing its shards off to leave.
+func (s *Sharding) Leaving() bool { return s.leaving.Load() }
 
 // DeadLetters returns how many messages were dropped because a buffer or mailbox was
 // full, since start.
@@ -863,7 +916,7 @@ func (s *Sharding) transportAddr(addr string) (string, error) {
 
 // shardHome asks the coordinator (the singleton on the oldest member) where a shard
 // lives, allocating it if needed. It blocks for at most RequestTimeout.
-func (s *Sharding) shardHome(ref shardRef) (shardHome, error) {
+func (s *Sharding) shardHome(ctx context.Context, ref shardRef) (shardHome, error) {
 	oldest, ok := cluster.SingletonHost(s.cfg.Membership.Members(), "")
 	if !ok {
 		return shardHome{}, fmt.Errorf("%w: no up member to run the coordinator", ErrShardUnavailable)
@@ -875,7 +928,7 @@ func (s *Sharding) shardHome(ref shardRef) (shardHome, error) {
 			err  error
 		}
 		ch := make(chan result, 1)
-		s.coord.getShardHome(ref, func(home shardHome, err error) { ch <- result{home, err} })
+		s.coord.getShardHome(ctx, ref, func(home shardHome, err error) { ch <- result{home, err} })
 		select {
 		case r := <-ch:
 			return r.home, r.err
@@ -885,7 +938,7 @@ func (s *Sharding) shardHome(ref shardRef) (shardHome, error) {
 			return shardHome{}, ErrStopped
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RequestTimeout)
 	defer cancel()
 	b, err := s.cfg.Messenger.Request(ctx, oldest.TransportAddr, topicGetShardHome, encode(ref))
 	if err != nil {
@@ -899,7 +952,7 @@ func (s *Sharding) shardHome(ref shardRef) (shardHome, error) {
 }
 
 // hostShard tells the region at addr to host a shard; cb gets the outcome.
-func (s *Sharding) hostShard(addr string, ref shardRef, cb func(error)) {
+func (s *Sharding) hostShard(ctx context.Context, addr string, ref shardRef, cb func(error)) {
 	if addr == s.self {
 		if !s.goroutine(func() { cb(s.hostShardHere(ref)) }) {
 			cb(ErrStopped)
@@ -911,7 +964,7 @@ func (s *Sharding) hostShard(addr string, ref shardRef, cb func(error)) {
 		cb(err)
 		return
 	}
-	s.cfg.Messenger.RequestAsync(to, topicHostShard, encode(ref), s.cfg.RequestTimeout, func(_ []byte, err error) { cb(err) })
+	s.cfg.Messenger.RequestAsyncContext(ctx, to, topicHostShard, encode(ref), s.cfg.RequestTimeout, func(_ []byte, err error) { cb(err) })
 }
 
 func (s *Sharding) hostShardHere(ref shardRef) error {
@@ -938,11 +991,12 @@ func (s *Sharding) handleDeliver(req *cluster.Request) {
 		req.Reply(nil, err)
 		return
 	}
-	ctx := s.prop.Extract(context.Background(), propagation.MapCarrier(env.Trace))
-	ctx, span := s.tracer.Start(ctx, "shard region receive", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("shardhost.entity_type", env.EntityType),
-			attribute.String("shardhost.entity_id", env.EntityID), attribute.Int("shardhost.hops", int(env.Hops))))
-	defer span.End()
+	// The context has the sender's trace and, for an ask, the server span the reply
+	// ends (the messenger's): the entity's spans are its children and end before it.
+	ctx := req.Context()
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(obs.EntityType.String(env.EntityType), obs.EntityID.String(env.EntityID), attrHops.Int(int(env.Hops)))
+	}
 	d := delivery{env: env, ctx: ctx, ask: !req.OneWay()}
 	if d.ask {
 		d.deadline = time.Now().Add(s.cfg.AskTimeout)
@@ -967,7 +1021,7 @@ func (s *Sharding) handleGetShardHome(req *cluster.Request) {
 		req.Reply(nil, err)
 		return
 	}
-	s.coord.getShardHome(ref, func(home shardHome, err error) {
+	s.coord.getShardHome(req.Context(), ref, func(home shardHome, err error) {
 		if err != nil {
 			req.Reply(nil, err)
 			return
@@ -1073,7 +1127,7 @@ func (s *Sharding) handleBeginHandOff(req *cluster.Request) {
 		return
 	}
 	if r := s.region(ref.Type); r != nil {
-		r.pause(ref.Shard, ref.Requester)
+		r.pause(ref.Shard, ref.Requester, decodeSpanContext(ref.HandOff))
 	}
 	req.Reply(nil, nil)
 }
@@ -1095,9 +1149,8 @@ func (s *Sharding) handleReturn(req *cluster.Request) {
 	if err := decode(req.Body, &env); err != nil {
 		return
 	}
-	ctx := s.prop.Extract(context.Background(), propagation.MapCarrier(env.Trace))
 	if r := s.region(env.EntityType); r != nil {
-		r.reroute(delivery{env: env, ctx: ctx})
+		r.reroute(delivery{env: env, ctx: req.Context()})
 	}
 }
 
@@ -1111,7 +1164,7 @@ func (s *Sharding) broadcastHandOff(ctx context.Context, topic string, ref shard
 			continue
 		}
 		if !wait {
-			s.cfg.Messenger.Tell(m.TransportAddr, topic, body)
+			s.cfg.Messenger.TellContext(ctx, m.TransportAddr, topic, body)
 			continue
 		}
 		wg.Add(1)

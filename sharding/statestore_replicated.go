@@ -366,17 +366,25 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 	}
 	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: []stateRecord{rec}}
 	results := make(chan error, len(reps))
+	rctx := withTraceOf(s.ctx, ctx)
 	for _, r := range reps {
-		if !s.spawn(func() { results <- s.writeTo(s.ctx, r, req) }) {
+		if !s.spawn(func() { results <- s.writeTo(rctx, r, req) }) {
 			results <- closedError()
 		}
 	}
-	_, err = quorum.Await(ctx, results, len(reps), majority(len(reps)), func(err error) error {
+	answers, err := quorum.Await(ctx, results, len(reps), majority(len(reps)), func(err error) error {
 		if errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrStateTooLarge) {
 			return quorum.Fatal(err) // no other replica's acknowledgement makes up for it
 		}
 		return err
 	})
+	acks := 0
+	for _, a := range answers {
+		if a == nil {
+			acks++
+		}
+	}
+	RecordReplicas(ctx, len(reps), acks)
 	if short, ok := errors.AsType[*quorum.ShortError](err); ok {
 		if short.Cause != nil {
 			return fmt.Errorf("%w: replicas: %w (the write may still land on some)", ErrStoreUnavailable, short)
@@ -433,8 +441,9 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		return nil, err
 	}
 	results := make(chan stateReadAnswer, len(reps))
+	rctx := withTraceOf(s.ctx, ctx)
 	for _, r := range reps {
-		if !s.spawn(func() { results <- s.readFrom(s.ctx, r, key) }) {
+		if !s.spawn(func() { results <- s.readFrom(rctx, r, key) }) {
 			results <- stateReadAnswer{rep: r, err: closedError()}
 		}
 	}
@@ -451,6 +460,7 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
 		best = newestAnswer(answers)
 	}
+	RecordReplicas(ctx, len(reps), answeredOK(answers))
 	var data []byte
 	if best != nil {
 		if data, err = s.fetchRest(s.ctx, key, best); err != nil {
@@ -520,6 +530,17 @@ func stragglers[A replicaAnswer](reps []stateReplica, answered []A, results <-ch
 	return out
 }
 
+// answeredOK counts the answers without failure.
+func answeredOK[A replicaAnswer](answers []A) int {
+	n := 0
+	for _, a := range answers {
+		if a.failure() == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // newestAnswer returns the answer with the newest snapshot, or nil if none found one.
 func newestAnswer(answers []stateReadAnswer) *stateReadAnswer {
 	var best *stateReadAnswer
@@ -564,6 +585,7 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	// A remember mark that reached fewer replicas still counts (see load): the union
 	// takes every reachable replica's marks.
 	answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
+	RecordReplicas(ctx, len(reps), answeredOK(answers))
 	merged := mergeRemembered(answers)
 	out := []string{}
 	for id, r := range merged {

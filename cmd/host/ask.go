@@ -22,6 +22,9 @@ func newAskCommand(g *globals) *cobra.Command {
 				return err
 			}
 			r, err := c.do("POST", fmt.Sprintf("%s&timeout=%s", path, timeout), payload)
+			if verbose && r.header != nil {
+				defer printTrace(cmd.ErrOrStderr(), r)
+			}
 			if err != nil {
 				return err
 			}
@@ -37,6 +40,6 @@ func newAskCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the reply")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print, on standard error, which member hosts the entity")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print, on standard error, which member hosts the entity and the request's trace ID")
 	return cmd
 }

@@ -60,11 +60,30 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return response{}, errors.New(e.Error)
+			return response{header: resp.Header}, errors.New(e.Error)
 		}
-		return response{}, fmt.Errorf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		return response{header: resp.Header}, fmt.Errorf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return response{body: b, header: resp.Header}, nil
+}
+
+// traceID returns the trace ID of the request's server span, from the traceparent
+// response header (W3C Trace Context: 00-TRACEID-SPANID-FLAGS), or "".
+func (r response) traceID() string {
+	parts := strings.Split(r.header.Get("traceparent"), "-")
+	if len(parts) != 4 || len(parts[1]) != 32 {
+		return ""
+	}
+	return parts[1]
+}
+
+// printTrace prints, for -v, the trace ID of a request on w.
+func printTrace(w io.Writer, r response) {
+	if id := r.traceID(); id != "" {
+		fmt.Fprintf(w, "trace %s\n", id)
+	} else {
+		fmt.Fprintln(w, "no trace (tracing is off on the member: set OTEL_TRACES_EXPORTER)")
+	}
 }
 
 func (c *client) getJSON(path string, v any) error {

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardhost/shardhost/host"
-	"github.com/shardhost/shardhost/internal/telemetry"
 )
 
 // devNodes are the addresses of the local cluster shardhost dev starts.
@@ -71,12 +70,11 @@ interrupted.`,
 				if i > 0 {
 					cfg.Join = []string{devNodes[0].bind}
 				}
-				tp, shutdownTracing, err := telemetry.TracerProvider(ctx, addr.bind)
+				shutdownTelemetry, err := observe(ctx, &cfg, addr.bind)
 				if err != nil {
 					return err
 				}
-				defer shutdownTracing(context.Background())
-				cfg.TracerProvider = tp
+				defer shutdownTelemetry()
 				n, err := host.Start(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("starting node %d: %w", i+1, err)

@@ -7,12 +7,15 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shardhost/shardhost/internal/telemetry"
 )
 
 // globals are the flags every command has.
 type globals struct {
-	api      string
-	logLevel string
+	api       string
+	logLevel  string
+	logFormat string
 }
 
 func newRootCommand() *cobra.Command {
@@ -30,6 +33,7 @@ Talk to it:                                                  shardhost ask count
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text (logfmt) or json; records made in a traced context carry trace_id and span_id")
 	root.AddCommand(
 		newStartCommand(g),
 		newDevCommand(g),
@@ -63,7 +67,11 @@ func (g *globals) logger() (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
+	h, err := telemetry.LogHandler(os.Stderr, g.logFormat, level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-format: %v", err)
+	}
+	return slog.New(h), nil
 }
 
 // oneLine keeps the first line of an error text.

@@ -110,6 +110,33 @@ func (f *nodeFlags) config() (host.Config, error) {
 	return cfg, nil
 }
 
+// observe gives a node's configuration its telemetry from the OTEL_* environment: the
+// tracer provider, the propagators, the meter provider and the Prometheus handler served
+// at /metrics. The returned function flushes and stops them.
+func observe(ctx context.Context, cfg *host.Config, node string) (func(), error) {
+	prop, err := telemetry.Propagator()
+	if err != nil {
+		return nil, err
+	}
+	tp, shutdownTracing, err := telemetry.TracerProvider(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := telemetry.NewMetrics(ctx, node)
+	if err != nil {
+		shutdownTracing(context.Background())
+		return nil, err
+	}
+	cfg.TracerProvider, cfg.Propagator = tp, prop
+	cfg.MeterProvider, cfg.MetricsHandler = metrics.Provider, metrics.Handler
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shutdownTracing(ctx)
+		metrics.Shutdown(ctx)
+	}, nil
+}
+
 func newStartCommand(g *globals) *cobra.Command {
 	var bind, api, transport, dataDir string
 	var join []string
@@ -138,12 +165,11 @@ func newStartCommand(g *globals) *cobra.Command {
 			cfg.Logger = log
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			tp, shutdownTracing, err := telemetry.TracerProvider(ctx, bind)
+			shutdownTelemetry, err := observe(ctx, &cfg, bind)
 			if err != nil {
 				return err
 			}
-			defer shutdownTracing(context.Background())
-			cfg.TracerProvider = tp
+			defer shutdownTelemetry()
 			for {
 				n, err := host.Start(ctx, cfg)
 				if err != nil {

@@ -5,7 +5,8 @@ import (
 )
 
 func newTellCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var verbose bool
+	cmd := &cobra.Command{
 		Use:   "tell TYPE/ID PAYLOAD",
 		Short: "Send a message to an entity without waiting for it (PAYLOAD - reads standard input)",
 		Args:  cobra.ExactArgs(2),
@@ -14,8 +15,13 @@ func newTellCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = c.do("POST", path, payload)
+			r, err := c.do("POST", path, payload)
+			if verbose && r.header != nil {
+				printTrace(cmd.ErrOrStderr(), r)
+			}
 			return err
 		},
 	}
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print, on standard error, the request's trace ID")
+	return cmd
 }

@@ -1,0 +1,193 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardhost/shardhost/internal/obs"
+)
+
+// Attribute keys of the state store's spans and metrics.
+const (
+	attrStateOperation = attribute.Key("shardhost.state.operation")
+	attrStateBytes     = attribute.Key("shardhost.state.bytes")
+	attrStateRemember  = attribute.Key("shardhost.state.remember")
+	attrStateEntities  = attribute.Key("shardhost.state.entities")
+	attrReplicasAsked  = attribute.Key("shardhost.state.replicas.asked")
+	attrReplicasAnswer = attribute.Key("shardhost.state.replicas.answered")
+)
+
+type stateOp uint8
+
+const (
+	stateOpSave stateOp = iota
+	stateOpLoad
+	stateOpRemember
+	stateOpRemembered
+	numStateOps
+)
+
+var stateOpNames = [numStateOps]string{"save", "load", "remember", "remembered"}
+var stateSpanNames = [numStateOps]string{"state save", "state load", "state remember", "state remembered"}
+
+// instrumentedStateStore decorates any StateStore with spans (in a traced context) and
+// metrics, so that every implementation gets them.
+type instrumentedStateStore struct {
+	store    StateStore
+	tracer   trace.Tracer
+	traced   bool
+	self     string
+	ops      metric.Int64Counter
+	duration metric.Float64Histogram
+	io       metric.Int64Counter
+	fenced   metric.Int64Counter
+	attrs    *obs.AttrCache[stateOpKey]
+	ioAttrs  [numStateOps]metric.MeasurementOption
+}
+
+type stateOpKey struct {
+	op      stateOp
+	outcome string
+}
+
+var _ StateStore = (*instrumentedStateStore)(nil)
+
+// InstrumentStateStore returns store recording, for every Save, Load, Remember and
+// Remembered: a span when the context is traced ("state save", ...: the entity's
+// attributes, bytes, and the replicas asked and answered when the store reports them
+// with RecordReplicas), and the metrics shardhost.state.operations,
+// shardhost.state.operation.duration, shardhost.state.io and
+// shardhost.state.fencing.refusals. self is this member's address (shardhost.node).
+// Sharding applies it to Config.States itself.
+func InstrumentStateStore(store StateStore, self string, tp trace.TracerProvider, mp metric.MeterProvider) StateStore {
+	m := obs.Meter(mp, "sharding")
+	s := &instrumentedStateStore{store: store, tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp), self: self}
+	s.ops = obs.Must(m.Int64Counter("shardhost.state.operations", metric.WithUnit("{operation}"),
+		metric.WithDescription("Entity state store operations (save, load, remember, remembered), by outcome. [shardhost.state.operation, shardhost.outcome]")))
+	s.duration = obs.Must(m.Float64Histogram("shardhost.state.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of entity state store operations, by operation and outcome. [shardhost.state.operation, shardhost.outcome]")))
+	s.io = obs.Must(m.Int64Counter("shardhost.state.io", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of entity state saved and loaded, by operation. [shardhost.state.operation]")))
+	s.fenced = obs.Must(m.Int64Counter("shardhost.state.fencing.refusals", metric.WithUnit("{refusal}"),
+		metric.WithDescription("State writes refused because the writer's allocation epoch was stale (fencing). []")))
+	s.attrs = obs.NewAttrCache(func(k stateOpKey) attribute.Set {
+		return attribute.NewSet(attrStateOperation.String(stateOpNames[k.op]), obs.Outcome.String(k.outcome))
+	})
+	for op := range numStateOps {
+		s.ioAttrs[op] = metric.WithAttributeSet(attribute.NewSet(attrStateOperation.String(stateOpNames[op])))
+	}
+	return s
+}
+
+// stateOutcome names the outcome of a state store operation.
+func stateOutcome(err error) string {
+	switch {
+	case err == nil:
+		return obs.OutcomeOK
+	case errors.Is(err, ErrNoState):
+		return "no-state"
+	case errors.Is(err, ErrStaleEpoch):
+		return "stale-epoch"
+	case errors.Is(err, ErrStoreUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrStateTooLarge):
+		return "too-large"
+	case errors.Is(err, ErrInvalidStateKey):
+		return "invalid-key"
+	}
+	return "_OTHER"
+}
+
+func (s *instrumentedStateStore) start(ctx context.Context, op stateOp, attrs ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
+	start := time.Now()
+	if !s.traced || !obs.Traced(ctx) {
+		return ctx, nil, start
+	}
+	ctx, span := s.tracer.Start(ctx, stateSpanNames[op], trace.WithAttributes(attrs...))
+	return ctx, span, start
+}
+
+func (s *instrumentedStateStore) done(op stateOp, span trace.Span, start time.Time, bytes int, err error) {
+	outcome := stateOutcome(err)
+	a := s.attrs.Get(stateOpKey{op, outcome})
+	ctx := context.Background()
+	s.ops.Add(ctx, 1, a)
+	s.duration.Record(ctx, time.Since(start).Seconds(), a)
+	if bytes > 0 {
+		s.io.Add(ctx, int64(bytes), s.ioAttrs[op])
+	}
+	if errors.Is(err, ErrStaleEpoch) {
+		s.fenced.Add(ctx, 1)
+	}
+	if span == nil {
+		return
+	}
+	if op == stateOpSave || op == stateOpLoad {
+		span.SetAttributes(attrStateBytes.Int(bytes))
+	}
+	span.SetAttributes(obs.Outcome.String(outcome))
+	if err != nil && !errors.Is(err, ErrNoState) {
+		obs.Fail(span, err, outcome)
+	}
+	span.End()
+}
+
+func (s *instrumentedStateStore) keyAttrs(key EntityKey, more ...attribute.KeyValue) []attribute.KeyValue {
+	return append([]attribute.KeyValue{obs.EntityType.String(key.Type), obs.EntityID.String(key.ID),
+		obs.ShardID.Int(key.Shard), obs.Node.String(s.self)}, more...)
+}
+
+func (s *instrumentedStateStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
+	ctx, span, start := s.start(ctx, stateOpSave, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)))...)
+	err := s.store.Save(ctx, key, epoch, state)
+	n := 0
+	if err == nil {
+		n = len(state)
+	}
+	s.done(stateOpSave, span, start, n, err)
+	return err
+}
+
+func (s *instrumentedStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
+	ctx, span, start := s.start(ctx, stateOpLoad, s.keyAttrs(key)...)
+	b, err := s.store.Load(ctx, key)
+	s.done(stateOpLoad, span, start, len(b), err)
+	return b, err
+}
+
+func (s *instrumentedStateStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
+	ctx, span, start := s.start(ctx, stateOpRemember, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)), attrStateRemember.Bool(remember))...)
+	err := s.store.Remember(ctx, key, epoch, remember)
+	s.done(stateOpRemember, span, start, 0, err)
+	return err
+}
+
+func (s *instrumentedStateStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
+	ctx, span, start := s.start(ctx, stateOpRemembered, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self))
+	ids, err := s.store.Remembered(ctx, typ, shard)
+	if span != nil {
+		span.SetAttributes(attrStateEntities.Int(len(ids)))
+	}
+	s.done(stateOpRemembered, span, start, 0, err)
+	return ids, err
+}
+
+// RecordReplicas records, on the span of the state store operation ctx belongs to, how
+// many replicas it asked and how many answered (or acknowledged). A StateStore that
+// replicates calls it; it does nothing outside a recording span.
+func RecordReplicas(ctx context.Context, asked, answered int) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attrReplicasAsked.Int(asked), attrReplicasAnswer.Int(answered))
+	}
+}
+
+// withTraceOf returns base (its values and cancellation) carrying the span of ctx: work
+// a store does on its own lifetime for a traced caller stays in the caller's trace.
+func withTraceOf(base, ctx context.Context) context.Context {
+	return trace.ContextWithSpan(base, trace.SpanFromContext(ctx))
+}
