@@ -49,6 +49,11 @@ type Config struct {
 	JoinTimeout time.Duration
 	// DataDir holds the modules and the compilation cache. Required.
 	DataDir string
+	// StateStore chooses the entity state store: "builtin" (or "") for the replicated
+	// store on the members' disks (DataDir/state), or a PostgreSQL connection string
+	// (postgres://…, or libpq's key=value form) for pgstore, with what it leaves out
+	// taken from the PG* environment (README: choosing a state store).
+	StateStore string
 	// GossipProfile is "lan" (default) or "local" (memberlist's own timing).
 	GossipProfile string
 	// Roles are this member's roles.
@@ -121,6 +126,9 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("host: a data directory is required")
 	}
+	if _, err := ParseStateStore(c.StateStore); err != nil {
+		return err
+	}
 	if c.MaxModuleSize <= 0 || c.JoinTimeout <= 0 || c.ShutdownTimeout <= 0 {
 		return errors.New("host: module size cap and timeouts must be positive")
 	}
@@ -156,7 +164,8 @@ type Node struct {
 	membership *cluster.Membership
 	replicator *ddata.Replicator
 	store      ddata.DurableStore
-	states     *sharding.ReplicatedStateStore
+	states     sharding.StateStore
+	closeState func() error
 	sharding   *sharding.Sharding
 	backoff    *backoff
 	api        *http.Server
@@ -272,10 +281,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
-	stc := sharding.DefaultReplicatedStateStoreConfig()
-	stc.Membership, stc.Messenger, stc.Logger = n.membership, n.messenger, cfg.Logger
-	stc.Dir = filepath.Join(cfg.DataDir, "state")
-	if n.states, err = sharding.NewReplicatedStateStore(stc); err != nil {
+	if n.states, n.closeState, err = n.openStateStore(ctx); err != nil {
 		return nil, err
 	}
 
@@ -457,8 +463,8 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 	if n.replicator != nil {
 		errs = append(errs, n.replicator.Close())
 	}
-	if n.states != nil {
-		errs = append(errs, n.states.Close())
+	if n.closeState != nil {
+		errs = append(errs, n.closeState())
 	}
 	if n.store != nil {
 		errs = append(errs, n.store.Close())

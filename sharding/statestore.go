@@ -83,6 +83,9 @@ func (m *MemoryStateStore) fence(k shardKey, epoch uint64) error {
 
 // Save implements StateStore.
 func (m *MemoryStateStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
+	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.fence(shardKey{key.Type, key.Shard}, epoch); err != nil {
@@ -95,17 +98,23 @@ func (m *MemoryStateStore) Save(ctx context.Context, key EntityKey, epoch uint64
 
 // Load implements StateStore.
 func (m *MemoryStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
+	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.state[key]
 	if !ok {
 		return nil, ErrNoState
 	}
-	return append([]byte(nil), s...), nil
+	return append([]byte{}, s...), nil
 }
 
 // Remember implements StateStore.
 func (m *MemoryStateStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
+	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := shardKey{key.Type, key.Shard}
@@ -125,9 +134,12 @@ func (m *MemoryStateStore) Remember(ctx context.Context, key EntityKey, epoch ui
 
 // Remembered implements StateStore.
 func (m *MemoryStateStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
+	if err := checkStateKey(typ, shard, "", false); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []string
+	out := []string{}
 	for id := range m.remembered[shardKey{typ, shard}] {
 		out = append(out, id)
 	}

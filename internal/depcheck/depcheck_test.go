@@ -1,6 +1,7 @@
 // Package depcheck checks the dependency direction of docs/design.md: cmd/host → host →
 // sharding → ddata → cluster → abi, imports pointing down only, and abi on the standard
-// library alone.
+// library alone. The PostgreSQL driver stays in sharding/pgstore: only it imports pgx,
+// and sharding itself never imports pgstore (host chooses the store).
 package depcheck
 
 import (
@@ -12,6 +13,9 @@ import (
 )
 
 const mod = "github.com/shardhost/shardhost/"
+
+// pgxOnly is the one package that may import the PostgreSQL driver.
+const pgxOnly = mod + "sharding/pgstore"
 
 // layers from top to bottom; a package may import only layers below its own.
 var layers = []string{"cmd/host", "host", "sharding", "ddata", "cluster", "abi"}
@@ -46,8 +50,14 @@ func TestDependencyDirection(t *testing.T) {
 			if layers[from] == "abi" && strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") {
 				t.Errorf("abi imports %s: it must use the standard library only", imp)
 			}
+			if strings.HasPrefix(imp, "github.com/jackc/") && strings.HasPrefix(pkg, mod) && pkg != pgxOnly && !strings.HasPrefix(pkg, pgxOnly+"/") {
+				t.Errorf("%s imports %s: only %s may use the PostgreSQL driver", pkg, imp, pgxOnly)
+			}
 			if !strings.HasPrefix(imp, mod) {
 				continue
+			}
+			if imp == pgxOnly && (layers[from] != "host" && layers[from] != "cmd/host") && !strings.HasSuffix(pkg, ".test") {
+				t.Errorf("%s imports %s: the store is chosen by host and cmd/host", pkg, imp)
 			}
 			if to := layerOf(imp); to >= 0 && to <= from && layers[to] != layers[from] {
 				t.Errorf("%s imports %s: imports must point down %v", pkg, imp, layers)

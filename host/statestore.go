@@ -1,0 +1,60 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/sharding/pgstore"
+)
+
+// StateStoreKind is the kind of entity state store a Config.StateStore names.
+type StateStoreKind int
+
+const (
+	// StateStoreBuiltin is the replicated store on the members' disks.
+	StateStoreBuiltin StateStoreKind = iota
+	// StateStorePostgres is pgstore.
+	StateStorePostgres
+)
+
+// ParseStateStore reads a --state-store value: "builtin" or "" (the built-in
+// replicated store), or a PostgreSQL connection string: a postgres:// or
+// postgresql:// URL, or libpq's key=value form (host=… dbname=…).
+func ParseStateStore(v string) (StateStoreKind, error) {
+	switch {
+	case v == "" || v == "builtin":
+		return StateStoreBuiltin, nil
+	case strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://") || strings.Contains(v, "="):
+		return StateStorePostgres, nil
+	}
+	return 0, fmt.Errorf("host: --state-store %q: want builtin, or a PostgreSQL connection string (postgres://USER@HOST:PORT/DB?sslmode=…)", v)
+}
+
+// openStateStore opens the store Config.StateStore names, and returns it with its
+// Close.
+func (n *Node) openStateStore(ctx context.Context) (sharding.StateStore, func() error, error) {
+	kind, err := ParseStateStore(n.cfg.StateStore)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kind == StateStorePostgres {
+		pc := pgstore.DefaultConfig()
+		pc.URL, pc.Logger = n.cfg.StateStore, n.cfg.Logger
+		s, err := pgstore.Open(ctx, pc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("host: opening the state store: %w", err)
+		}
+		return s, s.Close, nil
+	}
+	stc := sharding.DefaultReplicatedStateStoreConfig()
+	stc.Membership, stc.Messenger, stc.Logger = n.membership, n.messenger, n.cfg.Logger
+	stc.Dir = filepath.Join(n.cfg.DataDir, "state")
+	s, err := sharding.NewReplicatedStateStore(stc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
+}

@@ -1,0 +1,184 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migration is one step of the schema, applied once, in order, in its own
+// transaction.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrationLockKey is the advisory lock (pg_advisory_lock, session level) held while
+// migrations run, so that members starting at once apply each step once.
+const migrationLockKey int64 = 0x5368617264486f73 // "ShardHos"
+
+// migrations is the schema, oldest first. Never edit a released step: add one.
+var migrations = []migration{
+	{1, "state tables and fencing", `
+CREATE TABLE shardhost_shard_epochs (
+	entity_type text    NOT NULL,
+	shard       integer NOT NULL CHECK (shard >= 0),
+	epoch       bigint  NOT NULL CHECK (epoch >= 0),
+	PRIMARY KEY (entity_type, shard)
+);
+COMMENT ON TABLE shardhost_shard_epochs IS 'shardhost: the newest allocation epoch each shard was written with (fencing)';
+
+CREATE TABLE shardhost_snapshots (
+	entity_type text        NOT NULL,
+	shard       integer     NOT NULL CHECK (shard >= 0),
+	entity_id   text        NOT NULL,
+	epoch       bigint      NOT NULL CHECK (epoch >= 0),
+	seq         bigint      NOT NULL CHECK (seq >= 1),
+	state       bytea       NOT NULL,
+	saved_at    timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (entity_type, shard, entity_id)
+);
+COMMENT ON TABLE shardhost_snapshots IS 'shardhost: each entity''s latest snapshot; seq counts its writes';
+
+CREATE TABLE shardhost_remembered (
+	entity_type   text        NOT NULL,
+	shard         integer     NOT NULL CHECK (shard >= 0),
+	entity_id     text        NOT NULL,
+	epoch         bigint      NOT NULL CHECK (epoch >= 0),
+	remembered_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (entity_type, shard, entity_id)
+);
+COMMENT ON TABLE shardhost_remembered IS 'shardhost: the remembered entities of each shard (remember-entities types)';
+
+-- shardhost_fence makes the shard's epoch at least p_epoch and returns it, or returns
+-- the newer epoch the shard has (the caller is stale). A caller at the shard's epoch
+-- holds a share lock on the epoch row until its transaction ends: concurrent writers
+-- of one epoch go on together, and a writer with a newer epoch waits for them, so once
+-- it has written no older writer can.
+CREATE FUNCTION shardhost_fence(p_type text, p_shard integer, p_epoch bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	cur bigint;
+BEGIN
+	FOR attempt IN 1..3 LOOP
+		UPDATE shardhost_shard_epochs SET epoch = p_epoch
+			WHERE entity_type = p_type AND shard = p_shard AND epoch < p_epoch;
+		IF FOUND THEN
+			RETURN p_epoch;
+		END IF;
+		SELECT epoch INTO cur FROM shardhost_shard_epochs
+			WHERE entity_type = p_type AND shard = p_shard FOR SHARE;
+		IF FOUND AND cur >= p_epoch THEN
+			RETURN cur;
+		END IF;
+		IF NOT FOUND THEN
+			INSERT INTO shardhost_shard_epochs (entity_type, shard, epoch) VALUES (p_type, p_shard, p_epoch)
+				ON CONFLICT DO NOTHING;
+			IF FOUND THEN
+				RETURN p_epoch;
+			END IF;
+		END IF;
+	END LOOP;
+	RAISE EXCEPTION 'shardhost: the epoch of %/% keeps changing', p_type, p_shard USING ERRCODE = '40001';
+END $$;
+
+-- shardhost_save fences the shard, then stores the snapshots (p_ids[i] gets
+-- p_states[i]). It returns the shard's epoch: more than p_epoch means stale, and
+-- nothing was written.
+CREATE FUNCTION shardhost_save(p_type text, p_shard integer, p_epoch bigint, p_ids text[], p_states bytea[])
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	cur bigint;
+BEGIN
+	cur := shardhost_fence(p_type, p_shard, p_epoch);
+	IF cur > p_epoch THEN
+		RETURN cur;
+	END IF;
+	INSERT INTO shardhost_snapshots AS s (entity_type, shard, entity_id, epoch, seq, state)
+		SELECT p_type, p_shard, u.id, p_epoch, 1, u.state FROM unnest(p_ids, p_states) AS u(id, state)
+		ON CONFLICT (entity_type, shard, entity_id) DO UPDATE
+			SET epoch = EXCLUDED.epoch, seq = s.seq + 1, state = EXCLUDED.state, saved_at = now();
+	RETURN cur;
+END $$;
+
+-- shardhost_remember fences the shard, then records (p_remember) or forgets the
+-- entity; it returns the shard's epoch as shardhost_save does.
+CREATE FUNCTION shardhost_remember(p_type text, p_shard integer, p_epoch bigint, p_id text, p_remember boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	cur bigint;
+BEGIN
+	cur := shardhost_fence(p_type, p_shard, p_epoch);
+	IF cur > p_epoch THEN
+		RETURN cur;
+	END IF;
+	IF p_remember THEN
+		INSERT INTO shardhost_remembered AS r (entity_type, shard, entity_id, epoch)
+			VALUES (p_type, p_shard, p_id, p_epoch)
+			ON CONFLICT (entity_type, shard, entity_id) DO UPDATE SET epoch = EXCLUDED.epoch;
+	ELSE
+		DELETE FROM shardhost_remembered WHERE entity_type = p_type AND shard = p_shard AND entity_id = p_id;
+	END IF;
+	RETURN cur;
+END $$;
+`},
+}
+
+// migrate applies the migrations the database lacks, under the advisory lock, and
+// returns the schema version. A database whose schema is newer than this build's is
+// refused.
+func migrate(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockKey); err != nil {
+		return 0, fmt.Errorf("taking the migration lock: %w", err)
+	}
+	defer func() {
+		// A broken connection drops the session's lock with it.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrationLockKey); err != nil {
+			conn.Conn().Close(context.Background())
+		}
+	}()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS shardhost_schema_migrations (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return 0, fmt.Errorf("creating shardhost_schema_migrations: %w", err)
+	}
+	var current int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM shardhost_schema_migrations").Scan(&current); err != nil {
+		return 0, err
+	}
+	latest := migrations[len(migrations)-1].version
+	if current > latest {
+		return current, fmt.Errorf("%w: the database's schema is at version %d, newer than this shardhost knows (%d): upgrade shardhost",
+			errSchema, current, latest)
+	}
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO shardhost_schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return current, fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		}
+		current = m.version
+	}
+	return current, nil
+}
+
+var errSchema = errors.New("pgstore: unknown schema version")

@@ -1,0 +1,384 @@
+// Package pgstore is a sharding.StateStore on PostgreSQL (pgx and its pool): entity
+// snapshots, remembered entities and per-shard fencing epochs in three tables of a
+// database the user already runs, backs up and restores. Select it with
+// `shardhost start --state-store postgres://…` (README: choosing a state store).
+//
+// Fencing is in SQL: every write calls a function (shardhost_save,
+// shardhost_remember) that raises or checks the shard's epoch row and writes in the
+// same transaction, one statement and one round trip; a write with an older epoch than
+// the shard's writes nothing and fails with sharding.ErrStaleEpoch.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Errors of the PostgreSQL store, beside those of sharding.StateStore.
+var (
+	// ErrNotEmpty: an import found state in the database already.
+	ErrNotEmpty = errors.New("pgstore: the database already holds entity state")
+)
+
+// Config configures a Store.
+type Config struct {
+	// URL is the connection string: a postgres:// URL or key=value pairs, as libpq
+	// takes them (host, port, dbname, user, password, sslmode, sslrootcert, sslcert,
+	// sslkey, connect_timeout, options, search_path via options, pool_max_conns, ...).
+	// What it leaves out comes from the PG* environment variables (PGHOST, PGPORT,
+	// PGDATABASE, PGUSER, PGPASSWORD, PGSSLMODE, PGSSLROOTCERT, PGPASSFILE, ...) and
+	// ~/.pgpass, as with psql. TLS: sslmode=verify-full with sslrootcert checks the
+	// server's certificate and name; libpq's default (prefer) tries TLS without
+	// checking it. Required.
+	URL string
+	// MaxConns caps the pool's connections, unless the URL sets pool_max_conns. Each
+	// save holds one for a round trip; more connections let more saves run at once at
+	// the cost of server memory (a backend process each). Default 16.
+	MaxConns int32
+	// MaxStateSize caps one snapshot, in bytes; larger ones are refused with
+	// sharding.ErrStateTooLarge. Default 64 MiB (the default guest memory limit);
+	// PostgreSQL's own cap for a bytea is 1 GiB.
+	MaxStateSize int
+	// MaxBatchBytes caps the snapshot bytes of one SaveBatch request; a larger batch
+	// goes in several requests (each its own transaction, each fenced). Default 16 MiB.
+	MaxBatchBytes int
+	// Logger receives the store's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults: 16 connections, snapshots up to 64 MiB, batches
+// of up to 16 MiB. URL is to be set.
+func DefaultConfig() Config {
+	return Config{MaxConns: 16, MaxStateSize: 64 << 20, MaxBatchBytes: 16 << 20}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("pgstore: URL is required")
+	case c.MaxConns < 1:
+		return fmt.Errorf("pgstore: MaxConns %d must be positive", c.MaxConns)
+	case c.MaxStateSize <= 0 || c.MaxStateSize > 1<<30:
+		return fmt.Errorf("pgstore: MaxStateSize %d out of range (0, 1 GiB]", c.MaxStateSize)
+	case c.MaxBatchBytes <= 0:
+		return fmt.Errorf("pgstore: MaxBatchBytes %d must be positive", c.MaxBatchBytes)
+	}
+	return nil
+}
+
+// Store is the PostgreSQL state store. Safe for concurrent use.
+type Store struct {
+	cfg    Config
+	log    *slog.Logger
+	pool   *pgxpool.Pool
+	target string // host:port/db, for errors (no credentials)
+}
+
+var (
+	_ sharding.StateStore      = (*Store)(nil)
+	_ sharding.BatchStateStore = (*Store)(nil)
+	_ sharding.EpochStateStore = (*Store)(nil)
+)
+
+// Open connects to the database, applies the schema's migrations (under an advisory
+// lock, so that members starting together apply each once) and returns the store.
+// Errors wrap sharding.ErrStoreUnavailable: a bad URL, a server that does not answer
+// or refuses the credentials, a schema newer than this build knows.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// pgx's parse errors may quote the connection string: keep the password out.
+		return nil, fmt.Errorf("%w: pgstore: bad connection string: %s", sharding.ErrStoreUnavailable, redactErr(err, cfg.URL))
+	}
+	if !strings.Contains(cfg.URL, "pool_max_conns") {
+		pc.MaxConns = cfg.MaxConns
+	}
+	cc := pc.ConnConfig
+	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "pgstore"),
+		target: fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, s.fail("connect", err)
+	}
+	version, err := migrate(ctx, s.pool)
+	if err != nil {
+		s.pool.Close()
+		return nil, s.fail("migrate the schema", err)
+	}
+	s.log.Info("PostgreSQL state store ready", "database", s.target, "schema_version", version)
+	return s, nil
+}
+
+// Close closes the pool's connections, waiting for those in use.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Pool returns the connection pool (for tools and tests).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+func redactErr(err error, url string) string {
+	msg := err.Error()
+	if url != "" {
+		msg = strings.ReplaceAll(msg, url, "<the connection string>")
+	}
+	return msg
+}
+
+// fail wraps a database error: sharding.ErrStoreUnavailable, with what was being done
+// and where.
+func (s *Store) fail(what string, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		what += " (the database is unreachable, or closed the connection)"
+	}
+	return fmt.Errorf("%w: postgres %s: %s: %w", sharding.ErrStoreUnavailable, s.target, what, err)
+}
+
+// checkKey refuses keys the store cannot hold: those of sharding.ErrInvalidStateKey,
+// and (PostgreSQL's text) IDs and types that are not UTF-8 or contain NUL.
+func checkKey(typ string, shard int, id string, needID bool) error {
+	switch {
+	case typ == "" || len(typ) > 1<<10:
+		return fmt.Errorf("%w: entity type of %d bytes", sharding.ErrInvalidStateKey, len(typ))
+	case shard < 0 || shard > math.MaxInt32:
+		return fmt.Errorf("%w: shard %d", sharding.ErrInvalidStateKey, shard)
+	case needID && id == "" || len(id) > 16<<10:
+		return fmt.Errorf("%w: entity ID of %d bytes", sharding.ErrInvalidStateKey, len(id))
+	}
+	for _, v := range []string{typ, id} {
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%w: %q is not UTF-8 text without NUL (PostgreSQL text)", sharding.ErrInvalidStateKey, v)
+		}
+	}
+	return nil
+}
+
+func checkEpoch(epoch uint64) error {
+	if epoch > math.MaxInt64 {
+		return fmt.Errorf("%w: epoch %d over PostgreSQL's bigint", sharding.ErrInvalidStateKey, epoch)
+	}
+	return nil
+}
+
+// retry runs fn again (three attempts in all) when it failed before its request
+// reached the server, or lost a deadlock or serialization conflict (rolled back), while
+// ctx allows.
+func retry(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = fn(); err == nil || ctx.Err() != nil {
+			return err
+		}
+		var pe *pgconn.PgError
+		conflict := errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+		if !conflict && !pgconn.SafeToRetry(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// Save implements sharding.StateStore: the snapshot is written, fenced, in one
+// statement (shardhost_save) and durable when Save returns (the commit's WAL flush, as
+// the server's synchronous_commit promises). Errors: sharding.ErrStaleEpoch,
+// ErrStoreUnavailable (the server is unreachable, failed, or ctx ended: the write may
+// or may not have committed), ErrStateTooLarge, ErrInvalidStateKey.
+func (s *Store) Save(ctx context.Context, key sharding.EntityKey, epoch uint64, state []byte) error {
+	if err := checkKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	err := s.saveBatch(ctx, key.Type, key.Shard, epoch, []sharding.StateSave{{ID: key.ID, State: state}})
+	if err != nil {
+		return fmt.Errorf("pgstore: save state of %s/%d/%q at epoch %d: %w", key.Type, key.Shard, key.ID, epoch, err)
+	}
+	return nil
+}
+
+// SaveBatch implements sharding.BatchStateStore: the snapshots go in one statement
+// (arrays unnested into a multi-row upsert), fenced once, one transaction and one
+// round trip per MaxBatchBytes of snapshots. A repeated ID keeps its last snapshot.
+// Errors as Save's; with several requests, those before a failed one stay written.
+func (s *Store) SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []sharding.StateSave) error {
+	if err := checkKey(typ, shard, "", false); err != nil {
+		return err
+	}
+	for _, sv := range saves {
+		if err := checkKey(typ, shard, sv.ID, true); err != nil {
+			return err
+		}
+	}
+	// The last snapshot of each ID, in ID order (concurrent batches lock rows alike).
+	last := map[string]int{}
+	for i, sv := range saves {
+		last[sv.ID] = i
+	}
+	sorted := make([]sharding.StateSave, 0, len(last))
+	for i, sv := range saves {
+		if last[sv.ID] == i {
+			sorted = append(sorted, sv)
+		}
+	}
+	slices.SortFunc(sorted, func(a, b sharding.StateSave) int { return strings.Compare(a.ID, b.ID) })
+	for len(sorted) > 0 {
+		n, size := 0, 0
+		for n < len(sorted) && (n == 0 || size+len(sorted[n].State) <= s.cfg.MaxBatchBytes) {
+			size += len(sorted[n].State)
+			n++
+		}
+		if err := s.saveBatch(ctx, typ, shard, epoch, sorted[:n]); err != nil {
+			return fmt.Errorf("pgstore: save %d snapshots of %s/%d at epoch %d: %w", n, typ, shard, epoch, err)
+		}
+		sorted = sorted[n:]
+	}
+	return nil
+}
+
+func (s *Store) saveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []sharding.StateSave) error {
+	if err := checkEpoch(epoch); err != nil {
+		return err
+	}
+	ids := make([]string, len(saves))
+	states := make([][]byte, len(saves))
+	for i, sv := range saves {
+		if len(sv.State) > s.cfg.MaxStateSize {
+			return fmt.Errorf("%w: %q: %d bytes, the cap is %d", sharding.ErrStateTooLarge, sv.ID, len(sv.State), s.cfg.MaxStateSize)
+		}
+		ids[i], states[i] = sv.ID, sv.State
+		if states[i] == nil {
+			states[i] = []byte{}
+		}
+	}
+	var cur int64
+	err := retry(ctx, func() error {
+		return s.pool.QueryRow(ctx, "SELECT shardhost_save($1, $2, $3, $4, $5)", typ, int32(shard), int64(epoch), ids, states).Scan(&cur)
+	})
+	if err != nil {
+		return s.fail("save", err)
+	}
+	if uint64(cur) > epoch {
+		return fmt.Errorf("%w: epoch %d is older than the shard's %d", sharding.ErrStaleEpoch, epoch, cur)
+	}
+	return nil
+}
+
+// Load implements sharding.StateStore. Errors: sharding.ErrNoState,
+// ErrStoreUnavailable, ErrInvalidStateKey.
+func (s *Store) Load(ctx context.Context, key sharding.EntityKey) ([]byte, error) {
+	if err := checkKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return nil, err
+	}
+	var state []byte
+	err := retry(ctx, func() error {
+		return s.pool.QueryRow(ctx, "SELECT state FROM shardhost_snapshots WHERE entity_type = $1 AND shard = $2 AND entity_id = $3",
+			key.Type, int32(key.Shard), key.ID).Scan(&state)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, sharding.ErrNoState
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: load state of %s/%d/%q: %w", key.Type, key.Shard, key.ID, s.fail("load", err))
+	}
+	if state == nil {
+		state = []byte{}
+	}
+	return state, nil
+}
+
+// Remember implements sharding.StateStore: a row in shardhost_remembered is inserted
+// (remember) or deleted (forget), fenced as Save is. Errors: sharding.ErrStaleEpoch,
+// ErrStoreUnavailable, ErrInvalidStateKey.
+func (s *Store) Remember(ctx context.Context, key sharding.EntityKey, epoch uint64, remember bool) error {
+	if err := checkKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	if err := checkEpoch(epoch); err != nil {
+		return err
+	}
+	var cur int64
+	err := retry(ctx, func() error {
+		return s.pool.QueryRow(ctx, "SELECT shardhost_remember($1, $2, $3, $4, $5)",
+			key.Type, int32(key.Shard), int64(epoch), key.ID, remember).Scan(&cur)
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: remember %s/%d/%q (%v): %w", key.Type, key.Shard, key.ID, remember, s.fail("remember", err))
+	}
+	if uint64(cur) > epoch {
+		return fmt.Errorf("pgstore: remember %s/%d/%q: %w: epoch %d is older than the shard's %d",
+			key.Type, key.Shard, key.ID, sharding.ErrStaleEpoch, epoch, cur)
+	}
+	return nil
+}
+
+// Remembered implements sharding.StateStore: the shard's remembered IDs, sorted
+// bytewise. Errors: ErrStoreUnavailable, ErrInvalidStateKey.
+func (s *Store) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
+	if err := checkKey(typ, shard, "", false); err != nil {
+		return nil, err
+	}
+	var out []string
+	err := retry(ctx, func() error {
+		rows, err := s.pool.Query(ctx, "SELECT entity_id FROM shardhost_remembered WHERE entity_type = $1 AND shard = $2", typ, int32(shard))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: remembered entities of %s/%d: %w", typ, shard, s.fail("list remembered", err))
+	}
+	if out == nil {
+		out = []string{}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// MaxEpochs implements sharding.EpochStateStore.
+func (s *Store) MaxEpochs(ctx context.Context) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := retry(ctx, func() error {
+		clear(out)
+		rows, err := s.pool.Query(ctx, "SELECT entity_type, max(epoch) FROM shardhost_shard_epochs GROUP BY entity_type")
+		if err != nil {
+			return err
+		}
+		var typ string
+		var epoch int64
+		_, err = pgx.ForEachRow(rows, []any{&typ, &epoch}, func() error {
+			out[typ] = uint64(epoch)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("read the epochs", err)
+	}
+	return out, nil
+}

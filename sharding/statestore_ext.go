@@ -1,0 +1,188 @@
+package sharding
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Optional abilities of a StateStore, which sharding uses when the store has them.
+// A decorator around a store (metrics, tracing) passes them on by implementing them
+// too, or by an Unwrap() StateStore method that returns the store it wraps.
+
+// StateSave is one entity's snapshot in a batch.
+type StateSave struct {
+	ID    string
+	State []byte
+}
+
+// BatchStateStore is a StateStore that saves the snapshots of many entities of one
+// shard in one request (one round trip to a database). A handoff saves its shard's
+// entities this way when the store has it (stopForHandOff).
+type BatchStateStore interface {
+	StateStore
+	// SaveBatch stores each snapshot as Save would, under one epoch, fenced once: a
+	// stale epoch refuses the whole batch (ErrStaleEpoch) and nothing of it is written.
+	// Errors: ErrStaleEpoch, ErrStoreUnavailable, ErrStateTooLarge,
+	// ErrInvalidStateKey.
+	SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []StateSave) error
+}
+
+// EpochStateStore is a StateStore that reports, per entity type, the newest fencing
+// epoch it holds. A store whose data outlives the cluster's own (a database kept
+// while the members' data directories are new) implements it: the shard coordinator
+// then allocates above those epochs, or every write of the new cluster would be
+// refused as stale.
+type EpochStateStore interface {
+	StateStore
+	// MaxEpochs returns the newest epoch of any shard of each type. Errors:
+	// ErrStoreUnavailable.
+	MaxEpochs(ctx context.Context) (map[string]uint64, error)
+}
+
+// StateStoreAs returns the store, or a store it wraps (through Unwrap() StateStore
+// methods), that implements T.
+func StateStoreAs[T any](s StateStore) (T, bool) {
+	for s != nil {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+		u, ok := s.(interface{ Unwrap() StateStore })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// StoredShard is what a state store holds for one shard: its fencing epoch, its
+// entities' snapshots (each with its version) and its remembered entity IDs; the unit
+// that `shardhost state export` and `import` move between stores. Snapshots are sorted
+// by ID, Remembered is sorted; forgotten entities are absent.
+type StoredShard struct {
+	Type       string           `cbor:"1,keyasint"`
+	Shard      int              `cbor:"2,keyasint"`
+	Epoch      uint64           `cbor:"3,keyasint,omitempty"`
+	Snapshots  []StoredSnapshot `cbor:"4,keyasint,omitempty"`
+	Remembered []string         `cbor:"5,keyasint,omitempty"`
+}
+
+// StoredSnapshot is one entity's snapshot in a StoredShard, with its version (the
+// writer's epoch, and a sequence number that orders the writes of one epoch).
+type StoredSnapshot struct {
+	ID    string `cbor:"1,keyasint"`
+	Epoch uint64 `cbor:"2,keyasint,omitempty"`
+	Seq   uint64 `cbor:"3,keyasint,omitempty"`
+	State []byte `cbor:"4,keyasint"`
+}
+
+// Validate reports a shard that no store could hold: a bad type, shard or ID, IDs out
+// of order or repeated.
+func (s *StoredShard) Validate() error {
+	if err := checkStateKey(s.Type, s.Shard, "", false); err != nil {
+		return err
+	}
+	for i, sn := range s.Snapshots {
+		if err := checkStateKey(s.Type, s.Shard, sn.ID, true); err != nil {
+			return err
+		}
+		if i > 0 && s.Snapshots[i-1].ID >= sn.ID {
+			return fmt.Errorf("%w: snapshot IDs of %s/%d out of order at %q", ErrInvalidStateKey, s.Type, s.Shard, sn.ID)
+		}
+	}
+	for i, id := range s.Remembered {
+		if err := checkStateKey(s.Type, s.Shard, id, true); err != nil {
+			return err
+		}
+		if i > 0 && s.Remembered[i-1] >= id {
+			return fmt.Errorf("%w: remembered IDs of %s/%d out of order at %q", ErrInvalidStateKey, s.Type, s.Shard, id)
+		}
+	}
+	return nil
+}
+
+// Empty reports whether the shard holds no snapshot and no remembered entity.
+func (s *StoredShard) Empty() bool { return len(s.Snapshots) == 0 && len(s.Remembered) == 0 }
+
+// Sort puts Snapshots and Remembered in ID order.
+func (s *StoredShard) Sort() {
+	slices.SortFunc(s.Snapshots, func(a, b StoredSnapshot) int { return strings.Compare(a.ID, b.ID) })
+	slices.Sort(s.Remembered)
+}
+
+// StateDigest sums up the content of stores: counts, bytes and a SHA-256 over every
+// shard's type, number, snapshot IDs and bytes and remembered IDs, added in (type,
+// shard) order. Versions and epochs are left out: two stores that hold the same state
+// digest alike even where one was imported from the other at epoch 0.
+type StateDigest struct {
+	Shards     int    `cbor:"1,keyasint" json:"shards"`
+	Snapshots  int    `cbor:"2,keyasint" json:"snapshots"`
+	Remembered int    `cbor:"3,keyasint" json:"remembered"`
+	Bytes      int64  `cbor:"4,keyasint" json:"bytes"`
+	SHA256     []byte `cbor:"5,keyasint" json:"-"`
+
+	h    stateHash
+	last *StoredShard
+}
+
+type stateHash struct{ sum [32]byte }
+
+// Add adds a shard; shards must come in (type, shard) order (an error otherwise).
+func (d *StateDigest) Add(s *StoredShard) error {
+	if d.last != nil && (s.Type < d.last.Type || s.Type == d.last.Type && s.Shard <= d.last.Shard) {
+		return fmt.Errorf("sharding: shards out of order: %s/%d after %s/%d", s.Type, s.Shard, d.last.Type, d.last.Shard)
+	}
+	d.last = &StoredShard{Type: s.Type, Shard: s.Shard}
+	h := sha256.New()
+	h.Write(d.h.sum[:])
+	var buf []byte
+	str := func(x string) {
+		buf = binary.AppendUvarint(buf, uint64(len(x)))
+		buf = append(buf, x...)
+	}
+	str(s.Type)
+	buf = binary.AppendUvarint(buf, uint64(s.Shard))
+	buf = binary.AppendUvarint(buf, uint64(len(s.Snapshots)))
+	for _, sn := range s.Snapshots {
+		str(sn.ID)
+		sum := sha256.Sum256(sn.State)
+		buf = binary.AppendUvarint(buf, uint64(len(sn.State)))
+		buf = append(buf, sum[:]...)
+		d.Bytes += int64(len(sn.State))
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(s.Remembered)))
+	for _, id := range s.Remembered {
+		str(id)
+	}
+	h.Write(buf)
+	copy(d.h.sum[:], h.Sum(nil))
+	d.SHA256 = d.h.sum[:]
+	d.Shards++
+	d.Snapshots += len(s.Snapshots)
+	d.Remembered += len(s.Remembered)
+	return nil
+}
+
+// Equal reports whether two digests sum up the same content.
+func (d *StateDigest) Equal(o *StateDigest) bool {
+	return d.Shards == o.Shards && d.Snapshots == o.Snapshots && d.Remembered == o.Remembered &&
+		d.Bytes == o.Bytes && string(d.sum()) == string(o.sum())
+}
+
+func (d *StateDigest) sum() []byte {
+	if d.SHA256 == nil {
+		return d.h.sum[:]
+	}
+	return d.SHA256
+}
+
+// String is "N shards, N snapshots (N bytes), N remembered entities, sha256 HEX".
+func (d *StateDigest) String() string {
+	return fmt.Sprintf("%d shards, %d snapshots (%d bytes), %d remembered entities, sha256 %x",
+		d.Shards, d.Snapshots, d.Bytes, d.Remembered, d.sum())
+}

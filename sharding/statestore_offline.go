@@ -1,0 +1,278 @@
+// The replicated store's data of a stopped cluster, read and written without a
+// cluster: `shardhost state export` and `import` for the built-in store.
+
+package sharding
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/boltfile"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// ExportStateDirs reads the replicated store's data in the given directories (each a
+// member's state directory, <data-dir>/state, holding StateFileName) and calls fn with
+// each shard that holds snapshots or remembered entities, in (type, shard) order. It
+// merges the replicas as a read would: each entity's newest snapshot version, each
+// entity's newest remember or forget mark, the newest epoch. The members must be
+// stopped: a directory in use by a running member fails within 1 s. Every member's
+// directory should be given: a shard whose replicas are all left out is missing from
+// the export. fn owns the shard it gets.
+func ExportStateDirs(dirs []string, fn func(*StoredShard) error) error {
+	var dbs []*bolt.DB
+	defer func() {
+		for _, db := range dbs {
+			db.Close()
+		}
+	}()
+	type ref struct {
+		typ   string
+		shard int
+	}
+	seen := map[ref]bool{}
+	var refs []ref
+	for _, dir := range dirs {
+		path := filepath.Join(dir, StateFileName)
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("sharding: state export: %w", err)
+		}
+		var db *bolt.DB
+		err := boltfile.Guard(func() (err error) {
+			db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+			return err
+		})
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			err = fmt.Errorf("in use by a running member (stop the cluster first): %w", err)
+		}
+		if err != nil {
+			return fmt.Errorf("sharding: state export: open %s: %w", path, err)
+		}
+		dbs = append(dbs, db)
+		err = viewState(db, func(eb, rb *bolt.Bucket) error {
+			return eb.ForEach(func(k, v []byte) error {
+				if typ, shard, ok := parseStateShardPrefix(k); ok && !seen[ref{typ, shard}] {
+					seen[ref{typ, shard}] = true
+					refs = append(refs, ref{typ, shard})
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("sharding: state export: %s: %w", path, err)
+		}
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].typ != refs[j].typ {
+			return refs[i].typ < refs[j].typ
+		}
+		return refs[i].shard < refs[j].shard
+	})
+	for _, r := range refs {
+		sh, err := mergeShard(dbs, r.typ, r.shard)
+		if err != nil {
+			return fmt.Errorf("sharding: state export: %s/%d: %w", r.typ, r.shard, err)
+		}
+		if sh.Empty() {
+			continue
+		}
+		if err := fn(sh); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func viewState(db *bolt.DB, fn func(eb, rb *bolt.Bucket) error) error {
+	return boltfile.View(db, func(tx *bolt.Tx) error {
+		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+		if eb == nil || rb == nil {
+			return errors.New("not a state store file: buckets missing")
+		}
+		return fn(eb, rb)
+	})
+}
+
+// mergeShard reads a shard from every file and keeps the newest version of each
+// record.
+func mergeShard(dbs []*bolt.DB, typ string, shard int) (*StoredShard, error) {
+	prefix := stateShardPrefix(typ, shard)
+	type rec struct {
+		ver      stateVersion
+		remember bool
+		data     []byte
+	}
+	snaps, marks := map[string]rec{}, map[string]rec{}
+	var epoch uint64
+	for _, db := range dbs {
+		err := viewState(db, func(eb, rb *bolt.Bucket) error {
+			if e, ok := stateEpochOf(eb, prefix); ok {
+				epoch = max(epoch, e)
+			}
+			c := rb.Cursor()
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				kind, id, ok := splitStateRecordKey(prefix, k)
+				if !ok {
+					continue
+				}
+				ver, remember, data, ok := decodeStateValue(v)
+				if !ok {
+					continue
+				}
+				m := snaps
+				if kind == stateKindRemember {
+					m = marks
+				} else if kind != stateKindSnapshot {
+					continue
+				}
+				if cur, ok := m[id]; !ok || cur.ver.less(ver) {
+					m[id] = rec{ver, remember, bytes.Clone(data)}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sh := &StoredShard{Type: typ, Shard: shard, Epoch: epoch}
+	for id, r := range snaps {
+		st := r.data
+		if st == nil {
+			st = []byte{}
+		}
+		sh.Snapshots = append(sh.Snapshots, StoredSnapshot{ID: id, Epoch: r.ver.Epoch, Seq: r.ver.Seq, State: st})
+	}
+	for id, r := range marks {
+		if r.remember {
+			sh.Remembered = append(sh.Remembered, id)
+		}
+	}
+	sh.Sort()
+	return sh, nil
+}
+
+// StateMember is a member of the cluster an import is for: its address (the --bind
+// gossip address it will start with: the replicated store ranks replicas by it) and
+// its state directory (<data-dir>/state).
+type StateMember struct {
+	Addr string
+	Dir  string
+}
+
+// StateDirImporter writes shards into the replicated store's files of a stopped
+// cluster, each shard on the replicas that a running store would choose among the
+// given members: the first Replicas of the shard's priority order by address. A
+// cluster started on those addresses and directories reads it at once; one started
+// elsewhere ranks its replicas anew, and its anti-entropy moves the data to them
+// (reads may miss it until then).
+//
+// Imported records are written at epoch 0 (their sequence numbers kept): an import
+// starts a new history of allocations, and any write of the restarted cluster (epoch
+// 1 or more) supersedes them and passes the fence. The directories must hold no
+// state yet.
+type StateDirImporter struct {
+	members  []StateMember
+	addrs    []string
+	replicas int
+	disks    map[string]*stateDisk
+}
+
+// NewStateDirImporter opens (creating them if absent) the members' state
+// directories. Errors: a directory in use by a running member, one that already holds
+// state, a repeated address, replicas out of [1, 64].
+func NewStateDirImporter(members []StateMember, replicas int) (*StateDirImporter, error) {
+	if len(members) == 0 {
+		return nil, errors.New("sharding: state import: no member")
+	}
+	if replicas < 1 || replicas > 64 {
+		return nil, fmt.Errorf("sharding: state import: replicas %d out of range [1, 64]", replicas)
+	}
+	im := &StateDirImporter{members: members, replicas: replicas, disks: map[string]*stateDisk{}}
+	for _, m := range members {
+		if m.Addr == "" || m.Dir == "" {
+			im.Close()
+			return nil, fmt.Errorf("sharding: state import: member %q needs an address and a directory", m.Addr+"="+m.Dir)
+		}
+		if _, dup := im.disks[m.Addr]; dup {
+			im.Close()
+			return nil, fmt.Errorf("sharding: state import: member address %s given twice", m.Addr)
+		}
+		d, err := openStateDisk(m.Dir)
+		if err != nil {
+			im.Close()
+			return nil, fmt.Errorf("sharding: state import: %w", err)
+		}
+		im.disks[m.Addr] = d
+		im.addrs = append(im.addrs, m.Addr)
+		shards, err := d.shards()
+		if err != nil {
+			im.Close()
+			return nil, fmt.Errorf("sharding: state import: %w", err)
+		}
+		if len(shards) > 0 {
+			im.Close()
+			return nil, fmt.Errorf("sharding: state import: %s already holds state of %d shards: import into empty directories", m.Dir, len(shards))
+		}
+	}
+	return im, nil
+}
+
+// Replicas returns the members (addresses) that hold the shard's data.
+func (im *StateDirImporter) Replicas(typ string, shard int) []string {
+	order := PriorityAllocationStrategy{Type: typ}.Order(shard, im.addrs)
+	return order[:min(im.replicas, len(order))]
+}
+
+// ImportShard writes the shard on its replicas, durably (fsynced) before it returns.
+func (im *StateDirImporter) ImportShard(sh *StoredShard) error {
+	if err := sh.Validate(); err != nil {
+		return fmt.Errorf("sharding: state import: %w", err)
+	}
+	var batches [][]stateRecord
+	var cur []stateRecord
+	size := 0
+	add := func(r stateRecord) {
+		if len(cur) > 0 && (len(cur) >= stateMaxWriteRecords || size+len(r.Data) > stateDiskBatchBytes) {
+			batches, cur, size = append(batches, cur), nil, 0
+		}
+		cur = append(cur, r)
+		size += len(r.Data)
+	}
+	for _, sn := range sh.Snapshots {
+		data := sn.State
+		if data == nil {
+			data = []byte{}
+		}
+		add(stateRecord{Kind: stateKindSnapshot, ID: sn.ID, Seq: max(sn.Seq, 1), Data: data})
+	}
+	for _, id := range sh.Remembered {
+		add(stateRecord{Kind: stateKindRemember, ID: id, Seq: 1, Remember: true})
+	}
+	if len(cur) > 0 {
+		batches = append(batches, cur)
+	}
+	for _, addr := range im.Replicas(sh.Type, sh.Shard) {
+		for _, recs := range batches {
+			if _, err := im.disks[addr].applyWrite(&stateWriteReq{Type: sh.Type, Shard: sh.Shard, Records: recs}); err != nil {
+				return fmt.Errorf("sharding: state import: %s/%d on %s: %w", sh.Type, sh.Shard, addr, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Close closes the files.
+func (im *StateDirImporter) Close() error {
+	var errs []error
+	for _, d := range im.disks {
+		errs = append(errs, d.close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,446 @@
+// Package statestoretest is the contract every sharding.StateStore keeps, as tests that
+// run against each implementation (the in-memory one, the replicated one, PostgreSQL):
+// fencing, versions, remember and forget, concurrent saves, batches. It also builds a
+// replicated store of several members on in-memory networks, for tests and benchmarks
+// outside package sharding.
+package statestoretest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Open returns handles on one fresh, empty store: what one handle writes every other
+// reads (the members of a cluster, or several clients of one database). At least two.
+type Open func(t *testing.T) []sharding.StateStore
+
+// Run runs the contract against the stores open returns, each subtest on a fresh one.
+func Run(t *testing.T, open Open) {
+	for _, c := range []struct {
+		name string
+		fn   func(t *testing.T, h []sharding.StateStore)
+	}{
+		{"SaveLoad", saveLoad},
+		{"Versions", versions},
+		{"Fencing", fencing},
+		{"RememberForget", rememberForget},
+		{"ConcurrentSaves", concurrentSaves},
+		{"ConcurrentFencing", concurrentFencing},
+		{"Batch", batch},
+		{"InvalidKeys", invalidKeys},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := open(t)
+			if len(h) < 2 {
+				t.Fatalf("open gave %d handles, want at least 2", len(h))
+			}
+			c.fn(t, h)
+		})
+	}
+}
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustSave(t *testing.T, s sharding.StateStore, key sharding.EntityKey, epoch uint64, state []byte) {
+	t.Helper()
+	if err := s.Save(ctxOf(t), key, epoch, state); err != nil {
+		t.Fatalf("save %v at epoch %d: %v", key, epoch, err)
+	}
+}
+
+func mustLoad(t *testing.T, s sharding.StateStore, key sharding.EntityKey, want []byte) {
+	t.Helper()
+	got, err := s.Load(ctxOf(t), key)
+	if err != nil {
+		t.Fatalf("load %v: %v", key, err)
+	}
+	if !bytes.Equal(got, want) || got == nil {
+		t.Fatalf("load %v: %q, want %q", key, got, want)
+	}
+}
+
+func mustRemembered(t *testing.T, s sharding.StateStore, typ string, shard int, want ...string) {
+	t.Helper()
+	got, err := s.Remembered(ctxOf(t), typ, shard)
+	if err != nil {
+		t.Fatalf("remembered %s/%d: %v", typ, shard, err)
+	}
+	if want == nil {
+		want = []string{}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("remembered %s/%d: %q, want %q", typ, shard, got, want)
+	}
+}
+
+func saveLoad(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	for i := 0; i < 10; i++ {
+		key := sharding.EntityKey{Type: "counter", Shard: i, ID: fmt.Sprint("e-", i)}
+		state := []byte(fmt.Sprintf("state of %v", key))
+		mustSave(t, h[i%len(h)], key, 1, state)
+		for _, s := range h {
+			mustLoad(t, s, key, state)
+		}
+	}
+	for _, s := range h {
+		if _, err := s.Load(ctx, sharding.EntityKey{Type: "counter", Shard: 3, ID: "nobody"}); !errors.Is(err, sharding.ErrNoState) {
+			t.Fatalf("load of a key never saved: %v, want ErrNoState", err)
+		}
+	}
+	// The key is (type, shard, ID): the same ID elsewhere is another entity.
+	if _, err := h[0].Load(ctx, sharding.EntityKey{Type: "other", Shard: 1, ID: "e-1"}); !errors.Is(err, sharding.ErrNoState) {
+		t.Fatalf("load under another type: %v, want ErrNoState", err)
+	}
+	// An empty snapshot is a snapshot (non-nil, empty).
+	empty := sharding.EntityKey{Type: "counter", Shard: 2, ID: "empty"}
+	mustSave(t, h[0], empty, 1, nil)
+	mustLoad(t, h[1], empty, []byte{})
+	// The caller may reuse its buffer.
+	buf := []byte("original")
+	key := sharding.EntityKey{Type: "counter", Shard: 4, ID: "reused"}
+	mustSave(t, h[0], key, 1, buf)
+	copy(buf, "CHANGED!")
+	mustLoad(t, h[1], key, []byte("original"))
+	// Binary state, every byte value.
+	bin := make([]byte, 256*4)
+	for i := range bin {
+		bin[i] = byte(i)
+	}
+	mustSave(t, h[1], sharding.EntityKey{Type: "blob", Shard: 0, ID: "bin"}, 1, bin)
+	mustLoad(t, h[0], sharding.EntityKey{Type: "blob", Shard: 0, ID: "bin"}, bin)
+}
+
+func versions(t *testing.T, h []sharding.StateStore) {
+	key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "v"}
+	// Later saves win, whichever handle wrote them and whichever reads.
+	for i := 0; i < 6; i++ {
+		mustSave(t, h[i%len(h)], key, 1, []byte(fmt.Sprint("v", i)))
+		for _, s := range h {
+			mustLoad(t, s, key, []byte(fmt.Sprint("v", i)))
+		}
+	}
+	// A newer epoch supersedes, and so does a later save within it.
+	mustSave(t, h[1], key, 2, []byte("epoch 2"))
+	mustLoad(t, h[0], key, []byte("epoch 2"))
+	mustSave(t, h[0], key, 2, []byte("epoch 2 again"))
+	mustLoad(t, h[1], key, []byte("epoch 2 again"))
+}
+
+func fencing(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	key := sharding.EntityKey{Type: "counter", Shard: 7, ID: "fenced"}
+	mustSave(t, h[0], key, 5, []byte("five"))
+	for i, s := range h {
+		if err := s.Save(ctx, key, 4, []byte("four")); !errors.Is(err, sharding.ErrStaleEpoch) {
+			t.Fatalf("handle %d: save at epoch 4 after 5: %v, want ErrStaleEpoch", i, err)
+		}
+		if err := s.Remember(ctx, key, 4, true); !errors.Is(err, sharding.ErrStaleEpoch) {
+			t.Fatalf("handle %d: remember at epoch 4 after 5: %v, want ErrStaleEpoch", i, err)
+		}
+	}
+	for _, s := range h {
+		mustLoad(t, s, key, []byte("five"))
+	}
+	mustRemembered(t, h[1], "counter", 7)
+	// The fence is per shard: another entity of the shard is fenced too, another shard
+	// or type is not.
+	if err := h[1].Save(ctx, sharding.EntityKey{Type: "counter", Shard: 7, ID: "other"}, 4, nil); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("save of another entity of the shard at epoch 4: %v, want ErrStaleEpoch", err)
+	}
+	mustSave(t, h[1], sharding.EntityKey{Type: "counter", Shard: 8, ID: "fenced"}, 4, []byte("other shard"))
+	mustSave(t, h[1], sharding.EntityKey{Type: "other", Shard: 7, ID: "fenced"}, 4, []byte("other type"))
+	// A remember raises the fence as a save does.
+	if err := h[0].Remember(ctx, key, 6, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h[1].Save(ctx, key, 5, []byte("five again")); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("save at epoch 5 after a remember at 6: %v, want ErrStaleEpoch", err)
+	}
+	mustSave(t, h[1], key, 7, []byte("seven"))
+	mustLoad(t, h[0], key, []byte("seven"))
+}
+
+func rememberForget(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	const typ, shard = "counter", 9
+	for _, id := range []string{"c", "a", "b", "a"} {
+		if err := h[0].Remember(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: id}, 1, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range h {
+		mustRemembered(t, s, typ, shard, "a", "b", "c")
+	}
+	if err := h[1].Remember(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: "b"}, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	// Forgetting an entity never remembered is no error.
+	if err := h[1].Remember(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: "zz"}, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range h {
+		mustRemembered(t, s, typ, shard, "a", "c")
+	}
+	mustRemembered(t, h[0], typ, shard+1)
+	mustRemembered(t, h[0], "other", shard)
+	// Remembered again after a forget, at a later epoch.
+	if err := h[0].Remember(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: "b"}, 2, true); err != nil {
+		t.Fatal(err)
+	}
+	mustRemembered(t, h[1], typ, shard, "a", "b", "c")
+	// Remembering saves no state.
+	if _, err := h[0].Load(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: "a"}); !errors.Is(err, sharding.ErrNoState) {
+		t.Fatalf("load of a remembered entity never saved: %v, want ErrNoState", err)
+	}
+}
+
+// concurrentSaves: many writers at once, on one shard and on several, through every
+// handle; each entity ends with the last state its one writer saved.
+func concurrentSaves(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	const writers, rounds = 16, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := h[w%len(h)]
+			key := sharding.EntityKey{Type: "counter", Shard: w % 3, ID: fmt.Sprint("w-", w)}
+			for r := 0; r < rounds; r++ {
+				if err := s.Save(ctx, key, 1, []byte(fmt.Sprintf("%d/%d", w, r))); err != nil {
+					errs <- err
+					return
+				}
+				if err := s.Remember(ctx, key, 1, r%2 == 0); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	// Writers of one entity: the store ends with one of their states.
+	shared := sharding.EntityKey{Type: "counter", Shard: 0, ID: "shared"}
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				if err := h[w%len(h)].Save(ctx, shared, 1, []byte(fmt.Sprint("shared by ", w))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for w := 0; w < writers; w++ {
+		key := sharding.EntityKey{Type: "counter", Shard: w % 3, ID: fmt.Sprint("w-", w)}
+		mustLoad(t, h[(w+1)%len(h)], key, []byte(fmt.Sprintf("%d/%d", w, rounds-1)))
+	}
+	for shard := 0; shard < 3; shard++ {
+		// The last round (odd) forgot every writer's entity.
+		mustRemembered(t, h[0], "counter", shard)
+	}
+	got, err := h[0].Load(ctx, shared)
+	if err != nil || !bytes.HasPrefix(got, []byte("shared by ")) {
+		t.Fatalf("the shared entity: %q %v", got, err)
+	}
+}
+
+// concurrentFencing: a writer at epoch 1 keeps saving while another takes the shard
+// over at epoch 2. Once the takeover's save has returned, no save at epoch 1 that
+// starts later succeeds, and the shard's last state is from epoch 2.
+func concurrentFencing(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	key := sharding.EntityKey{Type: "counter", Shard: 5, ID: "race"}
+	mustSave(t, h[0], key, 1, []byte("old owner"))
+	var takenOver atomic.Bool
+	var lateSuccess atomic.Int64
+	var staleSeen atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				after := takenOver.Load()
+				err := h[0].Save(ctx, sharding.EntityKey{Type: "counter", Shard: 5, ID: fmt.Sprint("old-", w, "-", i%4)}, 1, []byte("old owner"))
+				switch {
+				case err == nil && after:
+					lateSuccess.Add(1)
+				case errors.Is(err, sharding.ErrStaleEpoch):
+					staleSeen.Add(1)
+				case err != nil:
+					t.Errorf("old owner's save: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	mustSave(t, h[1], key, 2, []byte("new owner"))
+	takenOver.Store(true)
+	testutil.Eventually(t, 30*time.Second, "the old owner refused", func() bool { return staleSeen.Load() >= 8 })
+	close(done)
+	wg.Wait()
+	if n := lateSuccess.Load(); n > 0 {
+		t.Fatalf("%d saves at epoch 1 succeeded after the save at epoch 2 returned", n)
+	}
+	mustLoad(t, h[0], key, []byte("new owner"))
+}
+
+func batch(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	b, ok := sharding.StateStoreAs[sharding.BatchStateStore](h[0])
+	if !ok {
+		t.Skip("the store has no batch saves")
+	}
+	var saves []sharding.StateSave
+	for i := 0; i < 100; i++ {
+		saves = append(saves, sharding.StateSave{ID: fmt.Sprintf("b-%03d", i), State: []byte(fmt.Sprint("batched ", i))})
+	}
+	saves = append(saves, sharding.StateSave{ID: "b-000", State: []byte("last wins")})
+	if err := b.SaveBatch(ctx, "counter", 6, 3, saves); err != nil {
+		t.Fatal(err)
+	}
+	mustLoad(t, h[1], sharding.EntityKey{Type: "counter", Shard: 6, ID: "b-000"}, []byte("last wins"))
+	for i := 1; i < 100; i++ {
+		mustLoad(t, h[1], sharding.EntityKey{Type: "counter", Shard: 6, ID: fmt.Sprintf("b-%03d", i)}, []byte(fmt.Sprint("batched ", i)))
+	}
+	// Fenced as a whole: nothing of a stale batch is written.
+	err := b.SaveBatch(ctx, "counter", 6, 2, []sharding.StateSave{{ID: "b-001", State: []byte("stale")}, {ID: "new", State: []byte("stale")}})
+	if !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("a batch at epoch 2 after 3: %v, want ErrStaleEpoch", err)
+	}
+	mustLoad(t, h[1], sharding.EntityKey{Type: "counter", Shard: 6, ID: "b-001"}, []byte("batched 1"))
+	if _, err := h[1].Load(ctx, sharding.EntityKey{Type: "counter", Shard: 6, ID: "new"}); !errors.Is(err, sharding.ErrNoState) {
+		t.Fatalf("an entity of a stale batch: %v, want ErrNoState", err)
+	}
+	// A batch raises the fence for single saves too.
+	if err := h[1].Save(ctx, sharding.EntityKey{Type: "counter", Shard: 6, ID: "x"}, 2, nil); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("a save at epoch 2 after a batch at 3: %v, want ErrStaleEpoch", err)
+	}
+	if err := b.SaveBatch(ctx, "counter", 6, 3, nil); err != nil {
+		t.Fatalf("an empty batch: %v", err)
+	}
+}
+
+func invalidKeys(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	for _, key := range []sharding.EntityKey{{Type: "", Shard: 1, ID: "x"}, {Type: "t", Shard: -1, ID: "x"}, {Type: "t", Shard: 1, ID: ""}} {
+		if err := h[0].Save(ctx, key, 1, nil); !errors.Is(err, sharding.ErrInvalidStateKey) {
+			t.Errorf("save %#v: %v, want ErrInvalidStateKey", key, err)
+		}
+		if _, err := h[0].Load(ctx, key); !errors.Is(err, sharding.ErrInvalidStateKey) {
+			t.Errorf("load %#v: %v, want ErrInvalidStateKey", key, err)
+		}
+		if err := h[0].Remember(ctx, key, 1, true); !errors.Is(err, sharding.ErrInvalidStateKey) {
+			t.Errorf("remember %#v: %v, want ErrInvalidStateKey", key, err)
+		}
+	}
+	if _, err := h[0].Remembered(ctx, "", 1); !errors.Is(err, sharding.ErrInvalidStateKey) {
+		t.Errorf("remembered of an empty type: %v, want ErrInvalidStateKey", err)
+	}
+	// IDs are UTF-8 text of any script.
+	key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "ünïcødé/日本/🙂 with spaces"}
+	mustSave(t, h[0], key, 1, []byte("fine"))
+	mustLoad(t, h[1], key, []byte("fine"))
+}
+
+// Replicated starts n members, each with a ReplicatedStateStore on its own directory
+// (bbolt, fsynced) on in-memory gossip and frame networks, waits until they are all up
+// and returns their stores; everything stops in tb.Cleanup. mutate may change each
+// store's configuration.
+func Replicated(tb testing.TB, n int, mutate func(*sharding.ReplicatedStateStoreConfig)) []sharding.StateStore {
+	tb.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	gossip, frames := cluster.NewInmemGossipNetwork(), cluster.NewInmemNetwork()
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
+	lc.SBRStableAfter = 10 * time.Second
+	var members []*cluster.Membership
+	var stores []sharding.StateStore
+	for i := 0; i < n; i++ {
+		transport := fmt.Sprintf("state-%d", i)
+		msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
+			return frames.NewTransport(transport, h)
+		}, quiet)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		mcfg := cluster.DefaultMembershipConfig()
+		mcfg.Transport, mcfg.TransportAddr, mcfg.Profile, mcfg.Lifecycle, mcfg.Logger = gossip.NewTransport(), transport, "local", lc, quiet
+		if i > 0 {
+			mcfg.Seeds = []string{members[0].Self().Address}
+		}
+		ms, err := cluster.NewMembership(mcfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		scfg := sharding.DefaultLocalReplicatedStateStoreConfig()
+		scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = ms, msgr, tb.TempDir(), quiet
+		scfg.RequestTimeout = 5 * time.Second
+		if mutate != nil {
+			mutate(&scfg)
+		}
+		store, err := sharding.NewReplicatedStateStore(scfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			ms.Shutdown()
+			msgr.Close()
+			store.Close()
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = ms.Join(ctx)
+		cancel()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		members = append(members, ms)
+		stores = append(stores, store)
+	}
+	testutil.Eventually(tb, 30*time.Second, "every member up", func() bool {
+		for _, ms := range members {
+			v := ms.View()
+			if !v.Converged || len(v.Members) != n {
+				return false
+			}
+			for _, m := range v.Members {
+				if m.Status != cluster.StatusUp || !m.Reachable {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return stores
+}
