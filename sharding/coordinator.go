@@ -179,6 +179,30 @@ func (c *coordinator) recover(gen uint64) {
 			}
 		}
 	}
+	// A store that outlives the cluster's data may hold newer epochs than distributed
+	// data recorded: allocate above them, or every write would be refused as stale.
+	if es, ok := StateStoreAs[EpochStateStore](c.s.cfg.States); ok {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
+			stored, err := es.MaxEpochs(ctx)
+			cancel()
+			if err == nil {
+				for typ, e := range stored {
+					maxEpoch[typ] = max(maxEpoch[typ], e)
+				}
+				break
+			}
+			c.s.log.Warn("shard coordinator cannot read the state store's epochs yet", "err", err)
+			select {
+			case <-c.s.stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if !c.current(gen) {
+				return
+			}
+		}
+	}
 	members := c.s.cfg.Membership.Members()
 	alive := map[string]cluster.Member{}
 	for _, m := range members {

@@ -642,6 +642,13 @@ const handOffParallelism = 16
 // stopForHandOff lets each entity finish what it already received, then stops it and
 // saves its state, handOffParallelism at a time.
 func stopForHandOff(ctx context.Context, entities map[string]*entity) {
+	for _, e := range entities {
+		if b, ok := StateStoreAs[BatchStateStore](e.r.s.cfg.States); ok {
+			stopForHandOffBatched(ctx, b, entities) // handoff_batch.go
+			return
+		}
+		break
+	}
 	sem := make(chan struct{}, handOffParallelism)
 	var wg sync.WaitGroup
 	for _, e := range entities {

@@ -48,6 +48,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newDownCommand(g)),
 		g.clientFlags(newLeaveCommand(g)),
 		newDDataCommand(g),
+		newStateCommand(g),
 	)
 	return root
 }

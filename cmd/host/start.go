@@ -40,6 +40,8 @@ type nodeFlags struct {
 	// distributed data
 	durableKeys []string
 	writeBehind time.Duration
+	// entity state
+	stateStore string
 }
 
 func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
@@ -59,6 +61,7 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().DurationVar(&f.sbrStableAfter, "sbr-stable-after", lc.SBRStableAfter, "how long the set of unreachable members must be stable before the resolver downs any")
 	cmd.Flags().StringSliceVar(&f.durableKeys, "durable-keys", nil, "distributed data keys kept on disk, KEY or PREFIX*,... (loaded at start)")
 	cmd.Flags().DurationVar(&f.writeBehind, "ddata-write-behind", 0, "write durable keys every interval instead of before each update returns (0)")
+	cmd.Flags().StringVar(&f.stateStore, "state-store", "", "entity state store: builtin (replicated on the members' disks), or a PostgreSQL URL postgres://USER[:PASSWORD]@HOST:PORT/DB?sslmode=verify-full, PG* environment variables filling in what it leaves out (default $SHARDHOST_STATE_STORE, else builtin)")
 	cmd.Flags().StringVar(&f.gossipKey, "gossip-key", "", "base64 16-, 24- or 32-byte key that encrypts gossip; members with another key cannot join")
 	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "memberlist timing: lan, or local (faster failure detection on one machine)")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
@@ -92,6 +95,10 @@ func (f *nodeFlags) config() (host.Config, error) {
 	cfg.Roles = f.roles
 	cfg.DurableKeys = f.durableKeys
 	cfg.DData.WriteBehindInterval = f.writeBehind
+	cfg.StateStore = stateStoreOr(f.stateStore)
+	if _, err := host.ParseStateStore(cfg.StateStore); err != nil {
+		return cfg, err
+	}
 	if f.gossipKey != "" {
 		key, err := base64.StdEncoding.DecodeString(f.gossipKey)
 		if err != nil {
@@ -210,4 +217,17 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
 	return cmd
+}
+
+// stateStoreOr returns a --state-store value, or when it is empty
+// $SHARDHOST_STATE_STORE, or builtin. The environment keeps a URL's password out of
+// the process's arguments.
+func stateStoreOr(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if v := os.Getenv("SHARDHOST_STATE_STORE"); v != "" {
+		return v
+	}
+	return "builtin"
 }
