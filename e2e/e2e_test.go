@@ -223,12 +223,15 @@ func (h *host) stop(t *testing.T) {
 	}
 }
 
-// cli runs the shardhost CLI against a host's API and returns stdout, stderr and
-// whether it exited 0.
+// cli runs the shardhost CLI against a host's API (none if h is nil) and returns
+// stdout, stderr and whether it exited 0.
 func cli(t *testing.T, h *host, stdin []byte, args ...string) (string, string, bool) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "SHARDHOST_API="+h.api)
+	cmd.Env = os.Environ()
+	if h != nil {
+		cmd.Env = append(cmd.Env, "SHARDHOST_API="+h.api)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != nil {

@@ -92,7 +92,13 @@ func checkSingleActivation(t *testing.T, hosts []*host, killedAt map[string]time
 // the acknowledged messages it got, and no entity was ever active on two members at
 // once.
 func TestShardingMovesStateThroughAJoinAndAGracefulStop(t *testing.T) {
-	args := append([]string{"--log-level", "info"}, fast...)
+	testShardingMovesStateThroughAJoinAndAGracefulStop(t, nil)
+}
+
+// testShardingMovesStateThroughAJoinAndAGracefulStop is TestShardingMovesStateThroughAJoinAndAGracefulStop on the state store named by
+// store (--state-store flags; nil: the built-in store).
+func testShardingMovesStateThroughAJoinAndAGracefulStop(t *testing.T, store []string) {
+	args := append(append([]string{"--log-level", "info"}, fast...), store...)
 	hosts := startCluster(t, 3, args...)
 	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "echo", testwasm.RustPath(t, "echo-rust")); !ok {
 		t.Fatalf("deploy echo: %s%s", out, errText)
@@ -335,7 +341,13 @@ func activeOn(events []lifecycleEvent, entity string) string {
 // TestEveryMessageCheckpointSurvivesSIGKILL: with --checkpoint every-message, SIGKILL a
 // member: no acknowledged increment is lost.
 func TestEveryMessageCheckpointSurvivesSIGKILL(t *testing.T) {
-	hosts := startCluster(t, 3, fast...)
+	testEveryMessageCheckpointSurvivesSIGKILL(t, nil)
+}
+
+// testEveryMessageCheckpointSurvivesSIGKILL is TestEveryMessageCheckpointSurvivesSIGKILL on the state store named by
+// store (--state-store flags; nil: the built-in store).
+func testEveryMessageCheckpointSurvivesSIGKILL(t *testing.T, store []string) {
+	hosts := startCluster(t, 3, append(append([]string{}, fast...), store...)...)
 	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "counter", "--checkpoint", "every-message",
 		testwasm.Path(t, "counter")); !ok {
 		t.Fatalf("deploy: %s%s", out, errText)
@@ -406,9 +418,13 @@ func TestIdlePassivationKeepsState(t *testing.T) {
 // TestFullRestartWithRememberEntities: stop every member; start them again on the same
 // addresses and data directories: remembered entities restart by themselves, with
 // their state.
-func TestFullRestartWithRememberEntities(t *testing.T) {
+func TestFullRestartWithRememberEntities(t *testing.T) { testFullRestartWithRememberEntities(t, nil) }
+
+// testFullRestartWithRememberEntities is TestFullRestartWithRememberEntities on the state store named by
+// store (--state-store flags; nil: the built-in store).
+func testFullRestartWithRememberEntities(t *testing.T, store []string) {
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	args := append([]string{"--log-level", "info"}, fast...)
+	args := append(append([]string{"--log-level", "info"}, fast...), store...)
 	hosts := []*host{startHostIn(t, dirs[0], "", args...)}
 	for _, d := range dirs[1:] {
 		hosts = append(hosts, startHostIn(t, d, hosts[0].bind, args...))

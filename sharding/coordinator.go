@@ -179,12 +179,16 @@ func (c *coordinator) recover(gen uint64) {
 			}
 		}
 	}
-	// A store that outlives the cluster's data may hold newer epochs than distributed
-	// data recorded: allocate above them, or every write would be refused as stale.
-	if es, ok := StateStoreAs[EpochStateStore](c.s.cfg.States); ok {
+	// A store that outlives the cluster's data may hold newer epochs, and shards with
+	// remembered entities, that distributed data did not record (new data directories).
+	var storedShards map[string][]int
+	if es, ok := StateStoreAs[ExternalStateStore](c.s.cfg.States); ok {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
 			stored, err := es.MaxEpochs(ctx)
+			if err == nil {
+				storedShards, err = es.RememberedShards(ctx)
+			}
 			cancel()
 			if err == nil {
 				for typ, e := range stored {
@@ -248,8 +252,16 @@ func (c *coordinator) recover(gen uint64) {
 	}
 	shards := 0
 	known := map[string]map[int]bool{}
-	for typ, shardsOf := range alloc {
+	for typ, ids := range storedShards {
 		known[typ] = map[int]bool{}
+		for _, id := range ids {
+			known[typ][id] = true
+		}
+	}
+	for typ, shardsOf := range alloc {
+		if known[typ] == nil {
+			known[typ] = map[int]bool{}
+		}
 		for id, a := range shardsOf {
 			known[typ][id] = true
 			if _, ok := alive[a.region]; !ok || a.region == "" {

@@ -31,16 +31,21 @@ type BatchStateStore interface {
 	SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []StateSave) error
 }
 
-// EpochStateStore is a StateStore that reports, per entity type, the newest fencing
-// epoch it holds. A store whose data outlives the cluster's own (a database kept
-// while the members' data directories are new) implements it: the shard coordinator
-// then allocates above those epochs, or every write of the new cluster would be
-// refused as stale.
-type EpochStateStore interface {
+// ExternalStateStore is a StateStore whose data may outlive the cluster's own: a
+// database kept while the members' data directories (and with them the shard
+// coordinator's durable state) are new, or state imported into one. The coordinator
+// reads from it, when it recovers, what it would otherwise know only from its own
+// state: the newest epochs, so that it allocates above them (or every write of the new
+// cluster would be refused as stale), and the shards with remembered entities, so
+// that they restart by themselves.
+type ExternalStateStore interface {
 	StateStore
 	// MaxEpochs returns the newest epoch of any shard of each type. Errors:
 	// ErrStoreUnavailable.
 	MaxEpochs(ctx context.Context) (map[string]uint64, error)
+	// RememberedShards returns, per type, the shards that have remembered entities.
+	// Errors: ErrStoreUnavailable.
+	RememberedShards(ctx context.Context) (map[string][]int, error)
 }
 
 // StateStoreAs returns the store, or a store it wraps (through Unwrap() StateStore

@@ -5,10 +5,13 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
-// abilityStore is a MemoryStateStore with the optional abilities: batch saves (counted)
-// and its epochs.
+// abilityStore is a MemoryStateStore with the optional abilities: batch saves (counted),
+// and what an external store tells a new coordinator.
 type abilityStore struct {
 	*MemoryStateStore
 	batches, batched, singles atomic.Int64
@@ -32,6 +35,19 @@ func (a *abilityStore) SaveBatch(ctx context.Context, typ string, shard int, epo
 		m.state[EntityKey{Type: typ, Shard: shard, ID: s.ID}] = append([]byte{}, s.State...)
 	}
 	return nil
+}
+
+func (a *abilityStore) RememberedShards(ctx context.Context) (map[string][]int, error) {
+	m := a.MemoryStateStore
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]int{}
+	for k, ids := range m.remembered {
+		if len(ids) > 0 {
+			out[k.typ] = append(out[k.typ], k.shard)
+		}
+	}
+	return out, nil
 }
 
 func (a *abilityStore) MaxEpochs(ctx context.Context) (map[string]uint64, error) {
@@ -59,14 +75,15 @@ func TestStateStoreAsFindsAbilitiesThroughDecorators(t *testing.T) {
 	if _, ok := StateStoreAs[BatchStateStore](NewMemoryStateStore()); ok {
 		t.Fatal("the memory store has no batch saves")
 	}
-	if _, ok := StateStoreAs[EpochStateStore](nil); ok {
+	if _, ok := StateStoreAs[ExternalStateStore](nil); ok {
 		t.Fatal("nil has no abilities")
 	}
 }
 
-// A cluster whose coordinator state is new, on a store that holds epochs from an
-// earlier cluster (a database that outlived it): allocations start above the stored
-// epochs, so the new cluster's saves are not refused as stale.
+// A cluster whose coordinator state is new, on a store that holds epochs and
+// remembered entities from an earlier cluster (a database that outlived it):
+// allocations start above the stored epochs, so the new cluster's saves are not
+// refused as stale, and the remembered entities restart by themselves.
 func TestCoordinatorAllocatesAboveTheStoresEpochs(t *testing.T) {
 	store := &abilityStore{MemoryStateStore: NewMemoryStateStore()}
 	ctx := context.Background()
@@ -75,7 +92,22 @@ func TestCoordinatorAllocatesAboveTheStoresEpochs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for _, id := range []string{"r1", "r2"} {
+		if err := store.MemoryStateStore.Remember(ctx, EntityKey{Type: "remember", Shard: abiShard(id, 10), ID: id}, 40, true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tc := newTestCluster(t, 2, func(c *Config) { c.States = decorated{store} })
+	// The shards with remembered entities are allocated without a message, once the
+	// members know the type (as a deploy tells them).
+	for _, n := range tc.nodes {
+		if _, err := n.sharding.StartType(n.types.settings["remember"]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "the remembered entities restarted", func() bool {
+		return activeOn(tc, "remember/r1") && activeOn(tc, "remember/r2")
+	})
 	for i := 0; i < 10; i++ {
 		id := "n" + strconv.Itoa(i)
 		// durable checkpoints every message: a stale allocation fails the ask.

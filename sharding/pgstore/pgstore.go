@@ -89,9 +89,9 @@ type Store struct {
 }
 
 var (
-	_ sharding.StateStore      = (*Store)(nil)
-	_ sharding.BatchStateStore = (*Store)(nil)
-	_ sharding.EpochStateStore = (*Store)(nil)
+	_ sharding.StateStore         = (*Store)(nil)
+	_ sharding.BatchStateStore    = (*Store)(nil)
+	_ sharding.ExternalStateStore = (*Store)(nil)
 )
 
 // Open connects to the database, applies the schema's migrations (under an advisory
@@ -360,7 +360,7 @@ func (s *Store) Remembered(ctx context.Context, typ string, shard int) ([]string
 	return out, nil
 }
 
-// MaxEpochs implements sharding.EpochStateStore.
+// MaxEpochs implements sharding.ExternalStateStore.
 func (s *Store) MaxEpochs(ctx context.Context) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	err := retry(ctx, func() error {
@@ -379,6 +379,29 @@ func (s *Store) MaxEpochs(ctx context.Context) (map[string]uint64, error) {
 	})
 	if err != nil {
 		return nil, s.fail("read the epochs", err)
+	}
+	return out, nil
+}
+
+// RememberedShards implements sharding.ExternalStateStore.
+func (s *Store) RememberedShards(ctx context.Context) (map[string][]int, error) {
+	out := map[string][]int{}
+	err := retry(ctx, func() error {
+		clear(out)
+		rows, err := s.pool.Query(ctx, "SELECT DISTINCT entity_type, shard FROM shardhost_remembered ORDER BY 1, 2")
+		if err != nil {
+			return err
+		}
+		var typ string
+		var shard int32
+		_, err = pgx.ForEachRow(rows, []any{&typ, &shard}, func() error {
+			out[typ] = append(out[typ], int(shard))
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("list the shards with remembered entities", err)
 	}
 	return out, nil
 }

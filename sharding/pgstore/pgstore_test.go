@@ -161,7 +161,8 @@ func TestKeysPostgresCannotHold(t *testing.T) {
 	}
 }
 
-// MaxEpochs reports the newest epoch of each type.
+// MaxEpochs reports the newest epoch of each type, RememberedShards the shards with
+// remembered entities.
 func TestMaxEpochs(t *testing.T) {
 	srv := pgtest.Start(t, pgtest.Options{})
 	s := open(t, srv.NewDatabase(t))
@@ -178,6 +179,18 @@ func TestMaxEpochs(t *testing.T) {
 	got, err := s.MaxEpochs(ctx)
 	if err != nil || len(got) != 2 || got["a"] != 7 || got["b"] != 2 {
 		t.Fatalf("MaxEpochs: %v %v", got, err)
+	}
+	for _, k := range []sharding.EntityKey{{Type: "a", Shard: 4, ID: "x"}, {Type: "a", Shard: 2, ID: "y"}, {Type: "a", Shard: 2, ID: "z"}, {Type: "c", Shard: 0, ID: "x"}} {
+		if err := s.Remember(ctx, k, 7, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Remember(ctx, sharding.EntityKey{Type: "c", Shard: 0, ID: "x"}, 7, false); err != nil {
+		t.Fatal(err)
+	}
+	shards, err := s.RememberedShards(ctx)
+	if err != nil || fmt.Sprint(shards) != "map[a:[2 4]]" {
+		t.Fatalf("RememberedShards: %v %v", shards, err)
 	}
 }
 
