@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/pgtest"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -23,7 +24,17 @@ import (
 // is from the end of the stop until all 100 entities answered from the new member with
 // their state (activation from the snapshot included). Run with -benchtime=1x: each
 // iteration builds a cluster.
+//
+// Sub-benchmarks per state store: builtin (the replicated store, each snapshot saved
+// on its own) and postgres (a PostgreSQL server this benchmark starts; the shard's
+// snapshots saved in batches).
 func BenchmarkShardHandoff100(b *testing.B) {
+	for _, store := range benchStores(b) {
+		b.Run(store.name, func(b *testing.B) { benchShardHandoff100(b, store.srv) })
+	}
+}
+
+func benchShardHandoff100(b *testing.B, srv *pgtest.Server) {
 	for _, g := range []struct {
 		name, typ string
 		wasm      func(testing.TB) []byte
@@ -39,7 +50,7 @@ func BenchmarkShardHandoff100(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				logs := &syncBuffer{}
-				nodes := handoffCluster(b, logs)
+				nodes := handoffCluster(b, logs, benchDatabase(b, srv))
 				ctx := context.Background()
 				if _, err := nodes[0].Deploy(ctx, g.wasm(b), sharding.TypeSettings{Name: g.typ, NumberOfShards: 1}); err != nil {
 					b.Fatal(err)
@@ -101,10 +112,10 @@ func BenchmarkShardHandoff100(b *testing.B) {
 	}
 }
 
-// handoffCluster starts three members logging into logs.
-func handoffCluster(b *testing.B, logs *syncBuffer) []*Node {
+// handoffCluster starts three members logging into logs, on stateStore.
+func handoffCluster(b *testing.B, logs *syncBuffer, stateStore string) []*Node {
 	b.Helper()
-	nodes := startBenchNodes(b, 3, func(cfg *Config) { cfg.Logger = slogTo(logs) })
+	nodes := startBenchNodes(b, 3, func(cfg *Config) { cfg.Logger, cfg.StateStore = slogTo(logs), stateStore })
 	for _, n := range nodes {
 		for len(n.Members()) != 3 || !n.Membership().View().Converged {
 			time.Sleep(10 * time.Millisecond)
