@@ -199,7 +199,7 @@ $(BIN)/wazero:
 	$(GO) build -o $@ github.com/tetratelabs/wazero/cmd/wazero
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/ ./cluster/
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/ ./cluster/ ./sharding/pgstore/
 
 # The README's table of the counter built by TinyGo, by Go's port and in Rust (each
 # sub-benchmark does a fixed amount of work: run once, without the race detector).
