@@ -29,11 +29,12 @@ const (
 	stateOpLoad
 	stateOpRemember
 	stateOpRemembered
+	stateOpSaveBatch
 	numStateOps
 )
 
-var stateOpNames = [numStateOps]string{"save", "load", "remember", "remembered"}
-var stateSpanNames = [numStateOps]string{"state save", "state load", "state remember", "state remembered"}
+var stateOpNames = [numStateOps]string{"save", "load", "remember", "remembered", "save_batch"}
+var stateSpanNames = [numStateOps]string{"state save", "state load", "state remember", "state remembered", "state save batch"}
 
 // instrumentedStateStore decorates any StateStore with spans (in a traced context) and
 // metrics, so that every implementation gets them.
@@ -57,8 +58,8 @@ type stateOpKey struct {
 
 var _ StateStore = (*instrumentedStateStore)(nil)
 
-// InstrumentStateStore returns store recording, for every Save, Load, Remember and
-// Remembered: a span when the context is traced ("state save", ...: the entity's
+// InstrumentStateStore returns store recording, for every Save, Load, Remember,
+// Remembered and (when store has it) SaveBatch: a span when the context is traced ("state save", ...: the entity's
 // attributes, bytes, and the replicas asked and answered when the store reports them
 // with RecordReplicas), and the metrics shardhost.state.operations,
 // shardhost.state.operation.duration, shardhost.state.io and
@@ -68,7 +69,7 @@ func InstrumentStateStore(store StateStore, self string, tp trace.TracerProvider
 	m := obs.Meter(mp, "sharding")
 	s := &instrumentedStateStore{store: store, tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp), self: self}
 	s.ops = obs.Must(m.Int64Counter("shardhost.state.operations", metric.WithUnit("{operation}"),
-		metric.WithDescription("Entity state store operations (save, load, remember, remembered), by outcome. [shardhost.state.operation, shardhost.outcome]")))
+		metric.WithDescription("Entity state store operations (save, load, remember, remembered, save_batch), by outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.duration = obs.Must(m.Float64Histogram("shardhost.state.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of entity state store operations, by operation and outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.io = obs.Must(m.Int64Counter("shardhost.state.io", metric.WithUnit("By"),
@@ -81,7 +82,38 @@ func InstrumentStateStore(store StateStore, self string, tp trace.TracerProvider
 	for op := range numStateOps {
 		s.ioAttrs[op] = metric.WithAttributeSet(attribute.NewSet(attrStateOperation.String(stateOpNames[op])))
 	}
+	if b, ok := StateStoreAs[BatchStateStore](store); ok {
+		return &instrumentedBatchStateStore{instrumentedStateStore: s, batch: b}
+	}
 	return s
+}
+
+// Unwrap returns the decorated store: StateStoreAs finds its other abilities
+// (ExternalStateStore) through it.
+func (s *instrumentedStateStore) Unwrap() StateStore { return s.store }
+
+// instrumentedBatchStateStore is the decorator over a store with batch saves: a
+// SaveBatch is one "save_batch" operation (span "state save batch", with the number of
+// entities and the bytes saved).
+type instrumentedBatchStateStore struct {
+	*instrumentedStateStore
+	batch BatchStateStore
+}
+
+var _ BatchStateStore = (*instrumentedBatchStateStore)(nil)
+
+func (s *instrumentedBatchStateStore) SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []StateSave) error {
+	ctx, span, start := s.start(ctx, stateOpSaveBatch, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self),
+		attrEpoch.Int64(int64(epoch)), attrStateEntities.Int(len(saves)))
+	err := s.batch.SaveBatch(ctx, typ, shard, epoch, saves)
+	n := 0
+	if err == nil {
+		for _, sv := range saves {
+			n += len(sv.State)
+		}
+	}
+	s.done(stateOpSaveBatch, span, start, n, err)
+	return err
 }
 
 // stateOutcome names the outcome of a state store operation.
@@ -127,7 +159,7 @@ func (s *instrumentedStateStore) done(op stateOp, span trace.Span, start time.Ti
 	if span == nil {
 		return
 	}
-	if op == stateOpSave || op == stateOpLoad {
+	if op == stateOpSave || op == stateOpLoad || op == stateOpSaveBatch {
 		span.SetAttributes(attrStateBytes.Int(bytes))
 	}
 	span.SetAttributes(obs.Outcome.String(outcome))
