@@ -161,51 +161,28 @@ func (c *coordinator) current(gen uint64) bool {
 func (c *coordinator) recover(gen uint64) {
 	alloc := map[string]map[int]allocation{}
 	maxEpoch := map[string]uint64{}
-	if c.s.cfg.DData != nil {
-		for {
-			var err error
-			alloc, maxEpoch, err = c.readState()
-			if err == nil {
-				break
-			}
-			c.s.log.Warn("shard coordinator cannot read its state yet", "err", err)
-			select {
-			case <-c.s.stop:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			if !c.current(gen) {
-				return
-			}
-		}
+	if c.s.cfg.DData != nil && !c.retryRead(gen, "shard coordinator cannot read its state yet", func() (err error) {
+		alloc, maxEpoch, err = c.readState()
+		return err
+	}) {
+		return
 	}
 	// A store that outlives the cluster's data may hold newer epochs, and shards with
 	// remembered entities, that distributed data did not record (new data directories).
 	var storedShards map[string][]int
-	if es, ok := StateStoreAs[ExternalStateStore](c.s.cfg.States); ok {
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
-			stored, err := es.MaxEpochs(ctx)
-			if err == nil {
-				storedShards, err = es.RememberedShards(ctx)
-			}
-			cancel()
-			if err == nil {
-				for typ, e := range stored {
-					maxEpoch[typ] = max(maxEpoch[typ], e)
-				}
-				break
-			}
-			c.s.log.Warn("shard coordinator cannot read the state store's epochs yet", "err", err)
-			select {
-			case <-c.s.stop:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			if !c.current(gen) {
-				return
-			}
+	if es, ok := StateStoreAs[ExternalStateStore](c.s.cfg.States); ok && !c.retryRead(gen, "shard coordinator cannot read the state store's epochs yet", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
+		defer cancel()
+		stored, err := es.MaxEpochs(ctx)
+		if err == nil {
+			storedShards, err = es.RememberedShards(ctx)
 		}
+		for typ, e := range stored {
+			maxEpoch[typ] = max(maxEpoch[typ], e)
+		}
+		return err
+	}) {
+		return
 	}
 	members := c.s.cfg.Membership.Members()
 	alive := map[string]cluster.Member{}
@@ -284,6 +261,27 @@ func (c *coordinator) recover(gen uint64) {
 		c.s.dropShardAt(ref.Requester, ref)
 	}
 	c.s.log.Info("shard coordinator active", "recovered_shards", shards, "stale_copies", len(stale))
+}
+
+// retryRead runs read until it succeeds (every 500 ms, logging what on failure): a
+// coordinator that cannot read its state must not allocate. false if the coordinator
+// stopped or moved meanwhile.
+func (c *coordinator) retryRead(gen uint64, what string, read func() error) bool {
+	for {
+		err := read()
+		if err == nil {
+			return true
+		}
+		c.s.log.Warn(what, "err", err)
+		select {
+		case <-c.s.stop:
+			return false
+		case <-time.After(500 * time.Millisecond):
+		}
+		if !c.current(gen) {
+			return false
+		}
+	}
 }
 
 // readState reads the coordinator's state from distributed data with ReadMajority.

@@ -60,7 +60,17 @@ func stopForHandOffBatched(ctx context.Context, store BatchStateStore, entities 
 			}
 		}
 	}
-	forEachEntity(entities, func(e *entity) { e.release(ctx, saved[e]) })
+	forEachEntity(entities, func(e *entity) {
+		if e.inst == nil {
+			return
+		}
+		if saved[e] {
+			e.unsaved = 0
+		}
+		e.release(ctx, e.unsaved == 0 && !e.fenced.Load())
+		s := e.r.s
+		s.tel.passivations.Add(context.Background(), 1, s.tel.typeAttr(e.r.settings.Name, attrPassivationCause, causeHandoff))
+	})
 }
 
 // forEachEntity runs fn for every entity, handOffParallelism at a time, and waits.
@@ -101,20 +111,17 @@ func (e *entity) snapshotForStop(ctx context.Context) ([]byte, bool) {
 	return state, state != nil
 }
 
-// release stops the entity's instance after snapshotForStop; saved: its snapshot was
-// stored. It logs the stop as stop does.
+// release stops the entity's instance (after its state was saved, or not: saved says
+// whether what it holds is in the store) and logs the stop.
 func (e *entity) release(ctx context.Context, saved bool) {
 	if e.inst == nil {
 		return
 	}
-	if saved {
-		e.unsaved = 0
-	}
-	saved = e.unsaved == 0 && !e.fenced.Load()
 	e.inst.Stop(ctx)
 	e.inst = nil
 	e.mu.Lock()
 	e.live = false
 	e.mu.Unlock()
-	e.r.s.log.Info("entity stopped", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "saved", saved)
+	e.r.s.tel.active.Add(context.Background(), -1, e.r.tel.typeOnly)
+	e.r.s.log.InfoContext(ctx, "entity stopped", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "saved", saved)
 }

@@ -1182,11 +1182,5 @@ func (e *entity) stop(ctx context.Context, save bool) {
 			e.r.s.log.WarnContext(ctx, "entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
 		}
 	}
-	e.inst.Stop(ctx)
-	e.inst = nil
-	e.mu.Lock()
-	e.live = false
-	e.mu.Unlock()
-	e.r.s.tel.active.Add(context.Background(), -1, e.r.tel.typeOnly)
-	e.r.s.log.InfoContext(ctx, "entity stopped", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "saved", save && !e.fenced.Load())
+	e.release(ctx, save && !e.fenced.Load())
 }
