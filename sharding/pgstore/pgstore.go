@@ -149,7 +149,13 @@ func redactErr(err error, url string) string {
 // and where.
 func (s *Store) fail(what string, err error) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.As(err, &pe):
+		// 08: connection exceptions; 57: the server shutting down or restarting.
+		if strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57") {
+			what += " (the database is unreachable, or closed the connection)"
+		}
+	case !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
 		what += " (the database is unreachable, or closed the connection)"
 	}
 	return fmt.Errorf("%w: postgres %s: %s: %w", sharding.ErrStoreUnavailable, s.target, what, err)
