@@ -477,6 +477,11 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 		c.s.hostShard(actx, region, host, func(err error) {
 			failSpan(span, err)
 			span.End()
+			if err != nil {
+				// The region may still host the shard after this gave up (it answered
+				// late): that copy must not serve beside the next allocation.
+				c.s.dropShardAt(region, shardRef{Type: ref.Type, Shard: ref.Shard, Epoch: epoch + 1})
+			}
 			if err == nil {
 				c.mu.Lock()
 				if gen == c.gen {

@@ -971,11 +971,19 @@ func (s *Sharding) hostShardHere(ref shardRef) error {
 	if s.leaving.Load() {
 		return ErrLeaving
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	// The coordinator waits RequestTimeout from its sending: waiting here (for the
+	// type's settings) at most half of that, the shard is hosted while the coordinator
+	// still waits for the answer, not after it gave up and allocated the shard anew.
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout/2)
 	defer cancel()
 	r, err := s.ensureRegion(ctx, ref.Type)
 	if err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		// The type's settings came too late (a resolver that compiled a module
+		// meanwhile): the coordinator may have given up, so do not host.
+		return fmt.Errorf("%w: the settings of %s came after %v", ErrShardUnavailable, ref.Type, s.cfg.RequestTimeout/2)
 	}
 	r.hostShard(ref.Shard, ref.Epoch)
 	return nil
