@@ -48,13 +48,14 @@ const (
 	Password  = "shardhost-test"
 )
 
-// BinDir returns the directory of the PostgreSQL binaries: $SHARDHOST_PG_BIN, or the
-// newest /usr/lib/postgresql/*/bin that has initdb, pg_ctl and postgres; "" if none.
+// BinDir returns the directory of the PostgreSQL binaries: $SHARDHOST_PG_BIN, or else
+// the newest /usr/lib/postgresql/*/bin, if it has initdb, pg_ctl and postgres; "" if
+// not.
 func BinDir() string {
-	if d := os.Getenv("SHARDHOST_PG_BIN"); d != "" {
-		return d
-	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	if d := os.Getenv("SHARDHOST_PG_BIN"); d != "" {
+		dirs = []string{d}
+	}
 	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
 	for _, d := range dirs {
 		ok := true
