@@ -177,7 +177,7 @@ func slogTo(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-var handedOffRE = regexp.MustCompile(`msg="shard handed off" .*entities=(\d+) took=(\S+)`)
+var handedOffRE = regexp.MustCompile(`msg="shard handed off" .*entities=(\d+) .*took=(\S+)`)
 
 // loggedHandoff returns the duration of the handoffs of non-empty shards in a log.
 func loggedHandoff(b *testing.B, log string) time.Duration {

@@ -17,6 +17,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -53,16 +54,17 @@ type Config struct {
 	// PostgreSQL's own cap for a bytea is 1 GiB.
 	MaxStateSize int
 	// MaxBatchBytes caps the snapshot bytes of one SaveBatch request; a larger batch
-	// goes in several requests (each its own transaction, each fenced). Default 16 MiB.
+	// goes in several requests (each its own transaction, each fenced), up to 4 at once
+	// on as many connections. Default 4 MiB.
 	MaxBatchBytes int
 	// Logger receives the store's logs; nil discards them.
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults: 16 connections, snapshots up to 64 MiB, batches
-// of up to 16 MiB. URL is to be set.
+// DefaultConfig returns the defaults: 16 connections, snapshots up to 64 MiB, batch
+// requests of up to 4 MiB. URL is to be set.
 func DefaultConfig() Config {
-	return Config{MaxConns: 16, MaxStateSize: 64 << 20, MaxBatchBytes: 16 << 20}
+	return Config{MaxConns: 16, MaxStateSize: 64 << 20, MaxBatchBytes: 4 << 20}
 }
 
 // Validate reports a configuration that cannot work.
@@ -228,8 +230,9 @@ func (s *Store) Save(ctx context.Context, key sharding.EntityKey, epoch uint64, 
 
 // SaveBatch implements sharding.BatchStateStore: the snapshots go in one statement
 // (arrays unnested into a multi-row upsert), fenced once, one transaction and one
-// round trip per MaxBatchBytes of snapshots. A repeated ID keeps its last snapshot.
-// Errors as Save's; with several requests, those before a failed one stay written.
+// round trip per MaxBatchBytes of snapshots (several at once for a large batch). A
+// repeated ID keeps its last snapshot. Errors as Save's; with several requests, those
+// that succeeded stay written.
 func (s *Store) SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []sharding.StateSave) error {
 	if err := checkKey(typ, shard, "", false); err != nil {
 		return err
@@ -251,19 +254,35 @@ func (s *Store) SaveBatch(ctx context.Context, typ string, shard int, epoch uint
 		}
 	}
 	slices.SortFunc(sorted, func(a, b sharding.StateSave) int { return strings.Compare(a.ID, b.ID) })
+	var parts [][]sharding.StateSave
 	for len(sorted) > 0 {
 		n, size := 0, 0
 		for n < len(sorted) && (n == 0 || size+len(sorted[n].State) <= s.cfg.MaxBatchBytes) {
 			size += len(sorted[n].State)
 			n++
 		}
-		if err := s.saveBatch(ctx, typ, shard, epoch, sorted[:n]); err != nil {
-			return fmt.Errorf("pgstore: save %d snapshots of %s/%d at epoch %d: %w", n, typ, shard, epoch, err)
-		}
-		sorted = sorted[n:]
+		parts, sorted = append(parts, sorted[:n]), sorted[n:]
 	}
-	return nil
+	// Large batches go as several requests at once, on as many connections.
+	errs := make([]error, len(parts))
+	sem := make(chan struct{}, batchParallelism)
+	var wg sync.WaitGroup
+	for i, part := range parts {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := s.saveBatch(ctx, typ, shard, epoch, part); err != nil {
+				errs[i] = fmt.Errorf("pgstore: save %d snapshots of %s/%d at epoch %d: %w", len(part), typ, shard, epoch, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
+
+// batchParallelism caps the requests of one SaveBatch under way at once.
+const batchParallelism = 4
 
 func (s *Store) saveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []sharding.StateSave) error {
 	if err := checkEpoch(epoch); err != nil {
