@@ -84,7 +84,8 @@ func (dc *dockerCluster) start(i int, extra ...string) {
 	dc.t.Helper()
 	name := fmt.Sprintf("%s-%d", dc.net, i)
 	args := []string{"run", "-d", "--name", name, "--network", dc.net, "--ip", dc.ip(i), dc.image,
-		"start", "--bind", dc.ip(i) + ":7946", "--api", dc.ip(i) + ":8080", "--data-dir", "/data"}
+		"start", "--bind", dc.ip(i) + ":7946", "--api", dc.ip(i) + ":8080", "--data-dir", "/data",
+		"--api-insecure"} // a test network of its own, reached only by the test
 	if i > 0 {
 		args = append(args, "--join", dc.ip(0)+":7946")
 	}

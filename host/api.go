@@ -51,6 +51,11 @@ import (
 // Every request has an HTTP server span (otelhttp, named by route: "POST /v1/ask"), and
 // every response a traceparent header (W3C Trace Context) naming it when tracing is on.
 //
+// With APIConfig.Tokens or a client CA, every route but the probes and /metrics needs a
+// role (auth.go: routeRoles): 401 {"code":"unauthenticated"} without known credentials,
+// 403 {"code":"forbidden"} for a role too low. Past APIConfig.MaxConcurrentRequests
+// requests in progress, 503 {"code":"overloaded"} with Retry-After (apilimits.go).
+//
 // The entity ID is any UTF-8 text, URL-encoded in the query.
 
 // NodeHeader names the response header that gives the address of the member that
@@ -70,7 +75,10 @@ func (n *Node) Handler() http.Handler {
 	if mp == nil {
 		mp = metricnoop.NewMeterProvider()
 	}
-	return otelhttp.NewHandler(traceparentHeader(mux), "shardhost API",
+	// Authentication and the limits run inside the server span, so that a refused
+	// request has its span and its http.server.* metrics like any other.
+	h := n.authorize(mux, n.limit(mux))
+	return otelhttp.NewHandler(traceparentHeader(h), "shardhost API",
 		otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp), otelhttp.WithPropagators(n.prop),
 		otelhttp.WithFilter(func(r *http.Request) bool {
 			switch r.URL.Path {
@@ -350,8 +358,11 @@ func (n *Node) target(r *http.Request) (typ, id string, err error) {
 	if typ == "" {
 		return "", "", fmt.Errorf("%w: the entity type is missing (type=)", ErrBadRequest)
 	}
-	if id == "" {
-		return "", "", fmt.Errorf("%w: %v", ErrBadRequest, sharding.ErrEmptyEntityID)
+	if err := ValidateTypeName(typ); err != nil {
+		return "", "", err
+	}
+	if err := checkEntityID(id); err != nil {
+		return "", "", err
 	}
 	if _, ok := n.catalog.get(typ); !ok {
 		return "", "", fmt.Errorf("%w: %q (deploy it with shardhost deploy --type %s FILE.wasm)",

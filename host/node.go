@@ -64,6 +64,9 @@ type Config struct {
 	Lifecycle cluster.CoreConfig
 	// GossipKey encrypts gossip; members need the same key (16, 24 or 32 bytes).
 	GossipKey []byte
+	// API secures and bounds the management API: tokens, TLS, client certificates,
+	// the request cap and timeouts (DefaultAPIConfig; README, "Secure").
+	API APIConfig
 	// MaxModuleSize caps a deployed module, in bytes. Default 32 MiB.
 	MaxModuleSize int
 	// Runtime configures the wasm runtime; its CacheDir defaults to DataDir/cache.
@@ -100,6 +103,7 @@ func DefaultConfig() Config {
 		JoinTimeout:     30 * time.Second,
 		GossipProfile:   "lan",
 		Lifecycle:       cluster.DefaultCoreConfig(),
+		API:             DefaultAPIConfig(),
 		MaxModuleSize:   32 << 20,
 		Runtime:         DefaultRuntimeConfig(),
 		Sharding:        sharding.DefaultConfig(),
@@ -132,7 +136,7 @@ func (c Config) Validate() error {
 	if c.MaxModuleSize <= 0 || c.JoinTimeout <= 0 || c.ShutdownTimeout <= 0 {
 		return errors.New("host: module size cap and timeouts must be positive")
 	}
-	return nil
+	return c.API.Validate()
 }
 
 // DefaultTransportAddr returns the bind address with its port plus one.
@@ -170,6 +174,7 @@ type Node struct {
 	backoff    *backoff
 	api        *http.Server
 	apiLn      net.Listener
+	auth       *apiAuth
 
 	mu      sync.Mutex
 	closed  bool
@@ -210,6 +215,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		exited:  make(chan struct{}),
 		started: make(chan struct{}),
 		backoff: newBackoff(time.Now),
+		auth: &apiAuth{tokens: cfg.API.Tokens, authAll: cfg.API.AuthAll,
+			clientCerts: cfg.API.TLS != nil && cfg.API.TLS.ClientCAs != nil},
 	}
 	// Whatever started is stopped again if a later step fails.
 	defer func() {
@@ -310,11 +317,20 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if n.apiLn != nil {
-		n.api = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		ac := cfg.API
+		n.api = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: ac.ReadHeaderTimeout, ReadTimeout: ac.ReadTimeout,
+			IdleTimeout: ac.IdleTimeout, MaxHeaderBytes: ac.MaxHeaderBytes, TLSConfig: ac.TLS,
+			ErrorLog: slog.NewLogLogger(n.log.With("component", "api").Handler(), slog.LevelDebug)}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			if err := n.api.Serve(n.apiLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if ac.TLS != nil {
+				err = n.api.ServeTLS(n.apiLn, "", "")
+			} else {
+				err = n.api.Serve(n.apiLn)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("API server stopped", "err", err)
 			}
 		}()

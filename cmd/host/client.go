@@ -8,14 +8,16 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
 
 // client talks to a node's management API.
 type client struct {
-	base string
-	http *http.Client
+	base  string
+	http  *http.Client
+	token string // the bearer token, "" for none
 }
 
 func (g *globals) client() (*client, error) {
@@ -27,7 +29,28 @@ func (g *globals) client() (*client, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("--api %q is not an http(s) URL or HOST:PORT", g.api)
 	}
-	return &client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 2 * time.Minute}}, nil
+	token, err := g.token()
+	if err != nil {
+		return nil, err
+	}
+	return &client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 2 * time.Minute}, token: token}, nil
+}
+
+// token returns the API token: the contents of --token-file (surrounding white space
+// removed), or SHARDHOST_TOKEN, or "".
+func (g *globals) token() (string, error) {
+	if g.tokenFile == "" {
+		return strings.TrimSpace(os.Getenv("SHARDHOST_TOKEN")), nil
+	}
+	b, err := os.ReadFile(g.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %v", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("--token-file %s: want one token, alone in the file", g.tokenFile)
+	}
+	return token, nil
 }
 
 // response is an API reply that succeeded.
@@ -41,6 +64,9 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		return response{}, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -60,6 +86,9 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			if resp.StatusCode == http.StatusUnauthorized && c.token == "" {
+				e.Error += " (give the API token in SHARDHOST_TOKEN or --token-file)"
+			}
 			return response{header: resp.Header}, errors.New(e.Error)
 		}
 		return response{header: resp.Header}, fmt.Errorf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))

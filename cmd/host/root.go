@@ -14,6 +14,7 @@ import (
 // globals are the flags every command has.
 type globals struct {
 	api       string
+	tokenFile string
 	logLevel  string
 	logFormat string
 }
@@ -49,17 +50,21 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newLeaveCommand(g)),
 		newDDataCommand(g),
 		newStateCommand(g),
+		newTokensCommand(),
 	)
 	return root
 }
 
-// clientFlags adds --api to a command that talks to a node's API.
+// clientFlags adds --api and the credentials to a command that talks to a node's API.
+// The token comes from --token-file, else from SHARDHOST_TOKEN: never from the command
+// line, where ps shows it.
 func (g *globals) clientFlags(cmd *cobra.Command) *cobra.Command {
 	def := os.Getenv("SHARDHOST_API")
 	if def == "" {
 		def = "http://127.0.0.1:8080"
 	}
 	cmd.Flags().StringVar(&g.api, "api", def, "`URL` of any node's management API, or HOST:PORT (env SHARDHOST_API)")
+	cmd.Flags().StringVar(&g.tokenFile, "token-file", os.Getenv("SHARDHOST_TOKEN_FILE"), "`FILE` holding the API bearer token (env SHARDHOST_TOKEN_FILE; or the token itself in SHARDHOST_TOKEN)")
 	return cmd
 }
 

@@ -150,6 +150,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	var rejoin bool
 	var joinTimeout time.Duration
 	var nf nodeFlags
+	var sf secureFlags
 	cmd := &cobra.Command{
 		Use:   "start --bind HOST:PORT --api HOST:PORT [--transport HOST:PORT] [--join HOST:PORT,...] [--data-dir DIR]",
 		Short: "Run a host: join the cluster and serve entities until interrupted",
@@ -170,6 +171,9 @@ func newStartCommand(g *globals) *cobra.Command {
 				cfg.DataDir = filepath.Join(".shardhost", "node-"+strings.NewReplacer(":", "-", "[", "", "]", "").Replace(bind))
 			}
 			cfg.Logger = log
+			if err := sf.apply(&cfg, log); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			shutdownTelemetry, err := observe(ctx, &cfg, bind)
@@ -216,6 +220,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&joinTimeout, "join-timeout", host.DefaultConfig().JoinTimeout, "how long to try the --join seeds before giving up")
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
+	sf.add(cmd)
 	return cmd
 }
 

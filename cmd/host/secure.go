@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardhost/shardhost/host"
+)
+
+// secureFlags are the security settings of shardhost start (README, "Secure"). Secrets
+// are never given on the command line, where ps shows them: only files and environment
+// variables hold them.
+type secureFlags struct {
+	apiTokensFile  string
+	apiAuthAll     bool
+	apiInsecure    bool
+	apiMaxRequests int
+}
+
+func (f *secureFlags) add(cmd *cobra.Command) {
+	d := host.DefaultAPIConfig()
+	fl := cmd.Flags()
+	fl.StringVar(&f.apiTokensFile, "api-tokens-file", "", "file of API bearer tokens, one \"ROLE TOKEN\" or \"ROLE sha256:HEX\" a line (roles admin, client, read); required for a non-loopback --api")
+	fl.BoolVar(&f.apiAuthAll, "api-auth-all", false, "require a token for /alive, /ready and /metrics too")
+	fl.BoolVar(&f.apiInsecure, "api-insecure", false, "serve a non-loopback --api without authentication: anyone who reaches it can deploy code")
+	fl.IntVar(&f.apiMaxRequests, "api-max-requests", d.MaxConcurrentRequests, "API requests handled at once; past it a request is answered 503 with Retry-After")
+}
+
+// apply sets cfg's security from the flags. A non-loopback API without authentication
+// is refused unless --api-insecure is given.
+func (f *secureFlags) apply(cfg *host.Config, log *slog.Logger) error {
+	cfg.API.AuthAll = f.apiAuthAll
+	cfg.API.MaxConcurrentRequests = f.apiMaxRequests
+	if f.apiTokensFile != "" {
+		toks, err := host.LoadAPITokens(f.apiTokensFile)
+		if err != nil {
+			return fmt.Errorf("--api-tokens-file: %w", err)
+		}
+		cfg.API.Tokens = toks
+	}
+	if f.apiAuthAll && !cfg.API.AuthEnabled() {
+		return fmt.Errorf("--api-auth-all needs --api-tokens-file (or --api-client-ca)")
+	}
+	if cfg.APIAddr != "" && !cfg.API.AuthEnabled() && !isLoopback(cfg.APIAddr) {
+		if !f.apiInsecure {
+			return fmt.Errorf("refusing to serve the management API on %s without authentication: whoever reaches it could deploy code "+
+				"on every member. Give --api-tokens-file FILE (or --api-client-ca), bind --api to 127.0.0.1, or pass --api-insecure", cfg.APIAddr)
+		}
+		log.Warn("the management API is open to anyone who reaches it (--api-insecure)", "api", cfg.APIAddr)
+	}
+	return nil
+}
+
+// isLoopback reports whether a HOST:PORT listen address is on the loopback interface
+// only. An empty host (all interfaces) is not.
+func isLoopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
