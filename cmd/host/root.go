@@ -51,6 +51,7 @@ Talk to it:                                                  shardhost ask count
 		newDDataCommand(g),
 		newStateCommand(g),
 		newTokensCommand(),
+		newCertsCommand(),
 	)
 	return root
 }
