@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/pki"
 )
 
 // client talks to a node's management API.
@@ -18,12 +22,19 @@ type client struct {
 	base  string
 	http  *http.Client
 	token string // the bearer token, "" for none
+	cert  bool   // a client certificate is given
 }
 
+// client returns a client of the API at --api: a bare HOST:PORT is http, or https when a
+// CA or a client certificate is given.
 func (g *globals) client() (*client, error) {
 	base := g.api
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		scheme := "http://"
+		if g.caFile != "" || g.certFile != "" {
+			scheme = "https://"
+		}
+		base = scheme + base
 	}
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
@@ -33,7 +44,60 @@ func (g *globals) client() (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 2 * time.Minute}, token: token}, nil
+	tc, err := g.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	return &client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 2 * time.Minute, Transport: tr}, token: token,
+		cert: tc != nil && len(tc.Certificates) > 0}, nil
+}
+
+// tlsConfig returns the client's TLS settings from --ca-file, --cert-file and
+// --key-file (nil: the system's roots, no client certificate).
+func (g *globals) tlsConfig() (*tls.Config, error) {
+	if g.caFile == "" && g.certFile == "" && g.keyFile == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if g.caFile != "" {
+		pool, err := pki.LoadPool(g.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %v", err)
+		}
+		tc.RootCAs = pool
+	}
+	if (g.certFile == "") != (g.keyFile == "") {
+		return nil, fmt.Errorf("--cert-file and --key-file go together")
+	}
+	if g.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(g.certFile, g.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert-file, --key-file: %v", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// explain turns the failure of a request into what to do about it: plain HTTP to an
+// HTTPS API and the reverse, a certificate the client does not trust.
+func (c *client) explain(err error) error {
+	https := strings.HasPrefix(c.base, "https://")
+	hostport := strings.TrimPrefix(strings.TrimPrefix(c.base, "https://"), "http://")
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var verify *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &unknown) || (errors.As(err, &verify) && strings.Contains(err.Error(), "unknown authority")):
+		return fmt.Errorf("the API at %s has a certificate signed by a CA this client does not trust: give the cluster's CA with --ca-file (or SHARDHOST_CA_FILE)", c.base)
+	case errors.As(err, &host):
+		return fmt.Errorf("the API's certificate is not valid for %s (%v): reach it by a name the certificate lists, or make one with shardhost certs create-member --host", hostport, host.Error())
+	case https && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("the API at %s serves plain HTTP, not HTTPS: use --api http://%s", c.base, hostport)
+	}
+	return fmt.Errorf("cannot reach the API at %s: %v", c.base, err)
 }
 
 // token returns the API token: the contents of --token-file (surrounding white space
@@ -74,19 +138,23 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return response{}, fmt.Errorf("cannot reach the API at %s: %v", c.base, err)
+		return response{}, c.explain(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return response{}, fmt.Errorf("reading the API's reply: %v", err)
 	}
+	if resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(c.base, "http://") && bytes.Contains(b, []byte("HTTP request to an HTTPS server")) {
+		return response{}, fmt.Errorf("the API at %s serves HTTPS, not plain HTTP: use --api https://%s and give the cluster's CA with --ca-file (or SHARDHOST_CA_FILE)",
+			c.base, strings.TrimPrefix(c.base, "http://"))
+	}
 	if resp.StatusCode >= 400 {
 		var e struct {
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			if resp.StatusCode == http.StatusUnauthorized && c.token == "" {
+			if resp.StatusCode == http.StatusUnauthorized && c.token == "" && !c.cert {
 				e.Error += " (give the API token in SHARDHOST_TOKEN or --token-file)"
 			}
 			return response{header: resp.Header}, errors.New(e.Error)

@@ -15,6 +15,9 @@ import (
 type globals struct {
 	api       string
 	tokenFile string
+	caFile    string // the CA that signed the API's certificate
+	certFile  string // a client certificate for the API, and its key
+	keyFile   string
 	logLevel  string
 	logFormat string
 }
@@ -66,6 +69,9 @@ func (g *globals) clientFlags(cmd *cobra.Command) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&g.api, "api", def, "`URL` of any node's management API, or HOST:PORT (env SHARDHOST_API)")
 	cmd.Flags().StringVar(&g.tokenFile, "token-file", os.Getenv("SHARDHOST_TOKEN_FILE"), "`FILE` holding the API bearer token (env SHARDHOST_TOKEN_FILE; or the token itself in SHARDHOST_TOKEN)")
+	cmd.Flags().StringVar(&g.caFile, "ca-file", os.Getenv("SHARDHOST_CA_FILE"), "CA (PEM) that signed the API's certificate, for https (env SHARDHOST_CA_FILE)")
+	cmd.Flags().StringVar(&g.certFile, "cert-file", os.Getenv("SHARDHOST_CERT_FILE"), "client certificate (PEM) for an API that takes them (env SHARDHOST_CERT_FILE)")
+	cmd.Flags().StringVar(&g.keyFile, "key-file", os.Getenv("SHARDHOST_KEY_FILE"), "the key of --cert-file (env SHARDHOST_KEY_FILE)")
 	return cmd
 }
 

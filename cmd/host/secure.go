@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardhost/shardhost/host"
+	"github.com/shardhost/shardhost/internal/pki"
 )
 
 // secureFlags are the security settings of shardhost start (README, "Secure"). Secrets
@@ -19,6 +21,9 @@ type secureFlags struct {
 	apiAuthAll     bool
 	apiInsecure    bool
 	apiMaxRequests int
+	apiTLSCert     string
+	apiTLSKey      string
+	apiClientCA    string
 }
 
 func (f *secureFlags) add(cmd *cobra.Command) {
@@ -27,6 +32,9 @@ func (f *secureFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.apiTokensFile, "api-tokens-file", "", "file of API bearer tokens, one \"ROLE TOKEN\" or \"ROLE sha256:HEX\" a line (roles admin, client, read); required for a non-loopback --api")
 	fl.BoolVar(&f.apiAuthAll, "api-auth-all", false, "require a token for /alive, /ready and /metrics too")
 	fl.BoolVar(&f.apiInsecure, "api-insecure", false, "serve a non-loopback --api without authentication: anyone who reaches it can deploy code")
+	fl.StringVar(&f.apiTLSCert, "api-tls-cert", "", "certificate (PEM) the API serves HTTPS with, e.g. member.crt of shardhost certs")
+	fl.StringVar(&f.apiTLSKey, "api-tls-key", "", "the key of --api-tls-cert (PEM)")
+	fl.StringVar(&f.apiClientCA, "api-client-ca", "", "CA (PEM) whose client certificates authenticate API callers; the subject's OU is the role (admin, client, read)")
 	fl.IntVar(&f.apiMaxRequests, "api-max-requests", d.MaxConcurrentRequests, "API requests handled at once; past it a request is answered 503 with Retry-After")
 }
 
@@ -41,6 +49,9 @@ func (f *secureFlags) apply(cfg *host.Config, log *slog.Logger) error {
 			return fmt.Errorf("--api-tokens-file: %w", err)
 		}
 		cfg.API.Tokens = toks
+	}
+	if err := f.apiTLS(cfg); err != nil {
+		return err
 	}
 	if f.apiAuthAll && !cfg.API.AuthEnabled() {
 		return fmt.Errorf("--api-auth-all needs --api-tokens-file (or --api-client-ca)")
@@ -67,4 +78,31 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// apiTLS sets the API's TLS from --api-tls-cert, --api-tls-key and --api-client-ca.
+func (f *secureFlags) apiTLS(cfg *host.Config) error {
+	if (f.apiTLSCert == "") != (f.apiTLSKey == "") {
+		return fmt.Errorf("--api-tls-cert and --api-tls-key go together")
+	}
+	if f.apiTLSCert == "" {
+		if f.apiClientCA != "" {
+			return fmt.Errorf("--api-client-ca needs --api-tls-cert and --api-tls-key: client certificates need HTTPS")
+		}
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.apiTLSCert, f.apiTLSKey)
+	if err != nil {
+		return fmt.Errorf("--api-tls-cert, --api-tls-key: %v", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if f.apiClientCA != "" {
+		pool, err := pki.LoadPool(f.apiClientCA)
+		if err != nil {
+			return fmt.Errorf("--api-client-ca: %v", err)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	cfg.API.TLS = tc
+	return nil
 }
