@@ -3,12 +3,14 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +61,11 @@ type MembershipConfig struct {
 	// Transport replaces memberlist's UDP/TCP transport, e.g. an InmemGossipNetwork
 	// transport in tests. Nil uses the network at BindAddr.
 	Transport memberlist.Transport
+	// TLS, if set (and Transport is not), carries all gossip over mutual TLS on
+	// BindAddr's TCP port instead of UDP and TCP (TLSGossipTransport): only peers with a
+	// certificate the configuration accepts (pki.MemberTLSConfig: a member certificate
+	// of the cluster CA) can join or gossip.
+	TLS *tls.Config
 	// States are named state delegates shared through push-pull and broadcasts. Given
 	// here, they take part in the first push-pull, at join; RegisterState adds one later.
 	States map[string]StateDelegate
@@ -221,6 +228,8 @@ type Membership struct {
 	phi           atomic.Pointer[map[UniqueAddress]float64] // of the monitored members, at the last tick
 	leaderChanges metric.Int64Counter
 	wire          atomic.Pointer[gossipWire]
+	joinErr       atomic.Pointer[error] // the last failure to reach the seeds
+	tlsGossip     *TLSGossipTransport   // when gossip runs over mutual TLS
 	hookOnce      sync.Once
 
 	subMu     sync.Mutex
@@ -280,6 +289,13 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		host, port, _ := splitHostPort(cfg.BindAddr)
 		mc.BindAddr, mc.BindPort = host, port
 		mc.AdvertiseAddr, mc.AdvertisePort = host, port
+		if cfg.TLS != nil {
+			tt, err := NewTLSGossipTransport(TLSGossipConfig{BindAddr: cfg.BindAddr, TLS: cfg.TLS, Logger: cfg.Logger})
+			if err != nil {
+				return nil, err
+			}
+			mc.Transport, m.tlsGossip = tt, tt
+		}
 	}
 	if cfg.AdvertiseAddr != "" {
 		host, port, _ := splitHostPort(cfg.AdvertiseAddr)
@@ -308,6 +324,9 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	}}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if tt, ok := mc.Transport.(*TLSGossipTransport); ok {
+			tt.Shutdown()
+		}
 		return nil, fmt.Errorf("cluster: starting gossip on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
@@ -355,9 +374,17 @@ func randomUID() UID {
 func (m *Membership) discover() {
 	defer m.wg.Done()
 	backoff := 100 * time.Millisecond
-	for {
-		if n, _ := m.ml.Join(m.cfg.Seeds); n > 0 {
+	for attempt := 0; ; attempt++ {
+		n, err := m.ml.Join(m.cfg.Seeds)
+		if n > 0 {
+			m.joinErr.Store(nil)
 			return
+		}
+		if err != nil {
+			m.joinErr.Store(&err)
+			if attempt == 0 || attempt%20 == 0 {
+				m.log.Warn("cannot reach the seeds yet; retrying", "seeds", m.cfg.Seeds, "err", err)
+			}
 		}
 		select {
 		case <-m.stop:
@@ -673,6 +700,9 @@ func (m *Membership) Join(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			if last := m.joinErr.Load(); last != nil {
+				return fmt.Errorf("%w through %v: %v (last attempt: %v)", ErrJoinFailed, m.cfg.Seeds, ctx.Err(), oneLineErr(*last))
+			}
 			return fmt.Errorf("%w through %v: %v", ErrJoinFailed, m.cfg.Seeds, ctx.Err())
 		case <-m.done:
 			return ErrMembershipClosed
@@ -997,3 +1027,8 @@ func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
 }
 func (b *broadcast) Message() []byte { return b.msg }
 func (b *broadcast) Finished()       {}
+
+// oneLineErr is err's text on one line (memberlist's join errors are multi-line lists).
+func oneLineErr(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

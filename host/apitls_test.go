@@ -2,6 +2,7 @@ package host
 
 import (
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -103,5 +104,36 @@ func TestAPIOverTLSWithClientCertificates(t *testing.T) {
 		if resp.StatusCode != 400 {
 			t.Errorf("plain HTTP to the HTTPS API: %d", resp.StatusCode)
 		}
+	}
+}
+
+// TestMembersOverMutualTLS: three members whose gossip and frames are mutual TLS form a
+// cluster and serve asks that cross members.
+func TestMembersOverMutualTLS(t *testing.T) {
+	ca, err := pki.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, err := ca.Member([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := is.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, 3, func(c *Config) { c.TLS = pki.MemberTLSConfig(pair, ca.PoolOf()) })
+	deployOn(t, nodes[0], "abitest")
+	hosts := map[string]bool{}
+	c := client(t, nodes[2])
+	for i := 0; len(hosts) < 3 && i < 200; i++ {
+		r := c.ask("abitest", fmt.Sprintf("e%d", i), "count")
+		if r.status != 200 {
+			t.Fatalf("ask %d: %d %+v", i, r.status, r.err)
+		}
+		hosts[r.node] = true
+	}
+	if len(hosts) != 3 {
+		t.Fatalf("entities answered from %v, want all three members", hosts)
 	}
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,6 +65,11 @@ type Config struct {
 	Lifecycle cluster.CoreConfig
 	// GossipKey encrypts gossip; members need the same key (16, 24 or 32 bytes).
 	GossipKey []byte
+	// TLS, if set, makes every connection between members mutual TLS, gossip and
+	// node-to-node frames alike: a peer without a certificate it accepts can neither
+	// join nor send a frame (pki.LoadMemberTLS: member certificates of the cluster CA;
+	// docs/design.md, "Security"). Gossip then runs over TCP alone, on BindAddr's port.
+	TLS *tls.Config
 	// API secures and bounds the management API: tokens, TLS, client certificates,
 	// the request cap and timeouts (DefaultAPIConfig; README, "Secure").
 	API APIConfig
@@ -243,6 +249,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	tcfg.BindAddr = cfg.TransportAddr
 	tcfg.MaxFrameSize = cfg.MaxModuleSize + 1<<20
 	tcfg.Logger = cfg.Logger
+	tcfg.TLSConfig = cfg.TLS
 	if n.messenger, err = cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
 		return cluster.NewTCPTransport(tcfg, h)
 	}, cfg.Logger, cluster.WithTracing(cfg.TracerProvider, n.prop), cluster.WithMetrics(cfg.MeterProvider)); err != nil {
@@ -267,6 +274,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		TickInterval:  100 * time.Millisecond,
 		Profile:       cfg.GossipProfile,
 		GossipKey:     cfg.GossipKey,
+		TLS:           cfg.TLS,
 		States:        map[string]cluster.StateDelegate{catalogState: n.catalog},
 		Logger:        cfg.Logger,
 		MeterProvider: cfg.MeterProvider,

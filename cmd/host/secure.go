@@ -24,6 +24,9 @@ type secureFlags struct {
 	apiTLSCert     string
 	apiTLSKey      string
 	apiClientCA    string
+	tlsCert        string
+	tlsKey         string
+	tlsCA          string
 }
 
 func (f *secureFlags) add(cmd *cobra.Command) {
@@ -35,6 +38,9 @@ func (f *secureFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.apiTLSCert, "api-tls-cert", "", "certificate (PEM) the API serves HTTPS with, e.g. member.crt of shardhost certs")
 	fl.StringVar(&f.apiTLSKey, "api-tls-key", "", "the key of --api-tls-cert (PEM)")
 	fl.StringVar(&f.apiClientCA, "api-client-ca", "", "CA (PEM) whose client certificates authenticate API callers; the subject's OU is the role (admin, client, read)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "member certificate (PEM, shardhost certs create-member): gossip and node-to-node frames become mutual TLS")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "the cluster CA (PEM): only members with a certificate it signed can join or send a frame")
 	fl.IntVar(&f.apiMaxRequests, "api-max-requests", d.MaxConcurrentRequests, "API requests handled at once; past it a request is answered 503 with Retry-After")
 }
 
@@ -52,6 +58,16 @@ func (f *secureFlags) apply(cfg *host.Config, log *slog.Logger) error {
 	}
 	if err := f.apiTLS(cfg); err != nil {
 		return err
+	}
+	if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
+		if f.tlsCert == "" || f.tlsKey == "" || f.tlsCA == "" {
+			return fmt.Errorf("--tls-cert, --tls-key and --tls-ca go together")
+		}
+		tc, err := pki.LoadMemberTLS(f.tlsCert, f.tlsKey, f.tlsCA)
+		if err != nil {
+			return fmt.Errorf("--tls-cert, --tls-key, --tls-ca: %v", err)
+		}
+		cfg.TLS = tc
 	}
 	if f.apiAuthAll && !cfg.API.AuthEnabled() {
 		return fmt.Errorf("--api-auth-all needs --api-tokens-file (or --api-client-ca)")
