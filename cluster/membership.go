@@ -58,6 +58,9 @@ type MembershipConfig struct {
 	// GossipKey, if set, encrypts all gossip (AES-GCM through memberlist's keyring);
 	// members without the same key cannot join. 16, 24 or 32 bytes.
 	GossipKey []byte
+	// GossipKeys are more keys of the keyring, which decrypt but do not encrypt (a
+	// rotation under way: KeyManager). They need GossipKey.
+	GossipKeys [][]byte
 	// Transport replaces memberlist's UDP/TCP transport, e.g. an InmemGossipNetwork
 	// transport in tests. Nil uses the network at BindAddr.
 	Transport memberlist.Transport
@@ -98,6 +101,9 @@ func (c MembershipConfig) Validate() error {
 	}
 	if n := len(c.GossipKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return fmt.Errorf("%w, got %d", ErrBadGossipKey, n)
+	}
+	if len(c.GossipKeys) > 0 && len(c.GossipKey) == 0 {
+		return fmt.Errorf("%w: GossipKeys without a GossipKey", ErrBadGossipKey)
 	}
 	if c.TickInterval <= 0 {
 		return errors.New("cluster: tick interval must be positive")
@@ -230,6 +236,7 @@ type Membership struct {
 	wire          atomic.Pointer[gossipWire]
 	joinErr       atomic.Pointer[error] // the last failure to reach the seeds
 	tlsGossip     *TLSGossipTransport   // when gossip runs over mutual TLS
+	keyring       *memberlist.Keyring   // when gossip is encrypted
 	hookOnce      sync.Once
 
 	subMu     sync.Mutex
@@ -302,11 +309,11 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		mc.AdvertiseAddr, mc.AdvertisePort = host, port
 	}
 	if len(cfg.GossipKey) > 0 {
-		kr, err := memberlist.NewKeyring(nil, cfg.GossipKey)
+		kr, err := memberlist.NewKeyring(cfg.GossipKeys, cfg.GossipKey)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadGossipKey, err)
 		}
-		mc.Keyring = kr
+		mc.Keyring, m.keyring = kr, kr
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	name := cfg.AdvertiseAddr

@@ -43,6 +43,7 @@ import (
 //	GET  /v1/ddata/keys/{key}[?consistency=C]   → the key's value
 //	POST /v1/ddata/keys/{key}?type=T[&consistency=C] body: an operation → the new value
 //	DELETE /v1/ddata/keys/{key}[?consistency=C] → delete the key for good
+//	GET  /v1/keys, POST /v1/keys/{install,use,remove} → gossip keys, cluster-wide (keys.go)
 //	GET  /v1/health                      → {"status":"ok","node":A}: an alias of /alive
 //	GET  /alive                          → 200 {"status":"alive","node":A} while the process serves
 //	GET  /ready                          → 200 {"status":"ready",...} or 503 {"status":"not-ready","reason":R,...}
@@ -129,6 +130,7 @@ func (n *Node) routes() *http.ServeMux {
 		n.memberAction(w, r, n.Self().Address, "leave", n.membership.LeaveMember)
 	})
 	n.ddataRoutes(mux)
+	n.keyRoutes(mux)
 	// /v1/health predates the probes: it stays, as an alias of /alive.
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.Self().Address})

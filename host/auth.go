@@ -88,6 +88,8 @@ var routeRoles = map[string]Role{
 	"GET /v1/ddata/keys/{key...}":      RoleClient,
 	"POST /v1/ddata/keys/{key...}":     RoleAdmin,
 	"DELETE /v1/ddata/keys/{key...}":   RoleAdmin,
+	"GET /v1/keys":                     RoleAdmin,
+	"POST /v1/keys/{op}":               RoleAdmin,
 	"GET /v1/health":                   RoleNone,
 	"GET /alive":                       RoleNone,
 	"GET /ready":                       RoleNone,

@@ -63,7 +63,9 @@ type Config struct {
 	// detector, the split brain resolver (cluster.DefaultCoreConfig; the local profile
 	// cluster.DefaultLocalCoreConfig detects crashes in about a second).
 	Lifecycle cluster.CoreConfig
-	// GossipKey encrypts gossip; members need the same key (16, 24 or 32 bytes).
+	// GossipKey encrypts gossip; members need the same key (16, 24 or 32 bytes). It is
+	// kept in DataDir/gossip-keyring, which a rotation (shardhost keys) changes; once
+	// there, the kept keyring wins over GossipKey at the next start.
 	GossipKey []byte
 	// TLS, if set, makes every connection between members mutual TLS, gossip and
 	// node-to-node frames alike: a peer without a certificate it accepts can neither
@@ -178,6 +180,7 @@ type Node struct {
 	closeState func() error
 	sharding   *sharding.Sharding
 	backoff    *backoff
+	keys       *cluster.KeyManager
 	api        *http.Server
 	apiLn      net.Listener
 	auth       *apiAuth
@@ -256,6 +259,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("host: node-to-node transport on %s: %w", cfg.TransportAddr, err)
 	}
 
+	gossipKey, moreKeys, err := gossipKeys(cfg.DataDir, cfg.GossipKey, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+
 	var apiAddr string
 	if cfg.APIAddr != "" {
 		if n.apiLn, err = net.Listen("tcp", cfg.APIAddr); err != nil {
@@ -273,7 +281,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Lifecycle:     cfg.Lifecycle,
 		TickInterval:  100 * time.Millisecond,
 		Profile:       cfg.GossipProfile,
-		GossipKey:     cfg.GossipKey,
+		GossipKey:     gossipKey,
+		GossipKeys:    moreKeys,
 		TLS:           cfg.TLS,
 		States:        map[string]cluster.StateDelegate{catalogState: n.catalog},
 		Logger:        cfg.Logger,
@@ -282,6 +291,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	exits := n.membership.Subscribe(64)
+	if n.keys, err = cluster.NewKeyManager(cluster.KeyManagerConfig{Membership: n.membership, Messenger: n.messenger,
+		Logger: cfg.Logger, Persist: func(keys [][]byte) error { return saveKeyring(cfg.DataDir, keys) }}); err != nil {
+		return nil, err
+	}
 
 	dc := cfg.DData
 	dc.Membership, dc.Messenger, dc.Logger = n.membership, n.messenger, cfg.Logger

@@ -60,7 +60,7 @@ interrupted.`,
 				}
 			}()
 			for i, addr := range devNodes {
-				cfg, err := nf.config()
+				cfg, err := nf.config(log)
 				if err != nil {
 					return err
 				}

@@ -55,6 +55,7 @@ Talk to it:                                                  shardhost ask count
 		newStateCommand(g),
 		newTokensCommand(),
 		newCertsCommand(),
+		newKeysCommand(g),
 	)
 	return root
 }

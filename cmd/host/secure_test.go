@@ -71,3 +71,33 @@ func TestTokenFromFileOrEnvironment(t *testing.T) {
 		}
 	}
 }
+
+func TestGossipKeySources(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	dir := t.TempDir()
+	key := "MDEyMzQ1Njc4OWFiY2RlZg==" // 16 bytes
+	file := filepath.Join(dir, "gossip.key")
+	os.WriteFile(file, []byte(key+"\n"), 0o600)
+	t.Setenv("SHARDHOST_GOSSIP_KEY", "")
+	for _, tc := range []struct {
+		f   nodeFlags
+		env string
+		ok  bool
+		nil bool
+	}{
+		{nodeFlags{}, "", true, true},
+		{nodeFlags{gossipKeyFile: file}, "", true, false},
+		{nodeFlags{gossipKey: key}, "", true, false},
+		{nodeFlags{}, key, true, false},
+		{nodeFlags{gossipKeyFile: file, gossipKey: key}, "", false, true},
+		{nodeFlags{gossipKeyFile: filepath.Join(dir, "missing")}, "", false, true},
+		{nodeFlags{gossipKey: "c2hvcnQ="}, "", false, true},
+		{nodeFlags{}, "not base64!", false, true},
+	} {
+		t.Setenv("SHARDHOST_GOSSIP_KEY", tc.env)
+		k, err := tc.f.readGossipKey(log)
+		if (err == nil) != tc.ok || (k == nil) != tc.nil {
+			t.Errorf("%+v env %q: %q %v", tc.f, tc.env, k, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -37,6 +38,7 @@ type nodeFlags struct {
 	sbrQuorumSize     int
 	sbrStableAfter    time.Duration
 	gossipKey         string
+	gossipKeyFile     string
 	// distributed data
 	durableKeys []string
 	writeBehind time.Duration
@@ -62,7 +64,8 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().StringSliceVar(&f.durableKeys, "durable-keys", nil, "distributed data keys kept on disk, KEY or PREFIX*,... (loaded at start)")
 	cmd.Flags().DurationVar(&f.writeBehind, "ddata-write-behind", 0, "write durable keys every interval instead of before each update returns (0)")
 	cmd.Flags().StringVar(&f.stateStore, "state-store", "", "entity state store: builtin (replicated on the members' disks), or a PostgreSQL URL postgres://USER[:PASSWORD]@HOST:PORT/DB?sslmode=verify-full, PG* environment variables filling in what it leaves out (default $SHARDHOST_STATE_STORE, else builtin)")
-	cmd.Flags().StringVar(&f.gossipKey, "gossip-key", "", "base64 16-, 24- or 32-byte key that encrypts gossip; members with another key cannot join")
+	cmd.Flags().StringVar(&f.gossipKeyFile, "gossip-key-file", "", "file holding the base64 16-, 24- or 32-byte key that encrypts gossip (or the key in SHARDHOST_GOSSIP_KEY); members with another key cannot join")
+	cmd.Flags().StringVar(&f.gossipKey, "gossip-key", "", "the gossip key itself: deprecated, as ps shows it to every user of the machine (use --gossip-key-file)")
 	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "memberlist timing: lan, or local (faster failure detection on one machine)")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
 	cmd.Flags().DurationVar(&f.messageDeadline, "message-deadline", d.Runtime.MessageDeadline, "how long one message may run inside an entity")
@@ -71,7 +74,7 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().DurationVar(&f.askTimeout, "ask-timeout", d.Sharding.AskTimeout, "default time an ask waits for its reply")
 }
 
-func (f *nodeFlags) config() (host.Config, error) {
+func (f *nodeFlags) config(log *slog.Logger) (host.Config, error) {
 	cfg := host.DefaultConfig()
 	cfg.GossipProfile = f.gossipProfile
 	lc := cluster.DefaultCoreConfig()
@@ -99,22 +102,54 @@ func (f *nodeFlags) config() (host.Config, error) {
 	if _, err := host.ParseStateStore(cfg.StateStore); err != nil {
 		return cfg, err
 	}
-	if f.gossipKey != "" {
-		key, err := base64.StdEncoding.DecodeString(f.gossipKey)
-		if err != nil {
-			return cfg, fmt.Errorf("--gossip-key is not base64: %v", err)
-		}
-		if n := len(key); n != 16 && n != 24 && n != 32 {
-			return cfg, fmt.Errorf("--gossip-key must decode to 16, 24 or 32 bytes, not %d", n)
-		}
-		cfg.GossipKey = key
+	key, err := f.readGossipKey(log)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.GossipKey = key
 	cfg.Runtime.MemoryLimit = uint64(f.memoryLimitMiB) << 20
 	cfg.Runtime.MessageDeadline = f.messageDeadline
 	cfg.Runtime.MaxMessageSize = f.maxMessageSize
 	cfg.MaxModuleSize = f.maxModuleSize
 	cfg.Sharding.AskTimeout = f.askTimeout
 	return cfg, nil
+}
+
+// readGossipKey returns the gossip key from --gossip-key-file, SHARDHOST_GOSSIP_KEY or
+// (with a warning) --gossip-key, or nil for none.
+func (f *nodeFlags) readGossipKey(log *slog.Logger) ([]byte, error) {
+	text, from := "", ""
+	switch {
+	case f.gossipKeyFile != "" && f.gossipKey != "":
+		return nil, fmt.Errorf("--gossip-key-file and --gossip-key: give one")
+	case f.gossipKeyFile != "":
+		b, err := os.ReadFile(f.gossipKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key-file: %v", err)
+		}
+		text, from = string(b), "--gossip-key-file "+f.gossipKeyFile
+	case f.gossipKey != "":
+		log.Warn("--gossip-key shows the gossip key to every user of this machine (ps, /proc): use --gossip-key-file or SHARDHOST_GOSSIP_KEY")
+		text, from = f.gossipKey, "--gossip-key"
+	case os.Getenv("SHARDHOST_GOSSIP_KEY") != "":
+		text, from = os.Getenv("SHARDHOST_GOSSIP_KEY"), "SHARDHOST_GOSSIP_KEY"
+	default:
+		return nil, nil
+	}
+	return parseGossipKey(text, from)
+}
+
+// parseGossipKey decodes a base64 gossip key of 16, 24 or 32 bytes; from names where it
+// came from, for the error.
+func parseGossipKey(text, from string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(text))
+	if err != nil {
+		return nil, fmt.Errorf("%s: the gossip key is not base64: %v", from, err)
+	}
+	if n := len(key); n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("%s: the gossip key must decode to 16, 24 or 32 bytes, not %d (make one with shardhost keys generate)", from, n)
+	}
+	return key, nil
 }
 
 // observe gives a node's configuration its telemetry from the OTEL_* environment: the
@@ -160,7 +195,7 @@ func newStartCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := nf.config()
+			cfg, err := nf.config(log)
 			if err != nil {
 				return err
 			}
