@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -60,6 +61,31 @@ type Frame struct {
 	// Trace is the sender's trace context, as its propagators wrote it (W3C
 	// traceparent and tracestate, baggage, ...); empty when the sender was not tracing.
 	Trace map[string]string `cbor:"7,keyasint,omitempty"`
+
+	// slot is the frame's place among its connection's frames in flight, set by the
+	// TCP transport for requests and one-way frames (TCPConfig.MaxFramesInFlight).
+	slot *frameSlot
+}
+
+// Hold keeps the frame counted among its connection's frames in flight
+// (TCPConfig.MaxFramesInFlight) after the FrameHandler returns, until the returned
+// function is called; without Hold it stops counting when the handler returns. Call it
+// from the FrameHandler, and call the function once the frame's work is over (the
+// messenger does when a request is answered); later calls do nothing. For a frame that
+// no transport counts it returns a function that does nothing.
+func (f *Frame) Hold() (release func()) {
+	if f.slot == nil {
+		return func() {}
+	}
+	f.slot.held = true
+	return f.slot.release
+}
+
+// frameSlot is a frame's share of its connection's in-flight budget.
+type frameSlot struct {
+	held    bool // set by Hold, on the reader's goroutine
+	once    sync.Once
+	release func()
 }
 
 const (

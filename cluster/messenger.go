@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ type Request struct {
 	ctx     context.Context
 	span    trace.Span // the server span of a traced request, ended by Reply
 	start   time.Time
+	release func() // frees the request's share of its connection's frames in flight
 }
 
 // OneWay reports whether the sender expects no reply (the message came by Tell).
@@ -57,6 +59,9 @@ func (r *Request) Reply(body []byte, err error) {
 	if !r.replied.CompareAndSwap(false, true) {
 		r.m.log.Debug("reply called more than once; ignored", "topic", r.Topic, "from", r.From)
 		return
+	}
+	if r.release != nil {
+		r.release()
 	}
 	r.m.tel.serverDone(r, err)
 	if r.From == "" {
@@ -398,6 +403,13 @@ func (m *Messenger) handleFrame(f *Frame) {
 		p.cb(f.Body, nil)
 	case FrameRequest, FrameOneWay:
 		r := &Request{From: f.From, Topic: f.Topic, Body: f.Body, id: f.ID, oneWay: f.Kind == FrameOneWay, m: m}
+		if !r.oneWay {
+			// A request counts among its connection's frames in flight until it is
+			// answered (TCPConfig.MaxFramesInFlight). Should a handler drop it
+			// unanswered, the collector frees its share.
+			r.release = f.Hold()
+			runtime.AddCleanup(r, func(release func()) { release() }, r.release)
+		}
 		m.tel.serverStart(r, f.Trace)
 		h := (*m.handlers.Load())[f.Topic]
 		if h == nil {

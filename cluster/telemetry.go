@@ -63,6 +63,10 @@ func newMessengerTelemetry(o messengerOptions, t Transport) *messengerTelemetry 
 			metric.WithDescription("Inbound frames refused as malformed or too large. []")))
 		connErrs := obs.Must(meter.Int64ObservableCounter("shardhost.transport.connection.errors", metric.WithUnit("{error}"),
 			metric.WithDescription("Failed dials and failed writes to peers. []")))
+		refused := obs.Must(meter.Int64ObservableCounter("shardhost.transport.connections.refused", metric.WithUnit("{connection}"),
+			metric.WithDescription("Inbound connections closed before they were authenticated: too many authenticating, a failed TLS handshake, no frame in time. []")))
+		waits := obs.Must(meter.Int64ObservableCounter("shardhost.transport.backpressure.waits", metric.WithUnit("{wait}"),
+			metric.WithDescription("Times a connection's reader stopped until one of its frames in flight was done (the per-connection cap). []")))
 		obs.Must(meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			s := st.Stats()
 			o.ObserveInt64(frames, int64(s.FramesSent), out)
@@ -72,8 +76,10 @@ func newMessengerTelemetry(o messengerOptions, t Transport) *messengerTelemetry 
 			o.ObserveInt64(dropped, int64(s.FramesDropped))
 			o.ObserveInt64(malformed, int64(s.MalformedFrames))
 			o.ObserveInt64(connErrs, int64(s.ConnectionErrors))
+			o.ObserveInt64(refused, int64(s.RefusedConnections))
+			o.ObserveInt64(waits, int64(s.BackpressureWaits))
 			return nil
-		}, frames, bytes, dropped, malformed, connErrs))
+		}, frames, bytes, dropped, malformed, connErrs, refused, waits))
 	}
 	return tel
 }

@@ -79,4 +79,11 @@ type TransportStats struct {
 	MalformedFrames uint64
 	// ConnectionErrors counts failed dials and failed writes to peers (TCP).
 	ConnectionErrors uint64
+	// RefusedConnections counts inbound connections closed before they were
+	// authenticated: over TCPConfig.MaxPendingConns, a failed TLS handshake, or no
+	// frame in time (TCP).
+	RefusedConnections uint64
+	// BackpressureWaits counts the times a connection's reader waited for a frame in
+	// flight to be done before reading on (TCPConfig.MaxFramesInFlight).
+	BackpressureWaits uint64
 }

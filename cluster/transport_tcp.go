@@ -9,10 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // TCPConfig configures a TCPTransport. Start from DefaultTCPConfig (or
@@ -49,6 +52,22 @@ type TCPConfig struct {
 	RedialBackoff time.Duration
 	// MaxRedialBackoff caps RedialBackoff's doubling.
 	MaxRedialBackoff time.Duration
+	// MaxPendingConns caps the inbound connections not authenticated yet: whose TLS
+	// handshake has not completed or, without TLS, that have not carried a whole frame.
+	// Past it a new connection is closed at once. Such a connection gets DialTimeout to
+	// complete its handshake, and WriteTimeout for its first frame without TLS.
+	MaxPendingConns int
+	// MaxFramesInFlight caps, per inbound connection, the requests and one-way frames
+	// given to the FrameHandler and not done yet: a frame is done when the handler
+	// returns, or, if the handler called Frame.Hold (the messenger does for requests),
+	// when the hold is released (a request answered). At the cap the connection's reader
+	// stops reading until a frame is done: the peer's writes stall (TCP back-pressure)
+	// rather than queues growing, and past its WriteTimeout it drops the batch.
+	// Responses are not counted.
+	MaxFramesInFlight int
+	// MaxBytesInFlight caps the bytes of those frames per connection, the same way (a
+	// frame larger than the cap counts as the cap).
+	MaxBytesInFlight int
 	// TLSConfig, if set, makes every connection TLS: the listener serves with it and
 	// dials use it as the client config (set Certificates, RootCAs, ClientCAs and
 	// ClientAuth = tls.RequireAndVerifyClientCert for mutual TLS). ServerName is
@@ -63,17 +82,22 @@ type TCPConfig struct {
 
 // DefaultTCPConfig returns a configuration for a LAN: port 7947 on all interfaces
 // (so AdvertiseAddr must be set), 8 MiB frames, 65536 frames queued per peer, 5 s
-// dial and 10 s write timeouts, 1 min idle timeout, redial backoff 100 ms to 5 s.
+// dial and 10 s write timeouts, 1 min idle timeout, redial backoff 100 ms to 5 s, 64
+// connections authenticating at once, 1024 frames and 64 MiB in flight per
+// connection.
 func DefaultTCPConfig() TCPConfig {
 	return TCPConfig{
-		BindAddr:         "0.0.0.0:7947",
-		MaxFrameSize:     DefaultMaxFrameSize,
-		SendQueueSize:    65536,
-		DialTimeout:      5 * time.Second,
-		WriteTimeout:     10 * time.Second,
-		IdleTimeout:      time.Minute,
-		RedialBackoff:    100 * time.Millisecond,
-		MaxRedialBackoff: 5 * time.Second,
+		BindAddr:          "0.0.0.0:7947",
+		MaxFrameSize:      DefaultMaxFrameSize,
+		SendQueueSize:     65536,
+		DialTimeout:       5 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       time.Minute,
+		RedialBackoff:     100 * time.Millisecond,
+		MaxRedialBackoff:  5 * time.Second,
+		MaxPendingConns:   64,
+		MaxFramesInFlight: 1024,
+		MaxBytesInFlight:  64 << 20,
 	}
 }
 
@@ -120,6 +144,9 @@ func (c TCPConfig) Validate() error {
 		return bad("RedialBackoff %v must be positive", c.RedialBackoff)
 	case c.MaxRedialBackoff < c.RedialBackoff:
 		return bad("MaxRedialBackoff %v is below RedialBackoff %v", c.MaxRedialBackoff, c.RedialBackoff)
+	case c.MaxPendingConns <= 0 || c.MaxFramesInFlight <= 0 || c.MaxBytesInFlight <= 0:
+		return bad("MaxPendingConns %d, MaxFramesInFlight %d and MaxBytesInFlight %d must be positive",
+			c.MaxPendingConns, c.MaxFramesInFlight, c.MaxBytesInFlight)
 	}
 	return nil
 }
@@ -159,14 +186,15 @@ type TCPTransport struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 
-	mu     sync.RWMutex
-	closed bool
-	peers  map[string]*tcpPeer
-	conns  map[net.Conn]struct{} // every open connection, inbound and outbound
+	mu      sync.RWMutex
+	closed  bool
+	peers   map[string]*tcpPeer
+	conns   map[net.Conn]struct{} // every open connection, inbound and outbound
+	pending chan struct{}         // a slot per inbound connection not authenticated yet
 
 	framesSent, framesReceived, framesDropped atomic.Uint64
 	bytesSent, bytesReceived, malformed       atomic.Uint64
-	connErrors                                atomic.Uint64
+	connErrors, refused, backpressure         atomic.Uint64
 }
 
 var _ Transport = (*TCPTransport)(nil)
@@ -232,6 +260,7 @@ func NewTCPTransport(cfg TCPConfig, h FrameHandler) (*TCPTransport, error) {
 		closing: make(chan struct{}),
 		peers:   make(map[string]*tcpPeer),
 		conns:   make(map[net.Conn]struct{}),
+		pending: make(chan struct{}, cfg.MaxPendingConns),
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -366,7 +395,9 @@ func (t *TCPTransport) Stats() TransportStats {
 		BytesReceived:   t.bytesReceived.Load(),
 		MalformedFrames: t.malformed.Load(),
 
-		ConnectionErrors: t.connErrors.Load(),
+		ConnectionErrors:   t.connErrors.Load(),
+		RefusedConnections: t.refused.Load(),
+		BackpressureWaits:  t.backpressure.Load(),
 	}
 }
 
@@ -618,7 +649,16 @@ func (t *TCPTransport) acceptLoop() {
 			continue
 		}
 		delay = 0
+		select {
+		case t.pending <- struct{}{}:
+		default:
+			t.refused.Add(1)
+			t.log.Debug("connection refused: too many connections authenticating", "remote", conn.RemoteAddr(), "max", cap(t.pending))
+			_ = conn.Close()
+			continue
+		}
 		if !t.track(conn) {
+			<-t.pending
 			_ = conn.Close()
 			return
 		}
@@ -628,21 +668,37 @@ func (t *TCPTransport) acceptLoop() {
 }
 
 // readLoop reads frames from one inbound connection and hands them to the handler
-// until the connection ends or carries a bad frame.
+// until the connection ends or carries a bad frame. The connection holds a pending slot
+// until it is authenticated (TLS handshake done, or a first whole frame without TLS),
+// and each request or one-way frame a share of the connection's in-flight budget until
+// it is done.
 func (t *TCPTransport) readLoop(conn net.Conn) {
 	defer t.wg.Done()
 	defer t.untrack(conn)
+	pending := true
+	authenticated := func() {
+		if pending {
+			pending = false
+			<-t.pending
+		}
+	}
+	defer authenticated()
 	remote := conn.RemoteAddr().String()
 	if tc, ok := conn.(*tls.Conn); ok {
 		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
+			t.refused.Add(1)
 			t.log.Warn("TLS handshake failed; closing connection", "remote", remote, "err", err)
 			return
 		}
+		authenticated()
+	} else {
+		_ = conn.SetReadDeadline(time.Now().Add(t.cfg.WriteTimeout))
 	}
 	t.log.Debug("accepted connection", "remote", remote)
+	inflight := newInflight(t.cfg.MaxFramesInFlight, t.cfg.MaxBytesInFlight)
 	fr := newFrameReader(conn, t.cfg.MaxFrameSize)
 	for {
 		f, n, err := fr.next()
@@ -653,13 +709,73 @@ func (t *TCPTransport) readLoop(conn net.Conn) {
 				t.log.Warn("bad inbound frame; closing connection", "remote", remote, "err", err)
 			case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
 				t.log.Debug("inbound connection closed", "remote", remote)
+			case pending && errors.Is(err, os.ErrDeadlineExceeded):
+				t.refused.Add(1)
+				t.log.Debug("inbound connection sent no frame in time; closed", "remote", remote)
 			default:
 				t.log.Debug("inbound connection failed", "remote", remote, "err", err)
 			}
 			return
 		}
+		if pending {
+			_ = conn.SetReadDeadline(time.Time{})
+			authenticated()
+		}
 		t.framesReceived.Add(1)
 		t.bytesReceived.Add(uint64(n))
+		if f.Kind == FrameResponse {
+			t.handler(f)
+			continue
+		}
+		slot, waited, err := inflight.acquire(t.ctx, n)
+		if err != nil {
+			return // closing
+		}
+		if waited {
+			t.backpressure.Add(1)
+		}
+		f.slot = slot
 		t.handler(f)
+		if !slot.held {
+			slot.release()
+		}
 	}
+}
+
+// inflight is one connection's budget of frames and bytes in flight.
+type inflight struct {
+	frames, bytes *semaphore.Weighted
+	maxBytes      int64
+}
+
+func newInflight(frames, bytes int) *inflight {
+	return &inflight{frames: semaphore.NewWeighted(int64(frames)), bytes: semaphore.NewWeighted(int64(bytes)), maxBytes: int64(bytes)}
+}
+
+// acquire takes a frame's share of the budget, waiting (and reporting that it waited)
+// while the budget is spent, until ctx ends.
+func (b *inflight) acquire(ctx context.Context, size int) (*frameSlot, bool, error) {
+	n := min(int64(size), b.maxBytes)
+	waited := false
+	if !b.frames.TryAcquire(1) {
+		waited = true
+		if err := b.frames.Acquire(ctx, 1); err != nil {
+			return nil, true, err
+		}
+	}
+	if !b.bytes.TryAcquire(n) {
+		waited = true
+		if err := b.bytes.Acquire(ctx, n); err != nil {
+			b.frames.Release(1)
+			return nil, true, err
+		}
+	}
+	s := &frameSlot{}
+	s.release = func() {
+		s.once.Do(func() {
+			b.bytes.Release(n)
+			b.frames.Release(1)
+		})
+	}
+	return s, waited, nil
 }

@@ -36,7 +36,7 @@ func testLogger() *slog.Logger {
 }
 
 // startNode starts a node on 127.0.0.1 with OS-chosen ports.
-func startNode(t *testing.T, join []string, mutate func(*Config)) *Node {
+func startNode(t testing.TB, join []string, mutate func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.BindAddr = "127.0.0.1:0"
