@@ -37,6 +37,15 @@ func memberTLS(t testing.TB, ca *pki.CA, role string) *tls.Config {
 	return pki.MemberTLSConfig(pair, ca.PoolOf())
 }
 
+// strangerTrusting is the configuration of a process that knows the cluster's CA
+// certificate (it is no secret) but has a member certificate of its own CA: it accepts
+// the members, who must refuse it.
+func strangerTrusting(t testing.TB, ca *pki.CA) *tls.Config {
+	t.Helper()
+	tc := memberTLS(t, newTestCA(t), "")
+	return pki.MemberTLSConfig(tc.Certificates[0], ca.PoolOf())
+}
+
 func newTestCA(t testing.TB) *pki.CA {
 	t.Helper()
 	ca, err := pki.NewCA("test CA", time.Hour)
@@ -80,8 +89,9 @@ func TestMembershipOverMutualTLS(t *testing.T) {
 	}
 
 	for name, tc := range map[string]*tls.Config{
-		"another CA's member":          memberTLS(t, newTestCA(t), ""),
-		"a client certificate, own CA": memberTLS(t, ca, "admin"),
+		"another CA's member":                 memberTLS(t, newTestCA(t), ""),
+		"another CA's member trusting the CA": strangerTrusting(t, ca),
+		"a client certificate, own CA":        memberTLS(t, ca, "admin"),
 	} {
 		intruder := tlsMember(t, tc, seed)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -224,8 +234,9 @@ func TestTCPTransportMemberTLSRefusesStrangers(t *testing.T) {
 	a := newTestTCP(t, h, with(memberTLS(t, ca, "")))
 	defer a.Close()
 	for name, tc := range map[string]*tls.Config{
-		"another CA's member":          memberTLS(t, newTestCA(t), ""),
-		"a client certificate, own CA": memberTLS(t, ca, "read"),
+		"another CA's member":                 memberTLS(t, newTestCA(t), ""),
+		"another CA's member trusting the CA": strangerTrusting(t, ca),
+		"a client certificate, own CA":        memberTLS(t, ca, "read"),
 	} {
 		rogue := newTestTCP(t, func(*Frame) {}, with(tc))
 		for i := 0; i < 10; i++ {
