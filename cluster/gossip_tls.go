@@ -449,26 +449,12 @@ func (t *TLSGossipTransport) drain(c *tls.Conn) {
 // handshaking, a new one is closed at once.
 func (t *TLSGossipTransport) acceptLoop() {
 	defer t.wg.Done()
-	var delay time.Duration
 	for {
-		conn, err := t.ln.Accept()
-		if err != nil {
-			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			t.log.Warn("gossip accept failed; retrying", "err", err, "delay", delay)
-			select {
-			case <-t.ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			continue
+		conn, ok := accept(t.ln, t.ctx.Done(), t.log)
+		if !ok {
+			return
 		}
-		delay = 0
-		select {
-		case t.pending <- struct{}{}:
-		default:
+		if !takeSlot(t.pending) {
 			t.refused.Add(1)
 			t.warn("gossip connection refused: too many handshakes in progress", "remote", conn.RemoteAddr(), "max", cap(t.pending))
 			conn.Close()

@@ -137,18 +137,7 @@ func TestTLSGossipTransportCapsUnauthenticatedConnections(t *testing.T) {
 		defer c.Close()
 		held = append(held, c)
 	}
-	testutil.EventuallyNil(t, 10*time.Second, "a third connection closed at once", func() error {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(time.Second))
-		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-			return err
-		}
-		return nil
-	})
+	testutil.EventuallyNil(t, 10*time.Second, "a third connection closed at once", func() error { return closedAtOnce(addr) })
 	if st := tr.Stats(); st.RefusedConns == 0 {
 		t.Errorf("no refused connection counted: %+v", st)
 	}

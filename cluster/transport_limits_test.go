@@ -33,18 +33,7 @@ func TestTCPCapsUnauthenticatedConnections(t *testing.T) {
 		defer c.Close()
 		silent = append(silent, c)
 	}
-	testutil.EventuallyNil(t, 10*time.Second, "a third connection closed at once", func() error {
-		c, err := net.Dial("tcp", a.LocalAddr())
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(time.Second))
-		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
-			return err
-		}
-		return nil
-	})
+	testutil.EventuallyNil(t, 10*time.Second, "a third connection closed at once", func() error { return closedAtOnce(a.LocalAddr()) })
 	if a.Stats().RefusedConnections == 0 {
 		t.Error("no refused connection counted")
 	}
@@ -179,4 +168,19 @@ func TestMessengerRequestHoldsItsSlotUntilAnswered(t *testing.T) {
 		runtime.GC()
 		return handled.Load() == 2
 	})
+}
+
+// closedAtOnce dials addr and returns nil if the other side closes the connection within
+// a second without a byte.
+func closedAtOnce(addr string) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		return err
+	}
+	return nil
 }

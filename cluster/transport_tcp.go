@@ -624,34 +624,12 @@ func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first []byte) error
 // acceptLoop accepts inbound connections until Close, starting a reader for each.
 func (t *TCPTransport) acceptLoop() {
 	defer t.wg.Done()
-	var delay time.Duration
 	for {
-		conn, err := t.ln.Accept()
-		if err != nil {
-			select {
-			case <-t.closing:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off as net/http does.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			t.log.Warn("accept failed; retrying", "err", err, "delay", delay)
-			timer := time.NewTimer(delay)
-			select {
-			case <-t.closing:
-				timer.Stop()
-				return
-			case <-timer.C:
-			}
-			continue
+		conn, ok := accept(t.ln, t.closing, t.log)
+		if !ok {
+			return
 		}
-		delay = 0
-		select {
-		case t.pending <- struct{}{}:
-		default:
+		if !takeSlot(t.pending) {
 			t.refused.Add(1)
 			t.log.Debug("connection refused: too many connections authenticating", "remote", conn.RemoteAddr(), "max", cap(t.pending))
 			_ = conn.Close()
@@ -664,6 +642,46 @@ func (t *TCPTransport) acceptLoop() {
 		}
 		t.wg.Add(1)
 		go t.readLoop(conn)
+	}
+}
+
+// accept returns the next connection of ln, retrying failures (out of file
+// descriptors and the like) with a backoff of 5 ms doubling to 1 s as net/http does,
+// and false once ln is closed or stop is.
+func accept(ln net.Listener, stop <-chan struct{}, log *slog.Logger) (net.Conn, bool) {
+	var delay time.Duration
+	for {
+		conn, err := ln.Accept()
+		if err == nil {
+			return conn, true
+		}
+		select {
+		case <-stop:
+			return nil, false
+		default:
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil, false
+		}
+		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		log.Warn("accept failed; retrying", "err", err, "delay", delay)
+		timer := time.NewTimer(delay)
+		select {
+		case <-stop:
+			timer.Stop()
+			return nil, false
+		case <-timer.C:
+		}
+	}
+}
+
+// takeSlot takes a slot of sem without waiting; false if there is none.
+func takeSlot(sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -110,8 +110,16 @@ func startHost(t *testing.T, join string, extra ...string) *host {
 // retried with other ports.
 func startHostIn(t *testing.T, dir, join string, extra ...string) *host {
 	t.Helper()
+	return startChecked(t, healthy, func() *host { return launchHost(t, dir, join, extra...) })
+}
+
+// startChecked launches a host and waits until up says it answers, or it exits (the
+// test looks at why it stopped), or a minute has passed; a start that failed on an
+// address already in use is launched again, on other ports, up to 5 times.
+func startChecked(t *testing.T, up func(*host) bool, launch func() *host) *host {
+	t.Helper()
 	for attempt := 0; ; attempt++ {
-		h := launchHost(t, dir, join, extra...)
+		h := launch()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			select {
@@ -120,10 +128,10 @@ func startHostIn(t *testing.T, dir, join string, extra ...string) *host {
 				if strings.Contains(h.log.String(), "address already in use") && attempt < 5 {
 					goto retry
 				}
-				return h // the test looks at why it stopped
+				return h
 			default:
 			}
-			if healthy(h) || time.Now().After(deadline) {
+			if up(h) || time.Now().After(deadline) {
 				return h
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -227,11 +235,18 @@ func (h *host) stop(t *testing.T) {
 // stdout, stderr and whether it exited 0.
 func cli(t *testing.T, h *host, stdin []byte, args ...string) (string, string, bool) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = os.Environ()
+	var env []string
 	if h != nil {
-		cmd.Env = append(cmd.Env, "SHARDHOST_API="+h.api)
+		env = append(env, "SHARDHOST_API="+h.api)
 	}
+	return run(t, env, stdin, args...)
+}
+
+// run runs the shardhost CLI with env added and returns stdout, stderr and success.
+func run(t *testing.T, env []string, stdin []byte, args ...string) (string, string, bool) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != nil {

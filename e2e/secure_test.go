@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,25 +30,6 @@ type secureKit struct {
 	memberFlags  []string // the TLS, token and gossip key flags of shardhost start
 	clientEnvCA  string   // SHARDHOST_CA_FILE=...
 	gossipKeyOld string   // the file of the key the cluster starts with
-}
-
-// run runs the shardhost CLI with env added and returns stdout, stderr and success.
-func run(t *testing.T, env []string, stdin []byte, args ...string) (string, string, bool) {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	err := cmd.Run()
-	if err != nil {
-		if _, ok := err.(*exec.ExitError); !ok {
-			t.Fatal(err)
-		}
-	}
-	return out.String(), errb.String(), err == nil
 }
 
 func mustRun(t *testing.T, env []string, args ...string) string {
@@ -102,51 +81,17 @@ func (k *secureKit) env(h *host, token string) []string {
 // answers /alive, or it exits.
 func startSecureHost(t *testing.T, k *secureKit, dir, join string, flags ...string) *host {
 	t.Helper()
-	for attempt := 0; ; attempt++ {
-		p := freePorts(t, 3)
-		h := &host{bind: fmt.Sprintf("127.0.0.1:%d", p[0]), api: fmt.Sprintf("127.0.0.1:%d", p[2]), log: &lockedBuffer{}, done: make(chan error, 1)}
-		args := []string{"start", "--bind", h.bind, "--transport", fmt.Sprintf("127.0.0.1:%d", p[1]), "--api", h.api,
-			"--data-dir", dir, "--gossip-profile", "local", "--join-timeout", "10s"}
-		if join != "" {
-			args = append(args, "--join", join)
+	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: k.caPool}}}
+	alive := func(h *host) bool {
+		resp, err := c.Get("https://" + h.api + "/alive")
+		if err == nil {
+			resp.Body.Close()
 		}
-		h.cmd = exec.Command(binary, append(args, flags...)...)
-		h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
-		if err := h.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { h.done <- h.cmd.Wait() }()
-		t.Cleanup(func() {
-			h.cmd.Process.Kill()
-			err := <-h.done
-			h.done <- err
-			if t.Failed() {
-				t.Logf("log of %s:\n%s", h.bind, h.log)
-			}
-		})
-		c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: k.caPool}}}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			select {
-			case err := <-h.done:
-				h.done <- err
-				if strings.Contains(h.log.String(), "address already in use") && attempt < 5 {
-					goto retry
-				}
-				return h
-			default:
-			}
-			if resp, err := c.Get("https://" + h.api + "/alive"); err == nil {
-				resp.Body.Close()
-				return h
-			}
-			if time.Now().After(deadline) {
-				return h
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	retry:
+		return err == nil
 	}
+	return startChecked(t, alive, func() *host {
+		return launchHost(t, dir, join, append([]string{"--join-timeout", "10s"}, flags...)...)
+	})
 }
 
 // membersOf returns the members host h sees, through the CLI with the admin token.

@@ -61,34 +61,15 @@ func loadKeyring(dir string) ([][]byte, error) {
 	return keys, nil
 }
 
-// saveKeyring writes keys (primary first) to dir's keyring file, atomically, mode 0600.
+// saveKeyring writes keys (primary first) to dir's keyring file, atomically, mode 0600
+// (writeFileAtomic's temporary file's).
 func saveKeyring(dir string, keys [][]byte) error {
 	var b strings.Builder
 	for _, k := range keys {
 		b.WriteString(base64.StdEncoding.EncodeToString(k))
 		b.WriteByte('\n')
 	}
-	tmp, err := os.CreateTemp(dir, keyringFile+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, keyringFile))
+	return writeFileAtomic(filepath.Join(dir, keyringFile), []byte(b.String()))
 }
 
 // gossipKeys decides the keyring a member starts with: the one kept in its data
