@@ -246,4 +246,16 @@ func (m *Membership) instrument() {
 		}
 		return nil
 	}, members, unreachable, converged, phi))
+	if tt := m.tlsGossip; tt != nil {
+		refused := obs.Must(meter.Int64ObservableCounter("shardhost.gossip.connections.refused", metric.WithUnit("{connection}"),
+			metric.WithDescription("Gossip connections over mutual TLS that failed their handshake or acceptance (a peer without a member certificate of the cluster CA, or a broken connection), or were closed because too many were handshaking. []")))
+		dropped := obs.Must(meter.Int64ObservableCounter("shardhost.gossip.packets.dropped", metric.WithUnit("{packet}"),
+			metric.WithDescription("Gossip packets over mutual TLS not sent or not delivered (queue full, peer unreachable), as UDP would lose them. []")))
+		obs.Must(meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			st := tt.Stats()
+			o.ObserveInt64(refused, int64(st.HandshakeFailures+st.RefusedConns))
+			o.ObserveInt64(dropped, int64(st.PacketsDropped))
+			return nil
+		}, refused, dropped))
+	}
 }

@@ -234,6 +234,9 @@ func MemberTLSConfig(cert tls.Certificate, roots *x509.CertPool) *tls.Config {
 	return &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS13,
+		// Resumed sessions skip the signatures of a full handshake (gossip opens a
+		// connection per stream); VerifyConnection still checks the peer's chain.
+		ClientSessionCache: tls.NewLRUClientSessionCache(256),
 		// The server asks for a certificate and VerifyConnection checks it; the client
 		// skips the default check (which wants a host name) for the same one.
 		ClientAuth:         tls.RequireAnyClientCert,

@@ -199,3 +199,63 @@ func TestLoadFilesAndWriteFile(t *testing.T) {
 		t.Error("LoadCA took a member certificate")
 	}
 }
+
+// TestMemberTLSResumesAndStillVerifies: a second connection between two members resumes
+// the first one's session, and the peer's chain is checked on it too.
+func TestMemberTLSResumesAndStillVerifies(t *testing.T) {
+	ca := mustCA(t)
+	cfg := func() *tls.Config {
+		is, err := ca.Member([]string{"127.0.0.1"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, _ := is.TLSCertificate()
+		return MemberTLSConfig(pair, ca.PoolOf())
+	}
+	server, client := cfg(), cfg()
+	verified := 0
+	verify := client.VerifyConnection
+	client.VerifyConnection = func(cs tls.ConnectionState) error { verified++; return verify(cs) }
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 1)
+				if _, err := c.Read(b); err == nil {
+					c.Write(b)
+				}
+			}()
+		}
+	}()
+	var resumed []bool
+	for i := 0; i < 2; i++ {
+		c, err := tls.Dial("tcp", ln.Addr().String(), client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		resumed = append(resumed, c.ConnectionState().DidResume)
+		c.Close()
+	}
+	if resumed[0] || !resumed[1] {
+		t.Errorf("resumed: %v, want the second connection only", resumed)
+	}
+	if verified != 2 {
+		t.Errorf("the peer was verified %d times in 2 connections", verified)
+	}
+}
