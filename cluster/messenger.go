@@ -403,7 +403,7 @@ func (m *Messenger) handleFrame(f *Frame) {
 		p.cb(f.Body, nil)
 	case FrameRequest, FrameOneWay:
 		r := &Request{From: f.From, Topic: f.Topic, Body: f.Body, id: f.ID, oneWay: f.Kind == FrameOneWay, m: m}
-		if !r.oneWay {
+		if !r.oneWay && f.slot != nil {
 			// A request counts among its connection's frames in flight until it is
 			// answered (TCPConfig.MaxFramesInFlight). Should a handler drop it
 			// unanswered, the collector frees its share.
