@@ -247,6 +247,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusUnprocessableEntity, code
 	case sharding.CodeGuestDeadline:
 		return http.StatusGatewayTimeout, code
+	case sharding.CodeReplyTooLarge:
+		return http.StatusBadGateway, code
 	case sharding.CodeOverloaded, sharding.CodeBackoff:
 		return http.StatusServiceUnavailable, code
 	case sharding.CodeUnavailable:
@@ -367,10 +369,49 @@ func (n *Node) target(r *http.Request) (typ, id string, err error) {
 		return "", "", err
 	}
 	if _, ok := n.catalog.get(typ); !ok {
+		if near := n.nearestType(typ); near != "" {
+			return "", "", fmt.Errorf("%w: %q; did you mean %q? (or deploy it with shardhost deploy --type %s FILE.wasm)",
+				sharding.ErrUnknownEntityType, typ, near, typ)
+		}
 		return "", "", fmt.Errorf("%w: %q (deploy it with shardhost deploy --type %s FILE.wasm)",
 			sharding.ErrUnknownEntityType, typ, typ)
 	}
 	return typ, id, nil
+}
+
+// nearestType returns the deployed type name closest to typ by edit distance (ignoring
+// case), if one is close enough to be a likely typo: at most a third of the longer
+// name's letters apart. Empty when none is.
+func (n *Node) nearestType(typ string) string {
+	best, bestD := "", -1
+	for _, t := range n.catalog.list() {
+		d := editDistance(strings.ToLower(typ), strings.ToLower(t.Name))
+		if limit := max(len(typ), len(t.Name)) / 3; d <= max(limit, 1) && (bestD < 0 || d < bestD) {
+			best, bestD = t.Name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {

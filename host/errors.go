@@ -15,11 +15,14 @@ var (
 	ErrShardsChanged     = errors.New("host: the number of shards of an entity type cannot change")
 	ErrBadRequest        = errors.New("host: bad request")
 	ErrMessageTooLarge   = errors.New("host: message too large")
-	ErrReplyTooLarge     = errors.New("host: reply too large")
-	ErrGuestTrap         = errors.New("host: guest trapped")
-	ErrGuestDeadline     = errors.New("host: guest exceeded its per-message deadline")
-	ErrInstanceClosed    = errors.New("host: instance closed")
-	ErrRuntimeClosed     = errors.New("host: runtime closed")
+	// ErrReplyTooLarge: the guest gave a reply over the cap (the message size cap for a
+	// message, abi.MaxSnapshotSize for a snapshot). Only that call fails: the instance
+	// and its state stay.
+	ErrReplyTooLarge  = errors.New("host: reply too large")
+	ErrGuestTrap      = errors.New("host: guest trapped")
+	ErrGuestDeadline  = errors.New("host: guest exceeded its per-message deadline")
+	ErrInstanceClosed = errors.New("host: instance closed")
+	ErrRuntimeClosed  = errors.New("host: runtime closed")
 	// ErrBadSnapshot: a saved entity state that does not decode, or does not fit the
 	// module or runtime it is restored into (another module's, over the memory cap, a
 	// guest-level state for a module without shardhost_restore, ...).
@@ -31,7 +34,16 @@ var (
 	// ErrSnapshotFailed: the guest's shardhost_snapshot or shardhost_restore refused
 	// (status Error, with the guest's text) or gave a state over abi.MaxSnapshotSize.
 	ErrSnapshotFailed = errors.New("host: guest snapshot failed")
+	// ErrRestoreFailed: the guest's shardhost_restore refused the state it was given (a
+	// module that cannot read the state another module saved, for one). It matches
+	// ErrSnapshotFailed too.
+	ErrRestoreFailed error = restoreFailed{}
 )
+
+type restoreFailed struct{}
+
+func (restoreFailed) Error() string        { return "host: guest restore failed" }
+func (restoreFailed) Is(target error) bool { return target == ErrSnapshotFailed }
 
 // ErrorCode implements sharding.CodedError.
 func (e *EntityError) ErrorCode() string { return sharding.CodeEntityError }
@@ -61,6 +73,8 @@ func withCode(err error) error {
 	switch {
 	case err == nil || errors.As(err, &ce):
 		return err
+	case errors.Is(err, ErrReplyTooLarge):
+		return &codedError{sharding.CodeReplyTooLarge, err}
 	case errors.Is(err, ErrMessageTooLarge), errors.Is(err, ErrBadRequest):
 		return &codedError{sharding.CodeBadRequest, err}
 	case errors.Is(err, ErrModuleUnavailable), errors.Is(err, ErrInvalidModule),

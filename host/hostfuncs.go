@@ -78,8 +78,13 @@ func hostReply(ctx context.Context, mod api.Module, stack []uint64) {
 		panic("host: reply called outside shardhost_receive, shardhost_snapshot, shardhost_restore and the hooks")
 	}
 	if max := inst.replyCap; int(n) > max {
-		panic(fmt.Errorf("%w: %d bytes, the cap is %d", ErrReplyTooLarge, n, max))
+		// Not a trap: the call fails with ErrReplyTooLarge when it returns, and the
+		// instance keeps its state (a reply is the guest's output, not its fault).
+		inst.replyOver = int(n)
+		inst.reply = inst.reply[:0]
+		return
 	}
+	inst.replyOver = 0
 	inst.reply = append(inst.reply[:0], read(mod, ptr, n)...)
 }
 

@@ -103,8 +103,11 @@ type Instance struct {
 	phase    phase // which export runs
 	replyCap int   // the largest reply of the current call, in bytes
 	reply    []byte
-	calls    int // host function calls in the current call (the budget)
-	closed   bool
+	// replyOver is the size of the last reply over replyCap in the current call, 0 if
+	// none: the call then fails with ErrReplyTooLarge.
+	replyOver int
+	calls     int // host function calls in the current call (the budget)
+	closed    bool
 	// The v1 state of the current message: what sharding says of it, its context (for
 	// traces), the result of the last host function, and a forward the guest asked for.
 	msg     sharding.MessageInfo
@@ -219,7 +222,8 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 // Receive delivers one message to the guest and returns its reply. An entity's own
 // refusal is an *EntityError and the instance goes on; a trap or the deadline is a
 // *GuestError and the instance is closed (Closed reports true). A message over the size
-// cap fails with ErrMessageTooLarge before reaching the guest.
+// cap fails with ErrMessageTooLarge before reaching the guest; a reply over it fails
+// with ErrReplyTooLarge, and the instance goes on with the state the message left.
 func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	if i.closed {
 		return nil, ErrInstanceClosed
@@ -298,6 +302,7 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	if err == nil {
 		i.inCall, i.phase, i.replyCap = true, i.phaseOf(fn), replyCap
 		i.reply = i.reply[:0]
+		i.replyOver = 0
 		i.calls = 0
 		i.stack[0], i.stack[1] = uint64(ptr), uint64(len(arg))
 		err = fn.CallWithStack(i.ctx, i.stack[:])
@@ -315,6 +320,9 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		// The deadline passed just as the call returned: the context is cancelled, so
 		// the instance cannot be called again. The reply stands.
 		i.Close(context.Background())
+	}
+	if i.replyOver > 0 {
+		return 0, nil, fmt.Errorf("%w: %s replied %d bytes, the cap is %d", ErrReplyTooLarge, i.name, i.replyOver, replyCap)
 	}
 	return abi.Status(int32(uint32(i.stack[0]))), reply, nil
 }
@@ -402,6 +410,8 @@ func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
 	}
 	status, reply, err := i.invoke(i.snapshotFn, nil, false, abi.MaxSnapshotSize)
 	switch {
+	case errors.Is(err, ErrReplyTooLarge):
+		return nil, false, fmt.Errorf("%w: %w", ErrSnapshotFailed, err)
 	case err != nil:
 		return nil, false, err
 	case status == abi.StatusOK:
@@ -419,8 +429,8 @@ func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
 // (shardhost_restore), before any message.
 //
 // Errors: ErrBadSnapshot when the module does not export shardhost_restore;
-// ErrSnapshotFailed when the guest refused the state (its text is in the error); those
-// of Instantiate.
+// ErrRestoreFailed (which matches ErrSnapshotFailed) when the guest refused the state
+// (its text is in the error); those of Instantiate.
 func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, state []byte) (*Instance, error) {
 	if !m.guestSnapshot {
 		return nil, fmt.Errorf("%w: module %.12s… does not export %s: it cannot take up the guest-level state of %s/%s",
@@ -437,9 +447,9 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 	case status != abi.StatusOK:
 		inst.Close(ctx)
 		if status == abi.StatusError {
-			return nil, fmt.Errorf("%w: %s refused its state: %s", ErrSnapshotFailed, inst.name, reply)
+			return nil, fmt.Errorf("%w: %s refused its saved state: %s", ErrRestoreFailed, inst.name, reply)
 		}
-		return nil, fmt.Errorf("%w: %s: %s returned status %d", ErrSnapshotFailed, inst.name, abi.ExportRestore, status)
+		return nil, fmt.Errorf("%w: %s: %s returned status %d", ErrRestoreFailed, inst.name, abi.ExportRestore, status)
 	}
 	return inst, nil
 }

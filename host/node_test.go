@@ -251,6 +251,7 @@ func TestAPIBadInputs(t *testing.T) {
 		{"bad type name", c.do("POST", "/v1/types/bad%20name", testwasm.Bytes(t, "counter")), 400, "bad-request", "entity type name"},
 		{"shards change", c.do("POST", "/v1/types/faulty?shards=5", testwasm.Bytes(t, "faulty")), 409, "bad-request", "cannot change"},
 		{"unknown type", c.ask("nope", "a", "x"), 404, "unknown-entity-type", "unknown entity type"},
+		{"type typo", c.ask("faulti", "a", "x"), 404, "unknown-entity-type", `"faulti"; did you mean "faulty"?`},
 		{"empty id", c.ask("faulty", "", "x"), 400, "bad-request", "empty entity ID"},
 		{"missing type", c.do("POST", "/v1/ask?id=a", nil), 400, "bad-request", "type is missing"},
 		{"payload over cap", c.ask("faulty", "a", strings.Repeat("x", 1025)), 413, "bad-request", "over the cap"},

@@ -311,8 +311,25 @@ func checkShape(c wazero.CompiledModule) (version int, guestSnapshot bool, err e
 		slices.Sort(other)
 		return 0, false, fmt.Errorf("built for another ABI version (%s); this host speaks v0 and v1", strings.Join(other, ", "))
 	}
+	_, start := exports["_start"]
+	_, initialize := exports[abi.ExportInitialize]
+	if start && !initialize {
+		return 0, false, fmt.Errorf("a WASI command module (it exports _start and no %s): its main would run "+
+			"and exit before any message, so no entity could run in it; build a WASI reactor instead: Go: "+
+			"GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared; TinyGo: tinygo build -target=wasip1 "+
+			"-buildmode=c-shared; Rust: crate-type = [\"cdylib\"] for wasm32-unknown-unknown", abi.ExportInitialize)
+	}
 	var missing []string
 	if version < 0 {
+		_, alloc := exports[abi.ExportAlloc]
+		_, receive := exports[abi.ExportReceive]
+		if alloc && receive {
+			return 0, false, fmt.Errorf("missing export %s, the ABI version marker, while %s and %s are there: the "+
+				"guest SDK exports it (Go: import github.com/shardhost/shardhost/guest-sdk/go and call sdk.Register "+
+				"from init; Rust: the shardhost crate's entity! macro); a module written by hand exports an empty function "+
+				"%s() to declare the ABI it speaks (abi/SPEC.md)", abi.VersionMarker(abi.Version), abi.ExportAlloc,
+				abi.ExportReceive, abi.VersionMarker(abi.Version))
+		}
 		missing = append(missing, abi.VersionMarker(abi.Version))
 	} else if def := exports[markers[0]]; len(def.ParamTypes()) != 0 || len(def.ResultTypes()) != 0 {
 		return 0, false, fmt.Errorf("export %s has type %s, want ()->()", markers[0], signature(def.ParamTypes(), def.ResultTypes()))

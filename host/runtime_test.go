@@ -152,6 +152,14 @@ func TestCompileRefusesBadModules(t *testing.T) {
 		"snapshot of the wrong type": {moduleExporting(t, abi.ExportSnapshot), "export shardhost_snapshot has type ()->(), want ()->(i32)"},
 		"snapshot without restore":   {moduleExportingI32(abi.ExportSnapshot), "a module exports both or neither"},
 		"reserved global name":       {moduleExportingI32(abi.ExportGlobalPrefix + "0"), "reserved for the host"},
+		// What cannot run is refused with the fix (issue 17): Go's port without
+		// -buildmode=c-shared makes a WASI command, and a module without the marker.
+		"WASI command": {moduleWithExports(t, "_start", abi.VersionMarker(1), abi.ExportAlloc, abi.ExportReceive),
+			"a WASI command module (it exports _start and no _initialize)"},
+		"WASI command advice": {moduleWithExports(t, "_start", abi.VersionMarker(1), abi.ExportAlloc, abi.ExportReceive),
+			"GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared"},
+		"marker missing": {moduleWithExports(t, abi.ExportAlloc, abi.ExportReceive),
+			"missing export shardhost_abi_v1, the ABI version marker, while shardhost_alloc and shardhost_receive are there"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -177,6 +185,45 @@ func moduleExporting(t *testing.T, name string) []byte {
 	b = append(b, exp...)
 	b = append(b, 10, 4, 1, 2, 0, 0x0b) // code section: one empty body
 	return b
+}
+
+// moduleWithExports returns a wasm module exporting the named functions, each with the
+// type abi/SPEC.md gives it (shardhost_alloc (i32)->i32, shardhost_receive
+// (i32,i32)->i32, any other ()->()), bodies returning 0.
+func moduleWithExports(t *testing.T, names ...string) []byte {
+	t.Helper()
+	section := func(id byte, body []byte) []byte {
+		if len(body) > 127 {
+			t.Fatal("section too long for this encoder")
+		}
+		return append([]byte{id, byte(len(body))}, body...)
+	}
+	// Types: 0 ()->(), 1 (i32)->i32, 2 (i32,i32)->i32.
+	types := []byte{3, 0x60, 0, 0, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 2, 0x7f, 0x7f, 1, 0x7f}
+	funcs := []byte{byte(len(names))}
+	exps := []byte{byte(len(names))}
+	code := []byte{byte(len(names))}
+	for k, name := range names {
+		typ := byte(0)
+		switch name {
+		case abi.ExportAlloc:
+			typ = 1
+		case abi.ExportReceive:
+			typ = 2
+		}
+		funcs = append(funcs, typ)
+		exps = append(append(append(exps, byte(len(name))), name...), 0, byte(k))
+		if typ == 0 {
+			code = append(code, 2, 0, 0x0b)
+		} else {
+			code = append(code, 4, 0, 0x41, 0, 0x0b)
+		}
+	}
+	b := []byte("\x00asm\x01\x00\x00\x00")
+	b = append(b, section(1, types)...)
+	b = append(b, section(3, funcs)...)
+	b = append(b, section(7, exps)...)
+	return append(b, section(10, code)...)
 }
 
 func TestGuestTrapFailsOnlyThatMessage(t *testing.T) {

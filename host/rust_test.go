@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // The Rust guest: examples/wasm/echo-rust, built with guest-sdk/rust by testwasm.RustPath.
@@ -250,11 +251,21 @@ func TestRustMessageAndReplyCaps(t *testing.T) {
 	if out, err := inst.Receive(ctx, []byte("count")); err != nil || string(out) != "2" {
 		t.Fatalf("count: %q %v", out, err)
 	}
-	// A reply over the cap traps the call inside the host function.
+	// A reply over the cap fails that message alone, with its own code: the instance
+	// and its state stay.
 	long := instantiateRust(t, m, echoRust, strings.Repeat("i", 1100))
+	if out, err := long.Receive(ctx, []byte("count")); err != nil || string(out) != "1" {
+		t.Fatalf("count: %q %v", out, err)
+	}
 	_, err := long.Receive(ctx, []byte("id"))
-	if !errors.Is(err, ErrGuestTrap) || !strings.Contains(err.Error(), "reply too large") {
-		t.Fatalf("reply over the cap: %v", err)
+	if !errors.Is(err, ErrReplyTooLarge) || errors.Is(err, ErrGuestTrap) || long.Closed() {
+		t.Fatalf("reply over the cap: %v (closed %v), want ErrReplyTooLarge and the instance open", err, long.Closed())
+	}
+	if code := sharding.ErrorCode(withCode(err)); code != sharding.CodeReplyTooLarge {
+		t.Fatalf("code %q, want %q", code, sharding.CodeReplyTooLarge)
+	}
+	if out, err := long.Receive(ctx, []byte("count")); err != nil || string(out) != "3" {
+		t.Fatalf("count after the oversized reply: %q %v, want 3 (the state kept)", out, err)
 	}
 }
 

@@ -35,6 +35,7 @@ const (
 	CodeEntityError     = "entity-error"        // the entity refused the message
 	CodeGuestTrap       = "guest-trap"          // the guest trapped; the message failed
 	CodeGuestDeadline   = "guest-deadline"      // the guest ran past its deadline
+	CodeReplyTooLarge   = "reply-too-large"     // the entity's reply was over the cap; the entity goes on
 	CodeUnknownType     = "unknown-entity-type" // no such entity type is deployed
 	CodeBadRequest      = "bad-request"         // empty entity ID, message too large, ...
 	CodeOverloaded      = "overloaded"          // a buffer or mailbox was full

@@ -15,7 +15,7 @@ func newAskCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ask TYPE/ID PAYLOAD",
 		Short: "Send a message to an entity and print its reply (PAYLOAD - reads standard input)",
-		Args:  cobra.ExactArgs(2),
+		Args:  payloadArgs("ask"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, path, payload, err := g.entityCall("ask", args, cmd.InOrStdin())
 			if err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/shardhost/shardhost/internal/pki"
 )
 
@@ -210,6 +212,22 @@ func parseTarget(s string) (typ, id string, err error) {
 
 func entityQuery(typ, id string) string {
 	return "type=" + url.QueryEscape(typ) + "&id=" + url.QueryEscape(id)
+}
+
+// payloadArgs checks the TYPE/ID PAYLOAD arguments of tell and ask, naming what is
+// missing.
+func payloadArgs(verb string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch len(args) {
+		case 0:
+			return fmt.Errorf("%s needs TYPE/ID and PAYLOAD (for example: shardhost %s counter/alice inc)", verb, verb)
+		case 1:
+			return fmt.Errorf("%s %s: missing PAYLOAD, the message to send (or - to read it from standard input; \"\" for an empty one)", verb, args[0])
+		case 2:
+			return nil
+		}
+		return fmt.Errorf("%s takes TYPE/ID and one PAYLOAD, got %d arguments (quote a payload with spaces)", verb, len(args))
+	}
 }
 
 // payloadArg returns a message payload: the argument, or standard input for "-".

@@ -30,7 +30,14 @@ Types and operations (--type and --op of update):
   ormap         update K TYPE OP... | remove K
 
 --consistency: local (default), majority, majority+K, all, or a number of replicas;
-majority may end in /MINCAP (majority/5).`,
+majority may end in /MINCAP (majority/5).
+
+local is the default because it is the CRDT's contract: a read answers at once from the
+member behind --api, even when others are unreachable, and replicas converge by gossip.
+So a local get right after an update made through another member (or at majority, whose
+acknowledgement does not include this member) can show the older value for up to a
+gossip round. To read your own majority writes, get with --consistency majority: a
+majority read meets every majority write.`,
 	}
 	cmd.AddCommand(
 		g.clientFlags(newDDataKeysCommand(g)),
@@ -95,7 +102,7 @@ func newDDataGetCommand(g *globals) *cobra.Command {
 	var consistency string
 	cmd := &cobra.Command{
 		Use:   "get KEY [--consistency C]",
-		Short: "Print a key's value as JSON",
+		Short: "Print a key's value as JSON (local by default: may lag a write made elsewhere; --consistency majority meets majority writes)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -109,7 +116,7 @@ func newDDataGetCommand(g *globals) *cobra.Command {
 			return printValue(cmd, r.body)
 		},
 	}
-	cmd.Flags().StringVar(&consistency, "consistency", "local", "read consistency: local, majority, majority+K, all or N")
+	cmd.Flags().StringVar(&consistency, "consistency", "local", "read consistency: local (this member's replica, may lag writes made elsewhere by a gossip round), majority (sees every majority write), majority+K, all or N")
 	return cmd
 }
 

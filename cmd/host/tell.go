@@ -9,7 +9,7 @@ func newTellCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tell TYPE/ID PAYLOAD",
 		Short: "Send a message to an entity without waiting for it (PAYLOAD - reads standard input)",
-		Args:  cobra.ExactArgs(2),
+		Args:  payloadArgs("tell"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, path, payload, err := g.entityCall("tell", args, cmd.InOrStdin())
 			if err != nil {
