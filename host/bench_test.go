@@ -256,3 +256,60 @@ func BenchmarkLocalAskTelemetry(b *testing.B) {
 	b.ReportMetric(p50[1]/p50[0], "metrics-x")
 	b.ReportMetric(p50[2]/p50[0], "tracing-x")
 }
+
+// BenchmarkRecoveryOverhead is the cost of in-memory recovery (recovery.go) on the local
+// ask p50 of a warm counter taking "inc" (a state change on every message), for each
+// guest toolchain: two single-member nodes, recovery off and on, asked in turn in one
+// run. It reports both p50s and their ratio (the performance target: ×1.10 at most for
+// the Rust guest).
+func BenchmarkRecoveryOverhead(b *testing.B) {
+	guests := []struct {
+		name  string
+		bytes func(testing.TB, string) []byte
+		src   string
+	}{
+		{"rust", testwasm.RustBytes, "counter-rust"},
+		{"tinygo", testwasm.TinyGoBytes, "counter"},
+		{"go", testwasm.Bytes, "counter"},
+	}
+	for _, g := range guests {
+		b.Run(g.name, func(b *testing.B) {
+			ctx := context.Background()
+			wasm := g.bytes(b, g.src)
+			var nodes [2]*Node
+			for i, on := range []bool{false, true} {
+				nodes[i] = startBenchNodes(b, 1, func(c *Config) { c.Recovery = on })[0]
+				if err := nodes[i].Membership().WaitUp(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := nodes[i].Deploy(ctx, wasm, sharding.TypeSettings{Name: "counter"}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := nodes[i].Sharding().Ask(ctx, "counter", "warm", []byte("inc")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var samples [2][]time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for j := range nodes {
+					k := (i + j) % 2
+					start := time.Now()
+					if _, err := nodes[k].Sharding().Ask(ctx, "counter", "warm", []byte("inc")); err != nil {
+						b.Fatal(err)
+					}
+					samples[k] = append(samples[k], time.Since(start))
+				}
+			}
+			b.StopTimer()
+			var p50 [2]float64
+			for i, name := range []string{"off", "on"} {
+				s := samples[i]
+				sort.Slice(s, func(a, c int) bool { return s[a] < s[c] })
+				p50[i] = float64(s[len(s)/2].Nanoseconds()) / 1e3
+				b.ReportMetric(p50[i], "recovery-"+name+"-p50-µs")
+			}
+			b.ReportMetric(p50[1]/p50[0], "recovery-x")
+		})
+	}
+}

@@ -102,6 +102,9 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	}
 	e := &wasmEntity{n: n, mod: mod, typ: typ, id: id, inst: inst, timers: map[string]*entityTimer{}, subs: map[string]*entitySub{}}
 	inst.svc = e
+	if n.cfg.Recovery {
+		e.rec = &recovery{baseState: state}
+	}
 	// The timers and subscriptions of the last incarnation run again (abi/SPEC.md,
 	// "v1: timers"), before on_activate.
 	now := time.Now()
@@ -114,7 +117,14 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 			n.log.Warn("entity subscription not renewed", "entity", e.name(), "key", key, "err", err)
 		}
 	}
-	if err := inst.Activate(ctx); err != nil {
+	if e.rec != nil {
+		inst.startRecording()
+	}
+	err = inst.Activate(ctx)
+	if e.rec != nil {
+		e.rec.activation = inst.stopRecording()
+	}
+	if err != nil {
 		e.Stop(ctx)
 		return nil, withCode(err)
 	}
@@ -137,6 +147,9 @@ type wasmEntity struct {
 	subs    map[string]*entitySub
 	stopped atomic.Bool
 	wg      sync.WaitGroup // subscription goroutines
+	// rec is the base and replay record of in-memory recovery (recovery.go); nil
+	// when recovery is off or was given up.
+	rec *recovery
 }
 
 // entityTimer is a timer an entity started.
@@ -169,6 +182,13 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	if e.inst == nil || e.inst.Closed() {
 		return nil, withCode(fmt.Errorf("%w: %s/%s", ErrInstanceClosed, e.typ, e.id))
 	}
+	if e.rec != nil {
+		// Recovered in memory after each failure, an entity that keeps failing rests
+		// as one activated again would (abi/SPEC.md, "Failures").
+		if err := e.n.backoff.check(e.name()); err != nil {
+			return nil, err
+		}
+	}
 	if mi, _ := sharding.MessageInfoFrom(ctx); mi.Kind == sharding.KindTimer {
 		t := e.timers[mi.Sender]
 		if t == nil || t.gen != mi.Tag {
@@ -180,7 +200,33 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 			delete(e.timers, t.name)
 		}
 	}
-	out, err := e.inst.Receive(ctx, payload)
+	if e.rec == nil {
+		out, err := e.inst.Receive(ctx, payload)
+		e.outcome(err)
+		return out, withCode(err)
+	}
+	inst := e.inst
+	inst.startRecording()
+	start := time.Now()
+	out, err := inst.Receive(ctx, payload)
+	calls := inst.stopRecording()
+	if inst.returned {
+		mi, _ := sharding.MessageInfoFrom(ctx)
+		e.logMessage(payload, mi, calls, time.Since(start))
+	}
+	e.outcome(err)
+	var ge *GuestError
+	if inst.Closed() && e.rec != nil && (errors.As(err, &ge) || inst.returned) {
+		// A trap, the deadline or the host call budget (or the deadline just as the
+		// call returned): the message failed (or stands), the state since it is
+		// rebuilt in memory.
+		e.recover(ctx, err)
+	}
+	return out, withCode(err)
+}
+
+// outcome counts a message's guest failure, or its success, towards the backoff.
+func (e *wasmEntity) outcome(err error) {
 	var ge *GuestError
 	switch {
 	case errors.As(err, &ge):
@@ -188,7 +234,6 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	case err == nil:
 		e.n.backoff.succeeded(e.name())
 	}
-	return out, withCode(err)
 }
 
 // Snapshot implements sharding.Entity: the guest-level snapshot when the guest gives
@@ -206,9 +251,13 @@ func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
 	if ok {
 		return encodeState(stateGuest, state, extras), nil
 	}
+	start := time.Now()
 	snap, err := e.inst.Snapshot()
 	if err != nil {
 		return nil, withCode(err)
+	}
+	if e.rec != nil {
+		e.setBase(snap, time.Since(start)) // a Snapshot is a value: the base for recovery too
 	}
 	b, err := snap.MarshalBinary()
 	if err != nil {
@@ -270,6 +319,7 @@ func (e *wasmEntity) Stop(ctx context.Context) {
 		e.inst.Close(ctx)
 		e.inst = nil
 	}
+	e.rec = nil
 }
 
 // The services of the v1 host functions.

@@ -33,7 +33,7 @@ var hostFunctionNames = func() map[string]struct{} {
 func (rt *Runtime) instantiateHostModule(ctx context.Context) error {
 	b := rt.r.NewHostModuleBuilder(abi.ImportModule)
 	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
-		b.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
+		b.NewFunctionBuilder().WithGoModuleFunction(replayable(name, f, len(results)), params, results).Export(name)
 	}
 	fn(abi.ImportReply, hostReply, []api.ValueType{i32, i32}, nil)
 	fn(abi.ImportEntityID, func(ctx context.Context, mod api.Module, stack []uint64) {

@@ -120,6 +120,14 @@ type Instance struct {
 	// passivate is set by the passivate host function; PassivationRequested reads and
 	// clears it.
 	passivate bool
+	// returned says whether the last call of an export returned (the guest's state is
+	// the one it left), rather than trapping or never reaching the guest.
+	returned bool
+	// In-memory recovery (recovery.go): the host calls of the current call are recorded
+	// while recording is set; while replaying, they are answered from replayCalls.
+	recording, replaying bool
+	recCalls, replayCalls []hostRecord
+	replayPos             int
 
 	// Snapshots (snapshot.go): the guest's clocks, and the module's mutable globals,
 	// looked up at the first snapshot or restore.
@@ -282,6 +290,7 @@ func (i *Instance) call(msg []byte) ([]byte, error) {
 // replyCap bytes). A trap or the deadline closes the instance and is a *GuestError.
 func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
 	i.stderr.reset()
+	i.returned = false
 	started := time.Now()
 	i.timer.Reset(i.m.rt.cfg.MessageDeadline)
 	var err error
@@ -307,6 +316,7 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		i.stack[0], i.stack[1] = uint64(ptr), uint64(len(arg))
 		err = fn.CallWithStack(i.ctx, i.stack[:])
 		i.inCall, i.phase = false, phaseNone
+		i.returned = err == nil
 	}
 	fired := !i.timer.Stop()
 	if err != nil {

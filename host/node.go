@@ -87,6 +87,14 @@ type Config struct {
 	// is set.
 	DData       ddata.ReplicatorConfig
 	DurableKeys []string
+	// Recovery restarts an entity whose message trapped, overran its deadline or its
+	// host call budget from its state after its last successful message, in memory
+	// (recovery.go): the failure costs that message alone. It keeps a replay record of
+	// each active entity's messages since its last in-memory snapshot (bounded: 4 MiB)
+	// and that snapshot. False: the entity restarts from its last saved state, losing
+	// what it did since. A crash of the member is what --checkpoint governs either way.
+	// Default true.
+	Recovery bool
 	// ShutdownTimeout bounds Close. Default 10 s.
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
@@ -117,6 +125,7 @@ func DefaultConfig() Config {
 		Sharding:        sharding.DefaultConfig(),
 		DData:           ddata.DefaultReplicatorConfig(),
 		ShutdownTimeout: 10 * time.Second,
+		Recovery:        true,
 	}
 }
 

@@ -27,6 +27,7 @@ type nodeFlags struct {
 	maxMessageSize  int
 	maxModuleSize   int
 	askTimeout      time.Duration
+	recovery        bool
 	// membership lifecycle
 	roles             []string
 	minMembers        int
@@ -72,6 +73,7 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().IntVar(&f.maxMessageSize, "max-message-size", d.Runtime.MaxMessageSize, "cap of a message and of a reply, in bytes")
 	cmd.Flags().IntVar(&f.maxModuleSize, "max-module-size", d.MaxModuleSize, "cap of a deployed module, in bytes")
 	cmd.Flags().DurationVar(&f.askTimeout, "ask-timeout", d.Sharding.AskTimeout, "default time an ask waits for its reply")
+	cmd.Flags().BoolVar(&f.recovery, "recovery", d.Recovery, "after a trap, a deadline or the host call budget, restart the entity in memory from its state after its last successful message (false: from its last saved state, which --checkpoint governs)")
 }
 
 func (f *nodeFlags) config(log *slog.Logger) (host.Config, error) {
@@ -112,6 +114,7 @@ func (f *nodeFlags) config(log *slog.Logger) (host.Config, error) {
 	cfg.Runtime.MaxMessageSize = f.maxMessageSize
 	cfg.MaxModuleSize = f.maxModuleSize
 	cfg.Sharding.AskTimeout = f.askTimeout
+	cfg.Recovery = f.recovery
 	return cfg, nil
 }
 

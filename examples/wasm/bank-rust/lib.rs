@@ -1,0 +1,90 @@
+//! bank-rust is the bank example (examples/wasm/bank, in Go) written in Rust: an account
+//! per entity ID with a cluster-wide total, the same messages and replies.
+//!
+//! Messages (replies are decimal text): "deposit N" adds N (> 0) to the balance and to
+//! the PNCounter "bank-total", written at majority, and replies with the new balance;
+//! "withdraw N" takes N off, or fails with "insufficient funds" and changes nothing;
+//! "balance" replies with the balance; "trap" panics (a trap), "loop" runs forever (the
+//! message deadline), "spin" calls the host until the host call budget is spent.
+//! Anything else fails with an error quoting the message: a message near the size cap
+//! makes a reply over the cap.
+//!
+//! The balance changes only after bank-total took the amount. The account keeps its
+//! state in fields: the host takes transparent snapshots.
+//!
+//! Build: as examples/wasm/counter-rust (make examples writes bin/wasm/bank-rust.wasm).
+
+use shardhost::{Consistency, Context, Entity, Error};
+
+/// The distributed data key of the sum of all balances.
+pub const TOTAL_KEY: &str = "bank-total";
+
+pub struct Account {
+    balance: i64,
+}
+
+impl Entity for Account {
+    fn receive(&mut self, ctx: &mut Context, msg: &[u8]) -> Result<Vec<u8>, Error> {
+        let text = std::str::from_utf8(msg).map_err(|_| unknown(msg))?;
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        match fields.as_slice() {
+            ["balance"] => {}
+            [op @ ("deposit" | "withdraw"), n] => {
+                let n: i64 = match n.parse() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(Error::new(format!("bank: {} wants a positive integer, got {:?}", op, n))),
+                };
+                if *op == "deposit" {
+                    ctx.pn_counter(TOTAL_KEY)
+                        .incr(n as u64, Consistency::Majority)
+                        .map_err(|e| Error::new(format!("bank: {} not updated: {}", TOTAL_KEY, e.message())))?;
+                    self.balance += n;
+                } else {
+                    if n > self.balance {
+                        return Err(Error::new(format!("bank: insufficient funds: the balance is {}", self.balance)));
+                    }
+                    ctx.pn_counter(TOTAL_KEY)
+                        .decr(n as u64, Consistency::Majority)
+                        .map_err(|e| Error::new(format!("bank: {} not updated: {}", TOTAL_KEY, e.message())))?;
+                    self.balance -= n;
+                }
+            }
+            ["trap"] => panic!("bank: trap requested"),
+            ["loop"] => loop {
+                std::hint::spin_loop();
+            },
+            ["spin"] => loop {
+                ctx.now_monotonic();
+            },
+            _ => return Err(unknown(msg)),
+        }
+        Ok(self.balance.to_string().into_bytes())
+    }
+}
+
+fn unknown(msg: &[u8]) -> Error {
+    Error::new(format!(
+        "bank: unknown message {:?} (want deposit N, withdraw N or balance)",
+        String::from_utf8_lossy(msg)
+    ))
+}
+
+shardhost::entity!(Account, |_id: &str| Account { balance: 0 });
+
+#[cfg(test)]
+mod tests {
+    use super::Account;
+    use shardhost::Harness;
+
+    #[test]
+    fn deposits_and_withdrawals() {
+        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account { balance: 0 });
+        for (msg, want) in [("balance", "0"), ("deposit 5", "5"), ("deposit 7", "12"), ("withdraw 2", "10")] {
+            assert_eq!(h.send(msg.as_bytes()).unwrap(), want.as_bytes(), "{}", msg);
+        }
+        for bad in ["withdraw 11", "deposit -1", "deposit x", "rob"] {
+            assert!(h.send(bad.as_bytes()).is_err(), "{:?}", bad);
+        }
+        assert_eq!(h.send(b"balance").unwrap(), b"10");
+    }
+}

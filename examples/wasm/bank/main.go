@@ -1,0 +1,86 @@
+// Command bank is an account per entity ID, with a cluster-wide total: the entity of the
+// README's "What a failure loses" and of the e2e bank scenario (issue 17).
+//
+// Messages (replies are decimal text):
+//
+//	deposit N    adds N (> 0) to the balance and to the PNCounter "bank-total", written
+//	             at majority; replies with the new balance
+//	withdraw N   takes N (> 0) off, or fails with "insufficient funds" and changes nothing
+//	balance      replies with the balance
+//	trap         panics (a trap); loop runs forever (the message deadline); spin calls
+//	             the host until the host call budget is spent
+//
+// Anything else fails with an error that quotes the message: a message near the size
+// cap makes a reply over the cap.
+//
+// The balance changes only after bank-total took the amount, so the two agree as long
+// as no acknowledged message is lost.
+//
+// Build: tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o bank.wasm .
+// or, with Go's port, GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o bank.wasm .
+package main
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
+)
+
+// TotalKey is the distributed data key of the sum of all balances.
+const TotalKey = "bank-total"
+
+type account struct {
+	balance int64
+	ops     int64 // deposits and withdrawals done
+}
+
+func (a *account) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+	f := strings.Fields(string(msg))
+	switch {
+	case len(f) == 1 && f[0] == "balance":
+	case len(f) == 2 && (f[0] == "deposit" || f[0] == "withdraw"):
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || n <= 0 {
+			return nil, errors.New("bank: " + f[0] + " wants a positive integer, got " + strconv.Quote(f[1]))
+		}
+		total := ctx.PNCounter(TotalKey)
+		if f[0] == "deposit" {
+			if _, err := total.Incr(n, shardhost.Majority); err != nil {
+				return nil, errors.New("bank: " + TotalKey + " not updated: " + err.Error())
+			}
+			a.balance += n
+		} else {
+			if n > a.balance {
+				return nil, errors.New("bank: insufficient funds: the balance is " + strconv.FormatInt(a.balance, 10))
+			}
+			if _, err := total.Decr(n, shardhost.Majority); err != nil {
+				return nil, errors.New("bank: " + TotalKey + " not updated: " + err.Error())
+			}
+			a.balance -= n
+		}
+		a.ops++
+	case len(f) == 1 && f[0] == "trap":
+		panic("bank: trap requested")
+	case len(f) == 1 && f[0] == "loop":
+		for {
+		}
+	case len(f) == 1 && f[0] == "spin":
+		var t time.Time
+		for {
+			t = ctx.Now()
+			_ = t
+		}
+	default:
+		return nil, errors.New("bank: unknown message " + strconv.Quote(string(msg)) + " (want deposit N, withdraw N or balance)")
+	}
+	return strconv.AppendInt(nil, a.balance, 10), nil
+}
+
+func init() {
+	shardhost.Register(func(string) shardhost.Entity { return &account{} })
+}
+
+func main() {}
