@@ -125,7 +125,7 @@ type Instance struct {
 	returned bool
 	// In-memory recovery (recovery.go): the host calls of the current call are recorded
 	// while recording is set; while replaying, they are answered from replayCalls.
-	recording, replaying bool
+	recording, replaying  bool
 	recCalls, replayCalls []hostRecord
 	replayPos             int
 
