@@ -285,10 +285,19 @@ func readBody(r *http.Request, max int, tooLarge error) ([]byte, error) {
 }
 
 func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
-	st, err := deploySettings(r.PathValue("name"), r.URL.Query())
+	q := r.URL.Query()
+	st, err := deploySettings(r.PathValue("name"), q)
 	if err != nil {
 		writeError(w, r, err, 0)
 		return
+	}
+	reset, err := strconv.ParseBool(orDefault(q.Get("reset_settings"), "false"))
+	if err != nil {
+		writeError(w, r, fmt.Errorf("%w: reset_settings=%q is not true or false", ErrBadRequest, q.Get("reset_settings")), 0)
+		return
+	}
+	if prev, ok := n.catalog.get(st.Name); ok && !reset {
+		st = inheritSettings(st, q, prev)
 	}
 	name := st.Name
 	wasm, err := readBody(r, n.cfg.MaxModuleSize, ErrModuleTooLarge)
@@ -318,7 +327,8 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 
 // deploySettings reads an entity type's settings from a deploy request's query:
 // shards, role, allocation, passivate_after (a duration), max_active, checkpoint and
-// remember_entities (true or false).
+// remember_entities (true or false). On a redeploy, what the query leaves out keeps its
+// value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
 	atoi := func(key string) (int, error) {
@@ -350,6 +360,31 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 		}
 	}
 	return st, nil
+}
+
+// inheritSettings gives st, read from a redeploy's query q, the previous version's
+// value of each setting the query leaves out (reset_settings=true skips this: the
+// defaults apply). The number of shards is Deploy's: it never changes.
+func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) sharding.TypeSettings {
+	if !q.Has("role") {
+		st.Role = prev.Role
+	}
+	if !q.Has("allocation") {
+		st.Allocation = prev.Allocation
+	}
+	if !q.Has("checkpoint") {
+		st.Checkpoint = prev.Checkpoint
+	}
+	if !q.Has("passivate_after") {
+		st.PassivateAfter = time.Duration(prev.PassivateAfterMs) * time.Millisecond
+	}
+	if !q.Has("max_active") {
+		st.MaxActive = prev.MaxActive
+	}
+	if !q.Has("remember_entities") {
+		st.RememberEntities = prev.RememberEntities
+	}
+	return st
 }
 
 // target reads and checks the entity type and ID of a tell or ask.

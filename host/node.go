@@ -544,6 +544,52 @@ type DeployResult struct {
 	Type TypeInfo `json:"type"`
 	// Members says, for each member, whether the type is ready there.
 	Members []MemberDeployment `json:"members"`
+	// Settings are the type's settings now, in TypeInfo.SettingList's order.
+	Settings []Setting `json:"settings"`
+	// Changed maps the settings this deployment changed to their previous values
+	// (empty for a new type).
+	Changed map[string]string `json:"changed,omitempty"`
+}
+
+// Setting is one setting of an entity type, named as the deploy flag and rendered as
+// the flag takes it (durations as Go durations, "0" for none).
+type Setting struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
+// passivate-after, max-active, remember-entities and role.
+func (t TypeInfo) SettingList() []Setting {
+	checkpoint := t.Checkpoint
+	if checkpoint == "" {
+		checkpoint = sharding.CheckpointPassivation
+	}
+	allocation := t.Allocation
+	if allocation == "" {
+		allocation = sharding.AllocationLeastShard
+	}
+	return []Setting{
+		{"shards", strconv.Itoa(t.NumberOfShards)},
+		{"allocation", allocation},
+		{"checkpoint", checkpoint},
+		{"passivate-after", (time.Duration(t.PassivateAfterMs) * time.Millisecond).String()},
+		{"max-active", strconv.Itoa(t.MaxActive)},
+		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
+		{"role", t.Role},
+	}
+}
+
+// settingChanges maps the settings of next that differ from prev's to prev's values.
+func settingChanges(prev, next TypeInfo) map[string]string {
+	was := prev.SettingList()
+	changed := map[string]string{}
+	for k, s := range next.SettingList() {
+		if was[k].Value != s.Value {
+			changed[s.Name] = was[k].Value
+		}
+	}
+	return changed
 }
 
 // MemberDeployment is one member's part of a deployment.
@@ -609,7 +655,10 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	n.membership.Broadcast(catalogState, mustEncodeTypes([]TypeInfo{info}))
 
 	members := n.membership.Members()
-	res = DeployResult{Type: info, Members: make([]MemberDeployment, len(members))}
+	res = DeployResult{Type: info, Members: make([]MemberDeployment, len(members)), Settings: info.SettingList()}
+	if exists {
+		res.Changed = settingChanges(prev, info)
+	}
 	var wg sync.WaitGroup
 	for i, m := range members {
 		res.Members[i].Node = m.Address

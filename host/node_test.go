@@ -304,3 +304,42 @@ func tolerantLifecycle() cluster.CoreConfig {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A redeploy keeps the settings its query leaves out, reports what it changed, and
+// reset_settings=true starts from the defaults (issue 17).
+func TestRedeployKeepsSettings(t *testing.T) {
+	nodes := startNodes(t, 1, nil)
+	c := client(t, nodes[0])
+	wasm := testwasm.Bytes(t, "counter")
+	deploy := func(query string) DeployResult {
+		t.Helper()
+		r := c.do("POST", "/v1/types/counter?"+query, wasm)
+		var res DeployResult
+		if err := json.Unmarshal(r.body, &res); r.status != 200 || err != nil {
+			t.Fatalf("deploy ?%s: %d %s", query, r.status, r.body)
+		}
+		return res
+	}
+	first := deploy("checkpoint=every-message&passivate_after=2s&max_active=7")
+	if len(first.Changed) != 0 {
+		t.Fatalf("a new type changed %v", first.Changed)
+	}
+	res := deploy("max_active=9")
+	if res.Type.Checkpoint != "every-message" || res.Type.PassivateAfterMs != 2000 || res.Type.MaxActive != 9 {
+		t.Fatalf("redeploy with one flag: %+v", res.Type)
+	}
+	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
+		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
+	}
+	if len(res.Settings) != 7 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) {
+		t.Fatalf("settings %v", res.Settings)
+	}
+	res = deploy("passivate_after=0s")
+	if res.Type.PassivateAfterMs != 0 || res.Type.Checkpoint != "every-message" || res.Changed["passivate-after"] != "2s" {
+		t.Fatalf("passivate_after cleared: %+v, changed %v", res.Type, res.Changed)
+	}
+	res = deploy("reset_settings=true")
+	if res.Type.Checkpoint != "passivation" || res.Type.MaxActive != 0 || res.Changed["checkpoint"] != "every-message" {
+		t.Fatalf("reset: %+v, changed %v", res.Type, res.Changed)
+	}
+}

@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,11 +19,16 @@ func newDeployCommand(g *globals) *cobra.Command {
 	var typ, role, allocation, checkpoint string
 	var shards, maxActive int
 	var passivateAfter time.Duration
-	var remember bool
+	var remember, reset bool
 	cmd := &cobra.Command{
-		Use:   "deploy --type NAME [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--remember-entities] [--role R] [--allocation A] FILE.wasm",
+		Use:   "deploy --type NAME [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm",
 		Short: "Deploy an entity module as an entity type, on every member",
-		Args:  cobra.ExactArgs(1),
+		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
+
+A redeploy of a type keeps the settings not given on the command line (--reset-settings
+starts from the defaults instead). The output lists every setting, the ones this
+deployment changed marked with * and their previous value.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if typ == "" {
 				return fmt.Errorf("--type is required: the name of the entity type")
@@ -34,27 +41,33 @@ func newDeployCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Only the flags given go in the query: a redeploy keeps the type's other
+			// settings (--reset-settings: the defaults instead).
 			q := url.Values{}
-			if shards > 0 {
+			f := cmd.Flags()
+			if f.Changed("shards") {
 				q.Set("shards", strconv.Itoa(shards))
 			}
-			if role != "" {
+			if f.Changed("role") {
 				q.Set("role", role)
 			}
-			if allocation != "" {
+			if f.Changed("allocation") {
 				q.Set("allocation", allocation)
 			}
-			if checkpoint != "" {
+			if f.Changed("checkpoint") {
 				q.Set("checkpoint", checkpoint)
 			}
-			if passivateAfter > 0 {
+			if f.Changed("passivate-after") {
 				q.Set("passivate_after", passivateAfter.String())
 			}
-			if maxActive > 0 {
+			if f.Changed("max-active") {
 				q.Set("max_active", strconv.Itoa(maxActive))
 			}
-			if remember {
-				q.Set("remember_entities", "true")
+			if f.Changed("remember-entities") {
+				q.Set("remember_entities", strconv.FormatBool(remember))
+			}
+			if reset {
+				q.Set("reset_settings", "true")
 			}
 			path := "/v1/types/" + url.PathEscape(typ) + "?" + q.Encode()
 			r, err := c.do("POST", path, wasm)
@@ -66,9 +79,9 @@ func newDeployCommand(g *globals) *cobra.Command {
 				return fmt.Errorf("the API's reply is not what this client expects: %v", err)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s, %d shards, %s allocation, checkpoint %s)\n",
-				res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16], res.Type.NumberOfShards,
-				res.Type.Allocation, res.Type.Checkpoint)
+			fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s)\n",
+				res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16])
+			printSettings(out, res)
 			failed := 0
 			for _, m := range res.Members {
 				if m.Ready {
@@ -92,5 +105,31 @@ func newDeployCommand(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&remember, "remember-entities", false, "restart a shard's entities wherever the shard goes")
 	cmd.Flags().StringVar(&role, "role", "", "only members with this role host the type (others route its messages)")
 	cmd.Flags().StringVar(&allocation, "allocation", "", "shard allocation: least-shard (default) or priority")
+	cmd.Flags().BoolVar(&reset, "reset-settings", false, "on a redeploy, start from the default settings instead of the type's current ones")
 	return cmd
+}
+
+// printSettings lists a deployment's settings, marking what it changed.
+func printSettings(out io.Writer, res host.DeployResult) {
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	for _, s := range res.Settings {
+		v := s.Value
+		switch {
+		case v == "" && s.Name == "role":
+			v = "(every member)"
+		case v == "0" && s.Name == "max-active":
+			v = "0 (no cap)"
+		case v == "0s" && s.Name == "passivate-after":
+			v = "0s (never)"
+		}
+		if was, ok := res.Changed[s.Name]; ok {
+			if was == "" {
+				was = "none"
+			}
+			fmt.Fprintf(tw, "  * %s\t%s\t(was %s)\n", s.Name, v, was)
+		} else {
+			fmt.Fprintf(tw, "    %s\t%s\t\n", s.Name, v)
+		}
+	}
+	tw.Flush()
 }
