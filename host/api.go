@@ -510,7 +510,8 @@ type RegionReport struct {
 	// BufferedDuringHandoff counts the messages the member buffered because their
 	// shard was being handed off, since it started.
 	BufferedDuringHandoff uint64 `json:"buffered_during_handoff"`
-	// DeadLetters counts the messages dropped because a buffer or mailbox was full.
+	// DeadLetters counts the messages dropped because a buffer or mailbox was full, and
+	// the tells that failed (the entity refused one, trapped, ...), since start.
 	DeadLetters uint64 `json:"dead_letters"`
 }
 

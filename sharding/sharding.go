@@ -298,9 +298,11 @@ type Sharding struct {
 	waiting     int                   // total in typeWaiters
 
 	deadLetters atomic.Uint64
-	leaving     atomic.Bool // set by the leave hook: no new shards here
-	sub         *cluster.Subscription
-	singleton   *cluster.Singleton
+	// deadLetterLog limits the dead letter warnings: one per type and reason every 10 s.
+	deadLetterLog logLimiter
+	leaving       atomic.Bool // set by the leave hook: no new shards here
+	sub           *cluster.Subscription
+	singleton     *cluster.Singleton
 }
 
 // New starts sharding on this member: it registers its message handlers with the
@@ -318,14 +320,15 @@ func New(cfg Config) (*Sharding, error) {
 		cfg.States = InstrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
 	}
 	s := &Sharding{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		tracer:      tel.tracer,
-		tel:         tel,
-		self:        self,
-		stop:        make(chan struct{}),
-		regions:     map[string]*Region{},
-		typeWaiters: map[string][]delivery{},
+		cfg:           cfg,
+		log:           cfg.Logger,
+		tracer:        tel.tracer,
+		tel:           tel,
+		self:          self,
+		stop:          make(chan struct{}),
+		regions:       map[string]*Region{},
+		typeWaiters:   map[string][]delivery{},
+		deadLetterLog: logLimiter{interval: 10 * time.Second},
 	}
 	s.coord = newCoordinator(s)
 	s.registerShards(cfg.MeterProvider)
@@ -540,21 +543,34 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	}
 	// A tell has no reply, but a failure before the message leaves this member (stopped,
 	// buffer full) happens synchronously and is returned; later ones are not.
+	// A failure after that is a dead letter (tellFailed).
 	errc := make(chan error, 1)
+	var mu sync.Mutex
+	returned := false
 	env := m.envelope(s.self)
-	env.Chain = nil // nobody waits for a tell
+	env.Chain = nil                    // nobody waits for a tell
+	dctx := context.WithoutCancel(ctx) // the message outlives the call: the trace, not the cancellation
 	s.route(delivery{
 		env: env,
-		// The message outlives the call (and the sender's request): keep the trace,
-		// not the cancellation.
-		ctx: context.WithoutCancel(ctx),
+		ctx: dctx,
 		reply: func(_ Reply, err error) {
-			select {
-			case errc <- err:
-			default:
+			mu.Lock()
+			late := returned
+			if !late {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+			mu.Unlock()
+			if late && err != nil {
+				s.tellFailed(dctx, env, err)
 			}
 		},
 	})
+	mu.Lock()
+	defer mu.Unlock()
+	returned = true
 	select {
 	case err := <-errc:
 		failSpan(span, err)
@@ -749,14 +765,63 @@ func (s *Sharding) allRegions() []*Region {
 }
 
 func (s *Sharding) deadLetter(d delivery, err error) {
+	s.countDeadLetter(d.ctx, d.env, err)
+	d.fail(err)
+}
+
+// countDeadLetter counts a dropped message, by type and reason, and logs it at warn
+// (rate limited: see deadLetterLog).
+func (s *Sharding) countDeadLetter(ctx context.Context, env Envelope, err error) {
 	s.deadLetters.Add(1)
 	reason := deadLetterReason(err)
-	s.tel.deadLetters.Add(context.Background(), 1, s.tel.typeAttr(d.env.EntityType, attrDeadLetterReason, reason))
-	s.log.DebugContext(d.ctx, "dead letter", "entity", d.env.EntityType+"/"+d.env.EntityID, "reason", reason, "err", err)
-	if span := trace.SpanFromContext(d.ctx); span.IsRecording() {
+	s.tel.deadLetters.Add(context.Background(), 1, s.tel.typeAttr(env.EntityType, attrDeadLetterReason, reason))
+	if suppressed, ok := s.deadLetterLog.allow(env.EntityType+"\x00"+reason, time.Now()); ok {
+		s.log.WarnContext(ctx, "dead letter", "entity", env.EntityType+"/"+env.EntityID, "reason", reason,
+			"err", err, "suppressed", suppressed)
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.AddEvent("dead letter", trace.WithAttributes(attrDeadLetterReason.String(reason)))
 	}
-	d.fail(err)
+}
+
+// tellFailed makes a tell that failed after it left its sender (the entity refused it,
+// trapped, could not be activated, its shard had no home...) a dead letter with the
+// failure's code as its reason. A dropped one (buffer or mailbox full) is counted where
+// it was dropped.
+func (s *Sharding) tellFailed(ctx context.Context, env Envelope, err error) {
+	if errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) {
+		return
+	}
+	s.countDeadLetter(ctx, env, err)
+}
+
+// logLimiter lets one log line per key through every interval, counting the others.
+type logLimiter struct {
+	interval   time.Duration
+	mu         sync.Mutex
+	last       map[string]time.Time
+	suppressed map[string]int
+}
+
+// allow reports whether a line for key may be logged at now, and how many were
+// suppressed since the last one that was.
+func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last, l.suppressed = map[string]time.Time{}, map[string]int{}
+	}
+	if t, seen := l.last[key]; seen && now.Sub(t) < l.interval {
+		l.suppressed[key]++
+		return 0, false
+	}
+	if len(l.last) > 4096 { // bound the keys (types × reasons): forget them all
+		clear(l.last)
+		clear(l.suppressed)
+	}
+	suppressed = l.suppressed[key]
+	l.last[key], l.suppressed[key] = now, 0
+	return suppressed, true
 }
 
 // deadLetterReason names why a message was dropped (shardhost.dead_letter.reason).
@@ -773,8 +838,8 @@ func deadLetterReason(err error) string {
 // Leaving reports whether this member has begun handing its shards off to leave.
 func (s *Sharding) Leaving() bool { return s.leaving.Load() }
 
-// DeadLetters returns how many messages were dropped because a buffer or mailbox was
-// full, since start.
+// DeadLetters returns how many messages became dead letters here since start: dropped
+// because a buffer or mailbox was full, or tells that failed (tellFailed).
 func (s *Sharding) DeadLetters() uint64 { return s.deadLetters.Load() }
 
 // LocalState returns the shards this member hosts and their active entities, sorted,
@@ -1006,6 +1071,14 @@ func (s *Sharding) handleDeliver(req *cluster.Request) {
 		span.SetAttributes(obs.EntityType.String(env.EntityType), obs.EntityID.String(env.EntityID), attrHops.Int(int(env.Hops)))
 	}
 	d := delivery{env: env, ctx: ctx, ask: !req.OneWay()}
+	if !d.ask {
+		// A tell fails here, with nobody to tell: a dead letter.
+		d.reply = func(_ Reply, err error) {
+			if err != nil {
+				s.tellFailed(context.WithoutCancel(ctx), env, err)
+			}
+		}
+	}
 	if d.ask {
 		d.deadline = time.Now().Add(s.cfg.AskTimeout)
 		d.reply = func(r Reply, err error) {

@@ -195,6 +195,44 @@ func TestMailboxOverflowIsADeadLetter(t *testing.T) {
 	}
 }
 
+// A tell the entity refuses is a dead letter with the failure's code as its reason,
+// counted where it failed: on the member that routed it or on the one it was
+// forwarded to (issue 17: failed tells vanished).
+func TestFailedTellIsADeadLetter(t *testing.T) {
+	tc := newTestCluster(t, 2, nil)
+	ctx := context.Background()
+	total := func() uint64 { return tc.nodes[0].sharding.DeadLetters() + tc.nodes[1].sharding.DeadLetters() }
+	for i := 0; i < 10; i++ {
+		if err := tc.nodes[i%2].sharding.Tell(ctx, "counter", fmt.Sprintf("f-%d", i), []byte("fail")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "10 dead letters", func() bool { return total() == 10 })
+	mustAsk(t, tc.nodes[0], "counter", "f-0", "get")
+	if got := total(); got != 10 {
+		t.Fatalf("%d dead letters after a good ask, want 10", got)
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	l := logLimiter{interval: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	if n, ok := l.allow("a", t0); !ok || n != 0 {
+		t.Fatalf("first: %d %v", n, ok)
+	}
+	for i := 1; i <= 3; i++ {
+		if _, ok := l.allow("a", t0.Add(time.Duration(i)*time.Second)); ok {
+			t.Fatal("let through within the interval")
+		}
+	}
+	if _, ok := l.allow("b", t0.Add(time.Second)); !ok {
+		t.Fatal("another key held back")
+	}
+	if n, ok := l.allow("a", t0.Add(11*time.Second)); !ok || n != 3 {
+		t.Fatalf("after the interval: %d suppressed, %v; want 3, true", n, ok)
+	}
+}
+
 func TestShardsMoveWhenTheirMemberLeaves(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	ids := make([]string, 60)
