@@ -109,6 +109,20 @@ var HarnessEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 var _ host = (*Harness)(nil)
 
+// EntityError is the error of a message the entity refused, as a Harness returns it:
+// Text is what the host would give the asker (the error's text), Err the error the
+// entity's Receive (or its factory) returned.
+type EntityError struct {
+	Text string
+	Err  error
+}
+
+// Error returns the entity's error text.
+func (e *EntityError) Error() string { return e.Text }
+
+// Unwrap returns the entity's error.
+func (e *EntityError) Unwrap() error { return e.Err }
+
 // NewHarness returns a harness for one entity of the given type and ID, created by f.
 // Its clock starts at HarnessEpoch and its random generator with seed 1.
 func NewHarness(entityType, entityID string, f Factory) *Harness {
@@ -120,7 +134,10 @@ func NewHarness(entityType, entityID string, f Factory) *Harness {
 
 // Send delivers msg to the entity as a message from outside the cluster's entities
 // (Sender empty), activating the entity first if needed, and returns its reply, or its
-// error. If the entity forwarded the message, the reply is Asker's answer to it.
+// error as an *EntityError that wraps the error Receive returned: errors.Is and
+// errors.As see through it (to a sentinel of the entity, or a HostError it passed on),
+// and its text is what the host would reply. If the entity forwarded the message, the
+// reply is Asker's answer to it.
 func (h *Harness) Send(msg []byte) ([]byte, error) { return h.deliver(KindMessage, "", msg) }
 
 // SendFrom delivers msg as Send does, as a message from the entity sender ("TYPE/ID").
@@ -167,7 +184,10 @@ func (h *Harness) deliver(kind MessageKind, from string, msg []byte) ([]byte, er
 	fwd := h.forwardTo
 	h.kind, h.from, h.forwardTo = KindMessage, "", nil
 	if isErr {
-		return nil, errors.New(string(out))
+		if h.d.err != nil {
+			return nil, &EntityError{Text: string(out), Err: h.d.err}
+		}
+		return nil, &EntityError{Text: string(out)}
 	}
 	if fwd != nil {
 		fwd.Msg = append([]byte(nil), msg...)

@@ -250,6 +250,9 @@ type dispatcher struct {
 	h      host
 	ctx    Context
 	entity Entity
+	// err is the error of the last receive (the entity's own, or its creation's), nil
+	// after a reply: the Harness returns it as it is.
+	err error
 }
 
 // end leaves the entity's call: the context is idle until the next one.
@@ -271,8 +274,10 @@ func (d *dispatcher) create() error {
 // receive hands msg to the entity, creating it first if needed, and returns the reply
 // and whether it is an error text.
 func (d *dispatcher) receive(msg []byte) (reply []byte, isErr bool) {
+	d.err = nil
 	if d.entity == nil {
 		if err := d.create(); err != nil {
+			d.err = err
 			return []byte(err.Error()), true
 		}
 	}
@@ -280,6 +285,7 @@ func (d *dispatcher) receive(msg []byte) (reply []byte, isErr bool) {
 	defer d.end()
 	out, err := d.entity.Receive(&d.ctx, msg)
 	if err != nil {
+		d.err = err
 		return []byte(err.Error()), true
 	}
 	return out, false

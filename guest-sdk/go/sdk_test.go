@@ -126,3 +126,51 @@ func TestShardIDVectors(t *testing.T) {
 		t.Fatalf("only %d vectors", n)
 	}
 }
+
+var errInsufficient = errors.New("insufficient funds")
+
+type overdraft struct{ need int }
+
+func (o *overdraft) Error() string { return "overdraft of " + strconv.Itoa(o.need) }
+
+type strictBank struct{}
+
+func (strictBank) Receive(ctx *Context, msg []byte) ([]byte, error) {
+	switch string(msg) {
+	case "withdraw":
+		return nil, errInsufficient
+	case "overdraw":
+		return nil, &overdraft{need: 7}
+	case "ask":
+		_, err := ctx.Ask("nobody", "x", []byte("hi"), 0)
+		return nil, err // the HostError of the ask, passed on
+	}
+	return []byte("ok"), nil
+}
+
+// Harness.Send returns the entity's error wrapped, so that errors.Is and errors.As
+// match what the entity returned (issue 17), with the text the host would reply.
+func TestHarnessSendWrapsTheEntitysError(t *testing.T) {
+	h := NewHarness("bank", "b", func(string) Entity { return strictBank{} })
+	_, err := h.Send([]byte("withdraw"))
+	if !errors.Is(err, errInsufficient) || err.Error() != "insufficient funds" {
+		t.Fatalf("withdraw: %v, want errInsufficient", err)
+	}
+	var ee *EntityError
+	if !errors.As(err, &ee) || ee.Text != "insufficient funds" {
+		t.Fatalf("withdraw: %#v is not an *EntityError", err)
+	}
+	_, err = h.Send([]byte("overdraw"))
+	var od *overdraft
+	if !errors.As(err, &od) || od.need != 7 {
+		t.Fatalf("overdraw: %v, want the *overdraft", err)
+	}
+	_, err = h.Send([]byte("ask"))
+	var he *HostError
+	if !errors.As(err, &he) || he.Code == CodeOK || !errors.Is(err, sentinel(he.Code)) {
+		t.Fatalf("ask: %v, want the HostError, matching its code's sentinel", err)
+	}
+	if out, err := h.Send([]byte("deposit")); err != nil || string(out) != "ok" {
+		t.Fatalf("deposit: %q %v", out, err)
+	}
+}
