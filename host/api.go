@@ -113,8 +113,10 @@ func traceparentHeader(next http.Handler) http.Handler {
 func (n *Node) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/types/{name}", n.apiDeploy)
+	mux.HandleFunc("DELETE /v1/types/{name}", n.apiUndeploy)
 	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Types()) })
 	mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Modules()) })
+	mux.HandleFunc("POST /v1/passivate", n.apiPassivate)
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
@@ -314,6 +316,22 @@ func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// apiUndeploy is DELETE /v1/types/{name}: Undeploy.
+func (n *Node) apiUndeploy(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidateTypeName(name); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	trace.SpanFromContext(r.Context()).SetAttributes(obs.EntityType.String(name))
+	res, err := n.Undeploy(r.Context(), name)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 // entityRequest reads and checks the entity type, ID and payload of a tell or ask.
 func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, err error) {
 	if typ, id, err = n.target(r); err != nil {
@@ -447,6 +465,28 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// apiPassivate is POST /v1/passivate?type=T&id=ID: the entity's region passivates it
+// (its state saved); the answer says whether it was active.
+func (n *Node) apiPassivate(w http.ResponseWriter, r *http.Request) {
+	typ, id, err := n.target(r)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.Sharding.AskTimeout)
+	defer cancel()
+	done, err := n.sharding.Passivate(ctx, typ, id)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	status := sharding.PassivateInactive
+	if done {
+		status = sharding.PassivateDone
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": status, "entity": typ + "/" + id})
 }
 
 func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {

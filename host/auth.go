@@ -45,8 +45,8 @@ const (
 	RoleRead
 	// RoleClient may also tell and ask entities and read distributed data values.
 	RoleClient
-	// RoleAdmin may also deploy, down and leave members, write and delete
-	// distributed data and manage gossip keys.
+	// RoleAdmin may also deploy and undeploy, passivate entities, down and leave
+	// members, write and delete distributed data and manage gossip keys.
 	RoleAdmin
 )
 
@@ -74,6 +74,8 @@ func ParseRole(s string) (Role, error) {
 // (TestEveryRouteHasARole). The open routes are the probes and /metrics.
 var routeRoles = map[string]Role{
 	"POST /v1/types/{name}":            RoleAdmin,
+	"DELETE /v1/types/{name}":          RoleAdmin,
+	"POST /v1/passivate":               RoleAdmin,
 	"GET /v1/types":                    RoleRead,
 	"GET /v1/modules":                  RoleRead,
 	"POST /v1/tell":                    RoleClient,

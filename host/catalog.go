@@ -41,6 +41,10 @@ type TypeInfo struct {
 	// Previous are the type's earlier versions, newest first (at most maxPrevious):
 	// entities still running one move to this version at their next activation.
 	Previous []ModuleVersion `cbor:"14,keyasint,omitempty" json:"previous,omitempty"`
+	// Removed marks an undeployed type (shardhost undeploy): a tombstone that gossips
+	// like a deployment, so that every member stops the type. Its Version is the next
+	// one: a later deploy of the name is newer still.
+	Removed bool `cbor:"15,keyasint,omitempty" json:"removed,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -141,7 +145,7 @@ func (c *catalog) save() {
 	}
 	c.saveMu.Lock()
 	defer c.saveMu.Unlock()
-	b, err := catalogEncMode.Marshal(c.list())
+	b, err := catalogEncMode.Marshal(c.all())
 	if err == nil {
 		err = writeFileAtomic(c.path, b)
 	}
@@ -171,14 +175,36 @@ func writeFileAtomic(path string, b []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// get returns the deployed type name; ok is false for an unknown or removed one.
 func (c *catalog) get(name string) (TypeInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.types[name]
+	return t, ok && !t.Removed
+}
+
+// entry returns the catalog's entry for name, a removal included.
+func (c *catalog) entry(name string) (TypeInfo, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.types[name]
 	return t, ok
 }
 
+// list returns the deployed types, by name.
 func (c *catalog) list() []TypeInfo {
+	out := c.all()
+	kept := out[:0]
+	for _, t := range out {
+		if !t.Removed {
+			kept = append(kept, t)
+		}
+	}
+	return kept
+}
+
+// all returns every entry, removals included (what is saved and gossiped), by name.
+func (c *catalog) all() []TypeInfo {
 	c.mu.Lock()
 	out := make([]TypeInfo, 0, len(c.types))
 	for _, t := range c.types {
@@ -187,6 +213,20 @@ func (c *catalog) list() []TypeInfo {
 	c.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// removal returns the entry that removes the deployed type name, and false if it is not
+// deployed.
+func (c *catalog) removal(name, by string) (TypeInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.types[name]
+	if !ok || t.Removed {
+		return TypeInfo{}, false
+	}
+	t.Version++
+	t.DeployedAt, t.DeployedBy, t.Removed = time.Now().UnixNano(), by, true
+	return t, true
 }
 
 // next returns the entry a new deployment of name would write, with settings st.
@@ -235,7 +275,7 @@ func (c *catalog) merge(entries []TypeInfo) {
 
 // LocalState implements cluster.StateDelegate.
 func (c *catalog) LocalState() []byte {
-	b, err := catalogEncMode.Marshal(c.list())
+	b, err := catalogEncMode.Marshal(c.all())
 	if err != nil {
 		panic(err) // a slice of plain structs always encodes
 	}

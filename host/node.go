@@ -683,6 +683,53 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	return res, nil
 }
 
+// UndeployResult is what Undeploy did.
+type UndeployResult struct {
+	// Type is the catalog's entry that removed the type.
+	Type TypeInfo `json:"type"`
+	// Members says, for each member, whether it stopped the type (Ready).
+	Members []MemberDeployment `json:"members"`
+}
+
+// Undeploy removes the entity type name from the cluster: every member passivates its
+// entities (their state saved, as at a graceful shutdown) and stops routing its
+// messages, which then fail as for an unknown type; a member that cannot be reached now
+// does it when it learns of the removal by gossip. The saved state stays in the state
+// store: a later deploy of the name takes it up. Errors: ErrUnknownEntityType.
+func (n *Node) Undeploy(ctx context.Context, name string) (UndeployResult, error) {
+	self := n.membership.Self()
+	info, ok := n.catalog.removal(name, self.Address)
+	if !ok {
+		return UndeployResult{}, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, name)
+	}
+	if err := n.prepare(ctx, info); err != nil {
+		return UndeployResult{}, err
+	}
+	n.membership.Broadcast(catalogState, mustEncodeTypes([]TypeInfo{info}))
+	members := n.membership.Members()
+	res := UndeployResult{Type: info, Members: make([]MemberDeployment, len(members))}
+	var wg sync.WaitGroup
+	for i, m := range members {
+		res.Members[i].Node = m.Address
+		if m.Address == self.Address {
+			res.Members[i].Ready = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := n.messenger.Request(ctx, m.TransportAddr, topicPrepare, mustEncodeTypes([]TypeInfo{info})); err != nil {
+				res.Members[i].Error = err.Error()
+				return
+			}
+			res.Members[i].Ready = true
+		}()
+	}
+	wg.Wait()
+	n.log.InfoContext(ctx, "entity type undeployed", "type", name, "version", info.Version)
+	return res, nil
+}
+
 // prepare makes a type ready on this node: in the catalog, its module compiled (fetched
 // if needed), its region started. Its "prepare" span is a child of ctx's: on every
 // member, of the deploying request's (through the prepare request).
@@ -697,7 +744,10 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 		}()
 	}
 	n.catalog.merge([]TypeInfo{info})
-	cur, _ := n.catalog.get(info.Name)
+	cur, _ := n.catalog.entry(info.Name)
+	if cur.Removed {
+		return n.sharding.StopType(ctx, cur.Name)
+	}
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err
 	}

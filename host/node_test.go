@@ -343,3 +343,62 @@ func TestRedeployKeepsSettings(t *testing.T) {
 		t.Fatalf("reset: %+v, changed %v", res.Type, res.Changed)
 	}
 }
+
+// Passivate and undeploy through the API (issue 17): a passivated entity comes back with
+// its state; an undeployed type is refused as unknown on every member, its entities
+// passivated with their state, which a new deploy of the name takes up.
+func TestPassivateAndUndeploy(t *testing.T) {
+	nodes := startNodes(t, 2, nil)
+	c := client(t, nodes[0])
+	wasm := testwasm.Bytes(t, "counter")
+	if r := c.do("POST", "/v1/types/counter", wasm); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if r := c.ask("counter", id, "inc 5"); r.status != 200 || string(r.body) != "5" {
+			t.Fatalf("inc %s: %d %s", id, r.status, r.body)
+		}
+	}
+	passivate := func(id string) string {
+		t.Helper()
+		r := client(t, nodes[1]).do("POST", "/v1/passivate?type=counter&id="+id, nil)
+		var res map[string]string
+		if err := json.Unmarshal(r.body, &res); r.status != 200 || err != nil {
+			t.Fatalf("passivate %s: %d %s", id, r.status, r.body)
+		}
+		return res["status"]
+	}
+	if got := passivate("a"); got != "passivated" {
+		t.Fatalf("passivate a: %q", got)
+	}
+	if got := passivate("a"); got != "inactive" {
+		t.Fatalf("passivate a again: %q", got)
+	}
+	if r := c.ask("counter", "a", "inc"); string(r.body) != "6" {
+		t.Fatalf("after passivation: %d %s, want 6", r.status, r.body)
+	}
+	if r := c.do("DELETE", "/v1/types/nope", nil); r.status != 404 || r.err.Code != "unknown-entity-type" {
+		t.Fatalf("undeploy unknown: %d %s", r.status, r.body)
+	}
+	r := c.do("DELETE", "/v1/types/counter", nil)
+	var res UndeployResult
+	if err := json.Unmarshal(r.body, &res); r.status != 200 || err != nil || len(res.Members) != 2 || !res.Members[0].Ready || !res.Members[1].Ready {
+		t.Fatalf("undeploy: %d %s", r.status, r.body)
+	}
+	for _, n := range nodes {
+		if r := client(t, n).ask("counter", "b", "inc"); r.status != 404 || r.err.Code != "unknown-entity-type" {
+			t.Fatalf("ask after undeploy via %s: %d %s", n.Self().Address, r.status, r.body)
+		}
+		if types := n.Types(); len(types) != 0 {
+			t.Fatalf("types after undeploy: %v", types)
+		}
+	}
+	if r := c.do("POST", "/v1/types/counter", wasm); r.status != 200 {
+		t.Fatalf("deploy again: %d %s", r.status, r.body)
+	}
+	for id, want := range map[string]string{"a": "7", "b": "6", "c": "6"} {
+		if r := c.ask("counter", id, "inc"); string(r.body) != want {
+			t.Fatalf("%s after redeploy: %d %s, want %s (its state kept)", id, r.status, r.body, want)
+		}
+	}
+}

@@ -140,6 +140,15 @@ const (
 	// KindChanged is a distributed data change for a subscribed entity; Sender is the
 	// key.
 	KindChanged MessageKind = 2
+	// KindPassivate asks the entity's region to passivate it (Sharding.Passivate). It
+	// never reaches the entity.
+	KindPassivate MessageKind = 3
+)
+
+// The replies of a KindPassivate ask.
+const (
+	PassivateDone     = "passivated" // the entity was active; its state is saved and it stopped
+	PassivateInactive = "inactive"   // the entity was not active here
 )
 
 // Message is a message for an entity with what the receiver learns of it, for

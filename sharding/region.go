@@ -923,6 +923,20 @@ func (e *entity) process(d delivery) {
 		failSpan(span, err)
 		span.End()
 	}
+	if d.env.Kind == KindPassivate {
+		// A passivation asked from outside (Sharding.Passivate), after the messages
+		// before it; an entity that is not active stays so.
+		out := []byte(PassivateInactive)
+		if e.inst != nil {
+			e.passivateNow(context.WithoutCancel(ctx), causeCommand, trace.SpanContext{})
+			out = []byte(PassivateDone)
+		}
+		done(nil)
+		if d.ask {
+			d.reply(Reply{Payload: out, Node: s.self}, nil)
+		}
+		return
+	}
 	if e.inst == nil {
 		if err := e.activate(ctx); err != nil {
 			s.log.WarnContext(ctx, "entity activation failed", "entity", name, "err", err)

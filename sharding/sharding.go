@@ -474,6 +474,49 @@ func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
 	return r, nil
 }
 
+// StopType removes the region of an entity type from this member: messages for the type
+// no longer reach it (they wait for the type as for an unknown one, and fail if the
+// resolver does not know it), and its entities are passivated, their state saved, once
+// each has handled what its mailbox holds. It returns when all are stopped, or with
+// ctx's error. Stopping a type without a region here is a no-op.
+func (s *Sharding) StopType(ctx context.Context, name string) error {
+	s.mu.Lock()
+	r := s.regions[name]
+	delete(s.regions, name)
+	s.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	var all []*entity
+	for _, sh := range r.shards {
+		for _, e := range sh.entities {
+			all = append(all, e)
+		}
+	}
+	r.mu.Unlock()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for _, e := range all {
+		for {
+			e.mu.Lock()
+			gone := !e.live && !e.running
+			e.mu.Unlock()
+			if gone {
+				break
+			}
+			e.passivateSoon(causeUndeploy)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("sharding: stopping the entities of %s: %w", name, ctx.Err())
+			case <-t.C:
+			}
+		}
+	}
+	s.log.InfoContext(ctx, "entity type stopped", "type", name, "entities", len(all))
+	return nil
+}
+
 // restartRemembered has the coordinator, if active here, allocate the homeless shards of
 // a type that remembers entities, now that this member knows the type's settings (after
 // a full restart the coordinator recovers before the types are known). The caller holds
@@ -592,6 +635,18 @@ func tellSpanName(m Message) string {
 		return "changed " + m.EntityType
 	}
 	return "tell " + m.EntityType
+}
+
+// Passivate has the region hosting the entity typ/id passivate it, after the messages
+// it received before: its state is saved as at any passivation, and its next message
+// activates it again. passivated is false when the entity was not active. Errors: those
+// of AskMessage.
+func (s *Sharding) Passivate(ctx context.Context, typ, id string) (passivated bool, err error) {
+	r, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Kind: KindPassivate})
+	if err != nil {
+		return false, err
+	}
+	return string(r.Payload) == PassivateDone, nil
 }
 
 // Ask sends payload to the entity typ/id and waits for its reply, until ctx ends (or

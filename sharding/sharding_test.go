@@ -214,6 +214,31 @@ func TestFailedTellIsADeadLetter(t *testing.T) {
 	}
 }
 
+// Passivate stops an active entity wherever it is hosted, saving its state, and
+// leaves an inactive one alone; the next message activates it again with its state.
+func TestPassivateFromOutside(t *testing.T) {
+	tc := newStatefulTestCluster(t, 2, true, nil)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		mustAsk(t, tc.nodes[0], "counter", "p", "inc")
+	}
+	for k, want := range []bool{true, false} {
+		got, err := tc.nodes[k].sharding.Passivate(ctx, "counter", "p")
+		if err != nil || got != want {
+			t.Fatalf("passivate %d via %s: %v %v, want %v", k, tc.nodes[k].name, got, err, want)
+		}
+	}
+	tc.acts.mu.Lock()
+	_, active := tc.acts.active["counter/p"]
+	tc.acts.mu.Unlock()
+	if active {
+		t.Fatal("counter/p still active after the passivation")
+	}
+	if got := mustAsk(t, tc.nodes[1], "counter", "p", "get"); got != "3" {
+		t.Fatalf("after passivation: %q, want 3", got)
+	}
+}
+
 func TestLogLimiter(t *testing.T) {
 	l := logLimiter{interval: 10 * time.Second}
 	t0 := time.Unix(1000, 0)

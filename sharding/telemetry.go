@@ -29,6 +29,8 @@ const (
 	causeIdle      = "idle"
 	causeMaxActive = "max-active"
 	causeRequested = "requested"
+	causeCommand   = "command"  // Sharding.Passivate: shardhost passivate
+	causeUndeploy  = "undeploy" // Sharding.StopType: shardhost undeploy
 	causeHandoff   = "handoff"
 	causeShutdown  = "shutdown"
 	causeStale     = "stale-allocation"

@@ -43,6 +43,8 @@ Talk to it:                                                  shardhost ask count
 		newDevCommand(g),
 		newInitCommand(),
 		g.clientFlags(newDeployCommand(g)),
+		g.clientFlags(newUndeployCommand(g)),
+		g.clientFlags(newPassivateCommand(g)),
 		g.clientFlags(newTellCommand(g)),
 		g.clientFlags(newAskCommand(g)),
 		g.clientFlags(newMembersCommand(g)),
