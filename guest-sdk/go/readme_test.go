@@ -1,10 +1,13 @@
+// TinyGo cannot stop a test on Skip (it needs runtime.Goexit), so the file is left out
+// of wasm builds rather than skipped there: the test runs go build and go test.
+//go:build !wasip1
+
 package shardhost
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -13,7 +16,7 @@ import (
 // outside this repository that builds and passes its tests: the README cannot drift from
 // the SDK.
 func TestREADMEExampleBuildsAndPasses(t *testing.T) {
-	if testing.Short() || runtime.GOOS == "wasip1" {
+	if testing.Short() {
 		t.Skip("runs go test in a new module")
 	}
 	b, err := os.ReadFile("README.md")
