@@ -316,7 +316,7 @@ func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// apiUndeploy is DELETE /v1/types/{name}: Undeploy.
+// apiUndeploy is DELETE /v1/types/{name}[?delete_state=true]: Undeploy.
 func (n *Node) apiUndeploy(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := ValidateTypeName(name); err != nil {
@@ -324,7 +324,12 @@ func (n *Node) apiUndeploy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	trace.SpanFromContext(r.Context()).SetAttributes(obs.EntityType.String(name))
-	res, err := n.Undeploy(r.Context(), name)
+	deleteState, err := strconv.ParseBool(orDefault(r.URL.Query().Get("delete_state"), "false"))
+	if err != nil {
+		writeError(w, r, fmt.Errorf("%w: delete_state=%q is not true or false", ErrBadRequest, r.URL.Query().Get("delete_state")), 0)
+		return
+	}
+	res, err := n.Undeploy(r.Context(), name, deleteState)
 	if err != nil {
 		writeError(w, r, err, 0)
 		return

@@ -45,6 +45,12 @@ type TypeInfo struct {
 	// like a deployment, so that every member stops the type. Its Version is the next
 	// one: a later deploy of the name is newer still.
 	Removed bool `cbor:"15,keyasint,omitempty" json:"removed,omitempty"`
+	// StateDeletedAt, when not 0, is when the type's state was deleted (undeploy
+	// --delete-state; Unix nanoseconds, the built-in store's deletion mark). Later
+	// entries of the name keep it: a member that learns of the type applies the
+	// deletion to its own replica first (ReplicatedStateStore.ForgetType), so that a
+	// member that was away cannot bring the old state back.
+	StateDeletedAt int64 `cbor:"16,keyasint,omitempty" json:"state_deleted_at_unix_nano,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -245,7 +251,21 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
 		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
-		Previous: previous}
+		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
+}
+
+// stateDeleted returns the entry that records the deletion, at at, of the removed type
+// name's state.
+func (c *catalog) stateDeleted(name, by string, at int64) (TypeInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.types[name]
+	if !ok || !t.Removed {
+		return TypeInfo{}, false
+	}
+	t.Version++
+	t.DeployedAt, t.DeployedBy, t.StateDeletedAt = time.Now().UnixNano(), by, at
+	return t, true
 }
 
 // merge adds entries that are newer than what the catalog holds, and reports them.

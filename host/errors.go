@@ -75,7 +75,7 @@ func withCode(err error) error {
 		return err
 	case errors.Is(err, ErrReplyTooLarge):
 		return &codedError{sharding.CodeReplyTooLarge, err}
-	case errors.Is(err, ErrMessageTooLarge), errors.Is(err, ErrBadRequest):
+	case errors.Is(err, ErrMessageTooLarge), errors.Is(err, ErrBadRequest), errors.Is(err, ErrCannotDeleteState):
 		return &codedError{sharding.CodeBadRequest, err}
 	case errors.Is(err, ErrModuleUnavailable), errors.Is(err, ErrInvalidModule),
 		errors.Is(err, ErrBadSnapshot), errors.Is(err, ErrSnapshotFailed):

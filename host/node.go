@@ -689,19 +689,77 @@ type UndeployResult struct {
 	Type TypeInfo `json:"type"`
 	// Members says, for each member, whether it stopped the type (Ready).
 	Members []MemberDeployment `json:"members"`
+	// StateDeleted says the type's state was deleted (deleteState).
+	StateDeleted bool `json:"state_deleted"`
 }
+
+// ErrCannotDeleteState: undeploy --delete-state with a state store that cannot delete
+// a type's state.
+var ErrCannotDeleteState = errors.New("host: the state store cannot delete an entity type's state")
 
 // Undeploy removes the entity type name from the cluster: every member passivates its
 // entities (their state saved, as at a graceful shutdown) and stops routing its
 // messages, which then fail as for an unknown type; a member that cannot be reached now
 // does it when it learns of the removal by gossip. The saved state stays in the state
-// store: a later deploy of the name takes it up. Errors: ErrUnknownEntityType.
-func (n *Node) Undeploy(ctx context.Context, name string) (UndeployResult, error) {
+// store, and a later deploy of the name takes it up, unless deleteState is set: then,
+// once every member stopped the type, its snapshots and remember marks are deleted
+// from the store (sharding.TypeStateDeleter). Errors: ErrUnknownEntityType;
+// ErrCannotDeleteState (checked first: nothing is removed); for the deletion,
+// ErrStoreUnavailable or ErrShardUnavailable for a member that did not stop the type:
+// the type is removed then and its state not (wholly) deleted, and Undeploy of the
+// removed type with deleteState tries the deletion again.
+func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (UndeployResult, error) {
 	self := n.membership.Self()
+	var deleter sharding.TypeStateDeleter
+	if deleteState {
+		var ok bool
+		if deleter, ok = sharding.StateStoreAs[sharding.TypeStateDeleter](n.states); !ok {
+			return UndeployResult{}, fmt.Errorf("%w (%T)", ErrCannotDeleteState, n.states)
+		}
+	}
 	info, ok := n.catalog.removal(name, self.Address)
 	if !ok {
-		return UndeployResult{}, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, name)
+		cur, exists := n.catalog.entry(name)
+		if !exists || !cur.Removed || !deleteState {
+			return UndeployResult{}, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, name)
+		}
+		info = cur // removed already: delete its state now (a retry)
 	}
+	res, err := n.applyEverywhere(ctx, info)
+	if err != nil || !deleteState {
+		return res, err
+	}
+	for _, m := range res.Members {
+		if !m.Ready {
+			return res, fmt.Errorf("%w: %s has not stopped %s (%s): its state is not deleted, as the member could still save some",
+				sharding.ErrShardUnavailable, m.Node, name, m.Error)
+		}
+	}
+	at := time.Now().UnixNano()
+	if rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states); ok {
+		err = rs.DeleteTypeAt(ctx, name, uint64(at))
+	} else {
+		err = deleter.DeleteType(ctx, name)
+	}
+	if err != nil {
+		return res, err
+	}
+	// Recorded in the catalog: a member that was away deletes its copy when it learns.
+	if marked, ok := n.catalog.stateDeleted(name, self.Address, at); ok {
+		if res, err = n.applyEverywhere(ctx, marked); err != nil {
+			return res, err
+		}
+	}
+	res.StateDeleted = true
+	n.log.InfoContext(ctx, "entity type's state deleted", "type", name)
+	return res, nil
+}
+
+// applyEverywhere applies a catalog entry of a removed type here and on every member
+// (each stops the type, and applies a state deletion it records), and gossips it.
+func (n *Node) applyEverywhere(ctx context.Context, info TypeInfo) (UndeployResult, error) {
+	self := n.membership.Self()
+	name := info.Name
 	if err := n.prepare(ctx, info); err != nil {
 		return UndeployResult{}, err
 	}
@@ -745,6 +803,15 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	}
 	n.catalog.merge([]TypeInfo{info})
 	cur, _ := n.catalog.entry(info.Name)
+	if cur.StateDeletedAt > 0 {
+		// The type's state was deleted: this member's replica too, before the type
+		// runs here again (the built-in store; a database was deleted once, by Undeploy).
+		if rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states); ok {
+			if err := rs.ForgetType(cur.Name, uint64(cur.StateDeletedAt)); err != nil {
+				return fmt.Errorf("deleting this member's copy of the state of %s: %w", cur.Name, err)
+			}
+		}
+	}
 	if cur.Removed {
 		return n.sharding.StopType(ctx, cur.Name)
 	}

@@ -402,3 +402,38 @@ func TestPassivateAndUndeploy(t *testing.T) {
 		}
 	}
 }
+
+// undeploy --delete-state: the type's state is gone from the built-in store on every
+// member, so a new deploy of the name starts afresh; a retry on the removed type works.
+func TestUndeployDeletesState(t *testing.T) {
+	nodes := startNodes(t, 3, nil)
+	c := client(t, nodes[0])
+	wasm := testwasm.Bytes(t, "counter")
+	if r := c.do("POST", "/v1/types/counter", wasm); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if r := c.ask("counter", id, "inc 5"); string(r.body) != "5" {
+			t.Fatalf("inc %s: %d %s", id, r.status, r.body)
+		}
+	}
+	r := client(t, nodes[1]).do("DELETE", "/v1/types/counter?delete_state=true", nil)
+	var res UndeployResult
+	if err := json.Unmarshal(r.body, &res); r.status != 200 || err != nil || !res.StateDeleted {
+		t.Fatalf("undeploy --delete-state: %d %s", r.status, r.body)
+	}
+	if r := c.do("DELETE", "/v1/types/counter", nil); r.status != 404 {
+		t.Fatalf("undeploy of a removed type: %d %s, want 404", r.status, r.body)
+	}
+	if r := c.do("DELETE", "/v1/types/counter?delete_state=true", nil); r.status != 200 {
+		t.Fatalf("retried deletion: %d %s", r.status, r.body)
+	}
+	if r := c.do("POST", "/v1/types/counter", wasm); r.status != 200 {
+		t.Fatalf("deploy again: %d %s", r.status, r.body)
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if r := client(t, nodes[2]).ask("counter", id, "inc"); string(r.body) != "1" {
+			t.Fatalf("%s after the deletion: %d %s, want 1 (a fresh entity)", id, r.status, r.body)
+		}
+	}
+}

@@ -67,6 +67,28 @@ type shardKey struct {
 
 var _ StateStore = (*MemoryStateStore)(nil)
 
+var _ TypeStateDeleter = (*MemoryStateStore)(nil)
+
+// DeleteType implements TypeStateDeleter.
+func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
+	if err := checkStateKey(typ, 0, "", false); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.state {
+		if k.Type == typ {
+			delete(m.state, k)
+		}
+	}
+	for k := range m.remembered {
+		if k.typ == typ {
+			delete(m.remembered, k)
+		}
+	}
+	return nil
+}
+
 // NewMemoryStateStore returns an empty store.
 func NewMemoryStateStore() *MemoryStateStore {
 	return &MemoryStateStore{state: map[EntityKey][]byte{}, remembered: map[shardKey]map[string]bool{},

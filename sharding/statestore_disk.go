@@ -226,6 +226,10 @@ func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 			return false, nil
 		}
 		epoch, stale = max(cur, req.Epoch), false
+		var deletedMark uint64
+		if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
+			deletedMark = binary.BigEndian.Uint64(v)
+		}
 		changed := false
 		if !has || epoch != cur {
 			if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
@@ -235,6 +239,9 @@ func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 		}
 		for i := range req.Records {
 			r := &req.Records[i]
+			if r.Seq <= deletedMark {
+				continue // a copy from before the type's state was deleted (deleteType)
+			}
 			k := stateRecordKey(prefix, r.Kind, r.ID)
 			if old := rb.Get(k); old != nil {
 				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
@@ -255,6 +262,54 @@ func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 		return epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", ErrStaleEpoch, req.Epoch, epoch, req.Type, req.Shard)
 	}
 	return epoch, nil
+}
+
+// stateDeletedKey is the epochs bucket's key of a type's deletion mark: a zero length
+// byte (no shard prefix starts so) and the type.
+func stateDeletedKey(typ string) []byte { return append([]byte{0}, typ...) }
+
+// deleteType deletes every record of the type typ, in every shard, keeping the shards'
+// epochs, and marks the type deleted up to at least at: an unfenced write (a repair
+// from a replica that has not deleted yet, an import) of a record not newer than the
+// mark is dropped from then on. It returns the mark, the newest Seq deleted or at, and
+// how many records it deleted.
+func (d *stateDisk) deleteType(typ string, at uint64) (mark uint64, deleted int, err error) {
+	err = d.update(0, func(eb, rb *bolt.Bucket) (bool, error) {
+		mark, deleted = at, 0
+		if v := eb.Get(stateDeletedKey(typ)); len(v) == 8 {
+			mark = max(mark, binary.BigEndian.Uint64(v))
+		}
+		var prefixes [][]byte
+		if err := eb.ForEach(func(k, _ []byte) error {
+			if t, _, ok := parseStateShardPrefix(k); ok && t == typ {
+				prefixes = append(prefixes, bytes.Clone(k))
+			}
+			return nil
+		}); err != nil {
+			return false, err
+		}
+		for _, prefix := range prefixes {
+			c := rb.Cursor()
+			var keys [][]byte
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				if ver, _, _, ok := decodeStateValue(v); ok {
+					mark = max(mark, ver.Seq)
+				}
+				keys = append(keys, bytes.Clone(k))
+			}
+			for _, k := range keys {
+				if err := rb.Delete(k); err != nil {
+					return false, err
+				}
+			}
+			deleted += len(keys)
+		}
+		return true, eb.Put(stateDeletedKey(typ), binary.BigEndian.AppendUint64(nil, mark))
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: state store %s: delete %s: %w", ErrStoreUnavailable, d.path, typ, err)
+	}
+	return mark, deleted, nil
 }
 
 // raiseEpoch makes the shard's epoch at least epoch (creating its entry) and returns

@@ -31,6 +31,20 @@ type BatchStateStore interface {
 	SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []StateSave) error
 }
 
+// TypeStateDeleter is a StateStore that can delete everything it holds of one entity
+// type: shardhost undeploy --delete-state.
+type TypeStateDeleter interface {
+	StateStore
+	// DeleteType deletes every snapshot and remember mark of the entity type typ, on
+	// every replica the store has. The shards' epochs stay, so that fencing goes on
+	// across a later deploy of the name. Call it once no member hosts the type: a write
+	// of the type made meanwhile may survive. Errors: ErrStoreUnavailable (for the
+	// replicated store: some members did not answer; what they hold is deleted when
+	// they apply the deletion, and no copy of theirs comes back meanwhile),
+	// ErrInvalidStateKey.
+	DeleteType(ctx context.Context, typ string) error
+}
+
 // ExternalStateStore is a StateStore whose data may outlive the cluster's own: a
 // database kept while the members' data directories (and with them the shard
 // coordinator's durable state) are new, or state imported into one. The coordinator

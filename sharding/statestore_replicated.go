@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -254,6 +255,90 @@ func (s *ReplicatedStateStore) register() (err error) {
 	m.Handle(topicStateRemembered, s.handler(s.serveRemembered))
 	m.Handle(topicStateSummary, s.handler(s.serveSummary))
 	m.Handle(topicStateDiff, s.handler(s.serveDiff))
+	m.Handle(topicStateDeleteType, s.handler(s.serveDeleteType))
+	return nil
+}
+
+var _ TypeStateDeleter = (*ReplicatedStateStore)(nil)
+
+// DeleteType implements TypeStateDeleter: DeleteTypeAt, marked now.
+func (s *ReplicatedStateStore) DeleteType(ctx context.Context, typ string) error {
+	return s.DeleteTypeAt(ctx, typ, s.nextSeq())
+}
+
+// DeleteTypeAt deletes every record of the entity type typ on every member (each
+// deletes what its disk holds, whatever the shard), and marks the type deleted up to
+// at (a Seq: Unix nanoseconds) or the newest record it deleted: a repair or anti-entropy
+// copy of a record not newer than the mark, from a member that has not deleted yet, is
+// dropped, so a deleted record does not come back. Writers' later records are newer:
+// each member's sequence moves past the mark. A member that does not answer keeps its
+// copies until ForgetType runs there (shardhost's catalog does it when the member
+// learns of the deletion). Errors: ErrStoreUnavailable naming the members that did not
+// delete, ErrInvalidStateKey.
+func (s *ReplicatedStateStore) DeleteTypeAt(ctx context.Context, typ string, at uint64) error {
+	if err := checkStateKey(typ, 0, "", false); err != nil {
+		return err
+	}
+	self := s.cfg.Membership.Self().Address
+	var reps []stateReplica
+	for _, m := range s.cfg.Membership.Members() {
+		reps = append(reps, stateReplica{addr: m.Address, transport: m.TransportAddr, local: m.Address == self, reachable: m.Reachable})
+	}
+	errs := make([]error, len(reps))
+	var wg sync.WaitGroup
+	for i, r := range reps {
+		wg.Add(1)
+		run := func() {
+			defer wg.Done()
+			if r.local {
+				errs[i] = s.ForgetType(typ, at)
+				return
+			}
+			errs[i] = s.call(ctx, r, topicStateDeleteType, &stateDeleteTypeReq{Type: typ, At: at}, &stateReply{})
+		}
+		if !s.spawn(run) {
+			errs[i] = closedError()
+			wg.Done()
+		}
+	}
+	wg.Wait()
+	var failed []string
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", reps[i].addr, err))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: state of %s deleted on %d of %d members; not on %s", ErrStoreUnavailable, typ,
+			len(reps)-len(failed), len(reps), strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// ForgetType is DeleteTypeAt on this member alone: its disk's records of typ are
+// deleted and the type marked deleted up to at, and its writer's sequence moves past
+// the mark. Idempotent. Errors: ErrStoreUnavailable, ErrInvalidStateKey.
+func (s *ReplicatedStateStore) ForgetType(typ string, at uint64) error {
+	if err := checkStateKey(typ, 0, "", false); err != nil {
+		return err
+	}
+	if !s.enter() {
+		return closedError()
+	}
+	defer s.wg.Done()
+	mark, deleted, err := s.disk.deleteType(typ, at)
+	if err != nil {
+		return err
+	}
+	for {
+		last := s.seq.Load()
+		if last >= mark || s.seq.CompareAndSwap(last, mark) {
+			break
+		}
+	}
+	if deleted > 0 {
+		s.log.Info("entity type's state deleted", "type", typ, "records", deleted)
+	}
 	return nil
 }
 

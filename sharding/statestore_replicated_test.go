@@ -939,3 +939,50 @@ func TestStateReadStragglers(t *testing.T) {
 		t.Fatalf("got %d answers after done", len(got))
 	}
 }
+
+// A type's deletion on a replica drops what a replica that had not deleted yet sends it
+// later (repair, anti-entropy: unfenced writes) for records not newer than the deletion,
+// while a writer's fenced write, and any newer record, lands.
+func TestDeletedTypeIsNotRepairedBack(t *testing.T) {
+	d, err := openStateDisk(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	rec := func(id string, seq uint64) stateRecord {
+		return stateRecord{Kind: stateKindSnapshot, ID: id, Epoch: 1, Seq: seq, Data: []byte(id)}
+	}
+	if _, err := d.applyWrite(&stateWriteReq{Type: "gone", Shard: 2, Epoch: 1, Fence: true, Records: []stateRecord{rec("a", 100), rec("b", 150)}}); err != nil {
+		t.Fatal(err)
+	}
+	mark, deleted, err := d.deleteType("gone", 120)
+	if err != nil || deleted != 2 || mark != 150 {
+		t.Fatalf("deleteType: mark %d, %d deleted, %v; want 150 (the newest record), 2", mark, deleted, err)
+	}
+	// Old copies from a replica that missed the deletion: dropped.
+	if _, err := d.applyWrite(&stateWriteReq{Type: "gone", Shard: 2, Epoch: 1, Records: []stateRecord{rec("a", 100), rec("b", 150)}}); err != nil {
+		t.Fatal(err)
+	}
+	prefix := stateShardPrefix("gone", 2)
+	for _, id := range []string{"a", "b"} {
+		if _, _, _, found, _ := d.read(prefix, id, 0, 1<<20); found {
+			t.Fatalf("%s came back by repair after the deletion", id)
+		}
+	}
+	// A newer record by repair, and a writer's fenced write below the mark, land.
+	if _, err := d.applyWrite(&stateWriteReq{Type: "gone", Shard: 2, Epoch: 1, Records: []stateRecord{rec("c", 151)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.applyWrite(&stateWriteReq{Type: "gone", Shard: 2, Epoch: 1, Fence: true, Records: []stateRecord{rec("d", 10)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c", "d"} {
+		if _, _, _, found, _ := d.read(prefix, id, 0, 1<<20); !found {
+			t.Fatalf("%s, written after the deletion, is missing", id)
+		}
+	}
+	// Listing shards ignores the deletion mark.
+	if refs, err := d.shards(); err != nil || len(refs) != 1 || refs[0].typ != "gone" {
+		t.Fatalf("shards: %v %v", refs, err)
+	}
+}

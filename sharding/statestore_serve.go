@@ -104,6 +104,17 @@ func (s *ReplicatedStateStore) serveWrite(from string, body []byte) []byte {
 	return encodeState(&stateReply{Epoch: epoch})
 }
 
+func (s *ReplicatedStateStore) serveDeleteType(from string, body []byte) []byte {
+	var req stateDeleteTypeReq
+	if err := decodeState(body, &req); err != nil {
+		return stateFail(err)
+	}
+	if err := s.ForgetType(req.Type, req.At); err != nil {
+		return stateFail(err)
+	}
+	return encodeState(&stateReply{})
+}
+
 func (s *ReplicatedStateStore) serveChunk(from string, body []byte) []byte {
 	var req stateChunkReq
 	if err := decodeState(body, &req); err != nil {

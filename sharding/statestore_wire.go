@@ -34,6 +34,9 @@ const (
 	// topicStateDiff: stateDiffReq → stateDiffReply. Anti-entropy, second step: which of
 	// these record versions the replica lacks or holds older.
 	topicStateDiff = "state/diff"
+	// topicStateDeleteType: stateDeleteTypeReq → stateReply. Delete every record of an
+	// entity type on this member (ReplicatedStateStore.DeleteType).
+	topicStateDeleteType = "state/delete-type"
 )
 
 // Reply codes: the outcome of a request, mapped back to errors by the requester
@@ -104,6 +107,12 @@ type stateWriteReq struct {
 
 // stateReply answers state/write and state/chunk; Epoch is the replica's epoch for the
 // shard after the request (state/write).
+// stateDeleteTypeReq deletes the records of Type, marking it deleted up to At.
+type stateDeleteTypeReq struct {
+	Type string `cbor:"1,keyasint"`
+	At   uint64 `cbor:"2,keyasint"`
+}
+
 type stateReply struct {
 	Code  uint8  `cbor:"1,keyasint"`
 	Msg   string `cbor:"2,keyasint,omitempty"`

@@ -12,13 +12,18 @@ import (
 
 func newUndeployCommand(g *globals) *cobra.Command {
 	var typ string
+	var deleteState bool
 	cmd := &cobra.Command{
-		Use:   "undeploy --type NAME",
+		Use:   "undeploy --type NAME [--delete-state]",
 		Short: "Remove an entity type from the cluster: its entities are passivated (state saved) and its messages refused",
 		Long: `undeploy removes an entity type from every member. Each member passivates the type's
 active entities, their state saved as at a graceful shutdown, and stops routing its
 messages: they fail as for an unknown type. The saved state stays in the state store, so
-a later deploy of the same name takes it up.`,
+a later deploy of the same name takes it up, unless --delete-state is given: then, once
+every member has stopped the type, its snapshots and remembered entities are deleted
+from the store (the built-in store on every member, or the PostgreSQL database). A
+member that is away deletes its copy when it learns of the deletion. Undeploying a
+removed type with --delete-state retries a deletion that failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if typ == "" {
@@ -28,7 +33,11 @@ a later deploy of the same name takes it up.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.do("DELETE", "/v1/types/"+url.PathEscape(typ), nil)
+			path := "/v1/types/" + url.PathEscape(typ)
+			if deleteState {
+				path += "?delete_state=true"
+			}
+			r, err := c.do("DELETE", path, nil)
 			if err != nil {
 				return err
 			}
@@ -37,7 +46,11 @@ a later deploy of the same name takes it up.`,
 				return fmt.Errorf("the API's reply is not what this client expects: %v", err)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "undeployed %s (its entities passivated, their state kept)\n", typ)
+			if res.StateDeleted {
+				fmt.Fprintf(out, "undeployed %s (its entities passivated, their state deleted)\n", typ)
+			} else {
+				fmt.Fprintf(out, "undeployed %s (its entities passivated, their state kept)\n", typ)
+			}
 			failed := 0
 			for _, m := range res.Members {
 				if m.Ready {
@@ -54,6 +67,7 @@ a later deploy of the same name takes it up.`,
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "name of the entity type (required)")
+	cmd.Flags().BoolVar(&deleteState, "delete-state", false, "also delete the type's saved state from the state store")
 	return cmd
 }
 

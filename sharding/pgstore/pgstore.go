@@ -430,3 +430,28 @@ func (s *Store) RememberedShards(ctx context.Context) (map[string][]int, error) 
 	}
 	return out, nil
 }
+
+var _ sharding.TypeStateDeleter = (*Store)(nil)
+
+// DeleteType implements sharding.TypeStateDeleter: the type's rows of
+// shardhost_snapshots and shardhost_remembered go, in one transaction; its rows of
+// shardhost_shard_epochs stay (fencing). Errors: ErrStoreUnavailable,
+// ErrInvalidStateKey.
+func (s *Store) DeleteType(ctx context.Context, typ string) error {
+	if err := checkKey(typ, 0, "", false); err != nil {
+		return err
+	}
+	err := retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "DELETE FROM shardhost_snapshots WHERE entity_type = $1", typ); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM shardhost_remembered WHERE entity_type = $1", typ)
+			return err
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: delete the state of %s: %w", typ, s.fail("delete", err))
+	}
+	return nil
+}

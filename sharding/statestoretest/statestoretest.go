@@ -40,6 +40,7 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentFencing", concurrentFencing},
 		{"Batch", batch},
 		{"InvalidKeys", invalidKeys},
+		{"DeleteType", deleteType},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := open(t)
@@ -208,6 +209,60 @@ func rememberForget(t *testing.T, h []sharding.StateStore) {
 	// Remembering saves no state.
 	if _, err := h[0].Load(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: "a"}); !errors.Is(err, sharding.ErrNoState) {
 		t.Fatalf("load of a remembered entity never saved: %v, want ErrNoState", err)
+	}
+}
+
+// deleteType: a store that can delete a type's state (sharding.TypeStateDeleter, as
+// shardhost undeploy --delete-state uses it) deletes every snapshot and remember mark
+// of the type, in every shard, on every handle, and nothing of another type; the
+// shards' epochs stay (a stale write is still refused), and the type's state can be
+// written again afterwards. A store without the ability skips this.
+func deleteType(t *testing.T, h []sharding.StateStore) {
+	del, ok := sharding.StateStoreAs[sharding.TypeStateDeleter](h[0])
+	if !ok {
+		t.Skip("the store cannot delete a type's state")
+	}
+	ctx := ctxOf(t)
+	for shard := 0; shard < 5; shard++ {
+		for _, typ := range []string{"gone", "kept"} {
+			for _, id := range []string{"a", "b"} {
+				key := sharding.EntityKey{Type: typ, Shard: shard, ID: id}
+				mustSave(t, h[shard%len(h)], key, 3, []byte(typ+id))
+				if err := h[0].Remember(ctx, key, 3, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := del.DeleteType(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range h {
+		for shard := 0; shard < 5; shard++ {
+			for _, id := range []string{"a", "b"} {
+				if _, err := s.Load(ctx, sharding.EntityKey{Type: "gone", Shard: shard, ID: id}); !errors.Is(err, sharding.ErrNoState) {
+					t.Fatalf("load of gone/%d/%s after the delete: %v, want ErrNoState", shard, id, err)
+				}
+				mustLoad(t, s, sharding.EntityKey{Type: "kept", Shard: shard, ID: id}, []byte("kept"+id))
+			}
+			mustRemembered(t, s, "gone", shard)
+			mustRemembered(t, s, "kept", shard, "a", "b")
+		}
+	}
+	// The epochs stay: an older one is refused; the same one writes again.
+	key := sharding.EntityKey{Type: "gone", Shard: 1, ID: "a"}
+	if err := h[1].Save(ctx, key, 2, []byte("late")); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("save at an older epoch after the delete: %v, want ErrStaleEpoch", err)
+	}
+	mustSave(t, h[1], key, 3, []byte("again"))
+	for _, s := range h {
+		mustLoad(t, s, key, []byte("again"))
+	}
+	if err := del.DeleteType(ctx, "never-saved"); err != nil {
+		t.Fatalf("deleting a type with no state: %v", err)
+	}
+	if err := del.DeleteType(ctx, ""); !errors.Is(err, sharding.ErrInvalidStateKey) {
+		t.Fatalf("deleting the empty type: %v, want ErrInvalidStateKey", err)
 	}
 }
 
