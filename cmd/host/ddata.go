@@ -139,6 +139,9 @@ func newDDataUpdateCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if consistency != "local" && consistency != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "(to read it back as written, get with --consistency %s: a local get on a member this write did not reach may lag by a gossip round)\n", consistency)
+			}
 			return printValue(cmd, r.body)
 		},
 	}
