@@ -100,7 +100,10 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 			return nil, withCode(err)
 		}
 	}
-	e := &wasmEntity{n: n, mod: mod, typ: typ, id: id, inst: inst, timers: map[string]*entityTimer{}, subs: map[string]*entitySub{}}
+	// failing starts set: the first handled message forgets the failures of earlier
+	// incarnations (backoff).
+	e := &wasmEntity{n: n, mod: mod, typ: typ, id: id, inst: inst, timers: map[string]*entityTimer{}, subs: map[string]*entitySub{},
+		failing: true}
 	inst.svc = e
 	if n.cfg.Recovery {
 		e.rec = &recovery{baseState: state}
@@ -150,6 +153,9 @@ type wasmEntity struct {
 	// rec is the base and replay record of in-memory recovery (recovery.go); nil
 	// when recovery is off or was given up.
 	rec *recovery
+	// failing is set by a guest failure and cleared by a handled message: only then
+	// does a message consult the backoff.
+	failing bool
 }
 
 // entityTimer is a timer an entity started.
@@ -182,7 +188,7 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	if e.inst == nil || e.inst.Closed() {
 		return nil, withCode(fmt.Errorf("%w: %s/%s", ErrInstanceClosed, e.typ, e.id))
 	}
-	if e.rec != nil {
+	if e.failing {
 		// Recovered in memory after each failure, an entity that keeps failing rests
 		// as one activated again would (abi/SPEC.md, "Failures").
 		if err := e.n.backoff.check(e.name()); err != nil {
@@ -231,8 +237,10 @@ func (e *wasmEntity) outcome(err error) {
 	switch {
 	case errors.As(err, &ge):
 		e.n.guestFailed(e.typ, e.id, err)
-	case err == nil:
+		e.failing = true
+	case err == nil && e.failing:
 		e.n.backoff.succeeded(e.name())
+		e.failing = false
 	}
 }
 
