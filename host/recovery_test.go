@@ -98,3 +98,41 @@ func ddataCounter(t *testing.T, c apiClient, key string) int64 {
 	}
 	return v.Value
 }
+
+// The replay answers host calls from the record and does them no second time: tells
+// are not sent again, the on_activate hook's effects are not doubled, the timer the
+// entity set is still the one the host runs (abitest, a Go guest using each kind of
+// host call).
+func TestRecoveryDoesNotRepeatHostCalls(t *testing.T) {
+	nodes := startNodes(t, 1, nil)
+	c := client(t, nodes[0])
+	if r := c.do("POST", "/v1/types/abitest", testwasm.Bytes(t, "abitest")); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	want := func(id, msg, reply string) {
+		t.Helper()
+		if r := c.ask("abitest", id, msg); r.status != 200 || string(r.body) != reply {
+			t.Fatalf("%s %q: %d %s, want %q", id, msg, r.status, r.body, reply)
+		}
+	}
+	want("a", "count", "1")
+	for i := 0; i < 2; i++ {
+		want("a", "tell abitest/b count", "ok")
+	}
+	want("a", "ask abitest/c echo hi", "hi")
+	want("a", "timer t1 600000 0 ping", "ok")
+	want("a", "ddup rec-key pncounter local incr 2", "2")
+	if r := c.ask("abitest", "a", "random 8"); r.status != 200 || len(r.body) != 16 {
+		t.Fatalf("random: %d %s", r.status, r.body)
+	}
+	want("a", "count", "2")
+	if r := c.ask("abitest", "a", "trap"); r.status != 500 {
+		t.Fatalf("trap: %d %s", r.status, r.body)
+	}
+	want("a", "count", "3")                            // the state after the last successful message
+	want("a", "hooks", "activations=1 passivations=0") // on_activate replayed from its record
+	want("b", "count", "3")                            // the two tells, once each, and this ask
+	want("a", "ddget rec-key local", "2")              // the update not repeated
+	want("a", "cancel t1", "1")                        // the timer is the host's, still set
+	want("a", "cancel t1", "0")
+}
