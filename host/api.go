@@ -2,10 +2,12 @@ package host
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -50,7 +52,8 @@ import (
 //	GET  /metrics                        → the metrics in the Prometheus text format
 //
 // Every request has an HTTP server span (otelhttp, named by route: "POST /v1/ask"), and
-// every response a traceparent header (W3C Trace Context) naming it when tracing is on.
+// every response a traceparent header (W3C Trace Context) naming its trace: the span's
+// when tracing is on, otherwise the caller's or a new unsampled one.
 //
 // With APIConfig.Tokens or a client CA, every route but the probes and /metrics needs a
 // role (auth.go: routeRoles): 401 {"code":"unauthenticated"} without known credentials,
@@ -93,12 +96,18 @@ func (n *Node) Handler() http.Handler {
 // traceparentHeader gives every response the traceparent (and tracestate) of the
 // request's server span, so that a caller can find its trace.
 // It also sets http.route on the span once the mux has matched the request.
+//
+// With tracing off and no traceparent sent, the request has no span context: it gets a
+// new one (random trace and span IDs, not sampled), carried by the request's context, so
+// that the response still names a trace, and the members the request reaches and the
+// logs written for it (trace_id) name the same one. Nothing is recorded or exported.
 func traceparentHeader(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		span := trace.SpanFromContext(r.Context())
-		if span.SpanContext().IsValid() {
-			propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(w.Header()))
+		if !span.SpanContext().IsValid() {
+			r = r.WithContext(trace.ContextWithSpanContext(r.Context(), newUnsampledSpanContext()))
 		}
+		propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(w.Header()))
 		next.ServeHTTP(w, r)
 		if r.Pattern != "" && span.IsRecording() {
 			route := r.Pattern
@@ -584,4 +593,19 @@ func (n *Node) apiShards(w http.ResponseWriter, r *http.Request) {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// newUnsampledSpanContext returns a span context with random trace and span IDs
+// (W3C Trace Context: 16 and 8 bytes, never all zero) and no sampled flag.
+func newUnsampledSpanContext() trace.SpanContext {
+	var tid trace.TraceID
+	var sid trace.SpanID
+	for !tid.IsValid() {
+		binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
+		binary.LittleEndian.PutUint64(tid[8:], rand.Uint64())
+	}
+	for !sid.IsValid() {
+		binary.LittleEndian.PutUint64(sid[:], rand.Uint64())
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid})
 }

@@ -671,3 +671,44 @@ func TestTraceCrossMemberFirstActivation(t *testing.T) {
 	}
 	t.Fatal("no entity landed on the owner")
 }
+
+// TestTraceparentWithTracingOff: with no tracer provider, every API response still names
+// a trace in its traceparent header: the caller's (its trace ID and sampled flag kept) or
+// a new unsampled one, a different one per request.
+func TestTraceparentWithTracingOff(t *testing.T) {
+	n := startNodes(t, 1, nil)[0]
+	deployOn(t, n, "abitest")
+	seen := map[string]bool{}
+	for _, r := range []struct{ method, path, body string }{
+		{"POST", askPath("abitest", "off"), "count"},
+		{"POST", askPath("nope", "x"), "x"},
+		{"GET", "/v1/members", ""},
+		{"GET", "/alive", ""},
+		{"GET", "/metrics", ""},
+	} {
+		req, err := http.NewRequest(r.method, "http://"+n.APIAddr()+r.path, strings.NewReader(r.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		tp := resp.Header.Get("traceparent")
+		parts := strings.Split(tp, "-")
+		if len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || len(parts[2]) != 16 || parts[3] != "00" ||
+			parts[1] == strings.Repeat("0", 32) || parts[2] == strings.Repeat("0", 16) {
+			t.Fatalf("%s %s: %d, traceparent %q", r.method, r.path, resp.StatusCode, tp)
+		}
+		if seen[parts[1]] {
+			t.Fatalf("%s %s: trace ID %s given twice", r.method, r.path, parts[1])
+		}
+		seen[parts[1]] = true
+	}
+	tid, status, tp, body := tracedRequest(t, n, "POST", askPath("abitest", "off"), "count")
+	if status != 200 || body != "2" || !strings.HasPrefix(tp, "00-"+tid.String()+"-") || !strings.HasSuffix(tp, "-01") {
+		t.Fatalf("ask with a traceparent: %d %q, traceparent %q, want trace %s", status, body, tp, tid)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -167,21 +168,26 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 }
 
 // traceID returns the trace ID of the request's server span, from the traceparent
-// response header (W3C Trace Context: 00-TRACEID-SPANID-FLAGS), or "".
-func (r response) traceID() string {
+// response header (W3C Trace Context: 00-TRACEID-SPANID-FLAGS), or "", and whether the
+// trace was sampled (flag 01): a member with tracing off answers with an unsampled one.
+func (r response) traceID() (string, bool) {
 	parts := strings.Split(r.header.Get("traceparent"), "-")
-	if len(parts) != 4 || len(parts[1]) != 32 {
-		return ""
+	if len(parts) != 4 || len(parts[1]) != 32 || len(parts[3]) != 2 {
+		return "", false
 	}
-	return parts[1]
+	flags, err := strconv.ParseUint(parts[3], 16, 8)
+	return parts[1], err == nil && flags&1 == 1
 }
 
 // printTrace prints, for -v, the trace ID of a request on w.
 func printTrace(w io.Writer, r response) {
-	if id := r.traceID(); id != "" {
+	switch id, sampled := r.traceID(); {
+	case id == "":
+		fmt.Fprintln(w, "no trace (the member sent no traceparent)")
+	case sampled:
 		fmt.Fprintf(w, "trace %s\n", id)
-	} else {
-		fmt.Fprintln(w, "no trace (tracing is off on the member: set OTEL_TRACES_EXPORTER)")
+	default:
+		fmt.Fprintf(w, "trace %s (not recorded: tracing is off on the member, or not sampled; set OTEL_TRACES_EXPORTER)\n", id)
 	}
 }
 
