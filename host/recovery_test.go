@@ -1,12 +1,15 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // The bank entity (examples/wasm/bank, bank-rust) under the default --checkpoint
@@ -135,4 +138,48 @@ func TestRecoveryDoesNotRepeatHostCalls(t *testing.T) {
 	want("a", "ddget rec-key local", "2")              // the update not repeated
 	want("a", "cancel t1", "1")                        // the timer is the host's, still set
 	want("a", "cancel t1", "0")
+}
+
+// A replay whose guest asks for other host calls than the record holds fails (and the
+// entity then falls back to its saved state); the same record replays cleanly.
+func TestReplayDetectsDivergence(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	m := compile(t, rt, "abitest")
+	ctx := context.Background()
+	newInst := func() *Instance {
+		inst, err := m.Instantiate(ctx, "abitest", "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { inst.Close(ctx) })
+		return inst
+	}
+	inst := newInst()
+	inst.startRecording()
+	if _, err := inst.Receive(ctx, []byte("random 8")); err != nil {
+		t.Fatal(err)
+	}
+	calls := inst.stopRecording()
+	if len(calls) != 1 || calls[0].fn != abi.ImportRandom || len(calls[0].mem) != 8 {
+		t.Fatalf("record %+v, want one random call of 8 bytes", calls)
+	}
+	msg := []byte("random 8")
+	if err := newInst().replay(nil, msg, sharding.MessageInfo{}, calls); err != nil {
+		t.Fatalf("replay without an export: %v", err)
+	}
+	ok := newInst()
+	if err := ok.replay(ok.receive, msg, sharding.MessageInfo{}, calls); err != nil {
+		t.Fatalf("faithful replay: %v", err)
+	}
+	for name, bad := range map[string][]hostRecord{
+		"missing call": nil,
+		"other call":   {{fn: abi.ImportNow}},
+		"extra call":   append(append([]hostRecord(nil), calls...), hostRecord{fn: abi.ImportNow}),
+	} {
+		inst := newInst()
+		err := inst.replay(inst.receive, msg, sharding.MessageInfo{}, bad)
+		if err == nil || !strings.Contains(err.Error(), "replay diverged") {
+			t.Errorf("%s: %v, want a divergence", name, err)
+		}
+	}
 }
