@@ -51,6 +51,11 @@ type TypeInfo struct {
 	// deletion to its own replica first (ReplicatedStateStore.ForgetType), so that a
 	// member that was away cannot bring the old state back.
 	StateDeletedAt int64 `cbor:"16,keyasint,omitempty" json:"state_deleted_at_unix_nano,omitempty"`
+	// DeployTrace is the deploying request's span as a W3C traceparent
+	// ("00-TRACEID-SPANID-FLAGS"), when it was sampled: a member that learns of the
+	// deployment by gossip rather than by the prepare request links its "prepare" span
+	// to it. Empty with tracing off.
+	DeployTrace string `cbor:"17,keyasint,omitempty" json:"-"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.

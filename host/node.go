@@ -648,6 +648,9 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	}
 	self := n.membership.Self()
 	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address)
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		info.DeployTrace = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	}
 	span.SetAttributes(attrModuleVer.Int64(int64(info.Version)), attrModuleDigest.String(info.Digest))
 	if err := n.prepare(ctx, info); err != nil {
 		return DeployResult{}, err
@@ -790,12 +793,21 @@ func (n *Node) applyEverywhere(ctx context.Context, info TypeInfo) (UndeployResu
 
 // prepare makes a type ready on this node: in the catalog, its module compiled (fetched
 // if needed), its region started. Its "prepare" span is a child of ctx's: on every
-// member, of the deploying request's (through the prepare request).
+// member, of the deploying request's (through the prepare request). Prepared after
+// gossip, with no span in ctx, it starts a trace of its own, linked to the deploying
+// request's span (TypeInfo.DeployTrace).
 func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	if n.traced {
+		opts := []trace.SpanStartOption{trace.WithAttributes(obs.EntityType.String(info.Name),
+			obs.Node.String(n.membership.Self().Address), attrModuleVer.Int64(int64(info.Version)), attrModuleDigest.String(info.Digest))}
+		if !trace.SpanContextFromContext(ctx).IsValid() && info.DeployTrace != "" {
+			deploy := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": info.DeployTrace})
+			if sc := trace.SpanContextFromContext(deploy); sc.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
+		}
 		var span trace.Span
-		ctx, span = n.tracer.Start(ctx, "prepare "+info.Name, trace.WithAttributes(obs.EntityType.String(info.Name),
-			obs.Node.String(n.membership.Self().Address), attrModuleVer.Int64(int64(info.Version)), attrModuleDigest.String(info.Digest)))
+		ctx, span = n.tracer.Start(ctx, "prepare "+info.Name, opts...)
 		defer func() {
 			obs.Fail(span, err, sharding.ErrorCode(withCode(err)))
 			span.End()

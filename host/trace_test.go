@@ -712,3 +712,24 @@ func TestTraceparentWithTracingOff(t *testing.T) {
 		t.Fatalf("ask with a traceparent: %d %q, traceparent %q, want trace %s", status, body, tp, tid)
 	}
 }
+
+// TestTraceDeployLearnedByGossipIsLinked: a member that joins after a deploy learns of the
+// type by gossip; its "prepare" span starts a trace of its own, linked to the deploy's.
+func TestTraceDeployLearnedByGossipIsLinked(t *testing.T) {
+	sp := newSpans(t)
+	first := tracedNodes(t, 1, sp, nil)[0]
+	tid, status, _, body := tracedRequest(t, first, "POST", "/v1/types/abitest", string(testwasm.Bytes(t, "abitest")))
+	if status != 200 {
+		t.Fatalf("deploy: %d %s", status, body)
+	}
+	deploy := sp.wait(tid, "deploy abitest", nil)
+	late := startNode(t, []string{first.Self().Address}, func(c *Config) { c.TracerProvider = sp.tp })
+	p := sp.waitAny("prepare abitest", attrIs("shardhost.node", late.Self().Address))
+	if p.Parent().IsValid() || p.SpanContext().TraceID() == tid {
+		t.Fatalf("the late member's prepare: parent %v, trace %v; want a trace of its own", p.Parent(), p.SpanContext().TraceID())
+	}
+	if len(p.Links()) != 1 || p.Links()[0].SpanContext.SpanID() != deploy.SpanContext().SpanID() ||
+		p.Links()[0].SpanContext.TraceID() != tid {
+		t.Fatalf("the late member's prepare links %v, want the deploy span %v", p.Links(), deploy.SpanContext())
+	}
+}
