@@ -57,7 +57,7 @@ func (r *Request) Reply(body []byte, err error) {
 		return
 	}
 	if !r.replied.CompareAndSwap(false, true) {
-		r.m.log.Debug("reply called more than once; ignored", "topic", r.Topic, "from", r.From)
+		r.m.log.DebugContext(r.Context(), "reply called more than once; ignored", "topic", r.Topic, "from", r.From)
 		return
 	}
 	if r.release != nil {
@@ -65,7 +65,7 @@ func (r *Request) Reply(body []byte, err error) {
 	}
 	r.m.tel.serverDone(r, err)
 	if r.From == "" {
-		r.m.log.Warn("request without a sender address; cannot reply", "topic", r.Topic)
+		r.m.log.WarnContext(r.Context(), "request without a sender address; cannot reply", "topic", r.Topic)
 		return
 	}
 	resp := &Frame{Kind: FrameResponse, ID: r.id, From: r.m.localAddr, Topic: r.Topic}
@@ -78,7 +78,7 @@ func (r *Request) Reply(body []byte, err error) {
 		resp.Body = body
 	}
 	if serr := r.m.transport.Send(r.From, resp); serr != nil {
-		r.m.log.Debug("sending reply failed", "topic", r.Topic, "to", r.From, "err", serr)
+		r.m.log.DebugContext(r.Context(), "sending reply failed", "topic", r.Topic, "to", r.From, "err", serr)
 	}
 }
 
@@ -428,7 +428,7 @@ func (m *Messenger) handleFrame(f *Frame) {
 func (m *Messenger) callHandler(h Handler, r *Request) {
 	defer func() {
 		if v := recover(); v != nil {
-			m.log.Error("topic handler panicked", "topic", r.Topic, "from", r.From, "panic", v)
+			m.log.ErrorContext(r.Context(), "topic handler panicked", "topic", r.Topic, "from", r.From, "panic", v)
 			r.Reply(nil, fmt.Errorf("cluster: handler for topic %s panicked: %v", r.Topic, v))
 		}
 	}()

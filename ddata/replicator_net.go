@@ -198,7 +198,7 @@ func (r *Replicator) memberByNode(node NodeID) (cluster.Member, bool) {
 func (r *Replicator) handleStatus(req *cluster.Request) {
 	var st statusMsg
 	if err := decMode.Unmarshal(req.Body, &st); err != nil || st.TotChunks < 1 || st.Chunk < 0 || st.Chunk >= st.TotChunks {
-		r.log.Debug("dropping a malformed gossip status", "from", req.From, "err", err)
+		r.log.DebugContext(req.Context(), "dropping a malformed gossip status", "from", req.From, "err", err)
 		return
 	}
 	from, ok := r.memberByNode(st.From)
@@ -255,13 +255,13 @@ func (r *Replicator) sendGossip(to cluster.Member, entries map[string][]byte, se
 func (r *Replicator) handleGossip(req *cluster.Request) {
 	var g gossipMsg
 	if err := decMode.Unmarshal(req.Body, &g); err != nil {
-		r.log.Debug("dropping malformed gossip", "from", req.From, "err", err)
+		r.log.DebugContext(req.Context(), "dropping malformed gossip", "from", req.From, "err", err)
 		return
 	}
 	for key, b := range g.Entries {
 		env, err := decodeEnvelope(b)
 		if err != nil {
-			r.log.Warn("dropping a malformed entry from gossip", "key", key, "err", err)
+			r.log.WarnContext(req.Context(), "dropping a malformed entry from gossip", "key", key, "err", err)
 			continue
 		}
 		r.mergeIncoming(key, env)
@@ -294,7 +294,7 @@ func (r *Replicator) handleGossip(req *cluster.Request) {
 func (r *Replicator) handleDelta(req *cluster.Request) {
 	var dm deltaMsg
 	if err := decMode.Unmarshal(req.Body, &dm); err != nil || dm.From == "" {
-		r.log.Debug("dropping malformed deltas", "from", req.From, "err", err)
+		r.log.DebugContext(req.Context(), "dropping malformed deltas", "from", req.From, "err", err)
 		return
 	}
 	r.mu.Lock()
@@ -314,7 +314,7 @@ func (r *Replicator) handleDelta(req *cluster.Request) {
 		}
 		d, err := Decode(e.Data)
 		if err != nil {
-			r.log.Warn("dropping a malformed delta", "key", e.Key, "from", dm.From, "err", err)
+			r.log.WarnContext(req.Context(), "dropping a malformed delta", "key", e.Key, "from", dm.From, "err", err)
 			continue
 		}
 		if cur, ok := r.data[e.Key]; ok && cur.deleted {

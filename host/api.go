@@ -99,8 +99,8 @@ func (n *Node) Handler() http.Handler {
 //
 // With tracing off and no traceparent sent, the request has no span context: it gets a
 // new one (random trace and span IDs, not sampled), carried by the request's context, so
-// that the response still names a trace, and the members the request reaches and the
-// logs written for it (trace_id) name the same one. Nothing is recorded or exported.
+// that the response still names a trace and the logs this member writes for the request
+// (trace_id) name the same one. Nothing is recorded, exported or sent to other members.
 func traceparentHeader(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		span := trace.SpanFromContext(r.Context())
