@@ -105,7 +105,11 @@ func traceparentHeader(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		span := trace.SpanFromContext(r.Context())
 		if !span.SpanContext().IsValid() {
+			orig := r
 			r = r.WithContext(trace.ContextWithSpanContext(r.Context(), newUnsampledSpanContext()))
+			// The mux sets the pattern on the request it gets: otelhttp reads the
+			// route (http.route of its metrics) from the one it holds.
+			defer func() { orig.Pattern = r.Pattern }()
 		}
 		propagation.TraceContext{}.Inject(r.Context(), propagation.HeaderCarrier(w.Header()))
 		next.ServeHTTP(w, r)
