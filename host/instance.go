@@ -233,6 +233,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 // cap fails with ErrMessageTooLarge before reaching the guest; a reply over it fails
 // with ErrReplyTooLarge, and the instance goes on with the state the message left.
 func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
+	i.returned = false
 	if i.closed {
 		return nil, ErrInstanceClosed
 	}

@@ -64,6 +64,10 @@ func TestRecoveryKeepsAcknowledgedMessages(t *testing.T) {
 			ask("balance", 200, "10")
 			ask("trap", 500, "guest-trap") // again, from the base the last recovery took
 			ask("balance", 200, "10")
+			// A message over the cap is refused before the entity: nothing to recover.
+			ask(strings.Repeat("y", capBytes+1), 413, "over the cap")
+			ask("trap", 500, "guest-trap")
+			ask("balance", 200, "10")
 			if total := ddataCounter(t, c, "bank-total") - before; total != 10 {
 				t.Fatalf("bank-total moved by %d, the balance by 10", total)
 			}
