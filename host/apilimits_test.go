@@ -19,21 +19,35 @@ import (
 func TestAPIRequestCap(t *testing.T) {
 	n := startNode(t, nil, func(c *Config) { c.API.MaxConcurrentRequests = 1 })
 	// A deploy whose body never ends holds the only slot while its handler reads it.
-	body, feed := io.Pipe()
-	held := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest("POST", "http://"+n.APIAddr()+"/v1/types/slow", body)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			held <- 0
-			return
-		}
-		resp.Body.Close()
-		held <- resp.StatusCode
-	}()
-	feed.Write([]byte("\x00asm"))
+	var feed *io.PipeWriter
+	var held chan int
+	hold := func() {
+		var body *io.PipeReader
+		body, feed = io.Pipe()
+		held = make(chan int, 1)
+		go func(held chan int) {
+			req, _ := http.NewRequest("POST", "http://"+n.APIAddr()+"/v1/types/slow", body)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				held <- 0
+				return
+			}
+			resp.Body.Close()
+			held <- resp.StatusCode
+		}(held)
+		feed.Write([]byte("\x00asm"))
+	}
+	hold()
 	c := client(t, n)
 	testutil.EventuallyNil(t, 15*time.Second, "a second request refused with 503", func() error {
+		select {
+		case s := <-held:
+			// The probe below took the slot first (a loaded machine) and the deploy
+			// was refused: hold the slot again.
+			hold()
+			return fmt.Errorf("the deploy meant to hold the slot ended first: %d", s)
+		default:
+		}
 		req, _ := http.NewRequest("GET", "http://"+n.APIAddr()+"/v1/types", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
