@@ -174,8 +174,10 @@ type Readiness struct {
 }
 
 // Ready reports whether the member should get traffic, as Akka Management's readiness
-// check: it is up in a converged view, its regions have started (Start has returned) and
-// it is neither leaving nor out of the cluster. Otherwise Reason says why not.
+// check: it is up in a converged view, its regions have started (Start has returned), a
+// region of every entity type in its catalog runs (types learned by gossip are prepared
+// in the background), and it is neither leaving nor out of the cluster. Otherwise Reason
+// says why not.
 func (n *Node) Ready() Readiness {
 	v := n.membership.View()
 	self := n.membership.Self()
@@ -202,6 +204,13 @@ func (n *Node) Ready() Readiness {
 		rd.Reason = "the membership view has not converged"
 	default:
 		rd.Status = "ready"
+		for _, t := range n.catalog.list() {
+			if !n.sharding.HasRegion(t.Name) {
+				rd.Status = "not-ready"
+				rd.Reason = "entity type " + t.Name + " is not ready here yet (its module is being fetched or compiled, or could not be)"
+				break
+			}
+		}
 	}
 	return rd
 }

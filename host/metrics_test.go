@@ -17,6 +17,8 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/telemetry"
 	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // withMetrics gives a node's configuration the metric pipeline of a shardhost process.
@@ -249,4 +251,21 @@ func TestReadyProbe(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestReadyWaitsForEveryKnownType: a member whose catalog holds a type it has no region
+// of (learned by gossip, its module not yet fetched, or here never to be: no member has
+// it) is not ready, and says which type; it is once the type runs here.
+func TestReadyWaitsForEveryKnownType(t *testing.T) {
+	n := startNodes(t, 1, nil)[0]
+	testutil.Eventually(t, 15*time.Second, "/ready to answer 200", func() bool { s, _ := readiness(t, n); return s == 200 })
+	ghost := n.catalog.next(sharding.TypeSettings{Name: "ghost", NumberOfShards: 10}, strings.Repeat("ab", 32), 100, "127.0.0.1:1")
+	n.catalog.merge([]TypeInfo{ghost})
+	if s, rd := readiness(t, n); s != http.StatusServiceUnavailable || !strings.Contains(rd.Reason, "entity type ghost") {
+		t.Fatalf("/ready with a type whose module no member has: %d %+v", s, rd)
+	}
+	if _, err := n.Deploy(context.Background(), testwasm.Bytes(t, "abitest"), sharding.TypeSettings{Name: "ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 15*time.Second, "/ready to answer 200 once ghost runs", func() bool { s, _ := readiness(t, n); return s == 200 })
 }

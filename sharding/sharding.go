@@ -803,6 +803,10 @@ func (s *Sharding) ensureRegion(ctx context.Context, typ string) (*Region, error
 	return s.StartType(settings)
 }
 
+// HasRegion reports whether this member runs a region (hosting or proxy-only) of the
+// entity type typ: StartType has returned it and StopType has not stopped it.
+func (s *Sharding) HasRegion(typ string) bool { return s.region(typ) != nil }
+
 func (s *Sharding) region(typ string) *Region {
 	s.mu.Lock()
 	defer s.mu.Unlock()
