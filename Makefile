@@ -55,12 +55,28 @@ TEST_WASM := $(BIN)/testwasm
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: all build examples run test test-go test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench figures fmt-check fresh-check clean FORCE
+.PHONY: all build image examples run test test-go test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench figures fmt-check fresh-check clean FORCE
 
 all: build examples
 
+# The version and commit that `shardhost version` prints (and the image's tag).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+IMAGE   ?= shardhost:$(VERSION)
+
 build: | toolchains
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/shardhost ./cmd/host
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/shardhost ./cmd/host
+
+# The container image, FROM scratch (deploy/Dockerfile): the static binary, the example
+# modules in bin/wasm, an empty /data owned by the image's user.
+image: build examples
+	rm -rf $(BIN)/image && mkdir -p $(BIN)/image/data $(BIN)/image/examples
+	cp $(BIN)/shardhost deploy/Dockerfile $(BIN)/image/
+	cp $(BIN)/wasm/*.wasm $(BIN)/image/examples/
+	docker build -t $(IMAGE) --label org.opencontainers.image.version=$(VERSION) \
+		--label org.opencontainers.image.revision=$(COMMIT) $(BIN)/image
+	@echo "built $(IMAGE): docker run --rm $(IMAGE) version"
 
 examples: $(GO_EXAMPLE_WASM) $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm)
 	@rm -f $(GO_TEST_MODULES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wasm/%.wasm)

@@ -18,6 +18,8 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"github.com/hashicorp/memberlist"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/shardhost/shardhost/internal/netaddr"
 )
 
 // Errors of membership.
@@ -377,17 +379,23 @@ func randomUID() UID {
 }
 
 // discover joins memberlist's own gossip (the carrier of push-pull state and
-// broadcasts) through the seeds, retrying until it works or membership stops.
+// broadcasts) through the seeds, retrying until this member is in the cluster or
+// membership stops. A seed that answered may still not bring it in: it was this member
+// itself (a seed list shared by every member), or a seed that stopped before it welcomed
+// this member (a first seed that gave up joining the others and started again to form
+// the cluster); so seeds are contacted again until a welcome arrives.
 func (m *Membership) discover() {
 	defer m.wg.Done()
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
+		if m.view.Load().Joined {
+			return
+		}
 		n, err := m.ml.Join(m.cfg.Seeds)
 		if n > 0 {
 			m.joinErr.Store(nil)
-			return
 		}
-		if err != nil {
+		if n == 0 && err != nil {
 			m.joinErr.Store(&err)
 			if attempt == 0 || attempt%20 == 0 {
 				m.log.Warn("cannot reach the seeds yet; retrying", "seeds", m.cfg.Seeds, "err", err)
@@ -538,7 +546,17 @@ func (m *Membership) send(o outbound) {
 		if err != nil {
 			return
 		}
-		node := &memberlist.Node{Name: addr.Name, Addr: net.ParseIP(host), Port: uint16(port)}
+		ip := net.ParseIP(host)
+		if ip == nil {
+			// A seed given by name (--join n1:7946): looked up at each join
+			// attempt, since the name may move to another address (a restarted
+			// container).
+			if ip, err = netaddr.LookupIP(host); err != nil {
+				m.log.Debug("membership stream not sent", "to", o.To, "err", err)
+				return
+			}
+		}
+		node := &memberlist.Node{Name: addr.Name, Addr: ip, Port: uint16(port)}
 		if err := m.ml.SendReliable(node, b); err != nil {
 			m.log.Debug("membership stream not sent", "to", o.To, "err", err)
 		}

@@ -36,10 +36,11 @@ type dockerCluster struct {
 	containers []string
 }
 
-func newDockerCluster(t *testing.T) *dockerCluster {
+// requireDocker skips the test without a reachable Docker engine (and, with compose,
+// the docker-compose tool), except in CI (CI=true), where a missing Docker must not pass
+// unnoticed.
+func requireDocker(t *testing.T, compose bool) {
 	t.Helper()
-	// Without Docker the tests are skipped, except in CI (CI=true), where a missing
-	// Docker must not pass unnoticed.
 	skip := t.Skipf
 	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
 		skip = t.Fatalf
@@ -50,19 +51,58 @@ func newDockerCluster(t *testing.T) *dockerCluster {
 	if out, err := docker(t, "info", "--format", "{{.ServerVersion}}"); err != nil {
 		skip("the docker engine is not reachable (CI=%q): %s", os.Getenv("CI"), out)
 	}
+	if _, err := exec.LookPath("docker-compose"); compose && err != nil {
+		skip("docker-compose is not installed (apt-get install docker-compose; CI=%q)", os.Getenv("CI"))
+	}
+}
+
+// buildImage builds shardhost's image from deploy/Dockerfile as make image does (the
+// static binary, the example modules of bin/wasm, an empty /data owned by the image's
+// user), tagged with suffix, and removes it when the test ends.
+func buildImage(t *testing.T, suffix string) string {
+	t.Helper()
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "shardhost"), "./cmd/host")
-	build.Dir = testwasm.RepoRoot()
+	root := testwasm.RepoRoot()
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version=e2e", "-o", filepath.Join(dir, "shardhost"), "./cmd/host")
+	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the static binary: %v\n%s", err, out)
 	}
-	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY shardhost /shardhost\nENTRYPOINT [\"/shardhost\"]\n"), 0o644)
-	suffix := fmt.Sprintf("%d-%d", os.Getpid(), rand.Intn(1e6))
-	dc := &dockerCluster{t: t, image: "shardhost-e2e:" + suffix, net: "shardhost-e2e-" + suffix}
-	if out, err := docker(t, "build", "-q", "-t", dc.image, dir); err != nil {
+	for _, d := range []string{"data", "examples"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modules, _ := filepath.Glob(filepath.Join(root, "bin", "wasm", "*.wasm"))
+	if len(modules) == 0 {
+		t.Fatalf("no example modules in bin/wasm: run make examples first")
+	}
+	for _, m := range modules {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "examples", filepath.Base(m)), b, 0o644)
+	}
+	df, err := os.ReadFile(filepath.Join(root, "deploy", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), df, 0o644)
+	image := "shardhost-e2e:" + suffix
+	if out, err := docker(t, "build", "-q", "-t", image, dir); err != nil {
 		t.Fatalf("docker build: %v\n%s", err, out)
 	}
+	t.Cleanup(func() { docker(t, "rmi", "-f", image) })
+	return image
+}
+
+func newDockerCluster(t *testing.T) *dockerCluster {
+	t.Helper()
+	requireDocker(t, false)
+	suffix := fmt.Sprintf("%d-%d", os.Getpid(), rand.Intn(1e6))
+	dc := &dockerCluster{t: t, image: buildImage(t, suffix), net: "shardhost-e2e-" + suffix}
 	t.Cleanup(dc.cleanup)
 	for try := 0; ; try++ {
 		dc.subnet = 100 + rand.Intn(150)
@@ -138,7 +178,6 @@ func (dc *dockerCluster) cleanup() {
 		docker(dc.t, "rm", "-f", c)
 	}
 	docker(dc.t, "network", "rm", dc.net)
-	docker(dc.t, "rmi", "-f", dc.image)
 }
 
 func allUpView(n int) func([]memberJSON) bool {

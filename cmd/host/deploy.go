@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,21 +23,21 @@ func newDeployCommand(g *globals) *cobra.Command {
 	var passivateAfter time.Duration
 	var remember, reset bool
 	cmd := &cobra.Command{
-		Use:   "deploy --type NAME [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
+
+--type names the entity type. Without it, each FILE.wasm is deployed as the type named
+by its file name (counter.wasm: counter), with the same settings: a container without a
+shell deploys several modules with one command.
 
 A redeploy of a type keeps the settings not given on the command line (--reset-settings
 starts from the defaults instead). The output lists every setting, the ones this
 deployment changed marked with * and their previous value.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if typ == "" {
-				return fmt.Errorf("--type is required: the name of the entity type")
-			}
-			wasm, err := os.ReadFile(args[0])
-			if err != nil {
-				return err
+			if typ != "" && len(args) > 1 {
+				return fmt.Errorf("--type names one entity type: give one FILE.wasm, or leave --type out to name each type by its file")
 			}
 			c, err := g.client()
 			if err != nil {
@@ -69,35 +71,22 @@ deployment changed marked with * and their previous value.`,
 			if reset {
 				q.Set("reset_settings", "true")
 			}
-			path := "/v1/types/" + url.PathEscape(typ) + "?" + q.Encode()
-			r, err := c.do("POST", path, wasm)
-			if err != nil {
-				return err
-			}
-			var res host.DeployResult
-			if err := json.Unmarshal(r.body, &res); err != nil {
-				return fmt.Errorf("the API's reply is not what this client expects: %v", err)
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s)\n",
-				res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16])
-			printSettings(out, res)
-			failed := 0
-			for _, m := range res.Members {
-				if m.Ready {
-					fmt.Fprintf(out, "  %s ready\n", m.Node)
-				} else {
-					failed++
-					fmt.Fprintf(out, "  %s NOT READY: %s\n", m.Node, oneLine(m.Error))
+			for _, file := range args {
+				name := typ
+				if name == "" {
+					name = strings.TrimSuffix(filepath.Base(file), ".wasm")
 				}
-			}
-			if failed > 0 {
-				return fmt.Errorf("%d of %d members are not ready; they retry when they learn of the type by gossip", failed, len(res.Members))
+				if err := deployModule(cmd.OutOrStdout(), c, name, file, q); err != nil {
+					if len(args) > 1 {
+						return fmt.Errorf("%s: %w", file, err)
+					}
+					return err
+				}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&typ, "type", "", "name of the entity type (required)")
+	cmd.Flags().StringVar(&typ, "type", "", "name of the entity type (default: each FILE.wasm's name without .wasm)")
 	cmd.Flags().IntVar(&shards, "shards", 0, "number of shards of a new type (default 100; fixed once deployed)")
 	cmd.Flags().DurationVar(&passivateAfter, "passivate-after", 0, "passivate an entity idle this long (0: never)")
 	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the least recently used is passivated (0: no cap)")
@@ -107,6 +96,40 @@ deployment changed marked with * and their previous value.`,
 	cmd.Flags().StringVar(&allocation, "allocation", "", "shard allocation: least-shard (default) or priority")
 	cmd.Flags().BoolVar(&reset, "reset-settings", false, "on a redeploy, start from the default settings instead of the type's current ones")
 	return cmd
+}
+
+// deployModule deploys the module in file as the entity type name, with the settings of
+// query q, and prints the result on out. It fails when a member is not ready.
+func deployModule(out io.Writer, c *client, name, file string, q url.Values) error {
+	wasm, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	path := "/v1/types/" + url.PathEscape(name) + "?" + q.Encode()
+	r, err := c.do("POST", path, wasm)
+	if err != nil {
+		return err
+	}
+	var res host.DeployResult
+	if err := json.Unmarshal(r.body, &res); err != nil {
+		return fmt.Errorf("the API's reply is not what this client expects: %v", err)
+	}
+	fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s)\n",
+		res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16])
+	printSettings(out, res)
+	failed := 0
+	for _, m := range res.Members {
+		if m.Ready {
+			fmt.Fprintf(out, "  %s ready\n", m.Node)
+		} else {
+			failed++
+			fmt.Fprintf(out, "  %s NOT READY: %s\n", m.Node, oneLine(m.Error))
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d members are not ready; they retry when they learn of the type by gossip", failed, len(res.Members))
+	}
+	return nil
 }
 
 // printSettings lists a deployment's settings, marking what it changed.

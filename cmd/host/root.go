@@ -58,6 +58,8 @@ Talk to it:                                                  shardhost ask count
 		newTokensCommand(),
 		newCertsCommand(),
 		newKeysCommand(g),
+		newVersionCommand(),
+		g.clientFlags(newHealthCommand(g)),
 	)
 	return root
 }

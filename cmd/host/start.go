@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/host"
+	"github.com/shardhost/shardhost/internal/netaddr"
 	"github.com/shardhost/shardhost/internal/telemetry"
 )
 
@@ -184,6 +186,7 @@ func observe(ctx context.Context, cfg *host.Config, node string) (func(), error)
 
 func newStartCommand(g *globals) *cobra.Command {
 	var bind, api, transport, dataDir string
+	var seedTimeout time.Duration
 	var join []string
 	var rejoin bool
 	var joinTimeout time.Duration
@@ -202,7 +205,17 @@ func newStartCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if bind, err = resolveHostPort("--bind", bind, log); err != nil {
+				return err
+			}
+			if transport, err = resolveHostPort("--transport", transport, log); err != nil {
+				return err
+			}
 			cfg.BindAddr, cfg.APIAddr, cfg.TransportAddr, cfg.Join = bind, api, transport, join
+			selfSeed := len(join) > 0 && isSelf(join[0], bind)
+			if selfSeed {
+				cfg.Join = join[1:]
+			}
 			cfg.JoinTimeout = joinTimeout
 			cfg.DataDir = dataDir
 			if cfg.DataDir == "" {
@@ -220,7 +233,7 @@ func newStartCommand(g *globals) *cobra.Command {
 			}
 			defer shutdownTelemetry()
 			for {
-				n, err := host.Start(ctx, cfg)
+				n, err := startMember(ctx, cfg, selfSeed, seedTimeout, log)
 				if err != nil {
 					return err
 				}
@@ -250,12 +263,13 @@ func newStartCommand(g *globals) *cobra.Command {
 			}
 		},
 	}
-	cmd.Flags().StringVar(&bind, "bind", "127.0.0.1:7946", "gossip address, HOST:PORT: the member's address")
+	cmd.Flags().StringVar(&bind, "bind", "127.0.0.1:7946", "gossip address, HOST:PORT: the member's address (a host name is resolved once, at start, to its first IPv4 address)")
 	cmd.Flags().StringVar(&api, "api", "127.0.0.1:8080", "management API listen address, HOST:PORT")
 	cmd.Flags().StringVar(&transport, "transport", "", "node-to-node address, HOST:PORT (default: the bind port + 1)")
 	cmd.Flags().StringSliceVar(&join, "join", nil, "gossip addresses of members to join, HOST:PORT,... (none: start a new cluster)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for modules and the compilation cache (default .shardhost/node-HOST-PORT)")
 	cmd.Flags().DurationVar(&joinTimeout, "join-timeout", host.DefaultConfig().JoinTimeout, "how long to try the --join seeds before giving up")
+	cmd.Flags().DurationVar(&seedTimeout, "seed-node-timeout", 5*time.Second, "when this member is the first of --join, how long it tries the other seeds before it forms a new cluster")
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
 	sf.add(cmd)
@@ -273,4 +287,55 @@ func stateStoreOr(flag string) string {
 		return v
 	}
 	return "builtin"
+}
+
+// resolveHostPort returns addr (HOST:PORT) with a host name replaced by its first IPv4
+// address (else its first address), looked up once: a member's address is an IP, which
+// other members dial and rank replicas by. An empty addr or an IP is returned as is. In
+// a container, --bind $(hostname):7946 then names the container's address.
+func resolveHostPort(flag, addr string, log *slog.Logger) (string, error) {
+	if addr == "" {
+		return addr, nil
+	}
+	resolved, err := netaddr.Resolve(addr)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: %v (want HOST:PORT, the host an IP or a name that resolves)", flag, addr, err)
+	}
+	if resolved != addr {
+		log.Info("resolved the member's address", "flag", flag, "name", addr, "address", resolved)
+	}
+	return resolved, nil
+}
+
+// isSelf reports whether the seed address names this member's address bind (an IP:PORT
+// after resolveHostPort): the seed's host name resolves to the same address.
+func isSelf(seed, bind string) bool {
+	if seed == bind {
+		return true
+	}
+	resolved, err := resolveHostPort("--join", seed, slog.New(slog.DiscardHandler))
+	return err == nil && resolved == bind
+}
+
+// startMember starts the member, by Akka's seed-node rule when it is the first of its
+// --join seeds (selfSeed; cfg.Join then lists the others): it joins through the other
+// seeds if one answers within seedTimeout, and otherwise forms a new cluster. So members
+// started together with the same --join list form one cluster, and the first seed,
+// restarted, joins the cluster the others kept (docs/design.md, "Membership").
+// A member that is not the first seed joins through its seeds, as host.Start does.
+func startMember(ctx context.Context, cfg host.Config, selfSeed bool, seedTimeout time.Duration, log *slog.Logger) (*host.Node, error) {
+	if !selfSeed {
+		return host.Start(ctx, cfg)
+	}
+	if len(cfg.Join) > 0 {
+		first := cfg
+		first.JoinTimeout = seedTimeout
+		n, err := host.Start(ctx, first)
+		if err == nil || !errors.Is(err, cluster.ErrJoinFailed) || ctx.Err() != nil {
+			return n, err
+		}
+		log.Info("no other seed answered: this member, the first seed, forms a new cluster", "seeds", cfg.Join, "waited", seedTimeout)
+	}
+	cfg.Join = nil
+	return host.Start(ctx, cfg)
 }
