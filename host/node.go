@@ -95,7 +95,8 @@ type Config struct {
 	// what it did since. A crash of the member is what --checkpoint governs either way.
 	// Default true.
 	Recovery bool
-	// ShutdownTimeout bounds Close. Default 10 s.
+	// ShutdownTimeout bounds Close: the graceful leave, its handoffs (every shard's
+	// entities stopped and their state saved) and the removal. Default 30 s.
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
 	// TracerProvider makes the spans of every layer: the API (HTTP server spans),
@@ -124,7 +125,7 @@ func DefaultConfig() Config {
 		Runtime:         DefaultRuntimeConfig(),
 		Sharding:        sharding.DefaultConfig(),
 		DData:           ddata.DefaultReplicatorConfig(),
-		ShutdownTimeout: 10 * time.Second,
+		ShutdownTimeout: 30 * time.Second,
 		Recovery:        true,
 	}
 }

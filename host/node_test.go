@@ -173,7 +173,7 @@ func TestThreeNodesDeployAndServeCounters(t *testing.T) {
 		want := strconv.Itoa(i%4 + 1)
 		// Tells from different nodes race each other; wait until all have arrived.
 		var r apiResult
-		testutil.EventuallyNil(t, 5*time.Second, id+" = "+want, func() error {
+		testutil.EventuallyNil(t, 30*time.Second, id+" = "+want, func() error {
 			if r = client(t, nodes[i%3]).ask("counter", id, "get"); r.status != 200 || string(r.body) != want {
 				return fmt.Errorf("%d %q", r.status, r.body)
 			}

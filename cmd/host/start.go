@@ -186,7 +186,7 @@ func observe(ctx context.Context, cfg *host.Config, node string) (func(), error)
 
 func newStartCommand(g *globals) *cobra.Command {
 	var bind, api, transport, dataDir string
-	var seedTimeout time.Duration
+	var seedTimeout, shutdownTimeout time.Duration
 	var join []string
 	var rejoin bool
 	var joinTimeout time.Duration
@@ -217,6 +217,9 @@ func newStartCommand(g *globals) *cobra.Command {
 				cfg.Join = join[1:]
 			}
 			cfg.JoinTimeout = joinTimeout
+			if shutdownTimeout > 0 {
+				cfg.ShutdownTimeout = shutdownTimeout
+			}
 			cfg.DataDir = dataDir
 			if cfg.DataDir == "" {
 				cfg.DataDir = filepath.Join(".shardhost", "node-"+strings.NewReplacer(":", "-", "[", "", "]", "").Replace(bind))
@@ -269,6 +272,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringSliceVar(&join, "join", nil, "gossip addresses of members to join, HOST:PORT,... (none: start a new cluster)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for modules and the compilation cache (default .shardhost/node-HOST-PORT)")
 	cmd.Flags().DurationVar(&joinTimeout, "join-timeout", host.DefaultConfig().JoinTimeout, "how long to try the --join seeds before giving up")
+	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", host.DefaultConfig().ShutdownTimeout, "how long a graceful stop (SIGTERM, leave) may take: handing every shard off with its state, then leaving; past it the member exits with an error")
 	cmd.Flags().DurationVar(&seedTimeout, "seed-node-timeout", 5*time.Second, "when this member is the first of --join, how long it tries the other seeds before it forms a new cluster")
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
