@@ -23,6 +23,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -60,7 +61,7 @@ func Resource(ctx context.Context, node string) (*resource.Resource, error) {
 // OTEL_TRACES_SAMPLER's (default parentbased_always_on). The resource is Resource's.
 func TracerProvider(ctx context.Context, node string) (trace.TracerProvider, func(context.Context) error, error) {
 	exporter := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))
-	if exporter == "" || exporter == "none" || sdkDisabled() {
+	if !tracesEnabled() {
 		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
 	}
 	exp, err := autoexport.NewSpanExporter(ctx)
@@ -73,6 +74,12 @@ func TracerProvider(ctx context.Context, node string) (trace.TracerProvider, fun
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp, tp.Shutdown, nil
+}
+
+// tracesEnabled reports whether the environment turns tracing on (TracerProvider).
+func tracesEnabled() bool {
+	exporter := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))
+	return exporter != "" && exporter != "none" && !sdkDisabled()
 }
 
 // Metrics is a process's metric pipeline.
@@ -92,6 +99,8 @@ type Metrics struct {
 // reader (OTEL_METRIC_EXPORT_INTERVAL, default 60 s; OTEL_EXPORTER_OTLP_*). Unset,
 // "none" and "prometheus" add nothing: Prometheus is served at /metrics already. The Go
 // runtime's metrics (go.*, the contrib runtime instrumentation) are registered too.
+// Exemplars (trace_based by default, or OTEL_METRICS_EXEMPLAR_FILTER) are off while
+// tracing is.
 // OTEL_SDK_DISABLED=true gives a no-op provider and an empty Handler.
 func NewMetrics(ctx context.Context, node string) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
@@ -108,6 +117,11 @@ func NewMetrics(ctx context.Context, node string) (*Metrics, error) {
 		return nil, fmt.Errorf("telemetry: Prometheus exporter: %w", err)
 	}
 	opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
+	if !tracesEnabled() && os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
+		// Exemplars name sampled spans: with tracing off there are none, and the
+		// filter would only cost each measurement its check.
+		opts = append(opts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+	}
 	switch name := strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER")); name {
 	case "", "none", "prometheus":
 	default:
