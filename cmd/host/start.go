@@ -187,6 +187,8 @@ func observe(ctx context.Context, cfg *host.Config, node string) (func(), error)
 func newStartCommand(g *globals) *cobra.Command {
 	var bind, api, transport, dataDir string
 	var seedTimeout, shutdownTimeout time.Duration
+	var configPath string
+	var printCfg bool
 	var join []string
 	var rejoin bool
 	var joinTimeout time.Duration
@@ -197,6 +199,14 @@ func newStartCommand(g *globals) *cobra.Command {
 		Short: "Run a host: join the cluster and serve entities until interrupted",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			source, err := applyConfig(cmd, configPath)
+			if err != nil {
+				return err
+			}
+			if printCfg {
+				printConfig(cmd.OutOrStdout(), cmd, source)
+				return nil
+			}
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -277,6 +287,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
 	sf.add(cmd)
+	configFlags(cmd, &configPath, &printCfg)
 	return cmd
 }
 
