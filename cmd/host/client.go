@@ -100,7 +100,7 @@ func (c *client) explain(err error) error {
 	case https && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return fmt.Errorf("the API at %s serves plain HTTP, not HTTPS: use --api http://%s", c.base, hostport)
 	}
-	return fmt.Errorf("cannot reach the API at %s: %v", c.base, err)
+	return fmt.Errorf("cannot reach the API at %s: %v (is a member serving its API there? name another with --api HOST:PORT or SHARDHOST_API)", c.base, err)
 }
 
 // token returns the API token: the contents of --token-file (surrounding white space

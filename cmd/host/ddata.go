@@ -49,7 +49,8 @@ majority read meets every majority write.`,
 }
 
 func newDDataKeysCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	return outputFlags(&cobra.Command{
 		Use:   "keys",
 		Short: "List the keys the member behind --api holds, with their types",
 		Args:  cobra.NoArgs,
@@ -64,6 +65,9 @@ func newDDataKeysCommand(g *globals) *cobra.Command {
 			if err := c.getJSON("/v1/ddata/keys", &out); err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), out)
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			for _, k := range out.Keys {
 				t := k.Type
@@ -74,7 +78,7 @@ func newDDataKeysCommand(g *globals) *cobra.Command {
 			}
 			return tw.Flush()
 		},
-	}
+	}, &asJSON)
 }
 
 // printValue prints an entry's value as JSON.

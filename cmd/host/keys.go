@@ -76,14 +76,26 @@ keeps its keyring in its data directory, so it restarts with the rotated keys.`,
 			},
 		}))
 	}
-	list := g.clientFlags(&cobra.Command{
+	var listJSON bool
+	list := g.clientFlags(outputFlags(&cobra.Command{
 		Use:   "list",
 		Short: "List the key IDs the members hold, and the one each encrypts with",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if listJSON {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				var resp cluster.KeyResponse
+				if err := c.getJSON("/v1/keys", &resp); err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
 			return keysCall(g, cmd.OutOrStdout(), "GET", "/v1/keys", nil)
 		},
-	})
+	}, &listJSON))
 	generate := &cobra.Command{
 		Use:   "generate",
 		Short: "Print a new random 32-byte gossip key, base64 (for --gossip-key-file)",

@@ -55,6 +55,5 @@ func newMembersCommand(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return outputFlags(cmd, &asJSON)
 }

@@ -48,6 +48,5 @@ the current version; entities active during a deploy move to it at their next ac
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return outputFlags(cmd, &asJSON)
 }

@@ -63,6 +63,7 @@ func newShardsCommand(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print JSON: {"regions":[{"node":ADDRESS,"shards":[{"type":T,"id":S,"entities":N}],"passivations":N,"buffered_during_handoff":N,"dead_letters":N}]}`)
+	outputFlags(cmd, &asJSON)
+	cmd.Flags().Lookup("json").Usage = `print JSON: {"regions":[{"node":ADDRESS,"shards":[{"type":T,"id":S,"entities":N}],"passivations":N,"buffered_during_handoff":N,"dead_letters":N}]}`
 	return cmd
 }

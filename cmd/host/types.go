@@ -36,6 +36,5 @@ func newTypesCommand(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return outputFlags(cmd, &asJSON)
 }
