@@ -91,8 +91,8 @@ log-level: debug
 func TestConfigRefusesWhatNoFlagTakes(t *testing.T) {
 	dir := t.TempDir()
 	for body, want := range map[string]string{
-		"bnid: 10.0.0.5:7946\n":    `"bnid" is not a setting of start`,
-		"memory-limit: lots\n":     "memory-limit",
+		"bnid: 10.0.0.5:7946\n":   `"bnid" is not a setting of start`,
+		"memory-limit: lots\n":    "memory-limit",
 		"join: 10.0.0.1:7946\n[[": "--config",
 	} {
 		file := filepath.Join(dir, "c.yaml")
