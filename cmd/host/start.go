@@ -189,6 +189,9 @@ func newStartCommand(g *globals) *cobra.Command {
 	var seedTimeout, shutdownTimeout time.Duration
 	var configPath string
 	var printCfg bool
+	var discovery, discoveryServer string
+	var discoveryPortFlag, requiredContactPoints int
+	var contactPointsStable time.Duration
 	var join []string
 	var rejoin bool
 	var joinTimeout time.Duration
@@ -220,6 +223,26 @@ func newStartCommand(g *globals) *cobra.Command {
 			}
 			if transport, err = resolveHostPort("--transport", transport, log); err != nil {
 				return err
+			}
+			if discovery != "" {
+				if len(join) > 0 {
+					return fmt.Errorf("--discovery and --join both name the seeds: give one")
+				}
+				port, err := discoveryPort(discoveryPortFlag, bind)
+				if err != nil {
+					return fmt.Errorf("--bind %q: %v", bind, err)
+				}
+				d, err := newDNSDiscovery(discovery, port, discoveryServer)
+				if err != nil {
+					return err
+				}
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				join, err = bootstrap(ctx, d, requiredContactPoints, contactPointsStable, 500*time.Millisecond, log)
+				stop()
+				if err != nil {
+					return err
+				}
+				log.Info("discovery: joining through the contact points, the lowest first", "points", join)
 			}
 			cfg.BindAddr, cfg.APIAddr, cfg.TransportAddr, cfg.Join = bind, api, transport, join
 			selfSeed := len(join) > 0 && isSelf(join[0], bind)
@@ -287,6 +310,11 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
 	nf.add(cmd, "lan")
 	sf.add(cmd)
+	cmd.Flags().StringVar(&discovery, "discovery", "", "find the seeds through DNS instead of --join: dns:NAME (A/AAAA records, a headless Service's, with --discovery-port) or dns:_SERVICE._PROTO.NAME (SRV records)")
+	cmd.Flags().IntVar(&discoveryPortFlag, "discovery-port", 0, "gossip port of the members --discovery finds by A/AAAA records (default: the port of --bind)")
+	cmd.Flags().IntVar(&requiredContactPoints, "required-contact-points", 2, "with --discovery, how many members DNS must name before a new cluster may form (the lowest address forms it)")
+	cmd.Flags().DurationVar(&contactPointsStable, "contact-points-stable", 3*time.Second, "with --discovery, how long DNS must answer the same members before they are used")
+	cmd.Flags().StringVar(&discoveryServer, "discovery-dns-server", "", "with --discovery, the DNS server to ask, HOST:PORT (default: the system's resolver)")
 	configFlags(cmd, &configPath, &printCfg)
 	return cmd
 }
