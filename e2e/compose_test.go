@@ -62,10 +62,10 @@ func TestComposeFile(t *testing.T) {
 			return fmt.Errorf("no deploy container yet: %v %s", err, id)
 		}
 		state, _ := docker(t, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", id)
-		switch state {
-		case "exited 0":
+		switch status, _, _ := strings.Cut(state, " "); {
+		case state == "exited 0":
 			return nil
-		case "running", "created":
+		case status == "running" || status == "created" || status == "restarting":
 			return fmt.Errorf("deploy is %s", state)
 		}
 		logs, _ := docker(t, "logs", id)

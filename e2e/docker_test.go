@@ -57,8 +57,8 @@ func requireDocker(t *testing.T, compose bool) {
 }
 
 // buildImage builds shardhost's image from deploy/Dockerfile as make image does (the
-// static binary, the example modules of bin/wasm, an empty /data owned by the image's
-// user), tagged with suffix, and removes it when the test ends.
+// static binary, the example modules, an empty /data owned by the image's user), tagged
+// with suffix, and removes it when the test ends.
 func buildImage(t *testing.T, suffix string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -74,16 +74,22 @@ func buildImage(t *testing.T, suffix string) string {
 			t.Fatal(err)
 		}
 	}
-	modules, _ := filepath.Glob(filepath.Join(root, "bin", "wasm", "*.wasm"))
-	if len(modules) == 0 {
-		t.Fatalf("no example modules in bin/wasm: run make examples first")
+	// The examples, as make examples builds them: the Go ones by TinyGo when there is one.
+	examples := map[string][]byte{}
+	for _, name := range []string{"counter", "room", "bank"} {
+		if _, ok := testwasm.TinyGo(); ok {
+			examples[name] = testwasm.TinyGoBytes(t, name)
+		} else {
+			examples[name] = testwasm.Bytes(t, name)
+		}
 	}
-	for _, m := range modules {
-		b, err := os.ReadFile(m)
-		if err != nil {
+	for _, name := range []string{"cart", "echo-rust", "counter-rust", "bank-rust"} {
+		examples[name] = testwasm.RustBytes(t, name)
+	}
+	for name, b := range examples {
+		if err := os.WriteFile(filepath.Join(dir, "examples", name+".wasm"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		os.WriteFile(filepath.Join(dir, "examples", filepath.Base(m)), b, 0o644)
 	}
 	df, err := os.ReadFile(filepath.Join(root, "deploy", "Dockerfile"))
 	if err != nil {

@@ -250,7 +250,7 @@ func TestARegionDropsAStaleShardOnANewerEpoch(t *testing.T) {
 	if still {
 		t.Fatal("the stale shard is still hosted")
 	}
-	testutil.Eventually(t, 5*time.Second, "the stale entity stopped", func() bool { return !activeOn(tc, "counter/x") })
+	testutil.Eventually(t, 15*time.Second, "the stale entity stopped", func() bool { return !activeOn(tc, "counter/x") })
 	// Its entity did not save on the way out (it was fenced), and it serves again.
 	if got := mustAsk(t, n, "counter", "x", "get"); !strings.HasPrefix(got, "1") && got != "0" {
 		t.Fatalf("after the stale shard: %s", got)
