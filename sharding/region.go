@@ -386,7 +386,10 @@ func (r *Region) dropStaleLocked(sh *shard) {
 	delete(r.shards, sh.id)
 	for _, e := range sh.entities {
 		e.fenced.Store(true)
-		e.passivate(causeStale)
+		// Soon, not now: an entity whose mailbox goroutine is still busy (its last
+		// reply sent, its bookkeeping not yet done) would refuse a passivation now
+		// and live on beside the shard's new home.
+		e.passivateSoon(causeStale)
 	}
 }
 
