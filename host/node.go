@@ -482,10 +482,23 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 	close(n.stopped)
 	n.mu.Unlock()
 	var errs []error
-	if n.api != nil {
-		errs = append(errs, n.api.Shutdown(ctx))
-	} else if n.apiLn != nil {
-		n.apiLn.Close()
+	stopAPI := func() {
+		if n.api != nil {
+			errs = append(errs, n.api.Shutdown(ctx))
+		} else if n.apiLn != nil {
+			n.apiLn.Close()
+		}
+	}
+	if !leave {
+		stopAPI()
+	} else if n.api != nil {
+		// A graceful stop serves its API while it leaves (/ready says 503 from now,
+		// so that a load balancer turns away): a request that reaches it meanwhile is
+		// routed like any other, to wherever its entity lives. Its answers close their
+		// connections, so that no client is left holding an idle connection that the
+		// final Shutdown closes under a request it is sending (EOF, for a request that
+		// may or may not have been handled); a new connection is refused instead.
+		n.api.SetKeepAlivesEnabled(false)
 	}
 	if n.membership != nil {
 		if leave {
@@ -498,6 +511,9 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 		} else {
 			errs = append(errs, n.membership.Shutdown())
 		}
+	}
+	if leave {
+		stopAPI()
 	}
 	if n.sharding != nil {
 		if leave {
