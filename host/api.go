@@ -145,6 +145,7 @@ func (n *Node) routes() *http.ServeMux {
 		n.memberAction(w, r, n.Self().Address, "leave", n.membership.LeaveMember)
 	})
 	n.ddataRoutes(mux)
+	n.consoleRoutes(mux)
 	n.keyRoutes(mux)
 	// /v1/health predates the probes: it stays, as an alias of /alive.
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
@@ -590,22 +591,7 @@ type ShardReport struct {
 }
 
 func (n *Node) apiShards(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	states, err := n.sharding.ClusterState(ctx)
-	rep := ShardsReport{Regions: []RegionReport{}}
-	for _, st := range states {
-		rr := RegionReport{Node: st.Node, Shards: []ShardReport{}, Passivations: st.Passivations,
-			BufferedDuringHandoff: st.BufferedDuringHandoff, DeadLetters: st.DeadLetters}
-		for _, sh := range st.Shards {
-			rr.Shards = append(rr.Shards, ShardReport{Type: sh.Type, ID: sh.ID, Entities: len(sh.Entities)})
-		}
-		rep.Regions = append(rep.Regions, rr)
-	}
-	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
-	}
-	writeJSON(w, http.StatusOK, rep)
+	writeJSON(w, http.StatusOK, n.shardsReport(r.Context()))
 }
 
 // newUnsampledSpanContext returns a span context with random trace and span IDs

@@ -71,23 +71,9 @@ func writeDDataError(w http.ResponseWriter, r *http.Request, err error) {
 const ddataTimeout = 5 * time.Second
 
 func (n *Node) apiDDataKeys(w http.ResponseWriter, r *http.Request) {
-	out := struct {
+	writeJSON(w, http.StatusOK, struct {
 		Keys []DDataEntry `json:"keys"`
-	}{Keys: []DDataEntry{}}
-	for _, key := range n.replicator.Keys() {
-		e := DDataEntry{Key: key}
-		d, err := n.replicator.Get(r.Context(), key, ddata.ReadLocal())
-		switch {
-		case errors.Is(err, ddata.ErrDataDeleted):
-			e.Deleted = true
-		case err == nil:
-			e.Type = string(d.Type())
-		default:
-			continue // expired meanwhile
-		}
-		out.Keys = append(out.Keys, e)
-	}
-	writeJSON(w, http.StatusOK, out)
+	}{Keys: n.ddataEntries(r.Context(), false)})
 }
 
 func (n *Node) apiDDataGet(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 
@@ -96,6 +97,20 @@ var routeRoles = map[string]Role{
 	"GET /alive":                       RoleNone,
 	"GET /ready":                       RoleNone,
 	"GET /metrics":                     RoleNone,
+	// The web console (console.go): pages need read (distributed data values client,
+	// as their route does), actions admin; logging in needs nothing.
+	"GET /ui":                             RoleRead,
+	"GET /ui/static/style.css":            RoleNone,
+	"GET /ui/login":                       RoleNone,
+	"POST /ui/login":                      RoleNone,
+	"POST /ui/logout":                     RoleNone,
+	"GET /ui/members":                     RoleRead,
+	"GET /ui/types":                       RoleRead,
+	"GET /ui/shards":                      RoleRead,
+	"GET /ui/data":                        RoleClient,
+	"GET /ui/activity":                    RoleRead,
+	"POST /ui/deploy":                     RoleAdmin,
+	"POST /ui/members/{address}/{action}": RoleAdmin,
 	// Any other path: 404 for a caller the API knows, 401 for anyone else.
 	"/": RoleRead,
 }
@@ -226,7 +241,12 @@ type caller struct {
 // is refused even if a certificate is given too), else by its verified client
 // certificate. The error wraps ErrUnauthenticated.
 func (a *apiAuth) authenticate(r *http.Request) (caller, error) {
-	if h := r.Header.Get("Authorization"); h != "" {
+	h := r.Header.Get("Authorization")
+	if c, err := r.Cookie(consoleCookie); h == "" && err == nil && c.Value != "" && strings.HasPrefix(r.URL.Path, "/ui/") {
+		// The console's pages: the token a browser logged in with (console.go).
+		h = "Bearer " + c.Value
+	}
+	if h != "" {
 		scheme, token, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 			return caller{}, fmt.Errorf("%w: the Authorization header is not \"Bearer TOKEN\"", ErrUnauthenticated)
@@ -301,6 +321,11 @@ func (n *Node) authorize(mux *http.ServeMux, next http.Handler) http.Handler {
 		c, err := a.authenticate(r)
 		if err == nil && c.role < need {
 			err = fmt.Errorf("%w: %s needs the %s role; the caller (%s) has %s", ErrForbidden, pattern, need, c.id, c.role)
+		}
+		if err != nil && errors.Is(err, ErrUnauthenticated) && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/ui") {
+			// A console page without a known token: the browser logs in first.
+			http.Redirect(w, r, "/ui/login?"+url.Values{"next": {r.URL.Path}}.Encode(), http.StatusSeeOther)
+			return
 		}
 		if err != nil {
 			// The mux has not run: give the span and the metrics the route it would have.

@@ -174,6 +174,8 @@ func DefaultTransportAddr(bind string) (string, error) {
 // sharding, the wasm runtime with its modules, and the management API.
 type Node struct {
 	cfg        Config
+	events     *eventRing // recent events, for the console
+	console    console
 	log        *slog.Logger
 	tracer     trace.Tracer
 	traced     bool
@@ -220,11 +222,16 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// The console's recent events (handoffs, dead letters, membership changes, ...)
+	// are the node's own log records, kept as they are written.
+	events := newEventRing(consoleEvents)
+	cfg.Logger = slog.New(events.handler(cfg.Logger.Handler()))
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("host: data directory: %w", err)
 	}
 	n := &Node{
 		cfg:     cfg,
+		events:  events,
 		log:     cfg.Logger,
 		tracer:  obs.Tracer(cfg.TracerProvider, "host"),
 		traced:  obs.Enabled(cfg.TracerProvider),

@@ -1,0 +1,165 @@
+package host
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/shardhost/shardhost/internal/telemetry"
+	"github.com/shardhost/shardhost/internal/testwasm"
+)
+
+// browser returns a chromedp context on a headless Debian chromium, or skips the test
+// without one (fails it with SHARDHOST_REQUIRE_CHROMIUM=1, as CI sets).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("SHARDHOST_REQUIRE_CHROMIUM") == "1" {
+			t.Fatal("chromium is required (SHARDHOST_REQUIRE_CHROMIUM=1): apt-get install chromium")
+		}
+		t.Skip("no chromium: the console's browser test is skipped (apt-get install chromium)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	return ctx
+}
+
+// screenshot saves the page as NAME.png in $SHARDHOST_SCREENSHOTS, or the test's
+// temporary directory.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("SHARDHOST_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pageText returns the text of the element sel selects.
+func pageText(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	text, err := chromedp.Run(ctx, chromedp.Text(sel))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return text
+}
+
+// TestConsoleInABrowser drives the web console in a real browser: it logs in with the
+// API's admin token, loads every page, deploys a module through the form, sends asks
+// through the API, and finds the new entities on the shards page and their messages on
+// the activity page.
+func TestConsoleInABrowser(t *testing.T) {
+	ctx := browser(t)
+	m, err := telemetry.NewMetrics(context.Background(), "console-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	nodes := startNodes(t, 2, func(c *Config) {
+		c.API.Tokens = testTokens(t)
+		if c.MeterProvider == nil {
+			c.MeterProvider, c.MetricsHandler = m.Provider, m.Handler
+		}
+	})
+	base := "http://" + nodes[0].APIAddr()
+	// Without a token the console sends the browser to its login page.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/ui/members"),
+		chromedp.WaitVisible("#login"),
+		chromedp.SendKeys(`input[name=token]`, "admin-token-0123456789"),
+		chromedp.Submit("#login"),
+		chromedp.WaitVisible("#members"),
+	); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	text := pageText(t, ctx, "#members")
+	for _, n := range nodes {
+		if !strings.Contains(text, n.Self().Address) {
+			t.Errorf("the members page lacks %s:\n%s", n.Self().Address, text)
+		}
+	}
+	screenshot(t, ctx, "console-members")
+
+	// Deploy through the form.
+	module := filepath.Join(t.TempDir(), "abitest.wasm")
+	if err := os.WriteFile(module, testwasm.Bytes(t, "abitest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/ui/types"),
+		chromedp.WaitVisible("#deploy"),
+		chromedp.SendKeys(`input[name=type]`, "abitest"),
+		chromedp.SetUploadFiles(`input[name=module]`, []string{module}),
+		chromedp.Submit("#deploy"),
+		chromedp.WaitVisible("#flash"),
+	); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	flash, text := pageText(t, ctx, "#flash"), pageText(t, ctx, "#types")
+	if !strings.Contains(flash, "deployed abitest version 1") || !strings.Contains(text, "abitest") {
+		t.Fatalf("after the deploy: flash %q, types %q", flash, text)
+	}
+	screenshot(t, ctx, "console-types")
+
+	// Asks through the API, then the shards page shows the new entities.
+	const entities = 12
+	for i := range entities {
+		if status, e := authRequest(t, nodes[1], "POST", askPath("abitest", "web-"+strconv.Itoa(i)), "client-token-0123456789", []byte("count")); status != 200 {
+			t.Fatalf("ask: %d %+v", status, e)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/shards"), chromedp.WaitVisible("table.shards")); err != nil {
+		t.Fatalf("shards: %v", err)
+	}
+	text = pageText(t, ctx, "main")
+	total := 0
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "abitest" {
+			n, _ := strconv.Atoi(f[2])
+			total += n
+		}
+	}
+	if total != entities {
+		t.Errorf("the shards page shows %d active abitest entities, want %d:\n%s", total, entities, text)
+	}
+	screenshot(t, ctx, "console-shards")
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/activity"), chromedp.WaitVisible("#events")); err != nil {
+		t.Fatalf("activity: %v", err)
+	}
+	text = pageText(t, ctx, "main")
+	if !strings.Contains(text, "abitest") || !strings.Contains(text, "entity type deployed") {
+		t.Errorf("the activity page shows no abitest messages or no deploy event:\n%s", text)
+	}
+	screenshot(t, ctx, "console-activity")
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/data"), chromedp.WaitVisible("#data")); err != nil {
+		t.Fatalf("data: %v", err)
+	}
+	screenshot(t, ctx, "console-data")
+}
