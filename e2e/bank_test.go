@@ -86,11 +86,23 @@ func TestBankKeepsAcknowledgedDeposits(t *testing.T) {
 			if out, ok := ask(1, bob, "withdraw 1000"); ok || !strings.Contains(out, "insufficient funds") {
 				t.Fatalf("overdraft: ok=%v %q", ok, out)
 			}
-			// A redeploy with fewer flags keeps every:1000 and passivate-after 30s.
-			out, errText, ok = cli(t, hosts[2], nil, "deploy", "--type", m.typ, m.path)
-			if !ok || !strings.Contains(out, "checkpoint") || !regexpLine(out, "checkpoint", "every:1000") ||
+			// A redeploy (of a new version: the same bytes would be unchanged) with
+			// fewer flags keeps every:1000 and passivate-after 30s.
+			wasm, err := os.ReadFile(m.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v2 := filepath.Join(t.TempDir(), m.typ+"-v2.wasm")
+			os.WriteFile(v2, withCustomSection(wasm, "shardhost.test.version", "2"), 0o644)
+			out, errText, ok = cli(t, hosts[2], nil, "deploy", "--type", m.typ, v2)
+			if !ok || !strings.Contains(out, "version 2") || !regexpLine(out, "checkpoint", "every:1000") ||
 				!regexpLine(out, "passivate-after", "30s") || strings.Contains(out, "*") {
 				t.Fatalf("redeploy with fewer flags:\n%s%s", out, errText)
+			}
+			// The same bytes again: unchanged, no new version.
+			out, errText, ok = cli(t, hosts[0], nil, "deploy", "--type", m.typ, v2)
+			if !ok || !strings.Contains(out, "unchanged: "+m.typ+" version 2") {
+				t.Fatalf("the same module again:\n%s%s", out, errText)
 			}
 			checkBalance(0, alice)
 			deposit(1, bob, 4)

@@ -573,6 +573,9 @@ type DeployResult struct {
 	// Changed maps the settings this deployment changed to their previous values
 	// (empty for a new type).
 	Changed map[string]string `json:"changed,omitempty"`
+	// Unchanged says the type already ran this module with these settings: nothing
+	// was deployed and Type is the current version (Members is empty).
+	Unchanged bool `json:"unchanged,omitempty"`
 }
 
 // Setting is one setting of an entity type, named as the deploy flag and rendered as
@@ -666,11 +669,16 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	if err := st.Validate(); err != nil {
 		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	self := n.membership.Self()
+	if exists && prev.Digest == Digest(wasm) && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address))) == 0 {
+		// The same module with the same settings: nothing to deploy, no new version.
+		span.SetAttributes(attrModuleVer.Int64(int64(prev.Version)), attrModuleDigest.String(prev.Digest))
+		return DeployResult{Type: prev, Unchanged: true, Members: []MemberDeployment{}, Settings: prev.SettingList()}, nil
+	}
 	mod, err := n.modules.put(ctx, wasm)
 	if err != nil {
 		return DeployResult{}, err
 	}
-	self := n.membership.Self()
 	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address)
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
 		info.DeployTrace = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())

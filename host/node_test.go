@@ -19,6 +19,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // testLogger discards the nodes' logs, unless SHARDHOST_TEST_LOG is set: then they go
@@ -435,5 +436,25 @@ func TestUndeployDeletesState(t *testing.T) {
 		if r := client(t, nodes[2]).ask("counter", id, "inc"); string(r.body) != "1" {
 			t.Fatalf("%s after the deletion: %d %s, want 1 (a fresh entity)", id, r.status, r.body)
 		}
+	}
+}
+
+// TestDeployIdenticalBytesIsUnchanged: the same module with the same settings makes no
+// new version; another setting, or other bytes, does.
+func TestDeployIdenticalBytesIsUnchanged(t *testing.T) {
+	n := startNodes(t, 1, nil)[0]
+	ctx := context.Background()
+	wasm := testwasm.Bytes(t, "abitest")
+	first, err := n.Deploy(ctx, wasm, sharding.TypeSettings{Name: "abitest"})
+	if err != nil || first.Unchanged || first.Type.Version != 1 {
+		t.Fatalf("first deploy: %+v %v", first.Type, err)
+	}
+	again, err := n.Deploy(ctx, wasm, sharding.TypeSettings{Name: "abitest"})
+	if err != nil || !again.Unchanged || again.Type.Version != 1 || len(n.Modules()) != 1 {
+		t.Fatalf("the same again: unchanged %v version %d, %d module versions, %v", again.Unchanged, again.Type.Version, len(n.Modules()), err)
+	}
+	changed, err := n.Deploy(ctx, wasm, sharding.TypeSettings{Name: "abitest", Checkpoint: "every-message"})
+	if err != nil || changed.Unchanged || changed.Type.Version != 2 {
+		t.Fatalf("another setting: unchanged %v version %d, %v", changed.Unchanged, changed.Type.Version, err)
 	}
 }

@@ -114,6 +114,12 @@ func deployModule(out io.Writer, c *client, name, file string, q url.Values) err
 	if err := json.Unmarshal(r.body, &res); err != nil {
 		return fmt.Errorf("the API's reply is not what this client expects: %v", err)
 	}
+	if res.Unchanged {
+		fmt.Fprintf(out, "unchanged: %s version %d already runs this module (sha256 %s) with these settings\n",
+			res.Type.Name, res.Type.Version, res.Type.Digest[:16])
+		printSettings(out, res)
+		return nil
+	}
 	fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s)\n",
 		res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16])
 	printSettings(out, res)
