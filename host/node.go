@@ -687,32 +687,10 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	if err := n.prepare(ctx, info); err != nil {
 		return DeployResult{}, err
 	}
-	n.membership.Broadcast(catalogState, mustEncodeTypes([]TypeInfo{info}))
-
-	members := n.membership.Members()
-	res = DeployResult{Type: info, Members: make([]MemberDeployment, len(members)), Settings: info.SettingList()}
+	res = DeployResult{Type: info, Members: n.tellEveryMember(ctx, info), Settings: info.SettingList()}
 	if exists {
 		res.Changed = settingChanges(prev, info)
 	}
-	var wg sync.WaitGroup
-	for i, m := range members {
-		res.Members[i].Node = m.Address
-		if m.Address == self.Address {
-			res.Members[i].Ready = true
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := n.messenger.Request(ctx, m.TransportAddr, topicPrepare, mustEncodeTypes([]TypeInfo{info}))
-			if err != nil {
-				res.Members[i].Error = err.Error()
-				return
-			}
-			res.Members[i].Ready = true
-		}()
-	}
-	wg.Wait()
 	n.log.InfoContext(ctx, "entity type deployed", "type", name, "version", info.Version, "digest", info.Digest[:12],
 		"shards", st.NumberOfShards, "bytes", info.Size)
 	return res, nil
@@ -793,34 +771,42 @@ func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (Und
 // applyEverywhere applies a catalog entry of a removed type here and on every member
 // (each stops the type, and applies a state deletion it records), and gossips it.
 func (n *Node) applyEverywhere(ctx context.Context, info TypeInfo) (UndeployResult, error) {
-	self := n.membership.Self()
 	name := info.Name
 	if err := n.prepare(ctx, info); err != nil {
 		return UndeployResult{}, err
 	}
+	res := UndeployResult{Type: info, Members: n.tellEveryMember(ctx, info)}
+	n.log.InfoContext(ctx, "entity type undeployed", "type", name, "version", info.Version)
+	return res, nil
+}
+
+// tellEveryMember gossips a catalog entry this member has applied, and sends it to every
+// other member in a prepare request, waiting for each to apply it (or fail to): whether
+// each member is ready, in the order of its view.
+func (n *Node) tellEveryMember(ctx context.Context, info TypeInfo) []MemberDeployment {
 	n.membership.Broadcast(catalogState, mustEncodeTypes([]TypeInfo{info}))
+	self := n.membership.Self()
 	members := n.membership.Members()
-	res := UndeployResult{Type: info, Members: make([]MemberDeployment, len(members))}
+	out := make([]MemberDeployment, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
-		res.Members[i].Node = m.Address
+		out[i].Node = m.Address
 		if m.Address == self.Address {
-			res.Members[i].Ready = true
+			out[i].Ready = true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if _, err := n.messenger.Request(ctx, m.TransportAddr, topicPrepare, mustEncodeTypes([]TypeInfo{info})); err != nil {
-				res.Members[i].Error = err.Error()
+				out[i].Error = err.Error()
 				return
 			}
-			res.Members[i].Ready = true
+			out[i].Ready = true
 		}()
 	}
 	wg.Wait()
-	n.log.InfoContext(ctx, "entity type undeployed", "type", name, "version", info.Version)
-	return res, nil
+	return out
 }
 
 // prepare makes a type ready on this node: in the catalog, its module compiled (fetched

@@ -123,19 +123,25 @@ func deployModule(out io.Writer, c *client, name, file string, q url.Values) err
 	fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s)\n",
 		res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16])
 	printSettings(out, res)
-	failed := 0
-	for _, m := range res.Members {
-		if m.Ready {
-			fmt.Fprintf(out, "  %s ready\n", m.Node)
-		} else {
-			failed++
-			fmt.Fprintf(out, "  %s NOT READY: %s\n", m.Node, oneLine(m.Error))
-		}
-	}
-	if failed > 0 {
+	if failed := printMembers(out, res.Members, "ready", "NOT READY"); failed > 0 {
 		return fmt.Errorf("%d of %d members are not ready; they retry when they learn of the type by gossip", failed, len(res.Members))
 	}
 	return nil
+}
+
+// printMembers prints each member's outcome of a deploy or an undeploy (ok, or failed
+// and why) and returns how many failed.
+func printMembers(out io.Writer, members []host.MemberDeployment, ok, failed string) int {
+	n := 0
+	for _, m := range members {
+		if m.Ready {
+			fmt.Fprintf(out, "  %s %s\n", m.Node, ok)
+		} else {
+			n++
+			fmt.Fprintf(out, "  %s %s: %s\n", m.Node, failed, oneLine(m.Error))
+		}
+	}
+	return n
 }
 
 // printSettings lists a deployment's settings, marking what it changed.

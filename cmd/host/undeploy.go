@@ -51,16 +51,7 @@ removed type with --delete-state retries a deletion that failed.`,
 			} else {
 				fmt.Fprintf(out, "undeployed %s (its entities passivated, their state kept)\n", typ)
 			}
-			failed := 0
-			for _, m := range res.Members {
-				if m.Ready {
-					fmt.Fprintf(out, "  %s stopped it\n", m.Node)
-				} else {
-					failed++
-					fmt.Fprintf(out, "  %s NOT YET: %s\n", m.Node, oneLine(m.Error))
-				}
-			}
-			if failed > 0 {
+			if failed := printMembers(out, res.Members, "stopped it", "NOT YET"); failed > 0 {
 				return fmt.Errorf("%d of %d members have not stopped the type yet; they will when they learn of it by gossip", failed, len(res.Members))
 			}
 			return nil
