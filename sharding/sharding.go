@@ -598,15 +598,18 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 		ctx: dctx,
 		reply: func(_ Reply, err error) {
 			mu.Lock()
-			late := returned
-			if !late {
+			// Only a failure to route the message from here is the caller's; the
+			// entity's own failure is a dead letter even when it comes back before
+			// TellMessage returns (a quick local entity).
+			early := !returned && tellRoutingError(err)
+			if early {
 				select {
 				case errc <- err:
 				default:
 				}
 			}
 			mu.Unlock()
-			if late && err != nil {
+			if !early && err != nil {
 				s.tellFailed(dctx, env, err)
 			}
 		},
@@ -847,6 +850,14 @@ func (s *Sharding) countDeadLetter(ctx context.Context, env Envelope, err error)
 // trapped, could not be activated, its shard had no home...) a dead letter with the
 // failure's code as its reason. A dropped one (buffer or mailbox full) is counted where
 // it was dropped.
+// tellRoutingError reports whether err is a tell's failure to be delivered from this
+// member, which Tell returns: an unknown type, an empty ID, a full buffer or mailbox
+// here, a stopped region.
+func tellRoutingError(err error) bool {
+	return errors.Is(err, ErrUnknownEntityType) || errors.Is(err, ErrEmptyEntityID) ||
+		errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) || errors.Is(err, ErrStopped)
+}
+
 func (s *Sharding) tellFailed(ctx context.Context, env Envelope, err error) {
 	if errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) {
 		return
