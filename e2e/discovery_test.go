@@ -68,7 +68,8 @@ func (d *testDNS) serve(w dns.ResponseWriter, req *dns.Msg) {
 }
 
 // launchDiscovered starts members on the loopback addresses ips (one gossip port for
-// all), at the same moment, each finding the others through the test's DNS server.
+// all), at the same moment, each finding the others through the test's DNS server, and
+// waits until each serves its API.
 func launchDiscovered(t *testing.T, d *testDNS, name string, required int, ips ...string) []*host {
 	hosts := make([]*host, len(ips))
 	var wg sync.WaitGroup
@@ -76,9 +77,13 @@ func launchDiscovered(t *testing.T, d *testDNS, name string, required int, ips .
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hosts[i] = launchHostWith(t, t.TempDir(), fmt.Sprintf("%s:%d", ip, d.port), "",
-				"--discovery", "dns:"+name, "--discovery-dns-server", d.addr,
-				"--required-contact-points", fmt.Sprint(required), "--contact-points-stable", "1s", "--seed-node-timeout", "1s")
+			// startChecked launches it again on other transport and API ports when one
+			// was taken meanwhile (the gossip address stays: DNS names it).
+			hosts[i] = startChecked(t, healthy, func() *host {
+				return launchHostWith(t, t.TempDir(), fmt.Sprintf("%s:%d", ip, d.port), "",
+					"--discovery", "dns:"+name, "--discovery-dns-server", d.addr,
+					"--required-contact-points", fmt.Sprint(required), "--contact-points-stable", "1s", "--seed-node-timeout", "1s")
+			})
 		}()
 	}
 	wg.Wait()
