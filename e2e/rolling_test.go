@@ -88,8 +88,12 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 
 	const entities = 60
 	var acked [entities]atomic.Int64
-	var mu sync.Mutex // guards current, failures, latencies
+	var mu sync.Mutex // guards current, ready, failures, latencies
 	current := slices.Clone(hosts)
+	// Like a load balancer, the senders send to ready members only (GET /ready, polled
+	// every 50 ms): a member that begins a graceful stop turns not ready at once, and
+	// serves what still reaches it until it has left.
+	ready := []bool{true, true, true}
 	var failures []string
 	var latencies []time.Duration
 	stop := make(chan struct{})
@@ -106,8 +110,13 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 			start := time.Now()
 			for attempt := 0; ; attempt++ {
 				mu.Lock()
-				h := current[(worker+k+attempt)%3]
+				j := (worker + k + attempt) % 3
+				h, up := current[j], ready[j]
 				mu.Unlock()
+				if !up && attempt < 300 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
 				status, body, err := askFresh(h, "echo", "e"+strconv.Itoa(i), "echo x")
 				if err != nil && errors.Is(err, syscall.ECONNREFUSED) && attempt < 100 {
 					// The member is down (stopped, not yet started again): the request
@@ -127,6 +136,31 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 			}
 		}
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			for j := range 3 {
+				mu.Lock()
+				h := current[j]
+				mu.Unlock()
+				resp, err := probe.Get("http://" + h.api + "/ready")
+				ok := err == nil && resp.StatusCode == http.StatusOK
+				if err == nil {
+					resp.Body.Close()
+				}
+				mu.Lock()
+				ready[j] = ok
+				mu.Unlock()
+			}
+		}
+	}()
 	for w := range 2 {
 		wg.Add(1)
 		go send(w)
