@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -22,19 +23,11 @@ type Region struct {
 	s        *Sharding
 	settings TypeSettings
 
-	mu        sync.Mutex
-	shards    map[int]*shard     // hosted here
-	homes     map[int]allocation // known homes elsewhere, with their epochs
-	pending   map[int][]delivery // waiting for their shard's home
-	resolving map[int]bool       // shards whose home is being asked for
-	handing   map[int]bool       // shards this region hands off: remote messages go back
-	paused    map[int]string     // shards another region (this member address) hands off: messages wait here
-	returned  map[int]int        // messages given back to us, at the head of pending
-	buffered  int                // messages in pending
-	// Spans that buffered messages link to: the resolution of a shard's home, this
-	// region's handoff of a shard, another region's handoff (from its BeginHandOff).
-	resolveSpans, handoffSpans, pauseSpans map[int]trace.SpanContext
-	handoffMsgs                            map[int]int // buffered here during this region's handoff of a shard
+	mu sync.Mutex
+	// slots holds what the region knows of each shard it has dealt with: whether it
+	// hosts it, its home elsewhere, the messages waiting for it. At most NumberOfShards.
+	slots    map[int]*shardSlot
+	buffered int // messages waiting in the slots' pending buffers
 
 	tel regionTelemetry
 
@@ -51,24 +44,83 @@ type shard struct {
 	entities map[string]*entity
 }
 
-func newRegion(s *Sharding, t TypeSettings) *Region {
-	return &Region{
-		s:         s,
-		settings:  t,
-		shards:    map[int]*shard{},
-		homes:     map[int]allocation{},
-		pending:   map[int][]delivery{},
-		resolving: map[int]bool{},
-		handing:   map[int]bool{},
-		paused:    map[int]string{},
-		returned:  map[int]int{},
+// shardSlot is a region's routing state of one shard. r.mu guards it.
+type shardSlot struct {
+	hosted *shard     // the shard lives here (nil otherwise)
+	home   allocation // its home elsewhere, when known (home.region != "")
 
-		resolveSpans: map[int]trace.SpanContext{},
-		handoffSpans: map[int]trace.SpanContext{},
-		pauseSpans:   map[int]trace.SpanContext{},
-		handoffMsgs:  map[int]int{},
-		tel:          newRegionTelemetry(t.Name),
+	pending   []delivery // messages waiting for the shard's home
+	returned  int        // messages given back to this region, at the head of pending
+	resolving bool       // the coordinator is being asked for the shard's home
+	handing   bool       // this region hands the shard off: remote messages go back
+	paused    bool       // another region (pausedBy) hands the shard off: messages wait
+	pausedBy  string
+
+	// Spans that buffered messages link to: the resolution of the shard's home, this
+	// region's handoff of it, another region's handoff (from its BeginHandOff).
+	resolveSpan, handoffSpan, pauseSpan trace.SpanContext
+	handoffMsgs                         int // buffered during this region's handoff of the shard
+}
+
+// idle reports whether nothing is resolving or handing the shard off, here or in
+// another region: a message that waits for it must start a resolution.
+func (sl *shardSlot) idle() bool { return !sl.resolving && !sl.handing && !sl.paused }
+
+// slotLocked returns the slot of a shard, made if new. r.mu is held.
+func (r *Region) slotLocked(shardID int) *shardSlot {
+	sl := r.slots[shardID]
+	if sl == nil {
+		sl = &shardSlot{}
+		r.slots[shardID] = sl
 	}
+	return sl
+}
+
+// hostedLocked returns the shard if it lives here, else nil. r.mu is held.
+func (r *Region) hostedLocked(shardID int) *shard {
+	if sl := r.slots[shardID]; sl != nil {
+		return sl.hosted
+	}
+	return nil
+}
+
+// eachHostedLocked calls f for every shard hosted here. r.mu is held.
+func (r *Region) eachHostedLocked(f func(*shard)) {
+	for _, sl := range r.slots {
+		if sl.hosted != nil {
+			f(sl.hosted)
+		}
+	}
+}
+
+// startResolvingLocked marks a shard's home as being resolved and starts the span of
+// that resolution, in the trace of ctx; the caller runs resolve with what it returns
+// (through resolveInBackground) once it has let go of r.mu.
+func (r *Region) startResolvingLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
+	sl.resolving = true
+	return r.startResolveSpanLocked(sl, shardID, ctx)
+}
+
+// takePendingLocked empties a shard's buffer and returns what waited, in order. r.mu
+// is held.
+func (r *Region) takePendingLocked(sl *shardSlot) []delivery {
+	pending := sl.pending
+	sl.pending, sl.returned = nil, 0
+	r.buffered -= len(pending)
+	return pending
+}
+
+// resolveInBackground runs resolve on a goroutine Sharding owns; if Sharding is
+// stopping, the shard's buffered messages fail with ErrStopped instead.
+func (r *Region) resolveInBackground(ctx context.Context, span trace.Span, shardID int) {
+	if !r.s.goroutine(func() { r.resolve(ctx, span, shardID) }) {
+		span.End()
+		r.failPending(shardID, ErrStopped)
+	}
+}
+
+func newRegion(s *Sharding, t TypeSettings) *Region {
+	return &Region{s: s, settings: t, slots: map[int]*shardSlot{}, tel: newRegionTelemetry(t.Name)}
 }
 
 // Settings returns the region's entity type settings.
@@ -94,7 +146,8 @@ func (r *Region) updateSettings(t TypeSettings) {
 func (r *Region) deliver(d delivery) {
 	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
 	r.mu.Lock()
-	if sh := r.shards[shardID]; sh != nil {
+	sl := r.slotLocked(shardID)
+	if sh := sl.hosted; sh != nil {
 		if d.env.Epoch > sh.epoch {
 			// The sender knows a newer allocation of the shard: this copy is stale.
 			r.dropStaleLocked(sh)
@@ -105,12 +158,12 @@ func (r *Region) deliver(d delivery) {
 			return
 		}
 	}
-	if home, ok := r.homes[shardID]; ok {
+	if home := sl.home; home.region != "" {
 		r.mu.Unlock()
 		r.forward(home, shardID, d)
 		return
 	}
-	if r.handing[shardID] && d.env.Origin != "" && d.env.Origin != r.s.self {
+	if sl.handing && d.env.Origin != "" && d.env.Origin != r.s.self {
 		// Handed off here: the message goes back to its sender's region, which keeps
 		// it ahead of what it buffered since the handoff began.
 		r.mu.Unlock()
@@ -124,27 +177,20 @@ func (r *Region) deliver(d delivery) {
 	}
 	// While the shard is handed off (here or elsewhere), its messages wait: the handoff
 	// resolves them when it completes.
-	_, paused := r.paused[shardID]
-	if paused || r.handing[shardID] {
+	if sl.paused || sl.handing {
 		r.handoffBuffered.Add(1)
 	}
-	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
+	start := sl.idle()
 	var rctx context.Context
 	var rspan trace.Span
 	if start {
-		r.resolving[shardID] = true
-		rctx, rspan = r.startResolveLocked(shardID, d.ctx)
+		rctx, rspan = r.startResolvingLocked(sl, shardID, d.ctx)
 	}
-	r.pending[shardID] = append(r.pending[shardID], r.bufferLocked(shardID, d))
+	sl.pending = append(sl.pending, r.bufferLocked(sl, shardID, d))
 	r.buffered++
 	r.mu.Unlock()
 	if start {
-		// deliver runs with stopMu held for reading, so the WaitGroup may grow.
-		r.s.wg.Add(1)
-		go func() {
-			defer r.s.wg.Done()
-			r.resolve(rctx, rspan, shardID)
-		}()
+		r.s.goHeld(func() { r.resolve(rctx, rspan, shardID) })
 	}
 }
 
@@ -152,13 +198,13 @@ func (r *Region) deliver(d delivery) {
 // context, a "buffered" span, linked to what holds it (the handoff of the shard, here
 // or by another region, or the resolution of its home), that ends when it leaves the
 // buffer (unbuffered). r.mu is held.
-func (r *Region) bufferLocked(shardID int, d delivery) delivery {
-	reason, link := bufferResolving, r.resolveSpans[shardID]
-	if _, paused := r.paused[shardID]; paused {
-		reason, link = bufferHandoff, r.pauseSpans[shardID]
-	} else if r.handing[shardID] {
-		reason, link = bufferHandoff, r.handoffSpans[shardID]
-		r.handoffMsgs[shardID]++
+func (r *Region) bufferLocked(sl *shardSlot, shardID int, d delivery) delivery {
+	reason, link := bufferResolving, sl.resolveSpan
+	if sl.paused {
+		reason, link = bufferHandoff, sl.pauseSpan
+	} else if sl.handing {
+		reason, link = bufferHandoff, sl.handoffSpan
+		sl.handoffMsgs++
 	}
 	r.s.tel.buffered.Add(context.Background(), 1, r.s.tel.typeAttr(r.settings.Name, attrBufferReason, reason))
 	if !r.s.tel.traced || d.wait != nil || !obs.Traced(d.ctx) {
@@ -182,25 +228,25 @@ func (d *delivery) unbuffered() {
 	}
 }
 
-// startResolveLocked starts the span of the resolution of a shard's home, in the trace of
-// the message that made it start (ctx), and records it for the messages buffered
-// meanwhile to link to. r.mu is held.
-func (r *Region) startResolveLocked(shardID int, ctx context.Context) (context.Context, trace.Span) {
+// startResolveSpanLocked starts the span of the resolution of a shard's home, in the
+// trace of the message that made it start (ctx), and records it for the messages
+// buffered meanwhile to link to. r.mu is held.
+func (r *Region) startResolveSpanLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
 	ctx = context.WithoutCancel(ctx)
 	if !r.s.tel.traced || !obs.Traced(ctx) {
 		return ctx, noopSpan
 	}
 	ctx, span := r.s.tracer.Start(ctx, r.tel.resolveName, trace.WithAttributes(obs.EntityType.String(r.settings.Name),
 		obs.ShardID.Int(shardID), obs.Node.String(r.s.self)))
-	r.resolveSpans[shardID] = span.SpanContext()
+	sl.resolveSpan = span.SpanContext()
 	return ctx, span
 }
 
 // firstPendingCtx is the context of the first message waiting for a shard (a resolution
-// it starts is in its trace), or context.Background(). r.mu is held.
-func (r *Region) firstPendingCtxLocked(shardID int) context.Context {
-	if q := r.pending[shardID]; len(q) > 0 && q[0].ctx != nil {
-		return q[0].ctx
+// it starts is in its trace), or context.Background().
+func (sl *shardSlot) firstPendingCtx() context.Context {
+	if len(sl.pending) > 0 && sl.pending[0].ctx != nil {
+		return sl.pending[0].ctx
 	}
 	return context.Background()
 }
@@ -217,7 +263,7 @@ func (r *Region) activated(e *entity) {
 	active := 0
 	var lru *entity
 	var lruAt time.Time
-	for _, sh := range r.shards {
+	r.eachHostedLocked(func(sh *shard) {
 		for _, other := range sh.entities {
 			other.mu.Lock()
 			// Idle: no message in hand or waiting (its goroutine may still be finishing
@@ -232,7 +278,7 @@ func (r *Region) activated(e *entity) {
 				lru, lruAt = other, used
 			}
 		}
-	}
+	})
 	r.mu.Unlock()
 	if active > maxActive && lru != nil {
 		lru.passivateSoon(causeMaxActive)
@@ -246,7 +292,7 @@ func (r *Region) passivateIdle(now time.Time) {
 	r.mu.Lock()
 	after := r.settings.PassivateAfter
 	var idle []*entity
-	for _, sh := range r.shards {
+	r.eachHostedLocked(func(sh *shard) {
 		for id, e := range sh.entities {
 			e.mu.Lock()
 			quiet := !e.running && len(e.queue) == 0
@@ -257,7 +303,7 @@ func (r *Region) passivateIdle(now time.Time) {
 			}
 			e.mu.Unlock()
 		}
-	}
+	})
 	r.mu.Unlock()
 	for _, e := range idle {
 		e.passivate(causeIdle)
@@ -291,28 +337,22 @@ func (r *Region) giveBack(d delivery) {
 func (r *Region) reroute(d delivery) {
 	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
 	r.mu.Lock()
-	pos := r.returned[shardID]
-	q := r.pending[shardID]
-	q = append(q, delivery{})
-	copy(q[pos+1:], q[pos:])
-	q[pos] = d
-	r.pending[shardID] = q
-	r.returned[shardID] = pos + 1
+	sl := r.slotLocked(shardID)
+	pos := sl.returned
+	sl.pending = slices.Insert(sl.pending, pos, d)
+	sl.returned = pos + 1
 	r.buffered++
 	r.handoffBuffered.Add(1)
-	_, paused := r.paused[shardID]
-	start := !r.resolving[shardID] && !r.handing[shardID] && !paused
+	start := sl.idle()
 	var rctx context.Context
 	var rspan trace.Span
 	if start {
-		r.resolving[shardID] = true
-		rctx, rspan = r.startResolveLocked(shardID, r.firstPendingCtxLocked(shardID))
+		rctx, rspan = r.startResolvingLocked(sl, shardID, sl.firstPendingCtx())
 	}
-	q[pos] = r.bufferLocked(shardID, d)
+	sl.pending[pos] = r.bufferLocked(sl, shardID, d)
 	r.mu.Unlock()
-	if start && !r.s.goroutine(func() { r.resolve(rctx, rspan, shardID) }) {
-		rspan.End()
-		r.failPending(shardID, ErrStopped)
+	if start {
+		r.resolveInBackground(rctx, rspan, shardID)
 	}
 }
 
@@ -321,9 +361,9 @@ func (r *Region) reroute(d delivery) {
 func (r *Region) pause(shardID int, by string, handoff trace.SpanContext) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.homes, shardID)
-	r.paused[shardID] = by
-	r.pauseSpans[shardID] = handoff
+	sl := r.slotLocked(shardID)
+	sl.home = allocation{}
+	sl.paused, sl.pausedBy, sl.pauseSpan = true, by, handoff
 }
 
 // unpauseFrom ends the pauses of the region at a member that is gone: a handoff that
@@ -331,8 +371,8 @@ func (r *Region) pause(shardID int, by string, handoff trace.SpanContext) {
 func (r *Region) unpauseFrom(gone func(string) bool) {
 	r.mu.Lock()
 	var ids []int
-	for id, by := range r.paused {
-		if gone(by) {
+	for id, sl := range r.slots {
+		if sl.paused && gone(sl.pausedBy) {
 			ids = append(ids, id)
 		}
 	}
@@ -345,19 +385,17 @@ func (r *Region) unpauseFrom(gone func(string) bool) {
 // unpause ends a pause: the shard's new home is resolved for what waited.
 func (r *Region) unpause(shardID int) {
 	r.mu.Lock()
-	delete(r.paused, shardID)
-	delete(r.pauseSpans, shardID)
-	start := len(r.pending[shardID]) > 0 && !r.resolving[shardID] && !r.handing[shardID]
+	sl := r.slotLocked(shardID)
+	sl.paused, sl.pausedBy, sl.pauseSpan = false, "", trace.SpanContext{}
+	start := len(sl.pending) > 0 && sl.idle()
 	var rctx context.Context
 	var rspan trace.Span
 	if start {
-		r.resolving[shardID] = true
-		rctx, rspan = r.startResolveLocked(shardID, r.firstPendingCtxLocked(shardID))
+		rctx, rspan = r.startResolvingLocked(sl, shardID, sl.firstPendingCtx())
 	}
 	r.mu.Unlock()
-	if start && !r.s.goroutine(func() { r.resolve(rctx, rspan, shardID) }) {
-		rspan.End()
-		r.failPending(shardID, ErrStopped)
+	if start {
+		r.resolveInBackground(rctx, rspan, shardID)
 	}
 }
 
@@ -376,14 +414,14 @@ func (r *Region) entityLocked(sh *shard, id string) *entity {
 func (r *Region) dropStale(shardID int, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if sh := r.shards[shardID]; sh != nil && sh.epoch < epoch {
+	if sh := r.hostedLocked(shardID); sh != nil && sh.epoch < epoch {
 		r.dropStaleLocked(sh)
 	}
 }
 
 func (r *Region) dropStaleLocked(sh *shard) {
 	r.s.log.Warn("stale shard allocation: stopping the shard here", "type", r.settings.Name, "shard", sh.id, "epoch", sh.epoch)
-	delete(r.shards, sh.id)
+	r.slots[sh.id].hosted = nil
 	for _, e := range sh.entities {
 		e.fenced.Store(true)
 		// Soon, not now: an entity whose mailbox goroutine is still busy (its last
@@ -432,37 +470,29 @@ func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
 
 // resolved records a shard's home and flushes its buffer there, in order.
 func (r *Region) resolved(shardID int, h shardHome) {
-	home := h.Region
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.resolving, shardID)
-	delete(r.resolveSpans, shardID)
-	if _, paused := r.paused[shardID]; paused || r.handing[shardID] {
+	sl := r.slotLocked(shardID)
+	sl.resolving, sl.resolveSpan = false, trace.SpanContext{}
+	if sl.paused || sl.handing {
 		return // a handoff began meanwhile: its completion resolves again
 	}
-	if home == r.s.self {
+	if h.Region == r.s.self {
 		r.hostShardLocked(shardID, h.Epoch)
 		return
 	}
-	pending := r.pending[shardID]
-	delete(r.pending, shardID)
-	delete(r.returned, shardID)
-	r.buffered -= len(pending)
-	r.homes[shardID] = allocation{home, h.Epoch}
-	for _, d := range pending {
+	sl.home = allocation{h.Region, h.Epoch}
+	for _, d := range r.takePendingLocked(sl) {
 		d.unbuffered()
-		r.forward(r.homes[shardID], shardID, d)
+		r.forward(sl.home, shardID, d)
 	}
 }
 
 func (r *Region) failPending(shardID int, err error) {
 	r.mu.Lock()
-	delete(r.resolving, shardID)
-	delete(r.resolveSpans, shardID)
-	pending := r.pending[shardID]
-	delete(r.pending, shardID)
-	delete(r.returned, shardID)
-	r.buffered -= len(pending)
+	sl := r.slotLocked(shardID)
+	sl.resolving, sl.resolveSpan = false, trace.SpanContext{}
+	pending := r.takePendingLocked(sl)
 	r.mu.Unlock()
 	for _, d := range pending {
 		d.unbuffered()
@@ -481,11 +511,11 @@ func (r *Region) hostShard(shardID int, epoch uint64) {
 // hostShardLocked hosts a shard here and delivers the messages buffered for it, in
 // order, before any later message can reach the shard's entities.
 func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
-	sh := r.shards[shardID]
+	sl := r.slotLocked(shardID)
+	sh := sl.hosted
 	if sh == nil {
 		sh = &shard{id: shardID, epoch: epoch, entities: map[string]*entity{}}
-		r.shards[shardID] = sh
-		delete(r.homes, shardID)
+		sl.hosted, sl.home = sh, allocation{}
 		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID, "epoch", epoch)
 		if r.settings.RememberEntities && r.s.cfg.States != nil {
 			r.s.goroutine(func() { r.restartRemembered(sh) })
@@ -496,11 +526,7 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 			e.setEpoch(epoch)
 		}
 	}
-	pending := r.pending[shardID]
-	delete(r.pending, shardID)
-	delete(r.returned, shardID)
-	r.buffered -= len(pending)
-	for _, d := range pending {
+	for _, d := range r.takePendingLocked(sl) {
 		d.unbuffered()
 		r.entityLocked(sh, d.env.EntityID).enqueue(d)
 	}
@@ -523,7 +549,7 @@ func (r *Region) restartRemembered(sh *shard) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.shards[sh.id] != sh {
+	if r.hostedLocked(sh.id) != sh {
 		return // handed off meanwhile
 	}
 	for _, id := range ids {
@@ -547,10 +573,8 @@ func (r *Region) restartRemembered(sh *shard) {
 //     and resolve the new home, with what they buffered in order.
 func (r *Region) handOff(ctx context.Context) error {
 	r.mu.Lock()
-	ids := make([]int, 0, len(r.shards))
-	for id := range r.shards {
-		ids = append(ids, id)
-	}
+	var ids []int
+	r.eachHostedLocked(func(sh *shard) { ids = append(ids, sh.id) })
 	r.mu.Unlock()
 	sort.Ints(ids)
 	var firstErr error
@@ -576,21 +600,20 @@ func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
 	begin := ref
 	begin.HandOff = encodeSpanContext(span.SpanContext())
 	r.mu.Lock()
-	sh := r.shards[id]
-	delete(r.shards, id)
-	r.handing[id] = true
-	r.handoffSpans[id] = span.SpanContext()
-	r.handoffMsgs[id] = 0
+	sl := r.slotLocked(id)
+	sh := sl.hosted
+	sl.hosted = nil
+	sl.handing, sl.handoffSpan, sl.handoffMsgs = true, span.SpanContext(), 0
 	// Messages from other regions already buffered here go back too.
 	var back, keep []delivery
-	for _, d := range r.pending[id] {
+	for _, d := range sl.pending {
 		if d.env.Origin != "" && d.env.Origin != r.s.self {
 			back = append(back, d)
 		} else {
 			keep = append(keep, d)
 		}
 	}
-	r.pending[id] = keep
+	sl.pending = keep
 	r.buffered -= len(back)
 	r.mu.Unlock()
 	for _, d := range back {
@@ -607,22 +630,18 @@ func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
 		err = fmt.Errorf("sharding: handing off %s: %w", ref, herr)
 	}
 	r.mu.Lock()
-	delete(r.handing, id)
-	delete(r.handoffSpans, id)
-	buffered := r.handoffMsgs[id]
-	delete(r.handoffMsgs, id)
-	resolve := len(r.pending[id]) > 0 && !r.resolving[id]
+	buffered := sl.handoffMsgs
+	sl.handing, sl.handoffSpan, sl.handoffMsgs = false, trace.SpanContext{}, 0
+	resolve := len(sl.pending) > 0 && sl.idle()
 	var rctx context.Context
 	var rspan trace.Span
 	if resolve {
-		r.resolving[id] = true
-		rctx, rspan = r.startResolveLocked(id, r.firstPendingCtxLocked(id))
+		rctx, rspan = r.startResolvingLocked(sl, id, sl.firstPendingCtx())
 	}
 	r.mu.Unlock()
 	r.s.broadcastHandOff(ctx, topicHandOffComplete, ref, false)
-	if resolve && !r.s.goroutine(func() { r.resolve(rctx, rspan, id) }) {
-		rspan.End()
-		r.failPending(id, ErrStopped)
+	if resolve {
+		r.resolveInBackground(rctx, rspan, id)
 	}
 	took := time.Since(start)
 	span.SetAttributes(attrEntitiesStopped.Int(entities), attrMessagesBuffered.Int(buffered))
@@ -671,9 +690,9 @@ func stopForHandOff(ctx context.Context, entities map[string]*entity) {
 func (r *Region) forgetHomesAt(gone func(string) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, home := range r.homes {
-		if gone(home.region) {
-			delete(r.homes, id)
+	for _, sl := range r.slots {
+		if sl.home.region != "" && gone(sl.home.region) {
+			sl.home = allocation{}
 		}
 	}
 }
@@ -733,9 +752,9 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 func (r *Region) state() []ShardState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]ShardState, 0, len(r.shards))
-	for id, sh := range r.shards {
-		ss := ShardState{Type: r.settings.Name, ID: id, Epoch: sh.epoch}
+	out := []ShardState{}
+	r.eachHostedLocked(func(sh *shard) {
+		ss := ShardState{Type: r.settings.Name, ID: sh.id, Epoch: sh.epoch}
 		for eid, e := range sh.entities {
 			if e.active() {
 				ss.Entities = append(ss.Entities, eid)
@@ -743,7 +762,7 @@ func (r *Region) state() []ShardState {
 		}
 		sort.Strings(ss.Entities)
 		out = append(out, ss)
-	}
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
@@ -753,11 +772,11 @@ func (r *Region) state() []ShardState {
 func (r *Region) stopEntities(ctx context.Context, save bool) {
 	r.mu.Lock()
 	var all []*entity
-	for _, sh := range r.shards {
+	r.eachHostedLocked(func(sh *shard) {
 		for _, e := range sh.entities {
 			all = append(all, e)
 		}
-	}
+	})
 	r.mu.Unlock()
 	for _, e := range all {
 		if save {
@@ -766,438 +785,4 @@ func (r *Region) stopEntities(ctx context.Context, save bool) {
 			e.stop(ctx, false)
 		}
 	}
-}
-
-// entity is one entity's mailbox. A goroutine drains it while it is not empty, so an
-// idle entity holds no goroutine; its instance is touched only by that goroutine (or,
-// after Sharding.Stop, by stop).
-type entity struct {
-	r     *Region
-	shard int
-	id    string
-
-	mu       sync.Mutex
-	queue    []delivery
-	running  bool
-	live     bool      // has an instance
-	lastUsed time.Time // when it last finished a message
-	busy     bool      // handling a message (from its dequeue to just before its reply)
-	// passivateWhenIdle, if set, is the cause of a passivation to run once the
-	// goroutine that drains the mailbox has nothing left (chosen while it finished).
-	passivateWhenIdle string
-	epoch             uint64 // the shard's allocation epoch here: fences state writes
-
-	// fenced is set when the shard's allocation here turned out stale: the entity stops
-	// without saving.
-	fenced atomic.Bool
-
-	// Owned by the goroutine that drains the mailbox.
-	inst       Entity
-	remembered bool // recorded among the shard's remembered entities
-	unsaved    int  // messages since the last checkpoint
-	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
-	handleOpts [numKinds]trace.SpanStartOption
-}
-
-func (e *entity) setEpoch(epoch uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.epoch = epoch
-}
-
-func (e *entity) key() EntityKey { return EntityKey{Type: e.r.settings.Name, Shard: e.shard, ID: e.id} }
-
-func (e *entity) currentEpoch() uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.epoch
-}
-
-// waitIdle waits until the entity's mailbox is empty and no goroutine drains it, or ctx
-// ends.
-func (e *entity) waitIdle(ctx context.Context) {
-	for {
-		e.mu.Lock()
-		idle := !e.running && len(e.queue) == 0
-		e.mu.Unlock()
-		if idle {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
-func (e *entity) active() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.live
-}
-
-// enqueue adds d to the mailbox, starting the drain goroutine if none runs. It may be
-// called with the region's lock held.
-func (e *entity) enqueue(d delivery) {
-	e.mu.Lock()
-	if len(e.queue) >= e.r.s.cfg.MailboxSize {
-		e.mu.Unlock()
-		e.r.s.deadLetter(d, ErrMailboxFull)
-		return
-	}
-	if !d.start {
-		d.arrived = time.Now()
-	}
-	e.queue = append(e.queue, d)
-	if e.running {
-		e.mu.Unlock()
-		return
-	}
-	e.running = true
-	e.mu.Unlock()
-	// The caller holds stopMu for reading (route) or runs on an owned goroutine
-	// (resolve, hostShard), so the WaitGroup is not being waited on at zero.
-	e.r.s.wg.Add(1)
-	go e.drain()
-}
-
-func (e *entity) drain() {
-	defer e.r.s.wg.Done()
-	e.drainLoop()
-}
-
-func (e *entity) drainLoop() {
-	for {
-		e.mu.Lock()
-		if len(e.queue) == 0 && e.passivateWhenIdle != "" {
-			// A passivation chose it while it finished its last message.
-			cause := e.passivateWhenIdle
-			e.passivateWhenIdle = ""
-			e.mu.Unlock()
-			e.passivateNow(context.Background(), cause, trace.SpanContext{})
-			continue
-		}
-		if len(e.queue) == 0 {
-			e.running = false
-			e.queue = nil
-			e.mu.Unlock()
-			return
-		}
-		d := e.queue[0]
-		e.queue[0] = delivery{}
-		e.queue = e.queue[1:]
-		e.busy = true
-		e.mu.Unlock()
-		e.process(d)
-	}
-}
-
-func (e *entity) process(d delivery) {
-	s := e.r.s
-	name := e.r.settings.Name + "/" + e.id
-	ctx := d.ctx
-	span := noopSpan
-	if s.tel.traced && !d.start {
-		kind := trace.SpanKindInternal
-		if !d.ask {
-			kind = trace.SpanKindConsumer // a tell, timer or change: messaging
-		}
-		k := kindIndex(&d)
-		if e.handleOpts[k] == nil {
-			e.handleOpts[k] = trace.WithAttributes(append(e.entityAttrs(), obs.MessageKind.String(kindNames[k]))...)
-		}
-		ctx, span = s.tracer.Start(ctx, e.r.tel.handleName, trace.WithSpanKind(kind), e.handleOpts[k])
-	}
-	// done ends the message's span and records it; it comes before the reply, so that
-	// the reply's server span (the asker's wait) covers everything here.
-	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
-	done := func(err error) {
-		e.mu.Lock()
-		e.busy = false
-		if !d.start {
-			e.lastUsed = time.Now()
-		}
-		e.mu.Unlock()
-		if d.start {
-			return
-		}
-		e.recordMessage(kind, remote, arrived, err)
-		failSpan(span, err)
-		span.End()
-	}
-	if d.env.Kind == KindPassivate {
-		// A passivation asked from outside (Sharding.Passivate), after the messages
-		// before it; an entity that is not active stays so.
-		out := []byte(PassivateInactive)
-		if e.inst != nil {
-			e.passivateNow(context.WithoutCancel(ctx), causeCommand, trace.SpanContext{})
-			out = []byte(PassivateDone)
-		}
-		done(nil)
-		if d.ask {
-			d.reply(Reply{Payload: out, Node: s.self}, nil)
-		}
-		return
-	}
-	if e.inst == nil {
-		if err := e.activate(ctx); err != nil {
-			s.log.WarnContext(ctx, "entity activation failed", "entity", name, "err", err)
-			done(err)
-			d.fail(err)
-			return
-		}
-	}
-	if d.start {
-		done(nil)
-		return // a remembered entity restarted: no message
-	}
-	mctx := context.WithValue(ctx, messageInfoKey{}, MessageInfo{
-		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
-	out, err := e.inst.Receive(mctx, d.env.Payload)
-	lc, _ := e.inst.(EntityLifecycle)
-	if lc != nil && lc.Terminated() {
-		// The entity is gone (a trapped instance): what it did since its last save is
-		// lost, and the next message starts from the saved state.
-		s.log.WarnContext(ctx, "entity terminated", "entity", name, "err", err)
-		e.stop(ctx, false)
-	}
-	var fwd *ForwardTo
-	if errors.As(err, &fwd) {
-		// Passed on: the entity it names answers the asker.
-		s.forward(d, fwd)
-		d.reply, d.ask = nil, false
-		err = nil
-	}
-	if err != nil {
-		s.log.DebugContext(ctx, "message failed", "entity", name, "err", err)
-		done(err)
-		d.fail(err)
-		return
-	}
-	if e.inst == nil {
-		// Terminated just after it handled the message: the reply stands, but its
-		// state is not saved.
-		done(nil)
-		if d.ask {
-			d.reply(Reply{Payload: out, Node: s.self}, nil)
-		}
-		return
-	}
-	e.unsaved++
-	// The checkpoint policy: with every-message, the state is saved before the reply,
-	// so an acknowledged message survives a crash of this member.
-	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
-		if err := e.save(ctx); err != nil {
-			err = fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err)
-			done(err)
-			d.fail(err)
-			return
-		}
-	}
-	done(nil)
-	if d.ask {
-		d.reply(Reply{Payload: out, Node: s.self}, nil)
-	}
-	if lc != nil && lc.PassivationRequested() {
-		// Passivation the entity asked for: the mailbox is ours (this is its drain), so
-		// messages that arrive meanwhile wait for the next incarnation. The asker has
-		// its reply and may cancel its context: the save must not depend on it. Its
-		// span starts a trace of its own, linked to the message's.
-		e.passivateNow(context.WithoutCancel(ctx), causeRequested, span.SpanContext())
-	}
-}
-
-// activate creates the entity's instance, from its saved state if the state store has
-// one, and records it among the shard's remembered entities if the type remembers them.
-func (e *entity) activate(ctx context.Context) (err error) {
-	s := e.r.s
-	begin := time.Now()
-	span := noopSpan
-	if s.tel.traced {
-		ctx, span = s.tracer.Start(ctx, e.r.tel.activateName, trace.WithAttributes(e.entityAttrs()...))
-	}
-	var state []byte
-	defer func() {
-		st := "fresh"
-		if state != nil {
-			st = "restored"
-		}
-		outcome := obs.OutcomeOK
-		if err != nil {
-			outcome = ErrorCode(err)
-		}
-		s.tel.activations.Add(context.Background(), 1, s.tel.activationAttrs.Get(activationKey{e.r.settings.Name, st, outcome}))
-		s.tel.activationDur.Record(context.Background(), time.Since(begin).Seconds(), s.tel.typeAttr(e.r.settings.Name, attrActivationState, st))
-		span.SetAttributes(attrActivationState.String(st))
-		failSpan(span, err)
-		span.End()
-	}()
-	if s.cfg.States != nil {
-		st, err := e.loadState(ctx)
-		switch {
-		case errors.Is(err, ErrNoState):
-		case err != nil:
-			// Starting without the saved state would lose it: refuse instead.
-			return fmt.Errorf("%w: loading the state of %s: %v", ErrShardUnavailable, e.id, err)
-		default:
-			state = st
-		}
-	}
-	inst, err := s.cfg.Factory.NewEntity(ctx, e.r.settings.Name, e.id, state)
-	if err != nil {
-		return err
-	}
-	e.inst = inst
-	e.unsaved = 0
-	e.mu.Lock()
-	e.live = true
-	e.mu.Unlock()
-	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
-	s.log.InfoContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
-	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {
-			s.log.WarnContext(ctx, "cannot remember an entity", "entity", e.id, "err", err)
-		} else {
-			e.remembered = true
-		}
-		cancel()
-	}
-	e.r.activated(e)
-	return nil
-}
-
-// loadState reads the entity's saved state, trying again (three attempts in all, 50 ms
-// then 200 ms apart) while the store is unavailable: a majority of its replicas may be
-// moments from answering, as while members join or a shard moves.
-func (e *entity) loadState(ctx context.Context) ([]byte, error) {
-	s := e.r.s
-	var err error
-	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
-		lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-		var st []byte
-		st, err = s.cfg.States.Load(lctx, e.key())
-		cancel()
-		if err == nil || errors.Is(err, ErrNoState) || attempt == 2 || ctx.Err() != nil {
-			return st, err
-		}
-		s.log.DebugContext(ctx, "entity state not loaded yet", "entity", e.r.settings.Name+"/"+e.id, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(pause):
-		}
-	}
-}
-
-// save writes the entity's snapshot to the state store under its shard's epoch.
-func (e *entity) save(ctx context.Context) (err error) {
-	s := e.r.s
-	if s.cfg.States == nil || e.inst == nil || e.fenced.Load() {
-		return nil
-	}
-	if s.tel.traced {
-		var span trace.Span
-		ctx, span = s.tracer.Start(ctx, e.r.tel.saveName, trace.WithAttributes(e.entityAttrs()...))
-		defer func() {
-			failSpan(span, err)
-			span.End()
-		}()
-	}
-	state, err := e.inst.Snapshot(ctx)
-	if err != nil {
-		return fmt.Errorf("snapshot of %s: %w", e.id, err)
-	}
-	if state == nil {
-		return nil
-	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	if err := s.cfg.States.Save(sctx, e.key(), e.currentEpoch(), state); err != nil {
-		if errors.Is(err, ErrStaleEpoch) {
-			e.fenced.Store(true)
-		}
-		return err
-	}
-	e.unsaved = 0
-	return nil
-}
-
-// passivate stops the entity's instance if it is idle: it takes the mailbox (as a drain
-// would), so messages that arrive meanwhile wait and go to the next incarnation, in
-// order. It reports whether it started. The caller holds stopMu for reading or runs on
-// an owned goroutine.
-func (e *entity) passivate(cause string) bool {
-	e.mu.Lock()
-	if e.running || !e.live || len(e.queue) > 0 {
-		e.mu.Unlock()
-		return false
-	}
-	e.running = true
-	e.mu.Unlock()
-	e.r.s.wg.Add(1)
-	go func() {
-		defer e.r.s.wg.Done()
-		e.passivateNow(context.Background(), cause, trace.SpanContext{})
-		e.drainLoop()
-	}()
-	return true
-}
-
-// passivateSoon passivates the entity now if no goroutine drains its mailbox, or as
-// soon as the one that does has nothing left.
-func (e *entity) passivateSoon(cause string) {
-	e.mu.Lock()
-	if e.running && e.live {
-		e.passivateWhenIdle = cause
-		e.mu.Unlock()
-		return
-	}
-	e.mu.Unlock()
-	e.passivate(cause)
-}
-
-// passivateNow stops the entity saving its state (unless it is fenced), as a
-// passivation of the given cause: under a "passivate" span, a child of ctx's span or,
-// with a valid link, a new trace linked to it, and counted.
-func (e *entity) passivateNow(ctx context.Context, cause string, link trace.SpanContext) {
-	if e.inst == nil {
-		return
-	}
-	s := e.r.s
-	if s.tel.traced {
-		opts := []trace.SpanStartOption{trace.WithAttributes(append(e.entityAttrs(), attrPassivationCause.String(cause))...)}
-		if link.IsValid() {
-			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: link}))
-		}
-		var span trace.Span
-		ctx, span = s.tracer.Start(ctx, e.r.tel.passivateName, opts...)
-		defer span.End()
-	}
-	s.log.DebugContext(ctx, "passivating entity", "entity", e.r.settings.Name+"/"+e.id, "cause", cause)
-	e.stop(ctx, true)
-	if cause != causeHandoff && cause != causeShutdown {
-		e.r.passivations.Add(1) // what shardhost shards reports
-	}
-	s.tel.passivations.Add(context.Background(), 1, s.tel.typeAttr(e.r.settings.Name, attrPassivationCause, cause))
-}
-
-// stop releases the instance, saving its state first when save is set (passivation,
-// handoff, graceful shutdown) unless the entity is fenced.
-func (e *entity) stop(ctx context.Context, save bool) {
-	if e.inst == nil {
-		return
-	}
-	if h, ok := e.inst.(EntityStopHook); ok && save && !e.fenced.Load() {
-		if h.BeforeStop(ctx) {
-			e.unsaved++
-		}
-	}
-	if save && e.unsaved > 0 {
-		if err := e.save(ctx); err != nil {
-			e.r.s.log.WarnContext(ctx, "entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
-		}
-	}
-	e.release(ctx, save && !e.fenced.Load())
 }

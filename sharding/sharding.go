@@ -345,8 +345,7 @@ func New(cfg Config) (*Sharding, error) {
 	s.sub = cfg.Membership.Subscribe(1024)
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
 	cfg.Membership.RegisterLeaveHook(s.handOffAll)
-	s.wg.Add(1)
-	go s.followMembership()
+	s.goroutine(s.followMembership)
 	return s, nil
 }
 
@@ -424,6 +423,18 @@ func (s *Sharding) Drain(ctx context.Context) error {
 	}
 }
 
+// goHeld runs f on a goroutine owned by s. Precondition: the caller holds stopMu for
+// reading with s not stopped, or runs on a goroutine s owns; either way Stop is not yet
+// past waiting for s's goroutines, so it waits for f too. Without that precondition,
+// use goroutine.
+func (s *Sharding) goHeld(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
 // goroutine runs f on a goroutine owned by s, unless s is stopping.
 func (s *Sharding) goroutine(f func()) bool {
 	s.stopMu.RLock()
@@ -489,11 +500,11 @@ func (s *Sharding) StopType(ctx context.Context, name string) error {
 	}
 	r.mu.Lock()
 	var all []*entity
-	for _, sh := range r.shards {
+	r.eachHostedLocked(func(sh *shard) {
 		for _, e := range sh.entities {
 			all = append(all, e)
 		}
-	}
+	})
 	r.mu.Unlock()
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -525,11 +536,7 @@ func (s *Sharding) restartRemembered(t TypeSettings) {
 	if !t.RememberEntities {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.coord.allocateRemembered()
-	}()
+	s.goHeld(s.coord.allocateRemembered)
 }
 
 // delivery is a message and how to answer it.
@@ -751,11 +758,7 @@ func (s *Sharding) route(d delivery) {
 		s.mu.Unlock()
 		if first {
 			typ := d.env.EntityType
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				s.resolveType(typ)
-			}()
+			s.goHeld(func() { s.resolveType(typ) })
 		}
 		return
 	}
@@ -976,7 +979,6 @@ func (s *Sharding) remoteState(ctx context.Context, m cluster.Member) (RegionSta
 
 // followMembership keeps regions and the coordinator in step with membership.
 func (s *Sharding) followMembership() {
-	defer s.wg.Done()
 	tick := time.NewTicker(s.cfg.ReconcileInterval)
 	defer tick.Stop()
 	for {

@@ -240,12 +240,12 @@ func TestARegionDropsAStaleShardOnANewerEpoch(t *testing.T) {
 	reg := host.sharding.region("counter")
 	sh := abiShard("x", 10)
 	reg.mu.Lock()
-	epoch := reg.shards[sh].epoch
+	epoch := reg.hostedLocked(sh).epoch
 	reg.mu.Unlock()
 	// Another allocation of the shard, with a newer epoch, is announced: this copy stops.
 	reg.dropStale(sh, epoch+1)
 	reg.mu.Lock()
-	_, still := reg.shards[sh]
+	still := reg.hostedLocked(sh) != nil
 	reg.mu.Unlock()
 	if still {
 		t.Fatal("the stale shard is still hosted")

@@ -171,7 +171,8 @@ func (s *Sharding) registerShards(mp metric.MeterProvider) {
 	obs.Must(m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, r := range s.allRegions() {
 			r.mu.Lock()
-			n := len(r.shards)
+			n := 0
+			r.eachHostedLocked(func(*shard) { n++ })
 			r.mu.Unlock()
 			o.ObserveInt64(shards, int64(n), r.tel.typeOnly)
 		}

@@ -1,0 +1,440 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardhost/shardhost/internal/obs"
+)
+
+// entity is one entity's mailbox. A goroutine drains it while it is not empty, so an
+// idle entity holds no goroutine; its instance is touched only by that goroutine (or,
+// after Sharding.Stop, by stop).
+type entity struct {
+	r     *Region
+	shard int
+	id    string
+
+	mu       sync.Mutex
+	queue    []delivery
+	running  bool
+	live     bool      // has an instance
+	lastUsed time.Time // when it last finished a message
+	busy     bool      // handling a message (from its dequeue to just before its reply)
+	// passivateWhenIdle, if set, is the cause of a passivation to run once the
+	// goroutine that drains the mailbox has nothing left (chosen while it finished).
+	passivateWhenIdle string
+	epoch             uint64 // the shard's allocation epoch here: fences state writes
+
+	// fenced is set when the shard's allocation here turned out stale: the entity stops
+	// without saving.
+	fenced atomic.Bool
+
+	// Owned by the goroutine that drains the mailbox.
+	inst       Entity
+	remembered bool // recorded among the shard's remembered entities
+	unsaved    int  // messages since the last checkpoint
+	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
+	handleOpts [numKinds]trace.SpanStartOption
+}
+
+func (e *entity) setEpoch(epoch uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.epoch = epoch
+}
+
+func (e *entity) key() EntityKey { return EntityKey{Type: e.r.settings.Name, Shard: e.shard, ID: e.id} }
+
+func (e *entity) currentEpoch() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.epoch
+}
+
+// waitIdle waits until the entity's mailbox is empty and no goroutine drains it, or ctx
+// ends.
+func (e *entity) waitIdle(ctx context.Context) {
+	for {
+		e.mu.Lock()
+		idle := !e.running && len(e.queue) == 0
+		e.mu.Unlock()
+		if idle {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func (e *entity) active() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.live
+}
+
+// enqueue adds d to the mailbox, starting the drain goroutine if none runs. It may be
+// called with the region's lock held.
+func (e *entity) enqueue(d delivery) {
+	e.mu.Lock()
+	if len(e.queue) >= e.r.s.cfg.MailboxSize {
+		e.mu.Unlock()
+		e.r.s.deadLetter(d, ErrMailboxFull)
+		return
+	}
+	if !d.start {
+		d.arrived = time.Now()
+	}
+	e.queue = append(e.queue, d)
+	if e.running {
+		e.mu.Unlock()
+		return
+	}
+	e.running = true
+	e.mu.Unlock()
+	// The caller holds stopMu for reading (route) or runs on an owned goroutine
+	// (resolve, hostShard).
+	e.r.s.goHeld(e.drainLoop)
+}
+
+func (e *entity) drainLoop() {
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 && e.passivateWhenIdle != "" {
+			// A passivation chose it while it finished its last message.
+			cause := e.passivateWhenIdle
+			e.passivateWhenIdle = ""
+			e.mu.Unlock()
+			e.passivateNow(context.Background(), cause, trace.SpanContext{})
+			continue
+		}
+		if len(e.queue) == 0 {
+			e.running = false
+			e.queue = nil
+			e.mu.Unlock()
+			return
+		}
+		d := e.queue[0]
+		e.queue[0] = delivery{}
+		e.queue = e.queue[1:]
+		e.busy = true
+		e.mu.Unlock()
+		e.process(d)
+	}
+}
+
+func (e *entity) process(d delivery) {
+	s := e.r.s
+	name := e.r.settings.Name + "/" + e.id
+	ctx := d.ctx
+	span := noopSpan
+	if s.tel.traced && !d.start {
+		kind := trace.SpanKindInternal
+		if !d.ask {
+			kind = trace.SpanKindConsumer // a tell, timer or change: messaging
+		}
+		k := kindIndex(&d)
+		if e.handleOpts[k] == nil {
+			e.handleOpts[k] = trace.WithAttributes(append(e.entityAttrs(), obs.MessageKind.String(kindNames[k]))...)
+		}
+		ctx, span = s.tracer.Start(ctx, e.r.tel.handleName, trace.WithSpanKind(kind), e.handleOpts[k])
+	}
+	// done ends the message's span and records it; it comes before the reply, so that
+	// the reply's server span (the asker's wait) covers everything here.
+	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
+	done := func(err error) {
+		e.mu.Lock()
+		e.busy = false
+		if !d.start {
+			e.lastUsed = time.Now()
+		}
+		e.mu.Unlock()
+		if d.start {
+			return
+		}
+		e.recordMessage(kind, remote, arrived, err)
+		failSpan(span, err)
+		span.End()
+	}
+	if d.env.Kind == KindPassivate {
+		// A passivation asked from outside (Sharding.Passivate), after the messages
+		// before it; an entity that is not active stays so.
+		out := []byte(PassivateInactive)
+		if e.inst != nil {
+			e.passivateNow(context.WithoutCancel(ctx), causeCommand, trace.SpanContext{})
+			out = []byte(PassivateDone)
+		}
+		done(nil)
+		if d.ask {
+			d.reply(Reply{Payload: out, Node: s.self}, nil)
+		}
+		return
+	}
+	if e.inst == nil {
+		if err := e.activate(ctx); err != nil {
+			s.log.WarnContext(ctx, "entity activation failed", "entity", name, "err", err)
+			done(err)
+			d.fail(err)
+			return
+		}
+	}
+	if d.start {
+		done(nil)
+		return // a remembered entity restarted: no message
+	}
+	mctx := context.WithValue(ctx, messageInfoKey{}, MessageInfo{
+		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
+	out, err := e.inst.Receive(mctx, d.env.Payload)
+	lc, _ := e.inst.(EntityLifecycle)
+	if lc != nil && lc.Terminated() {
+		// The entity is gone (a trapped instance): what it did since its last save is
+		// lost, and the next message starts from the saved state.
+		s.log.WarnContext(ctx, "entity terminated", "entity", name, "err", err)
+		e.stop(ctx, false)
+	}
+	var fwd *ForwardTo
+	if errors.As(err, &fwd) {
+		// Passed on: the entity it names answers the asker.
+		s.forward(d, fwd)
+		d.reply, d.ask = nil, false
+		err = nil
+	}
+	if err != nil {
+		s.log.DebugContext(ctx, "message failed", "entity", name, "err", err)
+		done(err)
+		d.fail(err)
+		return
+	}
+	if e.inst == nil {
+		// Terminated just after it handled the message: the reply stands, but its
+		// state is not saved.
+		done(nil)
+		if d.ask {
+			d.reply(Reply{Payload: out, Node: s.self}, nil)
+		}
+		return
+	}
+	e.unsaved++
+	// The checkpoint policy: with every-message, the state is saved before the reply,
+	// so an acknowledged message survives a crash of this member.
+	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
+		if err := e.save(ctx); err != nil {
+			err = fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err)
+			done(err)
+			d.fail(err)
+			return
+		}
+	}
+	done(nil)
+	if d.ask {
+		d.reply(Reply{Payload: out, Node: s.self}, nil)
+	}
+	if lc != nil && lc.PassivationRequested() {
+		// Passivation the entity asked for: the mailbox is ours (this is its drain), so
+		// messages that arrive meanwhile wait for the next incarnation. The asker has
+		// its reply and may cancel its context: the save must not depend on it. Its
+		// span starts a trace of its own, linked to the message's.
+		e.passivateNow(context.WithoutCancel(ctx), causeRequested, span.SpanContext())
+	}
+}
+
+// activate creates the entity's instance, from its saved state if the state store has
+// one, and records it among the shard's remembered entities if the type remembers them.
+func (e *entity) activate(ctx context.Context) (err error) {
+	s := e.r.s
+	begin := time.Now()
+	span := noopSpan
+	if s.tel.traced {
+		ctx, span = s.tracer.Start(ctx, e.r.tel.activateName, trace.WithAttributes(e.entityAttrs()...))
+	}
+	var state []byte
+	defer func() {
+		st := "fresh"
+		if state != nil {
+			st = "restored"
+		}
+		outcome := obs.OutcomeOK
+		if err != nil {
+			outcome = ErrorCode(err)
+		}
+		s.tel.activations.Add(context.Background(), 1, s.tel.activationAttrs.Get(activationKey{e.r.settings.Name, st, outcome}))
+		s.tel.activationDur.Record(context.Background(), time.Since(begin).Seconds(), s.tel.typeAttr(e.r.settings.Name, attrActivationState, st))
+		span.SetAttributes(attrActivationState.String(st))
+		failSpan(span, err)
+		span.End()
+	}()
+	if s.cfg.States != nil {
+		st, err := e.loadState(ctx)
+		switch {
+		case errors.Is(err, ErrNoState):
+		case err != nil:
+			// Starting without the saved state would lose it: refuse instead.
+			return fmt.Errorf("%w: loading the state of %s: %v", ErrShardUnavailable, e.id, err)
+		default:
+			state = st
+		}
+	}
+	inst, err := s.cfg.Factory.NewEntity(ctx, e.r.settings.Name, e.id, state)
+	if err != nil {
+		return err
+	}
+	e.inst = inst
+	e.unsaved = 0
+	e.mu.Lock()
+	e.live = true
+	e.mu.Unlock()
+	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
+	s.log.InfoContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {
+			s.log.WarnContext(ctx, "cannot remember an entity", "entity", e.id, "err", err)
+		} else {
+			e.remembered = true
+		}
+		cancel()
+	}
+	e.r.activated(e)
+	return nil
+}
+
+// loadState reads the entity's saved state, trying again (three attempts in all, 50 ms
+// then 200 ms apart) while the store is unavailable: a majority of its replicas may be
+// moments from answering, as while members join or a shard moves.
+func (e *entity) loadState(ctx context.Context) ([]byte, error) {
+	s := e.r.s
+	var err error
+	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		var st []byte
+		st, err = s.cfg.States.Load(lctx, e.key())
+		cancel()
+		if err == nil || errors.Is(err, ErrNoState) || attempt == 2 || ctx.Err() != nil {
+			return st, err
+		}
+		s.log.DebugContext(ctx, "entity state not loaded yet", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// save writes the entity's snapshot to the state store under its shard's epoch.
+func (e *entity) save(ctx context.Context) (err error) {
+	s := e.r.s
+	if s.cfg.States == nil || e.inst == nil || e.fenced.Load() {
+		return nil
+	}
+	if s.tel.traced {
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, e.r.tel.saveName, trace.WithAttributes(e.entityAttrs()...))
+		defer func() {
+			failSpan(span, err)
+			span.End()
+		}()
+	}
+	state, err := e.inst.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: %w", e.id, err)
+	}
+	if state == nil {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if err := s.cfg.States.Save(sctx, e.key(), e.currentEpoch(), state); err != nil {
+		if errors.Is(err, ErrStaleEpoch) {
+			e.fenced.Store(true)
+		}
+		return err
+	}
+	e.unsaved = 0
+	return nil
+}
+
+// passivate stops the entity's instance if it is idle: it takes the mailbox (as a drain
+// would), so messages that arrive meanwhile wait and go to the next incarnation, in
+// order. It reports whether it started. The caller holds stopMu for reading or runs on
+// an owned goroutine.
+func (e *entity) passivate(cause string) bool {
+	e.mu.Lock()
+	if e.running || !e.live || len(e.queue) > 0 {
+		e.mu.Unlock()
+		return false
+	}
+	e.running = true
+	e.mu.Unlock()
+	e.r.s.goHeld(func() {
+		e.passivateNow(context.Background(), cause, trace.SpanContext{})
+		e.drainLoop()
+	})
+	return true
+}
+
+// passivateSoon passivates the entity now if no goroutine drains its mailbox, or as
+// soon as the one that does has nothing left.
+func (e *entity) passivateSoon(cause string) {
+	e.mu.Lock()
+	if e.running && e.live {
+		e.passivateWhenIdle = cause
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.passivate(cause)
+}
+
+// passivateNow stops the entity saving its state (unless it is fenced), as a
+// passivation of the given cause: under a "passivate" span, a child of ctx's span or,
+// with a valid link, a new trace linked to it, and counted.
+func (e *entity) passivateNow(ctx context.Context, cause string, link trace.SpanContext) {
+	if e.inst == nil {
+		return
+	}
+	s := e.r.s
+	if s.tel.traced {
+		opts := []trace.SpanStartOption{trace.WithAttributes(append(e.entityAttrs(), attrPassivationCause.String(cause))...)}
+		if link.IsValid() {
+			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: link}))
+		}
+		var span trace.Span
+		ctx, span = s.tracer.Start(ctx, e.r.tel.passivateName, opts...)
+		defer span.End()
+	}
+	s.log.DebugContext(ctx, "passivating entity", "entity", e.r.settings.Name+"/"+e.id, "cause", cause)
+	e.stop(ctx, true)
+	if cause != causeHandoff && cause != causeShutdown {
+		e.r.passivations.Add(1) // what shardhost shards reports
+	}
+	s.tel.passivations.Add(context.Background(), 1, s.tel.typeAttr(e.r.settings.Name, attrPassivationCause, cause))
+}
+
+// stop releases the instance, saving its state first when save is set (passivation,
+// handoff, graceful shutdown) unless the entity is fenced.
+func (e *entity) stop(ctx context.Context, save bool) {
+	if e.inst == nil {
+		return
+	}
+	if h, ok := e.inst.(EntityStopHook); ok && save && !e.fenced.Load() {
+		if h.BeforeStop(ctx) {
+			e.unsaved++
+		}
+	}
+	if save && e.unsaved > 0 {
+		if err := e.save(ctx); err != nil {
+			e.r.s.log.WarnContext(ctx, "entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		}
+	}
+	e.release(ctx, save && !e.fenced.Load())
+}
