@@ -218,7 +218,7 @@ func (n *Node) consoleMemberAction(w http.ResponseWriter, r *http.Request) {
 func (n *Node) shardsReport(ctx context.Context) ShardsReport {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	states, err := n.sharding.ClusterState(ctx)
+	states, err := n.sharding.ClusterShardingState(ctx)
 	rep := ShardsReport{Regions: []RegionReport{}}
 	for _, st := range states {
 		rr := RegionReport{Node: st.Node, Shards: []ShardReport{}, Passivations: st.Passivations,

@@ -594,7 +594,7 @@ func (c *coordinator) rebalanceRound(gen uint64) {
 	c.mu.Unlock()
 	for _, mv := range moves {
 		c.s.log.Info("rebalancing a shard", "shard", mv.ref.String(), "from", mv.region)
-		c.s.handOffShardAt(mv.region, mv.ref, func(err error) {
+		c.s.handOffAt(mv.region, mv.ref, func(err error) {
 			if err != nil {
 				c.s.log.Warn("rebalance handoff failed", "shard", mv.ref.String(), "from", mv.region, "err", err)
 			}
@@ -605,9 +605,9 @@ func (c *coordinator) rebalanceRound(gen uint64) {
 	}
 }
 
-// handedOff forgets a shard's allocation after its region handed it off, and records
-// that it has none (keeping its epoch).
-func (c *coordinator) handedOff(ref shardRef) {
+// shardStopped forgets a shard's allocation after its region handed it off (Akka's
+// ShardStopped), and records that it has none (keeping its epoch).
+func (c *coordinator) shardStopped(ref shardRef) {
 	c.mu.Lock()
 	if ref.Leaving && ref.Requester != "" {
 		c.leaving[ref.Requester] = true

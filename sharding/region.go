@@ -626,7 +626,7 @@ func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
 		entities = len(sh.entities)
 		stopForHandOff(ctx, sh.entities)
 	}
-	if herr := r.s.shardHandedOff(ctx, ref); herr != nil {
+	if herr := r.s.shardStopped(ctx, ref); herr != nil {
 		err = fmt.Errorf("sharding: handing off %s: %w", ref, herr)
 	}
 	r.mu.Lock()

@@ -29,27 +29,6 @@ import (
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
-// Topics of the messages between members.
-const (
-	topicDeliver      = "sharding/deliver"
-	topicGetShardHome = "sharding/get-shard-home"
-	topicHostShard    = "sharding/host-shard"
-	topicRegionState  = "sharding/region-state"
-	topicHandOffDone  = "sharding/handoff-done"
-	// A region handing a shard off: BeginHandOff tells every region to stop routing to
-	// it and buffer (acknowledged); Return gives a message back to its sender's region;
-	// HandOffComplete lets the regions resolve the shard's new home.
-	topicBeginHandOff    = "sharding/begin-handoff"
-	topicReturn          = "sharding/return"
-	topicHandOffComplete = "sharding/handoff-complete"
-	// HandOffShard is the coordinator asking a region to hand a shard off (rebalance).
-	topicHandOffShard = "sharding/handoff-shard"
-	// DropShard is the coordinator telling a region that its copy of a shard is stale.
-	topicDropShard = "sharding/drop-shard"
-)
-
-// maxHops bounds how often one message is forwarded between regions. In a stable cluster
-// a message takes at most one hop; more happen only while shard homes move.
 const maxHops = 3
 
 // maxForwards bounds how often entities may pass one message on (ForwardTo).
@@ -261,6 +240,22 @@ func DefaultConfig() Config {
 	}
 }
 
+// CoordinatorTimeout is how long a region waits for the coordinator's answer to where
+// a shard lives: two RequestTimeouts, as the coordinator may first wait one
+// RequestTimeout for the region it chose to host the shard.
+func (c Config) CoordinatorTimeout() time.Duration { return 2 * c.RequestTimeout }
+
+// HandOffTimeout bounds a region's handoff of one shard: one RequestTimeout for the
+// other regions to acknowledge BeginHandOff, one for the coordinator to acknowledge
+// ShardStopped, and ResolveTimeout for the shard's entities to finish what they
+// received and save their state (a save retries while the store is unavailable).
+func (c Config) HandOffTimeout() time.Duration { return 2*c.RequestTimeout + c.ResolveTimeout }
+
+// HandOffRequestTimeout is how long the coordinator waits for a region to answer a
+// HandOff (a rebalance): HandOffTimeout and one RequestTimeout more for the message
+// and its answer, so that a region that finishes in time is heard.
+func (c Config) HandOffRequestTimeout() time.Duration { return c.HandOffTimeout() + c.RequestTimeout }
+
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
 	switch {
@@ -336,11 +331,11 @@ func New(cfg Config) (*Sharding, error) {
 	cfg.Messenger.Handle(topicGetShardHome, s.handleGetShardHome)
 	cfg.Messenger.Handle(topicHostShard, s.handleHostShard)
 	cfg.Messenger.Handle(topicRegionState, s.handleRegionState)
-	cfg.Messenger.Handle(topicHandOffDone, s.handleHandOffDone)
+	cfg.Messenger.Handle(topicShardStopped, s.handleShardStopped)
 	cfg.Messenger.Handle(topicBeginHandOff, s.handleBeginHandOff)
 	cfg.Messenger.Handle(topicReturn, s.handleReturn)
 	cfg.Messenger.Handle(topicHandOffComplete, s.handleHandOffComplete)
-	cfg.Messenger.Handle(topicHandOffShard, s.handleHandOffShard)
+	cfg.Messenger.Handle(topicHandOff, s.handleHandOff)
 	cfg.Messenger.Handle(topicDropShard, s.handleDropShard)
 	s.sub = cfg.Membership.Subscribe(1024)
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
@@ -933,10 +928,12 @@ func (s *Sharding) LocalState() RegionState {
 	return st
 }
 
-// ClusterState asks every member for its region state (Akka's GetClusterShardingStats)
-// and returns them sorted by node. Members that do not answer are listed in the error
-// and left out.
-func (s *Sharding) ClusterState(ctx context.Context) ([]RegionState, error) {
+// ClusterShardingState asks every member for its region state and returns them sorted
+// by node. Members that do not answer are listed in the error and left out. It is
+// Akka's GetClusterShardingStats with the IDs of the active entities rather than their
+// number; the name differs so as to suggest neither counts nor Akka's
+// CurrentClusterState, which is about membership.
+func (s *Sharding) ClusterShardingState(ctx context.Context) ([]RegionState, error) {
 	members := s.cfg.Membership.Members()
 	states := make([]RegionState, len(members))
 	errs := make([]error, len(members))
@@ -1051,298 +1048,6 @@ func (s *Sharding) transportAddr(addr string) (string, error) {
 	return m.TransportAddr, nil
 }
 
-// shardHome asks the coordinator (the singleton on the oldest member) where a shard
-// lives, allocating it if needed. It blocks for at most RequestTimeout.
-func (s *Sharding) shardHome(ctx context.Context, ref shardRef) (shardHome, error) {
-	oldest, ok := cluster.SingletonHost(s.cfg.Membership.Members(), "")
-	if !ok {
-		return shardHome{}, fmt.Errorf("%w: no up member to run the coordinator", ErrShardUnavailable)
-	}
-	ref.Requester = s.self
-	if oldest.Address == s.self {
-		type result struct {
-			home shardHome
-			err  error
-		}
-		ch := make(chan result, 1)
-		s.coord.getShardHome(ctx, ref, func(home shardHome, err error) { ch <- result{home, err} })
-		select {
-		case r := <-ch:
-			return r.home, r.err
-		case <-time.After(2 * s.cfg.RequestTimeout):
-			return shardHome{}, fmt.Errorf("%w: the coordinator did not answer in %v", ErrShardUnavailable, 2*s.cfg.RequestTimeout)
-		case <-s.stop:
-			return shardHome{}, ErrStopped
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RequestTimeout)
-	defer cancel()
-	b, err := s.cfg.Messenger.Request(ctx, oldest.TransportAddr, topicGetShardHome, encode(ref))
-	if err != nil {
-		return shardHome{}, fmt.Errorf("%w: asking the coordinator at %s: %v", ErrShardUnavailable, oldest.Address, err)
-	}
-	var h shardHome
-	if err := decode(b, &h); err != nil {
-		return shardHome{}, err
-	}
-	return h, nil
-}
-
-// hostShard tells the region at addr to host a shard; cb gets the outcome.
-func (s *Sharding) hostShard(ctx context.Context, addr string, ref shardRef, cb func(error)) {
-	if addr == s.self {
-		if !s.goroutine(func() { cb(s.hostShardHere(ref)) }) {
-			cb(ErrStopped)
-		}
-		return
-	}
-	to, err := s.transportAddr(addr)
-	if err != nil {
-		cb(err)
-		return
-	}
-	s.cfg.Messenger.RequestAsyncContext(ctx, to, topicHostShard, encode(ref), s.cfg.RequestTimeout, func(_ []byte, err error) { cb(err) })
-}
-
-func (s *Sharding) hostShardHere(ref shardRef) error {
-	if s.leaving.Load() {
-		return ErrLeaving
-	}
-	// The coordinator waits RequestTimeout from its sending: waiting here (for the
-	// type's settings) at most half of that, the shard is hosted while the coordinator
-	// still waits for the answer, not after it gave up and allocated the shard anew.
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout/2)
-	defer cancel()
-	r, err := s.ensureRegion(ctx, ref.Type)
-	if err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		// The type's settings came too late (a resolver that compiled a module
-		// meanwhile): the coordinator may have given up, so do not host.
-		return fmt.Errorf("%w: the settings of %s came after %v", ErrShardUnavailable, ref.Type, s.cfg.RequestTimeout/2)
-	}
-	r.hostShard(ref.Shard, ref.Epoch)
-	return nil
-}
-
-// Handlers of member-to-member messages. They run on the transport's reader goroutine
-// and must not block: slow work goes to an owned goroutine.
-
-func (s *Sharding) handleDeliver(req *cluster.Request) {
-	var env Envelope
-	if err := decode(req.Body, &env); err != nil {
-		s.log.Warn("dropping a malformed envelope", "from", req.From, "err", err)
-		req.Reply(nil, err)
-		return
-	}
-	// The context has the sender's trace and, for an ask, the server span the reply
-	// ends (the messenger's): the entity's spans are its children and end before it.
-	ctx := req.Context()
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(obs.EntityType.String(env.EntityType), obs.EntityID.String(env.EntityID), attrHops.Int(int(env.Hops)))
-	}
-	d := delivery{env: env, ctx: ctx, ask: !req.OneWay()}
-	if !d.ask {
-		// A tell fails here, with nobody to tell: a dead letter.
-		d.reply = func(_ Reply, err error) {
-			if err != nil {
-				s.tellFailed(context.WithoutCancel(ctx), env, err)
-			}
-		}
-	}
-	if d.ask {
-		d.deadline = time.Now().Add(s.cfg.AskTimeout)
-		d.reply = func(r Reply, err error) {
-			w := wireReply{Payload: r.Payload, Node: r.Node}
-			if err != nil {
-				w = wireReply{Code: ErrorCode(err), Error: err.Error(), Node: s.self}
-				var re *RemoteError
-				if errors.As(err, &re) && re.Node != "" {
-					w.Node = re.Node
-				}
-			}
-			req.Reply(encode(w), nil)
-		}
-	}
-	s.route(d)
-}
-
-func (s *Sharding) handleGetShardHome(req *cluster.Request) {
-	var ref shardRef
-	if err := decode(req.Body, &ref); err != nil {
-		req.Reply(nil, err)
-		return
-	}
-	s.coord.getShardHome(req.Context(), ref, func(home shardHome, err error) {
-		if err != nil {
-			req.Reply(nil, err)
-			return
-		}
-		req.Reply(encode(home), nil)
-	})
-}
-
-func (s *Sharding) handleHostShard(req *cluster.Request) {
-	var ref shardRef
-	if err := decode(req.Body, &ref); err != nil {
-		req.Reply(nil, err)
-		return
-	}
-	if !s.goroutine(func() { req.Reply(nil, s.hostShardHere(ref)) }) {
-		req.Reply(nil, ErrStopped)
-	}
-}
-
-func (s *Sharding) handleRegionState(req *cluster.Request) {
-	req.Reply(encode(s.LocalState()), nil)
-}
-
-// typeSettings returns a type's settings as this member knows them (defaults for a type
-// it has no region of).
-func (s *Sharding) typeSettings(typ string) TypeSettings {
-	if r := s.region(typ); r != nil {
-		return r.Settings()
-	}
-	return TypeSettings{Name: typ, Allocation: AllocationLeastShard}
-}
-
-// handOffShardAt has the region at addr hand a shard off (for a rebalance); cb gets the
-// outcome once the handoff is complete.
-func (s *Sharding) handOffShardAt(addr string, ref shardRef, cb func(error)) {
-	if addr == s.self {
-		if !s.goroutine(func() { cb(s.handOffShardHere(ref)) }) {
-			cb(ErrStopped)
-		}
-		return
-	}
-	to, err := s.transportAddr(addr)
-	if err != nil {
-		cb(err)
-		return
-	}
-	s.cfg.Messenger.RequestAsync(to, topicHandOffShard, encode(ref), 3*s.cfg.RequestTimeout+s.cfg.ResolveTimeout,
-		func(_ []byte, err error) { cb(err) })
-}
-
-func (s *Sharding) handOffShardHere(ref shardRef) error {
-	r := s.region(ref.Type)
-	if r == nil {
-		return fmt.Errorf("%w: no region of %s here", ErrShardUnavailable, ref.Type)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.RequestTimeout+s.cfg.ResolveTimeout)
-	defer cancel()
-	return r.handOffShard(ctx, ref.Shard)
-}
-
-// dropShardAt tells the region at addr that its copy of ref's shard is stale (ref.Epoch
-// is the current allocation's).
-func (s *Sharding) dropShardAt(addr string, ref shardRef) {
-	if addr == s.self {
-		if r := s.region(ref.Type); r != nil {
-			r.dropStale(ref.Shard, ref.Epoch)
-		}
-		return
-	}
-	if to, err := s.transportAddr(addr); err == nil {
-		s.cfg.Messenger.Tell(to, topicDropShard, encode(ref))
-	}
-}
-
-func (s *Sharding) handleDropShard(req *cluster.Request) {
-	var ref shardRef
-	if err := decode(req.Body, &ref); err != nil {
-		return
-	}
-	if r := s.region(ref.Type); r != nil {
-		r.dropStale(ref.Shard, ref.Epoch)
-	}
-}
-
-func (s *Sharding) handleHandOffShard(req *cluster.Request) {
-	var ref shardRef
-	if err := decode(req.Body, &ref); err != nil {
-		req.Reply(nil, err)
-		return
-	}
-	if !s.goroutine(func() { req.Reply(nil, s.handOffShardHere(ref)) }) {
-		req.Reply(nil, ErrStopped)
-	}
-}
-
-// handleBeginHandOff: another region hands a shard off; buffer its messages here until
-// it completes. The acknowledgement follows, on the same connection, every message this
-// member had already sent it.
-func (s *Sharding) handleBeginHandOff(req *cluster.Request) {
-	var ref shardRef
-	if err := decode(req.Body, &ref); err != nil {
-		req.Reply(nil, err)
-		return
-	}
-	if r := s.region(ref.Type); r != nil {
-		r.pause(ref.Shard, ref.Requester, decodeSpanContext(ref.HandOff))
-	}
-	req.Reply(nil, nil)
-}
-
-// handleHandOffComplete: the shard's handoff is over; resolve its new home.
-func (s *Sharding) handleHandOffComplete(req *cluster.Request) {
-	var ref shardRef
-	if err := decode(req.Body, &ref); err != nil {
-		return
-	}
-	if r := s.region(ref.Type); r != nil {
-		r.unpause(ref.Shard)
-	}
-}
-
-// handleReturn: a region handing a shard off gives back a tell this member sent it.
-func (s *Sharding) handleReturn(req *cluster.Request) {
-	var env Envelope
-	if err := decode(req.Body, &env); err != nil {
-		return
-	}
-	if r := s.region(env.EntityType); r != nil {
-		r.reroute(delivery{env: env, ctx: req.Context()})
-	}
-}
-
-// broadcastHandOff sends a handoff message about ref to every other member; with wait,
-// it waits for their acknowledgements (at most RequestTimeout).
-func (s *Sharding) broadcastHandOff(ctx context.Context, topic string, ref shardRef, wait bool) {
-	body := encode(ref)
-	var wg sync.WaitGroup
-	for _, m := range s.cfg.Membership.Members() {
-		if m.Address == s.self || m.Status == cluster.StatusDown || m.Status == cluster.StatusRemoved {
-			continue
-		}
-		if !wait {
-			s.cfg.Messenger.TellContext(ctx, m.TransportAddr, topic, body)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-			defer cancel()
-			if _, err := s.cfg.Messenger.Request(rctx, m.TransportAddr, topic, body); err != nil {
-				s.log.Warn("a region did not acknowledge a handoff", "region", m.Address, "shard", ref.String(), "err", err)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-func (s *Sharding) handleHandOffDone(req *cluster.Request) {
-	var ref shardRef
-	if err := decode(req.Body, &ref); err != nil {
-		req.Reply(nil, err)
-		return
-	}
-	s.coord.handedOff(ref)
-	req.Reply(nil, nil)
-}
-
 // handOffAll is the leave hook: every region hands its shards off, one at a time, so
 // that they are allocated elsewhere before this member exits.
 func (s *Sharding) handOffAll(ctx context.Context) error {
@@ -1354,19 +1059,11 @@ func (s *Sharding) handOffAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// shardHandedOff tells the coordinator that this region no longer hosts a shard.
-func (s *Sharding) shardHandedOff(ctx context.Context, ref shardRef) error {
-	ref.Requester, ref.Leaving = s.self, s.leaving.Load()
-	host, ok := cluster.SingletonHost(s.cfg.Membership.Members(), "")
-	if !ok {
-		return fmt.Errorf("%w: no coordinator", ErrShardUnavailable)
+// typeSettings returns a type's settings as this member knows them (defaults for a type
+// it has no region of).
+func (s *Sharding) typeSettings(typ string) TypeSettings {
+	if r := s.region(typ); r != nil {
+		return r.Settings()
 	}
-	if host.Address == s.self {
-		s.coord.handedOff(ref)
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	_, err := s.cfg.Messenger.Request(ctx, host.TransportAddr, topicHandOffDone, encode(ref))
-	return err
+	return TypeSettings{Name: typ, Allocation: AllocationLeastShard}
 }

@@ -61,7 +61,7 @@ func TestEntitiesAcrossThreeMembers(t *testing.T) {
 	// spread the 10 shards 4/3/3.
 	seen := map[string]string{}
 	ctx := context.Background()
-	states, err := tc.nodes[1].sharding.ClusterState(ctx)
+	states, err := tc.nodes[1].sharding.ClusterShardingState(ctx)
 	if err != nil || len(states) != 3 {
 		t.Fatalf("cluster state: %v %v", states, err)
 	}
