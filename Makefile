@@ -55,7 +55,7 @@ TEST_WASM := $(BIN)/testwasm
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: all build image examples run test test-go test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench figures fmt-check fresh-check clean FORCE
+.PHONY: all build image examples run test test-go test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench bench-peers figures fmt-check fresh-check clean FORCE
 
 all: build examples
 
@@ -216,6 +216,14 @@ $(BIN)/wazero:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./host/ ./cluster/ ./sharding/pgstore/
+
+# shardhost beside Proto.Actor in one process and one run: one markdown table of figures,
+# ratios and floors (bench/peers/README.md). bench/peers is a module of its own, so the
+# peer stays out of this one's dependencies; make test neither builds nor runs it.
+# PEERS_FLAGS passes flags, e.g. PEERS_FLAGS='-dur 1s -rss-sizes 1000,10000'.
+PEERS_FLAGS ?=
+bench-peers: examples
+	cd bench/peers && $(GO) run . -wasm $(CURDIR)/$(BIN)/wasm $(PEERS_FLAGS)
 
 # The README's table of the counter built by TinyGo, by Go's port and in Rust (each
 # sub-benchmark does a fixed amount of work: run once, without the race detector).

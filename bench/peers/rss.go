@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// runRSS measures s's resident memory per active entity at each of o.rssSizes, each in
+// a child process of its own (a process rarely gives memory back, so sizes measured one
+// after another in one process would not be independent). A size whose estimate, from
+// the figure of the largest smaller size, exceeds o.rssMemFrac of the machine's
+// available memory is skipped, with a note.
+func runRSS(o options, s system, cache string, res results, progress func(string, ...any)) ([]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var notes []string
+	perEntity := 0.0
+	for _, n := range o.rssSizes {
+		if perEntity > 0 {
+			need := perEntity * float64(n) * 1.2
+			avail := float64(meminfo("MemAvailable"))
+			if need > o.rssMemFrac*avail {
+				notes = append(notes, fmt.Sprintf("%s at %s entities: skipped, it would need about %.1f GiB (%.0f KiB each), over %.0f%% of the %.1f GiB available",
+					s.name, thousands(n), need/(1<<30), perEntity/1024, o.rssMemFrac*100, avail/(1<<30)))
+				continue
+			}
+		}
+		progress("%s: RSS at %d entities", s.name, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		cmd := exec.CommandContext(ctx, self, "-child-rss", s.key, "-child-n", strconv.Itoa(n), "-child-wasm", s.wasmFile, "-child-cache", cache)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("child at %d entities: %w", n, err)
+		}
+		var before, after int64
+		if _, err := fmt.Sscan(string(out), &before, &after); err != nil {
+			return nil, fmt.Errorf("child at %d entities printed %q", n, out)
+		}
+		perEntity = float64(after-before) / float64(n)
+		res.set(s.key, "rss-"+strconv.Itoa(n), perEntity)
+	}
+	return notes, nil
+}
+
+// rssChild is the child of runRSS: it starts the system (one member for shardhost),
+// homes every shard, reads its resident memory, activates o.childN counters with
+// 16 askers, reads it again, and prints both (bytes).
+func rssChild(o options) error {
+	ctx := context.Background()
+	var c counters
+	if o.childRSS == "proto" {
+		sys := quietActorSystem()
+		defer sys.Shutdown()
+		c = newProtoCounters(sys)
+	} else {
+		wasm, err := os.ReadFile(o.childWasm)
+		if err != nil {
+			return err
+		}
+		cl, err := startShardCluster(ctx, 1, wasm, o.childCache)
+		if err != nil {
+			return err
+		}
+		defer cl.stop()
+		c = shardCounters{cl.nodes[0].Sharding()}
+	}
+	if err := homeAllShards(ctx, c); err != nil {
+		return err
+	}
+	ids := make([]string, o.childN)
+	for i := range ids {
+		ids[i] = "m-" + strconv.Itoa(i)
+	}
+	before, err := residentBytes()
+	if err != nil {
+		return err
+	}
+	if err := activate(ctx, c, ids, 16); err != nil {
+		return err
+	}
+	after, err := residentBytes()
+	if err != nil {
+		return err
+	}
+	// Every counter is still active: each answers "get" with its count, 1.
+	for _, id := range ids[:min(len(ids), 100)] {
+		if n, err := askCount(ctx, c, id); err != nil || n != 1 {
+			return fmt.Errorf("counter %s: %d, %v (want 1)", id, n, err)
+		}
+	}
+	fmt.Println(before, after)
+	return nil
+}
+
+// residentBytes is VmRSS from /proc/self/status after a collection that returns what it
+// can to the OS.
+func residentBytes() (int64, error) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			fields := strings.Fields(v)
+			if len(fields) == 0 {
+				break
+			}
+			kb, err := strconv.ParseInt(fields[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/self/status")
+}
