@@ -128,7 +128,7 @@ func (c *shardCluster) remoteIDs(ctx context.Context, prefix string, n int) ([]s
 	if err := homeAllShards(ctx, shardCounters{c.nodes[0].Sharding()}); err != nil {
 		return nil, err
 	}
-	st, err := c.nodes[0].Sharding().ClusterState(ctx)
+	st, err := c.nodes[0].Sharding().ClusterShardingState(ctx)
 	if err != nil {
 		return nil, err
 	}
