@@ -38,6 +38,8 @@ type options struct {
 	activations int
 	rateMax     int
 	remote      bool
+	recovery    bool
+	rounds      int
 	rssSizes    []int
 	rssMemFrac  float64
 	profileDir  string
@@ -59,10 +61,12 @@ func main() {
 	flag.IntVar(&o.entities, "entities", 1000, "counters the concurrent asks, the tells and the remote asks spread over")
 	flag.IntVar(&o.tells, "tells", 200_000, "tells sent in the tells workload")
 	flag.IntVar(&o.tellers, "tellers", 8, "goroutines sending the tells")
-	flag.IntVar(&o.serialMax, "serial-max", 100_000, "most asks in a serial workload (it also stops after -dur)")
+	flag.IntVar(&o.serialMax, "serial-max", 100_000, "most asks in a serial workload per system (it also stops after -dur)")
+	flag.IntVar(&o.rounds, "rounds", 4, "rounds each workload is split into, the systems taking turns in each, so that a shared machine's load weighs on all alike")
 	flag.IntVar(&o.activations, "activation-max", 2000, "most first messages in the serial activation workload (it also stops after -dur)")
 	flag.IntVar(&o.rateMax, "activation-rate-max", 20_000, "most activations in the activation-rate workload (it also stops after -dur)")
 	flag.BoolVar(&o.remote, "remote", true, "run the two-member workloads")
+	flag.BoolVar(&o.recovery, "recovery", true, "shardhost members keep in-memory recovery on (host.Config.Recovery, on by default)")
 	flag.Float64Var(&o.rssMemFrac, "rss-mem-frac", 0.4, "skip an RSS size whose estimate (from the smaller sizes) exceeds this fraction of MemAvailable")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU and allocation profiles of the serial and concurrent workloads here (SYSTEM-WORKLOAD.*.pprof)")
 	flag.StringVar(&o.childRSS, "child-rss", "", "internal: measure RSS per entity of this system in this process")
@@ -87,6 +91,10 @@ func main() {
 		for _, w := range strings.Split(*only, ",") {
 			o.only[strings.TrimSpace(w)] = true
 		}
+	}
+	if o.rounds < 1 {
+		fmt.Fprintln(os.Stderr, "peers: -rounds must be at least 1")
+		os.Exit(2)
 	}
 	if o.childRSS != "" {
 		if err := rssChild(o); err != nil {
@@ -180,14 +188,12 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("floors: %w", err)
 	}
-	for _, s := range systems {
-		if err := runLocal(ctx, o, s, cache, res, progress); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		if o.remote && o.runs("remote") {
-			if err := runRemote(ctx, o, s, cache, res, progress); err != nil {
-				return fmt.Errorf("%s, remote: %w", s.name, err)
-			}
+	if err := localPhase(ctx, o, systems, cache, res, progress); err != nil {
+		return err
+	}
+	if o.remote && o.runs("remote") {
+		if err := remotePhase(ctx, o, systems, cache, res, progress); err != nil {
+			return err
 		}
 	}
 	if o.runs("rss") {
@@ -201,134 +207,6 @@ func run(o options) error {
 	}
 	m.loadEnd = loadAverage()
 	printTable(os.Stdout, o, m, fl, systems, res, notes)
-	return nil
-}
-
-// runLocal runs the one-member workloads of s.
-func runLocal(ctx context.Context, o options, s system, cache string, res results, progress func(string, ...any)) error {
-	var c counters
-	if s.wasm == nil {
-		sys := quietActorSystem()
-		defer sys.Shutdown()
-		c = newProtoCounters(sys)
-	} else {
-		cl, err := startShardCluster(ctx, 1, s.wasm, cache)
-		if err != nil {
-			return err
-		}
-		defer cl.stop()
-		c = shardCounters{cl.nodes[0].Sharding()}
-	}
-	progress("%s: %d counters", s.name, o.entities)
-	if err := homeAllShards(ctx, c); err != nil {
-		return err
-	}
-	ids := make([]string, o.entities)
-	for i := range ids {
-		ids[i] = "e-" + strconv.Itoa(i)
-	}
-	if err := activate(ctx, c, ids, o.askers); err != nil {
-		return err
-	}
-	if o.runs("serial") {
-		progress("%s: serial asks", s.name)
-		err := profiled(o.profileDir, s.key+"-serial", func() error {
-			l, err := serialAsks(ctx, c, ids[0], o.dur, o.serialMax)
-			if err == nil {
-				res.set(s.key, "serial-p50", l.quantile(0.5).Seconds())
-				res.set(s.key, "serial-p99", l.quantile(0.99).Seconds())
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if o.runs("concurrent") {
-		progress("%s: concurrent asks", s.name)
-		err := profiled(o.profileDir, s.key+"-concurrent", func() error {
-			r, err := concurrentAsks(ctx, c, ids, o.askers, o.dur)
-			res.set(s.key, "concurrent", r)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if o.runs("tells") {
-		progress("%s: tells", s.name)
-		r, err := tellLoad(ctx, c, ids, o.tellers, o.tells)
-		if err != nil {
-			return err
-		}
-		res.set(s.key, "tells", r)
-	}
-	if o.runs("activation") {
-		progress("%s: activations", s.name)
-		l, err := serialActivations(ctx, c, "a-", o.dur, o.activations)
-		if err != nil {
-			return err
-		}
-		res.set(s.key, "activation-p50", l.quantile(0.5).Seconds())
-		res.set(s.key, "activation-p99", l.quantile(0.99).Seconds())
-		r, _, err := activationRate(ctx, c, "b-", o.askers, o.dur, o.rateMax)
-		if err != nil {
-			return err
-		}
-		res.set(s.key, "activation-rate", r)
-	}
-	return nil
-}
-
-// runRemote runs the two-member workloads of s: counters on the second member, asked
-// through the first.
-func runRemote(ctx context.Context, o options, s system, cache string, res results, progress func(string, ...any)) error {
-	var c counters
-	var ids []string
-	for i := 0; i < o.entities; i++ {
-		ids = append(ids, "r-"+strconv.Itoa(i))
-	}
-	progress("%s: two members", s.name)
-	if s.wasm == nil {
-		p := startProtoPair()
-		defer p.stop()
-		if err := activate(ctx, p.local, ids, o.askers); err != nil { // spawned on the server
-			return err
-		}
-		c = p.remote
-	} else {
-		cl, err := startShardCluster(ctx, 2, s.wasm, cache)
-		if err != nil {
-			return err
-		}
-		defer cl.stop()
-		if ids, err = cl.remoteIDs(ctx, "r-", o.entities); err != nil {
-			return err
-		}
-		c = shardCounters{cl.nodes[0].Sharding()}
-		if err := activate(ctx, c, ids, o.askers); err != nil {
-			return err
-		}
-		r, err := cl.nodes[0].Sharding().Ask(ctx, counterType, ids[0], msgGet)
-		if err != nil {
-			return err
-		}
-		if r.Node != cl.nodes[1].Self().Address {
-			return fmt.Errorf("counter %s answered from %s, not member 1", ids[0], r.Node)
-		}
-	}
-	progress("%s: remote asks", s.name)
-	l, err := serialAsks(ctx, c, ids[0], o.dur, o.serialMax)
-	if err != nil {
-		return err
-	}
-	res.set(s.key, "remote-p50", l.quantile(0.5).Seconds())
-	res.set(s.key, "remote-p99", l.quantile(0.99).Seconds())
-	r, err := concurrentAsks(ctx, c, ids, o.askers, o.dur)
-	if err != nil {
-		return err
-	}
-	res.set(s.key, "remote-rate", r)
 	return nil
 }
 

@@ -46,8 +46,9 @@ type shardCluster struct {
 }
 
 // startShardCluster starts count members with the host's defaults except for fast
-// local gossip, no API, quiet logs and a compilation cache shared by the run (cacheDir).
-func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir string) (*shardCluster, error) {
+// local gossip, no API, quiet logs, a compilation cache shared by the run (cacheDir) and
+// in-memory recovery as the run asks (on by default, as in host.DefaultConfig).
+func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir string, recovery bool) (*shardCluster, error) {
 	dir, err := os.MkdirTemp("", "peers-shardhost-")
 	if err != nil {
 		return nil, err
@@ -63,6 +64,7 @@ func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir str
 		lc.SBRStableAfter = 10 * time.Second
 		cfg.Lifecycle = lc
 		cfg.Runtime.CacheDir = cacheDir
+		cfg.Recovery = recovery
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		if i > 0 {
 			cfg.Join = []string{c.nodes[0].Self().Address}

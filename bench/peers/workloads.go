@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -66,8 +67,9 @@ func serialAsks(ctx context.Context, c counters, id string, d time.Duration, max
 }
 
 // concurrentAsks runs askers goroutines, each asking "inc" of counters picked in turn
-// from ids (each asker starting at its own offset), for d. It returns asks per second.
-func concurrentAsks(ctx context.Context, c counters, ids []string, askers int, d time.Duration) (float64, error) {
+// from ids (each asker starting at its own offset), for d. It returns the asks answered
+// and the time they took.
+func concurrentAsks(ctx context.Context, c counters, ids []string, askers int, d time.Duration) (int64, time.Duration, error) {
 	var done atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -99,9 +101,9 @@ func concurrentAsks(ctx context.Context, c counters, ids []string, askers int, d
 	wg.Wait()
 	elapsed := time.Since(start)
 	if firstErr != nil {
-		return 0, firstErr
+		return 0, 0, firstErr
 	}
-	return float64(done.Load()) / elapsed.Seconds(), nil
+	return done.Load(), elapsed, nil
 }
 
 // activate asks "inc" of each ID once, with askers goroutines.
@@ -131,9 +133,9 @@ func activate(ctx context.Context, c counters, ids []string, askers int) error {
 }
 
 // tellLoad sends total "inc" tells, round robin over ids, from senders goroutines, and
-// returns tells per second from the first send until every counter shows its tells
-// (read by asking "get" of each, one after another, after the last send).
-func tellLoad(ctx context.Context, c counters, ids []string, senders, total int) (float64, error) {
+// returns the time from the first send until every counter shows its tells (read by
+// asking "get" of each, one after another, after the last send).
+func tellLoad(ctx context.Context, c counters, ids []string, senders, total int) (time.Duration, error) {
 	base := make([]int64, len(ids))
 	for i, id := range ids {
 		n, err := askCount(ctx, c, id)
@@ -189,7 +191,7 @@ func tellLoad(ctx context.Context, c counters, ids []string, senders, total int)
 			time.Sleep(200 * time.Microsecond)
 		}
 	}
-	return float64(total) / time.Since(start).Seconds(), nil
+	return time.Since(start), nil
 }
 
 func askCount(ctx context.Context, c counters, id string) (int64, error) {
@@ -224,8 +226,8 @@ func serialActivations(ctx context.Context, c counters, prefix string, d time.Du
 }
 
 // activationRate has askers goroutines ask "inc" of new counters for d or until max
-// have been activated, and returns activations per second.
-func activationRate(ctx context.Context, c counters, prefix string, askers int, d time.Duration, max int) (float64, int, error) {
+// have been activated, and returns the activations and the time they took.
+func activationRate(ctx context.Context, c counters, prefix string, askers int, d time.Duration, max int) (int64, time.Duration, error) {
 	var next, done atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -253,8 +255,7 @@ func activationRate(ctx context.Context, c counters, prefix string, askers int, 
 	if firstErr != nil {
 		return 0, 0, firstErr
 	}
-	n := int(done.Load())
-	return float64(n) / time.Since(start).Seconds(), n, nil
+	return done.Load(), time.Since(start), nil
 }
 
 // profiled runs f under a CPU profile and between two allocation profiles written to
@@ -268,6 +269,7 @@ func profiled(dir, name string, f func() error) error {
 		return err
 	}
 	writeAllocs := func(file string) error {
+		runtime.GC() // the profile shows allocations as of the last collection
 		out, err := os.Create(filepath.Join(dir, file))
 		if err != nil {
 			return err

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// side is one system in a phase of the run: its way into its counters, the IDs of its
+// warm counters, and how to stop it.
+type side struct {
+	sys  system
+	c    counters
+	ids  []string
+	stop func()
+}
+
+// rate accumulates a count over rounds.
+type rate struct {
+	n       int64
+	elapsed time.Duration
+}
+
+func (r *rate) add(n int64, d time.Duration) { r.n += n; r.elapsed += d }
+func (r rate) perSecond() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.n) / r.elapsed.Seconds()
+}
+
+// turns runs each round of a workload on every side, the sides taking turns (the first
+// of each round moves on by one), so that a shared machine's load weighs on all alike.
+func turns(o options, sides []side, f func(round int, s side) error) error {
+	for r := 0; r < o.rounds; r++ {
+		for k := range sides {
+			s := sides[(r+k)%len(sides)]
+			if err := f(r, s); err != nil {
+				return fmt.Errorf("%s: %w", s.sys.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func stopAll(sides []side) {
+	for _, s := range sides {
+		s.stop()
+	}
+}
+
+// localPhase starts every system on one member, activates o.entities counters in each,
+// and runs the serial, concurrent, tell and activation workloads, the systems taking
+// turns round by round.
+func localPhase(ctx context.Context, o options, systems []system, cache string, res results, progress func(string, ...any)) error {
+	var sides []side
+	defer func() { stopAll(sides) }()
+	for _, sys := range systems {
+		progress("%s: one member, %d counters", sys.name, o.entities)
+		s := side{sys: sys}
+		if sys.wasm == nil {
+			as := quietActorSystem()
+			s.c, s.stop = newProtoCounters(as), as.Shutdown
+		} else {
+			cl, err := startShardCluster(ctx, 1, sys.wasm, cache, o.recovery)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
+			s.c, s.stop = shardCounters{cl.nodes[0].Sharding()}, cl.stop
+		}
+		sides = append(sides, s)
+		if err := homeAllShards(ctx, s.c); err != nil {
+			return fmt.Errorf("%s: %w", sys.name, err)
+		}
+		for i := 0; i < o.entities; i++ {
+			s.ids = append(s.ids, "e-"+strconv.Itoa(i))
+		}
+		sides[len(sides)-1] = s
+		if err := activate(ctx, s.c, s.ids, o.askers); err != nil {
+			return fmt.Errorf("%s: %w", sys.name, err)
+		}
+	}
+	slice := o.dur / time.Duration(o.rounds)
+	if o.runs("serial") {
+		progress("serial asks")
+		samples := map[string]latencies{}
+		err := turns(o, sides, func(r int, s side) error {
+			return profiled(o.profileDir, s.sys.key+"-serial-r"+strconv.Itoa(r), func() error {
+				l, err := serialAsks(ctx, s.c, s.ids[0], slice, o.serialMax/o.rounds)
+				samples[s.sys.key] = append(samples[s.sys.key], l...)
+				return err
+			})
+		})
+		if err != nil {
+			return err
+		}
+		for k, l := range samples {
+			res.set(k, "serial-p50", l.quantile(0.5).Seconds())
+			res.set(k, "serial-p99", l.quantile(0.99).Seconds())
+		}
+	}
+	if o.runs("concurrent") {
+		progress("concurrent asks")
+		rates := map[string]*rate{}
+		err := turns(o, sides, func(r int, s side) error {
+			return profiled(o.profileDir, s.sys.key+"-concurrent-r"+strconv.Itoa(r), func() error {
+				n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
+				if rates[s.sys.key] == nil {
+					rates[s.sys.key] = &rate{}
+				}
+				rates[s.sys.key].add(n, d)
+				return err
+			})
+		})
+		if err != nil {
+			return err
+		}
+		for k, r := range rates {
+			res.set(k, "concurrent", r.perSecond())
+		}
+	}
+	if o.runs("tells") {
+		progress("tells")
+		rates := map[string]*rate{}
+		err := turns(o, sides, func(r int, s side) error {
+			n := o.tells / o.rounds
+			d, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
+			if rates[s.sys.key] == nil {
+				rates[s.sys.key] = &rate{}
+			}
+			rates[s.sys.key].add(int64(n), d)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for k, r := range rates {
+			res.set(k, "tells", r.perSecond())
+		}
+	}
+	if o.runs("activation") {
+		progress("activations")
+		samples := map[string]latencies{}
+		rates := map[string]*rate{}
+		err := turns(o, sides, func(r int, s side) error {
+			l, err := serialActivations(ctx, s.c, "a"+strconv.Itoa(r)+"-", slice, o.activations/o.rounds)
+			samples[s.sys.key] = append(samples[s.sys.key], l...)
+			if err != nil {
+				return err
+			}
+			n, d, err := activationRate(ctx, s.c, "b"+strconv.Itoa(r)+"-", o.askers, slice, o.rateMax/o.rounds)
+			if rates[s.sys.key] == nil {
+				rates[s.sys.key] = &rate{}
+			}
+			rates[s.sys.key].add(n, d)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for k, l := range samples {
+			res.set(k, "activation-p50", l.quantile(0.5).Seconds())
+			res.set(k, "activation-p99", l.quantile(0.99).Seconds())
+			res.set(k, "activation-rate", rates[k].perSecond())
+		}
+	}
+	return nil
+}
+
+// remotePhase starts every system as two members on loopback (Proto.Actor: two actor
+// systems with remote; shardhost: two nodes over its TCP transport), activates
+// o.entities counters on the second, and asks them from the first: one at a time and
+// with o.askers goroutines, the systems taking turns round by round.
+func remotePhase(ctx context.Context, o options, systems []system, cache string, res results, progress func(string, ...any)) error {
+	var sides []side
+	defer func() { stopAll(sides) }()
+	for _, sys := range systems {
+		progress("%s: two members, %d counters on the second", sys.name, o.entities)
+		s := side{sys: sys}
+		if sys.wasm == nil {
+			p := startProtoPair()
+			s.c, s.stop = p.remote, p.stop
+			sides = append(sides, s)
+			for i := 0; i < o.entities; i++ {
+				s.ids = append(s.ids, "r-"+strconv.Itoa(i))
+			}
+			if err := activate(ctx, p.local, s.ids, o.askers); err != nil { // spawned on the server
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
+		} else {
+			cl, err := startShardCluster(ctx, 2, sys.wasm, cache, o.recovery)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
+			s.c, s.stop = shardCounters{cl.nodes[0].Sharding()}, cl.stop
+			sides = append(sides, s)
+			if s.ids, err = cl.remoteIDs(ctx, "r-", o.entities); err != nil {
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
+			if err := activate(ctx, s.c, s.ids, o.askers); err != nil {
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
+			r, err := cl.nodes[0].Sharding().Ask(ctx, counterType, s.ids[0], msgGet)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
+			if r.Node != cl.nodes[1].Self().Address {
+				return fmt.Errorf("%s: counter %s answered from %s, not member 2", sys.name, s.ids[0], r.Node)
+			}
+		}
+		sides[len(sides)-1] = s
+	}
+	slice := o.dur / time.Duration(o.rounds)
+	progress("remote asks")
+	samples := map[string]latencies{}
+	rates := map[string]*rate{}
+	err := turns(o, sides, func(r int, s side) error {
+		l, err := serialAsks(ctx, s.c, s.ids[0], slice, o.serialMax/o.rounds)
+		samples[s.sys.key] = append(samples[s.sys.key], l...)
+		if err != nil {
+			return err
+		}
+		n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
+		if rates[s.sys.key] == nil {
+			rates[s.sys.key] = &rate{}
+		}
+		rates[s.sys.key].add(n, d)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for k, l := range samples {
+		res.set(k, "remote-p50", l.quantile(0.5).Seconds())
+		res.set(k, "remote-p99", l.quantile(0.99).Seconds())
+		res.set(k, "remote-rate", rates[k].perSecond())
+	}
+	return nil
+}
