@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -67,7 +68,7 @@ func main() {
 	flag.IntVar(&o.rateMax, "activation-rate-max", 20_000, "most activations in the activation-rate workload (it also stops after -dur)")
 	flag.BoolVar(&o.remote, "remote", true, "run the two-member workloads")
 	flag.BoolVar(&o.recovery, "recovery", true, "shardhost members keep in-memory recovery on (host.Config.Recovery, on by default)")
-	flag.Float64Var(&o.rssMemFrac, "rss-mem-frac", 0.4, "skip an RSS size whose estimate (from the smaller sizes) exceeds this fraction of MemAvailable")
+	flag.Float64Var(&o.rssMemFrac, "rss-mem-frac", 0.5, "skip an RSS size whose estimate (from the smaller sizes) exceeds this fraction of MemAvailable")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU and allocation profiles of the serial and concurrent workloads here (SYSTEM-WORKLOAD.*.pprof)")
 	flag.StringVar(&o.childRSS, "child-rss", "", "internal: measure RSS per entity of this system in this process")
 	flag.IntVar(&o.childN, "child-n", 0, "internal: entities for -child-rss")
@@ -188,21 +189,20 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("floors: %w", err)
 	}
+	// Memory first, while this process is small: each size runs in a child process, and
+	// the Go guest's children need gigabytes.
+	if o.runs("rss") {
+		for _, s := range systems {
+			notes = append(notes, runRSS(o, s, cache, res, progress)...)
+		}
+	}
 	if err := localPhase(ctx, o, systems, cache, res, progress); err != nil {
 		return err
 	}
+	debug.FreeOSMemory() // the local phase's instances, before the remote one's
 	if o.remote && o.runs("remote") {
 		if err := remotePhase(ctx, o, systems, cache, res, progress); err != nil {
 			return err
-		}
-	}
-	if o.runs("rss") {
-		for _, s := range systems {
-			rssNotes, err := runRSS(o, s, cache, res, progress)
-			if err != nil {
-				return fmt.Errorf("%s, rss: %w", s.name, err)
-			}
-			notes = append(notes, rssNotes...)
 		}
 	}
 	m.loadEnd = loadAverage()
