@@ -144,17 +144,19 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		samples := map[string]latencies{}
 		rates := map[string]*rate{}
 		err := turns(o, sides, func(r int, s side) error {
-			l, err := serialActivations(ctx, s.c, "a"+strconv.Itoa(r)+"-", slice, o.activations/o.rounds)
-			samples[s.sys.key] = append(samples[s.sys.key], l...)
-			if err != nil {
+			return profiled(o.profileDir, s.sys.key+"-activation-r"+strconv.Itoa(r), func() error {
+				l, err := serialActivations(ctx, s.c, "a"+strconv.Itoa(r)+"-", slice, o.activations/o.rounds)
+				samples[s.sys.key] = append(samples[s.sys.key], l...)
+				if err != nil {
+					return err
+				}
+				n, d, err := activationRate(ctx, s.c, "b"+strconv.Itoa(r)+"-", o.askers, slice, o.rateMax/o.rounds)
+				if rates[s.sys.key] == nil {
+					rates[s.sys.key] = &rate{}
+				}
+				rates[s.sys.key].add(n, d)
 				return err
-			}
-			n, d, err := activationRate(ctx, s.c, "b"+strconv.Itoa(r)+"-", o.askers, slice, o.rateMax/o.rounds)
-			if rates[s.sys.key] == nil {
-				rates[s.sys.key] = &rate{}
-			}
-			rates[s.sys.key].add(n, d)
-			return err
+			})
 		})
 		if err != nil {
 			return err
