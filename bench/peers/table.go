@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -85,7 +86,11 @@ func printTable(w io.Writer, o options, m machine, fl floors, systems []system, 
 	fmt.Fprintln(w, "Hollywood (github.com/anthdm/hollywood) and Ergo (ergo.services/ergo) are not measured: neither is on the Go module proxy this build uses.")
 	for _, s := range systems {
 		if s.wasm != nil {
-			fmt.Fprintf(w, "%s: %s, %s bytes.\n", s.name, s.wasmFile, thousands(len(s.wasm)))
+			file := s.wasmFile
+			if rel, err := filepath.Rel(o.wasmDir, file); err == nil {
+				file = rel
+			}
+			fmt.Fprintf(w, "%s: %s (in -wasm), %s bytes.\n", s.name, file, thousands(len(s.wasm)))
 		}
 	}
 	for _, n := range notes {
