@@ -220,10 +220,11 @@ bench:
 # shardhost beside Proto.Actor in one process and one run: one markdown table of figures,
 # ratios and floors (bench/peers/README.md). bench/peers is a module of its own, so the
 # peer stays out of this one's dependencies; make test neither builds nor runs it.
-# PEERS_FLAGS passes flags, e.g. PEERS_FLAGS='-dur 1s -rss-sizes 1000,10000'.
+# PEERS_FLAGS passes flags, e.g. PEERS_FLAGS='-dur 1s -rss-sizes 1000,10000'. -mod=mod:
+# a dependency this module gained since bench/peers/go.sum was written is added to it.
 PEERS_FLAGS ?=
 bench-peers: examples
-	cd bench/peers && $(GO) run . -wasm $(CURDIR)/$(BIN)/wasm $(PEERS_FLAGS)
+	cd bench/peers && $(GO) run -mod=mod . -wasm $(CURDIR)/$(BIN)/wasm $(PEERS_FLAGS)
 
 # The README's table of the counter built by TinyGo, by Go's port and in Rust (each
 # sub-benchmark does a fixed amount of work: run once, without the race detector).
