@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mathrand "math/rand"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -83,6 +85,7 @@ type Instance struct {
 	name        string // "type/id"
 	mod         api.Module
 	mem         api.Memory
+	lm          *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
 	alloc       api.Function
 	receive     api.Function
 	ctx         context.Context // lives as long as the instance; carries it for host functions
@@ -92,10 +95,9 @@ type Instance struct {
 	stderr      head
 	stack       [2]uint64
 
-	// Guest-level snapshots: both exported or both nil (Compile checks).
-	snapshotFn, restoreFn api.Function
-
-	// The v1 hooks, nil when the module does not export them (or declares v0).
+	// Guest-level snapshots and the v1 hooks, once looked up (Instance.export); the
+	// Module says which the guest exports.
+	snapshotFn, restoreFn       api.Function
 	onActivateFn, onPassivateFn api.Function
 
 	// State of the call in progress, touched by host functions on the calling goroutine.
@@ -132,6 +134,7 @@ type Instance struct {
 	// Snapshots (snapshot.go): the guest's clocks, and the module's mutable globals,
 	// looked up at the first snapshot or restore.
 	clock       guestClock
+	wasiRand    fakeRand
 	snapGlobals []api.MutableGlobal
 
 	// Telemetry: the attribute set of the entity's spans, the measurement options of
@@ -155,6 +158,10 @@ func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (
 // restoring names its span "restore" (a guest-level restore follows).
 func (m *Module) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan, restoring bool) (*Instance, error) {
 	rt := m.rt
+	if !rt.enter() {
+		return nil, fmt.Errorf("%w: instantiating %s/%s", ErrRuntimeClosed, entityType, entityID)
+	}
+	defer rt.exit()
 	inst := &Instance{m: m, entityType: entityType, entityID: entityID, name: entityType + "/" + entityID}
 	span := noopSpan
 	if entityType != "" {
@@ -176,7 +183,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	if plan != nil {
 		compiled, start = plan.compiled, plan.start
 	}
-	base, cancel := context.WithCancel(context.Background())
+	base, cancel := context.WithCancel(rt.ctx)
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
 	started := time.Now()
@@ -190,10 +197,15 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		WithStdout(&guestOutput{inst: inst, stream: "stdout"}).
 		WithStderr(&guestOutput{inst: inst, stream: "stderr"}).
 		WithNanotime(inst.clock.nanotime, 1).
-		WithWalltime(inst.clock.walltime, sys.ClockResolution(time.Microsecond))
-	mod, err := rt.r.InstantiateModule(inst.ctx, compiled, cfg)
+		WithWalltime(inst.clock.walltime, sys.ClockResolution(time.Microsecond)).
+		WithRandSource(&inst.wasiRand)
+	// The linear memory comes from the runtime's arena (linearmem.go).
+	mod, err := rt.r.InstantiateModule(experimental.WithMemoryAllocator(inst.ctx, (*memoryAllocator)(inst)), compiled, cfg)
 	fired := !inst.timer.Stop()
 	if err != nil {
+		if inst.lm != nil {
+			inst.lm.Free() // wazero does not close a module whose instantiation failed
+		}
 		cancel()
 		err = inst.guestError(err, fired, rt.cfg.ActivationDeadline, time.Since(started))
 		obs.Fail(span, err, guestOutcome(err))
@@ -201,14 +213,10 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	}
 	inst.mod = mod
 	inst.mem = mod.Memory()
+	// Every message calls these two; the hooks and snapshot exports are looked up when
+	// first called (Instance.export).
 	inst.alloc = mod.ExportedFunction(abi.ExportAlloc)
 	inst.receive = mod.ExportedFunction(abi.ExportReceive)
-	inst.snapshotFn = mod.ExportedFunction(abi.ExportSnapshot)
-	inst.restoreFn = mod.ExportedFunction(abi.ExportRestore)
-	if m.ABIVersion >= 1 {
-		inst.onActivateFn = mod.ExportedFunction(abi.ExportOnActivate)
-		inst.onPassivateFn = mod.ExportedFunction(abi.ExportOnPassivate)
-	}
 	if fired || inst.mem == nil || inst.alloc == nil || inst.receive == nil {
 		inst.Close(context.Background())
 		if fired {
@@ -290,6 +298,14 @@ func (i *Instance) call(msg []byte) ([]byte, error) {
 // otherwise. It returns the status the guest returned and the reply it gave (at most
 // replyCap bytes). A trap or the deadline closes the instance and is a *GuestError.
 func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
+	if !i.m.rt.enter() {
+		// The runtime closes the module and its memory.
+		i.closed = true
+		i.cancel()
+		i.trackMemory()
+		return 0, nil, fmt.Errorf("%w: %s", ErrRuntimeClosed, i.name)
+	}
+	defer i.m.rt.exit()
 	i.stderr.reset()
 	i.returned = false
 	started := time.Now()
@@ -338,6 +354,24 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	return abi.Status(int32(uint32(i.stack[0]))), reply, nil
 }
 
+// export returns the guest's export name, looked up at the first call and kept in *fn.
+// Each looked-up export holds a call stack of its own (10 KiB in wazero), so the exports
+// an incarnation calls once are looked up when called and dropped after.
+func (i *Instance) export(fn *api.Function, name string) api.Function {
+	if *fn == nil {
+		*fn = i.mod.ExportedFunction(name)
+	}
+	return *fn
+}
+
+// onActivate returns the guest's shardhost_on_activate, nil when it has none.
+func (i *Instance) onActivate() api.Function {
+	if !i.m.hasOnActivate {
+		return nil
+	}
+	return i.export(&i.onActivateFn, abi.ExportOnActivate)
+}
+
 // phaseOf names the export fn is.
 func (i *Instance) phaseOf(fn api.Function) phase {
 	switch fn {
@@ -362,12 +396,14 @@ func (i *Instance) Activate(ctx context.Context) error {
 	if i.closed {
 		return ErrInstanceClosed
 	}
-	if i.onActivateFn == nil {
+	fn := i.onActivate()
+	if fn == nil {
 		return nil
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(i.onActivateFn, nil, false, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(fn, nil, false, i.m.rt.cfg.MaxMessageSize)
+	i.onActivateFn = nil // called once per incarnation: its call stack goes
 	switch {
 	case err != nil:
 		return err
@@ -383,12 +419,12 @@ func (i *Instance) Activate(ctx context.Context) error {
 // none). A refusal or a failure is logged (after a trap the instance is closed and the
 // last saved state stands).
 func (i *Instance) BeforeStop(ctx context.Context) bool {
-	if i.closed || i.onPassivateFn == nil {
+	if i.closed || !i.m.hasOnPassivate {
 		return false
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(i.onPassivateFn, nil, false, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(i.export(&i.onPassivateFn, abi.ExportOnPassivate), nil, false, i.m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		i.m.rt.log.Warn("entity's on_passivate failed", "entity", i.name, "err", err)
@@ -416,10 +452,10 @@ func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
 	if i.closed {
 		return nil, false, ErrInstanceClosed
 	}
-	if i.snapshotFn == nil {
+	if !i.m.guestSnapshot {
 		return nil, false, nil
 	}
-	status, reply, err := i.invoke(i.snapshotFn, nil, false, abi.MaxSnapshotSize)
+	status, reply, err := i.invoke(i.export(&i.snapshotFn, abi.ExportSnapshot), nil, false, abi.MaxSnapshotSize)
 	switch {
 	case errors.Is(err, ErrReplyTooLarge):
 		return nil, false, fmt.Errorf("%w: %w", ErrSnapshotFailed, err)
@@ -451,7 +487,8 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 	if err != nil {
 		return nil, err
 	}
-	status, reply, err := inst.invoke(inst.restoreFn, state, true, m.rt.cfg.MaxMessageSize)
+	status, reply, err := inst.invoke(inst.export(&inst.restoreFn, abi.ExportRestore), state, true, m.rt.cfg.MaxMessageSize)
+	inst.restoreFn = nil // called once per incarnation: its call stack goes
 	switch {
 	case err != nil:
 		return nil, err
@@ -580,4 +617,18 @@ func firstNonEmptyLine(s string) string {
 		}
 	}
 	return ""
+}
+
+// fakeRand is the guest's WASI random_get: wazero's deterministic default (math/rand
+// seeded with 42, the same bytes from an instance's start), made when first read, since
+// seeding it costs about 10 µs and 5 KiB and a Rust guest never reads it.
+type fakeRand struct {
+	r *mathrand.Rand
+}
+
+func (f *fakeRand) Read(p []byte) (int, error) {
+	if f.r == nil {
+		f.r = mathrand.New(mathrand.NewSource(42))
+	}
+	return f.r.Read(p)
 }

@@ -255,7 +255,7 @@ func (e *wasmEntity) recover(ctx context.Context, cause error) bool {
 	if err == nil {
 		inst.svc = e
 		if r.base == nil {
-			err = inst.replay(inst.onActivateFn, nil, sharding.MessageInfo{}, r.activation)
+			err = inst.replay(inst.onActivate(), nil, sharding.MessageInfo{}, r.activation)
 		}
 	}
 	for k := 0; err == nil && k < len(r.log); k++ {

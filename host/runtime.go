@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -102,6 +103,17 @@ type Runtime struct {
 	tel    *runtimeTelemetry
 	r      wazero.Runtime
 	cache  wazero.CompilationCache
+	// arena holds the instances' linear memories (linearmem.go).
+	arena *memArena
+	// ctx is the parent of every instance's context: Close cancels it, which stops the
+	// guest calls in flight (wazero closes a module whose call context is done).
+	ctx    context.Context
+	cancel context.CancelFunc
+	// inflight counts what uses an instance's memory now (instantiations, calls,
+	// snapshots); once closing is set, enter refuses new ones and Close waits for
+	// inflight to drain before it closes the modules and their memories.
+	inflight atomic.Int64
+	closing  atomic.Bool
 	// bg counts the runtime's background compilations (restore images); Close waits.
 	bg sync.WaitGroup
 	// started is the origin of the guests' monotonic clock.
@@ -148,7 +160,9 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		tel:    newRuntimeTelemetry(cfg.TracerProvider, cfg.MeterProvider),
 		r:      wazero.NewRuntimeWithConfig(ctx, rc),
 		cache:  cache,
+		arena:  newMemArena(cfg.MemoryLimit >> 16 << 16),
 	}
+	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.started = cfg.Clock()
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt.r); err != nil {
 		rt.Close(ctx)
@@ -162,10 +176,31 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 }
 
 // Close releases the runtime and every module and instance it made, after any
-// background compilation ends.
+// background compilation ends. Guest calls in flight are stopped (at their next loop
+// iteration, or when their host call sees its context cancelled) and waited for, at
+// most until ctx ends or one message deadline has passed, so that no instance's memory
+// is released under a running call; the instances' later calls fail with
+// ErrRuntimeClosed.
 func (rt *Runtime) Close(ctx context.Context) error {
+	rt.closing.Store(true)
+	rt.cancel()
+	wait := time.NewTimer(rt.cfg.MessageDeadline)
+	defer wait.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for rt.inflight.Load() > 0 {
+		select {
+		case <-tick.C:
+			continue
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		rt.log.Warn("runtime closed under guest calls that did not stop", "calls", rt.inflight.Load())
+		break
+	}
 	rt.bg.Wait()
 	err := rt.r.Close(ctx)
+	rt.arena.close()
 	if rt.cache != nil {
 		if cerr := rt.cache.Close(ctx); err == nil {
 			err = cerr
@@ -190,6 +225,8 @@ type Module struct {
 	ABIVersion int
 	// guestSnapshot: the module exports shardhost_snapshot and shardhost_restore.
 	guestSnapshot bool
+	// The module declares ABI v1 and exports shardhost_on_activate, shardhost_on_passivate.
+	hasOnActivate, hasOnPassivate bool
 }
 
 // Digest returns the hex SHA-256 of a module binary, the name under which modules are
@@ -231,6 +268,11 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if m.ABIVersion, m.guestSnapshot, err = checkShape(compiled); err != nil {
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
+	if m.ABIVersion >= 1 {
+		exports := compiled.ExportedFunctions()
+		_, m.hasOnActivate = exports[abi.ExportOnActivate]
+		_, m.hasOnPassivate = exports[abi.ExportOnPassivate]
 	}
 	if m.snap, err = newModuleSnapshots(rewritten, globals); err != nil {
 		compiled.Close(ctx)
@@ -390,6 +432,19 @@ func signature(params, results []api.ValueType) string {
 	}
 	return names(params) + "->" + names(results)
 }
+
+// enter counts a use of an instance's memory (Runtime.inflight); false once the runtime
+// is closing. exit ends it.
+func (rt *Runtime) enter() bool {
+	rt.inflight.Add(1)
+	if rt.closing.Load() {
+		rt.inflight.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (rt *Runtime) exit() { rt.inflight.Add(-1) }
 
 // firstLine keeps the first line of a (wazero) error text, without its stack trace.
 func firstLine(s string) string {

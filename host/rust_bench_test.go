@@ -2,8 +2,14 @@ package host
 
 import (
 	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // The Rust counterparts of BenchmarkInstanceReceive and BenchmarkInstantiate (bench_test.go),
@@ -76,4 +82,58 @@ func BenchmarkRustActivate(b *testing.B) {
 	}
 	b.StopTimer()
 	reportLatency(b, samples)
+}
+
+// BenchmarkMemberActivation is the activation rate of one member: asks from 16 goroutines
+// (b.SetParallelism), each to an entity not active yet, of the counter example built by
+// TinyGo and in Rust, through sharding (routing, a new instance, on_activate and the
+// first "inc"), with every shard already homed. It reports activations/s and the
+// asks' p50/p99.
+func BenchmarkMemberActivation(b *testing.B) {
+	for _, mod := range []struct {
+		name string
+		wasm func(testing.TB) []byte
+	}{
+		{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }},
+		{"rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "counter-rust") }},
+	} {
+		b.Run(mod.name, func(b *testing.B) {
+			ctx := context.Background()
+			n := startBenchNodes(b, 1, nil)[0]
+			if err := n.Membership().WaitUp(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := n.Deploy(ctx, mod.wasm(b), sharding.TypeSettings{Name: "counter"}); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < 200; i++ { // home every shard
+				if _, err := n.Sharding().Ask(ctx, "counter", "warmup-"+strconv.Itoa(i), []byte("inc")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Int64
+			var mu sync.Mutex
+			samples := make([]time.Duration, 0, b.N)
+			b.SetParallelism(8) // 16 askers on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				local := make([]time.Duration, 0, 1024)
+				for pb.Next() {
+					id := "a" + strconv.FormatInt(next.Add(1), 10)
+					start := time.Now()
+					if _, err := n.Sharding().Ask(ctx, "counter", id, []byte("inc")); err != nil {
+						b.Error(err)
+						return
+					}
+					local = append(local, time.Since(start))
+				}
+				mu.Lock()
+				samples = append(samples, local...)
+				mu.Unlock()
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "activations/s")
+			reportLatency(b, samples)
+		})
+	}
 }

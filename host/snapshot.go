@@ -286,6 +286,10 @@ func (i *Instance) Snapshot() (*Snapshot, error) {
 	if err := i.bindGlobals(); err != nil {
 		return nil, err
 	}
+	if !i.m.rt.enter() {
+		return nil, fmt.Errorf("%w: %s", ErrRuntimeClosed, i.name)
+	}
+	defer i.m.rt.exit()
 	s := &Snapshot{
 		Version:      SnapshotVersion,
 		ModuleDigest: i.m.Digest,

@@ -1,0 +1,194 @@
+package host
+
+import (
+	"sync"
+
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// Linear memories outside the Go heap.
+//
+// wazero keeps an instance's linear memory in a Go slice by default: a new instance
+// allocates and zeroes its initial pages on the Go heap, every memory.grow allocates a
+// larger slice and copies the old one into it, and the garbage collector scans for
+// and keeps around what it frees (a Rust entity grows from 128 to 192 KiB at its first
+// message: 320 KiB allocated, 128 KiB copied, per activation). memArena instead
+// reserves address space from the operating system in chunks of many slots, one slot
+// per instance, each as large as the runtime's memory limit: a slot is mapped readable
+// and writable but only the pages a guest touches are backed by memory, growing is
+// handing out a longer slice of the same slot (no copy; the new pages read as zero),
+// and closing an instance gives its pages back to the operating system (madvise
+// MADV_DONTNEED) before the slot is handed out again, zeroed. An active entity so
+// costs the pages it has touched, and a passivated one none.
+//
+// A slot is unmapped or handed to another instance only while no call of its own
+// instance runs: Runtime.Close stops the calls in flight and waits for them before it
+// closes the modules (Runtime.enter). Where the operating system refuses the reservation (a strict
+// overcommit policy, an address-space limit), and on systems without mmap, memories
+// stay on the Go heap as wazero makes them.
+
+// arenaChunkBytes is the address space a chunk reserves when a slot is small enough for
+// several: 64 GiB, 1,024 slots of the default 64 MiB memory limit. 100,000 active
+// instances of 64 MiB slots take 98 chunks, 6.1 TiB of the 128 TiB a 64-bit Linux
+// process may address.
+const arenaChunkBytes = 64 << 30
+
+// arenaMaxChunkSlots caps the slots of one chunk (small memory limits).
+const arenaMaxChunkSlots = 1024
+
+// memArena hands out linear-memory slots of one size. It is safe for concurrent use.
+type memArena struct {
+	slot int // bytes per slot: the memory limit
+	// perChunk is how many slots a chunk reserves.
+	perChunk int
+
+	mu     sync.Mutex
+	chunks [][]byte
+	free   [][]byte // slots ready to be handed out: their pages are not backed
+	live   int      // slots handed out and not yet released
+	closed bool
+	// failed is set when the operating system refused a reservation: from then on
+	// memories stay on the Go heap.
+	failed bool
+}
+
+func newMemArena(slotBytes uint64) *memArena {
+	per := int(arenaChunkBytes / slotBytes)
+	per = min(max(per, 1), arenaMaxChunkSlots)
+	return &memArena{slot: int(slotBytes), perChunk: per}
+}
+
+// get returns a free slot, len and cap slot bytes, reserving a chunk when none is free;
+// nil when the arena is closed or the operating system refused.
+func (a *memArena) get() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || a.failed {
+		return nil
+	}
+	if len(a.free) == 0 {
+		chunk, err := reserveMemory(a.slot * a.perChunk)
+		if err != nil {
+			a.failed = true
+			return nil
+		}
+		a.chunks = append(a.chunks, chunk)
+		// Handed out from the lowest address up: the free list is a stack.
+		for k := a.perChunk - 1; k >= 0; k-- {
+			a.free = append(a.free, chunk[k*a.slot:(k+1)*a.slot:(k+1)*a.slot])
+		}
+	}
+	s := a.free[len(a.free)-1]
+	a.free = a.free[:len(a.free)-1]
+	a.live++
+	return s
+}
+
+// put gives the first used bytes of slot back to the operating system and the slot back
+// to the arena. After close, the last slot put unmaps every chunk.
+func (a *memArena) put(slot []byte, used int) {
+	if used > 0 {
+		if err := releaseMemory(slot[:used]); err != nil {
+			// The pages stay backed: the slot is not reused, as it would not be zero.
+			used = -1
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.live--
+	if used >= 0 {
+		a.free = append(a.free, slot)
+	}
+	a.unmapIfDone()
+}
+
+// close unmaps the arena's chunks now if no slot is handed out, or else when the last
+// one is put back. get returns nil from then on.
+func (a *memArena) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	a.unmapIfDone()
+}
+
+func (a *memArena) unmapIfDone() {
+	if !a.closed || a.live > 0 {
+		return
+	}
+	for _, c := range a.chunks {
+		unreserveMemory(c)
+	}
+	a.chunks, a.free = nil, nil
+}
+
+// linearMemory is an instance's linear memory in an arena slot: wazero's
+// experimental.LinearMemory. wazero calls Reallocate on the calling goroutine of the
+// instance, and Free when the module is closed: by its owner between calls, by wazero
+// itself on that goroutine after a call failed, or by Runtime.Close once no call runs
+// (Runtime.enter), so the slot is never released under a running guest.
+type linearMemory struct {
+	arena *memArena
+	slot  []byte
+	used  int // the most bytes handed out, to release on Free
+}
+
+var _ experimental.LinearMemory = (*linearMemory)(nil)
+
+// Reallocate returns the first size bytes of the slot; nil past it, which wazero turns
+// into a failed memory.grow.
+func (m *linearMemory) Reallocate(size uint64) []byte {
+	if size > uint64(len(m.slot)) {
+		return nil
+	}
+	m.used = max(m.used, int(size))
+	return m.slot[:size:size]
+}
+
+// Free gives the slot back to the arena.
+func (m *linearMemory) Free() {
+	if m.slot != nil {
+		m.arena.put(m.slot, m.used)
+		m.slot = nil
+	}
+}
+
+// heapMemory is a linear memory on the Go heap, for what no slot holds.
+type heapMemory struct {
+	buf []byte
+	max uint64
+}
+
+func (h *heapMemory) Reallocate(size uint64) []byte {
+	if size > h.max {
+		return nil
+	}
+	if size > uint64(cap(h.buf)) {
+		grown := make([]byte, size, min(max(size, 2*uint64(cap(h.buf))), h.max))
+		copy(grown, h.buf)
+		h.buf = grown
+	}
+	h.buf = h.buf[:size]
+	return h.buf
+}
+
+func (h *heapMemory) Free() { h.buf = nil }
+
+// memoryAllocator is an instance as wazero's experimental.MemoryAllocator of its own
+// linear memory.
+type memoryAllocator Instance
+
+var _ experimental.MemoryAllocator = (*memoryAllocator)(nil)
+
+// Allocate gives the instance a slot of its runtime's arena; a memory on the Go heap when
+// the arena has none or the module's maximum is over the slot.
+func (a *memoryAllocator) Allocate(capacity, maxBytes uint64) experimental.LinearMemory {
+	i := (*Instance)(a)
+	arena := i.m.rt.arena
+	if arena != nil && maxBytes <= uint64(arena.slot) {
+		if slot := arena.get(); slot != nil {
+			i.lm = &linearMemory{arena: arena, slot: slot}
+			return i.lm
+		}
+	}
+	return &heapMemory{buf: make([]byte, 0, min(capacity, maxBytes)), max: maxBytes}
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package host
+
+import "errors"
+
+// reserveMemory is not implemented here: linear memories stay on the Go heap.
+func reserveMemory(int) ([]byte, error) {
+	return nil, errors.New("host: no linear-memory arena on this system")
+}
+
+func releaseMemory([]byte) error { return nil }
+
+func unreserveMemory([]byte) {}
