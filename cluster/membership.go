@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/shardhost/shardhost/internal/netaddr"
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // Errors of membership.
@@ -227,9 +228,8 @@ type Membership struct {
 
 	inbox chan message
 	cmds  chan func(*Core)
-	stop  chan struct{}
+	owner *owner.Group // owns the goroutines; Shutdown closes it
 	done  chan struct{}
-	wg    sync.WaitGroup
 	sends chan struct{} // bounds the reliable sends in flight
 
 	view          atomic.Pointer[View]
@@ -277,7 +277,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		log:    cfg.Logger,
 		inbox:  make(chan message, 1024),
 		cmds:   make(chan func(*Core), 64),
-		stop:   make(chan struct{}),
+		owner:  owner.New(),
 		done:   make(chan struct{}),
 		sends:  make(chan struct{}, 32),
 		subs:   map[*Subscription]struct{}{},
@@ -357,11 +357,9 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	}
 	m.view.Store(&View{Self: m.self})
 	m.instrument()
-	m.wg.Add(1)
-	go m.run(core)
+	m.owner.Go(func() { m.run(core) })
 	if len(cfg.Seeds) > 0 {
-		m.wg.Add(1)
-		go m.discover()
+		m.owner.Go(m.discover)
 	}
 	return m, nil
 }
@@ -385,7 +383,6 @@ func randomUID() UID {
 // this member (a first seed that gave up joining the others and started again to form
 // the cluster); so seeds are contacted again until a welcome arrives.
 func (m *Membership) discover() {
-	defer m.wg.Done()
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if m.view.Load().Joined {
@@ -402,7 +399,7 @@ func (m *Membership) discover() {
 			}
 		}
 		select {
-		case <-m.stop:
+		case <-m.owner.Done():
 			return
 		case <-time.After(backoff):
 		}
@@ -413,7 +410,6 @@ func (m *Membership) discover() {
 // run owns the core: it ticks it, feeds it messages and commands, sends what it returns
 // and publishes its view.
 func (m *Membership) run(core *Core) {
-	defer m.wg.Done()
 	defer close(m.done)
 	tick := time.NewTicker(m.cfg.TickInterval)
 	defer tick.Stop()
@@ -436,7 +432,7 @@ func (m *Membership) run(core *Core) {
 	for {
 		var outs []outbound
 		select {
-		case <-m.stop:
+		case <-m.owner.Done():
 			return
 		case now := <-tick.C:
 			outs = core.Tick(now)
@@ -492,12 +488,10 @@ func (m *Membership) maintainGossipPeers(v View) {
 		}
 	}
 	if len(missing) > 0 && m.trySend() {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
+		m.owner.GoHeld(func() { // on run's goroutine
 			defer func() { <-m.sends }()
 			m.ml.Join(missing)
-		}()
+		})
 	}
 }
 
@@ -538,9 +532,7 @@ func (m *Membership) send(o outbound) {
 		m.log.Debug("membership stream dropped: too many in flight", "to", o.To)
 		return
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.owner.GoHeld(func() { // send runs on run's goroutine
 		defer func() { <-m.sends }()
 		host, port, err := splitHostPort(addr.Addr)
 		if err != nil {
@@ -560,7 +552,7 @@ func (m *Membership) send(o outbound) {
 		if err := m.ml.SendReliable(node, b); err != nil {
 			m.log.Debug("membership stream not sent", "to", o.To, "err", err)
 		}
-	}()
+	})
 }
 
 // publishDiff turns the difference between two views into events.
@@ -646,25 +638,16 @@ func (m *Membership) runLeaveHooks() {
 	m.statesMu.Lock()
 	hooks := append([]LeaveHook(nil), m.hooks...)
 	m.statesMu.Unlock()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	m.owner.Go(func() {
+		ctx, cancel := context.WithTimeout(m.owner.Context(), 30*time.Second)
 		defer cancel()
-		go func() {
-			select {
-			case <-m.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		for _, h := range hooks {
 			if err := h(ctx); err != nil {
 				m.log.Warn("leave hook failed; leaving anyway", "err", err)
 			}
 		}
 		m.do(func(c *Core) { c.ReadyToExit() })
-	}()
+	})
 }
 
 // do runs f on the core's goroutine and waits for it; false if membership has stopped.
@@ -892,9 +875,9 @@ func (m *Membership) sendAndWait(outs []outbound, timeout time.Duration) {
 func (m *Membership) Shutdown() error {
 	var err error
 	m.closeOnce.Do(func() {
-		close(m.stop)
+		m.owner.Close()
 		err = m.ml.Shutdown()
-		m.wg.Wait()
+		m.owner.Wait()
 	})
 	return err
 }

@@ -183,9 +183,7 @@ func (n *Node) Ready() Readiness {
 	v := n.membership.View()
 	self := n.membership.Self()
 	rd := Readiness{Status: "not-ready", Node: self.Address, MemberStatus: self.Status.String(), Converged: v.Converged}
-	n.mu.Lock()
-	closed := n.closed
-	n.mu.Unlock()
+	closed := n.owner.Closed()
 	select {
 	case <-n.started:
 	default:

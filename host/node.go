@@ -23,6 +23,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
 	"github.com/shardhost/shardhost/internal/obs"
+	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -197,11 +198,10 @@ type Node struct {
 	apiLn      net.Listener
 	auth       *apiAuth
 
-	mu      sync.Mutex
-	closed  bool
-	stopped chan struct{}
-	wg      sync.WaitGroup
-	exited  chan struct{} // closed when this member is out of the cluster
+	// owner owns the node's goroutines; shutdown closes it.
+	owner  *owner.Group
+	mu     sync.Mutex
+	exited chan struct{} // closed when this member is out of the cluster
 	// started is closed once Start has assigned every field: work that the catalog or
 	// the membership starts during Start waits for it.
 	started    chan struct{}
@@ -237,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		traced:  obs.Enabled(cfg.TracerProvider),
 		prop:    obs.Propagator(cfg.Propagator),
 		tel:     newNodeTelemetry(cfg.MeterProvider),
-		stopped: make(chan struct{}),
+		owner:   owner.New(),
 		exited:  make(chan struct{}),
 		started: make(chan struct{}),
 		backoff: newBackoff(time.Now),
@@ -346,8 +346,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
-	n.wg.Add(1)
-	go n.watchExit(exits)
+	n.owner.Go(func() { n.watchExit(exits) })
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	err = n.membership.Join(jctx)
 	cancel()
@@ -359,9 +358,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		n.api = &http.Server{Handler: n.Handler(), ReadHeaderTimeout: ac.ReadHeaderTimeout, ReadTimeout: ac.ReadTimeout,
 			IdleTimeout: ac.IdleTimeout, MaxHeaderBytes: ac.MaxHeaderBytes, TLSConfig: ac.TLS,
 			ErrorLog: slog.NewLogLogger(n.log.With("component", "api").Handler(), slog.LevelDebug)}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
+		n.owner.Go(func() {
 			var err error
 			if ac.TLS != nil {
 				err = n.api.ServeTLS(n.apiLn, "", "")
@@ -371,7 +368,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("API server stopped", "err", err)
 			}
-		}()
+		})
 	}
 	self := n.membership.Self()
 	n.log.Info("node started", "address", self.Address, "uid", self.UID,
@@ -383,11 +380,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 // watchExit stops hosting at once when the cluster has downed or removed this member
 // (or it has left), and reports it through Exited.
 func (n *Node) watchExit(sub *cluster.Subscription) {
-	defer n.wg.Done()
 	defer sub.Close()
 	for {
 		select {
-		case <-n.stopped:
+		case <-n.owner.Done():
 			return
 		case e := <-sub.C:
 			if e.Kind != cluster.SelfExited {
@@ -480,14 +476,9 @@ func (n *Node) Close() error {
 func (n *Node) Kill() error { return n.shutdown(context.Background(), false) }
 
 func (n *Node) shutdown(ctx context.Context, leave bool) error {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
+	if !n.owner.Close() {
 		return nil
 	}
-	n.closed = true
-	close(n.stopped)
-	n.mu.Unlock()
 	var errs []error
 	stopAPI := func() {
 		if n.api != nil {
@@ -539,7 +530,7 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 	if n.store != nil {
 		errs = append(errs, n.store.Close())
 	}
-	n.wg.Wait()
+	n.owner.Wait()
 	if n.messenger != nil {
 		errs = append(errs, n.messenger.Close())
 	}
@@ -547,20 +538,6 @@ func (n *Node) shutdown(ctx context.Context, leave bool) error {
 		errs = append(errs, n.rt.Close(context.Background()))
 	}
 	return errors.Join(errs...)
-}
-
-// goroutine runs f on a goroutine the node owns, unless the node is closing.
-func (n *Node) goroutine(f func()) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		f()
-	}()
 }
 
 // DeployResult is what Deploy did.
@@ -855,21 +832,14 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 // typeChanged is the catalog's callback for entries learned by gossip: the type is
 // prepared in the background.
 func (n *Node) typeChanged(info TypeInfo) {
-	n.goroutine(func() {
+	n.owner.Go(func() {
 		select {
 		case <-n.started:
-		case <-n.stopped:
+		case <-n.owner.Done():
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.JoinTimeout)
+		ctx, cancel := context.WithTimeout(n.owner.Context(), n.cfg.JoinTimeout)
 		defer cancel()
-		go func() {
-			select {
-			case <-n.stopped:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		if err := n.prepare(ctx, info); err != nil {
 			n.log.Warn("entity type not ready on this node", "type", info.Name, "err", err)
 		}
@@ -910,7 +880,7 @@ func (n *Node) fetchModule(ctx context.Context, digest string, from []string) ([
 }
 
 func (n *Node) handleModule(req *cluster.Request) {
-	n.goroutine(func() { req.Reply(n.modules.bytes(string(req.Body))) })
+	n.owner.Go(func() { req.Reply(n.modules.bytes(string(req.Body))) })
 }
 
 func (n *Node) handlePrepare(req *cluster.Request) {
@@ -919,7 +889,7 @@ func (n *Node) handlePrepare(req *cluster.Request) {
 		req.Reply(nil, fmt.Errorf("%w: malformed type info", ErrBadRequest))
 		return
 	}
-	n.goroutine(func() {
+	n.owner.Go(func() {
 		ctx, cancel := context.WithTimeout(req.Context(), n.cfg.JoinTimeout)
 		defer cancel()
 		req.Reply(nil, n.prepare(ctx, infos[0]))

@@ -125,10 +125,10 @@ func (c *coordinator) Start() {
 	c.recovering = true
 	c.gen++
 	gen := c.gen
-	if !c.s.goroutine(func() { c.recover(gen) }) {
+	if !c.s.owner.Go(func() { c.recover(gen) }) {
 		c.recovering = false
 	}
-	c.s.goroutine(func() { c.rebalanceLoop(gen) })
+	c.s.owner.Go(func() { c.rebalanceLoop(gen) })
 }
 
 // Stop deactivates the coordinator (cluster.SingletonService): requests are refused
@@ -256,7 +256,7 @@ func (c *coordinator) recover(gen uint64) {
 	c.alloc, c.maxEpoch, c.known = alloc, maxEpoch, known
 	c.active, c.recovering = true, false
 	c.mu.Unlock()
-	c.s.goroutine(c.allocateRemembered)
+	c.s.owner.Go(c.allocateRemembered)
 	for _, ref := range stale {
 		c.s.dropShardAt(ref.Requester, ref)
 	}
@@ -274,7 +274,7 @@ func (c *coordinator) retryRead(gen uint64, what string, read func() error) bool
 		}
 		c.s.log.Warn(what, "err", err)
 		select {
-		case <-c.s.stop:
+		case <-c.s.owner.Done():
 			return false
 		case <-time.After(500 * time.Millisecond):
 		}
@@ -452,7 +452,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 		return
 	}
 	home := shardHome{Region: region, Epoch: epoch}
-	ok := c.s.goroutine(func() {
+	ok := c.s.owner.Go(func() {
 		// In the trace of the request that asked (if traced): an "allocate" span with
 		// the allocation's write and the HostShard request.
 		actx, span := context.WithoutCancel(ctx), noopSpan
@@ -547,7 +547,7 @@ func (c *coordinator) rebalanceLoop(gen uint64) {
 	defer t.Stop()
 	for {
 		select {
-		case <-c.s.stop:
+		case <-c.s.owner.Done():
 			return
 		case <-t.C:
 		}
@@ -621,7 +621,7 @@ func (c *coordinator) shardStopped(ref shardRef) {
 	active := c.active
 	c.mu.Unlock()
 	if drop && active {
-		c.s.goroutine(func() {
+		c.s.owner.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
 			defer cancel()
 			if err := c.persist(ctx, ref.Type, ref.Shard, allocation{"", a.epoch}); err != nil {
@@ -656,7 +656,7 @@ func (c *coordinator) forgetRegions(gone func(string) bool) {
 	active := c.active
 	c.mu.Unlock()
 	if dropped && active {
-		c.s.goroutine(c.allocateRemembered)
+		c.s.owner.Go(c.allocateRemembered)
 	}
 }
 

@@ -101,9 +101,9 @@ func (e *entity) enqueue(d delivery) {
 	}
 	e.running = true
 	e.mu.Unlock()
-	// The caller holds stopMu for reading (route) or runs on an owned goroutine
+	// The caller holds s.owner (Hold) (route) or runs on an owned goroutine
 	// (resolve, hostShard).
-	e.r.s.goHeld(e.drainLoop)
+	e.r.s.owner.GoHeld(e.drainLoop)
 }
 
 func (e *entity) drainLoop() {
@@ -365,7 +365,7 @@ func (e *entity) save(ctx context.Context) (err error) {
 
 // passivate stops the entity's instance if it is idle: it takes the mailbox (as a drain
 // would), so messages that arrive meanwhile wait and go to the next incarnation, in
-// order. It reports whether it started. The caller holds stopMu for reading or runs on
+// order. It reports whether it started. The caller holds s.owner (Hold) or runs on
 // an owned goroutine.
 func (e *entity) passivate(cause string) bool {
 	e.mu.Lock()
@@ -375,7 +375,7 @@ func (e *entity) passivate(cause string) bool {
 	}
 	e.running = true
 	e.mu.Unlock()
-	e.r.s.goHeld(func() {
+	e.r.s.owner.GoHeld(func() {
 		e.passivateNow(context.Background(), cause, trace.SpanContext{})
 		e.drainLoop()
 	})

@@ -113,7 +113,7 @@ func (r *Region) takePendingLocked(sl *shardSlot) []delivery {
 // resolveInBackground runs resolve on a goroutine Sharding owns; if Sharding is
 // stopping, the shard's buffered messages fail with ErrStopped instead.
 func (r *Region) resolveInBackground(ctx context.Context, span trace.Span, shardID int) {
-	if !r.s.goroutine(func() { r.resolve(ctx, span, shardID) }) {
+	if !r.s.owner.Go(func() { r.resolve(ctx, span, shardID) }) {
 		span.End()
 		r.failPending(shardID, ErrStopped)
 	}
@@ -142,7 +142,7 @@ func (r *Region) updateSettings(t TypeSettings) {
 // deliver routes d: to a local entity, to the region hosting its shard, or into the
 // buffer while the shard's home is resolved. Messages of one sender keep their order:
 // buffered messages are flushed under the region's lock before any later one passes.
-// The caller holds the Sharding's stopMu for reading.
+// The caller holds the Sharding's owner (Hold).
 func (r *Region) deliver(d delivery) {
 	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
 	r.mu.Lock()
@@ -190,7 +190,7 @@ func (r *Region) deliver(d delivery) {
 	r.buffered++
 	r.mu.Unlock()
 	if start {
-		r.s.goHeld(func() { r.resolve(rctx, rspan, shardID) })
+		r.s.owner.GoHeld(func() { r.resolve(rctx, rspan, shardID) })
 	}
 }
 
@@ -286,8 +286,8 @@ func (r *Region) activated(e *entity) {
 }
 
 // passivateIdle passivates the entities idle for longer than the type's PassivateAfter,
-// and forgets entities without instance or messages. The caller holds stopMu for
-// reading.
+// and forgets entities without instance or messages. The caller holds s.owner
+// (Hold).
 func (r *Region) passivateIdle(now time.Time) {
 	r.mu.Lock()
 	after := r.settings.PassivateAfter
@@ -457,7 +457,7 @@ func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
 		r.s.log.DebugContext(ctx, "retrying shard home", "shard", ref.String(), "err", err)
 		span.AddEvent("retry", trace.WithAttributes(obs.ErrorType.String(ErrorCode(err))))
 		select {
-		case <-r.s.stop:
+		case <-r.s.owner.Done():
 			failSpan(span, ErrStopped)
 			span.End()
 			r.failPending(shardID, ErrStopped)
@@ -518,7 +518,7 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 		sl.hosted, sl.home = sh, allocation{}
 		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID, "epoch", epoch)
 		if r.settings.RememberEntities && r.s.cfg.States != nil {
-			r.s.goroutine(func() { r.restartRemembered(sh) })
+			r.s.owner.Go(func() { r.restartRemembered(sh) })
 		}
 	} else if epoch > sh.epoch {
 		sh.epoch = epoch
@@ -542,11 +542,10 @@ func (r *Region) restartRemembered(sh *shard) {
 		r.s.log.Warn("cannot read the remembered entities of a shard", "type", r.settings.Name, "shard", sh.id, "err", err)
 		return
 	}
-	r.s.stopMu.RLock()
-	defer r.s.stopMu.RUnlock()
-	if r.s.stopped {
+	if !r.s.owner.Hold() {
 		return
 	}
+	defer r.s.owner.Release()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.hostedLocked(sh.id) != sh {

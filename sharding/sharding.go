@@ -27,6 +27,7 @@ import (
 
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/obs"
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 const maxHops = 3
@@ -280,12 +281,9 @@ type Sharding struct {
 	self   string // this member's address
 	coord  *coordinator
 
-	// stopMu is held for reading by everything that may start a goroutine (so the
-	// WaitGroup is never added to after Stop begins waiting) and for writing by Stop.
-	stopMu  sync.RWMutex
-	stopped bool
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// owner owns the goroutines of s. Everything that may start one holds it (Hold)
+	// or runs on one; Stop closes it.
+	owner *owner.Group
 
 	mu          sync.Mutex
 	regions     map[string]*Region
@@ -320,7 +318,7 @@ func New(cfg Config) (*Sharding, error) {
 		tracer:        tel.tracer,
 		tel:           tel,
 		self:          self,
-		stop:          make(chan struct{}),
+		owner:         owner.New(),
 		regions:       map[string]*Region{},
 		typeWaiters:   map[string][]delivery{},
 		deadLetterLog: logLimiter{interval: 10 * time.Second},
@@ -340,7 +338,7 @@ func New(cfg Config) (*Sharding, error) {
 	s.sub = cfg.Membership.Subscribe(1024)
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
 	cfg.Membership.RegisterLeaveHook(s.handOffAll)
-	s.goroutine(s.followMembership)
+	s.owner.Go(s.followMembership)
 	return s, nil
 }
 
@@ -354,14 +352,9 @@ func (s *Sharding) Stop(ctx context.Context) error { return s.stopAll(ctx, true)
 func (s *Sharding) Abort(ctx context.Context) error { return s.stopAll(ctx, false) }
 
 func (s *Sharding) stopAll(ctx context.Context, save bool) error {
-	s.stopMu.Lock()
-	if s.stopped {
-		s.stopMu.Unlock()
+	if !s.owner.Close() {
 		return nil
 	}
-	s.stopped = true
-	close(s.stop)
-	s.stopMu.Unlock()
 	s.sub.Close()
 	s.singleton.Close()
 
@@ -378,12 +371,8 @@ func (s *Sharding) stopAll(ctx context.Context, save bool) error {
 	}
 	s.mu.Unlock()
 
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("sharding: stopping: %w", ctx.Err())
+	if err := s.owner.WaitContext(ctx); err != nil {
+		return fmt.Errorf("sharding: stopping: %w", err)
 	}
 	for _, r := range regions {
 		r.stopEntities(ctx, save)
@@ -418,33 +407,6 @@ func (s *Sharding) Drain(ctx context.Context) error {
 	}
 }
 
-// goHeld runs f on a goroutine owned by s. Precondition: the caller holds stopMu for
-// reading with s not stopped, or runs on a goroutine s owns; either way Stop is not yet
-// past waiting for s's goroutines, so it waits for f too. Without that precondition,
-// use goroutine.
-func (s *Sharding) goHeld(f func()) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-}
-
-// goroutine runs f on a goroutine owned by s, unless s is stopping.
-func (s *Sharding) goroutine(f func()) bool {
-	s.stopMu.RLock()
-	defer s.stopMu.RUnlock()
-	if s.stopped {
-		return false
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // StartType starts the region of an entity type on this member (idempotent) and delivers
 // the messages that waited for the type. A second start with another number of shards
 // is refused: shard IDs are fixed for the life of the cluster.
@@ -452,11 +414,10 @@ func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	s.stopMu.RLock()
-	defer s.stopMu.RUnlock()
-	if s.stopped {
+	if !s.owner.Hold() {
 		return nil, ErrStopped
 	}
+	defer s.owner.Release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.regions[t.Name]; r != nil {
@@ -526,12 +487,12 @@ func (s *Sharding) StopType(ctx context.Context, name string) error {
 // restartRemembered has the coordinator, if active here, allocate the homeless shards of
 // a type that remembers entities, now that this member knows the type's settings (after
 // a full restart the coordinator recovers before the types are known). The caller holds
-// stopMu for reading, with s not stopped.
+// s.owner (Hold).
 func (s *Sharding) restartRemembered(t TypeSettings) {
 	if !t.RememberEntities {
 		return
 	}
-	s.goHeld(s.coord.allocateRemembered)
+	s.owner.GoHeld(s.coord.allocateRemembered)
 }
 
 // delivery is a message and how to answer it.
@@ -733,12 +694,11 @@ func (s *Sharding) forward(d delivery, f *ForwardTo) {
 // route delivers d to its region, waiting for the entity type if this member does not
 // know it yet. Failures go to d.reply.
 func (s *Sharding) route(d delivery) {
-	s.stopMu.RLock()
-	defer s.stopMu.RUnlock()
-	if s.stopped {
+	if !s.owner.Hold() {
 		d.fail(ErrStopped)
 		return
 	}
+	defer s.owner.Release()
 	s.mu.Lock()
 	r := s.regions[d.env.EntityType]
 	if r == nil {
@@ -753,7 +713,7 @@ func (s *Sharding) route(d delivery) {
 		s.mu.Unlock()
 		if first {
 			typ := d.env.EntityType
-			s.goHeld(func() { s.resolveType(typ) })
+			s.owner.GoHeld(func() { s.resolveType(typ) })
 		}
 		return
 	}
@@ -764,15 +724,8 @@ func (s *Sharding) route(d delivery) {
 // resolveType asks the TypeResolver about a type messages wait for, then starts its
 // region (which delivers them) or fails them.
 func (s *Sharding) resolveType(typ string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ResolveTimeout)
+	ctx, cancel := context.WithTimeout(s.owner.Context(), s.cfg.ResolveTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	settings, err := s.cfg.Types.EntityType(ctx, typ)
 	if err == nil {
 		_, err = s.StartType(settings)
@@ -980,7 +933,7 @@ func (s *Sharding) followMembership() {
 	defer tick.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-s.owner.Done():
 			return
 		case e := <-s.sub.C:
 			switch e.Kind {
@@ -1004,11 +957,10 @@ func (s *Sharding) memberRemoved(addr string) {
 
 // passivateIdle runs each region's idle passivation.
 func (s *Sharding) passivateIdle() {
-	s.stopMu.RLock()
-	defer s.stopMu.RUnlock()
-	if s.stopped {
+	if !s.owner.Hold() {
 		return
 	}
+	defer s.owner.Release()
 	now := time.Now()
 	for _, r := range s.allRegions() {
 		r.passivateIdle(now)

@@ -53,7 +53,7 @@ func (s *Sharding) atMember(ctx context.Context, addr, topic string, body []byte
 		reply = func([]byte, error) {}
 	}
 	if addr == s.self {
-		if !s.goroutine(func() { local(reply) }) {
+		if !s.owner.Go(func() { local(reply) }) {
 			reply(nil, ErrStopped)
 		}
 		return
@@ -92,7 +92,7 @@ func (s *Sharding) askMember(ctx context.Context, addr, topic string, body []byt
 		return r.body, r.err
 	case <-t.C:
 		return nil, fmt.Errorf("no answer from %s in %v: %w", addr, timeout, context.DeadlineExceeded)
-	case <-s.stop:
+	case <-s.owner.Done():
 		return nil, ErrStopped
 	}
 }
@@ -224,7 +224,7 @@ func (s *Sharding) handleHostShard(req *cluster.Request) {
 		req.Reply(nil, err)
 		return
 	}
-	if !s.goroutine(func() { req.Reply(nil, s.hostShardHere(ref)) }) {
+	if !s.owner.Go(func() { req.Reply(nil, s.hostShardHere(ref)) }) {
 		req.Reply(nil, ErrStopped)
 	}
 }
@@ -278,7 +278,7 @@ func (s *Sharding) handleHandOff(req *cluster.Request) {
 		req.Reply(nil, err)
 		return
 	}
-	if !s.goroutine(func() { req.Reply(nil, s.handOffHere(ref)) }) {
+	if !s.owner.Go(func() { req.Reply(nil, s.handOffHere(ref)) }) {
 		req.Reply(nil, ErrStopped)
 	}
 }

@@ -72,13 +72,13 @@ func (s *ReplicatedStateStore) finishRemembered(typ string, shard int, answers [
 // replica; else an error wrapping ErrStoreUnavailable that counts the shards left out
 // of sync (a later pass retries them). Passes do not overlap.
 func (s *ReplicatedStateStore) Repair(ctx context.Context) error {
-	if !s.enter() {
+	if !s.owner.Enter() {
 		return closedError()
 	}
-	defer s.wg.Done()
+	defer s.owner.Leave()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
+	defer context.AfterFunc(s.owner.Context(), cancel)()
 	s.repairMu.Lock()
 	defer s.repairMu.Unlock()
 	return s.repairPass(ctx)
@@ -118,7 +118,7 @@ func (s *ReplicatedStateStore) queueRepair(job stateRepairJob) {
 func (s *ReplicatedStateStore) readRepairLoop() {
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.owner.Done():
 			return
 		case job := <-s.readRepairs:
 			s.runRepair(job)
@@ -131,12 +131,12 @@ func (s *ReplicatedStateStore) runRepair(job stateRepairJob) {
 	recs := job.records
 	if job.pull != nil {
 		key := EntityKey{Type: job.typ, Shard: job.shard, ID: job.pull.id}
-		a := s.readFrom(s.ctx, job.pull.from, key)
+		a := s.readFrom(s.owner.Context(), job.pull.from, key)
 		if a.err != nil || !a.found || a.ver.less(job.pull.ver) {
 			s.log.Debug("read repair: source no longer has the snapshot", "key", key, "err", a.err)
 			return
 		}
-		data, err := s.fetchRest(s.ctx, key, &a)
+		data, err := s.fetchRest(s.owner.Context(), key, &a)
 		if err != nil {
 			s.log.Debug("read repair: reading the snapshot failed", "key", key, "err", err)
 			return
@@ -149,7 +149,7 @@ func (s *ReplicatedStateStore) runRepair(job stateRepairJob) {
 	}
 	req := &stateWriteReq{Type: job.typ, Shard: job.shard, Epoch: epoch, Records: recs}
 	for _, t := range job.targets {
-		if err := s.writeTo(s.ctx, t, req); err != nil {
+		if err := s.writeTo(s.owner.Context(), t, req); err != nil {
 			s.log.Debug("read repair failed", "type", job.typ, "shard", job.shard, "replica", t.addr, "err", err)
 		}
 	}
@@ -172,7 +172,7 @@ func (s *ReplicatedStateStore) repairLoop() {
 	var dropped uint64 // read repairs dropped before the last pass
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.owner.Done():
 			return
 		case <-t.C:
 		case e := <-s.sub.C:
@@ -194,9 +194,9 @@ func (s *ReplicatedStateStore) repairLoop() {
 			dropped = n
 		}
 		s.repairMu.Lock()
-		err := s.repairPass(s.ctx)
+		err := s.repairPass(s.owner.Context())
 		s.repairMu.Unlock()
-		if err != nil && s.ctx.Err() == nil {
+		if err != nil && s.owner.Context().Err() == nil {
 			s.log.Debug("state repair pass incomplete", "err", err)
 		}
 	}
@@ -258,7 +258,7 @@ func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.mu.Lock()
-	if !s.closed {
+	if !s.owner.Closed() {
 		s.sweepStagingLocked(s.now())
 	}
 	s.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/internal/quorum"
 )
 
@@ -186,12 +187,11 @@ type ReplicatedStateStore struct {
 	now  func() time.Time
 	seq  atomic.Uint64
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
+	// owner owns the store's goroutines and the calls that use the disk (Enter); its
+	// context is cancelled by Close.
+	owner *owner.Group
 
 	mu      sync.Mutex
-	closed  bool
-	wg      sync.WaitGroup // goroutines of the store, and calls that use the disk
 	staging map[stateStagingKey]*stateStaged
 	staged  int // bytes reserved by staging
 
@@ -224,20 +224,19 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 		log:         cfg.Logger.With("component", "sharding.statestore"),
 		disk:        disk,
 		now:         time.Now,
+		owner:       owner.New(),
 		staging:     map[stateStagingKey]*stateStaged{},
 		serving:     make(chan struct{}, stateMaxServing),
 		readRepairs: make(chan stateRepairJob, stateRepairQueue),
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.register(); err != nil {
-		s.closed = true
-		s.cancel()
+		s.owner.Close()
 		_ = disk.close()
 		return nil, err
 	}
 	s.sub = cfg.Membership.Subscribe(64)
-	s.spawn(s.repairLoop)
-	s.spawn(s.readRepairLoop)
+	s.owner.Go(s.repairLoop)
+	s.owner.Go(s.readRepairLoop)
 	return s, nil
 }
 
@@ -296,7 +295,7 @@ func (s *ReplicatedStateStore) DeleteTypeAt(ctx context.Context, typ string, at 
 			}
 			errs[i] = s.call(ctx, r, topicStateDeleteType, &stateDeleteTypeReq{Type: typ, At: at}, &stateReply{})
 		}
-		if !s.spawn(run) {
+		if !s.owner.Go(run) {
 			errs[i] = closedError()
 			wg.Done()
 		}
@@ -322,10 +321,10 @@ func (s *ReplicatedStateStore) ForgetType(typ string, at uint64) error {
 	if err := checkStateKey(typ, 0, "", false); err != nil {
 		return err
 	}
-	if !s.enter() {
+	if !s.owner.Enter() {
 		return closedError()
 	}
-	defer s.wg.Done()
+	defer s.owner.Leave()
 	mark, deleted, err := s.disk.deleteType(typ, at)
 	if err != nil {
 		return err
@@ -347,44 +346,15 @@ func (s *ReplicatedStateStore) ForgetType(typ string, at uint64) error {
 // ErrStoreUnavailable; peers' requests are answered as failed. Idempotent. The
 // messenger and membership are the caller's to close.
 func (s *ReplicatedStateStore) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.owner.Close() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
 	s.sub.Close()
-	s.wg.Wait()
+	s.owner.Wait()
 	s.mu.Lock()
 	s.staging, s.staged = map[stateStagingKey]*stateStaged{}, 0
 	s.mu.Unlock()
 	return s.disk.close()
-}
-
-// spawn runs fn on a goroutine that Close waits for; false if the store is closed.
-func (s *ReplicatedStateStore) spawn(fn func()) bool {
-	if !s.enter() {
-		return false
-	}
-	go func() {
-		defer s.wg.Done()
-		fn()
-	}()
-	return true
-}
-
-// enter registers a call that uses the disk (Close waits for it: call s.wg.Done
-// after); false if the store is closed.
-func (s *ReplicatedStateStore) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
 }
 
 func closedError() error { return fmt.Errorf("%w: %w", ErrStoreUnavailable, errStateClosed) }
@@ -451,9 +421,9 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 	}
 	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: []stateRecord{rec}}
 	results := make(chan error, len(reps))
-	rctx := withTraceOf(s.ctx, ctx)
+	rctx := withTraceOf(s.owner.Context(), ctx)
 	for _, r := range reps {
-		if !s.spawn(func() { results <- s.writeTo(rctx, r, req) }) {
+		if !s.owner.Go(func() { results <- s.writeTo(rctx, r, req) }) {
 			results <- closedError()
 		}
 	}
@@ -526,9 +496,9 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		return nil, err
 	}
 	results := make(chan stateReadAnswer, len(reps))
-	rctx := withTraceOf(s.ctx, ctx)
+	rctx := withTraceOf(s.owner.Context(), ctx)
 	for _, r := range reps {
-		if !s.spawn(func() { results <- s.readFrom(rctx, r, key) }) {
+		if !s.owner.Go(func() { results <- s.readFrom(rctx, r, key) }) {
 			results <- stateReadAnswer{rep: r, err: closedError()}
 		}
 	}
@@ -548,7 +518,7 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 	RecordReplicas(ctx, len(reps), answeredOK(answers))
 	var data []byte
 	if best != nil {
-		if data, err = s.fetchRest(s.ctx, key, best); err != nil {
+		if data, err = s.fetchRest(s.owner.Context(), key, best); err != nil {
 			return nil, err
 		}
 	}
@@ -556,7 +526,7 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 	for i := range answers {
 		answers[i].data = nil // the repair reads afresh: keep no snapshot alive meanwhile
 	}
-	s.spawn(func() { s.finishLoad(key, answers, pending, results) })
+	s.owner.Go(func() { s.finishLoad(key, answers, pending, results) })
 	if best == nil {
 		return nil, ErrNoState
 	}
@@ -656,8 +626,8 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	}
 	results := make(chan stateRememberedAnswer, len(reps))
 	for _, r := range reps {
-		if !s.spawn(func() {
-			recs, err := s.rememberedFrom(s.ctx, r, typ, shard)
+		if !s.owner.Go(func() {
+			recs, err := s.rememberedFrom(s.owner.Context(), r, typ, shard)
 			results <- stateRememberedAnswer{rep: r, records: recs, err: err}
 		}) {
 			results <- stateRememberedAnswer{rep: r, err: closedError()}
@@ -680,7 +650,7 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	}
 	sort.Strings(out)
 	pending := len(reps) - len(answers)
-	s.spawn(func() { s.finishRemembered(typ, shard, answers, pending, results) })
+	s.owner.Go(func() { s.finishRemembered(typ, shard, answers, pending, results) })
 	return out, nil
 }
 

@@ -32,7 +32,7 @@ func (s *ReplicatedStateStore) handler(serve stateServe) cluster.Handler {
 			r.Reply(stateFail(fmt.Errorf("%w: %d requests in progress", errStateBusy, stateMaxServing)), nil)
 			return
 		}
-		if !s.spawn(func() {
+		if !s.owner.Go(func() {
 			defer func() { <-s.serving }()
 			defer func() {
 				if v := recover(); v != nil {
@@ -244,7 +244,7 @@ func (s *ReplicatedStateStore) stagingTTL() time.Duration { return 4 * s.cfg.Req
 func (s *ReplicatedStateStore) stage(from string, req *stateChunkReq) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.owner.Closed() {
 		return closedError()
 	}
 	now := s.now()
