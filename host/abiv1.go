@@ -152,7 +152,8 @@ func codeOf(err error) abi.Code {
 		return abi.CodeEntityError
 	case sharding.CodeBadRequest:
 		return abi.CodeBadRequest
-	case sharding.CodeUnavailable, sharding.CodeOverloaded, sharding.CodeUnknownType, sharding.CodeBackoff:
+	case sharding.CodeUnavailable, sharding.CodeOverloaded, sharding.CodeUnknownType, sharding.CodeBackoff,
+		sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded:
 		return abi.CodeUnavailable
 	}
 	return abi.CodeError

@@ -272,7 +272,7 @@ func statusOf(err error) (int, string) {
 		return http.StatusGatewayTimeout, code
 	case sharding.CodeReplyTooLarge:
 		return http.StatusBadGateway, code
-	case sharding.CodeOverloaded, sharding.CodeBackoff:
+	case sharding.CodeOverloaded, sharding.CodeBackoff, sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded:
 		return http.StatusServiceUnavailable, code
 	case sharding.CodeUnavailable:
 		if errors.Is(err, sharding.ErrAskTimeout) {
@@ -448,12 +448,7 @@ func (n *Node) target(r *http.Request) (typ, id string, err error) {
 		return "", "", err
 	}
 	if _, ok := n.catalog.get(typ); !ok {
-		if near := n.nearestType(typ); near != "" {
-			return "", "", fmt.Errorf("%w: %q; did you mean %q? (or deploy it with shardhost deploy --type %s FILE.wasm)",
-				sharding.ErrUnknownEntityType, typ, near, typ)
-		}
-		return "", "", fmt.Errorf("%w: %q (deploy it with shardhost deploy --type %s FILE.wasm)",
-			sharding.ErrUnknownEntityType, typ, typ)
+		return "", "", n.unknownType(typ)
 	}
 	return typ, id, nil
 }
@@ -461,6 +456,16 @@ func (n *Node) target(r *http.Request) (typ, id string, err error) {
 // nearestType returns the deployed type name closest to typ by edit distance (ignoring
 // case), if one is close enough to be a likely typo: at most a third of the longer
 // name's letters apart. Empty when none is.
+// unknownType is the error for a type that is not deployed: sharding's
+// ErrUnknownEntityType with the name, and the nearest deployed name when one is close
+// (a typo).
+func (n *Node) unknownType(typ string) error {
+	if near := n.nearestType(typ); near != "" {
+		return fmt.Errorf("%w: %q; did you mean %q?", sharding.ErrUnknownEntityType, typ, near)
+	}
+	return fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, typ)
+}
+
 func (n *Node) nearestType(typ string) string {
 	best, bestD := "", -1
 	for _, t := range n.catalog.list() {

@@ -50,7 +50,7 @@ func (n *Node) guestFailed(typ, id string, err error) {
 func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wasmEntity, error) {
 	info, ok := n.catalog.get(typ)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, typ)
+		return nil, n.unknownType(typ)
 	}
 	mod, err := n.modules.get(ctx, info.Digest, n.moduleSources(info))
 	if err != nil {

@@ -134,16 +134,16 @@ func DefaultConfig() Config {
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
-		return fmt.Errorf("host: --bind %q: %v", c.BindAddr, err)
+		return &ConfigError{Field: "BindAddr", Value: c.BindAddr, Err: err}
 	}
 	if c.TransportAddr != "" {
 		if _, _, err := net.SplitHostPort(c.TransportAddr); err != nil {
-			return fmt.Errorf("host: --transport %q: %v", c.TransportAddr, err)
+			return &ConfigError{Field: "TransportAddr", Value: c.TransportAddr, Err: err}
 		}
 	}
 	if c.APIAddr != "" {
 		if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
-			return fmt.Errorf("host: --api %q: %v", c.APIAddr, err)
+			return &ConfigError{Field: "APIAddr", Value: c.APIAddr, Err: err}
 		}
 	}
 	if c.DataDir == "" {
@@ -157,6 +157,20 @@ func (c Config) Validate() error {
 	}
 	return c.API.Validate()
 }
+
+// ConfigError is a Config field whose value cannot work. Its text names the field; a
+// command line that set the field from a flag can name the flag instead.
+type ConfigError struct {
+	Field string // the Config field: "BindAddr", "TransportAddr", "APIAddr", "StateStore"
+	Value string
+	Err   error
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("host: Config.%s %q: %v", e.Field, e.Value, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // DefaultTransportAddr returns the bind address with its port plus one.
 func DefaultTransportAddr(bind string) (string, error) {
@@ -711,7 +725,7 @@ func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (Und
 	if !ok {
 		cur, exists := n.catalog.entry(name)
 		if !exists || !cur.Removed || !deleteState {
-			return UndeployResult{}, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, name)
+			return UndeployResult{}, n.unknownType(name)
 		}
 		info = cur // removed already: delete its state now (a retry)
 	}
@@ -911,8 +925,7 @@ func (r *typeResolver) EntityType(ctx context.Context, name string) (sharding.Ty
 	n := (*Node)(r)
 	info, ok := n.catalog.get(name)
 	if !ok {
-		return sharding.TypeSettings{}, fmt.Errorf("%w: %q (deploy it with shardhost deploy --type %s FILE.wasm)",
-			sharding.ErrUnknownEntityType, name, name)
+		return sharding.TypeSettings{}, n.unknownType(name)
 	}
 	if _, err := n.modules.get(ctx, info.Digest, n.moduleSources(info)); err != nil {
 		return sharding.TypeSettings{}, withCode(err)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -30,7 +31,8 @@ func ParseStateStore(v string) (StateStoreKind, error) {
 	case strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://") || strings.Contains(v, "="):
 		return StateStorePostgres, nil
 	}
-	return 0, fmt.Errorf("host: --state-store %q: want builtin, or a PostgreSQL connection string (postgres://USER@HOST:PORT/DB?sslmode=…)", v)
+	return 0, &ConfigError{Field: "StateStore", Value: v,
+		Err: errors.New("want builtin, or a PostgreSQL connection string (postgres://USER@HOST:PORT/DB?sslmode=…)")}
 }
 
 // openStateStore opens the store Config.StateStore names, and returns it with its

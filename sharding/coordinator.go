@@ -466,7 +466,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 		err := c.persist(pctx, ref.Type, ref.Shard, allocation{region, epoch})
 		cancel()
 		if err != nil {
-			err = fmt.Errorf("%w: recording the allocation of %s: %v", ErrShardUnavailable, ref, err)
+			err = wrapCause(ErrShardUnavailable, "recording the allocation of "+ref.String(), err)
 			failSpan(span, err)
 			span.End()
 			c.finish(ref, shardHome{}, err)

@@ -228,7 +228,7 @@ func (e *entity) process(d delivery) {
 	// so an acknowledged message survives a crash of this member.
 	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
 		if err := e.save(ctx); err != nil {
-			err = fmt.Errorf("%w: the message was handled but its state not saved: %v", ErrShardUnavailable, err)
+			err = wrapCause(ErrStateNotSaved, "", err)
 			done(err)
 			d.fail(err)
 			return
@@ -278,7 +278,7 @@ func (e *entity) activate(ctx context.Context) (err error) {
 		case errors.Is(err, ErrNoState):
 		case err != nil:
 			// Starting without the saved state would lose it: refuse instead.
-			return fmt.Errorf("%w: loading the state of %s: %v", ErrShardUnavailable, e.id, err)
+			return wrapCause(ErrStateNotLoaded, e.r.settings.Name+"/"+e.id, err)
 		default:
 			state = st
 		}

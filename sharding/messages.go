@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fxamacker/cbor/v2"
 	"go.opentelemetry.io/otel/trace"
@@ -17,6 +18,13 @@ var (
 	ErrBufferFull        = errors.New("sharding: buffer full, message dropped (dead letter)")
 	ErrMailboxFull       = errors.New("sharding: entity mailbox full, message dropped (dead letter)")
 	ErrShardUnavailable  = errors.New("sharding: shard home could not be resolved")
+	// ErrStateNotSaved: the entity handled the message but its state could not be
+	// saved (an every-message checkpoint): the reply is withheld, and the change may be
+	// lost if the entity's member crashes before a later save.
+	ErrStateNotSaved = errors.New("sharding: the message was handled but the entity's state was not saved")
+	// ErrStateNotLoaded: the entity's saved state could not be read, so it was not
+	// started (starting without it would lose it). A later message tries again.
+	ErrStateNotLoaded = errors.New("sharding: the entity's saved state could not be loaded")
 	ErrNotCoordinator    = errors.New("sharding: this member is not the shard coordinator")
 	ErrRoutingLoop       = errors.New("sharding: message forwarded too many times")
 	ErrAskTimeout        = errors.New("sharding: ask timed out")
@@ -40,6 +48,8 @@ const (
 	CodeBadRequest      = "bad-request"         // empty entity ID, message too large, ...
 	CodeOverloaded      = "overloaded"          // a buffer or mailbox was full
 	CodeUnavailable     = "unavailable"         // no shard home, member gone, timeout
+	CodeStateNotSaved   = "state-not-saved"     // handled, but its checkpoint failed (ErrStateNotSaved)
+	CodeStateNotLoaded  = "state-not-loaded"    // the saved state could not be read (ErrStateNotLoaded)
 	CodeInternal        = "internal"            // anything else
 	CodeActivationError = "activation-failed"   // the entity could not be created
 	CodeBackoff         = "entity-backoff"      // the entity keeps failing and rests
@@ -86,7 +96,10 @@ func ErrorCode(err error) string {
 	return CodeInternal
 }
 
+// sentinels are in order of precedence: an error that wraps two (a state not saved
+// because no shard home was found) has the code of the first.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
+	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, ErrLeaving}
 
 func codeOfSentinel(err error) string {
@@ -97,10 +110,38 @@ func codeOfSentinel(err error) string {
 		return CodeBadRequest
 	case ErrBufferFull, ErrMailboxFull:
 		return CodeOverloaded
+	case ErrStateNotSaved:
+		return CodeStateNotSaved
+	case ErrStateNotLoaded:
+		return CodeStateNotLoaded
 	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, ErrLeaving:
 		return CodeUnavailable
 	}
 	return CodeInternal
+}
+
+// causedError is an error of a kind (a sentinel above) with a cause: errors.Is and
+// errors.As see both, and ErrorCode gives the kind's code.
+type causedError struct {
+	kind, cause error
+	msg         string
+}
+
+func (e *causedError) Error() string     { return e.msg }
+func (e *causedError) Unwrap() []error   { return []error{e.kind, e.cause} }
+func (e *causedError) ErrorCode() string { return codeOfSentinel(e.kind) }
+
+// wrapCause returns an error of kind, with detail, caused by cause. Its text is
+// "KIND: DETAIL: CAUSE", where CAUSE drops what would repeat: its own "sharding: "
+// prefix and the kind's text when cause is of the same kind already.
+func wrapCause(kind error, detail string, cause error) error {
+	msg := kind.Error()
+	if detail != "" {
+		msg += ": " + detail
+	}
+	text := strings.TrimPrefix(cause.Error(), kind.Error()+": ")
+	text = strings.TrimPrefix(text, "sharding: ")
+	return &causedError{kind: kind, cause: cause, msg: msg + ": " + text}
 }
 
 // Envelope is a message on its way to an entity.

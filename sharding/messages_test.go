@@ -2,6 +2,8 @@ package sharding
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
@@ -63,4 +65,36 @@ func FuzzDecodeMessages(f *testing.F) {
 		var h shardHome
 		decode(b, &h)
 	})
+}
+
+func TestWrapCauseKeepsBothErrorsAndDoesNotStackPrefixes(t *testing.T) {
+	store := fmt.Errorf("%w: 1 of 3 replicas answered", ErrStoreUnavailable)
+	err := wrapCause(ErrStateNotSaved, "", store)
+	if !errors.Is(err, ErrStateNotSaved) || !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("%v: want both ErrStateNotSaved and ErrStoreUnavailable", err)
+	}
+	if got := ErrorCode(err); got != CodeStateNotSaved {
+		t.Fatalf("code %q, want %q", got, CodeStateNotSaved)
+	}
+	want := "sharding: the message was handled but the entity's state was not saved: entity state store unavailable: 1 of 3 replicas answered"
+	if err.Error() != want {
+		t.Fatalf("message\n%q, want\n%q", err.Error(), want)
+	}
+	// A cause of the same kind does not repeat the kind's text.
+	inner := wrapCause(ErrShardUnavailable, "asking the coordinator at a:1", errors.New("timeout"))
+	outer := wrapCause(ErrShardUnavailable, "counter/3", inner)
+	if got, want := outer.Error(), "sharding: shard home could not be resolved: counter/3: asking the coordinator at a:1: timeout"; got != want {
+		t.Fatalf("message\n%q, want\n%q", got, want)
+	}
+	if strings.Count(outer.Error(), "sharding:") != 1 {
+		t.Fatalf("%q: the prefix is repeated", outer.Error())
+	}
+	// Across members the code comes back as the sentinel.
+	remote := &RemoteError{Code: ErrorCode(err), Message: err.Error()}
+	if !errors.Is(remote, ErrStateNotSaved) || errors.Is(remote, ErrShardUnavailable) {
+		t.Fatalf("remote %v: want ErrStateNotSaved only", remote)
+	}
+	if got := ErrorCode(wrapCause(ErrStateNotLoaded, "counter/a", store)); got != CodeStateNotLoaded {
+		t.Fatalf("code %q, want %q", got, CodeStateNotLoaded)
+	}
 }

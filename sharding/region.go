@@ -448,7 +448,7 @@ func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
 		}
 		if errors.Is(err, ErrStopped) || time.Now().After(deadline) {
 			r.s.log.WarnContext(ctx, "shard home not resolved", "shard", ref.String(), "err", err)
-			err = fmt.Errorf("%w: %s: %v", ErrShardUnavailable, ref, err)
+			err = wrapCause(ErrShardUnavailable, ref.String(), err)
 			failSpan(span, err)
 			span.End()
 			r.failPending(shardID, err)

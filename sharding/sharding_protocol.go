@@ -119,7 +119,7 @@ func (s *Sharding) shardHome(ctx context.Context, ref shardRef) (shardHome, erro
 			})
 		})
 	if err != nil && !errors.Is(err, ErrStopped) && !errors.Is(err, ErrShardUnavailable) {
-		err = fmt.Errorf("%w: asking the coordinator at %s: %v", ErrShardUnavailable, oldest.Address, err)
+		err = wrapCause(ErrShardUnavailable, "asking the coordinator at "+oldest.Address, err)
 	}
 	if err != nil {
 		return shardHome{}, err

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardhost/shardhost/internal/pki"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // client talks to a node's management API.
@@ -155,10 +157,14 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 	if resp.StatusCode >= 400 {
 		var e struct {
 			Error string `json:"error"`
+			Code  string `json:"code"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
 			if resp.StatusCode == http.StatusUnauthorized && c.token == "" && !c.cert {
 				e.Error += " (give the API token in SHARDHOST_TOKEN or --token-file)"
+			}
+			if e.Code == sharding.CodeUnknownType {
+				e.Error += deployAdvice(e.Error)
 			}
 			return response{header: resp.Header}, errors.New(e.Error)
 		}
@@ -275,4 +281,17 @@ func printJSON(out io.Writer, v any) error {
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// unknownTypeName finds the type's name in the API's unknown-entity-type message
+// (`sharding: unknown entity type: "NAME"...`).
+var unknownTypeName = regexp.MustCompile(`unknown entity type: "([^"]+)"`)
+
+// deployAdvice is what the CLI adds to an unknown-entity-type error: how to deploy it.
+func deployAdvice(msg string) string {
+	name := "NAME"
+	if m := unknownTypeName.FindStringSubmatch(msg); m != nil {
+		name = m[1]
+	}
+	return fmt.Sprintf(" (deploy it with shardhost deploy --type %s FILE.wasm)", name)
 }

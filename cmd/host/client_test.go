@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/shardhost/shardhost/host"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -53,5 +55,21 @@ func TestPayloadArg(t *testing.T) {
 func TestOneLine(t *testing.T) {
 	if got := oneLine("first\nsecond"); got != "first" {
 		t.Fatalf("%q", got)
+	}
+}
+
+func TestConfigErrorsNameTheirFlag(t *testing.T) {
+	cfg := host.DefaultConfig()
+	cfg.BindAddr, cfg.DataDir = "no-port", t.TempDir()
+	err := cfg.Validate()
+	if err == nil || strings.Contains(err.Error(), "--") {
+		t.Fatalf("library error %v: want one that names the Config field, not a flag", err)
+	}
+	if got := withFlagNames(err).Error(); !strings.HasPrefix(got, `--bind "no-port": `) {
+		t.Fatalf("CLI error %q: want it to name --bind", got)
+	}
+	_, err = host.ParseStateStore("mysql://x")
+	if got := withFlagNames(err).Error(); !strings.HasPrefix(got, `--state-store "mysql://x": want builtin`) {
+		t.Fatalf("CLI error %q: want it to name --state-store", got)
 	}
 }

@@ -4,13 +4,33 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+
+	"github.com/shardhost/shardhost/host"
 )
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "shardhost:", oneLine(err.Error()))
+		fmt.Fprintln(os.Stderr, "shardhost:", oneLine(withFlagNames(err).Error()))
 		os.Exit(1)
 	}
+}
+
+// configFieldFlags names the flag that sets each host.Config field a host.ConfigError names.
+var configFieldFlags = map[string]string{
+	"BindAddr": "--bind", "TransportAddr": "--transport", "APIAddr": "--api", "StateStore": "--state-store",
+}
+
+// withFlagNames says which flag set a bad value: the library names its Config field,
+// the command line names its flag.
+func withFlagNames(err error) error {
+	var ce *host.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := configFieldFlags[ce.Field]; ok {
+			return fmt.Errorf("%s %q: %w", flag, ce.Value, ce.Err)
+		}
+	}
+	return err
 }

@@ -48,4 +48,10 @@ func TestReadCommandsOutput(t *testing.T) {
 	if out, err := runCLI(t, "members"); err != nil || !strings.Contains(out, "ADDRESS") || !strings.Contains(out, n.Self().Address) {
 		t.Errorf("members table: %v\n%s", err, out)
 	}
+	// The API says the type is unknown; the CLI, not the library, says how to deploy it.
+	_, err = runCLI(t, "ask", "nosuch/a", "x")
+	if err == nil || !strings.Contains(err.Error(), `unknown entity type: "nosuch"`) ||
+		!strings.Contains(err.Error(), "deploy it with shardhost deploy --type nosuch FILE.wasm") {
+		t.Errorf("ask of an unknown type: %v", err)
+	}
 }

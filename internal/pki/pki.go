@@ -282,7 +282,7 @@ func WriteFile(path string, b []byte, perm os.FileMode, overwrite bool) error {
 	f, err := os.OpenFile(path, flags, perm)
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("%s exists (remove it, or pass --overwrite)", path)
+			return fmt.Errorf("%s: %w", path, err) // the caller says how to overwrite it
 		}
 		return err
 	}
