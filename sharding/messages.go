@@ -24,13 +24,13 @@ var (
 	ErrStateNotSaved = errors.New("sharding: the message was handled but the entity's state was not saved")
 	// ErrStateNotLoaded: the entity's saved state could not be read, so it was not
 	// started (starting without it would lose it). A later message tries again.
-	ErrStateNotLoaded = errors.New("sharding: the entity's saved state could not be loaded")
-	ErrNotCoordinator    = errors.New("sharding: this member is not the shard coordinator")
-	ErrRoutingLoop       = errors.New("sharding: message forwarded too many times")
-	ErrAskTimeout        = errors.New("sharding: ask timed out")
-	ErrStopped           = errors.New("sharding: stopped")
-	ErrLeaving           = errors.New("sharding: this member is leaving and takes no new shards")
-	ErrMalformedMessage  = errors.New("sharding: malformed message from a member")
+	ErrStateNotLoaded   = errors.New("sharding: the entity's saved state could not be loaded")
+	ErrNotCoordinator   = errors.New("sharding: this member is not the shard coordinator")
+	ErrRoutingLoop      = errors.New("sharding: message forwarded too many times")
+	ErrAskTimeout       = errors.New("sharding: ask timed out")
+	ErrStopped          = errors.New("sharding: stopped")
+	ErrLeaving          = errors.New("sharding: this member is leaving and takes no new shards")
+	ErrMalformedMessage = errors.New("sharding: malformed message from a member")
 )
 
 // codeHandedOff answers a forwarded ask whose shard the region is handing off: the
