@@ -66,7 +66,7 @@ type TLSGossipConfig struct {
 	// packet. Default 1 min.
 	IdleTimeout time.Duration
 	// Logger receives failed handshakes (warn, at most one a second; debug for the
-	// rest) and connection events (debug). Nil discards them.
+	// rest) and connection events (debug). Nil: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -152,7 +152,7 @@ func NewTLSGossipTransport(cfg TLSGossipConfig) (*TLSGossipTransport, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &TLSGossipTransport{

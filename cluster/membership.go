@@ -76,6 +76,7 @@ type MembershipConfig struct {
 	// here, they take part in the first push-pull, at join; RegisterState adds one later.
 	States map[string]StateDelegate
 	// Logger receives memberlist's log at debug level and membership events at info.
+	// Nil: slog.Default().
 	Logger *slog.Logger
 	// MeterProvider records the membership metrics (members by status, unreachable
 	// members, convergence, leader changes, phi of the monitored members). Nil: none.

@@ -167,10 +167,10 @@ func WithMetrics(mp metric.MeterProvider) MessengerOption {
 // Frames that arrive before newTransport returns wait for it. Register handlers
 // with Handle before other nodes learn the address: a request for a topic without
 // a handler gets an error reply. The messenger owns the transport and closes it in
-// Close. A nil logger discards logs. It returns newTransport's error, if any.
+// Close. A nil logger means slog.Default(). It returns newTransport's error, if any.
 func NewMessenger(newTransport func(FrameHandler) (Transport, error), logger *slog.Logger, opts ...MessengerOption) (*Messenger, error) {
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	var o messengerOptions
 	for _, opt := range opts {

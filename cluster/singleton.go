@@ -66,6 +66,7 @@ type Singleton struct {
 }
 
 // NewSingleton starts following membership for svc. Close stops it (and the service).
+// A nil log means slog.Default().
 func NewSingleton(m SingletonMembership, role string, svc SingletonService, log *slog.Logger) *Singleton {
 	if log == nil {
 		log = slog.Default()

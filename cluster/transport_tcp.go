@@ -75,8 +75,8 @@ type TCPConfig struct {
 	TLSConfig *tls.Config
 	// Logger receives connection events: dial failures (warn for the first of a
 	// streak, then debug), a peer reachable again (info), write failures and
-	// malformed inbound frames (warn), connects and idle closes (debug). Nil
-	// discards them.
+	// malformed inbound frames (warn), connects and idle closes (debug). Nil:
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -246,7 +246,7 @@ func NewTCPTransport(cfg TCPConfig, h FrameHandler) (*TCPTransport, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &TCPTransport{

@@ -118,6 +118,7 @@ type ReplicatorConfig struct {
 	Expiry []ExpiryRule
 	// Now is the clock; default time.Now.
 	Now    func() time.Time
+	// Logger receives the replicator's logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// TracerProvider makes a span for each Get, Update and Delete called in a traced
 	// context ("ddata get", ...: key, CRDT type, consistency, replicas answered,

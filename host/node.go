@@ -25,6 +25,7 @@ import (
 	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/sharding/pgstore"
 )
 
 // Topics of the host's member-to-member messages.
@@ -56,10 +57,21 @@ type Config struct {
 	// (postgres://…, or libpq's key=value form) for pgstore, with what it leaves out
 	// taken from the PG* environment (README: choosing a state store).
 	StateStore string
+	// BuiltinStateStore configures the built-in store: replicas per shard, request
+	// timeout, anti-entropy interval, size caps. Its membership, messenger, logger and
+	// directory (DataDir/state) are the node's. Default
+	// sharding.DefaultReplicatedStateStoreConfig().
+	BuiltinStateStore sharding.ReplicatedStateStoreConfig
+	// PostgresStateStore configures the PostgreSQL store: pool size, size caps. Its
+	// URL is StateStore and its logger the node's. Default pgstore.DefaultConfig().
+	PostgresStateStore pgstore.Config
 	// GossipProfile is "lan" (default) or "local" (memberlist's own timing).
 	GossipProfile string
 	// Roles are this member's roles.
 	Roles []string
+	// TickInterval is how often membership's core is ticked: heartbeats, the failure
+	// detector's checks, the leader's actions. Default 100 ms.
+	TickInterval time.Duration
 	// Lifecycle configures membership: minimum members, the phi accrual failure
 	// detector, the split brain resolver (cluster.DefaultCoreConfig; the local profile
 	// cluster.DefaultLocalCoreConfig detects crashes in about a second).
@@ -118,16 +130,20 @@ type Config struct {
 // addresses and the data directory are still to be set.
 func DefaultConfig() Config {
 	return Config{
-		JoinTimeout:     30 * time.Second,
-		GossipProfile:   "lan",
-		Lifecycle:       cluster.DefaultCoreConfig(),
-		API:             DefaultAPIConfig(),
-		MaxModuleSize:   32 << 20,
-		Runtime:         DefaultRuntimeConfig(),
-		Sharding:        sharding.DefaultConfig(),
-		DData:           ddata.DefaultReplicatorConfig(),
-		ShutdownTimeout: 30 * time.Second,
-		Recovery:        true,
+		JoinTimeout:   30 * time.Second,
+		GossipProfile: "lan",
+		TickInterval:  100 * time.Millisecond,
+		Lifecycle:     cluster.DefaultCoreConfig(),
+
+		BuiltinStateStore:  sharding.DefaultReplicatedStateStoreConfig(),
+		PostgresStateStore: pgstore.DefaultConfig(),
+		API:                DefaultAPIConfig(),
+		MaxModuleSize:      32 << 20,
+		Runtime:            DefaultRuntimeConfig(),
+		Sharding:           sharding.DefaultConfig(),
+		DData:              ddata.DefaultReplicatorConfig(),
+		ShutdownTimeout:    30 * time.Second,
+		Recovery:           true,
 	}
 }
 
@@ -310,7 +326,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Roles:         cfg.Roles,
 		Seeds:         cfg.Join,
 		Lifecycle:     cfg.Lifecycle,
-		TickInterval:  100 * time.Millisecond,
+		TickInterval:  cfg.TickInterval,
 		Profile:       cfg.GossipProfile,
 		GossipKey:     gossipKey,
 		GossipKeys:    moreKeys,

@@ -458,3 +458,31 @@ func TestDeployIdenticalBytesIsUnchanged(t *testing.T) {
 		t.Fatalf("another setting: unchanged %v version %d, %v", changed.Unchanged, changed.Type.Version, err)
 	}
 }
+
+// TestConfigCarriesTheStoreAndTickSettings: the state store's settings and membership's
+// tick interval come from Config, not constants: values the store or membership refuse
+// make Start fail with their errors.
+func TestConfigCarriesTheStoreAndTickSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"replicas", func(c *Config) { c.BuiltinStateStore.Replicas = 65 }, "Replicas 65 out of range"},
+		{"tick", func(c *Config) { c.TickInterval = -time.Second }, "tick interval must be positive"},
+	} {
+		cfg := DefaultConfig()
+		cfg.BindAddr, cfg.TransportAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		cfg.DataDir, cfg.GossipProfile, cfg.Logger = t.TempDir(), "local", testLogger()
+		cfg.Runtime.CacheDir = cacheDir
+		tc.mutate(&cfg)
+		n, err := Start(context.Background(), cfg)
+		if err == nil {
+			n.Kill()
+			t.Fatalf("%s: started", tc.name)
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: %v, want it to say %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -43,7 +43,10 @@ func (n *Node) openStateStore(ctx context.Context) (sharding.StateStore, func() 
 		return nil, nil, err
 	}
 	if kind == StateStorePostgres {
-		pc := pgstore.DefaultConfig()
+		pc := n.cfg.PostgresStateStore
+		if pc.MaxConns == 0 { // a Config not made by DefaultConfig
+			pc = pgstore.DefaultConfig()
+		}
 		pc.URL, pc.Logger = n.cfg.StateStore, n.cfg.Logger
 		s, err := pgstore.Open(ctx, pc)
 		if err != nil {
@@ -51,7 +54,10 @@ func (n *Node) openStateStore(ctx context.Context) (sharding.StateStore, func() 
 		}
 		return s, s.Close, nil
 	}
-	stc := sharding.DefaultReplicatedStateStoreConfig()
+	stc := n.cfg.BuiltinStateStore
+	if stc.Replicas == 0 { // a Config not made by DefaultConfig
+		stc = sharding.DefaultReplicatedStateStoreConfig()
+	}
 	stc.Membership, stc.Messenger, stc.Logger = n.membership, n.messenger, n.cfg.Logger
 	stc.Dir = filepath.Join(n.cfg.DataDir, "state")
 	s, err := sharding.NewReplicatedStateStore(stc)

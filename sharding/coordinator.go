@@ -357,7 +357,7 @@ func (c *coordinator) persist(ctx context.Context, typ string, shard int, a allo
 	value := []byte(a.region + "|" + strconv.FormatUint(a.epoch, 10))
 	_, err := dd.Update(ctx, coordinatorKey(typ), ddata.LWWMap{}, ddata.WriteMajority(0),
 		func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
-			m, delta := d.(ddata.LWWMap).Put(node, strconv.Itoa(shard), value, ddata.DefaultClock(func() int64 { return time.Now().UnixMilli() }))
+			m, delta := d.(ddata.LWWMap).Put(node, strconv.Itoa(shard), value, ddata.DefaultClock(func() int64 { return c.s.cfg.Now().UnixMilli() }))
 			return m, delta, nil
 		})
 	return err

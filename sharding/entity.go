@@ -92,7 +92,7 @@ func (e *entity) enqueue(d delivery) {
 		return
 	}
 	if !d.start {
-		d.arrived = time.Now()
+		d.arrived = e.r.s.cfg.Now()
 	}
 	e.queue = append(e.queue, d)
 	if e.running {
@@ -155,7 +155,7 @@ func (e *entity) process(d delivery) {
 		e.mu.Lock()
 		e.busy = false
 		if !d.start {
-			e.lastUsed = time.Now()
+			e.lastUsed = s.cfg.Now()
 		}
 		e.mu.Unlock()
 		if d.start {
@@ -251,7 +251,7 @@ func (e *entity) process(d delivery) {
 // one, and records it among the shard's remembered entities if the type remembers them.
 func (e *entity) activate(ctx context.Context) (err error) {
 	s := e.r.s
-	begin := time.Now()
+	begin := s.cfg.Now()
 	span := noopSpan
 	if s.tel.traced {
 		ctx, span = s.tracer.Start(ctx, e.r.tel.activateName, trace.WithAttributes(e.entityAttrs()...))
@@ -267,7 +267,7 @@ func (e *entity) activate(ctx context.Context) (err error) {
 			outcome = ErrorCode(err)
 		}
 		s.tel.activations.Add(context.Background(), 1, s.tel.activationAttrs.Get(activationKey{e.r.settings.Name, st, outcome}))
-		s.tel.activationDur.Record(context.Background(), time.Since(begin).Seconds(), s.tel.typeAttr(e.r.settings.Name, attrActivationState, st))
+		s.tel.activationDur.Record(context.Background(), s.cfg.Now().Sub(begin).Seconds(), s.tel.typeAttr(e.r.settings.Name, attrActivationState, st))
 		span.SetAttributes(attrActivationState.String(st))
 		failSpan(span, err)
 		span.End()

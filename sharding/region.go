@@ -589,7 +589,7 @@ func (r *Region) handOff(ctx context.Context) error {
 // handOffShard hands one shard off (see handOff). A shard not hosted here is only
 // reported to the coordinator.
 func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
-	start := time.Now()
+	start := r.s.cfg.Now()
 	span := noopSpan
 	if r.s.tel.traced {
 		ctx, span = r.s.tracer.Start(ctx, r.tel.handoffName, trace.WithAttributes(obs.EntityType.String(r.settings.Name),
@@ -642,7 +642,7 @@ func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
 	if resolve {
 		r.resolveInBackground(rctx, rspan, id)
 	}
-	took := time.Since(start)
+	took := r.s.cfg.Now().Sub(start)
 	span.SetAttributes(attrEntitiesStopped.Int(entities), attrMessagesBuffered.Int(buffered))
 	failSpan(span, err)
 	span.End()

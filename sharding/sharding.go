@@ -215,7 +215,14 @@ type Config struct {
 	// ReconcileInterval is how often membership is re-read, in case events were
 	// missed. Default 1 s.
 	ReconcileInterval time.Duration
-	Logger            *slog.Logger
+	// Now is the clock of idle passivation (when an entity was last used, how long
+	// ago), of MaxActive's least recently used choice, of the dead letter log's rate
+	// limit and of the durations sharding measures (queue time, activation, handoff).
+	// Deadlines (an ask's, ResolveTimeout, RequestTimeout) follow contexts and timers,
+	// in real time. Default time.Now; tests give a simulated clock.
+	Now func() time.Time
+	// Logger receives sharding's logs. Nil: slog.Default().
+	Logger *slog.Logger
 	// TracerProvider makes the spans of messages (tell, ask, handle), activations,
 	// passivations, state store calls, shard home resolution, buffering and handoffs.
 	// Nil: none.
@@ -291,6 +298,7 @@ type Sharding struct {
 	waiting     int                   // total in typeWaiters
 
 	deadLetters atomic.Uint64
+	idleSweeps  atomic.Uint64 // idle passivation sweeps done, for tests
 	// deadLetterLog limits the dead letter warnings: one per type and reason every 10 s.
 	deadLetterLog logLimiter
 	leaving       atomic.Bool // set by the leave hook: no new shards here
@@ -306,6 +314,9 @@ func New(cfg Config) (*Sharding, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	self := cfg.Membership.Self().Address
 	tel := newShardingTelemetry(cfg.TracerProvider, cfg.MeterProvider)
@@ -788,7 +799,7 @@ func (s *Sharding) countDeadLetter(ctx context.Context, env Envelope, err error)
 	s.deadLetters.Add(1)
 	reason := deadLetterReason(err)
 	s.tel.deadLetters.Add(context.Background(), 1, s.tel.typeAttr(env.EntityType, attrDeadLetterReason, reason))
-	if suppressed, ok := s.deadLetterLog.allow(env.EntityType+"\x00"+reason, time.Now()); ok {
+	if suppressed, ok := s.deadLetterLog.allow(env.EntityType+"\x00"+reason, s.cfg.Now()); ok {
 		s.log.WarnContext(ctx, "dead letter", "entity", env.EntityType+"/"+env.EntityID, "reason", reason,
 			"err", err, "suppressed", suppressed)
 	}
@@ -961,10 +972,11 @@ func (s *Sharding) passivateIdle() {
 		return
 	}
 	defer s.owner.Release()
-	now := time.Now()
+	now := s.cfg.Now()
 	for _, r := range s.allRegions() {
 		r.passivateIdle(now)
 	}
+	s.idleSweeps.Add(1)
 }
 
 // hosting reports whether a member's status lets it host shards it already has: up or

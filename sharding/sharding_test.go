@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,16 +380,19 @@ func TestHandOffOnLeaveLosesNoMessageAndKeepsOrder(t *testing.T) {
 	}
 	const total = 400
 	sent := make(chan struct{})
+	var told atomic.Int64
 	go func() {
 		defer close(sent)
 		for k := 0; k < total; k++ {
 			if err := tc.nodes[0].sharding.Tell(context.Background(), "counter", id, []byte("append "+strconv.Itoa(k))); err != nil {
 				t.Errorf("tell %d: %v", k, err)
 			}
-			time.Sleep(2 * time.Millisecond)
+			told.Add(1)
+			time.Sleep(2 * time.Millisecond) // a steady stream, so that some messages meet the handoff
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// The member leaves once a quarter of the messages are on their way.
+	testutil.Eventually(t, 10*time.Second, "the first 100 tells", func() bool { return told.Load() >= total/4 })
 	tc.stop(leaver, true)
 	<-sent
 	// The entity's new incarnation got a contiguous, ordered tail of the messages: the
@@ -529,10 +533,39 @@ func activeOn(tc *testCluster, key string) bool {
 	return ok
 }
 
+// simClock is a simulated clock: it moves only when the test advances it.
+type simClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newSimClock() *simClock { return &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *simClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *simClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
 func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
-	tc := newTestCluster(t, 2, func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond })
+	clock := newSimClock()
+	tc := newTestCluster(t, 2, func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond; c.Now = clock.Now })
 	n := tc.nodes[0]
 	mustAsk(t, n, "idle", "a", "inc")
+	// Idleness is measured on sharding's clock: while it stands still, the entity
+	// stays, however long the sweeps (every ReconcileInterval) run.
+	sweeps := n.sharding.idleSweeps.Load()
+	testutil.Eventually(t, 5*time.Second, "three idle sweeps", func() bool { return n.sharding.idleSweeps.Load() >= sweeps+3 })
+	if !activeOn(tc, "idle/a") {
+		t.Fatal("passivated although sharding's clock did not move")
+	}
+	clock.Advance(time.Second) // past the type's PassivateAfter (300 ms)
 	testutil.Eventually(t, 5*time.Second, "idle passivation", func() bool { return !activeOn(tc, "idle/a") })
 	// The next message activates a new incarnation (state does not survive
 	// passivation without a state store: the count starts again).
@@ -544,6 +577,7 @@ func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
 	}
 	// Messages that arrive while an entity passivates wait and are delivered in order.
 	for round := 0; round < 5; round++ {
+		clock.Advance(time.Second)
 		testutil.Eventually(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
 		for k := 0; k < 20; k++ {
 			n.sharding.Tell(context.Background(), "idle", "a", []byte("append "+strconv.Itoa(round*100+k)))
@@ -561,6 +595,7 @@ func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
 		}
 	}
 	// The shards report counts active entities only.
+	clock.Advance(time.Second)
 	testutil.Eventually(t, 5*time.Second, "passivation", func() bool { return !activeOn(tc, "idle/a") })
 	for _, st := range n.sharding.LocalState().Shards {
 		if st.Type == "idle" && len(st.Entities) != 0 {

@@ -74,7 +74,7 @@ type ReplicatedStateStoreConfig struct {
 	// MaxFrameSize (8 MiB by default) minus the headers and IDs of a message. Default
 	// 4 MiB.
 	ChunkSize int
-	// Logger receives the store's logs; nil discards them.
+	// Logger receives the store's logs. Nil: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -213,7 +213,7 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 		return nil, err
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	disk, err := openStateDisk(cfg.Dir)
 	if err != nil {

@@ -230,7 +230,7 @@ func (e *entity) recordMessage(kind messageKindIndex, remote bool, arrived time.
 	} else {
 		a = t.messageFailure.Get(messageKey{e.r.settings.Name, kind, remote, ErrorCode(err)})
 	}
-	t.messageDur.Record(context.Background(), time.Since(arrived).Seconds(), a)
+	t.messageDur.Record(context.Background(), e.r.s.cfg.Now().Sub(arrived).Seconds(), a)
 }
 
 // failSpan marks span failed with err's error code as error.type.

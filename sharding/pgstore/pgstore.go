@@ -57,7 +57,7 @@ type Config struct {
 	// goes in several requests (each its own transaction, each fenced), up to 4 at once
 	// on as many connections. Default 4 MiB.
 	MaxBatchBytes int
-	// Logger receives the store's logs; nil discards them.
+	// Logger receives the store's logs. Nil: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -105,7 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
