@@ -117,7 +117,7 @@ type ReplicatorConfig struct {
 	// Expiry removes keys after inactivity (first matching rule wins).
 	Expiry []ExpiryRule
 	// Now is the clock; default time.Now.
-	Now    func() time.Time
+	Now func() time.Time
 	// Logger receives the replicator's logs. Nil: slog.Default().
 	Logger *slog.Logger
 	// TracerProvider makes a span for each Get, Update and Delete called in a traced
