@@ -134,6 +134,10 @@ func (e *entity) drainLoop() {
 
 func (e *entity) process(d delivery) {
 	s := e.r.s
+	if e.fenced.Load() {
+		e.rerouteFenced(d)
+		return
+	}
 	name := e.r.settings.Name + "/" + e.id
 	ctx := d.ctx
 	span := noopSpan
@@ -186,6 +190,14 @@ func (e *entity) process(d delivery) {
 			d.fail(err)
 			return
 		}
+	}
+	if e.fenced.Load() {
+		// The allocation turned out stale while the entity activated: this instance
+		// must not handle anything.
+		e.stop(ctx, false)
+		done(nil)
+		e.rerouteFenced(d)
+		return
 	}
 	if d.start {
 		done(nil)
@@ -363,6 +375,20 @@ func (e *entity) save(ctx context.Context) (err error) {
 	return nil
 }
 
+// rerouteFenced routes again a message that reached the entity after its shard's
+// allocation here turned out stale (fenced): it belongs to the shard's home, which its
+// region resolves anew. A remembered entity's restart is dropped.
+func (e *entity) rerouteFenced(d delivery) {
+	e.mu.Lock()
+	e.busy = false
+	e.mu.Unlock()
+	if d.start {
+		return
+	}
+	e.r.s.log.DebugContext(d.ctx, "message for a stale shard copy routed again", "entity", e.r.settings.Name+"/"+e.id)
+	e.r.deliver(d)
+}
+
 // passivate stops the entity's instance if it is idle: it takes the mailbox (as a drain
 // would), so messages that arrive meanwhile wait and go to the next incarnation, in
 // order. It reports whether it started. The caller holds s.owner (Hold) or runs on
@@ -386,7 +412,9 @@ func (e *entity) passivate(cause string) bool {
 // soon as the one that does has nothing left.
 func (e *entity) passivateSoon(cause string) {
 	e.mu.Lock()
-	if e.running && e.live {
+	if e.running {
+		// Its goroutine may be handling a message or still activating (not live yet):
+		// either way it passivates once it has nothing left.
 		e.passivateWhenIdle = cause
 		e.mu.Unlock()
 		return

@@ -25,6 +25,7 @@ type activations struct {
 	active map[string]string // "type/id" → node
 	log    []string          // "node type/id" in activation order
 	double []string
+	lives  map[string]int // "node type/id" → live instances there
 }
 
 func (a *activations) activate(node, key string) {
@@ -33,6 +34,13 @@ func (a *activations) activate(node, key string) {
 	if other, ok := a.active[key]; ok && other != node {
 		a.double = append(a.double, fmt.Sprintf("%s on %s and %s", key, other, node))
 	}
+	if a.lives == nil {
+		a.lives = map[string]int{}
+	}
+	if a.lives[node+" "+key] > 0 {
+		a.double = append(a.double, fmt.Sprintf("%s twice on %s", key, node))
+	}
+	a.lives[node+" "+key]++
 	a.active[key] = node
 	a.log = append(a.log, node+" "+key)
 }
@@ -40,6 +48,9 @@ func (a *activations) activate(node, key string) {
 func (a *activations) stopped(node, key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.lives[node+" "+key] > 0 {
+		a.lives[node+" "+key]--
+	}
 	if a.active[key] == node {
 		delete(a.active, key)
 	}
@@ -54,6 +65,9 @@ type fakeFactory struct {
 	acts *activations
 	// failActivation makes NewEntity fail for IDs with this prefix.
 	failActivation string
+	// holdActivation, if set, is called by NewEntity before it makes an entity: a test
+	// blocks an activation there.
+	holdActivation func(typ, id string)
 }
 
 type codedErr struct{ code, msg string }
@@ -64,6 +78,9 @@ func (e *codedErr) ErrorCode() string { return e.code }
 func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string, state []byte) (Entity, error) {
 	if f.failActivation != "" && strings.HasPrefix(id, f.failActivation) {
 		return nil, &codedErr{CodeActivationError, "activation refused for " + id}
+	}
+	if f.holdActivation != nil {
+		f.holdActivation(typ, id)
 	}
 	f.acts.activate(f.node, typ+"/"+id)
 	e := &fakeEntity{f: f, key: typ + "/" + id}
@@ -183,45 +200,47 @@ type testCluster struct {
 	roles func(i int) []string
 }
 
-// newTestCluster starts n members whose failure detection is quick to form a cluster
-// but slow to find a member unreachable: a loaded machine under the race detector must
-// not make a member look crashed. Tests of crashes use newFastTestCluster.
-func newTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
+// clusterOption sets up a testCluster before its members start.
+type clusterOption func(*testCluster)
+
+// withConfig changes each member's sharding Config before it starts.
+func withConfig(mutate func(*Config)) clusterOption {
+	return func(tc *testCluster) { tc.mutate = mutate }
+}
+
+// withFastFailureDetection makes members detect a crash in about a second (for tests
+// of crashes); by default failure detection is slow, so that a loaded machine under
+// the race detector does not make a member look crashed.
+func withFastFailureDetection() clusterOption {
+	return func(tc *testCluster) { tc.lifecycle = cluster.DefaultLocalCoreConfig() }
+}
+
+// withSharedStateStore gives every member one in-memory entity state store.
+func withSharedStateStore() clusterOption {
+	return func(tc *testCluster) { tc.states = NewMemoryStateStore() }
+}
+
+// withRoles gives the i-th member added the roles roles(i).
+func withRoles(roles func(i int) []string) clusterOption {
+	return func(tc *testCluster) { tc.roles = roles }
+}
+
+// newTestCluster starts n members on the in-memory network and gossip, set up by opts,
+// and waits until they all see each other. Its members stop when the test ends.
+func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
+	t.Helper()
 	lc := cluster.DefaultLocalCoreConfig()
 	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
 	lc.SBRStableAfter = 10 * time.Second
-	return newTestClusterWith(t, n, lc, mutate)
-}
-
-// newStatefulTestCluster starts n members sharing an in-memory entity state store.
-func newStatefulTestCluster(t *testing.T, n int, fast bool, mutate func(*Config)) *testCluster {
-	lc := cluster.DefaultLocalCoreConfig()
-	if !fast {
-		lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
-		lc.SBRStableAfter = 10 * time.Second
-	}
-	return newTestClusterFull(t, n, lc, NewMemoryStateStore(), mutate)
-}
-
-// newFastTestCluster starts n members that detect a crash in about a second.
-func newFastTestCluster(t *testing.T, n int, mutate func(*Config)) *testCluster {
-	return newTestClusterWith(t, n, cluster.DefaultLocalCoreConfig(), mutate)
-}
-
-func newTestClusterWith(t *testing.T, n int, lc cluster.CoreConfig, mutate func(*Config)) *testCluster {
-	return newTestClusterFull(t, n, lc, nil, mutate)
-}
-
-func newTestClusterFull(t *testing.T, n int, lc cluster.CoreConfig, states *MemoryStateStore, mutate func(*Config)) *testCluster {
-	t.Helper()
 	tc := &testCluster{
-		states:    states,
 		t:         t,
 		gossip:    cluster.NewInmemGossipNetwork(),
 		net:       cluster.NewInmemNetwork(),
 		acts:      &activations{active: map[string]string{}},
-		mutate:    mutate,
 		lifecycle: lc,
+	}
+	for _, o := range opts {
+		o(tc)
 	}
 	for i := 0; i < n; i++ {
 		tc.add()

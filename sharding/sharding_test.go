@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
@@ -22,7 +21,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestEntitiesAcrossThreeMembers(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3)
 	const entities = 300
 	// Every entity gets i%5+1 increments, sent through different members.
 	var wg sync.WaitGroup
@@ -85,7 +84,7 @@ func TestEntitiesAcrossThreeMembers(t *testing.T) {
 }
 
 func TestOrderPerSenderThroughBufferingAndForwarding(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3)
 	ctx := context.Background()
 	// Tells from each member to the same entities, the first of them buffered while the
 	// shard home is resolved, the others forwarded or local.
@@ -119,7 +118,7 @@ func TestOrderPerSenderThroughBufferingAndForwarding(t *testing.T) {
 }
 
 func TestErrorsKeepTheirCodeAcrossMembers(t *testing.T) {
-	tc := newTestCluster(t, 2, nil)
+	tc := newTestCluster(t, 2)
 	// Find an entity hosted on node-1 and ask it from node-0.
 	var id string
 	for i := 0; ; i++ {
@@ -155,7 +154,7 @@ func TestErrorsKeepTheirCodeAcrossMembers(t *testing.T) {
 }
 
 func TestBufferOverflowIsADeadLetter(t *testing.T) {
-	tc := newTestCluster(t, 1, func(c *Config) { c.BufferSize = 5 })
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.BufferSize = 5 }))
 	n := tc.nodes[0]
 	n.types.block = make(chan struct{}) // the type stays unresolved: messages wait
 	ctx := context.Background()
@@ -178,7 +177,7 @@ func TestBufferOverflowIsADeadLetter(t *testing.T) {
 }
 
 func TestMailboxOverflowIsADeadLetter(t *testing.T) {
-	tc := newTestCluster(t, 1, func(c *Config) { c.MailboxSize = 3 })
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.MailboxSize = 3 }))
 	n := tc.nodes[0]
 	ctx := context.Background()
 	mustAsk(t, n, "counter", "a", "get") // activate and home the shard
@@ -200,7 +199,7 @@ func TestMailboxOverflowIsADeadLetter(t *testing.T) {
 // counted where it failed: on the member that routed it or on the one it was
 // forwarded to (issue 17: failed tells vanished).
 func TestFailedTellIsADeadLetter(t *testing.T) {
-	tc := newTestCluster(t, 2, nil)
+	tc := newTestCluster(t, 2)
 	ctx := context.Background()
 	total := func() uint64 { return tc.nodes[0].sharding.DeadLetters() + tc.nodes[1].sharding.DeadLetters() }
 	for i := 0; i < 10; i++ {
@@ -218,7 +217,7 @@ func TestFailedTellIsADeadLetter(t *testing.T) {
 // Passivate stops an active entity wherever it is hosted, saving its state, and
 // leaves an inactive one alone; the next message activates it again with its state.
 func TestPassivateFromOutside(t *testing.T) {
-	tc := newStatefulTestCluster(t, 2, true, nil)
+	tc := newTestCluster(t, 2, withSharedStateStore(), withFastFailureDetection())
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		mustAsk(t, tc.nodes[0], "counter", "p", "inc")
@@ -260,7 +259,7 @@ func TestLogLimiter(t *testing.T) {
 }
 
 func TestShardsMoveWhenTheirMemberLeaves(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3)
 	ids := make([]string, 60)
 	for i := range ids {
 		ids[i] = "m" + strconv.Itoa(i)
@@ -284,7 +283,7 @@ func TestShardsMoveWhenTheirMemberLeaves(t *testing.T) {
 }
 
 func TestCoordinatorMovesToTheNextOldestAndRecovers(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3)
 	// Home shards on node-1 and node-2 while node-0 coordinates.
 	homes := map[string]string{}
 	for i := 0; i < 40; i++ {
@@ -322,7 +321,7 @@ func TestCoordinatorMovesToTheNextOldestAndRecovers(t *testing.T) {
 }
 
 func TestStopFailsNewMessagesAndStopsEntities(t *testing.T) {
-	tc := newTestCluster(t, 1, nil)
+	tc := newTestCluster(t, 1)
 	n := tc.nodes[0]
 	mustAsk(t, n, "counter", "a", "inc")
 	tc.stop(n, false)
@@ -337,7 +336,7 @@ func TestStopFailsNewMessagesAndStopsEntities(t *testing.T) {
 }
 
 func TestStartTypeRefusesAnotherShardCount(t *testing.T) {
-	tc := newTestCluster(t, 1, nil)
+	tc := newTestCluster(t, 1)
 	s := tc.nodes[0].sharding
 	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
 		t.Fatal(err)
@@ -367,7 +366,7 @@ func hostOf(t *testing.T, tc *testCluster, via *testNode, typ, id string) *testN
 }
 
 func TestHandOffOnLeaveLosesNoMessageAndKeepsOrder(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3)
 	// An entity hosted on a member other than the sender's.
 	var id string
 	var leaver *testNode
@@ -419,7 +418,7 @@ func TestHandOffOnLeaveLosesNoMessageAndKeepsOrder(t *testing.T) {
 }
 
 func TestShardsOfACrashedMemberMoveOnceItIsDowned(t *testing.T) {
-	tc := newFastTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3, withFastFailureDetection())
 	ids := map[string]*testNode{}
 	var victim *testNode
 	for i := 0; len(ids) < 30; i++ {
@@ -459,7 +458,7 @@ func TestShardsOfACrashedMemberMoveOnceItIsDowned(t *testing.T) {
 
 func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
 	fast := func(c *Config) { c.RebalanceInterval = 200 * time.Millisecond }
-	tc := newTestCluster(t, 3, fast)
+	tc := newTestCluster(t, 3, withConfig(fast))
 	// Home all 10 shards of "counter" (4/3/3 by least-shard) with one entity each.
 	ids := map[int]string{}
 	for i := 0; len(ids) < 10; i++ {
@@ -555,7 +554,7 @@ func (c *simClock) Advance(d time.Duration) {
 
 func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
 	clock := newSimClock()
-	tc := newTestCluster(t, 2, func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond; c.Now = clock.Now })
+	tc := newTestCluster(t, 2, withConfig(func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond; c.Now = clock.Now }))
 	n := tc.nodes[0]
 	mustAsk(t, n, "idle", "a", "inc")
 	// Idleness is measured on sharding's clock: while it stands still, the entity
@@ -605,7 +604,7 @@ func TestIdleEntitiesArePassivatedAndComeBackOnTheNextMessage(t *testing.T) {
 }
 
 func TestMaxActivePassivatesTheLeastRecentlyUsed(t *testing.T) {
-	tc := newTestCluster(t, 1, nil)
+	tc := newTestCluster(t, 1)
 	n := tc.nodes[0]
 	for _, id := range []string{"a", "b", "c"} {
 		mustAsk(t, n, "bounded", id, "inc")
@@ -626,24 +625,12 @@ func TestMaxActivePassivatesTheLeastRecentlyUsed(t *testing.T) {
 // A member without a type's role runs a proxy-only region: it routes the type's
 // messages and hosts none of its shards.
 func TestProxyOnlyRegionOnMembersWithoutTheRole(t *testing.T) {
-	lc := cluster.DefaultLocalCoreConfig()
-	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
-	lc.SBRStableAfter = 10 * time.Second
-	tc := &testCluster{
-		t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(),
-		acts: &activations{active: map[string]string{}}, lifecycle: lc,
-		roles: func(i int) []string {
-			if i == 2 {
-				return nil // the proxy
-			}
-			return []string{"worker"}
-		},
-	}
-	for i := 0; i < 3; i++ {
-		tc.add()
-	}
-	tc.waitMembers()
-	t.Cleanup(tc.stopAll)
+	tc := newTestCluster(t, 3, withRoles(func(i int) []string {
+		if i == 2 {
+			return nil // the proxy
+		}
+		return []string{"worker"}
+	}))
 	proxy := tc.nodes[2]
 	hosts := map[string]int{}
 	for i := 0; i < 60; i++ {

@@ -3,8 +3,10 @@ package sharding
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +14,7 @@ import (
 )
 
 func TestStateSurvivesPassivation(t *testing.T) {
-	tc := newStatefulTestCluster(t, 2, false, func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond })
+	tc := newTestCluster(t, 2, withSharedStateStore(), withConfig(func(c *Config) { c.ReconcileInterval = 50 * time.Millisecond }))
 	n := tc.nodes[0]
 	for i := 0; i < 5; i++ {
 		mustAsk(t, n, "idle", "a", "inc")
@@ -37,7 +39,7 @@ func activationsOf(tc *testCluster, key string) int {
 }
 
 func TestEntityRequestedPassivation(t *testing.T) {
-	tc := newStatefulTestCluster(t, 1, false, nil)
+	tc := newTestCluster(t, 1, withSharedStateStore())
 	n := tc.nodes[0]
 	mustAsk(t, n, "counter", "p", "inc")
 	mustAsk(t, n, "counter", "p", "inc")
@@ -63,7 +65,7 @@ func TestEntityRequestedPassivation(t *testing.T) {
 }
 
 func TestTerminatedEntityRestartsFromItsSavedState(t *testing.T) {
-	tc := newStatefulTestCluster(t, 1, false, nil)
+	tc := newTestCluster(t, 1, withSharedStateStore())
 	n := tc.nodes[0]
 	mustAsk(t, n, "counter", "t", "inc")
 	mustAsk(t, n, "counter", "t", "inc")
@@ -81,7 +83,7 @@ func TestTerminatedEntityRestartsFromItsSavedState(t *testing.T) {
 }
 
 func TestStateMovesWithAGracefulLeave(t *testing.T) {
-	tc := newStatefulTestCluster(t, 3, false, nil)
+	tc := newTestCluster(t, 3, withSharedStateStore())
 	want := map[string]int{}
 	for i := 0; i < 40; i++ {
 		id := "m" + strconv.Itoa(i)
@@ -103,7 +105,7 @@ func TestStateMovesWithAGracefulLeave(t *testing.T) {
 }
 
 func TestStateMovesWithARebalance(t *testing.T) {
-	tc := newStatefulTestCluster(t, 2, false, func(c *Config) { c.RebalanceInterval = 200 * time.Millisecond })
+	tc := newTestCluster(t, 2, withSharedStateStore(), withConfig(func(c *Config) { c.RebalanceInterval = 200 * time.Millisecond }))
 	want := map[string]int{}
 	for i := 0; i < 30; i++ {
 		id := "b" + strconv.Itoa(i)
@@ -140,7 +142,7 @@ func TestStateMovesWithARebalance(t *testing.T) {
 }
 
 func TestEveryMessageCheckpointLosesNoAcknowledgedMessageInACrash(t *testing.T) {
-	tc := newStatefulTestCluster(t, 3, true, nil)
+	tc := newTestCluster(t, 3, withSharedStateStore(), withFastFailureDetection())
 	var victim *testNode
 	acked := map[string]int{}
 	for i := 0; len(acked) < 30; i++ {
@@ -175,7 +177,7 @@ func TestEveryMessageCheckpointLosesNoAcknowledgedMessageInACrash(t *testing.T) 
 }
 
 func TestRememberedEntitiesRestartWhereTheirShardGoes(t *testing.T) {
-	tc := newStatefulTestCluster(t, 3, false, nil)
+	tc := newTestCluster(t, 3, withSharedStateStore())
 	ids := []string{}
 	for i := 0; i < 20; i++ {
 		id := "r" + strconv.Itoa(i)
@@ -227,7 +229,7 @@ func TestStaleEpochWritesAreRefused(t *testing.T) {
 }
 
 func TestARegionDropsAStaleShardOnANewerEpoch(t *testing.T) {
-	tc := newStatefulTestCluster(t, 2, false, nil)
+	tc := newTestCluster(t, 2, withSharedStateStore())
 	n := tc.nodes[0]
 	r, err := ask(t, n, "counter", "x", "inc")
 	if err != nil {
@@ -254,5 +256,64 @@ func TestARegionDropsAStaleShardOnANewerEpoch(t *testing.T) {
 	// Its entity did not save on the way out (it was fenced), and it serves again.
 	if got := mustAsk(t, n, "counter", "x", "get"); !strings.HasPrefix(got, "1") && got != "0" {
 		t.Fatalf("after the stale shard: %s", got)
+	}
+}
+
+// TestAStaleShardsActivatingEntityStopsAndItsMessagesMove: a shard's allocation here
+// turns out stale while one of its entities is still activating, with messages queued
+// for it. The entity must not live on once activated (a second live instance beside
+// the shard's new home), and the queued messages go on to the shard's home instead of
+// being handled by the stale copy and lost with it. Found by TestThreeNodesDeployAnd
+// ServeCounters on a loaded machine (host package): an activation slowed by the state
+// store outlasted the coordinator's HostShard timeout.
+func TestAStaleShardsActivatingEntityStopsAndItsMessagesMove(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "x", "inc") // the shard is hosted here
+	reg := n.sharding.region("counter")
+	sh := abiShard("x", 10)
+	var id string // another entity of x's shard
+	for i := 0; ; i++ {
+		if id = "y" + strconv.Itoa(i); abiShard(id, 10) == sh {
+			break
+		}
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	n.factory.holdActivation = func(typ, eid string) {
+		if eid == id {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+	}
+	for k := 0; k < 3; k++ {
+		if err := n.sharding.Tell(context.Background(), "counter", id, []byte("inc")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-entered // the entity is activating, its other messages queued behind the first
+	reg.mu.Lock()
+	epoch := reg.hostedLocked(sh).epoch
+	reg.mu.Unlock()
+	reg.dropStale(sh, epoch+1)
+	close(release)
+	// The stale copy stops without handling anything, and only then do its messages,
+	// routed again, start the entity anew: one live instance at any time.
+	testutil.Eventually(t, 15*time.Second, "a second activation of "+id, func() bool {
+		tc.acts.mu.Lock()
+		defer tc.acts.mu.Unlock()
+		return slices.Index(tc.acts.log[slices.Index(tc.acts.log, n.addr()+" counter/"+id)+1:], n.addr()+" counter/"+id) >= 0
+	})
+	// No message is lost: the stale copy handled none, the new copy all.
+	testutil.Eventually(t, 15*time.Second, id+" = 3", func() bool {
+		r, err := ask(t, n, "counter", id, "get")
+		return err == nil && string(r.Payload) == "3"
+	})
+	tc.acts.mu.Lock()
+	defer tc.acts.mu.Unlock()
+	if len(tc.acts.double) > 0 {
+		t.Fatalf("two live instances: %v", tc.acts.double)
 	}
 }

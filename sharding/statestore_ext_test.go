@@ -97,7 +97,7 @@ func TestCoordinatorAllocatesAboveTheStoresEpochs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tc := newTestCluster(t, 2, func(c *Config) { c.States = decorated{store} })
+	tc := newTestCluster(t, 2, withConfig(func(c *Config) { c.States = decorated{store} }))
 	// The shards with remembered entities are allocated without a message, once the
 	// members know the type (as a deploy tells them).
 	for _, n := range tc.nodes {
@@ -129,7 +129,7 @@ func TestCoordinatorAllocatesAboveTheStoresEpochs(t *testing.T) {
 // the store has them: no single save, every entity's state moves.
 func TestHandOffSavesInBatches(t *testing.T) {
 	store := &abilityStore{MemoryStateStore: NewMemoryStateStore()}
-	tc := newTestCluster(t, 3, func(c *Config) { c.States = decorated{store} })
+	tc := newTestCluster(t, 3, withConfig(func(c *Config) { c.States = decorated{store} }))
 	want := map[string]int{}
 	for i := 0; i < 60; i++ {
 		id := "m" + strconv.Itoa(i)
