@@ -171,6 +171,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd bench/peers && $(GO) vet -mod=mod .
 
 # The guest SDK and the examples are their own modules: tested natively, vetted for
 # wasip1; the SDK's tests also run compiled to wasm by Go's port and by TinyGo, under
