@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"sort"
 	"time"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 // CoreConfig configures the membership core of one member.
@@ -125,8 +127,9 @@ const (
 	msgHeartbeatRsp
 )
 
-// message is what members of the core send each other.
-type message struct {
+// Message is what the Cores of members send each other. Its content is the core's
+// business: carry it with EncodeMessage and DecodeMessage.
+type Message struct {
 	Kind messageKind   `cbor:"1,keyasint"`
 	From UniqueAddress `cbor:"2,keyasint"`
 	// Joiner is the joining member (msgJoin).
@@ -140,18 +143,20 @@ type message struct {
 	Seq uint64 `cbor:"7,keyasint,omitempty"`
 }
 
-// outbound is a message to send: to a member's address (To.Address; To.UID may be 0
-// for a seed). Reliable asks for a stream rather than a datagram.
-type outbound struct {
+// Outbound is a message a Core asks its caller to send: to a member's address
+// (To.Address; To.UID may be 0 for a seed). Reliable asks for a stream (ordered,
+// retried) rather than a datagram; a datagram may be lost.
+type Outbound struct {
 	To       UniqueAddress
-	Msg      message
+	Msg      Message
 	Reliable bool
 }
 
 // Core is the membership of the cluster specification for one member, as a pure state
 // machine: the caller feeds it time (Tick) and messages from other members (Step), and
-// sends the messages they return. It is not safe for concurrent use; one goroutine owns
-// it.
+// sends the messages they return (EncodeMessage; the receiver's DecodeMessage, then
+// Step). Membership drives one over memberlist; another transport can drive it the same
+// way. It is not safe for concurrent use; one goroutine owns it.
 type Core struct {
 	cfg    CoreConfig
 	rng    *rand.Rand
@@ -197,14 +202,14 @@ func (c *Core) selfMember() gossipMember {
 
 // Tick advances the core to now: joining, heartbeats and reachability, leader actions,
 // the split brain resolver and gossip rounds. It returns the messages to send.
-func (c *Core) Tick(now time.Time) []outbound {
+func (c *Core) Tick(now time.Time) []Outbound {
 	if c.exited {
 		return nil
 	}
 	if !c.joined {
 		return c.tryJoin(now)
 	}
-	var out []outbound
+	var out []Outbound
 	out = append(out, c.heartbeats(now)...)
 	c.checkReachability(now)
 	c.leaderActions(now)
@@ -217,7 +222,7 @@ func (c *Core) Tick(now time.Time) []outbound {
 	return out
 }
 
-func (c *Core) tryJoin(now time.Time) []outbound {
+func (c *Core) tryJoin(now time.Time) []Outbound {
 	if len(c.cfg.Seeds) == 0 {
 		// A member without seeds starts a new cluster: it joins itself.
 		g := emptyGossip()
@@ -231,12 +236,12 @@ func (c *Core) tryJoin(now time.Time) []outbound {
 	}
 	c.lastJoin = now
 	me := c.selfMember()
-	var out []outbound
+	var out []Outbound
 	for _, seed := range c.cfg.Seeds {
 		if seed == c.self().Address {
 			continue
 		}
-		out = append(out, outbound{To: UniqueAddress{Address: seed}, Msg: message{Kind: msgJoin, From: c.self(), Joiner: &me}, Reliable: true})
+		out = append(out, Outbound{To: UniqueAddress{Address: seed}, Msg: Message{Kind: msgJoin, From: c.self(), Joiner: &me}, Reliable: true})
 	}
 	return out
 }
@@ -254,7 +259,7 @@ func (c *Core) gossipTargets() []UniqueAddress {
 	return out
 }
 
-func (c *Core) heartbeats(now time.Time) []outbound {
+func (c *Core) heartbeats(now time.Time) []Outbound {
 	if !c.lastHeartbeat.IsZero() && now.Sub(c.lastHeartbeat) < c.cfg.HeartbeatInterval {
 		return nil
 	}
@@ -269,7 +274,7 @@ func (c *Core) heartbeats(now time.Time) []outbound {
 	receivers := newHeartbeatRing(nodes).receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
 	keep := map[UniqueAddress]bool{}
 	c.hbSeq++
-	var out []outbound
+	var out []Outbound
 	for _, r := range receivers {
 		keep[r] = true
 		if c.detectors[r] == nil {
@@ -279,7 +284,7 @@ func (c *Core) heartbeats(now time.Time) []outbound {
 			d.heartbeat(now)
 			c.detectors[r] = d
 		}
-		out = append(out, outbound{To: r, Msg: message{Kind: msgHeartbeat, From: c.self(), Seq: c.hbSeq}})
+		out = append(out, Outbound{To: r, Msg: Message{Kind: msgHeartbeat, From: c.self(), Seq: c.hbSeq}})
 	}
 	for n := range c.detectors {
 		if !keep[n] {
@@ -493,7 +498,7 @@ func (c *Core) exit(reason string) {
 
 // gossipRound picks a member and sends it the state (or, while converged, only the
 // state's version), following the spec's speed-up rules.
-func (c *Core) gossipRound(now time.Time) []outbound {
+func (c *Core) gossipRound(now time.Time) []Outbound {
 	targets := c.gossipTargets()
 	if len(targets) == 0 {
 		return nil
@@ -526,32 +531,44 @@ func (c *Core) gossipRound(now time.Time) []outbound {
 		}
 	}
 	if converged {
-		return []outbound{c.statusTo(target)}
+		return []Outbound{c.statusTo(target)}
 	}
-	return []outbound{c.gossipTo(target)}
+	return []Outbound{c.gossipTo(target)}
 }
 
 // gossipToAll returns the state for every reachable member: what a member that left
 // sends before it stops, so that nobody waits for news of it.
-func (c *Core) gossipToAll() []outbound {
-	var out []outbound
+func (c *Core) gossipToAll() []Outbound {
+	var out []Outbound
 	for _, t := range c.gossipTargets() {
 		out = append(out, c.gossipTo(t))
 	}
 	return out
 }
 
-func (c *Core) gossipTo(to UniqueAddress) outbound {
+func (c *Core) gossipTo(to UniqueAddress) Outbound {
 	w := c.gossip.wire()
-	return outbound{To: to, Msg: message{Kind: msgGossip, From: c.self(), Gossip: &w}, Reliable: true}
+	return Outbound{To: to, Msg: Message{Kind: msgGossip, From: c.self(), Gossip: &w}, Reliable: true}
 }
 
-func (c *Core) statusTo(to UniqueAddress) outbound {
-	return outbound{To: to, Msg: message{Kind: msgGossipStatus, From: c.self(), Version: c.gossip.version, Seen: sortedSet(c.gossip.seen)}}
+func (c *Core) statusTo(to UniqueAddress) Outbound {
+	return Outbound{To: to, Msg: Message{Kind: msgGossipStatus, From: c.self(), Version: c.gossip.version, Seen: sortedSet(c.gossip.seen)}}
+}
+
+// EncodeMessage encodes a Core's message for the wire (CBOR).
+func EncodeMessage(m Message) ([]byte, error) { return cbor.Marshal(m) }
+
+// DecodeMessage decodes a message from another member's Core, with the limits that
+// keep a malformed or hostile one from costing more than its size. Errors: what the
+// CBOR decoder reports.
+func DecodeMessage(b []byte) (Message, error) {
+	var m Message
+	err := gossipDecMode.Unmarshal(b, &m)
+	return m, err
 }
 
 // Step handles a message from another member at now and returns the messages to send.
-func (c *Core) Step(now time.Time, m message) []outbound {
+func (c *Core) Step(now time.Time, m Message) []Outbound {
 	if c.exited || m.From == c.self() {
 		return nil
 	}
@@ -572,9 +589,9 @@ func (c *Core) Step(now time.Time, m message) []outbound {
 	case msgHeartbeat:
 		if _, gone := c.gossip.tombstones[m.From]; gone {
 			// A removed member learns it is out from the state, not from silence alone.
-			return []outbound{c.gossipTo(m.From)}
+			return []Outbound{c.gossipTo(m.From)}
 		}
-		return []outbound{{To: m.From, Msg: message{Kind: msgHeartbeatRsp, From: c.self(), Seq: m.Seq}}}
+		return []Outbound{{To: m.From, Msg: Message{Kind: msgHeartbeatRsp, From: c.self(), Seq: m.Seq}}}
 	case msgHeartbeatRsp:
 		if d := c.detectors[m.From]; d != nil {
 			d.heartbeat(now)
@@ -583,7 +600,7 @@ func (c *Core) Step(now time.Time, m message) []outbound {
 	return nil
 }
 
-func (c *Core) onJoin(now time.Time, m message) []outbound {
+func (c *Core) onJoin(now time.Time, m Message) []Outbound {
 	if !c.joined || m.Joiner == nil || m.Joiner.Node != m.From || m.From.UID == 0 {
 		return nil
 	}
@@ -597,7 +614,7 @@ func (c *Core) onJoin(now time.Time, m message) []outbound {
 		}
 		// Already a member (a retried Join): welcome it again.
 		w := c.gossip.wire()
-		return []outbound{{To: joiner.Node, Msg: message{Kind: msgWelcome, From: c.self(), Gossip: &w}, Reliable: true}}
+		return []Outbound{{To: joiner.Node, Msg: Message{Kind: msgWelcome, From: c.self(), Gossip: &w}, Reliable: true}}
 	}
 	g := c.gossip.changed(c.self())
 	for _, old := range g.sortedMembers() {
@@ -611,10 +628,10 @@ func (c *Core) onJoin(now time.Time, m message) []outbound {
 	g.members[joiner.Node] = joiner
 	c.gossip = g
 	w := c.gossip.wire()
-	return []outbound{{To: joiner.Node, Msg: message{Kind: msgWelcome, From: c.self(), Gossip: &w}, Reliable: true}}
+	return []Outbound{{To: joiner.Node, Msg: Message{Kind: msgWelcome, From: c.self(), Gossip: &w}, Reliable: true}}
 }
 
-func (c *Core) onGossip(from UniqueAddress, remote Gossip, welcome bool) []outbound {
+func (c *Core) onGossip(from UniqueAddress, remote Gossip, welcome bool) []Outbound {
 	if !c.joined {
 		if _, ok := remote.members[c.self()]; !ok {
 			return nil // not (yet) a member: only a Welcome with self in it makes one
@@ -636,22 +653,22 @@ func (c *Core) onGossip(from UniqueAddress, remote Gossip, welcome bool) []outbo
 	case welcome || c.exited:
 		return nil
 	case c.gossip.version.Compare(remote.version) != Same:
-		return []outbound{c.gossipTo(from)}
+		return []Outbound{c.gossipTo(from)}
 	case !remote.seen[c.self()]:
-		return []outbound{c.statusTo(from)}
+		return []Outbound{c.statusTo(from)}
 	}
 	return nil
 }
 
-func (c *Core) onStatus(m message) []outbound {
+func (c *Core) onStatus(m Message) []Outbound {
 	if !c.joined {
 		return nil
 	}
 	switch c.gossip.version.Compare(m.Version) {
 	case After, Concurrent:
-		return []outbound{c.gossipTo(m.From)}
+		return []Outbound{c.gossipTo(m.From)}
 	case Before:
-		return []outbound{c.statusTo(m.From)} // the sender answers with its newer state
+		return []Outbound{c.statusTo(m.From)} // the sender answers with its newer state
 	}
 	// Same version: unite the seen sets, and tell the sender if it lacks something.
 	remoteSeen := map[UniqueAddress]bool{}
@@ -667,7 +684,7 @@ func (c *Core) onStatus(m message) []outbound {
 	c.gossip = g.seenBy(c.self())
 	for s := range c.gossip.seen {
 		if !remoteSeen[s] {
-			return []outbound{c.statusTo(m.From)}
+			return []Outbound{c.statusTo(m.From)}
 		}
 	}
 	return nil

@@ -227,7 +227,7 @@ type Membership struct {
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
 
-	inbox chan message
+	inbox chan Message
 	cmds  chan func(*Core)
 	owner *owner.Group // owns the goroutines; Shutdown closes it
 	done  chan struct{}
@@ -276,7 +276,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	m := &Membership{
 		cfg:    cfg,
 		log:    cfg.Logger,
-		inbox:  make(chan message, 1024),
+		inbox:  make(chan Message, 1024),
 		cmds:   make(chan func(*Core), 64),
 		owner:  owner.New(),
 		done:   make(chan struct{}),
@@ -431,7 +431,7 @@ func (m *Membership) run(core *Core) {
 	}
 	publish()
 	for {
-		var outs []outbound
+		var outs []Outbound
 		select {
 		case <-m.owner.Done():
 			return
@@ -510,7 +510,7 @@ func (m *Membership) trySend() bool {
 // send carries one core message: datagrams for heartbeats and status (never blocking),
 // a stream for state (on a bounded number of goroutines; over the bound it is dropped,
 // as the next gossip round repairs it).
-func (m *Membership) send(o outbound) {
+func (m *Membership) send(o Outbound) {
 	if o.To.Address == "" {
 		return
 	}
@@ -838,7 +838,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 	}
 	// Tell every reachable member the final state (this member exiting), and wait for
 	// the sends a little, so that nobody waits for news of it; then stop.
-	var outs []outbound
+	var outs []Outbound
 	m.do(func(c *Core) { outs = c.gossipToAll() })
 	m.sendAndWait(outs, time.Second)
 	m.ml.Leave(500 * time.Millisecond)
@@ -846,7 +846,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 }
 
 // sendAndWait sends messages on streams and waits for them, at most timeout.
-func (m *Membership) sendAndWait(outs []outbound, timeout time.Duration) {
+func (m *Membership) sendAndWait(outs []Outbound, timeout time.Duration) {
 	var wg sync.WaitGroup
 	for _, o := range outs {
 		b, err := encodeUserMsg(userMsgMembership, o.Msg)
@@ -927,8 +927,8 @@ func (d *delegate) NotifyMsg(b []byte) {
 	}
 	switch b[0] {
 	case userMsgMembership:
-		var msg message
-		if err := gossipDecMode.Unmarshal(b[1:], &msg); err != nil {
+		msg, err := DecodeMessage(b[1:])
+		if err != nil {
 			m.log.Debug("dropping a malformed membership message", "err", err)
 			return
 		}
@@ -947,7 +947,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 			var w gossipWire
 			if err := gossipDecMode.Unmarshal(ns.State, &w); err == nil {
 				select {
-				case m.inbox <- message{Kind: msgGossip, Gossip: &w}:
+				case m.inbox <- Message{Kind: msgGossip, Gossip: &w}:
 				default:
 				}
 			}
@@ -1009,7 +1009,7 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 			var w gossipWire
 			if err := gossipDecMode.Unmarshal(state, &w); err == nil {
 				select {
-				case m.inbox <- message{Kind: msgGossip, Gossip: &w}:
+				case m.inbox <- Message{Kind: msgGossip, Gossip: &w}:
 				default:
 				}
 			}

@@ -33,7 +33,7 @@ type simNode struct {
 type simMsg struct {
 	at       time.Time
 	from, to string
-	msg      message
+	msg      Message
 }
 
 func newSim(t *testing.T, mutate func(*CoreConfig)) *sim {
@@ -87,14 +87,14 @@ func (s *sim) partition(a, b []*simNode) {
 
 func (s *sim) heal() { s.cut = map[[2]string]bool{} }
 
-func (s *sim) send(from string, outs []outbound) {
+func (s *sim) send(from string, outs []Outbound) {
 	for _, o := range outs {
 		// Every message goes through the wire encoding, as it would between processes.
 		b, err := cbor.Marshal(o.Msg)
 		if err != nil {
 			s.t.Fatalf("encoding %v: %v", o.Msg.Kind, err)
 		}
-		var m message
+		var m Message
 		if err := gossipDecMode.Unmarshal(b, &m); err != nil {
 			s.t.Fatalf("decoding %v: %v", o.Msg.Kind, err)
 		}
@@ -492,7 +492,7 @@ func TestSimRestartedProcessIsANewMember(t *testing.T) {
 	s.until(30*time.Second, "the new incarnation up, the old one gone", func() bool { return s.allSee(want, StatusUp, want...) })
 	// The old UID can never come back.
 	oldJoin := old.core.selfMember()
-	outs := nodes[0].core.Step(s.now, message{Kind: msgJoin, From: old.core.self(), Joiner: &oldJoin})
+	outs := nodes[0].core.Step(s.now, Message{Kind: msgJoin, From: old.core.self(), Joiner: &oldJoin})
 	if len(outs) != 0 {
 		t.Fatalf("a removed UID was welcomed: %v", outs)
 	}
