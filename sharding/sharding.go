@@ -1,13 +1,3 @@
-// Package sharding is cluster sharding as Akka describes it: every member runs a shard
-// region per entity type, which routes each message to the region that hosts the
-// message's shard (at most one hop); a shard coordinator on the oldest member decides
-// where shards live with a pluggable allocation strategy; regions cache shard homes and
-// buffer messages while a home is being resolved. Entities are created on demand by an
-// EntityFactory (the host's wasm instances) and get their messages one at a time, in
-// order per sender.
-//
-// Design: docs/design.md ("Cluster sharding"), after Akka Cluster Sharding ("How it
-// works", scenarios 1 and 2).
 package sharding
 
 import (
