@@ -19,6 +19,8 @@
 // for tests and benchmarks of entity modules (NewRuntime, Runtime.Compile,
 // Module.Instantiate).
 // Snapshot and its parts are the format of a saved entity state (abi/SPEC.md,
-// "Snapshots"), public so that tools can read saved states. The catalog, the module
-// store, the ABI's host functions and the console are unexported.
+// "Snapshots"), public so that tools can read saved states. Digest, TokenDigest,
+// ValidateTypeName and NodeHeader are what the shardhost command shares with the node.
+// The catalog, the module store, the ABI's host functions and the console are
+// unexported.
 package host

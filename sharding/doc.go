@@ -24,7 +24,8 @@
 // ErrStateNotSaved, ...) and their codes (ErrorCode, RemoteError) keep their meaning
 // across members.
 //
-// The offline state files (ExportStateDirs, StateDirImporter, StoredShard) exist for
-// the shardhost command's state export and import. Everything else is unexported:
-// the coordinator, the regions' routing and buffers, the wire messages.
+// The offline state files (ExportStateDirs, StateDirImporter, StoredShard,
+// StateFileName) exist for the shardhost command's state export and import.
+// Everything else is unexported: the coordinator, the regions' routing and buffers,
+// the state store's instrumentation, the wire messages.
 package sharding

@@ -311,7 +311,7 @@ func New(cfg Config) (*Sharding, error) {
 	self := cfg.Membership.Self().Address
 	tel := newShardingTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	if cfg.States != nil {
-		cfg.States = InstrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
+		cfg.States = instrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
 	}
 	s := &Sharding{
 		cfg:           cfg,

@@ -439,7 +439,7 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 			acks++
 		}
 	}
-	RecordReplicas(ctx, len(reps), acks)
+	recordReplicas(ctx, len(reps), acks)
 	if short, ok := errors.AsType[*quorum.ShortError](err); ok {
 		if short.Cause != nil {
 			return fmt.Errorf("%w: replicas: %w (the write may still land on some)", ErrStoreUnavailable, short)
@@ -515,7 +515,7 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
 		best = newestAnswer(answers)
 	}
-	RecordReplicas(ctx, len(reps), answeredOK(answers))
+	recordReplicas(ctx, len(reps), answeredOK(answers))
 	var data []byte
 	if best != nil {
 		if data, err = s.fetchRest(s.owner.Context(), key, best); err != nil {
@@ -640,7 +640,7 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	// A remember mark that reached fewer replicas still counts (see load): the union
 	// takes every reachable replica's marks.
 	answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
-	RecordReplicas(ctx, len(reps), answeredOK(answers))
+	recordReplicas(ctx, len(reps), answeredOK(answers))
 	merged := mergeRemembered(answers)
 	out := []string{}
 	for id, r := range merged {

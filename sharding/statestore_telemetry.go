@@ -58,14 +58,14 @@ type stateOpKey struct {
 
 var _ StateStore = (*instrumentedStateStore)(nil)
 
-// InstrumentStateStore returns store recording, for every Save, Load, Remember,
+// instrumentStateStore returns store recording, for every Save, Load, Remember,
 // Remembered and (when store has it) SaveBatch: a span when the context is traced ("state save", ...: the entity's
 // attributes, bytes, and the replicas asked and answered when the store reports them
 // with RecordReplicas), and the metrics shardhost.state.operations,
 // shardhost.state.operation.duration, shardhost.state.io and
 // shardhost.state.fencing.refusals. self is this member's address (shardhost.node).
 // Sharding applies it to Config.States itself.
-func InstrumentStateStore(store StateStore, self string, tp trace.TracerProvider, mp metric.MeterProvider) StateStore {
+func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider, mp metric.MeterProvider) StateStore {
 	m := obs.Meter(mp, "sharding")
 	s := &instrumentedStateStore{store: store, tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp), self: self}
 	s.ops = obs.Must(m.Int64Counter("shardhost.state.operations", metric.WithUnit("{operation}"),
@@ -209,10 +209,10 @@ func (s *instrumentedStateStore) Remembered(ctx context.Context, typ string, sha
 	return ids, err
 }
 
-// RecordReplicas records, on the span of the state store operation ctx belongs to, how
+// recordReplicas records, on the span of the state store operation ctx belongs to, how
 // many replicas it asked and how many answered (or acknowledged). A StateStore that
 // replicates calls it; it does nothing outside a recording span.
-func RecordReplicas(ctx context.Context, asked, answered int) {
+func recordReplicas(ctx context.Context, asked, answered int) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attrReplicasAsked.Int(asked), attrReplicasAnswer.Int(answered))
 	}
