@@ -7,6 +7,16 @@ package owner
 import (
 	"context"
 	"sync"
+	"time"
+)
+
+// Idle goroutines: a goroutine that finished its function waits for the next one for
+// a while instead of exiting. A new goroutine starts with a small stack that grows, by
+// copying, to what its function needs; a reused one has it already. This matters for
+// an entity's mailbox, which starts a goroutine for nearly every message.
+const (
+	maxIdle     = 256             // idle goroutines kept per group
+	idleTimeout = 2 * time.Second // after which an idle goroutine exits
 )
 
 // Group owns goroutines. The zero value is not usable: make one with New. All methods
@@ -19,9 +29,18 @@ import (
 type Group struct {
 	mu     sync.RWMutex // held for reading by holders; Close takes it for writing
 	closed bool
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // functions started and work entered, not yet done
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	idleMu  sync.Mutex
+	idle    []*worker      // LIFO: the most recently used has the warmest stack
+	workers sync.WaitGroup // goroutines alive, idle or not
+}
+
+// worker is a goroutine of the group; work hands it its next function while it is idle.
+type worker struct {
+	work chan func()
 }
 
 // New returns an open group.
@@ -36,10 +55,7 @@ func (g *Group) Go(f func()) bool {
 	if !g.Enter() {
 		return false
 	}
-	go func() {
-		defer g.wg.Done()
-		f()
-	}()
+	g.run(f)
 	return true
 }
 
@@ -49,10 +65,84 @@ func (g *Group) Go(f func()) bool {
 // it waits for f too. Without that precondition, use Go.
 func (g *Group) GoHeld(f func()) {
 	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
+	g.run(f)
+}
+
+// run runs f, registered in g.wg, on an idle goroutine of the group or a new one.
+func (g *Group) run(f func()) {
+	g.idleMu.Lock()
+	if n := len(g.idle); n > 0 {
+		w := g.idle[n-1]
+		g.idle[n-1] = nil
+		g.idle = g.idle[:n-1]
+		g.idleMu.Unlock()
+		w.work <- f // buffered: the worker takes it when it wakes
+		return
+	}
+	g.idleMu.Unlock()
+	g.workers.Add(1)
+	go g.work(&worker{work: make(chan func(), 1)}, f)
+}
+
+// work runs f, then what run hands it while it is idle, until it has been idle for
+// idleTimeout, or the group closes, or too many are idle already.
+func (g *Group) work(w *worker, f func()) {
+	defer g.workers.Done()
+	var timer *time.Timer
+	for {
 		f()
-	}()
+		f = nil
+		g.wg.Done()
+		if !g.park(w) {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(idleTimeout)
+		} else {
+			timer.Reset(idleTimeout)
+		}
+		select {
+		case f = <-w.work:
+			timer.Stop()
+			continue
+		case <-timer.C:
+		case <-g.ctx.Done():
+			timer.Stop()
+		}
+		if g.unpark(w) {
+			return
+		}
+		// run took it off the idle list meanwhile: its function is on the way.
+		f = <-w.work
+	}
+}
+
+// park puts w on the idle list; false if it should exit instead (the group is closed
+// or enough are idle).
+func (g *Group) park(w *worker) bool {
+	if g.ctx.Err() != nil {
+		return false
+	}
+	g.idleMu.Lock()
+	defer g.idleMu.Unlock()
+	if len(g.idle) >= maxIdle {
+		return false
+	}
+	g.idle = append(g.idle, w)
+	return true
+}
+
+// unpark takes w off the idle list so that it can exit; false if run took it already.
+func (g *Group) unpark(w *worker) bool {
+	g.idleMu.Lock()
+	defer g.idleMu.Unlock()
+	for i, other := range g.idle {
+		if other == w {
+			g.idle = append(g.idle[:i], g.idle[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // Enter registers work the caller does on its own goroutine, which Wait waits for; the
@@ -108,16 +198,22 @@ func (g *Group) Closed() bool {
 	return g.closed
 }
 
-// Wait waits for the group's goroutines and for the work registered with Enter. Call
-// it after Close; before, more may start.
-func (g *Group) Wait() { g.wg.Wait() }
+// Wait waits for the group's functions and for the work registered with Enter, then,
+// once the group is closed, for its idle goroutines to exit. Call it after Close;
+// before, more may start and idle goroutines stay.
+func (g *Group) Wait() {
+	g.wg.Wait()
+	if g.Closed() {
+		g.workers.Wait()
+	}
+}
 
 // WaitContext is Wait bounded by ctx: it returns ctx's error if ctx ends first (the
 // goroutines go on).
 func (g *Group) WaitContext(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
-		g.wg.Wait()
+		g.Wait()
 		close(done)
 	}()
 	select {

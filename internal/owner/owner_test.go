@@ -2,9 +2,13 @@ package owner
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 func TestGoRunsUntilClosedAndWaitWaits(t *testing.T) {
@@ -96,4 +100,79 @@ func TestEnterIsWaitedFor(t *testing.T) {
 	}
 	g.Leave()
 	g.Wait()
+}
+
+func TestIdleGoroutinesAreReusedAndStopWithTheGroup(t *testing.T) {
+	before := runtime.NumGoroutine()
+	g := New()
+	var done sync.WaitGroup
+	for range 50 {
+		done.Add(1)
+		g.Go(func() { done.Done() })
+	}
+	done.Wait()
+	g.idleMu.Lock()
+	idle := len(g.idle)
+	g.idleMu.Unlock()
+	if idle == 0 {
+		// Parking follows the function's end: wait for at least one to park.
+		testutil.Eventually(t, 5*time.Second, "an idle goroutine", func() bool {
+			g.idleMu.Lock()
+			defer g.idleMu.Unlock()
+			return len(g.idle) > 0
+		})
+	}
+	// More work reuses idle goroutines rather than starting new ones.
+	g.idleMu.Lock()
+	idle = len(g.idle)
+	g.idleMu.Unlock()
+	for range idle {
+		done.Add(1)
+		g.Go(func() { done.Done() })
+	}
+	done.Wait()
+	if n := runtime.NumGoroutine(); n > before+50 {
+		t.Fatalf("%d goroutines, %d before: the idle ones were not reused", n, before)
+	}
+	g.Close()
+	g.Wait()
+	// Wait has seen every goroutine of the group finish; the runtime counts one until
+	// it has returned from its last deferred call.
+	testutil.Eventually(t, 5*time.Second, "the goroutines of the group gone", func() bool {
+		return runtime.NumGoroutine() <= before
+	})
+}
+
+// grow uses about depth KiB of stack.
+func grow(depth int) byte {
+	var pad [1024]byte
+	if depth == 0 {
+		return pad[0]
+	}
+	pad[depth%1024] = byte(depth)
+	return grow(depth-1) + pad[depth%1024]
+}
+
+var sink byte
+
+// BenchmarkHop is one hop to a goroutine that needs a 16 KiB stack, as an entity's
+// mailbox does for each message: on a group's goroutine (reused, its stack grown
+// already) and, for comparison, on a new goroutine each time.
+func BenchmarkHop(b *testing.B) {
+	done := make(chan byte)
+	work := func() { done <- grow(16) }
+	b.Run("group", func(b *testing.B) {
+		g := New()
+		defer func() { g.Close(); g.Wait() }()
+		for b.Loop() {
+			g.Go(work)
+			sink += <-done
+		}
+	})
+	b.Run("go", func(b *testing.B) {
+		for b.Loop() {
+			go work()
+			sink += <-done
+		}
+	})
 }
