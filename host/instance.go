@@ -79,12 +79,16 @@ func instanceFrom(ctx context.Context) *Instance {
 // Instance is one entity's wasm instance. It is not safe for concurrent use: the caller
 // delivers one message at a time, which is what the ABI promises the guest.
 type Instance struct {
-	m           *Module
-	entityType  string
-	entityID    string
-	name        string // "type/id"
-	mod         api.Module
-	mem         api.Memory
+	m          *Module
+	entityType string
+	entityID   string
+	name       string // "type/id"
+	mod        api.Module
+	mem        api.Memory
+	// stop is the global addDeadlineChecks added: set, the guest traps at its next loop
+	// iteration. stopped makes stopGuest set it once.
+	stop        api.MutableGlobal
+	stopped     atomic.Bool
 	lm          *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
 	alloc       api.Function
 	receive     api.Function
@@ -179,39 +183,67 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	}
 	defer span.End()
 	inst.clock.reset(SnapshotClock{Wall: fakeEpochNanos})
-	compiled, start := m.compiled, []string{abi.ExportInitialize}
+	compiled, start := m.compiled, m.start
 	if plan != nil {
 		compiled, start = plan.compiled, plan.start
 	}
 	base, cancel := context.WithCancel(rt.ctx)
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
-	started := time.Now()
-	inst.timer = time.AfterFunc(rt.cfg.ActivationDeadline, func() {
-		inst.deadlineHit.Store(true)
-		cancel()
-	})
+	// No guest code runs in InstantiateModule (the module's start section is an export,
+	// addDeadlineChecks): the start functions run after it, under the deadline.
 	cfg := wazero.NewModuleConfig().
 		WithName("").
-		WithStartFunctions(start...).
+		WithStartFunctions().
 		WithStdout(&guestOutput{inst: inst, stream: "stdout"}).
 		WithStderr(&guestOutput{inst: inst, stream: "stderr"}).
 		WithNanotime(inst.clock.nanotime, 1).
 		WithWalltime(inst.clock.walltime, sys.ClockResolution(time.Microsecond)).
 		WithRandSource(&inst.wasiRand)
 	// The linear memory comes from the runtime's arena (linearmem.go).
+	started := time.Now()
 	mod, err := rt.r.InstantiateModule(experimental.WithMemoryAllocator(inst.ctx, (*memoryAllocator)(inst)), compiled, cfg)
-	fired := !inst.timer.Stop()
 	if err != nil {
 		if inst.lm != nil {
 			inst.lm.Free() // wazero does not close a module whose instantiation failed
 		}
 		cancel()
-		err = inst.guestError(err, fired, rt.cfg.ActivationDeadline, time.Since(started))
+		err = inst.guestError(err, false, rt.cfg.ActivationDeadline, time.Since(started))
 		obs.Fail(span, err, guestOutcome(err))
 		return nil, err
 	}
 	inst.mod = mod
+	inst.stop, _ = mod.ExportedGlobal(stopGlobalExport).(api.MutableGlobal)
+	if inst.stop == nil {
+		inst.mod.Close(context.Background())
+		cancel()
+		return nil, fmt.Errorf("%w: no %s global after instantiation", ErrInvalidModule, stopGlobalExport)
+	}
+	rt.mu.Lock()
+	rt.live[inst] = struct{}{}
+	rt.mu.Unlock()
+	inst.timer = time.AfterFunc(rt.cfg.ActivationDeadline, func() {
+		inst.deadlineHit.Store(true)
+		inst.stopGuest()
+		cancel()
+	})
+	if rt.closing.Load() {
+		inst.stopGuest() // Close may have gone through live before this instance was in it
+	}
+	for _, name := range start {
+		if fn := mod.ExportedFunction(name); fn != nil {
+			if err = fn.CallWithStack(inst.ctx, nil); err != nil {
+				break
+			}
+		}
+	}
+	fired := !inst.timer.Stop()
+	if err != nil {
+		err = inst.guestError(err, fired, rt.cfg.ActivationDeadline, time.Since(started))
+		inst.Close(context.Background())
+		obs.Fail(span, err, guestOutcome(err))
+		return nil, err
+	}
 	inst.mem = mod.Memory()
 	// Every message calls these two; the hooks and snapshot exports are looked up when
 	// first called (Instance.export).
@@ -510,10 +542,19 @@ func (i *Instance) PassivationRequested() bool {
 	return p
 }
 
+// stopGuest makes the guest trap at its next loop iteration (the deadline timer, or
+// Runtime.Close). It may be called from any goroutine; only the first call sets the
+// global.
+func (i *Instance) stopGuest() {
+	if i.stopped.CompareAndSwap(false, true) {
+		i.stop.Set(1)
+	}
+}
+
 // guestError turns a runtime error into a *GuestError; fired says whether the deadline
 // timer went off during the call, deadline is the call's and ran how long it ran.
 func (i *Instance) guestError(err error, fired bool, deadline, ran time.Duration) error {
-	if errors.Is(err, context.Canceled) && !fired && !i.deadlineHit.Load() {
+	if (errors.Is(err, context.Canceled) || i.m.rt.closing.Load()) && !fired && !i.deadlineHit.Load() {
 		return fmt.Errorf("%w: %v", ErrRuntimeClosed, err)
 	}
 	ge := &GuestError{Entity: i.name, Cause: ErrGuestTrap, Stderr: i.stderr.String(), Ran: ran}
@@ -551,6 +592,10 @@ func (i *Instance) Close(ctx context.Context) error {
 	}
 	i.closed = true
 	i.timer.Stop()
+	rt := i.m.rt
+	rt.mu.Lock()
+	delete(rt.live, i)
+	rt.mu.Unlock()
 	err := i.mod.Close(ctx)
 	i.cancel()
 	i.trackMemory()

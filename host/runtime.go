@@ -114,6 +114,9 @@ type Runtime struct {
 	// inflight to drain before it closes the modules and their memories.
 	inflight atomic.Int64
 	closing  atomic.Bool
+	// live are the instances not closed, which Close stops.
+	mu   sync.Mutex
+	live map[*Instance]struct{}
 	// bg counts the runtime's background compilations (restore images); Close waits.
 	bg sync.WaitGroup
 	// started is the origin of the guests' monotonic clock.
@@ -139,8 +142,9 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		cfg.Rand = rand.Reader
 	}
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithMemoryLimitPages(uint32(cfg.MemoryLimit >> 16)).
-		WithCloseOnContextDone(true)
+		WithMemoryLimitPages(uint32(cfg.MemoryLimit >> 16))
+	// Not WithCloseOnContextDone: a goroutine per call and an exit to Go per loop
+	// iteration; the checks addDeadlineChecks compiles in stop a guest instead.
 	var cache wazero.CompilationCache
 	if cfg.CacheDir != "" {
 		if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
@@ -163,6 +167,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		arena:  newMemArena(cfg.MemoryLimit >> 16 << 16),
 	}
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
+	rt.live = map[*Instance]struct{}{}
 	rt.started = cfg.Clock()
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt.r); err != nil {
 		rt.Close(ctx)
@@ -184,6 +189,11 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 func (rt *Runtime) Close(ctx context.Context) error {
 	rt.closing.Store(true)
 	rt.cancel()
+	rt.mu.Lock()
+	for inst := range rt.live {
+		inst.stopGuest()
+	}
+	rt.mu.Unlock()
 	wait := time.NewTimer(rt.cfg.MessageDeadline)
 	defer wait.Stop()
 	tick := time.NewTicker(time.Millisecond)
@@ -227,6 +237,9 @@ type Module struct {
 	guestSnapshot bool
 	// The module declares ABI v1 and exports shardhost_on_activate, shardhost_on_passivate.
 	hasOnActivate, hasOnPassivate bool
+	// start are the exports a new instance runs first: the module's start function,
+	// if it had one (addDeadlineChecks exports it), and _initialize.
+	start []string
 }
 
 // Digest returns the hex SHA-256 of a module binary, the name under which modules are
@@ -243,7 +256,8 @@ func Digest(wasm []byte) string {
 // wraps ErrInvalidModule and says what is wrong.
 //
 // What is compiled is the module rewritten by exportGlobals, which exports every
-// mutable global so that Instance.Snapshot and Module.Restore reach them; the Module's
+// mutable global so that Instance.Snapshot and Module.Restore reach them, and by
+// addDeadlineChecks, which lets the host stop the guest at its deadline; the Module's
 // Digest and Size are those of wasm as given, which is what is stored and fetched. The
 // rewrite is deterministic: every host compiles the same module from the same bytes.
 func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
@@ -252,6 +266,10 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	defer func(start time.Time) { rt.tel.compileDur.Record(context.Background(), since(start)) }(time.Now())
 	rewritten, globals, _, rerr := rewriteGlobals(wasm)
+	var dr deadlineRewrite
+	if rerr == nil {
+		rewritten, dr, rerr = addDeadlineChecks(rewritten)
+	}
 	if rerr != nil {
 		// wazero's account of a malformed module comes first; the rewrite's otherwise.
 		rewritten = wasm
@@ -264,7 +282,10 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 		compiled.Close(ctx)
 		return nil, rerr
 	}
-	m := &Module{rt: rt, compiled: compiled, Digest: Digest(wasm), Size: len(wasm)}
+	m := &Module{rt: rt, compiled: compiled, Digest: Digest(wasm), Size: len(wasm), start: []string{abi.ExportInitialize}}
+	if dr.hasStart {
+		m.start = []string{startExport, abi.ExportInitialize}
+	}
 	if m.ABIVersion, m.guestSnapshot, err = checkShape(compiled); err != nil {
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)

@@ -16,8 +16,6 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-
-	"github.com/shardhost/shardhost/abi"
 )
 
 // Transparent snapshots: the whole state of an instance between two messages, taken
@@ -409,7 +407,7 @@ func (m *Module) restore(ctx context.Context, entityType, entityID string, s *Sn
 	if err := m.checkSnapshot(s); err != nil {
 		return nil, err
 	}
-	plan := &restorePlan{snap: s, compiled: m.compiled, start: []string{abi.ExportInitialize}}
+	plan := &restorePlan{snap: s, compiled: m.compiled, start: m.start}
 	if !initialise {
 		if image := m.snap.readyImage(m.rt); image != nil {
 			plan.compiled, plan.start, plan.zeroed = image, nil, true

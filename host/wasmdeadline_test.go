@@ -1,0 +1,138 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/abi"
+)
+
+// loopModule returns an ABI v0 module whose shardhost_receive never returns (loop; br 0)
+// and whose start section runs a function that returns, or never returns when spin is
+// set. extraExport, if not empty, is one more function export of the marker.
+func loopModule(t *testing.T, spin bool, extraExport string) []byte {
+	t.Helper()
+	// receive: loop br 0 end; i32.const 0
+	return loopModuleWith(t, spin, extraExport, []byte{0, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x41, 0x00, 0x0b})
+}
+
+// loopModuleWith is loopModule with receive's body (locals and code) given.
+func loopModuleWith(t *testing.T, spin bool, extraExport string, receive []byte) []byte {
+	t.Helper()
+	section := func(id byte, body []byte) []byte {
+		if len(body) > 127 {
+			t.Fatal("section too long for this encoder")
+		}
+		return append([]byte{id, byte(len(body))}, body...)
+	}
+	name := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
+	// Types: 0 ()->(), 1 (i32)->i32, 2 (i32,i32)->i32.
+	types := []byte{3, 0x60, 0, 0, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 2, 0x7f, 0x7f, 1, 0x7f}
+	funcs := []byte{4, 0, 1, 2, 0} // marker, alloc, receive, start
+	mem := []byte{1, 0x00, 1}
+	exports := [][]byte{
+		append(name(abi.VersionMarker(0)), 0, 0),
+		append(name(abi.ExportAlloc), 0, 1),
+		append(name(abi.ExportReceive), 0, 2),
+		append(name("memory"), 2, 0),
+	}
+	if extraExport != "" {
+		exports = append(exports, append(name(extraExport), 0, 0))
+	}
+	exp := []byte{byte(len(exports))}
+	for _, e := range exports {
+		exp = append(exp, e...)
+	}
+	body := func(b ...byte) []byte { return append([]byte{byte(len(b))}, b...) }
+	code := []byte{4}
+	code = append(code, body(0, 0x0b)...)                   // marker
+	code = append(code, body(0, 0x41, 0x80, 0x08, 0x0b)...) // alloc: i32.const 1024
+	code = append(code, body(receive...)...)
+	if spin {
+		code = append(code, body(0, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b)...)
+	} else {
+		code = append(code, body(0, 0x0b)...)
+	}
+	b := []byte("\x00asm\x01\x00\x00\x00")
+	b = append(b, section(secType, types)...)
+	b = append(b, section(secFunction, funcs)...)
+	b = append(b, section(secMemory, mem)...)
+	b = append(b, section(secExport, exp)...)
+	b = append(b, section(secStart, []byte{3})...)
+	return append(b, section(secCode, code)...)
+}
+
+// The rewrite adds two globals and an export, exports the start function in place of the
+// start section, and puts a check at the head of every loop; wazero accepts the result.
+func TestAddDeadlineChecks(t *testing.T) {
+	in := loopModule(t, true, "")
+	out, dr, err := addDeadlineChecks(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dr.stopGlobal != 0 || !dr.hasStart || dr.loops != 2 {
+		t.Fatalf("rewrite: %+v, want stop global 0, a start function, 2 loops", dr)
+	}
+	rt, _ := newTestRuntime(t, nil)
+	c, err := rt.r.CompileModule(context.Background(), out)
+	if err != nil {
+		t.Fatalf("wazero refuses the rewritten module: %v", err)
+	}
+	defer c.Close(context.Background())
+	if _, ok := c.ExportedFunctions()[startExport]; !ok {
+		t.Fatalf("no %s export", startExport)
+	}
+	for _, s := range sectionsOf(t, out) {
+		if s[0] == secStart {
+			t.Fatal("the start section is still there")
+		}
+	}
+	if _, _, err := addDeadlineChecks(loopModule(t, false, stopGlobalExport)); !errors.Is(err, ErrInvalidModule) {
+		t.Fatalf("a module exporting %s: %v, want ErrInvalidModule", stopGlobalExport, err)
+	}
+	// Code naming a global past the module's own is refused: after the rewrite it would
+	// reach the host's stop global or loop counter.
+	evil := loopModuleWith(t, false, "", []byte{0, 0x41, 0x00, 0x24, 0x00, 0x41, 0x00, 0x0b}) // global.set 0
+	if _, _, err := addDeadlineChecks(evil); !errors.Is(err, ErrInvalidModule) {
+		t.Fatalf("code setting global 0 of a module without globals: %v, want ErrInvalidModule", err)
+	}
+	// A truncated section is an error, never a panic.
+	for n := len(in) - 20; n < len(in); n++ { // inside the code section, the last
+		if _, _, err := addDeadlineChecks(in[:n]); err == nil {
+			t.Fatalf("the module cut to %d of %d bytes was rewritten", n, len(in))
+		}
+	}
+}
+
+// A loop in a message stops at the message deadline, and a loop in the module's start
+// function at the activation deadline: Compile refuses such a module instead of hanging.
+func TestDeadlineStopsLoopsInMessagesAndStart(t *testing.T) {
+	const deadline = 300 * time.Millisecond
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) {
+		c.MessageDeadline, c.ActivationDeadline = deadline, deadline
+	})
+	ctx := context.Background()
+	m, err := rt.Compile(ctx, loopModule(t, false, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Instantiate(ctx, "loop", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = inst.Receive(ctx, []byte("x"))
+	var ge *GuestError
+	if !errors.As(err, &ge) || !errors.Is(err, ErrGuestDeadline) || ge.Ran < deadline {
+		t.Fatalf("loop: %v, want ErrGuestDeadline after at least %v", err, deadline)
+	}
+	if !inst.Closed() {
+		t.Fatal("instance survived its deadline")
+	}
+	_, err = rt.Compile(ctx, loopModule(t, true, ""))
+	if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), ErrGuestDeadline.Error()) {
+		t.Fatalf("a start function that never returns: %v, want ErrInvalidModule for the deadline", err)
+	}
+}
