@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,6 +186,8 @@ func stateDirOf(dir string) string {
 func openPG(ctx context.Context, url string) (*pgstore.Store, error) {
 	cfg := pgstore.DefaultConfig()
 	cfg.URL, cfg.MaxConns = url, 2
+	// The command reports what it did; of the store's own log, warnings only.
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return pgstore.Open(ctx, cfg)
