@@ -16,25 +16,50 @@ import (
 // deterministic tests: the in-memory twin of memberlist's UDP/TCP transport. Unlike
 // memberlist.MockNetwork it is safe to add transports while others gossip, it never
 // blocks a sender on a stopped member (packets are dropped, as UDP would), and pairs of
-// members can be cut off from each other.
+// members can be cut off from each other, both ways or one way.
 type InmemGossipNetwork struct {
-	mu    sync.RWMutex
-	peers map[string]*InmemGossipTransport
-	next  int
-	cut   map[[2]string]bool
+	mu     sync.RWMutex
+	peers  map[string]*InmemGossipTransport
+	next   int
+	cut    map[[2]string]bool
+	oneway map[[2]string]bool // {from, to}
 }
 
 // NewInmemGossipNetwork returns an empty network.
 func NewInmemGossipNetwork() *InmemGossipNetwork {
-	return &InmemGossipNetwork{peers: map[string]*InmemGossipTransport{}, cut: map[[2]string]bool{}}
+	return &InmemGossipNetwork{peers: map[string]*InmemGossipTransport{}, cut: map[[2]string]bool{},
+		oneway: map[[2]string]bool{}}
 }
 
 // NewTransport returns a transport with a fresh address 127.0.0.1:N (N from 1).
 func (n *InmemGossipNetwork) NewTransport() *InmemGossipTransport {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.next++
-	addr := "127.0.0.1:" + strconv.Itoa(n.next)
+	for {
+		n.next++
+		addr := "127.0.0.1:" + strconv.Itoa(n.next)
+		if _, used := n.peers[addr]; !used {
+			return n.attach(addr)
+		}
+	}
+}
+
+// NewTransportAt returns a transport at addr (host:port), as a member restarted with a
+// fixed bind address has. It fails while another transport holds addr.
+func (n *InmemGossipNetwork) NewTransportAt(addr string) (*InmemGossipTransport, error) {
+	if _, _, err := splitHostPort(addr); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, used := n.peers[addr]; used {
+		return nil, fmt.Errorf("cluster: inmem gossip address %q in use", addr)
+	}
+	return n.attach(addr), nil
+}
+
+// attach makes a transport at addr. n.mu must be held.
+func (n *InmemGossipNetwork) attach(addr string) *InmemGossipTransport {
 	t := &InmemGossipTransport{
 		net:      n,
 		addr:     addr,
@@ -60,11 +85,37 @@ func (n *InmemGossipNetwork) Reconnect(a, b string) {
 	delete(n.cut, pairKey(a, b))
 }
 
-func (n *InmemGossipNetwork) peer(from, to string) (*InmemGossipTransport, error) {
+// DisconnectOneWay drops the packets from the member at gossip address `from` to the one
+// at `to`; packets the other way still flow. A stream (push-pull) needs both directions,
+// so neither can dial the other.
+func (n *InmemGossipNetwork) DisconnectOneWay(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.oneway[[2]string{from, to}] = true
+}
+
+// ReconnectOneWay undoes DisconnectOneWay(from, to).
+func (n *InmemGossipNetwork) ReconnectOneWay(from, to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.oneway, [2]string{from, to})
+}
+
+// Heal undoes every Disconnect and DisconnectOneWay.
+func (n *InmemGossipNetwork) Heal() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.cut)
+	clear(n.oneway)
+}
+
+// peer returns the transport at `to` if packets flow from `from` to it (and back, if
+// both).
+func (n *InmemGossipNetwork) peer(from, to string, both bool) (*InmemGossipTransport, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	t, ok := n.peers[to]
-	if !ok || n.cut[pairKey(from, to)] {
+	if !ok || n.cut[pairKey(from, to)] || n.oneway[[2]string{from, to}] || (both && n.oneway[[2]string{to, from}]) {
 		return nil, fmt.Errorf("cluster: no route from %s to %s", from, to)
 	}
 	return t, nil
@@ -108,7 +159,7 @@ func (t *InmemGossipTransport) WriteTo(b []byte, addr string) (time.Time, error)
 // drops the packet, as UDP would.
 func (t *InmemGossipTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	now := time.Now()
-	dest, err := t.net.peer(t.addr, a.Addr)
+	dest, err := t.net.peer(t.addr, a.Addr, false)
 	if err != nil {
 		return now, err
 	}
@@ -130,7 +181,7 @@ func (t *InmemGossipTransport) DialTimeout(addr string, timeout time.Duration) (
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport with a net.Pipe.
 func (t *InmemGossipTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
-	dest, err := t.net.peer(t.addr, a.Addr)
+	dest, err := t.net.peer(t.addr, a.Addr, true)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +228,9 @@ func (t *InmemGossipTransport) Shutdown() error {
 	t.once.Do(func() {
 		close(t.done)
 		t.net.mu.Lock()
-		delete(t.net.peers, t.addr)
+		if t.net.peers[t.addr] == t {
+			delete(t.net.peers, t.addr)
+		}
 		t.net.mu.Unlock()
 	})
 	return nil

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultInmemQueueSize is the default number of frames an InmemTransport queues
@@ -13,8 +15,10 @@ const DefaultInmemQueueSize = 8192
 // InmemNetwork connects InmemTransports by address inside one process, for tests.
 // Frames go through EncodeFrame and DecodeFrame, so size caps and the codec are
 // exercised as on TCP. Test controls cut links: Disconnect and Reconnect a pair of
-// addresses, Partition the network into groups, Heal it. The network itself has no
-// goroutines; each transport has one, stopped by its Close.
+// addresses, DisconnectOneWay and ReconnectOneWay one direction, Partition the network
+// into groups, Heal it; SetFaults makes it lose, duplicate, reorder and delay frames.
+// The network itself has no goroutines; each transport has one, stopped by its Close
+// (a frame held back by Reorder waits on a timer of the runtime's).
 //
 // All methods are safe for concurrent use.
 type InmemNetwork struct {
@@ -23,7 +27,31 @@ type InmemNetwork struct {
 	maxFrameSize int
 	queueSize    int
 	cut          map[[2]string]bool // disconnected pairs, key sorted
+	oneway       map[[2]string]bool // disconnected directions, {from, to}
 	groups       map[string]int     // partition group of an address (1-based); nil when healed
+	faults       InmemFaults
+	rng          *rand.Rand // draws of faults; guarded by mu (write lock)
+}
+
+// InmemFaults are faults an InmemNetwork injects into frames between two different
+// addresses, each drawn per frame from a generator seeded with Seed. The zero value
+// injects none.
+type InmemFaults struct {
+	// Loss is the probability, in [0, 1], that a frame is dropped silently (counted in
+	// the sender's FramesDropped), as when a connection breaks with frames in flight.
+	Loss float64
+	// Duplicate is the probability, in [0, 1], that a frame is delivered twice.
+	Duplicate float64
+	// Reorder is the probability, in [0, 1], that a frame is held back for
+	// ReorderDelay, so that frames sent after it reach the receiver first.
+	Reorder float64
+	// ReorderDelay is how long a reordered frame is held back; 0 means 10 ms.
+	ReorderDelay time.Duration
+	// Delay is added to every frame: the receiver's handler gets a frame no sooner than
+	// Delay after Send. It keeps the order of frames.
+	Delay time.Duration
+	// Seed seeds the draws (math/rand/v2's PCG).
+	Seed uint64
 }
 
 // NewInmemNetwork returns an empty network with MaxFrameSize DefaultMaxFrameSize
@@ -34,7 +62,23 @@ func NewInmemNetwork() *InmemNetwork {
 		maxFrameSize: DefaultMaxFrameSize,
 		queueSize:    DefaultInmemQueueSize,
 		cut:          make(map[[2]string]bool),
+		oneway:       make(map[[2]string]bool),
 	}
+}
+
+// SetFaults replaces the faults injected into frames sent from now on (frames already
+// queued keep their fate); the zero InmemFaults stops injecting. Probabilities outside
+// [0, 1] are clamped.
+func (n *InmemNetwork) SetFaults(f InmemFaults) {
+	clamp := func(p float64) float64 { return min(max(p, 0), 1) }
+	f.Loss, f.Duplicate, f.Reorder = clamp(f.Loss), clamp(f.Duplicate), clamp(f.Reorder)
+	if f.ReorderDelay <= 0 {
+		f.ReorderDelay = 10 * time.Millisecond
+	}
+	n.mu.Lock()
+	n.faults = f
+	n.rng = rand.New(rand.NewPCG(f.Seed, f.Seed^0x9e3779b97f4a7c15))
+	n.mu.Unlock()
 }
 
 // SetMaxFrameSize sets the cap on one frame's encoding, in bytes, for frames sent
@@ -93,6 +137,22 @@ func (n *InmemNetwork) Disconnect(a, b string) {
 	n.mu.Unlock()
 }
 
+// DisconnectOneWay cuts the link from one address to another in that direction only:
+// frames from `from` to `to` are dropped (including those queued), frames from `to` to
+// `from` still flow. Until ReconnectOneWay or Heal.
+func (n *InmemNetwork) DisconnectOneWay(from, to string) {
+	n.mu.Lock()
+	n.oneway[[2]string{from, to}] = true
+	n.mu.Unlock()
+}
+
+// ReconnectOneWay restores the direction cut by DisconnectOneWay(from, to).
+func (n *InmemNetwork) ReconnectOneWay(from, to string) {
+	n.mu.Lock()
+	delete(n.oneway, [2]string{from, to})
+	n.mu.Unlock()
+}
+
 // Reconnect restores the link between a and b cut by Disconnect. It does not undo a
 // partition.
 func (n *InmemNetwork) Reconnect(a, b string) {
@@ -117,11 +177,13 @@ func (n *InmemNetwork) Partition(groups ...[]string) {
 	n.mu.Unlock()
 }
 
-// Heal removes the partition and every Disconnect cut: all addresses can talk again.
+// Heal removes the partition and every Disconnect and DisconnectOneWay cut: all
+// addresses can talk again. Faults set by SetFaults stay.
 func (n *InmemNetwork) Heal() {
 	n.mu.Lock()
 	n.groups = nil
 	clear(n.cut)
+	clear(n.oneway)
 	n.mu.Unlock()
 }
 
@@ -133,7 +195,7 @@ func (n *InmemNetwork) connected(a, b string) bool {
 	if n.groups != nil && n.groups[a] != n.groups[b] {
 		return false
 	}
-	return !n.cut[pairKey(a, b)]
+	return !n.cut[pairKey(a, b)] && !n.oneway[[2]string{a, b}]
 }
 
 func pairKey(a, b string) [2]string {
@@ -167,7 +229,8 @@ var _ Transport = (*InmemTransport)(nil)
 type inmemDelivery struct {
 	src   *InmemTransport // the sender, for connectivity checks and drop counts
 	frame *Frame
-	size  int // bytes on the wire, prefix included
+	size  int       // bytes on the wire, prefix included
+	due   time.Time // not handed to the handler before (InmemFaults.Delay); zero: at once
 }
 
 // LocalAddr returns the transport's address on the network.
@@ -205,6 +268,61 @@ func (t *InmemTransport) Send(addr string, f *Frame) error {
 	}
 	d := inmemDelivery{src: t, frame: g, size: frameHeaderSize + len(b)}
 
+	// The faults are drawn under the write lock (the generator is not safe for
+	// concurrent use); the frame is queued under the read lock below.
+	copies, holdBack := 1, time.Duration(0)
+	if addr != t.addr {
+		n.mu.Lock()
+		if f := n.faults; n.rng != nil {
+			switch {
+			case f.Loss > 0 && n.rng.Float64() < f.Loss:
+				copies = 0
+			case f.Duplicate > 0 && n.rng.Float64() < f.Duplicate:
+				copies = 2
+			}
+			if f.Reorder > 0 && n.rng.Float64() < f.Reorder {
+				holdBack = f.ReorderDelay
+			}
+			if f.Delay > 0 {
+				d.due = time.Now().Add(f.Delay)
+			}
+		}
+		n.mu.Unlock()
+	}
+	if copies == 0 {
+		t.framesDropped.Add(1)
+		return nil
+	}
+	ds := []inmemDelivery{d}
+	if copies == 2 {
+		// The duplicate is a frame of its own, as decoded twice by a receiver.
+		dup := d
+		if dup.frame, err = DecodeFrame(b); err != nil {
+			return err
+		}
+		ds = append(ds, dup)
+	}
+	if holdBack > 0 {
+		// Held back: queued later by a timer, after frames sent meanwhile; enqueue
+		// counts a failure then as a drop, as for a frame lost on the way.
+		time.AfterFunc(holdBack, func() {
+			for _, d := range ds {
+				_ = t.enqueue(addr, d)
+			}
+		})
+		return nil
+	}
+	for _, d := range ds {
+		if err := t.enqueue(addr, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enqueue queues d for the transport at addr, or drops it if the link is cut.
+func (t *InmemTransport) enqueue(addr string, d inmemDelivery) error {
+	n := t.net
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if t.closed {
@@ -235,6 +353,16 @@ func (t *InmemTransport) deliverLoop() {
 		case <-t.done:
 			return
 		case d := <-t.inbox:
+			if wait := time.Until(d.due); !d.due.IsZero() && wait > 0 {
+				timer := time.NewTimer(wait)
+				select {
+				case <-t.done:
+					timer.Stop()
+					d.src.framesDropped.Add(1)
+					return
+				case <-timer.C:
+				}
+			}
 			t.net.mu.RLock()
 			ok := t.net.connected(d.src.addr, t.addr)
 			t.net.mu.RUnlock()

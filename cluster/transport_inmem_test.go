@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 // newTestInmem attaches a transport at addr to n, failing the test on error.
@@ -286,4 +290,110 @@ func TestInmemAddressesAndClose(t *testing.T) {
 	// The address is free again.
 	a2 := newTestInmem(t, net, "a", func(*Frame) {})
 	defer a2.Close()
+}
+
+func TestInmemDisconnectOneWay(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	net := NewInmemNetwork()
+	ha, cha := chanHandler(16)
+	hb, chb := chanHandler(16)
+	a := newTestInmem(t, net, "a", ha)
+	defer a.Close()
+	b := newTestInmem(t, net, "b", hb)
+	defer b.Close()
+	net.DisconnectOneWay("a", "b")
+	// a → b is dropped; b → a flows. A marker a → a and b → b follows each.
+	_ = a.Send("b", &Frame{Kind: FrameOneWay, Topic: "a-to-b"})
+	_ = b.Send("a", &Frame{Kind: FrameOneWay, Topic: "b-to-a"})
+	_ = b.Send("b", &Frame{Kind: FrameOneWay, Topic: "marker"})
+	expectOnly(t, cha, "b-to-a")
+	expectOnly(t, chb, "marker")
+	net.ReconnectOneWay("a", "b")
+	_ = a.Send("b", &Frame{Kind: FrameOneWay, Topic: "again"})
+	expectOnly(t, chb, "again")
+	net.DisconnectOneWay("b", "a")
+	net.Heal()
+	_ = b.Send("a", &Frame{Kind: FrameOneWay, Topic: "healed"})
+	expectOnly(t, cha, "healed")
+	if s := a.Stats(); s.FramesDropped != 1 {
+		t.Fatalf("a dropped %d frames, want 1", s.FramesDropped)
+	}
+}
+
+func TestInmemFaultsLossAndDuplication(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const n = 2000
+	net := NewInmemNetwork()
+	var mu sync.Mutex
+	got := map[uint64]int{}
+	b := newTestInmem(t, net, "b", func(f *Frame) {
+		mu.Lock()
+		got[binary.BigEndian.Uint64(f.Body)]++
+		mu.Unlock()
+	})
+	defer b.Close()
+	a := newTestInmem(t, net, "a", func(*Frame) {})
+	defer a.Close()
+	net.SetFaults(InmemFaults{Loss: 0.3, Duplicate: 0.3, Seed: 7})
+	if err := sendSeq(a, "b", n); err != nil {
+		t.Fatal(err)
+	}
+	net.SetFaults(InmemFaults{})
+	// The last frame goes through unharmed: once it is in, everything before it is.
+	_ = a.Send("b", seqFrame(n))
+	testutil.Eventually(t, 10*time.Second, "the last frame", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got[n] == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	lost, twice := 0, 0
+	for i := range uint64(n) {
+		switch got[i] {
+		case 0:
+			lost++
+		case 2:
+			twice++
+		case 1:
+		default:
+			t.Fatalf("frame %d delivered %d times", i, got[i])
+		}
+	}
+	// With 2000 draws at 0.3 and 0.7*0.3, both are far from 0 and from n.
+	if lost < n/5 || lost > n*2/5 || twice < n/8 || twice > n*3/10 {
+		t.Fatalf("lost %d and duplicated %d of %d frames; want about 30%% and 21%%", lost, twice, n)
+	}
+	if s := a.Stats(); s.FramesDropped != uint64(lost) {
+		t.Fatalf("a counted %d dropped, %d were lost", s.FramesDropped, lost)
+	}
+}
+
+func TestInmemFaultsReorderAndDelay(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	net := NewInmemNetwork()
+	hb, chb := chanHandler(16)
+	b := newTestInmem(t, net, "b", hb)
+	defer b.Close()
+	a := newTestInmem(t, net, "a", func(*Frame) {})
+	defer a.Close()
+	// A held-back frame is overtaken by the next one.
+	net.SetFaults(InmemFaults{Reorder: 1, ReorderDelay: 50 * time.Millisecond})
+	_ = a.Send("b", &Frame{Kind: FrameOneWay, Topic: "first"})
+	net.SetFaults(InmemFaults{})
+	_ = a.Send("b", &Frame{Kind: FrameOneWay, Topic: "second"})
+	expectOnly(t, chb, "second")
+	expectOnly(t, chb, "first")
+
+	// A delayed frame is handled no sooner than the delay after Send, in order.
+	const delay = 100 * time.Millisecond
+	net.SetFaults(InmemFaults{Delay: delay})
+	sent := time.Now()
+	_ = a.Send("b", &Frame{Kind: FrameOneWay, Topic: "d1"})
+	_ = a.Send("b", &Frame{Kind: FrameOneWay, Topic: "d2"})
+	expectOnly(t, chb, "d1")
+	if waited := time.Since(sent); waited < delay {
+		t.Fatalf("a frame delayed by %v arrived after %v", delay, waited)
+	}
+	expectOnly(t, chb, "d2")
 }
