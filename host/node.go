@@ -361,6 +361,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 
 	sc := cfg.Sharding
+	// A downed member's shards move after the resolver's stable-after, the time its own
+	// side takes to down it (Akka's down-removal-margin default).
+	sc.DownRemovalMargin = cfg.Lifecycle.SBRStableAfter
 	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
 	sc.DData = n.replicator
 	sc.States = n.states

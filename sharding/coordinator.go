@@ -187,7 +187,7 @@ func (c *coordinator) recover(gen uint64) {
 	members := c.s.cfg.Membership.Members()
 	alive := map[string]cluster.Member{}
 	for _, m := range members {
-		if hosting(m) {
+		if c.s.holding(m) {
 			alive[m.Address] = m
 		}
 	}
@@ -241,7 +241,7 @@ func (c *coordinator) recover(gen uint64) {
 		}
 		for id, a := range shardsOf {
 			known[typ][id] = true
-			if _, ok := alive[a.region]; !ok || a.region == "" {
+			if _, ok := alive[a.region]; a.region == "" || !ok && !c.s.withinDownMargin(a.region) {
 				delete(shardsOf, id)
 				continue
 			}
@@ -418,6 +418,14 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 	if a, ok := c.alloc[ref.Type][ref.Shard]; ok && a.region != "" && alive[a.region] {
 		c.mu.Unlock()
 		cb(shardHome{Region: a.region, Epoch: a.epoch}, nil)
+		return
+	}
+	if a, ok := c.alloc[ref.Type][ref.Shard]; ok && a.region != "" && c.s.withinDownMargin(a.region) {
+		// Its region was downed and may still run the shard's entities: not elsewhere
+		// before the margin has passed.
+		c.mu.Unlock()
+		cb(shardHome{}, fmt.Errorf("%w: %s was at %s, downed less than %v ago", ErrShardUnavailable, ref, a.region,
+			c.s.cfg.DownRemovalMargin))
 		return
 	}
 	if waiters, ok := c.inflight[ref]; ok {

@@ -109,6 +109,18 @@ func (e *entity) enqueue(d delivery) {
 func (e *entity) drainLoop() {
 	for {
 		e.mu.Lock()
+		if e.r.s.aborting.Load() {
+			// The member is out of the cluster (or crashing): what waits here is not
+			// handled, so that the entity stops with the message it is on, before its
+			// shard moves elsewhere (Config.DownRemovalMargin).
+			queued := e.queue
+			e.queue, e.running = nil, false
+			e.mu.Unlock()
+			for _, d := range queued {
+				d.fail(ErrStopped)
+			}
+			return
+		}
 		if len(e.queue) == 0 && e.passivateWhenIdle != "" {
 			// A passivation chose it while it finished its last message.
 			cause := e.passivateWhenIdle

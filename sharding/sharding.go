@@ -187,6 +187,16 @@ type Config struct {
 	Strategy ShardAllocationStrategy
 	// RebalanceInterval is how often the coordinator looks for shards to move. Default 10 s.
 	RebalanceInterval time.Duration
+	// DownRemovalMargin is how long the shards of a member that was downed (not one that
+	// left) stay allocated to it before they may move, as Akka's down-removal-margin:
+	// the downed member, on the other side of a partition, may still run their entities
+	// until its own split brain resolver or the news of its downing stops it, and a
+	// second activation meanwhile would break "at most one active instance". Longer
+	// leaves the shards unavailable longer after a crash; shorter than the time the
+	// downed side takes to stop risks two lives of an entity at once. Default 5 s (the
+	// resolver's default stable-after; host sets the resolver's own); 0 moves them at
+	// once.
+	DownRemovalMargin time.Duration
 	// MaxSimultaneousRebalance caps the shards of one type in handoff at once. Default 3.
 	MaxSimultaneousRebalance int
 	// BufferSize caps the messages a region buffers while shard homes are resolved
@@ -233,6 +243,7 @@ func DefaultConfig() Config {
 		AskTimeout:        10 * time.Second,
 		ReconcileInterval: time.Second,
 		RebalanceInterval: 10 * time.Second,
+		DownRemovalMargin: 5 * time.Second,
 
 		MaxSimultaneousRebalance: 3,
 	}
@@ -292,8 +303,13 @@ type Sharding struct {
 	// deadLetterLog limits the dead letter warnings: one per type and reason every 10 s.
 	deadLetterLog logLimiter
 	leaving       atomic.Bool // set by the leave hook: no new shards here
-	sub           *cluster.Subscription
-	singleton     *cluster.Singleton
+	aborting      atomic.Bool // set by Abort: mailboxes stop handling what they queued
+	// downed holds when this member saw each downed member (by address) downed, for
+	// DownRemovalMargin; guarded by downedMu.
+	downedMu  sync.Mutex
+	downed    map[string]time.Time
+	sub       *cluster.Subscription
+	singleton *cluster.Singleton
 }
 
 // New starts sharding on this member: it registers its message handlers with the
@@ -323,6 +339,7 @@ func New(cfg Config) (*Sharding, error) {
 		regions:       map[string]*Region{},
 		typeWaiters:   map[string][]delivery{},
 		deadLetterLog: logLimiter{interval: 10 * time.Second},
+		downed:        map[string]time.Time{},
 	}
 	s.coord = newCoordinator(s)
 	s.registerShards(cfg.MeterProvider)
@@ -348,9 +365,13 @@ func New(cfg Config) (*Sharding, error) {
 // graceful shutdown).
 func (s *Sharding) Stop(ctx context.Context) error { return s.stopAll(ctx, true) }
 
-// Abort stops like Stop but saves no entity state: for a member that the cluster
-// downed or removed, whose shards may already live elsewhere.
-func (s *Sharding) Abort(ctx context.Context) error { return s.stopAll(ctx, false) }
+// Abort stops like Stop but saves no entity state, and the messages waiting in
+// entities' mailboxes fail with ErrStopped instead of being handled: for a member that
+// the cluster downed or removed, whose shards may soon live elsewhere.
+func (s *Sharding) Abort(ctx context.Context) error {
+	s.aborting.Store(true)
+	return s.stopAll(ctx, false)
+}
 
 func (s *Sharding) stopAll(ctx context.Context, save bool) error {
 	if !s.owner.Close() {
@@ -938,7 +959,14 @@ func (s *Sharding) followMembership() {
 			return
 		case e := <-s.sub.C:
 			switch e.Kind {
-			case cluster.MemberDowned, cluster.MemberExited, cluster.MemberRemoved:
+			case cluster.MemberUp:
+				s.downedMu.Lock()
+				delete(s.downed, e.Member.Address) // a new incarnation at the address
+				s.downedMu.Unlock()
+			case cluster.MemberDowned:
+				s.sawDowned(e.Member.Address)
+				s.memberRemoved(e.Member.Address)
+			case cluster.MemberExited, cluster.MemberRemoved:
 				s.memberRemoved(e.Member.Address)
 			}
 		case <-tick.C:
@@ -948,12 +976,17 @@ func (s *Sharding) followMembership() {
 	}
 }
 
+// memberRemoved makes the regions forget the member as a home at once (their messages
+// wait for the shards' next homes); the coordinator keeps a downed member's allocations
+// for DownRemovalMargin (reconcile drops them after).
 func (s *Sharding) memberRemoved(addr string) {
 	for _, r := range s.allRegions() {
 		r.forgetHomesAt(func(home string) bool { return home == addr })
 		r.unpauseFrom(func(by string) bool { return by == addr })
 	}
-	s.coord.memberRemoved(addr)
+	if !s.withinDownMargin(addr) {
+		s.coord.memberRemoved(addr)
+	}
 }
 
 // passivateIdle runs each region's idle passivation.
@@ -976,12 +1009,40 @@ func hosting(m cluster.Member) bool {
 	return m.Status == cluster.StatusUp || m.Status == cluster.StatusLeaving
 }
 
+// sawDowned records when this member first saw the member at addr downed.
+func (s *Sharding) sawDowned(addr string) {
+	s.downedMu.Lock()
+	defer s.downedMu.Unlock()
+	if _, ok := s.downed[addr]; !ok {
+		s.downed[addr] = time.Now()
+	}
+}
+
+// withinDownMargin reports whether the member at addr was downed less than
+// DownRemovalMargin ago: its shards stay allocated to it meanwhile.
+func (s *Sharding) withinDownMargin(addr string) bool {
+	s.downedMu.Lock()
+	defer s.downedMu.Unlock()
+	at, ok := s.downed[addr]
+	return ok && time.Since(at) < s.cfg.DownRemovalMargin
+}
+
+// holding reports whether m hosts (hosting), recording when it is first seen down.
+// The coordinator also keeps the allocations of a member downed less than
+// DownRemovalMargin ago (withinDownMargin).
+func (s *Sharding) holding(m cluster.Member) bool {
+	if m.Status == cluster.StatusDown {
+		s.sawDowned(m.Address)
+	}
+	return hosting(m)
+}
+
 // reconcile forgets homes and allocations at members that are gone, in case a removal
-// event was dropped.
+// event was dropped, and those of downed members once DownRemovalMargin has passed.
 func (s *Sharding) reconcile() {
 	alive := map[string]bool{}
 	for _, m := range s.cfg.Membership.Members() {
-		if hosting(m) {
+		if s.holding(m) {
 			alive[m.Address] = true
 		}
 	}
@@ -990,7 +1051,7 @@ func (s *Sharding) reconcile() {
 		r.forgetHomesAt(gone)
 		r.unpauseFrom(gone)
 	}
-	s.coord.forgetRegions(gone)
+	s.coord.forgetRegions(func(addr string) bool { return !alive[addr] && !s.withinDownMargin(addr) })
 }
 
 // transportAddr returns where to send frames for the member at addr.

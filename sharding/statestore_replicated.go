@@ -76,6 +76,9 @@ type ReplicatedStateStoreConfig struct {
 	ChunkSize int
 	// Logger receives the store's logs. Nil: slog.Default().
 	Logger *slog.Logger
+	// Now is the source of the writer's hybrid clock (the seq of a record's version);
+	// nil is time.Now. Tests move it to skew one member's clock.
+	Now func() time.Time
 }
 
 // DefaultReplicatedStateStoreConfig returns the defaults: 3 replicas, 3 s per request,
@@ -215,6 +218,9 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	disk, err := openStateDisk(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -223,7 +229,7 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 		cfg:         cfg,
 		log:         cfg.Logger.With("component", "sharding.statestore"),
 		disk:        disk,
-		now:         time.Now,
+		now:         cfg.Now,
 		owner:       owner.New(),
 		staging:     map[stateStagingKey]*stateStaged{},
 		serving:     make(chan struct{}, stateMaxServing),
