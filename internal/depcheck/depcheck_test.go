@@ -1,7 +1,8 @@
 // Package depcheck checks the dependency direction of docs/design.md: cmd/host → host →
 // sharding → ddata → cluster → abi, imports pointing down only, and abi on the standard
 // library alone. The PostgreSQL driver stays in sharding/pgstore: only it imports pgx,
-// and sharding itself never imports pgstore (host chooses the store).
+// and sharding itself never imports pgstore (host chooses the store). The fault harness
+// (faults/) is imported by nothing.
 package depcheck
 
 import (
@@ -16,6 +17,10 @@ const mod = "github.com/shardhost/shardhost/"
 
 // pgxOnly is the one package that may import the PostgreSQL driver.
 const pgxOnly = mod + "sharding/pgstore"
+
+// faultsOnly is the fault-schedule harness: it imports cluster, ddata and sharding, and
+// nothing imports it.
+const faultsOnly = mod + "faults"
 
 // layers from top to bottom; a package may import only layers below its own.
 var layers = []string{"cmd/host", "host", "sharding", "ddata", "cluster", "abi"}
@@ -55,6 +60,9 @@ func TestDependencyDirection(t *testing.T) {
 			}
 			if !strings.HasPrefix(imp, mod) {
 				continue
+			}
+			if imp == faultsOnly && !strings.HasPrefix(pkg, faultsOnly) {
+				t.Errorf("%s imports %s: the fault harness is for its own tests only", pkg, imp)
 			}
 			if imp == pgxOnly && (layers[from] != "host" && layers[from] != "cmd/host") && !strings.HasSuffix(pkg, ".test") {
 				t.Errorf("%s imports %s: the store is chosen by host and cmd/host", pkg, imp)
