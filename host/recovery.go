@@ -45,9 +45,10 @@ const (
 	// recoveryMaxMessages and recoveryMaxBytes bound the record.
 	recoveryMaxMessages = 4096
 	recoveryMaxBytes    = 4 << 20
-	// recoverySnapshotGuess is the cost of a snapshot assumed before one was measured,
-	// per byte of linear memory (a Go guest: about 1 ms for 2.9 MB).
-	recoverySnapshotGuess = time.Nanosecond / 2
+	// recoverySnapshotBytesPerNs is the speed of a snapshot assumed before one was
+	// measured, in bytes of linear memory per nanosecond (a Go guest: about 1 ms for
+	// 2.9 MB).
+	recoverySnapshotBytesPerNs = 2
 )
 
 // errReplayDiverged: a replayed call asked for a host call the record does not hold.
@@ -213,7 +214,7 @@ func (e *wasmEntity) logMessage(payload []byte, info sharding.MessageInfo, calls
 	r.logCost += took
 	snapCost := r.snapCost
 	if snapCost == 0 {
-		snapCost = time.Duration(e.inst.MemorySize()) * recoverySnapshotGuess
+		snapCost = time.Duration(e.inst.MemorySize() / recoverySnapshotBytesPerNs)
 	}
 	if r.logCost >= recoveryReplayFactor*snapCost || len(r.log) >= recoveryMaxMessages || r.logBytes >= recoveryMaxBytes {
 		e.rebase()

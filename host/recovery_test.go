@@ -187,3 +187,29 @@ func TestReplayDetectsDivergence(t *testing.T) {
 		}
 	}
 }
+
+// A new entity's record starts from its activation: its first messages are logged, not
+// followed by a snapshot of its whole memory (which would cost what a new instance of a
+// Rust entity costs again, and hold a copy of its memory), until replaying them would
+// take about recoveryReplayFactor snapshots.
+func TestRecoveryTakesNoSnapshotAfterTheFirstMessage(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	m, err := rt.Compile(context.Background(), testwasm.RustBytes(t, "counter-rust"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Instantiate(context.Background(), "counter", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(context.Background())
+	e := &wasmEntity{inst: inst, rec: &recovery{}}
+	e.logMessage([]byte("inc"), sharding.MessageInfo{}, nil, 20*time.Microsecond)
+	if e.rec.base != nil || len(e.rec.log) != 1 {
+		t.Fatalf("after a 20 µs message: base %v, %d logged, want no snapshot and 1 logged", e.rec.base != nil, len(e.rec.log))
+	}
+	e.logMessage([]byte("inc"), sharding.MessageInfo{}, nil, time.Second)
+	if e.rec.base == nil || len(e.rec.log) != 0 {
+		t.Fatalf("after a 1 s message: base %v, %d logged, want a snapshot and an empty record", e.rec.base != nil, len(e.rec.log))
+	}
+}
