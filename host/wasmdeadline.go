@@ -340,21 +340,6 @@ func instrumentCode(sec, check []byte, globals uint32) ([]byte, int, error) {
 	return out, loops, nil
 }
 
-// memarg skips a memory argument: alignment (bit 6: a memory index follows) and offset.
-func (r *reader) memarg() error {
-	align, err := r.u32()
-	if err != nil {
-		return err
-	}
-	if align&0x40 != 0 {
-		if _, err := r.u32(); err != nil {
-			return err
-		}
-	}
-	_, err = r.uleb(64)
-	return err
-}
-
 // immediates skips the immediates of the instruction whose opcode op was just read.
 func (r *reader) immediates(op byte) error {
 	var err error
@@ -415,7 +400,7 @@ func (r *reader) immediates(op byte) error {
 			}
 		}
 	case op >= 0x28 && op <= 0x3e: // loads and stores
-		err = r.memarg()
+		err = r.memArg()
 	case op == 0x41:
 		err = r.sleb(32)
 	case op == 0x42:
@@ -450,13 +435,13 @@ func (r *reader) immediates(op byte) error {
 		}
 		switch {
 		case sub <= 11 || sub == 92 || sub == 93: // v128 loads and stores
-			err = r.memarg()
+			err = r.memArg()
 		case sub == 12 || sub == 13: // v128.const, i8x16.shuffle
 			err = r.skip(16)
 		case sub >= 21 && sub <= 34: // extract and replace lane
 			err = r.skip(1)
 		case sub >= 84 && sub <= 91: // load and store lane
-			if err = r.memarg(); err == nil {
+			if err = r.memArg(); err == nil {
 				err = r.skip(1)
 			}
 		case sub <= 0x113: // the other SIMD instructions (relaxed SIMD included)
@@ -472,7 +457,7 @@ func (r *reader) immediates(op byte) error {
 		case sub == 3: // atomic.fence
 			err = r.skip(1)
 		case sub <= 0x4e:
-			err = r.memarg()
+			err = r.memArg()
 		default:
 			err = fmt.Errorf("0xfe %d", sub)
 		}

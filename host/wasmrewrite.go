@@ -727,6 +727,7 @@ func (r *reader) blockType() error {
 	return r.sleb(33) // a type index
 }
 
+// memArg skips a memory argument: alignment (bit 6: a memory index follows) and offset.
 func (r *reader) memArg() error {
 	align, err := r.u32()
 	if err != nil {
