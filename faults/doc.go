@@ -48,6 +48,8 @@
 //     A partition that cuts off two members can hold two of a shard's three replicas;
 //     so TestFaultSchedules cuts off one member by default (-max-side=1), and make
 //     soak cuts off up to three. Seed 64.
+//  2. Bridge partitions: the soak's 12 failures above. Seed 1161.
+//  3. One-way partitions: the soak's 2 failures above. Seeds 1449, 1315.
 //
 // Design: docs/design.md ("Invariants").
 package faults

@@ -262,3 +262,22 @@ func TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
 	}
 	regression(t, Generate(64, nil, 3).Keep([]int{1}), 4)
 }
+
+// Seed 1161 (a bridge partition {1}|3|{0,2} of 4 members) lost an acknowledged
+// increment in a soak (known bug 2 in doc.go).
+func TestSeed1161BridgePartitionLosesNoAcknowledgedWrite(t *testing.T) {
+	if !*knownFlag {
+		t.Skip("known bug 2 (faults/doc.go): run with -known-bugs")
+	}
+	regression(t, Generate(1161, nil, 1), 4)
+}
+
+// Seed 1449 (a one-way partition that cuts member 0's frames and gossip to the others)
+// activated an entity on member 1 while its life on member 0 went on, in a soak (known
+// bug 3 in doc.go).
+func TestSeed1449OneWayPartitionActivatesOnce(t *testing.T) {
+	if !*knownFlag {
+		t.Skip("known bug 3 (faults/doc.go): run with -known-bugs")
+	}
+	regression(t, Generate(1449, nil, 1), 4)
+}
