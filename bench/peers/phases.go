@@ -23,11 +23,23 @@ type rate struct {
 }
 
 func (r *rate) add(n int64, d time.Duration) { r.n += n; r.elapsed += d }
+
 func (r rate) perSecond() float64 {
 	if r.elapsed <= 0 {
 		return 0
 	}
 	return float64(r.n) / r.elapsed.Seconds()
+}
+
+// rateTable holds the rates of one workload, by system.
+type rateTable map[string]*rate
+
+// add counts n operations in d for the system key.
+func (rs rateTable) add(key string, n int64, d time.Duration) {
+	if rs[key] == nil {
+		rs[key] = &rate{}
+	}
+	rs[key].add(n, d)
 }
 
 // turns runs each round of a workload on every side, the sides taking turns (the first
@@ -102,14 +114,11 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 	}
 	if o.runs("concurrent") {
 		progress("concurrent asks")
-		rates := map[string]*rate{}
+		rates := rateTable{}
 		err := turns(o, sides, func(r int, s side) error {
 			return profiled(o.profileDir, s.sys.key+"-concurrent-r"+strconv.Itoa(r), func() error {
 				n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
-				if rates[s.sys.key] == nil {
-					rates[s.sys.key] = &rate{}
-				}
-				rates[s.sys.key].add(n, d)
+				rates.add(s.sys.key, n, d)
 				return err
 			})
 		})
@@ -122,14 +131,11 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 	}
 	if o.runs("tells") {
 		progress("tells")
-		rates := map[string]*rate{}
+		rates := rateTable{}
 		err := turns(o, sides, func(r int, s side) error {
 			n := o.tells / o.rounds
 			d, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
-			if rates[s.sys.key] == nil {
-				rates[s.sys.key] = &rate{}
-			}
-			rates[s.sys.key].add(int64(n), d)
+			rates.add(s.sys.key, int64(n), d)
 			return err
 		})
 		if err != nil {
@@ -142,7 +148,7 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 	if o.runs("activation") {
 		progress("activations")
 		samples := map[string]latencies{}
-		rates := map[string]*rate{}
+		rates := rateTable{}
 		err := turns(o, sides, func(r int, s side) error {
 			return profiled(o.profileDir, s.sys.key+"-activation-r"+strconv.Itoa(r), func() error {
 				l, err := serialActivations(ctx, s.c, "a"+strconv.Itoa(r)+"-", slice, o.activations/o.rounds)
@@ -151,10 +157,7 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 					return err
 				}
 				n, d, err := activationRate(ctx, s.c, "b"+strconv.Itoa(r)+"-", o.askers, slice, o.rateMax/o.rounds)
-				if rates[s.sys.key] == nil {
-					rates[s.sys.key] = &rate{}
-				}
-				rates[s.sys.key].add(n, d)
+				rates.add(s.sys.key, n, d)
 				return err
 			})
 		})
@@ -216,7 +219,7 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 	slice := o.dur / time.Duration(o.rounds)
 	progress("remote asks")
 	samples := map[string]latencies{}
-	rates := map[string]*rate{}
+	rates := rateTable{}
 	err := turns(o, sides, func(r int, s side) error {
 		l, err := serialAsks(ctx, s.c, s.ids[0], slice, o.serialMax/o.rounds)
 		samples[s.sys.key] = append(samples[s.sys.key], l...)
@@ -224,10 +227,7 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 			return err
 		}
 		n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
-		if rates[s.sys.key] == nil {
-			rates[s.sys.key] = &rate{}
-		}
-		rates[s.sys.key].add(n, d)
+		rates.add(s.sys.key, n, d)
 		return err
 	})
 	if err != nil {
