@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/history"
 )
 
 // Options tune a run.
@@ -64,7 +65,7 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	}
 	res = Result{Schedule: s}
 	reg := newRegistry(begin)
-	h := &History{start: begin}
+	h := history.New(begin)
 	c := newCluster(s.Seed, o.Dir, reg, o.Logger)
 	defer func() { res.Took = time.Since(begin) }()
 	r := &runner{c: c, s: s, res: &res, minority: map[int]bool{}}
@@ -83,7 +84,7 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	wctx, stopClients := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range o.Clients {
-		cl := &client{c: c, h: h, r: rand.New(rand.NewPCG(s.Seed, uint64(i)+1)), cid: h.newClient(), n: i,
+		cl := &client{c: c, h: h, r: rand.New(rand.NewPCG(s.Seed, uint64(i)+1)), cid: h.NewClient(), n: i,
 			minority: r.sideOf}
 		wg.Add(1)
 		go func() {
@@ -107,41 +108,23 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	wg.Wait()
 
 	// A last read of everything, so that a lost write shows.
-	final := &client{c: c, h: h, r: rand.New(rand.NewPCG(s.Seed, 0)), cid: h.newClient(), minority: r.sideOf}
+	final := &client{c: c, h: h, r: rand.New(rand.NewPCG(s.Seed, 0)), cid: h.NewClient(), minority: r.sideOf}
 	if t := c.targets(); len(t) > 0 {
 		for i, id := range counterIDs {
-			final.do(ctx, t[i%len(t)], Op{Kind: opGet, Key: typeCounter + "/" + id})
+			final.do(ctx, t[i%len(t)], history.Op{Kind: history.Get, Key: typeCounter + "/" + id})
 		}
 		for i, id := range registerIDs {
-			final.do(ctx, t[i%len(t)], Op{Kind: opRead, Key: typeRegister + "/" + id})
+			final.do(ctx, t[i%len(t)], history.Op{Kind: history.Read, Key: typeRegister + "/" + id})
 		}
-		final.do(ctx, t[0], Op{Kind: opSum, Key: ddataKey})
+		final.do(ctx, t[0], history.Op{Kind: opSum, Key: ddataKey})
 	}
 	c.stopAll()
 
 	ops := h.Ops()
-	for _, op := range ops {
-		res.Ops++
-		if op.Ambiguous {
-			res.Ambiguous++
-		} else {
-			res.Acked++
-		}
-		if op.DuringPartition {
-			if op.Minority {
-				res.MinorityOps++
-				if !op.Ambiguous {
-					res.MinorityAcked++
-				}
-			} else {
-				res.MajorityOps++
-				if !op.Ambiguous {
-					res.MajorityAcked++
-				}
-			}
-		}
-	}
-	violations, unknown := checkEntities(ops)
+	n := history.Count(ops)
+	res.Ops, res.Acked, res.Ambiguous = n.Ops, n.Acked, n.Ambiguous
+	res.MajorityOps, res.MajorityAcked, res.MinorityOps, res.MinorityAcked = n.MajorityOps, n.MajorityAcked, n.MinorityOps, n.MinorityAcked
+	violations, unknown := history.CheckEntities(ops, checkTimeout)
 	res.Failures = append(res.Failures, violations...)
 	res.Unknown = unknown
 	res.Failures = append(res.Failures, checkMajority(ops)...)

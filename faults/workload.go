@@ -5,73 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/history"
 )
 
-// Operation kinds of the history.
+// Operation kinds of the history: those of entities are history's (Inc, Get, Write,
+// Read); these two are the distributed data counter's.
 const (
-	opInc   = "inc"   // counter entity
-	opGet   = "get"   // counter entity
-	opWrite = "write" // register entity
-	opRead  = "read"  // register entity
-	opAdd   = "add"   // ddata GCounter, WriteMajority
-	opSum   = "sum"   // ddata GCounter, ReadMajority
+	opAdd = "add" // ddata GCounter, WriteMajority
+	opSum = "sum" // ddata GCounter, ReadMajority
 )
 
 // ddataKey is the GCounter the clients increment and read with majority consistency.
 const ddataKey = "faults-gcounter"
-
-// Op is one operation of the history: what a client asked, of which member, when
-// (nanoseconds since the run started) and what came back. An ambiguous operation (an
-// error: a timeout, a refusal, a member going away) may or may not have taken effect.
-type Op struct {
-	Client    int // a porcupine client: a new one after each ambiguous operation
-	Kind      string
-	Key       string // "counter/c0", "register/r1" or the ddata key
-	Arg       string // the value written
-	Out       string // the reply
-	Call, Ret int64
-	Ambiguous bool
-	Member    int // the slot asked
-	Err       string
-	// Minority: a partition was on when it was called and the member asked was on the
-	// minority side.
-	Minority, DuringPartition bool
-}
-
-// History collects operations from concurrent clients.
-type History struct {
-	start   time.Time
-	mu      sync.Mutex
-	ops     []Op
-	nextCID int
-}
-
-func (h *History) now() int64 { return int64(time.Since(h.start)) }
-
-func (h *History) add(op Op) {
-	h.mu.Lock()
-	h.ops = append(h.ops, op)
-	h.mu.Unlock()
-}
-
-func (h *History) newClient() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.nextCID++
-	return h.nextCID - 1
-}
-
-// Ops returns a copy of the operations.
-func (h *History) Ops() []Op {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]Op(nil), h.ops...)
-}
 
 // The entities of the workload.
 var (
@@ -85,7 +33,7 @@ const opTimeout = 2 * time.Second
 // client runs operations against random targets until ctx ends.
 type client struct {
 	c      *Cluster
-	h      *History
+	h      *history.History
 	r      *rand.Rand
 	cid    int
 	n      int // the client's number, for unique register values
@@ -112,19 +60,19 @@ func (cl *client) step(ctx context.Context) {
 		return
 	}
 	m := targets[cl.r.IntN(len(targets))]
-	var op Op
+	var op history.Op
 	switch x := cl.r.IntN(10); {
 	case x < 4:
 		op.Key = "counter/" + counterIDs[cl.r.IntN(len(counterIDs))]
-		op.Kind = opInc
+		op.Kind = history.Inc
 		if cl.r.IntN(3) == 0 {
-			op.Kind = opGet
+			op.Kind = history.Get
 		}
 	case x < 8:
 		op.Key = "register/" + registerIDs[cl.r.IntN(len(registerIDs))]
-		op.Kind = opRead
+		op.Kind = history.Read
 		if cl.r.IntN(2) == 0 {
-			op.Kind = opWrite
+			op.Kind = history.Write
 			cl.writes++
 			op.Arg = fmt.Sprintf("%d-%d", cl.n, cl.writes)
 		}
@@ -139,25 +87,25 @@ func (cl *client) step(ctx context.Context) {
 }
 
 // do runs op against m and records it.
-func (cl *client) do(ctx context.Context, m *member, op Op) {
+func (cl *client) do(ctx context.Context, m *member, op history.Op) {
 	op.Client, op.Member = cl.cid, m.slot
 	op.Minority, op.DuringPartition = cl.minority(m.slot)
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	op.Call = cl.h.now()
+	op.Call = cl.h.Now()
 	out, err := cl.c.call(octx, m, op)
-	op.Ret = cl.h.now()
+	op.Ret = cl.h.Now()
 	if err != nil {
 		op.Ambiguous, op.Err = true, err.Error()
-		cl.cid = cl.h.newClient()
+		cl.cid = cl.h.NewClient()
 	}
 	op.Out = out
-	cl.h.add(op)
+	cl.h.Add(op)
 }
 
 // call performs one operation on member m. The member's components are read under
 // the cluster's lock: a crash may close them meanwhile, which fails the call.
-func (c *Cluster) call(ctx context.Context, m *member, op Op) (string, error) {
+func (c *Cluster) call(ctx context.Context, m *member, op history.Op) (string, error) {
 	c.mu.Lock()
 	if m.state != stateRunning {
 		c.mu.Unlock()
@@ -166,10 +114,10 @@ func (c *Cluster) call(ctx context.Context, m *member, op Op) (string, error) {
 	sh, repl := m.sh, m.repl
 	c.mu.Unlock()
 	switch op.Kind {
-	case opInc, opGet, opRead, opWrite:
+	case history.Inc, history.Get, history.Read, history.Write:
 		typ, id, _ := cutKey(op.Key)
 		msg := op.Kind
-		if op.Kind == opWrite {
+		if op.Kind == history.Write {
 			msg = "write " + op.Arg
 		}
 		r, err := sh.Ask(ctx, typ, id, []byte(msg))
@@ -205,13 +153,4 @@ func cutKey(key string) (typ, id string, ok bool) {
 		}
 	}
 	return "", key, false
-}
-
-// atoi parses a decimal reply; -1 if it is not one.
-func atoi(s string) int64 {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return -1
-	}
-	return n
 }
