@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,7 +32,15 @@ type stateDisk struct {
 	done chan struct{}
 	once sync.Once
 	err  error
+	// log receives an error line when the disk refuses a write (a full disk, say): at
+	// most one per writeLog's interval, with the count of those suppressed since the
+	// last. Nil: none (the offline tools). Set before the first write.
+	log      *slog.Logger
+	writeLog logLimiter
 }
+
+// stateDiskWriteLogInterval is the least time between two log lines of refused writes.
+const stateDiskWriteLogInterval = 10 * time.Second
 
 // stateDiskOp is a write waiting for the writer. fn may run twice (after a failed
 // batch, each op is retried alone) and reports whether it changed anything.
@@ -89,7 +98,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
 	d := &stateDisk{path: path, db: db, ops: make(chan *stateDiskOp, stateDiskQueue),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), writeLog: logLimiter{interval: stateDiskWriteLogInterval}}
 	go d.run()
 	return d, nil
 }
@@ -129,13 +138,31 @@ func (d *stateDisk) run() {
 		err := d.commit(batch)
 		if err != nil && len(batch) > 1 {
 			for _, op := range batch { // one op's failure must not fail the others
-				op.done <- d.commit([]*stateDiskOp{op})
+				err := d.commit([]*stateDiskOp{op})
+				d.refused(err)
+				op.done <- err
 			}
 			continue
 		}
+		d.refused(err)
 		for _, op := range batch {
 			op.done <- err
 		}
+	}
+}
+
+// refused logs a write the disk refused (err not nil). The writer gets the error too,
+// but a replica's refusal is hidden from the entity whose save the other replicas made
+// (a majority is enough): this line is how the member's operator learns that its copies
+// fall behind, and why (found by TestDockerFullDataDirectory: a member whose data
+// directory was full refused every write without a word).
+func (d *stateDisk) refused(err error) {
+	if err == nil || d.log == nil {
+		return
+	}
+	if suppressed, ok := d.writeLog.allow("write", time.Now()); ok {
+		d.log.Error("state store: this member's disk refused a write: its replicas of entity state fall behind until it accepts writes again",
+			"file", d.path, "err", err, "suppressed", suppressed)
 	}
 }
 

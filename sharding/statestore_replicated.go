@@ -225,9 +225,11 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("component", "sharding.statestore")
+	disk.log = log
 	s := &ReplicatedStateStore{
 		cfg:         cfg,
-		log:         cfg.Logger.With("component", "sharding.statestore"),
+		log:         log,
 		disk:        disk,
 		now:         cfg.Now,
 		owner:       owner.New(),
