@@ -64,8 +64,9 @@ func describe(input, output any) string {
 
 // CheckEntities checks that each entity's history is linearizable: the operations of
 // kinds Inc and Get on a key against CounterModel, those of kinds Write and Read against
-// RegisterModel; other kinds are left out. An ambiguous update may take effect at any
-// time after its call, or never; an ambiguous read is left out (it showed nothing).
+// RegisterModel; other kinds, and failed operations, are left out. An ambiguous update
+// may take effect at any time after its call, or never; an ambiguous read is left out
+// (it showed nothing).
 // timeout bounds porcupine's search per entity: a search that runs out is reported in
 // unknown, not as a violation. A violation names the entity and lists its operations.
 func CheckEntities(ops []Op, timeout time.Duration) (violations, unknown []string) {
@@ -80,6 +81,9 @@ func CheckEntities(ops []Op, timeout time.Duration) (violations, unknown []strin
 			model = &RegisterModel
 		default:
 			continue
+		}
+		if op.Failed {
+			continue // it did not happen
 		}
 		if m, ok := models[op.Key]; ok && m != model {
 			violations = append(violations, fmt.Sprintf("%s has both counter and register operations (%s)", op.Key, op.Kind))
@@ -122,7 +126,7 @@ func CheckEntities(ops []Op, timeout time.Duration) (violations, unknown []strin
 func CheckCounterReads(ops []Op) []string {
 	incs := map[string][]Op{}
 	for _, op := range ops {
-		if op.Kind == Inc {
+		if op.Kind == Inc && !op.Failed {
 			incs[op.Key] = append(incs[op.Key], op)
 		}
 	}

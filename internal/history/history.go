@@ -26,7 +26,8 @@ const (
 // Op is one operation of a history: what a client asked, of which member, when
 // (nanoseconds since the history started) and what came back. An ambiguous operation
 // (an error: a timeout, a refusal, a member going away) may or may not have taken
-// effect.
+// effect; a failed one certainly did not (it never reached a member: a refused
+// connection), and the checks leave it out.
 type Op struct {
 	Client    int    // a porcupine client: a new one after each ambiguous operation
 	Kind      string // Inc, Get, Write, Read, or a kind of the recorder's own
@@ -35,7 +36,8 @@ type Op struct {
 	Out       string // the reply
 	Call, Ret int64
 	Ambiguous bool
-	Member    int // the member asked
+	Failed    bool // never reached the member; not Ambiguous
+	Member    int  // the member asked
 	Err       string
 	// Minority: a partition was on when it was called and the member asked was on the
 	// minority side.
@@ -85,8 +87,8 @@ func (h *History) Ops() []Op {
 
 // Counts are a history's operations counted.
 type Counts struct {
-	// Operations: all, acknowledged, ambiguous.
-	Ops, Acked, Ambiguous int
+	// Operations: all, acknowledged, ambiguous, failed (they never reached a member).
+	Ops, Acked, Ambiguous, Failed int
 	// Operations called during a partition on a member of the majority side, and of the
 	// minority side, and how many of each were acknowledged.
 	MajorityOps, MajorityAcked, MinorityOps, MinorityAcked int
@@ -97,20 +99,24 @@ func Count(ops []Op) Counts {
 	var c Counts
 	for _, op := range ops {
 		c.Ops++
-		if op.Ambiguous {
+		switch {
+		case op.Failed:
+			c.Failed++
+		case op.Ambiguous:
 			c.Ambiguous++
-		} else {
+		default:
 			c.Acked++
 		}
+		acked := !op.Failed && !op.Ambiguous
 		if op.DuringPartition {
 			if op.Minority {
 				c.MinorityOps++
-				if !op.Ambiguous {
+				if acked {
 					c.MinorityAcked++
 				}
 			} else {
 				c.MajorityOps++
-				if !op.Ambiguous {
+				if acked {
 					c.MajorityAcked++
 				}
 			}

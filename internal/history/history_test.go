@@ -73,14 +73,30 @@ func TestARegisterReadOfAnOverwrittenValueIsNotLinearizable(t *testing.T) {
 	}
 }
 
+func TestAFailedIncIsLeftOut(t *testing.T) {
+	ops := counterOps([4]any{Inc, "1", 0, 10}, [4]any{Inc, "", 20, 30}, [4]any{Get, "1", 40, 50})
+	ops[1].Failed = true // the connection was refused: it did not happen
+	if v, _ := CheckEntities(ops, time.Second); len(v) > 0 {
+		t.Fatal(v)
+	}
+	if lost := CheckCounterReads(ops); len(lost) > 0 {
+		t.Fatal(lost)
+	}
+	ops[2].Out = "2" // a count only the failed inc could give
+	if v, _ := CheckEntities(ops, time.Second); len(v) != 1 {
+		t.Fatalf("violations %v, want one", v)
+	}
+}
+
 func TestCountSplitsThePartitionsSides(t *testing.T) {
 	c := Count([]Op{
 		{DuringPartition: true, Minority: true, Ambiguous: true},
 		{DuringPartition: true},
 		{DuringPartition: true, Ambiguous: true},
 		{},
+		{Failed: true, DuringPartition: true, Minority: true},
 	})
-	want := Counts{Ops: 4, Acked: 2, Ambiguous: 2, MajorityOps: 2, MajorityAcked: 1, MinorityOps: 1}
+	want := Counts{Ops: 5, Acked: 2, Ambiguous: 2, Failed: 1, MajorityOps: 2, MajorityAcked: 1, MinorityOps: 2}
 	if c != want {
 		t.Fatalf("%+v, want %+v", c, want)
 	}
