@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,12 +29,15 @@ func docker(t *testing.T, args ...string) (string, error) {
 }
 
 // dockerCluster is shardhost members in containers built FROM scratch from the static
-// binary, on a private network.
+// binary. Each member is on two private networks: the cluster network, where members
+// gossip and send each other messages (--bind), and the client network, where the test
+// reaches their APIs (--api on every interface). A partition disconnects members from
+// the cluster network only, so that the test still sees what each side answers.
 type dockerCluster struct {
-	t          *testing.T
-	image, net string
-	subnet     int
-	containers []string
+	t                  *testing.T
+	image, net, client string
+	subnet, csubnet    int
+	containers         []string
 }
 
 // requireDocker skips the test without a reachable Docker engine (and, with compose,
@@ -60,6 +64,42 @@ func requireDocker(t *testing.T, compose bool) {
 // static binary, the example modules, an empty /data owned by the image's user), tagged
 // with suffix, and removes it when the test ends.
 func buildImage(t *testing.T, suffix string) string {
+	t.Helper()
+	image := "shardhost-e2e:" + suffix
+	buildImageAs(t, image)
+	t.Cleanup(func() { docker(t, "rmi", "-f", image) })
+	return image
+}
+
+// The image the docker clusters of this test process share, built by the first one
+// that needs it and removed by TestMain.
+var (
+	sharedImageOnce sync.Once
+	sharedImageName string
+)
+
+func sharedImage(t *testing.T) string {
+	t.Helper()
+	sharedImageOnce.Do(func() {
+		image := fmt.Sprintf("shardhost-e2e:shared-%d-%d", os.Getpid(), rand.Intn(1e6))
+		buildImageAs(t, image) // a failure here fails this test and leaves the name empty
+		sharedImageName = image
+	})
+	if sharedImageName == "" {
+		t.Fatal("the shared image could not be built (see the test that built it first)")
+	}
+	return sharedImageName
+}
+
+// removeSharedImage removes the shared image, if a test built it.
+func removeSharedImage() {
+	if sharedImageName != "" {
+		exec.Command("docker", "rmi", "-f", sharedImageName).Run()
+	}
+}
+
+// buildImageAs builds the image and tags it image.
+func buildImageAs(t *testing.T, image string) {
 	t.Helper()
 	dir := t.TempDir()
 	root := testwasm.RepoRoot()
@@ -96,54 +136,97 @@ func buildImage(t *testing.T, suffix string) string {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), df, 0o644)
-	image := "shardhost-e2e:" + suffix
 	if out, err := docker(t, "build", "-q", "-t", image, dir); err != nil {
 		t.Fatalf("docker build: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { docker(t, "rmi", "-f", image) })
-	return image
 }
 
 func newDockerCluster(t *testing.T) *dockerCluster {
 	t.Helper()
 	requireDocker(t, false)
 	suffix := fmt.Sprintf("%d-%d", os.Getpid(), rand.Intn(1e6))
-	dc := &dockerCluster{t: t, image: buildImage(t, suffix), net: "shardhost-e2e-" + suffix}
+	dc := &dockerCluster{t: t, image: sharedImage(t), net: "shardhost-e2e-" + suffix, client: "shardhost-e2e-client-" + suffix}
 	t.Cleanup(dc.cleanup)
+	dc.subnet = createNetwork(t, dc.net, -1)
+	dc.csubnet = createNetwork(t, dc.client, dc.subnet)
+	return dc
+}
+
+// createNetwork creates a docker network on a free 172.29.N.0/24 other than not, and
+// returns N.
+func createNetwork(t *testing.T, name string, not int) int {
+	t.Helper()
 	for try := 0; ; try++ {
-		dc.subnet = 100 + rand.Intn(150)
-		out, err := docker(t, "network", "create", "--subnet", fmt.Sprintf("172.29.%d.0/24", dc.subnet), dc.net)
+		n := 100 + rand.Intn(150)
+		if n == not {
+			continue
+		}
+		out, err := docker(t, "network", "create", "--subnet", fmt.Sprintf("172.29.%d.0/24", n), name)
 		if err == nil {
-			break
+			return n
 		}
 		if try == 5 {
 			t.Fatalf("docker network create: %v\n%s", err, out)
 		}
 	}
-	return dc
 }
 
+// ip is member i's address on the cluster network, apiAddr its API on the client one.
 func (dc *dockerCluster) ip(i int) string { return fmt.Sprintf("172.29.%d.%d", dc.subnet, 11+i) }
+func (dc *dockerCluster) apiAddr(i int) string {
+	return fmt.Sprintf("172.29.%d.%d:8080", dc.csubnet, 11+i)
+}
 
-// start runs member i (from 0), joining member 0 unless it is member 0.
-func (dc *dockerCluster) start(i int, extra ...string) {
+// start runs member i (from 0), joining member 0 unless it is member 0; extra are
+// shardhost flags.
+func (dc *dockerCluster) start(i int, extra ...string) { dc.startWith(i, nil, extra...) }
+
+// startWith runs member i with options of docker run (a --tmpfs, say) and shardhost
+// flags.
+func (dc *dockerCluster) startWith(i int, opts []string, extra ...string) {
 	dc.t.Helper()
 	name := fmt.Sprintf("%s-%d", dc.net, i)
-	args := []string{"run", "-d", "--name", name, "--network", dc.net, "--ip", dc.ip(i), dc.image,
-		"start", "--bind", dc.ip(i) + ":7946", "--api", dc.ip(i) + ":8080", "--data-dir", "/data",
-		"--api-insecure"} // a test network of its own, reached only by the test
+	args := append([]string{"create", "--name", name, "--network", dc.net, "--ip", dc.ip(i)}, opts...)
+	args = append(args, dc.image,
+		"start", "--bind", dc.ip(i)+":7946", "--api", "0.0.0.0:8080", "--data-dir", "/data",
+		"--api-insecure") // test networks of their own, reached only by the test
 	if i > 0 {
 		args = append(args, "--join", dc.ip(0)+":7946")
 	}
 	if out, err := docker(dc.t, append(args, extra...)...); err != nil {
-		dc.t.Fatalf("docker run: %v\n%s", err, out)
+		dc.t.Fatalf("docker create: %v\n%s", err, out)
 	}
-	dc.containers = append(dc.containers, name)
+	for len(dc.containers) <= i {
+		dc.containers = append(dc.containers, "")
+	}
+	dc.containers[i] = name
+	if out, err := docker(dc.t, "network", "connect", "--ip", fmt.Sprintf("172.29.%d.%d", dc.csubnet, 11+i), dc.client, name); err != nil {
+		dc.t.Fatalf("docker network connect: %v\n%s", err, out)
+	}
+	if out, err := docker(dc.t, "start", name); err != nil {
+		dc.t.Fatalf("docker start: %v\n%s", err, out)
+	}
+}
+
+// disconnect cuts member i off the cluster network; connect puts it back, at its
+// address.
+func (dc *dockerCluster) disconnect(i int) {
+	dc.t.Helper()
+	if out, err := docker(dc.t, "network", "disconnect", dc.net, dc.containers[i]); err != nil {
+		dc.t.Fatalf("disconnect: %v %s", err, out)
+	}
+}
+
+func (dc *dockerCluster) connect(i int) {
+	dc.t.Helper()
+	if out, err := docker(dc.t, "network", "connect", "--ip", dc.ip(i), dc.net, dc.containers[i]); err != nil {
+		dc.t.Fatalf("connect: %v %s", err, out)
+	}
 }
 
 func (dc *dockerCluster) members(i int) ([]memberJSON, error) {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + dc.ip(i) + ":8080/v1/members")
+	resp, err := c.Get("http://" + dc.apiAddr(i) + "/v1/members")
 	if err != nil {
 		return nil, err
 	}
@@ -181,9 +264,9 @@ func (dc *dockerCluster) cleanup() {
 			logs, _ := docker(dc.t, "logs", c)
 			dc.t.Logf("logs of %s:\n%s", c, logs)
 		}
-		docker(dc.t, "rm", "-f", c)
+		docker(dc.t, "rm", "-f", "-v", c)
 	}
-	docker(dc.t, "network", "rm", dc.net)
+	docker(dc.t, "network", "rm", dc.net, dc.client)
 }
 
 func allUpView(n int) func([]memberJSON) bool {
@@ -212,9 +295,7 @@ func TestDockerPartition(t *testing.T) {
 		dc.waitView(i, 60*time.Second, "3 up members", allUpView(3))
 	}
 	start := time.Now()
-	if out, err := docker(t, "network", "disconnect", dc.net, dc.containers[2]); err != nil {
-		t.Fatalf("disconnect: %v %s", err, out)
-	}
+	dc.disconnect(2)
 	for i := 0; i < 2; i++ {
 		dc.waitView(i, 30*time.Second, "the cut-off member removed", allUpView(2))
 	}
@@ -225,7 +306,7 @@ func TestDockerPartition(t *testing.T) {
 		t.Fatalf("the cut-off member stopped without saying why:\n%s", logs)
 	}
 	// Reconnected, it stays out; the majority goes on undisturbed.
-	docker(t, "network", "connect", "--ip", dc.ip(2), dc.net, dc.containers[2])
+	dc.connect(2)
 	time.Sleep(2 * time.Second)
 	dc.waitView(0, 10*time.Second, "2 up members", allUpView(2))
 }

@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	removeSharedImage()
 	os.RemoveAll(dir)
 	testwasm.Cleanup()
 	os.Exit(code)

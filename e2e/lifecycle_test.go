@@ -29,6 +29,7 @@ type memberJSON struct {
 	Roles     []string `json:"roles"`
 	Reachable bool     `json:"reachable"`
 	Leader    bool     `json:"leader"`
+	UpNumber  int      `json:"up_number"`
 }
 
 func members(t *testing.T, h *host) ([]memberJSON, bool) {

@@ -30,14 +30,30 @@ var eventRE = regexp.MustCompile(`time=(\S+) level=INFO msg="entity (activated|s
 
 func lifecycleEvents(t *testing.T, hosts []*host) []lifecycleEvent {
 	t.Helper()
-	var out []lifecycleEvent
+	return logEvents(t, hostLogs(hosts))
+}
+
+// hostLogs maps each host's address to its log.
+func hostLogs(hosts []*host) map[string]string {
+	logs := map[string]string{}
 	for _, h := range hosts {
-		for _, m := range eventRE.FindAllStringSubmatch(h.log.String(), -1) {
+		logs[h.bind] = h.log.String()
+	}
+	return logs
+}
+
+// logEvents returns the activations and stops in the logs of members (member → log),
+// in time order.
+func logEvents(t *testing.T, logs map[string]string) []lifecycleEvent {
+	t.Helper()
+	var out []lifecycleEvent
+	for name, log := range logs {
+		for _, m := range eventRE.FindAllStringSubmatch(log, -1) {
 			at, err := time.Parse(time.RFC3339Nano, m[1])
 			if err != nil {
 				t.Fatalf("bad time %q", m[1])
 			}
-			out = append(out, lifecycleEvent{at: at, host: h.bind, entity: m[3], start: m[2] == "activated", restored: m[4] == "true"})
+			out = append(out, lifecycleEvent{at: at, host: name, entity: m[3], start: m[2] == "activated", restored: m[4] == "true"})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
@@ -49,9 +65,16 @@ func lifecycleEvents(t *testing.T, hosts []*host) []lifecycleEvent {
 // activations end when it died (killedAt).
 func checkSingleActivation(t *testing.T, hosts []*host, killedAt map[string]time.Time) {
 	t.Helper()
+	checkSingleActivationIn(t, hostLogs(hosts), killedAt)
+}
+
+// checkSingleActivationIn is checkSingleActivation on logs (member → log), killedAt by
+// the same names.
+func checkSingleActivationIn(t *testing.T, logs map[string]string, killedAt map[string]time.Time) {
+	t.Helper()
 	active := map[string]map[string]time.Time{} // entity → host → since
 	checked := 0
-	for _, e := range lifecycleEvents(t, hosts) {
+	for _, e := range logEvents(t, logs) {
 		hs := active[e.entity]
 		if hs == nil {
 			hs = map[string]time.Time{}

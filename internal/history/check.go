@@ -132,7 +132,7 @@ func CheckCounterReads(ops []Op) []string {
 	}
 	var out []string
 	for _, op := range ops {
-		if op.Kind != Get || op.Ambiguous {
+		if op.Kind != Get || op.Ambiguous || op.Failed {
 			continue
 		}
 		v := Atoi(op.Out)

@@ -82,6 +82,11 @@ func TestAFailedIncIsLeftOut(t *testing.T) {
 	if lost := CheckCounterReads(ops); len(lost) > 0 {
 		t.Fatal(lost)
 	}
+	failedGet := ops[2]
+	failedGet.Failed, failedGet.Out = true, ""
+	if lost := CheckCounterReads(append(ops, failedGet)); len(lost) > 0 {
+		t.Fatalf("a failed get was read as a count: %v", lost)
+	}
 	ops[2].Out = "2" // a count only the failed inc could give
 	if v, _ := CheckEntities(ops, time.Second); len(v) != 1 {
 		t.Fatalf("violations %v, want one", v)
