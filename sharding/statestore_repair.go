@@ -170,11 +170,15 @@ func (s *ReplicatedStateStore) repairLoop() {
 	t := time.NewTicker(s.cfg.RepairInterval)
 	defer t.Stop()
 	var dropped uint64 // read repairs dropped before the last pass
+	// retry fires while the ring changes and its handover round can succeed: a pass and
+	// a round again after RequestTimeout rather than RepairInterval.
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-s.owner.Done():
 			return
 		case <-t.C:
+		case <-retry:
 		case e := <-s.sub.C:
 			if !stateRepairEvent(e.Kind) {
 				continue
@@ -198,6 +202,15 @@ func (s *ReplicatedStateStore) repairLoop() {
 		s.repairMu.Unlock()
 		if err != nil && s.owner.Context().Err() == nil {
 			s.log.Debug("state repair pass incomplete", "err", err)
+		}
+		if err == nil {
+			if _, err := s.handoverRound(s.owner.Context()); err != nil && s.owner.Context().Err() == nil {
+				s.log.Debug("state store handover round incomplete", "err", err)
+			}
+		}
+		retry = nil
+		if s.ringChanging() {
+			retry = time.After(s.cfg.RequestTimeout)
 		}
 	}
 }
@@ -224,6 +237,7 @@ func (p *stateRepairPass) hasFailed(addr string) bool {
 // repairPass syncs every shard this member stores with the shard's current replicas,
 // a few shards at a time. The caller holds repairMu.
 func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
+	live := ringKey(s.ringView().live)
 	shards, err := s.disk.shards()
 	if err != nil {
 		return err
@@ -269,6 +283,9 @@ func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
 		return fmt.Errorf("%w: repair pass: %d of %d shards not in sync with all their replicas: %w",
 			ErrStoreUnavailable, unsynced, len(shards), firstErr)
 	}
+	if ringKey(s.ringView().live) == live {
+		s.markSynced(live)
+	}
 	return nil
 }
 
@@ -292,10 +309,13 @@ func (s *ReplicatedStateStore) repairShard(ctx context.Context, sh stateShardRef
 	}
 	isReplica, synced := false, 0
 	var errs []error
-	for _, r := range reps {
+	for _, r := range reps.reps {
 		switch {
 		case r.local:
 			isReplica = true
+		case r.retained:
+			// Gone: nothing to send it. Its shards are handed over by the handover
+			// round (statestore_ring.go), or it returns with its data.
 		case !r.reachable:
 			errs = append(errs, fmt.Errorf("%w: replica %s is unreachable", ErrStoreUnavailable, r.addr))
 		case pass.hasFailed(r.addr):

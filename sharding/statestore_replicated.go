@@ -202,6 +202,7 @@ type ReplicatedStateStore struct {
 	repairMu    sync.Mutex    // one repair pass at a time
 	readRepairs chan stateRepairJob
 	sub         *cluster.Subscription
+	ring        stateRing
 
 	readRepairsDropped atomic.Uint64
 }
@@ -263,6 +264,7 @@ func (s *ReplicatedStateStore) register() (err error) {
 	m.Handle(topicStateSummary, s.handler(s.serveSummary))
 	m.Handle(topicStateDiff, s.handler(s.serveDiff))
 	m.Handle(topicStateDeleteType, s.handler(s.serveDeleteType))
+	m.Handle(topicStateHandover, s.handler(s.serveHandover))
 	return nil
 }
 
@@ -428,26 +430,30 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 		return err
 	}
 	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: []stateRecord{rec}}
-	results := make(chan error, len(reps))
+	type ack struct {
+		in  uint64
+		err error
+	}
+	results := make(chan ack, len(reps.reps))
 	rctx := withTraceOf(s.owner.Context(), ctx)
-	for _, r := range reps {
-		if !s.owner.Go(func() { results <- s.writeTo(rctx, r, req) }) {
-			results <- closedError()
+	for _, r := range reps.reps {
+		if !s.owner.Go(func() { results <- ack{r.in, s.writeTo(rctx, r, req)} }) {
+			results <- ack{r.in, closedError()}
 		}
 	}
-	answers, err := quorum.Await(ctx, results, len(reps), majority(len(reps)), func(err error) error {
-		if errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrStateTooLarge) {
-			return quorum.Fatal(err) // no other replica's acknowledgement makes up for it
+	answers, err := quorum.AwaitJoint(ctx, results, len(reps.reps), reps.groups(), func(a ack) uint64 { return a.in }, func(a ack) error {
+		if errors.Is(a.err, ErrStaleEpoch) || errors.Is(a.err, ErrStateTooLarge) {
+			return quorum.Fatal(a.err) // no other replica's acknowledgement makes up for it
 		}
-		return err
+		return a.err
 	})
 	acks := 0
 	for _, a := range answers {
-		if a == nil {
+		if a.err == nil {
 			acks++
 		}
 	}
-	recordReplicas(ctx, len(reps), acks)
+	recordReplicas(ctx, len(reps.reps), acks)
 	if short, ok := errors.AsType[*quorum.ShortError](err); ok {
 		if short.Cause != nil {
 			return fmt.Errorf("%w: replicas: %w (the write may still land on some)", ErrStoreUnavailable, short)
@@ -503,9 +509,9 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	results := make(chan stateReadAnswer, len(reps))
+	results := make(chan stateReadAnswer, len(reps.reps))
 	rctx := withTraceOf(s.owner.Context(), ctx)
-	for _, r := range reps {
+	for _, r := range reps.reps {
 		if !s.owner.Go(func() { results <- s.readFrom(rctx, r, key) }) {
 			results <- stateReadAnswer{rep: r, err: closedError()}
 		}
@@ -520,17 +526,17 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		// the entity's state: after members left one by one, the last of them may hold
 		// the only copy until repair spreads it. Ask the other reachable replicas before
 		// concluding there is none.
-		answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
+		answers = append(answers, stragglers(reps.reps, answers, results, ctx.Done())...)
 		best = newestAnswer(answers)
 	}
-	recordReplicas(ctx, len(reps), answeredOK(answers))
+	recordReplicas(ctx, len(reps.reps), answeredOK(answers))
 	var data []byte
 	if best != nil {
 		if data, err = s.fetchRest(s.owner.Context(), key, best); err != nil {
 			return nil, err
 		}
 	}
-	pending := len(reps) - len(answers)
+	pending := len(reps.reps) - len(answers)
 	for i := range answers {
 		answers[i].data = nil // the repair reads afresh: keep no snapshot alive meanwhile
 	}
@@ -553,11 +559,13 @@ func (a stateReadAnswer) failure() error              { return a.err }
 func (a stateRememberedAnswer) replica() stateReplica { return a.rep }
 func (a stateRememberedAnswer) failure() error        { return a.err }
 
-// awaitMajority collects answers from results until a majority of reps succeeded
-// (quorum.Await). It fails with ErrStoreUnavailable once a majority can no longer
-// succeed, or when ctx ends first.
-func awaitMajority[A replicaAnswer](ctx context.Context, reps []stateReplica, results <-chan A) ([]A, error) {
-	answers, err := quorum.Await(ctx, results, len(reps), majority(len(reps)), A.failure)
+// awaitMajority collects answers from results until a majority of each of the
+// configurations of reps succeeded (quorum.AwaitJoint; one configuration in the steady
+// state). It fails with ErrStoreUnavailable once that can no longer be, or when ctx ends
+// first.
+func awaitMajority[A replicaAnswer](ctx context.Context, reps stateReplicas, results <-chan A) ([]A, error) {
+	in := func(a A) uint64 { return a.replica().in }
+	answers, err := quorum.AwaitJoint(ctx, results, len(reps.reps), reps.groups(), in, A.failure)
 	if err != nil {
 		return nil, fmt.Errorf("%w: replicas: %w", ErrStoreUnavailable, err)
 	}
@@ -632,8 +640,8 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	if err != nil {
 		return nil, err
 	}
-	results := make(chan stateRememberedAnswer, len(reps))
-	for _, r := range reps {
+	results := make(chan stateRememberedAnswer, len(reps.reps))
+	for _, r := range reps.reps {
 		if !s.owner.Go(func() {
 			recs, err := s.rememberedFrom(s.owner.Context(), r, typ, shard)
 			results <- stateRememberedAnswer{rep: r, records: recs, err: err}
@@ -647,8 +655,8 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	}
 	// A remember mark that reached fewer replicas still counts (see load): the union
 	// takes every reachable replica's marks.
-	answers = append(answers, stragglers(reps, answers, results, ctx.Done())...)
-	recordReplicas(ctx, len(reps), answeredOK(answers))
+	answers = append(answers, stragglers(reps.reps, answers, results, ctx.Done())...)
+	recordReplicas(ctx, len(reps.reps), answeredOK(answers))
 	merged := mergeRemembered(answers)
 	out := []string{}
 	for id, r := range merged {
@@ -657,7 +665,7 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 		}
 	}
 	sort.Strings(out)
-	pending := len(reps) - len(answers)
+	pending := len(reps.reps) - len(answers)
 	s.owner.Go(func() { s.finishRemembered(typ, shard, answers, pending, results) })
 	return out, nil
 }
@@ -690,35 +698,8 @@ type stateReplica struct {
 	transport string // where its messenger listens
 	local     bool   // this member
 	reachable bool
-}
-
-// replicaSet returns the shard's replicas: the first K members, by the shard's
-// priority order, among those up or leaving.
-func (s *ReplicatedStateStore) replicaSet(typ string, shard int) ([]stateReplica, error) {
-	self := s.cfg.Membership.Self().Address
-	members := map[string]cluster.Member{}
-	var addrs []string
-	for _, m := range s.cfg.Membership.Members() {
-		if m.Status != cluster.StatusUp && m.Status != cluster.StatusLeaving {
-			continue
-		}
-		if _, dup := members[m.Address]; dup {
-			continue
-		}
-		members[m.Address] = m
-		addrs = append(addrs, m.Address)
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%w: no member is up", ErrStoreUnavailable)
-	}
-	order := PriorityAllocationStrategy{Type: typ}.Order(shard, addrs)
-	k := min(s.cfg.Replicas, len(order))
-	out := make([]stateReplica, k)
-	for i, a := range order[:k] {
-		m := members[a]
-		out[i] = stateReplica{addr: a, transport: m.TransportAddr, local: a == self, reachable: m.Reachable}
-	}
-	return out, nil
+	retained  bool   // a member gone (down, exiting, removed) that the ring still ranks
+	in        uint64 // the configurations it belongs to (stateReplicas.sizes), a bit each
 }
 
 // stateStatus is a reply with a code.
@@ -729,10 +710,14 @@ func (r *stateReadReply) status() (uint8, string)       { return r.Code, r.Msg }
 func (r *stateRememberedReply) status() (uint8, string) { return r.Code, r.Msg }
 func (r *stateSummaryReply) status() (uint8, string)    { return r.Code, r.Msg }
 func (r *stateDiffReply) status() (uint8, string)       { return r.Code, r.Msg }
+func (r *stateHandoverReply) status() (uint8, string)   { return r.Code, r.Msg }
 
 // call sends a request to a peer replica, waits at most RequestTimeout (or parent) for
 // the reply, and turns a reply's code into an error.
 func (s *ReplicatedStateStore) call(parent context.Context, r stateReplica, topic string, req any, resp stateStatus) error {
+	if r.retained {
+		return fmt.Errorf("%w: replica %s is not up (retained until it returns or its shards are handed over)", ErrStoreUnavailable, r.addr)
+	}
 	if r.transport == "" {
 		return fmt.Errorf("%w: replica %s has no transport address", ErrStoreUnavailable, r.addr)
 	}

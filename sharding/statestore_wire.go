@@ -37,6 +37,10 @@ const (
 	// topicStateDeleteType: stateDeleteTypeReq → stateReply. Delete every record of an
 	// entity type on this member (ReplicatedStateStore.DeleteType).
 	topicStateDeleteType = "state/delete-type"
+	// topicStateHandover: stateHandoverReq → stateHandoverReply. A handover round
+	// (statestore_ring.go): does the replica see these members up, and has it synced
+	// every shard it stores with their replica sets?
+	topicStateHandover = "state/handover"
 )
 
 // Reply codes: the outcome of a request, mapped back to errors by the requester
@@ -107,6 +111,22 @@ type stateWriteReq struct {
 
 // stateReply answers state/write and state/chunk; Epoch is the replica's epoch for the
 // shard after the request (state/write).
+// stateHandoverReq asks whether the replica sees the members Live (sorted addresses)
+// up and has synced with their replica sets.
+type stateHandoverReq struct {
+	Live []string `cbor:"1,keyasint"`
+}
+
+// stateHandoverReply: the members the replica sees up (Live) and ranks over (Admitted),
+// and whether its last complete repair pass had the live set asked about (Synced).
+type stateHandoverReply struct {
+	Code     uint8    `cbor:"1,keyasint"`
+	Msg      string   `cbor:"2,keyasint,omitempty"`
+	Live     []string `cbor:"3,keyasint"`
+	Admitted []string `cbor:"4,keyasint"`
+	Synced   bool     `cbor:"5,keyasint,omitempty"`
+}
+
 // stateDeleteTypeReq deletes the records of Type, marking it deleted up to At.
 type stateDeleteTypeReq struct {
 	Type string `cbor:"1,keyasint"`

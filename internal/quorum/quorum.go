@@ -79,3 +79,85 @@ func Await[A any](ctx context.Context, results <-chan A, total, need int, judge 
 	}
 	return answers, nil
 }
+
+// Group is one configuration of a joint quorum: Size replicas, Need of which must
+// succeed.
+type Group struct{ Size, Need int }
+
+// AwaitJoint is Await for a joint quorum, as in Raft's joint consensus (Ongaro and
+// Ousterhout, "In Search of an Understandable Consensus Algorithm", section 6): every
+// answer counts for the groups in names (a bit per index into groups), and the wait
+// succeeds once every group has Need successes. It fails with a *ShortError (of the
+// first group that can no longer reach its Need, or of the first one short when ctx
+// ends) or with err itself when judge returns Fatal(err). total is the number of
+// answers that can come (each replica once, whatever its groups); AwaitJoint reads at
+// most that many. With one group it is Await.
+func AwaitJoint[A any](ctx context.Context, results <-chan A, total int, groups []Group, names func(A) uint64, judge func(A) error) ([]A, error) {
+	ok := make([]int, len(groups))
+	failed := make([]int, len(groups))
+	var answers []A
+	var errs []error
+	done := func() bool {
+		for g, gr := range groups {
+			if ok[g] < gr.Need {
+				return false
+			}
+		}
+		return true
+	}
+	lost := func() int {
+		for g, gr := range groups {
+			if failed[g] > gr.Size-gr.Need {
+				return g
+			}
+		}
+		return -1
+	}
+	short := func(g int, cause error) *ShortError {
+		return &ShortError{OK: ok[g], Total: groups[g].Size, Need: groups[g].Need, Errs: errs, Cause: cause}
+	}
+	for !done() {
+		if g := lost(); g >= 0 {
+			return answers, short(g, nil)
+		}
+		if len(answers) == total {
+			// Every answer came and some group is still short: its replicas were
+			// counted wrong by the caller. Report it rather than wait forever.
+			for g, gr := range groups {
+				if ok[g] < gr.Need {
+					return answers, short(g, nil)
+				}
+			}
+		}
+		select {
+		case a := <-results:
+			answers = append(answers, a)
+			err := judge(a)
+			var f fatal
+			if errors.As(err, &f) {
+				return answers, f.err
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+			in := names(a)
+			for g := range groups {
+				if in&(1<<g) == 0 {
+					continue
+				}
+				if err == nil {
+					ok[g]++
+				} else {
+					failed[g]++
+				}
+			}
+		case <-ctx.Done():
+			for g, gr := range groups {
+				if ok[g] < gr.Need {
+					return answers, short(g, ctx.Err())
+				}
+			}
+		}
+	}
+	return answers, nil
+}

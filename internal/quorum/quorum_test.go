@@ -89,3 +89,55 @@ func TestAwaitWithMoreNeededThanReplicasFailsAtOnce(t *testing.T) {
 		t.Fatalf("Await = %v, want a *ShortError", err)
 	}
 }
+
+// jointAnswer is an answer of a replica in the groups named by its bits.
+type jointAnswer struct {
+	in  uint64
+	err error
+}
+
+func feedJoint(answers ...jointAnswer) <-chan jointAnswer {
+	c := make(chan jointAnswer, len(answers))
+	for _, a := range answers {
+		c <- a
+	}
+	return c
+}
+
+func TestAwaitJointNeedsEveryGroup(t *testing.T) {
+	// Old {a, b, c} and new {b, c, d}: b and c are in both. a and d answering is a
+	// majority of neither; a, b (old) and then d (new with b) is both.
+	groups := []Group{{Size: 3, Need: 2}, {Size: 3, Need: 2}}
+	in := func(a jointAnswer) uint64 { return a.in }
+	judge := func(a jointAnswer) error { return a.err }
+	results := feedJoint(jointAnswer{in: 1}, jointAnswer{in: 2}, jointAnswer{in: 3}, jointAnswer{in: 2}, jointAnswer{in: 3})
+	got, err := AwaitJoint(context.Background(), results, 4, groups, in, judge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("AwaitJoint read %d answers, want 3 (a, d, then b counts for both)", len(got))
+	}
+}
+
+func TestAwaitJointFailsWhenOneGroupIsLost(t *testing.T) {
+	// The old group loses two of its three (a and b fail): whatever the new group
+	// answers, the joint quorum is lost.
+	groups := []Group{{Size: 3, Need: 2}, {Size: 3, Need: 2}}
+	results := feedJoint(jointAnswer{in: 1, err: errDown}, jointAnswer{in: 2}, jointAnswer{in: 3, err: errDown}, jointAnswer{in: 2})
+	_, err := AwaitJoint(context.Background(), results, 4, groups,
+		func(a jointAnswer) uint64 { return a.in }, func(a jointAnswer) error { return a.err })
+	short, ok := errors.AsType[*ShortError](err)
+	if !ok || short.Total != 3 || short.Need != 2 || !errors.Is(err, errDown) {
+		t.Fatalf("AwaitJoint = %v, want the old group's ShortError", err)
+	}
+}
+
+func TestAwaitJointWithOneGroupIsAwait(t *testing.T) {
+	results := feedJoint(jointAnswer{in: 1}, jointAnswer{in: 1, err: errDown}, jointAnswer{in: 1})
+	got, err := AwaitJoint(context.Background(), results, 3, []Group{{Size: 3, Need: 2}},
+		func(a jointAnswer) uint64 { return a.in }, func(a jointAnswer) error { return a.err })
+	if err != nil || len(got) != 3 {
+		t.Fatalf("AwaitJoint = %d answers, %v", len(got), err)
+	}
+}
