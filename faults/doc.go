@@ -38,16 +38,20 @@
 // one-way partition the cut-off member's entity lived on after the majority moved its
 // shard (2 of 266). These are where to start.
 //
-// Known bugs, found here and not fixed yet (each has a test named after its seed that
-// runs with -known-bugs):
+// Bugs found here (each has a test named after its seed; those not fixed yet run with
+// -known-bugs):
 //
-//  1. The replicated state store reads a shard from the first K members up of its
-//     priority order. When members are downed, that set changes, and the new set may
-//     hold none of the last acknowledged writes (they were on the downed members, and
-//     anti-entropy has not copied them yet): the entity's next activation loses them.
-//     A partition that cuts off two members can hold two of a shard's three replicas;
-//     so TestFaultSchedules cuts off one member by default (-max-side=1), and make
-//     soak cuts off up to three. Seed 64.
+//  1. Fixed. The replicated state store read a shard from the first K members up of
+//     its priority order. When members were downed, that set changed, and the new set
+//     could hold none of the last acknowledged writes (they were on the downed
+//     members, and anti-entropy had not copied them yet): the entity's next activation
+//     lost them. A partition that cuts off two members can hold two of a shard's three
+//     replicas. The store now keeps gone members in its ring, with joint quorums of
+//     the old and new replicas, until every member up has handed their shards over
+//     (sharding/statestore_ring.go); with two of three replicas gone, the shard is
+//     unavailable until they return with their data, as the harness restarts them.
+//     Seed 64: TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite, and sharding's
+//     TestReplicaSetChangeLosesNoAcknowledgedWrite.
 //  2. Bridge partitions: the soak's 12 failures above. Seed 1161.
 //  3. One-way partitions: the soak's 2 failures above. Seeds 1449, 1315.
 //

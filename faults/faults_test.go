@@ -251,15 +251,12 @@ func TestSeed11DownedMemberStopsBeforeItsShardsMove(t *testing.T) {
 	regression(t, Generate(11, []Kind{Partition}, 3), 3)
 }
 
-// Seed 64 (a one-way partition of 2 of 6 members, -max-side=3) loses acknowledged
+// Seed 64 (a one-way partition of 2 of 6 members, -max-side=3) lost acknowledged
 // increments: the shard's replicas were the cut-off members and one other; when the
-// cut-off members are downed, the shard's replica set becomes the first three members
-// up, which never saw the last writes, and the entity's next activation reads its state
-// from them (known bug 1 in doc.go).
+// cut-off members were downed, the shard's replica set became the first three members
+// up, which never saw the last writes, and the entity's next activation read its state
+// from them (bug 1 in doc.go, fixed by the state store's ring).
 func TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
-	if !*knownFlag {
-		t.Skip("known bug 1 (faults/doc.go): run with -known-bugs")
-	}
 	regression(t, Generate(64, nil, 3).Keep([]int{1}), 4)
 }
 

@@ -157,7 +157,8 @@ func Generate(seed uint64, kinds []Kind, maxSide int) Schedule {
 			f.Delay = ms(r, 0, 800)
 		case Lossy:
 			// Up to 3%: at 8% several members missed their failure detectors'
-			// deadlines at once and were downed together, which meets known bug 1.
+			// deadlines at once and were downed together (which met known bug 1,
+			// fixed since, and leaves shards unavailable until they return).
 			f.Loss = 0.005 + 0.025*r.Float64()
 			f.NetDelay = ms(r, 0, 20)
 		case Duplicate:

@@ -177,10 +177,21 @@ const (
 // Limits. A write that failed (ErrStoreUnavailable, or ErrStaleEpoch from some
 // replicas while others had accepted it) may remain on a minority of replicas; a later
 // read sees it if it is the entity's newest version, and repair then spreads it, as in
-// other quorum stores. While a replica set changes (a member joins and ranks among a
-// shard's first K), a read's majority may hold none of the data until a repair pass
-// (started by the membership change) has copied it: the host should serve once the
-// cluster has formed. Tombstones (forget marks) are kept for good.
+// other quorum stores. Tombstones (forget marks) are kept for good.
+//
+// Membership changes. Replicas are ranked over a ring (statestore_ring.go) that keeps
+// members gone (down, left, removed) until a handover round has confirmed that every
+// member up sent what it stores to the shards' new replicas; meanwhile a request needs
+// a majority of a shard's old replicas and of its new ones (joint consensus), so a
+// read after a change meets every write acknowledged before it. The price is
+// availability: a handover round runs only while at most (K-1)/2 members are gone, so
+// when more are (two of a shard's three replicas downed together), their shards fail
+// with ErrStoreUnavailable until they return with their data directories. Members gone
+// for good with their data are forgotten only when every member has restarted (the
+// ring is kept in memory). A member that starts learns the members the others retain
+// from its first handover round; until then it ranks over the members up. A member
+// that returns without its data (a new disk) is one replica short of the majority
+// that acknowledged a write, as in any quorum store.
 //
 // A ReplicatedStateStore is safe for concurrent use.
 type ReplicatedStateStore struct {
