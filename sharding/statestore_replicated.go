@@ -184,14 +184,14 @@ const (
 // member up sent what it stores to the shards' new replicas; meanwhile a request needs
 // a majority of a shard's old replicas and of its new ones (joint consensus), so a
 // read after a change meets every write acknowledged before it. The price is
-// availability: a handover round runs only while at most (K-1)/2 members are gone, so
-// when more are (two of a shard's three replicas downed together), their shards fail
-// with ErrStoreUnavailable until they return with their data directories. Members gone
-// for good with their data are forgotten only when every member has restarted (the
-// ring is kept in memory). A member that starts learns the members the others retain
-// from its first handover round; until then it ranks over the members up. A member
-// that returns without its data (a new disk) is one replica short of the majority
-// that acknowledged a write, as in any quorum store.
+// availability: a handover round runs only while fewer members are gone than a
+// majority of K (one of three), so when more are (two of a shard's three replicas
+// downed together), their shards fail with ErrStoreUnavailable until they return with
+// their data directories. Members gone for good with their data are forgotten only
+// when every member has restarted (the ring is kept in memory). A member that starts
+// learns the members the others retain from its first handover round; until then it
+// ranks over the members up. A member that returns without its data (a new disk) is
+// one replica short of the majority that acknowledged a write, as in any quorum store.
 //
 // A ReplicatedStateStore is safe for concurrent use.
 type ReplicatedStateStore struct {

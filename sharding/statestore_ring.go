@@ -29,7 +29,8 @@
 // new set; when all say yes, it admits the live set (retained members are forgotten,
 // joining ones admitted). Every acknowledged write was on a majority of its old set,
 // hence on a live member when at most a minority of any old set is gone (the round
-// runs only while at most (K-1)/2 members are retained), so it is then on every live
+// runs only while fewer members are retained than a majority of a shard's old set), so
+// it is then on every live
 // replica of the new set: a majority of the new set alone serves. A member in the
 // joint state and one that has admitted the live set agree, since the joint state
 // needs a majority of the new set too.
@@ -202,13 +203,20 @@ func (s *ReplicatedStateStore) replicaSetIn(v stateRingView, typ string, shard i
 }
 
 // ringChanging reports whether the admitted members differ from the live ones and a
-// handover round may end it (at most (K-1)/2 members retained).
+// handover round may end it (few enough members retained: handoverLimit).
 func (s *ReplicatedStateStore) ringChanging() bool {
 	v := s.ringView()
 	s.ring.mu.Lock()
 	started := s.ring.admitted != nil
 	s.ring.mu.Unlock()
-	return started && !slices.Equal(v.admitted, v.live) && retainedCount(v) <= (s.cfg.Replicas-1)/2
+	return started && !slices.Equal(v.admitted, v.live) && retainedCount(v) <= s.handoverLimit(v)
+}
+
+// handoverLimit is how many retained members a handover round allows: fewer than a
+// majority of a shard's old set (min(K, admitted members)), so that every write such a
+// majority acknowledged is still on a live member. One of 3 replicas, 2 of 5, 1 of 2.
+func (s *ReplicatedStateStore) handoverLimit(v stateRingView) int {
+	return majority(min(s.cfg.Replicas, max(len(v.admitted), 1))) - 1
 }
 
 // retainedCount counts the admitted members that are not live.
@@ -238,7 +246,7 @@ func (s *ReplicatedStateStore) syncedFor(key string) bool {
 }
 
 // handoverRound tries to end a change of the ring (see the file comment): if the
-// admitted members differ from the live ones, at most (K-1)/2 admitted members are
+// admitted members differ from the live ones, at most handoverLimit admitted members are
 // gone, this member's last repair pass was complete with the live set, and every other
 // live member answers that it sees the same live set and synced with it, the live set
 // is admitted. It returns whether the ring changed. Retained members the others
@@ -252,9 +260,9 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 		return false, nil
 	}
 	key := ringKey(v.live)
-	if retained := retainedCount(v); retained > (s.cfg.Replicas-1)/2 {
+	if retained, limit := retainedCount(v), s.handoverLimit(v); retained > limit {
 		return false, fmt.Errorf("%w: %d members retained (%s not up), more than %d: a shard may have lost a majority of its replicas; waiting for them to return",
-			ErrStoreUnavailable, retained, ringKey(v.admitted), (s.cfg.Replicas-1)/2)
+			ErrStoreUnavailable, retained, ringKey(v.admitted), limit)
 	}
 	if !s.syncedFor(key) {
 		return false, fmt.Errorf("%w: this member's repair pass is not complete with members %s", ErrStoreUnavailable, key)
