@@ -216,9 +216,10 @@ test-go: | rust-toolchain
 
 # The fault schedules (faults/): SEEDS of them from seed BASE (a
 # new BASE each time by default, so that soaks explore), without the race detector,
-# RUNS at once over every core, with partitions that cut off up to SIDE members (make
-# test: 1; 2 and more meet a known bug, faults/doc.go). A failure prints the line that
-# reruns its seed.
+# RUNS at once over every core, with partitions that cut off up to SIDE members (the
+# test's default is 1; with 2 or more, a shard that loses two of its three state
+# replicas is unavailable until they return, which the harness does). A failure prints
+# the line that reruns its seed.
 SEEDS ?= 1000
 BASE  ?= $(shell date +%s)
 RUNS  ?= 8

@@ -22,7 +22,8 @@ import (
 //	-base=N        the first seed; default 1
 //	-parallel-runs=N  schedules run at once; default 6
 //	-kinds=crash,partition  only these kinds of faults
-//	-max-side=N    partitions cut off up to N members (default 1: see Known bugs)
+//	-max-side=N    partitions cut off up to N members (default 1; 2 and 3 also find
+//	               shards unavailable while two of their three replicas are cut off)
 var (
 	seedFlag     = flag.Uint64("seed", 0, "run only the schedule of this seed")
 	keepFlag     = flag.String("keep", "", "with -seed: the indexes of the faults to keep (a shrunk schedule)")
