@@ -180,19 +180,19 @@ func (c *ssCluster) stopAll() {
 func (c *ssCluster) waitUp() {
 	c.tb.Helper()
 	live := c.live()
-	testutil.Eventually(c.tb, 20*time.Second, "membership", func() bool {
+	testutil.EventuallyNil(c.tb, 20*time.Second, "membership", func() error {
 		for _, n := range live {
 			v := n.ms.View()
 			if !v.Converged || len(v.Members) != len(live) {
-				return false
+				return fmt.Errorf("%s: converged %v, %d members, want %d", n.addr(), v.Converged, len(v.Members), len(live))
 			}
 			for _, m := range v.Members {
 				if m.Status != cluster.StatusUp || !m.Reachable {
-					return false
+					return fmt.Errorf("%s sees %s %v, reachable %v", n.addr(), m.Address, m.Status, m.Reachable)
 				}
 			}
 		}
-		return true
+		return nil
 	})
 	c.waitRing()
 }
@@ -1036,7 +1036,12 @@ func TestDeletedTypeIsNotRepairedBack(t *testing.T) {
 // store keeps ranking over the two gone members (statestore_ring.go): the shard is
 // unavailable until they return with their data, and then serves the acknowledged write.
 func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
-	c := newSSCluster(t, 5, cluster.DefaultLocalCoreConfig(), func(cfg *ReplicatedStateStoreConfig) {
+	// Tolerant enough to form on a loaded machine under the race detector, quick
+	// enough to down the two killed members within waitGone's deadline.
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
+	lc.SBRStableAfter = 3 * time.Second
+	c := newSSCluster(t, 5, lc, func(cfg *ReplicatedStateStoreConfig) {
 		cfg.RepairInterval = time.Hour // only membership changes start repair passes
 	})
 	key := EntityKey{Type: "counter", Shard: 7, ID: "acked"}
@@ -1074,9 +1079,21 @@ func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
 
 	c.restart(a)
 	c.restart(b)
-	c.waitUp()
+	// Once the members see a and b up again, the shard serves v2: unavailable until
+	// then, never v1.
 	for _, n := range c.live() {
-		ssLoad(t, n, key, []byte("v2"))
+		testutil.EventuallyNil(t, 20*time.Second, "v2 via "+n.transport, func() error {
+			data, err := n.store.Load(ssCtx(t), key)
+			switch {
+			case errors.Is(err, ErrStoreUnavailable):
+				return err
+			case err != nil:
+				t.Fatalf("load via %s: %v", n.transport, err)
+			case !bytes.Equal(data, []byte("v2")):
+				t.Fatalf("load via %s: %q, want v2", n.transport, data)
+			}
+			return nil
+		})
 	}
 }
 
