@@ -189,6 +189,10 @@ func (l *askLoad) do(ctx context.Context, cid, m int, id, kind string) history.O
 	case errors.As(err, &dial) && dial.Op == "dial":
 		// The connection was refused (a member stopped): the ask never reached it.
 		op.Failed, op.Err = true, err.Error()
+	case err != nil && errorKind(err.Error()) == "503 state-not-loaded":
+		// The entity could not read its saved state, so it was not started and the
+		// message not handled (README, "HTTP API").
+		op.Failed, op.Err = true, err.Error()
 	case err != nil:
 		op.Ambiguous, op.Err = true, err.Error()
 	default:
