@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -443,25 +442,19 @@ func (dc *dockerCluster) oldestUp(i int) int {
 	return best
 }
 
-// knownBugs runs the tests of known bugs, which fail until they are fixed.
-var knownBugs = flag.Bool("known-bugs", false, "run the tests of known bugs (they fail until fixed)")
-
 // TestDockerPartitionUnderLoad cuts two of five members off the cluster network while
 // clients ask counters of all five: the majority side downs the two and, after
 // DownRemovalMargin, serves their shards; the minority side downs itself and exits.
 // Then the network heals, the two start again with their data directories and join,
 // and every counter must still show every acknowledged inc.
 //
-// It meets known bug 1 (faults/doc.go) in about one run in three: while the two are
-// out, a shard's state is written to the three members left, a majority of two of them;
-// when the two come back, the shard's replicas are again the two and the one of the
-// three that ranks first, which may have missed the last writes, and the counter goes
-// back (seen: counter/c4 at 39 acknowledged incs read 33 after the heal). Until the
-// state store keeps its quorums across such changes, it runs with -known-bugs only.
+// Before the state store kept its quorums across replica set changes, it met known bug
+// 1 (faults/doc.go) in about one run in three: while the two were out, a shard's state
+// went to the three members left, a majority of two of them; when the two came back, the
+// shard's replicas were again the two and the one of the three that ranks first, which
+// could have missed the last writes (seen: counter/c4 read 33 after the heal, with 39
+// incs acknowledged).
 func TestDockerPartitionUnderLoad(t *testing.T) {
-	if !*knownBugs {
-		t.Skip("known bug 1 (faults/doc.go): run with -known-bugs")
-	}
 	dc := newDockerCluster(t)
 	all, majority, minority := []int{0, 1, 2, 3, 4}, []int{0, 1, 2}, []int{3, 4}
 	for _, i := range all {
