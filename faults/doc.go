@@ -50,10 +50,11 @@
 //     the old and new replicas, until every member up has handed their shards over
 //     (sharding/statestore_ring.go); with two of three replicas gone, the shard is
 //     unavailable until they return with their data, as the harness restarts them.
-//     Seed 64: TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite, and sharding's
-//     TestReplicaSetChangeLosesNoAcknowledgedWrite. On real processes, e2e's
-//     TestDockerPartitionUnderLoad met it too, as the two members of a 2|3 partition
-//     came back (a counter went back from 39 acknowledged incs to 33).
+//     Seed 64: sharding's TestReplicaSetChangeLosesNoAcknowledgedWrite reproduces it
+//     deterministically; TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite still runs
+//     with -known-bugs, its one-way partition meeting bug 3 too. On real processes,
+//     e2e's TestDockerPartitionUnderLoad met it too, as the two members of a 2|3
+//     partition came back (a counter went back from 39 acknowledged incs to 33).
 //  2. Bridge partitions: the soak's 12 failures above. Seed 1161.
 //  3. One-way partitions: the soak's 2 failures above. Seeds 1449, 1315.
 //

@@ -256,8 +256,15 @@ func TestSeed11DownedMemberStopsBeforeItsShardsMove(t *testing.T) {
 // increments: the shard's replicas were the cut-off members and one other; when the
 // cut-off members were downed, the shard's replica set became the first three members
 // up, which never saw the last writes, and the entity's next activation read its state
-// from them (bug 1 in doc.go, fixed by the state store's ring).
+// from them (bug 1 in doc.go, fixed by the state store's ring; sharding's
+// TestReplicaSetChangeLosesNoAcknowledgedWrite reproduces it deterministically). The
+// schedule reproduced it only with its four runs at once on a loaded machine, where
+// its one-way partition also meets bug 3 (two lives of an entity), so it still runs
+// with -known-bugs.
 func TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
+	if !*knownFlag {
+		t.Skip("known bug 3 (faults/doc.go), which this one-way partition also meets: run with -known-bugs")
+	}
 	regression(t, Generate(64, nil, 3).Keep([]int{1}), 4)
 }
 
