@@ -62,6 +62,7 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 		obs.ShardID.Int(abi.ShardID(id, info.NumberOfShards)), obs.Node.String(n.membership.Self().Address)})
 	var inst *Instance
 	var extras entityExtras
+	var chain *restoredChain
 	if state == nil {
 		if inst, err = mod.Instantiate(ctx, typ, id); err != nil {
 			return nil, withCode(err)
@@ -73,28 +74,17 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 			return nil, withCode(err)
 		}
 		restore := "guest"
-		if kind == stateInstance {
+		if kind != stateGuest {
 			restore = "instance"
 		}
 		n.tel.restores.Add(context.Background(), 1, n.tel.attrs.Get([2]string{typ, "r:" + restore}))
-		switch kind {
-		case stateGuest:
+		if kind == stateGuest {
 			inst, err = mod.RestoreGuest(ctx, typ, id, payload)
-		case stateInstance:
-			var snap *Snapshot
-			if snap, err = n.rt.UnmarshalSnapshot(payload); err != nil {
-				return nil, withCode(err)
+		} else {
+			inst, chain, err = n.restoreState(ctx, mod, typ, id, kind, payload)
+			if inst != nil {
+				mod = inst.m
 			}
-			if snap.ModuleDigest != mod.Digest {
-				// A memory snapshot belongs to its module: the entity goes on with the
-				// code its state was made by (abi/SPEC.md).
-				if mod, err = n.modules.get(ctx, snap.ModuleDigest, n.moduleSources(info)); err != nil {
-					return nil, withCode(err)
-				}
-				n.log.Info("entity keeps the module of its state", "entity", typ+"/"+id,
-					"module", snap.ModuleDigest[:12], "deployed", info.Digest[:12])
-			}
-			inst, err = mod.Restore(ctx, typ, id, snap)
 		}
 		if err != nil {
 			return nil, withCode(err)
@@ -107,6 +97,15 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	inst.svc = e
 	if n.cfg.Recovery {
 		e.rec = &recovery{baseState: state}
+	}
+	if chain != nil {
+		// Checkpoints go on with deltas against the base restored from: the writes are
+		// tracked from before on_activate.
+		e.cp = &checkpointer{}
+		if err := e.cp.track(inst, chain.base, chain.baseBytes, chain.delta); err != nil {
+			inst.Close(ctx)
+			return nil, withCode(err)
+		}
 	}
 	// The timers and subscriptions of the last incarnation run again (abi/SPEC.md,
 	// "v1: timers"), before on_activate.
@@ -156,6 +155,11 @@ type wasmEntity struct {
 	// failing is set by a guest failure and cleared by a handled message: only then
 	// does a message consult the backoff.
 	failing bool
+	// cp is the chain of saved base and deltas of its transparent snapshots
+	// (checkpoint.go); nil until the first one. wholeSnapshots makes every checkpoint
+	// a whole snapshot, as before deltas (benchmarks compare).
+	cp             *checkpointer
+	wholeSnapshots bool
 }
 
 // entityTimer is a timer an entity started.
@@ -259,19 +263,32 @@ func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
 	if ok {
 		return encodeState(stateGuest, state, extras), nil
 	}
-	start := time.Now()
-	snap, err := e.inst.Snapshot()
+	if e.wholeSnapshots {
+		start := time.Now()
+		snap, err := e.inst.Snapshot()
+		if err != nil {
+			return nil, withCode(err)
+		}
+		if e.rec != nil {
+			e.setBase(snap, time.Since(start)) // a Snapshot is a value: the base for recovery too
+		}
+		b, err := snap.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		return encodeState(stateInstance, b, extras), nil
+	}
+	if e.cp == nil {
+		e.cp = &checkpointer{}
+	}
+	state, snap, took, err := e.checkpoint(extras)
 	if err != nil {
 		return nil, withCode(err)
 	}
-	if e.rec != nil {
-		e.setBase(snap, time.Since(start)) // a Snapshot is a value: the base for recovery too
+	if snap != nil && e.rec != nil {
+		e.setBase(snap, took) // a Snapshot is a value: the base for recovery too
 	}
-	b, err := snap.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	return encodeState(stateInstance, b, extras), nil
+	return state, nil
 }
 
 func (e *wasmEntity) extras() entityExtras {
@@ -323,6 +340,9 @@ func (e *wasmEntity) Stop(ctx context.Context) {
 		e.unsubscribe(key)
 	}
 	e.wg.Wait()
+	if e.cp != nil {
+		e.cp.stop()
+	}
 	if e.inst != nil {
 		e.inst.Close(ctx)
 		e.inst = nil

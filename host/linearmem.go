@@ -50,6 +50,20 @@ type memArena struct {
 	// failed is set when the operating system refused a reservation: from then on
 	// memories stay on the Go heap.
 	failed bool
+	// wp is the kernel's write tracking of slots (dirtypages.go), opened at its first
+	// use; wpErr says why there is none.
+	wp    *writeProtect
+	wpErr error
+}
+
+// writeProtection returns the arena's write tracking, opening it at the first call.
+func (a *memArena) writeProtection() (*writeProtect, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wp == nil && a.wpErr == nil {
+		a.wp, a.wpErr = openWriteProtect()
+	}
+	return a.wp, a.wpErr
 }
 
 func newMemArena(slotBytes uint64) *memArena {
@@ -119,6 +133,10 @@ func (a *memArena) unmapIfDone() {
 		unreserveMemory(c)
 	}
 	a.chunks, a.free = nil, nil
+	if a.wp != nil {
+		a.wp.close()
+		a.wp = nil
+	}
 }
 
 // linearMemory is an instance's linear memory in an arena slot: wazero's
@@ -130,6 +148,9 @@ type linearMemory struct {
 	arena *memArena
 	slot  []byte
 	used  int // the most bytes handed out, to release on Free
+	// track is the kernel's write tracking of the slot while it runs: stopped before
+	// the slot goes back to the arena.
+	track writeTracker
 }
 
 var _ experimental.LinearMemory = (*linearMemory)(nil)
@@ -146,6 +167,9 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 
 // Free gives the slot back to the arena.
 func (m *linearMemory) Free() {
+	if m.track != nil {
+		m.track.stop()
+	}
 	if m.slot != nil {
 		m.arena.put(m.slot, m.used)
 		m.slot = nil

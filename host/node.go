@@ -366,7 +366,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	sc.DownRemovalMargin = cfg.Lifecycle.SBRStableAfter
 	sc.Membership, sc.Messenger, sc.Types, sc.Factory = n.membership, n.messenger, (*typeResolver)(n), (*entityFactory)(n)
 	sc.DData = n.replicator
-	sc.States = n.states
+	sc.States = newDeltaStates(n.states) // deltastore.go: delta checkpoints beside their base
 	sc.Logger, sc.TracerProvider, sc.MeterProvider = cfg.Logger, cfg.TracerProvider, cfg.MeterProvider
 	if n.sharding, err = sharding.New(sc); err != nil {
 		return nil, err

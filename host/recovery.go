@@ -306,9 +306,6 @@ func (e *wasmEntity) baseInstance(ctx context.Context) (*Instance, error) {
 	if kind == stateGuest {
 		return e.mod.RestoreGuest(ctx, e.typ, e.id, payload)
 	}
-	snap, err := e.n.rt.UnmarshalSnapshot(payload)
-	if err != nil {
-		return nil, err
-	}
-	return e.mod.Restore(ctx, e.typ, e.id, snap)
+	inst, _, err := e.n.restoreState(ctx, e.mod, e.typ, e.id, kind, payload)
+	return inst, err
 }

@@ -384,6 +384,9 @@ func (e *entity) save(ctx context.Context) (err error) {
 		return err
 	}
 	e.unsaved = 0
+	if a, ok := e.inst.(EntityStateSaved); ok {
+		a.StateSaved()
+	}
 	return nil
 }
 

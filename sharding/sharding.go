@@ -79,6 +79,16 @@ type EntityStopHook interface {
 	BeforeStop(ctx context.Context) bool
 }
 
+// EntityStateSaved is implemented by an Entity that wants to know when the state its
+// last Snapshot returned is stored (an entity whose snapshots are deltas against an
+// earlier saved state, host/checkpoint.go, chains a delta only to a state the store
+// acknowledged). StateSaved runs on the entity's mailbox goroutine right after the
+// store acknowledged a Save of it, before the next message. It is not called when the
+// Save failed, nor for the snapshots a handoff saves in batches (the entity stops).
+type EntityStateSaved interface {
+	StateSaved()
+}
+
 // EntityFactory activates entities. NewEntity is called on the entity's mailbox
 // goroutine when its first message arrives, and may block for the activation. state is
 // the entity's last saved snapshot, or nil for a new entity.
