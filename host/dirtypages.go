@@ -13,7 +13,9 @@ import (
 //     write to a protected page only marks it written and lifts the protection), and
 //     PAGEMAP_SCAN lists the written pages and protects them again in one system call
 //     (dirtypages_linux.go). A checkpoint then costs a scan of the page table and one
-//     minor fault per page written since the last; nothing reads the memory.
+//     minor fault per page written since the last; nothing reads the memory. Each
+//     tracked slot is a mapping of its own while tracked (vm.max_map_count, 65,530 by
+//     default, bounds them; past it registering fails and the instance is hashed).
 //   - hashing, everywhere else: a 64-bit hash (hash/maphash, seeded per instance) of
 //     each block, compared with the hash it had at the last call. It reads the whole
 //     memory each time: about 1 ms for a Go guest's 3 MiB on a loaded 2-core machine.
