@@ -111,7 +111,7 @@ func TestDeltaCheckpointsRestoreTheExactMemory(t *testing.T) {
 				if k == 1 && kind != stateBase || k == 31 && kind != stateBase {
 					t.Fatalf("checkpoint %d is of kind %q, want a base", k, kind)
 				}
-				if k%5 != 0 && k != 31 {
+				if k%10 != 0 && k != 31 {
 					continue
 				}
 				state, err := f.store.Load(context.Background(), f.key("c"))
