@@ -166,8 +166,16 @@ type Core struct {
 	detectors     map[UniqueAddress]*phiDetector
 	hbSeq         uint64
 	lastHeartbeat time.Time
-	lastGossip    time.Time
-	lastJoin      time.Time
+	// hbSent is when each of the recent heartbeat rounds (by Seq) was sent, and
+	// contact, per member, when the newest round that member answered was sent: a
+	// round trip proves contact as of its request, not its response (a response may
+	// have been delayed). MajorityContact is computed from them.
+	hbSent  map[uint64]time.Time
+	contact map[UniqueAddress]time.Time
+	// lastNow is the time of the latest Tick or Step: self's own contact.
+	lastNow    time.Time
+	lastGossip time.Time
+	lastJoin   time.Time
 
 	// The split brain resolver acts once the view has been stable for SBRStableAfter.
 	sbrSignature string
@@ -190,6 +198,8 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 		rng:       rand.New(rand.NewSource(cfg.RandomSeed)),
 		gossip:    emptyGossip(),
 		detectors: map[UniqueAddress]*phiDetector{},
+		hbSent:    map[uint64]time.Time{},
+		contact:   map[UniqueAddress]time.Time{},
 	}, nil
 }
 
@@ -203,6 +213,7 @@ func (c *Core) selfMember() gossipMember {
 // Tick advances the core to now: joining, heartbeats and reachability, leader actions,
 // the split brain resolver and gossip rounds. It returns the messages to send.
 func (c *Core) Tick(now time.Time) []Outbound {
+	c.lastNow = now
 	if c.exited {
 		return nil
 	}
@@ -274,6 +285,8 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 	receivers := newHeartbeatRing(nodes).receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
 	keep := map[UniqueAddress]bool{}
 	c.hbSeq++
+	c.hbSent[c.hbSeq] = now
+	delete(c.hbSent, c.hbSeq-maxHeartbeatRounds) // a response later than that proves nothing recent
 	var out []Outbound
 	for _, r := range receivers {
 		keep[r] = true
@@ -289,6 +302,11 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 	for n := range c.detectors {
 		if !keep[n] {
 			delete(c.detectors, n)
+		}
+	}
+	for n := range c.contact {
+		if _, ok := c.gossip.members[n]; !ok {
+			delete(c.contact, n)
 		}
 	}
 	return out
@@ -569,6 +587,7 @@ func DecodeMessage(b []byte) (Message, error) {
 
 // Step handles a message from another member at now and returns the messages to send.
 func (c *Core) Step(now time.Time, m Message) []Outbound {
+	c.lastNow = now
 	if c.exited || m.From == c.self() {
 		return nil
 	}
@@ -595,6 +614,9 @@ func (c *Core) Step(now time.Time, m Message) []Outbound {
 	case msgHeartbeatRsp:
 		if d := c.detectors[m.From]; d != nil {
 			d.heartbeat(now)
+		}
+		if sent, ok := c.hbSent[m.Seq]; ok && sent.After(c.contact[m.From]) {
+			c.contact[m.From] = sent
 		}
 	}
 	return nil
@@ -752,6 +774,51 @@ type View struct {
 	// with the reason.
 	Exited     bool   `json:"exited"`
 	ExitReason string `json:"exit_reason,omitempty"`
+	// MajorityContact is the newest time T such that this member has had a heartbeat
+	// round trip, started at T or later, with each of enough members that, with itself,
+	// they are a majority of the members up or leaving in its view (itself counted
+	// even when not up yet); zero if it never had. A member alone has contact as of
+	// its last tick. It is on the clock of Tick and Step (time.Now, with its monotonic
+	// reading, under Membership). Sharding hosts only while it is recent (its hosting
+	// lease): a member cut off from the majority, or paused, stops hosting before the
+	// majority moves its shards (docs/design.md, invariant 1).
+	MajorityContact time.Time `json:"majority_contact"`
+}
+
+// maxHeartbeatRounds is how many heartbeat rounds back a response still counts as a
+// round trip for MajorityContact.
+const maxHeartbeatRounds = 16
+
+// majorityContact computes View.MajorityContact: the k-th newest contact among the
+// counting members other than self, where self and k others are a majority.
+func (c *Core) majorityContact() time.Time {
+	n, selfCounts := 0, false
+	var others []time.Time
+	for _, m := range c.gossip.members {
+		if m.Status != StatusUp && m.Status != StatusLeaving {
+			continue
+		}
+		n++
+		if m.Node == c.self() {
+			selfCounts = true
+			continue
+		}
+		if t, ok := c.contact[m.Node]; ok {
+			others = append(others, t)
+		}
+	}
+	if !selfCounts {
+		n++
+	}
+	need := n / 2 // others needed: self and n/2 others are a majority of n
+	if need == 0 {
+		return c.lastNow
+	}
+	if len(others) < need {
+		return time.Time{}
+	}
+	sort.Slice(others, func(i, j int) bool { return others[i].After(others[j]) })
+	return others[need-1]
 }
 
 // View returns the core's picture of the cluster.
@@ -762,6 +829,7 @@ func (c *Core) View() View {
 	}
 	v.Leader, v.HasLeader = c.gossip.leader(c.self())
 	v.Converged = c.gossip.converged(c.self())
+	v.MajorityContact = c.majorityContact()
 	for _, m := range c.gossip.sortedMembers() {
 		v.Members = append(v.Members, Member{
 			Address:       m.Node.Address,

@@ -567,3 +567,52 @@ func TestSimLeaverThatMissesExitingHasLeft(t *testing.T) {
 		t.Fatalf("the leaver exited with %q, want %q", v.ExitReason, ReasonLeft)
 	}
 }
+
+// fresh reports whether n's majority contact is within d of the simulated now.
+func (s *sim) fresh(n *simNode, d time.Duration) bool {
+	c := n.core.View().MajorityContact
+	return !c.IsZero() && s.now.Sub(c) <= d
+}
+
+// A member cut off from the majority, fully or behind a bridge member, loses its
+// majority contact (sharding's hosting lease ends); the majority keeps it, and the
+// cut-off member has it again once healed.
+func TestSimMajorityContact(t *testing.T) {
+	s := newSim(t, nil) // heartbeats every second
+	nodes := s.startCluster(5)
+	s.run(3 * time.Second)
+	for _, n := range nodes {
+		if !s.fresh(n, 2*time.Second) {
+			t.Fatalf("%s: majority contact %v at %v, want within 2 s:\n%s", n.addr, n.core.View().MajorityContact, s.now, s.describe())
+		}
+	}
+	// A bridge: nodes[0] reaches only nodes[1], which reaches everyone.
+	s.partition(nodes[:1], nodes[2:])
+	s.run(4 * time.Second)
+	if s.fresh(nodes[0], 3*time.Second) {
+		t.Fatalf("%s, behind a bridge, kept majority contact: %v at %v", nodes[0].addr, nodes[0].core.View().MajorityContact, s.now)
+	}
+	for _, n := range nodes[1:] {
+		if !s.fresh(n, 2*time.Second) {
+			t.Fatalf("%s, on the majority side, lost majority contact: %v at %v", n.addr, n.core.View().MajorityContact, s.now)
+		}
+	}
+	// A minority of two: both lose it.
+	s.heal()
+	s.partition(nodes[:2], nodes[2:])
+	s.run(4 * time.Second)
+	for i, n := range nodes {
+		if got, want := s.fresh(n, 3*time.Second), i >= 2; got != want {
+			t.Fatalf("%s: fresh majority contact %v, want %v (contact %v at %v)", n.addr, got, want, n.core.View().MajorityContact, s.now)
+		}
+	}
+	s.heal()
+	s.until(5*time.Second, "majority contact back everywhere", func() bool {
+		for _, n := range nodes {
+			if !n.core.View().Exited && !s.fresh(n, 2*time.Second) {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -114,11 +114,16 @@ func (e *entity) drainLoop() {
 			// handled, so that the entity stops with the message it is on, before its
 			// shard moves elsewhere (Config.DownRemovalMargin).
 			queued := e.queue
-			e.queue, e.running = nil, false
+			e.queue = nil
 			e.mu.Unlock()
 			for _, d := range queued {
 				d.fail(ErrStopped)
 			}
+			// The instance ends here, not once every goroutine of the member has
+			// stopped (stopAll), which may take longer than the margin.
+			e.fenced.Store(true)
+			e.stop(context.Background(), false)
+			e.failQueued(ErrStopped)
 			return
 		}
 		if len(e.queue) == 0 && e.passivateWhenIdle != "" {
@@ -141,6 +146,18 @@ func (e *entity) drainLoop() {
 		e.busy = true
 		e.mu.Unlock()
 		e.process(d)
+	}
+}
+
+// failQueued gives the mailbox up (running was set by its caller) and fails what came
+// in meanwhile with err.
+func (e *entity) failQueued(err error) {
+	e.mu.Lock()
+	queued := e.queue
+	e.queue, e.running = nil, false
+	e.mu.Unlock()
+	for _, d := range queued {
+		d.fail(err)
 	}
 }
 
@@ -195,6 +212,15 @@ func (e *entity) process(d delivery) {
 		}
 		return
 	}
+	if err := s.awaitLease(d.deadline); err != nil {
+		// No recent contact with a majority (Config.HostingLease): the shard may be
+		// moving elsewhere, so the entity stops, unsaved, and the message fails.
+		e.stop(ctx, false)
+		err = wrapCause(ErrShardUnavailable, name, err)
+		done(err)
+		d.fail(err)
+		return
+	}
 	if e.inst == nil {
 		if err := e.activate(ctx); err != nil {
 			s.log.WarnContext(ctx, "entity activation failed", "entity", name, "err", err)
@@ -238,6 +264,15 @@ func (e *entity) process(d delivery) {
 		d.fail(err)
 		return
 	}
+	if !s.hostingAllowed() {
+		// The lease lapsed while the entity handled the message: another member may
+		// host it by now, so this reply cannot be trusted, nor the instance kept.
+		e.stop(ctx, false)
+		err := wrapCause(ErrShardUnavailable, name, ErrNoMajority)
+		done(err)
+		d.fail(err)
+		return
+	}
 	if e.inst == nil {
 		// Terminated just after it handled the message: the reply stands, but its
 		// state is not saved.
@@ -253,6 +288,15 @@ func (e *entity) process(d delivery) {
 	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
 		if err := e.save(ctx); err != nil {
 			err = wrapCause(ErrStateNotSaved, "", err)
+			done(err)
+			d.fail(err)
+			return
+		}
+		if !s.hostingAllowed() {
+			// Saved, but the lease lapsed meanwhile: the reply waits for nobody who
+			// could trust it (the change may or may not count).
+			e.stop(ctx, false)
+			err := wrapCause(ErrShardUnavailable, name, ErrNoMajority)
 			done(err)
 			d.fail(err)
 			return
@@ -306,6 +350,10 @@ func (e *entity) activate(ctx context.Context) (err error) {
 		default:
 			state = st
 		}
+	}
+	if !s.hostingAllowed() {
+		// The lease lapsed while the state loaded (Config.HostingLease).
+		return wrapCause(ErrShardUnavailable, e.r.settings.Name+"/"+e.id, ErrNoMajority)
 	}
 	inst, err := s.cfg.Factory.NewEntity(ctx, e.r.settings.Name, e.id, state)
 	if err != nil {
@@ -375,7 +423,14 @@ func (e *entity) save(ctx context.Context) (err error) {
 	if state == nil {
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	// A save waits no longer than the hosting lease lasts: an acknowledgement after
+	// it would not be trusted (the shard may have a new home by then), and the entity
+	// must stop in time.
+	left := s.leaseLeft()
+	if left <= 0 {
+		return ErrNoMajority
+	}
+	sctx, cancel := context.WithTimeout(ctx, min(s.cfg.RequestTimeout, left))
 	defer cancel()
 	if err := s.cfg.States.Save(sctx, e.key(), e.currentEpoch(), state); err != nil {
 		if errors.Is(err, ErrStaleEpoch) {
@@ -438,9 +493,9 @@ func (e *entity) passivateSoon(cause string) {
 	e.passivate(cause)
 }
 
-// passivateNow stops the entity saving its state (unless it is fenced), as a
-// passivation of the given cause: under a "passivate" span, a child of ctx's span or,
-// with a valid link, a new trace linked to it, and counted.
+// passivateNow stops the entity saving its state (unless it is fenced, or its hosting
+// lease lapsed), as a passivation of the given cause: under a "passivate" span, a
+// child of ctx's span or, with a valid link, a new trace linked to it, and counted.
 func (e *entity) passivateNow(ctx context.Context, cause string, link trace.SpanContext) {
 	if e.inst == nil {
 		return
@@ -456,7 +511,9 @@ func (e *entity) passivateNow(ctx context.Context, cause string, link trace.Span
 		defer span.End()
 	}
 	s.log.DebugContext(ctx, "passivating entity", "entity", e.r.settings.Name+"/"+e.id, "cause", cause)
-	e.stop(ctx, true)
+	// An entity stopped for a lapsed hosting lease saves nothing: the shard may have
+	// another home by now.
+	e.stop(ctx, cause != causeLease)
 	if cause != causeHandoff && cause != causeShutdown {
 		e.r.passivations.Add(1) // what shardhost shards reports
 	}

@@ -31,6 +31,11 @@ var (
 	ErrStopped          = errors.New("sharding: stopped")
 	ErrLeaving          = errors.New("sharding: this member is leaving and takes no new shards")
 	ErrMalformedMessage = errors.New("sharding: malformed message from a member")
+	// ErrNoMajority: this member has not had a heartbeat round trip with a majority of
+	// the members within its hosting lease (Config.HostingLease), so it may be on the
+	// losing side of a partition, and the majority may soon move its shards: it does not
+	// activate entities, handle their messages or save their state until it has.
+	ErrNoMajority = errors.New("sharding: this member has no recent contact with a majority of the cluster (hosting lease lapsed)")
 )
 
 // codeHandedOff answers a forwarded ask whose shard the region is handing off: the
@@ -100,7 +105,7 @@ func ErrorCode(err error) string {
 // because no shard home was found) has the code of the first.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
-	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, ErrLeaving}
+	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, ErrLeaving, ErrNoMajority}
 
 func codeOfSentinel(err error) string {
 	switch err {
@@ -114,7 +119,7 @@ func codeOfSentinel(err error) string {
 		return CodeStateNotSaved
 	case ErrStateNotLoaded:
 		return CodeStateNotLoaded
-	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, ErrLeaving:
+	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, ErrLeaving, ErrNoMajority:
 		return CodeUnavailable
 	}
 	return CodeInternal

@@ -431,6 +431,30 @@ func (r *Region) dropStaleLocked(sh *shard) {
 	}
 }
 
+// stopForLease stops every entity hosted here without saving, when this member's
+// hosting lease lapses (Sharding.watchLease): at once if idle, else after the message
+// it is on (which fails, as the lease has lapsed). The shards stay here: their next
+// messages activate the entities again, from their saved state, once the lease is
+// back. It returns how many entities it stops.
+func (r *Region) stopForLease() int {
+	r.mu.Lock()
+	var all []*entity
+	r.eachHostedLocked(func(sh *shard) {
+		for _, e := range sh.entities {
+			all = append(all, e)
+		}
+	})
+	r.mu.Unlock()
+	n := 0
+	for _, e := range all {
+		if e.active() {
+			n++
+		}
+		e.passivateSoon(causeLease)
+	}
+	return n
+}
+
 // resolve asks the coordinator for a shard's home until it answers or ResolveTimeout
 // passes, then flushes the shard's buffered messages. span (the "shard home" span, in
 // ctx) ends with it.
@@ -764,6 +788,31 @@ func (r *Region) state() []ShardState {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// abortIdleEntities stops, without saving, every entity of the region that no
+// goroutine drains (Sharding.Abort): it takes the mailbox as a drain would.
+func (r *Region) abortIdleEntities(ctx context.Context) {
+	r.mu.Lock()
+	var all []*entity
+	r.eachHostedLocked(func(sh *shard) {
+		for _, e := range sh.entities {
+			all = append(all, e)
+		}
+	})
+	r.mu.Unlock()
+	for _, e := range all {
+		e.mu.Lock()
+		if e.running {
+			e.mu.Unlock()
+			continue
+		}
+		e.running = true
+		e.mu.Unlock()
+		e.fenced.Store(true)
+		e.stop(ctx, false)
+		e.failQueued(ErrStopped)
+	}
 }
 
 // stopEntities stops every entity of the region; called by Sharding.Stop once no

@@ -207,6 +207,21 @@ type Config struct {
 	// resolver's default stable-after; host sets the resolver's own); 0 moves them at
 	// once.
 	DownRemovalMargin time.Duration
+	// HostingLease is how recent this member's heartbeat round trips with a majority
+	// of the members must be for it to host (cluster.View.MajorityContact): past it,
+	// the member activates no entity, handles no message and saves no state, and it
+	// stops its entities without saving; after such a lapse it hosts again only once
+	// it has the contact back and its view of the cluster has converged (so that a
+	// downing it missed has reached it). A member cut off from the majority, paused
+	// or behind a bridge member thus stops hosting before the majority, which downs it
+	// after the resolver's stable-after, moves its shards after DownRemovalMargin (Akka
+	// leaves this to the downed side's resolver; a member that does not learn of its
+	// downing, or whose resolver sees another leader, is what the lease covers). It must
+	// be shorter than DownRemovalMargin, with room for a save in flight, and longer than
+	// the failure detector's heartbeat interval, or the lease lapses while nothing is
+	// wrong. 0: half of DownRemovalMargin; negative, or a DownRemovalMargin of 0: no
+	// lease (a member hosts whatever its contact).
+	HostingLease time.Duration
 	// MaxSimultaneousRebalance caps the shards of one type in handoff at once. Default 3.
 	MaxSimultaneousRebalance int
 	// BufferSize caps the messages a region buffers while shard homes are resolved
@@ -285,8 +300,22 @@ func (c Config) Validate() error {
 	case c.RequestTimeout <= 0 || c.ResolveTimeout <= 0 || c.AskTimeout <= 0 || c.ReconcileInterval <= 0 ||
 		c.RebalanceInterval <= 0 || c.MaxSimultaneousRebalance <= 0:
 		return errors.New("sharding: timeouts and intervals must be positive")
+	case c.DownRemovalMargin > 0 && c.HostingLease >= c.DownRemovalMargin:
+		return fmt.Errorf("sharding: the hosting lease (%v) must be shorter than the down-removal margin (%v)",
+			c.HostingLease, c.DownRemovalMargin)
 	}
 	return nil
+}
+
+// hostingLease is the lease in effect (HostingLease with its default); 0: none.
+func (c Config) hostingLease() time.Duration {
+	switch {
+	case c.DownRemovalMargin <= 0 || c.HostingLease < 0:
+		return 0
+	case c.HostingLease == 0:
+		return c.DownRemovalMargin / 2
+	}
+	return c.HostingLease
 }
 
 // Sharding is cluster sharding on one member: its regions (one per entity type) and its
@@ -314,6 +343,11 @@ type Sharding struct {
 	deadLetterLog logLimiter
 	leaving       atomic.Bool // set by the leave hook: no new shards here
 	aborting      atomic.Bool // set by Abort: mailboxes stop handling what they queued
+	// lease is the hosting lease (Config.HostingLease; 0: none); leaseHeld says
+	// whether this member may host: set once it has majority contact in a converged
+	// view, cleared (by checkLease) when the contact lapses.
+	lease     time.Duration
+	leaseHeld atomic.Bool
 	// downed holds when this member saw each downed member (by address) downed, for
 	// DownRemovalMargin; guarded by downedMu.
 	downedMu  sync.Mutex
@@ -350,6 +384,7 @@ func New(cfg Config) (*Sharding, error) {
 		typeWaiters:   map[string][]delivery{},
 		deadLetterLog: logLimiter{interval: 10 * time.Second},
 		downed:        map[string]time.Time{},
+		lease:         cfg.hostingLease(),
 	}
 	s.coord = newCoordinator(s)
 	s.registerShards(cfg.MeterProvider)
@@ -367,7 +402,100 @@ func New(cfg Config) (*Sharding, error) {
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
 	cfg.Membership.RegisterLeaveHook(s.handOffAll)
 	s.owner.Go(s.followMembership)
+	if s.lease > 0 {
+		s.owner.Go(s.watchLease)
+	}
 	return s, nil
+}
+
+// leaseLeft returns how long this member may still host (see Config.HostingLease):
+// until its majority contact is a lease old; 0 or less when it may not.
+func (s *Sharding) leaseLeft() time.Duration {
+	if s.lease <= 0 {
+		return time.Duration(1<<63 - 1)
+	}
+	if !s.leaseHeld.Load() {
+		return 0
+	}
+	v := s.cfg.Membership.View()
+	if v.Exited || v.MajorityContact.IsZero() {
+		return 0
+	}
+	// time.Since uses the monotonic clock: a process paused past its lease finds it
+	// lapsed when it resumes, whatever the wall clock did.
+	return s.lease - time.Since(v.MajorityContact)
+}
+
+// hosting reports whether this member may host now (leaseLeft).
+func (s *Sharding) hostingAllowed() bool { return s.leaseLeft() > 0 }
+
+// awaitLease waits until this member may host, for at most RequestTimeout and until
+// deadline (if set): a member that just joined, or whose contact lapsed for a moment,
+// gets it back within a heartbeat round. Errors: ErrNoMajority.
+func (s *Sharding) awaitLease(deadline time.Time) error {
+	if s.hostingAllowed() {
+		return nil
+	}
+	limit := time.Now().Add(s.cfg.RequestTimeout)
+	if !deadline.IsZero() && deadline.Before(limit) {
+		limit = deadline
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.owner.Done():
+			return ErrStopped
+		case <-t.C:
+		}
+		if s.hostingAllowed() {
+			return nil
+		}
+		if time.Now().After(limit) {
+			return ErrNoMajority
+		}
+	}
+}
+
+// watchLease keeps leaseHeld (Config.HostingLease): when the majority contact lapses,
+// it stops hosting, and the entities here stop without saving (the next message for
+// one activates it again once the lease is back); it takes the lease again once the contact is back in a converged
+// view in which this member is up or leaving.
+func (s *Sharding) watchLease() {
+	tick := time.NewTicker(max(s.lease/5, 5*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.owner.Done():
+			return
+		case <-tick.C:
+		}
+		v := s.cfg.Membership.View()
+		contact := !v.Exited && !v.MajorityContact.IsZero() && time.Since(v.MajorityContact) < s.lease
+		switch held := s.leaseHeld.Load(); {
+		case held && !contact:
+			s.leaseHeld.Store(false)
+			stopped := 0
+			for _, r := range s.allRegions() {
+				stopped += r.stopForLease()
+			}
+			s.log.Warn("hosting lease lapsed: no heartbeat round trip with a majority of the members within the lease; the entities here stop",
+				"lease", s.lease, "contact", v.MajorityContact, "entities", stopped)
+		case !held && contact && v.Converged && s.selfHosting(v):
+			s.leaseHeld.Store(true)
+			s.log.Debug("hosting lease held", "lease", s.lease)
+		}
+	}
+}
+
+// selfHosting reports whether this member is up or leaving in v.
+func (s *Sharding) selfHosting(v cluster.View) bool {
+	for _, m := range v.Members {
+		if m.Address == s.self {
+			return hosting(m)
+		}
+	}
+	return false
 }
 
 // Stop stops routing (new messages fail with ErrStopped), ends the background work,
@@ -402,6 +530,14 @@ func (s *Sharding) stopAll(ctx context.Context, save bool) error {
 		regions = append(regions, r)
 	}
 	s.mu.Unlock()
+	if !save {
+		// Downed or removed: the idle entities stop now, unsaved (the busy ones stop
+		// after their message, drainLoop), before the goroutines are waited for, which
+		// may take longer than DownRemovalMargin.
+		for _, r := range regions {
+			r.abortIdleEntities(ctx)
+		}
+	}
 
 	if err := s.owner.WaitContext(ctx); err != nil {
 		return fmt.Errorf("sharding: stopping: %w", err)

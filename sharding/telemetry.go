@@ -34,6 +34,7 @@ const (
 	causeHandoff   = "handoff"
 	causeShutdown  = "shutdown"
 	causeStale     = "stale-allocation"
+	causeLease     = "lease-lapsed" // the hosting lease lapsed (Config.HostingLease)
 )
 
 // Reasons a message was buffered (shardhost.buffer.reason).

@@ -1,0 +1,72 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
+)
+
+// liveOn reports how many instances of the entity key live on the member at node.
+func (a *activations) liveOn(node, key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lives[node+" "+key]
+}
+
+// A member cut off from the other two (the bridge and one-way partitions of faults/,
+// seeds 1161 and 1449, reduced to their effect on it) stops its entities within its
+// hosting lease, without waiting to learn that it was downed, and refuses their
+// messages with ErrNoMajority; once healed, it serves them again from their saved
+// state.
+func TestHostingLeaseStopsTheEntitiesOfAMemberCutOffFromTheMajority(t *testing.T) {
+	tc := newTestCluster(t, 3, withSharedStateStore(), withConfig(func(c *Config) {
+		c.DownRemovalMargin = 2 * time.Second // a lease of 1 s
+	}))
+	r, err := ask(t, tc.nodes[0], "durable", "x", "inc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cut *testNode
+	for _, n := range tc.nodes {
+		if n.addr() == r.Node {
+			cut = n
+		}
+	}
+	if cut == nil {
+		t.Fatalf("no member at %s", r.Node)
+	}
+	if got := tc.acts.liveOn(cut.addr(), "durable/x"); got != 1 {
+		t.Fatalf("durable/x has %d lives on %s, want 1", got, cut.name)
+	}
+	isolate := func(on bool) {
+		for _, o := range tc.nodes {
+			if o == cut {
+				continue
+			}
+			if on {
+				tc.gossip.Disconnect(cut.addr(), o.addr())
+				tc.net.Disconnect(cut.messenger.LocalAddr(), o.messenger.LocalAddr())
+			} else {
+				tc.gossip.Reconnect(cut.addr(), o.addr())
+				tc.net.Reconnect(cut.messenger.LocalAddr(), o.messenger.LocalAddr())
+			}
+		}
+	}
+	isolate(true)
+	testutil.Eventually(t, 20*time.Second, "the cut-off member stops its entity", func() bool {
+		return tc.acts.liveOn(cut.addr(), "durable/x") == 0
+	})
+	if _, err := ask(t, cut, "durable", "x", "get"); !errors.Is(err, ErrNoMajority) {
+		t.Fatalf("ask through the cut-off member: %v, want ErrNoMajority", err)
+	}
+	isolate(false)
+	testutil.Eventually(t, 30*time.Second, "the healed member serves the entity's saved state", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := cut.sharding.Ask(ctx, "durable", "x", []byte("get"))
+		return err == nil && string(r.Payload) == "1"
+	})
+}
