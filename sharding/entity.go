@@ -287,6 +287,11 @@ func (e *entity) process(d delivery) {
 	// so an acknowledged message survives a crash of this member.
 	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
 		if err := e.save(ctx); err != nil {
+			// The instance holds a change the store may not have: it stops unsaved,
+			// so that no later reply shows a change that a stop without saving (a
+			// lapsed lease, a downed member) or a crash would then take back. The
+			// next message activates it from its saved state.
+			e.stop(ctx, false)
 			err = wrapCause(ErrStateNotSaved, "", err)
 			done(err)
 			d.fail(err)

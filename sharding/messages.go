@@ -19,8 +19,9 @@ var (
 	ErrMailboxFull       = errors.New("sharding: entity mailbox full, message dropped (dead letter)")
 	ErrShardUnavailable  = errors.New("sharding: shard home could not be resolved")
 	// ErrStateNotSaved: the entity handled the message but its state could not be
-	// saved (an every-message checkpoint): the reply is withheld, and the change may be
-	// lost if the entity's member crashes before a later save.
+	// saved (a checkpoint): the reply is withheld, and the instance is stopped without
+	// saving, so the change may or may not last (the write may have reached some
+	// replicas); the next message activates the entity from its saved state.
 	ErrStateNotSaved = errors.New("sharding: the message was handled but the entity's state was not saved")
 	// ErrStateNotLoaded: the entity's saved state could not be read, so it was not
 	// started (starting without it would lose it). A later message tries again.
