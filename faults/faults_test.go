@@ -294,10 +294,9 @@ func TestSeed1449OneWayPartitionActivatesOnce(t *testing.T) {
 // underRace returns, under the race detector (make test), the schedule with only its
 // fault at index keep, on 3 members: slowed several times over on a loaded machine, 7
 // members miss their failure detectors' deadlines and joins time out until the run is
-// a loss of the whole cluster, which shows nothing of the fault; and with 4 or more, a
-// downed member changes the state store's replica sets (known bug 1 in doc.go). Faults
-// name members by Pick, so the schedule still names them. Without the race detector,
-// the whole schedule.
+// a loss of the whole cluster, which shows nothing of the fault. Faults name members by
+// Pick, so the schedule still names them. Without the race detector, the whole
+// schedule.
 func underRace(s Schedule, keep int) Schedule {
 	if !raceEnabled {
 		return s
