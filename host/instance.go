@@ -187,7 +187,10 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	if plan != nil {
 		compiled, start = plan.compiled, plan.start
 	}
-	base, cancel := context.WithCancel(rt.ctx)
+	// Not derived from rt.ctx: every instance would register with (and lock) that one
+	// parent, which activations on all cores contended on. Runtime.Close cancels the
+	// live instances' contexts itself, and this one below if it closed meanwhile.
+	base, cancel := context.WithCancel(context.Background())
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
 	// No guest code runs in InstantiateModule (the module's start section is an export,
@@ -228,7 +231,9 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		cancel()
 	})
 	if rt.closing.Load() {
-		inst.stopGuest() // Close may have gone through live before this instance was in it
+		// Close may have gone through live before this instance was in it.
+		inst.stopGuest()
+		cancel()
 	}
 	for _, name := range start {
 		if fn := mod.ExportedFunction(name); fn != nil {

@@ -105,10 +105,6 @@ type Runtime struct {
 	cache  wazero.CompilationCache
 	// arena holds the instances' linear memories (linearmem.go).
 	arena *memArena
-	// ctx is the parent of every instance's context: Close cancels it, which stops the
-	// guest calls in flight (wazero closes a module whose call context is done).
-	ctx    context.Context
-	cancel context.CancelFunc
 	// inflight counts what uses an instance's memory now (instantiations, calls,
 	// snapshots); once closing is set, enter refuses new ones and Close waits for
 	// inflight to drain before it closes the modules and their memories.
@@ -166,7 +162,6 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		cache:  cache,
 		arena:  newMemArena(cfg.MemoryLimit >> 16 << 16),
 	}
-	rt.ctx, rt.cancel = context.WithCancel(context.Background())
 	rt.live = map[*Instance]struct{}{}
 	rt.started = cfg.Clock()
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt.r); err != nil {
@@ -188,10 +183,12 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 // ErrRuntimeClosed.
 func (rt *Runtime) Close(ctx context.Context) error {
 	rt.closing.Store(true)
-	rt.cancel()
 	rt.mu.Lock()
 	for inst := range rt.live {
+		// Stop the call in flight, and cancel the instance's context: its host calls
+		// that wait (a ddata read, say) return.
 		inst.stopGuest()
+		inst.cancel()
 	}
 	rt.mu.Unlock()
 	wait := time.NewTimer(rt.cfg.MessageDeadline)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -370,7 +371,11 @@ func (e *entity) activate(ctx context.Context) (err error) {
 	e.live = true
 	e.mu.Unlock()
 	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
-	s.log.InfoContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	// Debug, as Akka and Orleans log activations: at thousands a second, an info line
+	// each costs more than the activation's routing.
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.DebugContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	}
 	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {

@@ -21,7 +21,10 @@ import (
 // their regions, and buffers messages for shards whose home it is resolving.
 type Region struct {
 	s        *Sharding
-	settings TypeSettings
+	settings TypeSettings // Name and NumberOfShards read freely; the rest under mu
+	// current is a copy of settings for Settings, which every message reads: loading it
+	// takes no lock (the region's lock is the one routing contends on).
+	current atomic.Pointer[TypeSettings]
 
 	mu sync.Mutex
 	// slots holds what the region knows of each shard it has dealt with: whether it
@@ -120,14 +123,14 @@ func (r *Region) resolveInBackground(ctx context.Context, span trace.Span, shard
 }
 
 func newRegion(s *Sharding, t TypeSettings) *Region {
-	return &Region{s: s, settings: t, slots: map[int]*shardSlot{}, tel: newRegionTelemetry(t.Name)}
+	r := &Region{s: s, settings: t, slots: map[int]*shardSlot{}, tel: newRegionTelemetry(t.Name)}
+	r.current.Store(&t)
+	return r
 }
 
-// Settings returns the region's entity type settings.
+// Settings returns the region's entity type settings. It takes no lock.
 func (r *Region) Settings() TypeSettings {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.settings
+	return *r.current.Load()
 }
 
 // updateSettings applies a redeployment's settings. Name and NumberOfShards never
@@ -137,6 +140,8 @@ func (r *Region) updateSettings(t TypeSettings) {
 	defer r.mu.Unlock()
 	r.settings.Role, r.settings.Allocation, r.settings.Checkpoint = t.Role, t.Allocation, t.Checkpoint
 	r.settings.PassivateAfter, r.settings.MaxActive, r.settings.RememberEntities = t.PassivateAfter, t.MaxActive, t.RememberEntities
+	cur := r.settings
+	r.current.Store(&cur)
 }
 
 // deliver routes d: to a local entity, to the region hosting its shard, or into the
