@@ -221,14 +221,19 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 	samples := map[string]latencies{}
 	rates := rateTable{}
 	err := turns(o, sides, func(r int, s side) error {
-		l, err := serialAsks(ctx, s.c, s.ids[0], slice, o.serialMax/o.rounds)
-		samples[s.sys.key] = append(samples[s.sys.key], l...)
+		err := profiled(o.profileDir, s.sys.key+"-remote-serial-r"+strconv.Itoa(r), func() error {
+			l, err := serialAsks(ctx, s.c, s.ids[0], slice, o.serialMax/o.rounds)
+			samples[s.sys.key] = append(samples[s.sys.key], l...)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
-		rates.add(s.sys.key, n, d)
-		return err
+		return profiled(o.profileDir, s.sys.key+"-remote-rate-r"+strconv.Itoa(r), func() error {
+			n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
+			rates.add(s.sys.key, n, d)
+			return err
+		})
 	})
 	if err != nil {
 		return err

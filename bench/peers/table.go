@@ -97,7 +97,7 @@ func printTable(w io.Writer, o options, m machine, fl floors, systems []system, 
 		fmt.Fprintln(w, n)
 	}
 	if o.profileDir != "" {
-		fmt.Fprintf(w, "CPU and allocation profiles were taken during the serial, concurrent and activation workloads (in %s): those figures carry the profiler's cost.\n", o.profileDir)
+		fmt.Fprintf(w, "CPU and allocation profiles were taken during the serial, concurrent, activation and remote workloads (in %s): those figures carry the profiler's cost.\n", o.profileDir)
 	}
 }
 
