@@ -138,6 +138,10 @@ func EncodeFrame(f *Frame) ([]byte, error) {
 	if !f.Kind.Valid() {
 		return nil, fmt.Errorf("cluster: encode frame of kind %v: %w", f.Kind, ErrMalformedFrame)
 	}
+	size := 24 + len(f.From) + len(f.Topic) + len(f.Body) + len(f.Error) // heads: 1 + 2 + 9 + 4×3
+	if b, ok := appendFrame(make([]byte, 0, size), f); ok {
+		return b, nil
+	}
 	b, err := frameEncMode.Marshal(f)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: encode frame: %v: %w", err, ErrMalformedFrame)
@@ -150,7 +154,13 @@ func EncodeFrame(f *Frame) ([]byte, error) {
 // truncated CBOR, wrong types, duplicate keys, decode limits, invalid Kind) returns
 // an error wrapping ErrMalformedFrame. Unknown map keys are ignored, so later
 // versions may add fields.
-func DecodeFrame(b []byte) (*Frame, error) {
+func DecodeFrame(b []byte) (*Frame, error) { return decodeFrame(b, nil) }
+
+// decodeFrame is DecodeFrame with the text cache of a connection (nil for none).
+func decodeFrame(b []byte, tc *textCache) (*Frame, error) {
+	if f, ok := decodeFrameFast(b, tc); ok {
+		return f, nil
+	}
 	f := new(Frame)
 	if err := frameDecMode.Unmarshal(b, f); err != nil {
 		return nil, fmt.Errorf("cluster: decode frame: %v: %w", err, ErrMalformedFrame)
@@ -180,6 +190,7 @@ type frameReader struct {
 	maxSize int
 	hdr     [frameHeaderSize]byte
 	buf     []byte // reused for bodies up to frameReadChunk bytes
+	texts   textCache
 }
 
 func newFrameReader(r io.Reader, maxSize int) *frameReader {
@@ -206,7 +217,7 @@ func (fr *frameReader) next() (*Frame, int, error) {
 		}
 		return nil, 0, err
 	}
-	f, err := DecodeFrame(body)
+	f, err := decodeFrame(body, &fr.texts)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -34,7 +34,7 @@ type TCPConfig struct {
 	MaxFrameSize int
 	// SendQueueSize is the number of frames queued per peer before Send fails with
 	// ErrQueueFull. Bigger absorbs longer bursts (and stalls) at the cost of memory:
-	// the queue is allocated at SendQueueSize × 24 bytes per peer.
+	// the queue is allocated at SendQueueSize × 8 bytes per peer.
 	SendQueueSize int
 	// DialTimeout bounds connecting to a peer, and each TLS handshake (outbound and
 	// inbound) when TLSConfig is set.
@@ -203,7 +203,7 @@ var _ Transport = (*TCPTransport)(nil)
 // and its writer goroutine.
 type tcpPeer struct {
 	addr  string
-	queue chan []byte
+	queue chan *outFrame
 	// downUntil is the UnixNano time until which Sends fail with ErrUnreachable;
 	// 0 when the peer is not backing off.
 	downUntil atomic.Int64
@@ -213,7 +213,6 @@ type tcpPeer struct {
 type tcpOutConn struct {
 	conn net.Conn
 	w    *bufio.Writer
-	hdr  [frameHeaderSize]byte
 	dead chan struct{} // closed when the watcher sees the connection end
 }
 
@@ -283,18 +282,20 @@ func (t *TCPTransport) Send(addr string, f *Frame) error {
 		g.From = t.addr
 		f = &g
 	}
-	b, err := EncodeFrame(f)
+	b, err := encodeOutFrame(f)
 	if err != nil {
 		t.framesDropped.Add(1)
 		return err
 	}
-	if len(b) > t.cfg.MaxFrameSize {
+	if n := len(b.b) - frameHeaderSize; n > t.cfg.MaxFrameSize {
+		b.free()
 		t.framesDropped.Add(1)
 		return fmt.Errorf("cluster: send to %s: %d-byte frame exceeds MaxFrameSize %d: %w",
-			addr, len(b), t.cfg.MaxFrameSize, ErrFrameTooLarge)
+			addr, n, t.cfg.MaxFrameSize, ErrFrameTooLarge)
 	}
 
 	if addr == "" {
+		b.free()
 		t.framesDropped.Add(1)
 		return fmt.Errorf("cluster: send to an empty address: %w", ErrUnreachable)
 	}
@@ -320,7 +321,7 @@ func (t *TCPTransport) Send(addr string, f *Frame) error {
 		return fmt.Errorf("cluster: send to %s: %w", addr, ErrTransportClosed)
 	}
 	if p = t.peers[addr]; p == nil {
-		p = &tcpPeer{addr: addr, queue: make(chan []byte, t.cfg.SendQueueSize)}
+		p = &tcpPeer{addr: addr, queue: make(chan *outFrame, t.cfg.SendQueueSize)}
 		t.peers[addr] = p
 		t.wg.Add(1)
 		go t.runPeer(p)
@@ -330,8 +331,9 @@ func (t *TCPTransport) Send(addr string, f *Frame) error {
 
 // enqueue puts b on p's queue without blocking. It is called with t.mu held (read
 // or write), so that a writer retiring for idleness never strands a frame.
-func (t *TCPTransport) enqueue(p *tcpPeer, b []byte) error {
+func (t *TCPTransport) enqueue(p *tcpPeer, b *outFrame) error {
 	if until := p.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		b.free()
 		t.framesDropped.Add(1)
 		return fmt.Errorf("cluster: send to %s: backing off after a failed dial: %w", p.addr, ErrUnreachable)
 	}
@@ -339,6 +341,7 @@ func (t *TCPTransport) enqueue(p *tcpPeer, b []byte) error {
 	case p.queue <- b:
 		return nil
 	default:
+		b.free()
 		t.framesDropped.Add(1)
 		return fmt.Errorf("cluster: send to %s: %d frames queued: %w", p.addr, cap(p.queue), ErrQueueFull)
 	}
@@ -461,6 +464,7 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 			active = true
 			if until := p.downUntil.Load(); until != 0 {
 				if time.Now().UnixNano() < until {
+					b.free()
 					t.framesDropped.Add(1) // queued just before the backoff began
 					continue
 				}
@@ -469,6 +473,7 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 				var err error
 				if c, err = t.dial(p.addr); err != nil {
 					t.connErrors.Add(1)
+					b.free()
 					n := 1 + drainQueue(p.queue)
 					t.framesDropped.Add(uint64(n))
 					backoff = min(max(2*backoff, t.cfg.RedialBackoff), t.cfg.MaxRedialBackoff)
@@ -519,10 +524,11 @@ func (t *TCPTransport) retire(p *tcpPeer) bool {
 }
 
 // drainQueue empties q without blocking and returns how many frames it removed.
-func drainQueue(q chan []byte) int {
+func drainQueue(q chan *outFrame) int {
 	for n := 0; ; n++ {
 		select {
-		case <-q:
+		case b := <-q:
+			b.free()
 		default:
 			return n
 		}
@@ -574,7 +580,7 @@ func (t *TCPTransport) watch(c *tcpOutConn) {
 // writeBatch writes first and then every frame already queued (up to tcpMaxBatch)
 // into the connection's buffer, and flushes. On error the whole batch is counted
 // as dropped and the error returned; the caller closes the connection.
-func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first []byte) error {
+func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first *outFrame) error {
 	if err := c.conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout)); err != nil {
 		t.framesDropped.Add(1)
 		return err
@@ -585,12 +591,10 @@ func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first []byte) error
 	)
 	for b := first; ; {
 		frames++
-		bytes += frameHeaderSize + len(b)
-		putFrameHeader(&c.hdr, len(b))
-		if _, err = c.w.Write(c.hdr[:]); err != nil {
-			break
-		}
-		if _, err = c.w.Write(b); err != nil {
+		bytes += len(b.b)
+		_, err = c.w.Write(b.b)
+		b.free()
+		if err != nil {
 			break
 		}
 		if frames == tcpMaxBatch {
@@ -796,4 +800,49 @@ func (b *inflight) acquire(ctx context.Context, size int) (*frameSlot, bool, err
 		})
 	}
 	return s, waited, nil
+}
+
+// outFrame is a frame on its way to a peer: its length prefix and encoding, in a
+// buffer taken from outFramePool by Send and given back once the writer has copied it
+// into the connection's buffer (or dropped it), so that sending a frame allocates
+// nothing.
+type outFrame struct{ b []byte }
+
+// outFramePool holds outFrames whose buffers are at most outFrameMaxPooled bytes.
+var outFramePool = sync.Pool{New: func() any { return &outFrame{b: make([]byte, 0, 512)} }}
+
+// outFrameMaxPooled is the largest buffer given back to outFramePool, in bytes: larger
+// ones (big frames are rare) are left to the collector.
+const outFrameMaxPooled = 64 << 10
+
+// encodeOutFrame encodes f with its length prefix into a pooled outFrame. Its errors
+// are EncodeFrame's.
+func encodeOutFrame(f *Frame) (*outFrame, error) {
+	if f == nil || !f.Kind.Valid() {
+		_, err := EncodeFrame(f) // the error
+		return nil, err
+	}
+	o := outFramePool.Get().(*outFrame)
+	b := append(o.b[:0], 0, 0, 0, 0)
+	b, ok := appendFrame(b, f)
+	if !ok {
+		enc, err := EncodeFrame(f)
+		if err != nil {
+			o.free()
+			return nil, err
+		}
+		b = append(b, enc...)
+	}
+	putFrameHeader((*[frameHeaderSize]byte)(b), len(b)-frameHeaderSize)
+	o.b = b
+	return o, nil
+}
+
+// free gives o back to the pool; o must not be used afterwards.
+func (o *outFrame) free() {
+	if cap(o.b) > outFrameMaxPooled {
+		return
+	}
+	o.b = o.b[:0]
+	outFramePool.Put(o)
 }

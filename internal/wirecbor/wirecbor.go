@@ -1,0 +1,183 @@
+// Package wirecbor writes and reads, without reflection, the few CBOR (RFC 8949) shapes
+// of shardhost's per-message wire formats: maps with small unsigned-integer keys whose
+// values are unsigned integers, byte strings, text strings and arrays of text strings.
+//
+// The writer produces the core deterministic encoding (RFC 8949 §4.2.1: shortest heads,
+// definite lengths) that github.com/fxamacker/cbor's CoreDetEncOptions produces for the
+// same values, so that a hand-written encoder stays byte-for-byte compatible with the
+// reflective one it replaces (its callers test that). The reader is strict: it reports
+// !ok for anything outside those shapes (indefinite lengths, tags, floats, negative
+// integers, invalid UTF-8, truncation), and its callers then decode with the reflective
+// decoder, which accepts or refuses the input as before. So the fast path changes how
+// fast a message decodes, never whether it does.
+package wirecbor
+
+import "unicode/utf8"
+
+// Major types of CBOR (RFC 8949 §3.1) that this package handles.
+const (
+	MajorUint  = 0
+	MajorBytes = 2
+	MajorText  = 3
+	MajorArray = 4
+	MajorMap   = 5
+)
+
+// AppendHead appends the head of a data item of major type major with argument n in its
+// shortest form.
+func AppendHead(b []byte, major byte, n uint64) []byte {
+	m := major << 5
+	switch {
+	case n < 24:
+		return append(b, m|byte(n))
+	case n <= 0xff:
+		return append(b, m|24, byte(n))
+	case n <= 0xffff:
+		return append(b, m|25, byte(n>>8), byte(n))
+	case n <= 0xffffffff:
+		return append(b, m|26, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	default:
+		return append(b, m|27, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32),
+			byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+}
+
+// AppendUint appends the unsigned integer n.
+func AppendUint(b []byte, n uint64) []byte { return AppendHead(b, MajorUint, n) }
+
+// AppendText appends s as a text string. s should be valid UTF-8 (the reader refuses
+// anything else, as the reflective decoder does).
+func AppendText(b []byte, s string) []byte {
+	b = AppendHead(b, MajorText, uint64(len(s)))
+	return append(b, s...)
+}
+
+// AppendBytes appends p as a byte string.
+func AppendBytes(b []byte, p []byte) []byte {
+	b = AppendHead(b, MajorBytes, uint64(len(p)))
+	return append(b, p...)
+}
+
+// Reader reads data items from an encoding, front to back. Each method returns ok =
+// false (and leaves the Reader unusable) when the next item is not what it reads.
+type Reader struct {
+	b   []byte
+	off int
+}
+
+// NewReader returns a Reader of b. The Reader never modifies b, and what it returns
+// does not alias b.
+func NewReader(b []byte) Reader { return Reader{b: b} }
+
+// Done reports whether every byte has been read.
+func (r *Reader) Done() bool { return r.off == len(r.b) }
+
+// Head reads the head of the next data item: its major type and argument. It refuses
+// indefinite lengths, the reserved additional information 28 to 30, and truncation.
+func (r *Reader) Head() (major byte, n uint64, ok bool) {
+	if r.off >= len(r.b) {
+		return 0, 0, false
+	}
+	ib := r.b[r.off]
+	major, ai := ib>>5, ib&0x1f
+	r.off++
+	if ai < 24 {
+		return major, uint64(ai), true
+	}
+	var size int
+	switch ai {
+	case 24:
+		size = 1
+	case 25:
+		size = 2
+	case 26:
+		size = 4
+	case 27:
+		size = 8
+	default:
+		return 0, 0, false
+	}
+	if len(r.b)-r.off < size {
+		return 0, 0, false
+	}
+	for _, c := range r.b[r.off : r.off+size] {
+		n = n<<8 | uint64(c)
+	}
+	r.off += size
+	return major, n, true
+}
+
+// Uint reads an unsigned integer.
+func (r *Reader) Uint() (uint64, bool) {
+	major, n, ok := r.Head()
+	if !ok || major != MajorUint {
+		return 0, false
+	}
+	return n, true
+}
+
+// MapHead reads the head of a map and returns its number of pairs.
+func (r *Reader) MapHead() (int, bool) { return r.countHead(MajorMap) }
+
+// ArrayHead reads the head of an array and returns its number of elements.
+func (r *Reader) ArrayHead() (int, bool) { return r.countHead(MajorArray) }
+
+// countHead reads a head of major type m whose count could fit in the rest of the
+// input (every element takes at least one byte).
+func (r *Reader) countHead(m byte) (int, bool) {
+	major, n, ok := r.Head()
+	if !ok || major != m || n > uint64(len(r.b)-r.off) {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// content reads the head of a string of major type m and returns its bytes, aliasing
+// the input.
+func (r *Reader) content(m byte) ([]byte, bool) {
+	major, n, ok := r.Head()
+	if !ok || major != m || n > uint64(len(r.b)-r.off) {
+		return nil, false
+	}
+	p := r.b[r.off : r.off+int(n)]
+	r.off += int(n)
+	return p, true
+}
+
+// Text reads a text string; invalid UTF-8 is refused.
+func (r *Reader) Text() (string, bool) {
+	p, ok := r.content(MajorText)
+	if !ok || !utf8.Valid(p) {
+		return "", false
+	}
+	return string(p), true
+}
+
+// TextCached is Text returning *last instead of a new string when the text equals it,
+// and remembering the text in *last otherwise: repeated texts (a peer's address, a
+// topic) cost no allocation.
+func (r *Reader) TextCached(last *string) (string, bool) {
+	p, ok := r.content(MajorText)
+	if !ok {
+		return "", false
+	}
+	if string(p) == *last { // no allocation: the compiler compares in place
+		return *last, true
+	}
+	if !utf8.Valid(p) {
+		return "", false
+	}
+	*last = string(p)
+	return *last, true
+}
+
+// Bytes reads a byte string into a new slice (non-nil, even when empty).
+func (r *Reader) Bytes() ([]byte, bool) {
+	p, ok := r.content(MajorBytes)
+	if !ok {
+		return nil, false
+	}
+	out := make([]byte, len(p))
+	copy(out, p)
+	return out, true
+}

@@ -1,0 +1,95 @@
+package wirecbor
+
+import (
+	"bytes"
+	"encoding/hex"
+	"testing"
+)
+
+// TestHeadsRoundTrip writes heads at each size boundary (RFC 8949 §3: arguments below
+// 24 in the initial byte, then 1, 2, 4 and 8 bytes) and reads them back.
+func TestHeadsRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		n    uint64
+		want string
+	}{
+		{0, "00"}, {23, "17"}, {24, "1818"}, {255, "18ff"}, {256, "190100"},
+		{65535, "19ffff"}, {65536, "1a00010000"}, {1<<32 - 1, "1affffffff"},
+		{1 << 32, "1b0000000100000000"}, {1<<64 - 1, "1bffffffffffffffff"},
+	} {
+		b := AppendUint(nil, tc.n)
+		if got := hex.EncodeToString(b); got != tc.want {
+			t.Errorf("AppendUint(%d) = %s, want %s", tc.n, got, tc.want)
+		}
+		r := NewReader(b)
+		if n, ok := r.Uint(); !ok || n != tc.n || !r.Done() {
+			t.Errorf("Uint of %x = %d, %v, done %v", b, n, ok, r.Done())
+		}
+	}
+}
+
+func TestStringsAndContainers(t *testing.T) {
+	var b []byte
+	b = AppendHead(b, MajorMap, 2)
+	b = AppendText(b, "héllo")
+	b = AppendBytes(b, []byte{1, 2, 3})
+	b = AppendHead(b, MajorArray, 1)
+	b = AppendText(b, "")
+	r := NewReader(b)
+	if n, ok := r.MapHead(); !ok || n != 2 {
+		t.Fatalf("MapHead = %d, %v", n, ok)
+	}
+	var last string
+	if s, ok := r.TextCached(&last); !ok || s != "héllo" || last != "héllo" {
+		t.Fatalf("TextCached = %q, %v (last %q)", s, ok, last)
+	}
+	p, ok := r.Bytes()
+	if !ok || !bytes.Equal(p, []byte{1, 2, 3}) {
+		t.Fatalf("Bytes = %x, %v", p, ok)
+	}
+	p[0] = 9
+	if b[len(b)-5] != 1 { // the copy does not alias the input
+		t.Fatal("Bytes aliases its input")
+	}
+	if n, ok := r.ArrayHead(); !ok || n != 1 {
+		t.Fatalf("ArrayHead = %d, %v", n, ok)
+	}
+	if s, ok := r.Text(); !ok || s != "" || !r.Done() {
+		t.Fatalf("Text = %q, %v, done %v", s, ok, r.Done())
+	}
+}
+
+// TestReaderRefuses checks what the Reader leaves to the reflective decoder.
+func TestReaderRefuses(t *testing.T) {
+	for name, b := range map[string][]byte{
+		"empty":              {},
+		"truncated argument": {0x19, 0x01},
+		"reserved info":      {0x1c},
+		"indefinite map":     {0xbf},
+		"string past end":    {0x63, 'a', 'b'},
+		"invalid UTF-8":      {0x62, 0xc3, 0x28},
+		"negative integer":   {0x20},
+		"count past end":     {0x85, 0x01},
+	} {
+		r := NewReader(b)
+		var ok bool
+		switch {
+		case len(b) > 0 && b[0]>>5 == MajorText:
+			_, ok = r.Text()
+		case len(b) > 0 && b[0]>>5 == MajorArray:
+			_, ok = r.ArrayHead()
+		case len(b) > 0 && b[0]>>5 == MajorMap:
+			_, ok = r.MapHead()
+		default:
+			_, ok = r.Uint()
+		}
+		if ok {
+			t.Errorf("%s (%x): read", name, b)
+		}
+	}
+	var last string
+	r := NewReader([]byte{0x62, 0xc3, 0x28})
+	if _, ok := r.TextCached(&last); ok {
+		t.Error("TextCached read invalid UTF-8")
+	}
+}
