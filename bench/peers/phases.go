@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -16,13 +17,23 @@ type side struct {
 	stop func()
 }
 
-// rate accumulates a count over rounds.
+// rate accumulates a count over rounds, and the process's CPU time meanwhile.
 type rate struct {
 	n       int64
 	elapsed time.Duration
+	cpu     time.Duration
 }
 
 func (r *rate) add(n int64, d time.Duration) { r.n += n; r.elapsed += d }
+
+// cpuPerOp is the process's CPU time (user and system, every goroutine) per operation,
+// in seconds: on a shared machine it moves less than the rate does.
+func (r rate) cpuPerOp() float64 {
+	if r.n <= 0 {
+		return 0
+	}
+	return r.cpu.Seconds() / float64(r.n)
+}
 
 func (r rate) perSecond() float64 {
 	if r.elapsed <= 0 {
@@ -40,6 +51,27 @@ func (rs rateTable) add(key string, n int64, d time.Duration) {
 		rs[key] = &rate{}
 	}
 	rs[key].add(n, d)
+}
+
+// measured runs f, which counts its operations with rs.add, and adds the process's CPU
+// time during f to key's.
+func (rs rateTable) measured(key string, f func() error) error {
+	before := processCPU()
+	err := f()
+	if rs[key] == nil {
+		rs[key] = &rate{}
+	}
+	rs[key].cpu += processCPU() - before
+	return err
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // turns runs each round of a workload on every side, the sides taking turns (the first
@@ -117,9 +149,11 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		rates := rateTable{}
 		err := turns(o, sides, func(r int, s side) error {
 			return profiled(o.profileDir, s.sys.key+"-concurrent-r"+strconv.Itoa(r), func() error {
-				n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
-				rates.add(s.sys.key, n, d)
-				return err
+				return rates.measured(s.sys.key, func() error {
+					n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
+					rates.add(s.sys.key, n, d)
+					return err
+				})
 			})
 		})
 		if err != nil {
@@ -127,6 +161,7 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		}
 		for k, r := range rates {
 			res.set(k, "concurrent", r.perSecond())
+			res.set(k, "concurrent-cpu", r.cpuPerOp())
 		}
 	}
 	if o.runs("tells") {
@@ -230,9 +265,11 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 			return err
 		}
 		return profiled(o.profileDir, s.sys.key+"-remote-rate-r"+strconv.Itoa(r), func() error {
-			n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
-			rates.add(s.sys.key, n, d)
-			return err
+			return rates.measured(s.sys.key, func() error {
+				n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
+				rates.add(s.sys.key, n, d)
+				return err
+			})
 		})
 	})
 	if err != nil {
@@ -242,6 +279,7 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 		res.set(k, "remote-p50", l.quantile(0.5).Seconds())
 		res.set(k, "remote-p99", l.quantile(0.99).Seconds())
 		res.set(k, "remote-rate", rates[k].perSecond())
+		res.set(k, "remote-cpu", rates[k].cpuPerOp())
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ func rows(o options) []row {
 		{"serial-p50", "serial local ask into a warm entity, p50", seconds, serialFloor},
 		{"serial-p99", "serial local ask, p99", seconds, none},
 		{"concurrent", fmt.Sprintf("concurrent asks, %d askers over %s entities, 1 member", o.askers, thousands(o.entities)), perSecond, none},
+		{"concurrent-cpu", "concurrent asks: CPU time of the process per ask (user and system)", seconds, none},
 		{"tells", fmt.Sprintf("tells, %s from %d senders over %s entities, until all are applied", thousands(o.tells), o.tellers, thousands(o.entities)), perSecond, none},
 		{"activation-p50", "activation (first message to a new ID), one at a time, p50", seconds, none},
 		{"activation-p99", "activation, p99", seconds, none},
@@ -43,6 +44,7 @@ func rows(o options) []row {
 		{"remote-p99", "remote ask, p99", seconds, none},
 		{"remote-rate", fmt.Sprintf("remote asks, %d askers on member 1 over %s entities on member 2", o.askers, thousands(o.entities)), perSecond, none},
 	}
+	rs = append(rs, row{"remote-cpu", "remote asks: CPU time of the process (both members) per ask", seconds, none})
 	for _, n := range o.rssSizes {
 		rs = append(rs, row{"rss-" + strconv.Itoa(n), "RSS per active entity, " + thousands(n) + " active", bytesEach, none})
 	}
@@ -79,7 +81,7 @@ func printTable(w io.Writer, o options, m machine, fl floors, systems []system, 
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "(×N) is the shardhost figure divided by Proto.Actor's in the same row: above 1 is slower for latencies and memory, below 1 is slower for rates.")
+	fmt.Fprintln(w, "(×N) is the shardhost figure divided by Proto.Actor's in the same row: above 1 is slower (or costlier) for latencies, CPU time and memory, below 1 is slower for rates.")
 	fmt.Fprintf(w, "Each timed workload ran for %v per system, in %d rounds in which the systems took turns; the counters take \"inc\" (add one, reply with the count as text) and \"get\".\n", o.dur, o.rounds)
 	fmt.Fprintln(w, "Proto.Actor: github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9, native Go actors spawned by name at their first message; remote over its gRPC transport (protobuf BytesValue messages). shardhost: host.Start members with their defaults (checkpoints at passivation only), the remote pair over its TCP transport.")
 	fmt.Fprintf(w, "shardhost's in-memory recovery (host.Config.Recovery): %v.\n", map[bool]string{true: "on, the default", false: "off (-recovery=false)"}[o.recovery])
