@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,4 +231,18 @@ func bodyOf(topic string, i int) []byte {
 		b[k] = byte(i + k + len(topic))
 	}
 	return b
+}
+
+// TestFrameCodecKnowsEveryField fails when a field is added to Frame: appendFrame and
+// decodeFrameFast must learn it, or it would be dropped silently.
+func TestFrameCodecKnowsEveryField(t *testing.T) {
+	typ := reflect.TypeOf(Frame{})
+	var tags []string
+	for i := range typ.NumField() {
+		tags = append(tags, typ.Field(i).Tag.Get("cbor"))
+	}
+	const want = "1,keyasint 2,keyasint,omitempty 3,keyasint,omitempty 4,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty "
+	if got := strings.Join(tags, " "); got != want {
+		t.Errorf("Frame's fields changed (%q): teach frame_codec.go the change, then this test", got)
+	}
 }

@@ -741,7 +741,7 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 	env := d.env
 	env.Hops++
 	env.Epoch = a.epoch
-	body := encode(env)
+	body := encodeEnvelope(&env)
 	// The messenger carries the trace in the frame, under a CLIENT span for an ask.
 	if !d.ask {
 		if err := r.s.cfg.Messenger.TellContext(d.ctx, to, topicDeliver, body); err != nil {
@@ -759,7 +759,7 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 			return
 		}
 		var w wireReply
-		if err := decode(b, &w); err != nil {
+		if err := decodeWireReply(b, &w); err != nil {
 			d.fail(err)
 			return
 		}

@@ -166,7 +166,7 @@ func (s *Sharding) hostShardHere(ref shardRef) error {
 
 func (s *Sharding) handleDeliver(req *cluster.Request) {
 	var env Envelope
-	if err := decode(req.Body, &env); err != nil {
+	if err := decodeEnvelope(req.Body, &env); err != nil {
 		s.log.Warn("dropping a malformed envelope", "from", req.From, "err", err)
 		req.Reply(nil, err)
 		return
@@ -197,7 +197,7 @@ func (s *Sharding) handleDeliver(req *cluster.Request) {
 					w.Node = re.Node
 				}
 			}
-			req.Reply(encode(w), nil)
+			req.Reply(encodeWireReply(&w), nil)
 		}
 	}
 	s.route(d)

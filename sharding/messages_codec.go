@@ -1,0 +1,202 @@
+package sharding
+
+import "github.com/shardhost/shardhost/internal/wirecbor"
+
+// The fast path of the two messages of every remote ask, the Envelope and its
+// wireReply. Encoding and decoding them by reflection (fxamacker/cbor) cost about as
+// much CPU as the frames that carry them. The encoders write the bytes encMode writes
+// (a test compares them), and the decoders decode exactly those; anything else goes to
+// decMode, which accepts or refuses it as before (the package cluster's frame codec
+// does the same, and internal/wirecbor says why this keeps the wire format).
+
+// encodeEnvelope is encode(e), without reflection.
+func encodeEnvelope(e *Envelope) []byte {
+	n := uint64(2)
+	for _, set := range [...]bool{len(e.Payload) > 0, e.Hops != 0, e.Origin != "", e.Epoch != 0,
+		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0} {
+		if set {
+			n++
+		}
+	}
+	size := 48 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
+	for _, c := range e.Chain {
+		size += 9 + len(c)
+	}
+	b := wirecbor.AppendHead(make([]byte, 0, size), wirecbor.MajorMap, n)
+	b = wirecbor.AppendText(append(b, 1), e.EntityType)
+	b = wirecbor.AppendText(append(b, 2), e.EntityID)
+	if len(e.Payload) > 0 {
+		b = wirecbor.AppendBytes(append(b, 3), e.Payload)
+	}
+	if e.Hops != 0 {
+		b = wirecbor.AppendUint(append(b, 5), uint64(e.Hops))
+	}
+	if e.Origin != "" {
+		b = wirecbor.AppendText(append(b, 6), e.Origin)
+	}
+	if e.Epoch != 0 {
+		b = wirecbor.AppendUint(append(b, 7), e.Epoch)
+	}
+	if e.Sender != "" {
+		b = wirecbor.AppendText(append(b, 8), e.Sender)
+	}
+	if e.Kind != 0 {
+		b = wirecbor.AppendUint(append(b, 9), uint64(e.Kind))
+	}
+	if e.Tag != 0 {
+		b = wirecbor.AppendUint(append(b, 10), e.Tag)
+	}
+	if len(e.Chain) > 0 {
+		b = wirecbor.AppendHead(append(b, 11), wirecbor.MajorArray, uint64(len(e.Chain)))
+		for _, c := range e.Chain {
+			b = wirecbor.AppendText(b, c)
+		}
+	}
+	if e.Forwards != 0 {
+		b = wirecbor.AppendUint(append(b, 12), uint64(e.Forwards))
+	}
+	return b
+}
+
+// decodeEnvelope is decode(b, e).
+func decodeEnvelope(b []byte, e *Envelope) error {
+	if decodeEnvelopeFast(b, e) {
+		return nil
+	}
+	*e = Envelope{}
+	return decode(b, e)
+}
+
+// decodeEnvelopeFast decodes an Envelope as encodeEnvelope writes it: known keys in
+// ascending order, values of their field's type and range, no trailing bytes. It
+// reports false, with e in any state, for anything else.
+func decodeEnvelopeFast(b []byte, e *Envelope) bool {
+	r := wirecbor.NewReader(b)
+	n, ok := r.MapHead()
+	if !ok || n > 12 {
+		return false
+	}
+	*e = Envelope{}
+	var last uint64
+	small := func() (uint8, bool) {
+		v, ok := r.Uint()
+		return uint8(v), ok && v <= 0xff
+	}
+	for range n {
+		k, ok := r.Uint()
+		if !ok || k <= last {
+			return false
+		}
+		last = k
+		switch k {
+		case 1:
+			e.EntityType, ok = r.Text()
+		case 2:
+			e.EntityID, ok = r.Text()
+		case 3:
+			e.Payload, ok = r.Bytes()
+		case 5:
+			e.Hops, ok = small()
+		case 6:
+			e.Origin, ok = r.Text()
+		case 7:
+			e.Epoch, ok = r.Uint()
+		case 8:
+			e.Sender, ok = r.Text()
+		case 9:
+			var kind uint8
+			kind, ok = small()
+			e.Kind = MessageKind(kind)
+		case 10:
+			e.Tag, ok = r.Uint()
+		case 11:
+			var m int
+			if m, ok = r.ArrayHead(); !ok || m == 0 {
+				return false
+			}
+			e.Chain = make([]string, m)
+			for i := range e.Chain {
+				if e.Chain[i], ok = r.Text(); !ok {
+					return false
+				}
+			}
+		case 12:
+			e.Forwards, ok = small()
+		default:
+			return false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return r.Done()
+}
+
+// encodeWireReply is encode(w), without reflection.
+func encodeWireReply(w *wireReply) []byte {
+	n := uint64(0)
+	for _, set := range [...]bool{len(w.Payload) > 0, w.Node != "", w.Code != "", w.Error != ""} {
+		if set {
+			n++
+		}
+	}
+	b := make([]byte, 0, 24+len(w.Payload)+len(w.Node)+len(w.Code)+len(w.Error))
+	b = wirecbor.AppendHead(b, wirecbor.MajorMap, n)
+	if len(w.Payload) > 0 {
+		b = wirecbor.AppendBytes(append(b, 1), w.Payload)
+	}
+	if w.Node != "" {
+		b = wirecbor.AppendText(append(b, 2), w.Node)
+	}
+	if w.Code != "" {
+		b = wirecbor.AppendText(append(b, 3), w.Code)
+	}
+	if w.Error != "" {
+		b = wirecbor.AppendText(append(b, 4), w.Error)
+	}
+	return b
+}
+
+// decodeWireReply is decode(b, w).
+func decodeWireReply(b []byte, w *wireReply) error {
+	if decodeWireReplyFast(b, w) {
+		return nil
+	}
+	*w = wireReply{}
+	return decode(b, w)
+}
+
+// decodeWireReplyFast decodes a wireReply as encodeWireReply writes it, or reports
+// false.
+func decodeWireReplyFast(b []byte, w *wireReply) bool {
+	r := wirecbor.NewReader(b)
+	n, ok := r.MapHead()
+	if !ok || n > 4 {
+		return false
+	}
+	*w = wireReply{}
+	var prev uint64
+	for range n {
+		k, ok := r.Uint()
+		if !ok || k <= prev {
+			return false
+		}
+		prev = k
+		switch k {
+		case 1:
+			w.Payload, ok = r.Bytes()
+		case 2:
+			w.Node, ok = r.Text()
+		case 3:
+			w.Code, ok = r.Text()
+		case 4:
+			w.Error, ok = r.Text()
+		default:
+			return false
+		}
+		if !ok {
+			return false
+		}
+	}
+	return r.Done()
+}

@@ -1,0 +1,152 @@
+package sharding
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func randomText(rng *rand.Rand) string {
+	n := []int{0, 0, 1, 5, 23, 24, 300}[rng.IntN(7)]
+	s := strings.Repeat("x", n)
+	if n > 2 && rng.IntN(3) == 0 {
+		s = "ü" + s[2:]
+	}
+	return s
+}
+
+func randomUint(rng *rand.Rand) uint64 {
+	return []uint64{0, 0, 1, 23, 24, 255, 256, 1 << 32, 1<<64 - 1, rng.Uint64()}[rng.IntN(10)]
+}
+
+func randomEnvelope(rng *rand.Rand) Envelope {
+	e := Envelope{EntityType: randomText(rng), EntityID: randomText(rng), Hops: uint8(randomUint(rng)),
+		Origin: randomText(rng), Epoch: randomUint(rng), Sender: randomText(rng), Kind: MessageKind(rng.IntN(4)),
+		Tag: randomUint(rng), Forwards: uint8(randomUint(rng))}
+	if n := rng.IntN(30); n > 0 {
+		e.Payload = bytes.Repeat([]byte{byte(n)}, n*n)
+	}
+	for range rng.IntN(3) {
+		e.Chain = append(e.Chain, randomText(rng))
+	}
+	return e
+}
+
+func randomWireReply(rng *rand.Rand) wireReply {
+	w := wireReply{Node: randomText(rng), Code: randomText(rng), Error: randomText(rng)}
+	if n := rng.IntN(30); n > 0 {
+		w.Payload = bytes.Repeat([]byte{byte(n)}, n*n)
+	}
+	return w
+}
+
+// TestEnvelopeCodecMatchesReflective checks that the hand-written encoders write what
+// encMode writes (what older members send and expect), and that the fast decoders,
+// given those bytes, truncated or with a byte changed, either decline them or decode
+// exactly what decMode decodes.
+func TestEnvelopeCodecMatchesReflective(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 3000 {
+		env := randomEnvelope(rng)
+		b := encodeEnvelope(&env)
+		if want := encode(env); !bytes.Equal(b, want) {
+			t.Fatalf("envelope %d %+v:\n got %x\nwant %x", i, env, b, want)
+		}
+		var back Envelope
+		if !decodeEnvelopeFast(b, &back) || !reflect.DeepEqual(back, env) {
+			t.Fatalf("envelope %d: fast decode of its own encoding gave %+v, want %+v", i, back, env)
+		}
+		for _, in := range mutations(rng, b) {
+			var fast, slow Envelope
+			if !decodeEnvelopeFast(in, &fast) {
+				continue
+			}
+			if err := decode(in, &slow); err != nil {
+				t.Fatalf("fast path accepted %x, which decMode refuses: %v", in, err)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%x: fast %+v, reflective %+v", in, fast, slow)
+			}
+		}
+
+		w := randomWireReply(rng)
+		b = encodeWireReply(&w)
+		if want := encode(w); !bytes.Equal(b, want) {
+			t.Fatalf("reply %d %+v:\n got %x\nwant %x", i, w, b, want)
+		}
+		for _, in := range append(mutations(rng, b), b) {
+			var fast, slow wireReply
+			if !decodeWireReplyFast(in, &fast) {
+				continue
+			}
+			if err := decode(in, &slow); err != nil {
+				t.Fatalf("fast path accepted %x, which decMode refuses: %v", in, err)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%x: fast %+v, reflective %+v", in, fast, slow)
+			}
+		}
+	}
+	// What only the reflective decoder takes: the old trace context key (4) is ignored.
+	old := []byte{0xa3, 0x01, 0x61, 't', 0x02, 0x61, 'i', 0x04, 0x61, 'x'}
+	var env Envelope
+	if decodeEnvelopeFast(old, &env) {
+		t.Fatal("the fast path decoded an unknown key")
+	}
+	if err := decodeEnvelope(old, &env); err != nil || env.EntityType != "t" || env.EntityID != "i" {
+		t.Fatalf("decodeEnvelope of an envelope with key 4: %+v, %v", env, err)
+	}
+	if err := decodeEnvelope([]byte{0xa1, 0x01, 0x61, 0xff}, &env); err == nil {
+		t.Fatal("decodeEnvelope took invalid UTF-8")
+	}
+}
+
+// mutations returns b truncated and b with one byte changed.
+func mutations(rng *rand.Rand, b []byte) [][]byte {
+	c := bytes.Clone(b)
+	c[rng.IntN(len(c))] = byte(rng.Uint32())
+	return [][]byte{b[:rng.IntN(len(b))], c}
+}
+
+func FuzzEnvelopeFastDecode(f *testing.F) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 5 {
+		env := randomEnvelope(rng)
+		f.Add(encodeEnvelope(&env))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var fast, slow Envelope
+		if !decodeEnvelopeFast(in, &fast) {
+			return
+		}
+		if err := decode(in, &slow); err != nil {
+			t.Fatalf("fast path accepted %x, which decMode refuses: %v", in, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%x: fast %+v, reflective %+v", in, fast, slow)
+		}
+	})
+}
+
+// TestCodecKnowsEveryField fails when a field is added to Envelope or wireReply: the
+// hand-written codec (messages_codec.go) must learn it, or it would drop it silently.
+func TestCodecKnowsEveryField(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{Envelope{}, "1,keyasint 2,keyasint 3,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty 8,keyasint,omitempty 9,keyasint,omitempty 10,keyasint,omitempty 11,keyasint,omitempty 12,keyasint,omitempty"},
+		{wireReply{}, "1,keyasint,omitempty 2,keyasint,omitempty 3,keyasint,omitempty 4,keyasint,omitempty"},
+	} {
+		typ := reflect.TypeOf(tc.v)
+		var tags []string
+		for i := range typ.NumField() {
+			tags = append(tags, typ.Field(i).Tag.Get("cbor"))
+		}
+		if got := strings.Join(tags, " "); got != tc.want {
+			t.Errorf("%s's fields changed (%s): teach messages_codec.go the change, then this test", typ, got)
+		}
+	}
+}
