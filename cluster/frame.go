@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
+	"sync/atomic"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -83,9 +83,18 @@ func (f *Frame) Hold() (release func()) {
 
 // frameSlot is a frame's share of its connection's in-flight budget.
 type frameSlot struct {
-	held    bool // set by Hold, on the reader's goroutine
-	once    sync.Once
-	release func()
+	held bool // set by Hold, on the reader's goroutine
+	done atomic.Bool
+	in   *inflight
+	n    int64 // bytes
+}
+
+// release gives the share back; later calls do nothing.
+func (s *frameSlot) release() {
+	if s.done.CompareAndSwap(false, true) {
+		s.in.bytes.Release(s.n)
+		s.in.frames.Release(1)
+	}
 }
 
 const (

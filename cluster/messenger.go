@@ -31,7 +31,7 @@ type Request struct {
 	ctx     context.Context
 	span    trace.Span // the server span of a traced request, ended by Reply
 	start   time.Time
-	release func() // frees the request's share of its connection's frames in flight
+	slot    *frameSlot // the request's share of its connection's frames in flight, or nil
 }
 
 // OneWay reports whether the sender expects no reply (the message came by Tell).
@@ -60,8 +60,8 @@ func (r *Request) Reply(body []byte, err error) {
 		r.m.log.DebugContext(r.Context(), "reply called more than once; ignored", "topic", r.Topic, "from", r.From)
 		return
 	}
-	if r.release != nil {
-		r.release()
+	if r.slot != nil {
+		r.slot.release()
 	}
 	r.m.tel.serverDone(r, err)
 	if r.From == "" {
@@ -295,7 +295,11 @@ func (m *Messenger) RequestAsyncContext(ctx context.Context, addr, topic string,
 		fail(timeoutError(addr, topic, timeout))
 		return
 	}
-	if _, err := m.start(addr, topic, body, m.tel.inject(ctx), timeout, func(b []byte, err error) { done(err); cb(b, err) }); err != nil {
+	reply := cb
+	if m.tel.traced || m.tel.metered {
+		reply = func(b []byte, err error) { done(err); cb(b, err) }
+	}
+	if _, err := m.start(addr, topic, body, m.tel.inject(ctx), timeout, reply); err != nil {
 		fail(err)
 	}
 }
@@ -407,8 +411,9 @@ func (m *Messenger) handleFrame(f *Frame) {
 			// A request counts among its connection's frames in flight until it is
 			// answered (TCPConfig.MaxFramesInFlight). Should a handler drop it
 			// unanswered, the collector frees its share.
-			r.release = f.Hold()
-			runtime.AddCleanup(r, func(release func()) { release() }, r.release)
+			f.slot.held = true // Frame.Hold, without making a closure
+			r.slot = f.slot
+			runtime.AddCleanup(r, (*frameSlot).release, r.slot)
 		}
 		m.tel.serverStart(r, f.Trace)
 		h := (*m.handlers.Load())[f.Topic]

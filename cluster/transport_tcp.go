@@ -792,14 +792,7 @@ func (b *inflight) acquire(ctx context.Context, size int) (*frameSlot, bool, err
 			return nil, true, err
 		}
 	}
-	s := &frameSlot{}
-	s.release = func() {
-		s.once.Do(func() {
-			b.bytes.Release(n)
-			b.frames.Release(1)
-		})
-	}
-	return s, waited, nil
+	return &frameSlot{in: b, n: n}, waited, nil
 }
 
 // outFrame is a frame on its way to a peer: its length prefix and encoding, in a
