@@ -288,6 +288,7 @@ func (n *Node) restoreState(ctx context.Context, mod *Module, typ, id string, ki
 		if mod, err = n.modules.get(ctx, snap.ModuleDigest, n.moduleSources(info)); err != nil {
 			return nil, nil, err
 		}
+		mod.CompileInBackground()
 		n.log.Info("entity keeps the module of its state", "entity", typ+"/"+id,
 			"module", snap.ModuleDigest[:12], "deployed", info.Digest[:12])
 	}

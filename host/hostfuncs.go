@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/shardhost/shardhost/abi"
@@ -30,8 +31,10 @@ var hostFunctionNames = func() map[string]struct{} {
 	return names
 }()
 
-func (rt *Runtime) instantiateHostModule(ctx context.Context) error {
-	b := rt.r.NewHostModuleBuilder(abi.ImportModule)
+// instantiateHostModule instantiates the shardhost host module in r, one of the
+// runtime's two wazero runtimes.
+func (rt *Runtime) instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
+	b := r.NewHostModuleBuilder(abi.ImportModule)
 	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
 		b.NewFunctionBuilder().WithGoModuleFunction(replayable(name, f, len(results)), params, results).Export(name)
 	}

@@ -79,7 +79,9 @@ func instanceFrom(ctx context.Context) *Instance {
 // Instance is one entity's wasm instance. It is not safe for concurrent use: the caller
 // delivers one message at a time, which is what the ABI promises the guest.
 type Instance struct {
-	m          *Module
+	m *Module
+	// code is the compiled module the instance was made from (interpreted or not).
+	code       *moduleCode
 	entityType string
 	entityID   string
 	name       string // "type/id"
@@ -183,10 +185,11 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	}
 	defer span.End()
 	inst.clock.reset(SnapshotClock{Wall: fakeEpochNanos})
-	compiled, start := m.compiled, m.start
+	code, start := m.code.Load(), m.start
 	if plan != nil {
-		compiled, start = plan.compiled, plan.start
+		code, start = plan.code, plan.start
 	}
+	inst.code = code
 	// Not derived from rt.ctx: every instance would register with (and lock) that one
 	// parent, which activations on all cores contended on. Runtime.Close cancels the
 	// live instances' contexts itself, and this one below if it closed meanwhile.
@@ -205,7 +208,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		WithRandSource(&inst.wasiRand)
 	// The linear memory comes from the runtime's arena (linearmem.go).
 	started := time.Now()
-	mod, err := rt.r.InstantiateModule(experimental.WithMemoryAllocator(inst.ctx, (*memoryAllocator)(inst)), compiled, cfg)
+	mod, err := code.r.InstantiateModule(experimental.WithMemoryAllocator(inst.ctx, (*memoryAllocator)(inst)), code.compiled, cfg)
 	if err != nil {
 		if inst.lm != nil {
 			inst.lm.Free() // wazero does not close a module whose instantiation failed

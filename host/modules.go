@@ -10,11 +10,17 @@ import (
 	"sync"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/shardhost/shardhost/internal/boltfile"
 )
 
 // moduleStore keeps entity modules as content-addressed files under the data directory
-// (modules/<sha256>.wasm) and their compiled forms in memory. A module this member lacks
-// is fetched from a peer that has it and checked against its digest.
+// (modules/<sha256>.wasm) and their compiled forms in memory, one per digest. A module
+// this member lacks is fetched from a peer that has it and checked against its digest.
+//
+// A module enters the store validated by Runtime.Load (on wazero's interpreter, unless
+// the compilation cache has it) and its file written and fsynced; Module.
+// CompileInBackground compiles it.
 type moduleStore struct {
 	rt  *Runtime
 	dir string
@@ -59,9 +65,11 @@ func validDigest(d string) bool {
 	return true
 }
 
-// put validates and compiles a module, stores it, and returns it.
+// put validates a module (Runtime.Load), stores it durably, and returns it; it runs on
+// the interpreter until Module.CompileInBackground has compiled it. Nothing is stored
+// of a module that fails its validation.
 func (s *moduleStore) put(ctx context.Context, wasm []byte) (*Module, error) {
-	m, err := s.rt.Compile(ctx, wasm)
+	m, err := s.rt.Load(ctx, wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -79,30 +87,23 @@ func (s *moduleStore) put(ctx context.Context, wasm []byte) (*Module, error) {
 	return m, nil
 }
 
+// write stores a module's file, fsynced with its directory entry, unless it is there.
 func (s *moduleStore) write(digest string, wasm []byte) error {
 	if _, err := os.Stat(s.path(digest)); err == nil {
 		return nil
 	}
-	tmp, err := os.CreateTemp(s.dir, "incoming-*.wasm")
-	if err != nil {
+	if err := writeFileAtomic(s.path(digest), wasm); err != nil {
 		return fmt.Errorf("host: storing module: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(wasm); err != nil {
-		tmp.Close()
-		return fmt.Errorf("host: storing module: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("host: storing module: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.path(digest)); err != nil {
+	if err := boltfile.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("host: storing module: %w", err)
 	}
 	return nil
 }
 
-// get returns the compiled module with the digest: from memory, from its file, or
-// fetched from the members at from. Concurrent calls for one digest share the work.
+// get returns the module with the digest: from memory, from its file, or fetched from
+// the members at from (and then validated and stored as by put). Concurrent calls for
+// one digest share the work. It does not start the module's compilation (compile).
 func (s *moduleStore) get(ctx context.Context, digest string, from []string) (*Module, error) {
 	if !validDigest(digest) {
 		return nil, fmt.Errorf("%w: bad module digest %q", ErrModuleUnavailable, digest)
@@ -133,6 +134,13 @@ func (s *moduleStore) get(ctx context.Context, digest string, from []string) (*M
 		return nil, err
 	}
 	return v.(*Module), nil
+}
+
+// loaded returns the module with the digest if this member has loaded it, nil otherwise.
+func (s *moduleStore) loaded(digest string) *Module {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compiled[digest]
 }
 
 // bytes returns a stored module's bytes, for a peer that fetches it.

@@ -483,6 +483,13 @@ type ModuleInfo struct {
 	Current bool `json:"current"`
 	// Local says this member holds the module.
 	Local bool `json:"local"`
+	// Engine says how this member runs the module's new instances: "compiler",
+	// "interpreter" (validated; compiling in the background, or not since this
+	// process started), "interpreter (compile failed)"; empty when this member has not
+	// loaded the module since it started.
+	Engine string `json:"engine,omitempty"`
+	// CompileError says why this member's compilation of the module failed.
+	CompileError string `json:"compile_error,omitempty"`
 }
 
 // Modules lists the versions of every deployed type, by type name and newest first.
@@ -490,7 +497,14 @@ func (n *Node) Modules() []ModuleInfo {
 	out := []ModuleInfo{}
 	for _, t := range n.catalog.list() {
 		for i, v := range t.Versions() {
-			out = append(out, ModuleInfo{Type: t.Name, ModuleVersion: v, Current: i == 0, Local: n.modules.has(v.Digest)})
+			mi := ModuleInfo{Type: t.Name, ModuleVersion: v, Current: i == 0, Local: n.modules.has(v.Digest)}
+			if mod := n.modules.loaded(v.Digest); mod != nil {
+				mi.Engine = mod.Engine()
+				if err := mod.CompileError(); err != nil {
+					mi.CompileError = err.Error()
+				}
+			}
+			out = append(out, mi)
 		}
 	}
 	return out
@@ -640,8 +654,14 @@ type MemberDeployment struct {
 // with the settings st (NumberOfShards 0: the type's current number, or
 // abi.DefaultNumberOfShards for a new type; other empty fields take their defaults). It
 // returns once every member has the type ready or has failed to; members that join
-// later get it through gossip. Errors: ErrBadRequest (name, settings),
-// ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged.
+// later get it through gossip. Ready means that the member has validated the module on
+// wazero's interpreter (Runtime.Load), stored it durably and started the type's region:
+// its entities answer from then on, on the interpreter, while each member compiles the
+// module in the background (Module.CompileInBackground); new activations use the
+// compiled code once it is ready, and active entities move to it at their next message
+// (README, "Write, deploy and talk to your own entity"). Nothing is stored, on any member, of a module that this member
+// refuses. Errors: ErrBadRequest (name, settings), ErrModuleTooLarge,
+// ErrInvalidModule, ErrShardsChanged.
 func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings) (res DeployResult, err error) {
 	name := st.Name
 	span := noopSpan
@@ -698,6 +718,10 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 		return DeployResult{}, err
 	}
 	res = DeployResult{Type: info, Members: n.tellEveryMember(ctx, info), Settings: info.SettingList()}
+	// Compiled once every member has validated it, so that on a shared machine the
+	// compilations do not slow the others' validations; asks run on the interpreter
+	// meanwhile.
+	mod.CompileInBackground()
 	if exists {
 		res.Changed = settingChanges(prev, info)
 	}
@@ -875,8 +899,22 @@ func (n *Node) typeChanged(info TypeInfo) {
 		defer cancel()
 		if err := n.prepare(ctx, info); err != nil {
 			n.log.Warn("entity type not ready on this node", "type", info.Name, "err", err)
+			return
 		}
+		n.compileType(info.Name)
 	})
+}
+
+// compileType starts the background compilation of the type's current module, if this
+// member has loaded it.
+func (n *Node) compileType(name string) {
+	cur, ok := n.catalog.get(name)
+	if !ok {
+		return
+	}
+	if mod := n.modules.loaded(cur.Digest); mod != nil {
+		mod.CompileInBackground()
+	}
 }
 
 // moduleSources lists the members to fetch a type's module from: its deployer first.
@@ -925,7 +963,11 @@ func (n *Node) handlePrepare(req *cluster.Request) {
 	n.owner.Go(func() {
 		ctx, cancel := context.WithTimeout(req.Context(), n.cfg.JoinTimeout)
 		defer cancel()
-		req.Reply(nil, n.prepare(ctx, infos[0]))
+		err := n.prepare(ctx, infos[0])
+		req.Reply(nil, err)
+		if err == nil {
+			n.compileType(infos[0].Name) // after the reply: the deploy does not wait for it
+		}
 	})
 }
 

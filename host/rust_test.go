@@ -47,7 +47,7 @@ func TestRustModuleValidates(t *testing.T) {
 	if m.ABIVersion != abi.Version {
 		t.Fatalf("ABI version %d", m.ABIVersion)
 	}
-	exports := m.compiled.ExportedFunctions()
+	exports := m.code.Load().compiled.ExportedFunctions()
 	for _, want := range requiredExports {
 		if _, ok := exports[want.name]; !ok {
 			t.Errorf("no export %s", want.name)
@@ -58,7 +58,7 @@ func TestRustModuleValidates(t *testing.T) {
 	}
 	// The SDK imports the host functions and, for its panic hook, WASI's fd_write.
 	var imports []string
-	for _, imp := range m.compiled.ImportedFunctions() {
+	for _, imp := range m.code.Load().compiled.ImportedFunctions() {
 		mod, name, _ := imp.Import()
 		imports = append(imports, mod+"."+name)
 		if mod != abi.ImportModule && !(mod == wasi_snapshot_preview1.ModuleName && name == "fd_write") {

@@ -395,9 +395,9 @@ func (m *Module) Restore(ctx context.Context, entityType, entityID string, s *Sn
 
 // restorePlan is how instantiate makes a restored instance.
 type restorePlan struct {
-	snap     *Snapshot
-	compiled wazero.CompiledModule
-	start    []string
+	snap  *Snapshot
+	code  *moduleCode
+	start []string
 	// zeroed says the instance's memory is all zero after instantiation.
 	zeroed bool
 }
@@ -407,10 +407,12 @@ func (m *Module) restore(ctx context.Context, entityType, entityID string, s *Sn
 	if err := m.checkSnapshot(s); err != nil {
 		return nil, err
 	}
-	plan := &restorePlan{snap: s, compiled: m.compiled, start: m.start}
-	if !initialise {
+	plan := &restorePlan{snap: s, code: m.code.Load(), start: m.start}
+	// The restore image is compiled code: it is compiled once the module is, so that
+	// the two compilations do not compete (a restore before that takes the slower path).
+	if !initialise && !plan.code.interpreted {
 		if image := m.snap.readyImage(m.rt); image != nil {
-			plan.compiled, plan.start, plan.zeroed = image, nil, true
+			plan.code, plan.start, plan.zeroed = &moduleCode{r: m.rt.r, compiled: image}, nil, true
 		}
 	}
 	return m.instantiate(ctx, entityType, entityID, plan, true)

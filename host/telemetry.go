@@ -19,6 +19,7 @@ import (
 const (
 	attrModuleDigest = attribute.Key("shardhost.module.digest")
 	attrModuleVer    = attribute.Key("shardhost.module.version")
+	attrEngine       = attribute.Key("shardhost.module.engine") // interpreter, compiler, compiler-background
 	attrMessageBytes = attribute.Key("shardhost.message.bytes")
 	attrHostCalls    = attribute.Key("shardhost.guest.host_calls")
 	attrRestoreKind  = attribute.Key("shardhost.restore.kind") // guest, instance
@@ -57,7 +58,7 @@ func newRuntimeTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *runt
 	t.memory = obs.Must(m.Int64UpDownCounter("shardhost.entity.memory", metric.WithUnit("By"),
 		metric.WithDescription("Linear memory of the active wasm instances, by entity type. [shardhost.entity.type]")))
 	t.compileDur = obs.Must(m.Float64Histogram("shardhost.module.compile.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to compile and check a module (from the compilation cache when it has it). []")))
+		metric.WithDescription("Time to compile a module, by engine: interpreter (a deploy's validation, with the checks and a probe instance), compiler (the same, compiled; from the compilation cache when it has it), compiler-background (the compilation that replaces the interpreter's code). [shardhost.module.engine]")))
 	t.byType = obs.NewAttrCache(func(typ string) attribute.Set { return attribute.NewSet(obs.EntityType.String(typ)) })
 	return t
 }
@@ -135,7 +136,7 @@ func newNodeTelemetry(mp metric.MeterProvider) *nodeTelemetry {
 	t.backoffs = obs.Must(m.Int64Counter("shardhost.entity.backoffs", metric.WithUnit("{backoff}"),
 		metric.WithDescription("Times an entity that kept failing was put to rest (backoff), by entity type. [shardhost.entity.type]")))
 	t.restores = obs.Must(m.Int64Counter("shardhost.entity.restores", metric.WithUnit("{restore}"),
-		metric.WithDescription("Instances made from saved state, by entity type and kind (guest: shardhost_restore; instance: a transparent snapshot). [shardhost.entity.type, shardhost.restore.kind]")))
+		metric.WithDescription("Instances made from saved state, by entity type and kind (guest: shardhost_restore; instance: a transparent snapshot; compiled: an active entity moved from the interpreter to its compiled module). [shardhost.entity.type, shardhost.restore.kind]")))
 	t.attrs = obs.NewAttrCache(func(k [2]string) attribute.Set {
 		parts := []attribute.KeyValue{obs.EntityType.String(k[0])}
 		switch {

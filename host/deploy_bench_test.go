@@ -1,0 +1,105 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// BenchmarkDeployGoCounterToThreeMembers deploys the Go wasip1 counter (2.7 MB) to a
+// fresh cluster of three members in this process, each with an empty compilation
+// cache, and reports medians over the iterations, every figure from the Deploy call:
+// deploy-ms, until Deploy returns (every member has validated and stored the module,
+// its region started); first-ask-ms, until an ask sent then into a new entity answers;
+// compiled-ms, until every member runs the module's compiled code (Node.Modules).
+// Run it with -benchtime=Nx: each iteration starts a cluster.
+func BenchmarkDeployGoCounterToThreeMembers(b *testing.B) {
+	wasm := testwasm.Bytes(b, "counter")
+	ctx := context.Background()
+	var deploy, firstAsk, compiled []time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		cache := b.TempDir()
+		nodes := startBenchNodes(b, 3, func(c *Config) { c.Runtime.CacheDir = cache + fmt.Sprint("/", len(c.Join)) })
+		waitConverged(b, nodes)
+		b.StartTimer()
+		start := time.Now()
+		res, err := nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: "counter"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		deploy = append(deploy, time.Since(start))
+		for _, m := range res.Members {
+			if !m.Ready {
+				b.Fatalf("%s not ready: %s", m.Node, m.Error)
+			}
+		}
+		if _, err := nodes[0].Sharding().Ask(ctx, "counter", fmt.Sprint("first-", i), []byte("inc")); err != nil {
+			b.Fatal(err)
+		}
+		firstAsk = append(firstAsk, time.Since(start))
+		for !allCompiled(nodes, res.Type.Digest) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		compiled = append(compiled, time.Since(start))
+		b.StopTimer()
+		for _, n := range nodes {
+			n.Kill()
+		}
+	}
+	ms := func(ds []time.Duration) float64 {
+		sort.Slice(ds, func(a, c int) bool { return ds[a] < ds[c] })
+		return float64(ds[len(ds)/2].Microseconds()) / 1e3
+	}
+	b.ReportMetric(ms(deploy), "deploy-ms")
+	b.ReportMetric(ms(firstAsk), "first-ask-ms")
+	b.ReportMetric(ms(compiled), "compiled-ms")
+}
+
+// allCompiled reports whether every node runs the module with the digest compiled.
+func allCompiled(nodes []*Node, digest string) bool {
+	for _, n := range nodes {
+		found := false
+		for _, m := range n.Modules() {
+			if m.Digest == digest && m.Engine == "compiler" {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// waitConverged waits until every node sees every node up in a converged view.
+func waitConverged(b *testing.B, nodes []*Node) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok := true
+		for _, n := range nodes {
+			v := n.Membership().View()
+			up := 0
+			for _, m := range v.Members {
+				if m.Status == cluster.StatusUp && m.Reachable {
+					up++
+				}
+			}
+			ok = ok && v.Converged && up == len(nodes)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no converged view of every member up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
