@@ -27,6 +27,11 @@ func newDeployCommand(g *globals) *cobra.Command {
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
+It returns once every member has validated the module (on wazero's interpreter), stored
+it and started the type: entities answer from then on. Each member then compiles the
+module in the background (seconds for a Go guest); until then its entities run on the
+interpreter, then on the compiled code. 'shardhost modules' shows each member's engine.
+
 --type names the entity type. Without it, each FILE.wasm is deployed as the type named
 by its file name (counter.wasm: counter), with the same settings: a container without a
 shell deploys several modules with one command.
