@@ -41,6 +41,7 @@ func startBenchNodes(b *testing.B, count int, mutate func(*Config)) []*Node {
 		cfg.GossipProfile = "local"
 		cfg.Lifecycle = tolerantLifecycle()
 		cfg.Runtime.CacheDir = cacheDir
+		cfg.Runtime.CompileBeforeServing = true // the benchmarks measure compiled code
 		cfg.Logger = quietLogger()
 		if mutate != nil {
 			mutate(&cfg)

@@ -26,7 +26,10 @@ func BenchmarkDeployGoCounterToThreeMembers(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		cache := b.TempDir()
-		nodes := startBenchNodes(b, 3, func(c *Config) { c.Runtime.CacheDir = cache + fmt.Sprint("/", len(c.Join)) })
+		nodes := startBenchNodes(b, 3, func(c *Config) {
+			c.Runtime.CacheDir = cache + fmt.Sprint("/", len(c.Join))
+			c.Runtime.CompileBeforeServing = false
+		})
 		waitConverged(b, nodes)
 		b.StartTimer()
 		start := time.Now()

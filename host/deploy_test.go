@@ -65,7 +65,7 @@ func interpretedInstances(n *Node, typ string) (interpreted, all int) {
 // TestInterpretedGoSnapshotRestoresCompiled covers a Go guest's move.
 func TestDeployAnswersAsksWhileCompiling(t *testing.T) {
 	cache := t.TempDir() // a cache of its own: a module compiled before would load compiled
-	nodes := startNodes(t, 2, func(c *Config) { c.Runtime.CacheDir = cache })
+	nodes := startNodes(t, 2, func(c *Config) { c.Runtime.CacheDir, c.Runtime.CompileBeforeServing = cache, false })
 	release := make(chan struct{})
 	for _, n := range nodes {
 		holdCompilations(n, release)
@@ -130,7 +130,7 @@ func TestDeployAnswersAsksWhileCompiling(t *testing.T) {
 // TestDeployRefusesMalformedModuleBeforeStoring: a module that fails validation is
 // refused with ErrInvalidModule, and no member stores it or learns of the type.
 func TestDeployRefusesMalformedModuleBeforeStoring(t *testing.T) {
-	nodes := startNodes(t, 2, nil)
+	nodes := startNodes(t, 2, func(c *Config) { c.Runtime.CompileBeforeServing = false })
 	good := testwasm.Bytes(t, "counter")
 	for name, wasm := range map[string][]byte{
 		"truncated": good[:len(good)/2],
@@ -160,8 +160,10 @@ func TestDeployRefusesMalformedModuleBeforeStoring(t *testing.T) {
 // module needs at its start refuses it and the deploy says so for that member; the
 // others have the type ready.
 func TestDeployReportsMemberThatFailsToLoad(t *testing.T) {
-	first := startNode(t, nil, nil)
-	small := startNode(t, []string{first.Self().Address}, func(c *Config) { c.Runtime.MemoryLimit = 1 << 20 })
+	first := startNode(t, nil, func(c *Config) { c.Runtime.CompileBeforeServing = false })
+	small := startNode(t, []string{first.Self().Address}, func(c *Config) {
+		c.Runtime.MemoryLimit, c.Runtime.CompileBeforeServing = 1<<20, false
+	})
 	waitMembers(t, []*Node{first, small})
 	res, err := first.Deploy(context.Background(), testwasm.Bytes(t, "counter"), sharding.TypeSettings{Name: "counter"})
 	if err != nil {
@@ -184,7 +186,7 @@ func TestDeployReportsMemberThatFailsToLoad(t *testing.T) {
 // TestBackgroundCompileFailureIsReported: a member whose compilation fails says so in
 // its module list, and its entities go on answering on the interpreter.
 func TestBackgroundCompileFailureIsReported(t *testing.T) {
-	n := startNodes(t, 1, func(c *Config) { c.Runtime.CacheDir = "" })[0]
+	n := startNodes(t, 1, func(c *Config) { c.Runtime.CacheDir, c.Runtime.CompileBeforeServing = "", false })[0]
 	n.rt.compileHook = func(context.Context, string) error { return errors.New("no executable memory") }
 	ctx := context.Background()
 	res, err := n.Deploy(ctx, testwasm.Bytes(t, "counter"), sharding.TypeSettings{Name: "counter"})

@@ -554,9 +554,14 @@ func (i *Instance) PassivationRequested() bool {
 // Runtime.Close). It may be called from any goroutine; only the first call sets the
 // global.
 func (i *Instance) stopGuest() {
-	if i.stopped.CompareAndSwap(false, true) {
-		i.stop.Set(1)
+	if !i.stopped.CompareAndSwap(false, true) {
+		return
 	}
+	if i.code.interpreted {
+		i.cancel() // the interpreter runtime closes the module at its next loop iteration
+		return
+	}
+	i.stop.Set(1)
 }
 
 // guestError turns a runtime error into a *GuestError; fired says whether the deadline

@@ -48,6 +48,9 @@ func startNode(t testing.TB, join []string, mutate func(*Config)) *Node {
 	cfg.GossipProfile = "local"
 	cfg.Lifecycle = tolerantLifecycle()
 	cfg.Runtime.CacheDir = cacheDir
+	// Message deadlines in tests assume compiled code; deploy_test.go tests the
+	// interpreter's path with this off.
+	cfg.Runtime.CompileBeforeServing = true
 	cfg.Logger = testLogger()
 	if mutate != nil {
 		mutate(&cfg)
