@@ -366,10 +366,14 @@ const (
 )
 
 // chunkMap returns the bitmap of a page's non-zero chunks.
-func chunkMap(page []byte) uint64 {
+func chunkMap(page []byte) uint64 { return nonZeroChunks(page[:WasmPageSize], chunkSize) }
+
+// nonZeroChunks returns the bitmap of b's chunks of size bytes that are not all zero:
+// bit c for chunk c. b holds at most 64 chunks, size at most a wasm page.
+func nonZeroChunks(b []byte, size int) uint64 {
 	var m uint64
-	for c := 0; c < chunksPerPage; c++ {
-		if !bytes.Equal(page[c*chunkSize:(c+1)*chunkSize], zeroPage[:chunkSize]) {
+	for c := 0; c*size < len(b); c++ {
+		if !bytes.Equal(b[c*size:(c+1)*size], zeroPage[:size]) {
 			m |= 1 << c
 		}
 	}
@@ -623,16 +627,27 @@ func (rt *Runtime) UnmarshalSnapshot(b []byte) (*Snapshot, error) {
 	return decodeSnapshot(b, uint32(rt.cfg.MemoryLimit/WasmPageSize))
 }
 
+// checkedBody returns b without its trailing CRC-32C (Castagnoli) once b starts with
+// magic and the checksum matches; otherwise an error wrapping ErrBadSnapshot that names
+// what b should be ("snapshot", "delta").
+func checkedBody(b []byte, magic, what string) ([]byte, error) {
+	if len(b) < len(magic)+4 || string(b[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: not a %s (no %q header)", ErrBadSnapshot, what, magic)
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("%w: %s: checksum mismatch (truncated or corrupted)", ErrBadSnapshot, what)
+	}
+	return body, nil
+}
+
 func decodeSnapshot(b []byte, maxPages uint32) (*Snapshot, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrBadSnapshot}, args...)...)
 	}
-	if len(b) < len(snapshotMagic)+4 || string(b[:len(snapshotMagic)]) != snapshotMagic {
-		return nil, bad("not a snapshot (no %q header)", snapshotMagic)
-	}
-	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, bad("checksum mismatch (truncated or corrupted)")
+	body, err := checkedBody(b, snapshotMagic, "snapshot")
+	if err != nil {
+		return nil, err
 	}
 	d := decoder{b: body, off: len(snapshotMagic)}
 	s := &Snapshot{}

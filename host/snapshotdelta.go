@@ -174,13 +174,7 @@ const (
 
 // deltaChunkMap returns the bitmap of a block's non-zero chunks.
 func deltaChunkMap(block []byte) uint16 {
-	var m uint16
-	for c := 0; c < deltaChunksPerBlock; c++ {
-		if !bytes.Equal(block[c*deltaChunk:(c+1)*deltaChunk], zeroPage[:deltaChunk]) {
-			m |= 1 << c
-		}
-	}
-	return m
+	return uint16(nonZeroChunks(block[:deltaBlockSize], deltaChunk))
 }
 
 // marshal encodes the delta; it validates it first (an error wrapping ErrBadSnapshot).
@@ -258,12 +252,9 @@ func unmarshalDelta(b []byte, maxPages uint32) (*snapshotDelta, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: delta: "+format, append([]any{ErrBadSnapshot}, args...)...)
 	}
-	if len(b) < len(deltaMagic)+4 || string(b[:len(deltaMagic)]) != deltaMagic {
-		return nil, bad("not a delta (no %q header)", deltaMagic)
-	}
-	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, bad("checksum mismatch (truncated or corrupted)")
+	body, err := checkedBody(b, deltaMagic, "delta")
+	if err != nil {
+		return nil, err
 	}
 	dec := decoder{b: body, off: len(deltaMagic)}
 	if v := dec.uvarint(1 << 32); dec.err == nil && v != deltaVersion {

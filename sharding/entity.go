@@ -268,10 +268,7 @@ func (e *entity) process(d delivery) {
 	if !s.hostingAllowed() {
 		// The lease lapsed while the entity handled the message: another member may
 		// host it by now, so this reply cannot be trusted, nor the instance kept.
-		e.stop(ctx, false)
-		err := wrapCause(ErrShardUnavailable, name, ErrNoMajority)
-		done(err)
-		d.fail(err)
+		e.failLeaseLapsed(ctx, name, d, done)
 		return
 	}
 	if e.inst == nil {
@@ -301,10 +298,7 @@ func (e *entity) process(d delivery) {
 		if !s.hostingAllowed() {
 			// Saved, but the lease lapsed meanwhile: the reply waits for nobody who
 			// could trust it (the change may or may not count).
-			e.stop(ctx, false)
-			err := wrapCause(ErrShardUnavailable, name, ErrNoMajority)
-			done(err)
-			d.fail(err)
+			e.failLeaseLapsed(ctx, name, d, done)
 			return
 		}
 	}
@@ -319,6 +313,15 @@ func (e *entity) process(d delivery) {
 		// span starts a trace of its own, linked to the message's.
 		e.passivateNow(context.WithoutCancel(ctx), causeRequested, span.SpanContext())
 	}
+}
+
+// failLeaseLapsed ends a message handled while the hosting lease lapsed: the instance
+// stops unsaved and the message fails with ErrShardUnavailable (ErrNoMajority).
+func (e *entity) failLeaseLapsed(ctx context.Context, name string, d delivery, done func(error)) {
+	e.stop(ctx, false)
+	err := wrapCause(ErrShardUnavailable, name, ErrNoMajority)
+	done(err)
+	d.fail(err)
 }
 
 // activate creates the entity's instance, from its saved state if the state store has

@@ -442,14 +442,7 @@ func (r *Region) dropStaleLocked(sh *shard) {
 // messages activate the entities again, from their saved state, once the lease is
 // back. It returns how many entities it stops.
 func (r *Region) stopForLease() int {
-	r.mu.Lock()
-	var all []*entity
-	r.eachHostedLocked(func(sh *shard) {
-		for _, e := range sh.entities {
-			all = append(all, e)
-		}
-	})
-	r.mu.Unlock()
+	all := r.hostedEntities()
 	n := 0
 	for _, e := range all {
 		if e.active() {
@@ -795,17 +788,24 @@ func (r *Region) state() []ShardState {
 	return out
 }
 
-// abortIdleEntities stops, without saving, every entity of the region that no
-// goroutine drains (Sharding.Abort): it takes the mailbox as a drain would.
-func (r *Region) abortIdleEntities(ctx context.Context) {
+// hostedEntities returns the entities of every shard the region hosts, taken under its
+// lock.
+func (r *Region) hostedEntities() []*entity {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	var all []*entity
 	r.eachHostedLocked(func(sh *shard) {
 		for _, e := range sh.entities {
 			all = append(all, e)
 		}
 	})
-	r.mu.Unlock()
+	return all
+}
+
+// abortIdleEntities stops, without saving, every entity of the region that no
+// goroutine drains (Sharding.Abort): it takes the mailbox as a drain would.
+func (r *Region) abortIdleEntities(ctx context.Context) {
+	all := r.hostedEntities()
 	for _, e := range all {
 		e.mu.Lock()
 		if e.running {
@@ -823,14 +823,7 @@ func (r *Region) abortIdleEntities(ctx context.Context) {
 // stopEntities stops every entity of the region; called by Sharding.Stop once no
 // mailbox goroutine runs.
 func (r *Region) stopEntities(ctx context.Context, save bool) {
-	r.mu.Lock()
-	var all []*entity
-	r.eachHostedLocked(func(sh *shard) {
-		for _, e := range sh.entities {
-			all = append(all, e)
-		}
-	})
-	r.mu.Unlock()
+	all := r.hostedEntities()
 	for _, e := range all {
 		if save {
 			e.passivateNow(ctx, causeShutdown, trace.SpanContext{})
