@@ -173,10 +173,8 @@ func stateSize(b *testing.B, n *Node, typ, msg string) int {
 	return len(st)
 }
 
-// slogTo logs to w from the debug level on (the benchmarks count the "entity activated"
-// lines, which are debug).
 func slogTo(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 var handedOffRE = regexp.MustCompile(`msg="shard handed off" .*entities=(\d+) .*took=(\S+)`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -374,11 +373,7 @@ func (e *entity) activate(ctx context.Context) (err error) {
 	e.live = true
 	e.mu.Unlock()
 	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
-	// Debug, as Akka and Orleans log activations: at thousands a second, an info line
-	// each costs more than the activation's routing.
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.DebugContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
-	}
+	s.log.InfoContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
 	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {
