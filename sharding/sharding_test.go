@@ -17,7 +17,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// memberlist's Shutdown does not wait for a probe in flight (probeNode waits for its
+	// ack or its probe interval, then returns): on a loaded machine one can outlive the
+	// last test by more than goleak's retries. It is memberlist's, not ours, and ends
+	// by itself; every goroutine of shardhost is still checked.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
 }
 
 func TestEntitiesAcrossThreeMembers(t *testing.T) {
