@@ -56,7 +56,7 @@ var (
 )
 
 // deltaIDPrefix is put before an entity's ID to name its delta record.
-const deltaIDPrefix = "\ufffedelta:"
+const deltaIDPrefix = sharding.DeltaIDPrefix
 
 // deltaLoadAttempts is how many times Load reads a base and its delta that do not match
 // before it fails.

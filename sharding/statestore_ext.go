@@ -139,8 +139,11 @@ func (s *StoredShard) Sort() {
 // shard) order. Versions and epochs are left out: two stores that hold the same state
 // digest alike even where one was imported from the other at epoch 0.
 type StateDigest struct {
-	Shards     int    `cbor:"1,keyasint" json:"shards"`
+	Shards int `cbor:"1,keyasint" json:"shards"`
+	// Snapshots counts the entities' snapshot records, Deltas their delta records (IDs
+	// that begin with DeltaIDPrefix: the host's delta checkpoints).
 	Snapshots  int    `cbor:"2,keyasint" json:"snapshots"`
+	Deltas     int    `cbor:"6,keyasint,omitempty" json:"deltas"`
 	Remembered int    `cbor:"3,keyasint" json:"remembered"`
 	Bytes      int64  `cbor:"4,keyasint" json:"bytes"`
 	SHA256     []byte `cbor:"5,keyasint" json:"-"`
@@ -182,14 +185,20 @@ func (d *StateDigest) Add(s *StoredShard) error {
 	copy(d.h.sum[:], h.Sum(nil))
 	d.SHA256 = d.h.sum[:]
 	d.Shards++
-	d.Snapshots += len(s.Snapshots)
+	for _, sn := range s.Snapshots {
+		if strings.HasPrefix(sn.ID, DeltaIDPrefix) {
+			d.Deltas++
+		} else {
+			d.Snapshots++
+		}
+	}
 	d.Remembered += len(s.Remembered)
 	return nil
 }
 
 // Equal reports whether two digests sum up the same content.
 func (d *StateDigest) Equal(o *StateDigest) bool {
-	return d.Shards == o.Shards && d.Snapshots == o.Snapshots && d.Remembered == o.Remembered &&
+	return d.Shards == o.Shards && d.Snapshots == o.Snapshots && d.Deltas == o.Deltas && d.Remembered == o.Remembered &&
 		d.Bytes == o.Bytes && string(d.sum()) == string(o.sum())
 }
 
@@ -200,8 +209,18 @@ func (d *StateDigest) sum() []byte {
 	return d.SHA256
 }
 
-// String is "N shards, N snapshots (N bytes), N remembered entities, sha256 HEX".
+// String is "N shards, N snapshots (N bytes), N remembered entities, sha256 HEX", with
+// "N snapshots and N deltas" when there are delta records.
 func (d *StateDigest) String() string {
-	return fmt.Sprintf("%d shards, %d snapshots (%d bytes), %d remembered entities, sha256 %x",
-		d.Shards, d.Snapshots, d.Bytes, d.Remembered, d.sum())
+	snapshots := fmt.Sprintf("%d snapshots", d.Snapshots)
+	if d.Deltas > 0 {
+		snapshots += fmt.Sprintf(" and %d deltas", d.Deltas)
+	}
+	return fmt.Sprintf("%d shards, %s (%d bytes), %d remembered entities, sha256 %x",
+		d.Shards, snapshots, d.Bytes, d.Remembered, d.sum())
 }
+
+// DeltaIDPrefix begins the ID of an entity's delta record, which the host stores beside
+// the entity's snapshot (its delta checkpoints, docs/design.md): U+FFFE, a
+// noncharacter no entity ID holds, then "delta:".
+const DeltaIDPrefix = "\ufffedelta:"
