@@ -2,10 +2,12 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,8 @@ import (
 //	-kinds=crash,partition  only these kinds of faults
 //	-max-side=N    partitions cut off up to N members (default 1; 2 and 3 also find
 //	               shards unavailable while two of their three replicas are cut off)
+//	-failure-logs=DIR  every failing schedule leaves its members' debug logs in DIR
+//	               (seed-N.log)
 var (
 	seedFlag     = flag.Uint64("seed", 0, "run only the schedule of this seed")
 	keepFlag     = flag.String("keep", "", "with -seed: the indexes of the faults to keep (a shrunk schedule)")
@@ -33,6 +37,7 @@ var (
 	kindsFlag    = flag.String("kinds", "", "comma-separated kinds of faults to draw (default all)")
 	verboseFlag  = flag.Bool("schedules-verbose", false, "log every schedule's outcome")
 	logFlag      = flag.String("members-log", "", "with -seed: write the members' logs (debug) to this file")
+	failLogsFlag = flag.String("failure-logs", "", "a directory where every failing schedule leaves its members' logs (debug), as seed-N.log")
 	knownFlag    = flag.Bool("known-bugs", false, "run the tests of the known bugs (they fail until fixed)")
 	sideFlag     = flag.Int("max-side", 1, "members on the smaller side of a partition, at most (1 to 3)")
 )
@@ -98,15 +103,51 @@ func runSchedule(t *testing.T, s Schedule) Result {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	o := Options{Dir: dir}
-	if *logFlag != "" && *seedFlag != 0 {
-		f, err := os.Create(*logFlag)
-		if err != nil {
+	logPath := ""
+	switch {
+	case *logFlag != "" && *seedFlag != 0:
+		logPath = *logFlag
+	case *failLogsFlag != "":
+		// Kept only if the run fails (below).
+		logPath = filepath.Join(dir, "members.log")
+	}
+	var logFile *os.File
+	if logPath != "" {
+		if logFile, err = os.Create(logPath); err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		o.Logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		defer logFile.Close()
+		o.Logger = slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return Run(ctx, s, o)
+	res := Run(ctx, s, o)
+	if res.Failed() && *failLogsFlag != "" && logPath != *logFlag {
+		head := fmt.Sprintf("# %s\n# applied: %s\n# failures:\n#   %s\n", s, strings.Join(res.Applied, "; "),
+			strings.Join(res.Failures, "\n#   "))
+		if err := keepLog(logPath, *failLogsFlag, s.Seed, head); err != nil {
+			t.Errorf("keeping the members' logs of seed %d: %v", s.Seed, err)
+		}
+	}
+	return res
+}
+
+// keepLog copies a failed run's members' log to dir as seed-N.log (or seed-N-2.log …
+// when the seed failed before, as in a shrink's reruns), after head.
+func keepLog(path, dir string, seed uint64, head string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	name := filepath.Join(dir, fmt.Sprintf("seed-%d.log", seed))
+	for i := 2; ; i++ {
+		if _, err := os.Stat(name); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		name = filepath.Join(dir, fmt.Sprintf("seed-%d-%d.log", seed, i))
+	}
+	return os.WriteFile(name, append([]byte(head), b...), 0o644)
 }
 
 // TestFaultSchedules runs -seeds schedules drawn from seeds -base onwards, several at
@@ -181,6 +222,8 @@ func TestFaultSchedules(t *testing.T) {
 		sum.MinorityOps += res.MinorityOps
 		sum.MinorityAcked += res.MinorityAcked
 		sum.Lives += res.Lives
+		sum.MajorityPairsChecked += res.MajorityPairsChecked
+		sum.MajorityPairsSkipped += res.MajorityPairsSkipped
 		sum.Errors = append(sum.Errors, res.Errors...)
 		sum.Unknown = append(sum.Unknown, res.Unknown...)
 		if res.Failed() {
@@ -196,6 +239,8 @@ func TestFaultSchedules(t *testing.T) {
 	t.Logf("operations: %d, acknowledged %d, ambiguous %d; during partitions: majority side %d/%d acknowledged, minority side %d/%d; %d entity activations; %d harness errors, %d checks out of time",
 		sum.Ops, sum.Acked, sum.Ambiguous, sum.MajorityAcked, sum.MajorityOps, sum.MinorityAcked, sum.MinorityOps,
 		sum.Lives, len(sum.Errors), len(sum.Unknown))
+	t.Logf("distributed data: %d pairs of a majority read and an increment acknowledged before it checked, %d left out (the membership changed between them: their majorities need not meet)",
+		sum.MajorityPairsChecked, sum.MajorityPairsSkipped)
 	for _, res := range failed {
 		s := res.Schedule
 		t.Errorf("seed %d failed: %s\nreproduce: %s", s.Seed, strings.Join(res.Failures, "\n  "), reproLine(s, nil))

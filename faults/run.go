@@ -43,6 +43,10 @@ type Result struct {
 	// Operations called during a partition on a member of the majority side, and of the
 	// minority side, and how many of each were acknowledged.
 	MajorityOps, MajorityAcked, MinorityOps, MinorityAcked int
+	// Pairs of a distributed data majority read and a majority increment acknowledged
+	// before it: checked, and left out because the membership changed between them so
+	// that their majorities need not meet (checkMajority).
+	MajorityPairsChecked, MajorityPairsSkipped int
 	// Lives is the number of entity activations.
 	Lives int
 	// Took is the run's wall time.
@@ -127,7 +131,9 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	violations, unknown := history.CheckEntities(ops, checkTimeout)
 	res.Failures = append(res.Failures, violations...)
 	res.Unknown = unknown
-	res.Failures = append(res.Failures, checkMajority(ops)...)
+	mc := checkMajority(ops)
+	res.Failures = append(res.Failures, mc.Failures...)
+	res.MajorityPairsChecked, res.MajorityPairsSkipped = mc.Checked, mc.Skipped
 	doubles, lives := reg.Doubles()
 	res.Failures = append(res.Failures, doubles...)
 	res.Lives = lives

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
 	"github.com/shardhost/shardhost/internal/history"
 )
@@ -92,9 +94,16 @@ func (cl *client) do(ctx context.Context, m *member, op history.Op) {
 	op.Minority, op.DuringPartition = cl.minority(m.slot)
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
+	ddataOp := op.Kind == opAdd || op.Kind == opSum
+	if ddataOp {
+		op.QuorumCall = cl.c.quorumSet(m)
+	}
 	op.Call = cl.h.Now()
 	out, err := cl.c.call(octx, m, op)
 	op.Ret = cl.h.Now()
+	if ddataOp {
+		op.QuorumRet = cl.c.quorumSet(m)
+	}
 	if err != nil {
 		op.Ambiguous, op.Err = true, err.Error()
 		cl.cid = cl.h.NewClient()
@@ -144,6 +153,28 @@ func (c *Cluster) call(ctx context.Context, m *member, op history.Op) (string, e
 		return d.(ddata.GCounter).Count().String(), nil
 	}
 	return "", fmt.Errorf("unknown operation %q", op.Kind)
+}
+
+// quorumSet returns the members m's replicator counts a majority over (ddata's
+// Replicator.peers and itself): itself and the members up or leaving it sees, as
+// sorted unique addresses; nil if m does not run.
+func (c *Cluster) quorumSet(m *member) []string {
+	c.mu.Lock()
+	ms := m.ms
+	running := m.state == stateRunning
+	c.mu.Unlock()
+	if !running || ms == nil {
+		return nil
+	}
+	self := ms.Self()
+	out := []string{self.String()}
+	for _, o := range ms.Members() {
+		if o.UID != self.UID && (o.Status == cluster.StatusUp || o.Status == cluster.StatusLeaving) {
+			out = append(out, o.UniqueAddress())
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func cutKey(key string) (typ, id string, ok bool) {

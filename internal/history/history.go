@@ -42,6 +42,10 @@ type Op struct {
 	// Minority: a partition was on when it was called and the member asked was on the
 	// minority side.
 	Minority, DuringPartition bool
+	// QuorumCall and QuorumRet are, for a recorder's own checks, the members the
+	// member asked counted a quorum over (faults: distributed data's majority), as it
+	// saw them when the call started and when it returned.
+	QuorumCall, QuorumRet []string
 }
 
 // History collects operations from concurrent clients.
