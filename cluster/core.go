@@ -610,6 +610,13 @@ func (c *Core) Step(now time.Time, m Message) []Outbound {
 			// A removed member learns it is out from the state, not from silence alone.
 			return []Outbound{c.gossipTo(m.From)}
 		}
+		if cur, ok := c.gossip.members[m.From]; ok && cur.Status == StatusDown {
+			// Nor does a downed one get answers (Akka quarantines it): a member that
+			// was paused while the others downed it would otherwise count them towards
+			// its majority contact and host again (sharding's hosting lease) until
+			// their gossip reached it. It gets the state that says it is down instead.
+			return []Outbound{c.gossipTo(m.From)}
+		}
 		return []Outbound{{To: m.From, Msg: Message{Kind: msgHeartbeatRsp, From: c.self(), Seq: m.Seq}}}
 	case msgHeartbeatRsp:
 		if d := c.detectors[m.From]; d != nil {

@@ -616,3 +616,39 @@ func TestSimMajorityContact(t *testing.T) {
 		return true
 	})
 }
+
+// Faults seed 11214: a member paused past the failure detector was downed by the
+// others; when it resumed, they still answered its heartbeats, so it had majority
+// contact again, in a view it still saw converged, and hosted an entity and
+// acknowledged a write before their gossip told it it was down. A downed member gets
+// no heartbeat answers: its majority contact never covers a moment after it resumed.
+func TestSimDownedMemberGetsNoMajorityContact(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(5)
+	s.run(3 * time.Second)
+	paused, rest := nodes[4], nodes[:4]
+	paused.paused = true
+	s.until(30*time.Second, "the paused member downed", func() bool {
+		for _, n := range rest {
+			down := false
+			for _, m := range n.core.View().Members {
+				down = down || m.Node() == paused.core.self() && m.Status == StatusDown
+			}
+			if !down {
+				return false
+			}
+		}
+		return true
+	})
+	paused.paused = false
+	resumed := s.now
+	for !paused.core.View().Exited {
+		if c := paused.core.View().MajorityContact; !c.Before(resumed) {
+			t.Fatalf("the downed member has majority contact as of %v, after it resumed at %v:\n%s", c, resumed, s.describe())
+		}
+		if s.now.Sub(resumed) > 20*time.Second {
+			t.Fatalf("the downed member did not learn it is out within 20 s:\n%s", s.describe())
+		}
+		s.run(s.step)
+	}
+}
