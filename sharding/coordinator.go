@@ -62,6 +62,12 @@ type coordinator struct {
 	// known holds every shard ever allocated, per type: the shards of types that
 	// remember entities are allocated again at once when they lose their home.
 	known map[string]map[int]bool
+	// incarnation is, per region (member address) with allocations, the UID of the
+	// process they were made to (or recovered from). Regions are named by address, and
+	// a member restarted at its address is a new process that hosts nothing: its
+	// previous incarnation's allocations, and their epochs, must not pass to it
+	// (forgetReplacedLocked).
+	incarnation map[string]cluster.UID
 }
 
 func newCoordinator(s *Sharding) *coordinator {
@@ -79,6 +85,7 @@ func (c *coordinator) reset() {
 	c.rebalancing = map[string]map[int]bool{}
 	c.typesSaved = map[string]bool{}
 	c.known = map[string]map[int]bool{}
+	c.incarnation = map[string]cluster.UID{}
 }
 
 func (c *coordinator) knowLocked(typ string, shard int) {
@@ -254,6 +261,12 @@ func (c *coordinator) recover(gen uint64) {
 		return
 	}
 	c.alloc, c.maxEpoch, c.known = alloc, maxEpoch, known
+	c.incarnation = map[string]cluster.UID{}
+	for _, shardsOf := range alloc {
+		for _, a := range shardsOf {
+			c.noteIncarnationLocked(a.region, members)
+		}
+	}
 	c.active, c.recovering = true, false
 	c.mu.Unlock()
 	c.s.owner.Go(c.allocateRemembered)
@@ -409,6 +422,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 		return
 	}
 	members := c.s.cfg.Membership.Members()
+	c.forgetReplacedLocked(members)
 	alive := make(map[string]bool, len(members))
 	for _, m := range members {
 		if hosting(m) {
@@ -498,6 +512,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 					}
 					c.alloc[ref.Type][ref.Shard] = allocation{region, epoch}
 					c.knowLocked(ref.Type, ref.Shard)
+					c.noteIncarnationLocked(region, c.s.cfg.Membership.Members())
 					c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region, "epoch", epoch)
 				} else {
 					err = ErrNotCoordinator
@@ -640,6 +655,75 @@ func (c *coordinator) shardStopped(ref shardRef) {
 	}
 }
 
+// noteIncarnationLocked records, for a region the coordinator has allocations at, the
+// UID of its process: the member at that address that hosts, or else the one downed
+// there (whose allocations DownRemovalMargin keeps). A region already recorded keeps its
+// UID until forgetReplacedLocked drops it.
+func (c *coordinator) noteIncarnationLocked(region string, members []cluster.Member) {
+	if region == "" {
+		return
+	}
+	if _, ok := c.incarnation[region]; ok {
+		return
+	}
+	var down cluster.UID
+	for _, m := range members {
+		if m.Address != region {
+			continue
+		}
+		if hosting(m) {
+			c.incarnation[region] = m.UID
+			return
+		}
+		if m.Status == cluster.StatusDown {
+			down = m.UID
+		}
+	}
+	if down != 0 {
+		c.incarnation[region] = down
+	}
+}
+
+// forgetReplacedLocked forgets the allocations at every region whose process was
+// replaced: a member with another UID joined at its address. The cluster downs the
+// previous incarnation as the new one joins (two processes cannot hold one address), so
+// its allocations go at once, without DownRemovalMargin, and the shards are allocated
+// again with new epochs. Without this, the new process would be handed its previous
+// incarnation's shards at their old epochs, and the state store, which orders one
+// epoch's writes by the writer's clock, could order its writes below those of its
+// previous incarnation (a clock that went back across the restart) and lose them
+// (faults seed 10011).
+func (c *coordinator) forgetReplacedLocked(members []cluster.Member) {
+	for region, uid := range c.incarnation {
+		replaced := false
+		for _, m := range members {
+			if m.Address == region && m.UID != uid && m.Status != cluster.StatusDown &&
+				m.Status != cluster.StatusRemoved && m.Status != cluster.StatusExiting {
+				replaced = true
+			}
+		}
+		if !replaced {
+			continue
+		}
+		delete(c.incarnation, region)
+		dropped := 0
+		for _, shards := range c.alloc {
+			for id, a := range shards {
+				if a.region == region {
+					delete(shards, id)
+					dropped++
+				}
+			}
+		}
+		delete(c.leaving, region)
+		c.s.log.Info("forgot the allocations of a replaced process: a new incarnation joined at its address",
+			"region", region, "previous_uid", uid, "shards", dropped)
+		if dropped > 0 && c.active {
+			c.s.owner.Go(c.allocateRemembered)
+		}
+	}
+}
+
 // memberRemoved forgets the allocations at a member that left.
 func (c *coordinator) memberRemoved(addr string) {
 	c.forgetRegions(func(region string) bool { return region == addr })
@@ -647,6 +731,12 @@ func (c *coordinator) memberRemoved(addr string) {
 
 func (c *coordinator) forgetRegions(gone func(string) bool) {
 	c.mu.Lock()
+	c.forgetReplacedLocked(c.s.cfg.Membership.Members())
+	for r := range c.incarnation {
+		if gone(r) {
+			delete(c.incarnation, r)
+		}
+	}
 	for r := range c.leaving {
 		if gone(r) {
 			delete(c.leaving, r)

@@ -176,6 +176,7 @@ func (t *types) EntityType(ctx context.Context, name string) (TypeSettings, erro
 // in-memory transport, sharding with fake entities.
 type testNode struct {
 	name       string
+	transport  string
 	membership *cluster.Membership
 	messenger  *cluster.Messenger
 	sharding   *Sharding
@@ -252,11 +253,31 @@ func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
 
 // add starts one more member and joins it to the first.
 func (tc *testCluster) add() *testNode {
+	tc.t.Helper()
+	i := len(tc.nodes)
+	return tc.start(fmt.Sprintf("node-%d", i), fmt.Sprintf("transport-%d", i), tc.gossip.NewTransport())
+}
+
+// restart starts a new process in place of a stopped member: at its gossip and
+// transport addresses, with a new UID, joined to the first live member.
+func (tc *testCluster) restart(old *testNode) *testNode {
+	t := tc.t
+	t.Helper()
+	if !old.stopped {
+		t.Fatalf("restart of %s, which runs", old.name)
+	}
+	gt, err := tc.gossip.NewTransportAt(old.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc.start(old.name+"'", old.transport, gt)
+}
+
+// start starts a member on the given addresses and joins it to the first live member.
+func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossipTransport) *testNode {
 	t := tc.t
 	t.Helper()
 	i := len(tc.nodes)
-	name := fmt.Sprintf("node-%d", i)
-	transportAddr := fmt.Sprintf("transport-%d", i)
 	msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
 		return tc.net.NewTransport(transportAddr, h)
 	}, quiet)
@@ -264,7 +285,7 @@ func (tc *testCluster) add() *testNode {
 		t.Fatal(err)
 	}
 	mcfg := cluster.DefaultMembershipConfig()
-	mcfg.Transport = tc.gossip.NewTransport()
+	mcfg.Transport = gt
 	mcfg.TransportAddr = transportAddr
 	mcfg.Profile = "local"
 	mcfg.Lifecycle = tc.lifecycle
@@ -272,14 +293,14 @@ func (tc *testCluster) add() *testNode {
 	if tc.roles != nil {
 		mcfg.Roles = tc.roles(i)
 	}
-	if i > 0 {
-		mcfg.Seeds = []string{tc.nodes[0].addr()}
+	if live := tc.live(); len(live) > 0 {
+		mcfg.Seeds = []string{live[0].addr()}
 	}
 	ms, err := cluster.NewMembership(mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &testNode{name: name, membership: ms, messenger: msgr,
+	node := &testNode{name: name, transport: transportAddr, membership: ms, messenger: msgr,
 		types: &types{known: map[string]int{"counter": 10, "other": 7}, settings: map[string]TypeSettings{
 			"idle":     {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
 			"bounded":  {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
