@@ -431,7 +431,7 @@ func (c *Core) minMembersFulfilled() bool {
 // resolveSplitBrain runs the split brain resolver on the leader once the unreachable
 // set has been stable for SBRStableAfter. Only it (or an operator) ever downs a member.
 func (c *Core) resolveSplitBrain(now time.Time) {
-	unreachable := c.gossip.unreachableSet()
+	unreachable := c.gossip.unreachableSetFor(c.self())
 	sig := ""
 	for _, n := range sortedSet(unreachable) {
 		if s := c.gossip.members[n].Status; s != StatusDown {

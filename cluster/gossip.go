@@ -312,6 +312,33 @@ func (g Gossip) isReachable(node UniqueAddress) bool {
 }
 
 // unreachableSet returns the members some live observer finds unreachable.
+// unreachableSetFor is unreachableSet as the split brain resolver on self uses it: the
+// observations of members that self itself finds unreachable are left out. In a bridge
+// partition (one member reaches both sides, which do not reach each other) the gossip
+// carries each side's observations of the other to it through the bridge; counted, they
+// make every member of a side see the rest of its own side unreachable, take itself for
+// the leader of a side of two (itself and the bridge) and down it, until the whole
+// cluster is down. Akka's resolver likewise sets apart the observations of indirectly
+// connected members. A clean partition is decided as before: no observation crosses it.
+func (g Gossip) unreachableSetFor(self UniqueAddress) map[UniqueAddress]bool {
+	mine := map[UniqueAddress]bool{}
+	for _, s := range g.reachability[self].Unreachable {
+		mine[s] = true
+	}
+	out := map[UniqueAddress]bool{}
+	for obs, rec := range g.reachability {
+		if m, ok := g.members[obs]; !ok || m.Status == StatusDown || mine[obs] {
+			continue
+		}
+		for _, s := range rec.Unreachable {
+			if _, ok := g.members[s]; ok {
+				out[s] = true
+			}
+		}
+	}
+	return out
+}
+
 func (g Gossip) unreachableSet() map[UniqueAddress]bool {
 	out := map[UniqueAddress]bool{}
 	for obs, rec := range g.reachability {

@@ -652,3 +652,32 @@ func TestSimDownedMemberGetsNoMajorityContact(t *testing.T) {
 		s.run(s.step)
 	}
 }
+
+// Faults seeds 11053 and 11573: a bridge partition of 6 members ({0}|4|{1,2,3,5}: member 4
+// reaches everyone, member 0 and the other four do not reach each other) downed the
+// whole cluster. Member 0's observations (the four unreachable) reached the four
+// through the bridge, so each of them saw the other three unreachable too, took itself
+// for the leader of a side of two (itself and the bridge) and downed that side. The
+// split brain resolver now leaves out the observations of members that the deciding
+// member itself cannot reach (Akka's resolver likewise sets apart indirectly connected
+// members): the four down member 0, member 0 downs its own side, and the four remain.
+func TestSimBridgePartitionKeepsTheMajority(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(6)
+	s.run(3 * time.Second)
+	cut, bridge := nodes[0], nodes[4]
+	majority := []*simNode{nodes[1], nodes[2], nodes[3], nodes[5]}
+	s.partition([]*simNode{cut}, majority)
+	s.run(40 * time.Second)
+	for _, n := range majority {
+		if n.core.View().Exited {
+			t.Fatalf("%s, on the majority side of the bridge, is out of the cluster:\n%s", n.addr, s.describe())
+		}
+	}
+	if !cut.core.View().Exited {
+		t.Fatalf("%s, cut off from the majority, is still in the cluster:\n%s", cut.addr, s.describe())
+	}
+	s.until(20*time.Second, "the majority converged without the cut-off member", func() bool {
+		return s.allSee(majority, StatusUp, append(majority, bridge)...) || s.allSee(majority, StatusUp, majority...)
+	})
+}
