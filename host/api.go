@@ -144,6 +144,7 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/leave", func(w http.ResponseWriter, r *http.Request) {
 		n.memberAction(w, r, n.Self().Address, "leave", n.membership.LeaveMember)
 	})
+	mux.HandleFunc("POST /v1/state/members/{address}/forget", n.apiForgetStateMember)
 	n.ddataRoutes(mux)
 	n.consoleRoutes(mux)
 	n.keyRoutes(mux)
@@ -234,6 +235,29 @@ func (n *Node) memberAction(w http.ResponseWriter, r *http.Request, address, act
 	}
 	n.log.InfoContext(r.Context(), "operator action", "action", action, "member", address)
 	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted", "action": action, "member": address})
+}
+
+// ForgetResult is the body of POST /v1/state/members/{address}/forget's reply.
+type ForgetResult struct {
+	Member     string   `json:"member"`
+	RetainedBy []string `json:"retained_by"` // the members up that retained it
+}
+
+func (n *Node) apiForgetStateMember(w http.ResponseWriter, r *http.Request) {
+	addr := r.PathValue("address")
+	by, err := n.ForgetStateMember(r.Context(), addr)
+	switch {
+	case errors.Is(err, sharding.ErrMemberNotGone), errors.Is(err, ErrNoStateRing):
+		writeError(w, r, err, http.StatusConflict)
+		return
+	case err != nil:
+		writeError(w, r, err, 0)
+		return
+	}
+	if by == nil {
+		by = []string{}
+	}
+	writeJSON(w, http.StatusOK, ForgetResult{Member: addr, RetainedBy: by})
 }
 
 // apiError is the body of every error reply.

@@ -466,6 +466,39 @@ func (n *Node) APIAddr() string {
 	return n.apiLn.Addr().String()
 }
 
+// StateRing returns the built-in state store's ring (sharding.ReplicatedStateStore.Ring),
+// and false with another store.
+func (n *Node) StateRing() (sharding.StateRing, bool) {
+	rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states)
+	if !ok {
+		return sharding.StateRing{}, false
+	}
+	return rs.Ring(), true
+}
+
+// ErrNoStateRing: ForgetStateMember with a state store that keeps no ring of members
+// (PostgreSQL).
+var ErrNoStateRing = errors.New("host: the state store keeps no members to forget (only the builtin store does)")
+
+// ForgetStateMember makes every member up stop retaining the member at address in the
+// built-in state store's ring (sharding.ReplicatedStateStore.ForgetMember): for a
+// member gone for good with its data, whose shards are unavailable while two of their
+// three replicas are retained. The writes only it (and other gone members) held are
+// lost. It returns the members that retained it. Errors: ErrNoStateRing,
+// sharding.ErrMemberNotGone (address is up, joining or leaving: down it first),
+// sharding.ErrStoreUnavailable (some members up did not answer).
+func (n *Node) ForgetStateMember(ctx context.Context, address string) ([]string, error) {
+	rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states)
+	if !ok {
+		return nil, fmt.Errorf("%w (%T)", ErrNoStateRing, n.states)
+	}
+	by, err := rs.ForgetMember(ctx, address)
+	if err == nil {
+		n.log.WarnContext(ctx, "operator action: state store members forgot a member; writes only it held are lost", "member", address, "retained_by", fmt.Sprint(by))
+	}
+	return by, err
+}
+
 // Replicator returns the node's distributed data replicator.
 func (n *Node) Replicator() *ddata.Replicator { return n.replicator }
 

@@ -16,6 +16,9 @@ var (
 	ErrNoState = errors.New("sharding: no stored state")
 	// ErrStoreUnavailable: not enough replicas of the shard's state answered.
 	ErrStoreUnavailable = errors.New("sharding: entity state store unavailable")
+	// ErrMemberNotGone: ReplicatedStateStore.ForgetMember of a member that is this one
+	// or is up, joining or leaving.
+	ErrMemberNotGone = errors.New("sharding: the member is not gone")
 	// ErrStateTooLarge: a snapshot is over the store's MaxStateSize.
 	ErrStateTooLarge = errors.New("sharding: entity state too large")
 	// ErrInvalidStateKey: a key the store cannot hold: an empty type or ID, a negative

@@ -79,7 +79,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	}
 	err = boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
 		changed := false
-		for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords} {
+		for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords, stateBucketRing} {
 			if tx.Bucket(b) != nil {
 				continue
 			}
@@ -206,6 +206,50 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 			return errStateClosed
 		}
 	}
+}
+
+// saveRing writes the ring's record (statestore_ring.go) and returns once it is on
+// disk (bbolt fsyncs the commit). It runs beside the writer's transactions: bbolt
+// serializes writers. Errors wrap ErrStoreUnavailable.
+func (d *stateDisk) saveRing(rec *stateRingRecord) error {
+	select {
+	case <-d.stop:
+		return errStateClosed
+	default:
+	}
+	err := boltfile.Update(d.db, func(tx *bolt.Tx) (bool, error) {
+		b := tx.Bucket(stateBucketRing)
+		if b == nil {
+			return false, errors.New("ring bucket missing")
+		}
+		return true, b.Put(stateRingKey, encodeState(rec))
+	})
+	if err != nil {
+		return fmt.Errorf("%w: state store %s: saving the ring: %w", ErrStoreUnavailable, d.path, err)
+	}
+	return nil
+}
+
+// loadRing reads the ring's record; nil if none was saved (a new directory, or one
+// written before the ring was kept on disk).
+func (d *stateDisk) loadRing() (*stateRingRecord, error) {
+	var rec *stateRingRecord
+	err := boltfile.View(d.db, func(tx *bolt.Tx) error {
+		b := tx.Bucket(stateBucketRing)
+		if b == nil {
+			return nil
+		}
+		v := b.Get(stateRingKey)
+		if v == nil {
+			return nil
+		}
+		rec = &stateRingRecord{}
+		return decodeState(v, rec)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: state store %s: reading the ring: %w", ErrStoreUnavailable, d.path, err)
+	}
+	return rec, nil
 }
 
 // view runs fn in a read transaction. Errors wrap ErrStoreUnavailable.

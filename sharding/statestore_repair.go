@@ -179,6 +179,7 @@ func (s *ReplicatedStateStore) repairLoop() {
 			return
 		case <-t.C:
 		case <-retry:
+		case <-s.kick:
 		case e := <-s.sub.C:
 			if !stateRepairEvent(e.Kind) {
 				continue

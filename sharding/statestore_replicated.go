@@ -187,11 +187,13 @@ const (
 // availability: a handover round runs only while fewer members are gone than a
 // majority of K (one of three), so when more are (two of a shard's three replicas
 // downed together), their shards fail with ErrStoreUnavailable until they return with
-// their data directories. Members gone for good with their data are forgotten only
-// when every member has restarted (the ring is kept in memory). A member that starts
-// learns the members the others retain from its first handover round; until then it
-// ranks over the members up. A member that returns without its data (a new disk) is
-// one replica short of the majority that acknowledged a write, as in any quorum store.
+// their data directories, or until an operator forgets them (ForgetMember), accepting
+// the loss of the writes only they held. The ring is saved in the member's state file
+// and restored when the store opens, so a cluster restarted whole still waits for the
+// members it retained. A member that starts with no saved ring learns the members the
+// others retain from its first handover round; until then it ranks over the members
+// up. A member that returns without its data (a new disk) is one replica short of the
+// majority that acknowledged a write, as in any quorum store.
 //
 // A ReplicatedStateStore is safe for concurrent use.
 type ReplicatedStateStore struct {
@@ -214,6 +216,7 @@ type ReplicatedStateStore struct {
 	readRepairs chan stateRepairJob
 	sub         *cluster.Subscription
 	ring        stateRing
+	kick        chan struct{} // a repair pass and a handover round now (ForgetMember)
 
 	readRepairsDropped atomic.Uint64
 }
@@ -239,6 +242,11 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 	}
 	log := cfg.Logger.With("component", "sharding.statestore")
 	disk.log = log
+	restored, err := disk.loadRing()
+	if err != nil {
+		_ = disk.close()
+		return nil, err
+	}
 	s := &ReplicatedStateStore{
 		cfg:         cfg,
 		log:         log,
@@ -248,7 +256,9 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 		staging:     map[stateStagingKey]*stateStaged{},
 		serving:     make(chan struct{}, stateMaxServing),
 		readRepairs: make(chan stateRepairJob, stateRepairQueue),
+		kick:        make(chan struct{}, 1),
 	}
+	s.ring.restored = restored
 	if err := s.register(); err != nil {
 		s.owner.Close()
 		_ = disk.close()
@@ -276,6 +286,7 @@ func (s *ReplicatedStateStore) register() (err error) {
 	m.Handle(topicStateDiff, s.handler(s.serveDiff))
 	m.Handle(topicStateDeleteType, s.handler(s.serveDeleteType))
 	m.Handle(topicStateHandover, s.handler(s.serveHandover))
+	m.Handle(topicStateForget, s.handler(s.serveForget))
 	return nil
 }
 
@@ -722,6 +733,7 @@ func (r *stateRememberedReply) status() (uint8, string) { return r.Code, r.Msg }
 func (r *stateSummaryReply) status() (uint8, string)    { return r.Code, r.Msg }
 func (r *stateDiffReply) status() (uint8, string)       { return r.Code, r.Msg }
 func (r *stateHandoverReply) status() (uint8, string)   { return r.Code, r.Msg }
+func (r *stateForgetReply) status() (uint8, string)     { return r.Code, r.Msg }
 
 // call sends a request to a peer replica, waits at most RequestTimeout (or parent) for
 // the reply, and turns a reply's code into an error.

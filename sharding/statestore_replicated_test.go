@@ -179,6 +179,14 @@ func (c *ssCluster) stopAll() {
 // nothing else, and its state store ranks over them all (its ring admitted them).
 func (c *ssCluster) waitUp() {
 	c.tb.Helper()
+	c.waitMembers()
+	c.waitRing()
+}
+
+// waitMembers waits until every live member sees every live member up and reachable,
+// and nothing else.
+func (c *ssCluster) waitMembers() {
+	c.tb.Helper()
 	live := c.live()
 	testutil.EventuallyNil(c.tb, 20*time.Second, "membership", func() error {
 		for _, n := range live {
@@ -194,7 +202,6 @@ func (c *ssCluster) waitUp() {
 		}
 		return nil
 	})
-	c.waitRing()
 }
 
 // waitRing waits until every live member's state store admits exactly the live members

@@ -35,16 +35,52 @@
 // joint state and one that has admitted the live set agree, since the joint state
 // needs a majority of the new set too.
 //
-// A store starts with an empty ring: it admits the live members but itself (so that a
-// member that joins, or comes back without knowing what happened meanwhile, reads
-// through the others until its first round), and learns from each round's answers the
-// retained members the others remember.
+// The ring is kept on disk. Raft keeps a cluster's configuration in its log, so a
+// server that restarts resumes with the latest configuration it had (committed or not)
+// and one that fell behind takes a newer one from the leader; a configuration known
+// only in memory would be forgotten by a cluster that restarts whole, and a member
+// that restarted first, alone, would rank a shard over members that hold none of its
+// last writes (the members retained, two of its three replicas, are the ones that
+// hold them). Here every change of the admitted set is written to the member's state
+// file (bucket "ring", fsynced) before it is used, with a generation: a number that
+// grows by one with each change that drops members (a handover round's admission, an
+// operator's ForgetMember), as a Raft configuration entry's log index orders
+// configurations. Members exchange their ring in each handover round, and a member
+// that meets a newer generation takes that ring whole (it missed a handover or a
+// forget while it was gone); at the same generation it adds the members the other
+// retains that it did not know (as a ring only grows within a generation).
+// A member that never learns of a newer generation keeps its older,
+// larger ring: it only ever waits for more members than it needs.
+//
+// A store opens with the ring it saved. Its first view with this member up starts
+// the ring: the saved members and those the view shows down or exiting (not the
+// members up that the saved ring lacks: they may have joined while the cluster was
+// stopped, with nothing); without this member unless it is alone (it may
+// have missed writes while gone, so it reads through the others until a handover
+// round shows its ring current: a member of the same generation that admits it). A
+// store with nothing saved (a new directory) starts as the ring always started: the
+// live members but itself (so that a member that joins, or comes back without its
+// data, reads through the others until its first round), and learns the rest from each
+// round's answers. So after a whole cluster restarts, the first member up, alone,
+// still ranks over the members it retained and serves none of their shards until they
+// return, or until an operator forgets them (below). A member restarted at another
+// address does not restore its ring (the saved ring names its old address as a member
+// of its own, which now looks gone): it starts as a new directory would.
+//
+// An operator forgets a member gone for good (ForgetMember, `shardhost state
+// forget-member`): every live member drops it from its ring (a new generation), and a
+// handover round may then admit the live set; the writes that only the forgotten
+// member (and other gone ones) held are lost, which the operator accepts. A member
+// up, joining or leaving cannot be forgotten. Members that missed the request take the
+// newer generation from the next handover round.
 
 package sharding
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -55,12 +91,14 @@ import (
 	"github.com/shardhost/shardhost/internal/quorum"
 )
 
-// stateRing is the store's ring: the admitted members (see above) and the live set of
-// the last repair pass that completed.
+// stateRing is the store's ring: the admitted members (see above), their generation,
+// and the live set of the last repair pass that completed.
 type stateRing struct {
 	mu       sync.Mutex
 	admitted map[string]bool // nil until the first view with this member up
-	synced   string          // ringKey of the live set of the last complete repair pass
+	gen      uint64
+	synced   string           // ringKey of the live set of the last complete repair pass
+	restored *stateRingRecord // read from disk when the store opened; the ring starts from it
 }
 
 // stateRingView is one look at the ring: the members in the view by address, the live
@@ -70,6 +108,7 @@ type stateRingView struct {
 	members  map[string]cluster.Member
 	live     []string
 	admitted []string
+	gen      uint64
 }
 
 // live reports whether a member is up or leaving: it holds replicas and serves them.
@@ -78,8 +117,7 @@ func liveStatus(s cluster.MemberStatus) bool {
 }
 
 // ringView reads the membership and the ring. The first time the view lists this member
-// up, the ring starts: every live member is admitted but this one (unless it is alone),
-// and members in the view that are down or exiting are retained.
+// up, the ring starts (see the file comment) and is saved.
 func (s *ReplicatedStateStore) ringView() stateRingView {
 	v := stateRingView{self: s.cfg.Membership.Self().Address, members: map[string]cluster.Member{}}
 	for _, m := range s.cfg.Membership.Members() {
@@ -104,21 +142,68 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 			v.admitted = v.live // not in the cluster yet: rank as the members up do
 			return v
 		}
-		r.admitted = map[string]bool{}
-		for a, m := range v.members {
-			if (liveStatus(m.Status) && a != v.self) || m.Status == cluster.StatusDown || m.Status == cluster.StatusExiting {
-				r.admitted[a] = true
-			}
-		}
-		if len(v.live) == 1 {
-			r.admitted[v.self] = true // alone: the first member of a cluster
-		}
+		s.startRingLocked(v)
 	}
 	for a := range r.admitted {
 		v.admitted = append(v.admitted, a)
 	}
 	sort.Strings(v.admitted)
+	v.gen = r.gen
 	return v
+}
+
+// startRingLocked starts the ring from the view v, which lists this member up, and
+// saves it: the ring restored from disk (if saved at this member's address) without
+// this member unless it is alone, or without a saved ring the members up but this one
+// (this one if alone); and in both cases the members down or exiting.
+// The caller holds ring.mu.
+func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
+	r := &s.ring
+	rec := r.restored
+	r.restored = nil
+	if rec != nil && rec.Self != v.self {
+		s.log.Warn("state store: this member's saved ring is of another address; starting a new one (an operator may have to forget the old address: see ForgetMember)",
+			"saved", rec.Self, "self", v.self, "members", ringKey(rec.Admitted))
+		rec = nil
+	}
+	r.admitted = map[string]bool{}
+	alone := len(v.live) == 1
+	if rec != nil {
+		r.gen = rec.Gen
+		for _, a := range rec.Admitted {
+			r.admitted[a] = true
+		}
+		if !alone {
+			delete(r.admitted, v.self)
+		}
+	} else if alone {
+		r.admitted[v.self] = true // the first member of a cluster
+	}
+	for a, m := range v.members {
+		// Without a saved ring, the members up are the best guess at the ring; with one,
+		// a member up that it lacks may hold nothing yet (it joined while the cluster
+		// was stopped): it is joining until a round shows a ring that admits it.
+		if (rec == nil && liveStatus(m.Status) && a != v.self) || m.Status == cluster.StatusDown || m.Status == cluster.StatusExiting {
+			r.admitted[a] = true
+		}
+	}
+	if rec != nil {
+		s.log.Info("state store: ring restored", "gen", r.gen, "members", ringKey(slices.Sorted(maps.Keys(r.admitted))), "saved", ringKey(rec.Admitted))
+	}
+	s.saveRingLocked()
+}
+
+// saveRingLocked writes the ring to disk (the caller holds ring.mu). A failure is
+// logged: the ring in memory stays in force, and a restart finds the ring saved
+// before (older, hence larger or of a lower generation the others correct).
+func (s *ReplicatedStateStore) saveRingLocked() {
+	if s.disk == nil {
+		return
+	}
+	rec := &stateRingRecord{Gen: s.ring.gen, Self: s.cfg.Membership.Self().Address, Admitted: slices.Sorted(maps.Keys(s.ring.admitted))}
+	if err := s.disk.saveRing(rec); err != nil && !errors.Is(err, errStateClosed) {
+		s.log.Error("state store: saving the ring failed; a restart may not find it", "err", err)
+	}
 }
 
 // ringKey is a set of addresses as one string (sorted, comma-separated).
@@ -220,14 +305,17 @@ func (s *ReplicatedStateStore) handoverLimit(v stateRingView) int {
 }
 
 // retainedCount counts the admitted members that are not live.
-func retainedCount(v stateRingView) int {
-	n := 0
+func retainedCount(v stateRingView) int { return len(retainedMembers(v)) }
+
+// retainedMembers returns the admitted members that are not live, sorted.
+func retainedMembers(v stateRingView) []string {
+	var out []string
 	for _, a := range v.admitted {
 		if !slices.Contains(v.live, a) {
-			n++
+			out = append(out, a)
 		}
 	}
-	return n
+	return out
 }
 
 // markSynced records that a repair pass completed (every stored shard in sync with the
@@ -249,8 +337,9 @@ func (s *ReplicatedStateStore) syncedFor(key string) bool {
 // admitted members differ from the live ones, at most handoverLimit admitted members are
 // gone, this member's last repair pass was complete with the live set, and every other
 // live member answers that it sees the same live set and synced with it, the live set
-// is admitted. It returns whether the ring changed. Retained members the others
-// remember and this member did not know are retained here too, whatever the outcome.
+// is admitted (a new generation). It returns whether the ring changed. Whatever the
+// outcome, a ring of a newer generation among the answers replaces this member's, and
+// else the members retained by those of the same generation are retained here too.
 func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) {
 	v := s.ringView()
 	s.ring.mu.Lock()
@@ -260,12 +349,15 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 		return false, nil
 	}
 	key := ringKey(v.live)
+	// blocked: the live set cannot be admitted now. The others are asked all the same,
+	// for their rings (a newer generation, members they retain): a member restored
+	// with a ring that the others have since moved past learns it so.
+	var blocked error
 	if retained, limit := retainedCount(v), s.handoverLimit(v); retained > limit {
-		return false, fmt.Errorf("%w: %d members retained (%s not up), more than %d: a shard may have lost a majority of its replicas; waiting for them to return",
-			ErrStoreUnavailable, retained, ringKey(v.admitted), limit)
-	}
-	if !s.syncedFor(key) {
-		return false, fmt.Errorf("%w: this member's repair pass is not complete with members %s", ErrStoreUnavailable, key)
+		blocked = fmt.Errorf("%w: %d members retained (%s not up), more than %d: a shard may have lost a majority of its replicas; waiting for them to return (or for an operator to forget them: ForgetMember)",
+			ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), limit)
+	} else if !s.syncedFor(key) {
+		blocked = fmt.Errorf("%w: this member's repair pass is not complete with members %s", ErrStoreUnavailable, key)
 	}
 	type answer struct {
 		addr  string
@@ -282,7 +374,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	for _, p := range peers {
 		if !s.owner.Go(func() {
 			var reply stateHandoverReply
-			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live}, &reply)
+			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live, RingOnly: blocked != nil}, &reply)
 			answers <- answer{p.addr, reply, err}
 		}) {
 			answers <- answer{p.addr, stateHandoverReply{}, closedError()}
@@ -290,11 +382,22 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	}
 	var short []string
 	learned := map[string]bool{}
+	var newer *stateHandoverReply // the answer of the newest generation, if newer than ours
 	for range peers {
 		a := <-answers
-		for _, r := range a.reply.Admitted {
-			if !slices.Contains(v.live, r) && !slices.Contains(v.admitted, r) {
-				learned[r] = true
+		switch {
+		case a.err != nil:
+		case a.reply.Gen > v.gen:
+			if newer == nil || a.reply.Gen > newer.Gen {
+				newer = &a.reply
+			}
+		case a.reply.Gen == v.gen:
+			// Members of the same generation retain more, never fewer: add those
+			// retained there, and this member if it is admitted there.
+			for _, r := range a.reply.Admitted {
+				if (!slices.Contains(v.live, r) || r == v.self) && !slices.Contains(v.admitted, r) {
+					learned[r] = true
+				}
 			}
 		}
 		switch {
@@ -308,12 +411,33 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	}
 	s.ring.mu.Lock()
 	defer s.ring.mu.Unlock()
+	if s.ring.gen != v.gen || ringKey(slices.Sorted(maps.Keys(s.ring.admitted))) != ringKey(v.admitted) {
+		return false, nil // changed meanwhile
+	}
+	if newer != nil {
+		s.ring.admitted = map[string]bool{}
+		for _, a := range newer.Admitted {
+			s.ring.admitted[a] = true
+		}
+		s.ring.gen = newer.Gen
+		s.saveRingLocked()
+		lvl := slog.LevelInfo
+		if ringKey(newer.Admitted) == ringKey(v.admitted) {
+			lvl = slog.LevelDebug // the same members: only the generation moves
+		}
+		s.log.Log(ctx, lvl, "state store: taking the ring of a newer generation", "gen", newer.Gen, "members", ringKey(newer.Admitted), "was", ringKey(v.admitted))
+		return true, nil
+	}
 	if len(learned) > 0 {
 		for r := range learned {
 			s.ring.admitted[r] = true
 		}
+		s.saveRingLocked()
 		s.log.Info("state store: retaining members the others remember", "members", fmt.Sprint(slices.Sorted(maps.Keys(learned))))
 		return true, nil
+	}
+	if blocked != nil {
+		return false, blocked
 	}
 	if len(short) > 0 {
 		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
@@ -322,11 +446,10 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	for _, a := range v.live {
 		now[a] = true
 	}
-	if ringKey(slices.Sorted(maps.Keys(s.ring.admitted))) != ringKey(v.admitted) {
-		return false, nil // changed meanwhile
-	}
 	s.ring.admitted = now
-	s.log.Info("state store: replicas handed over; ranking over the members up", "members", key, "was", ringKey(v.admitted))
+	s.ring.gen++
+	s.saveRingLocked()
+	s.log.Info("state store: replicas handed over; ranking over the members up", "members", key, "was", ringKey(v.admitted), "gen", s.ring.gen)
 	return true, nil
 }
 
@@ -340,14 +463,156 @@ func (s *ReplicatedStateStore) serveHandover(from string, body []byte) []byte {
 	}
 	v := s.ringView()
 	key := ringKey(v.live)
-	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted}
+	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted, Gen: v.gen}
 	if ringKey(req.Live) != key {
 		return encodeState(reply)
 	}
-	if !s.syncedFor(key) && s.repairMu.TryLock() {
+	if !req.RingOnly && !s.syncedFor(key) && s.repairMu.TryLock() {
 		_ = s.repairPass(s.owner.Context())
 		s.repairMu.Unlock()
 	}
 	reply.Synced = s.syncedFor(key)
 	return encodeState(reply)
+}
+
+// StateRing is one look at a ReplicatedStateStore's ring (statestore_ring.go).
+type StateRing struct {
+	Gen      uint64   // the ring's generation
+	Admitted []string // the members it ranks shards' old replica sets over, sorted
+	Live     []string // the members up or leaving, sorted
+	Retained []string // admitted and not live: gone members it waits for, sorted
+}
+
+// Ring returns the store's ring as this member sees it now.
+func (s *ReplicatedStateStore) Ring() StateRing {
+	v := s.ringView()
+	return StateRing{Gen: v.gen, Admitted: v.admitted, Live: v.live, Retained: retainedMembers(v)}
+}
+
+// ForgetMember makes every live member stop retaining the member at addr (its gossip
+// address, as the membership lists it): an operator's way out when a member is gone
+// for good with its data (see the file comment). Each live member drops addr from its
+// ring, a new generation, saved; a handover round then admits the members up once few
+// enough are retained, and the shards addr held are served from the replicas up,
+// without the writes that only addr and other gone members held. That loss is what
+// the operator accepts. It returns the members that were retaining addr. Members that
+// do not answer take the new generation from a later handover round.
+//
+// Errors: ErrMemberNotGone (addr is this member, or is up, joining or leaving: down
+// it first), ErrStoreUnavailable naming the live members that did not forget it.
+func (s *ReplicatedStateStore) ForgetMember(ctx context.Context, addr string) ([]string, error) {
+	if !s.owner.Enter() {
+		return nil, closedError()
+	}
+	defer s.owner.Leave()
+	v := s.ringView()
+	if err := forgettable(v, addr); err != nil {
+		return nil, err
+	}
+	type answer struct {
+		addr     string
+		retained bool
+		err      error
+	}
+	answers := make(chan answer, len(v.live))
+	for _, a := range v.live {
+		r := v.replica(a)
+		run := func() {
+			if r.local {
+				retained, err := s.forgetLocal(addr)
+				answers <- answer{a, retained, err}
+				return
+			}
+			var reply stateForgetReply
+			err := s.call(ctx, r, topicStateForget, &stateForgetReq{Addr: addr}, &reply)
+			answers <- answer{a, reply.Retained, err}
+		}
+		if !s.owner.Go(run) {
+			answers <- answer{a, false, closedError()}
+		}
+	}
+	var retainedBy, failed []string
+	for range v.live {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			failed = append(failed, fmt.Sprintf("%s: %v", a.addr, a.err))
+		case a.retained:
+			retainedBy = append(retainedBy, a.addr)
+		}
+	}
+	sort.Strings(retainedBy)
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		return retainedBy, fmt.Errorf("%w: member %s forgotten by %d of %d members up; not by %s (they take the new ring from a later handover round)",
+			ErrStoreUnavailable, addr, len(v.live)-len(failed), len(v.live), strings.Join(failed, "; "))
+	}
+	return retainedBy, nil
+}
+
+// forgettable reports whether addr may be forgotten in the view v: a member gone
+// (down, exiting, removed or not listed), not this one.
+func forgettable(v stateRingView, addr string) error {
+	if addr == "" {
+		return fmt.Errorf("%w: no member address", ErrMemberNotGone)
+	}
+	if addr == v.self {
+		return fmt.Errorf("%w: %s is this member", ErrMemberNotGone, addr)
+	}
+	if m, ok := v.members[addr]; ok && m.Status != cluster.StatusDown && m.Status != cluster.StatusExiting && m.Status != cluster.StatusRemoved {
+		return fmt.Errorf("%w: %s is %v; only a member gone for good can be forgotten (down it first)", ErrMemberNotGone, addr, m.Status)
+	}
+	return nil
+}
+
+// forgetLocal drops addr from this member's ring (a new generation, saved) if addr may
+// be forgotten here; it reports whether this member retained addr.
+func (s *ReplicatedStateStore) forgetLocal(addr string) (bool, error) {
+	v := s.ringView()
+	if err := forgettable(v, addr); err != nil {
+		return false, err
+	}
+	r := &s.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.admitted != nil && r.admitted[addr]:
+		delete(r.admitted, addr)
+	case r.admitted == nil && r.restored != nil && slices.Contains(r.restored.Admitted, addr):
+		// Not started yet (this member is not up): the ring it will start from.
+		r.restored.Admitted = slices.DeleteFunc(slices.Clone(r.restored.Admitted), func(a string) bool { return a == addr })
+		r.restored.Gen++
+		if s.disk != nil {
+			if err := s.disk.saveRing(r.restored); err != nil {
+				return false, err
+			}
+		}
+		s.log.Warn("state store: an operator forgot a retained member; writes that only it (and other gone members) held are lost",
+			"member", addr, "gen", r.restored.Gen)
+		return true, nil
+	default:
+		return false, nil
+	}
+	r.gen++
+	s.saveRingLocked()
+	s.log.Warn("state store: an operator forgot a retained member; writes that only it (and other gone members) held are lost",
+		"member", addr, "gen", r.gen, "members", ringKey(slices.Sorted(maps.Keys(r.admitted))))
+	select {
+	case s.kick <- struct{}{}: // a repair pass and a handover round now
+	default:
+	}
+	return true, nil
+}
+
+// serveForget answers state/forget: ForgetMember on this member alone.
+func (s *ReplicatedStateStore) serveForget(from string, body []byte) []byte {
+	var req stateForgetReq
+	if err := decodeState(body, &req); err != nil {
+		return stateFail(err)
+	}
+	retained, err := s.forgetLocal(req.Addr)
+	if err != nil {
+		return stateFail(err)
+	}
+	return encodeState(&stateForgetReply{Retained: retained})
 }

@@ -1,8 +1,11 @@
 package sharding
 
 import (
+	"errors"
 	"slices"
+	"sort"
 	"testing"
+	"time"
 
 	"github.com/shardhost/shardhost/cluster"
 )
@@ -87,6 +90,152 @@ func TestReplicaSetIsJointWhileTheRingChanges(t *testing.T) {
 	for _, r := range rs.reps {
 		if r.addr == a && (r.in != 2 || r.retained) {
 			t.Fatalf("the returning member: %+v, want in the new set only, asked", r)
+		}
+	}
+}
+
+// restartSSMembers starts, on fresh networks, the given members of a stopped cluster on
+// their directories, gossip and transport addresses, as processes restarted with a
+// fixed --bind and their data, and waits until they see each other up. The others stay
+// stopped. It does not wait for the rings: the members may retain the others.
+func restartSSMembers(tb testing.TB, old *ssCluster, nodes ...*ssNode) *ssCluster {
+	tb.Helper()
+	c := &ssCluster{tb: tb, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: old.lc, mutate: old.mutate}
+	tb.Cleanup(c.stopAll)
+	for _, n := range nodes {
+		c.startAt(n.dir, n.gossipAddr, n.transport)
+	}
+	c.waitMembers()
+	return c
+}
+
+// ssUnavailable checks that a load of key via n fails with ErrStoreUnavailable.
+func ssUnavailable(tb testing.TB, n *ssNode, key EntityKey, why string) {
+	tb.Helper()
+	data, err := n.store.Load(ssCtx(tb), key)
+	if err == nil {
+		tb.Fatalf("load via %s %s: %q, want ErrStoreUnavailable", n.transport, why, data)
+	}
+	if !errors.Is(err, ErrStoreUnavailable) {
+		tb.Fatalf("load via %s %s: %v, want ErrStoreUnavailable", n.transport, why, err)
+	}
+}
+
+// TestRetainedMembersSurviveAWholeClusterRestart: a write acknowledged by two of a
+// shard's three replicas, which are then downed together, leaves the shard unavailable
+// (TestReplicaSetChangeLosesNoAcknowledgedWrite). When the whole cluster then
+// restarts without them, the members must still wait for them: with the ring in
+// memory alone, the first member up admitted itself, the others joined it, and the
+// shard was served from the third replica, which missed the write (the fault
+// harness restarts downed members this way when none is left running). Then an
+// operator forgets one of the two (ForgetMember), which it refuses for a member up:
+// one retained member is few enough for a handover round, and the shard is served
+// again, without the write that only the two held, as the operator accepted.
+func TestRetainedMembersSurviveAWholeClusterRestart(t *testing.T) {
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
+	lc.SBRStableAfter = 3 * time.Second
+	c := newSSCluster(t, 5, lc, func(cfg *ReplicatedStateStoreConfig) {
+		cfg.RepairInterval = time.Hour // only membership changes (and ForgetMember) start repair passes
+	})
+	key := EntityKey{Type: "counter", Shard: 7, ID: "acked"}
+	reps := c.replicas(key, 3)
+	a, b, third := reps[0], reps[1], reps[2]
+	w := c.others(reps...)[0]
+	ssSave(t, w, key, 1, []byte("v1"))
+	c.waitPlaced(key, []byte("v1"))
+	c.net.Disconnect(w.transport, third.transport)
+	ssSave(t, w, key, 1, []byte("v2"))
+	c.net.Reconnect(w.transport, third.transport)
+	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
+		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
+	}
+	c.kill(a)
+	c.kill(b)
+	c.waitGone(a.addr())
+	c.waitGone(b.addr())
+	survivors := c.live()
+	for _, n := range survivors {
+		ssUnavailable(t, n, key, "with two of the shard's three replicas gone")
+	}
+	c.stopAll()
+
+	// The survivors restart, the third replica first and alone (it forms the cluster).
+	order := slices.DeleteFunc(slices.Clone(survivors), func(n *ssNode) bool { return n == third })
+	order = append([]*ssNode{third}, order...)
+	r := restartSSMembers(t, c, order...)
+	for _, n := range r.nodes {
+		v := n.store.ringView()
+		if !slices.Contains(v.admitted, a.addr()) || !slices.Contains(v.admitted, b.addr()) {
+			t.Fatalf("%s after the restart ranks over %v: it forgot the retained %s and %s", n.addr(), v.admitted, a.addr(), b.addr())
+		}
+	}
+	for _, n := range r.nodes {
+		if err := n.store.Repair(ssCtx(t)); err != nil {
+			t.Logf("repair via %s: %v", n.transport, err)
+		}
+		if _, err := n.store.handoverRound(ssCtx(t)); err == nil {
+			t.Fatalf("a handover round via %s with two retained members: no error", n.transport)
+		}
+		ssUnavailable(t, n, key, "after a whole-cluster restart without two of the shard's replicas")
+	}
+
+	// An operator forgets a: refused for a member up, accepted for a.
+	if _, err := r.nodes[0].store.ForgetMember(ssCtx(t), r.nodes[1].addr()); !errors.Is(err, ErrMemberNotGone) {
+		t.Fatalf("forgetting a member up: %v, want ErrMemberNotGone", err)
+	}
+	if _, err := r.nodes[0].store.ForgetMember(ssCtx(t), r.nodes[0].addr()); !errors.Is(err, ErrMemberNotGone) {
+		t.Fatalf("forgetting this member: %v, want ErrMemberNotGone", err)
+	}
+	by, err := r.nodes[1].store.ForgetMember(ssCtx(t), a.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, n := range r.nodes {
+		want = append(want, n.addr())
+	}
+	sort.Strings(want)
+	if !slices.Equal(by, want) {
+		t.Fatalf("%s was retained by %v, want by every member up %v", a.addr(), by, want)
+	}
+	r.waitRing()
+	for _, n := range r.nodes {
+		ssLoad(t, n, key, []byte("v1"))
+	}
+
+	// The forgetting is kept too: a member restarted alone ranks over the three (and
+	// waits for the two others), not over a or b.
+	r.stopAll()
+	r2 := restartSSMembers(t, r, r.nodes[2])
+	if v := r2.nodes[0].store.ringView(); !slices.Equal(v.admitted, want) {
+		t.Fatalf("restarted alone after the forgetting, %s ranks over %v, want %v", r2.nodes[0].addr(), v.admitted, want)
+	}
+}
+
+// TestRestoredRingTakesANewerGeneration: a member restarted with a saved ring that the
+// others have moved past (two members gone and handed over while it was down) would
+// retain those two, too many for a handover round, and, sharing them in its answers,
+// make the others retain them too. It takes the others' newer ring instead, and joins.
+func TestRestoredRingTakesANewerGeneration(t *testing.T) {
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
+	lc.SBRStableAfter = 3 * time.Second
+	c := newSSCluster(t, 6, lc, func(cfg *ReplicatedStateStoreConfig) {
+		cfg.RepairInterval = 300 * time.Millisecond
+	})
+	x, y, u := c.nodes[0], c.nodes[1], c.nodes[2]
+	for _, n := range []*ssNode{x, y, u} {
+		c.kill(n)
+		c.waitGone(n.addr())
+		c.waitRing() // handed over: a new generation without n
+	}
+	c.restart(x)
+	c.waitMembers()
+	c.waitRing()
+	for _, n := range c.live() {
+		if v := n.store.ringView(); slices.Contains(v.admitted, y.addr()) || slices.Contains(v.admitted, u.addr()) {
+			t.Fatalf("%s retains %v", n.addr(), v.admitted)
 		}
 	}
 }

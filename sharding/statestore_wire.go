@@ -41,6 +41,9 @@ const (
 	// (statestore_ring.go): does the replica see these members up, and has it synced
 	// every shard it stores with their replica sets?
 	topicStateHandover = "state/handover"
+	// topicStateForget: stateForgetReq → stateForgetReply. An operator forgets a
+	// retained member (ReplicatedStateStore.ForgetMember).
+	topicStateForget = "state/forget"
 )
 
 // Reply codes: the outcome of a request, mapped back to errors by the requester
@@ -115,16 +118,35 @@ type stateWriteReq struct {
 // up and has synced with their replica sets.
 type stateHandoverReq struct {
 	Live []string `cbor:"1,keyasint"`
+	// RingOnly: the asker wants the replica's ring alone (it cannot admit the live set
+	// now); the replica runs no repair pass for it.
+	RingOnly bool `cbor:"2,keyasint,omitempty"`
 }
 
-// stateHandoverReply: the members the replica sees up (Live) and ranks over (Admitted),
-// and whether its last complete repair pass had the live set asked about (Synced).
+// stateHandoverReply: the members the replica sees up (Live) and ranks over (Admitted,
+// of generation Gen), and whether its last complete repair pass had the live set asked
+// about (Synced).
 type stateHandoverReply struct {
 	Code     uint8    `cbor:"1,keyasint"`
 	Msg      string   `cbor:"2,keyasint,omitempty"`
 	Live     []string `cbor:"3,keyasint"`
 	Admitted []string `cbor:"4,keyasint"`
 	Synced   bool     `cbor:"5,keyasint,omitempty"`
+	Gen      uint64   `cbor:"6,keyasint,omitempty"` // the generation of Admitted
+}
+
+// stateForgetReq asks the replica to stop retaining the member at Addr.
+type stateForgetReq struct {
+	Addr string `cbor:"1,keyasint"`
+}
+
+// stateForgetReply: whether the replica retained the member (Retained), and its
+// ring's generation after the request.
+type stateForgetReply struct {
+	Code     uint8  `cbor:"1,keyasint"`
+	Msg      string `cbor:"2,keyasint,omitempty"`
+	Retained bool   `cbor:"3,keyasint,omitempty"`
+	Gen      uint64 `cbor:"4,keyasint,omitempty"`
 }
 
 // stateDeleteTypeReq deletes the records of Type, marking it deleted up to At.
@@ -290,10 +312,11 @@ func checkStateKey(typ string, shard int, id string, needID bool) error {
 	return nil
 }
 
-// On disk (bbolt, file state.db), two buckets:
+// On disk (bbolt, file state.db), three buckets:
 //
 //	epochs:  shard prefix → epoch (8 bytes, big-endian)
 //	records: shard prefix | kind (1 byte) | entity ID → value
+//	ring:    "ring" → stateRingRecord (CBOR): the ring of statestore_ring.go
 //
 // shard prefix = uvarint(len(type)) | type | shard (8 bytes, big-endian), so that one
 // shard's records are contiguous and no type's prefix is another's. value =
@@ -303,7 +326,18 @@ func checkStateKey(typ string, shard int, id string, needID bool) error {
 var (
 	stateBucketEpochs  = []byte("epochs")
 	stateBucketRecords = []byte("records")
+	stateBucketRing    = []byte("ring")
+	stateRingKey       = []byte("ring")
 )
+
+// stateRingRecord is the ring as this member last saw it (statestore_ring.go): the
+// admitted members, the ring's generation, and this member's own address then (a
+// member restarted at another address does not restore it).
+type stateRingRecord struct {
+	Gen      uint64   `cbor:"1,keyasint"`
+	Self     string   `cbor:"2,keyasint"`
+	Admitted []string `cbor:"3,keyasint"`
+}
 
 const (
 	stateValueFormat = 1

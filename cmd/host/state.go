@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +23,7 @@ import (
 func newStateCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "state",
-		Short: "Move entity state between state stores (builtin ↔ PostgreSQL) while the cluster is stopped",
+		Short: "Move entity state between state stores (builtin ↔ PostgreSQL); forget a member gone for good",
 		Long: `state export writes everything a state store holds (every shard's entity snapshots
 and remembered entities) to a file; state import writes such a file into an empty
 store. Together they move a stopped cluster's state from one store to another:
@@ -39,9 +41,60 @@ entity. Import into the built-in store places each shard on the members a runnin
 cluster reads it from (the first --replicas of the shard's priority order among the
 --member addresses, which must be the --bind addresses the members will start with).
 Counts and a digest of the content are written into the file, checked when it is read,
-and checked again by reading the target store back after an import.`,
+and checked again by reading the target store back after an import.
+
+state forget-member, on a running cluster, makes the built-in store stop waiting for a
+member gone for good with its data directory.`,
 	}
-	cmd.AddCommand(newStateExportCommand(), newStateImportCommand())
+	cmd.AddCommand(newStateExportCommand(), newStateImportCommand(), g.clientFlags(newStateForgetMemberCommand(g)))
+	return cmd
+}
+
+func newStateForgetMemberCommand(g *globals) *cobra.Command {
+	var accept bool
+	cmd := &cobra.Command{
+		Use:   "forget-member ADDRESS --accept-loss",
+		Short: "Make the built-in state store stop waiting for a member gone for good (its last writes are lost)",
+		Long: `The built-in state store keeps a member that went away (downed, left, crashed) in its
+ring until the members up have handed its shards over, which they do only while fewer
+than a majority of a shard's replicas are gone (one of three). When more are gone (two
+of three, say, downed together), those shards refuse reads and writes until the members
+return with their data directories; the ring is saved in each member's data directory,
+so this holds across restarts of the whole cluster too. A member that will never come
+back with its data leaves them unavailable for good: forget-member ADDRESS (its --bind
+address, as members shows it) makes every member up drop it from the ring. Once few
+enough members are retained, the members up take the shards over, and the writes that
+only the forgotten member (and other gone members) held are lost: --accept-loss says
+you accept that. The member must be down or gone (shardhost down ADDRESS first); a
+member up, joining or leaving is refused. Members that do not answer take the change
+from the others later.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !accept {
+				return errors.New("forgetting a member loses the writes that only it (and other gone members) held: give --accept-loss")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			resp, err := c.do("POST", "/v1/state/members/"+url.PathEscape(args[0])+"/forget", nil)
+			if err != nil {
+				return err
+			}
+			var res host.ForgetResult
+			if err := json.Unmarshal(resp.body, &res); err != nil {
+				return fmt.Errorf("reading the API's reply: %v", err)
+			}
+			if len(res.RetainedBy) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "no member up retained %s: nothing to forget\n", res.Member)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "forgot %s, which %d members retained (%s): its shards are handed over to the members up once few enough members are retained\n",
+				res.Member, len(res.RetainedBy), strings.Join(res.RetainedBy, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&accept, "accept-loss", false, "accept the loss of the writes that only this member (and other gone members) held")
 	return cmd
 }
 
