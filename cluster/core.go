@@ -785,8 +785,9 @@ type View struct {
 	// round trip, started at T or later, with each of enough members that, with itself,
 	// they are a majority of the members up or leaving in its view (itself counted
 	// even when not up yet); zero if it never had. A member alone has contact as of
-	// its last tick. It is on the clock of Tick and Step (time.Now, with its monotonic
-	// reading, under Membership). Sharding hosts only while it is recent (its hosting
+	// its last tick. It is on the clock of Tick and Step (under Membership, Membership.Now:
+	// time.Now, with its monotonic reading, unless MembershipConfig.Now is set), which is
+	// the clock to measure its age on. Sharding hosts only while it is recent (its hosting
 	// lease): a member cut off from the majority, or paused, stops hosting before the
 	// majority moves its shards (docs/design.md, invariant 1).
 	MajorityContact time.Time `json:"majority_contact"`

@@ -81,6 +81,16 @@ type MembershipConfig struct {
 	// MeterProvider records the membership metrics (members by status, unreachable
 	// members, convergence, leader changes, phi of the monitored members). Nil: none.
 	MeterProvider metric.MeterProvider
+	// Now is the clock of the membership core: its ticks, the arrival of messages and
+	// heartbeat responses (the failure detector's intervals), the send times that date
+	// View.MajorityContact, the resolver's stable-after and the tombstones' times. Nil:
+	// time.Now, whose monotonic reading never steps. Given, the core is passed every
+	// advance of this clock and none of its steps back (Membership.Now), so that a
+	// clock set back neither stalls the heartbeats and gossip rounds nor lengthens the
+	// hosting lease; a step forward reaches the core as a pause of that length would.
+	// Memberlist's own probes, the tick interval and the timeouts of sends still follow
+	// real time. Tests give a simulated clock (skewed, drifting).
+	Now func() time.Time
 }
 
 // DefaultMembershipConfig returns a LAN configuration bound to 127.0.0.1:7946.
@@ -242,6 +252,7 @@ type Membership struct {
 	keyring       *memberlist.Keyring   // when gossip is encrypted
 	hookOnce      sync.Once
 
+	clock     *forwardClock // the core's clock when MembershipConfig.Now is set
 	subMu     sync.Mutex
 	subs      map[*Subscription]struct{}
 	statesMu  sync.Mutex
@@ -286,6 +297,9 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	}
 	for name, d := range cfg.States {
 		m.states[name] = d
+	}
+	if cfg.Now != nil {
+		m.clock = &forwardClock{read: cfg.Now}
 	}
 	var mc *memberlist.Config
 	if cfg.Profile == "local" {
@@ -436,12 +450,15 @@ func (m *Membership) run(core *Core) {
 		case <-m.owner.Done():
 			return
 		case now := <-tick.C:
+			if m.clock != nil {
+				now = m.clock.now()
+			}
 			outs = core.Tick(now)
 			m.maintainGossipPeers(prev)
 			phi := core.MonitoredPhi(now)
 			m.phi.Store(&phi)
 		case msg := <-m.inbox:
-			outs = core.Step(time.Now(), msg)
+			outs = core.Step(m.Now(), msg)
 		case cmd := <-m.cmds:
 			cmd(core)
 		}
@@ -679,6 +696,43 @@ func (m *Membership) Self() Member {
 
 // View returns the current picture of the cluster: members, leader, convergence.
 func (m *Membership) View() View { return *m.view.Load() }
+
+// Now reads the clock the membership core runs on (MembershipConfig.Now): the clock of
+// View.MajorityContact, against which a hosting lease is measured. Without a Now hook
+// it is time.Now.
+func (m *Membership) Now() time.Time {
+	if m.clock != nil {
+		return m.clock.now()
+	}
+	return time.Now()
+}
+
+// forwardClock passes on every advance of a clock and none of its steps back: a
+// reading before the previous one leaves the time where it was, and the readings after
+// it advance from there. The core measures intervals (heartbeats, gossip rounds, the
+// failure detector, the resolver's stable-after, the majority contact), which a clock
+// set back would stall or stretch; time.Now's monotonic reading never steps back
+// either. A step forward is passed on: to the core, a pause of that length.
+type forwardClock struct {
+	read func() time.Time
+	mu   sync.Mutex
+	last time.Time // the latest reading of read
+	cur  time.Time // the time passed on
+}
+
+func (c *forwardClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.read()
+	switch {
+	case c.cur.IsZero():
+		c.cur = r
+	case r.After(c.last):
+		c.cur = c.cur.Add(r.Sub(c.last))
+	}
+	c.last = r
+	return c.cur
+}
 
 // Members returns the members (every status but removed), sorted by address.
 func (m *Membership) Members() []Member { return append([]Member(nil), m.view.Load().Members...) }
