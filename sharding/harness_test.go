@@ -199,6 +199,9 @@ type testCluster struct {
 	states *MemoryStateStore
 	// roles, if set, gives the roles of the i-th member added.
 	roles func(i int) []string
+	// clock, if set, gives the membership clock (cluster.MembershipConfig.Now) of the
+	// i-th member added.
+	clock func(i int) func() time.Time
 }
 
 // clusterOption sets up a testCluster before its members start.
@@ -219,6 +222,11 @@ func withFastFailureDetection() clusterOption {
 // withSharedStateStore gives every member one in-memory entity state store.
 func withSharedStateStore() clusterOption {
 	return func(tc *testCluster) { tc.states = NewMemoryStateStore() }
+}
+
+// withMembershipClock gives the i-th member added the membership clock clock(i).
+func withMembershipClock(clock func(i int) func() time.Time) clusterOption {
+	return func(tc *testCluster) { tc.clock = clock }
 }
 
 // withRoles gives the i-th member added the roles roles(i).
@@ -292,6 +300,9 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 	mcfg.Logger = quiet
 	if tc.roles != nil {
 		mcfg.Roles = tc.roles(i)
+	}
+	if tc.clock != nil {
+		mcfg.Now = tc.clock(i)
 	}
 	if live := tc.live(); len(live) > 0 {
 		mcfg.Seeds = []string{live[0].addr()}

@@ -22,9 +22,33 @@ func (a *activations) liveOn(node, key string) int {
 // messages with ErrNoMajority; once healed, it serves them again from their saved
 // state.
 func TestHostingLeaseStopsTheEntitiesOfAMemberCutOffFromTheMajority(t *testing.T) {
-	tc := newTestCluster(t, 3, withSharedStateStore(), withConfig(func(c *Config) {
+	leaseCutOff(t, newTestCluster(t, 3, withSharedStateStore(), withConfig(func(c *Config) {
 		c.DownRemovalMargin = 2 * time.Second // a lease of 1 s
-	}))
+	})))
+}
+
+// The lease is measured on membership's clock (Membership.Now), which dates the
+// majority contact: with membership clocks an hour ahead of time.Now or behind it, a
+// member hosts while it has the contact (measured on time.Now, an hour behind, it
+// never would) and a member cut off stops its entities within the lease (an hour ahead,
+// it never would).
+func TestHostingLeaseIsMeasuredOnTheMembershipClock(t *testing.T) {
+	clock := func(i int) func() time.Time {
+		offset := time.Hour
+		if i%2 == 1 {
+			offset = -time.Hour
+		}
+		return func() time.Time { return time.Now().Add(offset) }
+	}
+	leaseCutOff(t, newTestCluster(t, 3, withSharedStateStore(), withMembershipClock(clock), withConfig(func(c *Config) {
+		c.DownRemovalMargin = 2 * time.Second // a lease of 1 s
+	})))
+}
+
+// leaseCutOff checks the hosting lease of the member of an entity: cut off from the
+// others, it stops the entity and refuses its messages; healed, it serves it again.
+func leaseCutOff(t *testing.T, tc *testCluster) {
+	t.Helper()
 	r, err := ask(t, tc.nodes[0], "durable", "x", "inc")
 	if err != nil {
 		t.Fatal(err)

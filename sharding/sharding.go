@@ -33,6 +33,9 @@ type Membership interface {
 	cluster.SingletonMembership
 	Members() []cluster.Member
 	Member(address string) (cluster.Member, bool)
+	// Now reads the clock of View.MajorityContact: the hosting lease and the
+	// DownRemovalMargin are measured on it.
+	Now() time.Time
 }
 
 // Messenger is what sharding needs of node-to-node messaging; *cluster.Messenger has it.
@@ -349,7 +352,7 @@ type Sharding struct {
 	lease     time.Duration
 	leaseHeld atomic.Bool
 	// downed holds when this member saw each downed member (by address) downed, for
-	// DownRemovalMargin; guarded by downedMu.
+	// DownRemovalMargin (on Membership.Now); guarded by downedMu.
 	downedMu  sync.Mutex
 	downed    map[string]time.Time
 	sub       *cluster.Subscription
@@ -421,9 +424,10 @@ func (s *Sharding) leaseLeft() time.Duration {
 	if v.Exited || v.MajorityContact.IsZero() {
 		return 0
 	}
-	// time.Since uses the monotonic clock: a process paused past its lease finds it
+	// On membership's clock, MajorityContact's (time.Now's monotonic reading unless
+	// cluster.MembershipConfig.Now is set): a process paused past its lease finds it
 	// lapsed when it resumes, whatever the wall clock did.
-	return s.lease - time.Since(v.MajorityContact)
+	return s.lease - s.cfg.Membership.Now().Sub(v.MajorityContact)
 }
 
 // hosting reports whether this member may host now (leaseLeft).
@@ -471,7 +475,7 @@ func (s *Sharding) watchLease() {
 		case <-tick.C:
 		}
 		v := s.cfg.Membership.View()
-		contact := !v.Exited && !v.MajorityContact.IsZero() && time.Since(v.MajorityContact) < s.lease
+		contact := !v.Exited && !v.MajorityContact.IsZero() && s.cfg.Membership.Now().Sub(v.MajorityContact) < s.lease
 		switch held := s.leaseHeld.Load(); {
 		case held && !contact:
 			s.leaseHeld.Store(false)
@@ -1160,7 +1164,7 @@ func (s *Sharding) sawDowned(addr string) {
 	s.downedMu.Lock()
 	defer s.downedMu.Unlock()
 	if _, ok := s.downed[addr]; !ok {
-		s.downed[addr] = time.Now()
+		s.downed[addr] = s.cfg.Membership.Now()
 	}
 }
 
@@ -1170,7 +1174,7 @@ func (s *Sharding) withinDownMargin(addr string) bool {
 	s.downedMu.Lock()
 	defer s.downedMu.Unlock()
 	at, ok := s.downed[addr]
-	return ok && time.Since(at) < s.cfg.DownRemovalMargin
+	return ok && s.cfg.Membership.Now().Sub(at) < s.cfg.DownRemovalMargin
 }
 
 // holding reports whether m hosts (hosting), recording when it is first seen down.
