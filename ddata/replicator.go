@@ -116,7 +116,11 @@ type ReplicatorConfig struct {
 	MaxPruningDissemination time.Duration
 	// Expiry removes keys after inactivity (first matching rule wins).
 	Expiry []ExpiryRule
-	// Now is the clock; default time.Now.
+	// Now is the clock of the replicator's rounds (delta propagation, gossip,
+	// notifications, pruning, write-behind; a clock set back restarts them rather than
+	// stalling them), of when keys were last used (expiry, sent with the data as wall
+	// time) and of pruning markers; default time.Now. The rounds' ticker and the
+	// timeouts of reads and writes follow real time. Tests give a simulated clock.
 	Now func() time.Time
 	// Logger receives the replicator's logs. Nil: slog.Default().
 	Logger *slog.Logger

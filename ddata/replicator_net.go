@@ -94,25 +94,31 @@ func (r *Replicator) run() {
 			}
 		case <-tick.C:
 			now := r.now()
-			if now.Sub(lastDelta) >= r.cfg.DeltaPropagationInterval {
-				lastDelta = now
+			// due reports whether every has passed since *last, and then restarts it. A
+			// clock set back (a Now hook's; time.Now's monotonic reading never is)
+			// restarts it too, rather than stalling the work until the clock is back
+			// where it was.
+			due := func(last *time.Time, every time.Duration) bool {
+				if d := now.Sub(*last); d >= every || d < 0 {
+					*last = now
+					return true
+				}
+				return false
+			}
+			if due(&lastDelta, r.cfg.DeltaPropagationInterval) {
 				r.propagateDeltas()
 			}
-			if now.Sub(lastGossip) >= r.cfg.GossipInterval {
-				lastGossip = now
+			if due(&lastGossip, r.cfg.GossipInterval) {
 				r.gossipRound()
 			}
-			if now.Sub(lastNotify) >= r.cfg.NotifySubscribersInterval {
-				lastNotify = now
+			if due(&lastNotify, r.cfg.NotifySubscribersInterval) {
 				r.notifySubscribers()
 				r.expire(now)
 			}
-			if now.Sub(lastPrune) >= r.cfg.PruningInterval {
-				lastPrune = now
+			if due(&lastPrune, r.cfg.PruningInterval) {
 				r.prune(now)
 			}
-			if r.cfg.WriteBehindInterval > 0 && now.Sub(lastFlush) >= r.cfg.WriteBehindInterval {
-				lastFlush = now
+			if r.cfg.WriteBehindInterval > 0 && due(&lastFlush, r.cfg.WriteBehindInterval) {
 				r.mu.Lock()
 				if err := r.flushLocked(); err != nil {
 					r.log.Error("write-behind of durable keys failed", "err", err)

@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -606,4 +607,36 @@ func TestReplicatorRefusesBadKeys(t *testing.T) {
 			t.Errorf("delete %q: %v", key, err)
 		}
 	}
+}
+
+// A replicator whose clock (ReplicatorConfig.Now) is set back an hour goes on
+// propagating its deltas: a round is due once an interval has passed since the last
+// one, or once the clock reads before it. (Gossip rounds, which would also carry the
+// write, come once an hour here.)
+func TestReplicatorRoundsGoOnWhenItsClockIsSetBack(t *testing.T) {
+	var offset atomic.Int64
+	added := 0
+	rc := newReplCluster(t, 3, func(c *ReplicatorConfig) {
+		c.GossipInterval = time.Hour
+		if added == 0 {
+			c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+		}
+		added++
+	})
+	a := rc.nodes[0]
+	spread := func(want int64) {
+		t.Helper()
+		if _, err := a.r.Update(ctxT(t), "c", PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), 1)); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range rc.nodes[1:] {
+			testutil.Eventually(t, 10*time.Second, "the counter everywhere", func() bool {
+				d, err := n.r.Get(ctxT(t), "c", ReadLocal())
+				return err == nil && countOf(t, d) == want
+			})
+		}
+	}
+	spread(1)
+	offset.Store(int64(-time.Hour))
+	spread(2)
 }
