@@ -64,7 +64,9 @@ type Cluster struct {
 	// isolated slots (crashed, paused) and the partition's cut slot pairs.
 	isolated  map[int]bool
 	partition map[[2]int]bool
-	skews     [MaxMembers]*skewClock
+	// clocks are the members' simulated clocks, by slot (a restarted process keeps its
+	// slot's clock, as it would its machine's).
+	clocks [MaxMembers]*memberClock
 }
 
 // newCluster prepares the slots; start starts members.
@@ -79,28 +81,16 @@ func newCluster(seed uint64, base string, reg *Registry, log *slog.Logger) *Clus
 		c.members[i] = &member{slot: i, gossipAddr: fmt.Sprintf("127.0.0.1:%d", 7000+i),
 			transport: fmt.Sprintf("transport-%d", i), dir: filepath.Join(base, fmt.Sprintf("member-%d", i)),
 			state: stateStopped}
-		c.skews[i] = &skewClock{}
+		c.clocks[i] = newMemberClock()
 	}
 	return c
 }
 
-// skewClock is time.Now moved by an offset.
-type skewClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
+// skew steps m's clock to offset from its drift (ClockSkew; 0 undoes it).
+func (c *Cluster) skew(m *member, offset time.Duration) { c.clocks[m.slot].SetOffset(offset) }
 
-func (s *skewClock) now() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return time.Now().Add(s.offset)
-}
-
-func (s *skewClock) set(d time.Duration) {
-	s.mu.Lock()
-	s.offset = d
-	s.mu.Unlock()
-}
+// drift makes m's clock run at rate (ClockDrift; 1 ends it, keeping what it gained).
+func (c *Cluster) drift(m *member, rate float64) { c.clocks[m.slot].SetRate(rate) }
 
 // seeds are the gossip addresses of the running members other than m.
 func (c *Cluster) seeds(m *member) []string {
@@ -136,8 +126,11 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 	if err != nil {
 		return err
 	}
+	// Every component that reads time through a hook reads the member's clock.
+	now := c.clocks[m.slot].Now
 	mc := cluster.DefaultMembershipConfig()
 	mc.Transport, mc.TransportAddr, mc.Profile, mc.Logger = gt, m.transport, "local", log
+	mc.Now = now
 	mc.Lifecycle = c.life
 	mc.Lifecycle.RandomSeed = int64(c.seed)*31 + int64(m.slot)*7 + int64(c.restarts)
 	c.restarts++
@@ -155,13 +148,14 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 	dc.Membership, dc.Messenger, dc.Logger = m.ms, m.msgr, log
 	dc.Store, dc.DurableKeys = m.store, []string{"sharding-coordinator*", ddataKey}
 	dc.GossipInterval = 500 * time.Millisecond
+	dc.Now = now
 	if m.repl, err = ddata.NewReplicator(dc); err != nil {
 		sub.Close()
 		return err
 	}
 	sc := sharding.DefaultLocalReplicatedStateStoreConfig()
 	sc.Membership, sc.Messenger, sc.Logger, sc.Dir = m.ms, m.msgr, log, filepath.Join(m.dir, "state")
-	sc.Now = c.skews[m.slot].now
+	sc.Now = now
 	if m.states, err = sharding.NewReplicatedStateStore(sc); err != nil {
 		sub.Close()
 		return err
@@ -175,6 +169,7 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 	cfg.RequestTimeout = time.Second
 	// The margin matches the resolver's stable-after, as the default does.
 	cfg.DownRemovalMargin = c.life.SBRStableAfter
+	cfg.Now = now
 	if m.sh, err = sharding.New(cfg); err != nil {
 		sub.Close()
 		return err

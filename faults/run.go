@@ -254,10 +254,16 @@ func (r *runner) apply(ctx context.Context, f Fault) string {
 		return fmt.Sprintf("join %d, crash coordinator's member %d after %v, restart after %v", j, m.slot, f.Delay, f.For)
 	case ClockSkew:
 		m := pick(run, f.Pick)
-		c.skews[m.slot].set(f.Skew)
+		c.skew(m, f.Skew)
 		sleep(ctx, f.For)
-		c.skews[m.slot].set(0)
+		c.skew(m, 0)
 		return fmt.Sprintf("clock of %d skewed by %v for %v", m.slot, f.Skew, f.For)
+	case ClockDrift:
+		m := pick(run, f.Pick)
+		c.drift(m, f.Rate)
+		sleep(ctx, f.For)
+		c.drift(m, 1)
+		return fmt.Sprintf("clock of %d at rate %.3f for %v", m.slot, f.Rate, f.For)
 	}
 	return "unknown fault " + f.Kind.String()
 }
