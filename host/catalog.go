@@ -226,6 +226,24 @@ func (c *catalog) all() []TypeInfo {
 	return out
 }
 
+// references reports whether an entry, a removal included, names the module with the
+// digest among its versions.
+func (c *catalog) references(digest string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.types {
+		if t.Digest == digest {
+			return true
+		}
+		for _, v := range t.Previous {
+			if v.Digest == digest {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // removal returns the entry that removes the deployed type name, and false if it is not
 // deployed.
 func (c *catalog) removal(name, by string) (TypeInfo, bool) {
@@ -273,8 +291,20 @@ func (c *catalog) stateDeleted(name, by string, at int64) (TypeInfo, bool) {
 	return t, true
 }
 
-// merge adds entries that are newer than what the catalog holds, and reports them.
+// merge adds entries that are newer than what the catalog holds, and reports them to
+// the changed callback.
 func (c *catalog) merge(entries []TypeInfo) {
+	changed := c.apply(entries)
+	if c.changed != nil {
+		for _, t := range changed {
+			c.changed(t)
+		}
+	}
+}
+
+// apply adds entries that are newer than what the catalog holds, and returns them,
+// without calling the changed callback: for a caller that makes them ready itself.
+func (c *catalog) apply(entries []TypeInfo) []TypeInfo {
 	var changed []TypeInfo
 	c.mu.Lock()
 	for _, t := range entries {
@@ -291,11 +321,7 @@ func (c *catalog) merge(entries []TypeInfo) {
 	if len(changed) > 0 {
 		c.save()
 	}
-	if c.changed != nil {
-		for _, t := range changed {
-			c.changed(t)
-		}
-	}
+	return changed
 }
 
 // LocalState implements cluster.StateDelegate.

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -128,18 +129,24 @@ func TestDeployAnswersAsksWhileCompiling(t *testing.T) {
 }
 
 // TestDeployRefusesMalformedModuleBeforeStoring: a module that fails validation is
-// refused with ErrInvalidModule, and no member stores it or learns of the type.
+// refused with ErrInvalidModule, and no member stores it or learns of the type; every
+// member refuses it by itself, as it refuses the stage request a deploy sends it.
 func TestDeployRefusesMalformedModuleBeforeStoring(t *testing.T) {
 	nodes := startNodes(t, 2, func(c *Config) { c.Runtime.CompileBeforeServing = false })
 	good := testwasm.Bytes(t, "counter")
+	ctx := context.Background()
 	for name, wasm := range map[string][]byte{
 		"truncated": good[:len(good)/2],
 		"no header": []byte("not wasm at all"),
 		"shape":     moduleExporting(t, "shardhost_receive"),
 	} {
-		_, err := nodes[0].Deploy(context.Background(), wasm, sharding.TypeSettings{Name: "bad"})
+		_, err := nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: "bad"})
 		if !errors.Is(err, ErrInvalidModule) {
 			t.Fatalf("%s: %v, want ErrInvalidModule", name, err)
+		}
+		_, err = nodes[0].messenger.Request(ctx, nodes[1].Self().TransportAddr, topicStage, append([]byte(Digest(wasm)), wasm...))
+		if err == nil || !strings.Contains(err.Error(), ErrInvalidModule.Error()) {
+			t.Fatalf("%s: the other member's answer to a stage request: %v, want its refusal as an invalid module", name, err)
 		}
 	}
 	for _, n := range nodes {
@@ -153,6 +160,100 @@ func TestDeployRefusesMalformedModuleBeforeStoring(t *testing.T) {
 		if len(files) != 0 {
 			t.Fatalf("%s stored %d files of refused modules", n.Self().Address, len(files))
 		}
+	}
+}
+
+// TestStageRefusesBytesThatAreNotTheDigest: a stage request whose bytes do not have the
+// digest it names is refused, and nothing is stored.
+func TestStageRefusesBytesThatAreNotTheDigest(t *testing.T) {
+	nodes := startNodes(t, 2, func(c *Config) { c.Runtime.CompileBeforeServing = false })
+	wasm := testwasm.RustBytes(t, "counter-rust")
+	other := append([]byte(nil), wasm...)
+	other[len(other)-1] ^= 1
+	_, err := nodes[0].messenger.Request(context.Background(), nodes[1].Self().TransportAddr, topicStage, append([]byte(Digest(other)), wasm...))
+	if err == nil || !strings.Contains(err.Error(), "another digest") {
+		t.Fatalf("stage of bytes under another digest: %v", err)
+	}
+	if files, err := os.ReadDir(nodes[1].modules.dir); err != nil || len(files) != 0 {
+		t.Fatalf("files stored: %v %v", files, err)
+	}
+}
+
+// TestDeployStoresOnEveryMemberBeforeReturning: when a deploy returns, every member it
+// reports ready holds the module: its file, with the deployed bytes, and the module
+// validated in memory, none compiled yet; and no temporary file is left.
+func TestDeployStoresOnEveryMemberBeforeReturning(t *testing.T) {
+	nodes := startNodes(t, 3, func(c *Config) { c.Runtime.CacheDir, c.Runtime.CompileBeforeServing = t.TempDir(), false })
+	release := make(chan struct{})
+	defer close(release)
+	for _, n := range nodes {
+		holdCompilations(n, release)
+	}
+	wasm := testwasm.Bytes(t, "counter")
+	res, err := nodes[1].Deploy(context.Background(), wasm, sharding.TypeSettings{Name: "counter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Members) != len(nodes) {
+		t.Fatalf("members %+v", res.Members)
+	}
+	for _, m := range res.Members {
+		if !m.Ready {
+			t.Fatalf("%s not ready: %s", m.Node, m.Error)
+		}
+	}
+	for _, n := range nodes {
+		b, err := os.ReadFile(n.modules.path(res.Type.Digest))
+		if err != nil || !bytes.Equal(b, wasm) {
+			t.Fatalf("%s: the module's file: %d bytes, %v", n.Self().Address, len(b), err)
+		}
+		mod := n.modules.loaded(res.Type.Digest)
+		if mod == nil || !mod.Interpreted() {
+			t.Fatalf("%s: the module is not loaded on the interpreter (%v)", n.Self().Address, mod)
+		}
+		if files, err := os.ReadDir(n.modules.dir); err != nil || len(files) != 1 {
+			t.Fatalf("%s: files in the module directory %v %v", n.Self().Address, files, err)
+		}
+	}
+}
+
+// TestDeployRefusedByTheDeployerLeavesNothing: a module that another member accepts and
+// stores in the deploy's first step (stage), but the deploying member refuses (its
+// memory cap is under what the module needs at its start), fails the deploy; no member
+// learns of the type, and the other member removes the module again.
+func TestDeployRefusedByTheDeployerLeavesNothing(t *testing.T) {
+	small := startNode(t, nil, func(c *Config) {
+		c.Runtime.MemoryLimit, c.Runtime.CompileBeforeServing = 1<<20, false
+	})
+	other := startNode(t, []string{small.Self().Address}, func(c *Config) { c.Runtime.CompileBeforeServing = false })
+	nodes := []*Node{small, other}
+	waitMembers(t, nodes)
+	wasm := testwasm.Bytes(t, "counter")
+	_, err := small.Deploy(context.Background(), wasm, sharding.TypeSettings{Name: "counter"})
+	if !errors.Is(err, ErrInvalidModule) {
+		t.Fatalf("deploy from the member with a 1 MiB cap: %v, want ErrInvalidModule", err)
+	}
+	for _, n := range nodes {
+		if types := n.Types(); len(types) != 0 {
+			t.Fatalf("%s knows types %v", n.Self().Address, types)
+		}
+		if files, err := os.ReadDir(n.modules.dir); err != nil || len(files) != 0 {
+			t.Fatalf("%s: files of the refused module %v %v", n.Self().Address, files, err)
+		}
+		if n.modules.loaded(Digest(wasm)) != nil {
+			t.Fatalf("%s holds the refused module in memory", n.Self().Address)
+		}
+	}
+	// A module that a catalog entry names stays: the same bytes deployed from the
+	// other member, then refused again by the small one.
+	if _, err := other.Deploy(context.Background(), wasm, sharding.TypeSettings{Name: "counter"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Deploy(context.Background(), wasm, sharding.TypeSettings{Name: "counter2"}); !errors.Is(err, ErrInvalidModule) {
+		t.Fatalf("second deploy from the member with a 1 MiB cap: %v", err)
+	}
+	if !other.modules.has(Digest(wasm)) || other.modules.loaded(Digest(wasm)) == nil {
+		t.Fatal("the module of a deployed type was discarded")
 	}
 }
 
@@ -180,6 +281,9 @@ func TestDeployReportsMemberThatFailsToLoad(t *testing.T) {
 				t.Fatalf("the member with a 1 MiB cap: ready %v, error %q", m.Ready, m.Error)
 			}
 		}
+	}
+	if small.modules.has(res.Type.Digest) {
+		t.Fatal("the member that refused the module stored it")
 	}
 }
 

@@ -32,6 +32,16 @@ import (
 const (
 	topicModule  = "host/module"  // body: digest; reply: the module's bytes
 	topicPrepare = "host/prepare" // body: TypeInfo; reply when the type is ready here
+	// body: digest and the module's bytes; reply, once validated and stored here:
+	// stageStored if this member wrote it, stageHad if it had it.
+	topicStage   = "host/stage"
+	topicDiscard = "host/discard" // body: digest; reply once a staged module is removed, or kept
+)
+
+// Replies to a stage request.
+const (
+	stageHad    byte = 0
+	stageStored byte = 1
 )
 
 // catalogState is the name of the catalog's state in membership gossip.
@@ -373,6 +383,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.messenger.Handle(topicModule, n.handleModule)
 	n.messenger.Handle(topicPrepare, n.handlePrepare)
+	n.messenger.Handle(topicStage, n.handleStage)
+	n.messenger.Handle(topicDiscard, n.handleDiscard)
 	// The types this member knew before a restart get ready again (their modules are
 	// in the data directory); the cluster's catalog may bring newer versions.
 	if err := n.catalog.load(); err != nil {
@@ -692,9 +704,18 @@ type MemberDeployment struct {
 // its entities answer from then on, on the interpreter, while each member compiles the
 // module in the background (Module.CompileInBackground); new activations use the
 // compiled code once it is ready, and active entities move to it at their next message
-// (README, "Write, deploy and talk to your own entity"). Nothing is stored, on any member, of a module that this member
-// refuses. Errors: ErrBadRequest (name, settings), ErrModuleTooLarge,
-// ErrInvalidModule, ErrShardsChanged.
+// (README, "Write, deploy and talk to your own entity").
+//
+// A deploy has two steps. First every member validates and stores the module at once:
+// this member sends its bytes to every other (a stage request) and validates its own
+// copy meanwhile; each member stores only what it has validated. Then, if this member
+// accepted the module, the type's catalog entry goes to every member (prepare), which
+// starts its region. A member that refused the module in the first step is reported
+// not ready and gets no prepare (it learns of the type by gossip, and tries again). If
+// this member refuses it, the deploy fails and no member learns of the type, and those
+// that stored it remove it again (discard): nothing is kept, on any member, of a
+// module that this member refuses. Errors: ErrBadRequest (name, settings),
+// ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged.
 func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings) (res DeployResult, err error) {
 	name := st.Name
 	span := noopSpan
@@ -733,13 +754,17 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	self := n.membership.Self()
-	if exists && prev.Digest == Digest(wasm) && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address))) == 0 {
+	digest := Digest(wasm)
+	if exists && prev.Digest == digest && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address))) == 0 {
 		// The same module with the same settings: nothing to deploy, no new version.
 		span.SetAttributes(attrModuleVer.Int64(int64(prev.Version)), attrModuleDigest.String(prev.Digest))
 		return DeployResult{Type: prev, Unchanged: true, Members: []MemberDeployment{}, Settings: prev.SettingList()}, nil
 	}
-	mod, err := n.modules.put(ctx, wasm)
+	staging := n.stageEverywhere(ctx, digest, wasm)
+	mod, _, err := n.modules.put(ctx, digest, wasm)
+	staged := staging()
 	if err != nil {
+		n.discardStaged(ctx, digest, staged)
 		return DeployResult{}, err
 	}
 	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address)
@@ -750,7 +775,7 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	if err := n.prepare(ctx, info); err != nil {
 		return DeployResult{}, err
 	}
-	res = DeployResult{Type: info, Members: n.tellEveryMember(ctx, info), Settings: info.SettingList()}
+	res = DeployResult{Type: info, Members: n.tellEveryMember(ctx, info, staged), Settings: info.SettingList()}
 	// Compiled once every member has validated it, so that on a shared machine the
 	// compilations do not slow the others' validations; asks run on the interpreter
 	// meanwhile.
@@ -842,15 +867,75 @@ func (n *Node) applyEverywhere(ctx context.Context, info TypeInfo) (UndeployResu
 	if err := n.prepare(ctx, info); err != nil {
 		return UndeployResult{}, err
 	}
-	res := UndeployResult{Type: info, Members: n.tellEveryMember(ctx, info)}
+	res := UndeployResult{Type: info, Members: n.tellEveryMember(ctx, info, nil)}
 	n.log.InfoContext(ctx, "entity type undeployed", "type", name, "version", info.Version)
 	return res, nil
 }
 
+// stageResult is one member's answer to a stage request.
+type stageResult struct {
+	wrote bool  // the member stored the module's file (it did not have it)
+	err   error // the member refused the module or could not be asked
+}
+
+// stageEverywhere sends a module to every other member in a stage request, in which
+// each validates and stores it, and returns at once. The function it returns waits for
+// every answer and returns them by member address.
+func (n *Node) stageEverywhere(ctx context.Context, digest string, wasm []byte) func() map[string]stageResult {
+	self := n.membership.Self()
+	body := make([]byte, 0, len(digest)+len(wasm))
+	body = append(append(body, digest...), wasm...)
+	out := map[string]stageResult{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range n.membership.Members() {
+		if m.Address == self.Address {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := n.messenger.Request(ctx, m.TransportAddr, topicStage, body)
+			mu.Lock()
+			out[m.Address] = stageResult{wrote: err == nil && len(b) == 1 && b[0] == stageStored, err: err}
+			mu.Unlock()
+		}()
+	}
+	return func() map[string]stageResult {
+		wg.Wait()
+		return out
+	}
+}
+
+// discardStaged tells the members that stored a module in their stage step to remove
+// it, the deploy having failed, and waits for them (for up to JoinTimeout, even if ctx
+// is done: a deploy whose caller went away is cleaned up too); a member that cannot be
+// told keeps the file (an unused module, never run).
+func (n *Node) discardStaged(ctx context.Context, digest string, staged map[string]stageResult) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.JoinTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for addr, r := range staged {
+		m, ok := n.membership.Member(addr)
+		if !r.wrote || !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := n.messenger.Request(ctx, m.TransportAddr, topicDiscard, []byte(digest)); err != nil {
+				n.log.WarnContext(ctx, "a refused module stays on a member", "digest", digest[:12], "member", addr, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // tellEveryMember gossips a catalog entry this member has applied, and sends it to every
 // other member in a prepare request, waiting for each to apply it (or fail to): whether
-// each member is ready, in the order of its view.
-func (n *Node) tellEveryMember(ctx context.Context, info TypeInfo) []MemberDeployment {
+// each member is ready, in the order of its view. A member whose stage step failed
+// (staged; nil for none) is reported with that failure and gets no prepare request.
+func (n *Node) tellEveryMember(ctx context.Context, info TypeInfo, staged map[string]stageResult) []MemberDeployment {
 	n.membership.Broadcast(catalogState, mustEncodeTypes([]TypeInfo{info}))
 	self := n.membership.Self()
 	members := n.membership.Members()
@@ -860,6 +945,10 @@ func (n *Node) tellEveryMember(ctx context.Context, info TypeInfo) []MemberDeplo
 		out[i].Node = m.Address
 		if m.Address == self.Address {
 			out[i].Ready = true
+			continue
+		}
+		if r, ok := staged[m.Address]; ok && r.err != nil {
+			out[i].Error = r.err.Error()
 			continue
 		}
 		wg.Add(1)
@@ -898,7 +987,10 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 			span.End()
 		}()
 	}
-	n.catalog.merge([]TypeInfo{info})
+	// Not merge: its callback (typeChanged) would prepare the type a second time, and
+	// start the module's compilation before this member's deploy or prepare request
+	// has answered, which then waits for a CPU that the compilation takes.
+	n.catalog.apply([]TypeInfo{info})
 	cur, _ := n.catalog.entry(info.Name)
 	if cur.StateDeletedAt > 0 {
 		// The type's state was deleted: this member's replica too, before the type
@@ -985,6 +1077,50 @@ func (n *Node) fetchModule(ctx context.Context, digest string, from []string) ([
 
 func (n *Node) handleModule(req *cluster.Request) {
 	n.owner.Go(func() { req.Reply(n.modules.bytes(string(req.Body))) })
+}
+
+// handleStage validates and stores a module that a deploy sends (stageEverywhere).
+func (n *Node) handleStage(req *cluster.Request) {
+	if len(req.Body) < 64 {
+		req.Reply(nil, fmt.Errorf("%w: malformed stage request", ErrBadRequest))
+		return
+	}
+	digest, wasm := string(req.Body[:64]), req.Body[64:]
+	n.owner.Go(func() {
+		if len(wasm) > n.cfg.MaxModuleSize {
+			req.Reply(nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrModuleTooLarge, len(wasm), n.cfg.MaxModuleSize))
+			return
+		}
+		if !validDigest(digest) || Digest(wasm) != digest {
+			req.Reply(nil, fmt.Errorf("%w: module %.12s arrived with another digest", ErrModuleUnavailable, digest))
+			return
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), n.cfg.JoinTimeout)
+		defer cancel()
+		_, wrote, err := n.modules.put(ctx, digest, wasm)
+		if err != nil {
+			req.Reply(nil, err)
+			return
+		}
+		reply := stageHad
+		if wrote {
+			reply = stageStored
+		}
+		req.Reply([]byte{reply}, nil)
+	})
+}
+
+// handleDiscard removes a module that this member stored for a deploy that failed,
+// unless a catalog entry names it.
+func (n *Node) handleDiscard(req *cluster.Request) {
+	digest := string(req.Body)
+	n.owner.Go(func() {
+		removed, err := n.modules.discard(req.Context(), digest, n.catalog.references)
+		if removed {
+			n.log.Info("module of a refused deploy removed", "digest", digest[:12])
+		}
+		req.Reply(nil, err)
+	})
 }
 
 func (n *Node) handlePrepare(req *cluster.Request) {

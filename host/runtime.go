@@ -321,7 +321,7 @@ func Digest(wasm []byte) string {
 // loaded 2-core machine without the compilation cache, 20–30 ms with it). It refuses
 // what Load refuses, with the same errors.
 func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
-	return rt.load(ctx, wasm, false)
+	return rt.load(ctx, wasm, Digest(wasm), false)
 }
 
 // Load validates a module and returns it ready to run on wazero's interpreter: the
@@ -348,7 +348,13 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // wazero version: markCompiled) is compiled at once instead, from the cache, in
 // milliseconds.
 func (rt *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
-	return rt.load(ctx, wasm, !rt.cfg.CompileBeforeServing && !rt.cachedCompiled(Digest(wasm)))
+	return rt.loadDigest(ctx, wasm, Digest(wasm))
+}
+
+// loadDigest is Load of a module whose Digest the caller has computed already (a
+// SHA-256 of a Go guest costs milliseconds).
+func (rt *Runtime) loadDigest(ctx context.Context, wasm []byte, digest string) (*Module, error) {
+	return rt.load(ctx, wasm, digest, !rt.cfg.CompileBeforeServing && !rt.cachedCompiled(digest))
 }
 
 // cachedCompiled reports whether the module with the digest was compiled into the
@@ -394,8 +400,8 @@ func wazeroVersion() string {
 	return "unknown"
 }
 
-// load is Compile (interpret false) and Load.
-func (rt *Runtime) load(ctx context.Context, wasm []byte, interpret bool) (*Module, error) {
+// load is Compile (interpret false) and Load; digest is Digest(wasm).
+func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpret bool) (*Module, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
 	}
@@ -428,7 +434,7 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, interpret bool) (*Modu
 		return nil, rerr
 	}
 	code.compiled = compiled
-	m := &Module{rt: rt, Digest: Digest(wasm), Size: len(wasm), start: []string{abi.ExportInitialize}}
+	m := &Module{rt: rt, Digest: digest, Size: len(wasm), start: []string{abi.ExportInitialize}}
 	m.code.Store(code)
 	m.bg.done = make(chan struct{})
 	if interpret {
