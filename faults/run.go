@@ -279,6 +279,13 @@ func (r *runner) join(ctx context.Context) int {
 }
 
 func (r *runner) restart(ctx context.Context, m *member, wipe bool) {
+	if wipe && len(r.c.running()) == 0 {
+		// With no member running, the member started first forms a new cluster: an
+		// operator starts one that has its data, not one with an empty directory,
+		// which would serve the entities as new (seed 13340: a crash with a wipe after
+		// the other members had downed themselves). The downed members come back first.
+		r.restartExited(ctx)
+	}
 	if err := r.c.restart(ctx, m, wipe); err != nil {
 		r.res.Errors = append(r.res.Errors, err.Error())
 	}
