@@ -194,6 +194,7 @@ func TestFaultSchedules(t *testing.T) {
 		n, parallel = 4, 2
 	}
 	results := make([]Result, n)
+	progress := &progress{total: n}
 	sem := make(chan struct{}, max(parallel, 1))
 	var wg sync.WaitGroup
 	for i := range n {
@@ -202,7 +203,9 @@ func TestFaultSchedules(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			results[i] = runSchedule(t, Generate(*baseFlag+uint64(i), ks, *sideFlag))
+			res := runSchedule(t, Generate(*baseFlag+uint64(i), ks, *sideFlag))
+			results[i] = res
+			progress.done(t, res)
 		}()
 	}
 	wg.Wait()
@@ -249,6 +252,27 @@ func TestFaultSchedules(t *testing.T) {
 	if len(failed) > 0 && len(failed[0].Schedule.Faults) > 1 {
 		small, keep := Shrink(failed[0].Schedule, func(s Schedule) Result { return runSchedule(t, s) })
 		t.Errorf("shrunk seed %d to %s\nreproduce: %s", small.Seed, small, reproLine(small, keep))
+	}
+}
+
+// progress reports, as a long run goes, each failure when it happens and a count every
+// 100 schedules, so that a soak cut short still tells how many it ran.
+type progress struct {
+	mu                 sync.Mutex
+	total, ran, failed int
+}
+
+func (p *progress) done(t *testing.T, res Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ran++
+	if res.Failed() {
+		p.failed++
+		t.Logf("seed %d failed (%d of %d schedules run, %d failed): %s", res.Schedule.Seed, p.ran, p.total, p.failed,
+			strings.Join(res.Failures, "; "))
+	}
+	if p.ran%100 == 0 {
+		t.Logf("%d of %d schedules run, %d failed", p.ran, p.total, p.failed)
 	}
 }
 
