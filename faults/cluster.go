@@ -189,7 +189,7 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 }
 
 // watchExit does what the host does when the cluster downs or removes its member: stop
-// hosting at once (sharding.Abort).
+// hosting at once (sharding.Abort), then stop gossiping and answering.
 func (c *Cluster) watchExit(m *member, sub *cluster.Subscription) {
 	defer m.wg.Done()
 	defer sub.Close()
@@ -212,6 +212,14 @@ func (c *Cluster) watchExit(m *member, sub *cluster.Subscription) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = m.sh.Abort(ctx)
 			cancel()
+			// The host's process stops here (cmd/host's start kills the node): it
+			// gossips and answers no more. Left running until its restart, an exited
+			// member's gossip carried the old cluster's state, its old incarnations
+			// up, into the cluster that the first member restarted with no seeds
+			// formed, and that cluster downed itself again (seed 2006 before 2ad2128,
+			// which downed whole clusters: 23 whole-cluster restarts in 3 minutes).
+			_ = m.ms.Shutdown()
+			_ = m.msgr.Close()
 			return
 		}
 	}

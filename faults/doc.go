@@ -72,6 +72,15 @@
 //     the old and new replicas, until every member up has handed their shards over
 //     (sharding/statestore_ring.go); with two of three replicas gone, the shard is
 //     unavailable until they return with their data, as the harness restarts them.
+//     The ring was kept in memory until it was saved in the state file: when every
+//     member had been downed (seed 2006's bridges, before the resolver's fix in
+//     2ad2128), the harness restarted them one by one, and the first, with no member
+//     running to join, formed a new cluster alone and served every shard from its own
+//     disk until it learnt the retained members (TestRetainedMembersSurviveAWholeClusterRestart
+//     in sharding). Exited members also went on gossiping until their restart, carrying
+//     the old cluster's state into the new one, which downed itself again (23
+//     whole-cluster restarts in one run of seed 2006); they now stop as the host's
+//     process does (Cluster.watchExit).
 //     Seed 64: sharding's TestReplicaSetChangeLosesNoAcknowledgedWrite reproduces it
 //     deterministically; TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite still runs
 //     with -known-bugs, its one-way partition meeting bug 3 too. On real processes,

@@ -505,10 +505,10 @@ func (s *ReplicatedStateStore) ForgetMember(ctx context.Context, addr string) ([
 		return nil, closedError()
 	}
 	defer s.owner.Leave()
-	v := s.ringView()
-	if err := forgettable(v, addr); err != nil {
+	if err := s.forgettable(addr); err != nil {
 		return nil, err
 	}
+	v := s.ringView()
 	type answer struct {
 		addr     string
 		retained bool
@@ -550,17 +550,19 @@ func (s *ReplicatedStateStore) ForgetMember(ctx context.Context, addr string) ([
 	return retainedBy, nil
 }
 
-// forgettable reports whether addr may be forgotten in the view v: a member gone
-// (down, exiting, removed or not listed), not this one.
-func forgettable(v stateRingView, addr string) error {
+// forgettable reports whether addr may be forgotten: not this member, and every
+// incarnation of addr the membership lists is gone (down, exiting, removed).
+func (s *ReplicatedStateStore) forgettable(addr string) error {
 	if addr == "" {
 		return fmt.Errorf("%w: no member address", ErrMemberNotGone)
 	}
-	if addr == v.self {
+	if addr == s.cfg.Membership.Self().Address {
 		return fmt.Errorf("%w: %s is this member", ErrMemberNotGone, addr)
 	}
-	if m, ok := v.members[addr]; ok && m.Status != cluster.StatusDown && m.Status != cluster.StatusExiting && m.Status != cluster.StatusRemoved {
-		return fmt.Errorf("%w: %s is %v; only a member gone for good can be forgotten (down it first)", ErrMemberNotGone, addr, m.Status)
+	for _, m := range s.cfg.Membership.Members() {
+		if m.Address == addr && m.Status != cluster.StatusDown && m.Status != cluster.StatusExiting && m.Status != cluster.StatusRemoved {
+			return fmt.Errorf("%w: %s is %v; only a member gone for good can be forgotten (down it first)", ErrMemberNotGone, addr, m.Status)
+		}
 	}
 	return nil
 }
@@ -568,10 +570,10 @@ func forgettable(v stateRingView, addr string) error {
 // forgetLocal drops addr from this member's ring (a new generation, saved) if addr may
 // be forgotten here; it reports whether this member retained addr.
 func (s *ReplicatedStateStore) forgetLocal(addr string) (bool, error) {
-	v := s.ringView()
-	if err := forgettable(v, addr); err != nil {
+	if err := s.forgettable(addr); err != nil {
 		return false, err
 	}
+	s.ringView() // starts the ring if this member is up
 	r := &s.ring
 	r.mu.Lock()
 	defer r.mu.Unlock()
