@@ -666,6 +666,15 @@ func (c *Core) onGossip(from UniqueAddress, remote Gossip, welcome bool) []Outbo
 			return nil // not (yet) a member: only a Welcome with self in it makes one
 		}
 		c.joined = true
+	} else if _, known := c.gossip.members[from]; !known && !welcome {
+		// Gossip from a process this member's state does not hold (Akka: "Ignoring
+		// received gossip from unknown node"): a member of another cluster, or an old
+		// incarnation still running after its cluster downed it, that sent to this
+		// address. Merged, its members would come back into this cluster as up (seed
+		// 13364: a member restarted alone formed a new cluster, took in the state of a
+		// process downed earlier, and saw its own previous incarnation up beside it). A
+		// member that joined meanwhile is learnt from the gossip of the others.
+		return nil
 	}
 	c.gossip = c.gossip.Merge(remote).seenBy(c.self())
 	if _, ok := c.gossip.members[c.self()]; !ok {

@@ -681,3 +681,25 @@ func TestSimBridgePartitionKeepsTheMajority(t *testing.T) {
 		return s.allSee(majority, StatusUp, append(majority, bridge)...) || s.allSee(majority, StatusUp, majority...)
 	})
 }
+
+// Faults seed 13364: a member restarted alone formed a new cluster, and gossip from a
+// process of the old cluster (downed, not yet stopped) sent to its address was merged:
+// the old cluster's members, its own previous incarnation among them, came back into the
+// new cluster as up. Gossip from a process the state does not hold is ignored.
+func TestSimGossipFromAnotherClusterIsIgnored(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(2)
+	other := s.add() // no seeds: a cluster of its own
+	s.until(10*time.Second, "the other cluster up", func() bool { return s.allSee([]*simNode{other}, StatusUp, other) })
+	w := other.core.gossip.wire()
+	nodes[0].core.Step(s.now, Message{Kind: msgGossip, From: other.core.self(), Gossip: &w})
+	for _, m := range nodes[0].core.View().Members {
+		if m.Node() == other.core.self() {
+			t.Fatalf("the other cluster's member is in this one after its gossip:\n%s", s.describe())
+		}
+	}
+	s.run(5 * time.Second)
+	if !s.allSee(nodes, StatusUp, nodes...) {
+		t.Fatalf("the cluster changed:\n%s", s.describe())
+	}
+}

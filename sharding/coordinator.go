@@ -656,8 +656,8 @@ func (c *coordinator) shardStopped(ref shardRef) {
 }
 
 // noteIncarnationLocked records, for a region the coordinator has allocations at, the
-// UID of its process: the member at that address that hosts, or else the one downed
-// there (whose allocations DownRemovalMargin keeps). A region already recorded keeps its
+// UID of its process: the one member at that address that hosts, or else the one
+// downed there (whose allocations DownRemovalMargin keeps). A region already recorded keeps its
 // UID until forgetReplacedLocked drops it.
 func (c *coordinator) noteIncarnationLocked(region string, members []cluster.Member) {
 	if region == "" {
@@ -666,26 +666,28 @@ func (c *coordinator) noteIncarnationLocked(region string, members []cluster.Mem
 	if _, ok := c.incarnation[region]; ok {
 		return
 	}
-	var down cluster.UID
+	var hosts, down []cluster.UID
 	for _, m := range members {
-		if m.Address != region {
-			continue
-		}
-		if hosting(m) {
-			c.incarnation[region] = m.UID
-			return
-		}
-		if m.Status == cluster.StatusDown {
-			down = m.UID
+		switch {
+		case m.Address != region:
+		case hosting(m):
+			hosts = append(hosts, m.UID)
+		case m.Status == cluster.StatusDown:
+			down = append(down, m.UID)
 		}
 	}
-	if down != 0 {
-		c.incarnation[region] = down
+	// Two processes at one address (an old incarnation not yet downed everywhere):
+	// which one holds the allocations is not known, and none is recorded.
+	switch {
+	case len(hosts) == 1:
+		c.incarnation[region] = hosts[0]
+	case len(hosts) == 0 && len(down) == 1:
+		c.incarnation[region] = down[0]
 	}
 }
 
 // forgetReplacedLocked forgets the allocations at every region whose process was
-// replaced: a member with another UID joined at its address. The cluster downs the
+// replaced: it no longer hosts and a member with another UID joined at its address. The cluster downs the
 // previous incarnation as the new one joins (two processes cannot hold one address), so
 // its allocations go at once, without DownRemovalMargin, and the shards are allocated
 // again with new epochs. Without this, the new process would be handed its previous
@@ -695,14 +697,24 @@ func (c *coordinator) noteIncarnationLocked(region string, members []cluster.Mem
 // (faults seed 10011).
 func (c *coordinator) forgetReplacedLocked(members []cluster.Member) {
 	for region, uid := range c.incarnation {
-		replaced := false
+		// Replaced: the recorded process no longer hosts (downed, exiting, or gone from
+		// the membership) and another one at its address is in the cluster. While the
+		// recorded one still hosts, its allocations stand, even beside a second UID at
+		// the address (a stale entry the gossip brought back, seed 13364): dropping
+		// them would allocate its shards elsewhere while it still ran them.
+		recordedHosts, successor := false, false
 		for _, m := range members {
-			if m.Address == region && m.UID != uid && m.Status != cluster.StatusDown &&
-				m.Status != cluster.StatusRemoved && m.Status != cluster.StatusExiting {
-				replaced = true
+			if m.Address != region {
+				continue
+			}
+			switch {
+			case m.UID == uid:
+				recordedHosts = hosting(m)
+			case m.Status != cluster.StatusDown && m.Status != cluster.StatusRemoved && m.Status != cluster.StatusExiting:
+				successor = true
 			}
 		}
-		if !replaced {
+		if recordedHosts || !successor {
 			continue
 		}
 		delete(c.incarnation, region)
