@@ -380,3 +380,25 @@ func TestDeltaInABatchSaveGoesToTheDeltaRecord(t *testing.T) {
 		t.Fatalf("restored count %s, want 2", got)
 	}
 }
+
+// TestDeltaStoreFencesThroughTheStoreItWraps: a region fences a shard through the
+// delta store (sharding.ShardFencer, found by StateStoreAs through its Unwrap), and the
+// fence holds for the delta records as for the bases: both are saves of the shard.
+func TestDeltaStoreFencesThroughTheStoreItWraps(t *testing.T) {
+	ctx := context.Background()
+	store := newDeltaStates(sharding.NewMemoryStateStore())
+	f, ok := sharding.StateStoreAs[sharding.ShardFencer](store)
+	if !ok {
+		t.Fatal("the delta store hides the fence of the store it wraps")
+	}
+	if err := f.FenceShard(ctx, "counter", 2, 5); err != nil {
+		t.Fatal(err)
+	}
+	key := sharding.EntityKey{Type: "counter", Shard: 2, ID: "c"}
+	if err := store.Save(ctx, key, 4, []byte("base")); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("a save at epoch 4 after a fence at 5: %v, want ErrStaleEpoch", err)
+	}
+	if err := store.Save(ctx, key, 5, []byte("base")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -223,6 +223,14 @@ func (e *entity) process(d delivery) {
 	}
 	if e.inst == nil {
 		if err := e.activate(ctx); err != nil {
+			if e.fenced.Load() {
+				// The shard's allocation here turned out stale (the store refused
+				// its fence): the message goes to the shard's home.
+				s.log.DebugContext(ctx, "entity not activated: its shard has moved", "entity", name, "err", err)
+				done(nil)
+				e.rerouteFenced(d)
+				return
+			}
 			s.log.WarnContext(ctx, "entity activation failed", "entity", name, "err", err)
 			done(err)
 			d.fail(err)
@@ -349,6 +357,18 @@ func (e *entity) activate(ctx context.Context) (err error) {
 		span.End()
 	}()
 	if s.cfg.States != nil {
+		// The shard's first activation here at its epoch fences its state first, so
+		// that a former owner's write is either seen by the load or refused.
+		epoch := e.currentEpoch()
+		if err := e.r.fenceShard(ctx, e.shard, epoch); err != nil {
+			if errors.Is(err, ErrStaleEpoch) {
+				// The shard has a newer allocation elsewhere: this copy is stale, and
+				// the message goes to the shard's home (process).
+				e.fenced.Store(true)
+				e.r.dropStale(e.shard, epoch+1)
+			}
+			return wrapCause(ErrStateNotLoaded, e.r.settings.Name+"/"+e.id, err)
+		}
 		st, err := e.loadState(ctx)
 		switch {
 		case errors.Is(err, ErrNoState):

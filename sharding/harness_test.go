@@ -182,7 +182,9 @@ type testNode struct {
 	sharding   *Sharding
 	factory    *fakeFactory
 	types      *types
-	stopped    bool
+	// store is the member's own replicated state store (withReplicatedStateStores).
+	store   *ReplicatedStateStore
+	stopped bool
 }
 
 func (n *testNode) addr() string { return n.membership.Self().Address }
@@ -197,6 +199,9 @@ type testCluster struct {
 	lifecycle cluster.CoreConfig
 	// states, if set, is the entity state store every member shares.
 	states *MemoryStateStore
+	// replicated gives each member a ReplicatedStateStore of its own, on its
+	// membership and messenger, over a fresh directory.
+	replicated bool
 	// roles, if set, gives the roles of the i-th member added.
 	roles func(i int) []string
 	// clock, if set, gives the membership clock (cluster.MembershipConfig.Now) of the
@@ -227,6 +232,12 @@ func withSharedStateStore() clusterOption {
 // withMembershipClock gives the i-th member added the membership clock clock(i).
 func withMembershipClock(clock func(i int) func() time.Time) clusterOption {
 	return func(tc *testCluster) { tc.clock = clock }
+}
+
+// withReplicatedStateStores gives each member a ReplicatedStateStore (three replicas,
+// the local profile) on its own membership and messenger.
+func withReplicatedStateStores() clusterOption {
+	return func(tc *testCluster) { tc.replicated = true }
 }
 
 // withRoles gives the i-th member added the roles roles(i).
@@ -325,6 +336,14 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 	if tc.states != nil {
 		cfg.States = tc.states
 	}
+	if tc.replicated {
+		scfg := DefaultLocalReplicatedStateStoreConfig()
+		scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = ms, msgr, t.TempDir(), quiet
+		if node.store, err = NewReplicatedStateStore(scfg); err != nil {
+			t.Fatal(err)
+		}
+		cfg.States = node.store
+	}
 	cfg.ReconcileInterval = 50 * time.Millisecond
 	if tc.mutate != nil {
 		tc.mutate(&cfg)
@@ -391,6 +410,9 @@ func (tc *testCluster) stop(n *testNode, leave bool) {
 	}
 	if err := n.sharding.Stop(ctx); err != nil {
 		tc.t.Errorf("stopping %s: %v", n.name, err)
+	}
+	if n.store != nil {
+		n.store.Close()
 	}
 	n.membership.Shutdown()
 	n.messenger.Close()

@@ -63,6 +63,63 @@ type shardSlot struct {
 	// region's handoff of it, another region's handoff (from its BeginHandOff).
 	resolveSpan, handoffSpan, pauseSpan trace.SpanContext
 	handoffMsgs                         int // buffered during this region's handoff of the shard
+
+	fence *shardFence // the newest fence of the shard's state from here (fenceShard)
+}
+
+// shardFence is a fence of a shard's state at an allocation epoch (ShardFencer),
+// written or being written from this region.
+type shardFence struct {
+	epoch uint64
+	done  chan struct{} // closed once err is set
+	err   error
+}
+
+// failed reports whether the fence is done and failed.
+func (f *shardFence) failed() bool {
+	select {
+	case <-f.done:
+		return f.err != nil
+	default:
+		return false
+	}
+}
+
+// fenceShard fences the shard's state in the store at epoch (ShardFencer), before this
+// region first reads it at that epoch (an entity's activation, the shard's remembered
+// entities): from then on no write of a former owner of the shard (an older epoch) is
+// acknowledged, so what the read finds is all a former owner had acknowledged, and
+// nothing acknowledged to it later is overwritten. Once per shard and epoch: the first
+// caller writes the fence (one round trip to the store, bounded by RequestTimeout
+// whatever its own context), those that come meanwhile wait for it, later ones find it
+// done; a failed fence is written again by the next caller. Nothing to do without a
+// store, or with a store that is no ShardFencer. Errors: FenceShard's (ErrStaleEpoch:
+// the shard has a newer allocation elsewhere), ErrStoreUnavailable when ctx ends
+// first.
+func (r *Region) fenceShard(ctx context.Context, shardID int, epoch uint64) error {
+	if r.s.fence == nil {
+		return nil
+	}
+	r.mu.Lock()
+	sl := r.slotLocked(shardID)
+	f, lead := sl.fence, false
+	if f == nil || f.epoch < epoch || f.failed() {
+		f, lead = &shardFence{epoch: epoch, done: make(chan struct{})}, true
+		sl.fence = f
+	}
+	r.mu.Unlock()
+	if lead {
+		fctx, cancel := context.WithTimeout(withTraceOf(r.s.owner.Context(), ctx), r.s.cfg.RequestTimeout)
+		f.err = r.s.fence(fctx, r.settings.Name, shardID, f.epoch)
+		cancel()
+		close(f.done)
+	}
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for the fence of %s/%d at epoch %d: %w", ErrStoreUnavailable, r.settings.Name, shardID, f.epoch, ctx.Err())
+	}
 }
 
 // idle reports whether nothing is resolving or handing the shard off, here or in
@@ -558,8 +615,21 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 // restartRemembered starts the remembered entities of a shard that came here.
 func (r *Region) restartRemembered(sh *shard) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.s.cfg.RequestTimeout)
-	ids, err := r.s.cfg.States.Remembered(ctx, r.settings.Name, sh.id)
+	r.mu.Lock()
+	epoch := sh.epoch
+	r.mu.Unlock()
+	err := r.fenceShard(ctx, sh.id, epoch)
+	var ids []string
+	if err == nil {
+		ids, err = r.s.cfg.States.Remembered(ctx, r.settings.Name, sh.id)
+	}
 	cancel()
+	if errors.Is(err, ErrStaleEpoch) {
+		r.s.log.Warn("the state store has a newer allocation of a shard that came here", "type", r.settings.Name, "shard", sh.id,
+			"epoch", epoch, "err", err)
+		r.dropStale(sh.id, epoch+1)
+		return
+	}
 	if err != nil {
 		r.s.log.Warn("cannot read the remembered entities of a shard", "type", r.settings.Name, "shard", sh.id, "err", err)
 		return

@@ -330,6 +330,9 @@ type Sharding struct {
 	tel    *shardingTelemetry
 	self   string // this member's address
 	coord  *coordinator
+	// fence is the state store's FenceShard (ShardFencer), or nil when it has none
+	// or there is no store: Region.fenceShard.
+	fence stateFenceFunc
 
 	// owner owns the goroutines of s. Everything that may start one holds it (Hold)
 	// or runs on one; Stop closes it.
@@ -373,11 +376,13 @@ func New(cfg Config) (*Sharding, error) {
 	}
 	self := cfg.Membership.Self().Address
 	tel := newShardingTelemetry(cfg.TracerProvider, cfg.MeterProvider)
+	var fence stateFenceFunc
 	if cfg.States != nil {
-		cfg.States = instrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
+		cfg.States, fence = instrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
 	}
 	s := &Sharding{
 		cfg:           cfg,
+		fence:         fence,
 		log:           cfg.Logger,
 		tracer:        tel.tracer,
 		tel:           tel,

@@ -121,6 +121,18 @@ func (m *MemoryStateStore) Save(ctx context.Context, key EntityKey, epoch uint64
 	return nil
 }
 
+var _ ShardFencer = (*MemoryStateStore)(nil)
+
+// FenceShard implements ShardFencer.
+func (m *MemoryStateStore) FenceShard(ctx context.Context, typ string, shard int, epoch uint64) error {
+	if err := checkStateKey(typ, shard, "", false); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fence(shardKey{typ, shard}, epoch)
+}
+
 // Load implements StateStore.
 func (m *MemoryStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
 	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {

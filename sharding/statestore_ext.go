@@ -31,6 +31,25 @@ type BatchStateStore interface {
 	SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []StateSave) error
 }
 
+// ShardFencer is a StateStore that can raise a shard's fence without writing a
+// record. A region fences a shard once per allocation epoch, before the first read of
+// its state there (an activation's Load, a Remembered), so that a read sees every write
+// a former owner had acknowledged, and no later write of a former owner (an older
+// epoch) is acknowledged: without it, a former owner that has not yet learnt of the
+// move could still save after the new owner read the entity, and that acknowledged
+// save would then be overwritten (docs/design.md, invariant 1). A store without it is
+// fenced by the new owner's first write only.
+type ShardFencer interface {
+	StateStore
+	// FenceShard raises the shard's epoch to epoch, as a Save at epoch would, writing
+	// nothing else: once it returns, a Save, SaveBatch or Remember of the shard with an
+	// older epoch is refused (ErrStaleEpoch), and every such write acknowledged before
+	// is seen by a later read. Idempotent. Errors: ErrStaleEpoch (the shard's epoch is
+	// newer: the caller's allocation is stale), ErrStoreUnavailable,
+	// ErrInvalidStateKey.
+	FenceShard(ctx context.Context, typ string, shard int, epoch uint64) error
+}
+
 // TypeStateDeleter is a StateStore that can delete everything it holds of one entity
 // type: shardhost undeploy --delete-state.
 type TypeStateDeleter interface {

@@ -156,7 +156,14 @@ const (
 // Save or Remember with an older epoch (ErrStaleEpoch, also across members: the code
 // travels in the reply). Since acknowledged writes reach a majority, a writer whose
 // allocation is stale meets at least one replica that refuses it once the new owner
-// has written.
+// has fenced the shard. The new owner does so before it reads any of the shard's
+// state (FenceShard, a write of its epoch alone to a majority, once per shard and
+// epoch: Region.fenceShard): a former owner that has not yet learnt of the move (cut
+// off, or paused) may still have a Save acknowledged until then, but not after, so the
+// new owner's reads see every write acknowledged to the former owner, and none of its
+// later ones is acknowledged only to be overwritten. Were the new owner's first write
+// its fence, a stale Save acknowledged between its first read and that write would be
+// lost.
 //
 // Ranking identity. Replicas are ranked by member address (the gossip address, the
 // same strings the shard coordinator ranks regions by), so the member that the
@@ -422,7 +429,7 @@ func (s *ReplicatedStateStore) Save(ctx context.Context, key EntityKey, epoch ui
 		data = []byte{}
 	}
 	rec := stateRecord{Kind: stateKindSnapshot, ID: key.ID, Epoch: epoch, Seq: s.nextSeq(), Data: data}
-	if err := s.write(ctx, key.Type, key.Shard, epoch, rec); err != nil {
+	if err := s.write(ctx, key.Type, key.Shard, epoch, []stateRecord{rec}); err != nil {
 		return fmt.Errorf("sharding: save state of %s/%d/%q at epoch %d: %w", key.Type, key.Shard, key.ID, epoch, err)
 	}
 	return nil
@@ -436,14 +443,34 @@ func (s *ReplicatedStateStore) Remember(ctx context.Context, key EntityKey, epoc
 		return err
 	}
 	rec := stateRecord{Kind: stateKindRemember, ID: key.ID, Epoch: epoch, Seq: s.nextSeq(), Remember: remember}
-	if err := s.write(ctx, key.Type, key.Shard, epoch, rec); err != nil {
+	if err := s.write(ctx, key.Type, key.Shard, epoch, []stateRecord{rec}); err != nil {
 		return fmt.Errorf("sharding: remember %s/%d/%q (%v) at epoch %d: %w", key.Type, key.Shard, key.ID, remember, epoch, err)
 	}
 	return nil
 }
 
-// write sends one fenced record to the shard's replicas and waits for a majority.
-func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int, epoch uint64, rec stateRecord) error {
+var _ ShardFencer = (*ReplicatedStateStore)(nil)
+
+// FenceShard implements ShardFencer: a fenced write without records to the shard's
+// replicas, acknowledged by a majority (of the old and of the new replica set while
+// the ring changes, as every write), each replica raising its epoch for the shard to
+// epoch on disk. A Save with an older epoch then meets at least one refusing replica in
+// any majority, and a read of a majority meets every write acknowledged before.
+// Errors: ErrStaleEpoch (a replica has a newer epoch), ErrStoreUnavailable (fewer than
+// a majority acknowledged within RequestTimeout or ctx), ErrInvalidStateKey.
+func (s *ReplicatedStateStore) FenceShard(ctx context.Context, typ string, shard int, epoch uint64) error {
+	if err := checkStateKey(typ, shard, "", false); err != nil {
+		return err
+	}
+	if err := s.write(ctx, typ, shard, epoch, nil); err != nil {
+		return fmt.Errorf("sharding: fence %s/%d at epoch %d: %w", typ, shard, epoch, err)
+	}
+	return nil
+}
+
+// write sends fenced records (none: a fence alone) to the shard's replicas and waits
+// for a majority.
+func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int, epoch uint64, recs []stateRecord) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	}
@@ -451,7 +478,7 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 	if err != nil {
 		return err
 	}
-	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: []stateRecord{rec}}
+	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: recs}
 	type ack struct {
 		in  uint64
 		err error

@@ -53,8 +53,8 @@ func (s *ReplicatedStateStore) checkWrite(req *stateWriteReq) error {
 	if err := checkStateKey(req.Type, req.Shard, "", false); err != nil {
 		return err
 	}
-	if len(req.Records) == 0 {
-		return fmt.Errorf("%w: write without records", ErrMalformedMessage)
+	if len(req.Records) == 0 && !req.Fence {
+		return fmt.Errorf("%w: unfenced write without records", ErrMalformedMessage)
 	}
 	for i := range req.Records {
 		r := &req.Records[i]

@@ -30,11 +30,12 @@ const (
 	stateOpRemember
 	stateOpRemembered
 	stateOpSaveBatch
+	stateOpFence
 	numStateOps
 )
 
-var stateOpNames = [numStateOps]string{"save", "load", "remember", "remembered", "save_batch"}
-var stateSpanNames = [numStateOps]string{"state save", "state load", "state remember", "state remembered", "state save batch"}
+var stateOpNames = [numStateOps]string{"save", "load", "remember", "remembered", "save_batch", "fence"}
+var stateSpanNames = [numStateOps]string{"state save", "state load", "state remember", "state remembered", "state save batch", "state fence"}
 
 // instrumentedStateStore decorates any StateStore with spans (in a traced context) and
 // metrics, so that every implementation gets them.
@@ -59,17 +60,18 @@ type stateOpKey struct {
 var _ StateStore = (*instrumentedStateStore)(nil)
 
 // instrumentStateStore returns store recording, for every Save, Load, Remember,
-// Remembered and (when store has it) SaveBatch: a span when the context is traced ("state save", ...: the entity's
+// Remembered and (when store has them) SaveBatch and FenceShard: a span when the context is traced ("state save", ...: the entity's
 // attributes, bytes, and the replicas asked and answered when the store reports them
 // with RecordReplicas), and the metrics shardhost.state.operations,
 // shardhost.state.operation.duration, shardhost.state.io and
 // shardhost.state.fencing.refusals. self is this member's address (shardhost.node).
-// Sharding applies it to Config.States itself.
-func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider, mp metric.MeterProvider) StateStore {
+// Sharding applies it to Config.States itself. fence is the store's FenceShard so
+// recorded, or nil when the store has none (StateStoreAs finds no ShardFencer).
+func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider, mp metric.MeterProvider) (_ StateStore, fence stateFenceFunc) {
 	m := obs.Meter(mp, "sharding")
 	s := &instrumentedStateStore{store: store, tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp), self: self}
 	s.ops = obs.Must(m.Int64Counter("shardhost.state.operations", metric.WithUnit("{operation}"),
-		metric.WithDescription("Entity state store operations (save, load, remember, remembered, save_batch), by outcome. [shardhost.state.operation, shardhost.outcome]")))
+		metric.WithDescription("Entity state store operations (save, load, remember, remembered, save_batch, fence), by outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.duration = obs.Must(m.Float64Histogram("shardhost.state.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of entity state store operations, by operation and outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.io = obs.Must(m.Int64Counter("shardhost.state.io", metric.WithUnit("By"),
@@ -82,11 +84,23 @@ func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider
 	for op := range numStateOps {
 		s.ioAttrs[op] = metric.WithAttributeSet(attribute.NewSet(attrStateOperation.String(stateOpNames[op])))
 	}
-	if b, ok := StateStoreAs[BatchStateStore](store); ok {
-		return &instrumentedBatchStateStore{instrumentedStateStore: s, batch: b}
+	if f, ok := StateStoreAs[ShardFencer](store); ok {
+		fence = func(ctx context.Context, typ string, shard int, epoch uint64) error {
+			ctx, span, start := s.start(ctx, stateOpFence, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self),
+				attrEpoch.Int64(int64(epoch)))
+			err := f.FenceShard(ctx, typ, shard, epoch)
+			s.done(stateOpFence, span, start, 0, err)
+			return err
+		}
 	}
-	return s
+	if b, ok := StateStoreAs[BatchStateStore](store); ok {
+		return &instrumentedBatchStateStore{instrumentedStateStore: s, batch: b}, fence
+	}
+	return s, fence
 }
+
+// stateFenceFunc is a ShardFencer's FenceShard.
+type stateFenceFunc func(ctx context.Context, typ string, shard int, epoch uint64) error
 
 // Unwrap returns the decorated store: StateStoreAs finds its other abilities
 // (ExternalStateStore) through it.

@@ -17,7 +17,8 @@ import (
 // stateReply, which is how a busy replica answers whatever it was asked.
 const (
 	// topicStateWrite: stateWriteReq → stateReply. Apply records (fenced writes of
-	// Save/Remember, or unfenced repair writes).
+	// Save/Remember, a fenced write of no record from FenceShard, or unfenced repair
+	// writes).
 	topicStateWrite = "state/write"
 	// topicStateChunk: stateChunkReq → stateReply. Stage a piece of a snapshot too
 	// large for one message; a later state/write names the transfer.
@@ -103,7 +104,8 @@ func (r *stateRecord) version() stateVersion { return stateVersion{r.Epoch, r.Se
 // Epoch >= the replica's epoch for the shard; Save and Remember fence, repair writes do
 // not (their records carry their own versions). Either way the replica's epoch for the
 // shard becomes max(its epoch, Epoch), and each record is stored only if newer than the
-// replica's.
+// replica's. A fenced write may have no records (FenceShard: the epoch alone); an
+// unfenced one may not.
 type stateWriteReq struct {
 	Type    string        `cbor:"1,keyasint"`
 	Shard   int           `cbor:"2,keyasint"`

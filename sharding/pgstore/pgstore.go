@@ -6,7 +6,9 @@
 // Fencing is in SQL: every write calls a function (shardhost_save,
 // shardhost_remember) that raises or checks the shard's epoch row and writes in the
 // same transaction, one statement and one round trip; a write with an older epoch than
-// the shard's writes nothing and fails with sharding.ErrStaleEpoch.
+// the shard's writes nothing and fails with sharding.ErrStaleEpoch. FenceShard raises
+// the epoch row alone (shardhost_fence), which a region does before it first reads a
+// shard it has been allocated (sharding.ShardFencer).
 package pgstore
 
 import (
@@ -356,6 +358,33 @@ func (s *Store) Remember(ctx context.Context, key sharding.EntityKey, epoch uint
 	if uint64(cur) > epoch {
 		return fmt.Errorf("pgstore: remember %s/%d/%q: %w: epoch %d is older than the shard's %d",
 			key.Type, key.Shard, key.ID, sharding.ErrStaleEpoch, epoch, cur)
+	}
+	return nil
+}
+
+var _ sharding.ShardFencer = (*Store)(nil)
+
+// FenceShard implements sharding.ShardFencer: shardhost_fence alone, one statement
+// and one round trip. It raises the shard's epoch row, waiting for the saves of older
+// epochs under way (they hold a share lock on the row), so a read after it sees them
+// and a later write with an older epoch is refused. Errors: sharding.ErrStaleEpoch,
+// ErrStoreUnavailable, ErrInvalidStateKey.
+func (s *Store) FenceShard(ctx context.Context, typ string, shard int, epoch uint64) error {
+	if err := checkKey(typ, shard, "", false); err != nil {
+		return err
+	}
+	if err := checkEpoch(epoch); err != nil {
+		return err
+	}
+	var cur int64
+	err := retry(ctx, func() error {
+		return s.pool.QueryRow(ctx, "SELECT shardhost_fence($1, $2, $3)", typ, int32(shard), int64(epoch)).Scan(&cur)
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: fence %s/%d at epoch %d: %w", typ, shard, epoch, s.fail("fence", err))
+	}
+	if uint64(cur) > epoch {
+		return fmt.Errorf("pgstore: fence %s/%d: %w: epoch %d is older than the shard's %d", typ, shard, sharding.ErrStaleEpoch, epoch, cur)
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentSaves", concurrentSaves},
 		{"ConcurrentFencing", concurrentFencing},
 		{"Batch", batch},
+		{"FenceShard", fenceShard},
 		{"InvalidKeys", invalidKeys},
 		{"DeleteType", deleteType},
 	} {
@@ -404,6 +405,68 @@ func batch(t *testing.T, h []sharding.StateStore) {
 	}
 	if err := b.SaveBatch(ctx, "counter", 6, 3, nil); err != nil {
 		t.Fatalf("an empty batch: %v", err)
+	}
+}
+
+// fenceShard: a fence raises the shard's epoch as a write would, writing nothing, for
+// every handle; it is refused below the shard's epoch, and idempotent at it.
+func fenceShard(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	f, ok := sharding.StateStoreAs[sharding.ShardFencer](h[1])
+	if !ok {
+		t.Skip("the store has no FenceShard")
+	}
+	key := sharding.EntityKey{Type: "counter", Shard: 3, ID: "x"}
+	mustSave(t, h[0], key, 4, []byte("four"))
+	if err := f.FenceShard(ctx, "counter", 3, 5); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing written: the state is the former owner's, and no entity is remembered.
+	for _, s := range h {
+		mustLoad(t, s, key, []byte("four"))
+	}
+	mustRemembered(t, h[0], "counter", 3)
+	// Writes below the fence are refused, from every handle.
+	for i, s := range h {
+		if err := s.Save(ctx, key, 4, []byte("lost")); !errors.Is(err, sharding.ErrStaleEpoch) {
+			t.Fatalf("handle %d: save at epoch 4 after a fence at 5: %v, want ErrStaleEpoch", i, err)
+		}
+		if err := s.Remember(ctx, sharding.EntityKey{Type: "counter", Shard: 3, ID: "y"}, 4, true); !errors.Is(err, sharding.ErrStaleEpoch) {
+			t.Fatalf("handle %d: remember at epoch 4 after a fence at 5: %v, want ErrStaleEpoch", i, err)
+		}
+		if b, ok := sharding.StateStoreAs[sharding.BatchStateStore](s); ok {
+			if err := b.SaveBatch(ctx, "counter", 3, 4, []sharding.StateSave{{ID: "x", State: []byte("lost")}}); !errors.Is(err, sharding.ErrStaleEpoch) {
+				t.Fatalf("handle %d: batch at epoch 4 after a fence at 5: %v, want ErrStaleEpoch", i, err)
+			}
+		}
+	}
+	mustLoad(t, h[0], key, []byte("four"))
+	// At the fence's epoch: idempotent, and writes go on.
+	if err := f.FenceShard(ctx, "counter", 3, 5); err != nil {
+		t.Fatalf("a fence at the shard's epoch: %v", err)
+	}
+	mustSave(t, h[0], key, 5, []byte("five"))
+	mustLoad(t, h[1], key, []byte("five"))
+	// Below the shard's epoch: the fencer is stale.
+	for i, s := range h {
+		if g, ok := sharding.StateStoreAs[sharding.ShardFencer](s); ok {
+			if err := g.FenceShard(ctx, "counter", 3, 4); !errors.Is(err, sharding.ErrStaleEpoch) {
+				t.Fatalf("handle %d: a fence at epoch 4 after 5: %v, want ErrStaleEpoch", i, err)
+			}
+		}
+	}
+	// A fence of a shard with no state at all fences it too; other shards and types
+	// are not fenced.
+	if err := f.FenceShard(ctx, "counter", 9, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := h[0].Save(ctx, sharding.EntityKey{Type: "counter", Shard: 9, ID: "z"}, 6, nil); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("save at epoch 6 in a fresh shard fenced at 7: %v, want ErrStaleEpoch", err)
+	}
+	mustSave(t, h[0], sharding.EntityKey{Type: "counter", Shard: 8, ID: "z"}, 6, []byte("other shard"))
+	mustSave(t, h[0], sharding.EntityKey{Type: "other", Shard: 9, ID: "z"}, 6, []byte("other type"))
+	if err := f.FenceShard(ctx, "", 1, 1); !errors.Is(err, sharding.ErrInvalidStateKey) {
+		t.Fatalf("a fence of an empty type: %v, want ErrInvalidStateKey", err)
 	}
 }
 
