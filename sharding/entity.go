@@ -460,9 +460,14 @@ func (e *entity) save(ctx context.Context) (err error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, min(s.cfg.RequestTimeout, left))
 	defer cancel()
-	if err := s.cfg.States.Save(sctx, e.key(), e.currentEpoch(), state); err != nil {
+	epoch := e.currentEpoch()
+	if err := s.cfg.States.Save(sctx, e.key(), epoch, state); err != nil {
 		if errors.Is(err, ErrStaleEpoch) {
+			// The shard has a newer allocation: the whole copy here is stale. Dropped,
+			// so that the next message resolves the shard's home; kept, it would bring
+			// every message for this entity back here to be routed again, endlessly.
 			e.fenced.Store(true)
+			e.r.dropStale(e.shard, epoch+1)
 		}
 		return err
 	}

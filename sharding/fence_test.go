@@ -100,3 +100,33 @@ func TestANewOwnersFirstReadFencesTheFormerOwner(t *testing.T) {
 		})
 	}
 }
+
+// TestASaveRefusedAsStaleDropsTheShard: a checkpoint refused as stale (the shard's new
+// owner has fenced it) fences the entity and drops the shard here, as a newer epoch in
+// a message does. Kept, the fenced copy took every later message for the entity from a
+// sender on this member (whose messages carry no epoch) and routed it again to
+// itself, endlessly: a message spun in its mailbox past its deadline, and Stop timed
+// out waiting for it.
+func TestASaveRefusedAsStaleDropsTheShard(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := tc.nodes[0]
+	mustAsk(t, n, "durable", "x", "inc")
+	sh := abiShard("x", 10)
+	reg := n.sharding.region("durable")
+	reg.mu.Lock()
+	epoch := reg.hostedLocked(sh).epoch
+	reg.mu.Unlock()
+	// The shard's new owner fences it.
+	if err := tc.states.FenceShard(context.Background(), "durable", sh, epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ask(t, n, "durable", "x", "inc"); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("an inc whose checkpoint is stale: %v, want ErrStaleEpoch", err)
+	}
+	reg.mu.Lock()
+	hosted := reg.hostedLocked(sh) != nil
+	reg.mu.Unlock()
+	if hosted {
+		t.Fatal("the shard is still hosted here after its save was refused as stale")
+	}
+}
