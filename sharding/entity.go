@@ -360,7 +360,7 @@ func (e *entity) activate(ctx context.Context) (err error) {
 		// The shard's first activation here at its epoch fences its state first, so
 		// that a former owner's write is either seen by the load or refused.
 		epoch := e.currentEpoch()
-		if err := e.r.fenceShard(ctx, e.shard, epoch); err != nil {
+		if err := e.fence(ctx, epoch); err != nil {
 			if errors.Is(err, ErrStaleEpoch) {
 				// The shard has a newer allocation elsewhere: this copy is stale, and
 				// the message goes to the shard's home (process).
@@ -405,6 +405,24 @@ func (e *entity) activate(ctx context.Context) (err error) {
 	}
 	e.r.activated(e)
 	return nil
+}
+
+// fence fences the entity's shard at epoch before its state is read (Region.fenceShard),
+// trying again as loadState does while the store is unavailable.
+func (e *entity) fence(ctx context.Context, epoch uint64) error {
+	var err error
+	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
+		err = e.r.fenceShard(ctx, e.shard, epoch)
+		if err == nil || errors.Is(err, ErrStaleEpoch) || !errors.Is(err, ErrStoreUnavailable) || attempt == 2 || ctx.Err() != nil {
+			return err
+		}
+		e.r.s.log.DebugContext(ctx, "shard not fenced yet", "entity", e.r.settings.Name+"/"+e.id, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
 }
 
 // loadState reads the entity's saved state, trying again (three attempts in all, 50 ms

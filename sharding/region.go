@@ -614,16 +614,18 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 
 // restartRemembered starts the remembered entities of a shard that came here.
 func (r *Region) restartRemembered(sh *shard) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.s.cfg.RequestTimeout)
 	r.mu.Lock()
 	epoch := sh.epoch
 	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), r.s.cfg.RequestTimeout)
 	err := r.fenceShard(ctx, sh.id, epoch)
+	cancel()
 	var ids []string
 	if err == nil {
+		ctx, cancel = context.WithTimeout(context.Background(), r.s.cfg.RequestTimeout)
 		ids, err = r.s.cfg.States.Remembered(ctx, r.settings.Name, sh.id)
+		cancel()
 	}
-	cancel()
 	if errors.Is(err, ErrStaleEpoch) {
 		r.s.log.Warn("the state store has a newer allocation of a shard that came here", "type", r.settings.Name, "shard", sh.id,
 			"epoch", epoch, "err", err)

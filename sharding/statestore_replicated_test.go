@@ -962,6 +962,18 @@ func BenchmarkReplicatedStateStoreSave(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "saves/s")
 	})
+	// A fence (the epoch alone, what a region writes once per shard it is allocated,
+	// before its first read there): each one a new epoch, so each one is written.
+	fences := 0 // across the runs of the sub-benchmark: epochs only grow
+	b.Run("fence", func(b *testing.B) {
+		for b.Loop() {
+			if err := c.nodes[0].store.FenceShard(ctx, "bench-fence", fences%100, uint64(2+fences/100)); err != nil {
+				b.Fatal(err)
+			}
+			fences++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "fences/s")
+	})
 }
 
 // stragglers waits for the reachable replicas that had not answered, not for the
