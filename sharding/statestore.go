@@ -38,7 +38,9 @@ type EntityKey struct {
 // store). Every write carries the writer's allocation epoch for the shard; a store
 // refuses, with ErrStaleEpoch, a write whose epoch is older than the newest it has seen
 // for the shard, so a host whose allocation is stale cannot overwrite the state of the
-// shard's new home. Implementations are safe for concurrent use.
+// shard's new home; a store that is a ShardFencer also takes the epoch alone, which
+// the new home writes before it first reads the shard. Implementations are safe for
+// concurrent use.
 type StateStore interface {
 	// Save stores state as the entity's snapshot. It returns once the write is durable
 	// as the implementation promises (for the replicated store: on a majority of the
