@@ -710,11 +710,12 @@ type MemberDeployment struct {
 // this member sends its bytes to every other (a stage request) and validates its own
 // copy meanwhile; each member stores only what it has validated. Then, if this member
 // accepted the module, the type's catalog entry goes to every member (prepare), which
-// starts its region. A member that refused the module in the first step is reported
-// not ready and gets no prepare (it learns of the type by gossip, and tries again). If
-// this member refuses it, the deploy fails and no member learns of the type, and those
-// that stored it remove it again (discard): nothing is kept, on any member, of a
-// module that this member refuses. Errors: ErrBadRequest (name, settings),
+// starts its region; this member prepares as soon as it has accepted the module, while
+// the others may still validate it. A member that refused the module in the first step
+// is reported not ready and gets no prepare (it learns of the type by gossip, and tries
+// again). If this member refuses it, the deploy fails and no member learns of the type,
+// and those that stored it remove it again (discard): nothing is kept, on any member,
+// of a module that this member refuses. Errors: ErrBadRequest (name, settings),
 // ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged.
 func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings) (res DeployResult, err error) {
 	name := st.Name
@@ -762,9 +763,8 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	}
 	staging := n.stageEverywhere(ctx, digest, wasm)
 	mod, _, err := n.modules.put(ctx, digest, wasm)
-	staged := staging()
 	if err != nil {
-		n.discardStaged(ctx, digest, staged)
+		n.discardStaged(ctx, digest, staging())
 		return DeployResult{}, err
 	}
 	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address)
@@ -772,7 +772,11 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 		info.DeployTrace = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 	}
 	span.SetAttributes(attrModuleVer.Int64(int64(info.Version)), attrModuleDigest.String(info.Digest))
-	if err := n.prepare(ctx, info); err != nil {
+	// Prepared here while the others may still validate: this member accepted the
+	// module, so the deploy goes ahead whatever they answer.
+	err = n.prepare(ctx, info)
+	staged := staging()
+	if err != nil {
 		return DeployResult{}, err
 	}
 	res = DeployResult{Type: info, Members: n.tellEveryMember(ctx, info, staged), Settings: info.SettingList()}
