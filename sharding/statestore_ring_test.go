@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"testing"
@@ -237,5 +238,39 @@ func TestRestoredRingTakesANewerGeneration(t *testing.T) {
 		if v := n.store.ringView(); slices.Contains(v.admitted, y.addr()) || slices.Contains(v.admitted, u.addr()) {
 			t.Fatalf("%s retains %v", n.addr(), v.admitted)
 		}
+	}
+}
+
+// TestRingStartsFromTheSavedRing: the rules by which a store's ring starts (the file
+// comment of statestore_ring.go), on views of members "m0".."m5".
+func TestRingStartsFromTheSavedRing(t *testing.T) {
+	saved := &stateRingRecord{Gen: 4, Self: "m0", Admitted: []string{"m0", "m1", "m2", "m3", "m4"}}
+	for _, tc := range []struct {
+		name       string
+		rec        *stateRingRecord
+		live, gone []string
+		want       []string
+		gen        uint64
+	}{
+		{"restarted alone: the saved ring, itself included", saved, []string{"m0"}, nil, saved.Admitted, 4},
+		{"restarted into members up: the saved ring but itself, not the member it lacks, and the members down",
+			saved, []string{"m0", "m1", "m5"}, []string{"m4", "m3"}, []string{"m1", "m2", "m3", "m4"}, 4},
+		{"saved at another address: a new ring", &stateRingRecord{Gen: 4, Self: "m9", Admitted: []string{"m9", "m1", "m2"}},
+			[]string{"m0", "m1", "m5"}, []string{"m3"}, []string{"m1", "m3", "m5"}, 0},
+		{"nothing saved, alone: itself", nil, []string{"m0"}, nil, []string{"m0"}, 0},
+		{"nothing saved: the members up but itself, and those down", nil, []string{"m0", "m1"}, []string{"m2"}, []string{"m1", "m2"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3}, log: quiet}
+			s.ring.restored = tc.rec
+			s.ring.mu.Lock()
+			s.startRingLocked(ringTestView("m0", tc.live, tc.gone, nil))
+			got := slices.Sorted(maps.Keys(s.ring.admitted))
+			gen := s.ring.gen
+			s.ring.mu.Unlock()
+			if !slices.Equal(got, tc.want) || gen != tc.gen {
+				t.Fatalf("the ring starts as %v (gen %d), want %v (gen %d)", got, gen, tc.want, tc.gen)
+			}
+		})
 	}
 }
