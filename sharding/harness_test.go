@@ -345,6 +345,12 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 		cfg.States = node.store
 	}
 	cfg.ReconcileInterval = 50 * time.Millisecond
+	// The margin at least the resolver's stable-after, as the defaults pair them: with
+	// the slow failure detection of most tests (a 5 s pause tolerated, 10 s stable-after)
+	// the default 5 s margin gave a hosting lease of 2.5 s, which a member slowed under
+	// the race detector on a loaded machine missed now and then, stopping its entities
+	// unsaved (TestEntitiesAcrossThreeMembers lost an increment, no store behind it).
+	cfg.DownRemovalMargin = max(cfg.DownRemovalMargin, tc.lifecycle.SBRStableAfter)
 	if tc.mutate != nil {
 		tc.mutate(&cfg)
 	}
