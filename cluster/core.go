@@ -227,8 +227,16 @@ func (c *Core) Tick(now time.Time) []Outbound {
 	c.resolveSplitBrain(now)
 	c.pruneTombstones(now)
 	c.checkSelf()
-	if !c.exited {
+	switch {
+	case !c.exited:
 		out = append(out, c.gossipRound(now)...)
+	case c.exitReason == ReasonLeft:
+		// A leaving member that is the leader moves itself to exiting in its leader
+		// actions and exits in the same tick: unless it tells the others, they keep it
+		// as leaving and, once its process stops, unreachable, until their resolver
+		// downs it (Akka's exiting member waits for ExitingConfirmed for the same
+		// reason). Its last state goes to every member it reaches.
+		out = append(out, c.gossipToAll()...)
 	}
 	return out
 }

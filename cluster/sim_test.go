@@ -703,3 +703,35 @@ func TestSimGossipFromAnotherClusterIsIgnored(t *testing.T) {
 		t.Fatalf("the cluster changed:\n%s", s.describe())
 	}
 }
+
+// A leader that leaves moves itself to exiting and exits in the same tick; its process
+// then stops. Unless it tells the others first, they keep it as leaving, then see it
+// unreachable, and only their resolver takes it out, by downing it (host's
+// TestReadyProbe waited past 15 s for the removal of a leaver that was the leader of
+// two members). The others must see it removed, never downed.
+func TestSimLeavingLeaderIsRemovedNotDowned(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d members", n), func(t *testing.T) {
+			s := newSim(t, nil)
+			nodes := s.startCluster(n)
+			leaver, rest := nodes[0], nodes[1:]
+			if v := leaver.core.View(); v.Leader != leaver.core.self() {
+				t.Fatalf("the leaver is not the leader:\n%s", s.describe())
+			}
+			leaver.core.Leave(leaver.addr)
+			s.until(20*time.Second, "the leaver removed", func() bool {
+				if leaver.core.View().Exited {
+					leaver.crashed = true // the process stops once it has left
+				}
+				for _, o := range rest {
+					for _, m := range o.core.View().Members {
+						if m.Node() == leaver.core.self() && m.Status == StatusDown {
+							t.Fatalf("%s downed the leaver:\n%s", o.addr, s.describe())
+						}
+					}
+				}
+				return s.allSee(rest, StatusUp, rest...)
+			})
+		})
+	}
+}
