@@ -229,27 +229,22 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 // disk (bbolt fsyncs the commit). It runs beside the writer's transactions: bbolt
 // serializes writers. Errors wrap ErrStoreUnavailable.
 func (d *stateDisk) saveRing(rec *stateRingRecord) error {
-	select {
-	case <-d.stop:
-		return errStateClosed
-	default:
-	}
-	err := boltfile.Update(d.db, func(tx *bolt.Tx) (bool, error) {
-		b := tx.Bucket(stateBucketRing)
-		if b == nil {
-			return false, errors.New("ring bucket missing")
-		}
-		return true, b.Put(stateRingKey, encodeState(rec))
+	return d.updateRingBucket("saving the ring", func(b *bolt.Bucket) error {
+		return b.Put(stateRingKey, encodeState(rec))
 	})
-	if err != nil {
-		return fmt.Errorf("%w: state store %s: saving the ring: %w", ErrStoreUnavailable, d.path, err)
-	}
-	return nil
 }
 
 // clearUnsynced deletes the not-synced mark (see stateDisk.unsynced) and returns once
 // that is on disk. Errors wrap ErrStoreUnavailable.
 func (d *stateDisk) clearUnsynced() error {
+	return d.updateRingBucket("clearing the not-synced mark", func(b *bolt.Bucket) error {
+		return b.Delete(stateUnsyncedKey)
+	})
+}
+
+// updateRingBucket runs change on the ring's bucket in a transaction and returns once
+// it is on disk; what names the change in the error, which wraps ErrStoreUnavailable.
+func (d *stateDisk) updateRingBucket(what string, change func(*bolt.Bucket) error) error {
 	select {
 	case <-d.stop:
 		return errStateClosed
@@ -260,10 +255,10 @@ func (d *stateDisk) clearUnsynced() error {
 		if b == nil {
 			return false, errors.New("ring bucket missing")
 		}
-		return true, b.Delete(stateUnsyncedKey)
+		return true, change(b)
 	})
 	if err != nil {
-		return fmt.Errorf("%w: state store %s: clearing the not-synced mark: %w", ErrStoreUnavailable, d.path, err)
+		return fmt.Errorf("%w: state store %s: %s: %w", ErrStoreUnavailable, d.path, what, err)
 	}
 	return nil
 }

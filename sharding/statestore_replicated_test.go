@@ -1051,6 +1051,39 @@ func TestDeletedTypeIsNotRepairedBack(t *testing.T) {
 	}
 }
 
+// twoReplicasGoneWithTheLastWrite sets up bug 1 of faults/doc.go on 5 members: v1 of
+// key on its three replicas, v2 acknowledged by two of them (a and b; the writer's link
+// to the third is cut), then a and b killed and gone from the others' views. Repair
+// passes start on membership changes only (and ForgetMember). The tolerances form a
+// cluster on a loaded machine under the race detector and down the two within
+// waitGone's deadline.
+func twoReplicasGoneWithTheLastWrite(t *testing.T) (c *ssCluster, key EntityKey, a, b, third *ssNode) {
+	t.Helper()
+	lc := cluster.DefaultLocalCoreConfig()
+	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
+	lc.SBRStableAfter = 3 * time.Second
+	c = newSSCluster(t, 5, lc, func(cfg *ReplicatedStateStoreConfig) {
+		cfg.RepairInterval = time.Hour
+	})
+	key = EntityKey{Type: "counter", Shard: 7, ID: "acked"}
+	reps := c.replicas(key, 3)
+	a, b, third = reps[0], reps[1], reps[2]
+	w := c.others(reps...)[0]
+	ssSave(t, w, key, 1, []byte("v1"))
+	c.waitPlaced(key, []byte("v1"))
+	c.net.Disconnect(w.transport, third.transport)
+	ssSave(t, w, key, 1, []byte("v2"))
+	c.net.Reconnect(w.transport, third.transport)
+	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
+		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
+	}
+	c.kill(a)
+	c.kill(b)
+	c.waitGone(a.addr())
+	c.waitGone(b.addr())
+	return c, key, a, b, third
+}
+
 // TestReplicaSetChangeLosesNoAcknowledgedWrite is the fault harness's seed 64
 // (faults/doc.go, known bug 1 until fixed) in miniature: a write acknowledged by two of
 // a shard's three replicas, then those two downed together. The first three members up
@@ -1059,33 +1092,7 @@ func TestDeletedTypeIsNotRepairedBack(t *testing.T) {
 // store keeps ranking over the two gone members (statestore_ring.go): the shard is
 // unavailable until they return with their data, and then serves the acknowledged write.
 func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
-	// Tolerant enough to form on a loaded machine under the race detector, quick
-	// enough to down the two killed members within waitGone's deadline.
-	lc := cluster.DefaultLocalCoreConfig()
-	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
-	lc.SBRStableAfter = 3 * time.Second
-	c := newSSCluster(t, 5, lc, func(cfg *ReplicatedStateStoreConfig) {
-		cfg.RepairInterval = time.Hour // only membership changes start repair passes
-	})
-	key := EntityKey{Type: "counter", Shard: 7, ID: "acked"}
-	reps := c.replicas(key, 3)
-	a, b, third := reps[0], reps[1], reps[2]
-	w := c.others(reps...)[0]
-	ssSave(t, w, key, 1, []byte("v1"))
-	c.waitPlaced(key, []byte("v1"))
-
-	// v2 reaches a and b only: the third replica's link from the writer is cut.
-	c.net.Disconnect(w.transport, third.transport)
-	ssSave(t, w, key, 1, []byte("v2"))
-	c.net.Reconnect(w.transport, third.transport)
-	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
-		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
-	}
-
-	c.kill(a)
-	c.kill(b)
-	c.waitGone(a.addr())
-	c.waitGone(b.addr())
+	c, key, a, b, _ := twoReplicasGoneWithTheLastWrite(t)
 	for _, n := range c.live() {
 		data, err := n.store.Load(ssCtx(t), key)
 		if err == nil {
@@ -1105,19 +1112,26 @@ func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
 	// Once the members see a and b up again, the shard serves v2: unavailable until
 	// then, never v1.
 	for _, n := range c.live() {
-		testutil.EventuallyNil(t, 20*time.Second, "v2 via "+n.transport, func() error {
-			data, err := n.store.Load(ssCtx(t), key)
-			switch {
-			case errors.Is(err, ErrStoreUnavailable):
-				return err
-			case err != nil:
-				t.Fatalf("load via %s: %v", n.transport, err)
-			case !bytes.Equal(data, []byte("v2")):
-				t.Fatalf("load via %s: %q, want v2", n.transport, data)
-			}
-			return nil
-		})
+		eventuallyServes(t, n, key, []byte("v2"))
 	}
+}
+
+// eventuallyServes waits until n loads want for key, while the store is unavailable;
+// any other answer fails the test at once.
+func eventuallyServes(t *testing.T, n *ssNode, key EntityKey, want []byte) {
+	t.Helper()
+	testutil.EventuallyNil(t, 20*time.Second, string(want)+" via "+n.transport, func() error {
+		data, err := n.store.Load(ssCtx(t), key)
+		switch {
+		case errors.Is(err, ErrStoreUnavailable):
+			return err
+		case err != nil:
+			t.Fatalf("load via %s: %v", n.transport, err)
+		case !bytes.Equal(data, want):
+			t.Fatalf("load via %s: %q, want %q", n.transport, data, want)
+		}
+		return nil
+	})
 }
 
 // sortedAddrs returns the members' addresses, sorted.

@@ -1,7 +1,6 @@
 package sharding
 
 import (
-	"bytes"
 	"errors"
 	"maps"
 	"os"
@@ -136,28 +135,7 @@ func ssUnavailable(tb testing.TB, n *ssNode, key EntityKey, why string) {
 // one retained member is few enough for a handover round, and the shard is served
 // again, without the write that only the two held, as the operator accepted.
 func TestRetainedMembersSurviveAWholeClusterRestart(t *testing.T) {
-	lc := cluster.DefaultLocalCoreConfig()
-	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
-	lc.SBRStableAfter = 3 * time.Second
-	c := newSSCluster(t, 5, lc, func(cfg *ReplicatedStateStoreConfig) {
-		cfg.RepairInterval = time.Hour // only membership changes (and ForgetMember) start repair passes
-	})
-	key := EntityKey{Type: "counter", Shard: 7, ID: "acked"}
-	reps := c.replicas(key, 3)
-	a, b, third := reps[0], reps[1], reps[2]
-	w := c.others(reps...)[0]
-	ssSave(t, w, key, 1, []byte("v1"))
-	c.waitPlaced(key, []byte("v1"))
-	c.net.Disconnect(w.transport, third.transport)
-	ssSave(t, w, key, 1, []byte("v2"))
-	c.net.Reconnect(w.transport, third.transport)
-	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
-		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
-	}
-	c.kill(a)
-	c.kill(b)
-	c.waitGone(a.addr())
-	c.waitGone(b.addr())
+	c, key, a, b, third := twoReplicasGoneWithTheLastWrite(t)
 	survivors := c.live()
 	for _, n := range survivors {
 		ssUnavailable(t, n, key, "with two of the shard's three replicas gone")
@@ -337,18 +315,7 @@ func TestAWipedMemberDoesNotAnswerReads(t *testing.T) {
 	c.net.Reconnect(b.transport, a.transport)
 	testutil.Eventually(t, 20*time.Second, a.addr()+" synced", func() bool { return !a.store.unsynced.Load() })
 	for _, n := range c.live() {
-		testutil.EventuallyNil(t, 20*time.Second, "v2 via "+n.transport, func() error {
-			data, err := n.store.Load(ssCtx(t), key)
-			switch {
-			case errors.Is(err, ErrStoreUnavailable):
-				return err
-			case err != nil:
-				t.Fatalf("load via %s: %v", n.transport, err)
-			case !bytes.Equal(data, []byte("v2")):
-				t.Fatalf("load via %s: %q, want v2", n.transport, data)
-			}
-			return nil
-		})
+		eventuallyServes(t, n, key, []byte("v2"))
 		ssLoad(t, n, other, []byte("new"))
 	}
 }
