@@ -142,11 +142,6 @@
 //     that reached it, beside the new owner. Its first read now fences the shard, which
 //     the new owner's epoch refuses, and a refused fence or save drops the shard
 //     (sharding's TestASaveRefusedAsStaleDropsTheShard).
-//  9. Fixed. A member restarted with an empty data directory (a crash with a wipe) was
-//     a full replica at once: a read whose majority was it and a replica that had
-//     missed the last write returned older state. A store on a new directory now
-//     answers no reads until every member up has completed a repair pass toward it
-//     (sharding's TestAWipedMemberDoesNotAnswerReads).
 //
 // The harness itself was fixed twice on the way: a member restarted with an empty data
 // directory while no member ran formed a new cluster alone (seed 13340; the downed

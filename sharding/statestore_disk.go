@@ -32,10 +32,6 @@ type stateDisk struct {
 	done chan struct{}
 	once sync.Once
 	err  error
-	// unsynced: the file carried the not-synced mark when it was opened (a new file
-	// carries it from its creation): this member may lack acknowledged writes of the
-	// shards it replicates (statestore_ring.go).
-	unsynced bool
 	// log receives an error line when the disk refuses a write (a full disk, say): at
 	// most one per writeLog's interval, with the count of those suppressed since the
 	// last. Nil: none (the offline tools). Set before the first write.
@@ -70,7 +66,6 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	}
 	path := filepath.Join(dir, StateFileName)
 	_, statErr := os.Stat(path)
-	created := errors.Is(statErr, os.ErrNotExist)
 	var db *bolt.DB
 	err := boltfile.Guard(func() (err error) {
 		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
@@ -93,28 +88,16 @@ func openStateDisk(dir string) (*stateDisk, error) {
 			}
 			changed = true
 		}
-		if created {
-			// A new file: this member holds none of its shards' writes yet (see
-			// stateDisk.unsynced), in the transaction that creates it.
-			return true, tx.Bucket(stateBucketRing).Put(stateUnsyncedKey, []byte{1})
-		}
 		return changed, nil
 	})
-	if err == nil && created {
+	if err == nil && errors.Is(statErr, os.ErrNotExist) {
 		err = boltfile.SyncDir(dir)
-	}
-	unsynced := false
-	if err == nil {
-		err = boltfile.View(db, func(tx *bolt.Tx) error {
-			unsynced = tx.Bucket(stateBucketRing).Get(stateUnsyncedKey) != nil
-			return nil
-		})
 	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
-	d := &stateDisk{path: path, db: db, unsynced: unsynced, ops: make(chan *stateDiskOp, stateDiskQueue),
+	d := &stateDisk{path: path, db: db, ops: make(chan *stateDiskOp, stateDiskQueue),
 		stop: make(chan struct{}), done: make(chan struct{}), writeLog: logLimiter{interval: stateDiskWriteLogInterval}}
 	go d.run()
 	return d, nil
@@ -229,22 +212,6 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 // disk (bbolt fsyncs the commit). It runs beside the writer's transactions: bbolt
 // serializes writers. Errors wrap ErrStoreUnavailable.
 func (d *stateDisk) saveRing(rec *stateRingRecord) error {
-	return d.updateRingBucket("saving the ring", func(b *bolt.Bucket) error {
-		return b.Put(stateRingKey, encodeState(rec))
-	})
-}
-
-// clearUnsynced deletes the not-synced mark (see stateDisk.unsynced) and returns once
-// that is on disk. Errors wrap ErrStoreUnavailable.
-func (d *stateDisk) clearUnsynced() error {
-	return d.updateRingBucket("clearing the not-synced mark", func(b *bolt.Bucket) error {
-		return b.Delete(stateUnsyncedKey)
-	})
-}
-
-// updateRingBucket runs change on the ring's bucket in a transaction and returns once
-// it is on disk; what names the change in the error, which wraps ErrStoreUnavailable.
-func (d *stateDisk) updateRingBucket(what string, change func(*bolt.Bucket) error) error {
 	select {
 	case <-d.stop:
 		return errStateClosed
@@ -255,10 +222,10 @@ func (d *stateDisk) updateRingBucket(what string, change func(*bolt.Bucket) erro
 		if b == nil {
 			return false, errors.New("ring bucket missing")
 		}
-		return true, change(b)
+		return true, b.Put(stateRingKey, encodeState(rec))
 	})
 	if err != nil {
-		return fmt.Errorf("%w: state store %s: %s: %w", ErrStoreUnavailable, d.path, what, err)
+		return fmt.Errorf("%w: state store %s: saving the ring: %w", ErrStoreUnavailable, d.path, err)
 	}
 	return nil
 }

@@ -29,10 +29,6 @@ var (
 	errStateClosed = errors.New("sharding: state store closed")
 	// errStateBusy: a replica refused a request because it serves too many.
 	errStateBusy = errors.New("sharding: state replica busy")
-	// errStateUnsynced: a replica whose data directory is new refused a read: it may
-	// lack acknowledged writes until the members up have sent it their shards
-	// (statestore_ring.go). Readers count it as a replica that failed.
-	errStateUnsynced = fmt.Errorf("%w: replica's data directory is new, not yet synced with the members up", ErrStoreUnavailable)
 )
 
 // StateFileName is the name of a ReplicatedStateStore's database file in its Dir.
@@ -203,10 +199,8 @@ const (
 // and restored when the store opens, so a cluster restarted whole still waits for the
 // members it retained. A member that starts with no saved ring learns the members the
 // others retain from its first handover round; until then it ranks over the members
-// up. A member that returns without its data (a new disk: its state file is new)
-// answers no reads until every member up has sent it their shards
-// (statestore_ring.go), so that a majority of replicas it is part of does not miss a
-// write it had acknowledged before.
+// up. A member that returns without its data (a new disk) is one replica short of the
+// majority that acknowledged a write, as in any quorum store.
 //
 // A ReplicatedStateStore is safe for concurrent use.
 type ReplicatedStateStore struct {
@@ -232,10 +226,6 @@ type ReplicatedStateStore struct {
 	kick        chan struct{} // a repair pass and a handover round now (ForgetMember)
 
 	readRepairsDropped atomic.Uint64
-	// unsynced: this member's data directory was new and it has not yet completed a
-	// handover round that confirmed every live member sent it their shards
-	// (statestore_ring.go); meanwhile it refuses reads (errStateUnsynced).
-	unsynced atomic.Bool
 }
 
 var _ StateStore = (*ReplicatedStateStore)(nil)
@@ -276,10 +266,6 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 		kick:        make(chan struct{}, 1),
 	}
 	s.ring.restored = restored
-	if disk.unsynced {
-		s.unsynced.Store(true)
-		log.Info("state store: new data directory; this member answers no reads until the members up have sent it their shards")
-	}
 	if err := s.register(); err != nil {
 		s.owner.Close()
 		_ = disk.close()
@@ -892,10 +878,6 @@ func (s *ReplicatedStateStore) sendChunks(ctx context.Context, r stateReplica, d
 func (s *ReplicatedStateStore) readFrom(ctx context.Context, r stateReplica, key EntityKey) stateReadAnswer {
 	a := stateReadAnswer{rep: r}
 	if r.local {
-		if s.unsynced.Load() {
-			a.err = errStateUnsynced
-			return a
-		}
 		var rec stateRecord
 		rec, a.found, a.err = s.disk.record(stateShardPrefix(key.Type, key.Shard), stateKindSnapshot, key.ID)
 		a.ver, a.size, a.data = rec.version(), len(rec.Data), rec.Data
@@ -947,9 +929,6 @@ func (s *ReplicatedStateStore) fetchRest(ctx context.Context, key EntityKey, a *
 func (s *ReplicatedStateStore) rememberedFrom(ctx context.Context, r stateReplica, typ string, shard int) ([]stateRecord, error) {
 	prefix := stateShardPrefix(typ, shard)
 	if r.local {
-		if s.unsynced.Load() {
-			return nil, errStateUnsynced
-		}
 		recs, _, err := s.disk.rememberedPage(prefix, "", int(^uint(0)>>1), int(^uint(0)>>1))
 		return recs, err
 	}

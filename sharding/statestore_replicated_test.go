@@ -205,8 +205,7 @@ func (c *ssCluster) waitMembers() {
 }
 
 // waitRing waits until every live member's state store admits exactly the live members
-// (statestore_ring.go), no shard is in a joint configuration, and none is waiting for
-// its first sync after starting on a new directory.
+// (statestore_ring.go): no shard is in a joint configuration.
 func (c *ssCluster) waitRing() {
 	c.tb.Helper()
 	testutil.EventuallyNil(c.tb, 20*time.Second, "state store rings", func() error {
@@ -218,9 +217,6 @@ func (c *ssCluster) waitRing() {
 		for _, n := range c.live() {
 			if v := n.store.ringView(); !slices.Equal(v.admitted, want) {
 				return fmt.Errorf("%s admits %v, want %v", n.addr(), v.admitted, want)
-			}
-			if n.store.unsynced.Load() {
-				return fmt.Errorf("%s: its new data directory is not synced yet", n.addr())
 			}
 		}
 		return nil

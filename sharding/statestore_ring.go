@@ -67,22 +67,6 @@
 // address does not restore its ring (the saved ring names its old address as a member
 // of its own, which now looks gone): it starts as a new directory would.
 //
-// A member that restarts at its address without its data (a lost disk, a wiped
-// directory) is still a replica in the others' rings, which know it by address, yet
-// holds none of its shards' writes: a read whose majority were it and a replica that
-// missed the last write would return the older state (Raft: a server that lost its
-// disk must not vote as if it had its log). So a store whose state file is new is not
-// synced: the file carries a mark from the transaction that creates it, and while it
-// does, the member refuses reads (errStateUnsynced, which readers count as a replica
-// that failed) but stores and acknowledges writes. It runs handover rounds even when
-// its ring admits the live set, asking with Unsynced: each live member then runs a
-// repair pass (whatever its last one) and answers synced only if it completed, having
-// sent every shard it stores to the shard's live replicas, this member among them.
-// When every live member answers so, the mark is deleted (fsynced) and the member
-// answers reads: it holds every write that a live member held. A new cluster's
-// members clear it at their first rounds, over no data; a member alone clears it after
-// its own pass.
-//
 // An operator forgets a member gone for good (ForgetMember, `shardhost state
 // forget-member`): every live member drops it from its ring (a new generation), and a
 // handover round may then admit the live set; the writes that only the forgotten
@@ -310,7 +294,7 @@ func (s *ReplicatedStateStore) ringChanging() bool {
 	s.ring.mu.Lock()
 	started := s.ring.admitted != nil
 	s.ring.mu.Unlock()
-	return started && (s.unsynced.Load() || !slices.Equal(v.admitted, v.live)) && retainedCount(v) <= s.handoverLimit(v)
+	return started && !slices.Equal(v.admitted, v.live) && retainedCount(v) <= s.handoverLimit(v)
 }
 
 // handoverLimit is how many retained members a handover round allows: fewer than a
@@ -361,8 +345,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	s.ring.mu.Lock()
 	started := s.ring.admitted != nil
 	s.ring.mu.Unlock()
-	unsynced := s.unsynced.Load()
-	if !started || (slices.Equal(v.admitted, v.live) && !unsynced) {
+	if !started || slices.Equal(v.admitted, v.live) {
 		return false, nil
 	}
 	key := ringKey(v.live)
@@ -391,7 +374,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	for _, p := range peers {
 		if !s.owner.Go(func() {
 			var reply stateHandoverReply
-			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live, RingOnly: blocked != nil, Unsynced: unsynced}, &reply)
+			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live, RingOnly: blocked != nil}, &reply)
 			answers <- answer{p.addr, reply, err}
 		}) {
 			answers <- answer{p.addr, stateHandoverReply{}, closedError()}
@@ -459,19 +442,6 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	if len(short) > 0 {
 		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
 	}
-	if unsynced {
-		// Every live member completed a repair pass after this member's directory
-		// was new (serveHandover), so it holds every write acknowledged by a live
-		// member of its shards: it answers reads again.
-		if err := s.disk.clearUnsynced(); err != nil {
-			return false, err
-		}
-		s.unsynced.Store(false)
-		s.log.Info("state store: the members up sent this member their shards; it answers reads", "members", key)
-		if slices.Equal(v.admitted, v.live) {
-			return false, nil
-		}
-	}
 	now := map[string]bool{}
 	for _, a := range v.live {
 		now[a] = true
@@ -497,24 +467,11 @@ func (s *ReplicatedStateStore) serveHandover(from string, body []byte) []byte {
 	if ringKey(req.Live) != key {
 		return encodeState(reply)
 	}
-	switch {
-	case req.RingOnly:
-		reply.Synced = s.syncedFor(key)
-	case req.Unsynced:
-		// The asker's directory is new: a pass before it came up sent it nothing, so
-		// only a pass run now counts.
-		if s.repairMu.TryLock() {
-			err := s.repairPass(s.owner.Context())
-			s.repairMu.Unlock()
-			reply.Synced = err == nil && s.syncedFor(key)
-		}
-	default:
-		if !s.syncedFor(key) && s.repairMu.TryLock() {
-			_ = s.repairPass(s.owner.Context())
-			s.repairMu.Unlock()
-		}
-		reply.Synced = s.syncedFor(key)
+	if !req.RingOnly && !s.syncedFor(key) && s.repairMu.TryLock() {
+		_ = s.repairPass(s.owner.Context())
+		s.repairMu.Unlock()
 	}
+	reply.Synced = s.syncedFor(key)
 	return encodeState(reply)
 }
 

@@ -3,14 +3,12 @@ package sharding
 import (
 	"errors"
 	"maps"
-	"os"
 	"slices"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
-	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 // ringTestView is a view of members at addresses "m0".."m5": those in live are up, those
@@ -253,102 +251,5 @@ func TestRingStartsFromTheSavedRing(t *testing.T) {
 				t.Fatalf("the ring starts as %v (gen %d), want %v (gen %d)", got, gen, tc.want, tc.gen)
 			}
 		})
-	}
-}
-
-// TestAWipedMemberDoesNotAnswerReads: a member that restarts at its address on an
-// empty directory (its disk lost) is a replica that lacks every write; the others'
-// rings rank it by address as before. A write acknowledged by it and one other replica
-// (b), the third (c) cut off, was then held by b alone: a read whose majority is the
-// wiped member and c returned the old state. Raft's rule: a server that lost its disk
-// does not vote as if it had its log. The wiped member refuses reads until every live
-// member has sent it their shards, and then serves the write.
-func TestAWipedMemberDoesNotAnswerReads(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *ReplicatedStateStoreConfig) {
-		cfg.RepairInterval = time.Hour // only membership changes and handover retries start passes
-	})
-	key := EntityKey{Type: "counter", Shard: 3, ID: "acked"}
-	reps := c.replicas(key, 3)
-	a, b, third := reps[0], reps[1], reps[2]
-	ssSave(t, b, key, 1, []byte("v1"))
-	c.waitPlaced(key, []byte("v1"))
-
-	// v2 is acknowledged by a and b: b's link to the third replica is cut.
-	c.net.Disconnect(b.transport, third.transport)
-	ssSave(t, b, key, 1, []byte("v2"))
-	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
-		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
-	}
-
-	// a restarts at once, at its address, on an empty directory; b stays cut off from
-	// it too, so that nothing brings v2 to a or the third.
-	c.net.Disconnect(b.transport, a.transport)
-	c.kill(a)
-	if err := os.RemoveAll(a.dir); err != nil {
-		t.Fatal(err)
-	}
-	a = c.restart(a)
-	c.waitMembers()
-	if !a.store.unsynced.Load() {
-		t.Fatalf("%s started on a new directory and is not marked unsynced", a.addr())
-	}
-
-	// Via the third replica, a majority is {a, third}: a must not count.
-	data, err := third.store.Load(ssCtx(t), key)
-	if err == nil {
-		t.Fatalf("load via %s with the wiped %s and %s cut off: %q, want v2 or ErrStoreUnavailable", third.transport, a.transport, b.transport, data)
-	}
-	if !errors.Is(err, ErrStoreUnavailable) {
-		t.Fatalf("load via %s: %v, want ErrStoreUnavailable", third.transport, err)
-	}
-	// Via a itself, likewise (its own replica does not count either).
-	if data, err := a.store.Load(ssCtx(t), key); err == nil || !errors.Is(err, ErrStoreUnavailable) {
-		t.Fatalf("load via the wiped %s: %q, %v; want ErrStoreUnavailable", a.transport, data, err)
-	}
-	// It still acknowledges writes (with the third: a majority).
-	other := EntityKey{Type: key.Type, Shard: key.Shard, ID: "other"}
-	ssSave(t, third, other, 1, []byte("new"))
-
-	// Once b is back, its repair pass gives a the shard, a answers reads again, and
-	// every member serves v2.
-	c.net.Reconnect(b.transport, third.transport)
-	c.net.Reconnect(b.transport, a.transport)
-	testutil.Eventually(t, 20*time.Second, a.addr()+" synced", func() bool { return !a.store.unsynced.Load() })
-	for _, n := range c.live() {
-		eventuallyServes(t, n, key, []byte("v2"))
-		ssLoad(t, n, other, []byte("new"))
-	}
-}
-
-// TestTheNotSyncedMarkIsKept: a new state file carries the not-synced mark from its
-// creation, a reopen keeps it (a wiped member that restarts again before its first
-// sync is still not synced), and once cleared a reopen finds none.
-func TestTheNotSyncedMarkIsKept(t *testing.T) {
-	dir := t.TempDir()
-	open := func() *stateDisk {
-		t.Helper()
-		d, err := openStateDisk(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	d := open()
-	if !d.unsynced {
-		t.Fatal("a new state file is not marked unsynced")
-	}
-	_ = d.close()
-	d = open()
-	if !d.unsynced {
-		t.Fatal("reopened before its first sync, the state file lost its mark")
-	}
-	if err := d.clearUnsynced(); err != nil {
-		t.Fatal(err)
-	}
-	_ = d.close()
-	d = open()
-	defer d.close()
-	if d.unsynced {
-		t.Fatal("reopened after the mark was cleared, the state file is marked unsynced")
 	}
 }

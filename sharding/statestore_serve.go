@@ -145,9 +145,6 @@ func (s *ReplicatedStateStore) serveRead(from string, body []byte) []byte {
 	if req.Offset < 0 {
 		return stateFail(fmt.Errorf("%w: read at offset %d", ErrMalformedMessage, req.Offset))
 	}
-	if s.unsynced.Load() {
-		return stateFail(errStateUnsynced)
-	}
 	ver, size, data, found, err := s.disk.read(stateShardPrefix(req.Type, req.Shard), req.ID, req.Offset, s.cfg.ChunkSize)
 	switch {
 	case err != nil:
@@ -167,9 +164,6 @@ func (s *ReplicatedStateStore) serveRemembered(from string, body []byte) []byte 
 	}
 	if err := checkStateKey(req.Type, req.Shard, req.After, false); err != nil {
 		return stateFail(err)
-	}
-	if s.unsynced.Load() {
-		return stateFail(errStateUnsynced)
 	}
 	recs, more, err := s.disk.rememberedPage(stateShardPrefix(req.Type, req.Shard), req.After, s.cfg.ChunkSize, stateMaxPageRecords)
 	if err != nil {

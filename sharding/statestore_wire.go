@@ -123,10 +123,6 @@ type stateHandoverReq struct {
 	// RingOnly: the asker wants the replica's ring alone (it cannot admit the live set
 	// now); the replica runs no repair pass for it.
 	RingOnly bool `cbor:"2,keyasint,omitempty"`
-	// Unsynced: the asker's data directory is new (statestore_ring.go); the replica
-	// runs a repair pass for it whatever its last one, and answers Synced only if that
-	// pass completed.
-	Unsynced bool `cbor:"3,keyasint,omitempty"`
 }
 
 // stateHandoverReply: the members the replica sees up (Live) and ranks over (Admitted,
@@ -323,8 +319,6 @@ func checkStateKey(typ string, shard int, id string, needID bool) error {
 //	epochs:  shard prefix → epoch (8 bytes, big-endian)
 //	records: shard prefix | kind (1 byte) | entity ID → value
 //	ring:    "ring" → stateRingRecord (CBOR): the ring of statestore_ring.go
-//	         "unsynced" → 1: the file was created empty and this member has not yet
-//	         received its shards' data (statestore_ring.go); absent once it has
 //
 // shard prefix = uvarint(len(type)) | type | shard (8 bytes, big-endian), so that one
 // shard's records are contiguous and no type's prefix is another's. value =
@@ -336,7 +330,6 @@ var (
 	stateBucketRecords = []byte("records")
 	stateBucketRing    = []byte("ring")
 	stateRingKey       = []byte("ring")
-	stateUnsyncedKey   = []byte("unsynced")
 )
 
 // stateRingRecord is the ring as this member last saw it (statestore_ring.go): the
