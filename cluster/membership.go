@@ -259,6 +259,10 @@ type Membership struct {
 	states    map[string]StateDelegate
 	hooks     []LeaveHook
 	closeOnce sync.Once
+	// shutMu orders memberlist's Leave before its Shutdown (memberlist panics on a
+	// Leave after Shutdown); shut is set once Shutdown has begun.
+	shutMu sync.Mutex
+	shut   bool
 }
 
 // NewMembership starts this member: gossip on BindAddr and the membership core, which
@@ -895,7 +899,11 @@ func (m *Membership) Leave(ctx context.Context) error {
 	var outs []Outbound
 	m.do(func(c *Core) { outs = c.gossipToAll() })
 	m.sendAndWait(outs, time.Second)
-	m.ml.Leave(500 * time.Millisecond)
+	m.shutMu.Lock()
+	if !m.shut { // not shut down meanwhile (a downed member's exit, a concurrent Shutdown)
+		_ = m.ml.Leave(500 * time.Millisecond)
+	}
+	m.shutMu.Unlock()
 	return m.Shutdown()
 }
 
@@ -930,6 +938,9 @@ func (m *Membership) sendAndWait(outs []Outbound, timeout time.Duration) {
 func (m *Membership) Shutdown() error {
 	var err error
 	m.closeOnce.Do(func() {
+		m.shutMu.Lock()
+		m.shut = true
+		m.shutMu.Unlock()
 		m.owner.Close()
 		err = m.ml.Shutdown()
 		m.owner.Wait()

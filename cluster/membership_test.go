@@ -365,3 +365,29 @@ func TestMemberStatusText(t *testing.T) {
 		t.Fatal("bogus status parsed")
 	}
 }
+
+// TestMembershipLeaveAfterShutdown: Leave on a member already shut down (a downed
+// member's process stopping gossip as it exits, then an operator's or a signal's
+// graceful leave) returns; memberlist panics on a Leave after its Shutdown (a soak of
+// the fault schedules met it: the whole test process crashed).
+func TestMembershipLeaveAfterShutdown(t *testing.T) {
+	mc := newMemberCluster(t, 2, nil)
+	testutil.Eventually(t, 10*time.Second, "2 up members", func() bool { return allUp(mc.members) })
+	m := mc.members[1]
+	if err := m.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Leave(ctx); err != nil {
+		t.Fatalf("leave after shutdown: %v", err)
+	}
+	// And the two at once.
+	m = mc.members[0]
+	done := make(chan error, 1)
+	go func() { done <- m.Leave(ctx) }()
+	_ = m.Shutdown()
+	if err := <-done; err != nil {
+		t.Fatalf("leave beside shutdown: %v", err)
+	}
+}
