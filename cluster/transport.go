@@ -70,6 +70,9 @@ type TransportStats struct {
 	// queue full, peer unreachable or unknown, disconnected, too large, write or dial
 	// failure (the whole failed batch), or still queued at Close.
 	FramesDropped uint64
+	// Writes counts the batches of frames flushed to the network (TCP: one write
+	// to the socket each, in the common case); FramesSent / Writes is the mean batch.
+	Writes uint64
 	// BytesSent counts bytes of frames sent, including their 4-byte length prefix.
 	BytesSent uint64
 	// BytesReceived counts bytes of frames received, including the length prefix.

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,6 +79,13 @@ func BenchmarkInmemOneWay64B(b *testing.B) {
 // benchMessengers returns a requester and the address of a responder serving an
 // "echo" topic over TCP on loopback.
 func benchMessengers(b *testing.B) (*Messenger, string, func()) {
+	ms, closeAll := benchMessengerPair(b)
+	return ms[0], ms[1].LocalAddr(), closeAll
+}
+
+// benchMessengerPair returns a requester (ms[0]) and a responder serving an "echo"
+// topic (ms[1]) over TCP on loopback, after one warm-up request.
+func benchMessengerPair(b *testing.B) ([]*Messenger, func()) {
 	ms, _, closeAll := newTestMessengers(b, "tcp", 2)
 	ms[1].Handle("echo", func(r *Request) { r.Reply(r.Body, nil) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -85,7 +93,27 @@ func benchMessengers(b *testing.B) (*Messenger, string, func()) {
 	if _, err := ms[0].Request(ctx, ms[1].LocalAddr(), "echo", nil); err != nil {
 		b.Fatal(err)
 	}
-	return ms[0], ms[1].LocalAddr(), closeAll
+	return ms, closeAll
+}
+
+// processCPU returns the CPU time (user and system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// tcpWrites returns the frames sent and the writes that carried them, over the TCP
+// transports of ms.
+func tcpWrites(ms []*Messenger) (frames, writes uint64) {
+	for _, m := range ms {
+		s := m.Transport().(*TCPTransport).Stats()
+		frames += s.FramesSent
+		writes += s.Writes
+	}
+	return frames, writes
 }
 
 // BenchmarkMessengerRequestTCP measures sequential request round trips with
@@ -112,10 +140,15 @@ func BenchmarkMessengerRequestTCP(b *testing.B) {
 }
 
 // BenchmarkMessengerRequestTCPParallel measures request throughput over TCP on
-// loopback with many requests in flight (GOMAXPROCS×16 goroutines).
+// loopback with many requests in flight (GOMAXPROCS×16 goroutines). It reports the
+// process's CPU time per request (both ends: what bounds throughput when they share
+// the machine's cores) and the frames each write to a socket carried.
 func BenchmarkMessengerRequestTCPParallel(b *testing.B) {
-	m, addr, closeAll := benchMessengers(b)
+	ms, closeAll := benchMessengerPair(b)
 	defer closeAll()
+	m, addr := ms[0], ms[1].LocalAddr()
+	frames0, writes0 := tcpWrites(ms)
+	cpu0 := processCPU(b)
 	b.ReportAllocs()
 	b.SetParallelism(16)
 	b.ResetTimer()
@@ -130,7 +163,11 @@ func BenchmarkMessengerRequestTCPParallel(b *testing.B) {
 		}
 	})
 	b.StopTimer()
+	cpu := processCPU(b) - cpu0
+	frames, writes := tcpWrites(ms)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-µs/req")
+	b.ReportMetric(float64(frames-frames0)/float64(max(writes-writes0, 1)), "frames/write")
 }
 
 // BenchmarkMessengerRequestAsyncTCP measures the callback form with up to 256

@@ -178,6 +178,9 @@ func TestTCPTwoTransportsExchangeInOrder(t *testing.T) {
 	if sa.FramesReceived != n || sb.FramesReceived != n || sa.FramesDropped != 0 || sa.BytesSent != sb.BytesReceived {
 		t.Fatalf("stats a %+v, b %+v", sa, sb)
 	}
+	if sa.Writes == 0 || sa.Writes > sa.FramesSent {
+		t.Fatalf("a made %d writes for %d frames", sa.Writes, sa.FramesSent)
+	}
 }
 
 func TestTCPThreeTransportsExchangeInOrder(t *testing.T) {
