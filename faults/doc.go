@@ -142,6 +142,14 @@
 //     that reached it, beside the new owner. Its first read now fences the shard, which
 //     the new owner's epoch refuses, and a refused fence or save drops the shard
 //     (sharding's TestASaveRefusedAsStaleDropsTheShard).
+//  9. Fixed. Seed 73128: two bridge partitions of 6 members downed members on both
+//     sides; one, restarted at its address before the coordinator saw the new process
+//     join, was sent a HostShard meant for its previous process and hosted the shard;
+//     the coordinator recorded the allocation as the previous process's, forgot it when
+//     that one was downed, and allocated the shard elsewhere while the new process ran
+//     it. A HostShard now names the process it is for (the UID the coordinator saw up
+//     at the address) and another process there refuses it (sharding's
+//     TestAHostShardForAnEarlierProcessIsRefused).
 //
 // The harness itself was fixed twice on the way: a member restarted with an empty data
 // directory while no member ran formed a new cluster alone (seed 13340; the downed

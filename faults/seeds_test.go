@@ -89,3 +89,19 @@ func TestSeed20271StaleShardCopyActivatesNothing(t *testing.T) {
 	}}
 	regression(t, underRace(s, 0), 2)
 }
+
+// Seed 73128 found two lives of a counter: two bridge partitions of 6 members downed
+// members on both sides; one, restarted at its address, was sent a HostShard meant for
+// its previous process (the coordinator had not seen the new one join), hosted the
+// shard, and the coordinator, recording the allocation as the previous process's,
+// forgot it when that process was downed and gave the shard to another member while
+// the new process ran it. Fixed: a HostShard names the process it is for, and another
+// process at the address refuses it (sharding's TestAHostShardForAnEarlierProcessIsRefused).
+func TestSeed73128HostShardReachesOnlyItsProcess(t *testing.T) {
+	s := Schedule{Seed: 73128, Members: 6, Gap: millis(499), Faults: []Fault{
+		{Kind: Bridge, Pick: 3, Side: 1, For: millis(2049)},
+		{Kind: Bridge, Pick: 4, Side: 1, For: millis(2295)},
+		{Kind: Lossy, Pick: 3, Loss: 0.014, NetDelay: millis(2), For: millis(2958)},
+	}}
+	regression(t, underRace(s, 1), 2)
+}

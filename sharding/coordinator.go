@@ -463,6 +463,12 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 	gen := c.gen
 	region, err := strategyFor(settings, c.s.cfg.Strategy, c.s.cfg.MaxSimultaneousRebalance).AllocateShard(requester, ref.Shard, current)
 	var epoch uint64
+	var uid cluster.UID // the process the shard is allocated to: the one up at region
+	for _, m := range members {
+		if m.Address == region && m.Status == cluster.StatusUp {
+			uid = m.UID
+		}
+	}
 	if err == nil {
 		c.tentative[ref] = region
 		c.maxEpoch[ref.Type]++
@@ -495,7 +501,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 			return
 		}
 		host := ref
-		host.Epoch = epoch
+		host.Epoch, host.UID = epoch, uint64(uid)
 		c.s.hostShard(actx, region, host, func(err error) {
 			failSpan(span, err)
 			span.End()
@@ -512,6 +518,10 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 					}
 					c.alloc[ref.Type][ref.Shard] = allocation{region, epoch}
 					c.knowLocked(ref.Type, ref.Shard)
+					if _, ok := c.incarnation[region]; !ok && uid != 0 {
+						// The process that took the shard: HostShard named it.
+						c.incarnation[region] = uid
+					}
 					c.noteIncarnationLocked(region, c.s.cfg.Membership.Members())
 					c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region, "epoch", epoch)
 				} else {

@@ -1,7 +1,9 @@
 package sharding
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +83,48 @@ func TestARestartedMemberGetsItsShardsAtNewEpochs(t *testing.T) {
 	if after <= before {
 		t.Fatalf("after the restart, %s hosts shard %d at epoch %d, its previous incarnation's was %d: want a new epoch",
 			n.name, shard, after, before)
+	}
+}
+
+// Faults seed 73128 found two lives of a counter: a member downed by a bridge partition
+// was restarted at its address, and the coordinator, which had not yet seen the new
+// process join and still listed the previous one up there, sent the shard's HostShard
+// to the address: the new process hosted it, the coordinator recorded it as the
+// previous process's allocation, and when that process was downed it forgot the
+// allocation and gave the shard to another member while the new process ran it. A
+// HostShard names the process it is for (the UID of the member the coordinator saw up),
+// and another process at the address refuses it.
+func TestAHostShardForAnEarlierProcessIsRefused(t *testing.T) {
+	tc := newTestCluster(t, 2)
+	coord, target := tc.nodes[0], tc.nodes[1]
+	const typ = "counter"
+	testutil.EventuallyNil(t, 30*time.Second, "a first entity served", func() error {
+		_, err := ask(t, coord, typ, "e0", "inc")
+		return err
+	})
+	host := func(uid cluster.UID) error {
+		done := make(chan error, 1)
+		ref := shardRef{Type: typ, Shard: 7, Epoch: 99, UID: uint64(uid)}
+		coord.sharding.hostShard(context.Background(), target.membership.Self().Address, ref, func(err error) { done <- err })
+		return <-done
+	}
+	self := target.membership.Self().UID
+	if err := host(self + 1); err == nil || !strings.Contains(err.Error(), "the request is for process") {
+		t.Fatalf("host-shard for another process at %s: %v, want it refused", target.name, err)
+	}
+	for _, sh := range target.sharding.LocalState().Shards {
+		if sh.Type == typ && sh.ID == 7 {
+			t.Fatalf("%s hosts shard 7 (epoch %d) after refusing it", target.name, sh.Epoch)
+		}
+	}
+	if err := host(self); err != nil {
+		t.Fatalf("host-shard for %s's own process: %v", target.name, err)
+	}
+	found := false
+	for _, sh := range target.sharding.LocalState().Shards {
+		found = found || (sh.Type == typ && sh.ID == 7 && sh.Epoch == 99)
+	}
+	if !found {
+		t.Fatalf("%s does not host shard 7 at epoch 99 after accepting it", target.name)
 	}
 }

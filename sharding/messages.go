@@ -278,6 +278,11 @@ type shardRef struct {
 	// HandOff is the span context of the handoff (BeginHandOff), for the messages it
 	// holds to link to (encodeSpanContext); empty when it is not traced.
 	HandOff string `cbor:"6,keyasint,omitempty"`
+	// UID is the incarnation of the process a HostShard is for (cluster.Member.UID as
+	// the coordinator saw the member up at the region's address); a process with
+	// another UID at that address refuses it. 0: any (a coordinator of an older
+	// version).
+	UID uint64 `cbor:"7,keyasint,omitempty"`
 }
 
 // encodeSpanContext packs a span context as the hex of its trace ID, span ID and flags

@@ -143,6 +143,13 @@ func (s *Sharding) hostShardHere(ref shardRef) error {
 	if s.leaving.Load() {
 		return ErrLeaving
 	}
+	if self := s.cfg.Membership.Self().UID; ref.UID != 0 && ref.UID != uint64(self) {
+		// Meant for an earlier process at this address (the coordinator had not seen
+		// this one join yet): hosting it here would run the shard where the
+		// coordinator does not know it runs, and it would move it without a handoff
+		// (faults seed 73128).
+		return fmt.Errorf("%w: host %s: the request is for process %016x at this address, this is %016x", ErrShardUnavailable, ref, ref.UID, uint64(self))
+	}
 	// The coordinator waits RequestTimeout from its sending: waiting here (for the
 	// type's settings) at most half of that, the shard is hosted while the coordinator
 	// still waits for the answer, not after it gave up and allocated the shard anew.
