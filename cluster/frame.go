@@ -63,8 +63,10 @@ type Frame struct {
 	Trace map[string]string `cbor:"7,keyasint,omitempty"`
 
 	// slot is the frame's place among its connection's frames in flight, set by the
-	// TCP transport for requests and one-way frames (TCPConfig.MaxFramesInFlight).
-	slot *frameSlot
+	// TCP transport for requests and one-way frames (TCPConfig.MaxFramesInFlight); it
+	// points to slotv, so that a frame and its slot are one allocation.
+	slot  *frameSlot
+	slotv frameSlot
 }
 
 // Hold keeps the frame counted among its connection's frames in flight
@@ -83,15 +85,15 @@ func (f *Frame) Hold() (release func()) {
 
 // frameSlot is a frame's share of its connection's in-flight budget.
 type frameSlot struct {
-	held bool // set by Hold, on the reader's goroutine
-	done atomic.Bool
+	held bool   // set by Hold, on the reader's goroutine
+	done uint32 // 1 once released; atomic (not an atomic.Bool, so that a Frame copies)
 	in   *inflight
 	n    int64 // bytes
 }
 
 // release gives the share back; later calls do nothing.
 func (s *frameSlot) release() {
-	if s.done.CompareAndSwap(false, true) {
+	if atomic.CompareAndSwapUint32(&s.done, 0, 1) {
 		s.in.bytes.Release(s.n)
 		s.in.frames.Release(1)
 	}

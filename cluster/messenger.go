@@ -32,6 +32,7 @@ type Request struct {
 	span    trace.Span // the server span of a traced request, ended by Reply
 	start   time.Time
 	slot    *frameSlot // the request's share of its connection's frames in flight, or nil
+	resp    Frame      // the reply, sent by Reply: one allocation with the request
 }
 
 // OneWay reports whether the sender expects no reply (the message came by Tell).
@@ -68,7 +69,8 @@ func (r *Request) Reply(body []byte, err error) {
 		r.m.log.WarnContext(r.Context(), "request without a sender address; cannot reply", "topic", r.Topic)
 		return
 	}
-	resp := &Frame{Kind: FrameResponse, ID: r.id, From: r.m.localAddr, Topic: r.Topic}
+	resp := &r.resp
+	*resp = Frame{Kind: FrameResponse, ID: r.id, From: r.m.localAddr, Topic: r.Topic}
 	if err != nil {
 		resp.Error = err.Error()
 		if resp.Error == "" {
@@ -77,7 +79,9 @@ func (r *Request) Reply(body []byte, err error) {
 	} else {
 		resp.Body = body
 	}
-	if serr := r.m.transport.Send(r.From, resp); serr != nil {
+	serr := r.m.transport.Send(r.From, resp)
+	resp.Body = nil // the transport has encoded it
+	if serr != nil {
 		r.m.log.DebugContext(r.Context(), "sending reply failed", "topic", r.Topic, "to", r.From, "err", serr)
 	}
 }
@@ -120,15 +124,28 @@ type Messenger struct {
 	mu      sync.Mutex
 	closed  bool
 	pending map[uint64]*pendingRequest
-	once    sync.Once
-	tel     *messengerTelemetry
+	// timeouts are the pending requests with a timeout, earliest deadline first, and
+	// timer fires at the earliest (at timerAt; zero when not set). One timer for them
+	// all: a timer of its own for each request cost a tenth of a request's CPU.
+	timeouts deadlineHeap
+	timer    *time.Timer
+	timerAt  time.Time
+	once     sync.Once
+	tel      *messengerTelemetry
 }
 
 // pendingRequest is a request awaiting its reply. Whoever removes it from
 // Messenger.pending (reply, timeout, cancel, Close) completes it.
 type pendingRequest struct {
-	cb    func([]byte, error)
-	timer *time.Timer // nil when the caller's context bounds the wait
+	cb func([]byte, error)
+	id uint64
+	// deadline is when a request sent with a timeout times out, and index its place
+	// in Messenger.timeouts (-1 when it is not there).
+	deadline    time.Time
+	index       int
+	addr, topic string
+	timeout     time.Duration
+	frame       Frame // the request, given to the transport: one allocation with p
 }
 
 // MessengerOption configures a Messenger's telemetry.
@@ -308,7 +325,10 @@ func (m *Messenger) RequestAsyncContext(ctx context.Context, addr, topic string,
 // it. On error nothing stays registered and cb will not be called.
 func (m *Messenger) start(addr, topic string, body []byte, traceCtx map[string]string, timeout time.Duration, cb func([]byte, error)) (uint64, error) {
 	id := m.nextID.Add(1)
-	p := &pendingRequest{cb: cb}
+	p := &pendingRequest{cb: cb, id: id, index: -1}
+	if timeout > 0 {
+		p.deadline, p.addr, p.topic, p.timeout = time.Now().Add(timeout), addr, topic, timeout
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -316,15 +336,17 @@ func (m *Messenger) start(addr, topic string, body []byte, traceCtx map[string]s
 	}
 	m.pending[id] = p
 	if timeout > 0 {
-		p.timer = time.AfterFunc(timeout, func() {
-			if q := m.take(id); q != nil {
-				q.cb(nil, timeoutError(addr, topic, timeout))
-			}
-		})
+		m.timeouts.push(p)
+		if m.timerAt.IsZero() || p.deadline.Before(m.timerAt) {
+			m.setTimerLocked(p.deadline)
+		}
 	}
 	m.mu.Unlock()
 
-	err := m.transport.Send(addr, &Frame{Kind: FrameRequest, ID: id, From: m.localAddr, Topic: topic, Body: body, Trace: traceCtx})
+	// p.frame is start's alone: whoever completes p does not read it.
+	p.frame = Frame{Kind: FrameRequest, ID: id, From: m.localAddr, Topic: topic, Body: body, Trace: traceCtx}
+	err := m.transport.Send(addr, &p.frame)
+	p.frame = Frame{} // the transport has encoded it; keep neither body nor trace
 	if err != nil {
 		if m.take(id) == nil {
 			// Close (or, in theory, a timer) completed it meanwhile; cb has run.
@@ -335,17 +357,52 @@ func (m *Messenger) start(addr, topic string, body []byte, traceCtx map[string]s
 	return id, nil
 }
 
-// take removes and returns the pending request id, stopping its timer, or returns
-// nil if it is no longer pending.
+// take removes and returns the pending request id, or returns nil if it is no longer
+// pending. The messenger's timer is left as it is: should it fire for a deadline
+// that no request has any more, expire sets it for the next.
 func (m *Messenger) take(id uint64) *pendingRequest {
 	m.mu.Lock()
 	p := m.pending[id]
-	delete(m.pending, id)
-	m.mu.Unlock()
-	if p != nil && p.timer != nil {
-		p.timer.Stop()
+	if p != nil {
+		delete(m.pending, id)
+		if p.index >= 0 {
+			m.timeouts.remove(p.index)
+		}
 	}
+	m.mu.Unlock()
 	return p
+}
+
+// setTimerLocked has the messenger's timer fire at at; m.mu is held.
+func (m *Messenger) setTimerLocked(at time.Time) {
+	m.timerAt = at
+	if m.timer == nil {
+		m.timer = time.AfterFunc(time.Until(at), m.expire)
+		return
+	}
+	m.timer.Reset(time.Until(at))
+}
+
+// expire times out every pending request whose deadline has passed, and sets the
+// timer for the earliest deadline left. It runs on the timer's goroutine.
+func (m *Messenger) expire() {
+	var expired []*pendingRequest
+	m.mu.Lock()
+	now := time.Now()
+	for len(m.timeouts) > 0 && !m.timeouts[0].deadline.After(now) {
+		p := m.timeouts[0]
+		m.timeouts.remove(0)
+		delete(m.pending, p.id)
+		expired = append(expired, p)
+	}
+	m.timerAt = time.Time{}
+	if len(m.timeouts) > 0 && !m.closed {
+		m.setTimerLocked(m.timeouts[0].deadline)
+	}
+	m.mu.Unlock()
+	for _, p := range expired {
+		p.cb(nil, timeoutError(p.addr, p.topic, p.timeout))
+	}
 }
 
 func timeoutError(addr, topic string, timeout time.Duration) error {
@@ -376,11 +433,13 @@ func (m *Messenger) Close() error {
 		m.mu.Lock()
 		pending := m.pending
 		m.pending = make(map[uint64]*pendingRequest)
+		m.timeouts = nil
+		if m.timer != nil {
+			m.timer.Stop()
+		}
+		m.timerAt = time.Time{}
 		m.mu.Unlock()
 		for _, p := range pending {
-			if p.timer != nil {
-				p.timer.Stop()
-			}
 			p.cb(nil, fmt.Errorf("cluster: messenger closed: %w", ErrTransportClosed))
 		}
 	})
@@ -438,4 +497,72 @@ func (m *Messenger) callHandler(h Handler, r *Request) {
 		}
 	}()
 	h(r)
+}
+
+// deadlineHeap is a min-heap of pending requests by deadline; each one's index is its
+// place in it.
+type deadlineHeap []*pendingRequest
+
+// push adds p.
+func (h *deadlineHeap) push(p *pendingRequest) {
+	p.index = len(*h)
+	*h = append(*h, p)
+	h.up(p.index)
+}
+
+// remove takes out the request at index i.
+func (h *deadlineHeap) remove(i int) {
+	s := *h
+	last := len(s) - 1
+	s[i].index = -1
+	if i != last {
+		s[i] = s[last]
+		s[i].index = i
+	}
+	s[last] = nil
+	*h = s[:last]
+	if i != last {
+		if !h.down(i) {
+			h.up(i)
+		}
+	}
+}
+
+func (h deadlineHeap) less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+
+func (h deadlineHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h deadlineHeap) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			return
+		}
+		h.swap(i, parent)
+		i = parent
+	}
+}
+
+// down sifts i down and reports whether it moved.
+func (h deadlineHeap) down(i int) bool {
+	start := i
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		c := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			c = r
+		}
+		if !h.less(c, i) {
+			break
+		}
+		h.swap(i, c)
+		i = c
+	}
+	return i > start
 }

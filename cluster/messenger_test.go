@@ -227,6 +227,119 @@ func TestMessengerTimeout(t *testing.T) {
 	})
 }
 
+// TestMessengerTimeoutsShareOneTimer: requests with timeouts in no particular order,
+// some answered, some never, some replied to after their timeout: each callback runs
+// once, the unanswered with a timeout error whatever the order of their deadlines, the
+// answered with their reply; those with an hour left fail at Close.
+func TestMessengerTimeoutsShareOneTimer(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, kind string) {
+		ms, _, closeAll := newTestMessengers(t, kind, 2)
+		defer closeAll()
+		a, b := ms[0], ms[1]
+		b.Handle("echo", func(r *Request) { r.Reply(r.Body, nil) })
+		b.Handle("never", func(r *Request) {})
+		const n = 60
+		type outcome struct {
+			i   int
+			err error
+		}
+		got := make(chan outcome, 2*n)
+		calls := make([]int, n)
+		for i := range n {
+			topic, timeout := "never", time.Duration(1+(i*7)%13)*10*time.Millisecond
+			switch i % 3 {
+			case 1:
+				topic, timeout = "echo", time.Hour
+			case 2:
+				timeout = time.Hour
+			}
+			a.RequestAsync(b.LocalAddr(), topic, []byte{byte(i)}, timeout, func(body []byte, err error) {
+				if err == nil && (len(body) != 1 || body[0] != byte(i)) {
+					err = fmt.Errorf("reply %v", body)
+				}
+				got <- outcome{i, err}
+			})
+		}
+		check := func(o outcome, wantErr error) {
+			t.Helper()
+			calls[o.i]++
+			if calls[o.i] != 1 {
+				t.Fatalf("request %d: callback %d times", o.i, calls[o.i])
+			}
+			if wantErr == nil && o.err != nil || wantErr != nil && !errors.Is(o.err, wantErr) {
+				t.Fatalf("request %d: %v, want %v", o.i, o.err, wantErr)
+			}
+		}
+		for range 2 * n / 3 { // the answered and the timed out
+			var o outcome
+			select {
+			case o = <-got:
+			case <-time.After(time.Minute):
+				t.Fatal("a request neither answered nor timed out")
+			}
+			switch o.i % 3 {
+			case 0:
+				check(o, ErrRequestTimeout)
+			case 1:
+				check(o, nil)
+			default:
+				t.Fatalf("request %d with an hour to go completed: %v", o.i, o.err)
+			}
+		}
+		a.mu.Lock()
+		pending, timeouts := len(a.pending), len(a.timeouts)
+		a.mu.Unlock()
+		if pending != n/3 || timeouts != n/3 {
+			t.Fatalf("%d pending, %d with a timeout; want %d", pending, timeouts, n/3)
+		}
+		closeAll()
+		for range n / 3 {
+			check(<-got, ErrTransportClosed)
+		}
+		select {
+		case o := <-got:
+			t.Fatalf("request %d: a callback more: %v", o.i, o.err)
+		default:
+		}
+	})
+}
+
+// TestDeadlineHeap pushes and removes requests in a pseudo-random order and checks the
+// heap's order and indexes after each step.
+func TestDeadlineHeap(t *testing.T) {
+	var h deadlineHeap
+	base := time.Now()
+	var in []*pendingRequest
+	x := uint32(1)
+	next := func() int { x = x*1664525 + 1013904223; return int(x >> 8) }
+	for step := range 2000 {
+		if len(in) == 0 || next()%3 != 0 {
+			p := &pendingRequest{deadline: base.Add(time.Duration(next()%1000) * time.Millisecond)}
+			h.push(p)
+			in = append(in, p)
+		} else {
+			k := next() % len(in)
+			p := in[k]
+			h.remove(p.index)
+			if p.index != -1 {
+				t.Fatalf("step %d: a removed request has index %d", step, p.index)
+			}
+			in = append(in[:k], in[k+1:]...)
+		}
+		if len(h) != len(in) {
+			t.Fatalf("step %d: heap of %d, want %d", step, len(h), len(in))
+		}
+		for i, p := range h {
+			if p.index != i {
+				t.Fatalf("step %d: h[%d].index = %d", step, i, p.index)
+			}
+			if i > 0 && h[i].deadline.Before(h[(i-1)/2].deadline) {
+				t.Fatalf("step %d: h[%d] is due before its parent", step, i)
+			}
+		}
+	}
+}
+
 func TestMessengerReplyTwiceAndLater(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, kind string) {
 		ms, _, closeAll := newTestMessengers(t, kind, 2)

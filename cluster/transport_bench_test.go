@@ -170,8 +170,9 @@ func BenchmarkMessengerRequestTCPParallel(b *testing.B) {
 	b.ReportMetric(float64(frames-frames0)/float64(max(writes-writes0, 1)), "frames/write")
 }
 
-// BenchmarkMessengerRequestAsyncTCP measures the callback form with up to 256
-// requests in flight from one goroutine.
+// BenchmarkMessengerRequestAsyncTCP measures the callback form, with a timeout, with
+// up to 256 requests in flight from one goroutine, and reports the process's CPU time
+// per request.
 func BenchmarkMessengerRequestAsyncTCP(b *testing.B) {
 	m, addr, closeAll := benchMessengers(b)
 	defer closeAll()
@@ -189,6 +190,7 @@ func BenchmarkMessengerRequestAsyncTCP(b *testing.B) {
 			close(all)
 		}
 	}
+	cpu0 := processCPU(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -198,6 +200,7 @@ func BenchmarkMessengerRequestAsyncTCP(b *testing.B) {
 	<-all
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/req")
 }
 
 func BenchmarkFrameEncodeDecode64B(b *testing.B) {

@@ -770,7 +770,8 @@ func (t *TCPTransport) readLoop(conn net.Conn) {
 			t.handler(f)
 			continue
 		}
-		slot, waited, err := inflight.acquire(t.ctx, n)
+		slot := &f.slotv
+		waited, err := inflight.acquire(t.ctx, n, slot)
 		if err != nil {
 			return // closing
 		}
@@ -795,25 +796,26 @@ func newInflight(frames, bytes int) *inflight {
 	return &inflight{frames: semaphore.NewWeighted(int64(frames)), bytes: semaphore.NewWeighted(int64(bytes)), maxBytes: int64(bytes)}
 }
 
-// acquire takes a frame's share of the budget, waiting (and reporting that it waited)
-// while the budget is spent, until ctx ends.
-func (b *inflight) acquire(ctx context.Context, size int) (*frameSlot, bool, error) {
+// acquire takes a frame's share of the budget into s, waiting (and reporting that it
+// waited) while the budget is spent, until ctx ends.
+func (b *inflight) acquire(ctx context.Context, size int, s *frameSlot) (bool, error) {
 	n := min(int64(size), b.maxBytes)
 	waited := false
 	if !b.frames.TryAcquire(1) {
 		waited = true
 		if err := b.frames.Acquire(ctx, 1); err != nil {
-			return nil, true, err
+			return true, err
 		}
 	}
 	if !b.bytes.TryAcquire(n) {
 		waited = true
 		if err := b.bytes.Acquire(ctx, n); err != nil {
 			b.frames.Release(1)
-			return nil, true, err
+			return true, err
 		}
 	}
-	return &frameSlot{in: b, n: n}, waited, nil
+	s.in, s.n = b, n
+	return waited, nil
 }
 
 // outFrame is a frame on its way to a peer: its length prefix and encoding, in a
