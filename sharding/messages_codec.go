@@ -1,6 +1,10 @@
 package sharding
 
-import "github.com/shardhost/shardhost/internal/wirecbor"
+import (
+	"sync/atomic"
+
+	"github.com/shardhost/shardhost/internal/wirecbor"
+)
 
 // The fast path of the two messages of every remote ask, the Envelope and its
 // wireReply. Encoding and decoding them by reflection (fxamacker/cbor) cost about as
@@ -58,7 +62,8 @@ func encodeEnvelope(e *Envelope) []byte {
 	return b
 }
 
-// decodeEnvelope is decode(b, e).
+// decodeEnvelope is decode(b, e), but for e.Payload, which may alias b: the caller
+// owns b and keeps it unchanged.
 func decodeEnvelope(b []byte, e *Envelope) error {
 	if decodeEnvelopeFast(b, e) {
 		return nil
@@ -90,15 +95,15 @@ func decodeEnvelopeFast(b []byte, e *Envelope) bool {
 		last = k
 		switch k {
 		case 1:
-			e.EntityType, ok = r.Text()
+			e.EntityType, ok = wireTexts.read(&r)
 		case 2:
 			e.EntityID, ok = r.Text()
 		case 3:
-			e.Payload, ok = r.Bytes()
+			e.Payload, ok = r.BytesShared()
 		case 5:
 			e.Hops, ok = small()
 		case 6:
-			e.Origin, ok = r.Text()
+			e.Origin, ok = wireTexts.read(&r)
 		case 7:
 			e.Epoch, ok = r.Uint()
 		case 8:
@@ -157,7 +162,8 @@ func encodeWireReply(w *wireReply) []byte {
 	return b
 }
 
-// decodeWireReply is decode(b, w).
+// decodeWireReply is decode(b, w), but for w.Payload, which may alias b: the caller
+// owns b and keeps it unchanged.
 func decodeWireReply(b []byte, w *wireReply) error {
 	if decodeWireReplyFast(b, w) {
 		return nil
@@ -184,9 +190,9 @@ func decodeWireReplyFast(b []byte, w *wireReply) bool {
 		prev = k
 		switch k {
 		case 1:
-			w.Payload, ok = r.Bytes()
+			w.Payload, ok = r.BytesShared()
 		case 2:
-			w.Node, ok = r.Text()
+			w.Node, ok = wireTexts.read(&r)
 		case 3:
 			w.Code, ok = r.Text()
 		case 4:
@@ -199,4 +205,56 @@ func decodeWireReplyFast(b []byte, w *wireReply) bool {
 		}
 	}
 	return r.Done()
+}
+
+// wireTexts are the texts that recur in the messages of every remote ask: entity types
+// and member addresses.
+var wireTexts textIntern
+
+// textInternMax bounds a textIntern, in texts, and textInternMaxLen the texts it
+// learns, in bytes.
+const (
+	textInternMax    = 256
+	textInternMaxLen = 128
+)
+
+// textIntern hands out one string for each of a bounded set of texts read from the wire,
+// so that reading a text seen before allocates nothing. Past textInternMax texts it
+// learns no more, nor texts over textInternMaxLen bytes (a stream of new texts costs an
+// allocation each, as without it; a peer sending junk fills it with at most 32 KiB). Safe
+// for concurrent use: readers load an immutable map, and a new text copies it.
+type textIntern struct {
+	m atomic.Pointer[map[string]string]
+}
+
+// read reads a text string from r (wirecbor.Reader.Text).
+func (t *textIntern) read(r *wirecbor.Reader) (string, bool) {
+	p, ok := r.TextBytes()
+	if !ok {
+		return "", false
+	}
+	old := t.m.Load()
+	if old != nil {
+		if s, ok := (*old)[string(p)]; ok { // no allocation: the compiler looks up in place
+			return s, true
+		}
+		if len(*old) >= textInternMax {
+			return string(p), true
+		}
+	}
+	s := string(p)
+	if len(s) > textInternMaxLen {
+		return s, true
+	}
+	var known map[string]string
+	if old != nil {
+		known = *old
+	}
+	next := make(map[string]string, 1+len(known))
+	for k, v := range known {
+		next[k] = v
+	}
+	next[s] = s
+	t.m.CompareAndSwap(old, &next) // lost to another text: this one is learnt next time
+	return s, true
 }

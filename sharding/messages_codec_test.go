@@ -2,10 +2,14 @@ package sharding
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"github.com/shardhost/shardhost/internal/wirecbor"
 )
 
 func randomText(rng *rand.Rand) string {
@@ -148,5 +152,59 @@ func TestCodecKnowsEveryField(t *testing.T) {
 		if got := strings.Join(tags, " "); got != tc.want {
 			t.Errorf("%s's fields changed (%s): teach messages_codec.go the change, then this test", typ, got)
 		}
+	}
+}
+
+// TestRemoteAskMessagesDecodeWithoutCopies: the envelope and reply of a remote ask
+// decode with one allocation, the entity ID's (the type, the members' addresses and
+// the payloads cost none), and the decoded values are right.
+func TestRemoteAskMessagesDecodeWithoutCopies(t *testing.T) {
+	env := Envelope{EntityType: "counter", EntityID: "c-17", Payload: []byte("inc"), Origin: "10.0.0.1:7947", Epoch: 3, Hops: 1}
+	decodesWithAllocs(t, "decodeEnvelope", encodeEnvelope(&env), decodeEnvelope, env, 1)
+	w := wireReply{Payload: []byte("42"), Node: "10.0.0.2:7947"}
+	decodesWithAllocs(t, "decodeWireReply", encodeWireReply(&w), decodeWireReply, w, 0)
+}
+
+// decodesWithAllocs checks that decode gives want from b, with allocs allocations.
+func decodesWithAllocs[T any](t *testing.T, name string, b []byte, decode func([]byte, *T) error, want T, allocs float64) {
+	t.Helper()
+	var got T
+	if err := decode(b, &got); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: %+v, %v; want %+v", name, got, err, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = decode(b, &got) }); n != allocs {
+		t.Errorf("%s: %v allocations, want %v", name, n, allocs)
+	}
+}
+
+// TestTextInternIsBounded: a textIntern learns at most textInternMax texts of at most
+// textInternMaxLen bytes, and reads every text right past its bounds.
+func TestTextInternIsBounded(t *testing.T) {
+	var ti textIntern
+	read := func(s string) string {
+		r := wirecbor.NewReader(wirecbor.AppendText(nil, s))
+		got, ok := ti.read(&r)
+		if !ok || got != s {
+			t.Fatalf("read %q: %q, %v", s, got, ok)
+		}
+		return got
+	}
+	long := strings.Repeat("l", textInternMaxLen+1)
+	read(long)
+	for i := range textInternMax + 10 {
+		read(fmt.Sprintf("t%d", i))
+	}
+	m := *ti.m.Load()
+	if len(m) != textInternMax {
+		t.Fatalf("learnt %d texts, want %d", len(m), textInternMax)
+	}
+	if _, ok := m[long]; ok {
+		t.Fatal("learnt a text over textInternMaxLen")
+	}
+	if a, b := read("t5"), read("t5"); unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatal("a learnt text read twice gave two strings")
+	}
+	if _, ok := ti.read(&wirecbor.Reader{}); ok {
+		t.Fatal("read of nothing succeeded")
 	}
 }

@@ -66,7 +66,7 @@ type Reader struct {
 }
 
 // NewReader returns a Reader of b. The Reader never modifies b, and what it returns
-// does not alias b.
+// does not alias b, but for TextBytes and BytesShared.
 func NewReader(b []byte) Reader { return Reader{b: b} }
 
 // Done reports whether every byte has been read.
@@ -169,6 +169,26 @@ func (r *Reader) TextCached(last *string) (string, bool) {
 	}
 	*last = string(p)
 	return *last, true
+}
+
+// TextBytes reads a text string and returns its bytes, aliasing the input, so that the
+// caller chooses how to make a string of them; invalid UTF-8 is refused.
+func (r *Reader) TextBytes() ([]byte, bool) {
+	p, ok := r.content(MajorText)
+	if !ok || !utf8.Valid(p) {
+		return nil, false
+	}
+	return p, true
+}
+
+// BytesShared reads a byte string and returns it aliasing the input (non-nil, even when
+// empty): for a caller that owns the input and keeps it unchanged.
+func (r *Reader) BytesShared() ([]byte, bool) {
+	p, ok := r.content(MajorBytes)
+	if !ok {
+		return nil, false
+	}
+	return p[:len(p):len(p)], true
 }
 
 // Bytes reads a byte string into a new slice (non-nil, even when empty).

@@ -93,3 +93,35 @@ func TestReaderRefuses(t *testing.T) {
 		t.Error("TextCached read invalid UTF-8")
 	}
 }
+
+// TestSharedReads: TextBytes and BytesShared return the input's bytes in place (and
+// BytesShared a slice that cannot append into what follows), and refuse what Text and
+// Bytes refuse.
+func TestSharedReads(t *testing.T) {
+	b := AppendBytes(AppendText(nil, "héllo"), []byte{1, 2, 3})
+	b = AppendText(b, "after")
+	r := NewReader(b)
+	text, ok := r.TextBytes()
+	if !ok || string(text) != "héllo" || &text[0] != &b[1] {
+		t.Fatalf("TextBytes = %q, %v (in place: %v)", text, ok, ok && &text[0] == &b[1])
+	}
+	p, ok := r.BytesShared()
+	if !ok || !bytes.Equal(p, []byte{1, 2, 3}) || cap(p) != 3 {
+		t.Fatalf("BytesShared = %v, %v, cap %d", p, ok, cap(p))
+	}
+	p[0] = 9
+	if b[1+len("héllo")+1] != 9 {
+		t.Fatal("BytesShared copied")
+	}
+	if s, ok := r.Text(); !ok || s != "after" || !r.Done() {
+		t.Fatalf("then Text = %q, %v", s, ok)
+	}
+	bad := NewReader([]byte{0x61, 0xff})
+	if _, ok := bad.TextBytes(); ok {
+		t.Fatal("TextBytes took invalid UTF-8")
+	}
+	notBytes := NewReader(AppendText(nil, "x"))
+	if _, ok := notBytes.BytesShared(); ok {
+		t.Fatal("BytesShared took a text string")
+	}
+}
