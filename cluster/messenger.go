@@ -384,7 +384,9 @@ func (m *Messenger) setTimerLocked(at time.Time) {
 }
 
 // expire times out every pending request whose deadline has passed, and sets the
-// timer for the earliest deadline left. It runs on the timer's goroutine.
+// timer for the earliest deadline left. It runs on the timer's goroutine, and calls
+// each callback on a goroutine of its own, as a timer of its own did: a callback that
+// blocks (a caller's lock) delays no other.
 func (m *Messenger) expire() {
 	var expired []*pendingRequest
 	m.mu.Lock()
@@ -401,7 +403,7 @@ func (m *Messenger) expire() {
 	}
 	m.mu.Unlock()
 	for _, p := range expired {
-		p.cb(nil, timeoutError(p.addr, p.topic, p.timeout))
+		go p.cb(nil, timeoutError(p.addr, p.topic, p.timeout))
 	}
 }
 

@@ -304,6 +304,34 @@ func TestMessengerTimeoutsShareOneTimer(t *testing.T) {
 	})
 }
 
+// TestMessengerTimeoutCallbacksDoNotWaitForEachOther: the callback of one timed-out
+// request blocks until another's has run; both time out together.
+func TestMessengerTimeoutCallbacksDoNotWaitForEachOther(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ms, _, closeAll := newTestMessengers(t, "inmem", 2)
+	defer closeAll()
+	a, b := ms[0], ms[1]
+	b.Handle("never", func(r *Request) {})
+	second, done := make(chan struct{}), make(chan error, 2)
+	a.RequestAsync(b.LocalAddr(), "never", nil, 20*time.Millisecond, func(_ []byte, err error) {
+		select {
+		case <-second:
+			done <- err
+		case <-time.After(time.Minute):
+			done <- errors.New("the other callback did not run")
+		}
+	})
+	a.RequestAsync(b.LocalAddr(), "never", nil, 20*time.Millisecond, func(_ []byte, err error) {
+		close(second)
+		done <- err
+	})
+	for range 2 {
+		if err := <-done; !errors.Is(err, ErrRequestTimeout) {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestDeadlineHeap pushes and removes requests in a pseudo-random order and checks the
 // heap's order and indexes after each step.
 func TestDeadlineHeap(t *testing.T) {
