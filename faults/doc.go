@@ -151,6 +151,20 @@
 //     at the address) and another process there refuses it (sharding's
 //     TestAHostShardForAnEarlierProcessIsRefused).
 //
+// Found by soaks of -max-side=2 (seeds 2000-2399, 6 at once on a loaded machine: 2
+// failures, seeds 2172 and 2365; 2365 was bug 9 again):
+//
+//  10. Fixed. Seed 2172: the coordinator's member was killed and restarted; the new
+//     coordinator gave the restarted process a shard, then handled the removal of its
+//     previous incarnation some 40 ms late and, naming regions by address, forgot every
+//     allocation at the address, the new process's too, and allocated the shard
+//     elsewhere while the new process hosted it. A removal now forgets only the
+//     allocations of the process removed (sharding's
+//     TestSeed2172LateRemovalOfAPreviousIncarnationKeepsTheNewOnesShards); and the
+//     coordinator records the process that confirmed a HostShard, forgetting the
+//     allocations of the one it replaced, which would otherwise take the new one's
+//     along when forgotten (the rest of bug 9).
+//
 // The harness itself was fixed twice on the way: a member restarted with an empty data
 // directory while no member ran formed a new cluster alone (seed 13340; the downed
 // members now come back first, as an operator would start one with its data), and

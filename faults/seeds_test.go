@@ -105,3 +105,34 @@ func TestSeed73128HostShardReachesOnlyItsProcess(t *testing.T) {
 	}}
 	regression(t, underRace(s, 1), 2)
 }
+
+// Seeds 2172 and 2365 (-max-side=2, 6 schedules at once on a loaded machine) found two
+// lives of an entity each, where a member was restarted at its address and the
+// coordinator, which names regions by address, confused its two processes. Seed 2172:
+// the new coordinator gave the restarted member a shard, then handled the removal of its
+// previous incarnation some 40 ms late and forgot every allocation at the address, the
+// new process's too, while it hosted the shard. Fixed: a removal forgets only the
+// allocations of the process removed (sharding's
+// TestSeed2172LateRemovalOfAPreviousIncarnationKeepsTheNewOnesShards). Seed 2365 is bug
+// 9 (seed 73128, above): a HostShard meant for the previous process reached the new
+// one; the coordinator now also records the process that confirmed a HostShard,
+// forgetting the allocations of the one it replaced (TestProcessAtChoosesTheOneProcessThatCanHost).
+func TestSeed2172RemovalOfAPreviousProcessKeepsTheNewOnesShards(t *testing.T) {
+	s := Schedule{Seed: 2172, Members: 4, Gap: millis(737), Faults: []Fault{
+		{Kind: KillCoordinator, Pick: 6, Delay: millis(11), For: millis(1617)},
+		{Kind: Bridge, Pick: 2, Side: 1, For: millis(1512)},
+		{Kind: OneWay, Pick: 1, Side: 1, For: millis(2618)},
+	}}
+	regression(t, underRace(s, 0), 2)
+}
+
+// Seed 2365: an allocation made to a member's previous process, reaching its
+// successor, is refused (above).
+func TestSeed2365AllocationToAPreviousProcessHostsNothing(t *testing.T) {
+	s := Schedule{Seed: 2365, Members: 3, Gap: millis(745), Faults: []Fault{
+		{Kind: ClockSkew, Pick: 3, Skew: 54 * time.Second, For: millis(1635)},
+		{Kind: Bridge, Pick: 1, Side: 2, For: millis(2995)},
+		{Kind: Leave, Pick: 3, For: millis(1498)},
+	}}
+	regression(t, underRace(s, 1), 2)
+}

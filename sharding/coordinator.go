@@ -463,11 +463,9 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 	gen := c.gen
 	region, err := strategyFor(settings, c.s.cfg.Strategy, c.s.cfg.MaxSimultaneousRebalance).AllocateShard(requester, ref.Shard, current)
 	var epoch uint64
-	var uid cluster.UID // the process the shard is allocated to: the one up at region
-	for _, m := range members {
-		if m.Address == region && m.Status == cluster.StatusUp {
-			uid = m.UID
-		}
+	var process cluster.UID
+	if err == nil {
+		process, err = processAt(members, region)
 	}
 	if err == nil {
 		c.tentative[ref] = region
@@ -501,7 +499,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 			return
 		}
 		host := ref
-		host.Epoch, host.UID = epoch, uint64(uid)
+		host.Epoch, host.UID = epoch, uint64(process)
 		c.s.hostShard(actx, region, host, func(err error) {
 			failSpan(span, err)
 			span.End()
@@ -518,11 +516,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 					}
 					c.alloc[ref.Type][ref.Shard] = allocation{region, epoch}
 					c.knowLocked(ref.Type, ref.Shard)
-					if _, ok := c.incarnation[region]; !ok && uid != 0 {
-						// The process that took the shard: HostShard named it.
-						c.incarnation[region] = uid
-					}
-					c.noteIncarnationLocked(region, c.s.cfg.Membership.Members())
+					c.hostedByLocked(region, process, shardRef{Type: ref.Type, Shard: ref.Shard})
 					c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region, "epoch", epoch)
 				} else {
 					err = ErrNotCoordinator
@@ -665,6 +659,60 @@ func (c *coordinator) shardStopped(ref shardRef) {
 	}
 }
 
+// processAt returns the UID of the process that hosts at addr (up or leaving) among
+// members: the one listed, or, when a restarted process is listed beside its previous
+// incarnation (not downed yet), the one reachable. Two processes cannot hold one
+// address, and the HostShard that names the one chosen proves it is there
+// (hostedByLocked). None, or no way to choose: the shard is not allocated there now.
+func processAt(members []cluster.Member, addr string) (cluster.UID, error) {
+	var all, reachable []cluster.UID
+	for _, m := range members {
+		if m.Address == addr && hosting(m) {
+			all = append(all, m.UID)
+			if m.Reachable {
+				reachable = append(reachable, m.UID)
+			}
+		}
+	}
+	switch {
+	case len(all) == 1:
+		return all[0], nil
+	case len(reachable) == 1:
+		return reachable[0], nil
+	}
+	return 0, fmt.Errorf("%w: %d processes up at %s, %d reachable", ErrShardUnavailable, len(all), addr, len(reachable))
+}
+
+// hostedByLocked records that the process uid at region hosts the shard just allocated
+// there (ref): it confirmed the HostShard that named it, so it holds the address and
+// any other process recorded there is gone. The allocations made to that other process
+// are forgotten: the new one hosts none of them, and forgetReplacedLocked would
+// otherwise drop them later with this one, while it is hosted (faults seed 2365: the
+// process recorded at the address was the previous one, seen up when the HostShard
+// left, and the restarted one answered it).
+func (c *coordinator) hostedByLocked(region string, uid cluster.UID, ref shardRef) {
+	prev, ok := c.incarnation[region]
+	c.incarnation[region] = uid
+	if !ok || prev == uid {
+		return
+	}
+	dropped := 0
+	for typ, shards := range c.alloc {
+		for id, a := range shards {
+			if a.region == region && (typ != ref.Type || id != ref.Shard) {
+				delete(shards, id)
+				dropped++
+			}
+		}
+	}
+	delete(c.leaving, region)
+	c.s.log.Info("forgot the allocations of a replaced process: its successor at the address took a shard",
+		"region", region, "previous_uid", prev, "uid", uid, "shards", dropped)
+	if dropped > 0 && c.active {
+		c.s.owner.Go(c.allocateRemembered)
+	}
+}
+
 // noteIncarnationLocked records, for a region the coordinator has allocations at, the
 // UID of its process: the one member at that address that hosts, or else the one
 // downed there (whose allocations DownRemovalMargin keeps). A region already recorded keeps its
@@ -746,28 +794,49 @@ func (c *coordinator) forgetReplacedLocked(members []cluster.Member) {
 	}
 }
 
-// memberRemoved forgets the allocations at a member that left.
-func (c *coordinator) memberRemoved(addr string) {
-	c.forgetRegions(func(region string) bool { return region == addr })
+// memberRemoved forgets the allocations of a member that is gone (removed, exited, or
+// downed past DownRemovalMargin): those at its address, unless they were made to
+// another process there. Regions are named by address, and the removal of a previous
+// incarnation may be handled after its successor at the address was given shards (a
+// restart, whose old incarnation the leader removes as the new one comes up: faults
+// seed 2172): forgetting those would allocate them elsewhere while it hosts them.
+// forgetReplacedLocked forgets the previous incarnation's own allocations.
+func (c *coordinator) memberRemoved(m cluster.Member) {
+	c.forgetRegions(func(region string, incarnation cluster.UID, recorded bool) bool {
+		return region == m.Address && (!recorded || incarnation == m.UID)
+	})
 }
 
-func (c *coordinator) forgetRegions(gone func(string) bool) {
+// forgetRegions forgets the allocations at the regions gone reports, given the process
+// recorded there (noteIncarnationLocked), if one is.
+func (c *coordinator) forgetRegions(gone func(region string, incarnation cluster.UID, recorded bool) bool) {
 	c.mu.Lock()
 	c.forgetReplacedLocked(c.s.cfg.Membership.Members())
+	// Decided once per region, before its incarnation is forgotten below.
+	decided := map[string]bool{}
+	isGone := func(region string) bool {
+		g, ok := decided[region]
+		if !ok {
+			uid, recorded := c.incarnation[region]
+			g = gone(region, uid, recorded)
+			decided[region] = g
+		}
+		return g
+	}
 	for r := range c.incarnation {
-		if gone(r) {
+		if isGone(r) {
 			delete(c.incarnation, r)
 		}
 	}
 	for r := range c.leaving {
-		if gone(r) {
+		if isGone(r) {
 			delete(c.leaving, r)
 		}
 	}
 	dropped := false
 	for _, shards := range c.alloc {
 		for id, a := range shards {
-			if gone(a.region) {
+			if isGone(a.region) {
 				delete(shards, id)
 				dropped = true
 			}

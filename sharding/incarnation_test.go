@@ -23,6 +23,22 @@ func hostedEpoch(tc *testCluster, typ string, shard int) (*testNode, uint64, boo
 	return nil, 0, false
 }
 
+// entityHostedBy increments entities e0, e1 … of typ (with shards shards) through via
+// until one lands on a shard that target hosts, and returns it and its shard (at most
+// 200 tries).
+func entityHostedBy(t *testing.T, tc *testCluster, via, target *testNode, typ string, shards int) (string, int) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		id := fmt.Sprintf("e%d", i)
+		mustAsk(t, via, typ, id, "inc")
+		if n, _, ok := hostedEpoch(tc, typ, abiShard(id, shards)); ok && n == target {
+			return id, abiShard(id, shards)
+		}
+	}
+	t.Fatalf("no entity of 200 went to %s", target.name)
+	return "", -1
+}
+
 // Faults seed 10011 lost acknowledged increments: a member crashed and was restarted at
 // its address within DownRemovalMargin, and the coordinator, which names regions by
 // address, handed the new process its previous incarnation's shards at their old
@@ -43,17 +59,7 @@ func TestARestartedMemberGetsItsShardsAtNewEpochs(t *testing.T) {
 		_, err := ask(t, first, typ, "e0", "inc")
 		return err
 	})
-	id, shard := "", -1
-	for i := 0; i < 200 && id == ""; i++ {
-		cand := fmt.Sprintf("e%d", i)
-		mustAsk(t, first, typ, cand, "inc")
-		if n, _, ok := hostedEpoch(tc, typ, abiShard(cand, shards)); ok && n == victim {
-			id, shard = cand, abiShard(cand, shards)
-		}
-	}
-	if id == "" {
-		t.Fatal("no entity of 200 went to the third member")
-	}
+	id, shard := entityHostedBy(t, tc, first, victim, typ, shards)
 	_, before, _ := hostedEpoch(tc, typ, shard)
 	oldUID := victim.membership.Self().UID
 
@@ -126,5 +132,96 @@ func TestAHostShardForAnEarlierProcessIsRefused(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("%s does not host shard 7 at epoch 99 after accepting it", target.name)
+	}
+}
+
+// Faults seed 2172 (-max-side=2) found two lives of a register: the coordinator's
+// member was killed and restarted at its address; the new coordinator forgot the
+// previous incarnation's allocations (forgetReplacedLocked) and gave the new process
+// one of them again at a new epoch. The membership then removed the previous
+// incarnation, and the MemberRemoved event, which this member's sharding handled some
+// 40 ms after the allocation on a loaded machine, made the coordinator forget every
+// allocation at the address: the new process's too, while it hosted the shard. The
+// shard was allocated again elsewhere and the new process, not told, activated the
+// entity beside its new home. A removal names a process (address and UID): the
+// allocations of another process at the address stay. The event is delivered here by
+// hand, after the new process has its shard: no timing.
+func TestSeed2172LateRemovalOfAPreviousIncarnationKeepsTheNewOnesShards(t *testing.T) {
+	tc := newTestCluster(t, 3, withFastFailureDetection())
+	first, victim := tc.nodes[0], tc.nodes[2]
+	const typ, shards = "counter", 10
+	testutil.EventuallyNil(t, 30*time.Second, "a first entity served", func() error {
+		_, err := ask(t, first, typ, "e0", "inc")
+		return err
+	})
+	old := victim.membership.Self()
+	tc.stop(victim, false)
+	testutil.Eventually(t, 30*time.Second, "the crashed member removed", func() bool {
+		for _, m := range first.membership.Members() {
+			if m.UID == old.UID {
+				return false
+			}
+		}
+		return true
+	})
+	restarted := tc.restart(victim)
+	tc.waitMembers()
+
+	id, shard := entityHostedBy(t, tc, first, restarted, typ, shards)
+	var coord *testNode
+	for _, n := range tc.live() {
+		if n.sharding.coord.allocations()[typ][shard] == restarted.addr() {
+			coord = n
+		}
+	}
+	if coord == nil {
+		t.Fatal("no coordinator records the restarted member's shard")
+	}
+	// Past DownRemovalMargin since the address was last seen downed, as in the seed
+	// (the new process came up at once after the removal).
+	testutil.Eventually(t, 30*time.Second, "the down margin of the address over", func() bool {
+		return !coord.sharding.withinDownMargin(restarted.addr())
+	})
+
+	// The previous incarnation's removal, handled late.
+	old.Status, old.Reachable = cluster.StatusRemoved, false
+	coord.sharding.onMemberEvent(cluster.MemberEvent{Kind: cluster.MemberRemoved, Member: old})
+	if got := coord.sharding.coord.allocations()[typ][shard]; got != restarted.addr() {
+		t.Fatalf("after the late removal of the previous incarnation (uid %s), shard %d of the new process (uid %s) is allocated to %q: want %s",
+			old.UID, shard, restarted.membership.Self().UID, got, restarted.addr())
+	}
+	if r, err := ask(t, first, typ, id, "get"); err != nil || r.Node != restarted.addr() {
+		t.Fatalf("%s/%s after the late removal: %v from %s, want an answer from %s", typ, id, err, r.Node, restarted.addr())
+	}
+}
+
+// TestProcessAtChoosesTheOneProcessThatCanHost: the process a HostShard names
+// (processAt) is the one up at the address, or, beside a previous incarnation not yet
+// downed, the one reachable; with no way to choose, none.
+func TestProcessAtChoosesTheOneProcessThatCanHost(t *testing.T) {
+	const addr = "127.0.0.1:1"
+	m := func(uid cluster.UID, st cluster.MemberStatus, reachable bool) cluster.Member {
+		return cluster.Member{Address: addr, UID: uid, Status: st, Reachable: reachable}
+	}
+	other := cluster.Member{Address: "127.0.0.1:2", UID: 9, Status: cluster.StatusUp, Reachable: true}
+	for _, c := range []struct {
+		name    string
+		members []cluster.Member
+		want    cluster.UID // 0: an error
+	}{
+		{"one up", []cluster.Member{other, m(1, cluster.StatusUp, false)}, 1},
+		{"one leaving beside a downed one", []cluster.Member{m(1, cluster.StatusDown, false), m(2, cluster.StatusLeaving, true)}, 2},
+		{"the restarted one reachable", []cluster.Member{m(1, cluster.StatusUp, false), m(2, cluster.StatusUp, true)}, 2},
+		{"both reachable", []cluster.Member{m(1, cluster.StatusUp, true), m(2, cluster.StatusUp, true)}, 0},
+		{"neither reachable", []cluster.Member{m(1, cluster.StatusUp, false), m(2, cluster.StatusUp, false)}, 0},
+		{"only joining", []cluster.Member{other, m(2, cluster.StatusJoining, true)}, 0},
+	} {
+		got, err := processAt(c.members, addr)
+		switch {
+		case c.want == 0 && err == nil:
+			t.Errorf("%s: process %s, want an error", c.name, got)
+		case c.want != 0 && (err != nil || got != c.want):
+			t.Errorf("%s: process %s, %v; want %s", c.name, got, err, c.want)
+		}
 	}
 }

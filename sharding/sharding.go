@@ -1113,17 +1113,7 @@ func (s *Sharding) followMembership() {
 		case <-s.owner.Done():
 			return
 		case e := <-s.sub.C:
-			switch e.Kind {
-			case cluster.MemberUp:
-				s.downedMu.Lock()
-				delete(s.downed, e.Member.Address) // a new incarnation at the address
-				s.downedMu.Unlock()
-			case cluster.MemberDowned:
-				s.sawDowned(e.Member.Address)
-				s.memberRemoved(e.Member.Address)
-			case cluster.MemberExited, cluster.MemberRemoved:
-				s.memberRemoved(e.Member.Address)
-			}
+			s.onMemberEvent(e)
 		case <-tick.C:
 			s.reconcile()
 			s.passivateIdle()
@@ -1131,16 +1121,33 @@ func (s *Sharding) followMembership() {
 	}
 }
 
-// memberRemoved makes the regions forget the member as a home at once (their messages
-// wait for the shards' next homes); the coordinator keeps a downed member's allocations
-// for DownRemovalMargin (reconcile drops them after).
-func (s *Sharding) memberRemoved(addr string) {
+// onMemberEvent follows one membership event (followMembership).
+func (s *Sharding) onMemberEvent(e cluster.MemberEvent) {
+	switch e.Kind {
+	case cluster.MemberUp:
+		s.downedMu.Lock()
+		delete(s.downed, e.Member.Address) // a new incarnation at the address
+		s.downedMu.Unlock()
+	case cluster.MemberDowned:
+		s.sawDowned(e.Member.Address)
+		s.memberRemoved(e.Member)
+	case cluster.MemberExited, cluster.MemberRemoved:
+		s.memberRemoved(e.Member)
+	}
+}
+
+// memberRemoved makes the regions forget the member's address as a home at once (their
+// messages wait for the shards' next homes); the coordinator keeps a downed member's
+// allocations for DownRemovalMargin (reconcile drops them after), and those it made to
+// another process at the address (coordinator.memberRemoved).
+func (s *Sharding) memberRemoved(m cluster.Member) {
+	addr := m.Address
 	for _, r := range s.allRegions() {
 		r.forgetHomesAt(func(home string) bool { return home == addr })
 		r.unpauseFrom(func(by string) bool { return by == addr })
 	}
 	if !s.withinDownMargin(addr) {
-		s.coord.memberRemoved(addr)
+		s.coord.memberRemoved(m)
 	}
 }
 
@@ -1206,7 +1213,7 @@ func (s *Sharding) reconcile() {
 		r.forgetHomesAt(gone)
 		r.unpauseFrom(gone)
 	}
-	s.coord.forgetRegions(func(addr string) bool { return !alive[addr] && !s.withinDownMargin(addr) })
+	s.coord.forgetRegions(func(addr string, _ cluster.UID, _ bool) bool { return !alive[addr] && !s.withinDownMargin(addr) })
 }
 
 // transportAddr returns where to send frames for the member at addr.
