@@ -130,3 +130,32 @@ func TestASaveRefusedAsStaleDropsTheShard(t *testing.T) {
 		t.Fatal("the shard is still hosted here after its save was refused as stale")
 	}
 }
+
+// Faults seed 2204 (-max-side=2, the cluster downed and restarted piecemeal) found two
+// lives of a counter: two coordinators were active for a moment, and the one about to
+// be downed allocated a shard again, at the epoch the other had given it before, to the
+// region that had handed it off since. That region had fenced the shard at that epoch
+// when it first hosted it, and fenceShard's memo of the fence survived the handoff: it
+// read the entity without fencing again, while the shard's new owner had fenced it at a
+// newer epoch, and activated it beside it. A shard hosted anew is fenced anew.
+func TestSeed2204AShardHostedAgainIsFencedAgain(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := tc.nodes[0]
+	mustAsk(t, n, "durable", "x", "inc") // hosts the shard, fenced at its epoch
+	sh := abiShard("x", 10)
+	reg := n.sharding.region("durable")
+	reg.mu.Lock()
+	epoch := reg.hostedLocked(sh).epoch
+	reg.mu.Unlock()
+	reg.dropStale(sh, epoch+1) // no longer hosted here
+	// The shard's new owner fences it; a stale allocation brings it back here.
+	if err := tc.states.FenceShard(context.Background(), "durable", sh, epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	reg.hostShard(sh, epoch)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := reg.fenceShard(ctx, sh, epoch); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("the fence of shard %d hosted again at epoch %d, after a fence at %d: %v, want ErrStaleEpoch", sh, epoch, epoch+1, err)
+	}
+}

@@ -595,6 +595,10 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 	if sh == nil {
 		sh = &shard{id: shardID, epoch: epoch, entities: map[string]*entity{}}
 		sl.hosted, sl.home = sh, allocation{}
+		// Hosted anew: fenced anew, even at an epoch fenced from here before it left
+		// (a stale coordinator's allocation may bring it back at that epoch after a
+		// newer owner fenced it: faults seed 2204).
+		sl.fence = nil
 		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID, "epoch", epoch)
 		if r.settings.RememberEntities && r.s.cfg.States != nil {
 			r.s.owner.Go(func() { r.restartRemembered(sh) })
