@@ -153,3 +153,19 @@ func TestSeed2204AShardHostedAgainIsFencedAgain(t *testing.T) {
 	}}
 	regression(t, underRace(s, 1), 2)
 }
+
+// Seed 2443 (-max-side=2) found two lives of a register: a member downed by a one-way
+// partition was restarted at its address and asked for a shard's home before the
+// coordinator had forgotten its previous process's allocations; the answer named its
+// own address, and it hosted the shard at the previous process's epoch, while the
+// coordinator, once it forgot that allocation, gave the shard to another member. Fixed:
+// the coordinator's answer names the process the allocation is for, and another process
+// at the address does not take it (sharding's
+// TestSeed2443AHomeAllocatedToAPreviousProcessIsNotTaken).
+func TestSeed2443AHomeOfAPreviousProcessIsNotTaken(t *testing.T) {
+	s := Schedule{Seed: 2443, Members: 6, Gap: millis(585), Faults: []Fault{
+		{Kind: Pause, Pick: 2, For: millis(2991)},
+		{Kind: OneWay, Pick: 3, Side: 1, For: millis(2093)},
+	}}
+	regression(t, underRace(s, 1), 2)
+}

@@ -430,8 +430,9 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 		}
 	}
 	if a, ok := c.alloc[ref.Type][ref.Shard]; ok && a.region != "" && alive[a.region] {
+		process := uint64(c.incarnation[a.region])
 		c.mu.Unlock()
-		cb(shardHome{Region: a.region, Epoch: a.epoch}, nil)
+		cb(shardHome{Region: a.region, Epoch: a.epoch, Process: process}, nil)
 		return
 	}
 	if a, ok := c.alloc[ref.Type][ref.Shard]; ok && a.region != "" && c.s.withinDownMargin(a.region) {
@@ -477,7 +478,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 		c.finish(ref, shardHome{}, err)
 		return
 	}
-	home := shardHome{Region: region, Epoch: epoch}
+	home := shardHome{Region: region, Epoch: epoch, Process: uint64(process)}
 	ok := c.s.owner.Go(func() {
 		// In the trace of the request that asked (if traced): an "allocate" span with
 		// the allocation's write and the HostShard request.

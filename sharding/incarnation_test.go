@@ -225,3 +225,40 @@ func TestProcessAtChoosesTheOneProcessThatCanHost(t *testing.T) {
 		}
 	}
 }
+
+// Faults seed 2443 (-max-side=2) found two lives of a register: a member downed by a
+// one-way partition was restarted at its address and, before the coordinator had
+// forgotten its previous process's allocations, asked the coordinator for a shard's
+// home; the answer named its own address, and it hosted the shard at the previous
+// process's epoch. The coordinator then forgot that allocation and gave the shard to
+// another member while the new process ran the entity. The coordinator's answer now
+// names the process the allocation is for, and another process at the address does not
+// take it.
+func TestSeed2443AHomeAllocatedToAPreviousProcessIsNotTaken(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "e0", "inc")
+	self := uint64(n.membership.Self().UID)
+	// The coordinator's answer names the process.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ref := shardRef{Type: "counter", Shard: abiShard("e0", 10)}
+	home, err := n.sharding.shardHome(ctx, ref)
+	if err != nil || home.Region != n.addr() || home.Process != self {
+		t.Fatalf("home of %s: %+v, %v; want %s, process %016x", ref, home, err, n.addr(), self)
+	}
+	// A region takes a home at its address only for its own process.
+	for _, c := range []struct {
+		home shardHome
+		take bool
+	}{
+		{shardHome{Region: n.addr(), Epoch: 3, Process: self}, true},
+		{shardHome{Region: n.addr(), Epoch: 3}, true}, // a coordinator of an older version
+		{shardHome{Region: n.addr(), Epoch: 3, Process: self + 1}, false},
+		{shardHome{Region: "127.0.0.1:9", Epoch: 3, Process: self + 1}, true}, // not here: forwarded
+	} {
+		if err := n.sharding.notAnotherProcess(ref, c.home); (err == nil) != c.take {
+			t.Errorf("home %+v at %s (process %016x): %v, want taken %v", c.home, n.addr(), self, err, c.take)
+		}
+	}
+}

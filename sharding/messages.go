@@ -318,6 +318,11 @@ func (r shardRef) String() string { return fmt.Sprintf("%s/%d", r.Type, r.Shard)
 type shardHome struct {
 	Region string `cbor:"1,keyasint"` // member address
 	Epoch  uint64 `cbor:"2,keyasint,omitempty"`
+	// Process is the UID of the process at Region the shard is allocated to, when the
+	// coordinator knows it (0: not known, or a coordinator of an older version): a
+	// process restarted at that address does not take its previous incarnation's
+	// allocation for its own (faults seed 2443).
+	Process uint64 `cbor:"3,keyasint,omitempty"`
 }
 
 // ShardState is one shard of a region: its ID and its active entities.

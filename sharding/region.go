@@ -510,6 +510,19 @@ func (r *Region) stopForLease() int {
 	return n
 }
 
+// notAnotherProcess refuses a home at this member's address allocated to another
+// process there (a previous incarnation whose allocations the coordinator has not
+// forgotten yet): not this process's to host (faults seed 2443). Errors:
+// ErrShardUnavailable.
+func (s *Sharding) notAnotherProcess(ref shardRef, home shardHome) error {
+	self := uint64(s.cfg.Membership.Self().UID)
+	if home.Region != s.self || home.Process == 0 || home.Process == self {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is allocated to process %016x at this address, this is %016x",
+		ErrShardUnavailable, ref, home.Process, self)
+}
+
 // resolve asks the coordinator for a shard's home until it answers or ResolveTimeout
 // passes, then flushes the shard's buffered messages. span (the "shard home" span, in
 // ctx) ends with it.
@@ -519,6 +532,9 @@ func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
 	backoff := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		home, err := r.s.shardHome(ctx, ref)
+		if err == nil {
+			err = r.s.notAnotherProcess(ref, home)
+		}
 		if err == nil {
 			span.SetAttributes(attrHome.String(home.Region), attrEpoch.Int64(int64(home.Epoch)))
 			span.End()
