@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +17,12 @@ import (
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = func() *slog.Logger {
+	if os.Getenv("SS_DEBUG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
 
 // activations records which member activated which entity, to check that no entity is
 // ever active on two members at once.

@@ -5,8 +5,10 @@ package sharding
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,11 +29,16 @@ import (
 type stateDisk struct {
 	path string
 	db   *bolt.DB
-	ops  chan *stateDiskOp
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
-	err  error
+	// storeID names this file's data: 16 hex digits chosen at random when the file is
+	// created, kept in the ring bucket. A member restarted on an empty directory (its
+	// disk lost) has a new one: the others tell its replicas from those it had
+	// (statestore_ring.go).
+	storeID string
+	ops     chan *stateDiskOp
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	err     error
 	// log receives an error line when the disk refuses a write (a full disk, say): at
 	// most one per writeLog's interval, with the count of those suppressed since the
 	// last. Nil: none (the offline tools). Set before the first write.
@@ -77,6 +84,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
+	var storeID string
 	err = boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
 		changed := false
 		for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords, stateBucketRing} {
@@ -88,7 +96,14 @@ func openStateDisk(dir string) (*stateDisk, error) {
 			}
 			changed = true
 		}
-		return changed, nil
+		rb := tx.Bucket(stateBucketRing)
+		if v := rb.Get(stateStoreIDKey); len(v) > 0 {
+			storeID = string(v)
+			return changed, nil
+		}
+		// A new file (or one written before files had an ID).
+		storeID = newStateStoreID()
+		return true, rb.Put(stateStoreIDKey, []byte(storeID))
 	})
 	if err == nil && errors.Is(statErr, os.ErrNotExist) {
 		err = boltfile.SyncDir(dir)
@@ -97,10 +112,17 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
-	d := &stateDisk{path: path, db: db, ops: make(chan *stateDiskOp, stateDiskQueue),
+	d := &stateDisk{path: path, db: db, storeID: storeID, ops: make(chan *stateDiskOp, stateDiskQueue),
 		stop: make(chan struct{}), done: make(chan struct{}), writeLog: logLimiter{interval: stateDiskWriteLogInterval}}
 	go d.run()
 	return d, nil
+}
+
+// newStateStoreID returns a store ID: 16 hex digits from crypto/rand.
+func newStateStoreID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 // close stops the writer (writes still queued fail) and closes the file. Idempotent.

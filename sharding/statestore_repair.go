@@ -204,7 +204,7 @@ func (s *ReplicatedStateStore) repairLoop() {
 		if err != nil && s.owner.Context().Err() == nil {
 			s.log.Debug("state repair pass incomplete", "err", err)
 		}
-		if err == nil {
+		if err == nil || s.verifyPending() {
 			if _, err := s.handoverRound(s.owner.Context()); err != nil && s.owner.Context().Err() == nil {
 				s.log.Debug("state store handover round incomplete", "err", err)
 			}
@@ -238,7 +238,7 @@ func (p *stateRepairPass) hasFailed(addr string) bool {
 // repairPass syncs every shard this member stores with the shard's current replicas,
 // a few shards at a time. The caller holds repairMu.
 func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
-	live := ringKey(s.ringView().live)
+	live := s.ringView().liveKey()
 	shards, err := s.disk.shards()
 	if err != nil {
 		return err
@@ -284,7 +284,7 @@ func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
 		return fmt.Errorf("%w: repair pass: %d of %d shards not in sync with all their replicas: %w",
 			ErrStoreUnavailable, unsynced, len(shards), firstErr)
 	}
-	if ringKey(s.ringView().live) == live {
+	if s.ringView().liveKey() == live {
 		s.markSynced(live)
 	}
 	return nil

@@ -199,8 +199,10 @@ const (
 // and restored when the store opens, so a cluster restarted whole still waits for the
 // members it retained. A member that starts with no saved ring learns the members the
 // others retain from its first handover round; until then it ranks over the members
-// up. A member that returns without its data (a new disk) is one replica short of the
-// majority that acknowledged a write, as in any quorum store.
+// up. A member that returns at its address without its data (a new disk) has a new
+// store ID: the replicas it held count as gone, and its new ones as joining, until a
+// handover round has given it its shards (Raft's rule for a server that lost its disk:
+// it is a new server).
 //
 // A ReplicatedStateStore is safe for concurrent use.
 type ReplicatedStateStore struct {
@@ -768,10 +770,17 @@ type stateReplica struct {
 	reachable bool
 	retained  bool   // a member gone (down, exiting, removed) that the ring still ranks
 	in        uint64 // the configurations it belongs to (stateReplicas.sizes), a bit each
+	// store is the store ID its answers must carry ("": any): the one the ring admitted
+	// it with, or for a member joining the one it last answered with. An answer from
+	// another data directory fails (noteStore).
+	store string
 }
 
-// stateStatus is a reply with a code.
-type stateStatus interface{ status() (uint8, string) }
+// stateStatus is a reply: its code and message, and the replier's store ID.
+type stateStatus interface {
+	status() (uint8, string)
+	store() *string
+}
 
 func (r *stateReply) status() (uint8, string)           { return r.Code, r.Msg }
 func (r *stateReadReply) status() (uint8, string)       { return r.Code, r.Msg }
@@ -780,6 +789,29 @@ func (r *stateSummaryReply) status() (uint8, string)    { return r.Code, r.Msg }
 func (r *stateDiffReply) status() (uint8, string)       { return r.Code, r.Msg }
 func (r *stateHandoverReply) status() (uint8, string)   { return r.Code, r.Msg }
 func (r *stateForgetReply) status() (uint8, string)     { return r.Code, r.Msg }
+
+func (r *stateReply) store() *string           { return &r.Store }
+func (r *stateReadReply) store() *string       { return &r.Store }
+func (r *stateRememberedReply) store() *string { return &r.Store }
+func (r *stateSummaryReply) store() *string    { return &r.Store }
+func (r *stateDiffReply) store() *string       { return &r.Store }
+func (r *stateHandoverReply) store() *string   { return &r.Store }
+func (r *stateForgetReply) store() *string     { return &r.Store }
+
+// storeID is this member's store ID (stateDisk.storeID; "" without a disk, in tests of
+// the ranking alone).
+func (s *ReplicatedStateStore) storeID() string {
+	if s.disk == nil {
+		return ""
+	}
+	return s.disk.storeID
+}
+
+// encodeReply stamps a reply with this member's store ID and encodes it.
+func (s *ReplicatedStateStore) encodeReply(r stateStatus) []byte {
+	*r.store() = s.storeID()
+	return encodeState(r)
+}
 
 // call sends a request to a peer replica, waits at most RequestTimeout (or parent) for
 // the reply, and turns a reply's code into an error.
@@ -799,8 +831,44 @@ func (s *ReplicatedStateStore) call(parent context.Context, r stateReplica, topi
 	if err := decodeState(body, resp); err != nil {
 		return fmt.Errorf("%w: replica %s: bad reply: %v", ErrStoreUnavailable, r.addr, err)
 	}
+	if err := s.noteStore(r, *resp.store()); err != nil {
+		return err
+	}
 	code, msg := resp.status()
 	return stateCodeError(code, msg, r.addr)
+}
+
+// noteStore records the store ID an answer of replica r carried (got; "" from a member
+// of a version that sends none) and checks it against the one r was asked as
+// (stateReplica.store). An answer from another data directory fails with
+// ErrStoreUnavailable: the replica the ring counted there is lost (a wiped disk), and
+// the member's new one is joining until a handover round admits it
+// (statestore_ring.go).
+func (s *ReplicatedStateStore) noteStore(r stateReplica, got string) error {
+	if got == "" {
+		return nil
+	}
+	rg := &s.ring
+	rg.mu.Lock()
+	if rg.stores == nil {
+		rg.stores = map[string]string{}
+	}
+	prev := rg.stores[r.addr]
+	rg.stores[r.addr] = got
+	rg.mu.Unlock()
+	if r.store == "" || r.store == got {
+		return nil
+	}
+	if prev != got {
+		s.log.Warn("state store: a member answers from a new data directory: the replicas it held count as lost until a handover round admits its new one",
+			"member", r.addr, "store", got, "admitted", r.store)
+		select {
+		case s.kick <- struct{}{}: // a repair pass and a handover round now
+		default:
+		}
+	}
+	return fmt.Errorf("%w: replica %s answered from another data directory (store %s, not %s): the replica it held is lost",
+		ErrStoreUnavailable, r.addr, got, r.store)
 }
 
 // stateCodeError maps a reply code back to the error it stands for.

@@ -204,8 +204,9 @@ func (c *ssCluster) waitMembers() {
 	})
 }
 
-// waitRing waits until every live member's state store admits exactly the live members
-// (statestore_ring.go): no shard is in a joint configuration.
+// waitRing waits until every live member's state store admits exactly the live members,
+// with the data directories they answer from (statestore_ring.go): no shard is in a
+// joint configuration.
 func (c *ssCluster) waitRing() {
 	c.tb.Helper()
 	testutil.EventuallyNil(c.tb, 20*time.Second, "state store rings", func() error {
@@ -215,8 +216,8 @@ func (c *ssCluster) waitRing() {
 		}
 		sort.Strings(want)
 		for _, n := range c.live() {
-			if v := n.store.ringView(); !slices.Equal(v.admitted, want) {
-				return fmt.Errorf("%s admits %v, want %v", n.addr(), v.admitted, want)
+			if v := n.store.ringView(); !slices.Equal(v.admitted, want) || !v.settled() {
+				return fmt.Errorf("%s admits %v (store IDs %v; up: %v), want %v", n.addr(), v.admitted, v.ids, v.stores, want)
 			}
 		}
 		return nil

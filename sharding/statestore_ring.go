@@ -57,26 +57,47 @@
 // members up that the saved ring lacks: they may have joined while the cluster was
 // stopped, with nothing); without this member unless it is alone (it may
 // have missed writes while gone, so it reads through the others until a handover
-// round shows its ring current: a member of the same generation that admits it). A
-// store with nothing saved (a new directory) starts as the ring always started: the
-// live members but itself (so that a member that joins, or comes back without its
-// data, reads through the others until its first round), and learns the rest from each
-// round's answers. So after a whole cluster restarts, the first member up, alone,
+// round shows its ring current: a member of the same generation that admits it with
+// its store ID, below). A store with nothing saved (a new directory) starts with the
+// live members, itself among them with no store ID (so that a member that joins, or
+// comes back without its data, reads through the others until its first round: its
+// own old replica counts as gone), and learns the rest from each round's answers. So after a whole cluster restarts, the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
 // return, or until an operator forgets them (below). A member restarted at another
 // address does not restore its ring (the saved ring names its old address as a member
 // of its own, which now looks gone): it starts as a new directory would.
 //
+// Store IDs. Rings name members by address, and a member restarted at its address on
+// an empty directory (its disk lost) would otherwise count as the replica it was: a
+// write acknowledged by it and one other replica, then held by that other alone, would
+// be missed by a read whose majority is the wiped member and a third replica that
+// missed the write. So each state file has a store ID (16 random hex digits, made with
+// the file), every reply carries its replier's, and the ring admits each member with
+// the store ID it answered with. A live member answering with another store ID than
+// the one it was admitted with is replaced: its old replica counts as gone (retained),
+// its new one as joining, until a handover round admits it with its new ID; a request
+// that expected the old ID fails for that replica. A store with no saved ring admits
+// this member's own address with no store ID (its address may have held replicas that
+// are now lost), so it reads through the others too. Members admitted before their
+// store ID was known (a ring started from a view, or saved by an older version) take
+// it from a handover round, which runs until every live member's ID is known and
+// agreed: the live set a repair pass syncs with, and a round admits, includes the
+// store IDs (stateRingView.liveKey). A member asked in a round that sees the same
+// members with other store IDs asks every member in its own next round.
+//
 // An operator forgets a member gone for good (ForgetMember, `shardhost state
 // forget-member`): every live member drops it from its ring (a new generation), and a
 // handover round may then admit the live set; the writes that only the forgotten
 // member (and other gone ones) held are lost, which the operator accepts. A member
-// up, joining or leaving cannot be forgotten. Members that missed the request take the
+// up, joining or leaving cannot be forgotten: with two of a shard's three replicas
+// replaced (two disks lost), the operator stops one, forgets it, and starts it again
+// on its new directory, which then joins as a new member. Members that missed the request take the
 // newer generation from the next handover round.
 
 package sharding
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,24 +112,74 @@ import (
 	"github.com/shardhost/shardhost/internal/quorum"
 )
 
-// stateRing is the store's ring: the admitted members (see above), their generation,
-// and the live set of the last repair pass that completed.
+// stateRing is the store's ring: the admitted members (see above) with the store IDs
+// they were admitted with, their generation, the live set of the last repair pass that
+// completed, and the store ID each member last answered with.
 type stateRing struct {
-	mu       sync.Mutex
-	admitted map[string]bool // nil until the first view with this member up
+	mu sync.Mutex
+	// admitted maps each admitted member's address to the store ID (stateDisk.storeID)
+	// of the data directory it was admitted with: "" if not known (a ring started from
+	// a view, or saved before rings kept store IDs). Nil until the first view with this
+	// member up.
+	admitted map[string]string
 	gen      uint64
-	synced   string           // ringKey of the live set of the last complete repair pass
-	restored *stateRingRecord // read from disk when the store opened; the ring starts from it
+	synced   string            // liveKey of the last complete repair pass
+	restored *stateRingRecord  // read from disk when the store opened; the ring starts from it
+	stores   map[string]string // address → the store ID its last answer carried (noteStore)
+	// verify: a member asked in a handover round sees the same members up with other
+	// store IDs; this member's next round asks every live member (learning their store
+	// IDs from their answers) even if its ring seems settled.
+	verify bool
 }
 
 // stateRingView is one look at the ring: the members in the view by address, the live
-// ones and the admitted ones (each sorted).
+// ones and the admitted ones (each sorted), the store IDs the admitted ones were
+// admitted with (ids) and those the live ones answer with (stores, this member's own
+// included; "" if not known yet), and the live members whose data directory is not
+// the one they were admitted with (replaced, sorted).
 type stateRingView struct {
 	self     string
 	members  map[string]cluster.Member
 	live     []string
 	admitted []string
+	ids      map[string]string
+	stores   map[string]string
+	replaced []string
 	gen      uint64
+}
+
+// liveKey is the live set with each member's store ID ("addr=store,..."): a repair
+// pass is complete for it, and a handover round admits it, only if every live member
+// sees the same members with the same data directories.
+func (v stateRingView) liveKey() string {
+	var b strings.Builder
+	for i, a := range v.live {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(a)
+		b.WriteByte('=')
+		b.WriteString(v.stores[a])
+	}
+	return b.String()
+}
+
+// isReplaced reports whether member a is up on a data directory other than the one the
+// ring admitted it with.
+func (v stateRingView) isReplaced(a string) bool { return slices.Contains(v.replaced, a) }
+
+// settled reports whether the ring needs no handover round: it admits the live
+// members, each with the data directory it answers from (as far as known).
+func (v stateRingView) settled() bool {
+	if !slices.Equal(v.admitted, v.live) || len(v.replaced) > 0 {
+		return false
+	}
+	for _, a := range v.live {
+		if v.ids[a] == "" && v.stores[a] != "" {
+			return false // admitted before its store ID was known: a round binds it
+		}
+	}
+	return true
 }
 
 // live reports whether a member is up or leaving: it holds replicas and serves them.
@@ -133,29 +204,49 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 		}
 	}
 	sort.Strings(v.live)
+	own := s.storeID()
 	r := &s.ring
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	v.stores = map[string]string{v.self: own}
+	for _, a := range v.live {
+		if a != v.self {
+			v.stores[a] = r.stores[a]
+		}
+	}
 	if r.admitted == nil {
 		self, ok := v.members[v.self]
 		if !ok || !liveStatus(self.Status) {
 			v.admitted = v.live // not in the cluster yet: rank as the members up do
+			v.ids = map[string]string{}
 			return v
 		}
 		s.startRingLocked(v)
 	}
-	for a := range r.admitted {
-		v.admitted = append(v.admitted, a)
+	v.ids = maps.Clone(r.admitted)
+	v.admitted = slices.Sorted(maps.Keys(r.admitted))
+	for _, a := range v.live {
+		id, ok := r.admitted[a]
+		switch {
+		case !ok:
+		case a == v.self && id != own:
+			// This member's directory is new (or not yet confirmed as the one admitted
+			// here): what this address held before may be lost.
+			v.replaced = append(v.replaced, a)
+		case a != v.self && id != "" && v.stores[a] != "" && id != v.stores[a]:
+			v.replaced = append(v.replaced, a)
+		}
 	}
-	sort.Strings(v.admitted)
 	v.gen = r.gen
 	return v
 }
 
 // startRingLocked starts the ring from the view v, which lists this member up, and
 // saves it: the ring restored from disk (if saved at this member's address) without
-// this member unless it is alone, or without a saved ring the members up but this one
-// (this one if alone); and in both cases the members down or exiting.
+// this member unless it is alone; or without a saved ring, the members up with this
+// one's address admitted with no store ID (what a member at this address held before
+// this directory was made is lost: its replicas count as gone), and this member with
+// its own if alone; and in both cases the members down or exiting.
 // The caller holds ring.mu.
 func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 	r := &s.ring
@@ -166,25 +257,33 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 			"saved", rec.Self, "self", v.self, "members", ringKey(rec.Admitted))
 		rec = nil
 	}
-	r.admitted = map[string]bool{}
+	r.admitted = map[string]string{}
 	alone := len(v.live) == 1
-	if rec != nil {
+	switch {
+	case rec != nil:
 		r.gen = rec.Gen
-		for _, a := range rec.Admitted {
-			r.admitted[a] = true
+		for i, a := range rec.Admitted {
+			r.admitted[a] = rec.store(i)
 		}
-		if !alone {
+		if _, ok := r.admitted[v.self]; ok && alone {
+			r.admitted[v.self] = s.storeID()
+		} else {
 			delete(r.admitted, v.self)
 		}
-	} else if alone {
-		r.admitted[v.self] = true // the first member of a cluster
+	case alone:
+		r.admitted[v.self] = s.storeID() // the first member of a cluster
+	default:
+		r.admitted[v.self] = ""
 	}
 	for a, m := range v.members {
 		// Without a saved ring, the members up are the best guess at the ring; with one,
 		// a member up that it lacks may hold nothing yet (it joined while the cluster
 		// was stopped): it is joining until a round shows a ring that admits it.
+		if _, ok := r.admitted[a]; ok {
+			continue
+		}
 		if (rec == nil && liveStatus(m.Status) && a != v.self) || m.Status == cluster.StatusDown || m.Status == cluster.StatusExiting {
-			r.admitted[a] = true
+			r.admitted[a] = ""
 		}
 	}
 	if rec != nil {
@@ -200,10 +299,46 @@ func (s *ReplicatedStateStore) saveRingLocked() {
 	if s.disk == nil {
 		return
 	}
-	rec := &stateRingRecord{Gen: s.ring.gen, Self: s.cfg.Membership.Self().Address, Admitted: slices.Sorted(maps.Keys(s.ring.admitted))}
+	rec := s.ring.recordLocked(s.cfg.Membership.Self().Address)
 	if err := s.disk.saveRing(rec); err != nil && !errors.Is(err, errStateClosed) {
 		s.log.Error("state store: saving the ring failed; a restart may not find it", "err", err)
 	}
+}
+
+// recordLocked returns the ring as saved (the caller holds mu).
+func (r *stateRing) recordLocked(self string) *stateRingRecord {
+	rec := &stateRingRecord{Gen: r.gen, Self: self, Admitted: slices.Sorted(maps.Keys(r.admitted))}
+	rec.Stores = storesOf(rec.Admitted, r.admitted)
+	return rec
+}
+
+// storesOf returns the store IDs of addrs in ids, in the same order; nil if none is
+// known.
+func storesOf(addrs []string, ids map[string]string) []string {
+	out := make([]string, len(addrs))
+	known := false
+	for i, a := range addrs {
+		out[i] = ids[a]
+		known = known || out[i] != ""
+	}
+	if !known {
+		return nil
+	}
+	return out
+}
+
+// store returns the store ID Admitted[i] was admitted with ("" if not known).
+func (rec *stateRingRecord) store(i int) string {
+	if i < len(rec.Stores) {
+		return rec.Stores[i]
+	}
+	return ""
+}
+
+// hasKey reports whether m has key k.
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // ringKey is a set of addresses as one string (sorted, comma-separated).
@@ -228,17 +363,23 @@ func (rs stateReplicas) groups() []quorum.Group {
 // joint reports whether the request needs two configurations.
 func (rs stateReplicas) joint() bool { return len(rs.sizes) > 1 }
 
-// replica returns member a as a replica. A retained member (not up) is not asked: it
-// counts as failed at once.
-func (v stateRingView) replica(a string) stateReplica {
+// replica returns member a as a replica, whose answers must carry store ID store ("":
+// any). A retained member (not up) is not asked: it counts as failed at once.
+func (v stateRingView) replica(a, store string) stateReplica {
 	m, ok := v.members[a]
-	r := stateReplica{addr: a, local: a == v.self}
+	r := stateReplica{addr: a, local: a == v.self, store: store}
 	if ok && liveStatus(m.Status) {
 		r.transport, r.reachable = m.TransportAddr, m.Reachable
 	} else {
 		r.retained = true
 	}
 	return r
+}
+
+// lostReplica is the replica a replaced member held before its data directory was
+// new: gone, like a retained member's.
+func (v stateRingView) lostReplica(a string) stateReplica {
+	return stateReplica{addr: a, retained: true, store: v.ids[a]}
 }
 
 // replicaSet returns the shard's replicas: the first K admitted members of the shard's
@@ -262,39 +403,57 @@ func (s *ReplicatedStateStore) replicaSetIn(v stateRingView, typ string, shard i
 		oldSet = top(v.admitted)
 	}
 	var rs stateReplicas
-	if slices.Equal(oldSet, newSet) {
+	if slices.Equal(oldSet, newSet) && !slices.ContainsFunc(oldSet, v.isReplaced) {
 		rs.sizes = []int{len(newSet)}
 		for _, a := range newSet {
-			r := v.replica(a)
+			r := v.replica(a, v.ids[a])
 			r.in = 1
 			rs.reps = append(rs.reps, r)
 		}
 		return rs, nil
 	}
+	// A replaced member is two replicas: the one it held (old, lost) and the one it
+	// holds now (new, joining).
 	rs.sizes = []int{len(oldSet), len(newSet)}
 	idx := map[string]int{}
-	for i, set := range [][]string{oldSet, newSet} {
-		for _, a := range set {
-			j, ok := idx[a]
-			if !ok {
-				j = len(rs.reps)
-				idx[a] = j
-				rs.reps = append(rs.reps, v.replica(a))
-			}
-			rs.reps[j].in |= 1 << i
+	for _, a := range oldSet {
+		r := v.lostReplica(a)
+		if !v.isReplaced(a) {
+			r = v.replica(a, v.ids[a])
+			idx[a] = len(rs.reps)
 		}
+		r.in = 1
+		rs.reps = append(rs.reps, r)
+	}
+	for _, a := range newSet {
+		if j, ok := idx[a]; ok {
+			rs.reps[j].in |= 2
+			continue
+		}
+		r := v.replica(a, v.stores[a])
+		r.in = 2
+		rs.reps = append(rs.reps, r)
 	}
 	return rs, nil
 }
 
-// ringChanging reports whether the admitted members differ from the live ones and a
+// ringChanging reports whether the ring is not settled (the admitted members differ
+// from the live ones, or a live one's data directory from the one admitted) and a
 // handover round may end it (few enough members retained: handoverLimit).
 func (s *ReplicatedStateStore) ringChanging() bool {
 	v := s.ringView()
 	s.ring.mu.Lock()
 	started := s.ring.admitted != nil
 	s.ring.mu.Unlock()
-	return started && !slices.Equal(v.admitted, v.live) && retainedCount(v) <= s.handoverLimit(v)
+	return started && (!v.settled() || s.verifyPending()) && retainedCount(v) <= s.handoverLimit(v)
+}
+
+// verifyPending reports whether a handover round should run to learn the live members'
+// store IDs (stateRing.verify).
+func (s *ReplicatedStateStore) verifyPending() bool {
+	s.ring.mu.Lock()
+	defer s.ring.mu.Unlock()
+	return s.ring.verify
 }
 
 // handoverLimit is how many retained members a handover round allows: fewer than a
@@ -304,8 +463,9 @@ func (s *ReplicatedStateStore) handoverLimit(v stateRingView) int {
 	return majority(min(s.cfg.Replicas, max(len(v.admitted), 1))) - 1
 }
 
-// retainedCount counts the admitted members that are not live.
-func retainedCount(v stateRingView) int { return len(retainedMembers(v)) }
+// retainedCount counts the admitted replicas that are gone: the admitted members that
+// are not live, and those replaced (their data directory new).
+func retainedCount(v stateRingView) int { return len(retainedMembers(v)) + len(v.replaced) }
 
 // retainedMembers returns the admitted members that are not live, sorted.
 func retainedMembers(v stateRingView) []string {
@@ -344,18 +504,20 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	v := s.ringView()
 	s.ring.mu.Lock()
 	started := s.ring.admitted != nil
+	verify := s.ring.verify
+	s.ring.verify = false
 	s.ring.mu.Unlock()
-	if !started || slices.Equal(v.admitted, v.live) {
+	if !started || (v.settled() && !verify) {
 		return false, nil
 	}
-	key := ringKey(v.live)
+	key := v.liveKey()
 	// blocked: the live set cannot be admitted now. The others are asked all the same,
 	// for their rings (a newer generation, members they retain): a member restored
 	// with a ring that the others have since moved past learns it so.
 	var blocked error
 	if retained, limit := retainedCount(v), s.handoverLimit(v); retained > limit {
-		blocked = fmt.Errorf("%w: %d members retained (%s not up), more than %d: a shard may have lost a majority of its replicas; waiting for them to return (or for an operator to forget them: ForgetMember)",
-			ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), limit)
+		blocked = fmt.Errorf("%w: %d members retained (%s not up; %s up on a new data directory), more than %d: a shard may have lost a majority of its replicas; waiting for them to return (or for an operator to forget them: ForgetMember)",
+			ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), ringKey(v.replaced), limit)
 	} else if !s.syncedFor(key) {
 		blocked = fmt.Errorf("%w: this member's repair pass is not complete with members %s", ErrStoreUnavailable, key)
 	}
@@ -367,21 +529,21 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	var peers []stateReplica
 	for _, a := range v.live {
 		if a != v.self {
-			peers = append(peers, v.replica(a))
+			peers = append(peers, v.replica(a, v.stores[a]))
 		}
 	}
 	answers := make(chan answer, len(peers))
 	for _, p := range peers {
 		if !s.owner.Go(func() {
 			var reply stateHandoverReply
-			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live, RingOnly: blocked != nil}, &reply)
+			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live, Key: key, RingOnly: blocked != nil}, &reply)
 			answers <- answer{p.addr, reply, err}
 		}) {
 			answers <- answer{p.addr, stateHandoverReply{}, closedError()}
 		}
 	}
 	var short []string
-	learned := map[string]bool{}
+	learned := map[string]string{}
 	var newer *stateHandoverReply // the answer of the newest generation, if newer than ours
 	for range peers {
 		a := <-answers
@@ -392,32 +554,29 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 				newer = &a.reply
 			}
 		case a.reply.Gen == v.gen:
-			// Members of the same generation retain more, never fewer: add those
-			// retained there, and this member if it is admitted there.
-			for _, r := range a.reply.Admitted {
-				if (!slices.Contains(v.live, r) || r == v.self) && !slices.Contains(v.admitted, r) {
-					learned[r] = true
-				}
-			}
+			maps.Copy(learned, sameGenLearned(v, a.reply))
 		}
 		switch {
 		case a.err != nil:
 			short = append(short, fmt.Sprintf("%s: %v", a.addr, a.err))
-		case ringKey(a.reply.Live) != key:
-			short = append(short, fmt.Sprintf("%s sees members %s up", a.addr, ringKey(a.reply.Live)))
+		case a.reply.Key != key && (a.reply.Key != "" || ringKey(a.reply.Live) != ringKey(v.live)):
+			short = append(short, fmt.Sprintf("%s sees members %s up", a.addr, cmp.Or(a.reply.Key, ringKey(a.reply.Live))))
 		case !a.reply.Synced:
 			short = append(short, fmt.Sprintf("%s: repair pass not complete", a.addr))
 		}
 	}
 	s.ring.mu.Lock()
 	defer s.ring.mu.Unlock()
-	if s.ring.gen != v.gen || ringKey(slices.Sorted(maps.Keys(s.ring.admitted))) != ringKey(v.admitted) {
+	if s.ring.gen != v.gen || !maps.Equal(s.ring.admitted, v.ids) {
 		return false, nil // changed meanwhile
 	}
 	if newer != nil {
-		s.ring.admitted = map[string]bool{}
-		for _, a := range newer.Admitted {
-			s.ring.admitted[a] = true
+		s.ring.admitted = map[string]string{}
+		for i, a := range newer.Admitted {
+			s.ring.admitted[a] = ""
+			if i < len(newer.Stores) {
+				s.ring.admitted[a] = newer.Stores[i]
+			}
 		}
 		s.ring.gen = newer.Gen
 		s.saveRingLocked()
@@ -429,11 +588,9 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 		return true, nil
 	}
 	if len(learned) > 0 {
-		for r := range learned {
-			s.ring.admitted[r] = true
-		}
+		maps.Copy(s.ring.admitted, learned)
 		s.saveRingLocked()
-		s.log.Info("state store: retaining members the others remember", "members", fmt.Sprint(slices.Sorted(maps.Keys(learned))))
+		s.log.Info("state store: taking members and store IDs the others' rings hold", "members", fmt.Sprint(learned))
 		return true, nil
 	}
 	if blocked != nil {
@@ -442,9 +599,9 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	if len(short) > 0 {
 		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
 	}
-	now := map[string]bool{}
+	now := map[string]string{}
 	for _, a := range v.live {
-		now[a] = true
+		now[a] = v.stores[a] // every live member answered with the same key: all known
 	}
 	s.ring.admitted = now
 	s.ring.gen++
@@ -462,17 +619,59 @@ func (s *ReplicatedStateStore) serveHandover(from string, body []byte) []byte {
 		return stateFail(err)
 	}
 	v := s.ringView()
-	key := ringKey(v.live)
-	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted, Gen: v.gen}
-	if ringKey(req.Live) != key {
-		return encodeState(reply)
+	key := v.liveKey()
+	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted, Stores: storesOf(v.admitted, v.ids), Gen: v.gen, Key: key}
+	if req.Key != key && (req.Key != "" || ringKey(req.Live) != ringKey(v.live)) {
+		if req.Key != "" && ringKey(req.Live) == ringKey(v.live) {
+			// The same members up, other store IDs: one of us has not heard from a
+			// member since its data directory changed. Ask them all.
+			s.ring.mu.Lock()
+			s.ring.verify = true
+			s.ring.mu.Unlock()
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
+		return s.encodeReply(reply)
 	}
 	if !req.RingOnly && !s.syncedFor(key) && s.repairMu.TryLock() {
 		_ = s.repairPass(s.owner.Context())
 		s.repairMu.Unlock()
 	}
 	reply.Synced = s.syncedFor(key)
-	return encodeState(reply)
+	return s.encodeReply(reply)
+}
+
+// sameGenLearned returns what this member's ring (v) takes from the ring of a member
+// of the same generation (reply): rings of one generation grow, never shrink, so the
+// members retained there that are not here (not live), this member if it is admitted
+// there with its own data directory, and store IDs: where this ring has none, and
+// where the two differ and this ring's is the one the member answers with now (the
+// other ring admitted it with an earlier directory, which this ring must then count as
+// lost too).
+func sameGenLearned(v stateRingView, reply stateHandoverReply) map[string]string {
+	out := map[string]string{}
+	for i, r := range reply.Admitted {
+		id := ""
+		if i < len(reply.Stores) {
+			id = reply.Stores[i]
+		}
+		mine, ok := v.ids[r]
+		switch {
+		case r == v.self:
+			if id == v.stores[r] && mine != id {
+				out[r] = id
+			}
+		case !ok:
+			if !slices.Contains(v.live, r) {
+				out[r] = id
+			}
+		case id != "" && id != mine && (mine == "" || mine == v.stores[r]):
+			out[r] = id
+		}
+	}
+	return out
 }
 
 // StateRing is one look at a ReplicatedStateStore's ring (statestore_ring.go).
@@ -481,12 +680,19 @@ type StateRing struct {
 	Admitted []string // the members it ranks shards' old replica sets over, sorted
 	Live     []string // the members up or leaving, sorted
 	Retained []string // admitted and not live: gone members it waits for, sorted
+	// Replaced are the live members up on a data directory other than the one the ring
+	// admitted them with (a disk lost): the replicas they held count as gone, and their
+	// new ones as joining, until a handover round admits them. Sorted.
+	Replaced []string
+	// Settled: the ring admits the live members with the data directories they have;
+	// requests need one majority, not one of each of two configurations.
+	Settled bool
 }
 
 // Ring returns the store's ring as this member sees it now.
 func (s *ReplicatedStateStore) Ring() StateRing {
 	v := s.ringView()
-	return StateRing{Gen: v.gen, Admitted: v.admitted, Live: v.live, Retained: retainedMembers(v)}
+	return StateRing{Gen: v.gen, Admitted: v.admitted, Live: v.live, Retained: retainedMembers(v), Replaced: v.replaced, Settled: v.settled()}
 }
 
 // ForgetMember makes every live member stop retaining the member at addr (its gossip
@@ -516,7 +722,7 @@ func (s *ReplicatedStateStore) ForgetMember(ctx context.Context, addr string) ([
 	}
 	answers := make(chan answer, len(v.live))
 	for _, a := range v.live {
-		r := v.replica(a)
+		r := v.replica(a, v.stores[a])
 		run := func() {
 			if r.local {
 				retained, err := s.forgetLocal(addr)
@@ -578,11 +784,15 @@ func (s *ReplicatedStateStore) forgetLocal(addr string) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case r.admitted != nil && r.admitted[addr]:
+	case r.admitted != nil && hasKey(r.admitted, addr):
 		delete(r.admitted, addr)
 	case r.admitted == nil && r.restored != nil && slices.Contains(r.restored.Admitted, addr):
 		// Not started yet (this member is not up): the ring it will start from.
-		r.restored.Admitted = slices.DeleteFunc(slices.Clone(r.restored.Admitted), func(a string) bool { return a == addr })
+		i := slices.Index(r.restored.Admitted, addr)
+		r.restored.Admitted = slices.Delete(slices.Clone(r.restored.Admitted), i, i+1)
+		if i < len(r.restored.Stores) {
+			r.restored.Stores = slices.Delete(slices.Clone(r.restored.Stores), i, i+1)
+		}
 		r.restored.Gen++
 		if s.disk != nil {
 			if err := s.disk.saveRing(r.restored); err != nil {
@@ -616,5 +826,5 @@ func (s *ReplicatedStateStore) serveForget(from string, body []byte) []byte {
 	if err != nil {
 		return stateFail(err)
 	}
-	return encodeState(&stateForgetReply{Retained: retained})
+	return s.encodeReply(&stateForgetReply{Retained: retained})
 }

@@ -2,13 +2,16 @@ package sharding
 
 import (
 	"errors"
+	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 // ringTestView is a view of members at addresses "m0".."m5": those in live are up, those
@@ -235,9 +238,9 @@ func TestRingStartsFromTheSavedRing(t *testing.T) {
 		{"restarted into members up: the saved ring but itself, not the member it lacks, and the members down",
 			saved, []string{"m0", "m1", "m5"}, []string{"m4", "m3"}, []string{"m1", "m2", "m3", "m4"}, 4},
 		{"saved at another address: a new ring", &stateRingRecord{Gen: 4, Self: "m9", Admitted: []string{"m9", "m1", "m2"}},
-			[]string{"m0", "m1", "m5"}, []string{"m3"}, []string{"m1", "m3", "m5"}, 0},
+			[]string{"m0", "m1", "m5"}, []string{"m3"}, []string{"m0", "m1", "m3", "m5"}, 0},
 		{"nothing saved, alone: itself", nil, []string{"m0"}, nil, []string{"m0"}, 0},
-		{"nothing saved: the members up but itself, and those down", nil, []string{"m0", "m1"}, []string{"m2"}, []string{"m1", "m2"}, 0},
+		{"nothing saved: the members up (itself with no store ID: what its address held is lost), and those down", nil, []string{"m0", "m1"}, []string{"m2"}, []string{"m0", "m1", "m2"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3}, log: quiet}
@@ -251,5 +254,174 @@ func TestRingStartsFromTheSavedRing(t *testing.T) {
 				t.Fatalf("the ring starts as %v (gen %d), want %v (gen %d)", got, gen, tc.want, tc.gen)
 			}
 		})
+	}
+}
+
+// TestAWipedMemberDoesNotCountAsItsFormerReplica: a member that restarts at its address
+// on an empty directory (its disk lost) lacks every write; rings named replicas by
+// address, so the others counted it as the replica it had been. A write acknowledged
+// by it and one other replica (b), the third cut off from b, was then held by b alone:
+// a read whose majority was the wiped member and the third returned the older state
+// (bug 9 of faults/doc.go). Raft's rule: a server that lost its disk is a new server.
+// Its new directory has a new store ID, the others' rings hold the one it was admitted
+// with, so its answers do not count as its former replica's: the shard needs a
+// majority of the others until a handover round has given it the shard and admits
+// it.
+func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
+	c := newSSCluster(t, 3, ssTolerant(), func(cfg *ReplicatedStateStoreConfig) {
+		cfg.RepairInterval = time.Hour // only membership changes and handover retries start passes
+	})
+	c.waitRing()
+	key := EntityKey{Type: "counter", Shard: 3, ID: "acked"}
+	reps := c.replicas(key, 3)
+	a, b, third := reps[0], reps[1], reps[2]
+	ssSave(t, b, key, 1, []byte("v1"))
+	c.waitPlaced(key, []byte("v1"))
+
+	// v2 is acknowledged by a and b: b's link to the third replica is cut.
+	c.net.Disconnect(b.transport, third.transport)
+	ssSave(t, b, key, 1, []byte("v2"))
+	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
+		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
+	}
+	oldID := a.store.disk.storeID
+
+	// a restarts at once, at its address, on an empty directory; b stays cut off from
+	// it too, so that nothing brings v2 to a or the third.
+	c.net.Disconnect(b.transport, a.transport)
+	c.kill(a)
+	if err := os.RemoveAll(a.dir); err != nil {
+		t.Fatal(err)
+	}
+	a = c.restart(a)
+	c.waitMembers()
+	if a.store.disk.storeID == oldID {
+		t.Fatalf("%s's new directory has its old store ID %s", a.addr(), oldID)
+	}
+
+	// Via the third replica, a majority is {a, third}: a must not count as its former
+	// replica.
+	testutil.EventuallyNil(t, 20*time.Second, "the third sees a replaced", func() error {
+		data, err := third.store.Load(ssCtx(t), key)
+		switch {
+		case err == nil:
+			t.Fatalf("load via %s with the wiped %s and %s cut off: %q, want v2 or ErrStoreUnavailable", third.transport, a.transport, b.transport, data)
+		case !errors.Is(err, ErrStoreUnavailable):
+			t.Fatalf("load via %s: %v, want ErrStoreUnavailable", third.transport, err)
+		}
+		if r := third.store.Ring(); !slices.Equal(r.Replaced, []string{a.addr()}) {
+			return fmt.Errorf("%s's ring: %+v, want %s replaced", third.addr(), r, a.addr())
+		}
+		return nil
+	})
+	// Via a itself, likewise (its own replica does not count either).
+	if data, err := a.store.Load(ssCtx(t), key); err == nil || !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("load via the wiped %s: %q, %v; want ErrStoreUnavailable", a.transport, data, err)
+	}
+	// The ring cannot settle while b, which holds v2, is cut off from the others.
+	if r := third.store.Ring(); r.Settled {
+		t.Fatalf("%s's ring settled with b cut off: %+v", third.addr(), r)
+	}
+
+	// Once b is back, its repair pass gives a the shard, a handover round admits a's
+	// new directory, and every member serves v2.
+	c.net.Reconnect(b.transport, third.transport)
+	c.net.Reconnect(b.transport, a.transport)
+	c.waitRing()
+	for _, n := range c.live() {
+		if r := n.store.Ring(); len(r.Replaced) > 0 {
+			t.Fatalf("%s's ring after the handover: %+v", n.addr(), r)
+		}
+		ssLoad(t, n, key, []byte("v2"))
+	}
+	if got := c.holders(key, []byte("v2")); len(got) != 3 {
+		t.Fatalf("v2 is on %v after the handover, want on all three", got)
+	}
+}
+
+// TestAReplacedMemberIsTwoReplicas: in the ranking, a member whose data directory is
+// not the one the ring admitted it with is a lost replica in the old configuration
+// (retained: not asked) and a joining one in the new configuration, asked as its new
+// store.
+func TestAReplacedMemberIsTwoReplicas(t *testing.T) {
+	s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3}}
+	all := []string{"m0", "m1", "m2"}
+	const typ, shard = "counter", 7
+	v := ringTestView("m0", all, nil, all)
+	v.ids = map[string]string{"m0": "s0", "m1": "s1", "m2": "s2"}
+	v.stores = map[string]string{"m0": "s0", "m1": "s1", "m2": "s2"}
+	rs, err := s.replicaSetIn(v, typ, shard)
+	if err != nil || rs.joint() {
+		t.Fatalf("steady: %+v, %v; want one configuration", rs, err)
+	}
+	for _, r := range rs.reps {
+		if r.store != v.ids[r.addr] {
+			t.Fatalf("steady: %+v asked as store %q, want %q", r, r.store, v.ids[r.addr])
+		}
+	}
+
+	v.stores["m1"] = "s1-new"
+	v.replaced = []string{"m1"}
+	if v.settled() {
+		t.Fatal("a ring with a replaced member is settled")
+	}
+	rs, err = s.replicaSetIn(v, typ, shard)
+	if err != nil || !rs.joint() || !slices.Equal(rs.sizes, []int{3, 3}) || len(rs.reps) != 4 {
+		t.Fatalf("m1 replaced: %+v, %v; want two configurations of 3, over 4 replicas", rs, err)
+	}
+	var lost, joining int
+	for _, r := range rs.reps {
+		switch {
+		case r.addr != "m1":
+			if r.in != 3 || r.retained {
+				t.Fatalf("%+v: want in both configurations, asked", r)
+			}
+		case r.retained:
+			lost++
+			if r.in != 1 || r.local || r.store != "s1" {
+				t.Fatalf("m1's lost replica %+v: want in the old configuration only, store s1", r)
+			}
+		default:
+			joining++
+			if r.in != 2 || r.store != "s1-new" || r.transport == "" {
+				t.Fatalf("m1's new replica %+v: want in the new configuration only, asked as s1-new", r)
+			}
+		}
+	}
+	if lost != 1 || joining != 1 {
+		t.Fatalf("m1: %d lost and %d joining replicas, want 1 and 1", lost, joining)
+	}
+	s.cfg.Replicas = 3
+	if got, limit := retainedCount(v), s.handoverLimit(v); got != 1 || got > limit {
+		t.Fatalf("retained %d, limit %d; want 1 within the limit", got, limit)
+	}
+}
+
+// TestRingsOfOneGenerationShareStoreIDs: a ring takes from another of its generation
+// the store IDs it lacks, and an earlier directory's ID where it has the one the member
+// answers from now (so that both count the earlier replica as lost); it admits itself
+// only as its own directory.
+func TestRingsOfOneGenerationShareStoreIDs(t *testing.T) {
+	v := ringTestView("m0", []string{"m0", "m1", "m2"}, []string{"m3"}, []string{"m0", "m1", "m2"})
+	v.ids = map[string]string{"m0": "", "m1": "", "m2": "s2-new"}
+	v.stores = map[string]string{"m0": "s0", "m1": "s1", "m2": "s2-new"}
+	got := sameGenLearned(v, stateHandoverReply{
+		Admitted: []string{"m0", "m1", "m2", "m3"},
+		Stores:   []string{"s0", "s1", "s2", "s3"},
+	})
+	want := map[string]string{"m0": "s0", "m1": "s1", "m2": "s2", "m3": "s3"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("learned %v, want %v", got, want)
+	}
+	// Another directory of this member, or none known: not admitted as itself.
+	for _, other := range []string{"s0-old", ""} {
+		if got := sameGenLearned(v, stateHandoverReply{Admitted: []string{"m0"}, Stores: []string{other}}); len(got) > 0 {
+			t.Fatalf("learned %v from a ring admitting m0 as %q", got, other)
+		}
+	}
+	// This ring's earlier directory stays: the other's is the one m2 answers from.
+	v.ids["m2"] = "s2"
+	if got := sameGenLearned(v, stateHandoverReply{Admitted: []string{"m2"}, Stores: []string{"s2-new"}}); len(got) > 0 {
+		t.Fatalf("learned %v: replaced an earlier directory's ID by the current one", got)
 	}
 }

@@ -99,9 +99,9 @@ func (s *ReplicatedStateStore) serveWrite(from string, body []byte) []byte {
 	}
 	epoch, err := s.disk.applyWrite(&req)
 	if err != nil {
-		return encodeState(&stateReply{Code: stateErrorCode(err), Msg: err.Error(), Epoch: epoch})
+		return s.encodeReply(&stateReply{Code: stateErrorCode(err), Msg: err.Error(), Epoch: epoch})
 	}
-	return encodeState(&stateReply{Epoch: epoch})
+	return s.encodeReply(&stateReply{Epoch: epoch})
 }
 
 func (s *ReplicatedStateStore) serveDeleteType(from string, body []byte) []byte {
@@ -112,7 +112,7 @@ func (s *ReplicatedStateStore) serveDeleteType(from string, body []byte) []byte 
 	if err := s.ForgetType(req.Type, req.At); err != nil {
 		return stateFail(err)
 	}
-	return encodeState(&stateReply{})
+	return s.encodeReply(&stateReply{})
 }
 
 func (s *ReplicatedStateStore) serveChunk(from string, body []byte) []byte {
@@ -131,7 +131,7 @@ func (s *ReplicatedStateStore) serveChunk(from string, body []byte) []byte {
 	if err := s.stage(from, &req); err != nil {
 		return stateFail(err)
 	}
-	return encodeState(&stateReply{})
+	return s.encodeReply(&stateReply{})
 }
 
 func (s *ReplicatedStateStore) serveRead(from string, body []byte) []byte {
@@ -154,7 +154,7 @@ func (s *ReplicatedStateStore) serveRead(from string, body []byte) []byte {
 	case found && req.Offset > size:
 		return stateFail(fmt.Errorf("%w: read at offset %d of %d bytes", ErrMalformedMessage, req.Offset, size))
 	}
-	return encodeState(&stateReadReply{Found: found, Epoch: ver.Epoch, Seq: ver.Seq, Size: size, Data: data})
+	return s.encodeReply(&stateReadReply{Found: found, Epoch: ver.Epoch, Seq: ver.Seq, Size: size, Data: data})
 }
 
 func (s *ReplicatedStateStore) serveRemembered(from string, body []byte) []byte {
@@ -169,7 +169,7 @@ func (s *ReplicatedStateStore) serveRemembered(from string, body []byte) []byte 
 	if err != nil {
 		return stateFail(err)
 	}
-	return encodeState(&stateRememberedReply{Records: recs, More: more})
+	return s.encodeReply(&stateRememberedReply{Records: recs, More: more})
 }
 
 func (s *ReplicatedStateStore) serveSummary(from string, body []byte) []byte {
@@ -191,7 +191,7 @@ func (s *ReplicatedStateStore) serveSummary(from string, body []byte) []byte {
 	if err != nil {
 		return stateFail(err)
 	}
-	return encodeState(&stateSummaryReply{Epoch: sum.epoch, Same: sum.count == req.Count && bytes.Equal(sum.hash, req.Hash)})
+	return s.encodeReply(&stateSummaryReply{Epoch: sum.epoch, Same: sum.count == req.Count && bytes.Equal(sum.hash, req.Hash)})
 }
 
 func (s *ReplicatedStateStore) serveDiff(from string, body []byte) []byte {
@@ -215,7 +215,7 @@ func (s *ReplicatedStateStore) serveDiff(from string, body []byte) []byte {
 	if err != nil {
 		return stateFail(err)
 	}
-	return encodeState(&stateDiffReply{Need: need})
+	return s.encodeReply(&stateDiffReply{Need: need})
 }
 
 // stateStagingKey names a chunked transfer: its sender's transport address and ID.

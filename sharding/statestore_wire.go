@@ -14,7 +14,9 @@ import (
 // Topics of the replicated state store's protocol. Every message is a request (one-way
 // messages are dropped); request and reply bodies are CBOR maps with integer keys. Every
 // reply type has Code at key 1 and Msg at key 2, so a reply of any topic decodes as a
-// stateReply, which is how a busy replica answers whatever it was asked.
+// stateReply, which is how a busy replica answers whatever it was asked; and the
+// replier's store ID at key 15 (statestore_ring.go: a reply from a data directory other
+// than the one the ring admitted does not count as that replica's).
 const (
 	// topicStateWrite: stateWriteReq → stateReply. Apply records (fenced writes of
 	// Save/Remember, a fenced write of no record from FenceShard, or unfenced repair
@@ -123,6 +125,9 @@ type stateHandoverReq struct {
 	// RingOnly: the asker wants the replica's ring alone (it cannot admit the live set
 	// now); the replica runs no repair pass for it.
 	RingOnly bool `cbor:"2,keyasint,omitempty"`
+	// Key is the live set with each member's store ID (stateRingView.liveKey); the
+	// replica compares it with its own (a peer that sends none: Live alone).
+	Key string `cbor:"3,keyasint,omitempty"`
 }
 
 // stateHandoverReply: the members the replica sees up (Live) and ranks over (Admitted,
@@ -135,6 +140,11 @@ type stateHandoverReply struct {
 	Admitted []string `cbor:"4,keyasint"`
 	Synced   bool     `cbor:"5,keyasint,omitempty"`
 	Gen      uint64   `cbor:"6,keyasint,omitempty"` // the generation of Admitted
+	// Key: the replica's live set with store IDs (stateRingView.liveKey); Stores[i]:
+	// the store ID Admitted[i] was admitted with ("": not known).
+	Key    string   `cbor:"7,keyasint,omitempty"`
+	Stores []string `cbor:"8,keyasint,omitempty"`
+	Store  string   `cbor:"15,keyasint,omitempty"`
 }
 
 // stateForgetReq asks the replica to stop retaining the member at Addr.
@@ -149,6 +159,7 @@ type stateForgetReply struct {
 	Msg      string `cbor:"2,keyasint,omitempty"`
 	Retained bool   `cbor:"3,keyasint,omitempty"`
 	Gen      uint64 `cbor:"4,keyasint,omitempty"`
+	Store    string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateDeleteTypeReq deletes the records of Type, marking it deleted up to At.
@@ -161,6 +172,7 @@ type stateReply struct {
 	Code  uint8  `cbor:"1,keyasint"`
 	Msg   string `cbor:"2,keyasint,omitempty"`
 	Epoch uint64 `cbor:"3,keyasint,omitempty"`
+	Store string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateChunkReq stages bytes [Offset, Offset+len(Data)) of a Total-byte snapshot under
@@ -193,6 +205,7 @@ type stateReadReply struct {
 	Seq   uint64 `cbor:"5,keyasint,omitempty"`
 	Size  int    `cbor:"6,keyasint,omitempty"`
 	Data  []byte `cbor:"7,keyasint,omitempty"`
+	Store string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateRememberedReq asks for the remember records of a shard whose IDs sort after
@@ -209,6 +222,7 @@ type stateRememberedReply struct {
 	Msg     string        `cbor:"2,keyasint,omitempty"`
 	Records []stateRecord `cbor:"3,keyasint,omitempty"`
 	More    bool          `cbor:"4,keyasint,omitempty"`
+	Store   string        `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateSummaryReq: the sender holds Count records of the shard whose versions hash to
@@ -228,6 +242,7 @@ type stateSummaryReply struct {
 	Msg   string `cbor:"2,keyasint,omitempty"`
 	Epoch uint64 `cbor:"3,keyasint,omitempty"`
 	Same  bool   `cbor:"4,keyasint,omitempty"`
+	Store string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateDiffReq lists record versions (no data) the sender holds for the shard.
@@ -240,9 +255,10 @@ type stateDiffReq struct {
 // stateDiffReply: the indexes, in the request's Records, of the records the replica
 // lacks or holds an older version of.
 type stateDiffReply struct {
-	Code uint8  `cbor:"1,keyasint"`
-	Msg  string `cbor:"2,keyasint,omitempty"`
-	Need []int  `cbor:"3,keyasint,omitempty"`
+	Code  uint8  `cbor:"1,keyasint"`
+	Msg   string `cbor:"2,keyasint,omitempty"`
+	Need  []int  `cbor:"3,keyasint,omitempty"`
+	Store string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 var (
@@ -318,7 +334,8 @@ func checkStateKey(typ string, shard int, id string, needID bool) error {
 //
 //	epochs:  shard prefix → epoch (8 bytes, big-endian)
 //	records: shard prefix | kind (1 byte) | entity ID → value
-//	ring:    "ring" → stateRingRecord (CBOR): the ring of statestore_ring.go
+//	ring:    "ring" → stateRingRecord (CBOR): the ring of statestore_ring.go;
+//	         "store" → the file's store ID (16 hex digits, stateDisk.storeID)
 //
 // shard prefix = uvarint(len(type)) | type | shard (8 bytes, big-endian), so that one
 // shard's records are contiguous and no type's prefix is another's. value =
@@ -330,15 +347,19 @@ var (
 	stateBucketRecords = []byte("records")
 	stateBucketRing    = []byte("ring")
 	stateRingKey       = []byte("ring")
+	stateStoreIDKey    = []byte("store") // in the ring bucket: the file's store ID (stateDisk.storeID)
 )
 
 // stateRingRecord is the ring as this member last saw it (statestore_ring.go): the
 // admitted members, the ring's generation, and this member's own address then (a
-// member restarted at another address does not restore it).
+// member restarted at another address does not restore it). Stores[i] is the store ID
+// Admitted[i] was admitted with ("" or absent: not known; records written before
+// rings kept store IDs have none).
 type stateRingRecord struct {
 	Gen      uint64   `cbor:"1,keyasint"`
 	Self     string   `cbor:"2,keyasint"`
 	Admitted []string `cbor:"3,keyasint"`
+	Stores   []string `cbor:"4,keyasint,omitempty"`
 }
 
 const (
