@@ -150,6 +150,16 @@
 //     it. A HostShard now names the process it is for (the UID the coordinator saw up
 //     at the address) and another process there refuses it (sharding's
 //     TestAHostShardForAnEarlierProcessIsRefused).
+// 10. Fixed. A member restarted at its address with an empty data directory (a crash
+//     with a wipe) counted as the replica it had been, as rings named replicas by
+//     address: a read whose majority was it and a replica that had missed the last
+//     write returned older state. Each state file now has a store ID that replies
+//     carry; the ring admits members with theirs, and a member answering from a new
+//     directory counts as a joining replica, its old one as gone, until a handover
+//     round has given it its shards (sharding's
+//     TestAWipedMemberDoesNotCountAsItsFormerReplica). A first fix (a new directory
+//     answering no reads until synced) was backed out: it could not tell a wiped
+//     member from a new cluster, whose first reads it refused.
 //
 // Found by soaks of -max-side=2 (seeds 2000-2399, 6 at once on a loaded machine: 2
 // failures, seeds 2172 and 2365; 2365 was bug 9 again):
