@@ -169,3 +169,24 @@ func TestSeed2443AHomeOfAPreviousProcessIsNotTaken(t *testing.T) {
 	}}
 	regression(t, underRace(s, 1), 2)
 }
+
+// Seeds 74059 and 74065 lost acknowledged writes (a counter's increment, a register's
+// write) with no data directory wiped: on a machine loaded past the failure detectors'
+// deadlines (load average 20 on 2 cores), members were downed and restarted over and
+// over, and members not yet up dropped shards they did not rank for by the view's
+// guess, each after another member, which then dropped its own copy the same way,
+// acknowledged holding it. Fixed: a shard is dropped only by a started, settled ring
+// (sharding's TestNoShardIsDroppedByAnUnsettledRing).
+func TestSeed74059And74065NoShardDroppedByAnUnsettledRing(t *testing.T) {
+	for _, s := range []Schedule{
+		{Seed: 74059, Members: 6, Gap: millis(400), Faults: []Fault{
+			{Kind: Lossy, Pick: 5, Loss: 0.008, For: millis(2569)},
+			{Kind: Leave, Pick: 3, For: millis(1131)},
+		}},
+		{Seed: 74065, Members: 5, Gap: millis(622), Faults: []Fault{
+			{Kind: Pause, Pick: 5, For: millis(1999)},
+		}},
+	} {
+		regression(t, underRace(s, 0), 1)
+	}
+}

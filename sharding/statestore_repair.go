@@ -299,7 +299,8 @@ type stateShardRef struct {
 // repairShard syncs one shard with its current replicas, and drops it here if this
 // member is not one of them and all of them acknowledged holding what it had.
 func (s *ReplicatedStateStore) repairShard(ctx context.Context, sh stateShardRef, pass *stateRepairPass) error {
-	reps, err := s.replicaSet(sh.typ, sh.shard)
+	v := s.ringView()
+	reps, err := s.replicaSetIn(v, sh.typ, sh.shard)
 	if err != nil {
 		return err
 	}
@@ -335,6 +336,9 @@ func (s *ReplicatedStateStore) repairShard(ctx context.Context, sh stateShardRef
 			return fmt.Errorf("shard %s/%d: %w", sh.typ, sh.shard, errors.Join(errs...))
 		}
 		return nil
+	}
+	if !v.mayDropReplicas() {
+		return nil // kept until the ring has settled (mayDropReplicas)
 	}
 	n, err := s.disk.dropSynced(prefix, sum.entries)
 	if err != nil {

@@ -146,6 +146,7 @@ type stateRingView struct {
 	stores   map[string]string
 	replaced []string
 	gen      uint64
+	started  bool // the ring has started (this member was up in a view); else the ranking is the view's guess
 }
 
 // liveKey is the live set with each member's store ID ("addr=store,..."): a repair
@@ -163,6 +164,15 @@ func (v stateRingView) liveKey() string {
 	}
 	return b.String()
 }
+
+// mayDropReplicas reports whether a member may drop a shard it does not rank for: only
+// by a ring that started and is settled. Before this member is up its ranking is the
+// view's guess, and while the ring changes the members up may rank shards apart; two
+// members that each took the other for a shard's replica then each dropped their copy
+// after the other acknowledged it, and the shard's last acknowledged write was gone
+// (fault seeds 74059 and 74065, members downed and restarted over and over on a
+// loaded machine).
+func (v stateRingView) mayDropReplicas() bool { return v.started && v.settled() }
 
 // isReplaced reports whether member a is up on a data directory other than the one the
 // ring admitted it with.
@@ -223,6 +233,7 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 		}
 		s.startRingLocked(v)
 	}
+	v.started = true
 	v.ids = maps.Clone(r.admitted)
 	v.admitted = slices.Sorted(maps.Keys(r.admitted))
 	for _, a := range v.live {

@@ -425,3 +425,34 @@ func TestRingsOfOneGenerationShareStoreIDs(t *testing.T) {
 		t.Fatalf("learned %v: replaced an earlier directory's ID by the current one", got)
 	}
 }
+
+// TestNoShardIsDroppedByAnUnsettledRing: a member drops a shard it does not rank for
+// only by a started, settled ring. Fault seeds 74059 and 74065 (members downed and
+// restarted over and over on a loaded machine) lost acknowledged writes to members
+// that dropped their copies by the view's guess before they were up, each after a
+// member that then dropped its own had acknowledged holding it.
+func TestNoShardIsDroppedByAnUnsettledRing(t *testing.T) {
+	all := []string{"m0", "m1", "m2"}
+	settled := ringTestView("m0", all, nil, all)
+	settled.started = true
+	if !settled.mayDropReplicas() {
+		t.Fatal("a started ring admitting the members up may not drop")
+	}
+	for name, v := range map[string]stateRingView{
+		"not started (this member not up yet)": ringTestView("m0", all, nil, all),
+		"a member gone, still admitted":        ringTestView("m0", all[:2], all[2:], all),
+		"a member joining":                     ringTestView("m0", all, nil, all[:2]),
+	} {
+		if name != "not started (this member not up yet)" {
+			v.started = true
+		}
+		if v.mayDropReplicas() {
+			t.Errorf("%s: may drop replicas", name)
+		}
+	}
+	replaced := settled
+	replaced.replaced = []string{"m1"}
+	if replaced.mayDropReplicas() {
+		t.Error("a ring with a replaced member may drop replicas")
+	}
+}
