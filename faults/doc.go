@@ -167,6 +167,14 @@
 //     acknowledged holding it, which then dropped its own copy the same way. A shard is
 //     now dropped only by a started, settled ring (sharding's
 //     TestNoShardIsDroppedByAnUnsettledRing).
+//  12. Fixed. Seeds 75005 and 75012 lost acknowledged increments when a member came
+//     back alone after every member had been downed (the same load): from a saved
+//     ring of two that the other member had shrunk to itself while this one was gone,
+//     the returning member shrank it to itself in turn and served its older state;
+//     from a directory whose ring had never started, a member took itself for a new
+//     cluster. A restored ring no longer admits its own member, even alone, and a
+//     member alone admits itself only on a directory it made (sharding's
+//     TestAMemberBackAloneDoesNotTakeItselfForTheCluster).
 //
 // Found by soaks of -max-side=2 (seeds 2000-2399, 6 at once on a loaded machine: 2
 // failures, seeds 2172 and 2365; 2365 was bug 9 again):

@@ -190,3 +190,26 @@ func TestSeed74059And74065NoShardDroppedByAnUnsettledRing(t *testing.T) {
 		regression(t, underRace(s, 0), 1)
 	}
 }
+
+// Seeds 75005 and 75012 lost acknowledged increments when a member came back alone
+// (every member downed on a loaded machine): in 75005 from a saved ring of two that
+// the other member had shrunk to itself while this one was gone (acknowledging writes
+// alone since), which it shrank to itself in turn; in 75012 from a directory whose
+// ring had never started, taking itself for a new cluster. Fixed: a restored ring does
+// not admit its own member even alone, and a member alone admits itself only on a
+// directory it made (sharding's TestAMemberBackAloneDoesNotTakeItselfForTheCluster).
+func TestSeed75005And75012AMemberBackAloneWaits(t *testing.T) {
+	for _, s := range []Schedule{
+		{Seed: 75005, Members: 4, Gap: millis(668), Faults: []Fault{
+			{Kind: ClockSkew, Pick: 2, Skew: 14 * time.Second, For: millis(2819)},
+			{Kind: KillCoordinator, Pick: 4, Delay: millis(309), For: millis(1836)},
+			{Kind: KillCoordinator, Pick: 4, Delay: millis(395), For: millis(1957)},
+		}},
+		{Seed: 75012, Members: 5, Gap: millis(693), Faults: []Fault{
+			{Kind: Pause, Pick: 6, For: millis(2763)},
+			{Kind: Lossy, Pick: 6, Loss: 0.008, NetDelay: millis(3), For: millis(2121)},
+		}},
+	} {
+		regression(t, underRace(s, 1), 1)
+	}
+}

@@ -34,6 +34,8 @@ type stateDisk struct {
 	// disk lost) has a new one: the others tell its replicas from those it had
 	// (statestore_ring.go).
 	storeID string
+	// created: this process made the file (it did not exist when the store opened).
+	created bool
 	ops     chan *stateDiskOp
 	stop    chan struct{}
 	done    chan struct{}
@@ -112,7 +114,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
-	d := &stateDisk{path: path, db: db, storeID: storeID, ops: make(chan *stateDiskOp, stateDiskQueue),
+	d := &stateDisk{path: path, db: db, storeID: storeID, created: errors.Is(statErr, os.ErrNotExist), ops: make(chan *stateDiskOp, stateDiskQueue),
 		stop: make(chan struct{}), done: make(chan struct{}), writeLog: logLimiter{interval: stateDiskWriteLogInterval}}
 	go d.run()
 	return d, nil

@@ -807,6 +807,10 @@ func (s *ReplicatedStateStore) storeID() string {
 	return s.disk.storeID
 }
 
+// newFile reports whether this process made the state file (true without a disk, in
+// tests of the ranking alone).
+func (s *ReplicatedStateStore) newFile() bool { return s.disk == nil || s.disk.created }
+
 // encodeReply stamps a reply with this member's store ID and encodes it.
 func (s *ReplicatedStateStore) encodeReply(r stateStatus) []byte {
 	*r.store() = s.storeID()

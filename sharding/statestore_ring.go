@@ -55,13 +55,17 @@
 // A store opens with the ring it saved. Its first view with this member up starts
 // the ring: the saved members and those the view shows down or exiting (not the
 // members up that the saved ring lacks: they may have joined while the cluster was
-// stopped, with nothing); without this member unless it is alone (it may
-// have missed writes while gone, so it reads through the others until a handover
-// round shows its ring current: a member of the same generation that admits it with
-// its store ID, below). A store with nothing saved (a new directory) starts with the
-// live members, itself among them with no store ID (so that a member that joins, or
-// comes back without its data, reads through the others until its first round: its
-// own old replica counts as gone), and learns the rest from each round's answers. So after a whole cluster restarts, the first member up, alone,
+// stopped, with nothing); without this member, even alone (it may have missed writes
+// while gone, so it reads through the others until a handover round shows its ring
+// current: a member of the same generation that admits it with its store ID, below;
+// and alone, a ring of two that the other member shrank to itself while this one was
+// gone must not shrink to this one). A store with nothing saved starts with the live
+// members, itself among them with no store ID (so that a member that joins, or comes
+// back without its data, reads through the others until its first round: its own old
+// replica counts as gone), and learns the rest from each round's answers; alone, it
+// admits itself only on a directory it made (the first member of a new cluster), not
+// on one made earlier whose ring never started. So after a whole cluster restarts,
+// the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
 // return, or until an operator forgets them (below). A member restarted at another
 // address does not restore its ring (the saved ring names its old address as a member
@@ -236,11 +240,20 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 	v.started = true
 	v.ids = maps.Clone(r.admitted)
 	v.admitted = slices.Sorted(maps.Keys(r.admitted))
+	v.markReplaced()
+	v.gen = r.gen
+	return v
+}
+
+// markReplaced sets v.replaced from v.ids and v.stores: the live members admitted with
+// another store ID than they answer with (this member: than its own).
+func (v *stateRingView) markReplaced() {
+	v.replaced = nil
 	for _, a := range v.live {
-		id, ok := r.admitted[a]
+		id, ok := v.ids[a]
 		switch {
 		case !ok:
-		case a == v.self && id != own:
+		case a == v.self && id != v.stores[a]:
 			// This member's directory is new (or not yet confirmed as the one admitted
 			// here): what this address held before may be lost.
 			v.replaced = append(v.replaced, a)
@@ -248,16 +261,15 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 			v.replaced = append(v.replaced, a)
 		}
 	}
-	v.gen = r.gen
-	return v
 }
 
 // startRingLocked starts the ring from the view v, which lists this member up, and
 // saves it: the ring restored from disk (if saved at this member's address) without
-// this member unless it is alone; or without a saved ring, the members up with this
-// one's address admitted with no store ID (what a member at this address held before
-// this directory was made is lost: its replicas count as gone), and this member with
-// its own if alone; and in both cases the members down or exiting.
+// this member; or without a saved ring, the members up with this one's address
+// admitted with no store ID (what a member at this address held before this directory
+// was made is lost: its replicas count as gone), or this member with its own if it is
+// alone on a directory made by this process (the first member of a new cluster); and
+// in both cases the members down or exiting.
 // The caller holds ring.mu.
 func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 	r := &s.ring
@@ -276,15 +288,20 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 		for i, a := range rec.Admitted {
 			r.admitted[a] = rec.store(i)
 		}
-		if _, ok := r.admitted[v.self]; ok && alone {
-			r.admitted[v.self] = s.storeID()
-		} else {
-			delete(r.admitted, v.self)
-		}
-	case alone:
-		r.admitted[v.self] = s.storeID() // the first member of a cluster
+		// Alone too: a ring of two, {a, b}, that b shrank to {b} (a downed; every
+		// write b acknowledged since is on b alone) must not become {a} when a comes
+		// back alone from its older ring (fault seed 75005).
+		delete(r.admitted, v.self)
+	case alone && s.newFile():
+		r.admitted[v.self] = s.storeID() // the first member of a new cluster
 	default:
+		// Joining members, or alone on a directory made before that has no ring: the
+		// member was in a cluster before its ring started, and alone it must not take
+		// itself for the whole cluster (fault seed 75012).
 		r.admitted[v.self] = ""
+		if alone {
+			s.log.Warn("state store: alone, on a data directory made earlier but with no ring saved: it waits for the members it was in a cluster with (their rings admit it)")
+		}
 	}
 	for a, m := range v.members {
 		// Without a saved ring, the members up are the best guess at the ring; with one,
@@ -424,7 +441,17 @@ func (s *ReplicatedStateStore) replicaSetIn(v stateRingView, typ string, shard i
 		return rs, nil
 	}
 	// A replaced member is two replicas: the one it held (old, lost) and the one it
-	// holds now (new, joining).
+	// holds now (new, joining). While the ring has no more members than K, every
+	// admitted member holds every shard, each write reached a majority of them all, so
+	// a majority of the others still meets it: the lost replicas are left out of the old
+	// configuration rather than counted as failed (a ring of two with one member wiped,
+	// or starting on a new directory, needs the other alone, not both).
+	if len(v.admitted) <= s.cfg.Replicas && len(v.replaced) > 0 {
+		kept := slices.DeleteFunc(slices.Clone(oldSet), v.isReplaced)
+		if len(kept) > 0 {
+			oldSet = kept
+		}
+	}
 	rs.sizes = []int{len(oldSet), len(newSet)}
 	idx := map[string]int{}
 	for _, a := range oldSet {

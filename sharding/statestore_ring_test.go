@@ -187,12 +187,14 @@ func TestRetainedMembersSurviveAWholeClusterRestart(t *testing.T) {
 		ssLoad(t, n, key, []byte("v1"))
 	}
 
-	// The forgetting is kept too: a member restarted alone ranks over the three (and
-	// waits for the two others), not over a or b.
+	// The forgetting is kept too: a member restarted alone ranks over the two others
+	// (and waits for them; itself it counts once a round admits it), not over a or b.
 	r.stopAll()
 	r2 := restartSSMembers(t, r, r.nodes[2])
-	if v := r2.nodes[0].store.ringView(); !slices.Equal(v.admitted, want) {
-		t.Fatalf("restarted alone after the forgetting, %s ranks over %v, want %v", r2.nodes[0].addr(), v.admitted, want)
+	alone := r2.nodes[0].addr()
+	others := slices.DeleteFunc(slices.Clone(want), func(a string) bool { return a == alone })
+	if v := r2.nodes[0].store.ringView(); !slices.Equal(v.admitted, others) {
+		t.Fatalf("restarted alone after the forgetting, %s ranks over %v, want %v", alone, v.admitted, others)
 	}
 }
 
@@ -234,7 +236,7 @@ func TestRingStartsFromTheSavedRing(t *testing.T) {
 		want       []string
 		gen        uint64
 	}{
-		{"restarted alone: the saved ring, itself included", saved, []string{"m0"}, nil, saved.Admitted, 4},
+		{"restarted alone: the saved ring but itself", saved, []string{"m0"}, nil, saved.Admitted[1:], 4},
 		{"restarted into members up: the saved ring but itself, not the member it lacks, and the members down",
 			saved, []string{"m0", "m1", "m5"}, []string{"m4", "m3"}, []string{"m1", "m2", "m3", "m4"}, 4},
 		{"saved at another address: a new ring", &stateRingRecord{Gen: 4, Self: "m9", Admitted: []string{"m9", "m1", "m2"}},
@@ -342,14 +344,30 @@ func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
 // TestAReplacedMemberIsTwoReplicas: in the ranking, a member whose data directory is
 // not the one the ring admitted it with is a lost replica in the old configuration
 // (retained: not asked) and a joining one in the new configuration, asked as its new
-// store.
+// store. While the ring has no more members than K, the lost replica is left out of
+// the old configuration instead (a majority of the others meets every write).
 func TestAReplacedMemberIsTwoReplicas(t *testing.T) {
 	s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3}}
-	all := []string{"m0", "m1", "m2"}
 	const typ, shard = "counter", 7
-	v := ringTestView("m0", all, nil, all)
-	v.ids = map[string]string{"m0": "s0", "m1": "s1", "m2": "s2"}
-	v.stores = map[string]string{"m0": "s0", "m1": "s1", "m2": "s2"}
+	view := func(all []string, replaced string) stateRingView {
+		v := ringTestView(all[0], all, nil, all)
+		v.ids, v.stores = map[string]string{}, map[string]string{}
+		for _, a := range all {
+			v.ids[a], v.stores[a] = "s-"+a, "s-"+a
+		}
+		if replaced != "" {
+			v.stores[replaced] = "new-" + replaced
+		}
+		v.markReplaced()
+		return v
+	}
+	all := []string{"m0", "m1", "m2", "m3"}
+	order := PriorityAllocationStrategy{Type: typ}.Order(shard, all)
+	// Seen from a member other than the one replaced, which is the shard's first.
+	victim := order[0]
+	all = append([]string{order[1]}, slices.DeleteFunc(slices.Clone(all), func(a string) bool { return a == order[1] })...)
+
+	v := view(all, "")
 	rs, err := s.replicaSetIn(v, typ, shard)
 	if err != nil || rs.joint() {
 		t.Fatalf("steady: %+v, %v; want one configuration", rs, err)
@@ -360,40 +378,55 @@ func TestAReplacedMemberIsTwoReplicas(t *testing.T) {
 		}
 	}
 
-	v.stores["m1"] = "s1-new"
-	v.replaced = []string{"m1"}
-	if v.settled() {
-		t.Fatal("a ring with a replaced member is settled")
+	v = view(all, victim)
+	if !slices.Equal(v.replaced, []string{victim}) || v.settled() {
+		t.Fatalf("%s answering from a new directory: replaced %v, settled %v", victim, v.replaced, v.settled())
 	}
 	rs, err = s.replicaSetIn(v, typ, shard)
 	if err != nil || !rs.joint() || !slices.Equal(rs.sizes, []int{3, 3}) || len(rs.reps) != 4 {
-		t.Fatalf("m1 replaced: %+v, %v; want two configurations of 3, over 4 replicas", rs, err)
+		t.Fatalf("%s replaced: %+v, %v; want two configurations of 3, over 4 replicas", victim, rs, err)
 	}
 	var lost, joining int
 	for _, r := range rs.reps {
 		switch {
-		case r.addr != "m1":
+		case r.addr != victim:
 			if r.in != 3 || r.retained {
 				t.Fatalf("%+v: want in both configurations, asked", r)
 			}
 		case r.retained:
 			lost++
-			if r.in != 1 || r.local || r.store != "s1" {
-				t.Fatalf("m1's lost replica %+v: want in the old configuration only, store s1", r)
+			if r.in != 1 || r.local || r.store != "s-"+victim {
+				t.Fatalf("%s's lost replica %+v: want in the old configuration only, its old store", victim, r)
 			}
 		default:
 			joining++
-			if r.in != 2 || r.store != "s1-new" || r.transport == "" {
-				t.Fatalf("m1's new replica %+v: want in the new configuration only, asked as s1-new", r)
+			if r.in != 2 || r.store != "new-"+victim || r.transport == "" {
+				t.Fatalf("%s's new replica %+v: want in the new configuration only, asked as its new store", victim, r)
 			}
 		}
 	}
 	if lost != 1 || joining != 1 {
-		t.Fatalf("m1: %d lost and %d joining replicas, want 1 and 1", lost, joining)
+		t.Fatalf("%s: %d lost and %d joining replicas, want 1 and 1", victim, lost, joining)
 	}
-	s.cfg.Replicas = 3
 	if got, limit := retainedCount(v), s.handoverLimit(v); got != 1 || got > limit {
 		t.Fatalf("retained %d, limit %d; want 1 within the limit", got, limit)
+	}
+
+	// Three members, K = 3: the old configuration is the two others.
+	three := []string{"m0", "m1", "m2"}
+	v = view(three, "m1")
+	rs, err = s.replicaSetIn(v, typ, shard)
+	if err != nil || !rs.joint() || !slices.Equal(rs.sizes, []int{2, 3}) || len(rs.reps) != 3 {
+		t.Fatalf("m1 replaced of 3: %+v, %v; want an old configuration of the 2 others, a new one of 3", rs, err)
+	}
+	for _, r := range rs.reps {
+		if want := uint64(3); r.addr == "m1" {
+			if r.in != 2 || r.retained {
+				t.Fatalf("m1's replica %+v: want in the new configuration only", r)
+			}
+		} else if r.in != want {
+			t.Fatalf("%+v: want in both configurations", r)
+		}
 	}
 }
 
@@ -456,3 +489,73 @@ func TestNoShardIsDroppedByAnUnsettledRing(t *testing.T) {
 		t.Error("a ring with a replaced member may drop replicas")
 	}
 }
+
+// TestAMemberBackAloneDoesNotTakeItselfForTheCluster: alone, a member starts its ring
+// with itself admitted only on a directory it made just now (the first member of a new
+// cluster). Fault seed 75005: a ring of two, {a, b}, that b shrank to {b} while a was
+// downed (b acknowledging writes alone since), became {a} when a restarted alone from
+// its saved ring, and a served the older state. Fault seed 75012: a member whose ring
+// had never started (it was never up long) restarted alone, took itself for a new
+// cluster and served its shards from nothing.
+func TestAMemberBackAloneDoesNotTakeItselfForTheCluster(t *testing.T) {
+	start := func(t *testing.T, dir string, rec *stateRingRecord, live, gone []string) (*ReplicatedStateStore, stateRingView) {
+		t.Helper()
+		d, err := openStateDisk(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.close() })
+		s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3, Membership: selfOnly{self: cluster.Member{Address: "m0"}}},
+			log: quiet, disk: d}
+		s.ring.restored = rec
+		s.ring.mu.Lock()
+		s.startRingLocked(ringTestView("m0", live, gone, nil))
+		v := ringTestView("m0", live, gone, slices.Sorted(maps.Keys(s.ring.admitted)))
+		v.ids = maps.Clone(s.ring.admitted)
+		v.stores = map[string]string{"m0": s.storeID()}
+		v.markReplaced()
+		s.ring.mu.Unlock()
+		return s, v
+	}
+	alone, other := []string{"m0"}, []string{"m1"}
+
+	t.Run("a ring of two, restored alone", func(t *testing.T) {
+		s, v := start(t, t.TempDir(), &stateRingRecord{Gen: 9, Self: "m0", Admitted: []string{"m0", "m1"}}, alone, other)
+		if !slices.Equal(v.admitted, other) {
+			t.Fatalf("the ring starts as %v, want %v", v.admitted, other)
+		}
+		if retainedCount(v) <= s.handoverLimit(v) {
+			t.Fatalf("%d retained within the handover limit %d: m0 would admit itself alone", retainedCount(v), s.handoverLimit(v))
+		}
+	})
+	t.Run("a directory made earlier, no ring, alone", func(t *testing.T) {
+		dir := t.TempDir()
+		d, err := openStateDisk(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = d.close()
+		s, v := start(t, dir, nil, alone, nil)
+		if id, ok := v.ids["m0"]; !ok || id == s.storeID() {
+			t.Fatalf("m0 admitted as %q (admitted: %v), want with no store ID", id, ok)
+		}
+		if retainedCount(v) <= s.handoverLimit(v) {
+			t.Fatalf("%d retained within the handover limit %d: m0 would admit itself alone", retainedCount(v), s.handoverLimit(v))
+		}
+	})
+	t.Run("a directory made now, alone: a new cluster", func(t *testing.T) {
+		s, v := start(t, t.TempDir(), nil, alone, nil)
+		if v.ids["m0"] != s.storeID() {
+			t.Fatalf("m0 admitted as %q, want its store ID %s", v.ids["m0"], s.storeID())
+		}
+	})
+}
+
+// selfOnly is a Membership that answers Self alone (the ring's start saves the ring
+// under this member's address).
+type selfOnly struct {
+	Membership
+	self cluster.Member
+}
+
+func (m selfOnly) Self() cluster.Member { return m.self }
