@@ -262,7 +262,9 @@ func (c *Cluster) closeProcess(m *member, leave bool) {
 	if m.msgr != nil {
 		_ = m.msgr.Close()
 	}
+	c.mu.Lock() // quorumSet reads m.ms under c.mu
 	m.ms, m.msgr, m.store, m.repl, m.states, m.sh = nil, nil, nil, nil, nil, nil
+	c.mu.Unlock()
 }
 
 // crash kills m's process: clients stop using it, its links are cut at once (frames in

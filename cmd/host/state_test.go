@@ -15,9 +15,10 @@ import (
 // TestStateForgetMember: three members form a cluster and stop; one restarts alone
 // with its data directory, at its address. Its state store's ring, saved on disk,
 // still names the two others (retained: it waits for them). state forget-member
-// refuses without --accept-loss and for the member itself, and forgets one of the
-// others, after which one retained member is few enough for the member to take the
-// shards over.
+// refuses without --accept-loss and for the member itself, and forgets the others one
+// at a time: with one forgotten the member still waits for the other (its own replica
+// counts only once a round admits it), and with both forgotten it takes the shards
+// over.
 func TestStateForgetMember(t *testing.T) {
 	start := func(bind, transport, dir string, join []string) *host.Node {
 		t.Helper()
@@ -80,8 +81,17 @@ func TestStateForgetMember(t *testing.T) {
 	if want := fmt.Sprintf("forgot %s, which 1 members retained (%s)", gone[0], self); !strings.Contains(out, want) {
 		t.Fatalf("forget-member printed %q, want it to say %q", out, want)
 	}
-	// One retained member of three is few enough for a handover round: the member
-	// takes the shards over.
+	// Restarted alone, the member counts its own replica only once a round admits it:
+	// with one of the two others forgotten, the other still holds writes it may lack,
+	// and it waits for it (forgetting one gone member does not drop another).
+	if r, _ := a.StateRing(); !slices.Equal(r.Retained, gone[1:]) || r.Settled {
+		t.Fatalf("after forgetting %s, ring %+v; want %s still retained", gone[0], r, gone[1])
+	}
+	out, err = runCLI(t, "state", "forget-member", gone[1], "--accept-loss")
+	if err != nil || !strings.Contains(out, fmt.Sprintf("forgot %s, which 1 members retained", gone[1])) {
+		t.Fatalf("forget-member %s: %v\n%s", gone[1], err, out)
+	}
+	// None retained: the member takes the shards over.
 	testutil.EventuallyNil(t, 30*time.Second, "the ring handed over to the member up", func() error {
 		if r, _ := a.StateRing(); len(r.Retained) > 0 || !slices.Equal(r.Admitted, []string{self}) {
 			return fmt.Errorf("ring %+v", r)
