@@ -179,7 +179,7 @@
 // Found by soaks of -max-side=2 (seeds 2000-2399, 6 at once on a loaded machine: 2
 // failures, seeds 2172 and 2365; 2365 was bug 9 again):
 //
-//  10. Fixed. Seed 2172: the coordinator's member was killed and restarted; the new
+//  13. Fixed. Seed 2172: the coordinator's member was killed and restarted; the new
 //     coordinator gave the restarted process a shard, then handled the removal of its
 //     previous incarnation some 40 ms late and, naming regions by address, forgot every
 //     allocation at the address, the new process's too, and allocated the shard
@@ -189,7 +189,7 @@
 //     coordinator records the process that confirmed a HostShard, forgetting the
 //     allocations of the one it replaced, which would otherwise take the new one's
 //     along when forgotten (the rest of bug 9).
-//  11. Fixed in part. Seed 2204 (load 20: members downed and restarted piecemeal): two
+//  14. Fixed in part. Seed 2204 (load 20: members downed and restarted piecemeal): two
 //     coordinators were active for a moment, and the one about to be downed allocated
 //     a shard at the epoch the other had given it too, to the region that had handed
 //     the shard off since. That

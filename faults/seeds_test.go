@@ -145,7 +145,7 @@ func TestSeed2365AllocationToAPreviousProcessHostsNothing(t *testing.T) {
 // handoff, so it read the entity without fencing again while the new owner had fenced a
 // newer epoch, and activated it. Fixed: a shard hosted anew is fenced anew (sharding's
 // TestSeed2204AShardHostedAgainIsFencedAgain). Two coordinators can still give one
-// epoch twice (faults/doc.go, bug 11).
+// epoch twice (faults/doc.go, bug 14).
 func TestSeed2204AShardHostedAgainIsFencedAgain(t *testing.T) {
 	s := Schedule{Seed: 2204, Members: 3, Gap: millis(309), Faults: []Fault{
 		{Kind: Bridge, Pick: 5, Side: 1, For: millis(1869)},
