@@ -198,7 +198,7 @@
 //     activated it. A shard hosted anew is now fenced anew (sharding's
 //     TestSeed2204AShardHostedAgainIsFencedAgain). Not fixed: two coordinators at once
 //     can give one epoch twice; fencing orders allocations only if epochs are unique.
-//  12. Fixed. Seed 2443: a member restarted at its address asked for a shard's home
+//  15. Fixed. Seed 2443: a member restarted at its address asked for a shard's home
 //     before the coordinator had forgotten its previous process's allocations; the
 //     answer named its own address, and it hosted the shard at the previous process's
 //     epoch while the coordinator, once it forgot that allocation, gave the shard to
