@@ -1,0 +1,119 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// BenchmarkWarmAsk is the per-message path into warm entities of one member, with the
+// Rust counter (counter-rust) as the guest: what bench/peers's serial, concurrent and
+// tells workloads put through a member, measured here with -benchmem so the path's
+// allocations show (run with -cpuprofile/-memprofile to see where they go).
+//
+//   - serial: one "inc" ask at a time into one warm counter.
+//   - concurrent: 64 goroutines asking "inc" of 1,000 warm counters, each taking them in
+//     turn with a stride of 7 from its own offset (b.N asks in all).
+//   - tell: "inc" tells round robin over the 1,000 (b.N in all, from 8 goroutines, a
+//     refusal of a full mailbox retried), then one "get" ask of each counter, which
+//     comes after its tells in its mailbox.
+func BenchmarkWarmAsk(b *testing.B) {
+	const entities, askers, tellers = 1000, 64, 8
+	ctx := context.Background()
+	n := startBenchNodes(b, 1, nil)[0]
+	if err := n.Membership().WaitUp(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := n.Deploy(ctx, testwasm.RustBytes(b, "counter-rust"), sharding.TypeSettings{Name: "counter"}); err != nil {
+		b.Fatal(err)
+	}
+	s := n.Sharding()
+	ids := make([]string, entities)
+	for i := range ids {
+		ids[i] = "w" + strconv.Itoa(i)
+		if _, err := s.Ask(ctx, "counter", ids[i], []byte("inc")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	inc := []byte("inc")
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Ask(ctx, "counter", ids[0], inc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("concurrent", func(b *testing.B) {
+		b.ReportAllocs()
+		var next atomic.Int64
+		var failed atomic.Pointer[error]
+		done := make(chan struct{})
+		b.ResetTimer()
+		for a := 0; a < askers; a++ {
+			go func(a int) {
+				defer func() { done <- struct{}{} }()
+				k := a * entities / askers
+				for next.Add(1) <= int64(b.N) {
+					if _, err := s.Ask(ctx, "counter", ids[k%entities], inc); err != nil {
+						failed.CompareAndSwap(nil, &err)
+						return
+					}
+					k += 7
+				}
+			}(a)
+		}
+		for a := 0; a < askers; a++ {
+			<-done
+		}
+		b.StopTimer()
+		if err := failed.Load(); err != nil {
+			b.Fatal(*err)
+		}
+	})
+	b.Run("tell", func(b *testing.B) {
+		b.ReportAllocs()
+		var next atomic.Int64
+		var failed atomic.Pointer[error]
+		done := make(chan struct{})
+		b.ResetTimer()
+		for t := 0; t < tellers; t++ {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(b.N) {
+						return
+					}
+					for {
+						err := s.Tell(ctx, "counter", ids[i%entities], inc)
+						if err == nil {
+							break
+						}
+						if !errors.Is(err, sharding.ErrMailboxFull) && !errors.Is(err, sharding.ErrBufferFull) {
+							failed.CompareAndSwap(nil, &err)
+							return
+						}
+					}
+				}
+			}()
+		}
+		for t := 0; t < tellers; t++ {
+			<-done
+		}
+		for _, id := range ids {
+			if _, err := s.Ask(ctx, "counter", id, []byte("get")); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if err := failed.Load(); err != nil {
+			b.Fatal(*err)
+		}
+	})
+}
