@@ -229,8 +229,7 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 		e.logMessage(payload, mi, calls, time.Since(start))
 	}
 	e.outcome(err)
-	var ge *GuestError
-	if inst.Closed() && e.rec != nil && (errors.As(err, &ge) || inst.returned) {
+	if inst.Closed() && e.rec != nil && (isGuestError(err) || inst.returned) {
 		// A trap, the deadline or the host call budget (or the deadline just as the
 		// call returned): the message failed (or stands), the state since it is
 		// rebuilt in memory.
@@ -265,9 +264,8 @@ func (e *wasmEntity) toCompiled(ctx context.Context) {
 
 // outcome counts a message's guest failure, or its success, towards the backoff.
 func (e *wasmEntity) outcome(err error) {
-	var ge *GuestError
 	switch {
-	case errors.As(err, &ge):
+	case isGuestError(err):
 		e.n.guestFailed(e.typ, e.id, err)
 		e.failing = true
 	case err == nil && e.failing:

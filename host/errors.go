@@ -67,11 +67,24 @@ func (e *codedError) Error() string     { return e.err.Error() }
 func (e *codedError) Unwrap() error     { return e.err }
 func (e *codedError) ErrorCode() string { return e.code }
 
+// isGuestError reports whether err is (or wraps) a *GuestError. Nil costs nothing: the
+// variable errors.As needs escapes to the heap, so it is made only for an error.
+func isGuestError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ge *GuestError
+	return errors.As(err, &ge)
+}
+
 // withCode returns err with the error code its kind has; nil stays nil.
 func withCode(err error) error {
+	if err == nil {
+		return nil // before the variable errors.As needs, which escapes to the heap
+	}
 	var ce sharding.CodedError
 	switch {
-	case err == nil || errors.As(err, &ce):
+	case errors.As(err, &ce):
 		return err
 	case errors.Is(err, ErrReplyTooLarge):
 		return &codedError{sharding.CodeReplyTooLarge, err}

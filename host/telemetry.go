@@ -29,6 +29,7 @@ const (
 // runtimeTelemetry holds the instruments of a Runtime and its instances.
 type runtimeTelemetry struct {
 	traced         bool
+	metered        bool // a meter provider was given: guest calls are timed
 	callDur        metric.Float64Histogram
 	mu             sync.Mutex
 	hostCallTotals map[string]*atomic.Int64 // by entity type
@@ -39,7 +40,7 @@ type runtimeTelemetry struct {
 
 func newRuntimeTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *runtimeTelemetry {
 	m := obs.Meter(mp, "host")
-	t := &runtimeTelemetry{traced: obs.Enabled(tp), hostCallTotals: map[string]*atomic.Int64{}}
+	t := &runtimeTelemetry{traced: obs.Enabled(tp), metered: mp != nil, hostCallTotals: map[string]*atomic.Int64{}}
 	t.callDur = obs.Must(m.Float64Histogram("shardhost.guest.call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of calls into guests for messages (shardhost_receive), failed ones included (the outcome of each message is in shardhost.entity.message.duration). [shardhost.entity.type]"),
 		metric.WithExplicitBucketBoundaries(0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)))
