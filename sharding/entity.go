@@ -21,8 +21,15 @@ type entity struct {
 	shard int
 	id    string
 
-	mu       sync.Mutex
+	// drain is drainLoop, made once by newEntity: a method value made for every
+	// message that starts the mailbox goroutine would be an allocation each.
+	drain func()
+
+	mu sync.Mutex
+	// queue[head:] is the mailbox. Its array is kept while the entity is idle (up to
+	// keptQueue deliveries), so that a warm entity's message allocates no mailbox.
 	queue    []delivery
+	head     int
 	running  bool
 	live     bool      // has an instance
 	lastUsed time.Time // when it last finished a message
@@ -44,10 +51,31 @@ type entity struct {
 	handleOpts [numKinds]trace.SpanStartOption
 }
 
+// newEntity returns the mailbox of entity id of the region's shard at epoch.
+func newEntity(r *Region, shard int, id string, epoch uint64) *entity {
+	e := &entity{r: r, shard: shard, id: id, epoch: epoch}
+	e.drain = e.drainLoop
+	return e
+}
+
 func (e *entity) setEpoch(epoch uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.epoch = epoch
+}
+
+// name is "TYPE/ID", for logs and errors: made when needed, not for every message.
+func (e *entity) name() string { return e.r.settings.Name + "/" + e.id }
+
+// forwardOf returns the *ForwardTo err is (or wraps), or nil. Its own function, so
+// that the variable errors.As needs escapes to the heap only when called, on the rare
+// path of a failed or passed-on message.
+func forwardOf(err error) *ForwardTo {
+	var fwd *ForwardTo
+	if errors.As(err, &fwd) {
+		return fwd
+	}
+	return nil
 }
 
 func (e *entity) key() EntityKey { return EntityKey{Type: e.r.settings.Name, Shard: e.shard, ID: e.id} }
@@ -63,7 +91,7 @@ func (e *entity) currentEpoch() uint64 {
 func (e *entity) waitIdle(ctx context.Context) {
 	for {
 		e.mu.Lock()
-		idle := !e.running && len(e.queue) == 0
+		idle := !e.running && e.queued() == 0
 		e.mu.Unlock()
 		if idle {
 			return
@@ -82,17 +110,36 @@ func (e *entity) active() bool {
 	return e.live
 }
 
+// keptQueue is the most deliveries whose mailbox array an idle entity keeps.
+const keptQueue = 4
+
+// queued is the number of messages in the mailbox; e.mu is held.
+func (e *entity) queued() int { return len(e.queue) - e.head }
+
+// takeQueue empties the mailbox and returns what it held; e.mu is held.
+func (e *entity) takeQueue() []delivery {
+	q := e.queue[e.head:]
+	e.queue, e.head = nil, 0
+	return q
+}
+
 // enqueue adds d to the mailbox, starting the drain goroutine if none runs. It may be
 // called with the region's lock held.
 func (e *entity) enqueue(d delivery) {
 	e.mu.Lock()
-	if len(e.queue) >= e.r.s.cfg.MailboxSize {
+	if e.queued() >= e.r.s.cfg.MailboxSize {
 		e.mu.Unlock()
 		e.r.s.deadLetter(d, ErrMailboxFull)
 		return
 	}
-	if !d.start {
+	if !d.start && e.r.s.tel.metered {
 		d.arrived = e.r.s.cfg.Now()
+	}
+	if e.head > 0 && len(e.queue) == cap(e.queue) {
+		// Full to the end of its array, with room before head: move down.
+		n := copy(e.queue, e.queue[e.head:])
+		clear(e.queue[n:])
+		e.queue, e.head = e.queue[:n], 0
 	}
 	e.queue = append(e.queue, d)
 	if e.running {
@@ -103,7 +150,7 @@ func (e *entity) enqueue(d delivery) {
 	e.mu.Unlock()
 	// The caller holds s.owner (Hold) (route) or runs on an owned goroutine
 	// (resolve, hostShard).
-	e.r.s.owner.GoHeld(e.drainLoop)
+	e.r.s.owner.GoHeld(e.drain)
 }
 
 func (e *entity) drainLoop() {
@@ -113,8 +160,7 @@ func (e *entity) drainLoop() {
 			// The member is out of the cluster (or crashing): what waits here is not
 			// handled, so that the entity stops with the message it is on, before its
 			// shard moves elsewhere (Config.DownRemovalMargin).
-			queued := e.queue
-			e.queue = nil
+			queued := e.takeQueue()
 			e.mu.Unlock()
 			for _, d := range queued {
 				d.fail(ErrStopped)
@@ -126,7 +172,7 @@ func (e *entity) drainLoop() {
 			e.failQueued(ErrStopped)
 			return
 		}
-		if len(e.queue) == 0 && e.passivateWhenIdle != "" {
+		if e.queued() == 0 && e.passivateWhenIdle != "" {
 			// A passivation chose it while it finished its last message.
 			cause := e.passivateWhenIdle
 			e.passivateWhenIdle = ""
@@ -134,15 +180,19 @@ func (e *entity) drainLoop() {
 			e.passivateNow(context.Background(), cause, trace.SpanContext{})
 			continue
 		}
-		if len(e.queue) == 0 {
+		if e.queued() == 0 {
 			e.running = false
-			e.queue = nil
+			if cap(e.queue) > keptQueue {
+				e.queue = nil
+			}
 			e.mu.Unlock()
 			return
 		}
-		d := e.queue[0]
-		e.queue[0] = delivery{}
-		e.queue = e.queue[1:]
+		d := e.queue[e.head]
+		e.queue[e.head] = delivery{}
+		if e.head++; e.head == len(e.queue) {
+			e.queue, e.head = e.queue[:0], 0
+		}
 		e.busy = true
 		e.mu.Unlock()
 		e.process(d)
@@ -153,8 +203,8 @@ func (e *entity) drainLoop() {
 // in meanwhile with err.
 func (e *entity) failQueued(err error) {
 	e.mu.Lock()
-	queued := e.queue
-	e.queue, e.running = nil, false
+	queued := e.takeQueue()
+	e.running = false
 	e.mu.Unlock()
 	for _, d := range queued {
 		d.fail(err)
@@ -167,7 +217,6 @@ func (e *entity) process(d delivery) {
 		e.rerouteFenced(d)
 		return
 	}
-	name := e.r.settings.Name + "/" + e.id
 	ctx := d.ctx
 	span := noopSpan
 	if s.tel.traced && !d.start {
@@ -185,16 +234,22 @@ func (e *entity) process(d delivery) {
 	// the reply's server span (the asker's wait) covers everything here.
 	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
 	done := func(err error) {
+		var now time.Time
+		if !d.start {
+			now = s.cfg.Now()
+		}
 		e.mu.Lock()
 		e.busy = false
 		if !d.start {
-			e.lastUsed = s.cfg.Now()
+			e.lastUsed = now
 		}
 		e.mu.Unlock()
 		if d.start {
 			return
 		}
-		e.recordMessage(kind, remote, arrived, err)
+		if s.tel.metered {
+			e.recordMessage(kind, remote, arrived, now, err)
+		}
 		failSpan(span, err)
 		span.End()
 	}
@@ -216,7 +271,7 @@ func (e *entity) process(d delivery) {
 		// No recent contact with a majority (Config.HostingLease): the shard may be
 		// moving elsewhere, so the entity stops, unsaved, and the message fails.
 		e.stop(ctx, false)
-		err = wrapCause(ErrShardUnavailable, name, err)
+		err = wrapCause(ErrShardUnavailable, e.name(), err)
 		done(err)
 		d.fail(err)
 		return
@@ -226,12 +281,12 @@ func (e *entity) process(d delivery) {
 			if e.fenced.Load() {
 				// The shard's allocation here turned out stale (the store refused
 				// its fence): the message goes to the shard's home.
-				s.log.DebugContext(ctx, "entity not activated: its shard has moved", "entity", name, "err", err)
+				s.log.DebugContext(ctx, "entity not activated: its shard has moved", "entity", e.name(), "err", err)
 				done(nil)
 				e.rerouteFenced(d)
 				return
 			}
-			s.log.WarnContext(ctx, "entity activation failed", "entity", name, "err", err)
+			s.log.WarnContext(ctx, "entity activation failed", "entity", e.name(), "err", err)
 			done(err)
 			d.fail(err)
 			return
@@ -249,25 +304,26 @@ func (e *entity) process(d delivery) {
 		done(nil)
 		return // a remembered entity restarted: no message
 	}
-	mctx := context.WithValue(ctx, messageInfoKey{}, MessageInfo{
+	mctx := withMessageInfo(ctx, MessageInfo{
 		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
 	out, err := e.inst.Receive(mctx, d.env.Payload)
 	lc, _ := e.inst.(EntityLifecycle)
 	if lc != nil && lc.Terminated() {
 		// The entity is gone (a trapped instance): what it did since its last save is
 		// lost, and the next message starts from the saved state.
-		s.log.WarnContext(ctx, "entity terminated", "entity", name, "err", err)
+		s.log.WarnContext(ctx, "entity terminated", "entity", e.name(), "err", err)
 		e.stop(ctx, false)
 	}
-	var fwd *ForwardTo
-	if errors.As(err, &fwd) {
-		// Passed on: the entity it names answers the asker.
-		s.forward(d, fwd)
-		d.reply, d.ask = nil, false
-		err = nil
+	if err != nil {
+		if fwd := forwardOf(err); fwd != nil {
+			// Passed on: the entity it names answers the asker.
+			s.forward(d, fwd)
+			d.reply, d.ask = nil, false
+			err = nil
+		}
 	}
 	if err != nil {
-		s.log.DebugContext(ctx, "message failed", "entity", name, "err", err)
+		s.log.DebugContext(ctx, "message failed", "entity", e.name(), "err", err)
 		done(err)
 		d.fail(err)
 		return
@@ -275,7 +331,7 @@ func (e *entity) process(d delivery) {
 	if !s.hostingAllowed() {
 		// The lease lapsed while the entity handled the message: another member may
 		// host it by now, so this reply cannot be trusted, nor the instance kept.
-		e.failLeaseLapsed(ctx, name, d, done)
+		e.failLeaseLapsed(ctx, d, done)
 		return
 	}
 	if e.inst == nil {
@@ -305,7 +361,7 @@ func (e *entity) process(d delivery) {
 		if !s.hostingAllowed() {
 			// Saved, but the lease lapsed meanwhile: the reply waits for nobody who
 			// could trust it (the change may or may not count).
-			e.failLeaseLapsed(ctx, name, d, done)
+			e.failLeaseLapsed(ctx, d, done)
 			return
 		}
 	}
@@ -324,9 +380,9 @@ func (e *entity) process(d delivery) {
 
 // failLeaseLapsed ends a message handled while the hosting lease lapsed: the instance
 // stops unsaved and the message fails with ErrShardUnavailable (ErrNoMajority).
-func (e *entity) failLeaseLapsed(ctx context.Context, name string, d delivery, done func(error)) {
+func (e *entity) failLeaseLapsed(ctx context.Context, d delivery, done func(error)) {
 	e.stop(ctx, false)
-	err := wrapCause(ErrShardUnavailable, name, ErrNoMajority)
+	err := wrapCause(ErrShardUnavailable, e.name(), ErrNoMajority)
 	done(err)
 	d.fail(err)
 }
@@ -516,7 +572,7 @@ func (e *entity) rerouteFenced(d delivery) {
 // an owned goroutine.
 func (e *entity) passivate(cause string) bool {
 	e.mu.Lock()
-	if e.running || !e.live || len(e.queue) > 0 {
+	if e.running || !e.live || e.queued() > 0 {
 		e.mu.Unlock()
 		return false
 	}

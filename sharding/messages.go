@@ -231,11 +231,33 @@ type MessageInfo struct {
 
 type messageInfoKey struct{}
 
+// messageCtx is the context of an Entity.Receive: its parent's, with the message's
+// MessageInfo. One allocation, where context.WithValue would make two (its context and
+// the MessageInfo boxed); Value hands out a pointer to info, which nothing changes.
+type messageCtx struct {
+	context.Context
+	info MessageInfo
+}
+
+func (c *messageCtx) Value(key any) any {
+	if key == (messageInfoKey{}) {
+		return &c.info
+	}
+	return c.Context.Value(key)
+}
+
+// withMessageInfo returns ctx carrying mi for MessageInfoFrom.
+func withMessageInfo(ctx context.Context, mi MessageInfo) context.Context {
+	return &messageCtx{Context: ctx, info: mi}
+}
+
 // MessageInfoFrom returns the MessageInfo of the message an Entity.Receive context
 // belongs to.
 func MessageInfoFrom(ctx context.Context) (MessageInfo, bool) {
-	mi, ok := ctx.Value(messageInfoKey{}).(MessageInfo)
-	return mi, ok
+	if mi, ok := ctx.Value(messageInfoKey{}).(*MessageInfo); ok {
+		return *mi, true
+	}
+	return MessageInfo{}, false
 }
 
 // ForwardTo is what Entity.Receive returns, as its error, to pass the message on to

@@ -330,7 +330,7 @@ func (r *Region) activated(e *entity) {
 			other.mu.Lock()
 			// Idle: no message in hand or waiting (its goroutine may still be finishing
 			// the last one; then it passivates as soon as it is done).
-			live, idle, used := other.live, !other.busy && len(other.queue) == 0, other.lastUsed
+			live, idle, used := other.live, !other.busy && other.queued() == 0, other.lastUsed
 			other.mu.Unlock()
 			if !live {
 				continue
@@ -357,7 +357,7 @@ func (r *Region) passivateIdle(now time.Time) {
 	r.eachHostedLocked(func(sh *shard) {
 		for id, e := range sh.entities {
 			e.mu.Lock()
-			quiet := !e.running && len(e.queue) == 0
+			quiet := !e.running && e.queued() == 0
 			if quiet && !e.live {
 				delete(sh.entities, id) // nothing to keep: a new message makes a new one
 			} else if quiet && after > 0 && now.Sub(e.lastUsed) > after {
@@ -464,7 +464,7 @@ func (r *Region) unpause(shardID int) {
 func (r *Region) entityLocked(sh *shard, id string) *entity {
 	e := sh.entities[id]
 	if e == nil {
-		e = &entity{r: r, shard: sh.id, id: id, epoch: sh.epoch}
+		e = newEntity(r, sh.id, id, sh.epoch)
 		sh.entities[id] = e
 	}
 	return e

@@ -727,42 +727,52 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	// A tell has no reply, but a failure before the message leaves this member (stopped,
 	// buffer full) happens synchronously and is returned; later ones are not.
 	// A failure after that is a dead letter (tellFailed).
-	errc := make(chan error, 1)
-	var mu sync.Mutex
-	returned := false
 	env := m.envelope(s.self)
-	env.Chain = nil                    // nobody waits for a tell
-	dctx := context.WithoutCancel(ctx) // the message outlives the call: the trace, not the cancellation
+	env.Chain = nil // nobody waits for a tell
+	dctx := ctx
+	if ctx.Done() != nil {
+		dctx = context.WithoutCancel(ctx) // the message outlives the call: the trace, not the cancellation
+	}
+	t := &tellCall{s: s, env: env, ctx: dctx}
 	s.route(delivery{
-		env: env,
-		ctx: dctx,
-		reply: func(_ Reply, err error) {
-			mu.Lock()
-			// Only a failure to route the message from here is the caller's; the
-			// entity's own failure is a dead letter even when it comes back before
-			// TellMessage returns (a quick local entity).
-			early := !returned && tellRoutingError(err)
-			if early {
-				select {
-				case errc <- err:
-				default:
-				}
-			}
-			mu.Unlock()
-			if !early && err != nil {
-				s.tellFailed(dctx, env, err)
-			}
-		},
+		env:   env,
+		ctx:   dctx,
+		reply: func(_ Reply, err error) { t.failed(err) },
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	returned = true
-	select {
-	case err := <-errc:
-		failSpan(span, err)
-		return err
-	default:
-		return nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.returned = true
+	if t.err != nil {
+		failSpan(span, t.err)
+	}
+	return t.err
+}
+
+// tellCall is a tell on its way: what its delivery's failures need.
+type tellCall struct {
+	s   *Sharding
+	env Envelope
+	ctx context.Context
+
+	mu       sync.Mutex
+	returned bool  // TellMessage has returned
+	err      error // the routing failure TellMessage returns
+}
+
+// failed takes a failure of the tell: the caller's, if it failed to route the message
+// from here before TellMessage returned; a dead letter otherwise.
+func (t *tellCall) failed(err error) {
+	t.mu.Lock()
+	// Only a failure to route the message from here is the caller's; the entity's own
+	// failure is a dead letter even when it comes back before TellMessage returns (a
+	// quick local entity).
+	early := !t.returned && t.err == nil && tellRoutingError(err)
+	if early {
+		t.err = err
+	}
+	t.mu.Unlock()
+	if !early && err != nil {
+		t.s.tellFailed(t.ctx, t.env, err)
 	}
 }
 
@@ -806,36 +816,74 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 	if id == "" {
 		return Reply{}, ErrEmptyEntityID
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.AskTimeout)
-		defer cancel()
-	}
-	deadline, _ := ctx.Deadline()
 	start := time.Now()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		// Config.AskTimeout, kept by the waiter's timer rather than a context of its
+		// own: nothing on the way reads the ask's context for its deadline (the
+		// delivery carries it), and a context.WithTimeout per ask costs 4 allocations
+		// and most of a microsecond.
+		deadline = start.Add(s.cfg.AskTimeout)
+	}
 	// No span of its own: the caller's (the API's server span, the asking entity's
 	// message) is the ask's, and the entity's "handle" span is its child.
-	type result struct {
-		r   Reply
-		err error
-	}
-	ch := make(chan result, 1)
-	var once sync.Once
-	d := delivery{
+	w := askWaiters.Get().(*askWaiter)
+	gen := w.gen.Load()
+	s.route(delivery{
 		env:      m.envelope(s.self),
 		ctx:      ctx,
 		deadline: deadline,
 		ask:      true,
-		reply: func(r Reply, err error) {
-			once.Do(func() { ch <- result{r, err} })
-		},
+		reply:    func(r Reply, err error) { w.put(gen, r, err) },
+	})
+	var timeout <-chan time.Time
+	if !ok {
+		w.timer.Reset(deadline.Sub(start))
+		timeout = w.timer.C
 	}
-	s.route(d)
 	select {
-	case res := <-ch:
+	case res := <-w.ch:
+		w.timer.Stop()
+		w.gen.Store(gen + 2) // replies to this ask are refused from here on
+		askWaiters.Put(w)
 		return res.r, res.err
 	case <-ctx.Done():
-		return Reply{}, fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
+	case <-timeout:
+	}
+	// The reply may still come: the waiter is left to it (and to the collector), not
+	// reused.
+	w.timer.Stop()
+	return Reply{}, fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
+}
+
+// askWaiter is where an ask waits for its reply. Waiters are reused (askWaiters) by
+// the asks that got their reply; gen tells their uses apart, so that a reply that
+// comes twice, or late, never reaches a later ask.
+type askWaiter struct {
+	ch    chan askResult // buffered: put never blocks
+	timer *time.Timer    // Config.AskTimeout, for an ask whose context has no deadline
+	// gen is even while the waiter waits for the reply of the ask that read it, and
+	// odd (gen+1) once that reply is in ch.
+	gen atomic.Uint64
+}
+
+type askResult struct {
+	r   Reply
+	err error
+}
+
+// askWaiters are the waiters of asks, reused.
+var askWaiters = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &askWaiter{ch: make(chan askResult, 1), timer: t}
+}}
+
+// put hands the reply of the ask of generation gen to its waiter, unless that ask had
+// one already or is over.
+func (w *askWaiter) put(gen uint64, r Reply, err error) {
+	if w.gen.CompareAndSwap(gen, gen+1) {
+		w.ch <- askResult{r, err}
 	}
 }
 

@@ -77,6 +77,9 @@ type shardingTelemetry struct {
 	// traced: a tracer provider was given. Spans of background work (passivation,
 	// handoff) start new traces only then.
 	traced bool
+	// metered: a meter provider was given. Without one, a handled message is not
+	// timed (its arrival is not read off the clock).
+	metered bool
 
 	messageDur      metric.Float64Histogram
 	activations     metric.Int64Counter
@@ -111,7 +114,7 @@ type typeAndKey struct {
 }
 
 func newShardingTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *shardingTelemetry {
-	t := &shardingTelemetry{tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp)}
+	t := &shardingTelemetry{tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp), metered: mp != nil}
 	m := obs.Meter(mp, "sharding")
 	t.messageDur = obs.Must(m.Float64Histogram("shardhost.entity.message.duration", metric.WithUnit("s"),
 		metric.WithDescription("Messages handled by entities hosted here (its count), and the time from each one's arrival in its entity's mailbox to the end of its handling (mailbox wait, activation, guest call, checkpoint); kind is ask, tell, timer or changed, source local (routed first by this member) or remote. [shardhost.entity.type, shardhost.message.kind, shardhost.message.source, shardhost.outcome]"),
@@ -185,8 +188,9 @@ func (s *Sharding) registerShards(mp metric.MeterProvider) {
 // message allocates nothing.
 type regionTelemetry struct {
 	typeOnly metric.MeasurementOption
-	// ok[kind][remote] is the attribute set of a message handled without error.
-	ok [numKinds][2]metric.MeasurementOption
+	// ok[kind][remote] is the attribute set of a message handled without error, as the
+	// options of a Record call (passed on with ..., no slice is made per call).
+	ok [numKinds][2][]metric.RecordOption
 	// Span names: "handle counter", "activate counter", ...; tellName by kind ("tell
 	// counter", "timer counter", "changed counter").
 	handleName, activateName, passivateName, saveName, bufferedName, resolveName, handoffName, askName string
@@ -197,7 +201,7 @@ func newRegionTelemetry(typ string) regionTelemetry {
 	rt := regionTelemetry{typeOnly: metric.WithAttributeSet(attribute.NewSet(obs.EntityType.String(typ)))}
 	for k := range numKinds {
 		for remote := range 2 {
-			rt.ok[k][remote] = metric.WithAttributeSet(messageAttrs(typ, k, remote == 1, obs.OutcomeOK))
+			rt.ok[k][remote] = []metric.RecordOption{metric.WithAttributeSet(messageAttrs(typ, k, remote == 1, obs.OutcomeOK))}
 		}
 		rt.tellName[k] = kindNames[k] + " " + typ
 	}
@@ -218,20 +222,20 @@ func (e *entity) entityAttrs() []attribute.KeyValue {
 		obs.ShardID.Int(e.shard), obs.Node.String(e.r.s.self)}
 }
 
-// recordMessage records a handled message: its count and duration since arrival.
-func (e *entity) recordMessage(kind messageKindIndex, remote bool, arrived time.Time, err error) {
+// recordMessage records a handled message, done at now: its count and duration since
+// arrival. Only when metered.
+func (e *entity) recordMessage(kind messageKindIndex, remote bool, arrived, now time.Time, err error) {
 	t := e.r.s.tel
-	var a metric.MeasurementOption
 	if err == nil {
 		r := 0
 		if remote {
 			r = 1
 		}
-		a = e.r.tel.ok[kind][r]
-	} else {
-		a = t.messageFailure.Get(messageKey{e.r.settings.Name, kind, remote, ErrorCode(err)})
+		t.messageDur.Record(context.Background(), now.Sub(arrived).Seconds(), e.r.tel.ok[kind][r]...)
+		return
 	}
-	t.messageDur.Record(context.Background(), e.r.s.cfg.Now().Sub(arrived).Seconds(), a)
+	t.messageDur.Record(context.Background(), now.Sub(arrived).Seconds(),
+		t.messageFailure.Get(messageKey{e.r.settings.Name, kind, remote, ErrorCode(err)}))
 }
 
 // failSpan marks span failed with err's error code as error.type.
