@@ -16,7 +16,7 @@ import (
 // an entity's mailbox, which starts a goroutine for nearly every message.
 const (
 	maxIdle     = 256             // idle goroutines kept per group
-	idleTimeout = 2 * time.Second // after which an idle goroutine exits
+	idleTimeout = 2 * time.Second // an idle goroutine exits after one to two of these
 )
 
 // Group owns goroutines. The zero value is not usable: make one with New. All methods
@@ -85,10 +85,14 @@ func (g *Group) run(f func()) {
 }
 
 // work runs f, then what run hands it while it is idle, until it has been idle for
-// idleTimeout, or the group closes, or too many are idle already.
+// a whole period of its timer (between idleTimeout and twice that), or the group
+// closes, or too many are idle already. The timer runs on while the goroutine works: a
+// message's worth of work costs no timer reset, and a tick that finds the goroutine
+// used since the last one arms the next.
 func (g *Group) work(w *worker, f func()) {
 	defer g.workers.Done()
-	var timer *time.Timer
+	timer := time.NewTimer(idleTimeout)
+	defer timer.Stop()
 	for {
 		f()
 		f = nil
@@ -96,24 +100,35 @@ func (g *Group) work(w *worker, f func()) {
 		if !g.park(w) {
 			return
 		}
-		if timer == nil {
-			timer = time.NewTimer(idleTimeout)
-		} else {
-			timer.Reset(idleTimeout)
-		}
-		select {
-		case f = <-w.work:
-			timer.Stop()
+		if !g.idleWait(w, timer, &f) {
 			continue
-		case <-timer.C:
-		case <-g.ctx.Done():
-			timer.Stop()
 		}
 		if g.unpark(w) {
 			return
 		}
 		// run took it off the idle list meanwhile: its function is on the way.
 		f = <-w.work
+	}
+}
+
+// idleWait waits, w being idle, for its next function (put in *f: it reports false)
+// or for the end of its idleness: a whole period of timer without work (the timer
+// ticked during the work just done), or the group closing (true).
+func (g *Group) idleWait(w *worker, timer *time.Timer, f *func()) bool {
+	used := true // since the last tick
+	for {
+		select {
+		case *f = <-w.work:
+			return false
+		case <-timer.C:
+			if !used {
+				return true
+			}
+			used = false
+			timer.Reset(idleTimeout)
+		case <-g.ctx.Done():
+			return true
+		}
 	}
 }
 
