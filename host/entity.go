@@ -221,12 +221,11 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	}
 	inst := e.inst
 	inst.startRecording()
-	start := time.Now()
 	out, err := inst.Receive(ctx, payload)
 	calls := inst.stopRecording()
 	if inst.returned {
 		mi, _ := sharding.MessageInfoFrom(ctx)
-		e.logMessage(payload, mi, calls, time.Since(start))
+		e.logMessage(payload, mi, calls, inst.lastCall)
 	}
 	e.outcome(err)
 	if inst.Closed() && e.rec != nil && (isGuestError(err) || inst.returned) {

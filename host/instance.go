@@ -96,10 +96,19 @@ type Instance struct {
 	receive     api.Function
 	ctx         context.Context // lives as long as the instance; carries it for host functions
 	cancel      context.CancelFunc
-	timer       *time.Timer
+	timer       *time.Timer // the activation deadline (instantiate)
 	deadlineHit atomic.Bool
 	stderr      head
 	stack       [2]uint64
+
+	// The message deadline of the call in progress (calldeadline.go): callEnd is
+	// when it passes, in nanoseconds after monoBase (0: no call); callTimer, made at
+	// the first call, fires no later than that while a call runs; callArmed says it
+	// is set to fire.
+	callEnd   atomic.Int64
+	callTimer atomic.Pointer[time.Timer] // atomic: the timer's own goroutine reads it
+	callArmed atomic.Bool
+	lastCall  time.Duration // how long the last call into the guest took
 
 	// Guest-level snapshots and the v1 hooks, once looked up (Instance.export); the
 	// Module says which the guest exports.
@@ -292,17 +301,14 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	// events, and the spans of what it calls (ddata, tell, ask), go there. One span per
 	// message keeps tracing cheap; the guest call's duration is a metric.
 	rt := i.m.rt
-	var start time.Time
-	if rt.tel.metered {
-		start = time.Now()
-	}
+	i.lastCall = 0
 	i.msg, _ = sharding.MessageInfoFrom(ctx)
 	i.msgCtx = ctx
 	reply, err := i.call(msg)
 	i.msg, i.msgCtx = sharding.MessageInfo{}, nil
 	if i.typeOpt != nil {
 		if rt.tel.metered {
-			rt.tel.callDur.Record(context.Background(), since(start), i.typeOpt...)
+			rt.tel.callDur.Record(context.Background(), i.lastCall.Seconds(), i.typeOpt...)
 		}
 		i.hostCalls.Add(int64(i.calls))
 	}
@@ -353,8 +359,8 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	defer i.m.rt.exit()
 	i.stderr.reset()
 	i.returned = false
-	started := time.Now()
-	i.timer.Reset(i.m.rt.cfg.MessageDeadline)
+	started := sinceMonoBase()
+	end := i.startDeadline(started, i.m.rt.cfg.MessageDeadline)
 	var err error
 	var ptr uint32
 	if withArg {
@@ -380,9 +386,10 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		i.inCall, i.phase = false, phaseNone
 		i.returned = err == nil
 	}
-	fired := !i.timer.Stop()
+	i.lastCall = sinceMonoBase() - started
+	fired := i.endDeadline(end)
 	if err != nil {
-		err = i.guestError(err, fired, i.m.rt.cfg.MessageDeadline, time.Since(started))
+		err = i.guestError(err, fired, i.m.rt.cfg.MessageDeadline, i.lastCall)
 		i.Close(context.Background())
 		return 0, nil, err
 	}
@@ -610,6 +617,9 @@ func (i *Instance) Close(ctx context.Context) error {
 	}
 	i.closed = true
 	i.timer.Stop()
+	if t := i.callTimer.Load(); t != nil {
+		t.Stop()
+	}
 	rt := i.m.rt
 	rt.mu.Lock()
 	delete(rt.live, i)
