@@ -432,7 +432,16 @@ func (s *Sharding) leaseLeft() time.Duration {
 	// On membership's clock, MajorityContact's (time.Now's monotonic reading unless
 	// cluster.MembershipConfig.Now is set): a process paused past its lease finds it
 	// lapsed when it resumes, whatever the wall clock did.
-	return s.lease - s.cfg.Membership.Now().Sub(v.MajorityContact)
+	return s.lease - s.since(v.MajorityContact)
+}
+
+// since is the time since t on membership's clock: its Since when it has one
+// (*cluster.Membership: one clock read where Now makes two), else Now().Sub(t).
+func (s *Sharding) since(t time.Time) time.Duration {
+	if m, ok := s.cfg.Membership.(interface{ Since(time.Time) time.Duration }); ok {
+		return m.Since(t)
+	}
+	return s.cfg.Membership.Now().Sub(t)
 }
 
 // hosting reports whether this member may host now (leaseLeft).
