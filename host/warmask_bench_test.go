@@ -54,73 +54,65 @@ func BenchmarkWarmAsk(b *testing.B) {
 	})
 	b.Run("concurrent", func(b *testing.B) {
 		b.ReportAllocs()
-		var next atomic.Int64
-		var failed atomic.Pointer[error]
-		done := make(chan struct{})
+		next := make([]int, askers) // each asker's next counter, from its own offset
+		for a := range next {
+			next[a] = a * entities / askers
+		}
 		b.ResetTimer()
 		defer reportCPU(b)()
-		for a := 0; a < askers; a++ {
-			go func(a int) {
-				defer func() { done <- struct{}{} }()
-				k := a * entities / askers
-				for next.Add(1) <= int64(b.N) {
-					if _, err := s.Ask(ctx, "counter", ids[k%entities], inc); err != nil {
-						failed.CompareAndSwap(nil, &err)
-						return
-					}
-					k += 7
-				}
-			}(a)
-		}
-		for a := 0; a < askers; a++ {
-			<-done
-		}
+		parallelOps(b, askers, func(a int, _ int64) error {
+			k := next[a]
+			next[a] += 7
+			_, err := s.Ask(ctx, "counter", ids[k%entities], inc)
+			return err
+		})
 		b.StopTimer()
-		if err := failed.Load(); err != nil {
-			b.Fatal(*err)
-		}
 	})
 	b.Run("tell", func(b *testing.B) {
 		b.ReportAllocs()
-		var next atomic.Int64
-		var failed atomic.Pointer[error]
-		done := make(chan struct{})
 		b.ResetTimer()
 		defer reportCPU(b)()
-		for t := 0; t < tellers; t++ {
-			go func() {
-				defer func() { done <- struct{}{} }()
-				for {
-					i := next.Add(1) - 1
-					if i >= int64(b.N) {
-						return
-					}
-					for {
-						err := s.Tell(ctx, "counter", ids[i%entities], inc)
-						if err == nil {
-							break
-						}
-						if !errors.Is(err, sharding.ErrMailboxFull) && !errors.Is(err, sharding.ErrBufferFull) {
-							failed.CompareAndSwap(nil, &err)
-							return
-						}
-					}
+		parallelOps(b, tellers, func(_ int, i int64) error {
+			for {
+				err := s.Tell(ctx, "counter", ids[i%entities], inc)
+				if err == nil || !errors.Is(err, sharding.ErrMailboxFull) && !errors.Is(err, sharding.ErrBufferFull) {
+					return err
 				}
-			}()
-		}
-		for t := 0; t < tellers; t++ {
-			<-done
-		}
+			}
+		})
 		for _, id := range ids {
 			if _, err := s.Ask(ctx, "counter", id, []byte("get")); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.StopTimer()
-		if err := failed.Load(); err != nil {
-			b.Fatal(*err)
-		}
 	})
+}
+
+// parallelOps runs operations 0 to b.N-1 on workers goroutines, each taking the next
+// from a shared count: op(w, i) does operation i on worker w. The first error fails
+// the benchmark once every worker has stopped.
+func parallelOps(b *testing.B, workers int, op func(w int, i int64) error) {
+	var next atomic.Int64
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			var err error
+			for i := next.Add(1) - 1; err == nil && i < int64(b.N); i = next.Add(1) - 1 {
+				err = op(w, i)
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		b.Fatal(first)
+	}
 }
 
 // reportCPU starts measuring the process's CPU time; the function it returns reports
