@@ -189,15 +189,17 @@
 //     coordinator records the process that confirmed a HostShard, forgetting the
 //     allocations of the one it replaced, which would otherwise take the new one's
 //     along when forgotten (the rest of bug 9).
-//  14. Fixed in part. Seed 2204 (load 20: members downed and restarted piecemeal): two
+//  14. Fixed. Seed 2204 (load 20: members downed and restarted piecemeal): two
 //     coordinators were active for a moment, and the one about to be downed allocated
 //     a shard at the epoch the other had given it too, to the region that had handed
 //     the shard off since. That
 //     region's memo of its fence at the epoch survived the handoff: it read the entity
 //     without fencing again, though the shard's new owner had fenced a newer epoch, and
 //     activated it. A shard hosted anew is now fenced anew (sharding's
-//     TestSeed2204AShardHostedAgainIsFencedAgain). Not fixed: two coordinators at once
-//     can give one epoch twice; fencing orders allocations only if epochs are unique.
+//     TestSeed2204AShardHostedAgainIsFencedAgain). And two coordinators at once gave
+//     one epoch twice, which fencing cannot order: an epoch now carries the allocating
+//     coordinator's process in its low bits (sharding's
+//     TestSeed2204TwoActiveCoordinatorsGiveTwoEpochs).
 //  15. Fixed. Seed 2443: a member restarted at its address asked for a shard's home
 //     before the coordinator had forgotten its previous process's allocations; the
 //     answer named its own address, and it hosted the shard at the previous process's

@@ -144,8 +144,8 @@ func TestSeed2365AllocationToAPreviousProcessHostsNothing(t *testing.T) {
 // handed it off since; the region's memo of its fence at that epoch survived the
 // handoff, so it read the entity without fencing again while the new owner had fenced a
 // newer epoch, and activated it. Fixed: a shard hosted anew is fenced anew (sharding's
-// TestSeed2204AShardHostedAgainIsFencedAgain). Two coordinators can still give one
-// epoch twice (faults/doc.go, bug 14).
+// TestSeed2204AShardHostedAgainIsFencedAgain); and two coordinators at once no longer
+// give one epoch twice (sharding's TestSeed2204TwoActiveCoordinatorsGiveTwoEpochs).
 func TestSeed2204AShardHostedAgainIsFencedAgain(t *testing.T) {
 	s := Schedule{Seed: 2204, Members: 3, Gap: millis(309), Faults: []Fault{
 		{Kind: Bridge, Pick: 5, Side: 1, For: millis(1869)},

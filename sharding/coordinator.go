@@ -70,6 +70,26 @@ type coordinator struct {
 	incarnation map[string]cluster.UID
 }
 
+// epochTagBits is how many low bits of an allocation epoch name the coordinator that
+// gave it (nextEpoch).
+const epochTagBits = 24
+
+// nextEpoch returns the allocation epoch that follows max, the newest the coordinator
+// knows for the type, when the coordinator runs in the process uid: the count above
+// max's, in the high 40 bits, and the low 24 bits of uid below.
+//
+// Fencing orders allocations by their epochs only if no epoch is given twice (the
+// state store keeps one epoch's writes as one owner's). A coordinator is a cluster
+// singleton, but for a moment two can be active: one on a member about to be downed,
+// or paused, and its successor. Both recovered the same max and would give one count
+// to two regions (faults/doc.go, bug 14). With the tag, the two allocations have two
+// epochs, and the state store refuses the older one's fence or save once the newer
+// one has fenced. Two processes' tags are equal with probability 2^-24. An epoch from
+// before the tag (a count alone, below 2^24) is older than every tagged one.
+func nextEpoch(max uint64, uid cluster.UID) uint64 {
+	return (max>>epochTagBits+1)<<epochTagBits | uint64(uid)&(1<<epochTagBits-1)
+}
+
 func newCoordinator(s *Sharding) *coordinator {
 	c := &coordinator{s: s}
 	c.reset()
@@ -470,8 +490,8 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 	}
 	if err == nil {
 		c.tentative[ref] = region
-		c.maxEpoch[ref.Type]++
-		epoch = c.maxEpoch[ref.Type]
+		epoch = nextEpoch(c.maxEpoch[ref.Type], c.s.cfg.Membership.Self().UID)
+		c.maxEpoch[ref.Type] = epoch
 	}
 	c.mu.Unlock()
 	if err != nil {

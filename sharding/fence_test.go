@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/cluster"
 )
 
 // TestANewOwnersFirstReadFencesTheFormerOwner: a shard moves to a new owner (epoch e+1)
@@ -157,5 +159,76 @@ func TestSeed2204AShardHostedAgainIsFencedAgain(t *testing.T) {
 	defer cancel()
 	if err := reg.fenceShard(ctx, sh, epoch); !errors.Is(err, ErrStaleEpoch) {
 		t.Fatalf("the fence of shard %d hosted again at epoch %d, after a fence at %d: %v, want ErrStaleEpoch", sh, epoch, epoch+1, err)
+	}
+}
+
+// TestSeed2204TwoActiveCoordinatorsGiveTwoEpochs: the rest of bug 14 (faults/doc.go).
+// For a moment two coordinators were active (one on a member about to be downed), and
+// both, from the same newest epoch, allocated a shard at the same next one: fencing,
+// which orders allocations by epoch, could not tell the two owners apart. Here the
+// second member's coordinator is started beside the singleton's and both allocate one
+// shard: the two epochs must differ, and the state store must refuse the older one
+// once the newer one has fenced. Before nextEpoch tagged epochs with the coordinator's
+// process, both were 1.
+func TestSeed2204TwoActiveCoordinatorsGiveTwoEpochs(t *testing.T) {
+	tc := newTestCluster(t, 2, withSharedStateStore())
+	active := func(c *coordinator) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.active
+	}
+	for _, n := range tc.nodes {
+		if c := n.sharding.coord; !active(c) {
+			c.Start()
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !active(tc.nodes[0].sharding.coord) || !active(tc.nodes[1].sharding.coord) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two coordinators are not both active after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ref := shardRef{Type: "durable", Shard: 3}
+	var wg sync.WaitGroup
+	homes, errs := make([]shardHome, 2), make([]error, 2)
+	for i, n := range tc.nodes {
+		wg.Add(1)
+		n.sharding.coord.getShardHome(ctx, ref, func(h shardHome, err error) {
+			homes[i], errs[i] = h, err
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s's coordinator: %v", tc.nodes[i].name, err)
+		}
+	}
+	if homes[0].Epoch == homes[1].Epoch {
+		t.Fatalf("two coordinators allocated shard %d at one epoch %d (to %s and %s)", ref.Shard, homes[0].Epoch,
+			homes[0].Region, homes[1].Region)
+	}
+	older, newer := min(homes[0].Epoch, homes[1].Epoch), max(homes[0].Epoch, homes[1].Epoch)
+	if err := tc.states.FenceShard(ctx, ref.Type, ref.Shard, newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.states.FenceShard(ctx, ref.Type, ref.Shard, older); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("a fence at epoch %d after one at %d: %v, want ErrStaleEpoch", older, newer, err)
+	}
+}
+
+func TestNextEpoch(t *testing.T) {
+	a, b := cluster.UID(0x1234_5678_9abc), cluster.UID(0x9999_0000_0001)
+	for _, last := range []uint64{0, 1, 7, 1<<epochTagBits - 1, nextEpoch(0, a), nextEpoch(41<<epochTagBits|5, b)} {
+		ea, eb := nextEpoch(last, a), nextEpoch(last, b)
+		if ea <= last || eb <= last || ea == eb {
+			t.Errorf("nextEpoch(%d) = %d and %d for two processes: want two epochs above it", last, ea, eb)
+		}
+		if nextEpoch(ea, a) <= ea || nextEpoch(ea, b) <= max(ea, eb) {
+			t.Errorf("the epochs after %d and %d do not follow them", ea, eb)
+		}
 	}
 }
