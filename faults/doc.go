@@ -207,6 +207,14 @@
 //     another member. The answer now names the process the allocation is for, and
 //     another process at the address does not take it (sharding's
 //     TestSeed2443AHomeAllocatedToAPreviousProcessIsNotTaken).
+//  16. Fixed. Seed 2227 (7 members, a loaded machine): the first member of the cluster,
+//     which had admitted itself alone, was downed before its first handover round
+//     admitted the members that had joined it; they went on without it, and when
+//     every member had been downed it was restarted first, alone, and from its saved
+//     ring of itself took itself for the whole cluster and served its older state. A
+//     ring is now saved with the members up it has not admitted yet, and a ring of one
+//     restored alone waits for the members that had joined it (sharding's
+//     TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt).
 //
 // The harness itself was fixed twice on the way: a member restarted with an empty data
 // directory while no member ran formed a new cluster alone (seed 13340; the downed

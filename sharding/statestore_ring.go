@@ -59,7 +59,12 @@
 // while gone, so it reads through the others until a handover round shows its ring
 // current: a member of the same generation that admits it with its store ID, below;
 // and alone, a ring of two that the other member shrank to itself while this one was
-// gone must not shrink to this one). A store with nothing saved starts with the live
+// gone must not shrink to this one). A ring is saved with the members up that it has
+// not admitted yet as well: a ring of this member alone that members had joined
+// restores as a ring of them, as they may have gone on without it (their handover
+// round left it out once it was downed) while it was gone; one that no member joined
+// restores empty, and alone this member admits itself again (a cluster of one
+// restarting). A store with nothing saved starts with the live
 // members, itself among them with no store ID (so that a member that joins, or comes
 // back without its data, reads through the others until its first round: its own old
 // replica counts as gone), and learns the rest from each round's answers; alone, it
@@ -134,6 +139,9 @@ type stateRing struct {
 	// store IDs; this member's next round asks every live member (learning their store
 	// IDs from their answers) even if its ring seems settled.
 	verify bool
+	// joining are the live members the ring has not admitted, as last saved (sorted):
+	// the ring is saved again when they change (noteJoiningLocked).
+	joining []string
 }
 
 // stateRingView is one look at the ring: the members in the view by address, the live
@@ -238,11 +246,44 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 		s.startRingLocked(v)
 	}
 	v.started = true
+	s.noteJoiningLocked(v.live)
 	v.ids = maps.Clone(r.admitted)
 	v.admitted = slices.Sorted(maps.Keys(r.admitted))
 	v.markReplaced()
 	v.gen = r.gen
 	return v
+}
+
+// noteJoiningLocked saves the ring when the live members it has not admitted (joining,
+// besides this member) differ from those saved with it. A ring that admits only this
+// member (the first member of a new cluster) and that members joined is saved with
+// them, so that if this member stops before a handover round admits them, it does not
+// take itself for the whole cluster when it comes back first, alone: the members that
+// joined may have admitted a ring without it since, and served writes it never saw
+// (fault seed 2227, -max-side=2). The caller holds ring.mu.
+func (s *ReplicatedStateStore) noteJoiningLocked(live []string) {
+	r := &s.ring
+	self := s.cfg.Membership.Self().Address
+	n := 0
+	for _, a := range live {
+		if _, ok := r.admitted[a]; !ok && a != self {
+			if n >= len(r.joining) || r.joining[n] != a {
+				n = -1
+				break
+			}
+			n++
+		}
+	}
+	if n == len(r.joining) {
+		return
+	}
+	r.joining = r.joining[:0:0]
+	for _, a := range live {
+		if _, ok := r.admitted[a]; !ok && a != self {
+			r.joining = append(r.joining, a)
+		}
+	}
+	s.saveRingLocked()
 }
 
 // markReplaced sets v.replaced from v.ids and v.stores: the live members admitted with
@@ -292,6 +333,17 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 		// write b acknowledged since is on b alone) must not become {a} when a comes
 		// back alone from its older ring (fault seed 75005).
 		delete(r.admitted, v.self)
+		if len(r.admitted) == 0 {
+			// A ring of this member alone: the first member of a cluster, or what is left
+			// of one. Members that had joined it when it stopped may have gone on without
+			// it (a handover round of theirs left it out once it was downed): it waits
+			// for them (fault seed 2227). Without any, it is the whole cluster.
+			for _, a := range rec.Joining {
+				if a != v.self {
+					r.admitted[a] = ""
+				}
+			}
+		}
 	case alone && s.newFile():
 		r.admitted[v.self] = s.storeID() // the first member of a new cluster
 	default:
@@ -337,6 +389,11 @@ func (s *ReplicatedStateStore) saveRingLocked() {
 func (r *stateRing) recordLocked(self string) *stateRingRecord {
 	rec := &stateRingRecord{Gen: r.gen, Self: self, Admitted: slices.Sorted(maps.Keys(r.admitted))}
 	rec.Stores = storesOf(rec.Admitted, r.admitted)
+	for _, a := range r.joining {
+		if _, ok := r.admitted[a]; !ok {
+			rec.Joining = append(rec.Joining, a)
+		}
+	}
 	return rec
 }
 

@@ -559,3 +559,83 @@ type selfOnly struct {
 }
 
 func (m selfOnly) Self() cluster.Member { return m.self }
+
+// ringMembers is a Membership that answers Self and Members from a list, for ringView.
+type ringMembers struct {
+	selfOnly
+	members []cluster.Member
+}
+
+func (m *ringMembers) Members() []cluster.Member { return m.members }
+
+func upMembers(addrs ...string) []cluster.Member {
+	var out []cluster.Member
+	for _, a := range addrs {
+		out = append(out, cluster.Member{Address: a, TransportAddr: "t-" + a, Status: cluster.StatusUp, Reachable: true})
+	}
+	return out
+}
+
+// TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt: fault seed 2227
+// (-max-side=2, a loaded machine). The first member of a cluster admits itself alone;
+// members join it and it stops (downed) before a handover round admits them; they go
+// on without it (their round leaves it out) and serve writes; then every member
+// stops, and it is the first restarted, alone. From its ring of itself it took itself
+// for the whole cluster and served its older state. Its ring is now saved with the
+// members that joined, and restored alone it waits for them; a ring of one that no
+// member joined still restarts alone as the whole cluster.
+func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.T) {
+	open := func(t *testing.T, dir string, mem Membership) *ReplicatedStateStore {
+		t.Helper()
+		d, err := openStateDisk(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.close() })
+		rec, err := d.loadRing()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3, Membership: mem}, log: quiet, disk: d}
+		s.ring.restored = rec
+		return s
+	}
+	for _, c := range []struct {
+		name   string
+		joined []string
+	}{
+		{"members joined it", []string{"m1", "m2"}},
+		{"no member joined it", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mem := &ringMembers{selfOnly: selfOnly{self: cluster.Member{Address: "m0"}}, members: upMembers("m0")}
+			s := open(t, dir, mem)
+			if v := s.ringView(); !slices.Equal(v.admitted, []string{"m0"}) {
+				t.Fatalf("the first member of a new cluster admits %v, want itself", v.admitted)
+			}
+			mem.members = upMembers(append([]string{"m0"}, c.joined...)...)
+			s.ringView()
+			if err := s.disk.close(); err != nil {
+				t.Fatal(err)
+			}
+
+			mem.members = upMembers("m0")
+			s = open(t, dir, mem)
+			v := s.ringView()
+			if c.joined == nil {
+				if len(v.admitted) != 0 || retainedCount(v) > s.handoverLimit(v) {
+					t.Fatalf("a ring of one restored alone: admitted %v, %d retained (limit %d); want the member to admit itself again",
+						v.admitted, retainedCount(v), s.handoverLimit(v))
+				}
+				return
+			}
+			if !slices.Equal(v.admitted, c.joined) {
+				t.Fatalf("restored alone, the ring admits %v, want the members that joined it, %v", v.admitted, c.joined)
+			}
+			if retainedCount(v) <= s.handoverLimit(v) {
+				t.Fatalf("%d retained within the handover limit %d: m0 would admit itself alone", retainedCount(v), s.handoverLimit(v))
+			}
+		})
+	}
+}

@@ -354,12 +354,14 @@ var (
 // admitted members, the ring's generation, and this member's own address then (a
 // member restarted at another address does not restore it). Stores[i] is the store ID
 // Admitted[i] was admitted with ("" or absent: not known; records written before
-// rings kept store IDs have none).
+// rings kept store IDs have none). Joining are the members up that the ring had not
+// admitted yet (absent in records written before rings kept them).
 type stateRingRecord struct {
 	Gen      uint64   `cbor:"1,keyasint"`
 	Self     string   `cbor:"2,keyasint"`
 	Admitted []string `cbor:"3,keyasint"`
 	Stores   []string `cbor:"4,keyasint,omitempty"`
+	Joining  []string `cbor:"5,keyasint,omitempty"`
 }
 
 const (
