@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -122,38 +123,49 @@ func TestMetricsEndpointCountsTraffic(t *testing.T) {
 		}
 		return m
 	}
-	var owner map[string]*dto.MetricFamily
-	testutil.Eventually(t, 15*time.Second, "the owner to count every tell", func() bool {
-		owner = scrape(t, nodes[1])
-		n, _ := sample(owner, "shardhost_entity_message_duration_seconds", with("shardhost_message_kind", "tell"))
-		return n == tells
-	})
-	front := scrape(t, nodes[0])
-	checks := []struct {
-		fams  map[string]*dto.MetricFamily
+	// An instrument records after the reply it measures has gone (an HTTP server's
+	// duration once the handler returned, an RPC's once the reply was written): the
+	// scrapes are read until every count is there, and a count that never comes is
+	// reported.
+	type check struct {
+		fams  *map[string]*dto.MetricFamily
 		name  string
 		want  map[string]string
 		value float64
-	}{
-		{owner, "shardhost_entity_message_duration_seconds", with("shardhost_message_kind", "ask", "shardhost_message_source", "remote", "shardhost_outcome", "ok"), asks + 1},
-		{owner, "shardhost_entity_message_duration_seconds", with("shardhost_message_kind", "tell", "shardhost_message_source", "remote", "shardhost_outcome", "ok"), tells},
-		{owner, "shardhost_entity_activations_total", with("shardhost_activation_state", "fresh", "shardhost_outcome", "ok"), 1},
-		{owner, "shardhost_entities_active", typ, 1},
-		{owner, "shardhost_guest_call_duration_seconds", typ, asks + tells + 1},
-		{owner, "shardhost_cluster_members", map[string]string{"shardhost_member_status": "up"}, 2},
-		{owner, "shardhost_cluster_converged", nil, 1},
-		{owner, "rpc_server_duration_milliseconds", map[string]string{"rpc_method": "deliver", "rpc_service": "sharding"}, asks + 1},
-		{front, "http_server_request_duration_seconds", map[string]string{"http_route": "/v1/ask", "http_response_status_code": "200"}, asks},
-		{front, "http_server_request_duration_seconds", map[string]string{"http_route": "/v1/tell", "http_response_status_code": "202"}, tells},
-		{front, "http_server_request_duration_seconds", map[string]string{"http_route": "/v1/ask", "http_response_status_code": "404"}, 1},
-		{front, "rpc_client_duration_milliseconds", map[string]string{"rpc_method": "deliver"}, asks + 1},
-		{front, "shardhost_deploys_total", with("shardhost_outcome", "ok"), 1},
 	}
-	for _, c := range checks {
-		got, found := sample(c.fams, c.name, c.want)
-		if !found || got != c.value {
-			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.want, got, found, c.value)
+	var owner, front map[string]*dto.MetricFamily
+	checks := []check{
+		{&owner, "shardhost_entity_message_duration_seconds", with("shardhost_message_kind", "ask", "shardhost_message_source", "remote", "shardhost_outcome", "ok"), asks + 1},
+		{&owner, "shardhost_entity_message_duration_seconds", with("shardhost_message_kind", "tell", "shardhost_message_source", "remote", "shardhost_outcome", "ok"), tells},
+		{&owner, "shardhost_entity_activations_total", with("shardhost_activation_state", "fresh", "shardhost_outcome", "ok"), 1},
+		{&owner, "shardhost_entities_active", typ, 1},
+		{&owner, "shardhost_guest_call_duration_seconds", typ, asks + tells + 1},
+		{&owner, "shardhost_cluster_members", map[string]string{"shardhost_member_status": "up"}, 2},
+		{&owner, "shardhost_cluster_converged", nil, 1},
+		{&owner, "rpc_server_duration_milliseconds", map[string]string{"rpc_method": "deliver", "rpc_service": "sharding"}, asks + 1},
+		{&front, "http_server_request_duration_seconds", map[string]string{"http_route": "/v1/ask", "http_response_status_code": "200"}, asks},
+		{&front, "http_server_request_duration_seconds", map[string]string{"http_route": "/v1/tell", "http_response_status_code": "202"}, tells},
+		{&front, "http_server_request_duration_seconds", map[string]string{"http_route": "/v1/ask", "http_response_status_code": "404"}, 1},
+		{&front, "rpc_client_duration_milliseconds", map[string]string{"rpc_method": "deliver"}, asks + 1},
+		{&front, "shardhost_deploys_total", with("shardhost_outcome", "ok"), 1},
+	}
+	var mismatches []string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		owner, front = scrape(t, nodes[1]), scrape(t, nodes[0])
+		mismatches = mismatches[:0]
+		for _, c := range checks {
+			if got, found := sample(*c.fams, c.name, c.want); !found || got != c.value {
+				mismatches = append(mismatches, fmt.Sprintf("%s%v = %v (found %v), want %v", c.name, c.want, got, found, c.value))
+			}
 		}
+		if len(mismatches) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, m := range mismatches {
+		t.Error(m)
 	}
 	for _, name := range []string{"shardhost_entity_memory_bytes", "shardhost_shards", "shardhost_transport_frames_total",
 		"shardhost_transport_io_bytes_total", "shardhost_ddata_keys", "shardhost_state_operations_total", "go_memory_used_bytes",

@@ -28,7 +28,9 @@ func TestRecoveryKeepsAcknowledgedMessages(t *testing.T) {
 	}
 	const capBytes = 4096
 	nodes := startNodes(t, 1, func(c *Config) {
-		c.Runtime.MessageDeadline = 500 * time.Millisecond
+		// Long enough for a deposit under the race detector on a loaded machine; the
+		// loop meets it.
+		c.Runtime.MessageDeadline = 2 * time.Second
 		c.Runtime.MaxMessageSize = capBytes
 		c.Runtime.CallBudget = 10_000
 	})

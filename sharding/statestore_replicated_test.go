@@ -188,7 +188,7 @@ func (c *ssCluster) waitUp() {
 func (c *ssCluster) waitMembers() {
 	c.tb.Helper()
 	live := c.live()
-	testutil.EventuallyNil(c.tb, 20*time.Second, "membership", func() error {
+	testutil.EventuallyNil(c.tb, 60*time.Second, "membership", func() error {
 		for _, n := range live {
 			v := n.ms.View()
 			if !v.Converged || len(v.Members) != len(live) {
@@ -209,7 +209,7 @@ func (c *ssCluster) waitMembers() {
 // joint configuration.
 func (c *ssCluster) waitRing() {
 	c.tb.Helper()
-	testutil.EventuallyNil(c.tb, 20*time.Second, "state store rings", func() error {
+	testutil.EventuallyNil(c.tb, 60*time.Second, "state store rings", func() error {
 		var want []string
 		for _, n := range c.live() {
 			want = append(want, n.addr())
@@ -227,7 +227,7 @@ func (c *ssCluster) waitRing() {
 // waitGone waits until no live member lists addr any more.
 func (c *ssCluster) waitGone(addr string) {
 	c.tb.Helper()
-	testutil.Eventually(c.tb, 30*time.Second, "removal of "+addr, func() bool {
+	testutil.Eventually(c.tb, 60*time.Second, "removal of "+addr, func() bool {
 		for _, n := range c.live() {
 			if _, ok := n.ms.Member(addr); ok {
 				return false
@@ -303,7 +303,7 @@ func (c *ssCluster) holders(key EntityKey, want []byte) []string {
 // live members of its shard's order.
 func (c *ssCluster) waitPlaced(key EntityKey, want []byte) {
 	c.tb.Helper()
-	testutil.EventuallyNil(c.tb, 20*time.Second, fmt.Sprintf("%v on exactly its first 3 live members", key), func() error {
+	testutil.EventuallyNil(c.tb, 60*time.Second, fmt.Sprintf("%v on exactly its first 3 live members", key), func() error {
 		exp := slices.Clone(c.ranking(key)[:min(3, len(c.live()))])
 		sort.Strings(exp)
 		if got := c.holders(key, want); !slices.Equal(got, exp) {
@@ -1117,7 +1117,7 @@ func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
 // any other answer fails the test at once.
 func eventuallyServes(t *testing.T, n *ssNode, key EntityKey, want []byte) {
 	t.Helper()
-	testutil.EventuallyNil(t, 20*time.Second, string(want)+" via "+n.transport, func() error {
+	testutil.EventuallyNil(t, 60*time.Second, string(want)+" via "+n.transport, func() error {
 		data, err := n.store.Load(ssCtx(t), key)
 		switch {
 		case errors.Is(err, ErrStoreUnavailable):
