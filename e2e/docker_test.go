@@ -189,7 +189,8 @@ func (dc *dockerCluster) startWith(i int, opts []string, extra ...string) {
 	args := append([]string{"create", "--name", name, "--network", dc.net, "--ip", dc.ip(i)}, opts...)
 	args = append(args, dc.image,
 		"start", "--bind", dc.ip(i)+":7946", "--api", "0.0.0.0:8080", "--data-dir", "/data",
-		"--api-insecure") // test networks of their own, reached only by the test
+		"--api-insecure",       // test networks of their own, reached only by the test
+		"--log-level", "debug") // the entity activations and stops (lifecycleEvents)
 	if i > 0 {
 		args = append(args, "--join", dc.ip(0)+":7946")
 	}

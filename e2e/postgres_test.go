@@ -119,7 +119,7 @@ func TestPostgresKilledMidRun(t *testing.T) {
 func TestStateExportImportBetweenStores(t *testing.T) {
 	// Default failure detection: members stopped one after another on a loaded machine
 	// must not be downed meanwhile.
-	args := []string{"--log-level", "info"}
+	args := lifecycleLogLevel
 	const n = 20
 	deploy := func(h *host) {
 		t.Helper()

@@ -26,7 +26,11 @@ type lifecycleEvent struct {
 	restored bool // an activation from saved state
 }
 
-var eventRE = regexp.MustCompile(`time=(\S+) level=INFO msg="entity (activated|stopped)" entity=(\S+)(?: shard=\S+ restored=(true|false))?`)
+// lifecycleLogLevel is the members' log level where a test reads lifecycleEvents:
+// sharding logs an entity's activation and stop at Debug.
+var lifecycleLogLevel = []string{"--log-level", "debug"}
+
+var eventRE = regexp.MustCompile(`time=(\S+) level=DEBUG msg="entity (activated|stopped)" entity=(\S+)(?: shard=\S+ restored=(true|false))?`)
 
 func lifecycleEvents(t *testing.T, hosts []*host) []lifecycleEvent {
 	t.Helper()
@@ -121,7 +125,7 @@ func TestShardingMovesStateThroughAJoinAndAGracefulStop(t *testing.T) {
 // testShardingMovesStateThroughAJoinAndAGracefulStop is TestShardingMovesStateThroughAJoinAndAGracefulStop on the state store named by
 // store (--state-store flags; nil: the built-in store).
 func testShardingMovesStateThroughAJoinAndAGracefulStop(t *testing.T, store []string) {
-	args := append(append([]string{"--log-level", "info"}, fast...), store...)
+	args := append(append(append([]string(nil), lifecycleLogLevel...), fast...), store...)
 	hosts := startCluster(t, 3, args...)
 	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "echo", testwasm.RustPath(t, "echo-rust")); !ok {
 		t.Fatalf("deploy echo: %s%s", out, errText)
@@ -408,7 +412,7 @@ func testEveryMessageCheckpointSurvivesSIGKILL(t *testing.T, store []string) {
 // TestIdlePassivationKeepsState: entities passivated by idle timeout come back with
 // their state.
 func TestIdlePassivationKeepsState(t *testing.T) {
-	hosts := startCluster(t, 2, append([]string{"--log-level", "info"}, fast...)...)
+	hosts := startCluster(t, 2, append(append([]string(nil), lifecycleLogLevel...), fast...)...)
 	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "counter", "--passivate-after", "1s",
 		testwasm.Path(t, "counter")); !ok {
 		t.Fatalf("deploy: %s%s", out, errText)
@@ -447,7 +451,7 @@ func TestFullRestartWithRememberEntities(t *testing.T) { testFullRestartWithReme
 // store (--state-store flags; nil: the built-in store).
 func testFullRestartWithRememberEntities(t *testing.T, store []string) {
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	args := append(append([]string{"--log-level", "info"}, fast...), store...)
+	args := append(append(append([]string(nil), lifecycleLogLevel...), fast...), store...)
 	hosts := []*host{startHostIn(t, dirs[0], "", args...)}
 	for _, d := range dirs[1:] {
 		hosts = append(hosts, startHostIn(t, d, hosts[0].bind, args...))

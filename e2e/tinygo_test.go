@@ -20,7 +20,7 @@ import (
 // members at once.
 func TestTinyGoCounterKeepsEveryAcknowledgedIncrement(t *testing.T) {
 	wasm := testwasm.TinyGoPath(t, "counter")
-	args := append([]string{"--log-level", "info"}, fast...)
+	args := append(append([]string(nil), lifecycleLogLevel...), fast...)
 	hosts := startCluster(t, 3, args...)
 	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "counter", "--checkpoint", "every-message", wasm); !ok {
 		t.Fatalf("deploy: %s%s", out, errText)

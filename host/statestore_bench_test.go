@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"testing"
@@ -99,7 +100,8 @@ func BenchmarkFullRestartRestore100(b *testing.B) {
 				start := time.Now()
 				nodes = nodes[:0]
 				for k, cfg := range cfgs {
-					cfg.Logger = slogTo(logs)
+					// Debug: sharding logs "entity activated" (activations) there.
+					cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 					if k > 0 {
 						cfg.Join = []string{cfgs[0].BindAddr}
 					}

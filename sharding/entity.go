@@ -449,7 +449,10 @@ func (e *entity) activate(ctx context.Context) (err error) {
 	e.live = true
 	e.mu.Unlock()
 	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
-	s.log.InfoContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	// At Debug, as its stop (release): one line per activation costs ~5 µs of an
+	// activation budget of 50 µs (docs/design.md, "Targets"), and a member activating
+	// thousands of entities a second would log little else at Info.
+	s.log.DebugContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
 	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {
