@@ -69,7 +69,16 @@
 // back without its data, reads through the others until its first round: its own old
 // replica counts as gone), and learns the rest from each round's answers; alone, it
 // admits itself only on a directory it made (the first member of a new cluster), not
-// on one made earlier whose ring never started. So after a whole cluster restarts,
+// on one made earlier whose ring never started. A ring started from a view (no ring
+// saved: on a directory made earlier, the member was in a cluster but not long enough
+// to save a ring; or, on a new one, it joined members up) is unconfirmed, and saved so:
+// its handover rounds admit the live set only if a member asked has a confirmed ring
+// (one restored, one that founded a cluster alone on a new directory, or one that took
+// or learned a confirmed ring), which confirms it, or if every member is unconfirmed
+// on a directory its process made (a new cluster whose members started together).
+// Members that never saved a ring, back first after a whole cluster was downed, would
+// otherwise admit each other and serve their entities as new (fault seed 82074). So
+// after a whole cluster restarts,
 // the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
 // return, or until an operator forgets them (below). A member restarted at another
@@ -142,6 +151,12 @@ type stateRing struct {
 	// joining are the live members the ring has not admitted, as last saved (sorted):
 	// the ring is saved again when they change (noteJoiningLocked).
 	joining []string
+	// unconfirmed: the ring was started from a view (no ring saved, and not the first
+	// member of a new cluster) and has met no confirmed ring since; saved with the ring.
+	// A handover round of an unconfirmed ring admits the live set only if a member
+	// asked has a confirmed ring, or if every member is on a data directory its process
+	// made (a new cluster whose members started together); see the file comment.
+	unconfirmed bool
 }
 
 // stateRingView is one look at the ring: the members in the view by address, the live
@@ -315,6 +330,7 @@ func (v *stateRingView) markReplaced() {
 func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 	r := &s.ring
 	rec := r.restored
+	saved := rec
 	r.restored = nil
 	if rec != nil && rec.Self != v.self {
 		s.log.Warn("state store: this member's saved ring is of another address; starting a new one (an operator may have to forget the old address: see ForgetMember)",
@@ -323,6 +339,10 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 	}
 	r.admitted = map[string]string{}
 	alone := len(v.live) == 1
+	// Unconfirmed: no ring saved (on a directory made earlier, the member was in a
+	// cluster before, but not long enough to save one), or one saved unconfirmed. A
+	// ring saved at another address is not restored, but its member was in the cluster.
+	r.unconfirmed = saved == nil || saved.Unconfirmed
 	switch {
 	case rec != nil:
 		r.gen = rec.Gen
@@ -346,6 +366,7 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 		}
 	case alone && s.newFile():
 		r.admitted[v.self] = s.storeID() // the first member of a new cluster
+		r.unconfirmed = false
 	default:
 		// Joining members, or alone on a directory made before that has no ring: the
 		// member was in a cluster before its ring started, and alone it must not take
@@ -387,7 +408,7 @@ func (s *ReplicatedStateStore) saveRingLocked() {
 
 // recordLocked returns the ring as saved (the caller holds mu).
 func (r *stateRing) recordLocked(self string) *stateRingRecord {
-	rec := &stateRingRecord{Gen: r.gen, Self: self, Admitted: slices.Sorted(maps.Keys(r.admitted))}
+	rec := &stateRingRecord{Gen: r.gen, Self: self, Admitted: slices.Sorted(maps.Keys(r.admitted)), Unconfirmed: r.unconfirmed}
 	rec.Stores = storesOf(rec.Admitted, r.admitted)
 	for _, a := range r.joining {
 		if _, ok := r.admitted[a]; !ok {
@@ -558,6 +579,19 @@ func (s *ReplicatedStateStore) handoverLimit(v stateRingView) int {
 	return majority(min(s.cfg.Replicas, max(len(v.admitted), 1))) - 1
 }
 
+// standingLocked is this member's ring's standing for handover replies: ringConfirmed,
+// or, unconfirmed, ringFresh on a data directory this process made and
+// ringUnconfirmed on one made earlier. The caller holds ring.mu.
+func (s *ReplicatedStateStore) standingLocked() uint8 {
+	switch {
+	case !s.ring.unconfirmed:
+		return ringConfirmed
+	case s.newFile():
+		return ringFresh
+	}
+	return ringUnconfirmed
+}
+
 // retainedCount counts the admitted replicas that are gone: the admitted members that
 // are not live, and those replaced (their data directory new).
 func retainedCount(v stateRingView) int { return len(retainedMembers(v)) + len(v.replaced) }
@@ -640,8 +674,16 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	var short []string
 	learned := map[string]string{}
 	var newer *stateHandoverReply // the answer of the newest generation, if newer than ours
+	// Whether a member asked has a confirmed ring (of this generation: sameGen), and
+	// whether all are unconfirmed on directories their processes made.
+	confirmed, sameGen, allFresh := false, false, true
 	for range peers {
 		a := <-answers
+		if a.err == nil {
+			confirmed = confirmed || a.reply.Standing == ringConfirmed
+			sameGen = sameGen || a.reply.Standing == ringConfirmed && a.reply.Gen == v.gen
+			allFresh = allFresh && a.reply.Standing == ringFresh
+		}
 		switch {
 		case a.err != nil:
 		case a.reply.Gen > v.gen:
@@ -674,6 +716,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 			}
 		}
 		s.ring.gen = newer.Gen
+		s.ring.unconfirmed = newer.Standing != ringConfirmed
 		s.saveRingLocked()
 		lvl := slog.LevelInfo
 		if ringKey(newer.Admitted) == ringKey(v.admitted) {
@@ -684,6 +727,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	}
 	if len(learned) > 0 {
 		maps.Copy(s.ring.admitted, learned)
+		s.ring.unconfirmed = s.ring.unconfirmed && !sameGen
 		s.saveRingLocked()
 		s.log.Info("state store: taking members and store IDs the others' rings hold", "members", fmt.Sprint(learned))
 		return true, nil
@@ -694,12 +738,22 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	if len(short) > 0 {
 		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
 	}
+	if standing := s.standingLocked(); standing != ringConfirmed && !confirmed && (standing != ringFresh || !allFresh) {
+		// A ring started from a view, among members none of which has a confirmed ring,
+		// and one of them at least on a data directory that was in a cluster before:
+		// the cluster's ring, and its data, may be on members not up (fault seed 82074:
+		// two members that had never saved a ring came back first after a whole cluster
+		// was downed, admitted each other and served their entities as new).
+		return false, fmt.Errorf("%w: no member up (%s) has a confirmed ring, and a data directory among them was in a cluster before: waiting for a member of that cluster",
+			ErrStoreUnavailable, key)
+	}
 	now := map[string]string{}
 	for _, a := range v.live {
 		now[a] = v.stores[a] // every live member answered with the same key: all known
 	}
 	s.ring.admitted = now
 	s.ring.gen++
+	s.ring.unconfirmed = false
 	s.saveRingLocked()
 	s.log.Info("state store: replicas handed over; ranking over the members up", "members", key, "was", ringKey(v.admitted), "gen", s.ring.gen)
 	return true, nil
@@ -715,7 +769,10 @@ func (s *ReplicatedStateStore) serveHandover(from string, body []byte) []byte {
 	}
 	v := s.ringView()
 	key := v.liveKey()
-	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted, Stores: storesOf(v.admitted, v.ids), Gen: v.gen, Key: key}
+	s.ring.mu.Lock()
+	standing := s.standingLocked()
+	s.ring.mu.Unlock()
+	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted, Stores: storesOf(v.admitted, v.ids), Gen: v.gen, Key: key, Standing: standing}
 	if req.Key != key && (req.Key != "" || ringKey(req.Live) != ringKey(v.live)) {
 		if req.Key != "" && ringKey(req.Live) == ringKey(v.live) {
 			// The same members up, other store IDs: one of us has not heard from a

@@ -144,8 +144,19 @@ type stateHandoverReply struct {
 	// the store ID Admitted[i] was admitted with ("": not known).
 	Key    string   `cbor:"7,keyasint,omitempty"`
 	Stores []string `cbor:"8,keyasint,omitempty"`
-	Store  string   `cbor:"15,keyasint,omitempty"`
+	// Standing: whether the replica's ring is confirmed (absent: yes, as from members of
+	// versions before it was sent), or not yet and on a data directory its process made
+	// (ringFresh) or on one made earlier (ringUnconfirmed).
+	Standing uint8  `cbor:"9,keyasint,omitempty"`
+	Store    string `cbor:"15,keyasint,omitempty"`
 }
+
+// The standings of a replica's ring in a handover reply (stateHandoverReply.Standing).
+const (
+	ringConfirmed   uint8 = 0
+	ringFresh       uint8 = 1
+	ringUnconfirmed uint8 = 2
+)
 
 // stateForgetReq asks the replica to stop retaining the member at Addr.
 type stateForgetReq struct {
@@ -362,6 +373,10 @@ type stateRingRecord struct {
 	Admitted []string `cbor:"3,keyasint"`
 	Stores   []string `cbor:"4,keyasint,omitempty"`
 	Joining  []string `cbor:"5,keyasint,omitempty"`
+	// Unconfirmed: the ring was started from a view, not from a saved ring nor as the
+	// first member of a new cluster, and no member with a confirmed ring has been met
+	// since (stateRing.unconfirmed).
+	Unconfirmed bool `cbor:"6,keyasint,omitempty"`
 }
 
 const (
