@@ -186,6 +186,9 @@ func (c *coordinator) current(gen uint64) bool {
 // it succeeds, as a coordinator that cannot read its state must not allocate), then
 // checked against what the regions host.
 func (c *coordinator) recover(gen uint64) {
+	if !c.awaitDownMargin(gen) {
+		return
+	}
 	alloc := map[string]map[int]allocation{}
 	maxEpoch := map[string]uint64{}
 	if c.s.cfg.DData != nil && !c.retryRead(gen, "shard coordinator cannot read its state yet", func() (err error) {
@@ -294,6 +297,33 @@ func (c *coordinator) recover(gen uint64) {
 		c.s.dropShardAt(ref.Requester, ref)
 	}
 	c.s.log.Info("shard coordinator active", "recovered_shards", shards, "stale_copies", len(stale))
+}
+
+// awaitDownMargin waits, before the coordinator reads its state, until no member was
+// downed less than DownRemovalMargin ago (Sharding.downMarginLeft), as Akka's singleton
+// hands over only once the previous oldest member is removed, after its
+// down-removal-margin. The coordinator starts here because the previous one's member
+// was downed, and that member may not know it yet: its coordinator went on allocating
+// shards (with WriteMajority, it still had contact with a majority) after this one had
+// read the allocations, and this one gave a shard it had just allocated to another
+// member (fault seed 82278: two lives of a counter on two members). false if the
+// coordinator stopped or moved meanwhile.
+func (c *coordinator) awaitDownMargin(gen uint64) bool {
+	for {
+		left := c.s.downMarginLeft()
+		if left <= 0 {
+			return true
+		}
+		c.s.log.Info("shard coordinator waits for the down-removal margin of a downed member before it starts", "left", left)
+		select {
+		case <-c.s.owner.Done():
+			return false
+		case <-time.After(min(left, 500*time.Millisecond)):
+		}
+		if !c.current(gen) {
+			return false
+		}
+	}
 }
 
 // retryRead runs read until it succeeds (every 500 ms, logging what on failure): a

@@ -42,6 +42,9 @@ type entity struct {
 	// fenced is set when the shard's allocation here turned out stale: the entity stops
 	// without saving.
 	fenced atomic.Bool
+	// lifeDone is closed when the entity gives up its place in Region.lives (made when
+	// it takes it; r.mu guards both).
+	lifeDone chan struct{}
 
 	// Owned by the goroutine that drains the mailbox.
 	inst       Entity
@@ -439,8 +442,12 @@ func (e *entity) activate(ctx context.Context) (err error) {
 		// The lease lapsed while the state loaded (Config.HostingLease).
 		return wrapCause(ErrShardUnavailable, e.r.settings.Name+"/"+e.id, ErrNoMajority)
 	}
+	if err := e.claimLife(ctx); err != nil {
+		return err
+	}
 	inst, err := s.cfg.Factory.NewEntity(ctx, e.r.settings.Name, e.id, state)
 	if err != nil {
+		e.releaseLife()
 		return err
 	}
 	e.inst = inst
@@ -464,6 +471,55 @@ func (e *entity) activate(ctx context.Context) (err error) {
 	}
 	e.r.activated(e)
 	return nil
+}
+
+// claimLife takes the entity's place in Region.lives before its instance is made: it
+// waits (at most until ctx ends) while another entity of this ID here still has an
+// instance, or is making one, and refuses if the entity's shard copy here was dropped
+// meanwhile. A copy dropped as stale keeps its entities until they stop, and one
+// whose activation was under way when the drop came went on to make its instance:
+// the copy hosted next at a newer epoch (the coordinator's allocation after a
+// HostShard that timed out) then started the entity beside it (fault seed 82303,
+// two lives of a counter on one member, 1 ms apart). The check of fenced and the
+// claim hold r.mu, as dropStaleLocked does. Errors: ErrShardUnavailable (with
+// ErrStaleEpoch if dropped, or ctx's error).
+func (e *entity) claimLife(ctx context.Context) error {
+	r := e.r
+	for {
+		r.mu.Lock()
+		if e.fenced.Load() {
+			r.mu.Unlock()
+			return wrapCause(ErrShardUnavailable, e.name(), ErrStaleEpoch)
+		}
+		other := r.lives[e.id]
+		if other == nil || other == e {
+			r.lives[e.id] = e
+			if other == nil {
+				e.lifeDone = make(chan struct{})
+			}
+			r.mu.Unlock()
+			return nil
+		}
+		wait := other.lifeDone
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return wrapCause(ErrShardUnavailable, e.name(), fmt.Errorf("another instance of the entity here is still stopping: %w", ctx.Err()))
+		}
+	}
+}
+
+// releaseLife gives up the entity's place in Region.lives, once its instance has
+// stopped (or was not made).
+func (e *entity) releaseLife() {
+	r := e.r
+	r.mu.Lock()
+	if r.lives[e.id] == e {
+		delete(r.lives, e.id)
+		close(e.lifeDone)
+	}
+	r.mu.Unlock()
 }
 
 // fence fences the entity's shard at epoch before its state is read (Region.fenceShard),

@@ -3,11 +3,14 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 )
 
 // TestANewOwnersFirstReadFencesTheFormerOwner: a shard moves to a new owner (epoch e+1)
@@ -231,4 +234,105 @@ func TestNextEpoch(t *testing.T) {
 			t.Errorf("the epochs after %d and %d do not follow them", ea, eb)
 		}
 	}
+}
+
+// TestSeed82303ACopyHostedAnewWaitsForTheDroppedCopysEntity: fault seed 82303 (and
+// 109, 82278, 82305: a machine at load 12). A HostShard timed out at the coordinator,
+// which told the region to drop the shard and allocated it again, to the same member at
+// a newer epoch; an entity of the dropped copy was activating, and made its instance
+// 120 ms after the drop, while the new copy activated the entity too: two lives on one
+// member, 1 ms apart. An entity now takes its place among the region's lives before
+// its instance is made (entity.claimLife): refused if its copy was dropped, and
+// waiting while another entity of its ID here still has an instance.
+func TestSeed82303ACopyHostedAnewWaitsForTheDroppedCopysEntity(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := tc.nodes[0]
+	mustAsk(t, n, "durable", "x", "inc") // hosts x's shard
+	sh := abiShard("x", 10)
+	id := ""
+	for i := 0; id == ""; i++ {
+		if w := fmt.Sprint("w", i); abiShard(w, 10) == sh {
+			id = w
+		}
+	}
+	reg := n.sharding.region("durable")
+	reg.mu.Lock()
+	epoch := reg.hostedLocked(sh).epoch
+	reg.mu.Unlock()
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool // not a sync.Once: its later callers would wait for the first
+	n.factory.holdActivation = func(typ, eid string) {
+		if eid == id && held.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := ask(t, n, "durable", id, "inc")
+		first <- err
+	}()
+	<-entered // the entity of the copy at epoch is making its instance
+
+	// The copy is dropped as stale and the shard hosted here again at a newer epoch.
+	reg.dropStale(sh, epoch+1)
+	reg.hostShard(sh, epoch+2)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err := n.sharding.Ask(ctx, "durable", id, []byte("get"))
+	cancel()
+	if err == nil {
+		t.Error("the new copy's entity answered while the dropped copy's was making its instance")
+	}
+	close(release)
+	<-first
+	if got := mustAsk(t, n, "durable", id, "get"); got == "" {
+		t.Fatal("no answer")
+	}
+	tc.acts.mu.Lock()
+	defer tc.acts.mu.Unlock()
+	if len(tc.acts.double) > 0 {
+		t.Fatalf("two lives: %v", tc.acts.double)
+	}
+}
+
+// TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin: fault seed 82278 (a machine
+// at load 12). The coordinator's member was downed and a new coordinator started on the
+// next oldest member at once, read the allocations, and answered; the downed member,
+// not yet aware, still had a majority's contact and allocated a shard to a third
+// member, which activated its entity, and the new coordinator gave the shard to a fourth
+// one: two lives of a counter. A coordinator now starts only once no member was downed
+// less than DownRemovalMargin ago, as Akka's singleton hands over after the
+// down-removal margin.
+func TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin(t *testing.T) {
+	var ahead atomic.Int64
+	clock := func(int) func() time.Time {
+		return func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	}
+	tc := newTestCluster(t, 1, withMembershipClock(clock), withConfig(func(c *Config) { c.DownRemovalMargin = time.Minute }))
+	s := tc.nodes[0].sharding
+	if left := s.downMarginLeft(); left > 0 {
+		t.Fatalf("%v of a down-removal margin left with no member downed", left)
+	}
+	c := s.coord
+	active := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.active
+	}
+	testutil.Eventually(t, 30*time.Second, "the coordinator to start", active)
+	c.Stop()
+	s.sawDowned("10.0.0.9:7946") // the previous coordinator's member, say
+	if left := s.downMarginLeft(); left <= 0 || left > time.Minute {
+		t.Fatalf("%v of the down-removal margin left just after a downing, want (0, 1m]", left)
+	}
+	c.Start()
+	for range 3 {
+		time.Sleep(100 * time.Millisecond)
+		if active() {
+			t.Fatal("the coordinator started within the down-removal margin of a downed member")
+		}
+	}
+	ahead.Store(int64(time.Minute))
+	testutil.Eventually(t, 30*time.Second, "the coordinator to start once the margin has passed", active)
 }

@@ -31,6 +31,11 @@ type Region struct {
 	// hosts it, its home elsewhere, the messages waiting for it. At most NumberOfShards.
 	slots    map[int]*shardSlot
 	buffered int // messages waiting in the slots' pending buffers
+	// lives maps an entity ID to the entity here that has, or is making, its instance
+	// (entity.claimLife): one per ID across every copy of its shard here, so that a
+	// copy hosted anew does not start the entity beside the dropped copy's, still
+	// stopping.
+	lives map[string]*entity
 
 	tel regionTelemetry
 
@@ -180,7 +185,7 @@ func (r *Region) resolveInBackground(ctx context.Context, span trace.Span, shard
 }
 
 func newRegion(s *Sharding, t TypeSettings) *Region {
-	r := &Region{s: s, settings: t, slots: map[int]*shardSlot{}, tel: newRegionTelemetry(t.Name)}
+	r := &Region{s: s, settings: t, slots: map[int]*shardSlot{}, lives: map[string]*entity{}, tel: newRegionTelemetry(t.Name)}
 	r.current.Store(&t)
 	return r
 }

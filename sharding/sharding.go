@@ -1246,6 +1246,23 @@ func (s *Sharding) withinDownMargin(addr string) bool {
 	return ok && s.cfg.Membership.Now().Sub(at) < s.cfg.DownRemovalMargin
 }
 
+// downMarginLeft returns how long until every member seen downed (those down in the
+// membership now included) was downed DownRemovalMargin ago; 0 or less if none is
+// within the margin.
+func (s *Sharding) downMarginLeft() time.Duration {
+	for _, m := range s.cfg.Membership.Members() {
+		s.holding(m) // records members down now
+	}
+	s.downedMu.Lock()
+	defer s.downedMu.Unlock()
+	now := s.cfg.Membership.Now()
+	var left time.Duration
+	for _, at := range s.downed {
+		left = max(left, s.cfg.DownRemovalMargin-now.Sub(at))
+	}
+	return left
+}
+
 // holding reports whether m hosts (hosting), recording when it is first seen down.
 // The coordinator also keeps the allocations of a member downed less than
 // DownRemovalMargin ago (withinDownMargin).
