@@ -157,6 +157,8 @@ type stateRing struct {
 	// asked has a confirmed ring, or if every member is on a data directory its process
 	// made (a new cluster whose members started together); see the file comment.
 	unconfirmed bool
+	// view is the last view built once the ring started (ringView), nil before.
+	view *ringViewCache
 }
 
 // stateRingView is one look at the ring: the members in the view by address, the live
@@ -226,9 +228,71 @@ func liveStatus(s cluster.MemberStatus) bool {
 
 // ringView reads the membership and the ring. The first time the view lists this member
 // up, the ring starts (see the file comment) and is saved.
+//
+// Every state request reads a view, and building one (a map of the members, the live
+// ones sorted, two maps of store IDs cloned) cost 3-7 µs of an entity's activation: a
+// view built once the ring started is kept (stateRing.view) and returned again while
+// everything it was built from is the same, compared by value (ringViewCache.current),
+// so that no change of the membership or the ring can be missed. Its maps and slices
+// are shared by the callers: they read them and never change them.
 func (s *ReplicatedStateStore) ringView() stateRingView {
-	v := stateRingView{self: s.cfg.Membership.Self().Address, members: map[string]cluster.Member{}}
-	for _, m := range s.cfg.Membership.Members() {
+	self := s.cfg.Membership.Self().Address
+	members := s.cfg.Membership.Members()
+	own := s.storeID()
+	r := &s.ring
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.view; c != nil && c.current(self, own, members, r) {
+		s.noteJoiningLocked(c.view.live) // as a build does (a no-op: nothing changed)
+		return c.view
+	}
+	v := s.buildRingViewLocked(self, own, members)
+	r.view = nil
+	if v.started {
+		// A copy: a Membership may return a list it changes in place.
+		r.view = &ringViewCache{self: self, own: own, members: slices.Clone(members), view: v}
+	}
+	return v
+}
+
+// ringViewCache is a view with what it was built from: this member's address and store
+// ID, the members as Membership.Members listed them, and (in the view itself) the
+// ring's generation, admitted members with their store IDs, and the store IDs the live
+// members answered with.
+type ringViewCache struct {
+	self, own string
+	members   []cluster.Member
+	view      stateRingView
+}
+
+// current reports whether building the view now, from self, own, members and the ring
+// r (whose mu the caller holds), would give c.view: every input is the same. It
+// compares the values, not a version a change must remember to bump.
+func (c *ringViewCache) current(self, own string, members []cluster.Member, r *stateRing) bool {
+	if c.self != self || c.own != own || r.admitted == nil || c.view.gen != r.gen ||
+		!slices.EqualFunc(c.members, members, sameMember) || !maps.Equal(c.view.ids, r.admitted) {
+		return false
+	}
+	for _, a := range c.view.live { // the same members: the same live ones
+		if a != self && c.view.stores[a] != r.stores[a] {
+			return false
+		}
+	}
+	return true
+}
+
+// sameMember reports whether a and b are the same in every field.
+func sameMember(a, b cluster.Member) bool {
+	return a.Address == b.Address && a.UID == b.UID && a.TransportAddr == b.TransportAddr &&
+		a.APIAddr == b.APIAddr && slices.Equal(a.Roles, b.Roles) && a.Status == b.Status &&
+		a.UpNumber == b.UpNumber && a.Reachable == b.Reachable && a.Leader == b.Leader
+}
+
+// buildRingViewLocked builds the view of members and the ring, starting the ring the
+// first time members list this member up. The caller holds ring.mu.
+func (s *ReplicatedStateStore) buildRingViewLocked(self, own string, members []cluster.Member) stateRingView {
+	v := stateRingView{self: self, members: map[string]cluster.Member{}}
+	for _, m := range members {
 		old, dup := v.members[m.Address]
 		if dup && (liveStatus(old.Status) || !liveStatus(m.Status)) {
 			continue // two incarnations: keep the live one
@@ -241,10 +305,7 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 		}
 	}
 	sort.Strings(v.live)
-	own := s.storeID()
 	r := &s.ring
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	v.stores = map[string]string{v.self: own}
 	for _, a := range v.live {
 		if a != v.self {
@@ -252,8 +313,8 @@ func (s *ReplicatedStateStore) ringView() stateRingView {
 		}
 	}
 	if r.admitted == nil {
-		self, ok := v.members[v.self]
-		if !ok || !liveStatus(self.Status) {
+		me, ok := v.members[v.self]
+		if !ok || !liveStatus(me.Status) {
 			v.admitted = v.live // not in the cluster yet: rank as the members up do
 			v.ids = map[string]string{}
 			return v
@@ -844,7 +905,8 @@ type StateRing struct {
 // Ring returns the store's ring as this member sees it now.
 func (s *ReplicatedStateStore) Ring() StateRing {
 	v := s.ringView()
-	return StateRing{Gen: v.gen, Admitted: v.admitted, Live: v.live, Retained: retainedMembers(v), Replaced: v.replaced, Settled: v.settled()}
+	// Copies: the view's slices are shared with other readers (ringView).
+	return StateRing{Gen: v.gen, Admitted: slices.Clone(v.admitted), Live: slices.Clone(v.live), Retained: retainedMembers(v), Replaced: slices.Clone(v.replaced), Settled: v.settled()}
 }
 
 // ForgetMember makes every live member stop retaining the member at addr (its gossip
