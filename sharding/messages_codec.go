@@ -68,8 +68,7 @@ func decodeEnvelope(b []byte, e *Envelope) error {
 	if decodeEnvelopeFast(b, e) {
 		return nil
 	}
-	*e = Envelope{}
-	return decode(b, e)
+	return decodeCopy(b, e)
 }
 
 // decodeEnvelopeFast decodes an Envelope as encodeEnvelope writes it: known keys in
@@ -168,8 +167,18 @@ func decodeWireReply(b []byte, w *wireReply) error {
 	if decodeWireReplyFast(b, w) {
 		return nil
 	}
-	*w = wireReply{}
-	return decode(b, w)
+	return decodeCopy(b, w)
+}
+
+// decodeCopy decodes b reflectively into a new T and copies it to v. The reflective
+// decoder takes its target as an interface, so that v itself would escape to the heap:
+// this way the value a remote ask's envelope or reply is decoded into stays on its
+// caller's stack, and only the rare message the fast decoders refuse pays for a copy.
+func decodeCopy[T any](b []byte, v *T) error {
+	tmp := new(T)
+	err := decode(b, tmp)
+	*v = *tmp
+	return err
 }
 
 // decodeWireReplyFast decodes a wireReply as encodeWireReply writes it, or reports

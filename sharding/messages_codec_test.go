@@ -165,6 +165,39 @@ func TestRemoteAskMessagesDecodeWithoutCopies(t *testing.T) {
 	decodesWithAllocs(t, "decodeWireReply", encodeWireReply(&w), decodeWireReply, w, 0)
 }
 
+// TestRemoteAskDecodeTargetsStayOnTheStack: the value a remote ask's envelope or reply
+// is decoded into can live on its caller's stack (the reflective fallback decodes into
+// a copy, not into it): a local decoded into costs no allocation of its own.
+func TestRemoteAskDecodeTargetsStayOnTheStack(t *testing.T) {
+	eb := encodeEnvelope(&Envelope{EntityType: "counter", EntityID: "c-17", Payload: []byte("inc"), Origin: "10.0.0.1:7947", Epoch: 3, Hops: 1})
+	var id string
+	if n := testing.AllocsPerRun(100, func() {
+		var e Envelope
+		if err := decodeEnvelope(eb, &e); err != nil {
+			t.Fatal(err)
+		}
+		id = e.EntityID
+	}); n != 1 || id != "c-17" {
+		t.Errorf("decodeEnvelope into a local: %v allocations (want 1, the entity ID's), ID %q", n, id)
+	}
+	wb := encodeWireReply(&wireReply{Payload: []byte("42"), Node: "10.0.0.2:7947"})
+	var node string
+	if n := testing.AllocsPerRun(100, func() {
+		var w wireReply
+		if err := decodeWireReply(wb, &w); err != nil {
+			t.Fatal(err)
+		}
+		node = w.Node
+	}); n != 0 || node != "10.0.0.2:7947" {
+		t.Errorf("decodeWireReply into a local: %v allocations (want 0), node %q", n, node)
+	}
+	// The fallback still decodes what the fast decoder refuses (keys out of order).
+	var e Envelope
+	if err := decodeEnvelope([]byte{0xa2, 0x02, 0x61, 'i', 0x01, 0x61, 't'}, &e); err != nil || e.EntityType != "t" || e.EntityID != "i" {
+		t.Fatalf("decodeEnvelope of keys out of order: %+v, %v", e, err)
+	}
+}
+
 // decodesWithAllocs checks that decode gives want from b, with allocs allocations.
 func decodesWithAllocs[T any](t *testing.T, name string, b []byte, decode func([]byte, *T) error, want T, allocs float64) {
 	t.Helper()

@@ -186,7 +186,9 @@ func (s *Sharding) handleDeliver(req *cluster.Request) {
 	}
 	d := delivery{env: env, ctx: ctx, ask: !req.OneWay()}
 	if !d.ask {
-		// A tell fails here, with nobody to tell: a dead letter.
+		// A tell fails here, with nobody to tell: a dead letter. The closure has a copy
+		// of the envelope, so that env stays on the stack for an ask.
+		env := env
 		d.reply = func(_ Reply, err error) {
 			if err != nil {
 				s.tellFailed(context.WithoutCancel(ctx), env, err)
