@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/shardhost/shardhost/internal/wirecbor"
@@ -138,13 +139,38 @@ func decodeEnvelopeFast(b []byte, e *Envelope) bool {
 
 // encodeWireReply is encode(w), without reflection.
 func encodeWireReply(w *wireReply) []byte {
+	return appendWireReply(make([]byte, 0, 24+len(w.Payload)+len(w.Node)+len(w.Code)+len(w.Error)), w)
+}
+
+// wireReplyBufs holds the buffers replyWire encodes into.
+var wireReplyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// maxPooledWireReply is the largest buffer replyWire gives back to wireReplyBufs, so
+// that a large reply's buffer does not stay pinned in the pool.
+const maxPooledWireReply = 16 << 10
+
+// replyWire encodes w into a pooled buffer and gives it to send, then takes the
+// buffer back: send must not keep it. cluster.Request.Reply does not: a transport
+// encodes the frame before Send returns and the caller may reuse its body
+// (cluster.Transport.Send). A remote ask's reply costs no allocation of its own.
+func replyWire(w *wireReply, send func([]byte)) {
+	bp := wireReplyBufs.Get().(*[]byte)
+	b := appendWireReply((*bp)[:0], w)
+	send(b)
+	if cap(b) <= maxPooledWireReply {
+		*bp = b[:0]
+		wireReplyBufs.Put(bp)
+	}
+}
+
+// appendWireReply appends encode(w) to b.
+func appendWireReply(b []byte, w *wireReply) []byte {
 	n := uint64(0)
 	for _, set := range [...]bool{len(w.Payload) > 0, w.Node != "", w.Code != "", w.Error != ""} {
 		if set {
 			n++
 		}
 	}
-	b := make([]byte, 0, 24+len(w.Payload)+len(w.Node)+len(w.Code)+len(w.Error))
 	b = wirecbor.AppendHead(b, wirecbor.MajorMap, n)
 	if len(w.Payload) > 0 {
 		b = wirecbor.AppendBytes(append(b, 1), w.Payload)

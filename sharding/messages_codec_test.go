@@ -198,6 +198,35 @@ func TestRemoteAskDecodeTargetsStayOnTheStack(t *testing.T) {
 	}
 }
 
+// TestReplyWireGivesTheEncodingFromAPooledBuffer: replyWire hands send the bytes
+// encodeWireReply makes, for small and large replies and errors alike, and a small
+// reply costs no allocation (the race detector's pools drop buffers at random).
+func TestReplyWireGivesTheEncodingFromAPooledBuffer(t *testing.T) {
+	for _, w := range []wireReply{
+		{Payload: []byte("42"), Node: "10.0.0.2:7947"},
+		{Code: CodeUnavailable, Error: "no", Node: "10.0.0.2:7947"},
+		{Payload: bytes.Repeat([]byte("x"), maxPooledWireReply+1)},
+		{},
+	} {
+		want := encodeWireReply(&w)
+		for range 3 { // the second and third from a buffer used before
+			var got []byte
+			replyWire(&w, func(b []byte) { got = append([]byte(nil), b...) })
+			if !bytes.Equal(got, want) {
+				t.Fatalf("replyWire(%+v) sent %x, want %x", w, got, want)
+			}
+		}
+	}
+	if raceEnabled {
+		return
+	}
+	w := wireReply{Payload: []byte("42"), Node: "10.0.0.2:7947"}
+	n := 0
+	if a := testing.AllocsPerRun(100, func() { replyWire(&w, func(b []byte) { n += len(b) }) }); a != 0 {
+		t.Errorf("replyWire: %v allocations, want 0", a)
+	}
+}
+
 // decodesWithAllocs checks that decode gives want from b, with allocs allocations.
 func decodesWithAllocs[T any](t *testing.T, name string, b []byte, decode func([]byte, *T) error, want T, allocs float64) {
 	t.Helper()

@@ -206,7 +206,7 @@ func (s *Sharding) handleDeliver(req *cluster.Request) {
 					w.Node = re.Node
 				}
 			}
-			req.Reply(encodeWireReply(&w), nil)
+			replyWire(&w, func(b []byte) { req.Reply(b, nil) })
 		}
 	}
 	s.route(d)

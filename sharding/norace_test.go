@@ -1,0 +1,5 @@
+//go:build !race
+
+package sharding
+
+const raceEnabled = false
