@@ -237,8 +237,8 @@
 //     aware and still in contact with a majority, allocated a shard after the new
 //     coordinator had read the allocations, and the new one allocated it elsewhere:
 //     two lives of a counter on two members. A coordinator now starts only once no
-//     member was downed less than DownRemovalMargin ago, as Akka's singleton hands
-//     over after the down-removal margin (sharding's
+//     member older than its own was downed less than DownRemovalMargin ago, as Akka's
+//     singleton hands over after the down-removal margin (sharding's
 //     TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin).
 //  20. Open. Seed 82305 (the same load): a member kept a stale copy of a shard from
 //     long before, whose fence at its old epoch the region remembered; a message that

@@ -299,8 +299,8 @@ func (c *coordinator) recover(gen uint64) {
 	c.s.log.Info("shard coordinator active", "recovered_shards", shards, "stale_copies", len(stale))
 }
 
-// awaitDownMargin waits, before the coordinator reads its state, until no member was
-// downed less than DownRemovalMargin ago (Sharding.downMarginLeft), as Akka's singleton
+// awaitDownMargin waits, before the coordinator reads its state, until no member older
+// than this one was downed less than DownRemovalMargin ago (Sharding.downMarginLeft), as Akka's singleton
 // hands over only once the previous oldest member is removed, after its
 // down-removal-margin. The coordinator starts here because the previous one's member
 // was downed, and that member may not know it yet: its coordinator went on allocating

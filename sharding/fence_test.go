@@ -301,9 +301,9 @@ func TestSeed82303ACopyHostedAnewWaitsForTheDroppedCopysEntity(t *testing.T) {
 // next oldest member at once, read the allocations, and answered; the downed member,
 // not yet aware, still had a majority's contact and allocated a shard to a third
 // member, which activated its entity, and the new coordinator gave the shard to a fourth
-// one: two lives of a counter. A coordinator now starts only once no member was downed
-// less than DownRemovalMargin ago, as Akka's singleton hands over after the
-// down-removal margin.
+// one: two lives of a counter. A coordinator now starts only once no member older than
+// its own was downed less than DownRemovalMargin ago, as Akka's singleton hands over
+// after the down-removal margin.
 func TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin(t *testing.T) {
 	var ahead atomic.Int64
 	clock := func(int) func() time.Time {
@@ -322,7 +322,15 @@ func TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin(t *testing.T) {
 	}
 	testutil.Eventually(t, 30*time.Second, "the coordinator to start", active)
 	c.Stop()
-	s.sawDowned("10.0.0.9:7946") // the previous coordinator's member, say
+	younger := tc.nodes[0].membership.Self()
+	younger.Address, younger.UpNumber = "10.0.0.8:7946", younger.UpNumber+1
+	s.noteDowned(younger) // could not have run the coordinator: delays nothing
+	if left := s.downMarginLeft(); left > 0 {
+		t.Fatalf("%v of a down-removal margin left after the downing of a younger member", left)
+	}
+	older := tc.nodes[0].membership.Self()
+	older.Address = "10.0.0.9:7946" // as old, and first by address
+	s.noteDowned(older)             // the previous coordinator's member, say
 	if left := s.downMarginLeft(); left <= 0 || left > time.Minute {
 		t.Fatalf("%v of the down-removal margin left just after a downing, want (0, 1m]", left)
 	}

@@ -356,10 +356,13 @@ type Sharding struct {
 	leaseHeld atomic.Bool
 	// downed holds when this member saw each downed member (by address) downed, for
 	// DownRemovalMargin (on Membership.Now); guarded by downedMu.
-	downedMu  sync.Mutex
-	downed    map[string]time.Time
-	sub       *cluster.Subscription
-	singleton *cluster.Singleton
+	downedMu sync.Mutex
+	downed   map[string]time.Time
+	// downedOlder marks the members in downed that were older than this one when
+	// downed: one of them may have run the coordinator (downMarginLeft).
+	downedOlder map[string]bool
+	sub         *cluster.Subscription
+	singleton   *cluster.Singleton
 }
 
 // New starts sharding on this member: it registers its message handlers with the
@@ -392,6 +395,7 @@ func New(cfg Config) (*Sharding, error) {
 		typeWaiters:   map[string][]delivery{},
 		deadLetterLog: logLimiter{interval: 10 * time.Second},
 		downed:        map[string]time.Time{},
+		downedOlder:   map[string]bool{},
 		lease:         cfg.hostingLease(),
 	}
 	s.coord = newCoordinator(s)
@@ -1184,9 +1188,10 @@ func (s *Sharding) onMemberEvent(e cluster.MemberEvent) {
 	case cluster.MemberUp:
 		s.downedMu.Lock()
 		delete(s.downed, e.Member.Address) // a new incarnation at the address
+		delete(s.downedOlder, e.Member.Address)
 		s.downedMu.Unlock()
 	case cluster.MemberDowned:
-		s.sawDowned(e.Member.Address)
+		s.noteDowned(e.Member)
 		s.memberRemoved(e.Member)
 	case cluster.MemberExited, cluster.MemberRemoved:
 		s.memberRemoved(e.Member)
@@ -1246,9 +1251,22 @@ func (s *Sharding) withinDownMargin(addr string) bool {
 	return ok && s.cfg.Membership.Now().Sub(at) < s.cfg.DownRemovalMargin
 }
 
-// downMarginLeft returns how long until every member seen downed (those down in the
-// membership now included) was downed DownRemovalMargin ago; 0 or less if none is
-// within the margin.
+// noteDowned records m as downed (sawDowned), and as older than this member if it is:
+// it may have run the coordinator.
+func (s *Sharding) noteDowned(m cluster.Member) {
+	s.sawDowned(m.Address)
+	if m.IsOlderThan(s.cfg.Membership.Self()) {
+		s.downedMu.Lock()
+		s.downedOlder[m.Address] = true
+		s.downedMu.Unlock()
+	}
+}
+
+// downMarginLeft returns how long until every member seen downed that was older than
+// this one (those down in the membership now included) was downed DownRemovalMargin
+// ago; 0 or less if none is within the margin. Only an older member can have run the
+// coordinator that this member's takes over from: a younger one's downing delays
+// nothing.
 func (s *Sharding) downMarginLeft() time.Duration {
 	for _, m := range s.cfg.Membership.Members() {
 		s.holding(m) // records members down now
@@ -1257,8 +1275,10 @@ func (s *Sharding) downMarginLeft() time.Duration {
 	defer s.downedMu.Unlock()
 	now := s.cfg.Membership.Now()
 	var left time.Duration
-	for _, at := range s.downed {
-		left = max(left, s.cfg.DownRemovalMargin-now.Sub(at))
+	for addr := range s.downedOlder {
+		if at, ok := s.downed[addr]; ok {
+			left = max(left, s.cfg.DownRemovalMargin-now.Sub(at))
+		}
 	}
 	return left
 }
@@ -1268,7 +1288,7 @@ func (s *Sharding) downMarginLeft() time.Duration {
 // DownRemovalMargin ago (withinDownMargin).
 func (s *Sharding) holding(m cluster.Member) bool {
 	if m.Status == cluster.StatusDown {
-		s.sawDowned(m.Address)
+		s.noteDowned(m)
 	}
 	return hosting(m)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -219,6 +220,22 @@ func NewStateDirImporter(members []StateMember, replicas int) (*StateDirImporter
 		if len(shards) > 0 {
 			im.Close()
 			return nil, fmt.Errorf("sharding: state import: %s already holds state of %d shards: import into empty directories", m.Dir, len(shards))
+		}
+	}
+	// Each directory gets the ring of the members, as a cluster stopped whole would
+	// have saved it: the members started on them take each other for the cluster. A
+	// directory with no ring that a member did not make itself is one that was in a
+	// cluster before, and its member would wait for a member with a confirmed ring
+	// (statestore_ring.go).
+	addrs := slices.Sorted(slices.Values(im.addrs))
+	stores := make([]string, len(addrs))
+	for i, a := range addrs {
+		stores[i] = im.disks[a].storeID
+	}
+	for _, m := range members {
+		if err := im.disks[m.Addr].saveRing(&stateRingRecord{Self: m.Addr, Admitted: addrs, Stores: stores}); err != nil {
+			im.Close()
+			return nil, fmt.Errorf("sharding: state import: saving the ring in %s: %w", m.Dir, err)
 		}
 	}
 	return im, nil

@@ -88,10 +88,25 @@ func TestStateDirsExportAndImport(t *testing.T) {
 	if err := im.Close(); err != nil {
 		t.Fatal(err)
 	}
+	var addrs, stores []string
 	for _, m := range members {
 		d, err := openStateDisk(m.Dir)
 		if err != nil {
 			t.Fatal(err)
+		}
+		addrs, stores = append(addrs, m.Addr), append(stores, d.storeID)
+		d.close()
+	}
+	for _, m := range members {
+		d, err := openStateDisk(m.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The ring of the members, as a cluster stopped whole saves it: without one,
+		// the members started on these directories would wait for a confirmed ring.
+		if rec, err := d.loadRing(); err != nil || rec == nil || rec.Self != m.Addr || rec.Unconfirmed ||
+			!slices.Equal(rec.Admitted, addrs) || !slices.Equal(rec.Stores, stores) {
+			t.Fatalf("the ring in %s: %+v, %v; want the members %v with store IDs %v", m.Dir, rec, err, addrs, stores)
 		}
 		for _, sh := range got {
 			rec, found, err := d.record(stateShardPrefix(sh.Type, sh.Shard), stateKindSnapshot, sh.Snapshots[0].ID)
