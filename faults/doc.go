@@ -215,15 +215,17 @@
 //     ring is now saved with the members up it has not admitted yet, and a ring of one
 //     restored alone waits for the members that had joined it (sharding's
 //     TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt).
-//  17. Fixed. Seed 82074 (6 members, its one fault a crash that found no member
+//  17. Open. Seed 82074 (6 members, its one fault a crash that found no member
 //     running: a machine at load 12 downed every member over and over): two members
 //     that had joined but never saved a ring, downed each time before they were up,
 //     came back first after the whole cluster was downed, saw each other up, and
 //     their handover round admitted the two; they served counters and registers from
-//     nothing, the acknowledged state being on members not yet back. A ring started
-//     from a view is now unconfirmed and its rounds admit nobody until a member with a
-//     confirmed ring is up, or unless every member is on a directory its process made
-//     (sharding's TestSeed82074MembersWithoutARingDoNotFormOne).
+//     nothing, the acknowledged state being on members not yet back. Rings now record
+//     whether they are confirmed (restored, founded alone on a new directory, or taken
+//     from a confirmed one) and handover replies carry it, but the rule that an
+//     unconfirmed ring admits nobody without a confirmed member up is not enforced:
+//     it kept a new Compose cluster (e2e TestComposeFile) from forming, its first
+//     member finding its state file made before it opened it.
 //  18. Fixed. Seeds 82303 and 109 (a machine at load 12): a HostShard timed out at the
 //     coordinator, which told the region to drop the shard and allocated it again to
 //     the same member at a newer epoch; an entity of the dropped copy, whose

@@ -70,14 +70,10 @@
 // replica counts as gone), and learns the rest from each round's answers; alone, it
 // admits itself only on a directory it made (the first member of a new cluster), not
 // on one made earlier whose ring never started. A ring started from a view (no ring
-// saved: on a directory made earlier, the member was in a cluster but not long enough
-// to save a ring; or, on a new one, it joined members up) is unconfirmed, and saved so:
-// its handover rounds admit the live set only if a member asked has a confirmed ring
-// (one restored, one that founded a cluster alone on a new directory, or one that took
-// or learned a confirmed ring), which confirms it, or if every member is unconfirmed
-// on a directory its process made (a new cluster whose members started together).
-// Members that never saved a ring, back first after a whole cluster was downed, would
-// otherwise admit each other and serve their entities as new (fault seed 82074). So
+// saved) is recorded as unconfirmed until it takes or learns a confirmed ring or a
+// handover round admits it, and handover replies carry the standing; a round does not
+// yet refuse to admit members none of which has a confirmed ring (fault seed 82074,
+// faults/doc.go bug 17). So
 // after a whole cluster restarts,
 // the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
@@ -152,10 +148,8 @@ type stateRing struct {
 	// the ring is saved again when they change (noteJoiningLocked).
 	joining []string
 	// unconfirmed: the ring was started from a view (no ring saved, and not the first
-	// member of a new cluster) and has met no confirmed ring since; saved with the ring.
-	// A handover round of an unconfirmed ring admits the live set only if a member
-	// asked has a confirmed ring, or if every member is on a data directory its process
-	// made (a new cluster whose members started together); see the file comment.
+	// member of a new cluster) and has met no confirmed ring since; saved with the ring
+	// and sent in handover replies (see the file comment: not yet enforced).
 	unconfirmed bool
 	// view is the last view built once the ring started (ringView), nil before.
 	view *ringViewCache
@@ -735,15 +729,12 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	var short []string
 	learned := map[string]string{}
 	var newer *stateHandoverReply // the answer of the newest generation, if newer than ours
-	// Whether a member asked has a confirmed ring (of this generation: sameGen), and
-	// whether all are unconfirmed on directories their processes made.
-	confirmed, sameGen, allFresh := false, false, true
+	// Whether a member asked of this generation has a confirmed ring.
+	sameGen := false
 	for range peers {
 		a := <-answers
 		if a.err == nil {
-			confirmed = confirmed || a.reply.Standing == ringConfirmed
 			sameGen = sameGen || a.reply.Standing == ringConfirmed && a.reply.Gen == v.gen
-			allFresh = allFresh && a.reply.Standing == ringFresh
 		}
 		switch {
 		case a.err != nil:
@@ -798,15 +789,6 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	}
 	if len(short) > 0 {
 		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
-	}
-	if standing := s.standingLocked(); standing != ringConfirmed && !confirmed && (standing != ringFresh || !allFresh) {
-		// A ring started from a view, among members none of which has a confirmed ring,
-		// and one of them at least on a data directory that was in a cluster before:
-		// the cluster's ring, and its data, may be on members not up (fault seed 82074:
-		// two members that had never saved a ring came back first after a whole cluster
-		// was downed, admitted each other and served their entities as new).
-		return false, fmt.Errorf("%w: no member up (%s) has a confirmed ring, and a data directory among them was in a cluster before: waiting for a member of that cluster",
-			ErrStoreUnavailable, key)
 	}
 	now := map[string]string{}
 	for _, a := range v.live {
