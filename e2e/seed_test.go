@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
 // TestSeedNodesStartedTogetherFormOneCluster: three processes started at once with the
@@ -42,6 +45,19 @@ func TestSeedNodesStartedTogetherFormOneCluster(t *testing.T) {
 		}
 	}
 
+	// The cluster serves state (e2e TestComposeFile on a loaded machine: the first seed,
+	// forming the cluster with a second store on the state directory its failed join
+	// had made, took the directory for one that had been in a cluster and waited for
+	// members that never were, and every shard it held a replica of was refused).
+	out, errText, ok := cli(t, hosts[1], nil, "deploy", "--type", "counter", testwasm.Path(t, "counter"))
+	if !ok {
+		t.Fatalf("deploy: %s%s", out, errText)
+	}
+	const counters = 24
+	for i := range counters {
+		incTo(t, hosts[i%3], fmt.Sprintf("seed-%d", i), 1)
+	}
+
 	hosts[0].stop(t)
 	waitView(t, hosts[1], 60*time.Second, "two members after the first seed left", func(ms []memberJSON) bool { return allUpView(2)(ms) })
 	again := restartHostAt(t, dirs[0], binds[0], seeds)
@@ -58,4 +74,29 @@ func TestSeedNodesStartedTogetherFormOneCluster(t *testing.T) {
 	if strings.Contains(again.log.String(), "forms a new cluster") {
 		t.Fatalf("the restarted first seed formed a cluster of its own:\n%s", again.log)
 	}
+	for i := range counters {
+		incTo(t, again, fmt.Sprintf("seed-%d", i), 2)
+	}
+}
+
+// incTo brings counter id from want-1 to want through h, asking "get" first so that an
+// inc whose outcome was lost (a timeout) is not sent twice; it fails the test on any
+// other count (one lost, or one applied twice) and retries refusals for up to 90 s.
+func incTo(t *testing.T, h *host, id string, want int) {
+	t.Helper()
+	testutil.EventuallyNil(t, 90*time.Second, fmt.Sprintf("counter %s at %d", id, want), func() error {
+		status, body, _, err := api(h, "ask", "counter", id, "get")
+		if err != nil || status != 200 {
+			return fmt.Errorf("get %s: %d %s %v", id, status, body, err)
+		}
+		switch body {
+		case fmt.Sprint(want):
+			return nil
+		case fmt.Sprint(want - 1):
+			status, body, _, err = api(h, "ask", "counter", id, "inc")
+			return fmt.Errorf("inc %s sent: %d %s %v", id, status, body, err) // read back next time
+		}
+		t.Fatalf("counter %s through %s is %q, want %d or %d (a count lost or doubled)", id, h.bind, body, want-1, want)
+		return nil
+	})
 }

@@ -215,17 +215,21 @@
 //     ring is now saved with the members up it has not admitted yet, and a ring of one
 //     restored alone waits for the members that had joined it (sharding's
 //     TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt).
-//  17. Open. Seed 82074 (6 members, its one fault a crash that found no member
+//  17. Fixed. Seed 82074 (6 members, its one fault a crash that found no member
 //     running: a machine at load 12 downed every member over and over): two members
 //     that had joined but never saved a ring, downed each time before they were up,
 //     came back first after the whole cluster was downed, saw each other up, and
 //     their handover round admitted the two; they served counters and registers from
-//     nothing, the acknowledged state being on members not yet back. Rings now record
-//     whether they are confirmed (restored, founded alone on a new directory, or taken
-//     from a confirmed one) and handover replies carry it, but the rule that an
-//     unconfirmed ring admits nobody without a confirmed member up is not enforced:
-//     it kept a new Compose cluster (e2e TestComposeFile) from forming, its first
-//     member finding its state file made before it opened it.
+//     nothing, the acknowledged state being on members not yet back. A ring started
+//     from a view is now unconfirmed and its rounds admit nobody until a member with a
+//     confirmed ring is up, or unless every member is on a new directory (sharding's
+//     TestSeed82074MembersWithoutARingDoNotFormOne). A first version of the rule took
+//     a directory for new only if its process had made it, and kept a Compose cluster
+//     (e2e TestComposeFile, on a loaded machine) from forming: its first seed, whose
+//     join found no other seed in time, formed the cluster with a second store on the
+//     directory the first had made. A directory is now new until its member first sees
+//     another member or answers one, a mark in the file (sharding's
+//     TestAStateDirectoryIsNewUntilItsMemberSeesAnother).
 //  18. Fixed. Seeds 82303 and 109 (a machine at load 12): a HostShard timed out at the
 //     coordinator, which told the region to drop the shard and allocated it again to
 //     the same member at a newer epoch; an entity of the dropped copy, whose

@@ -187,6 +187,20 @@ func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.
 	regression(t, underRace(s, 0), 2)
 }
 
+// Seed 82074 (6 members, a machine at load 12) read counters and a register back from
+// nothing: its one fault, a crash, found no member running, as the load had downed
+// every member over and over; two members that had never saved a ring came back first,
+// admitted each other and served their entities as new. Fixed: a ring started from a
+// view is unconfirmed, and admits nobody until a member with a confirmed ring is up
+// (faults/doc.go, bug 17; sharding's TestSeed82074MembersWithoutARingDoNotFormOne).
+// The schedule finds it only on a loaded machine.
+func TestSeed82074MembersWithoutARingDoNotFormOne(t *testing.T) {
+	s := Schedule{Seed: 82074, Members: 6, Gap: millis(609), Faults: []Fault{
+		{Kind: Crash, Pick: 1, For: millis(557)},
+	}}
+	regression(t, underRace(s, 0), 2)
+}
+
 // Seeds 74059 and 74065 lost acknowledged writes (a counter's increment, a register's
 // write) with no data directory wiped: on a machine loaded past the failure detectors'
 // deadlines (load average 20 on 2 cores), members were downed and restarted over and

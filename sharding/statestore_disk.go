@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/internal/boltfile"
@@ -34,13 +35,21 @@ type stateDisk struct {
 	// disk lost) has a new one: the others tell its replicas from those it had
 	// (statestore_ring.go).
 	storeID string
-	// created: this process made the file (it did not exist when the store opened).
+	// created: the file had taken no part in a cluster when the store opened it: this
+	// process made it, or one that never saw another member and answered no member's
+	// request did (a first seed whose join failed opens it twice, cmd/host's
+	// startMember), its stateNewKey still set. Fixed at open; noteInCluster clears
+	// the key.
 	created bool
-	ops     chan *stateDiskOp
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
-	err     error
+	// inCluster is set once the file has lost stateNewKey (noteInCluster), or never
+	// had it.
+	inCluster   atomic.Bool
+	inClusterMu sync.Mutex // serializes noteInCluster's write
+	ops         chan *stateDiskOp
+	stop        chan struct{}
+	done        chan struct{}
+	once        sync.Once
+	err         error
 	// log receives an error line when the disk refuses a write (a full disk, say): at
 	// most one per writeLog's interval, with the count of those suppressed since the
 	// last. Nil: none (the offline tools). Set before the first write.
@@ -87,6 +96,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
 	var storeID string
+	created := false
 	err = boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
 		changed := false
 		for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords, stateBucketRing} {
@@ -101,10 +111,17 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		rb := tx.Bucket(stateBucketRing)
 		if v := rb.Get(stateStoreIDKey); len(v) > 0 {
 			storeID = string(v)
+			created = rb.Get(stateNewKey) != nil
 			return changed, nil
 		}
 		// A new file (or one written before files had an ID).
 		storeID = newStateStoreID()
+		if errors.Is(statErr, os.ErrNotExist) {
+			created = true
+			if err := rb.Put(stateNewKey, []byte{1}); err != nil {
+				return false, err
+			}
+		}
 		return true, rb.Put(stateStoreIDKey, []byte(storeID))
 	})
 	if err == nil && errors.Is(statErr, os.ErrNotExist) {
@@ -114,10 +131,44 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
 	}
-	d := &stateDisk{path: path, db: db, storeID: storeID, created: errors.Is(statErr, os.ErrNotExist), ops: make(chan *stateDiskOp, stateDiskQueue),
+	d := &stateDisk{path: path, db: db, storeID: storeID, created: created, ops: make(chan *stateDiskOp, stateDiskQueue),
 		stop: make(chan struct{}), done: make(chan struct{}), writeLog: logLimiter{interval: stateDiskWriteLogInterval}}
+	d.inCluster.Store(!created)
 	go d.run()
 	return d, nil
+}
+
+// noteInCluster records on disk that the file takes part in a cluster (its member saw
+// another, or is about to answer a member's request): a store opened on it later is
+// not created, and its member, alone or among members none of which has a confirmed
+// ring, does not found a new cluster (statestore_ring.go). A no-op once done. Errors
+// wrap ErrStoreUnavailable; a request about to be answered must then fail.
+func (d *stateDisk) noteInCluster() error {
+	if d.inCluster.Load() {
+		return nil
+	}
+	d.inClusterMu.Lock()
+	defer d.inClusterMu.Unlock()
+	if d.inCluster.Load() {
+		return nil
+	}
+	select {
+	case <-d.stop:
+		return errStateClosed
+	default:
+	}
+	err := boltfile.Update(d.db, func(tx *bolt.Tx) (bool, error) {
+		b := tx.Bucket(stateBucketRing)
+		if b == nil {
+			return false, errors.New("ring bucket missing")
+		}
+		return true, b.Delete(stateNewKey)
+	})
+	if err != nil {
+		return fmt.Errorf("%w: state store %s: noting the file in a cluster: %w", ErrStoreUnavailable, d.path, err)
+	}
+	d.inCluster.Store(true)
+	return nil
 }
 
 // newStateStoreID returns a store ID: 16 hex digits from crypto/rand.

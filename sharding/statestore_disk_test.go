@@ -3,11 +3,13 @@ package sharding
 import (
 	"bytes"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -81,5 +83,51 @@ func TestFullDataDirectoryRefusedWritesAreLogged(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "suppressed=2") {
 		t.Fatalf("the second line does not count the 2 refusals left out:\n%s", logs.String())
+	}
+}
+
+// TestAStateDirectoryIsNewUntilItsMemberSeesAnother: a state directory is new (its
+// member alone may found a cluster on it, statestore_ring.go) when its store opens it,
+// if no process that had it open saw another member or answered one: e2e
+// TestComposeFile on a loaded machine had its first seed fail to join within
+// --seed-node-timeout and then form the cluster with a second store on the directory
+// the first had made, which took it for one that had been in a cluster and waited for
+// members that never were. Once its members see each other, a directory is no longer
+// new (fault seed 82074: members that had joined a cluster, back first after it was
+// downed whole, must not found a new one).
+func TestAStateDirectoryIsNewUntilItsMemberSeesAnother(t *testing.T) {
+	reopen := func(t *testing.T, dir string) bool {
+		t.Helper()
+		d, err := openStateDisk(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = d.close() }()
+		return d.created
+	}
+	dir := t.TempDir()
+	if !reopen(t, dir) {
+		t.Fatal("a directory made now is not new")
+	}
+	if !reopen(t, dir) {
+		t.Fatal("a directory opened before by a process that took no part in a cluster is not new")
+	}
+
+	c := &ssCluster{tb: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: ssTolerant()}
+	t.Cleanup(c.stopAll)
+	a := c.start(dir)
+	if !a.store.newFile() {
+		t.Fatal("the store of a new directory does not say so")
+	}
+	b := c.start(filepath.Join(t.TempDir(), "state"))
+	c.waitUp()
+	if !a.store.newFile() || !b.store.newFile() {
+		t.Fatal("a store's directory stopped being new while it runs: members started together on new directories would not admit each other")
+	}
+	c.stopAll()
+	for _, n := range []*ssNode{a, b} {
+		if reopen(t, n.dir) {
+			t.Errorf("%s's directory is still new after its member saw another", n.transport)
+		}
 	}
 }

@@ -181,6 +181,7 @@ func (s *ReplicatedStateStore) repairLoop() {
 		case <-retry:
 		case <-s.kick:
 		case e := <-s.sub.C:
+			s.noteOthers()
 			if !stateRepairEvent(e.Kind) {
 				continue
 			}
@@ -193,6 +194,7 @@ func (s *ReplicatedStateStore) repairLoop() {
 				}
 			}
 		}
+		s.noteOthers()
 		if n := s.ReadRepairsDropped(); n > dropped {
 			s.log.Warn("read repairs dropped, the queue being full; this repair pass makes up for them",
 				"dropped", n-dropped, "queue", stateRepairQueue)
@@ -428,4 +430,24 @@ func (s *ReplicatedStateStore) pushRecords(ctx context.Context, r stateReplica, 
 		size += sz
 	}
 	return flush()
+}
+
+// noteOthers records on disk, once, that the state file takes part in a cluster when
+// the membership lists another member (stateDisk.noteInCluster): a member that joined
+// others, even one downed before it was up or asked anything, does not found a cluster
+// of its own from this directory later (fault seed 82074). A failed write is logged
+// and tried again at the next event or pass.
+func (s *ReplicatedStateStore) noteOthers() {
+	if s.disk == nil || s.disk.inCluster.Load() {
+		return
+	}
+	self := s.cfg.Membership.Self().Address
+	for _, m := range s.cfg.Membership.Members() {
+		if m.Address != self {
+			if err := s.disk.noteInCluster(); err != nil {
+				s.log.Warn("state store: noting the data directory in a cluster failed", "err", err)
+			}
+			return
+		}
+	}
 }

@@ -807,8 +807,8 @@ func (s *ReplicatedStateStore) storeID() string {
 	return s.disk.storeID
 }
 
-// newFile reports whether this process made the state file (true without a disk, in
-// tests of the ranking alone).
+// newFile reports whether the state file had taken no part in a cluster when the store
+// opened it (stateDisk.created; true without a disk, in tests of the ranking alone).
 func (s *ReplicatedStateStore) newFile() bool { return s.disk == nil || s.disk.created }
 
 // encodeReply stamps a reply with this member's store ID and encodes it.

@@ -68,12 +68,21 @@
 // members, itself among them with no store ID (so that a member that joins, or comes
 // back without its data, reads through the others until its first round: its own old
 // replica counts as gone), and learns the rest from each round's answers; alone, it
-// admits itself only on a directory it made (the first member of a new cluster), not
-// on one made earlier whose ring never started. A ring started from a view (no ring
-// saved) is recorded as unconfirmed until it takes or learns a confirmed ring or a
-// handover round admits it, and handover replies carry the standing; a round does not
-// yet refuse to admit members none of which has a confirmed ring (fault seed 82074,
-// faults/doc.go bug 17). So
+// admits itself only on a new directory (the first member of a new cluster), not on
+// one that was in a cluster before though its ring never started. A directory is new
+// when its store opens it if it has taken no part in a cluster: made by this process,
+// or by one that never saw another member nor answered one's request (a first seed
+// whose join failed opens it twice, cmd/host); the file keeps a mark until its member
+// first sees another member or answers a request (stateDisk.noteInCluster). A ring
+// started from a view (no ring saved: on a directory that was in a cluster, the member
+// was in it but not long enough to save a ring; or, on a new one, it joined members
+// up) is unconfirmed, and saved so: its handover rounds admit the live set only if a
+// member asked has a confirmed ring (one restored, one that founded a cluster alone on
+// a new directory, or one that took or learned a confirmed ring), which confirms it,
+// or if every member is unconfirmed on a new directory (a new cluster whose members
+// started together).
+// Members that never saved a ring, back first after a whole cluster was downed, would
+// otherwise admit each other and serve their entities as new (fault seed 82074). So
 // after a whole cluster restarts,
 // the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
@@ -148,8 +157,10 @@ type stateRing struct {
 	// the ring is saved again when they change (noteJoiningLocked).
 	joining []string
 	// unconfirmed: the ring was started from a view (no ring saved, and not the first
-	// member of a new cluster) and has met no confirmed ring since; saved with the ring
-	// and sent in handover replies (see the file comment: not yet enforced).
+	// member of a new cluster) and has met no confirmed ring since; saved with the ring.
+	// A handover round of an unconfirmed ring admits the live set only if a member
+	// asked has a confirmed ring, or if every member is on a new data directory (a new
+	// cluster whose members started together); see the file comment.
 	unconfirmed bool
 	// view is the last view built once the ring started (ringView), nil before.
 	view *ringViewCache
@@ -379,7 +390,7 @@ func (v *stateRingView) markReplaced() {
 // this member; or without a saved ring, the members up with this one's address
 // admitted with no store ID (what a member at this address held before this directory
 // was made is lost: its replicas count as gone), or this member with its own if it is
-// alone on a directory made by this process (the first member of a new cluster); and
+// alone on a new directory (the first member of a new cluster); and
 // in both cases the members down or exiting.
 // The caller holds ring.mu.
 func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
@@ -394,8 +405,8 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 	}
 	r.admitted = map[string]string{}
 	alone := len(v.live) == 1
-	// Unconfirmed: no ring saved (on a directory made earlier, the member was in a
-	// cluster before, but not long enough to save one), or one saved unconfirmed. A
+	// Unconfirmed: no ring saved (on a directory that was in a cluster, the member was
+	// in it, but not long enough to save one), or one saved unconfirmed. A
 	// ring saved at another address is not restored, but its member was in the cluster.
 	r.unconfirmed = saved == nil || saved.Unconfirmed
 	switch {
@@ -428,7 +439,7 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 		// itself for the whole cluster (fault seed 75012).
 		r.admitted[v.self] = ""
 		if alone {
-			s.log.Warn("state store: alone, on a data directory made earlier but with no ring saved: it waits for the members it was in a cluster with (their rings admit it)")
+			s.log.Warn("state store: alone, on a data directory that was in a cluster before but has no ring saved: it waits for the members it was in a cluster with (their rings admit it)")
 		}
 	}
 	for a, m := range v.members {
@@ -635,8 +646,8 @@ func (s *ReplicatedStateStore) handoverLimit(v stateRingView) int {
 }
 
 // standingLocked is this member's ring's standing for handover replies: ringConfirmed,
-// or, unconfirmed, ringFresh on a data directory this process made and
-// ringUnconfirmed on one made earlier. The caller holds ring.mu.
+// or, unconfirmed, ringFresh on a new data directory (newFile) and ringUnconfirmed on
+// one that was in a cluster before. The caller holds ring.mu.
 func (s *ReplicatedStateStore) standingLocked() uint8 {
 	switch {
 	case !s.ring.unconfirmed:
@@ -729,12 +740,15 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	var short []string
 	learned := map[string]string{}
 	var newer *stateHandoverReply // the answer of the newest generation, if newer than ours
-	// Whether a member asked of this generation has a confirmed ring.
-	sameGen := false
+	// Whether a member asked has a confirmed ring (of this generation: sameGen), and
+	// whether all are unconfirmed on new directories.
+	confirmed, sameGen, allFresh := false, false, true
 	for range peers {
 		a := <-answers
 		if a.err == nil {
+			confirmed = confirmed || a.reply.Standing == ringConfirmed
 			sameGen = sameGen || a.reply.Standing == ringConfirmed && a.reply.Gen == v.gen
+			allFresh = allFresh && a.reply.Standing == ringFresh
 		}
 		switch {
 		case a.err != nil:
@@ -789,6 +803,15 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	}
 	if len(short) > 0 {
 		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
+	}
+	if standing := s.standingLocked(); standing != ringConfirmed && !confirmed && (standing != ringFresh || !allFresh) {
+		// A ring started from a view, among members none of which has a confirmed ring,
+		// and one of them at least on a data directory that was in a cluster before:
+		// the cluster's ring, and its data, may be on members not up (fault seed 82074:
+		// two members that had never saved a ring came back first after a whole cluster
+		// was downed, admitted each other and served their entities as new).
+		return false, fmt.Errorf("%w: no member up (%s) has a confirmed ring, and a data directory among them was in a cluster before: waiting for a member of that cluster",
+			ErrStoreUnavailable, key)
 	}
 	now := map[string]string{}
 	for _, a := range v.live {

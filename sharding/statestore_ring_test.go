@@ -7,9 +7,11 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -495,8 +497,8 @@ func TestNoShardIsDroppedByAnUnsettledRing(t *testing.T) {
 }
 
 // TestAMemberBackAloneDoesNotTakeItselfForTheCluster: alone, a member starts its ring
-// with itself admitted only on a directory it made just now (the first member of a new
-// cluster). Fault seed 75005: a ring of two, {a, b}, that b shrank to {b} while a was
+// with itself admitted only on a new directory (the first member of a new cluster): one
+// made just now, or opened before by a process that took no part in a cluster. Fault seed 75005: a ring of two, {a, b}, that b shrank to {b} while a was
 // downed (b acknowledging writes alone since), became {a} when a restarted alone from
 // its saved ring, and a served the older state. Fault seed 75012: a member whose ring
 // had never started (it was never up long) restarted alone, took itself for a new
@@ -532,10 +534,13 @@ func TestAMemberBackAloneDoesNotTakeItselfForTheCluster(t *testing.T) {
 			t.Fatalf("%d retained within the handover limit %d: m0 would admit itself alone", retainedCount(v), s.handoverLimit(v))
 		}
 	})
-	t.Run("a directory made earlier, no ring, alone", func(t *testing.T) {
+	t.Run("a directory that was in a cluster, no ring, alone", func(t *testing.T) {
 		dir := t.TempDir()
 		d, err := openStateDisk(dir)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.noteInCluster(); err != nil {
 			t.Fatal(err)
 		}
 		_ = d.close()
@@ -551,6 +556,21 @@ func TestAMemberBackAloneDoesNotTakeItselfForTheCluster(t *testing.T) {
 		s, v := start(t, t.TempDir(), nil, alone, nil)
 		if v.ids["m0"] != s.storeID() {
 			t.Fatalf("m0 admitted as %q, want its store ID %s", v.ids["m0"], s.storeID())
+		}
+	})
+	// e2e TestComposeFile on a loaded machine: the first seed's join found no other
+	// seed within --seed-node-timeout, and it formed the cluster alone with a second
+	// host.Start on the directory the first had made (cmd/host's startMember).
+	t.Run("a directory opened before by a process that saw no member, alone: a new cluster", func(t *testing.T) {
+		dir := t.TempDir()
+		d, err := openStateDisk(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = d.close()
+		s, v := start(t, dir, nil, alone, nil)
+		if v.ids["m0"] != s.storeID() || s.ring.unconfirmed {
+			t.Fatalf("m0 admitted as %q (unconfirmed %v), want its store ID %s, confirmed", v.ids["m0"], s.ring.unconfirmed, s.storeID())
 		}
 	})
 }
@@ -641,6 +661,64 @@ func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.
 				t.Fatalf("%d retained within the handover limit %d: m0 would admit itself alone", retainedCount(v), s.handoverLimit(v))
 			}
 		})
+	}
+}
+
+// TestSeed82074MembersWithoutARingDoNotFormOne: fault seed 82074 (a machine at load 12,
+// every member downed over and over). Two members that had joined the cluster but never
+// saved a ring (downed each time before they were up) came back first after the whole
+// cluster was downed, saw each other up, and their handover round admitted the two:
+// they served their entities as new, while the cluster's acknowledged state was on the
+// members not yet back. A ring started from a view on directories made earlier is now
+// unconfirmed, and its rounds admit nobody until a member with a confirmed ring is up
+// (nor does a member on a new directory that joins them confirm it).
+func TestSeed82074MembersWithoutARingDoNotFormOne(t *testing.T) {
+	c := &ssCluster{tb: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: ssTolerant(),
+		mutate: func(cfg *ReplicatedStateStoreConfig) { cfg.RepairInterval = 200 * time.Millisecond }}
+	t.Cleanup(c.stopAll)
+	for range 2 {
+		dir := filepath.Join(t.TempDir(), "state")
+		d, err := openStateDisk(dir) // a directory that was in a cluster, with no ring saved
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.noteInCluster(); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.close(); err != nil {
+			t.Fatal(err)
+		}
+		c.start(dir)
+	}
+	c.start(filepath.Join(t.TempDir(), "state")) // a new one
+	c.waitMembers()
+	// Each member's rounds are refused: for want of a confirmed ring, or (a member whose
+	// ring started while it was alone) for its own replica, which counts as lost.
+	refused := func(err error) bool {
+		return err != nil && (strings.Contains(err.Error(), "has a confirmed ring") || strings.Contains(err.Error(), "members retained"))
+	}
+	confirmedRefusals := 0
+	for _, n := range c.nodes {
+		testutil.EventuallyNil(t, 60*time.Second, "a handover round refused on "+n.transport, func() error {
+			_, err := n.store.handoverRound(ssCtx(t))
+			if v := n.store.ringView(); v.settled() {
+				t.Fatalf("%s admitted %v: members without a confirmed ring formed one", n.transport, v.admitted)
+			}
+			if !refused(err) {
+				return fmt.Errorf("round: %v", err)
+			}
+			if strings.Contains(err.Error(), "has a confirmed ring") {
+				confirmedRefusals++
+			}
+			return nil
+		})
+	}
+	if confirmedRefusals == 0 {
+		t.Fatal("no round was refused for want of a confirmed ring")
+	}
+	key := EntityKey{Type: "counter", Shard: 1, ID: "c1"}
+	if _, err := c.nodes[0].store.Load(ssCtx(t), key); !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("a read: %v, want ErrStoreUnavailable", err)
 	}
 }
 

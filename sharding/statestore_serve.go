@@ -40,6 +40,12 @@ func (s *ReplicatedStateStore) handler(serve stateServe) cluster.Handler {
 					r.Reply(stateFail(fmt.Errorf("%w: handler failed", ErrStoreUnavailable)), nil)
 				}
 			}()
+			if s.disk != nil {
+				if err := s.disk.noteInCluster(); err != nil {
+					r.Reply(stateFail(err), nil)
+					return
+				}
+			}
 			r.Reply(serve(r.From, r.Body), nil)
 		}) {
 			<-s.serving

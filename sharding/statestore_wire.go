@@ -145,8 +145,9 @@ type stateHandoverReply struct {
 	Key    string   `cbor:"7,keyasint,omitempty"`
 	Stores []string `cbor:"8,keyasint,omitempty"`
 	// Standing: whether the replica's ring is confirmed (absent: yes, as from members of
-	// versions before it was sent), or not yet and on a data directory its process made
-	// (ringFresh) or on one made earlier (ringUnconfirmed).
+	// versions before it was sent), or not yet and on a new data directory (ringFresh:
+	// one that had taken no part in a cluster when its store opened it) or on one that
+	// had (ringUnconfirmed).
 	Standing uint8  `cbor:"9,keyasint,omitempty"`
 	Store    string `cbor:"15,keyasint,omitempty"`
 }
@@ -359,6 +360,9 @@ var (
 	stateBucketRing    = []byte("ring")
 	stateRingKey       = []byte("ring")
 	stateStoreIDKey    = []byte("store") // in the ring bucket: the file's store ID (stateDisk.storeID)
+	// stateNewKey, in the ring bucket, is present while the file has answered no
+	// member's request (stateDisk.created).
+	stateNewKey = []byte("new")
 )
 
 // stateRingRecord is the ring as this member last saw it (statestore_ring.go): the
