@@ -246,12 +246,17 @@
 //     member older than its own was downed less than DownRemovalMargin ago, as Akka's
 //     singleton hands over after the down-removal margin (sharding's
 //     TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin).
-//  20. Open. Seed 82305 (the same load): a member kept a stale copy of a shard from
-//     long before, whose fence at its old epoch the region remembered; a message that
-//     reached it activated the entity without fencing again, beside the shard's owner,
-//     and stopped it at once, when the store refused its next write. Fencing anew at
-//     every activation costs a replicated write; the planned fix is for the state
-//     read itself to report the newest epoch a replica has seen for the shard.
+//  20. Fixed. Seeds 82305 and 83390 (the same load): a member kept a stale copy of a
+//     shard from long before (in 83390 the coordinator's own member, after allocating
+//     the shard elsewhere), whose fence at its old epoch the region remembered; a
+//     message that reached it activated the entity without fencing again, beside the
+//     shard's owner, and stopped it at once, when the store refused its next write.
+//     Fencing anew at every activation would cost a replicated write; instead an
+//     activation's load carries the copy's epoch (sharding.WithReadEpoch), each replica
+//     answers a read with its epoch of the shard, and a load older than one of the
+//     majority's is refused with ErrStaleEpoch, the copy dropped (sharding's
+//     TestSeed82305AStaleCopyDoesNotActivateItsEntities; statestoretest's ReadEpoch
+//     for every store).
 //
 // The harness itself was fixed twice on the way: a member restarted with an empty data
 // directory while no member ran formed a new cluster alone (seed 13340; the downed

@@ -428,9 +428,15 @@ func (e *entity) activate(ctx context.Context) (err error) {
 			}
 			return wrapCause(ErrStateNotLoaded, e.r.settings.Name+"/"+e.id, err)
 		}
-		st, err := e.loadState(ctx)
+		st, err := e.loadState(ctx, epoch)
 		switch {
 		case errors.Is(err, ErrNoState):
+		case errors.Is(err, ErrStaleEpoch):
+			// A replica has seen a newer epoch of the shard: the copy here is stale,
+			// though its fence at its epoch was remembered (fault seed 82305).
+			e.fenced.Store(true)
+			e.r.dropStale(e.shard, epoch+1)
+			return wrapCause(ErrStateNotLoaded, e.r.settings.Name+"/"+e.id, err)
 		case err != nil:
 			// Starting without the saved state would lose it: refuse instead.
 			return wrapCause(ErrStateNotLoaded, e.r.settings.Name+"/"+e.id, err)
@@ -540,18 +546,20 @@ func (e *entity) fence(ctx context.Context, epoch uint64) error {
 	}
 }
 
-// loadState reads the entity's saved state, trying again (three attempts in all, 50 ms
-// then 200 ms apart) while the store is unavailable: a majority of its replicas may be
-// moments from answering, as while members join or a shard moves.
-func (e *entity) loadState(ctx context.Context) ([]byte, error) {
+// loadState reads the entity's saved state at the shard's allocation epoch here
+// (WithReadEpoch: ErrStaleEpoch if the store has seen a newer one), trying again (three
+// attempts in all, 50 ms then 200 ms apart) while the store is unavailable: a majority
+// of its replicas may be moments from answering, as while members join or a shard
+// moves.
+func (e *entity) loadState(ctx context.Context, epoch uint64) ([]byte, error) {
 	s := e.r.s
 	var err error
 	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
-		lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		lctx, cancel := context.WithTimeout(WithReadEpoch(ctx, epoch), s.cfg.RequestTimeout)
 		var st []byte
 		st, err = s.cfg.States.Load(lctx, e.key())
 		cancel()
-		if err == nil || errors.Is(err, ErrNoState) || attempt == 2 || ctx.Err() != nil {
+		if err == nil || errors.Is(err, ErrNoState) || errors.Is(err, ErrStaleEpoch) || attempt == 2 || ctx.Err() != nil {
 			return st, err
 		}
 		s.log.DebugContext(ctx, "entity state not loaded yet", "entity", e.r.settings.Name+"/"+e.id, "err", err)

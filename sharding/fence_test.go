@@ -344,3 +344,50 @@ func TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin(t *testing.T) {
 	ahead.Store(int64(time.Minute))
 	testutil.Eventually(t, 30*time.Second, "the coordinator to start once the margin has passed", active)
 }
+
+// TestSeed82305AStaleCopyDoesNotActivateItsEntities: bug 20 (faults/doc.go). A member
+// kept a copy of a shard from long before, the shard allocated elsewhere since and
+// fenced there at a newer epoch; its region remembered its own fence at the old epoch,
+// so a message that reached the copy activated the entity without fencing again,
+// beside the shard's owner, until its first save was refused. An activation's load
+// now carries the copy's epoch (WithReadEpoch), and the store refuses it: the copy is
+// dropped and the entity is not started here.
+func TestSeed82305AStaleCopyDoesNotActivateItsEntities(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := tc.nodes[0]
+	if got := mustAsk(t, n, "durable", "x", "inc"); got != "1" {
+		t.Fatalf("inc: %q", got)
+	}
+	sh := abiShard("x", 10)
+	reg := n.sharding.region("durable")
+	reg.mu.Lock()
+	epoch := reg.hostedLocked(sh).epoch
+	reg.mu.Unlock()
+	mustAsk(t, n, "durable", "x", "passivate")
+	testutil.Eventually(t, 30*time.Second, "the entity passivated", func() bool {
+		tc.acts.mu.Lock()
+		defer tc.acts.mu.Unlock()
+		_, active := tc.acts.active["durable/x"]
+		return !active
+	})
+	// The shard's owner elsewhere fences it; this region still hosts its copy at
+	// epoch, fenced there before.
+	if err := tc.states.FenceShard(context.Background(), "durable", sh, epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	tc.acts.mu.Lock()
+	before := len(tc.acts.log)
+	tc.acts.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	// The coordinator here still allocates the shard to this region at epoch: the ask
+	// cannot be served, and must not be by the stale copy.
+	if r, err := n.sharding.Ask(ctx, "durable", "x", []byte("get")); err == nil {
+		t.Fatalf("the stale copy answered %q", r.Payload)
+	}
+	tc.acts.mu.Lock()
+	defer tc.acts.mu.Unlock()
+	if started := tc.acts.log[before:]; len(started) > 0 {
+		t.Fatalf("the stale copy at epoch %d, the shard fenced at %d, started %v", epoch, epoch+1, started)
+	}
+}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 )
@@ -46,7 +47,11 @@ type StateStore interface {
 	// as the implementation promises (for the replicated store: on a majority of the
 	// shard's replicas). Errors: ErrStaleEpoch, ErrStoreUnavailable.
 	Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error
-	// Load returns the entity's latest snapshot, or ErrNoState.
+	// Load returns the entity's latest snapshot, or ErrNoState. When ctx carries the
+	// reader's allocation epoch for the shard (WithReadEpoch: an activation's load), a
+	// store that keeps the shards' epochs refuses with ErrStaleEpoch if the shard has a
+	// newer one, as it would refuse a write at that epoch: the reader's copy of the
+	// shard is stale.
 	Load(ctx context.Context, key EntityKey) ([]byte, error)
 	// Remember records (remember) or forgets (!remember) the entity among its shard's
 	// remembered entities. Errors: ErrStaleEpoch, ErrStoreUnavailable.
@@ -92,6 +97,33 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 		}
 	}
 	return nil
+}
+
+// readEpochKey is the context key of WithReadEpoch.
+type readEpochKey struct{}
+
+// WithReadEpoch returns ctx carrying a reader's allocation epoch for the shard it
+// loads from: StateStore.Load then refuses, with ErrStaleEpoch, to read a shard whose
+// store has seen a newer epoch (a fence or a write of a newer owner). A context passes
+// through store decorators unchanged, which an extra Load method would not.
+// An activation loads so: a member's copy of a shard that was allocated elsewhere since
+// (its region still taking it for its own, its fence at the old epoch remembered) must
+// not start the entity beside the shard's owner (fault seed 82305, faults/doc.go
+// bug 20).
+func WithReadEpoch(ctx context.Context, epoch uint64) context.Context {
+	return context.WithValue(ctx, readEpochKey{}, epoch)
+}
+
+// ReadEpoch returns the reader's allocation epoch WithReadEpoch put in ctx, and whether
+// there is one.
+func ReadEpoch(ctx context.Context) (uint64, bool) {
+	e, ok := ctx.Value(readEpochKey{}).(uint64)
+	return e, ok
+}
+
+// staleReadError is the ErrStaleEpoch of a load at epoch from a shard at cur.
+func staleReadError(key EntityKey, epoch, cur uint64) error {
+	return fmt.Errorf("%w: read at epoch %d, and %s/%d is at %d", ErrStaleEpoch, epoch, key.Type, key.Shard, cur)
 }
 
 // NewMemoryStateStore returns an empty store.
@@ -142,6 +174,11 @@ func (m *MemoryStateStore) Load(ctx context.Context, key EntityKey) ([]byte, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if epoch, ok := ReadEpoch(ctx); ok {
+		if cur := m.epochs[shardKey{key.Type, key.Shard}]; cur > epoch {
+			return nil, staleReadError(key, epoch, cur)
+		}
+	}
 	s, ok := m.state[key]
 	if !ok {
 		return nil, ErrNoState

@@ -504,9 +504,10 @@ func (d *stateDisk) record(prefix []byte, kind uint8, id string) (stateRecord, b
 }
 
 // read returns a snapshot's version and size and a copy of at most max bytes of it
-// from off (none if off is past its end).
-func (d *stateDisk) read(prefix []byte, id string, off, maxBytes int) (ver stateVersion, size int, data []byte, found bool, err error) {
+// from off (none if off is past its end), and the shard's epoch (0 if none).
+func (d *stateDisk) read(prefix []byte, id string, off, maxBytes int) (ver stateVersion, size int, data []byte, found bool, shardEpoch uint64, err error) {
 	err = d.view(func(eb, rb *bolt.Bucket) error {
+		shardEpoch, _ = stateEpochOf(eb, prefix)
 		v, _, all, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, stateKindSnapshot, id)))
 		if !ok {
 			return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -524,6 +525,7 @@ type stateReadAnswer struct {
 	ver   stateVersion
 	size  int
 	data  []byte // the whole snapshot from the local disk, its first chunk from a peer
+	shard uint64 // the replica's epoch of the shard
 	err   error
 }
 
@@ -531,8 +533,10 @@ type stateReadAnswer struct {
 // returns the newest version among the first majority to answer; replicas that
 // answered an older version or none get the newest afterwards (best effort). Errors:
 // ErrNoState (none of the majority has a snapshot), ErrStoreUnavailable (fewer than a
-// majority answered within RequestTimeout or ctx), ErrInvalidStateKey. The result is
-// the caller's.
+// majority answered within RequestTimeout or ctx), ErrStaleEpoch (ctx carries a read
+// epoch, WithReadEpoch, older than a replica of the majority has for the shard: as a
+// fence or write is acknowledged by a majority, a newer owner's is seen),
+// ErrInvalidStateKey. The result is the caller's.
 func (s *ReplicatedStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
 	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return nil, err
@@ -585,6 +589,13 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 	answers, err := awaitMajority(ctx, reps, results)
 	if err != nil {
 		return nil, err
+	}
+	if epoch, ok := ReadEpoch(ctx); ok {
+		for _, a := range answers {
+			if a.err == nil && a.shard > epoch {
+				return nil, staleReadError(key, epoch, a.shard) // results is buffered: no one waits
+			}
+		}
 	}
 	best := newestAnswer(answers)
 	if best == nil {
@@ -969,9 +980,7 @@ func (s *ReplicatedStateStore) sendChunks(ctx context.Context, r stateReplica, d
 func (s *ReplicatedStateStore) readFrom(ctx context.Context, r stateReplica, key EntityKey) stateReadAnswer {
 	a := stateReadAnswer{rep: r}
 	if r.local {
-		var rec stateRecord
-		rec, a.found, a.err = s.disk.record(stateShardPrefix(key.Type, key.Shard), stateKindSnapshot, key.ID)
-		a.ver, a.size, a.data = rec.version(), len(rec.Data), rec.Data
+		a.ver, a.size, a.data, a.found, a.shard, a.err = s.disk.read(stateShardPrefix(key.Type, key.Shard), key.ID, 0, math.MaxInt)
 		return a
 	}
 	var reply stateReadReply
@@ -982,7 +991,7 @@ func (s *ReplicatedStateStore) readFrom(ctx context.Context, r stateReplica, key
 		a.err = fmt.Errorf("%w: replica %s: bad read reply: %d of %d bytes", ErrStoreUnavailable, r.addr, len(reply.Data), reply.Size)
 		return a
 	}
-	a.found, a.ver, a.size, a.data = reply.Found, stateVersion{reply.Epoch, reply.Seq}, reply.Size, reply.Data
+	a.found, a.ver, a.size, a.data, a.shard = reply.Found, stateVersion{reply.Epoch, reply.Seq}, reply.Size, reply.Data, reply.Shard
 	return a
 }
 

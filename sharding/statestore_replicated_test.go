@@ -1026,7 +1026,7 @@ func TestDeletedTypeIsNotRepairedBack(t *testing.T) {
 	}
 	prefix := stateShardPrefix("gone", 2)
 	for _, id := range []string{"a", "b"} {
-		if _, _, _, found, _ := d.read(prefix, id, 0, 1<<20); found {
+		if _, _, _, found, _, _ := d.read(prefix, id, 0, 1<<20); found {
 			t.Fatalf("%s came back by repair after the deletion", id)
 		}
 	}
@@ -1038,7 +1038,7 @@ func TestDeletedTypeIsNotRepairedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"c", "d"} {
-		if _, _, _, found, _ := d.read(prefix, id, 0, 1<<20); !found {
+		if _, _, _, found, _, _ := d.read(prefix, id, 0, 1<<20); !found {
 			t.Fatalf("%s, written after the deletion, is missing", id)
 		}
 	}

@@ -151,7 +151,7 @@ func (s *ReplicatedStateStore) serveRead(from string, body []byte) []byte {
 	if req.Offset < 0 {
 		return stateFail(fmt.Errorf("%w: read at offset %d", ErrMalformedMessage, req.Offset))
 	}
-	ver, size, data, found, err := s.disk.read(stateShardPrefix(req.Type, req.Shard), req.ID, req.Offset, s.cfg.ChunkSize)
+	ver, size, data, found, shardEpoch, err := s.disk.read(stateShardPrefix(req.Type, req.Shard), req.ID, req.Offset, s.cfg.ChunkSize)
 	switch {
 	case err != nil:
 		return stateFail(err)
@@ -160,7 +160,7 @@ func (s *ReplicatedStateStore) serveRead(from string, body []byte) []byte {
 	case found && req.Offset > size:
 		return stateFail(fmt.Errorf("%w: read at offset %d of %d bytes", ErrMalformedMessage, req.Offset, size))
 	}
-	return s.encodeReply(&stateReadReply{Found: found, Epoch: ver.Epoch, Seq: ver.Seq, Size: size, Data: data})
+	return s.encodeReply(&stateReadReply{Found: found, Epoch: ver.Epoch, Seq: ver.Seq, Size: size, Data: data, Shard: shardEpoch})
 }
 
 func (s *ReplicatedStateStore) serveRemembered(from string, body []byte) []byte {

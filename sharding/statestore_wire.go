@@ -207,8 +207,9 @@ type stateReadReq struct {
 	Seq    uint64 `cbor:"6,keyasint,omitempty"`
 }
 
-// stateReadReply: Found, the version and Size of the snapshot, and its bytes from the
-// requested offset (at most the replica's ChunkSize).
+// stateReadReply: Found, the version and Size of the snapshot, its bytes from the
+// requested offset (at most the replica's ChunkSize), and the replica's epoch of the
+// shard (Shard: the newest it has seen, in a fence or a write).
 type stateReadReply struct {
 	Code  uint8  `cbor:"1,keyasint"`
 	Msg   string `cbor:"2,keyasint,omitempty"`
@@ -217,6 +218,7 @@ type stateReadReply struct {
 	Seq   uint64 `cbor:"5,keyasint,omitempty"`
 	Size  int    `cbor:"6,keyasint,omitempty"`
 	Data  []byte `cbor:"7,keyasint,omitempty"`
+	Shard uint64 `cbor:"8,keyasint,omitempty"`
 	Store string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 

@@ -314,18 +314,31 @@ func (s *Store) saveBatch(ctx context.Context, typ string, shard int, epoch uint
 	return nil
 }
 
-// Load implements sharding.StateStore. Errors: sharding.ErrNoState,
+// Load implements sharding.StateStore; with a read epoch in ctx (sharding.WithReadEpoch)
+// it reads the shard's epoch row in the same statement. Errors: sharding.ErrNoState,
+// sharding.ErrStaleEpoch (the shard's epoch is newer than the read epoch),
 // ErrStoreUnavailable, ErrInvalidStateKey.
 func (s *Store) Load(ctx context.Context, key sharding.EntityKey) ([]byte, error) {
 	if err := checkKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return nil, err
 	}
 	var state []byte
+	readEpoch, checked := sharding.ReadEpoch(ctx)
+	var cur *int64
 	err := retry(ctx, func() error {
+		if checked {
+			return s.pool.QueryRow(ctx, `SELECT (SELECT epoch FROM shardhost_shard_epochs WHERE entity_type = $1 AND shard = $2),
+	(SELECT state FROM shardhost_snapshots WHERE entity_type = $1 AND shard = $2 AND entity_id = $3)`,
+				key.Type, int32(key.Shard), key.ID).Scan(&cur, &state)
+		}
 		return s.pool.QueryRow(ctx, "SELECT state FROM shardhost_snapshots WHERE entity_type = $1 AND shard = $2 AND entity_id = $3",
 			key.Type, int32(key.Shard), key.ID).Scan(&state)
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if err == nil && checked && cur != nil && uint64(*cur) > readEpoch {
+		return nil, fmt.Errorf("pgstore: load state of %s/%d/%q: %w: read at epoch %d, and the shard is at %d",
+			key.Type, key.Shard, key.ID, sharding.ErrStaleEpoch, readEpoch, *cur)
+	}
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && checked && state == nil {
 		return nil, sharding.ErrNoState
 	}
 	if err != nil {

@@ -35,6 +35,7 @@ func Run(t *testing.T, open Open) {
 		{"SaveLoad", saveLoad},
 		{"Versions", versions},
 		{"Fencing", fencing},
+		{"ReadEpoch", readEpoch},
 		{"RememberForget", rememberForget},
 		{"ConcurrentSaves", concurrentSaves},
 		{"ConcurrentFencing", concurrentFencing},
@@ -177,6 +178,40 @@ func fencing(t *testing.T, h []sharding.StateStore) {
 	}
 	mustSave(t, h[1], key, 7, []byte("seven"))
 	mustLoad(t, h[0], key, []byte("seven"))
+}
+
+// readEpoch: a load whose context carries a read epoch (sharding.WithReadEpoch) is
+// refused with ErrStaleEpoch once the shard was written at a newer one, from every
+// handle, for an entity with state or none; at the shard's epoch or a newer one, or
+// with no read epoch, it reads as before; other shards are not concerned.
+func readEpoch(t *testing.T, h []sharding.StateStore) {
+	ctx := ctxOf(t)
+	key := sharding.EntityKey{Type: "counter", Shard: 3, ID: "read"}
+	mustSave(t, h[0], key, 5, []byte("five"))
+	for i, s := range h {
+		if got, err := s.Load(sharding.WithReadEpoch(ctx, 5), key); err != nil || string(got) != "five" {
+			t.Fatalf("handle %d: load at the shard's epoch 5: %q %v", i, got, err)
+		}
+	}
+	mustSave(t, h[1], sharding.EntityKey{Type: "counter", Shard: 3, ID: "newer"}, 7, []byte("seven"))
+	for i, s := range h {
+		for _, id := range []string{"read", "none"} {
+			k := key
+			k.ID = id
+			if got, err := s.Load(sharding.WithReadEpoch(ctx, 5), k); !errors.Is(err, sharding.ErrStaleEpoch) {
+				t.Fatalf("handle %d: load of %s at epoch 5 after a save at 7: %q %v, want ErrStaleEpoch", i, id, got, err)
+			}
+		}
+		for _, c := range []context.Context{sharding.WithReadEpoch(ctx, 7), sharding.WithReadEpoch(ctx, 8), ctx} {
+			if got, err := s.Load(c, key); err != nil || string(got) != "five" {
+				e, _ := sharding.ReadEpoch(c)
+				t.Fatalf("handle %d: load at epoch %d (0: none): %q %v", i, e, got, err)
+			}
+		}
+		if _, err := s.Load(sharding.WithReadEpoch(ctx, 5), sharding.EntityKey{Type: "counter", Shard: 4, ID: "read"}); !errors.Is(err, sharding.ErrNoState) {
+			t.Fatalf("handle %d: load at epoch 5 in another shard: %v, want ErrNoState", i, err)
+		}
+	}
 }
 
 func rememberForget(t *testing.T, h []sharding.StateStore) {
