@@ -3,9 +3,12 @@ package host
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
@@ -54,18 +57,9 @@ func BenchmarkWarmAsk(b *testing.B) {
 	})
 	b.Run("concurrent", func(b *testing.B) {
 		b.ReportAllocs()
-		next := make([]int, askers) // each asker's next counter, from its own offset
-		for a := range next {
-			next[a] = a * entities / askers
-		}
 		b.ResetTimer()
 		defer reportCPU(b)()
-		parallelOps(b, askers, func(a int, _ int64) error {
-			k := next[a]
-			next[a] += 7
-			_, err := s.Ask(ctx, "counter", ids[k%entities], inc)
-			return err
-		})
+		stridedAsks(b, s, ids, askers)
 		b.StopTimer()
 	})
 	b.Run("tell", func(b *testing.B) {
@@ -125,4 +119,98 @@ func reportCPU(b *testing.B) func() {
 			b.ReportMetric(float64((end-start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 		}
 	}
+}
+
+// BenchmarkRemoteAskConcurrent is bench/peers's remote workload in the main module: two
+// members on loopback (the TCP transport), 64 goroutines on the first asking "inc" of
+// 1,000 warm Rust counters (counter-rust) on the second, each taking them in turn with
+// a stride of 7 from its own offset. allocs/op and cpu-µs/op (the process's CPU time per
+// ask) count both members, as the two share the machine's cores.
+func BenchmarkRemoteAskConcurrent(b *testing.B) {
+	const entities, askers = 1000, 64
+	ctx := context.Background()
+	nodes := startBenchNodes(b, 2, nil)
+	for _, n := range nodes {
+		if err := n.Membership().WaitUp(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		for len(n.Members()) != 2 || !n.Membership().View().Converged {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if _, err := nodes[0].Deploy(ctx, testwasm.RustBytes(b, "counter-rust"), sharding.TypeSettings{Name: "counter"}); err != nil {
+		b.Fatal(err)
+	}
+	s, there := nodes[0].Sharding(), nodes[1].Self().Address
+	ids := make([]string, 0, entities)
+	for i := 0; len(ids) < entities; i++ {
+		id := "r" + strconv.Itoa(i)
+		r, err := s.Ask(ctx, "counter", id, []byte("inc"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.Node == there {
+			ids = append(ids, id)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	defer reportCPU(b)()
+	defer reportSyscalls(b)()
+	stridedAsks(b, s, ids, askers)
+	b.StopTimer()
+}
+
+// stridedAsks makes b.N "inc" asks of the counters ids from askers goroutines, each
+// taking them in turn with a stride of 7 from its own offset.
+func stridedAsks(b *testing.B, s *sharding.Sharding, ids []string, askers int) {
+	ctx, inc := context.Background(), []byte("inc")
+	next := make([]int, askers) // each asker's next counter, from its own offset
+	for a := range next {
+		next[a] = a * len(ids) / askers
+	}
+	parallelOps(b, askers, func(a int, _ int64) error {
+		k := next[a]
+		next[a] += 7
+		_, err := s.Ask(ctx, "counter", ids[k%len(ids)], inc)
+		return err
+	})
+}
+
+// reportSyscalls starts counting the process's read and write system calls (the
+// syscr and syscw of /proc/self/io, Linux's); the function it returns reports them per
+// operation as reads/op and writes/op (nothing where /proc/self/io cannot be read).
+func reportSyscalls(b *testing.B) func() {
+	r0, w0, ok := processIOCalls()
+	return func() {
+		r1, w1, ok1 := processIOCalls()
+		if ok && ok1 && b.N > 0 {
+			b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/op")
+			b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/op")
+		}
+	}
+}
+
+// processIOCalls returns the read and write system calls the process has made, from
+// /proc/self/io, and whether it could read them.
+func processIOCalls() (reads, writes uint64, ok bool) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, 0, false
+	}
+	var got int
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		n, err := strconv.ParseUint(v, 10, 64)
+		switch {
+		case err != nil:
+		case k == "syscr":
+			reads, got = n, got+1
+		case k == "syscw":
+			writes, got = n, got+1
+		}
+	}
+	return reads, writes, got == 2
 }
