@@ -266,7 +266,7 @@ func (e *entity) process(d delivery) {
 		}
 		done(nil)
 		if d.ask {
-			d.reply(Reply{Payload: out, Node: s.self}, nil)
+			d.answer(Reply{Payload: out, Node: s.self}, nil)
 		}
 		return
 	}
@@ -321,7 +321,7 @@ func (e *entity) process(d delivery) {
 		if fwd := forwardOf(err); fwd != nil {
 			// Passed on: the entity it names answers the asker.
 			s.forward(d, fwd)
-			d.reply, d.ask = nil, false
+			d.reply, d.waiter, d.ask = nil, nil, false
 			err = nil
 		}
 	}
@@ -342,7 +342,7 @@ func (e *entity) process(d delivery) {
 		// state is not saved.
 		done(nil)
 		if d.ask {
-			d.reply(Reply{Payload: out, Node: s.self}, nil)
+			d.answer(Reply{Payload: out, Node: s.self}, nil)
 		}
 		return
 	}
@@ -370,7 +370,7 @@ func (e *entity) process(d delivery) {
 	}
 	done(nil)
 	if d.ask {
-		d.reply(Reply{Payload: out, Node: s.self}, nil)
+		d.answer(Reply{Payload: out, Node: s.self}, nil)
 	}
 	if lc != nil && lc.PassivationRequested() {
 		// Passivation the entity asked for: the mailbox is ours (this is its drain), so

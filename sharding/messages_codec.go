@@ -16,6 +16,15 @@ import (
 
 // encodeEnvelope is encode(e), without reflection.
 func encodeEnvelope(e *Envelope) []byte {
+	size := 48 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
+	for _, c := range e.Chain {
+		size += 9 + len(c)
+	}
+	return appendEnvelope(make([]byte, 0, size), e)
+}
+
+// appendEnvelope appends encode(e) to b.
+func appendEnvelope(b []byte, e *Envelope) []byte {
 	n := uint64(2)
 	for _, set := range [...]bool{len(e.Payload) > 0, e.Hops != 0, e.Origin != "", e.Epoch != 0,
 		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0} {
@@ -23,11 +32,7 @@ func encodeEnvelope(e *Envelope) []byte {
 			n++
 		}
 	}
-	size := 48 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
-	for _, c := range e.Chain {
-		size += 9 + len(c)
-	}
-	b := wirecbor.AppendHead(make([]byte, 0, size), wirecbor.MajorMap, n)
+	b = wirecbor.AppendHead(b, wirecbor.MajorMap, n)
 	b = wirecbor.AppendText(append(b, 1), e.EntityType)
 	b = wirecbor.AppendText(append(b, 2), e.EntityID)
 	if len(e.Payload) > 0 {
@@ -142,25 +147,31 @@ func encodeWireReply(w *wireReply) []byte {
 	return appendWireReply(make([]byte, 0, 24+len(w.Payload)+len(w.Node)+len(w.Code)+len(w.Error)), w)
 }
 
-// wireReplyBufs holds the buffers replyWire encodes into.
-var wireReplyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+// wireBufs holds the buffers withWireBuf encodes into.
+var wireBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
-// maxPooledWireReply is the largest buffer replyWire gives back to wireReplyBufs, so
-// that a large reply's buffer does not stay pinned in the pool.
-const maxPooledWireReply = 16 << 10
+// maxPooledWireBuf is the largest buffer withWireBuf gives back to wireBufs, so that a
+// large message's buffer does not stay pinned in the pool.
+const maxPooledWireBuf = 16 << 10
 
-// replyWire encodes w into a pooled buffer and gives it to send, then takes the
-// buffer back: send must not keep it. cluster.Request.Reply does not: a transport
-// encodes the frame before Send returns and the caller may reuse its body
-// (cluster.Transport.Send). A remote ask's reply costs no allocation of its own.
-func replyWire(w *wireReply, send func([]byte)) {
-	bp := wireReplyBufs.Get().(*[]byte)
-	b := appendWireReply((*bp)[:0], w)
+// withWireBuf gives send what fill appends to a pooled buffer, then takes the buffer
+// back: send must not keep it. The messenger's Request.Reply, TellContext and
+// RequestAsyncContext do not: a transport encodes the frame before Send returns and
+// the caller may reuse its body (cluster.Transport.Send). So a remote ask's envelope
+// and its reply cost no allocation of their own.
+func withWireBuf(fill func([]byte) []byte, send func([]byte)) {
+	bp := wireBufs.Get().(*[]byte)
+	b := fill((*bp)[:0])
 	send(b)
-	if cap(b) <= maxPooledWireReply {
+	if cap(b) <= maxPooledWireBuf {
 		*bp = b[:0]
-		wireReplyBufs.Put(bp)
+		wireBufs.Put(bp)
 	}
+}
+
+// replyWire encodes w into a pooled buffer and gives it to send (withWireBuf).
+func replyWire(w *wireReply, send func([]byte)) {
+	withWireBuf(func(b []byte) []byte { return appendWireReply(b, w) }, send)
 }
 
 // appendWireReply appends encode(w) to b.

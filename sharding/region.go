@@ -831,7 +831,15 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 	env := d.env
 	env.Hops++
 	env.Epoch = a.epoch
-	body := encodeEnvelope(&env)
+	withWireBuf(func(b []byte) []byte { return appendEnvelope(b, &env) }, func(body []byte) {
+		r.send(d, home, to, body)
+	})
+}
+
+// send sends d's envelope, encoded as body, to the region at home (transport address
+// to), and has the reply of an ask (or the failure) given to d. The messenger keeps
+// no body once it returns (withWireBuf).
+func (r *Region) send(d delivery, home, to string, body []byte) {
 	// The messenger carries the trace in the frame, under a CLIENT span for an ask.
 	if !d.ask {
 		if err := r.s.cfg.Messenger.TellContext(d.ctx, to, topicDeliver, body); err != nil {
@@ -862,7 +870,7 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 			d.fail(&RemoteError{Code: w.Code, Message: w.Error, Node: w.Node})
 			return
 		}
-		d.reply(Reply{Payload: w.Payload, Node: w.Node}, nil)
+		d.answer(Reply{Payload: w.Payload, Node: w.Node}, nil)
 	})
 }
 

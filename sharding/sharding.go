@@ -39,6 +39,8 @@ type Membership interface {
 }
 
 // Messenger is what sharding needs of node-to-node messaging; *cluster.Messenger has it.
+// Its methods must not keep body once they return (sharding sends from pooled buffers),
+// as *cluster.Messenger's do not: its transport encodes the frame before Send returns.
 type Messenger interface {
 	Handle(topic string, h cluster.Handler)
 	Tell(addr, topic string, body []byte) error
@@ -696,8 +698,14 @@ type delivery struct {
 	// start activates the entity without a message (a remembered entity restarting).
 	start bool
 	// reply receives the reply of an ask, or a failure (for a tell, failures only); it
-	// is called at most once, never with a lock of this package held. May be nil.
+	// is called at most once, never with a lock of this package held. May be nil. Call
+	// it through answer.
 	reply func(Reply, error)
+	// waiter, if set (and reply nil), is where an ask made on this member waits, for
+	// the use gen of it: answer puts the reply there without a closure of its own (an
+	// allocation per ask).
+	waiter *askWaiter
+	gen    uint64
 	// wait is the span of the message's wait in a region's buffer, while it waits there
 	// in a traced context.
 	wait trace.Span
@@ -705,9 +713,15 @@ type delivery struct {
 	arrived time.Time
 }
 
-func (d delivery) fail(err error) {
-	if d.reply != nil {
-		d.reply(Reply{}, err)
+func (d delivery) fail(err error) { d.answer(Reply{}, err) }
+
+// answer gives d's reply (or failure) to its sender, if it has one.
+func (d *delivery) answer(r Reply, err error) {
+	switch {
+	case d.reply != nil:
+		d.reply(r, err)
+	case d.waiter != nil:
+		d.waiter.put(d.gen, r, err)
 	}
 }
 
@@ -847,7 +861,8 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 		ctx:      ctx,
 		deadline: deadline,
 		ask:      true,
-		reply:    func(r Reply, err error) { w.put(gen, r, err) },
+		waiter:   w,
+		gen:      gen,
 	})
 	var timeout <-chan time.Time
 	if !ok {
@@ -930,7 +945,7 @@ func (s *Sharding) forward(d delivery, f *ForwardTo) {
 }
 
 // route delivers d to its region, waiting for the entity type if this member does not
-// know it yet. Failures go to d.reply.
+// know it yet. Failures go to d.answer.
 func (s *Sharding) route(d delivery) {
 	if !s.owner.Hold() {
 		d.fail(ErrStopped)
