@@ -306,6 +306,9 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	i.msgCtx = ctx
 	reply, err := i.call(msg)
 	i.msg, i.msgCtx = sharding.MessageInfo{}, nil
+	if err == nil {
+		i.m.hot.learn(i.lm) // once per module: the pages an activation touched
+	}
 	if i.typeOpt != nil {
 		if rt.tel.metered {
 			rt.tel.callDur.Record(context.Background(), i.lastCall.Seconds(), i.typeOpt...)

@@ -54,6 +54,9 @@ type memArena struct {
 	// use; wpErr says why there is none.
 	wp    *writeProtect
 	wpErr error
+	// warmSlots are slots with a module's activation pages backed
+	// (linearmem_prefault.go).
+	warmSlots
 }
 
 // writeProtection returns the arena's write tracking, opening it at the first call.
@@ -120,9 +123,11 @@ func (a *memArena) put(slot []byte, used int) {
 // one is put back. get returns nil from then on.
 func (a *memArena) close() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.closed = true
+	a.closeWarm()
 	a.unmapIfDone()
+	a.mu.Unlock()
+	a.fillers.Wait()
 }
 
 func (a *memArena) unmapIfDone() {
@@ -209,8 +214,14 @@ func (a *memoryAllocator) Allocate(capacity, maxBytes uint64) experimental.Linea
 	i := (*Instance)(a)
 	arena := i.m.rt.arena
 	if arena != nil && maxBytes <= uint64(arena.slot) {
-		if slot := arena.get(); slot != nil {
-			i.lm = &linearMemory{arena: arena, slot: slot}
+		// A warm slot has the pages the module's activations touch backed already; its
+		// used bytes cover them, so that Free releases them.
+		slot, used := arena.getWarm(&i.m.hot)
+		if slot == nil {
+			slot, used = arena.get(), 0
+		}
+		if slot != nil {
+			i.lm = &linearMemory{arena: arena, slot: slot, used: used}
 			return i.lm
 		}
 	}

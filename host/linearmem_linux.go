@@ -1,6 +1,9 @@
 package host
 
-import "syscall"
+import (
+	"syscall"
+	"unsafe"
+)
 
 // reserveMemory maps n bytes of address space, readable and writable, backed by memory
 // only where touched (MAP_NORESERVE: not counted against the overcommit heuristic) and
@@ -26,3 +29,46 @@ func releaseMemory(b []byte) error {
 
 // unreserveMemory unmaps what reserveMemory mapped.
 func unreserveMemory(b []byte) { syscall.Munmap(b) }
+
+// madvPopulateWrite is MADV_POPULATE_WRITE (Linux 5.14).
+const madvPopulateWrite = 23
+
+// populateMemory backs b's pages, as a write to each would; b starts on a page boundary.
+func populateMemory(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, _, errno := syscall.Syscall(syscall.SYS_MADVISE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), madvPopulateWrite)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// residentRuns returns the runs of b's pages that are backed, at most max pages in all;
+// none when the system does not say. b starts on a page boundary.
+func residentRuns(b []byte, max int) []pageRun {
+	pages := (len(b) + pageSize - 1) / pageSize
+	if pages == 0 {
+		return []pageRun{}
+	}
+	vec := make([]byte, pages)
+	_, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return []pageRun{}
+	}
+	runs := []pageRun{}
+	total := 0
+	for p := 0; p < pages && total < max; p++ {
+		if vec[p]&1 == 0 {
+			continue
+		}
+		if k := len(runs) - 1; k >= 0 && runs[k].off+runs[k].n*pageSize == p*pageSize {
+			runs[k].n++
+		} else {
+			runs = append(runs, pageRun{off: p * pageSize, n: 1})
+		}
+		total++
+	}
+	return runs
+}

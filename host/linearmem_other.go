@@ -12,3 +12,7 @@ func reserveMemory(int) ([]byte, error) {
 func releaseMemory([]byte) error { return nil }
 
 func unreserveMemory([]byte) {}
+
+func populateMemory([]byte) error { return errors.New("host: no page population on this system") }
+
+func residentRuns([]byte, int) []pageRun { return []pageRun{} }

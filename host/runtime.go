@@ -284,6 +284,9 @@ type Module struct {
 	// start are the exports a new instance runs first: the module's start function,
 	// if it had one (addDeadlineChecks exports it), and _initialize.
 	start []string
+	// hot are the pages of a slot its instances touch by the end of their first
+	// message, which the arena keeps backed in a few slots (linearmem_prefault.go).
+	hot moduleHotPages
 }
 
 // moduleCode is a module compiled by one of the runtime's engines, and that runtime,
@@ -577,6 +580,9 @@ func (m *Module) Close(ctx context.Context) error {
 	}
 	if serr := m.snap.close(ctx); err == nil {
 		err = serr
+	}
+	if m.rt.arena != nil {
+		m.rt.arena.dropWarm(&m.hot)
 	}
 	return err
 }

@@ -1,0 +1,145 @@
+package host
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+)
+
+// waitWarm waits until the arena holds at least n warm slots of h.
+func waitWarm(t *testing.T, a *memArena, h *moduleHotPages, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a.mu.Lock()
+		p := a.pools[h]
+		have := 0
+		if p != nil {
+			have = len(p.slots)
+		}
+		a.mu.Unlock()
+		if have >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d warm slots after 30 s, want %d", have, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A module learns from its first instance the pages of its slot that the instance's
+// first message had touched, and later instances get slots with those pages backed
+// (and zero): they start as new, and freeing them releases those pages. Closing the
+// module, and then the runtime, gives every warm slot back.
+func TestWarmSlotsHaveTheFirstActivationsPagesBacked(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	arena := arenaOrSkip(t, rt)
+	m, err := rt.Compile(context.Background(), testwasm.RustBytes(t, "counter-rust"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := m.Instantiate(ctx, "counter", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slot, _ := arena.getWarm(&m.hot); slot != nil {
+		t.Fatal("a warm slot before the module learned its pages")
+	}
+	if out, err := first.Receive(ctx, []byte("inc")); err != nil || string(out) != "1" {
+		t.Fatalf("inc: %q %v", out, err)
+	}
+	runs := m.hot.runs.Load()
+	if runs == nil || len(*runs) == 0 {
+		t.Skipf("no pages learned (the system does not say which are backed): %v", runs)
+	}
+	learned := 0
+	for _, r := range *runs {
+		learned += r.n
+	}
+	if resident := residentRuns(first.lm.slot[:first.lm.used], maxHotPages); len(resident) != len(*runs) {
+		t.Fatalf("learned %v, the first instance's slot has %v backed", *runs, resident)
+	}
+	// The next instance finds the pool empty and starts filling it.
+	second, err := m.Instantiate(ctx, "counter", "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, arena, &m.hot, warmSlotsPerModule/2)
+	slot, extent := arena.getWarm(&m.hot)
+	if slot == nil {
+		t.Fatal("no warm slot from a filled pool")
+	}
+	backed := 0
+	for _, r := range residentRuns(slot, maxHotPages) {
+		backed += r.n
+	}
+	if backed != learned {
+		t.Fatalf("a warm slot has %d pages backed, want the %d learned", backed, learned)
+	}
+	for k, b := range slot[:extent] {
+		if b != 0 {
+			t.Fatalf("byte %d of a warm slot is %#x, want 0", k, b)
+		}
+	}
+	arena.put(slot, extent)
+	waitWarm(t, arena, &m.hot, 1)
+	third, err := m.Instantiate(ctx, "counter", "third")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.lm == nil || third.lm.used < extent {
+		t.Fatalf("an instance in a warm slot releases %d bytes when freed, want at least %d", third.lm.used, extent)
+	}
+	if out, err := third.Receive(ctx, []byte("inc")); err != nil || string(out) != "1" {
+		t.Fatalf("inc in a warm slot: %q %v, want 1", out, err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	arena.fillers.Wait()
+	if live, _, _ := arena.counts(); live != 3 {
+		t.Fatalf("%d slots live with 3 instances and the module closed, want 3", live)
+	}
+	for _, inst := range []*Instance{first, second, third} {
+		inst.Close(ctx)
+	}
+	if live, _, _ := arena.counts(); live != 0 {
+		t.Fatalf("%d slots live after every instance closed, want 0", live)
+	}
+}
+
+// Closing the runtime while a module holds warm slots unmaps the arena once its
+// instances are gone: the warm slots do not keep it.
+func TestRuntimeCloseForgetsWarmSlots(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
+	arena := arenaOrSkip(t, rt)
+	m, err := rt.Compile(context.Background(), testwasm.RustBytes(t, "counter-rust"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		inst, err := m.Instantiate(ctx, "counter", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inst.Receive(ctx, []byte("inc")); err != nil {
+			t.Fatal(err)
+		}
+		inst.Close(ctx)
+	}
+	if runs := m.hot.runs.Load(); runs == nil || len(*runs) == 0 {
+		t.Skip("no pages learned here")
+	}
+	waitWarm(t, arena, &m.hot, 1)
+	if err := rt.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if live, _, chunks := arena.counts(); live != 0 || chunks != 0 {
+		t.Fatalf("after the runtime closed: %d slots live, %d chunks mapped, want none", live, chunks)
+	}
+}
