@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -464,8 +465,11 @@ func (e *entity) activate(ctx context.Context) (err error) {
 	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
 	// At Debug, as its stop (release): one line per activation costs ~5 µs of an
 	// activation budget of 50 µs (docs/design.md, "Targets"), and a member activating
-	// thousands of entities a second would log little else at Info.
-	s.log.DebugContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	// thousands of entities a second would log little else at Info. Its arguments (a
+	// name built, values boxed) are made only when Debug is on.
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.DebugContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+	}
 	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		if err := s.cfg.States.Remember(rctx, e.key(), e.currentEpoch(), true); err != nil {
