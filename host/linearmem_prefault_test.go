@@ -30,17 +30,24 @@ func waitWarm(t *testing.T, a *memArena, h *moduleHotPages, n int) {
 	}
 }
 
-// A module learns from its first instance the pages of its slot that the instance's
-// first message had touched, and later instances get slots with those pages backed
-// (and zero): they start as new, and freeing them releases those pages. Closing the
-// module, and then the runtime, gives every warm slot back.
-func TestWarmSlotsHaveTheFirstActivationsPagesBacked(t *testing.T) {
+// warmTestModule is a runtime with an arena and the Rust counter compiled in it.
+func warmTestModule(t *testing.T) (*Runtime, *memArena, *Module) {
+	t.Helper()
 	rt, _ := newTestRuntime(t, nil)
 	arena := arenaOrSkip(t, rt)
 	m, err := rt.Compile(context.Background(), testwasm.RustBytes(t, "counter-rust"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rt, arena, m
+}
+
+// A module learns from its first instance the pages of its slot that the instance's
+// first message had touched, and later instances get slots with those pages backed
+// (and zero): they start as new, and freeing them releases those pages. Closing the
+// module, and then the runtime, gives every warm slot back.
+func TestWarmSlotsHaveTheFirstActivationsPagesBacked(t *testing.T) {
+	_, arena, m := warmTestModule(t)
 	ctx := context.Background()
 	first, err := m.Instantiate(ctx, "counter", "first")
 	if err != nil {
@@ -115,12 +122,7 @@ func TestWarmSlotsHaveTheFirstActivationsPagesBacked(t *testing.T) {
 // Closing the runtime while a module holds warm slots unmaps the arena once its
 // instances are gone: the warm slots do not keep it.
 func TestRuntimeCloseForgetsWarmSlots(t *testing.T) {
-	rt, _ := newTestRuntime(t, nil)
-	arena := arenaOrSkip(t, rt)
-	m, err := rt.Compile(context.Background(), testwasm.RustBytes(t, "counter-rust"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, arena, m := warmTestModule(t)
 	ctx := context.Background()
 	for _, id := range []string{"a", "b"} {
 		inst, err := m.Instantiate(ctx, "counter", id)
