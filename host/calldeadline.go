@@ -80,3 +80,15 @@ func (i *Instance) callDeadlineFired() {
 		// The call ended (or another began) meanwhile: look again.
 	}
 }
+
+// disarmCallTimer stops the call timer between two calls, so that the next call sets it
+// for its own deadline: after a replay, whose deadline is the longer activation
+// deadline, the timer would otherwise stay set for it, and the next message's deadline
+// would be seen only then. If the timer's function runs meanwhile, it finds no call in
+// progress and leaves the timer unset itself. Only the instance's calling goroutine
+// calls it.
+func (i *Instance) disarmCallTimer() {
+	if t := i.callTimer.Load(); t != nil && t.Stop() {
+		i.callArmed.Store(false)
+	}
+}

@@ -363,7 +363,15 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	i.stderr.reset()
 	i.returned = false
 	started := sinceMonoBase()
-	end := i.startDeadline(started, i.m.rt.cfg.MessageDeadline)
+	deadline := i.m.rt.cfg.MessageDeadline
+	if i.replaying {
+		// A replay re-runs a call that ended once within the message deadline, and
+		// always ends the same way: on a loaded host it may take longer, and failing it
+		// would lose the acknowledged messages since the last save (the entity restarts
+		// from its saved state). The activation deadline still stops one that hangs.
+		deadline = max(deadline, i.m.rt.cfg.ActivationDeadline)
+	}
+	end := i.startDeadline(started, deadline)
 	var err error
 	var ptr uint32
 	if withArg {
@@ -392,7 +400,7 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	i.lastCall = sinceMonoBase() - started
 	fired := i.endDeadline(end)
 	if err != nil {
-		err = i.guestError(err, fired, i.m.rt.cfg.MessageDeadline, i.lastCall)
+		err = i.guestError(err, fired, deadline, i.lastCall)
 		i.Close(context.Background())
 		return 0, nil, err
 	}

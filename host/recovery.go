@@ -193,6 +193,7 @@ func (i *Instance) replay(fn api.Function, payload []byte, info sharding.Message
 	i.msg, i.forward = info, nil
 	_, _, err := i.invoke(fn, payload, fn == i.receive, i.m.rt.cfg.MaxMessageSize)
 	i.replaying, i.replayCalls = false, nil
+	i.disarmCallTimer() // set for the replay's longer deadline
 	i.msg, i.forward, i.passivate = sharding.MessageInfo{}, nil, false
 	switch {
 	case errors.Is(err, ErrReplyTooLarge):

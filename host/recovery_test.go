@@ -215,3 +215,60 @@ func TestRecoveryTakesNoSnapshotAfterTheFirstMessage(t *testing.T) {
 		t.Fatalf("after a 1 s message: base %v, %d logged, want a snapshot and an empty record", e.rec.base != nil, len(e.rec.log))
 	}
 }
+
+// A replay runs under the activation deadline, not the message deadline: it re-runs a
+// call that ended once within the message deadline, and on a loaded host may take
+// longer (e2e TestBankKeepsAcknowledgedDeposits at load 15 under the race detector: the
+// replay of a Go bank entity's record after a trap passed its 1 s message deadline, and
+// the entity restarted from its saved state, 75 acknowledged deposits gone). A call
+// that never ends ("loop") shows which deadline stopped it.
+func TestReplayRunsUnderTheActivationDeadline(t *testing.T) {
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) {
+		c.MessageDeadline = 20 * time.Millisecond
+		c.ActivationDeadline = 300 * time.Millisecond
+	})
+	m := compile(t, rt, "abitest")
+	ctx := context.Background()
+	newInst := func() *Instance {
+		inst, err := m.Instantiate(ctx, "abitest", "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { inst.Close(ctx) })
+		return inst
+	}
+	if _, err := newInst().Receive(ctx, []byte("loop")); err == nil || !strings.Contains(err.Error(), "the deadline is 20ms") {
+		t.Fatalf("a message that loops: %v, want the message deadline, 20ms", err)
+	}
+	inst := newInst()
+	err := inst.replay(inst.receive, []byte("loop"), sharding.MessageInfo{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "the deadline is 300ms") {
+		t.Fatalf("a replay that loops: %v, want the activation deadline, 300ms", err)
+	}
+
+	// After a replay, the next message has its own deadline again, though the call
+	// timer was set for the replay's (here an hour: without the timer set anew, the
+	// looping message would run that long).
+	rt, _ = newTestRuntime(t, func(c *RuntimeConfig) {
+		c.MessageDeadline = 20 * time.Millisecond
+		c.ActivationDeadline = time.Hour
+	})
+	m = compile(t, rt, "abitest")
+	inst = newInst()
+	if err := inst.replay(inst.receive, []byte("count"), sharding.MessageInfo{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := inst.Receive(ctx, []byte("loop"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "the deadline is 20ms") {
+			t.Fatalf("a message that loops after a replay: %v, want the message deadline, 20ms", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("a message that loops after a replay was not stopped at its deadline (20ms) within 2 minutes")
+	}
+}

@@ -42,9 +42,10 @@ type RuntimeConfig struct {
 	// instance is stopped and the message fails with ErrGuestDeadline. Default 5 s.
 	MessageDeadline time.Duration
 	// ActivationDeadline bounds an instantiation (the module's _initialize: a Go guest
-	// starts its runtime there). It is separate from MessageDeadline so that a loaded
-	// host does not fail activations, and still stops a guest whose initialisation
-	// never ends. Default 30 s.
+	// starts its runtime there), and each message an in-memory recovery replays (when
+	// longer than MessageDeadline: the message ended once within it). It is separate
+	// from MessageDeadline so that a loaded host does not fail activations or
+	// recoveries, and still stops a guest whose initialisation never ends. Default 30 s.
 	ActivationDeadline time.Duration
 	// MaxMessageSize caps a message and a reply, in bytes. Default abi.MaxMessageSize.
 	MaxMessageSize int
