@@ -152,20 +152,8 @@ func (d *stateDisk) noteInCluster() error {
 	if d.inCluster.Load() {
 		return nil
 	}
-	select {
-	case <-d.stop:
-		return errStateClosed
-	default:
-	}
-	err := boltfile.Update(d.db, func(tx *bolt.Tx) (bool, error) {
-		b := tx.Bucket(stateBucketRing)
-		if b == nil {
-			return false, errors.New("ring bucket missing")
-		}
-		return true, b.Delete(stateNewKey)
-	})
-	if err != nil {
-		return fmt.Errorf("%w: state store %s: noting the file in a cluster: %w", ErrStoreUnavailable, d.path, err)
+	if err := d.updateRing("noting the file in a cluster", func(b *bolt.Bucket) error { return b.Delete(stateNewKey) }); err != nil {
+		return err
 	}
 	d.inCluster.Store(true)
 	return nil
@@ -287,6 +275,14 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 // disk (bbolt fsyncs the commit). It runs beside the writer's transactions: bbolt
 // serializes writers. Errors wrap ErrStoreUnavailable.
 func (d *stateDisk) saveRing(rec *stateRingRecord) error {
+	return d.updateRing("saving the ring", func(b *bolt.Bucket) error { return b.Put(stateRingKey, encodeState(rec)) })
+}
+
+// updateRing runs fn on the ring bucket in a write transaction of its own, beside the
+// writer's (bbolt serializes writers), and returns once it is on disk. what names the
+// change in the error. Errors: errStateClosed after close; others wrap
+// ErrStoreUnavailable.
+func (d *stateDisk) updateRing(what string, fn func(b *bolt.Bucket) error) error {
 	select {
 	case <-d.stop:
 		return errStateClosed
@@ -297,10 +293,10 @@ func (d *stateDisk) saveRing(rec *stateRingRecord) error {
 		if b == nil {
 			return false, errors.New("ring bucket missing")
 		}
-		return true, b.Put(stateRingKey, encodeState(rec))
+		return true, fn(b)
 	})
 	if err != nil {
-		return fmt.Errorf("%w: state store %s: saving the ring: %w", ErrStoreUnavailable, d.path, err)
+		return fmt.Errorf("%w: state store %s: %s: %w", ErrStoreUnavailable, d.path, what, err)
 	}
 	return nil
 }
