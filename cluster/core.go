@@ -266,12 +266,19 @@ func (c *Core) tryJoin(now time.Time) []Outbound {
 }
 
 // gossipTargets are the members gossip goes to: every member of the state other than
-// self that this member sees reachable, in address order. (Heartbeats choose their own
-// targets on the monitoring ring.)
+// self that this member itself sees reachable, in address order, whatever others observe
+// (Akka's validNodeForGossip). A member cut off from some sees them unreachable, and its
+// observations, gossiped, must not stop those from gossiping with each other: they
+// would never again agree on a state, and the resolver decides only on a state its side
+// has seen. (Heartbeats choose their own targets on the monitoring ring.)
 func (c *Core) gossipTargets() []UniqueAddress {
+	mine := map[UniqueAddress]bool{}
+	for _, s := range c.gossip.reachability[c.self()].Unreachable {
+		mine[s] = true
+	}
 	var out []UniqueAddress
 	for _, m := range c.gossip.sortedMembers() {
-		if m.Node != c.self() && c.gossip.isReachable(m.Node) {
+		if m.Node != c.self() && !mine[m.Node] {
 			out = append(out, m.Node)
 		}
 	}
@@ -456,6 +463,18 @@ func (c *Core) resolveSplitBrain(now time.Time) {
 	leader, ok := c.gossip.leader(c.self())
 	if !ok || leader != c.self() {
 		return
+	}
+	// Decide only on a state every member counted on this side has seen (Akka's
+	// convergence, among the reachable): it holds this side's observations, so such a
+	// member has heard from this leader since they were made, and does not count it on
+	// the other side. Without it, a member cut off from the others that heard from one
+	// of them through a message already on its way counted that one on its side for
+	// longer than the stable-after, and downed the rest as their majority, while they
+	// downed it (faults seed 240900). Stability is kept: the decision comes once seen.
+	for _, m := range c.gossip.members {
+		if (m.Status == StatusUp || m.Status == StatusLeaving) && !unreachable[m.Node] && !c.gossip.seen[m.Node] {
+			return
+		}
 	}
 	down := sbrDecide(c.cfg.SBRStrategy, c.cfg.SBRQuorumSize, c.gossip.sortedMembers(), func(n UniqueAddress) bool {
 		return n == c.self() || !unreachable[n]

@@ -13,14 +13,18 @@ import (
 // sim runs membership cores on a simulated network with a simulated clock: no sockets,
 // no sleeps, the same result on every run.
 type sim struct {
-	t      *testing.T
-	now    time.Time
-	step   time.Duration
-	nodes  []*simNode
-	queue  []simMsg
-	cut    map[[2]string]bool
-	delay  map[string]func(now time.Time) time.Duration // extra latency of messages from an address
-	mutate func(*CoreConfig)
+	t     *testing.T
+	now   time.Time
+	step  time.Duration
+	nodes []*simNode
+	queue []simMsg
+	cut   map[[2]string]bool
+	delay map[string]func(now time.Time) time.Duration // extra latency of messages from an address
+	// inFlight makes a cut drop the messages sent across it from then on, and deliver
+	// those already on their way, as a network whose link fails behind a queue does.
+	// Otherwise a cut drops what arrives across it.
+	inFlight bool
+	mutate   func(*CoreConfig)
 }
 
 type simNode struct {
@@ -34,6 +38,7 @@ type simMsg struct {
 	at       time.Time
 	from, to string
 	msg      Message
+	cut      bool // sent across a cut
 }
 
 func newSim(t *testing.T, mutate func(*CoreConfig)) *sim {
@@ -102,7 +107,8 @@ func (s *sim) send(from string, outs []Outbound) {
 		if d := s.delay[from]; d != nil {
 			latency += d(s.now)
 		}
-		s.queue = append(s.queue, simMsg{at: s.now.Add(latency), from: from, to: o.To.Address, msg: m})
+		s.queue = append(s.queue, simMsg{at: s.now.Add(latency), from: from, to: o.To.Address, msg: m,
+			cut: s.cut[pairKey(from, o.To.Address)]})
 	}
 }
 
@@ -132,7 +138,11 @@ func (s *sim) run(d time.Duration) {
 			}
 			for _, m := range due {
 				to := s.node(m.to)
-				if to == nil || to.paused || s.cut[pairKey(m.from, m.to)] {
+				cut := s.cut[pairKey(m.from, m.to)]
+				if s.inFlight {
+					cut = m.cut
+				}
+				if to == nil || to.paused || cut {
 					continue
 				}
 				s.send(to.addr, to.core.Step(s.now, m.msg))
@@ -733,5 +743,41 @@ func TestSimLeavingLeaderIsRemovedNotDowned(t *testing.T) {
 				return s.allSee(rest, StatusUp, rest...)
 			})
 		})
+	}
+}
+
+// Faults seed 240900: a member cut off from the two others (paused) heard from one of
+// them after the cut, through a response already on its way, and for longer than the
+// resolver's stable-after counted it on its own side: as the leader of a majority of
+// two, it downed the third member, while the two downed it. Each side then ran alone as
+// a cluster, with its own copies of every entity. A leader now decides only on a state
+// every member it counts on its side has seen (Akka's convergence among the reachable):
+// a member that has not seen the state may count the leader on the other side.
+func TestSeed240900ALeaderDecidesOnlyOnAStateItsSideHasSeen(t *testing.T) {
+	s := newSim(t, func(c *CoreConfig) {
+		local := DefaultLocalCoreConfig()
+		c.HeartbeatInterval, c.FailureDetector, c.GossipInterval = local.HeartbeatInterval, local.FailureDetector, local.GossipInterval
+		c.SBRStableAfter, c.JoinRetryInterval = local.SBRStableAfter, local.JoinRetryInterval
+	})
+	s.inFlight = true
+	nodes := s.startCluster(3)
+	// Member 2's messages take 1.5 s to arrive: longer than a failure detector takes
+	// to find member 1 unreachable, and longer than the resolver's stable-after.
+	s.delay[nodes[2].addr] = func(time.Time) time.Duration { return 1500 * time.Millisecond }
+	s.run(5 * time.Second)
+	for _, n := range nodes {
+		if v := n.core.View(); v.Exited || !v.Converged {
+			t.Fatalf("%s before the cut: %+v\n%s", n.addr, v, s.describe())
+		}
+	}
+	s.partition(nodes[:1], nodes[1:])
+	s.run(20 * time.Second)
+	if !nodes[0].core.View().Exited {
+		t.Fatalf("%s, cut off from both others, is still in the cluster:\n%s", nodes[0].addr, s.describe())
+	}
+	for _, n := range nodes[1:] {
+		if v := n.core.View(); v.Exited {
+			t.Fatalf("%s, on the majority side, is out of the cluster (%s):\n%s", n.addr, v.ExitReason, s.describe())
+		}
 	}
 }

@@ -257,6 +257,17 @@
 //     majority's is refused with ErrStaleEpoch, the copy dropped (sharding's
 //     TestSeed82305AStaleCopyDoesNotActivateItsEntities; statestoretest's ReadEpoch
 //     for every store).
+//  21. Fixed. Seed 240900 (3 members, a pause, on a machine at load 5): the paused
+//     member, cut off from both others, took a heartbeat response already on its way
+//     for contact with one of them, counted that one on its side for longer than the
+//     resolver's stable-after and, as the leader of a majority of two, downed the
+//     third, while the two downed it: two clusters of the same addresses, each with
+//     its own copy of every counter and register, for the rest of the run. The
+//     resolver now decides only on a state every member it counts on its side has
+//     seen (a member that has not may count the leader on the other side), and gossip
+//     goes to every member a member itself reaches, whatever others observe, so that
+//     one side's observations cannot keep the other from agreeing (cluster's
+//     TestSeed240900ALeaderDecidesOnlyOnAStateItsSideHasSeen).
 //
 // The harness itself was fixed twice on the way: a member restarted with an empty data
 // directory while no member ran formed a new cluster alone (seed 13340; the downed

@@ -244,3 +244,15 @@ func TestSeed75005And75012AMemberBackAloneWaits(t *testing.T) {
 		regression(t, underRace(s, 1), 1)
 	}
 }
+
+// Seed 240900 ran a cluster of 3 as two: the paused member, cut off from both others,
+// heard from one of them through a response already on its way and, as the leader of
+// what it took for a majority of two, downed the third, while the two downed it. Each
+// side went on alone, with its own copy of every entity. Fixed: the resolver decides
+// only on a state every member it counts on its side has seen, and gossip goes to the
+// members a member itself reaches (cluster's
+// TestSeed240900ALeaderDecidesOnlyOnAStateItsSideHasSeen, which makes the late response
+// deterministic). This reruns the shrunk schedule.
+func TestSeed240900ACutOffMemberDoesNotDownTheMajority(t *testing.T) {
+	regression(t, underRace(Generate(240900, nil, 1).Keep([]int{0, 1, 2}), 0), 1)
+}
