@@ -89,17 +89,18 @@ type Instance struct {
 	mem        api.Memory
 	// stop is the global addDeadlineChecks added: set, the guest traps at its next loop
 	// iteration. stopped makes stopGuest set it once.
-	stop        api.MutableGlobal
-	stopped     atomic.Bool
-	lm          *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
-	alloc       api.Function
-	receive     api.Function
+	stop    api.MutableGlobal
+	stopped atomic.Bool
+	lm      *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
+	// dispatch is the module's shardhost_dispatch (wasmdispatch.go): the host calls
+	// every export through it, so an instance holds one wazero call engine.
+	dispatch    api.Function
 	ctx         context.Context // lives as long as the instance; carries it for host functions
 	cancel      context.CancelFunc
 	timer       *time.Timer // the activation deadline (instantiate)
 	deadlineHit atomic.Bool
 	stderr      head
-	stack       [2]uint64
+	stack       [3]uint64
 
 	// The message deadline of the call in progress (calldeadline.go): callEnd is
 	// when it passes, in nanoseconds after monoBase (0: no call); callTimer, made at
@@ -109,11 +110,6 @@ type Instance struct {
 	callTimer atomic.Pointer[time.Timer] // atomic: the timer's own goroutine reads it
 	callArmed atomic.Bool
 	lastCall  time.Duration // how long the last call into the guest took
-
-	// Guest-level snapshots and the v1 hooks, once looked up (Instance.export); the
-	// Module says which the guest exports.
-	snapshotFn, restoreFn       api.Function
-	onActivateFn, onPassivateFn api.Function
 
 	// State of the call in progress, touched by host functions on the calling goroutine.
 	inCall   bool  // in an export that may reply
@@ -229,10 +225,11 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	}
 	inst.mod = mod
 	inst.stop, _ = mod.ExportedGlobal(stopGlobalExport).(api.MutableGlobal)
-	if inst.stop == nil {
+	inst.dispatch = mod.ExportedFunction(dispatchExport)
+	if inst.stop == nil || inst.dispatch == nil {
 		inst.mod.Close(context.Background())
 		cancel()
-		return nil, fmt.Errorf("%w: no %s global after instantiation", ErrInvalidModule, stopGlobalExport)
+		return nil, fmt.Errorf("%w: no %s global or %s function after instantiation", ErrInvalidModule, stopGlobalExport, dispatchExport)
 	}
 	rt.mu.Lock()
 	rt.live[inst] = struct{}{}
@@ -247,11 +244,10 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		inst.stopGuest()
 		cancel()
 	}
-	for _, name := range start {
-		if fn := mod.ExportedFunction(name); fn != nil {
-			if err = fn.CallWithStack(inst.ctx, nil); err != nil {
-				break
-			}
+	for _, op := range start {
+		inst.stack[0] = uint64(op)
+		if err = inst.dispatch.CallWithStack(inst.ctx, inst.stack[:]); err != nil {
+			break
 		}
 	}
 	fired := !inst.timer.Stop()
@@ -262,11 +258,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		return nil, err
 	}
 	inst.mem = mod.Memory()
-	// Every message calls these two; the hooks and snapshot exports are looked up when
-	// first called (Instance.export).
-	inst.alloc = mod.ExportedFunction(abi.ExportAlloc)
-	inst.receive = mod.ExportedFunction(abi.ExportReceive)
-	if fired || inst.mem == nil || inst.alloc == nil || inst.receive == nil {
+	if ops := m.ops; fired || inst.mem == nil || !ops.has(opAlloc) || !ops.has(opReceive) {
 		inst.Close(context.Background())
 		if fired {
 			return nil, &GuestError{Entity: inst.name, Cause: ErrGuestDeadline, Detail: fmt.Sprintf("instantiation took over %v", rt.cfg.ActivationDeadline)}
@@ -328,7 +320,7 @@ var noopSpan = trace.SpanFromContext(context.Background())
 
 func (i *Instance) call(msg []byte) ([]byte, error) {
 	i.forward = nil
-	status, reply, err := i.invoke(i.receive, msg, true, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(opReceive, msg, true, i.m.rt.cfg.MaxMessageSize)
 	fwd := i.forward
 	i.forward = nil
 	if err != nil {
@@ -347,11 +339,11 @@ func (i *Instance) call(msg []byte) ([]byte, error) {
 	}
 }
 
-// invoke calls one of the guest's exports within the message deadline: fn(ptr, len)
-// with arg written into a buffer from shardhost_alloc when withArg is set, fn()
-// otherwise. It returns the status the guest returned and the reply it gave (at most
+// invoke calls one of the guest's exports, op's, within the message deadline:
+// fn(ptr, len) with arg written into a buffer from shardhost_alloc when withArg is set,
+// fn() otherwise. It returns the status the guest returned and the reply it gave (at most
 // replyCap bytes). A trap or the deadline closes the instance and is a *GuestError.
-func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
+func (i *Instance) invoke(op dispatchOp, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
 	if !i.m.rt.enter() {
 		// The runtime closes the module and its memory.
 		i.closed = true
@@ -375,8 +367,8 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	var err error
 	var ptr uint32
 	if withArg {
-		i.stack[0] = uint64(len(arg))
-		err = i.alloc.CallWithStack(i.ctx, i.stack[:])
+		i.stack[0], i.stack[1] = uint64(opAlloc), uint64(len(arg))
+		err = i.dispatch.CallWithStack(i.ctx, i.stack[:])
 		if err == nil {
 			ptr = uint32(i.stack[0])
 			switch {
@@ -388,12 +380,12 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 		}
 	}
 	if err == nil {
-		i.inCall, i.phase, i.replyCap = true, i.phaseOf(fn), replyCap
+		i.inCall, i.phase, i.replyCap = true, phaseOf(op), replyCap
 		i.reply = i.reply[:0]
 		i.replyOver = 0
 		i.calls = 0
-		i.stack[0], i.stack[1] = uint64(ptr), uint64(len(arg))
-		err = fn.CallWithStack(i.ctx, i.stack[:])
+		i.stack[0], i.stack[1], i.stack[2] = uint64(op), uint64(ptr), uint64(len(arg))
+		err = i.dispatch.CallWithStack(i.ctx, i.stack[:])
 		i.inCall, i.phase = false, phaseNone
 		i.returned = err == nil
 	}
@@ -417,36 +409,18 @@ func (i *Instance) invoke(fn api.Function, arg []byte, withArg bool, replyCap in
 	return abi.Status(int32(uint32(i.stack[0]))), reply, nil
 }
 
-// export returns the guest's export name, looked up at the first call and kept in *fn.
-// Each looked-up export holds a call stack of its own (10 KiB in wazero), so the exports
-// an incarnation calls once are looked up when called and dropped after.
-func (i *Instance) export(fn *api.Function, name string) api.Function {
-	if *fn == nil {
-		*fn = i.mod.ExportedFunction(name)
-	}
-	return *fn
-}
-
-// onActivate returns the guest's shardhost_on_activate, nil when it has none.
-func (i *Instance) onActivate() api.Function {
-	if !i.m.hasOnActivate {
-		return nil
-	}
-	return i.export(&i.onActivateFn, abi.ExportOnActivate)
-}
-
-// phaseOf names the export fn is.
-func (i *Instance) phaseOf(fn api.Function) phase {
-	switch fn {
-	case i.receive:
+// phaseOf names the phase a call of op's export is.
+func phaseOf(op dispatchOp) phase {
+	switch op {
+	case opReceive:
 		return phaseReceive
-	case i.snapshotFn:
+	case opSnapshot:
 		return phaseSnapshot
-	case i.restoreFn:
+	case opRestore:
 		return phaseRestore
-	case i.onActivateFn:
+	case opOnActivate:
 		return phaseActivate
-	case i.onPassivateFn:
+	case opOnPassivate:
 		return phasePassivate
 	}
 	return phaseNone
@@ -459,14 +433,12 @@ func (i *Instance) Activate(ctx context.Context) error {
 	if i.closed {
 		return ErrInstanceClosed
 	}
-	fn := i.onActivate()
-	if fn == nil {
+	if !i.m.ops.has(opOnActivate) {
 		return nil
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(fn, nil, false, i.m.rt.cfg.MaxMessageSize)
-	i.onActivateFn = nil // called once per incarnation: its call stack goes
+	status, reply, err := i.invoke(opOnActivate, nil, false, i.m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		return err
@@ -482,12 +454,12 @@ func (i *Instance) Activate(ctx context.Context) error {
 // none). A refusal or a failure is logged (after a trap the instance is closed and the
 // last saved state stands).
 func (i *Instance) BeforeStop(ctx context.Context) bool {
-	if i.closed || !i.m.hasOnPassivate {
+	if i.closed || !i.m.ops.has(opOnPassivate) {
 		return false
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(i.export(&i.onPassivateFn, abi.ExportOnPassivate), nil, false, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(opOnPassivate, nil, false, i.m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		i.m.rt.log.Warn("entity's on_passivate failed", "entity", i.name, "err", err)
@@ -518,7 +490,7 @@ func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
 	if !i.m.guestSnapshot {
 		return nil, false, nil
 	}
-	status, reply, err := i.invoke(i.export(&i.snapshotFn, abi.ExportSnapshot), nil, false, abi.MaxSnapshotSize)
+	status, reply, err := i.invoke(opSnapshot, nil, false, abi.MaxSnapshotSize)
 	switch {
 	case errors.Is(err, ErrReplyTooLarge):
 		return nil, false, fmt.Errorf("%w: %w", ErrSnapshotFailed, err)
@@ -550,8 +522,7 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 	if err != nil {
 		return nil, err
 	}
-	status, reply, err := inst.invoke(inst.export(&inst.restoreFn, abi.ExportRestore), state, true, m.rt.cfg.MaxMessageSize)
-	inst.restoreFn = nil // called once per incarnation: its call stack goes
+	status, reply, err := inst.invoke(opRestore, state, true, m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		return nil, err

@@ -280,11 +280,13 @@ type Module struct {
 	ABIVersion int
 	// guestSnapshot: the module exports shardhost_snapshot and shardhost_restore.
 	guestSnapshot bool
-	// The module declares ABI v1 and exports shardhost_on_activate, shardhost_on_passivate.
-	hasOnActivate, hasOnPassivate bool
+	// ops are the exports the host calls through shardhost_dispatch (wasmdispatch.go);
+	// the hooks shardhost_on_activate and shardhost_on_passivate only when the module
+	// declares ABI v1.
+	ops dispatchOps
 	// start are the exports a new instance runs first: the module's start function,
 	// if it had one (addDeadlineChecks exports it), and _initialize.
-	start []string
+	start []dispatchOp
 	// hot are the pages of a slot its instances touch by the end of their first
 	// message, which the arena keeps backed in a few slots (linearmem_prefault.go).
 	hot moduleHotPages
@@ -438,7 +440,7 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 		return nil, rerr
 	}
 	code.compiled = compiled
-	m := &Module{rt: rt, Digest: digest, Size: len(wasm), start: []string{abi.ExportInitialize}}
+	m := &Module{rt: rt, Digest: digest, Size: len(wasm), ops: dr.ops}
 	m.code.Store(code)
 	m.bg.done = make(chan struct{})
 	if interpret {
@@ -447,17 +449,17 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	} else {
 		m.bg.once.Do(func() { close(m.bg.done) })
 	}
-	if dr.hasStart {
-		m.start = []string{startExport, abi.ExportInitialize}
+	for _, op := range []dispatchOp{opStart, opInitialize} {
+		if dr.ops.has(op) {
+			m.start = append(m.start, op)
+		}
 	}
 	if m.ABIVersion, m.guestSnapshot, err = checkShape(compiled); err != nil {
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
-	if m.ABIVersion >= 1 {
-		exports := compiled.ExportedFunctions()
-		_, m.hasOnActivate = exports[abi.ExportOnActivate]
-		_, m.hasOnPassivate = exports[abi.ExportOnPassivate]
+	if m.ABIVersion < 1 {
+		m.ops &^= 1<<opOnActivate | 1<<opOnPassivate
 	}
 	if m.snap, err = newModuleSnapshots(rewritten, globals); err != nil {
 		compiled.Close(ctx)

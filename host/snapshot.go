@@ -401,7 +401,7 @@ func (m *Module) Restore(ctx context.Context, entityType, entityID string, s *Sn
 type restorePlan struct {
 	snap  *Snapshot
 	code  *moduleCode
-	start []string
+	start []dispatchOp
 	// zeroed says the instance's memory is all zero after instantiation.
 	zeroed bool
 }

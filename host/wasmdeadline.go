@@ -41,7 +41,8 @@ const (
 type deadlineRewrite struct {
 	stopGlobal uint32
 	hasStart   bool
-	loops      int // loop heads checked
+	loops      int         // loop heads checked
+	ops        dispatchOps // the functions shardhost_dispatch calls
 }
 
 // addDeadlineChecks rewrites a module as described above. Errors wrap ErrInvalidModule.
@@ -86,12 +87,13 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 
 	// The global index space: imported globals, then defined ones; the new global is last.
 	var importedGlobals uint32
+	var importFuncTypes []uint32
 	if sec := content(secImport); sec != nil {
-		n, err := countImportedGlobals(sec)
+		n, funcTypes, err := scanImports(sec)
 		if err != nil {
 			return nil, dr, fmt.Errorf("%w: import section: %v", ErrInvalidModule, err)
 		}
-		importedGlobals = n
+		importedGlobals, importFuncTypes = n, funcTypes
 	}
 	var definedGlobals uint32
 	var globalEntries []byte
@@ -112,9 +114,11 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	newGlobals = appendS32(newGlobals, loopFuel)
 	newGlobals = append(newGlobals, 0x0b)
 
-	// Exports: the old ones, the stop global and the start function.
+	// Exports: the old ones, the stop global, the start function and the dispatch
+	// function (wasmdispatch.go).
 	var exportCount uint32
 	var exportEntries []byte
+	funcExports := map[string]uint32{}
 	if sec := content(secExport); sec != nil {
 		er := reader{b: sec}
 		n, err := er.u32()
@@ -123,18 +127,23 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 		}
 		exportCount, exportEntries = n, sec[er.off:]
 		for i := uint32(0); i < n; i++ {
+			var kind byte
+			var index uint32
 			name, err := er.name()
 			if err == nil {
-				_, err = er.byte()
+				kind, err = er.byte()
 			}
 			if err == nil {
-				_, err = er.u32()
+				index, err = er.u32()
 			}
 			if err != nil {
 				return nil, dr, fmt.Errorf("%w: export %d: %v", ErrInvalidModule, i, err)
 			}
-			if name == stopGlobalExport || name == startExport {
+			if name == stopGlobalExport || name == startExport || name == dispatchExport {
 				return nil, dr, fmt.Errorf("%w: export name %q is reserved for the host", ErrInvalidModule, name)
+			}
+			if kind == kindFunc {
+				funcExports[name] = index
 			}
 		}
 	}
@@ -142,34 +151,53 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	add = append(add, kindGlobal)
 	add = appendU32(add, dr.stopGlobal)
 	added := uint32(1)
+	start := int64(-1)
 	if sec := content(secStart); sec != nil {
 		sr := reader{b: sec}
 		fn, err := sr.u32()
 		if err != nil {
 			return nil, dr, fmt.Errorf("%w: start section: %v", ErrInvalidModule, err)
 		}
-		dr.hasStart = true
+		dr.hasStart, start = true, int64(fn)
 		add = appendName(add, startExport)
 		add = append(add, kindFunc)
 		add = appendU32(add, fn)
 		added++
 	}
+	dispatch, err := planDispatch(content(secType), importFuncTypes, content(secFunction), funcExports, start)
+	if err != nil {
+		return nil, dr, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+	}
+	dr.ops = dispatch.ops
+	add = appendName(add, dispatchExport)
+	add = append(add, kindFunc)
+	add = appendU32(add, dispatch.fn)
+	added++
 	newExports := appendU32(nil, exportCount+added)
 	newExports = append(newExports, exportEntries...)
 	newExports = append(newExports, add...)
 
 	// Code: the check at every loop head.
+	// Code: the check at every loop head, and the dispatch function's body last.
 	check := loopCheck(dr.stopGlobal, fuel, content(secMemory) != nil)
-	var newCode []byte
+	bodies, entries := uint32(0), []byte(nil)
 	if sec := content(secCode); sec != nil {
-		var err error
-		if newCode, dr.loops, err = instrumentCode(sec, check, dr.stopGlobal); err != nil {
+		code, loops, err := instrumentCode(sec, check, dr.stopGlobal)
+		if err != nil {
 			return nil, dr, fmt.Errorf("%w: code section: %v", ErrInvalidModule, err)
 		}
+		cr := reader{b: code}
+		if bodies, err = cr.u32(); err != nil {
+			return nil, dr, fmt.Errorf("%w: code section: %v", ErrInvalidModule, err)
+		}
+		dr.loops, entries = loops, code[cr.off:]
 	}
+	newCode := appendU32(nil, bodies+1)
+	newCode = append(newCode, entries...)
+	newCode = append(newCode, dispatch.body...)
 
-	// Reassemble in the format's order: the global and export sections replaced or
-	// inserted at their rank, the start section dropped, the code section replaced.
+	// Reassemble in the format's order: the type, function, global, export and code
+	// sections replaced or inserted at their rank, the start section dropped.
 	out := make([]byte, 0, len(wasm)+len(wasm)/8+64)
 	out = append(out, wasm[:8]...)
 	emit := func(id byte, c []byte) {
@@ -180,7 +208,8 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	pending := []struct {
 		id byte
 		c  []byte
-	}{{secGlobal, newGlobals}, {secExport, newExports}}
+	}{{secType, dispatch.typeSec}, {secFunction, dispatch.funcSec}, {secGlobal, newGlobals}, {secExport, newExports},
+		{secCode, newCode}}
 	flush := func(beforeRank int) {
 		for len(pending) > 0 && sectionRank[pending[0].id] < beforeRank {
 			emit(pending[0].id, pending[0].c)
@@ -192,11 +221,9 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 			flush(sectionRank[s.id])
 		}
 		switch s.id {
-		case secGlobal, secExport:
+		case secType, secFunction, secGlobal, secExport, secCode:
 			flush(sectionRank[s.id] + 1)
 		case secStart:
-		case secCode:
-			emit(secCode, newCode)
 		default:
 			out = append(out, wasm[s.header:s.end]...)
 		}

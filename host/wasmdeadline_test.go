@@ -13,14 +13,14 @@ import (
 // loopModule returns an ABI v0 module whose shardhost_receive never returns (loop; br 0)
 // and whose start section runs a function that returns, or never returns when spin is
 // set. extraExport, if not empty, is one more function export of the marker.
-func loopModule(t *testing.T, spin bool, extraExport string) []byte {
+func loopModule(t testing.TB, spin bool, extraExport string) []byte {
 	t.Helper()
 	// receive: loop br 0 end; i32.const 0
 	return loopModuleWith(t, spin, extraExport, []byte{0, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x41, 0x00, 0x0b})
 }
 
 // loopModuleWith is loopModule with receive's body (locals and code) given.
-func loopModuleWith(t *testing.T, spin bool, extraExport string, receive []byte) []byte {
+func loopModuleWith(t testing.TB, spin bool, extraExport string, receive []byte) []byte {
 	t.Helper()
 	section := func(id byte, body []byte) []byte {
 		if len(body) > 127 {

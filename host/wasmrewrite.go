@@ -176,7 +176,7 @@ func rewriteGlobals(wasm []byte) (out []byte, globals []moduleGlobal, added int,
 	// Imported globals come first in the global index space.
 	var imported uint32
 	if importSec.start >= 0 {
-		n, err := countImportedGlobals(wasm[importSec.start:importSec.end])
+		n, _, err := scanImports(wasm[importSec.start:importSec.end])
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("%w: import section: %v", ErrInvalidModule, err)
 		}
@@ -281,28 +281,31 @@ func rewriteGlobals(wasm []byte) (out []byte, globals []moduleGlobal, added int,
 	return out, globals, added, nil
 }
 
-// countImportedGlobals returns how many globals an import section imports.
-func countImportedGlobals(sec []byte) (uint32, error) {
+// scanImports returns how many globals an import section imports and the type index of
+// each function it imports, in the order of the function index space.
+func scanImports(sec []byte) (globals uint32, funcTypes []uint32, err error) {
 	r := reader{b: sec}
 	n, err := r.u32()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	var globals uint32
 	for i := uint32(0); i < n; i++ {
 		if _, err := r.name(); err != nil {
-			return 0, fmt.Errorf("import %d module name: %v", i, err)
+			return 0, nil, fmt.Errorf("import %d module name: %v", i, err)
 		}
 		if _, err := r.name(); err != nil {
-			return 0, fmt.Errorf("import %d field name: %v", i, err)
+			return 0, nil, fmt.Errorf("import %d field name: %v", i, err)
 		}
 		kind, err := r.byte()
 		if err != nil {
-			return 0, fmt.Errorf("import %d: %v", i, err)
+			return 0, nil, fmt.Errorf("import %d: %v", i, err)
 		}
 		switch kind {
 		case kindFunc:
-			_, err = r.u32()
+			var typ uint32
+			if typ, err = r.u32(); err == nil {
+				funcTypes = append(funcTypes, typ)
+			}
 		case kindTable:
 			if _, err = r.byte(); err == nil {
 				err = r.limits()
@@ -326,13 +329,13 @@ func countImportedGlobals(sec []byte) (uint32, error) {
 			err = fmt.Errorf("unknown kind %d", kind)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("import %d: %v", i, err)
+			return 0, nil, fmt.Errorf("import %d: %v", i, err)
 		}
 	}
 	if r.off != len(r.b) {
-		return 0, fmt.Errorf("%d bytes after the last import", len(r.b)-r.off)
+		return 0, nil, fmt.Errorf("%d bytes after the last import", len(r.b)-r.off)
 	}
-	return globals, nil
+	return globals, funcTypes, nil
 }
 
 // mutableGlobals returns the mutable globals a global section defines; first is the
