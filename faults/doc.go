@@ -268,6 +268,15 @@
 //     goes to every member a member itself reaches, whatever others observe, so that
 //     one side's observations cannot keep the other from agreeing (cluster's
 //     TestSeed240900ALeaderDecidesOnlyOnAStateItsSideHasSeen).
+//  22. Fixed. Seed 300850 (4 members, a pause of the coordinator's member, at load 5):
+//     the coordinator's HostShard reached a region, which hosted the shard, and the
+//     coordinator's member was cut off before the answer came; the request timed out,
+//     the coordinator forgot the allocation and, back, gave the shard to itself (the
+//     region was not yet reachable again in its view), while its drop to the region had
+//     been lost too: a counter lived on two members for 36 ms (the store's fence kept
+//     its state linearizable). A HostShard without an answer now leaves the shard
+//     allocated to its region, as Akka's coordinator keeps an allocation it recorded
+//     (sharding's TestSeed300850AnUnansweredHostShardKeepsTheShardThere).
 //
 // The harness itself was fixed twice on the way: a member restarted with an empty data
 // directory while no member ran formed a new cluster alone (seed 13340; the downed

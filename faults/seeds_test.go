@@ -256,3 +256,13 @@ func TestSeed75005And75012AMemberBackAloneWaits(t *testing.T) {
 func TestSeed240900ACutOffMemberDoesNotDownTheMajority(t *testing.T) {
 	regression(t, underRace(Generate(240900, nil, 1).Keep([]int{0, 1, 2}), 0), 1)
 }
+
+// Seed 300850 found a counter alive on two members: the coordinator's HostShard timed
+// out, its answer lost while the coordinator's member was paused, and the coordinator
+// gave the shard to itself while the region hosted it. Fixed: an unanswered HostShard
+// leaves the shard allocated to its region (sharding's
+// TestSeed300850AnUnansweredHostShardKeepsTheShardThere). This reruns the shrunk
+// schedule.
+func TestSeed300850AnUnansweredHostShardKeepsTheShardThere(t *testing.T) {
+	regression(t, underRace(Generate(300850, nil, 1).Keep([]int{0, 1}), 0), 1)
+}

@@ -554,12 +554,22 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 		c.s.hostShard(actx, region, host, func(err error) {
 			failSpan(span, err)
 			span.End()
-			if err != nil {
-				// The region may still host the shard after this gave up (it answered
-				// late): that copy must not serve beside the next allocation.
+			// A request that timed out may have reached the region, which then hosts the
+			// shard, its answer lost: the shard stays allocated there, as the allocation
+			// was recorded before the request (Akka's coordinator likewise keeps a
+			// recorded allocation and sends HostShard again). The next request for its
+			// home names the region, which hosts it then if it had not. Allocating it
+			// anew elsewhere ran it on two members: a drop sent to the region was lost as
+			// well (faults seed 300850: the coordinator's member was cut off just after
+			// the request reached the region).
+			unknown := errors.Is(err, cluster.ErrRequestTimeout)
+			if err != nil && !unknown {
+				// Refused or never sent: should the region host the shard nonetheless (an
+				// answer that came late), that copy must not serve beside the next
+				// allocation.
 				c.s.dropShardAt(region, shardRef{Type: ref.Type, Shard: ref.Shard, Epoch: epoch + 1})
 			}
-			if err == nil {
+			if err == nil || unknown {
 				c.mu.Lock()
 				if gen == c.gen {
 					if c.alloc[ref.Type] == nil {
@@ -567,8 +577,12 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 					}
 					c.alloc[ref.Type][ref.Shard] = allocation{region, epoch}
 					c.knowLocked(ref.Type, ref.Shard)
-					c.hostedByLocked(region, process, shardRef{Type: ref.Type, Shard: ref.Shard})
-					c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region, "epoch", epoch)
+					if unknown {
+						c.noteIncarnationLocked(region, members) // no answer: no proof of the process there
+					} else {
+						c.hostedByLocked(region, process, shardRef{Type: ref.Type, Shard: ref.Shard})
+					}
+					c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region, "epoch", epoch, "unconfirmed", unknown)
 				} else {
 					err = ErrNotCoordinator
 				}

@@ -153,15 +153,21 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 func (e *fakeEntity) Stop(ctx context.Context) { e.f.acts.stopped(e.f.node, e.key) }
 
 // types is a TypeResolver with a fixed set of types (name → shards, or full settings);
-// block, if set, is waited on first.
+// block, if set, is waited on first, and entered, if set, closed when a lookup first
+// waits on it.
 type types struct {
 	known    map[string]int
 	settings map[string]TypeSettings
 	block    chan struct{}
+	entered  chan struct{}
+	once     sync.Once
 }
 
 func (t *types) EntityType(ctx context.Context, name string) (TypeSettings, error) {
 	if t.block != nil {
+		if t.entered != nil {
+			t.once.Do(func() { close(t.entered) })
+		}
 		select {
 		case <-t.block:
 		case <-ctx.Done():
