@@ -380,6 +380,18 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 	return node
 }
 
+// link cuts (on false) or restores the links between two members, gossip and
+// messages both ways.
+func (tc *testCluster) link(a, b *testNode, on bool) {
+	if on {
+		tc.gossip.Reconnect(a.addr(), b.addr())
+		tc.net.Reconnect(a.messenger.LocalAddr(), b.messenger.LocalAddr())
+	} else {
+		tc.gossip.Disconnect(a.addr(), b.addr())
+		tc.net.Disconnect(a.messenger.LocalAddr(), b.messenger.LocalAddr())
+	}
+}
+
 func (tc *testCluster) live() []*testNode {
 	var out []*testNode
 	for _, n := range tc.nodes {

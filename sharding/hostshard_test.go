@@ -47,17 +47,8 @@ func TestSeed300850AnUnansweredHostShardKeepsTheShardThere(t *testing.T) {
 	}
 	// node-0 and node-1 are cut off from each other (node-2 reaches both); node-1
 	// hosts the shard and its answer is lost.
-	cut := func(on bool) {
-		if on {
-			tc.gossip.Disconnect(n0.addr(), n1.addr())
-			tc.net.Disconnect(n0.messenger.LocalAddr(), n1.messenger.LocalAddr())
-		} else {
-			tc.gossip.Reconnect(n0.addr(), n1.addr())
-			tc.net.Reconnect(n0.messenger.LocalAddr(), n1.messenger.LocalAddr())
-		}
-	}
-	cut(true)
-	defer cut(false)
+	tc.link(n0, n1, false)
+	defer tc.link(n0, n1, true)
 	close(n1.types.block)
 	testutil.Eventually(t, 20*time.Second, "node-0 sees node-1 unreachable", func() bool {
 		for _, m := range n0.membership.Members() {

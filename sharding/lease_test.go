@@ -67,15 +67,8 @@ func leaseCutOff(t *testing.T, tc *testCluster) {
 	}
 	isolate := func(on bool) {
 		for _, o := range tc.nodes {
-			if o == cut {
-				continue
-			}
-			if on {
-				tc.gossip.Disconnect(cut.addr(), o.addr())
-				tc.net.Disconnect(cut.messenger.LocalAddr(), o.messenger.LocalAddr())
-			} else {
-				tc.gossip.Reconnect(cut.addr(), o.addr())
-				tc.net.Reconnect(cut.messenger.LocalAddr(), o.messenger.LocalAddr())
+			if o != cut {
+				tc.link(cut, o, !on)
 			}
 		}
 	}
