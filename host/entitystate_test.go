@@ -29,7 +29,7 @@ func TestGuestSnapshotRoundTrip(t *testing.T) {
 		t.Fatal("echo-rust exports shardhost_snapshot and shardhost_restore")
 	}
 	ctx := context.Background()
-	inst := instantiateRust(t, m, echoRust, "a")
+	inst := mustInstantiate(t, m, echoRust, "a")
 	if _, ok, err := inst.GuestSnapshot(); ok || err != nil {
 		t.Fatalf("before any message: ok %v, %v; want NoSnapshot", ok, err)
 	}
@@ -110,7 +110,7 @@ func moduleExportingI32(name string) []byte {
 func TestPassivateOnlyDuringReceive(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compileRust(t, rt, echoRust)
-	inst := instantiateRust(t, m, echoRust, "p")
+	inst := mustInstantiate(t, m, echoRust, "p")
 	ctx := context.Background()
 	if _, err := inst.Receive(ctx, []byte("count")); err != nil || inst.PassivationRequested() {
 		t.Fatalf("count: %v, passivation requested %v", err, inst.PassivationRequested())

@@ -152,14 +152,7 @@ func TestReplayDetectsDivergence(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compile(t, rt, "abitest")
 	ctx := context.Background()
-	newInst := func() *Instance {
-		inst, err := m.Instantiate(ctx, "abitest", "d")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { inst.Close(ctx) })
-		return inst
-	}
+	newInst := func() *Instance { return mustInstantiate(t, m, "abitest", "d") }
 	inst := newInst()
 	inst.startRecording()
 	if _, err := inst.Receive(ctx, []byte("random 8")); err != nil {
@@ -232,14 +225,7 @@ func TestReplayRunsUnderTheActivationDeadline(t *testing.T) {
 	})
 	m := compile(t, rt, "abitest")
 	ctx := context.Background()
-	newInst := func() *Instance {
-		inst, err := m.Instantiate(ctx, "abitest", "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { inst.Close(ctx) })
-		return inst
-	}
+	newInst := func() *Instance { return mustInstantiate(t, m, "abitest", "r") }
 	if _, err := newInst().Receive(ctx, []byte("loop")); err == nil || !strings.Contains(err.Error(), "the deadline is 20ms") {
 		t.Fatalf("a message that loops: %v, want the message deadline, 20ms", err)
 	}

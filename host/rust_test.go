@@ -31,7 +31,8 @@ func compileRust(t testing.TB, rt *Runtime, name string) *Module {
 	return m
 }
 
-func instantiateRust(t testing.TB, m *Module, entityType, entityID string) *Instance {
+// mustInstantiate makes an instance of m, closed when the test ends.
+func mustInstantiate(t testing.TB, m *Module, entityType, entityID string) *Instance {
 	t.Helper()
 	inst, err := m.Instantiate(context.Background(), entityType, entityID)
 	if err != nil {
@@ -75,7 +76,7 @@ func TestRustModuleValidates(t *testing.T) {
 func TestRustInstanceMemoryIsSmall(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compileRust(t, rt, echoRust)
-	inst := instantiateRust(t, m, echoRust, "m")
+	inst := mustInstantiate(t, m, echoRust, "m")
 	start := inst.MemorySize()
 	ctx := context.Background()
 	for i := 0; i < 1000; i++ {
@@ -100,7 +101,7 @@ func TestRustInstanceMemoryIsSmall(t *testing.T) {
 func TestRustInstanceKeepsStateAndOrder(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compileRust(t, rt, echoRust)
-	inst := instantiateRust(t, m, echoRust, "alice")
+	inst := mustInstantiate(t, m, echoRust, "alice")
 	ctx := context.Background()
 	for i := 1; i <= 100; i++ {
 		out, err := inst.Receive(ctx, []byte("echo "+strconv.Itoa(i)))
@@ -139,7 +140,7 @@ func TestRustEntityIDAndType(t *testing.T) {
 		{echoRust, strings.Repeat("long-", 200)},
 		{"another-type", "b"}, // the type is whatever the host instantiated
 	} {
-		inst := instantiateRust(t, m, c.typ, c.id)
+		inst := mustInstantiate(t, m, c.typ, c.id)
 		out, err := inst.Receive(ctx, []byte("id"))
 		if want := c.typ + "/" + c.id; err != nil || string(out) != want {
 			t.Errorf("id of %s/%.20s…: %q %v", c.typ, c.id, out, err)
@@ -191,7 +192,7 @@ func TestRustPanicTrapsOnlyThatMessage(t *testing.T) {
 		t.Errorf("host log lacks the guest's warning (%v) or the panic at error level (%v):\n%s", warned, logged, logs)
 	}
 	// The module is fine: a new instance serves, with fresh state.
-	inst2 := instantiateRust(t, m, echoRust, "p")
+	inst2 := mustInstantiate(t, m, echoRust, "p")
 	if out, err := inst2.Receive(ctx, []byte("count")); err != nil || string(out) != "1" {
 		t.Fatalf("count after trap: %q %v", out, err)
 	}
@@ -200,7 +201,7 @@ func TestRustPanicTrapsOnlyThatMessage(t *testing.T) {
 func TestRustEntityErrorKeepsEntity(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compileRust(t, rt, echoRust)
-	inst := instantiateRust(t, m, echoRust, "e")
+	inst := mustInstantiate(t, m, echoRust, "e")
 	ctx := context.Background()
 	for _, msg := range []string{"nope", "", "\xff"} {
 		_, err := inst.Receive(ctx, []byte(msg))
@@ -221,8 +222,8 @@ func TestRustInstancesAreIsolated(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compileRust(t, rt, echoRust)
 	ctx := context.Background()
-	a := instantiateRust(t, m, echoRust, "a")
-	b := instantiateRust(t, m, echoRust, "b")
+	a := mustInstantiate(t, m, echoRust, "a")
+	b := mustInstantiate(t, m, echoRust, "b")
 	for i := 0; i < 3; i++ {
 		a.Receive(ctx, []byte("echo a"))
 	}
@@ -239,7 +240,7 @@ func TestRustMessageAndReplyCaps(t *testing.T) {
 	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MaxMessageSize = 1024 })
 	m := compileRust(t, rt, echoRust)
 	ctx := context.Background()
-	inst := instantiateRust(t, m, echoRust, "c")
+	inst := mustInstantiate(t, m, echoRust, "c")
 	if _, err := inst.Receive(ctx, bytes.Repeat([]byte("x"), 1025)); !errors.Is(err, ErrMessageTooLarge) {
 		t.Fatalf("oversize: %v", err)
 	}
@@ -253,7 +254,7 @@ func TestRustMessageAndReplyCaps(t *testing.T) {
 	}
 	// A reply over the cap fails that message alone, with its own code: the instance
 	// and its state stay.
-	long := instantiateRust(t, m, echoRust, strings.Repeat("i", 1100))
+	long := mustInstantiate(t, m, echoRust, strings.Repeat("i", 1100))
 	if out, err := long.Receive(ctx, []byte("count")); err != nil || string(out) != "1" {
 		t.Fatalf("count: %q %v", out, err)
 	}
@@ -275,7 +276,7 @@ func TestRustAllocOutOfMemoryFailsTheMessage(t *testing.T) {
 	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = 512 << 10 })
 	m := compileRust(t, rt, echoRust)
 	ctx := context.Background()
-	inst := instantiateRust(t, m, echoRust, "o")
+	inst := mustInstantiate(t, m, echoRust, "o")
 	if out, err := inst.Receive(ctx, []byte("count")); err != nil || string(out) != "1" {
 		t.Fatalf("count: %q %v", out, err)
 	}
@@ -283,7 +284,7 @@ func TestRustAllocOutOfMemoryFailsTheMessage(t *testing.T) {
 	if !errors.Is(err, ErrGuestTrap) || !strings.Contains(err.Error(), "shardhost_alloc returned 0 (out of memory)") {
 		t.Fatalf("600 KiB message under a 512 KiB cap: %v", err)
 	}
-	inst2 := instantiateRust(t, m, echoRust, "o")
+	inst2 := mustInstantiate(t, m, echoRust, "o")
 	if out, err := inst2.Receive(ctx, []byte("echo fine")); err != nil || string(out) != "fine" {
 		t.Fatalf("after out of memory: %q %v", out, err)
 	}

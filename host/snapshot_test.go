@@ -239,7 +239,7 @@ func TestSnapshotRestoreRustEcho(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			rt, _ := newTestRuntime(t, nil)
 			m := compileRust(t, rt, echoRust)
-			inst := instantiateRust(t, m, echoRust, "r")
+			inst := mustInstantiate(t, m, echoRust, "r")
 			for i := 0; i < 9; i++ {
 				ask(t, inst, "echo "+strings.Repeat("x", i*100))
 			}
@@ -566,7 +566,7 @@ func TestSnapshotRefusedDuringACallOrAfterClose(t *testing.T) {
 	h := &snapshotLogHandler{Handler: slog.NewTextHandler(&bytes.Buffer{}, nil), inst: &inst}
 	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.Logger = slog.New(h) })
 	m := compileRust(t, rt, echoRust)
-	inst = instantiateRust(t, m, echoRust, "busy")
+	inst = mustInstantiate(t, m, echoRust, "busy")
 	ask(t, inst, "count")
 	inst.Receive(context.Background(), []byte("panic")) // logs, then traps
 	if !errors.Is(h.err, ErrNotSnapshottable) {
@@ -575,7 +575,7 @@ func TestSnapshotRefusedDuringACallOrAfterClose(t *testing.T) {
 	if _, err := inst.Snapshot(); !errors.Is(err, ErrInstanceClosed) {
 		t.Fatalf("snapshot after a trap: %v", err)
 	}
-	inst2 := instantiateRust(t, m, echoRust, "closed")
+	inst2 := mustInstantiate(t, m, echoRust, "closed")
 	inst2.Close(context.Background())
 	if _, err := inst2.Snapshot(); !errors.Is(err, ErrInstanceClosed) {
 		t.Fatalf("snapshot after Close: %v", err)
