@@ -29,10 +29,15 @@ type entity struct {
 	mu sync.Mutex
 	// queue[head:] is the mailbox. Its array is kept while the entity is idle (up to
 	// keptQueue deliveries), so that a warm entity's message allocates no mailbox.
-	queue    []delivery
-	head     int
-	running  bool
-	live     bool      // has an instance
+	queue   []delivery
+	head    int
+	running bool
+	live    bool // has an instance
+	// gone is set when the entity leaves its shard's map (forgotten while idle, or its
+	// shard handed off): a delivery that looked it up just before goes back to the
+	// region (enqueue), which finds the entity's current mailbox or the shard's new
+	// home, rather than start an instance that no map holds.
+	gone     bool
 	lastUsed time.Time // when it last finished a message
 	busy     bool      // handling a message (from its dequeue to just before its reply)
 	// passivateWhenIdle, if set, is the cause of a passivation to run once the
@@ -127,10 +132,19 @@ func (e *entity) takeQueue() []delivery {
 	return q
 }
 
-// enqueue adds d to the mailbox, starting the drain goroutine if none runs. It may be
-// called with the region's lock held.
+// enqueue adds d to the mailbox, starting the drain goroutine if none runs, or routes d
+// again if the entity is gone. It may be called with the region's lock held for an
+// entity just taken from its shard's map.
 func (e *entity) enqueue(d delivery) {
 	e.mu.Lock()
+	if e.gone {
+		// Left its shard's map after the delivery looked it up (Region.deliver
+		// releases the region's lock first); the callers under that lock take it
+		// from the map, where it is never gone.
+		e.mu.Unlock()
+		e.r.deliver(d)
+		return
+	}
 	if e.queued() >= e.r.s.cfg.MailboxSize {
 		e.mu.Unlock()
 		e.r.s.deadLetter(d, ErrMailboxFull)

@@ -36,6 +36,9 @@ type Region struct {
 	// copy hosted anew does not start the entity beside the dropped copy's, still
 	// stopping.
 	lives map[string]*entity
+	// afterLookup, when set (by tests, before any message), runs in deliver between an
+	// entity's lookup in its shard's map and the delivery to its mailbox, with its ID.
+	afterLookup func(id string)
 
 	tel regionTelemetry
 
@@ -221,7 +224,10 @@ func (r *Region) deliver(d delivery) {
 		} else {
 			e := r.entityLocked(sh, d.env.EntityID)
 			r.mu.Unlock()
-			e.enqueue(d)
+			if r.afterLookup != nil {
+				r.afterLookup(d.env.EntityID)
+			}
+			e.enqueue(d) // routes d again if e is gone meanwhile
 			return
 		}
 	}
@@ -364,7 +370,9 @@ func (r *Region) passivateIdle(now time.Time) {
 			e.mu.Lock()
 			quiet := !e.running && e.queued() == 0
 			if quiet && !e.live {
-				delete(sh.entities, id) // nothing to keep: a new message makes a new one
+				// Nothing to keep: a new message makes a new one.
+				e.gone = true
+				delete(sh.entities, id)
 			} else if quiet && after > 0 && now.Sub(e.lastUsed) > after {
 				idle = append(idle, e)
 			}
@@ -721,6 +729,15 @@ func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
 	sl := r.slotLocked(id)
 	sh := sl.hosted
 	sl.hosted = nil
+	if sh != nil {
+		for _, e := range sh.entities {
+			// They finish what they hold; what a delivery brings them from now on
+			// waits for the shard's new home.
+			e.mu.Lock()
+			e.gone = true
+			e.mu.Unlock()
+		}
+	}
 	sl.handing, sl.handoffSpan, sl.handoffMsgs = true, span.SpanContext(), 0
 	// Messages from other regions already buffered here go back too.
 	var back, keep []delivery
