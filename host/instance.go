@@ -7,6 +7,7 @@ import (
 	"fmt"
 	mathrand "math/rand"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -675,15 +676,38 @@ func firstNonEmptyLine(s string) string {
 }
 
 // fakeRand is the guest's WASI random_get: wazero's deterministic default (math/rand
-// seeded with 42, the same bytes from an instance's start), made when first read, since
-// seeding it costs about 10 µs and 5 KiB and a Rust guest never reads it.
+// seeded with 42, the same bytes from an instance's start). The first
+// fakeRandPrefixBytes of that stream are computed once per process (fakeRandPrefix):
+// seeding a source costs about 10 µs and 5 KiB, and a TinyGo guest reads a few bytes
+// at every activation (a Rust guest none). A guest that reads past them gets a source
+// of its own, seeded and moved past them. math/rand's Read gives the same stream
+// however it is split into calls.
 type fakeRand struct {
-	r *mathrand.Rand
+	off int // bytes of the stream read so far
+	r   *mathrand.Rand
 }
+
+// fakeRandPrefixBytes is how much of the stream is computed once, in bytes.
+const fakeRandPrefixBytes = 1024
+
+// fakeRandPrefix returns the first fakeRandPrefixBytes of the stream.
+var fakeRandPrefix = sync.OnceValue(func() []byte {
+	b := make([]byte, fakeRandPrefixBytes)
+	mathrand.New(mathrand.NewSource(42)).Read(b)
+	return b
+})
 
 func (f *fakeRand) Read(p []byte) (int, error) {
 	if f.r == nil {
+		if prefix := fakeRandPrefix(); f.off+len(p) <= len(prefix) {
+			f.off += copy(p, prefix[f.off:])
+			return len(p), nil
+		}
 		f.r = mathrand.New(mathrand.NewSource(42))
+		if f.off > 0 {
+			f.r.Read(make([]byte, f.off)) // past what the prefix gave
+		}
 	}
+	f.off += len(p)
 	return f.r.Read(p)
 }
