@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -76,10 +77,14 @@ func processCPU() time.Duration {
 
 // turns runs each round of a workload on every side, the sides taking turns (the first
 // of each round moves on by one), so that a shared machine's load weighs on all alike.
+// Each turn starts after a garbage collection, as each run of a Go benchmark does
+// (testing.B), so that no turn pays for collecting what an earlier one left: the
+// Go guest's activations leave gigabytes behind.
 func turns(o options, sides []side, f func(round int, s side) error) error {
 	for r := 0; r < o.rounds; r++ {
 		for k := range sides {
 			s := sides[(r+k)%len(sides)]
+			runtime.GC()
 			if err := f(r, s); err != nil {
 				return fmt.Errorf("%s: %w", s.sys.name, err)
 			}
