@@ -153,6 +153,9 @@ type linearMemory struct {
 	arena *memArena
 	slot  []byte
 	used  int // the most bytes handed out, to release on Free
+	// hot is the module's learned pages: Free gives the slot to the module's warm slots
+	// when they have room (memArena.recycle).
+	hot *moduleHotPages
 	// track is the kernel's write tracking of the slot while it runs: stopped before
 	// the slot goes back to the arena.
 	track writeTracker
@@ -170,13 +173,17 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 	return m.slot[:size:size]
 }
 
-// Free gives the slot back to the arena.
+// Free gives the slot to the module's warm slots, or back to the arena. A slot whose
+// writes were tracked goes back to the arena.
 func (m *linearMemory) Free() {
-	if m.track != nil {
+	tracked := m.track != nil
+	if tracked {
 		m.track.stop()
 	}
 	if m.slot != nil {
-		m.arena.put(m.slot, m.used)
+		if tracked || !m.arena.recycle(m.slot, m.used, m.hot) {
+			m.arena.put(m.slot, m.used)
+		}
 		m.slot = nil
 	}
 }
@@ -221,7 +228,7 @@ func (a *memoryAllocator) Allocate(capacity, maxBytes uint64) experimental.Linea
 			slot, used = arena.get(), 0
 		}
 		if slot != nil {
-			i.lm = &linearMemory{arena: arena, slot: slot, used: used}
+			i.lm = &linearMemory{arena: arena, slot: slot, used: used, hot: &i.m.hot}
 			return i.lm
 		}
 	}

@@ -21,6 +21,13 @@ import (
 // A warm slot reads as zero as any other (populated pages are zero pages); an instance
 // given one releases at least the populated pages when freed. An entity that touches
 // fewer pages than the first costs those few pages more.
+//
+// A freed instance's slot goes straight back to its module's warm slots when they have
+// room (recycle): the learned pages are zeroed where they are, and the rest of what the
+// instance used is given back to the operating system. Zeroing a backed page costs
+// about 0.3 µs here, against 1.3-1.9 µs for a page the kernel backs anew, so that
+// entities passivated and activated again (or moved to compiled code) take no page
+// fault for those pages, and no refill runs for them.
 
 // maxHotPages caps the pages a module has backed per warm slot (256 KiB).
 const maxHotPages = 64
@@ -54,6 +61,9 @@ type warmPool struct {
 	extent  int // bytes from the slot's start to the end of the last run
 	slots   [][]byte
 	filling bool
+	// recycling counts the slots being zeroed for the pool (recycle), so that the pool
+	// never holds more than warmSlotsPerModule.
+	recycling int
 }
 
 // warmSlots is the arena's part in warm slots (a memArena field).
@@ -135,6 +145,50 @@ func (a *memArena) fill(h *moduleHotPages, p *warmPool) {
 	a.mu.Lock()
 	p.filling = false
 	a.mu.Unlock()
+}
+
+// recycle takes the slot of a freed instance of h's module into h's warm slots, if h
+// has a pool with room: it zeroes the pages of the pool's runs in place and gives the
+// rest of the slot's first used bytes back to the operating system, so that the slot
+// reads as zero as a filled one. It reports whether it took the slot; if not, the
+// caller puts it back to the arena.
+func (a *memArena) recycle(slot []byte, used int, h *moduleHotPages) bool {
+	if h == nil || a.noPopulate.Load() {
+		return false
+	}
+	a.mu.Lock()
+	p := a.pools[h]
+	ok := p != nil && !a.closed && len(p.slots)+p.recycling < warmSlotsPerModule
+	if ok {
+		p.recycling++
+	}
+	a.mu.Unlock()
+	if !ok {
+		return false
+	}
+	var err error
+	off := 0 // bytes of the slot dealt with
+	for _, r := range p.runs {
+		if gap := min(r.off, used); off < gap && err == nil {
+			err = releaseMemory(slot[off:gap])
+		}
+		clear(slot[r.off : r.off+r.n*pageSize])
+		off = r.off + r.n*pageSize
+	}
+	if off < used && err == nil {
+		err = releaseMemory(slot[off:used])
+	}
+	a.mu.Lock()
+	p.recycling--
+	kept := err == nil && !a.closed && a.pools[h] == p
+	if kept {
+		p.slots = append(p.slots, slot)
+	}
+	a.mu.Unlock()
+	if !kept {
+		a.put(slot, max(used, p.extent))
+	}
+	return true
 }
 
 // dropWarm gives h's warm slots back, their pages to the operating system.

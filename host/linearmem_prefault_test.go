@@ -145,3 +145,63 @@ func TestRuntimeCloseForgetsWarmSlots(t *testing.T) {
 		t.Fatalf("after the runtime closed: %d slots live, %d chunks mapped, want none", live, chunks)
 	}
 }
+
+// A freed instance's slot goes back to its module's warm slots when they have room: the
+// learned pages zeroed in place and still backed, the rest of what the instance used
+// given back, and the next activation gets it.
+func TestAFreedInstancesSlotGoesBackToTheWarmSlotsZeroed(t *testing.T) {
+	_, arena, m := warmTestModule(t)
+	ctx := context.Background()
+	first := mustInstantiate(t, m, "counter", "first")
+	if _, err := first.Receive(ctx, []byte("inc")); err != nil {
+		t.Fatal(err)
+	}
+	runs := m.hot.runs.Load()
+	if runs == nil || len(*runs) == 0 {
+		t.Skip("no pages learned here")
+	}
+	mustInstantiate(t, m, "counter", "second") // starts the fill
+	waitWarm(t, arena, &m.hot, warmSlotsPerModule)
+	arena.fillers.Wait()
+	// Room for one: a slot taken out leaves 7, no refill.
+	taken, extent := arena.getWarm(&m.hot)
+	defer arena.put(taken, extent)
+
+	inst, err := m.Instantiate(ctx, "counter", "recycled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 3; k++ {
+		if _, err := inst.Receive(ctx, []byte("inc")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot, used := inst.lm.slot, inst.lm.used
+	inst.Close(ctx)
+
+	got, gotExtent := arena.getWarm(&m.hot)
+	if got == nil || &got[0] != &slot[0] {
+		t.Fatal("the freed instance's slot is not the next warm slot")
+	}
+	defer arena.put(got, gotExtent)
+	// Which pages are backed first: reading one that is not maps the zero page.
+	backed := residentRuns(got[:max(used, gotExtent)], maxHotPages)
+	if len(backed) != len(*runs) {
+		t.Fatalf("recycled slot has %v backed, want the learned %v", backed, *runs)
+	}
+	for k := range backed {
+		if backed[k] != (*runs)[k] {
+			t.Fatalf("recycled slot has %v backed, want the learned %v", backed, *runs)
+		}
+	}
+	for k, b := range got[:max(used, gotExtent)] {
+		if b != 0 {
+			t.Fatalf("byte %d of the recycled slot is %#x, want 0", k, b)
+		}
+	}
+	// An instance in it starts as new.
+	again := mustInstantiate(t, m, "counter", "again")
+	if out, err := again.Receive(ctx, []byte("inc")); err != nil || string(out) != "1" {
+		t.Fatalf("inc in a recycled slot: %q %v, want 1", out, err)
+	}
+}

@@ -84,6 +84,46 @@ func BenchmarkRustActivate(b *testing.B) {
 	reportLatency(b, samples)
 }
 
+// BenchmarkActivationChurn is an entity's life in the runtime, again and again: an
+// instance of the counter example (built by TinyGo and in Rust) made, its first "inc",
+// and its close, as an entity passivated and activated again. Both the making and the
+// close are timed; cpu-µs/op is the process's CPU time per life, including the warm
+// slots' refill (linearmem_prefault.go).
+func BenchmarkActivationChurn(b *testing.B) {
+	for _, mod := range []struct {
+		name string
+		wasm func(testing.TB) []byte
+	}{
+		{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }},
+		{"rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "counter-rust") }},
+	} {
+		b.Run(mod.name, func(b *testing.B) {
+			rt, _ := newTestRuntime(b, nil)
+			ctx := context.Background()
+			m, err := rt.Compile(ctx, mod.wasm(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			msg := []byte("inc")
+			b.ReportAllocs()
+			b.ResetTimer()
+			done := reportCPU(b)
+			for i := 0; i < b.N; i++ {
+				inst, err := m.Instantiate(ctx, "counter", "c")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := inst.Receive(ctx, msg); err != nil {
+					b.Fatal(err)
+				}
+				inst.Close(ctx)
+			}
+			b.StopTimer()
+			done()
+		})
+	}
+}
+
 // BenchmarkMemberActivation is the activation cost of one member, of the counter example
 // built by TinyGo and in Rust, through sharding (routing, a new instance, on_activate and
 // the first "inc"), with every shard already homed: "alone" asks one new entity at a time
