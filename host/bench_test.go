@@ -314,3 +314,16 @@ func BenchmarkRecoveryOverhead(b *testing.B) {
 		})
 	}
 }
+
+// counterBuild is the counter example as one toolchain built it, for benchmarks that
+// run each build in turn.
+type counterBuild struct {
+	name string
+	wasm func(testing.TB) []byte
+}
+
+var (
+	tinygoCounter = counterBuild{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }}
+	goCounter     = counterBuild{"go", func(tb testing.TB) []byte { return testwasm.Bytes(tb, "counter") }}
+	rustCounter   = counterBuild{"rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "counter-rust") }}
+)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -21,13 +20,7 @@ import (
 // checkpoints add to a message (µs-added-*), and the bytes saved per message. The "delta" sub-benchmarks run the delta entity alone, for
 // CPU profiles (go test -bench 'EveryMessageCheckpoint/go/memory/delta' -cpuprofile).
 func BenchmarkEveryMessageCheckpoint(b *testing.B) {
-	for _, g := range []struct {
-		name string
-		wasm func(testing.TB) []byte
-	}{
-		{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }},
-		{"go", func(tb testing.TB) []byte { return testwasm.Bytes(tb, "counter") }},
-	} {
+	for _, g := range []counterBuild{tinygoCounter, goCounter} {
 		b.Run(g.name, func(b *testing.B) {
 			wasm := g.wasm(b)
 			n := startBenchNodes(b, 1, nil)[0]

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -33,14 +32,7 @@ import (
 //     to 3 replicas, fsynced by a majority, before the reply) and of one without:
 //     p50-µs of each and µs-added (the difference of the p50s).
 func BenchmarkCounterFigures(b *testing.B) {
-	for _, mod := range []struct {
-		name string
-		wasm func(testing.TB) []byte
-	}{
-		{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }},
-		{"go", func(tb testing.TB) []byte { return testwasm.Bytes(tb, "counter") }},
-		{"rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "counter-rust") }},
-	} {
+	for _, mod := range []counterBuild{tinygoCounter, goCounter, rustCounter} {
 		b.Run(mod.name, func(b *testing.B) {
 			b.Run("activation", func(b *testing.B) { benchCounterActivation(b, mod.wasm(b)) })
 			b.Run("rss", func(b *testing.B) { benchCounterRSS(b, mod.wasm(b)) })

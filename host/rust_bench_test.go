@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -90,13 +89,7 @@ func BenchmarkRustActivate(b *testing.B) {
 // close are timed; cpu-µs/op is the process's CPU time per life, including the warm
 // slots' refill (linearmem_prefault.go).
 func BenchmarkActivationChurn(b *testing.B) {
-	for _, mod := range []struct {
-		name string
-		wasm func(testing.TB) []byte
-	}{
-		{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }},
-		{"rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "counter-rust") }},
-	} {
+	for _, mod := range []counterBuild{tinygoCounter, rustCounter} {
 		b.Run(mod.name, func(b *testing.B) {
 			rt, _ := newTestRuntime(b, nil)
 			ctx := context.Background()
@@ -132,13 +125,7 @@ func BenchmarkActivationChurn(b *testing.B) {
 // p50/p99 and the process's CPU time per activation (cpu-µs/op), which the load of a
 // shared machine moves less than the latencies.
 func BenchmarkMemberActivation(b *testing.B) {
-	for _, mod := range []struct {
-		name string
-		wasm func(testing.TB) []byte
-	}{
-		{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }},
-		{"rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "counter-rust") }},
-	} {
+	for _, mod := range []counterBuild{tinygoCounter, rustCounter} {
 		for _, parallel := range []bool{false, true} {
 			name := mod.name + "/alone"
 			if parallel {
