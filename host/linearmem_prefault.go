@@ -61,8 +61,8 @@ type warmPool struct {
 	extent  int // bytes from the slot's start to the end of the last run
 	slots   [][]byte
 	filling bool
-	// recycling counts the slots being zeroed for the pool (recycle), so that the pool
-	// never holds more than warmSlotsPerModule.
+	// recycling counts the slots being zeroed for the pool (recycle), so that recycling
+	// does not fill it past warmSlotsPerModule (a refill under way may add one more).
 	recycling int
 }
 
