@@ -418,6 +418,10 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	defer func(start time.Time) {
 		rt.tel.compileDur.Record(context.Background(), since(start), metric.WithAttributes(attrEngine.String(engine)))
 	}(time.Now())
+	// Before wazero sees it: wazero allocates what a module's counts say (wasmbounds.go).
+	if err := checkWasmBounds(wasm); err != nil {
+		return nil, err
+	}
 	rewritten, globals, _, rerr := rewriteGlobals(wasm)
 	var dr deadlineRewrite
 	if rerr == nil {

@@ -48,39 +48,15 @@ type deadlineRewrite struct {
 // addDeadlineChecks rewrites a module as described above. Errors wrap ErrInvalidModule.
 func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	var dr deadlineRewrite
-	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
-		return nil, dr, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
-	}
-	type section struct {
-		id         byte
-		start, end int // contents
-		header     int // offset of the id byte
-	}
-	var sections []section
-	idx := map[byte]int{}
-	r := reader{b: wasm, off: 8}
-	for r.off < len(r.b) {
-		header := r.off
-		id, err := r.byte()
-		if err != nil {
-			return nil, dr, fmt.Errorf("%w: %v", ErrInvalidModule, err)
-		}
-		size, err := r.u32()
-		if err != nil || uint64(size) > uint64(len(r.b)-r.off) {
-			return nil, dr, fmt.Errorf("%w: section %d at offset %d: bad size", ErrInvalidModule, id, header)
-		}
-		sections = append(sections, section{id: id, start: r.off, end: r.off + int(size), header: header})
-		if id != secCustom {
-			if _, dup := idx[id]; dup || int(id) >= len(sectionRank) || sectionRank[id] == 0 {
-				return nil, dr, fmt.Errorf("%w: section %d at offset %d is unknown or repeated", ErrInvalidModule, id, header)
-			}
-			idx[id] = len(sections) - 1
-		}
-		r.off += int(size)
+	sections, err := splitSections(wasm)
+	if err != nil {
+		return nil, dr, err
 	}
 	content := func(id byte) []byte {
-		if k, ok := idx[id]; ok {
-			return wasm[sections[k].start:sections[k].end]
+		for _, s := range sections {
+			if s.id == id {
+				return wasm[s.start:s.end]
+			}
 		}
 		return nil
 	}
@@ -89,11 +65,11 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	var importedGlobals uint32
 	var importFuncTypes []uint32
 	if sec := content(secImport); sec != nil {
-		n, funcTypes, err := scanImports(sec)
+		im, err := scanImports(sec)
 		if err != nil {
 			return nil, dr, fmt.Errorf("%w: import section: %v", ErrInvalidModule, err)
 		}
-		importedGlobals, importFuncTypes = n, funcTypes
+		importedGlobals, importFuncTypes = im.globals, im.funcTypes
 	}
 	var definedGlobals uint32
 	var globalEntries []byte

@@ -176,11 +176,11 @@ func rewriteGlobals(wasm []byte) (out []byte, globals []moduleGlobal, added int,
 	// Imported globals come first in the global index space.
 	var imported uint32
 	if importSec.start >= 0 {
-		n, _, err := scanImports(wasm[importSec.start:importSec.end])
+		im, err := scanImports(wasm[importSec.start:importSec.end])
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("%w: import section: %v", ErrInvalidModule, err)
 		}
-		imported = n
+		imported = im.globals
 	}
 	if globalSec.start >= 0 {
 		globals, err = mutableGlobals(wasm[globalSec.start:globalSec.end], imported)
@@ -281,30 +281,37 @@ func rewriteGlobals(wasm []byte) (out []byte, globals []moduleGlobal, added int,
 	return out, globals, added, nil
 }
 
-// scanImports returns how many globals an import section imports and the type index of
-// each function it imports, in the order of the function index space.
-func scanImports(sec []byte) (globals uint32, funcTypes []uint32, err error) {
+// moduleImports is what a module imports, as the index spaces need it.
+type moduleImports struct {
+	globals, memories uint32 // how many globals and memories it imports
+	// funcTypes is the type index of each function it imports, in the order of the
+	// function index space.
+	funcTypes []uint32
+}
+
+// scanImports reads an import section.
+func scanImports(sec []byte) (im moduleImports, err error) {
 	r := reader{b: sec}
 	n, err := r.u32()
 	if err != nil {
-		return 0, nil, err
+		return im, err
 	}
 	for i := uint32(0); i < n; i++ {
 		if _, err := r.name(); err != nil {
-			return 0, nil, fmt.Errorf("import %d module name: %v", i, err)
+			return im, fmt.Errorf("import %d module name: %v", i, err)
 		}
 		if _, err := r.name(); err != nil {
-			return 0, nil, fmt.Errorf("import %d field name: %v", i, err)
+			return im, fmt.Errorf("import %d field name: %v", i, err)
 		}
 		kind, err := r.byte()
 		if err != nil {
-			return 0, nil, fmt.Errorf("import %d: %v", i, err)
+			return im, fmt.Errorf("import %d: %v", i, err)
 		}
 		switch kind {
 		case kindFunc:
 			var typ uint32
 			if typ, err = r.u32(); err == nil {
-				funcTypes = append(funcTypes, typ)
+				im.funcTypes = append(im.funcTypes, typ)
 			}
 		case kindTable:
 			if _, err = r.byte(); err == nil {
@@ -312,11 +319,12 @@ func scanImports(sec []byte) (globals uint32, funcTypes []uint32, err error) {
 			}
 		case kindMemory:
 			err = r.limits()
+			im.memories++
 		case kindGlobal:
 			if _, err = r.valType(); err == nil {
 				_, err = r.mutability()
 			}
-			globals++
+			im.globals++
 		case kindTag:
 			var attr byte
 			if attr, err = r.byte(); err == nil && attr != 0 {
@@ -329,13 +337,13 @@ func scanImports(sec []byte) (globals uint32, funcTypes []uint32, err error) {
 			err = fmt.Errorf("unknown kind %d", kind)
 		}
 		if err != nil {
-			return 0, nil, fmt.Errorf("import %d: %v", i, err)
+			return im, fmt.Errorf("import %d: %v", i, err)
 		}
 	}
 	if r.off != len(r.b) {
-		return 0, nil, fmt.Errorf("%d bytes after the last import", len(r.b)-r.off)
+		return im, fmt.Errorf("%d bytes after the last import", len(r.b)-r.off)
 	}
-	return globals, funcTypes, nil
+	return im, nil
 }
 
 // mutableGlobals returns the mutable globals a global section defines; first is the

@@ -1,0 +1,351 @@
+package host
+
+import (
+	"fmt"
+)
+
+// The check that keeps wazero's decoder from allocating what a module does not hold.
+//
+// wazero sizes what it decodes by the counts a module states, before it reads the
+// entries: a vector of n exports becomes make([]Export, n) and a map of n entries, a
+// data segment of n bytes make([]byte, n), a function's locals make([]ValueType, sum).
+// A 14-byte module stating 2³²−1 exports so has it allocate tens of gigabytes, and a
+// host dies of it (the Go runtime does not survive running out of memory). Every
+// entry of such a vector takes at least one byte of the module, so checkWasmBounds
+// refuses, before wazero sees the module, any count larger than the bytes left to hold
+// its entries, and caps the locals a function declares (which take no bytes each) as
+// browsers do.
+
+// maxFunctionLocals caps the locals one function declares: 50,000, the limit of V8
+// (kV8MaxWasmFunctionLocals) and of the WebAssembly JavaScript API's implementations.
+const maxFunctionLocals = 50_000
+
+// maxModuleLocals caps the locals all of a module's functions declare together: 4 Mi
+// (a function's locals cost wazero a byte each to decode and more to compile).
+const maxModuleLocals = 4 << 20
+
+// checkWasmBounds walks a module binary's sections and refuses (an error wrapping
+// ErrInvalidModule) a vector count larger than the bytes left in its section (or
+// subsection), a function body or data segment larger than its section, and locals past
+// maxFunctionLocals or maxModuleLocals. It reads the vectors wazero sizes up front: the
+// outer vector of every section, a function type's parameters and results, the element
+// segments' entries, the code section's bodies and locals, the data segments' bytes,
+// and the "name" custom section's function and local name maps. What it cannot read
+// otherwise it leaves to wazero, which refuses it with its own account.
+func checkWasmBounds(wasm []byte) error {
+	sections, err := splitSections(wasm)
+	if err != nil {
+		return err
+	}
+	for _, s := range sections {
+		sec := wasm[s.start:s.end]
+		var err error
+		switch s.id {
+		case secType:
+			err = checkTypes(sec)
+		case secImport, secFunction, secTable, secMemory, secGlobal, secExport, secTag:
+			r := reader{b: sec}
+			_, err = r.count()
+		case secElement:
+			err = checkElements(sec)
+		case secCode:
+			err = checkCode(sec)
+		case secData:
+			err = checkData(sec)
+		case secCustom:
+			r := reader{b: sec}
+			if name, nerr := r.name(); nerr == nil && name == "name" {
+				err = checkNames(sec[r.off:])
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w: section %d at offset %d: %v", ErrInvalidModule, s.id, s.header, err)
+		}
+	}
+	return nil
+}
+
+// countError is a vector count larger than the bytes left to hold its entries.
+type countError struct{ n, left uint64 }
+
+func (e countError) Error() string {
+	return fmt.Sprintf("a vector of %d entries with %d bytes left", e.n, e.left)
+}
+
+// isCountError reports whether err is count's refusal.
+func isCountError(err error) bool {
+	_, ok := err.(countError)
+	return ok
+}
+
+// count reads a vector count and refuses one larger than the bytes left after it.
+func (r *reader) count() (uint32, error) {
+	n, err := r.u32()
+	if err != nil {
+		return 0, err
+	}
+	if left := uint64(len(r.b) - r.off); uint64(n) > left {
+		return 0, countError{uint64(n), left}
+	}
+	return n, nil
+}
+
+// checkTypes checks a type section's function types' parameter and result counts.
+func checkTypes(sec []byte) error {
+	r := reader{b: sec}
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		if _, err := r.byte(); err != nil { // 0x60, or wazero refuses it
+			return nil
+		}
+		for range 2 { // parameters, then results
+			k, err := r.count()
+			if err != nil {
+				if isCountError(err) {
+					return fmt.Errorf("type %d: %v", i, err)
+				}
+				return nil
+			}
+			r.off += int(k)
+		}
+	}
+	return nil
+}
+
+// checkElements reads an element section's segments (the eight forms of WebAssembly
+// 2.0) far enough to check the count of each one's entries.
+func checkElements(sec []byte) error {
+	r := reader{b: sec}
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		flags, err := r.u32()
+		if err != nil {
+			return nil // wazero's account
+		}
+		if flags > 7 {
+			return nil
+		}
+		if flags&2 != 0 && flags&1 == 0 { // an explicit table index
+			if _, err := r.u32(); err != nil {
+				return nil
+			}
+		}
+		if flags&1 == 0 { // active: an offset expression
+			if err := r.constExpr(); err != nil {
+				return nil
+			}
+		}
+		if flags&3 != 0 { // an element kind (function indices) or a reference type
+			if flags&4 == 0 {
+				_, err = r.byte()
+			} else {
+				_, err = r.refType()
+			}
+			if err != nil {
+				return nil
+			}
+		}
+		entries, err := r.count()
+		if err != nil {
+			if isCountError(err) {
+				return fmt.Errorf("element segment %d: %v", i, err)
+			}
+			return nil
+		}
+		for k := uint32(0); k < entries; k++ {
+			if flags&4 == 0 {
+				_, err = r.u32() // a function index
+			} else {
+				err = r.constExpr()
+			}
+			if err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// checkCode checks a code section's bodies against the section and their locals
+// against maxFunctionLocals and maxModuleLocals.
+func checkCode(sec []byte) error {
+	r := reader{b: sec}
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
+	var total uint64
+	for f := uint32(0); f < n; f++ {
+		size, err := r.u32()
+		if err != nil {
+			return nil
+		}
+		if uint64(size) > uint64(len(r.b)-r.off) {
+			return fmt.Errorf("function body %d of %d bytes runs past the section", f, size)
+		}
+		body := reader{b: r.b[r.off : r.off+int(size)]}
+		r.off += int(size)
+		groups, err := body.count()
+		if err != nil {
+			if isCountError(err) {
+				return fmt.Errorf("function body %d: locals: %v", f, err)
+			}
+			return nil
+		}
+		var locals uint64
+		for g := uint32(0); g < groups; g++ {
+			k, err := body.u32()
+			if err == nil {
+				_, err = body.refType()
+			}
+			if err != nil {
+				return nil
+			}
+			if locals += uint64(k); locals > maxFunctionLocals {
+				return fmt.Errorf("function body %d declares more than %d locals", f, maxFunctionLocals)
+			}
+		}
+		if total += locals; total > maxModuleLocals {
+			return fmt.Errorf("the functions declare more than %d locals in all", maxModuleLocals)
+		}
+	}
+	return nil
+}
+
+// checkData checks a data section's segments' sizes against the section.
+func checkData(sec []byte) error {
+	r := reader{b: sec}
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		flags, err := r.u32()
+		if err != nil {
+			return nil
+		}
+		switch flags {
+		case 0:
+			err = r.constExpr()
+		case 1:
+		case 2:
+			if _, err = r.u32(); err == nil {
+				err = r.constExpr()
+			}
+		default:
+			return nil
+		}
+		if err != nil {
+			return nil
+		}
+		size, err := r.count()
+		if err != nil {
+			if isCountError(err) {
+				return fmt.Errorf("data segment %d: %v", i, err)
+			}
+			return nil
+		}
+		r.off += int(size)
+	}
+	return nil
+}
+
+// checkNames checks the counts of a "name" custom section's function names (subsection
+// 1) and local names (subsection 2) against their subsections.
+func checkNames(sec []byte) error {
+	r := reader{b: sec}
+	for r.off < len(r.b) {
+		id, err := r.byte()
+		if err != nil {
+			return nil
+		}
+		size, err := r.u32()
+		if err != nil || uint64(size) > uint64(len(r.b)-r.off) {
+			return nil
+		}
+		sub := reader{b: r.b[r.off : r.off+int(size)]}
+		r.off += int(size)
+		if id != 1 && id != 2 {
+			continue
+		}
+		n, err := sub.count()
+		if err != nil {
+			if isCountError(err) {
+				return fmt.Errorf("name subsection %d: %v", id, err)
+			}
+			return nil
+		}
+		for i := uint32(0); i < n; i++ {
+			if _, err := sub.u32(); err != nil {
+				return nil
+			}
+			if id == 1 {
+				if _, err := sub.name(); err != nil {
+					return nil
+				}
+				continue
+			}
+			locals, err := sub.count()
+			if err != nil {
+				if isCountError(err) {
+					return fmt.Errorf("local names of function %d: %v", i, err)
+				}
+				return nil
+			}
+			for k := uint32(0); k < locals; k++ {
+				if _, err := sub.u32(); err != nil {
+					return nil
+				}
+				if _, err := sub.name(); err != nil {
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// wasmSection is one section of a module binary.
+type wasmSection struct {
+	id         byte
+	header     int // offset of the id byte
+	start, end int // the contents
+}
+
+// splitSections splits a module binary into its sections. Errors (wrapping
+// ErrInvalidModule): no header, a section running past the end, an unknown section id
+// or a repeated one.
+func splitSections(wasm []byte) ([]wasmSection, error) {
+	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
+		return nil, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
+	}
+	var sections []wasmSection
+	var seen [len(sectionRank)]bool
+	r := reader{b: wasm, off: 8}
+	for r.off < len(r.b) {
+		header := r.off
+		id, err := r.byte()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
+		}
+		size, err := r.u32()
+		if err != nil || uint64(size) > uint64(len(r.b)-r.off) {
+			return nil, fmt.Errorf("%w: section %d at offset %d: bad size", ErrInvalidModule, id, header)
+		}
+		if id != secCustom {
+			if int(id) >= len(sectionRank) || sectionRank[id] == 0 || seen[id] {
+				return nil, fmt.Errorf("%w: section %d at offset %d is unknown or repeated", ErrInvalidModule, id, header)
+			}
+			seen[id] = true
+		}
+		sections = append(sections, wasmSection{id: id, header: header, start: r.off, end: r.off + int(size)})
+		r.off += int(size)
+	}
+	return sections, nil
+}
