@@ -427,6 +427,9 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	if rerr == nil {
 		rewritten, dr, rerr = addDeadlineChecks(rewritten)
 	}
+	if rerr == nil {
+		rewritten, _ = coalesceData(rewritten) // wasmdata.go
+	}
 	if rerr != nil {
 		// wazero's account of a malformed module comes first; the rewrite's otherwise.
 		rewritten = wasm
