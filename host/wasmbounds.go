@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"fmt"
 )
 
@@ -26,12 +27,12 @@ const maxModuleLocals = 4 << 20
 
 // checkWasmBounds walks a module binary's sections and refuses (an error wrapping
 // ErrInvalidModule) a vector count larger than the bytes left in its section (or
-// subsection), a function body or data segment larger than its section, and locals past
+// subsection), a function body larger than its section, and locals past
 // maxFunctionLocals or maxModuleLocals. It reads the vectors wazero sizes up front: the
 // outer vector of every section, a function type's parameters and results, the element
 // segments' entries, the code section's bodies and locals, the data segments' bytes,
-// and the "name" custom section's function and local name maps. What it cannot read
-// otherwise it leaves to wazero, which refuses it with its own account.
+// and the "name" custom section's function and local name maps. A section it cannot
+// read otherwise it leaves to wazero, which refuses it with its own account.
 func checkWasmBounds(wasm []byte) error {
 	sections, err := splitSections(wasm)
 	if err != nil {
@@ -58,25 +59,16 @@ func checkWasmBounds(wasm []byte) error {
 				err = checkNames(sec[r.off:])
 			}
 		}
-		if err != nil {
+		if errors.Is(err, errPastBounds) {
 			return fmt.Errorf("%w: section %d at offset %d: %v", ErrInvalidModule, s.id, s.header, err)
 		}
 	}
 	return nil
 }
 
-// countError is a vector count larger than the bytes left to hold its entries.
-type countError struct{ n, left uint64 }
-
-func (e countError) Error() string {
-	return fmt.Sprintf("a vector of %d entries with %d bytes left", e.n, e.left)
-}
-
-// isCountError reports whether err is count's refusal.
-func isCountError(err error) bool {
-	_, ok := err.(countError)
-	return ok
-}
+// errPastBounds marks checkWasmBounds' refusals; its check functions' other errors
+// (what they cannot read) are left to wazero.
+var errPastBounds = errors.New("more than the module holds")
 
 // count reads a vector count and refuses one larger than the bytes left after it.
 func (r *reader) count() (uint32, error) {
@@ -84,8 +76,8 @@ func (r *reader) count() (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	if left := uint64(len(r.b) - r.off); uint64(n) > left {
-		return 0, countError{uint64(n), left}
+	if left := len(r.b) - r.off; uint64(n) > uint64(left) {
+		return 0, fmt.Errorf("a vector of %d entries with %d bytes left: %w", n, left, errPastBounds)
 	}
 	return n, nil
 }
@@ -94,25 +86,19 @@ func (r *reader) count() (uint32, error) {
 func checkTypes(sec []byte) error {
 	r := reader{b: sec}
 	n, err := r.count()
-	if err != nil {
-		return err
-	}
-	for i := uint32(0); i < n; i++ {
-		if _, err := r.byte(); err != nil { // 0x60, or wazero refuses it
-			return nil
-		}
-		for range 2 { // parameters, then results
-			k, err := r.count()
-			if err != nil {
-				if isCountError(err) {
-					return fmt.Errorf("type %d: %v", i, err)
-				}
-				return nil
+	for i := uint32(0); i < n && err == nil; i++ {
+		_, err = r.byte()                      // 0x60, or wazero refuses it
+		for k := 0; k < 2 && err == nil; k++ { // parameters, then results
+			var size uint32
+			if size, err = r.count(); err == nil {
+				r.off += int(size)
 			}
-			r.off += int(k)
+		}
+		if err != nil {
+			return fmt.Errorf("type %d: %w", i, err)
 		}
 	}
-	return nil
+	return err
 }
 
 // checkElements reads an element section's segments (the eight forms of WebAssembly
@@ -120,56 +106,39 @@ func checkTypes(sec []byte) error {
 func checkElements(sec []byte) error {
 	r := reader{b: sec}
 	n, err := r.count()
-	if err != nil {
-		return err
-	}
-	for i := uint32(0); i < n; i++ {
-		flags, err := r.u32()
-		if err != nil {
+	for i := uint32(0); i < n && err == nil; i++ {
+		var flags, entries uint32
+		if flags, err = r.u32(); err == nil && flags > 7 {
 			return nil // wazero's account
 		}
-		if flags > 7 {
-			return nil
+		if err == nil && flags&2 != 0 && flags&1 == 0 { // an explicit table index
+			_, err = r.u32()
 		}
-		if flags&2 != 0 && flags&1 == 0 { // an explicit table index
-			if _, err := r.u32(); err != nil {
-				return nil
-			}
+		if err == nil && flags&1 == 0 { // active: an offset expression
+			err = r.constExpr()
 		}
-		if flags&1 == 0 { // active: an offset expression
-			if err := r.constExpr(); err != nil {
-				return nil
-			}
-		}
-		if flags&3 != 0 { // an element kind (function indices) or a reference type
+		if err == nil && flags&3 != 0 { // an element kind (function indices) or a reference type
 			if flags&4 == 0 {
 				_, err = r.byte()
 			} else {
 				_, err = r.refType()
 			}
-			if err != nil {
-				return nil
-			}
 		}
-		entries, err := r.count()
-		if err != nil {
-			if isCountError(err) {
-				return fmt.Errorf("element segment %d: %v", i, err)
-			}
-			return nil
+		if err == nil {
+			entries, err = r.count()
 		}
-		for k := uint32(0); k < entries; k++ {
+		for k := uint32(0); k < entries && err == nil; k++ {
 			if flags&4 == 0 {
 				_, err = r.u32() // a function index
 			} else {
 				err = r.constExpr()
 			}
-			if err != nil {
-				return nil
-			}
+		}
+		if err != nil {
+			return fmt.Errorf("element segment %d: %w", i, err)
 		}
 	}
-	return nil
+	return err
 }
 
 // checkCode checks a code section's bodies against the section and their locals
@@ -177,83 +146,65 @@ func checkElements(sec []byte) error {
 func checkCode(sec []byte) error {
 	r := reader{b: sec}
 	n, err := r.count()
-	if err != nil {
-		return err
-	}
 	var total uint64
-	for f := uint32(0); f < n; f++ {
-		size, err := r.u32()
-		if err != nil {
-			return nil
+	for f := uint32(0); f < n && err == nil; f++ {
+		var size, groups uint32
+		if size, err = r.u32(); err != nil {
+			break
 		}
 		if uint64(size) > uint64(len(r.b)-r.off) {
-			return fmt.Errorf("function body %d of %d bytes runs past the section", f, size)
+			return fmt.Errorf("function body %d of %d bytes runs past the section: %w", f, size, errPastBounds)
 		}
 		body := reader{b: r.b[r.off : r.off+int(size)]}
 		r.off += int(size)
-		groups, err := body.count()
-		if err != nil {
-			if isCountError(err) {
-				return fmt.Errorf("function body %d: locals: %v", f, err)
-			}
-			return nil
-		}
+		groups, err = body.count()
 		var locals uint64
-		for g := uint32(0); g < groups; g++ {
-			k, err := body.u32()
-			if err == nil {
+		for g := uint32(0); g < groups && err == nil; g++ {
+			var k uint32
+			if k, err = body.u32(); err == nil {
 				_, err = body.refType()
 			}
-			if err != nil {
-				return nil
-			}
 			if locals += uint64(k); locals > maxFunctionLocals {
-				return fmt.Errorf("function body %d declares more than %d locals", f, maxFunctionLocals)
+				return fmt.Errorf("function body %d declares more than %d locals: %w", f, maxFunctionLocals, errPastBounds)
 			}
 		}
 		if total += locals; total > maxModuleLocals {
-			return fmt.Errorf("the functions declare more than %d locals in all", maxModuleLocals)
+			return fmt.Errorf("the functions declare more than %d locals in all: %w", maxModuleLocals, errPastBounds)
+		}
+		if err != nil {
+			return fmt.Errorf("function body %d: locals: %w", f, err)
 		}
 	}
-	return nil
+	return err
 }
 
 // checkData checks a data section's segments' sizes against the section.
 func checkData(sec []byte) error {
 	r := reader{b: sec}
 	n, err := r.count()
-	if err != nil {
-		return err
-	}
-	for i := uint32(0); i < n; i++ {
-		flags, err := r.u32()
-		if err != nil {
-			return nil
-		}
-		switch flags {
-		case 0:
+	for i := uint32(0); i < n && err == nil; i++ {
+		var flags, size uint32
+		flags, err = r.u32()
+		switch {
+		case err != nil, flags == 1: // passive: no memory, no offset
+		case flags == 0:
 			err = r.constExpr()
-		case 1:
-		case 2:
+		case flags == 2:
 			if _, err = r.u32(); err == nil {
 				err = r.constExpr()
 			}
 		default:
-			return nil
+			return nil // wazero's account
+		}
+		if err == nil {
+			size, err = r.count()
 		}
 		if err != nil {
-			return nil
-		}
-		size, err := r.count()
-		if err != nil {
-			if isCountError(err) {
-				return fmt.Errorf("data segment %d: %v", i, err)
-			}
-			return nil
+			return fmt.Errorf("data segment %d: %w", i, err)
 		}
 		r.off += int(size)
 	}
-	return nil
+	return err
 }
 
 // checkNames checks the counts of a "name" custom section's function names (subsection
@@ -263,11 +214,11 @@ func checkNames(sec []byte) error {
 	for r.off < len(r.b) {
 		id, err := r.byte()
 		if err != nil {
-			return nil
+			return err
 		}
 		size, err := r.u32()
 		if err != nil || uint64(size) > uint64(len(r.b)-r.off) {
-			return nil
+			return nil // wazero's account
 		}
 		sub := reader{b: r.b[r.off : r.off+int(size)]}
 		r.off += int(size)
@@ -275,37 +226,23 @@ func checkNames(sec []byte) error {
 			continue
 		}
 		n, err := sub.count()
-		if err != nil {
-			if isCountError(err) {
-				return fmt.Errorf("name subsection %d: %v", id, err)
-			}
-			return nil
-		}
-		for i := uint32(0); i < n; i++ {
-			if _, err := sub.u32(); err != nil {
-				return nil
-			}
-			if id == 1 {
-				if _, err := sub.name(); err != nil {
-					return nil
-				}
+		for i := uint32(0); i < n && err == nil; i++ {
+			var locals uint32
+			if _, err = sub.u32(); err == nil && id == 1 {
+				_, err = sub.name()
 				continue
 			}
-			locals, err := sub.count()
-			if err != nil {
-				if isCountError(err) {
-					return fmt.Errorf("local names of function %d: %v", i, err)
-				}
-				return nil
+			if err == nil {
+				locals, err = sub.count()
 			}
-			for k := uint32(0); k < locals; k++ {
-				if _, err := sub.u32(); err != nil {
-					return nil
-				}
-				if _, err := sub.name(); err != nil {
-					return nil
+			for k := uint32(0); k < locals && err == nil; k++ {
+				if _, err = sub.u32(); err == nil {
+					_, err = sub.name()
 				}
 			}
+		}
+		if err != nil {
+			return fmt.Errorf("name subsection %d: %w", id, err)
 		}
 	}
 	return nil
