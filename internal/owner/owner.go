@@ -33,12 +33,20 @@ type Group struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	idleMu  sync.Mutex
-	idle    []*worker      // LIFO: the most recently used has the warmest stack
-	workers sync.WaitGroup // goroutines alive, idle or not
+	idleMu sync.Mutex
+	idle   []*worker // LIFO: the most recently used has the warmest stack
+	// idleClosed is set by Close, which wakes every idle goroutine to exit: none parks
+	// after it.
+	idleClosed bool
+	workers    sync.WaitGroup // goroutines alive, idle or not
 }
 
-// worker is a goroutine of the group; work hands it its next function while it is idle.
+// worker is a goroutine of the group; work hands it its next function while it is idle,
+// or nil when the group closes. An idle worker waits on its own channels only (work and
+// its timer): one channel all of them waited on, as the group's Done, would have every
+// worker going idle or waking take that channel's lock, and with hundreds of workers
+// (an entity's mailbox runs on one per message) they spun on it for a fifth of the
+// CPU of concurrent asks.
 type worker struct {
 	work chan func()
 }
@@ -101,19 +109,25 @@ func (g *Group) work(w *worker, f func()) {
 			return
 		}
 		if !g.idleWait(w, timer, &f) {
+			if f == nil {
+				return // the group closed
+			}
 			continue
 		}
 		if g.unpark(w) {
 			return
 		}
-		// run took it off the idle list meanwhile: its function is on the way.
-		f = <-w.work
+		// run took it off the idle list meanwhile, and its function is on the way; or
+		// Close did, and nil is.
+		if f = <-w.work; f == nil {
+			return
+		}
 	}
 }
 
-// idleWait waits, w being idle, for its next function (put in *f: it reports false)
-// or for the end of its idleness: a whole period of timer without work (the timer
-// ticked during the work just done), or the group closing (true).
+// idleWait waits, w being idle, for its next function (put in *f, nil if the group
+// closed: it reports false) or for the end of its idleness: a whole period of timer
+// without work (the timer ticked during the work just done; true).
 func (g *Group) idleWait(w *worker, timer *time.Timer, f *func()) bool {
 	used := true // since the last tick
 	for {
@@ -126,8 +140,6 @@ func (g *Group) idleWait(w *worker, timer *time.Timer, f *func()) bool {
 			}
 			used = false
 			timer.Reset(idleTimeout)
-		case <-g.ctx.Done():
-			return true
 		}
 	}
 }
@@ -135,12 +147,9 @@ func (g *Group) idleWait(w *worker, timer *time.Timer, f *func()) bool {
 // park puts w on the idle list; false if it should exit instead (the group is closed
 // or enough are idle).
 func (g *Group) park(w *worker) bool {
-	if g.ctx.Err() != nil {
-		return false
-	}
 	g.idleMu.Lock()
 	defer g.idleMu.Unlock()
-	if len(g.idle) >= maxIdle {
+	if g.idleClosed || len(g.idle) >= maxIdle {
 		return false
 	}
 	g.idle = append(g.idle, w)
@@ -203,6 +212,14 @@ func (g *Group) Close() bool {
 	}
 	g.closed = true
 	g.cancel()
+	g.idleMu.Lock()
+	g.idleClosed = true
+	idle := g.idle
+	g.idle = nil
+	g.idleMu.Unlock()
+	for _, w := range idle {
+		w.work <- nil // buffered, and empty: run sends only to workers it takes off the list
+	}
 	return true
 }
 

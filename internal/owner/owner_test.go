@@ -176,3 +176,21 @@ func BenchmarkHop(b *testing.B) {
 		}
 	})
 }
+
+// TestWorkThatEndsAfterCloseDoesNotStayIdle: goroutines whose functions end after the
+// group closed exit rather than park, and Wait returns.
+func TestWorkThatEndsAfterCloseDoesNotStayIdle(t *testing.T) {
+	g := New()
+	release := make(chan struct{})
+	for range 20 {
+		g.Go(func() { <-release })
+	}
+	g.Close()
+	close(release)
+	g.Wait()
+	g.idleMu.Lock()
+	defer g.idleMu.Unlock()
+	if len(g.idle) != 0 {
+		t.Fatalf("%d goroutines idle after Wait", len(g.idle))
+	}
+}
