@@ -295,7 +295,7 @@ func (e *entity) process(d delivery) {
 		return
 	}
 	if e.inst == nil {
-		if err := e.activate(ctx); err != nil {
+		if err := e.activate(ctx, d.deadline); err != nil {
 			if e.fenced.Load() {
 				// The shard's allocation here turned out stale (the store refused
 				// its fence): the message goes to the shard's home.
@@ -407,7 +407,7 @@ func (e *entity) failLeaseLapsed(ctx context.Context, d delivery, done func(erro
 
 // activate creates the entity's instance, from its saved state if the state store has
 // one, and records it among the shard's remembered entities if the type remembers them.
-func (e *entity) activate(ctx context.Context) (err error) {
+func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 	s := e.r.s
 	begin := s.cfg.Now()
 	span := noopSpan
@@ -463,7 +463,7 @@ func (e *entity) activate(ctx context.Context) (err error) {
 		// The lease lapsed while the state loaded (Config.HostingLease).
 		return wrapCause(ErrShardUnavailable, e.r.settings.Name+"/"+e.id, ErrNoMajority)
 	}
-	if err := e.claimLife(ctx); err != nil {
+	if err := e.claimLife(ctx, deadline); err != nil {
 		return err
 	}
 	inst, err := s.cfg.Factory.NewEntity(ctx, e.r.settings.Name, e.id, state)
@@ -498,17 +498,23 @@ func (e *entity) activate(ctx context.Context) (err error) {
 }
 
 // claimLife takes the entity's place in Region.lives before its instance is made: it
-// waits (at most until ctx ends) while another entity of this ID here still has an
-// instance, or is making one, and refuses if the entity's shard copy here was dropped
-// meanwhile. A copy dropped as stale keeps its entities until they stop, and one
-// whose activation was under way when the drop came went on to make its instance:
-// the copy hosted next at a newer epoch (the coordinator's allocation after a
-// HostShard that timed out) then started the entity beside it (fault seed 82303,
-// two lives of a counter on one member, 1 ms apart). The check of fenced and the
-// claim hold r.mu, as dropStaleLocked does. Errors: ErrShardUnavailable (with
-// ErrStaleEpoch if dropped, or ctx's error).
-func (e *entity) claimLife(ctx context.Context) error {
+// waits while another entity of this ID here still has an instance, or is making one,
+// and refuses if the entity's shard copy here was dropped meanwhile. A copy dropped as
+// stale keeps its entities until they stop, and one whose activation was under way
+// when the drop came went on to make its instance: the copy hosted next at a newer
+// epoch (the coordinator's allocation after a HostShard that timed out) then started
+// the entity beside it (fault seed 82303, two lives of a counter on one member, 1 ms
+// apart). The check of fenced and the claim hold r.mu, as dropStaleLocked does.
+//
+// The wait ends with ctx, at deadline (the message's), or, for a message without one
+// (a tell, a remembered entity's start), after Config.HandOffTimeout, what a shard's
+// entities get to stop in a handoff; and when the sharding stops. A life that never
+// ends (an instance no shard map holds, as 454e451 fixed) so fails the entity's
+// messages rather than hold its mailbox forever. Errors: ErrShardUnavailable (with
+// ErrStaleEpoch if dropped, or ctx's error), ErrStopped.
+func (e *entity) claimLife(ctx context.Context, deadline time.Time) error {
 	r := e.r
+	var timer *time.Timer
 	for {
 		r.mu.Lock()
 		if e.fenced.Load() {
@@ -526,10 +532,21 @@ func (e *entity) claimLife(ctx context.Context) error {
 		}
 		wait := other.lifeDone
 		r.mu.Unlock()
+		if timer == nil {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(r.s.cfg.HandOffTimeout())
+			}
+			timer = time.NewTimer(time.Until(deadline))
+			defer timer.Stop()
+		}
 		select {
 		case <-wait:
 		case <-ctx.Done():
 			return wrapCause(ErrShardUnavailable, e.name(), fmt.Errorf("another instance of the entity here is still stopping: %w", ctx.Err()))
+		case <-timer.C:
+			return wrapCause(ErrShardUnavailable, e.name(), errors.New("another instance of the entity here is still stopping at the message's deadline"))
+		case <-r.s.owner.Done():
+			return ErrStopped
 		}
 	}
 }
