@@ -16,7 +16,7 @@ import (
 func TestAnActivationWaitsForAnotherLifeOnlyUntilItsDeadline(t *testing.T) {
 	tc := newTestCluster(t, 1, withConfig(func(c *Config) {
 		c.AskTimeout = 300 * time.Millisecond // an ask whose context has no deadline
-		c.ResolveTimeout = time.Second // HandOffTimeout: 2 RequestTimeouts (3 s) and this
+		c.ResolveTimeout = time.Second        // HandOffTimeout: 2 RequestTimeouts (3 s) and this
 	}))
 	n := tc.nodes[0]
 	ctx := context.Background()
