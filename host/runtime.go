@@ -429,6 +429,7 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	}
 	if rerr == nil {
 		rewritten, _ = coalesceData(rewritten) // wasmdata.go
+		rewritten = capTables(rewritten)       // wasmbounds.go
 	}
 	if rerr != nil {
 		// wazero's account of a malformed module comes first; the rewrite's otherwise.

@@ -25,10 +25,16 @@ const maxFunctionLocals = 50_000
 // (a function's locals cost wazero a byte each to decode and more to compile).
 const maxModuleLocals = 4 << 20
 
+// maxTableElements caps the elements of the tables a module defines, together: 1 Mi,
+// 8 MiB an instance (wazero allocates a table whole, 8 bytes an element, at
+// instantiation and at each table.grow). The Go counter's one table has 5,932, Rust's
+// and TinyGo's under 50. capTables makes it hold after table.grow too.
+const maxTableElements = 1 << 20
+
 // checkWasmBounds walks a module binary's sections and refuses (an error wrapping
 // ErrInvalidModule) a vector count larger than the bytes left in its section (or
-// subsection), a function body larger than its section, and locals past
-// maxFunctionLocals or maxModuleLocals. It reads the vectors wazero sizes up front: the
+// subsection), a function body larger than its section, locals past
+// maxFunctionLocals or maxModuleLocals, and tables past maxTableElements. It reads the vectors wazero sizes up front: the
 // outer vector of every section, a function type's parameters and results, the element
 // segments' entries, the code section's bodies and locals, the data segments' bytes,
 // and the "name" custom section's function and local name maps. A section it cannot
@@ -44,9 +50,11 @@ func checkWasmBounds(wasm []byte) error {
 		switch s.id {
 		case secType:
 			err = checkTypes(sec)
-		case secImport, secFunction, secTable, secMemory, secGlobal, secExport, secTag:
+		case secImport, secFunction, secMemory, secGlobal, secExport, secTag:
 			r := reader{b: sec}
 			_, err = r.count()
+		case secTable:
+			err = checkTables(sec)
 		case secElement:
 			err = checkElements(sec)
 		case secCode:
@@ -99,6 +107,76 @@ func checkTypes(sec []byte) error {
 		}
 	}
 	return err
+}
+
+// checkTables checks a table section's count, and its tables' initial sizes against
+// maxTableElements.
+func checkTables(sec []byte) error {
+	tables, err := readTables(sec)
+	if err != nil {
+		return err
+	}
+	var sum uint64
+	for _, t := range tables {
+		sum += uint64(t.min)
+	}
+	if sum > maxTableElements {
+		return fmt.Errorf("tables of %d elements in all, more than the host allows (%d): %w", sum, maxTableElements, errPastBounds)
+	}
+	return nil
+}
+
+// tableType is a table a table section defines: its limits, and where their encoding
+// is in the section.
+type tableType struct {
+	min, max   uint32
+	hasMax     bool
+	start, end int // the limits' bytes
+}
+
+// readTables reads a table section (a table's type may start with 0x40 0x00 and end
+// with an initial value, as wazero reads it). Its errors say what it cannot read.
+func readTables(sec []byte) ([]tableType, error) {
+	r := reader{b: sec}
+	n, err := r.count()
+	if err != nil {
+		return nil, err
+	}
+	tables := make([]tableType, 0, n)
+	for i := uint32(0); i < n; i++ {
+		init := false
+		if r.off+1 < len(r.b) && r.b[r.off] == 0x40 && r.b[r.off+1] == 0x00 {
+			init = true
+			r.off += 2
+		}
+		if _, err := r.refType(); err != nil {
+			return nil, fmt.Errorf("table %d: %w", i, err)
+		}
+		t := tableType{start: r.off}
+		flags, err := r.byte()
+		if err == nil && flags > 1 {
+			err = fmt.Errorf("limits flags %#x", flags) // shared, or 64-bit: wazero refuses them
+		}
+		if err == nil {
+			t.min, err = r.u32()
+		}
+		if err == nil && flags == 1 {
+			t.hasMax = true
+			t.max, err = r.u32()
+		}
+		t.end = r.off
+		if err == nil && init {
+			err = r.constExpr()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("table %d: %w", i, err)
+		}
+		tables = append(tables, t)
+	}
+	if r.off != len(r.b) {
+		return nil, fmt.Errorf("%d bytes after the last table", len(r.b)-r.off)
+	}
+	return tables, nil
 }
 
 // checkElements reads an element section's segments (the eight forms of WebAssembly
@@ -285,4 +363,61 @@ func splitSections(wasm []byte) ([]wasmSection, error) {
 		r.off += int(size)
 	}
 	return sections, nil
+}
+
+// capTables returns wasm with a maximum on every table it defines, so that table.grow
+// keeps them within maxTableElements together: each table may grow by an equal share
+// of what their initial sizes leave, a declared maximum that is lower staying. A
+// table.grow past it fails as the format lets it (it returns -1). wasm itself comes
+// back when every table has such a maximum already, or when the table section cannot
+// be read (wazero refuses the module) or its tables start past the cap (checkWasmBounds
+// refuses it). Like the other rewrites, a pure function of its input.
+func capTables(wasm []byte) []byte {
+	sections, err := splitSections(wasm)
+	if err != nil {
+		return wasm
+	}
+	for _, s := range sections {
+		if s.id != secTable {
+			continue
+		}
+		sec := wasm[s.start:s.end]
+		tables, err := readTables(sec)
+		if err != nil || len(tables) == 0 {
+			return wasm
+		}
+		var sum uint64
+		for _, t := range tables {
+			sum += uint64(t.min)
+		}
+		if sum > maxTableElements {
+			return wasm
+		}
+		share := (maxTableElements - sum) / uint64(len(tables))
+		var content []byte
+		prev, changed := 0, false
+		for _, t := range tables {
+			max := uint64(t.min) + share
+			if t.hasMax && uint64(t.max) <= max {
+				continue
+			}
+			changed = true
+			content = append(content, sec[prev:t.start]...)
+			content = append(content, 0x01)
+			content = appendU32(content, t.min)
+			content = appendU32(content, uint32(max))
+			prev = t.end
+		}
+		if !changed {
+			return wasm
+		}
+		content = append(content, sec[prev:]...)
+		out := make([]byte, 0, len(wasm)+len(content)-len(sec))
+		out = append(out, wasm[:s.header]...)
+		out = append(out, secTable)
+		out = appendU32(out, uint32(len(content)))
+		out = append(out, content...)
+		return append(out, wasm[s.end:]...)
+	}
+	return wasm
 }

@@ -1,11 +1,14 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/tetratelabs/wazero"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
@@ -61,8 +64,11 @@ func TestCheckWasmBoundsRefusesCountsPastTheBytes(t *testing.T) {
 		"local groups":            newWasm().section(secCode, append([]byte{6}, append(huge, 0x0b)...)).bytes(),
 		"data segments":           newWasm().raw(secData, huge).bytes(),
 		"a data segment's bytes":  newWasm().raw(secData, vecOf([]byte{1}, append([]byte{0x00, 0x41, 0x00, 0x0b}, huge...)...)).bytes(),
-		"function names":          nameSection(1, huge),
-		"local names":             nameSection(2, append([]byte{1, 0}, huge...)),
+		"tables past the cap": newWasm().section(secTable,
+			append([]byte{0x70, 0x00}, appendU32(nil, maxTableElements/2+1)...),
+			append([]byte{0x70, 0x00}, appendU32(nil, maxTableElements/2+1)...)).bytes(),
+		"function names": nameSection(1, huge),
+		"local names":    nameSection(2, append([]byte{1, 0}, huge...)),
 	}
 	for name, wasm := range cases {
 		if err := checkWasmBounds(wasm); !errors.Is(err, ErrInvalidModule) {
@@ -81,6 +87,59 @@ func TestCheckWasmBoundsPassesWhatToolchainsBuild(t *testing.T) {
 		if err := checkWasmBounds(wasm); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+		if name == "rust counter" && !bytes.Equal(capTables(wasm), wasm) {
+			t.Errorf("%s: its table, whose maximum is its size, was rewritten", name)
+		}
+	}
+}
+
+// TestCapTablesBoundsTableGrow: after the rewrite, a table.grow past maxTableElements
+// fails (-1) instead of allocating 8 bytes an element (1 GiB here), one within it
+// still grows the table, and a table whose maximum is lower keeps it.
+func TestCapTablesBoundsTableGrow(t *testing.T) {
+	grow := func(n int32) []byte { // () -> i32: table.grow 0 by n null references
+		body := append([]byte{0x00, 0xd0, 0x70, 0x41}, appendS32(nil, n)...)
+		body = append(body, 0xfc, 15, 0x00, 0x0b)
+		return append(appendU32(nil, uint32(len(body))), body...)
+	}
+	module := func(table []byte) []byte {
+		return newWasm().
+			section(secType, []byte{0x60, 0, 1, valI32}).
+			section(secFunction, []byte{0}, []byte{0}).
+			section(secTable, table).
+			section(secExport, export("huge", kindFunc, 0), export("small", kindFunc, 1)).
+			section(secCode, grow(1<<27), grow(10)).
+			bytes()
+	}
+	in := module([]byte{0x70, 0x00, 0x01}) // funcref, min 1, no maximum
+	out := capTables(in)
+	tables, err := readTables(sectionOf(t, out, secTable))
+	if err != nil || len(tables) != 1 || !tables[0].hasMax || tables[0].max != maxTableElements {
+		t.Fatalf("tables after the rewrite: %+v, %v; want one of maximum %d", tables, err, maxTableElements)
+	}
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer r.Close(ctx)
+	m, err := r.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res, err := m.ExportedFunction("huge").Call(ctx)
+	runtime.ReadMemStats(&after)
+	if err != nil || int32(res[0]) != -1 {
+		t.Fatalf("table.grow by 2^27: %v %v, want -1", res, err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+		t.Fatalf("the refused table.grow allocated %d MiB", got>>20)
+	}
+	if res, err := m.ExportedFunction("small").Call(ctx); err != nil || res[0] != 1 {
+		t.Fatalf("table.grow by 10: %v %v, want 1 (the old size)", res, err)
+	}
+	// A maximum within the cap stays, byte for byte.
+	if kept := module([]byte{0x70, 0x01, 0x01, 0x05}); !bytes.Equal(capTables(kept), kept) {
+		t.Fatal("a table with a maximum of 5 was rewritten")
 	}
 }
 
