@@ -319,7 +319,7 @@ func TestAPIUnderSlowlorisKeepsServing(t *testing.T) {
 	}
 	t.Logf("200 asking + 200 slowloris connections for 15 s: %v", res)
 	if res.Asks == 0 || res.Failed > 0 {
-		t.Errorf("asks under slowloris: %d answered, %d failed %v", res.Asks, res.Failed, res.ByStatus)
+		t.Errorf("asks under slowloris: %d answered, %d failed %v (no answer: %v)", res.Asks, res.Failed, res.ByStatus, res.Errors)
 	}
 	if res.SlowOpened < 200 {
 		t.Errorf("only %d slowloris connections opened", res.SlowOpened)

@@ -48,11 +48,17 @@ type Config struct {
 	PID int
 }
 
+// maxErrors is how many distinct errors a Result keeps.
+const maxErrors = 8
+
 // Result is what a run measured.
 type Result struct {
-	Asks               int         // asks answered 200
-	Failed             int         // asks that failed (transport error or another status)
-	ByStatus           map[int]int // failed asks by HTTP status (0: no answer)
+	Asks     int         // asks answered 200
+	Failed   int         // asks that failed (transport error or another status)
+	ByStatus map[int]int // failed asks by HTTP status (0: no answer)
+	// Errors holds the first few distinct errors of asks that got no answer (status 0),
+	// with how many times each came.
+	Errors             map[string]int
 	P50, P90, P99, Max time.Duration
 	// Throughput is asks answered per second.
 	Throughput float64
@@ -65,8 +71,8 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("asks %d (%.0f/s), failed %d %v; latency p50 %v p90 %v p99 %v max %v; slowloris opened %d, closed by the member %d; RSS %.1f MiB before, peak %.1f MiB",
-		r.Asks, r.Throughput, r.Failed, r.ByStatus, r.P50, r.P90, r.P99, r.Max, r.SlowOpened, r.SlowClosed,
+	return fmt.Sprintf("asks %d (%.0f/s), failed %d %v %v; latency p50 %v p90 %v p99 %v max %v; slowloris opened %d, closed by the member %d; RSS %.1f MiB before, peak %.1f MiB",
+		r.Asks, r.Throughput, r.Failed, r.ByStatus, r.Errors, r.P50, r.P90, r.P99, r.Max, r.SlowOpened, r.SlowClosed,
 		float64(r.BaselineRSS)/(1<<20), float64(r.PeakRSS)/(1<<20))
 }
 
@@ -74,7 +80,7 @@ func (r Result) String() string {
 // only if the API cannot be reached at all.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	var res Result
-	res.ByStatus = map[int]int{}
+	res.ByStatus, res.Errors = map[int]int{}, map[string]int{}
 	if cfg.PID != 0 {
 		res.BaselineRSS = rss(cfg.PID)
 	}
@@ -161,6 +167,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				} else {
 					res.Failed++
 					res.ByStatus[status]++
+					if err != nil {
+						if _, seen := res.Errors[err.Error()]; seen || len(res.Errors) < maxErrors {
+							res.Errors[err.Error()]++
+						}
+					}
 				}
 				mu.Unlock()
 				if cfg.Think > 0 {
