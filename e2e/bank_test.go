@@ -14,7 +14,7 @@ import (
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
-// TestBankKeepsAcknowledgedDeposits is issue 17's scenario, as a new user ran it: the bank
+// TestBankKeepsAcknowledgedDeposits runs a bank as a new user would write one: the bank
 // entity (examples/wasm/bank built by Go's port and by TinyGo, and bank-rust) on three
 // members, with its cluster-wide PNCounter bank-total, under --checkpoint every:1000: a
 // trap would lose every acknowledged message since the activation but for in-memory

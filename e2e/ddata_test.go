@@ -27,7 +27,7 @@ func TestDDataThroughTheCLIOnThreeProcesses(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		ddataCLI(t, hosts[i%3], "update", "visits", "--type", "pncounter", "--op", "incr 5", "--consistency", "majority")
 	}
-	// The CLI hints that a read meets a majority write only at majority (issue 17).
+	// The CLI hints that a read meets a majority write only at majority.
 	if _, errText, ok := cli(t, a, nil, "ddata", "update", "visits", "--type", "pncounter", "--op", "decr 3", "--consistency", "majority"); !ok ||
 		!strings.Contains(errText, "get with --consistency majority") {
 		t.Fatalf("majority update: ok=%v, stderr %q, want the read-back hint", ok, errText)

@@ -23,7 +23,7 @@ import (
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
-// The Docker fault tests (issue 15, item 4): five members in containers, HTTP clients
+// The Docker fault tests: five members in containers, HTTP clients
 // asking counter entities (examples/wasm/counter, every-message checkpoints) through
 // the members' APIs while a fault happens, and the recorded history checked as the
 // fault-schedule harness checks its own (internal/history: each counter linearizable,

@@ -67,7 +67,7 @@ func TestGuestRestoreRefusals(t *testing.T) {
 	if !errors.Is(err, ErrSnapshotFailed) || !strings.Contains(err.Error(), "echo-rust: malformed state") {
 		t.Fatalf("malformed state: %v, want ErrSnapshotFailed with the guest's text", err)
 	}
-	// It says restore, not snapshot (issue 17: a Rust module given a Go type's state).
+	// It says restore, not snapshot (as for a Rust module given a Go type's state).
 	if !errors.Is(err, ErrRestoreFailed) || !strings.HasPrefix(err.Error(), "host: guest restore failed: ") {
 		t.Fatalf("malformed state: %q, want ErrRestoreFailed saying restore", err)
 	}

@@ -310,7 +310,7 @@ func tolerantLifecycle() cluster.CoreConfig {
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // A redeploy keeps the settings its query leaves out, reports what it changed, and
-// reset_settings=true starts from the defaults (issue 17).
+// reset_settings=true starts from the defaults.
 func TestRedeployKeepsSettings(t *testing.T) {
 	nodes := startNodes(t, 1, nil)
 	c := client(t, nodes[0])
@@ -348,7 +348,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	}
 }
 
-// Passivate and undeploy through the API (issue 17): a passivated entity comes back with
+// Passivate and undeploy through the API: a passivated entity comes back with
 // its state; an undeployed type is refused as unknown on every member, its entities
 // passivated with their state, which a new deploy of the name takes up.
 func TestPassivateAndUndeploy(t *testing.T) {

@@ -152,7 +152,7 @@ func TestCompileRefusesBadModules(t *testing.T) {
 		"snapshot of the wrong type": {moduleExporting(t, abi.ExportSnapshot), "export shardhost_snapshot has type ()->(), want ()->(i32)"},
 		"snapshot without restore":   {moduleExportingI32(abi.ExportSnapshot), "a module exports both or neither"},
 		"reserved global name":       {moduleExportingI32(abi.ExportGlobalPrefix + "0"), "reserved for the host"},
-		// What cannot run is refused with the fix (issue 17): Go's port without
+		// What cannot run is refused with the fix: Go's port without
 		// -buildmode=c-shared makes a WASI command, and a module without the marker.
 		"WASI command": {moduleWithExports(t, "_start", abi.VersionMarker(1), abi.ExportAlloc, abi.ExportReceive),
 			"a WASI command module (it exports _start and no _initialize)"},

@@ -202,7 +202,7 @@ func TestMailboxOverflowIsADeadLetter(t *testing.T) {
 
 // A tell the entity refuses is a dead letter with the failure's code as its reason,
 // counted where it failed: on the member that routed it or on the one it was
-// forwarded to (issue 17: failed tells vanished).
+// forwarded to: a failed tell never vanishes.
 func TestFailedTellIsADeadLetter(t *testing.T) {
 	tc := newTestCluster(t, 2)
 	ctx := context.Background()

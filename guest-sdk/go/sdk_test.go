@@ -149,7 +149,7 @@ func (strictBank) Receive(ctx *Context, msg []byte) ([]byte, error) {
 }
 
 // Harness.Send returns the entity's error wrapped, so that errors.Is and errors.As
-// match what the entity returned (issue 17), with the text the host would reply.
+// match what the entity returned, with the text the host would reply.
 func TestHarnessSendWrapsTheEntitysError(t *testing.T) {
 	h := NewHarness("bank", "b", func(string) Entity { return strictBank{} })
 	_, err := h.Send([]byte("withdraw"))

@@ -1,5 +1,5 @@
 // Command bank is an account per entity ID, with a cluster-wide total: the entity of the
-// README's "What a failure loses" and of the e2e bank scenario (issue 17).
+// "What a failure loses" in docs/sharding.md, and of the e2e bank scenario (e2e/bank_test.go).
 //
 // Messages (replies are decimal text):
 //
