@@ -68,7 +68,7 @@ func TestCheckFindsBrokenLinks(t *testing.T) {
 		"[a folder](docs/), [code](main.go), [a line](main.go#L3), [a site](https://example.com/x.md#nope).\n"+
 		"Broken: [gone](docs/gone.md) and [no heading](docs/ops.md#kubernetes).\n"+
 		"Also broken: [outside](../shared/DESIGN.md), [no such section here](#nowhere), ![a picture](docs/pic.png).\n"+
-		"Not checked: `[in a span](docs/span.md)`.\n\n"+
+		"Not checked: `[in a span](docs/span.md)`. Broken, over two lines: [a link\ntext](docs/two.md).\n\n"+
 		"```md\n[in a block](docs/block.md)\n```\n\n"+
 		"## The demo section\n\n"+
 		"[ref]: docs/ref.md\n")
@@ -89,7 +89,8 @@ func TestCheckFindsBrokenLinks(t *testing.T) {
 		"README.md:6: ../shared/DESIGN.md: outside the repository",
 		"README.md:6: #nowhere: README.md has no heading with the anchor nowhere",
 		"README.md:6: docs/pic.png: no such file",
-		"README.md:15: docs/ref.md: no such file",
+		"README.md:8: docs/two.md: no such file",
+		"README.md:16: docs/ref.md: no such file",
 	}
 	if strings.Join(problems, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(problems, "\n"), strings.Join(want, "\n"))
@@ -244,21 +245,25 @@ var (
 	fenceRE = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})")
 )
 
-// links returns the link targets of a Markdown text, outside code blocks and spans.
+// links returns the link targets of a Markdown text, outside code blocks and spans. A
+// link's text may run over several lines; its line is the line of its target.
 func links(text string) []link {
 	var out []link
+	prose := make([]string, strings.Count(text, "\n")+1)
 	eachProseLine(text, func(n int, line string) {
 		line = blankCodeSpans(line)
+		prose[n-1] = line
 		if m := refDefRE.FindStringSubmatch(line); m != nil {
 			out = append(out, link{n, m[1]})
-			return
-		}
-		for _, m := range inlineLinkRE.FindAllStringSubmatch(line, -1) {
-			if m[1] != "" {
-				out = append(out, link{n, m[1]})
-			}
 		}
 	})
+	joined := strings.Join(prose, "\n")
+	for _, m := range inlineLinkRE.FindAllStringSubmatchIndex(joined, -1) {
+		if target := joined[m[2]:m[3]]; target != "" {
+			out = append(out, link{strings.Count(joined[:m[2]], "\n") + 1, target})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].line < out[j].line })
 	return out
 }
 

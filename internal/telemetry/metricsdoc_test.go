@@ -16,7 +16,7 @@ import (
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
-var update = flag.Bool("update", false, "rewrite the README's metrics table from the code")
+var update = flag.Bool("update", false, "rewrite the metrics table of docs/observability.md from the code")
 
 // instrument is one metric instrument as the code creates it.
 type instrument struct {
@@ -117,7 +117,7 @@ func promName(in instrument) string {
 	return name
 }
 
-// metricsTable renders the README's table of metrics.
+// metricsTable renders the table of metrics of docs/observability.md.
 func metricsTable(ins []instrument) string {
 	var b strings.Builder
 	b.WriteString("| metric (Prometheus name) | kind | unit | attributes | meaning |\n|---|---|---|---|---|\n")
@@ -139,14 +139,14 @@ func metricsTable(ins []instrument) string {
 }
 
 const (
-	tableStart = "<!-- metrics table: generated from the code by `go test ./internal/telemetry -run TestREADMEMetricsTable -update` -->\n"
+	tableStart = "<!-- metrics table: generated from the code by `go test ./internal/telemetry -run TestMetricsTable -update` -->\n"
 	tableEnd   = "<!-- end of the metrics table -->"
 )
 
-// TestREADMEMetricsTable fails when the README's table of metrics differs from the
+// TestMetricsTable fails when the table of metrics in docs/observability.md differs from the
 // instruments the code creates (names, kinds, units, attributes, descriptions); with
 // -update it rewrites the table.
-func TestREADMEMetricsTable(t *testing.T) {
+func TestMetricsTable(t *testing.T) {
 	ins := instruments(t)
 	if len(ins) < 30 {
 		t.Fatalf("found only %d instruments", len(ins))
@@ -161,7 +161,7 @@ func TestREADMEMetricsTable(t *testing.T) {
 		}
 		seen[in.name] = in.file
 	}
-	path := filepath.Join(testwasm.RepoRoot(), "README.md")
+	path := filepath.Join(testwasm.RepoRoot(), "docs", "observability.md")
 	readme, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestREADMEMetricsTable(t *testing.T) {
 	text := string(readme)
 	start, end := strings.Index(text, tableStart), strings.Index(text, tableEnd)
 	if start < 0 || end < start {
-		t.Fatalf("README.md lacks the markers of the metrics table:\n%s...\n%s", tableStart, tableEnd)
+		t.Fatalf("docs/observability.md lacks the markers of the metrics table:\n%s...\n%s", tableStart, tableEnd)
 	}
 	want := metricsTable(ins)
 	got := text[start+len(tableStart) : end]
@@ -183,5 +183,5 @@ func TestREADMEMetricsTable(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("the README's metrics table differs from the code; run go test ./internal/telemetry -run TestREADMEMetricsTable -update\nwant:\n%s", want)
+	t.Errorf("the metrics table of docs/observability.md differs from the code; run go test ./internal/telemetry -run TestMetricsTable -update\nwant:\n%s", want)
 }
