@@ -67,7 +67,7 @@ func TestCheckFindsBrokenLinks(t *testing.T) {
 		"Good: [ops](docs/ops.md), [its section](docs/ops.md#rolling-restarts), [here](#the-demo-section),\n"+
 		"[a folder](docs/), [code](main.go), [a line](main.go#L3), [a site](https://example.com/x.md#nope).\n"+
 		"Broken: [gone](docs/gone.md) and [no heading](docs/ops.md#kubernetes).\n"+
-		"Also broken: [outside](../shared/DESIGN.md), [no such section here](#nowhere), ![a picture](docs/pic.png).\n"+
+		"Also broken: [outside](../outside/NOTES.md), [no such section here](#nowhere), ![a picture](docs/pic.png).\n"+
 		"Not checked: `[in a span](docs/span.md)`. Broken, over two lines: [a link\ntext](docs/two.md).\n\n"+
 		"```md\n[in a block](docs/block.md)\n```\n\n"+
 		"## The demo section\n\n"+
@@ -86,7 +86,7 @@ func TestCheckFindsBrokenLinks(t *testing.T) {
 	want := []string{
 		"README.md:5: docs/gone.md: no such file",
 		"README.md:5: docs/ops.md#kubernetes: docs/ops.md has no heading with the anchor kubernetes",
-		"README.md:6: ../shared/DESIGN.md: outside the repository",
+		"README.md:6: ../outside/NOTES.md: outside the repository",
 		"README.md:6: #nowhere: README.md has no heading with the anchor nowhere",
 		"README.md:6: docs/pic.png: no such file",
 		"README.md:8: docs/two.md: no such file",
