@@ -125,7 +125,7 @@ serving until interrupted (Ctrl-C). Try, in another terminal:
 	cmd.Flags().StringVar(&modulesDir, "modules", filepath.Join("bin", "wasm"), "directory of entity modules to deploy: NAME.wasm becomes type NAME")
 	cmd.Flags().StringVar(&dataDir, "data-dir", filepath.Join(".shardhost", "dev"), "directory for the three nodes' data")
 	cmd.Flags().BoolVar(&demo, "demo", true, "run the demo against the counter entity after start")
-	nf.add(cmd, "local")
+	nf.add(cmd, profileDev)
 	return cmd
 }
 
