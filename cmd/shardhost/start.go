@@ -211,7 +211,7 @@ func newStartCommand(g *globals) *cobra.Command {
 				printConfig(cmd.OutOrStdout(), cmd, source)
 				return nil
 			}
-			log, err := g.logger()
+			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
