@@ -262,7 +262,7 @@ func newStartCommand(g *globals) *cobra.Command {
 			if err := sf.apply(&cfg, log); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			shutdownTelemetry, err := observe(ctx, &cfg, bind)
 			if err != nil {
