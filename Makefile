@@ -66,7 +66,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE   ?= shardhost:$(VERSION)
 
 build: | toolchains
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/shardhost ./cmd/host
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/shardhost ./cmd/shardhost
 
 # The container image, FROM scratch (deploy/Dockerfile): the static binary, the example
 # modules in bin/wasm, an empty /data owned by the image's user.

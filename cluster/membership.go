@@ -631,7 +631,11 @@ func (m *Membership) publishDiff(prev, next View) {
 	}
 	if !prev.Exited && next.Exited {
 		events = append(events, MemberEvent{Kind: SelfExited, Reason: next.ExitReason})
-		m.log.Warn("this member is out of the cluster", "reason", next.ExitReason)
+		if next.ExitReason == ReasonLeft { // a leave asked for: expected
+			m.log.Info("this member left the cluster")
+		} else {
+			m.log.Warn("this member is out of the cluster", "reason", next.ExitReason)
+		}
 	}
 	if self, ok := m.selfIn(next); ok && self.Status == StatusLeaving {
 		m.hookOnce.Do(func() { m.runLeaveHooks() })

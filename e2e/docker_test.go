@@ -103,7 +103,7 @@ func buildImageAs(t *testing.T, image string) {
 	t.Helper()
 	dir := t.TempDir()
 	root := testwasm.RepoRoot()
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version=e2e", "-o", filepath.Join(dir, "shardhost"), "./cmd/host")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version=e2e", "-o", filepath.Join(dir, "shardhost"), "./cmd/shardhost")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "shardhost")
-	cmd := exec.Command("go", "build", "-o", binary, "./cmd/host")
+	cmd := exec.Command("go", "build", "-o", binary, "./cmd/shardhost")
 	cmd.Dir = testwasm.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building shardhost: %v\n%s", err, out)

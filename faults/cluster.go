@@ -212,7 +212,7 @@ func (c *Cluster) watchExit(m *member, sub *cluster.Subscription) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = m.sh.Abort(ctx)
 			cancel()
-			// The host's process stops here (cmd/host's start kills the node): it
+			// The host's process stops here (cmd/shardhost's start kills the node): it
 			// gossips and answers no more. Left running until its restart, an exited
 			// member's gossip carried the old cluster's state, its old incarnations
 			// up, into the cluster that the first member restarted with no seeds

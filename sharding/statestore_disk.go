@@ -37,7 +37,7 @@ type stateDisk struct {
 	storeID string
 	// created: the file had taken no part in a cluster when the store opened it: this
 	// process made it, or one that never saw another member and answered no member's
-	// request did (a first seed whose join failed opens it twice, cmd/host's
+	// request did (a first seed whose join failed opens it twice, cmd/shardhost's
 	// startMember), its stateNewKey still set. Fixed at open; noteInCluster clears
 	// the key.
 	created bool

@@ -72,7 +72,7 @@
 // one that was in a cluster before though its ring never started. A directory is new
 // when its store opens it if it has taken no part in a cluster: made by this process,
 // or by one that never saw another member nor answered one's request (a first seed
-// whose join failed opens it twice, cmd/host); the file keeps a mark until its member
+// whose join failed opens it twice, cmd/shardhost); the file keeps a mark until its member
 // first sees another member or answers a request (stateDisk.noteInCluster). A ring
 // started from a view (no ring saved: on a directory that was in a cluster, the member
 // was in it but not long enough to save a ring; or, on a new one, it joined members

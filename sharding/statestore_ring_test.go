@@ -560,7 +560,7 @@ func TestAMemberBackAloneDoesNotTakeItselfForTheCluster(t *testing.T) {
 	})
 	// e2e TestComposeFile on a loaded machine: the first seed's join found no other
 	// seed within --seed-node-timeout, and it formed the cluster alone with a second
-	// host.Start on the directory the first had made (cmd/host's startMember).
+	// host.Start on the directory the first had made (cmd/shardhost's startMember).
 	t.Run("a directory opened before by a process that saw no member, alone: a new cluster", func(t *testing.T) {
 		dir := t.TempDir()
 		d, err := openStateDisk(dir)

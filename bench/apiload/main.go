@@ -5,7 +5,7 @@
 // (p50, p90, p99) and the member's resident memory before and at its peak (README,
 // "Secure").
 //
-//	go build -o bin/shardhost ./cmd/host && make examples
+//	go build -o bin/shardhost ./cmd/shardhost && make examples
 //	go run ./bench/apiload -conns 2000 -duration 60s
 package main
 

@@ -193,7 +193,7 @@ func printConfig(t *testing.T, cfgFile string, args []string) map[string]string 
 	_, here, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(here), "..", "..")
 	bin := filepath.Join(dir, "shardhost")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/host")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/shardhost")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building shardhost: %v\n%s", err, out)

@@ -23,7 +23,7 @@ const pgxOnly = mod + "sharding/pgstore"
 const faultsOnly = mod + "faults"
 
 // layers from top to bottom; a package may import only layers below its own.
-var layers = []string{"cmd/host", "host", "sharding", "ddata", "cluster", "abi"}
+var layers = []string{"cmd/shardhost", "host", "sharding", "ddata", "cluster", "abi"}
 
 func layerOf(pkg string) int {
 	rel := strings.TrimPrefix(pkg, mod)
@@ -64,8 +64,8 @@ func TestDependencyDirection(t *testing.T) {
 			if imp == faultsOnly && !strings.HasPrefix(pkg, faultsOnly) {
 				t.Errorf("%s imports %s: the fault harness is for its own tests only", pkg, imp)
 			}
-			if imp == pgxOnly && (layers[from] != "host" && layers[from] != "cmd/host") && !strings.HasSuffix(pkg, ".test") {
-				t.Errorf("%s imports %s: the store is chosen by host and cmd/host", pkg, imp)
+			if imp == pgxOnly && (layers[from] != "host" && layers[from] != "cmd/shardhost") && !strings.HasSuffix(pkg, ".test") {
+				t.Errorf("%s imports %s: the store is chosen by host and cmd/shardhost", pkg, imp)
 			}
 			if to := layerOf(imp); to >= 0 && to <= from && layers[to] != layers[from] {
 				t.Errorf("%s imports %s: imports must point down %v", pkg, imp, layers)

@@ -12,9 +12,11 @@ import (
 // LogHandler returns the slog handler of a shardhost process: text (logfmt) or JSON
 // lines to w, at level and above, each record made in a traced context (the *Context
 // logging calls) carrying the trace_id and span_id of its span, so that logs and
-// traces join. format is "text" or "json".
+// traces join. A zero time.Time attribute (a thing that has not happened yet, such as a
+// member's first contact) is written as "never", not as 0001-01-01. format is "text" or
+// "json".
 func LogHandler(w io.Writer, format string, level slog.Level) (slog.Handler, error) {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: zeroTimeNever}
 	switch format {
 	case "text", "":
 		return traceHandler{slog.NewTextHandler(w, opts)}, nil
@@ -44,4 +46,12 @@ func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
 	return traceHandler{h.Handler.WithGroup(name)}
+}
+
+// zeroTimeNever writes a zero time as "never" (slog.HandlerOptions.ReplaceAttr).
+func zeroTimeNever(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindTime && a.Value.Time().IsZero() {
+		return slog.String(a.Key, "never")
+	}
+	return a
 }

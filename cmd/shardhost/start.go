@@ -49,11 +49,12 @@ type nodeFlags struct {
 	stateStore string
 }
 
+// add defines the flags, their timing defaults those of profile (profile.go).
 func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	d := host.DefaultConfig()
-	lc := cluster.DefaultCoreConfig()
-	if profile == "local" {
-		lc = cluster.DefaultLocalCoreConfig()
+	lc, _, err := lifecycleProfile(profile)
+	if err != nil {
+		panic(err) // a command names a profile that does not exist
 	}
 	cmd.Flags().StringSliceVar(&f.roles, "roles", nil, "roles of this member, ROLE,...")
 	cmd.Flags().IntVar(&f.minMembers, "min-members", 1, "members that must have joined before the leader moves any to up")
@@ -69,7 +70,7 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().StringVar(&f.stateStore, "state-store", "", "entity state store: builtin (replicated on the members' disks), or a PostgreSQL URL postgres://USER[:PASSWORD]@HOST:PORT/DB?sslmode=verify-full, PG* environment variables filling in what it leaves out (default $SHARDHOST_STATE_STORE, else builtin)")
 	cmd.Flags().StringVar(&f.gossipKeyFile, "gossip-key-file", "", "file holding the base64 16-, 24- or 32-byte key that encrypts gossip (or the key in SHARDHOST_GOSSIP_KEY); members with another key cannot join")
 	cmd.Flags().StringVar(&f.gossipKey, "gossip-key", "", "the gossip key itself: deprecated, as ps shows it to every user of the machine (use --gossip-key-file)")
-	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "memberlist timing: lan, or local (faster failure detection on one machine)")
+	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "timing profile: lan (members on a network), local (one idle machine: fast failure detection, for tests) or dev (one machine that may be busy: pauses of seconds pass); --heartbeat-interval, --acceptable-heartbeat-pause and --sbr-stable-after, whose defaults are this command's profile's, override it")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
 	cmd.Flags().DurationVar(&f.messageDeadline, "message-deadline", d.Runtime.MessageDeadline, "how long one message may run inside an entity")
 	cmd.Flags().IntVar(&f.maxMessageSize, "max-message-size", d.Runtime.MaxMessageSize, "cap of a message and of a reply, in bytes")
@@ -80,11 +81,11 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 
 func (f *nodeFlags) config(log *slog.Logger) (host.Config, error) {
 	cfg := host.DefaultConfig()
-	cfg.GossipProfile = f.gossipProfile
-	lc := cluster.DefaultCoreConfig()
-	if f.gossipProfile == "local" {
-		lc = cluster.DefaultLocalCoreConfig()
+	lc, gossip, err := lifecycleProfile(f.gossipProfile)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.GossipProfile = gossip
 	lc.MinMembers = f.minMembers
 	lc.MinMembersOfRole = f.minMembersOfRole
 	lc.HeartbeatInterval = f.heartbeatInterval
@@ -210,7 +211,7 @@ func newStartCommand(g *globals) *cobra.Command {
 				printConfig(cmd.OutOrStdout(), cmd, source)
 				return nil
 			}
-			log, err := g.logger()
+			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -261,7 +262,7 @@ func newStartCommand(g *globals) *cobra.Command {
 			if err := sf.apply(&cfg, log); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			shutdownTelemetry, err := observe(ctx, &cfg, bind)
 			if err != nil {
@@ -308,7 +309,7 @@ func newStartCommand(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", host.DefaultConfig().ShutdownTimeout, "how long a graceful stop (SIGTERM, leave) may take: handing every shard off with its state, then leaving; past it the member exits with an error")
 	cmd.Flags().DurationVar(&seedTimeout, "seed-node-timeout", 5*time.Second, "when this member is the first of --join, how long it tries the other seeds before it forms a new cluster")
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "when downed or removed, rejoin through --join as a new member instead of exiting")
-	nf.add(cmd, "lan")
+	nf.add(cmd, profileLAN)
 	sf.add(cmd)
 	cmd.Flags().StringVar(&discovery, "discovery", "", "find the seeds through DNS instead of --join: dns:NAME (A/AAAA records, a headless Service's, with --discovery-port) or dns:_SERVICE._PROTO.NAME (SRV records)")
 	cmd.Flags().IntVar(&discoveryPortFlag, "discovery-port", 0, "gossip port of the members --discovery finds by A/AAAA records (default: the port of --bind)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -80,12 +81,14 @@ func (g *globals) clientFlags(cmd *cobra.Command) *cobra.Command {
 	return cmd
 }
 
-func (g *globals) logger() (*slog.Logger, error) {
+// logger returns the logger of a command that runs members: --log-level and above, in
+// --log-format, to w (the command's standard error).
+func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
 	}
-	h, err := telemetry.LogHandler(os.Stderr, g.logFormat, level)
+	h, err := telemetry.LogHandler(w, g.logFormat, level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-format: %v", err)
 	}

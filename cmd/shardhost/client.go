@@ -102,7 +102,7 @@ func (c *client) explain(err error) error {
 	case https && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return fmt.Errorf("the API at %s serves plain HTTP, not HTTPS: use --api http://%s", c.base, hostport)
 	}
-	return fmt.Errorf("cannot reach the API at %s: %v (is a member serving its API there? name another with --api HOST:PORT or SHARDHOST_API)", c.base, err)
+	return fmt.Errorf("cannot reach the API at %s: %w (is a member serving its API there? name another with --api HOST:PORT or SHARDHOST_API)", c.base, err)
 }
 
 // token returns the API token: the contents of --token-file (surrounding white space
@@ -128,7 +128,17 @@ type response struct {
 	header http.Header
 }
 
-// do sends a request and turns an API error reply into an error with its text.
+// apiError is an error reply of the API: its HTTP status, its code (sharding.Code*;
+// "" when the reply had none) and its text.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+// do sends a request and turns an API error reply into an *apiError with its text.
 func (c *client) do(method, path string, body []byte) (response, error) {
 	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
 	if err != nil {
@@ -166,9 +176,10 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 			if e.Code == sharding.CodeUnknownType {
 				e.Error += deployAdvice(e.Error)
 			}
-			return response{header: resp.Header}, errors.New(e.Error)
+			return response{header: resp.Header}, &apiError{status: resp.StatusCode, code: e.Code, msg: e.Error}
 		}
-		return response{header: resp.Header}, fmt.Errorf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		return response{header: resp.Header}, &apiError{status: resp.StatusCode,
+			msg: fmt.Sprintf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))}
 	}
 	return response{body: b, header: resp.Header}, nil
 }
