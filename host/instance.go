@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -88,12 +89,12 @@ type Instance struct {
 	name       string // "type/id"
 	mod        api.Module
 	mem        api.Memory
-	// stop is the global addDeadlineChecks added: set, the guest traps at its next loop
+	// stop is the global wasmbin.Rewrite added: set, the guest traps at its next loop
 	// iteration. stopped makes stopGuest set it once.
 	stop    api.MutableGlobal
 	stopped atomic.Bool
 	lm      *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
-	// dispatch is the module's shardhost_dispatch (wasmdispatch.go): the host calls
+	// dispatch is the module's shardhost_dispatch (wasmbin.DispatchExport): the host calls
 	// every export through it, so an instance holds one wazero call engine.
 	dispatch    api.Function
 	ctx         context.Context // lives as long as the instance; carries it for host functions
@@ -203,7 +204,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
 	// No guest code runs in InstantiateModule (the module's start section is an export,
-	// addDeadlineChecks): the start functions run after it, under the deadline.
+	// wasmbin.Rewrite): the start functions run after it, under the deadline.
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().
@@ -225,12 +226,12 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		return nil, err
 	}
 	inst.mod = mod
-	inst.stop, _ = mod.ExportedGlobal(stopGlobalExport).(api.MutableGlobal)
-	inst.dispatch = mod.ExportedFunction(dispatchExport)
+	inst.stop, _ = mod.ExportedGlobal(wasmbin.StopGlobalExport).(api.MutableGlobal)
+	inst.dispatch = mod.ExportedFunction(wasmbin.DispatchExport)
 	if inst.stop == nil || inst.dispatch == nil {
 		inst.mod.Close(context.Background())
 		cancel()
-		return nil, fmt.Errorf("%w: no %s global or %s function after instantiation", ErrInvalidModule, stopGlobalExport, dispatchExport)
+		return nil, fmt.Errorf("%w: no %s global or %s function after instantiation", ErrInvalidModule, wasmbin.StopGlobalExport, wasmbin.DispatchExport)
 	}
 	rt.mu.Lock()
 	rt.live[inst] = struct{}{}
@@ -259,7 +260,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		return nil, err
 	}
 	inst.mem = mod.Memory()
-	if ops := m.ops; fired || inst.mem == nil || !ops.has(opAlloc) || !ops.has(opReceive) {
+	if ops := m.ops; fired || inst.mem == nil || !ops.Has(wasmbin.OpAlloc) || !ops.Has(wasmbin.OpReceive) {
 		inst.Close(context.Background())
 		if fired {
 			return nil, &GuestError{Entity: inst.name, Cause: ErrGuestDeadline, Detail: fmt.Sprintf("instantiation took over %v", rt.cfg.ActivationDeadline)}
@@ -321,7 +322,7 @@ var noopSpan = trace.SpanFromContext(context.Background())
 
 func (i *Instance) call(msg []byte) ([]byte, error) {
 	i.forward = nil
-	status, reply, err := i.invoke(opReceive, msg, true, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(wasmbin.OpReceive, msg, true, i.m.rt.cfg.MaxMessageSize)
 	fwd := i.forward
 	i.forward = nil
 	if err != nil {
@@ -344,7 +345,7 @@ func (i *Instance) call(msg []byte) ([]byte, error) {
 // fn(ptr, len) with arg written into a buffer from shardhost_alloc when withArg is set,
 // fn() otherwise. It returns the status the guest returned and the reply it gave (at most
 // replyCap bytes). A trap or the deadline closes the instance and is a *GuestError.
-func (i *Instance) invoke(op dispatchOp, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
+func (i *Instance) invoke(op wasmbin.Op, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
 	if !i.m.rt.enter() {
 		// The runtime closes the module and its memory.
 		i.closed = true
@@ -368,7 +369,7 @@ func (i *Instance) invoke(op dispatchOp, arg []byte, withArg bool, replyCap int)
 	var err error
 	var ptr uint32
 	if withArg {
-		i.stack[0], i.stack[1] = uint64(opAlloc), uint64(len(arg))
+		i.stack[0], i.stack[1] = uint64(wasmbin.OpAlloc), uint64(len(arg))
 		err = i.dispatch.CallWithStack(i.ctx, i.stack[:])
 		if err == nil {
 			ptr = uint32(i.stack[0])
@@ -411,17 +412,17 @@ func (i *Instance) invoke(op dispatchOp, arg []byte, withArg bool, replyCap int)
 }
 
 // phaseOf names the phase a call of op's export is.
-func phaseOf(op dispatchOp) phase {
+func phaseOf(op wasmbin.Op) phase {
 	switch op {
-	case opReceive:
+	case wasmbin.OpReceive:
 		return phaseReceive
-	case opSnapshot:
+	case wasmbin.OpSnapshot:
 		return phaseSnapshot
-	case opRestore:
+	case wasmbin.OpRestore:
 		return phaseRestore
-	case opOnActivate:
+	case wasmbin.OpOnActivate:
 		return phaseActivate
-	case opOnPassivate:
+	case wasmbin.OpOnPassivate:
 		return phasePassivate
 	}
 	return phaseNone
@@ -434,12 +435,12 @@ func (i *Instance) Activate(ctx context.Context) error {
 	if i.closed {
 		return ErrInstanceClosed
 	}
-	if !i.m.ops.has(opOnActivate) {
+	if !i.m.ops.Has(wasmbin.OpOnActivate) {
 		return nil
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(opOnActivate, nil, false, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(wasmbin.OpOnActivate, nil, false, i.m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		return err
@@ -455,12 +456,12 @@ func (i *Instance) Activate(ctx context.Context) error {
 // none). A refusal or a failure is logged (after a trap the instance is closed and the
 // last saved state stands).
 func (i *Instance) BeforeStop(ctx context.Context) bool {
-	if i.closed || !i.m.ops.has(opOnPassivate) {
+	if i.closed || !i.m.ops.Has(wasmbin.OpOnPassivate) {
 		return false
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(opOnPassivate, nil, false, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(wasmbin.OpOnPassivate, nil, false, i.m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		i.m.rt.log.Warn("entity's on_passivate failed", "entity", i.name, "err", err)
@@ -491,7 +492,7 @@ func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
 	if !i.m.guestSnapshot {
 		return nil, false, nil
 	}
-	status, reply, err := i.invoke(opSnapshot, nil, false, abi.MaxSnapshotSize)
+	status, reply, err := i.invoke(wasmbin.OpSnapshot, nil, false, abi.MaxSnapshotSize)
 	switch {
 	case errors.Is(err, ErrReplyTooLarge):
 		return nil, false, fmt.Errorf("%w: %w", ErrSnapshotFailed, err)
@@ -523,7 +524,7 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 	if err != nil {
 		return nil, err
 	}
-	status, reply, err := inst.invoke(opRestore, state, true, m.rt.cfg.MaxMessageSize)
+	status, reply, err := inst.invoke(wasmbin.OpRestore, state, true, m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		return nil, err

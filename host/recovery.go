@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -185,13 +186,13 @@ func (i *Instance) stopRecording() []hostRecord {
 // replay runs op's export (receive or on_activate; nothing when the module has none)
 // with the host calls answered from calls. Errors: a *GuestError when the replayed call
 // failed, errReplayDiverged when the guest did not make the calls of the record.
-func (i *Instance) replay(op dispatchOp, payload []byte, info sharding.MessageInfo, calls []hostRecord) error {
-	if !i.m.ops.has(op) {
+func (i *Instance) replay(op wasmbin.Op, payload []byte, info sharding.MessageInfo, calls []hostRecord) error {
+	if !i.m.ops.Has(op) {
 		return nil
 	}
 	i.replaying, i.replayCalls, i.replayPos = true, calls, 0
 	i.msg, i.forward = info, nil
-	_, _, err := i.invoke(op, payload, op == opReceive, i.m.rt.cfg.MaxMessageSize)
+	_, _, err := i.invoke(op, payload, op == wasmbin.OpReceive, i.m.rt.cfg.MaxMessageSize)
 	i.replaying, i.replayCalls = false, nil
 	i.disarmCallTimer() // set for the replay's longer deadline
 	i.msg, i.forward, i.passivate = sharding.MessageInfo{}, nil, false
@@ -302,12 +303,12 @@ func (e *wasmEntity) recover(ctx context.Context, cause error) bool {
 	if err == nil {
 		inst.svc = e
 		if r.base == nil {
-			err = inst.replay(opOnActivate, nil, sharding.MessageInfo{}, r.activation)
+			err = inst.replay(wasmbin.OpOnActivate, nil, sharding.MessageInfo{}, r.activation)
 		}
 	}
 	for k := 0; err == nil && k < len(r.log); k++ {
 		payload, info, calls := r.logged(k)
-		err = inst.replay(opReceive, payload, info, calls)
+		err = inst.replay(wasmbin.OpReceive, payload, info, calls)
 	}
 	if err == nil && inst.Closed() {
 		err = ErrInstanceClosed

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
@@ -166,7 +167,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	pages := uint32(cfg.MemoryLimit >> 16)
 	rc := wazero.NewRuntimeConfigCompiler().WithMemoryLimitPages(pages)
 	// Not WithCloseOnContextDone: a goroutine per call and an exit to Go per loop
-	// iteration; the checks addDeadlineChecks compiles in stop a guest instead.
+	// iteration; the checks wasmbin.Rewrite compiles in stop a guest instead.
 	var cache wazero.CompilationCache
 	if cfg.CacheDir != "" {
 		if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
@@ -258,7 +259,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 }
 
 // Module is a compiled, validated entity module. What is compiled is the module as
-// uploaded with every mutable global exported (exportGlobals, for snapshots); Digest
+// uploaded with every mutable global exported (wasmbin.Rewrite, for snapshots); Digest
 // and Size are those of the upload, since the rewrite is deterministic and every host
 // derives the same compiled module from the same bytes.
 type Module struct {
@@ -280,13 +281,13 @@ type Module struct {
 	ABIVersion int
 	// guestSnapshot: the module exports shardhost_snapshot and shardhost_restore.
 	guestSnapshot bool
-	// ops are the exports the host calls through shardhost_dispatch (wasmdispatch.go);
+	// ops are the exports the host calls through shardhost_dispatch (wasmbin.Ops);
 	// the hooks shardhost_on_activate and shardhost_on_passivate only when the module
 	// declares ABI v1.
-	ops dispatchOps
+	ops wasmbin.Ops
 	// start are the exports a new instance runs first: the module's start function,
-	// if it had one (addDeadlineChecks exports it), and _initialize.
-	start []dispatchOp
+	// if it had one (wasmbin.Rewrite exports it), and _initialize.
+	start []wasmbin.Op
 	// hot are the pages of a slot its instances touch by the end of their first
 	// message, which the arena keeps backed in a few slots (linearmem_prefault.go).
 	hot moduleHotPages
@@ -333,7 +334,7 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // Load validates a module and returns it ready to run on wazero's interpreter: the
 // interpreter compiles a module about 10× faster than the optimizing compiler and its
 // instances keep the same sandbox (the memory cap, the linear memory from the arena,
-// the deadline checks compiled into the module by addDeadlineChecks), at about 25× the
+// the deadline checks compiled into the module by wasmbin.Rewrite), at about 25× the
 // cost of a compiled message for a Go guest. CompileInBackground then compiles it, and
 // new instances run the compiled code from then on.
 //
@@ -343,9 +344,9 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // instantiate (running _initialize) within the activation deadline. Every refusal
 // wraps ErrInvalidModule and says what is wrong.
 //
-// What is compiled is the module rewritten by exportGlobals, which exports every
-// mutable global so that Instance.Snapshot and Module.Restore reach them, and by
-// addDeadlineChecks, which lets the host stop the guest at its deadline; the Module's
+// What is compiled is the module rewritten by wasmbin.Rewrite, which exports every
+// mutable global so that Instance.Snapshot and Module.Restore reach them, and adds the
+// loop checks that let the host stop the guest at its deadline; the Module's
 // Digest and Size are those of wasm as given, which is what is stored and fetched. The
 // rewrite is deterministic: every host compiles the same module from the same bytes.
 //
@@ -418,19 +419,12 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	defer func(start time.Time) {
 		rt.tel.compileDur.Record(context.Background(), since(start), metric.WithAttributes(attrEngine.String(engine)))
 	}(time.Now())
-	// Before wazero sees it: wazero allocates what a module's counts say (wasmbounds.go).
-	if err := checkWasmBounds(wasm); err != nil {
+	// Before wazero sees it: wazero allocates what a module's counts say.
+	if err := wasmbin.CheckBounds(wasm); err != nil {
 		return nil, err
 	}
-	rewritten, globals, _, rerr := rewriteGlobals(wasm)
-	var dr deadlineRewrite
-	if rerr == nil {
-		rewritten, dr, rerr = addDeadlineChecks(rewritten)
-	}
-	if rerr == nil {
-		rewritten, _ = coalesceData(rewritten) // wasmdata.go
-		rewritten = capTables(rewritten)       // wasmbounds.go
-	}
+	rw, rerr := wasmbin.Rewrite(wasm)
+	rewritten := rw.Wasm
 	if rerr != nil {
 		// wazero's account of a malformed module comes first; the rewrite's otherwise.
 		rewritten = wasm
@@ -448,7 +442,7 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 		return nil, rerr
 	}
 	code.compiled = compiled
-	m := &Module{rt: rt, Digest: digest, Size: len(wasm), ops: dr.ops}
+	m := &Module{rt: rt, Digest: digest, Size: len(wasm), ops: rw.Ops}
 	m.code.Store(code)
 	m.bg.done = make(chan struct{})
 	if interpret {
@@ -457,8 +451,8 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	} else {
 		m.bg.once.Do(func() { close(m.bg.done) })
 	}
-	for _, op := range []dispatchOp{opStart, opInitialize} {
-		if dr.ops.has(op) {
+	for _, op := range []wasmbin.Op{wasmbin.OpStart, wasmbin.OpInitialize} {
+		if rw.Ops.Has(op) {
 			m.start = append(m.start, op)
 		}
 	}
@@ -467,9 +461,9 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
 	if m.ABIVersion < 1 {
-		m.ops &^= 1<<opOnActivate | 1<<opOnPassivate
+		m.ops &^= 1<<wasmbin.OpOnActivate | 1<<wasmbin.OpOnPassivate
 	}
-	if m.snap, err = newModuleSnapshots(rewritten, globals); err != nil {
+	if m.snap, err = newModuleSnapshots(rewritten, rw.Globals); err != nil {
 		compiled.Close(ctx)
 		return nil, err
 	}

@@ -16,12 +16,14 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 )
 
 // Transparent snapshots: the whole state of an instance between two messages, taken
 // without the guest's help, and a new instance of the same module started from it on
 // any host. The state of an instance is its linear memory and its mutable globals
-// (which the deploy-time rewrite in wasmrewrite.go exports), plus the guest's virtual
+// (which the deploy-time rewrite, wasmbin.Rewrite, exports), plus the guest's virtual
 // clocks, which the host keeps per instance. What a snapshot does not hold is listed on
 // Instance.Snapshot.
 
@@ -124,10 +126,10 @@ func (c *guestClock) walltime() (sec int64, nsec int32) {
 type moduleSnapshots struct {
 	// globals are the module's mutable globals, in index order, each with the name of
 	// an export that reaches it in the compiled (rewritten) module.
-	globals []moduleGlobal
+	globals []wasmbin.Global
 
 	mu sync.Mutex
-	// imageWasm is the restore image (see restoreImage) until it is compiled; nil when
+	// imageWasm is the restore image (see wasmbin.RestoreImage) until it is compiled; nil when
 	// the image is unsound for this module.
 	imageWasm []byte
 	image     wazero.CompiledModule
@@ -137,8 +139,8 @@ type moduleSnapshots struct {
 }
 
 // newModuleSnapshots prepares snapshots of a module; wasm is the rewritten module.
-func newModuleSnapshots(wasm []byte, globals []moduleGlobal) (*moduleSnapshots, error) {
-	image, sound, err := restoreImage(wasm)
+func newModuleSnapshots(wasm []byte, globals []wasmbin.Global) (*moduleSnapshots, error) {
+	image, sound, err := wasmbin.RestoreImage(wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +403,7 @@ func (m *Module) Restore(ctx context.Context, entityType, entityID string, s *Sn
 type restorePlan struct {
 	snap  *Snapshot
 	code  *moduleCode
-	start []dispatchOp
+	start []wasmbin.Op
 	// zeroed says the instance's memory is all zero after instantiation.
 	zeroed bool
 }
