@@ -106,9 +106,9 @@ type MemberDeployment struct {
 // abi.DefaultNumberOfShards for a new type; other empty fields take their defaults). It
 // returns once every member has the type ready or has failed to; members that join
 // later get it through gossip. Ready means that the member has validated the module on
-// wazero's interpreter (Runtime.Load), stored it durably and started the type's region:
+// wazero's interpreter (wasmRuntime.Load), stored it durably and started the type's region:
 // its entities answer from then on, on the interpreter, while each member compiles the
-// module in the background (Module.CompileInBackground); new activations use the
+// module in the background (wasmModule.CompileInBackground); new activations use the
 // compiled code once it is ready, and active entities move to it at their next message
 // (README, "Write, deploy and talk to your own entity").
 //
@@ -161,7 +161,7 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	self := n.membership.Self()
-	digest := Digest(wasm)
+	digest := moduleDigest(wasm)
 	if exists && prev.Digest == digest && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address))) == 0 {
 		// The same module with the same settings: nothing to deploy, no new version.
 		span.SetAttributes(attrModuleVer.Int64(int64(prev.Version)), attrModuleDigest.String(prev.Digest))
@@ -501,7 +501,7 @@ func (n *Node) handleStage(req *cluster.Request) {
 			req.Reply(nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrModuleTooLarge, len(wasm), n.cfg.MaxModuleSize))
 			return
 		}
-		if !validDigest(digest) || Digest(wasm) != digest {
+		if !validDigest(digest) || moduleDigest(wasm) != digest {
 			req.Reply(nil, fmt.Errorf("%w: module %.12s arrived with another digest", ErrModuleUnavailable, digest))
 			return
 		}

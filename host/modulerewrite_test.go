@@ -116,7 +116,7 @@ func TestCounterModuleGlobalsAreReachable(t *testing.T) {
 	wasm := testwasm.Bytes(t, "counter")
 	rt, _ := newTestRuntime(t, nil)
 	m := compile(t, rt, "counter") // validation passes on the rewritten module
-	if m.Digest != Digest(wasm) || m.Size != len(wasm) {
+	if m.Digest != moduleDigest(wasm) || m.Size != len(wasm) {
 		t.Fatalf("digest and size must be the upload's: %s %d", m.Digest, m.Size)
 	}
 	inst, err := m.Instantiate(context.Background(), "counter", "g")

@@ -131,7 +131,7 @@ func DefaultConfig() Config {
 		PostgresStateStore: pgstore.DefaultConfig(),
 		API:                DefaultAPIConfig(),
 		MaxModuleSize:      32 << 20,
-		Runtime:            DefaultRuntimeConfig(),
+		Runtime:            defaultRuntimeConfig(),
 		Sharding:           sharding.DefaultConfig(),
 		DData:              ddata.DefaultReplicatorConfig(),
 		ShutdownTimeout:    30 * time.Second,
@@ -180,8 +180,8 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// DefaultTransportAddr returns the bind address with its port plus one.
-func DefaultTransportAddr(bind string) (string, error) {
+// defaultTransportAddr returns the bind address with its port plus one.
+func defaultTransportAddr(bind string) (string, error) {
 	host, port, err := net.SplitHostPort(bind)
 	if err != nil {
 		return "", err
@@ -204,7 +204,7 @@ type Node struct {
 	traced     bool
 	prop       propagation.TextMapPropagator
 	tel        *nodeTelemetry
-	rt         *Runtime
+	rt         *wasmRuntime
 	modules    *moduleStore
 	catalog    *catalog
 	messenger  *cluster.Messenger
@@ -234,7 +234,7 @@ type Node struct {
 // seeds (retrying for up to JoinTimeout) and serves until Close.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.TransportAddr == "" && cfg.BindAddr != "" {
-		if cfg.TransportAddr, err = DefaultTransportAddr(cfg.BindAddr); err != nil {
+		if cfg.TransportAddr, err = defaultTransportAddr(cfg.BindAddr); err != nil {
 			return nil, err
 		}
 	}
@@ -278,7 +278,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		rc.CacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
 	rc.Logger, rc.TracerProvider, rc.MeterProvider = cfg.Logger, cfg.TracerProvider, cfg.MeterProvider
-	if n.rt, err = NewRuntime(ctx, rc); err != nil {
+	if n.rt, err = newWasmRuntime(ctx, rc); err != nil {
 		return nil, err
 	}
 	if n.modules, err = newModuleStore(n.rt, filepath.Join(cfg.DataDir, "modules"), cfg.Logger); err != nil {

@@ -153,7 +153,7 @@ func TestReplayDetectsDivergence(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compile(t, rt, "abitest")
 	ctx := context.Background()
-	newInst := func() *Instance { return mustInstantiate(t, m, "abitest", "d") }
+	newInst := func() *wasmInstance { return mustInstantiate(t, m, "abitest", "d") }
 	inst := newInst()
 	inst.startRecording()
 	if _, err := inst.Receive(ctx, []byte("random 8")); err != nil {
@@ -226,7 +226,7 @@ func TestReplayRunsUnderTheActivationDeadline(t *testing.T) {
 	})
 	m := compile(t, rt, "abitest")
 	ctx := context.Background()
-	newInst := func() *Instance { return mustInstantiate(t, m, "abitest", "r") }
+	newInst := func() *wasmInstance { return mustInstantiate(t, m, "abitest", "r") }
 	if _, err := newInst().Receive(ctx, []byte("loop")); err == nil || !strings.Contains(err.Error(), "the deadline is 20ms") {
 		t.Fatalf("a message that loops: %v, want the message deadline, 20ms", err)
 	}

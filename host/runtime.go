@@ -29,7 +29,8 @@ import (
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
-// RuntimeConfig configures a Runtime.
+// RuntimeConfig configures the node's wasm runtime (Config.Runtime): the sandbox of
+// every entity instance.
 type RuntimeConfig struct {
 	// CacheDir is the directory of wazero's compilation cache: a module compiled once is
 	// loaded from it on the next start (about 20× faster for a Go guest). Empty keeps
@@ -76,8 +77,8 @@ type RuntimeConfig struct {
 	CompileBeforeServing bool
 }
 
-// DefaultRuntimeConfig returns the defaults described on RuntimeConfig.
-func DefaultRuntimeConfig() RuntimeConfig {
+// defaultRuntimeConfig returns the defaults described on RuntimeConfig.
+func defaultRuntimeConfig() RuntimeConfig {
 	return RuntimeConfig{
 		MemoryLimit:        64 << 20,
 		MessageDeadline:    5 * time.Second,
@@ -104,14 +105,14 @@ func (c RuntimeConfig) Validate() error {
 	return nil
 }
 
-// Runtime compiles and instantiates entity modules: two wazero runtimes, one in compiler
+// wasmRuntime compiles and instantiates entity modules: two wazero runtimes, one in compiler
 // mode and one in interpreter mode, each with the WASI and shardhost host modules
 // instantiated once. Load validates a module on the interpreter (about 10× faster than
 // compiling it: 0.2–0.6 s against 1.7–7 s for a 2.7 MB Go guest here) and its instances
 // run there until the compiler's code, made in the background, replaces it
-// (Module.CompileInBackground). It is safe for concurrent use; the instances it makes
+// (wasmModule.CompileInBackground). It is safe for concurrent use; the instances it makes
 // are not.
-type Runtime struct {
+type wasmRuntime struct {
 	cfg    RuntimeConfig
 	log    *slog.Logger
 	tracer trace.Tracer
@@ -136,7 +137,7 @@ type Runtime struct {
 	closing  atomic.Bool
 	// live are the instances not closed, which Close stops.
 	mu   sync.Mutex
-	live map[*Instance]struct{}
+	live map[*wasmInstance]struct{}
 	// bg counts the runtime's background compilations (modules, restore images); Close
 	// waits. bgCtx is the modules' compilations' context, which Close cancels.
 	bg       sync.WaitGroup
@@ -147,8 +148,8 @@ type Runtime struct {
 	randMu  sync.Mutex
 }
 
-// NewRuntime returns a runtime configured by cfg. Close releases it.
-func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
+// newWasmRuntime returns a runtime configured by cfg. Close releases it.
+func newWasmRuntime(ctx context.Context, cfg RuntimeConfig) (*wasmRuntime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -189,7 +190,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	// instance's context rather than set its stop global, which the interpreter reads
 	// in Go code, racing with the timer's write.
 	ic := wazero.NewRuntimeConfigInterpreter().WithMemoryLimitPages(pages).WithCloseOnContextDone(true)
-	rt := &Runtime{
+	rt := &wasmRuntime{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		tracer: obs.Tracer(cfg.TracerProvider, "host"),
@@ -200,7 +201,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		marks:  marks,
 		arena:  newMemArena(cfg.MemoryLimit >> 16 << 16),
 	}
-	rt.live = map[*Instance]struct{}{}
+	rt.live = map[*wasmInstance]struct{}{}
 	rt.bgCtx, rt.bgCancel = context.WithCancel(context.Background())
 	rt.started = cfg.Clock()
 	for _, r := range []wazero.Runtime{rt.r, rt.interp} {
@@ -222,7 +223,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 // most until ctx ends or one message deadline has passed, so that no instance's memory
 // is released under a running call; the instances' later calls fail with
 // ErrRuntimeClosed.
-func (rt *Runtime) Close(ctx context.Context) error {
+func (rt *wasmRuntime) Close(ctx context.Context) error {
 	rt.closing.Store(true)
 	rt.bgCancel()
 	rt.mu.Lock()
@@ -258,12 +259,12 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	return err
 }
 
-// Module is a compiled, validated entity module. What is compiled is the module as
+// wasmModule is a compiled, validated entity module. What is compiled is the module as
 // uploaded with every mutable global exported (wasmbin.Rewrite, for snapshots); Digest
 // and Size are those of the upload, since the rewrite is deterministic and every host
 // derives the same compiled module from the same bytes.
-type Module struct {
-	rt *Runtime
+type wasmModule struct {
+	rt *wasmRuntime
 	// code is what new instances are made from: the interpreter's until the
 	// background compilation replaces it with the compiler's (CompileInBackground).
 	code atomic.Pointer[moduleCode]
@@ -302,7 +303,7 @@ type moduleCode struct {
 	interpreted bool
 }
 
-// moduleCompilation is a Module's background compilation (CompileInBackground).
+// moduleCompilation is a wasmModule's background compilation (CompileInBackground).
 type moduleCompilation struct {
 	once sync.Once
 	// rewritten is the module the compiler compiles; nil once it has.
@@ -310,15 +311,15 @@ type moduleCompilation struct {
 	// done is closed when the compilation has ended, with err set before.
 	done chan struct{}
 	err  error
-	// cancel stops the compilation under way (Module.Close).
+	// cancel stops the compilation under way (wasmModule.Close).
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	closed bool
 }
 
-// Digest returns the hex SHA-256 of a module binary, the name under which modules are
+// moduleDigest returns the hex SHA-256 of a module binary, the name under which modules are
 // stored and fetched.
-func Digest(wasm []byte) string {
+func moduleDigest(wasm []byte) string {
 	sum := sha256.Sum256(wasm)
 	return hex.EncodeToString(sum[:])
 }
@@ -327,8 +328,8 @@ func Digest(wasm []byte) string {
 // returns it when its instances run compiled code (a 2.7 MB Go guest: 1.7–7 s on a
 // loaded 2-core machine without the compilation cache, 20–30 ms with it). It refuses
 // what Load refuses, with the same errors.
-func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
-	return rt.load(ctx, wasm, Digest(wasm), false)
+func (rt *wasmRuntime) Compile(ctx context.Context, wasm []byte) (*wasmModule, error) {
+	return rt.load(ctx, wasm, moduleDigest(wasm), false)
 }
 
 // Load validates a module and returns it ready to run on wazero's interpreter: the
@@ -345,8 +346,8 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // wraps ErrInvalidModule and says what is wrong.
 //
 // What is compiled is the module rewritten by wasmbin.Rewrite, which exports every
-// mutable global so that Instance.Snapshot and Module.Restore reach them, and adds the
-// loop checks that let the host stop the guest at its deadline; the Module's
+// mutable global so that wasmInstance.Snapshot and wasmModule.Restore reach them, and
+// adds the loop checks that let the host stop the guest at its deadline; the module's
 // Digest and Size are those of wasm as given, which is what is stored and fetched. The
 // rewrite is deterministic: every host compiles the same module from the same bytes.
 //
@@ -354,19 +355,19 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // the background by this process or an earlier one with the same cache directory and
 // wazero version: markCompiled) is compiled at once instead, from the cache, in
 // milliseconds.
-func (rt *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
-	return rt.loadDigest(ctx, wasm, Digest(wasm))
+func (rt *wasmRuntime) Load(ctx context.Context, wasm []byte) (*wasmModule, error) {
+	return rt.loadDigest(ctx, wasm, moduleDigest(wasm))
 }
 
-// loadDigest is Load of a module whose Digest the caller has computed already (a
+// loadDigest is Load of a module whose moduleDigest the caller has computed already (a
 // SHA-256 of a Go guest costs milliseconds).
-func (rt *Runtime) loadDigest(ctx context.Context, wasm []byte, digest string) (*Module, error) {
+func (rt *wasmRuntime) loadDigest(ctx context.Context, wasm []byte, digest string) (*wasmModule, error) {
 	return rt.load(ctx, wasm, digest, !rt.cfg.CompileBeforeServing && !rt.cachedCompiled(digest))
 }
 
 // cachedCompiled reports whether the module with the digest was compiled into the
 // compilation cache (markCompiled).
-func (rt *Runtime) cachedCompiled(digest string) bool {
+func (rt *wasmRuntime) cachedCompiled(digest string) bool {
 	if rt.marks == "" {
 		return false
 	}
@@ -378,7 +379,7 @@ func (rt *Runtime) cachedCompiled(digest string) bool {
 // as an empty file named by the digest in a directory beside the cache's, named by
 // wazero's version (whose cache is per version). A mark whose cache entry was removed
 // costs a compilation in Load, as long as Compile's.
-func (rt *Runtime) markCompiled(digest string) {
+func (rt *wasmRuntime) markCompiled(digest string) {
 	if rt.marks == "" {
 		return
 	}
@@ -407,8 +408,8 @@ func wazeroVersion() string {
 	return "unknown"
 }
 
-// load is Compile (interpret false) and Load; digest is Digest(wasm).
-func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpret bool) (*Module, error) {
+// load is Compile (interpret false) and Load; digest is moduleDigest(wasm).
+func (rt *wasmRuntime) load(ctx context.Context, wasm []byte, digest string, interpret bool) (*wasmModule, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
 	}
@@ -442,7 +443,7 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 		return nil, rerr
 	}
 	code.compiled = compiled
-	m := &Module{rt: rt, Digest: digest, Size: len(wasm), ops: rw.Ops}
+	m := &wasmModule{rt: rt, Digest: digest, Size: len(wasm), ops: rw.Ops}
 	m.code.Store(code)
 	m.bg.done = make(chan struct{})
 	if interpret {
@@ -478,14 +479,14 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 }
 
 // CompileInBackground starts compiling a module made by Load with wazero's optimizing
-// compiler, on a goroutine the runtime owns (Runtime.Close and Module.Close stop it),
-// unless it has started already or the module was made by Compile. Instances made
-// after it ends run the compiled code; instances already made keep the interpreter's
-// until they are closed (wasmEntity moves an active entity over between messages). It
-// returns the channel closed when the compilation has ended: CompileError then tells
-// how. With the runtime's compilation cache, a module compiled before (by this process
-// or an earlier one) loads from the cache in milliseconds.
-func (m *Module) CompileInBackground() <-chan struct{} {
+// compiler, on a goroutine the runtime owns (wasmRuntime.Close and wasmModule.Close
+// stop it), unless it has started already or the module was made by Compile. Instances
+// made after it ends run the compiled code; instances already made keep the
+// interpreter's until they are closed (wasmEntity moves an active entity over between
+// messages). It returns the channel closed when the compilation has ended: CompileError
+// then tells how. With the runtime's compilation cache, a module compiled before (by
+// this process or an earlier one) loads from the cache in milliseconds.
+func (m *wasmModule) CompileInBackground() <-chan struct{} {
 	m.bg.once.Do(func() {
 		rt := m.rt
 		m.bg.mu.Lock()
@@ -539,11 +540,11 @@ func (m *Module) CompileInBackground() <-chan struct{} {
 // Compiled returns the channel closed when the module's background compilation has
 // ended (at once for a module made by Compile); CompileError then says whether it
 // failed. It does not start the compilation (CompileInBackground does).
-func (m *Module) Compiled() <-chan struct{} { return m.bg.done }
+func (m *wasmModule) Compiled() <-chan struct{} { return m.bg.done }
 
 // CompileError returns why the background compilation failed (the module's instances
 // go on running on the interpreter), or nil: compiled, or not ended yet.
-func (m *Module) CompileError() error {
+func (m *wasmModule) CompileError() error {
 	select {
 	case <-m.bg.done:
 		return m.bg.err
@@ -553,11 +554,11 @@ func (m *Module) CompileError() error {
 }
 
 // Interpreted reports whether new instances of the module run on the interpreter.
-func (m *Module) Interpreted() bool { return m.code.Load().interpreted }
+func (m *wasmModule) Interpreted() bool { return m.code.Load().interpreted }
 
 // Engine names the engine of the module's new instances: "compiler", "interpreter"
 // (compilation not started or under way), or "interpreter (compile failed)".
-func (m *Module) Engine() string {
+func (m *wasmModule) Engine() string {
 	switch {
 	case !m.Interpreted():
 		return "compiler"
@@ -569,7 +570,7 @@ func (m *Module) Engine() string {
 
 // Close stops the module's background compilation and releases its compiled code.
 // Instances already made keep working until closed.
-func (m *Module) Close(ctx context.Context) error {
+func (m *wasmModule) Close(ctx context.Context) error {
 	m.bg.mu.Lock()
 	m.bg.closed = true
 	if m.bg.cancel != nil {
@@ -728,9 +729,9 @@ func signature(params, results []api.ValueType) string {
 	return names(params) + "->" + names(results)
 }
 
-// enter counts a use of an instance's memory (Runtime.inflight); false once the runtime
+// enter counts a use of an instance's memory (wasmRuntime.inflight); false once the runtime
 // is closing. exit ends it.
-func (rt *Runtime) enter() bool {
+func (rt *wasmRuntime) enter() bool {
 	rt.inflight.Add(1)
 	if rt.closing.Load() {
 		rt.inflight.Add(-1)
@@ -739,7 +740,7 @@ func (rt *Runtime) enter() bool {
 	return true
 }
 
-func (rt *Runtime) exit() { rt.inflight.Add(-1) }
+func (rt *wasmRuntime) exit() { rt.inflight.Add(-1) }
 
 // firstLine keeps the first line of a (wazero) error text, without its stack trace.
 func firstLine(s string) string {
