@@ -433,6 +433,11 @@ func (n *Node) typeChanged(info TypeInfo) {
 		ctx, cancel := context.WithTimeout(n.owner.Context(), n.cfg.JoinTimeout)
 		defer cancel()
 		if err := n.prepare(ctx, info); err != nil {
+			if n.owner.Context().Err() != nil {
+				// The node is stopping: an expected end, not a failure.
+				n.log.Info("entity type not prepared: the node is stopping", "type", info.Name)
+				return
+			}
 			n.log.Warn("entity type not ready on this node", "type", info.Name, "err", err)
 			return
 		}
