@@ -29,6 +29,8 @@ import "fmt"
 // does not know refuses the module rather than leave a loop unchecked. Every other
 // section is copied byte for byte. Like exportGlobals, it is a pure function of its
 // input.
+
+// The exports the rewrite adds besides shardhost_dispatch (DispatchExport).
 const (
 	// StopGlobalExport is the export of the global the host sets to stop the guest.
 	StopGlobalExport = "shardhost_stop"

@@ -23,6 +23,9 @@ import (
 // export per instance and calls every other through it. An op whose function the module
 // does not export, or exports with another type than the ABI's (host's checkShape refuses
 // such a module), traps with unreachable.
+
+// DispatchExport is the name of the export the rewrite adds, through which the host
+// calls every other (the ops below).
 const DispatchExport = "shardhost_dispatch"
 
 // Op selects the function shardhost_dispatch calls.
@@ -30,7 +33,8 @@ type Op uint32
 
 const (
 	// OpStart is the module's start function, which the rewrite takes out of the
-	// start section: the host runs it first, as instantiation would have.
+	// start section: the host runs it first, as instantiation would have. The other
+	// ops call the ABI's exports (abi/SPEC.md) of dispatchTargets.
 	OpStart Op = iota
 	OpInitialize
 	OpAlloc

@@ -564,7 +564,7 @@ func appendName(b []byte, s string) []byte {
 // its start, data count and data sections. Instantiated with no start functions, it
 // comes up with all-zero memory of the module's minimum size, the mutable globals at
 // their initial values and the tables filled by the element segments, and runs no guest
-// code; Restore then writes the snapshot's memory and globals over it.
+// code; the host then writes the snapshot's memory and globals over it.
 //
 // That is the same instance state as the module's own, provided nothing in the snapshot's
 // past changed what memory and globals do not hold: a table (table.set, table.grow,
@@ -573,7 +573,7 @@ func appendName(b []byte, s string) []byte {
 // those instructions and nothing it does not know (the scan knows WebAssembly 1.0, sign
 // extension, non-trapping float-to-int, bulk memory, reference types, multi-memory and
 // tail calls, which covers what Go and rustc emit without SIMD, atomics or exceptions).
-// When it is false, image is nil and Restore instantiates the module itself.
+// When it is false, image is nil and the host instantiates the module itself.
 func RestoreImage(wasm []byte) (image []byte, sound bool, err error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, false, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)

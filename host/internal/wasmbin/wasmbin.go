@@ -4,7 +4,8 @@
 // and every function is a pure function of the bytes it is given: every member that
 // deploys the same module compiles the same binary.
 //
-// What it does, in the order host's Runtime does it (Rewrite does all but the first):
+// What it does, in the order the host's runtime does it when it loads a module (Rewrite
+// does all but the first):
 //
 //   - CheckBounds: every vector count a module states fits in its bytes, before wazero
 //     decodes it (wazero allocates by the counts), and its tables' elements stay under a
