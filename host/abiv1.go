@@ -23,11 +23,11 @@ import (
 // text) for the guest to copy with result.
 
 var (
-	// ErrAskCycle: an entity asked an entity that waits, directly or through others, for
+	// errAskCycle: an entity asked an entity that waits, directly or through others, for
 	// its own reply; the ask would deadlock, so it is refused at once.
-	ErrAskCycle = errors.New("host: ask cycle")
-	// ErrCallBudget: a message made more host function calls than the budget allows.
-	ErrCallBudget = errors.New("host: host call budget exceeded")
+	errAskCycle = errors.New("host: ask cycle")
+	// errCallBudget: a message made more host function calls than the budget allows.
+	errCallBudget = errors.New("host: host call budget exceeded")
 	// ErrEntityBackoff: the entity failed (trapped, overran its deadline) several times
 	// in a row and is rested before it is activated again.
 	ErrEntityBackoff = errors.New("host: entity keeps failing; activation backs off")
@@ -35,7 +35,8 @@ var (
 
 // services is what the v1 host functions reach beyond the instance: the node's
 // messaging, distributed data, timers and subscriptions, on behalf of one entity. A
-// wasmEntity gives them; an instance without (a bare Runtime's) answers CodeUnavailable.
+// wasmEntity gives them; an instance without (a bare wasmRuntime's) answers
+// CodeUnavailable.
 type services interface {
 	tell(ctx context.Context, m sharding.Message) error
 	ask(ctx context.Context, m sharding.Message) ([]byte, error)
@@ -97,16 +98,16 @@ var (
 
 // charge counts one host function call against the budget of the running export; the
 // call past the budget traps.
-func (i *Instance) charge() {
+func (i *wasmInstance) charge() {
 	i.calls++
 	if budget := i.m.rt.cfg.CallBudget; i.calls > budget {
-		panic(fmt.Errorf("%w: more than %d host calls in one call of the guest", ErrCallBudget, budget))
+		panic(fmt.Errorf("%w: more than %d host calls in one call of the guest", errCallBudget, budget))
 	}
 }
 
 // finish sets the result from err and returns its code: the error text for a failure,
 // empty (or out) on success.
-func (i *Instance) finish(stack []uint64, out []byte, err error) {
+func (i *wasmInstance) finish(stack []uint64, out []byte, err error) {
 	code := codeOf(err)
 	if err != nil {
 		out = []byte(err.Error())
@@ -128,7 +129,7 @@ func codeOf(err error) abi.Code {
 	switch {
 	case err == nil:
 		return abi.CodeOK
-	case errors.Is(err, ErrAskCycle):
+	case errors.Is(err, errAskCycle):
 		return abi.CodeAskCycle
 	case errors.Is(err, errNotAllowed):
 		return abi.CodeNotAllowed
@@ -163,7 +164,7 @@ var errNotAllowed = errors.New("host: not allowed here")
 
 // text reads a UTF-8 string argument; ok is false (and the result set to BadRequest)
 // when it is not UTF-8.
-func (i *Instance) text(mod api.Module, stack []uint64, ptr, n uint32, what string) (string, bool) {
+func (i *wasmInstance) text(mod api.Module, stack []uint64, ptr, n uint32, what string) (string, bool) {
 	b := read(mod, ptr, n)
 	if !utf8.Valid(b) {
 		i.finish(stack, nil, fmt.Errorf("%w: the %s is not UTF-8", ErrBadRequest, what))
@@ -175,7 +176,7 @@ func (i *Instance) text(mod api.Module, stack []uint64, ptr, n uint32, what stri
 // callCtx is the context of an ask or a distributed data call made by the guest: the
 // current message's trace and baggage, the instance's cancellation (the message
 // deadline), and the guest's timeout (defaultHostCallTimeout when 0).
-func (i *Instance) callCtx(timeoutMs int32) (context.Context, context.CancelFunc) {
+func (i *wasmInstance) callCtx(timeoutMs int32) (context.Context, context.CancelFunc) {
 	ctx := i.ctx
 	if i.msgCtx != nil {
 		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(i.msgCtx))
@@ -191,7 +192,7 @@ func (i *Instance) callCtx(timeoutMs int32) (context.Context, context.CancelFunc
 }
 
 // messaging reports whether tell, ask and forward may run now.
-func (i *Instance) messaging() bool {
+func (i *wasmInstance) messaging() bool {
 	return i.phase == phaseReceive || i.phase == phaseActivate
 }
 
@@ -235,7 +236,7 @@ func hostSender(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 // target reads the (type, id) arguments at stack[0:4].
-func (i *Instance) target(mod api.Module, stack []uint64) (typ, id string, ok bool) {
+func (i *wasmInstance) target(mod api.Module, stack []uint64) (typ, id string, ok bool) {
 	args, ok := i.textArgs(mod, stack, "entity type", "entity ID")
 	if !ok {
 		return "", "", false
@@ -244,7 +245,7 @@ func (i *Instance) target(mod api.Module, stack []uint64) (typ, id string, ok bo
 }
 
 // outgoing is a message from this entity to typ/id with the ask chain it carries.
-func (i *Instance) outgoing(typ, id string, payload []byte, ask bool) sharding.Message {
+func (i *wasmInstance) outgoing(typ, id string, payload []byte, ask bool) sharding.Message {
 	m := sharding.Message{EntityType: typ, EntityID: id, Payload: payload, Sender: i.name}
 	if ask {
 		if i.phase == phaseReceive && i.msg.Ask {
@@ -258,7 +259,7 @@ func (i *Instance) outgoing(typ, id string, payload []byte, ask bool) sharding.M
 // message reads the (type, id, msg) arguments of tell and ask and returns the message
 // from this entity; ok is false (the result set) when the arguments are bad, the call
 // is not allowed here, or the instance runs outside a node.
-func (i *Instance) message(mod api.Module, stack []uint64, verb string, ask bool) (m sharding.Message, ok bool) {
+func (i *wasmInstance) message(mod api.Module, stack []uint64, verb string, ask bool) (m sharding.Message, ok bool) {
 	typ, id, ok := i.target(mod, stack)
 	if !ok {
 		return m, false
@@ -302,7 +303,7 @@ func hostAsk(ctx context.Context, mod api.Module, stack []uint64) {
 	target := m.EntityType + "/" + m.EntityID
 	for _, waiting := range m.Chain {
 		if waiting == target {
-			inst.finish(stack, nil, fmt.Errorf("%w: %s asks %s, which waits for it (%s)", ErrAskCycle, inst.name, target,
+			inst.finish(stack, nil, fmt.Errorf("%w: %s asks %s, which waits for it (%s)", errAskCycle, inst.name, target,
 				chainText(m.Chain, target)))
 			return
 		}
@@ -342,7 +343,7 @@ func hostForward(ctx context.Context, mod api.Module, stack []uint64) {
 
 // textArgs reads the UTF-8 (ptr, len) arguments at stack[0:2*len(names)], named for the
 // error; ok is false (and the result set to BadRequest) when one is not UTF-8.
-func (i *Instance) textArgs(mod api.Module, stack []uint64, names ...string) ([]string, bool) {
+func (i *wasmInstance) textArgs(mod api.Module, stack []uint64, names ...string) ([]string, bool) {
 	out := make([]string, len(names))
 	for k, what := range names {
 		s, ok := i.text(mod, stack, uint32(stack[2*k]), uint32(stack[2*k+1]), what)
@@ -356,7 +357,7 @@ func (i *Instance) textArgs(mod api.Module, stack []uint64, names ...string) ([]
 
 // withServices reports whether the instance runs in a node; if not, it sets the result
 // to Unavailable.
-func (i *Instance) withServices(stack []uint64) bool {
+func (i *wasmInstance) withServices(stack []uint64) bool {
 	if i.svc == nil {
 		i.finish(stack, nil, errNoServices)
 		return false
@@ -384,7 +385,7 @@ func hostDDataGet(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 // finishValue sets the result to d's value as JSON.
-func (i *Instance) finishValue(stack []uint64, d ddata.ReplicatedData, err error) {
+func (i *wasmInstance) finishValue(stack []uint64, d ddata.ReplicatedData, err error) {
 	if err != nil {
 		i.finish(stack, nil, err)
 		return
@@ -394,7 +395,7 @@ func (i *Instance) finishValue(stack []uint64, d ddata.ReplicatedData, err error
 }
 
 // writeConsistency parses a guest's write consistency; on an error it sets the result.
-func (i *Instance) writeConsistency(stack []uint64, s string) (ddata.WriteConsistency, bool) {
+func (i *wasmInstance) writeConsistency(stack []uint64, s string) (ddata.WriteConsistency, bool) {
 	wc, err := ddata.ParseWriteConsistency(orDefault(s, "local"))
 	if err != nil {
 		i.finish(stack, nil, fmt.Errorf("%w: %v", ErrBadRequest, err))

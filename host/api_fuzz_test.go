@@ -89,7 +89,7 @@ func FuzzAPIHandler(f *testing.F) {
 }
 
 func mustTokens(tb testing.TB) *APITokens {
-	toks, err := ParseAPITokens(strings.NewReader("admin admin-token-0123456789\nclient client-token-0123456789\nread read-token-0123456789\n"))
+	toks, err := parseAPITokens(strings.NewReader("admin admin-token-0123456789\nclient client-token-0123456789\nread read-token-0123456789\n"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func FuzzParseAPITokens(f *testing.F) {
 	f.Add("client\t0123456789abcdef0123\r\n")
 	f.Add("admin x\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		toks, err := ParseAPITokens(strings.NewReader(text))
+		toks, err := parseAPITokens(strings.NewReader(text))
 		if err != nil {
 			return
 		}

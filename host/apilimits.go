@@ -17,17 +17,17 @@ import (
 // Limits of the management API against hostile or careless callers (README, "Secure").
 
 const (
-	// MaxEntityIDLength caps an entity ID given to the API, in bytes of UTF-8. Akka's
+	// maxEntityIDLength caps an entity ID given to the API, in bytes of UTF-8. Akka's
 	// sharding caps entity IDs too: they end up in every envelope, in the state store's
 	// keys and in remembered-entity sets.
-	MaxEntityIDLength = 512
-	// MaxQueryLength caps the query string of a request, in bytes (URL-encoded).
-	MaxQueryLength = 4096
+	maxEntityIDLength = 512
+	// maxQueryLength caps the query string of a request, in bytes (URL-encoded).
+	maxQueryLength = 4096
 )
 
-// ErrTooManyRequests: the API is serving APIConfig.MaxConcurrentRequests requests
+// errTooManyRequests: the API is serving APIConfig.MaxConcurrentRequests requests
 // already (HTTP 503 with Retry-After).
-var ErrTooManyRequests = errors.New("host: too many requests in progress")
+var errTooManyRequests = errors.New("host: too many requests in progress")
 
 // APIConfig secures and bounds the management API. DefaultAPIConfig gives the limits;
 // authentication is off until Tokens or a client CA in TLS is set.
@@ -86,15 +86,15 @@ func (c APIConfig) AuthEnabled() bool {
 }
 
 // limit is the middleware that refuses what the API will not take whatever the route:
-// a query over MaxQueryLength (414) and, past MaxConcurrentRequests requests in
+// a query over maxQueryLength (414) and, past MaxConcurrentRequests requests in
 // progress, any request but the probes and /metrics (503, Retry-After: 1). Refusals are
 // answered inside the request's span.
 func (n *Node) limit(next http.Handler) http.Handler {
 	slots := make(chan struct{}, n.cfg.API.MaxConcurrentRequests)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(r.URL.RawQuery) > MaxQueryLength {
+		if len(r.URL.RawQuery) > maxQueryLength {
 			refuse(w, r, http.StatusRequestURITooLong, sharding.CodeBadRequest,
-				fmt.Errorf("%w: the query has %d bytes, over the cap of %d", ErrBadRequest, len(r.URL.RawQuery), MaxQueryLength))
+				fmt.Errorf("%w: the query has %d bytes, over the cap of %d", ErrBadRequest, len(r.URL.RawQuery), maxQueryLength))
 			return
 		}
 		switch r.URL.Path {
@@ -107,7 +107,7 @@ func (n *Node) limit(next http.Handler) http.Handler {
 		default:
 			w.Header().Set("Retry-After", "1")
 			refuse(w, r, http.StatusServiceUnavailable, sharding.CodeOverloaded,
-				fmt.Errorf("%w: %d (retry later)", ErrTooManyRequests, cap(slots)))
+				fmt.Errorf("%w: %d (retry later)", errTooManyRequests, cap(slots)))
 			return
 		}
 		defer func() { <-slots }()
@@ -121,14 +121,14 @@ func refuse(w http.ResponseWriter, r *http.Request, status int, code string, err
 	writeJSON(w, status, apiError{Error: err.Error(), Code: code})
 }
 
-// checkEntityID refuses an empty entity ID, one over MaxEntityIDLength bytes, or one
+// checkEntityID refuses an empty entity ID, one over maxEntityIDLength bytes, or one
 // that is not UTF-8. The error wraps ErrBadRequest.
 func checkEntityID(id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%w: %v", ErrBadRequest, sharding.ErrEmptyEntityID)
-	case len(id) > MaxEntityIDLength:
-		return fmt.Errorf("%w: the entity ID has %d bytes, over the cap of %d", ErrBadRequest, len(id), MaxEntityIDLength)
+	case len(id) > maxEntityIDLength:
+		return fmt.Errorf("%w: the entity ID has %d bytes, over the cap of %d", ErrBadRequest, len(id), maxEntityIDLength)
 	case !utf8.ValidString(id):
 		return fmt.Errorf("%w: the entity ID is not UTF-8", ErrBadRequest)
 	}

@@ -79,13 +79,13 @@ func TestAPIRequestCap(t *testing.T) {
 	}
 }
 
-// TestAPIInputLimits: an entity ID over MaxEntityIDLength or not UTF-8, a bad type name
-// and a query over MaxQueryLength are refused with clear errors, and the node goes on.
+// TestAPIInputLimits: an entity ID over maxEntityIDLength or not UTF-8, a bad type name
+// and a query over maxQueryLength are refused with clear errors, and the node goes on.
 func TestAPIInputLimits(t *testing.T) {
 	n := startNode(t, nil, nil)
 	deployOn(t, n, "abitest")
 	c := client(t, n)
-	long := strings.Repeat("x", MaxEntityIDLength+1)
+	long := strings.Repeat("x", maxEntityIDLength+1)
 	for _, tc := range []struct {
 		path   string
 		status int
@@ -96,7 +96,7 @@ func TestAPIInputLimits(t *testing.T) {
 		{"/v1/ask?type=abitest&id=%FF%FE", 400, "not UTF-8"},
 		{"/v1/ask?type=" + url.QueryEscape("bad type!") + "&id=a", 400, "entity type name"},
 		{"/v1/ask?type=" + strings.Repeat("t", 65) + "&id=a", 400, "entity type name"},
-		{"/v1/ask?type=abitest&id=a&pad=" + strings.Repeat("p", MaxQueryLength), 414, "query has"},
+		{"/v1/ask?type=abitest&id=a&pad=" + strings.Repeat("p", maxQueryLength), 414, "query has"},
 		{"/v1/types/" + strings.Repeat("t", 65), 400, "entity type name"},
 	} {
 		r := c.do("POST", tc.path, []byte("count"))
@@ -104,7 +104,7 @@ func TestAPIInputLimits(t *testing.T) {
 			t.Errorf("POST %.60s...: %d %+v, want %d with %q", tc.path, r.status, r.err, tc.status, tc.text)
 		}
 	}
-	if r := c.ask("abitest", strings.Repeat("y", MaxEntityIDLength), "count"); r.status != 200 {
+	if r := c.ask("abitest", strings.Repeat("y", maxEntityIDLength), "count"); r.status != 200 {
 		t.Errorf("an ID of exactly the cap: %d %+v", r.status, r.err)
 	}
 	// A header block over MaxHeaderBytes: 431 from the server.

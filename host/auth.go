@@ -26,11 +26,11 @@ import (
 
 // Errors of API authentication.
 var (
-	// ErrUnauthenticated: the request has no credentials, or credentials the API does
+	// errUnauthenticated: the request has no credentials, or credentials the API does
 	// not know (HTTP 401).
-	ErrUnauthenticated = errors.New("host: unauthenticated")
-	// ErrForbidden: the caller's role may not do this (HTTP 403).
-	ErrForbidden = errors.New("host: forbidden")
+	errUnauthenticated = errors.New("host: unauthenticated")
+	// errForbidden: the caller's role may not do this (HTTP 403).
+	errForbidden = errors.New("host: forbidden")
 	// ErrBadTokens: a tokens file that cannot be used.
 	ErrBadTokens = errors.New("host: bad API tokens file")
 )
@@ -139,16 +139,16 @@ type apiToken struct {
 	role   Role
 }
 
-// MinTokenLength is the length, in bytes, below which a token given in clear in a
+// minTokenLength is the length, in bytes, below which a token given in clear in a
 // tokens file is refused: a token must be a random secret, not a password.
-const MinTokenLength = 16
+const minTokenLength = 16
 
-// ParseAPITokens reads a tokens file: one token per line, as "ROLE TOKEN" or "ROLE
+// parseAPITokens reads a tokens file: one token per line, as "ROLE TOKEN" or "ROLE
 // sha256:HEX" (the hex SHA-256 digest of the token, so that the file does not hold the
 // token itself). ROLE is admin, client or read. Blank lines and lines starting with '#'
 // are skipped. Errors wrap ErrBadTokens and name the line; a file without tokens is an
 // error.
-func ParseAPITokens(r io.Reader) (*APITokens, error) {
+func parseAPITokens(r io.Reader) (*APITokens, error) {
 	t := &APITokens{}
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
@@ -172,9 +172,9 @@ func ParseAPITokens(r io.Reader) (*APITokens, error) {
 			}
 			copy(tok.digest[:], b)
 		} else {
-			if len(fields[1]) < MinTokenLength {
+			if len(fields[1]) < minTokenLength {
 				return nil, fmt.Errorf("%w: line %d: a token has at least %d characters (make one with shardhost tokens create)",
-					ErrBadTokens, line, MinTokenLength)
+					ErrBadTokens, line, minTokenLength)
 			}
 			tok.digest = sha256.Sum256([]byte(fields[1]))
 		}
@@ -194,14 +194,14 @@ func ParseAPITokens(r io.Reader) (*APITokens, error) {
 	return t, nil
 }
 
-// LoadAPITokens reads the tokens file at path (ParseAPITokens).
+// LoadAPITokens reads the tokens file at path (parseAPITokens).
 func LoadAPITokens(path string) (*APITokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadTokens, err)
 	}
 	defer f.Close()
-	t, err := ParseAPITokens(f)
+	t, err := parseAPITokens(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -240,7 +240,7 @@ type caller struct {
 
 // authenticate finds the caller of r: by its bearer token if it has one (a wrong token
 // is refused even if a certificate is given too), else by its verified client
-// certificate. The error wraps ErrUnauthenticated.
+// certificate. The error wraps errUnauthenticated.
 func (a *apiAuth) authenticate(r *http.Request) (caller, error) {
 	h := r.Header.Get("Authorization")
 	if c, err := r.Cookie(consoleCookie); h == "" && err == nil && c.Value != "" && strings.HasPrefix(r.URL.Path, "/ui/") {
@@ -250,14 +250,14 @@ func (a *apiAuth) authenticate(r *http.Request) (caller, error) {
 	if h != "" {
 		scheme, token, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-			return caller{}, fmt.Errorf("%w: the Authorization header is not \"Bearer TOKEN\"", ErrUnauthenticated)
+			return caller{}, fmt.Errorf("%w: the Authorization header is not \"Bearer TOKEN\"", errUnauthenticated)
 		}
 		if a.tokens == nil {
-			return caller{}, fmt.Errorf("%w: this API takes no tokens (it authenticates client certificates)", ErrUnauthenticated)
+			return caller{}, fmt.Errorf("%w: this API takes no tokens (it authenticates client certificates)", errUnauthenticated)
 		}
 		role, ok := a.tokens.Role(token)
 		if !ok {
-			return caller{}, fmt.Errorf("%w: unknown token", ErrUnauthenticated)
+			return caller{}, fmt.Errorf("%w: unknown token", errUnauthenticated)
 		}
 		return caller{role: role, id: "token " + TokenDigest(token)[:len("sha256:")+8]}, nil
 	}
@@ -266,11 +266,11 @@ func (a *apiAuth) authenticate(r *http.Request) (caller, error) {
 		role, ok := certRole(cert)
 		if !ok {
 			return caller{}, fmt.Errorf("%w: the client certificate %q names no role (its subject's OU must be admin, client or read)",
-				ErrUnauthenticated, cert.Subject.String())
+				errUnauthenticated, cert.Subject.String())
 		}
 		return caller{role: role, id: "certificate " + cert.Subject.String()}, nil
 	}
-	return caller{}, fmt.Errorf("%w: no credentials (send Authorization: Bearer TOKEN%s)", ErrUnauthenticated, a.certHint())
+	return caller{}, fmt.Errorf("%w: no credentials (send Authorization: Bearer TOKEN%s)", errUnauthenticated, a.certHint())
 }
 
 func (a *apiAuth) certHint() string {
@@ -321,9 +321,9 @@ func (n *Node) authorize(mux *http.ServeMux, next http.Handler) http.Handler {
 		}
 		c, err := a.authenticate(r)
 		if err == nil && c.role < need {
-			err = fmt.Errorf("%w: %s needs the %s role; the caller (%s) has %s", ErrForbidden, pattern, need, c.id, c.role)
+			err = fmt.Errorf("%w: %s needs the %s role; the caller (%s) has %s", errForbidden, pattern, need, c.id, c.role)
 		}
-		if err != nil && errors.Is(err, ErrUnauthenticated) && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/ui") {
+		if err != nil && errors.Is(err, errUnauthenticated) && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/ui") {
 			// A console page without a known token: the browser logs in first.
 			http.Redirect(w, r, "/ui/login?"+url.Values{"next": {r.URL.Path}}.Encode(), http.StatusSeeOther)
 			return
@@ -332,7 +332,7 @@ func (n *Node) authorize(mux *http.ServeMux, next http.Handler) http.Handler {
 			// The mux has not run: give the span and the metrics the route it would have.
 			r.Pattern = pattern
 			status, code := http.StatusUnauthorized, "unauthenticated"
-			if errors.Is(err, ErrForbidden) {
+			if errors.Is(err, errForbidden) {
 				status, code = http.StatusForbidden, "forbidden"
 			} else {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shardhost"`)

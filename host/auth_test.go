@@ -24,7 +24,7 @@ admin  0123456789abcdef-admin
 client ` + TokenDigest("0123456789abcdef-client") + `
 read	0123456789abcdef-read
 `
-	toks, err := ParseAPITokens(strings.NewReader(good))
+	toks, err := parseAPITokens(strings.NewReader(good))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ read	0123456789abcdef-read
 		"dup as digest":  "admin 0123456789abcdef0123\nread " + TokenDigest("0123456789abcdef0123") + "\n",
 		"role with case": "Admin 0123456789abcdef0123\n",
 	} {
-		if _, err := ParseAPITokens(strings.NewReader(bad)); !errors.Is(err, ErrBadTokens) {
+		if _, err := parseAPITokens(strings.NewReader(bad)); !errors.Is(err, ErrBadTokens) {
 			t.Errorf("%s: err %v, want ErrBadTokens", name, err)
 		}
 	}
@@ -112,7 +112,7 @@ func TestEveryRouteHasARole(t *testing.T) {
 // writeTokens writes a tokens file with one token per role and returns it loaded.
 func testTokens(t *testing.T) *APITokens {
 	t.Helper()
-	toks, err := ParseAPITokens(strings.NewReader("admin admin-token-0123456789\nclient client-token-0123456789\nread " +
+	toks, err := parseAPITokens(strings.NewReader("admin admin-token-0123456789\nclient client-token-0123456789\nread " +
 		TokenDigest("read-token-0123456789") + "\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,7 @@ package host
 
 import "time"
 
-// monoBase is the origin of the instances' call deadlines (Instance.callEnd): a reading
+// monoBase is the origin of the instances' call deadlines (wasmInstance.callEnd): a reading
 // of the monotonic clock, taken once.
 var monoBase = time.Now()
 
@@ -27,7 +27,7 @@ func sinceMonoBase() time.Duration { return time.Since(monoBase) }
 // startDeadline records that a call starting at started (sinceMonoBase) may run for
 // deadline, and makes sure the call timer will fire by then. It returns the call's
 // callEnd, for endDeadline. Only the instance's calling goroutine calls it.
-func (i *Instance) startDeadline(started, deadline time.Duration) int64 {
+func (i *wasmInstance) startDeadline(started, deadline time.Duration) int64 {
 	end := int64(started + deadline)
 	if end <= 0 {
 		end = 1 // 0 means no call
@@ -49,13 +49,13 @@ func (i *Instance) startDeadline(started, deadline time.Duration) int64 {
 // endDeadline ends the call whose callEnd is end. It reports whether its deadline
 // passed during the call: the guest was (or is being) stopped, and the instance's
 // context cancelled.
-func (i *Instance) endDeadline(end int64) (fired bool) {
+func (i *wasmInstance) endDeadline(end int64) (fired bool) {
 	return !i.callEnd.CompareAndSwap(end, 0)
 }
 
 // callDeadlineFired is the call timer's function (see above). It runs on a goroutine of
 // its own; the timer is set (callArmed) while it runs.
-func (i *Instance) callDeadlineFired() {
+func (i *wasmInstance) callDeadlineFired() {
 	for {
 		end := i.callEnd.Load()
 		if end <= 0 {
@@ -87,7 +87,7 @@ func (i *Instance) callDeadlineFired() {
 // would be seen only then. If the timer's function runs meanwhile, it finds no call in
 // progress and leaves the timer unset itself. Only the instance's calling goroutine
 // calls it.
-func (i *Instance) disarmCallTimer() {
+func (i *wasmInstance) disarmCallTimer() {
 	if t := i.callTimer.Load(); t != nil && t.Stop() {
 		i.callArmed.Store(false)
 	}

@@ -18,7 +18,7 @@ func TestCallDeadlineAcrossCalls(t *testing.T) {
 	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MessageDeadline = deadline })
 	m := compile(t, rt, "faulty")
 	ctx := context.Background()
-	loop := func(inst *Instance) {
+	loop := func(inst *wasmInstance) {
 		t.Helper()
 		_, err := inst.Receive(ctx, []byte("loop"))
 		var ge *GuestError

@@ -19,7 +19,7 @@ import (
 // TypeInfo describes a deployed entity type: its module and its settings.
 type TypeInfo struct {
 	Name string `cbor:"1,keyasint" json:"name"`
-	// Digest is the hex SHA-256 of the module (see Digest).
+	// Digest is the hex SHA-256 of the module (see moduleDigest).
 	Digest string `cbor:"2,keyasint" json:"digest"`
 	// Size is the module's size in bytes.
 	Size int `cbor:"3,keyasint" json:"size"`

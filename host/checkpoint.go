@@ -46,7 +46,7 @@ type checkpointer struct {
 	pending *pendingBase
 	// tracker tracks the writes of inst's memory; nil until a base is taken.
 	tracker writeTracker
-	inst    *Instance
+	inst    *wasmInstance
 	scratch []uint32
 }
 
@@ -82,7 +82,7 @@ func (c *checkpointer) stop() {
 
 // track starts tracking the writes of inst's memory, whose content is now the
 // acknowledged base with the blocks of delta (nil for none) laid over it.
-func (c *checkpointer) track(inst *Instance, base snapshotBase, baseBytes int, delta *snapshotDelta) error {
+func (c *checkpointer) track(inst *wasmInstance, base snapshotBase, baseBytes int, delta *snapshotDelta) error {
 	c.stop()
 	if !inst.m.rt.enter() {
 		return fmt.Errorf("%w: %s", ErrRuntimeClosed, inst.name)
@@ -104,9 +104,9 @@ func (c *checkpointer) track(inst *Instance, base snapshotBase, baseBytes int, d
 }
 
 // checkpoint returns the entity's state to save: a delta against the acknowledged base
-// when the chain allows one, else a base (whose Snapshot, taken now, it also returns:
+// when the chain allows one, else a base (whose instanceSnapshot, taken now, it also returns:
 // the base of in-memory recovery).
-func (e *wasmEntity) checkpoint(extras entityExtras) (state []byte, full *Snapshot, took time.Duration, err error) {
+func (e *wasmEntity) checkpoint(extras entityExtras) (state []byte, full *instanceSnapshot, took time.Duration, err error) {
 	c := e.cp
 	inst := e.inst
 	if c.inst != inst {
@@ -183,13 +183,13 @@ func (e *wasmEntity) deltaState(extras entityExtras) ([]byte, error) {
 	defer inst.m.rt.exit()
 	size := inst.mem.Size()
 	mem, ok := inst.mem.Read(0, size)
-	if !ok || size%WasmPageSize != 0 {
+	if !ok || size%wasmPageSize != 0 {
 		return nil, fmt.Errorf("%w: memory of %d bytes is not whole pages", ErrNotSnapshottable, size)
 	}
 	if err := inst.bindGlobals(); err != nil {
 		return nil, err
 	}
-	d := &snapshotDelta{ModuleDigest: inst.m.Digest, Base: c.base, Seq: c.seq + 1, MemoryPages: size / WasmPageSize,
+	d := &snapshotDelta{ModuleDigest: inst.m.Digest, Base: c.base, Seq: c.seq + 1, MemoryPages: size / wasmPageSize,
 		Clock: inst.clock.state()}
 	blocks := c.dirty.appendTo(c.scratch[:0])
 	c.scratch = blocks[:0]
@@ -198,9 +198,9 @@ func (e *wasmEntity) deltaState(extras entityExtras) ([]byte, error) {
 		// The blocks alias the memory: encoded below, before the guest runs again.
 		d.Blocks[k] = deltaBlock{Index: b, Data: mem[int(b)*deltaBlockSize : (int(b)+1)*deltaBlockSize]}
 	}
-	d.Globals = make([]SnapshotGlobal, len(inst.m.snap.globals))
+	d.Globals = make([]snapshotGlobal, len(inst.m.snap.globals))
 	for k, g := range inst.m.snap.globals {
-		d.Globals[k] = SnapshotGlobal{Index: g.Index, Type: g.Type, Bits: canonicalBits(g.Type, inst.snapGlobals[k].Get())}
+		d.Globals[k] = snapshotGlobal{Index: g.Index, Type: g.Type, Bits: canonicalBits(g.Type, inst.snapGlobals[k].Get())}
 	}
 	b, err := d.marshal()
 	if err != nil {
@@ -226,7 +226,7 @@ func (e *wasmEntity) StateSaved() {
 // (stateInstance), a base (stateBase), or a base and its delta (stateChain). It returns
 // the entity's extras and, for a base, the chain to go on with. Errors wrap
 // ErrBadSnapshot for a state that does not decode or a delta that is not of its base.
-func (n *Node) restoreState(ctx context.Context, mod *Module, typ, id string, kind byte, payload []byte) (*Instance, *restoredChain, error) {
+func (n *Node) restoreState(ctx context.Context, mod *wasmModule, typ, id string, kind byte, payload []byte) (*wasmInstance, *restoredChain, error) {
 	var chain *restoredChain
 	var snapBytes []byte
 	switch kind {
@@ -258,7 +258,7 @@ func (n *Node) restoreState(ctx context.Context, mod *Module, typ, id string, ki
 		if err != nil {
 			return nil, nil, err
 		}
-		d, err := unmarshalDelta(dp, uint32(n.rt.cfg.MemoryLimit/WasmPageSize))
+		d, err := unmarshalDelta(dp, uint32(n.rt.cfg.MemoryLimit/wasmPageSize))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -290,7 +290,7 @@ func FuzzUnmarshalDelta(f *testing.F) {
 	blk := bytes.Repeat([]byte{7}, deltaBlockSize)
 	d := &snapshotDelta{ModuleDigest: digest, Base: snapshotBase{Gen: 3, Nonce: [16]byte{1, 2}}, Seq: 2, MemoryPages: 2,
 		Blocks:  []deltaBlock{{Index: 1, Data: blk}, {Index: 17, Data: make([]byte, deltaBlockSize)}},
-		Globals: []SnapshotGlobal{{Index: 0, Type: 0x7f, Bits: 5}}, Clock: SnapshotClock{Monotonic: 9, Wall: 10}}
+		Globals: []snapshotGlobal{{Index: 0, Type: 0x7f, Bits: 5}}, Clock: snapshotClock{Monotonic: 9, Wall: 10}}
 	good, err := d.marshal()
 	if err != nil {
 		f.Fatal(err)
@@ -298,8 +298,8 @@ func FuzzUnmarshalDelta(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:len(good)/2])
 	f.Add([]byte(deltaMagic))
-	base := &Snapshot{Version: SnapshotVersion, ModuleDigest: digest, MemoryPages: 1,
-		Pages: []SnapshotPage{{Index: 0, Data: bytes.Repeat([]byte{1}, WasmPageSize)}}, Globals: []SnapshotGlobal{{Index: 0, Type: 0x7f}}}
+	base := &instanceSnapshot{Version: snapshotVersion, ModuleDigest: digest, MemoryPages: 1,
+		Pages: []snapshotPage{{Index: 0, Data: bytes.Repeat([]byte{1}, wasmPageSize)}}, Globals: []snapshotGlobal{{Index: 0, Type: 0x7f}}}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := unmarshalDelta(b, 64)
 		if err != nil {

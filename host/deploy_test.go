@@ -144,7 +144,7 @@ func TestDeployRefusesMalformedModuleBeforeStoring(t *testing.T) {
 		if !errors.Is(err, ErrInvalidModule) {
 			t.Fatalf("%s: %v, want ErrInvalidModule", name, err)
 		}
-		_, err = nodes[0].messenger.Request(ctx, nodes[1].Self().TransportAddr, topicStage, append([]byte(Digest(wasm)), wasm...))
+		_, err = nodes[0].messenger.Request(ctx, nodes[1].Self().TransportAddr, topicStage, append([]byte(moduleDigest(wasm)), wasm...))
 		if err == nil || !strings.Contains(err.Error(), ErrInvalidModule.Error()) {
 			t.Fatalf("%s: the other member's answer to a stage request: %v, want its refusal as an invalid module", name, err)
 		}
@@ -170,7 +170,7 @@ func TestStageRefusesBytesThatAreNotTheDigest(t *testing.T) {
 	wasm := testwasm.RustBytes(t, "counter-rust")
 	other := append([]byte(nil), wasm...)
 	other[len(other)-1] ^= 1
-	_, err := nodes[0].messenger.Request(context.Background(), nodes[1].Self().TransportAddr, topicStage, append([]byte(Digest(other)), wasm...))
+	_, err := nodes[0].messenger.Request(context.Background(), nodes[1].Self().TransportAddr, topicStage, append([]byte(moduleDigest(other)), wasm...))
 	if err == nil || !strings.Contains(err.Error(), "another digest") {
 		t.Fatalf("stage of bytes under another digest: %v", err)
 	}
@@ -240,7 +240,7 @@ func TestDeployRefusedByTheDeployerLeavesNothing(t *testing.T) {
 		if files, err := os.ReadDir(n.modules.dir); err != nil || len(files) != 0 {
 			t.Fatalf("%s: files of the refused module %v %v", n.Self().Address, files, err)
 		}
-		if n.modules.loaded(Digest(wasm)) != nil {
+		if n.modules.loaded(moduleDigest(wasm)) != nil {
 			t.Fatalf("%s holds the refused module in memory", n.Self().Address)
 		}
 	}
@@ -252,7 +252,7 @@ func TestDeployRefusedByTheDeployerLeavesNothing(t *testing.T) {
 	if _, err := small.Deploy(context.Background(), wasm, sharding.TypeSettings{Name: "counter2"}); !errors.Is(err, ErrInvalidModule) {
 		t.Fatalf("second deploy from the member with a 1 MiB cap: %v", err)
 	}
-	if !other.modules.has(Digest(wasm)) || other.modules.loaded(Digest(wasm)) == nil {
+	if !other.modules.has(moduleDigest(wasm)) || other.modules.loaded(moduleDigest(wasm)) == nil {
 		t.Fatal("the module of a deployed type was discarded")
 	}
 }
@@ -383,7 +383,7 @@ func TestInterpretedGoSnapshotRestoresCompiled(t *testing.T) {
 }
 
 // newRuntimeOnly is newTestRuntime without its log.
-func newRuntimeOnly(t *testing.T) *Runtime {
+func newRuntimeOnly(t *testing.T) *wasmRuntime {
 	rt, _ := newTestRuntime(t, nil)
 	return rt
 }

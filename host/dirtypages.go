@@ -21,7 +21,7 @@ import (
 //     memory each time: about 1 ms for a Go guest's 3 MiB on a loaded 2-core machine.
 
 // writeTracker reports the blocks of an instance's memory written since its last
-// report. It is used on the instance's goroutine, between calls, under Runtime.enter.
+// report. It is used on the instance's goroutine, between calls, under wasmRuntime.enter.
 type writeTracker interface {
 	// written appends to dst the index of every block of mem written since the last
 	// call (or since the tracker started), mem being the instance's memory now (it
@@ -36,7 +36,7 @@ type writeTracker interface {
 // newWriteTracker starts tracking the writes to an instance's memory from now on: the
 // kernel's way when the memory is in an arena slot and the system has it, hashing
 // otherwise.
-func (i *Instance) newWriteTracker(mem []byte) writeTracker {
+func (i *wasmInstance) newWriteTracker(mem []byte) writeTracker {
 	if i.lm != nil && i.lm.arena != nil {
 		if t, err := i.lm.startWriteTracking(len(mem)); err == nil {
 			return t

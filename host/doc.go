@@ -4,23 +4,46 @@
 // the ABI (package abi). It serves the management API (HTTP), the web console and the
 // metrics, and keeps deployed modules and the catalog of entity types.
 //
-// Design: docs/design.md; the guest contract: abi/SPEC.md; how to run it: README.md.
+// Design: docs/design.md; the guest contract: abi/SPEC.md; how to run it: README.md;
+// where each part lives: ARCHITECTURE.md.
 //
 // # What an embedder uses
 //
-// Start with a Config (DefaultConfig) returns a running Node: Deploy and Undeploy,
-// Sharding (Tell and Ask to entities), Replicator, Ready, the API's Handler, Close (a
-// graceful leave) and Kill. The API's types
-// (DeployResult, TypeInfo, ShardsReport, Readiness, ...) are its JSON replies, and
-// APIConfig, APITokens and Role secure it. The errors (ErrInvalidModule, GuestError,
-// EntityError, ...) keep their meaning through the API's error codes.
+// Every exported name of the package is named here; anything else is unexported or under
+// host/internal (the module checks and rewrites, host/internal/wasmbin).
 //
-// Runtime, Module and Instance run one wasm module on their own, without a cluster:
-// for tests and benchmarks of entity modules (NewRuntime, Runtime.Compile,
-// Module.Instantiate).
-// Snapshot and its parts are the format of a saved entity state (abi/SPEC.md,
-// "Snapshots"), public so that tools can read saved states. Digest, TokenDigest,
-// ValidateTypeName and NodeHeader are what the shardhost command shares with the node.
-// The catalog, the module store, the ABI's host functions and the console are
-// unexported.
+// A node: Start with a Config (DefaultConfig; a ConfigError names a field that cannot
+// work) returns a running Node: Deploy and Undeploy, Sharding (Tell and Ask to
+// entities), Replicator, Ready, the API's Handler, Close (a graceful leave) and Kill.
+// Config.Runtime is a RuntimeConfig (the wasm sandbox: memory cap, deadlines, message
+// size); Config.API an APIConfig (DefaultAPIConfig), with APITokens (LoadAPITokens,
+// which fails with ErrBadTokens) and a Role for each caller (ParseRole: RoleNone,
+// RoleRead, RoleClient, RoleAdmin); Config.StateStore names a StateStoreKind
+// (ParseStateStore: StateStoreBuiltin, StateStorePostgres).
+//
+// What the node's methods return, and the API's JSON replies: DeployResult (with a
+// MemberDeployment per member and the type's Setting list), UndeployResult, TypeInfo (a
+// type as the catalog holds it, with each ModuleVersion), ModuleInfo, ShardsReport (a
+// RegionReport per member, a ShardReport per shard), Readiness (GET /ready), DDataEntry
+// (a key of the replicator) and ForgetResult (the reply of ForgetStateMember's route).
+//
+// Errors keep their meaning through the API's error codes and across members
+// (sharding.CodedError). A message that failed inside the guest is a *GuestError
+// (ErrGuestTrap, or ErrGuestDeadline), an entity's own refusal an *EntityError; an
+// entity that keeps failing answers ErrEntityBackoff. A deploy fails with
+// ErrBadRequest, ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged or
+// ErrModuleUnavailable; an undeploy with ErrCannotDeleteState, ForgetStateMember with
+// ErrNoStateRing. An ask fails with ErrMessageTooLarge or ErrReplyTooLarge past the
+// size cap, with ErrInstanceClosed or ErrRuntimeClosed while the node stops, and with
+// ErrBadSnapshot, ErrRestoreFailed (which matches ErrSnapshotFailed) or
+// ErrNotSnapshottable when a saved state does not restore or cannot be taken.
+//
+// What the shardhost command shares with the node: TokenDigest (the form of a token in
+// a tokens file), ValidateTypeName, and NodeHeader (the response header that names the
+// member that answered).
+//
+// The wasm engine (the runtime, its modules and instances, transparent snapshots and
+// their encoding, abi/SPEC.md "State: snapshots"), the catalog, the module store, the
+// ABI's host functions and the console are unexported: the API and the ABI are the
+// supported ways in.
 package host

@@ -61,7 +61,7 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	// its shard or this member.
 	ctx = withEntityAttrs(ctx, []attribute.KeyValue{obs.EntityType.String(typ), obs.EntityID.String(id),
 		obs.ShardID.Int(abi.ShardID(id, info.NumberOfShards)), obs.Node.String(n.membership.Self().Address)})
-	var inst *Instance
+	var inst *wasmInstance
 	var extras entityExtras
 	var chain *restoredChain
 	if state == nil {
@@ -143,9 +143,9 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 // goroutine; those only read what they captured and route messages.
 type wasmEntity struct {
 	n       *Node
-	mod     *Module
+	mod     *wasmModule
 	typ, id string
-	inst    *Instance
+	inst    *wasmInstance
 	timers  map[string]*entityTimer
 	subs    map[string]*entitySub
 	stopped atomic.Bool
@@ -245,7 +245,7 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 func (e *wasmEntity) toCompiled(ctx context.Context) {
 	start := time.Now()
 	snap, err := e.inst.Snapshot()
-	var inst *Instance
+	var inst *wasmInstance
 	if err == nil {
 		inst, err = e.mod.Restore(ctx, e.typ, e.id, snap)
 	}
@@ -295,7 +295,7 @@ func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
 			return nil, withCode(err)
 		}
 		if e.rec != nil {
-			e.setBase(snap, time.Since(start)) // a Snapshot is a value: the base for recovery too
+			e.setBase(snap, time.Since(start)) // an instanceSnapshot is a value: the base for recovery too
 		}
 		b, err := snap.MarshalBinary()
 		if err != nil {
@@ -311,7 +311,7 @@ func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
 		return nil, withCode(err)
 	}
 	if snap != nil && e.rec != nil {
-		e.setBase(snap, took) // a Snapshot is a value: the base for recovery too
+		e.setBase(snap, took) // an instanceSnapshot is a value: the base for recovery too
 	}
 	return state, nil
 }

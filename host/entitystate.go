@@ -16,10 +16,11 @@ import (
 //
 // kind stateGuest: the payload is the guest's own encoding, from shardhost_snapshot,
 // given back to shardhost_restore. kind stateInstance: the payload is a transparent
-// Snapshot's MarshalBinary. kind stateBase: a transparent snapshot that deltas may
-// follow (checkpoint.go): uvarint(generation), the 16-byte nonce, then the Snapshot's
-// MarshalBinary. kind stateDelta: the payload is a delta (snapshotdelta.go) against the
-// base it names; the store keeps it under the entity's delta key (deltastore.go).
+// snapshot's MarshalBinary (instanceSnapshot). kind stateBase: a transparent snapshot
+// that deltas may follow (checkpoint.go): uvarint(generation), the 16-byte nonce, then
+// the snapshot's MarshalBinary. kind stateDelta: the payload is a delta
+// (snapshotdelta.go) against the base it names; the store keeps it under the entity's
+// delta key (deltastore.go).
 // kind stateChain is what that store's Load returns for a base with its delta, never
 // stored: uvarint(len(base)), the base's saved state, then the delta's saved state.
 // extras is the deterministic CBOR of entityExtras (the entity's timers and

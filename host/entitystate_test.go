@@ -276,7 +276,7 @@ func TestNodeModuleVersions(t *testing.T) {
 		t.Fatalf("redeploy: %+v %v", res.Type, err)
 	}
 	mods := n.Modules()
-	if len(mods) != 2 || !mods[0].Current || mods[0].Digest != Digest(v2) || mods[1].Digest != Digest(v1) ||
+	if len(mods) != 2 || !mods[0].Current || mods[0].Digest != moduleDigest(v2) || mods[1].Digest != moduleDigest(v1) ||
 		mods[1].Version != 1 || mods[1].Current || !mods[0].Local || !mods[1].Local {
 		t.Fatalf("modules: %+v", mods)
 	}
@@ -301,7 +301,7 @@ func TestNodeModuleVersions(t *testing.T) {
 			used = append(used, attrs["shardhost.module.digest"])
 		}
 	}
-	if len(used) != 2 || used[0] != Digest(v1) || used[1] != Digest(v2) {
+	if len(used) != 2 || used[0] != moduleDigest(v1) || used[1] != moduleDigest(v2) {
 		t.Fatalf("activations used %v, want version 1 then version 2", used)
 	}
 }

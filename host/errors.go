@@ -3,13 +3,17 @@ package host
 import (
 	"errors"
 
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/sharding"
 )
 
 // Errors of the host. Guest failures come as *GuestError, which matches ErrGuestTrap or
 // ErrGuestDeadline with errors.Is; an entity's own refusal is an *EntityError.
 var (
-	ErrInvalidModule     = errors.New("host: invalid module")
+	// ErrInvalidModule: a module refused at deploy (malformed, or not an entity module
+	// of abi/SPEC.md); the error says what is wrong. It is the module checks' own
+	// (host/internal/wasmbin), so that their errors match it.
+	ErrInvalidModule     = wasmbin.ErrInvalidModule
 	ErrModuleTooLarge    = errors.New("host: module too large")
 	ErrModuleUnavailable = errors.New("host: module unavailable")
 	ErrShardsChanged     = errors.New("host: the number of shards of an entity type cannot change")

@@ -52,7 +52,7 @@ func benchCounterActivation(b *testing.B, wasm []byte) {
 	const n = 1000
 	var samples []time.Duration
 	for i := 0; i < b.N; i++ {
-		insts := make([]*Instance, 0, n)
+		insts := make([]*wasmInstance, 0, n)
 		for k := 0; k < n; k++ {
 			start := time.Now()
 			inst, err := m.Instantiate(ctx, "counter", "a"+strconv.Itoa(k))

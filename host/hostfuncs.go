@@ -33,17 +33,17 @@ var hostFunctionNames = func() map[string]struct{} {
 
 // instantiateHostModule instantiates the shardhost host module in r, one of the
 // runtime's two wazero runtimes.
-func (rt *Runtime) instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
+func (rt *wasmRuntime) instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(abi.ImportModule)
 	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
 		b.NewFunctionBuilder().WithGoModuleFunction(replayable(name, f, len(results)), params, results).Export(name)
 	}
 	fn(abi.ImportReply, hostReply, []api.ValueType{i32, i32}, nil)
 	fn(abi.ImportEntityID, func(ctx context.Context, mod api.Module, stack []uint64) {
-		writeString(ctx, mod, stack, func(i *Instance) string { return i.entityID })
+		writeString(ctx, mod, stack, func(i *wasmInstance) string { return i.entityID })
 	}, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn(abi.ImportEntityType, func(ctx context.Context, mod api.Module, stack []uint64) {
-		writeString(ctx, mod, stack, func(i *Instance) string { return i.entityType })
+		writeString(ctx, mod, stack, func(i *wasmInstance) string { return i.entityType })
 	}, []api.ValueType{i32, i32}, []api.ValueType{i32})
 	fn(abi.ImportLog, hostLog, []api.ValueType{i32, i32, i32}, nil)
 	fn(abi.ImportPassivate, hostPassivate, nil, nil)
@@ -56,7 +56,7 @@ func (rt *Runtime) instantiateHostModule(ctx context.Context, r wazero.Runtime) 
 	return nil
 }
 
-func mustInstance(ctx context.Context) *Instance {
+func mustInstance(ctx context.Context) *wasmInstance {
 	inst := instanceFrom(ctx)
 	if inst == nil {
 		panic("host: host function called outside a shardhost instance")
@@ -92,7 +92,7 @@ func hostReply(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 // writeString implements the (ptr, cap) -> len host functions.
-func writeString(ctx context.Context, mod api.Module, stack []uint64, value func(*Instance) string) {
+func writeString(ctx context.Context, mod api.Module, stack []uint64, value func(*wasmInstance) string) {
 	inst := mustInstance(ctx)
 	inst.charge()
 	ptr, capacity := uint32(stack[0]), uint32(stack[1])

@@ -236,7 +236,7 @@ func (f *fakeServices) cancelTimer(name string) bool {
 }
 
 // fuzzInstance is an instance of the caller module with fake services.
-func fuzzInstance(tb testing.TB) (*Instance, []hostFn) {
+func fuzzInstance(tb testing.TB) (*wasmInstance, []hostFn) {
 	tb.Helper()
 	rt, _ := newTestRuntime(tb, nil)
 	fns := allHostFunctions()
@@ -255,7 +255,7 @@ func fuzzInstance(tb testing.TB) (*Instance, []hostFn) {
 // callHost calls the host function fns[k] through its caller with args; the instance
 // looks as if a message were being handled. It returns the code (if the function has a
 // result) and the call's error (a trap).
-func callHost(inst *Instance, fn hostFn, args []uint64) (uint64, error) {
+func callHost(inst *wasmInstance, fn hostFn, args []uint64) (uint64, error) {
 	inst.inCall, inst.phase, inst.replyCap, inst.calls = true, phaseReceive, 1<<20, 0
 	inst.msg = sharding.MessageInfo{Sender: "fuzz/y", Ask: true, Chain: []string{"fuzz/z"}}
 	defer func() { inst.inCall, inst.phase = false, phaseNone }()

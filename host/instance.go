@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -72,15 +73,15 @@ func (e *EntityError) Error() string { return e.Message }
 // for the host functions.
 type instanceKey struct{}
 
-func instanceFrom(ctx context.Context) *Instance {
-	inst, _ := ctx.Value(instanceKey{}).(*Instance)
+func instanceFrom(ctx context.Context) *wasmInstance {
+	inst, _ := ctx.Value(instanceKey{}).(*wasmInstance)
 	return inst
 }
 
-// Instance is one entity's wasm instance. It is not safe for concurrent use: the caller
-// delivers one message at a time, which is what the ABI promises the guest.
-type Instance struct {
-	m *Module
+// wasmInstance is one entity's wasm instance. It is not safe for concurrent use: the
+// caller delivers one message at a time, which is what the ABI promises the guest.
+type wasmInstance struct {
+	m *wasmModule
 	// code is the compiled module the instance was made from (interpreted or not).
 	code       *moduleCode
 	entityType string
@@ -88,12 +89,12 @@ type Instance struct {
 	name       string // "type/id"
 	mod        api.Module
 	mem        api.Memory
-	// stop is the global addDeadlineChecks added: set, the guest traps at its next loop
+	// stop is the global wasmbin.Rewrite added: set, the guest traps at its next loop
 	// iteration. stopped makes stopGuest set it once.
 	stop    api.MutableGlobal
 	stopped atomic.Bool
 	lm      *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
-	// dispatch is the module's shardhost_dispatch (wasmdispatch.go): the host calls
+	// dispatch is the module's shardhost_dispatch (wasmbin.DispatchExport): the host calls
 	// every export through it, so an instance holds one wazero call engine.
 	dispatch    api.Function
 	ctx         context.Context // lives as long as the instance; carries it for host functions
@@ -161,20 +162,20 @@ type Instance struct {
 // Instantiate creates an instance of the module for the entity typ/id and runs the
 // module's _initialize, within the message deadline. Errors wrap ErrGuestTrap or
 // ErrGuestDeadline when the guest failed, ErrRuntimeClosed when the runtime is gone.
-func (m *Module) Instantiate(ctx context.Context, entityType, entityID string) (*Instance, error) {
+func (m *wasmModule) Instantiate(ctx context.Context, entityType, entityID string) (*wasmInstance, error) {
 	return m.instantiate(ctx, entityType, entityID, nil, false)
 }
 
 // instantiate is Instantiate; with a plan, it is Restore's: the plan names the compiled
 // module and start functions, and its snapshot is loaded before the instance is returned.
 // restoring names its span "restore" (a guest-level restore follows).
-func (m *Module) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan, restoring bool) (*Instance, error) {
+func (m *wasmModule) instantiate(ctx context.Context, entityType, entityID string, plan *restorePlan, restoring bool) (*wasmInstance, error) {
 	rt := m.rt
 	if !rt.enter() {
 		return nil, fmt.Errorf("%w: instantiating %s/%s", ErrRuntimeClosed, entityType, entityID)
 	}
 	defer rt.exit()
-	inst := &Instance{m: m, entityType: entityType, entityID: entityID, name: entityType + "/" + entityID}
+	inst := &wasmInstance{m: m, entityType: entityType, entityID: entityID, name: entityType + "/" + entityID}
 	span := noopSpan
 	if entityType != "" {
 		inst.attrs = entityAttrs(ctx, entityType, entityID)
@@ -190,20 +191,20 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		}
 	}
 	defer span.End()
-	inst.clock.reset(SnapshotClock{Wall: fakeEpochNanos})
+	inst.clock.reset(snapshotClock{Wall: fakeEpochNanos})
 	code, start := m.code.Load(), m.start
 	if plan != nil {
 		code, start = plan.code, plan.start
 	}
 	inst.code = code
 	// Not derived from rt.ctx: every instance would register with (and lock) that one
-	// parent, which activations on all cores contended on. Runtime.Close cancels the
+	// parent, which activations on all cores contended on. wasmRuntime.Close cancels the
 	// live instances' contexts itself, and this one below if it closed meanwhile.
 	base, cancel := context.WithCancel(context.Background())
 	inst.ctx = context.WithValue(base, instanceKey{}, inst)
 	inst.cancel = cancel
 	// No guest code runs in InstantiateModule (the module's start section is an export,
-	// addDeadlineChecks): the start functions run after it, under the deadline.
+	// wasmbin.Rewrite): the start functions run after it, under the deadline.
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().
@@ -225,12 +226,12 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		return nil, err
 	}
 	inst.mod = mod
-	inst.stop, _ = mod.ExportedGlobal(stopGlobalExport).(api.MutableGlobal)
-	inst.dispatch = mod.ExportedFunction(dispatchExport)
+	inst.stop, _ = mod.ExportedGlobal(wasmbin.StopGlobalExport).(api.MutableGlobal)
+	inst.dispatch = mod.ExportedFunction(wasmbin.DispatchExport)
 	if inst.stop == nil || inst.dispatch == nil {
 		inst.mod.Close(context.Background())
 		cancel()
-		return nil, fmt.Errorf("%w: no %s global or %s function after instantiation", ErrInvalidModule, stopGlobalExport, dispatchExport)
+		return nil, fmt.Errorf("%w: no %s global or %s function after instantiation", ErrInvalidModule, wasmbin.StopGlobalExport, wasmbin.DispatchExport)
 	}
 	rt.mu.Lock()
 	rt.live[inst] = struct{}{}
@@ -259,7 +260,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 		return nil, err
 	}
 	inst.mem = mod.Memory()
-	if ops := m.ops; fired || inst.mem == nil || !ops.has(opAlloc) || !ops.has(opReceive) {
+	if ops := m.ops; fired || inst.mem == nil || !ops.Has(wasmbin.OpAlloc) || !ops.Has(wasmbin.OpReceive) {
 		inst.Close(context.Background())
 		if fired {
 			return nil, &GuestError{Entity: inst.name, Cause: ErrGuestDeadline, Detail: fmt.Sprintf("instantiation took over %v", rt.cfg.ActivationDeadline)}
@@ -282,7 +283,7 @@ func (m *Module) instantiate(ctx context.Context, entityType, entityID string, p
 // *GuestError and the instance is closed (Closed reports true). A message over the size
 // cap fails with ErrMessageTooLarge before reaching the guest; a reply over it fails
 // with ErrReplyTooLarge, and the instance goes on with the state the message left.
-func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
+func (i *wasmInstance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 	i.returned = false
 	if i.closed {
 		return nil, ErrInstanceClosed
@@ -319,9 +320,9 @@ func (i *Instance) Receive(ctx context.Context, msg []byte) ([]byte, error) {
 // noopSpan stands for a span when tracing is off.
 var noopSpan = trace.SpanFromContext(context.Background())
 
-func (i *Instance) call(msg []byte) ([]byte, error) {
+func (i *wasmInstance) call(msg []byte) ([]byte, error) {
 	i.forward = nil
-	status, reply, err := i.invoke(opReceive, msg, true, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(wasmbin.OpReceive, msg, true, i.m.rt.cfg.MaxMessageSize)
 	fwd := i.forward
 	i.forward = nil
 	if err != nil {
@@ -344,7 +345,7 @@ func (i *Instance) call(msg []byte) ([]byte, error) {
 // fn(ptr, len) with arg written into a buffer from shardhost_alloc when withArg is set,
 // fn() otherwise. It returns the status the guest returned and the reply it gave (at most
 // replyCap bytes). A trap or the deadline closes the instance and is a *GuestError.
-func (i *Instance) invoke(op dispatchOp, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
+func (i *wasmInstance) invoke(op wasmbin.Op, arg []byte, withArg bool, replyCap int) (abi.Status, []byte, error) {
 	if !i.m.rt.enter() {
 		// The runtime closes the module and its memory.
 		i.closed = true
@@ -368,7 +369,7 @@ func (i *Instance) invoke(op dispatchOp, arg []byte, withArg bool, replyCap int)
 	var err error
 	var ptr uint32
 	if withArg {
-		i.stack[0], i.stack[1] = uint64(opAlloc), uint64(len(arg))
+		i.stack[0], i.stack[1] = uint64(wasmbin.OpAlloc), uint64(len(arg))
 		err = i.dispatch.CallWithStack(i.ctx, i.stack[:])
 		if err == nil {
 			ptr = uint32(i.stack[0])
@@ -411,17 +412,17 @@ func (i *Instance) invoke(op dispatchOp, arg []byte, withArg bool, replyCap int)
 }
 
 // phaseOf names the phase a call of op's export is.
-func phaseOf(op dispatchOp) phase {
+func phaseOf(op wasmbin.Op) phase {
 	switch op {
-	case opReceive:
+	case wasmbin.OpReceive:
 		return phaseReceive
-	case opSnapshot:
+	case wasmbin.OpSnapshot:
 		return phaseSnapshot
-	case opRestore:
+	case wasmbin.OpRestore:
 		return phaseRestore
-	case opOnActivate:
+	case wasmbin.OpOnActivate:
 		return phaseActivate
-	case opOnPassivate:
+	case wasmbin.OpOnPassivate:
 		return phasePassivate
 	}
 	return phaseNone
@@ -430,16 +431,16 @@ func phaseOf(op dispatchOp) phase {
 // Activate runs the guest's shardhost_on_activate (ABI v1), if it exports one, before
 // the first message of an incarnation. Errors: an *EntityError with the guest's text when
 // it refused, a *GuestError for a trap or the deadline (the instance is then closed).
-func (i *Instance) Activate(ctx context.Context) error {
+func (i *wasmInstance) Activate(ctx context.Context) error {
 	if i.closed {
 		return ErrInstanceClosed
 	}
-	if !i.m.ops.has(opOnActivate) {
+	if !i.m.ops.Has(wasmbin.OpOnActivate) {
 		return nil
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(opOnActivate, nil, false, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(wasmbin.OpOnActivate, nil, false, i.m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		return err
@@ -454,13 +455,13 @@ func (i *Instance) Activate(ctx context.Context) error {
 // hook may have changed the state: not when the guest answered StatusNoHook (it has
 // none). A refusal or a failure is logged (after a trap the instance is closed and the
 // last saved state stands).
-func (i *Instance) BeforeStop(ctx context.Context) bool {
-	if i.closed || !i.m.ops.has(opOnPassivate) {
+func (i *wasmInstance) BeforeStop(ctx context.Context) bool {
+	if i.closed || !i.m.ops.Has(wasmbin.OpOnPassivate) {
 		return false
 	}
 	i.msgCtx = ctx
 	defer func() { i.msgCtx = nil }()
-	status, reply, err := i.invoke(opOnPassivate, nil, false, i.m.rt.cfg.MaxMessageSize)
+	status, reply, err := i.invoke(wasmbin.OpOnPassivate, nil, false, i.m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		i.m.rt.log.Warn("entity's on_passivate failed", "entity", i.name, "err", err)
@@ -475,7 +476,7 @@ func (i *Instance) BeforeStop(ctx context.Context) bool {
 
 // HasGuestSnapshot reports whether the module exports shardhost_snapshot and
 // shardhost_restore (abi/SPEC.md).
-func (m *Module) HasGuestSnapshot() bool { return m.guestSnapshot }
+func (m *wasmModule) HasGuestSnapshot() bool { return m.guestSnapshot }
 
 // GuestSnapshot asks the guest for its guest-level snapshot (shardhost_snapshot), between
 // messages. ok is false when the module has none or the guest answered NoSnapshot: the
@@ -484,14 +485,14 @@ func (m *Module) HasGuestSnapshot() bool { return m.guestSnapshot }
 // Errors: ErrInstanceClosed; ErrSnapshotFailed when the guest refused (its text is in the
 // error) or gave more than abi.MaxSnapshotSize bytes; a *GuestError for a trap or the
 // deadline, after which the instance is closed.
-func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
+func (i *wasmInstance) GuestSnapshot() (state []byte, ok bool, err error) {
 	if i.closed {
 		return nil, false, ErrInstanceClosed
 	}
 	if !i.m.guestSnapshot {
 		return nil, false, nil
 	}
-	status, reply, err := i.invoke(opSnapshot, nil, false, abi.MaxSnapshotSize)
+	status, reply, err := i.invoke(wasmbin.OpSnapshot, nil, false, abi.MaxSnapshotSize)
 	switch {
 	case errors.Is(err, ErrReplyTooLarge):
 		return nil, false, fmt.Errorf("%w: %w", ErrSnapshotFailed, err)
@@ -514,7 +515,7 @@ func (i *Instance) GuestSnapshot() (state []byte, ok bool, err error) {
 // Errors: ErrBadSnapshot when the module does not export shardhost_restore;
 // ErrRestoreFailed (which matches ErrSnapshotFailed) when the guest refused the state
 // (its text is in the error); those of Instantiate.
-func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, state []byte) (*Instance, error) {
+func (m *wasmModule) RestoreGuest(ctx context.Context, entityType, entityID string, state []byte) (*wasmInstance, error) {
 	if !m.guestSnapshot {
 		return nil, fmt.Errorf("%w: module %.12s… does not export %s: it cannot take up the guest-level state of %s/%s",
 			ErrBadSnapshot, m.Digest, abi.ExportRestore, entityType, entityID)
@@ -523,7 +524,7 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 	if err != nil {
 		return nil, err
 	}
-	status, reply, err := inst.invoke(opRestore, state, true, m.rt.cfg.MaxMessageSize)
+	status, reply, err := inst.invoke(wasmbin.OpRestore, state, true, m.rt.cfg.MaxMessageSize)
 	switch {
 	case err != nil:
 		return nil, err
@@ -539,16 +540,16 @@ func (m *Module) RestoreGuest(ctx context.Context, entityType, entityID string, 
 
 // PassivationRequested reports whether the guest called the passivate host function
 // during the last message, and clears the request.
-func (i *Instance) PassivationRequested() bool {
+func (i *wasmInstance) PassivationRequested() bool {
 	p := i.passivate
 	i.passivate = false
 	return p
 }
 
 // stopGuest makes the guest trap at its next loop iteration (the deadline timer, or
-// Runtime.Close). It may be called from any goroutine; only the first call sets the
+// wasmRuntime.Close). It may be called from any goroutine; only the first call sets the
 // global.
-func (i *Instance) stopGuest() {
+func (i *wasmInstance) stopGuest() {
 	if !i.stopped.CompareAndSwap(false, true) {
 		return
 	}
@@ -561,7 +562,7 @@ func (i *Instance) stopGuest() {
 
 // guestError turns a runtime error into a *GuestError; fired says whether the deadline
 // timer went off during the call, deadline is the call's and ran how long it ran.
-func (i *Instance) guestError(err error, fired bool, deadline, ran time.Duration) error {
+func (i *wasmInstance) guestError(err error, fired bool, deadline, ran time.Duration) error {
 	if (errors.Is(err, context.Canceled) || i.m.rt.closing.Load()) && !fired && !i.deadlineHit.Load() {
 		return fmt.Errorf("%w: %v", ErrRuntimeClosed, err)
 	}
@@ -583,10 +584,10 @@ func (i *Instance) guestError(err error, fired bool, deadline, ran time.Duration
 }
 
 // Closed reports whether the instance is closed (after Close, a trap or a deadline).
-func (i *Instance) Closed() bool { return i.closed }
+func (i *wasmInstance) Closed() bool { return i.closed }
 
 // MemorySize returns the size of the instance's linear memory in bytes.
-func (i *Instance) MemorySize() uint32 {
+func (i *wasmInstance) MemorySize() uint32 {
 	if i.closed {
 		return 0
 	}
@@ -594,7 +595,7 @@ func (i *Instance) MemorySize() uint32 {
 }
 
 // Close releases the instance. It is idempotent.
-func (i *Instance) Close(ctx context.Context) error {
+func (i *wasmInstance) Close(ctx context.Context) error {
 	if i.closed {
 		return nil
 	}
@@ -637,7 +638,7 @@ func (h *head) String() string { return string(h.buf) }
 // at debug level (a line is cut at 4 KiB); stderr is also kept for the error of a
 // failing call.
 type guestOutput struct {
-	inst    *Instance
+	inst    *wasmInstance
 	stream  string
 	partial []byte
 }

@@ -22,8 +22,8 @@ import (
 // costs the pages it has touched, and a passivated one none.
 //
 // A slot is unmapped or handed to another instance only while no call of its own
-// instance runs: Runtime.Close stops the calls in flight and waits for them before it
-// closes the modules (Runtime.enter). Where the operating system refuses the reservation (a strict
+// instance runs: wasmRuntime.Close stops the calls in flight and waits for them before it
+// closes the modules (wasmRuntime.enter). Where the operating system refuses the reservation (a strict
 // overcommit policy, an address-space limit), and on systems without mmap, memories
 // stay on the Go heap as wazero makes them.
 
@@ -147,8 +147,8 @@ func (a *memArena) unmapIfDone() {
 // linearMemory is an instance's linear memory in an arena slot: wazero's
 // experimental.LinearMemory. wazero calls Reallocate on the calling goroutine of the
 // instance, and Free when the module is closed: by its owner between calls, by wazero
-// itself on that goroutine after a call failed, or by Runtime.Close once no call runs
-// (Runtime.enter), so the slot is never released under a running guest.
+// itself on that goroutine after a call failed, or by wasmRuntime.Close once no call runs
+// (wasmRuntime.enter), so the slot is never released under a running guest.
 type linearMemory struct {
 	arena *memArena
 	slot  []byte
@@ -211,14 +211,14 @@ func (h *heapMemory) Free() { h.buf = nil }
 
 // memoryAllocator is an instance as wazero's experimental.MemoryAllocator of its own
 // linear memory.
-type memoryAllocator Instance
+type memoryAllocator wasmInstance
 
 var _ experimental.MemoryAllocator = (*memoryAllocator)(nil)
 
 // Allocate gives the instance a slot of its runtime's arena; a memory on the Go heap when
 // the arena has none or the module's maximum is over the slot.
 func (a *memoryAllocator) Allocate(capacity, maxBytes uint64) experimental.LinearMemory {
-	i := (*Instance)(a)
+	i := (*wasmInstance)(a)
 	arena := i.m.rt.arena
 	if arena != nil && maxBytes <= uint64(arena.slot) {
 		// A warm slot has the pages the module's activations touch backed already; its

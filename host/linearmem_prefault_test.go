@@ -31,7 +31,7 @@ func waitWarm(t *testing.T, a *memArena, h *moduleHotPages, n int) {
 }
 
 // warmTestModule is a runtime with an arena and the Rust counter compiled in it.
-func warmTestModule(t *testing.T) (*Runtime, *memArena, *Module) {
+func warmTestModule(t *testing.T) (*wasmRuntime, *memArena, *wasmModule) {
 	t.Helper()
 	rt, _ := newTestRuntime(t, nil)
 	arena := arenaOrSkip(t, rt)
@@ -111,7 +111,7 @@ func TestWarmSlotsHaveTheFirstActivationsPagesBacked(t *testing.T) {
 	if live, _, _ := arena.counts(); live != 3 {
 		t.Fatalf("%d slots live with 3 instances and the module closed, want 3", live)
 	}
-	for _, inst := range []*Instance{first, second, third} {
+	for _, inst := range []*wasmInstance{first, second, third} {
 		inst.Close(ctx)
 	}
 	if live, _, _ := arena.counts(); live != 0 {

@@ -10,7 +10,7 @@ import (
 )
 
 // arenaOrSkip returns a runtime's arena, skipping where the system has none.
-func arenaOrSkip(t *testing.T, rt *Runtime) *memArena {
+func arenaOrSkip(t *testing.T, rt *wasmRuntime) *memArena {
 	t.Helper()
 	if _, err := reserveMemory(1 << 16); err != nil {
 		t.Skipf("no linear-memory arena here: %v", err)
@@ -106,7 +106,7 @@ func TestInstanceMemoryIsAnArenaSlotUntilClosed(t *testing.T) {
 	}
 }
 
-// Runtime.Close from another goroutine during a call stops the guest and waits for the
+// wasmRuntime.Close from another goroutine during a call stops the guest and waits for the
 // call to end before it releases the memory (and unmaps the arena): the process does not
 // fault, wazero's close does not race with the call, and the stopped call fails with
 // ErrRuntimeClosed, as do later calls of an instance that was idle.
@@ -140,10 +140,10 @@ func TestRuntimeCloseDuringACallReleasesMemoryAfterIt(t *testing.T) {
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrRuntimeClosed) {
-			t.Fatalf("loop after Runtime.Close: %v, want ErrRuntimeClosed", err)
+			t.Fatalf("loop after wasmRuntime.Close: %v, want ErrRuntimeClosed", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("the loop went on after Runtime.Close")
+		t.Fatal("the loop went on after wasmRuntime.Close")
 	}
 	if live, _, chunks := arena.counts(); live != 0 || chunks != 0 {
 		t.Fatalf("after the call: %d slots live, %d chunks mapped, want none", live, chunks)

@@ -18,19 +18,19 @@ import (
 // (modules/<sha256>.wasm) and their compiled forms in memory, one per digest. A module
 // this member lacks is fetched from a peer that has it and checked against its digest.
 //
-// A module enters the store validated by Runtime.Load (on wazero's interpreter, unless
-// the compilation cache has it) and its file written and fsynced; Module.
-// CompileInBackground compiles it. A member stores only what it has validated itself,
+// A module enters the store validated by wasmRuntime.Load (on wazero's interpreter,
+// unless the compilation cache has it) and its file written and fsynced;
+// wasmModule.CompileInBackground compiles it. A member stores only what it has validated itself,
 // and holds in memory only modules whose files are stored.
 type moduleStore struct {
-	rt  *Runtime
+	rt  *wasmRuntime
 	dir string
 	log *slog.Logger
 	// fetch gets a module's bytes from the members at the given addresses, in order.
 	fetch func(ctx context.Context, digest string, from []string) ([]byte, error)
 
 	mu       sync.Mutex
-	compiled map[string]*Module
+	compiled map[string]*wasmModule
 	// storing counts the stores under way, by digest: discard leaves those modules be.
 	storing map[string]int
 	group   singleflight.Group
@@ -39,7 +39,7 @@ type moduleStore struct {
 // tmpPattern names the files a module is written to before it is validated and renamed.
 const tmpPattern = ".tmp-*"
 
-func newModuleStore(rt *Runtime, dir string, log *slog.Logger) (*moduleStore, error) {
+func newModuleStore(rt *wasmRuntime, dir string, log *slog.Logger) (*moduleStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("host: module directory: %w", err)
 	}
@@ -50,7 +50,7 @@ func newModuleStore(rt *Runtime, dir string, log *slog.Logger) (*moduleStore, er
 			os.Remove(f)
 		}
 	}
-	return &moduleStore{rt: rt, dir: dir, log: log, compiled: map[string]*Module{}, storing: map[string]int{}}, nil
+	return &moduleStore{rt: rt, dir: dir, log: log, compiled: map[string]*wasmModule{}, storing: map[string]int{}}, nil
 }
 
 func (s *moduleStore) path(digest string) string { return filepath.Join(s.dir, digest+".wasm") }
@@ -64,7 +64,7 @@ func (s *moduleStore) has(digest string) bool {
 	return err == nil
 }
 
-// validDigest reports whether d is a hex SHA-256 as Digest writes it: only such names
+// validDigest reports whether d is a hex SHA-256 as moduleDigest writes it: only such names
 // ever become file names.
 func validDigest(d string) bool {
 	if len(d) != 64 {
@@ -78,12 +78,12 @@ func validDigest(d string) bool {
 	return true
 }
 
-// put validates a module whose Digest is digest (Runtime.Load), stores it durably, and
-// returns it, with wrote true if this call (or one it joined) wrote its file; it runs
-// on the interpreter until Module.CompileInBackground has compiled it. Nothing is
-// stored of a module that fails its validation. Concurrent calls for one digest share
-// the work, with get's too.
-func (s *moduleStore) put(ctx context.Context, digest string, wasm []byte) (m *Module, wrote bool, err error) {
+// put validates a module whose moduleDigest is digest (wasmRuntime.Load), stores it
+// durably, and returns it, with wrote true if this call (or one it joined) wrote its
+// file; it runs on the interpreter until wasmModule.CompileInBackground has compiled
+// it. Nothing is stored of a module that fails its validation. Concurrent calls for one
+// digest share the work, with get's too.
+func (s *moduleStore) put(ctx context.Context, digest string, wasm []byte) (m *wasmModule, wrote bool, err error) {
 	if m := s.loaded(digest); m != nil {
 		return m, false, nil
 	}
@@ -97,7 +97,7 @@ func (s *moduleStore) put(ctx context.Context, digest string, wasm []byte) (m *M
 
 // stored is what store did.
 type stored struct {
-	m     *Module
+	m     *wasmModule
 	wrote bool // the file was written, not found
 }
 
@@ -185,7 +185,7 @@ func writeTemp(dir, name string, b []byte) (string, error) {
 // get returns the module with the digest: from memory, from its file, or fetched from
 // the members at from (and then validated and stored as by put). Concurrent calls for
 // one digest share the work. It does not start the module's compilation (compile).
-func (s *moduleStore) get(ctx context.Context, digest string, from []string) (*Module, error) {
+func (s *moduleStore) get(ctx context.Context, digest string, from []string) (*wasmModule, error) {
 	if !validDigest(digest) {
 		return nil, fmt.Errorf("%w: bad module digest %q", ErrModuleUnavailable, digest)
 	}
@@ -203,7 +203,7 @@ func (s *moduleStore) get(ctx context.Context, digest string, from []string) (*M
 		if err != nil {
 			return nil, err
 		}
-		if got := Digest(wasm); got != digest {
+		if got := moduleDigest(wasm); got != digest {
 			return nil, fmt.Errorf("%w: module %s arrived with digest %s", ErrModuleUnavailable, digest, got)
 		}
 		return s.store(ctx, digest, wasm)
@@ -245,7 +245,7 @@ func (s *moduleStore) discard(ctx context.Context, digest string, referenced fun
 }
 
 // loaded returns the module with the digest if this member has loaded it, nil otherwise.
-func (s *moduleStore) loaded(digest string) *Module {
+func (s *moduleStore) loaded(digest string) *wasmModule {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.compiled[digest]

@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -137,7 +138,7 @@ func replayable(name string, f api.GoModuleFunc, results int) api.GoModuleFunc {
 	return f
 }
 
-func (i *Instance) recordCall(name string, mod api.Module, stack []uint64, results int) {
+func (i *wasmInstance) recordCall(name string, mod api.Module, stack []uint64, results int) {
 	r := hostRecord{fn: name}
 	if results > 0 {
 		r.ret = stack[0]
@@ -151,7 +152,7 @@ func (i *Instance) recordCall(name string, mod api.Module, stack []uint64, resul
 	i.recCalls = append(i.recCalls, r)
 }
 
-func (i *Instance) replayCall(name string, mod api.Module, stack []uint64, results int) {
+func (i *wasmInstance) replayCall(name string, mod api.Module, stack []uint64, results int) {
 	if i.replayPos >= len(i.replayCalls) || i.replayCalls[i.replayPos].fn != name {
 		panic(fmt.Errorf("%w: %s called %s at host call %d", errReplayDiverged, i.name, name, i.replayPos))
 	}
@@ -169,13 +170,13 @@ func (i *Instance) replayCall(name string, mod api.Module, stack []uint64, resul
 }
 
 // startRecording starts the record of the instance's next call.
-func (i *Instance) startRecording() {
+func (i *wasmInstance) startRecording() {
 	i.recording = true
 	i.recCalls = nil
 }
 
 // stopRecording ends the record and returns it.
-func (i *Instance) stopRecording() []hostRecord {
+func (i *wasmInstance) stopRecording() []hostRecord {
 	i.recording = false
 	c := i.recCalls
 	i.recCalls = nil
@@ -185,13 +186,13 @@ func (i *Instance) stopRecording() []hostRecord {
 // replay runs op's export (receive or on_activate; nothing when the module has none)
 // with the host calls answered from calls. Errors: a *GuestError when the replayed call
 // failed, errReplayDiverged when the guest did not make the calls of the record.
-func (i *Instance) replay(op dispatchOp, payload []byte, info sharding.MessageInfo, calls []hostRecord) error {
-	if !i.m.ops.has(op) {
+func (i *wasmInstance) replay(op wasmbin.Op, payload []byte, info sharding.MessageInfo, calls []hostRecord) error {
+	if !i.m.ops.Has(op) {
 		return nil
 	}
 	i.replaying, i.replayCalls, i.replayPos = true, calls, 0
 	i.msg, i.forward = info, nil
-	_, _, err := i.invoke(op, payload, op == opReceive, i.m.rt.cfg.MaxMessageSize)
+	_, _, err := i.invoke(op, payload, op == wasmbin.OpReceive, i.m.rt.cfg.MaxMessageSize)
 	i.replaying, i.replayCalls = false, nil
 	i.disarmCallTimer() // set for the replay's longer deadline
 	i.msg, i.forward, i.passivate = sharding.MessageInfo{}, nil, false
@@ -208,7 +209,7 @@ func (i *Instance) replay(op dispatchOp, payload []byte, info sharding.MessageIn
 type recovery struct {
 	// base is an in-memory snapshot to start from; nil: the state the entity was
 	// activated from (baseState, nil for none), then its on_activate (activation).
-	base       *Snapshot
+	base       *instanceSnapshot
 	baseState  []byte
 	activation []hostRecord
 	log        []loggedMessage
@@ -266,7 +267,7 @@ func (e *wasmEntity) rebase() {
 }
 
 // setBase makes snap, taken now, the base.
-func (e *wasmEntity) setBase(snap *Snapshot, took time.Duration) {
+func (e *wasmEntity) setBase(snap *instanceSnapshot, took time.Duration) {
 	r := e.rec
 	r.base, r.baseState, r.activation = snap, nil, nil
 	r.log, r.payloads = r.log[:0], r.payloads[:0]
@@ -302,12 +303,12 @@ func (e *wasmEntity) recover(ctx context.Context, cause error) bool {
 	if err == nil {
 		inst.svc = e
 		if r.base == nil {
-			err = inst.replay(opOnActivate, nil, sharding.MessageInfo{}, r.activation)
+			err = inst.replay(wasmbin.OpOnActivate, nil, sharding.MessageInfo{}, r.activation)
 		}
 	}
 	for k := 0; err == nil && k < len(r.log); k++ {
 		payload, info, calls := r.logged(k)
-		err = inst.replay(opReceive, payload, info, calls)
+		err = inst.replay(wasmbin.OpReceive, payload, info, calls)
 	}
 	if err == nil && inst.Closed() {
 		err = ErrInstanceClosed
@@ -337,7 +338,7 @@ func (e *wasmEntity) recover(ctx context.Context, cause error) bool {
 
 // baseInstance makes a new instance of the entity's module from the base, as it was
 // before its on_activate (a base snapshot is after it).
-func (e *wasmEntity) baseInstance(ctx context.Context) (*Instance, error) {
+func (e *wasmEntity) baseInstance(ctx context.Context) (*wasmInstance, error) {
 	r := e.rec
 	if r.base != nil {
 		return e.mod.Restore(ctx, e.typ, e.id, r.base)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -152,7 +153,7 @@ func TestReplayDetectsDivergence(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	m := compile(t, rt, "abitest")
 	ctx := context.Background()
-	newInst := func() *Instance { return mustInstantiate(t, m, "abitest", "d") }
+	newInst := func() *wasmInstance { return mustInstantiate(t, m, "abitest", "d") }
 	inst := newInst()
 	inst.startRecording()
 	if _, err := inst.Receive(ctx, []byte("random 8")); err != nil {
@@ -163,14 +164,14 @@ func TestReplayDetectsDivergence(t *testing.T) {
 		t.Fatalf("record %+v, want one random call of 8 bytes", calls)
 	}
 	msg := []byte("random 8")
-	if m.ops.has(opStart) {
+	if m.ops.Has(wasmbin.OpStart) {
 		t.Fatalf("the module has a start function (ops %v): the next check needs an export it lacks", m.ops)
 	}
-	if err := newInst().replay(opStart, msg, sharding.MessageInfo{}, calls); err != nil {
+	if err := newInst().replay(wasmbin.OpStart, msg, sharding.MessageInfo{}, calls); err != nil {
 		t.Fatalf("replay without an export: %v", err)
 	}
 	ok := newInst()
-	if err := ok.replay(opReceive, msg, sharding.MessageInfo{}, calls); err != nil {
+	if err := ok.replay(wasmbin.OpReceive, msg, sharding.MessageInfo{}, calls); err != nil {
 		t.Fatalf("faithful replay: %v", err)
 	}
 	for name, bad := range map[string][]hostRecord{
@@ -179,7 +180,7 @@ func TestReplayDetectsDivergence(t *testing.T) {
 		"extra call":   append(append([]hostRecord(nil), calls...), hostRecord{fn: abi.ImportNow}),
 	} {
 		inst := newInst()
-		err := inst.replay(opReceive, msg, sharding.MessageInfo{}, bad)
+		err := inst.replay(wasmbin.OpReceive, msg, sharding.MessageInfo{}, bad)
 		if err == nil || !strings.Contains(err.Error(), "replay diverged") {
 			t.Errorf("%s: %v, want a divergence", name, err)
 		}
@@ -225,12 +226,12 @@ func TestReplayRunsUnderTheActivationDeadline(t *testing.T) {
 	})
 	m := compile(t, rt, "abitest")
 	ctx := context.Background()
-	newInst := func() *Instance { return mustInstantiate(t, m, "abitest", "r") }
+	newInst := func() *wasmInstance { return mustInstantiate(t, m, "abitest", "r") }
 	if _, err := newInst().Receive(ctx, []byte("loop")); err == nil || !strings.Contains(err.Error(), "the deadline is 20ms") {
 		t.Fatalf("a message that loops: %v, want the message deadline, 20ms", err)
 	}
 	inst := newInst()
-	err := inst.replay(opReceive, []byte("loop"), sharding.MessageInfo{}, nil)
+	err := inst.replay(wasmbin.OpReceive, []byte("loop"), sharding.MessageInfo{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "the deadline is 300ms") {
 		t.Fatalf("a replay that loops: %v, want the activation deadline, 300ms", err)
 	}
@@ -244,7 +245,7 @@ func TestReplayRunsUnderTheActivationDeadline(t *testing.T) {
 	})
 	m = compile(t, rt, "abitest")
 	inst = newInst()
-	if err := inst.replay(opReceive, []byte("count"), sharding.MessageInfo{}, nil); err != nil {
+	if err := inst.replay(wasmbin.OpReceive, []byte("count"), sharding.MessageInfo{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

@@ -25,10 +25,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
-// RuntimeConfig configures a Runtime.
+// RuntimeConfig configures the node's wasm runtime (Config.Runtime): the sandbox of
+// every entity instance.
 type RuntimeConfig struct {
 	// CacheDir is the directory of wazero's compilation cache: a module compiled once is
 	// loaded from it on the next start (about 20× faster for a Go guest). Empty keeps
@@ -75,8 +77,8 @@ type RuntimeConfig struct {
 	CompileBeforeServing bool
 }
 
-// DefaultRuntimeConfig returns the defaults described on RuntimeConfig.
-func DefaultRuntimeConfig() RuntimeConfig {
+// defaultRuntimeConfig returns the defaults described on RuntimeConfig.
+func defaultRuntimeConfig() RuntimeConfig {
 	return RuntimeConfig{
 		MemoryLimit:        64 << 20,
 		MessageDeadline:    5 * time.Second,
@@ -103,14 +105,14 @@ func (c RuntimeConfig) Validate() error {
 	return nil
 }
 
-// Runtime compiles and instantiates entity modules: two wazero runtimes, one in compiler
+// wasmRuntime compiles and instantiates entity modules: two wazero runtimes, one in compiler
 // mode and one in interpreter mode, each with the WASI and shardhost host modules
 // instantiated once. Load validates a module on the interpreter (about 10× faster than
 // compiling it: 0.2–0.6 s against 1.7–7 s for a 2.7 MB Go guest here) and its instances
 // run there until the compiler's code, made in the background, replaces it
-// (Module.CompileInBackground). It is safe for concurrent use; the instances it makes
+// (wasmModule.CompileInBackground). It is safe for concurrent use; the instances it makes
 // are not.
-type Runtime struct {
+type wasmRuntime struct {
 	cfg    RuntimeConfig
 	log    *slog.Logger
 	tracer trace.Tracer
@@ -135,7 +137,7 @@ type Runtime struct {
 	closing  atomic.Bool
 	// live are the instances not closed, which Close stops.
 	mu   sync.Mutex
-	live map[*Instance]struct{}
+	live map[*wasmInstance]struct{}
 	// bg counts the runtime's background compilations (modules, restore images); Close
 	// waits. bgCtx is the modules' compilations' context, which Close cancels.
 	bg       sync.WaitGroup
@@ -146,8 +148,8 @@ type Runtime struct {
 	randMu  sync.Mutex
 }
 
-// NewRuntime returns a runtime configured by cfg. Close releases it.
-func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
+// newWasmRuntime returns a runtime configured by cfg. Close releases it.
+func newWasmRuntime(ctx context.Context, cfg RuntimeConfig) (*wasmRuntime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -166,7 +168,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	pages := uint32(cfg.MemoryLimit >> 16)
 	rc := wazero.NewRuntimeConfigCompiler().WithMemoryLimitPages(pages)
 	// Not WithCloseOnContextDone: a goroutine per call and an exit to Go per loop
-	// iteration; the checks addDeadlineChecks compiles in stop a guest instead.
+	// iteration; the checks wasmbin.Rewrite compiles in stop a guest instead.
 	var cache wazero.CompilationCache
 	if cfg.CacheDir != "" {
 		if err := os.MkdirAll(cfg.CacheDir, 0o755); err != nil {
@@ -188,7 +190,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 	// instance's context rather than set its stop global, which the interpreter reads
 	// in Go code, racing with the timer's write.
 	ic := wazero.NewRuntimeConfigInterpreter().WithMemoryLimitPages(pages).WithCloseOnContextDone(true)
-	rt := &Runtime{
+	rt := &wasmRuntime{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		tracer: obs.Tracer(cfg.TracerProvider, "host"),
@@ -199,7 +201,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 		marks:  marks,
 		arena:  newMemArena(cfg.MemoryLimit >> 16 << 16),
 	}
-	rt.live = map[*Instance]struct{}{}
+	rt.live = map[*wasmInstance]struct{}{}
 	rt.bgCtx, rt.bgCancel = context.WithCancel(context.Background())
 	rt.started = cfg.Clock()
 	for _, r := range []wazero.Runtime{rt.r, rt.interp} {
@@ -221,7 +223,7 @@ func NewRuntime(ctx context.Context, cfg RuntimeConfig) (*Runtime, error) {
 // most until ctx ends or one message deadline has passed, so that no instance's memory
 // is released under a running call; the instances' later calls fail with
 // ErrRuntimeClosed.
-func (rt *Runtime) Close(ctx context.Context) error {
+func (rt *wasmRuntime) Close(ctx context.Context) error {
 	rt.closing.Store(true)
 	rt.bgCancel()
 	rt.mu.Lock()
@@ -257,12 +259,12 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	return err
 }
 
-// Module is a compiled, validated entity module. What is compiled is the module as
-// uploaded with every mutable global exported (exportGlobals, for snapshots); Digest
+// wasmModule is a compiled, validated entity module. What is compiled is the module as
+// uploaded with every mutable global exported (wasmbin.Rewrite, for snapshots); Digest
 // and Size are those of the upload, since the rewrite is deterministic and every host
 // derives the same compiled module from the same bytes.
-type Module struct {
-	rt *Runtime
+type wasmModule struct {
+	rt *wasmRuntime
 	// code is what new instances are made from: the interpreter's until the
 	// background compilation replaces it with the compiler's (CompileInBackground).
 	code atomic.Pointer[moduleCode]
@@ -280,13 +282,13 @@ type Module struct {
 	ABIVersion int
 	// guestSnapshot: the module exports shardhost_snapshot and shardhost_restore.
 	guestSnapshot bool
-	// ops are the exports the host calls through shardhost_dispatch (wasmdispatch.go);
+	// ops are the exports the host calls through shardhost_dispatch (wasmbin.Ops);
 	// the hooks shardhost_on_activate and shardhost_on_passivate only when the module
 	// declares ABI v1.
-	ops dispatchOps
+	ops wasmbin.Ops
 	// start are the exports a new instance runs first: the module's start function,
-	// if it had one (addDeadlineChecks exports it), and _initialize.
-	start []dispatchOp
+	// if it had one (wasmbin.Rewrite exports it), and _initialize.
+	start []wasmbin.Op
 	// hot are the pages of a slot its instances touch by the end of their first
 	// message, which the arena keeps backed in a few slots (linearmem_prefault.go).
 	hot moduleHotPages
@@ -301,7 +303,7 @@ type moduleCode struct {
 	interpreted bool
 }
 
-// moduleCompilation is a Module's background compilation (CompileInBackground).
+// moduleCompilation is a wasmModule's background compilation (CompileInBackground).
 type moduleCompilation struct {
 	once sync.Once
 	// rewritten is the module the compiler compiles; nil once it has.
@@ -309,15 +311,15 @@ type moduleCompilation struct {
 	// done is closed when the compilation has ended, with err set before.
 	done chan struct{}
 	err  error
-	// cancel stops the compilation under way (Module.Close).
+	// cancel stops the compilation under way (wasmModule.Close).
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	closed bool
 }
 
-// Digest returns the hex SHA-256 of a module binary, the name under which modules are
+// moduleDigest returns the hex SHA-256 of a module binary, the name under which modules are
 // stored and fetched.
-func Digest(wasm []byte) string {
+func moduleDigest(wasm []byte) string {
 	sum := sha256.Sum256(wasm)
 	return hex.EncodeToString(sum[:])
 }
@@ -326,14 +328,14 @@ func Digest(wasm []byte) string {
 // returns it when its instances run compiled code (a 2.7 MB Go guest: 1.7–7 s on a
 // loaded 2-core machine without the compilation cache, 20–30 ms with it). It refuses
 // what Load refuses, with the same errors.
-func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
-	return rt.load(ctx, wasm, Digest(wasm), false)
+func (rt *wasmRuntime) Compile(ctx context.Context, wasm []byte) (*wasmModule, error) {
+	return rt.load(ctx, wasm, moduleDigest(wasm), false)
 }
 
 // Load validates a module and returns it ready to run on wazero's interpreter: the
 // interpreter compiles a module about 10× faster than the optimizing compiler and its
 // instances keep the same sandbox (the memory cap, the linear memory from the arena,
-// the deadline checks compiled into the module by addDeadlineChecks), at about 25× the
+// the deadline checks compiled into the module by wasmbin.Rewrite), at about 25× the
 // cost of a compiled message for a Go guest. CompileInBackground then compiles it, and
 // new instances run the compiled code from then on.
 //
@@ -343,9 +345,9 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // instantiate (running _initialize) within the activation deadline. Every refusal
 // wraps ErrInvalidModule and says what is wrong.
 //
-// What is compiled is the module rewritten by exportGlobals, which exports every
-// mutable global so that Instance.Snapshot and Module.Restore reach them, and by
-// addDeadlineChecks, which lets the host stop the guest at its deadline; the Module's
+// What is compiled is the module rewritten by wasmbin.Rewrite, which exports every
+// mutable global so that wasmInstance.Snapshot and wasmModule.Restore reach them, and
+// adds the loop checks that let the host stop the guest at its deadline; the module's
 // Digest and Size are those of wasm as given, which is what is stored and fetched. The
 // rewrite is deterministic: every host compiles the same module from the same bytes.
 //
@@ -353,19 +355,19 @@ func (rt *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 // the background by this process or an earlier one with the same cache directory and
 // wazero version: markCompiled) is compiled at once instead, from the cache, in
 // milliseconds.
-func (rt *Runtime) Load(ctx context.Context, wasm []byte) (*Module, error) {
-	return rt.loadDigest(ctx, wasm, Digest(wasm))
+func (rt *wasmRuntime) Load(ctx context.Context, wasm []byte) (*wasmModule, error) {
+	return rt.loadDigest(ctx, wasm, moduleDigest(wasm))
 }
 
-// loadDigest is Load of a module whose Digest the caller has computed already (a
+// loadDigest is Load of a module whose moduleDigest the caller has computed already (a
 // SHA-256 of a Go guest costs milliseconds).
-func (rt *Runtime) loadDigest(ctx context.Context, wasm []byte, digest string) (*Module, error) {
+func (rt *wasmRuntime) loadDigest(ctx context.Context, wasm []byte, digest string) (*wasmModule, error) {
 	return rt.load(ctx, wasm, digest, !rt.cfg.CompileBeforeServing && !rt.cachedCompiled(digest))
 }
 
 // cachedCompiled reports whether the module with the digest was compiled into the
 // compilation cache (markCompiled).
-func (rt *Runtime) cachedCompiled(digest string) bool {
+func (rt *wasmRuntime) cachedCompiled(digest string) bool {
 	if rt.marks == "" {
 		return false
 	}
@@ -377,7 +379,7 @@ func (rt *Runtime) cachedCompiled(digest string) bool {
 // as an empty file named by the digest in a directory beside the cache's, named by
 // wazero's version (whose cache is per version). A mark whose cache entry was removed
 // costs a compilation in Load, as long as Compile's.
-func (rt *Runtime) markCompiled(digest string) {
+func (rt *wasmRuntime) markCompiled(digest string) {
 	if rt.marks == "" {
 		return
 	}
@@ -406,8 +408,8 @@ func wazeroVersion() string {
 	return "unknown"
 }
 
-// load is Compile (interpret false) and Load; digest is Digest(wasm).
-func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpret bool) (*Module, error) {
+// load is Compile (interpret false) and Load; digest is moduleDigest(wasm).
+func (rt *wasmRuntime) load(ctx context.Context, wasm []byte, digest string, interpret bool) (*wasmModule, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
 	}
@@ -418,19 +420,12 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	defer func(start time.Time) {
 		rt.tel.compileDur.Record(context.Background(), since(start), metric.WithAttributes(attrEngine.String(engine)))
 	}(time.Now())
-	// Before wazero sees it: wazero allocates what a module's counts say (wasmbounds.go).
-	if err := checkWasmBounds(wasm); err != nil {
+	// Before wazero sees it: wazero allocates what a module's counts say.
+	if err := wasmbin.CheckBounds(wasm); err != nil {
 		return nil, err
 	}
-	rewritten, globals, _, rerr := rewriteGlobals(wasm)
-	var dr deadlineRewrite
-	if rerr == nil {
-		rewritten, dr, rerr = addDeadlineChecks(rewritten)
-	}
-	if rerr == nil {
-		rewritten, _ = coalesceData(rewritten) // wasmdata.go
-		rewritten = capTables(rewritten)       // wasmbounds.go
-	}
+	rw, rerr := wasmbin.Rewrite(wasm)
+	rewritten := rw.Wasm
 	if rerr != nil {
 		// wazero's account of a malformed module comes first; the rewrite's otherwise.
 		rewritten = wasm
@@ -448,7 +443,7 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 		return nil, rerr
 	}
 	code.compiled = compiled
-	m := &Module{rt: rt, Digest: digest, Size: len(wasm), ops: dr.ops}
+	m := &wasmModule{rt: rt, Digest: digest, Size: len(wasm), ops: rw.Ops}
 	m.code.Store(code)
 	m.bg.done = make(chan struct{})
 	if interpret {
@@ -457,8 +452,8 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 	} else {
 		m.bg.once.Do(func() { close(m.bg.done) })
 	}
-	for _, op := range []dispatchOp{opStart, opInitialize} {
-		if dr.ops.has(op) {
+	for _, op := range []wasmbin.Op{wasmbin.OpStart, wasmbin.OpInitialize} {
+		if rw.Ops.Has(op) {
 			m.start = append(m.start, op)
 		}
 	}
@@ -467,9 +462,9 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
 	if m.ABIVersion < 1 {
-		m.ops &^= 1<<opOnActivate | 1<<opOnPassivate
+		m.ops &^= 1<<wasmbin.OpOnActivate | 1<<wasmbin.OpOnPassivate
 	}
-	if m.snap, err = newModuleSnapshots(rewritten, globals); err != nil {
+	if m.snap, err = newModuleSnapshots(rewritten, rw.Globals); err != nil {
 		compiled.Close(ctx)
 		return nil, err
 	}
@@ -484,14 +479,14 @@ func (rt *Runtime) load(ctx context.Context, wasm []byte, digest string, interpr
 }
 
 // CompileInBackground starts compiling a module made by Load with wazero's optimizing
-// compiler, on a goroutine the runtime owns (Runtime.Close and Module.Close stop it),
-// unless it has started already or the module was made by Compile. Instances made
-// after it ends run the compiled code; instances already made keep the interpreter's
-// until they are closed (wasmEntity moves an active entity over between messages). It
-// returns the channel closed when the compilation has ended: CompileError then tells
-// how. With the runtime's compilation cache, a module compiled before (by this process
-// or an earlier one) loads from the cache in milliseconds.
-func (m *Module) CompileInBackground() <-chan struct{} {
+// compiler, on a goroutine the runtime owns (wasmRuntime.Close and wasmModule.Close
+// stop it), unless it has started already or the module was made by Compile. Instances
+// made after it ends run the compiled code; instances already made keep the
+// interpreter's until they are closed (wasmEntity moves an active entity over between
+// messages). It returns the channel closed when the compilation has ended: CompileError
+// then tells how. With the runtime's compilation cache, a module compiled before (by
+// this process or an earlier one) loads from the cache in milliseconds.
+func (m *wasmModule) CompileInBackground() <-chan struct{} {
 	m.bg.once.Do(func() {
 		rt := m.rt
 		m.bg.mu.Lock()
@@ -545,11 +540,11 @@ func (m *Module) CompileInBackground() <-chan struct{} {
 // Compiled returns the channel closed when the module's background compilation has
 // ended (at once for a module made by Compile); CompileError then says whether it
 // failed. It does not start the compilation (CompileInBackground does).
-func (m *Module) Compiled() <-chan struct{} { return m.bg.done }
+func (m *wasmModule) Compiled() <-chan struct{} { return m.bg.done }
 
 // CompileError returns why the background compilation failed (the module's instances
 // go on running on the interpreter), or nil: compiled, or not ended yet.
-func (m *Module) CompileError() error {
+func (m *wasmModule) CompileError() error {
 	select {
 	case <-m.bg.done:
 		return m.bg.err
@@ -559,11 +554,11 @@ func (m *Module) CompileError() error {
 }
 
 // Interpreted reports whether new instances of the module run on the interpreter.
-func (m *Module) Interpreted() bool { return m.code.Load().interpreted }
+func (m *wasmModule) Interpreted() bool { return m.code.Load().interpreted }
 
 // Engine names the engine of the module's new instances: "compiler", "interpreter"
 // (compilation not started or under way), or "interpreter (compile failed)".
-func (m *Module) Engine() string {
+func (m *wasmModule) Engine() string {
 	switch {
 	case !m.Interpreted():
 		return "compiler"
@@ -575,7 +570,7 @@ func (m *Module) Engine() string {
 
 // Close stops the module's background compilation and releases its compiled code.
 // Instances already made keep working until closed.
-func (m *Module) Close(ctx context.Context) error {
+func (m *wasmModule) Close(ctx context.Context) error {
 	m.bg.mu.Lock()
 	m.bg.closed = true
 	if m.bg.cancel != nil {
@@ -734,9 +729,9 @@ func signature(params, results []api.ValueType) string {
 	return names(params) + "->" + names(results)
 }
 
-// enter counts a use of an instance's memory (Runtime.inflight); false once the runtime
+// enter counts a use of an instance's memory (wasmRuntime.inflight); false once the runtime
 // is closing. exit ends it.
-func (rt *Runtime) enter() bool {
+func (rt *wasmRuntime) enter() bool {
 	rt.inflight.Add(1)
 	if rt.closing.Load() {
 		rt.inflight.Add(-1)
@@ -745,7 +740,7 @@ func (rt *Runtime) enter() bool {
 	return true
 }
 
-func (rt *Runtime) exit() { rt.inflight.Add(-1) }
+func (rt *wasmRuntime) exit() { rt.inflight.Add(-1) }
 
 // firstLine keeps the first line of a (wazero) error text, without its stack trace.
 func firstLine(s string) string {

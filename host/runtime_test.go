@@ -50,16 +50,16 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newTestRuntime(t testing.TB, mutate func(*RuntimeConfig)) (*Runtime, *syncBuffer) {
+func newTestRuntime(t testing.TB, mutate func(*RuntimeConfig)) (*wasmRuntime, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
-	cfg := DefaultRuntimeConfig()
+	cfg := defaultRuntimeConfig()
 	cfg.CacheDir = cacheDir
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	rt, err := NewRuntime(context.Background(), cfg)
+	rt, err := newWasmRuntime(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func newTestRuntime(t testing.TB, mutate func(*RuntimeConfig)) (*Runtime, *syncB
 	return rt, logs
 }
 
-func compile(t testing.TB, rt *Runtime, name string) *Module {
+func compile(t testing.TB, rt *wasmRuntime, name string) *wasmModule {
 	t.Helper()
 	m, err := rt.Compile(context.Background(), testwasm.Bytes(t, name))
 	if err != nil {
@@ -356,9 +356,9 @@ func TestCompilationCacheIsReused(t *testing.T) {
 			dir := t.TempDir()
 			wasm := wasm(t)
 			for i := 0; i < 2; i++ {
-				cfg := DefaultRuntimeConfig()
+				cfg := defaultRuntimeConfig()
 				cfg.CacheDir = dir
-				rt, err := NewRuntime(context.Background(), cfg)
+				rt, err := newWasmRuntime(context.Background(), cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -382,7 +382,7 @@ func TestRuntimeConfigValidate(t *testing.T) {
 		func(c *RuntimeConfig) { c.MessageDeadline = 0 },
 		func(c *RuntimeConfig) { c.MaxMessageSize = -1 },
 	} {
-		c := DefaultRuntimeConfig()
+		c := defaultRuntimeConfig()
 		mutate(&c)
 		if c.Validate() == nil {
 			t.Errorf("%+v validated", c)

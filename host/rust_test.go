@@ -22,7 +22,7 @@ import (
 const echoRust = "echo-rust"
 
 // compileRust is compile for a Rust example.
-func compileRust(t testing.TB, rt *Runtime, name string) *Module {
+func compileRust(t testing.TB, rt *wasmRuntime, name string) *wasmModule {
 	t.Helper()
 	m, err := rt.Compile(context.Background(), testwasm.RustBytes(t, name))
 	if err != nil {
@@ -32,7 +32,7 @@ func compileRust(t testing.TB, rt *Runtime, name string) *Module {
 }
 
 // mustInstantiate makes an instance of m, closed when the test ends.
-func mustInstantiate(t testing.TB, m *Module, entityType, entityID string) *Instance {
+func mustInstantiate(t testing.TB, m *wasmModule, entityType, entityID string) *wasmInstance {
 	t.Helper()
 	inst, err := m.Instantiate(context.Background(), entityType, entityID)
 	if err != nil {

@@ -16,20 +16,22 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/shardhost/shardhost/host/internal/wasmbin"
 )
 
 // Transparent snapshots: the whole state of an instance between two messages, taken
 // without the guest's help, and a new instance of the same module started from it on
 // any host. The state of an instance is its linear memory and its mutable globals
-// (which the deploy-time rewrite in wasmrewrite.go exports), plus the guest's virtual
+// (which the deploy-time rewrite, wasmbin.Rewrite, exports), plus the guest's virtual
 // clocks, which the host keeps per instance. What a snapshot does not hold is listed on
-// Instance.Snapshot.
+// wasmInstance.Snapshot.
 
 const (
-	// SnapshotVersion is the version of the snapshot format this host writes and reads.
-	SnapshotVersion = 1
-	// WasmPageSize is the size of a page of linear memory: 64 KiB.
-	WasmPageSize = 1 << 16
+	// snapshotVersion is the version of the snapshot format this host writes and reads.
+	snapshotVersion = 1
+	// wasmPageSize is the size of a page of linear memory: 64 KiB.
+	wasmPageSize = 1 << 16
 	// maxWasmPages is the most pages a wasm32 memory has (4 GiB).
 	maxWasmPages = 1 << 16
 	// fakeEpochNanos is where a guest's wall clock starts: wazero's default fake clock,
@@ -39,38 +41,39 @@ const (
 	clockStep = int64(time.Millisecond)
 )
 
-// Snapshot is the complete state of an instance between two messages. Its fields are
-// what a store persists; MarshalBinary and UnmarshalSnapshot give it a compact,
-// checksummed encoding. A Snapshot is a value: it shares no memory with an instance.
-type Snapshot struct {
-	// Version is SnapshotVersion.
+// instanceSnapshot is the complete state of an instance between two messages. Its
+// fields are what a store persists; MarshalBinary and unmarshalSnapshot give it a
+// compact, checksummed encoding. An instanceSnapshot is a value: it shares no memory
+// with an instance.
+type instanceSnapshot struct {
+	// Version is snapshotVersion.
 	Version uint32
-	// ModuleDigest is the hex SHA-256 of the module it was taken from (Module.Digest:
+	// ModuleDigest is the hex SHA-256 of the module it was taken from (wasmModule.Digest:
 	// the module as uploaded, before the deploy-time rewrite). It restores only into
 	// that module.
 	ModuleDigest string
 	// MemoryPages is the size of the linear memory in 64 KiB pages.
 	MemoryPages uint32
 	// Pages are the memory's pages that are not all zero, in ascending Index order,
-	// each WasmPageSize bytes. Pages not listed are zero.
-	Pages []SnapshotPage
+	// each wasmPageSize bytes. Pages not listed are zero.
+	Pages []snapshotPage
 	// Globals are the values of every mutable global the module defines, in ascending
 	// Index order.
-	Globals []SnapshotGlobal
+	Globals []snapshotGlobal
 	// Clock is where the guest's clocks stand.
-	Clock SnapshotClock
+	Clock snapshotClock
 }
 
-// SnapshotPage is one non-zero page of linear memory.
-type SnapshotPage struct {
+// snapshotPage is one non-zero page of linear memory.
+type snapshotPage struct {
 	// Index is the page number: the page covers bytes [Index*64 KiB, (Index+1)*64 KiB).
 	Index uint32
-	// Data is the page's WasmPageSize bytes.
+	// Data is the page's wasmPageSize bytes.
 	Data []byte
 }
 
-// SnapshotGlobal is the value of one mutable global.
-type SnapshotGlobal struct {
+// snapshotGlobal is the value of one mutable global.
+type snapshotGlobal struct {
 	// Index is the global's index in the module's global index space (imported globals
 	// first); the rewrite exports it as "shardhost_g<Index>" unless the module exported
 	// it already.
@@ -82,10 +85,10 @@ type SnapshotGlobal struct {
 	Bits uint64
 }
 
-// SnapshotClock is the state of a guest's clocks. A guest sees wazero's deterministic
+// snapshotClock is the state of a guest's clocks. A guest sees wazero's deterministic
 // fake clocks (abi/SPEC.md), which move 1 ms at each reading; the host keeps them per
 // instance so that time does not jump back when an entity moves.
-type SnapshotClock struct {
+type snapshotClock struct {
 	// Monotonic is the next reading of the monotonic clock, in nanoseconds.
 	Monotonic int64
 	// Wall is the next reading of the wall clock, in nanoseconds since the Unix epoch.
@@ -93,7 +96,7 @@ type SnapshotClock struct {
 }
 
 // SparseSize returns the bytes of memory the snapshot holds: its non-zero pages.
-func (s *Snapshot) SparseSize() int { return len(s.Pages) * WasmPageSize }
+func (s *instanceSnapshot) SparseSize() int { return len(s.Pages) * wasmPageSize }
 
 // guestClock is an instance's clocks, with the semantics of wazero's fake clocks: the
 // first monotonic reading is 0 and the first wall reading fakeEpochNanos, and every
@@ -102,13 +105,13 @@ type guestClock struct {
 	mono, wall atomic.Int64 // the next readings
 }
 
-func (c *guestClock) reset(s SnapshotClock) {
+func (c *guestClock) reset(s snapshotClock) {
 	c.mono.Store(s.Monotonic)
 	c.wall.Store(s.Wall)
 }
 
-func (c *guestClock) state() SnapshotClock {
-	return SnapshotClock{Monotonic: c.mono.Load(), Wall: c.wall.Load()}
+func (c *guestClock) state() snapshotClock {
+	return snapshotClock{Monotonic: c.mono.Load(), Wall: c.wall.Load()}
 }
 
 // nanotime implements sys.Nanotime.
@@ -120,14 +123,14 @@ func (c *guestClock) walltime() (sec int64, nsec int32) {
 	return t / 1e9, int32(t % 1e9)
 }
 
-// moduleSnapshots is what a Module knows for taking and restoring snapshots.
+// moduleSnapshots is what a wasmModule knows for taking and restoring snapshots.
 type moduleSnapshots struct {
 	// globals are the module's mutable globals, in index order, each with the name of
 	// an export that reaches it in the compiled (rewritten) module.
-	globals []moduleGlobal
+	globals []wasmbin.Global
 
 	mu sync.Mutex
-	// imageWasm is the restore image (see restoreImage) until it is compiled; nil when
+	// imageWasm is the restore image (see wasmbin.RestoreImage) until it is compiled; nil when
 	// the image is unsound for this module.
 	imageWasm []byte
 	image     wazero.CompiledModule
@@ -137,8 +140,8 @@ type moduleSnapshots struct {
 }
 
 // newModuleSnapshots prepares snapshots of a module; wasm is the rewritten module.
-func newModuleSnapshots(wasm []byte, globals []moduleGlobal) (*moduleSnapshots, error) {
-	image, sound, err := restoreImage(wasm)
+func newModuleSnapshots(wasm []byte, globals []wasmbin.Global) (*moduleSnapshots, error) {
+	image, sound, err := wasmbin.RestoreImage(wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +154,7 @@ func newModuleSnapshots(wasm []byte, globals []moduleGlobal) (*moduleSnapshots, 
 // restoreImage returns the compiled restore image, compiling it (or waiting for the
 // compilation under way) if needed; nil (and no error) when the module has no sound
 // image.
-func (ms *moduleSnapshots) restoreImage(ctx context.Context, rt *Runtime) (wazero.CompiledModule, error) {
+func (ms *moduleSnapshots) restoreImage(ctx context.Context, rt *wasmRuntime) (wazero.CompiledModule, error) {
 	done := ms.startImage(rt)
 	if done == nil {
 		ms.mu.Lock()
@@ -172,7 +175,7 @@ func (ms *moduleSnapshots) restoreImage(ctx context.Context, rt *Runtime) (wazer
 // it starts compiling it in the background, so that a restore never waits for a
 // compilation (seconds for a Go guest without a cache): until the image is ready,
 // restores take the path that runs the module's initialisation.
-func (ms *moduleSnapshots) readyImage(rt *Runtime) wazero.CompiledModule {
+func (ms *moduleSnapshots) readyImage(rt *wasmRuntime) wazero.CompiledModule {
 	ms.startImage(rt)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
@@ -182,7 +185,7 @@ func (ms *moduleSnapshots) readyImage(rt *Runtime) wazero.CompiledModule {
 // startImage starts compiling the restore image unless it is compiled, under way or
 // unsound; it returns the channel closed when the compilation under way ends, nil when
 // none is.
-func (ms *moduleSnapshots) startImage(rt *Runtime) <-chan struct{} {
+func (ms *moduleSnapshots) startImage(rt *wasmRuntime) <-chan struct{} {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if ms.compiling != nil {
@@ -244,7 +247,7 @@ func (ms *moduleSnapshots) close(ctx context.Context) error {
 // without a compilation cache, 20–30 ms with one). The first Restore starts it in the
 // background and restores by the slower path until it is ready. Compile errors wrap
 // ErrInvalidModule.
-func (m *Module) PrepareRestore(ctx context.Context) error {
+func (m *wasmModule) PrepareRestore(ctx context.Context) error {
 	if m.snap == nil {
 		return nil
 	}
@@ -271,7 +274,7 @@ func (m *Module) PrepareRestore(ctx context.Context) error {
 // entity's type and ID (the guest SDK caches them in memory: restore a snapshot under
 // the entity it was taken from). Tables and the dropped state of passive segments are
 // not captured either: Go, TinyGo and Rust guests do not change them after instantiation.
-func (i *Instance) Snapshot() (*Snapshot, error) {
+func (i *wasmInstance) Snapshot() (*instanceSnapshot, error) {
 	if i.closed {
 		return nil, ErrInstanceClosed
 	}
@@ -288,39 +291,39 @@ func (i *Instance) Snapshot() (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: %s", ErrRuntimeClosed, i.name)
 	}
 	defer i.m.rt.exit()
-	s := &Snapshot{
-		Version:      SnapshotVersion,
+	s := &instanceSnapshot{
+		Version:      snapshotVersion,
 		ModuleDigest: i.m.Digest,
 		Clock:        i.clock.state(),
 	}
 	size := i.mem.Size()
 	mem, ok := i.mem.Read(0, size)
-	if !ok || size%WasmPageSize != 0 {
+	if !ok || size%wasmPageSize != 0 {
 		return nil, fmt.Errorf("%w: memory of %d bytes is not whole pages", ErrNotSnapshottable, size)
 	}
-	s.MemoryPages = size / WasmPageSize
+	s.MemoryPages = size / wasmPageSize
 	var nonZero []uint32
 	for p := uint32(0); p < s.MemoryPages; p++ {
 		if !isZeroPage(pageOf(mem, p)) {
 			nonZero = append(nonZero, p)
 		}
 	}
-	slab := make([]byte, len(nonZero)*WasmPageSize)
-	s.Pages = make([]SnapshotPage, len(nonZero))
+	slab := make([]byte, len(nonZero)*wasmPageSize)
+	s.Pages = make([]snapshotPage, len(nonZero))
 	for k, p := range nonZero {
-		data := slab[k*WasmPageSize : (k+1)*WasmPageSize : (k+1)*WasmPageSize]
+		data := slab[k*wasmPageSize : (k+1)*wasmPageSize : (k+1)*wasmPageSize]
 		copy(data, pageOf(mem, p))
-		s.Pages[k] = SnapshotPage{Index: p, Data: data}
+		s.Pages[k] = snapshotPage{Index: p, Data: data}
 	}
-	s.Globals = make([]SnapshotGlobal, len(i.m.snap.globals))
+	s.Globals = make([]snapshotGlobal, len(i.m.snap.globals))
 	for k, g := range i.m.snap.globals {
-		s.Globals[k] = SnapshotGlobal{Index: g.Index, Type: g.Type, Bits: canonicalBits(g.Type, i.snapGlobals[k].Get())}
+		s.Globals[k] = snapshotGlobal{Index: g.Index, Type: g.Type, Bits: canonicalBits(g.Type, i.snapGlobals[k].Get())}
 	}
 	return s, nil
 }
 
 // bindGlobals looks up the instance's mutable globals once.
-func (i *Instance) bindGlobals() error {
+func (i *wasmInstance) bindGlobals() error {
 	if i.snapGlobals != nil || len(i.m.snap.globals) == 0 {
 		return nil
 	}
@@ -349,24 +352,24 @@ func canonicalBits(t api.ValueType, v uint64) uint64 {
 }
 
 // zeroPage is compared against; never written.
-var zeroPage [WasmPageSize]byte
+var zeroPage [wasmPageSize]byte
 
 func isZeroPage(p []byte) bool { return bytes.Equal(p, zeroPage[:]) }
 
 // pageOf returns page p of a memory.
 func pageOf(mem []byte, p uint32) []byte {
-	off := int(p) * WasmPageSize
-	return mem[off : off+WasmPageSize : off+WasmPageSize]
+	off := int(p) * wasmPageSize
+	return mem[off : off+wasmPageSize : off+wasmPageSize]
 }
 
 // Pages are encoded in chunks of 1 KiB, and only the chunks that are not all zero.
 const (
 	chunkSize     = 1 << 10
-	chunksPerPage = WasmPageSize / chunkSize // 64: one bit each in a uint64
+	chunksPerPage = wasmPageSize / chunkSize // 64: one bit each in a uint64
 )
 
 // chunkMap returns the bitmap of a page's non-zero chunks.
-func chunkMap(page []byte) uint64 { return nonZeroChunks(page[:WasmPageSize], chunkSize) }
+func chunkMap(page []byte) uint64 { return nonZeroChunks(page[:wasmPageSize], chunkSize) }
 
 // nonZeroChunks returns the bitmap of b's chunks of size bytes that are not all zero:
 // bit c for chunk c. b holds at most 64 chunks, size at most a wasm page.
@@ -393,21 +396,21 @@ func nonZeroChunks(b []byte, size int) uint64 {
 // Errors: ErrBadSnapshot when the snapshot is of another module (digest), of another
 // format version, malformed, or larger than the runtime's memory cap; otherwise those of
 // Instantiate. The snapshot is not modified and may be restored again.
-func (m *Module) Restore(ctx context.Context, entityType, entityID string, s *Snapshot) (*Instance, error) {
+func (m *wasmModule) Restore(ctx context.Context, entityType, entityID string, s *instanceSnapshot) (*wasmInstance, error) {
 	return m.restore(ctx, entityType, entityID, s, false)
 }
 
 // restorePlan is how instantiate makes a restored instance.
 type restorePlan struct {
-	snap  *Snapshot
+	snap  *instanceSnapshot
 	code  *moduleCode
-	start []dispatchOp
+	start []wasmbin.Op
 	// zeroed says the instance's memory is all zero after instantiation.
 	zeroed bool
 }
 
 // restore is Restore; initialise forces the path that runs the module's initialisation.
-func (m *Module) restore(ctx context.Context, entityType, entityID string, s *Snapshot, initialise bool) (*Instance, error) {
+func (m *wasmModule) restore(ctx context.Context, entityType, entityID string, s *instanceSnapshot, initialise bool) (*wasmInstance, error) {
 	if err := m.checkSnapshot(s); err != nil {
 		return nil, err
 	}
@@ -423,11 +426,11 @@ func (m *Module) restore(ctx context.Context, entityType, entityID string, s *Sn
 }
 
 // checkSnapshot reports (as ErrBadSnapshot) a snapshot that cannot be restored into m.
-func (m *Module) checkSnapshot(s *Snapshot) error {
+func (m *wasmModule) checkSnapshot(s *instanceSnapshot) error {
 	if s == nil {
 		return fmt.Errorf("%w: nil snapshot", ErrBadSnapshot)
 	}
-	if err := s.validate(uint32(m.rt.cfg.MemoryLimit / WasmPageSize)); err != nil {
+	if err := s.validate(uint32(m.rt.cfg.MemoryLimit / wasmPageSize)); err != nil {
 		return err
 	}
 	if s.ModuleDigest != m.Digest {
@@ -450,12 +453,12 @@ func (m *Module) checkSnapshot(s *Snapshot) error {
 
 // load writes a snapshot into a new instance: grows its memory to the snapshot's size,
 // writes the non-zero pages, zeroes the others, sets the mutable globals and the clocks.
-func (i *Instance) load(plan *restorePlan) error {
+func (i *wasmInstance) load(plan *restorePlan) error {
 	s := plan.snap
 	if err := i.bindGlobals(); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 	}
-	have := i.mem.Size() / WasmPageSize
+	have := i.mem.Size() / wasmPageSize
 	if s.MemoryPages < have {
 		return fmt.Errorf("%w: %d pages of memory, a new instance already has %d", ErrBadSnapshot, s.MemoryPages, have)
 	}
@@ -465,7 +468,7 @@ func (i *Instance) load(plan *restorePlan) error {
 		}
 	}
 	mem, ok := i.mem.Read(0, i.mem.Size())
-	if !ok || uint64(len(mem)) != uint64(s.MemoryPages)*WasmPageSize {
+	if !ok || uint64(len(mem)) != uint64(s.MemoryPages)*wasmPageSize {
 		return fmt.Errorf("%w: memory is %d bytes after growing to %d pages", ErrBadSnapshot, len(mem), s.MemoryPages)
 	}
 	next := 0
@@ -486,10 +489,10 @@ func (i *Instance) load(plan *restorePlan) error {
 }
 
 // validate checks a snapshot's shape; maxPages caps its memory.
-func (s *Snapshot) validate(maxPages uint32) error {
+func (s *instanceSnapshot) validate(maxPages uint32) error {
 	switch {
-	case s.Version != SnapshotVersion:
-		return fmt.Errorf("%w: format version %d, this host reads %d", ErrBadSnapshot, s.Version, SnapshotVersion)
+	case s.Version != snapshotVersion:
+		return fmt.Errorf("%w: format version %d, this host reads %d", ErrBadSnapshot, s.Version, snapshotVersion)
 	case !validDigest(s.ModuleDigest):
 		return fmt.Errorf("%w: module digest %q is not a hex SHA-256", ErrBadSnapshot, s.ModuleDigest)
 	case s.MemoryPages > maxPages:
@@ -503,7 +506,7 @@ func (s *Snapshot) validate(maxPages uint32) error {
 			return fmt.Errorf("%w: page %d beyond the memory's %d pages", ErrBadSnapshot, p.Index, s.MemoryPages)
 		case k > 0 && p.Index <= s.Pages[k-1].Index:
 			return fmt.Errorf("%w: page %d out of order", ErrBadSnapshot, p.Index)
-		case len(p.Data) != WasmPageSize:
+		case len(p.Data) != wasmPageSize:
 			return fmt.Errorf("%w: page %d has %d bytes", ErrBadSnapshot, p.Index, len(p.Data))
 		}
 	}
@@ -555,8 +558,8 @@ const snapshotCompression = flate.BestSpeed
 var flateWriters sync.Pool
 
 // MarshalBinary encodes the snapshot (format above). A snapshot that fails validation
-// (as UnmarshalSnapshot would) is an error wrapping ErrBadSnapshot.
-func (s *Snapshot) MarshalBinary() ([]byte, error) {
+// (as unmarshalSnapshot would) is an error wrapping ErrBadSnapshot.
+func (s *instanceSnapshot) MarshalBinary() ([]byte, error) {
 	if err := s.validate(maxWasmPages); err != nil {
 		return nil, err
 	}
@@ -564,7 +567,7 @@ func (s *Snapshot) MarshalBinary() ([]byte, error) {
 }
 
 // encode is MarshalBinary without the validation.
-func (s *Snapshot) encode() ([]byte, error) {
+func (s *instanceSnapshot) encode() ([]byte, error) {
 	digest, _ := hex.DecodeString(s.ModuleDigest)
 	digest = append(digest, make([]byte, 32)...)[:32]
 	b := make([]byte, 0, 64+len(s.Globals)*16+len(s.Pages)*(4<<10))
@@ -615,16 +618,16 @@ func (s *Snapshot) encode() ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
 }
 
-// UnmarshalSnapshot decodes a snapshot MarshalBinary wrote and validates it: checksum,
-// version, bounds, sizes and order, up to the 65,536 pages of wasm32 (Runtime's
-// UnmarshalSnapshot applies the runtime's memory cap). It allocates no more than the
+// unmarshalSnapshot decodes a snapshot MarshalBinary wrote and validates it: checksum,
+// version, bounds, sizes and order, up to the 65,536 pages of wasm32 (wasmRuntime's
+// unmarshalSnapshot applies the runtime's memory cap). It allocates no more than the
 // data actually decompresses to. Every error wraps ErrBadSnapshot.
-func UnmarshalSnapshot(b []byte) (*Snapshot, error) { return decodeSnapshot(b, maxWasmPages) }
+func unmarshalSnapshot(b []byte) (*instanceSnapshot, error) { return decodeSnapshot(b, maxWasmPages) }
 
-// UnmarshalSnapshot is the package's UnmarshalSnapshot, refusing a snapshot whose memory
+// unmarshalSnapshot is the package's unmarshalSnapshot, refusing a snapshot whose memory
 // is larger than this runtime's cap (RuntimeConfig.MemoryLimit).
-func (rt *Runtime) UnmarshalSnapshot(b []byte) (*Snapshot, error) {
-	return decodeSnapshot(b, uint32(rt.cfg.MemoryLimit/WasmPageSize))
+func (rt *wasmRuntime) UnmarshalSnapshot(b []byte) (*instanceSnapshot, error) {
+	return decodeSnapshot(b, uint32(rt.cfg.MemoryLimit/wasmPageSize))
 }
 
 // checkedBody returns b without its trailing CRC-32C (Castagnoli) once b starts with
@@ -641,7 +644,7 @@ func checkedBody(b []byte, magic, what string) ([]byte, error) {
 	return body, nil
 }
 
-func decodeSnapshot(b []byte, maxPages uint32) (*Snapshot, error) {
+func decodeSnapshot(b []byte, maxPages uint32) (*instanceSnapshot, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrBadSnapshot}, args...)...)
 	}
@@ -650,10 +653,10 @@ func decodeSnapshot(b []byte, maxPages uint32) (*Snapshot, error) {
 		return nil, err
 	}
 	d := decoder{b: body, off: len(snapshotMagic)}
-	s := &Snapshot{}
+	s := &instanceSnapshot{}
 	version := d.uvarint(1 << 32)
-	if d.err == nil && version != SnapshotVersion {
-		return nil, bad("format version %d, this host reads %d", version, SnapshotVersion)
+	if d.err == nil && version != snapshotVersion {
+		return nil, bad("format version %d, this host reads %d", version, snapshotVersion)
 	}
 	s.Version = uint32(version)
 	s.ModuleDigest = hex.EncodeToString(d.bytes(32))
@@ -665,10 +668,10 @@ func decodeSnapshot(b []byte, maxPages uint32) (*Snapshot, error) {
 	s.Clock.Wall = d.varint()
 	nGlobals := d.uvarint(uint64(len(body))) // each takes more than a byte
 	if d.err == nil {
-		s.Globals = make([]SnapshotGlobal, 0, min(nGlobals, 1024))
+		s.Globals = make([]snapshotGlobal, 0, min(nGlobals, 1024))
 	}
 	for k := uint64(0); k < nGlobals && d.err == nil; k++ {
-		g := SnapshotGlobal{Index: uint32(d.uvarint(1<<32 - 1))}
+		g := snapshotGlobal{Index: uint32(d.uvarint(1<<32 - 1))}
 		if t := d.bytes(1); t != nil {
 			g.Type = t[0]
 		}
@@ -679,7 +682,7 @@ func decodeSnapshot(b []byte, maxPages uint32) (*Snapshot, error) {
 	}
 	nPages := d.uvarint(uint64(s.MemoryPages))
 	if d.err == nil {
-		s.Pages = make([]SnapshotPage, 0, min(nPages, uint64(len(body)-d.off)/9)) // 9+ bytes each
+		s.Pages = make([]snapshotPage, 0, min(nPages, uint64(len(body)-d.off)/9)) // 9+ bytes each
 	}
 	next := uint64(0)
 	var maps []uint64
@@ -695,7 +698,7 @@ func decodeSnapshot(b []byte, maxPages uint32) (*Snapshot, error) {
 		if d.err == nil && chunks == 0 {
 			return nil, bad("page %d is zero and listed", idx)
 		}
-		s.Pages = append(s.Pages, SnapshotPage{Index: uint32(idx)})
+		s.Pages = append(s.Pages, snapshotPage{Index: uint32(idx)})
 		maps = append(maps, chunks)
 		next = idx + 1
 	}
@@ -709,7 +712,7 @@ func decodeSnapshot(b []byte, maxPages uint32) (*Snapshot, error) {
 	in := bytes.NewReader(data)
 	fr := flate.NewReader(in)
 	for k := range s.Pages {
-		page := make([]byte, WasmPageSize)
+		page := make([]byte, wasmPageSize)
 		for c := 0; c < chunksPerPage; c++ {
 			if maps[k]&(1<<c) == 0 {
 				continue

@@ -6,24 +6,24 @@ import (
 )
 
 // Benchmarks of snapshots for the Go counter and the Rust echo: taking one (Snapshot),
-// encoding and decoding it (MarshalBinary, UnmarshalSnapshot), and starting an instance
+// encoding and decoding it (MarshalBinary, unmarshalSnapshot), and starting an instance
 // from it (Restore, on both paths), against a fresh Instantiate. Each reports the
 // snapshot's sizes: memory, its non-zero pages, and the encoding.
 
 type snapshotBench struct {
 	name string
-	m    func(b *testing.B, rt *Runtime) *Module
+	m    func(b *testing.B, rt *wasmRuntime) *wasmModule
 	msg  string
 }
 
 var snapshotBenches = []snapshotBench{
-	{"go-counter", func(b *testing.B, rt *Runtime) *Module { return compile(b, rt, "counter") }, "inc"},
-	{"rust-echo", func(b *testing.B, rt *Runtime) *Module { return compileRust(b, rt, echoRust) }, "echo hello"},
+	{"go-counter", func(b *testing.B, rt *wasmRuntime) *wasmModule { return compile(b, rt, "counter") }, "inc"},
+	{"rust-echo", func(b *testing.B, rt *wasmRuntime) *wasmModule { return compileRust(b, rt, echoRust) }, "echo hello"},
 }
 
 // warmSnapshot returns the module and a snapshot of an instance that handled 100
 // messages.
-func warmSnapshot(b *testing.B, c snapshotBench) (*Module, *Instance, *Snapshot) {
+func warmSnapshot(b *testing.B, c snapshotBench) (*wasmModule, *wasmInstance, *instanceSnapshot) {
 	b.Helper()
 	rt, _ := newTestRuntime(b, nil)
 	m := c.m(b, rt)
@@ -42,12 +42,12 @@ func warmSnapshot(b *testing.B, c snapshotBench) (*Module, *Instance, *Snapshot)
 	return m, inst, s
 }
 
-func reportSizes(b *testing.B, s *Snapshot) {
+func reportSizes(b *testing.B, s *instanceSnapshot) {
 	enc, err := s.MarshalBinary()
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(s.MemoryPages)*WasmPageSize/1024, "memory-KiB")
+	b.ReportMetric(float64(s.MemoryPages)*wasmPageSize/1024, "memory-KiB")
 	b.ReportMetric(float64(s.SparseSize())/1024, "sparse-KiB")
 	b.ReportMetric(float64(len(enc))/1024, "encoded-KiB")
 }
@@ -123,7 +123,7 @@ func BenchmarkRestore(b *testing.B) {
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					var inst *Instance
+					var inst *wasmInstance
 					var err error
 					if path == "instantiate" {
 						inst, err = m.Instantiate(ctx, c.name, "bench")

@@ -26,7 +26,7 @@ var restorePaths = []struct {
 	initialise bool
 }{{"image", false}, {"initialise", true}}
 
-func ask(t testing.TB, inst *Instance, msg string) string {
+func ask(t testing.TB, inst *wasmInstance, msg string) string {
 	t.Helper()
 	out, err := inst.Receive(context.Background(), []byte(msg))
 	if err != nil {
@@ -35,7 +35,7 @@ func ask(t testing.TB, inst *Instance, msg string) string {
 	return string(out)
 }
 
-func snapshot(t testing.TB, inst *Instance) *Snapshot {
+func snapshot(t testing.TB, inst *wasmInstance) *instanceSnapshot {
 	t.Helper()
 	s, err := inst.Snapshot()
 	if err != nil {
@@ -44,7 +44,7 @@ func snapshot(t testing.TB, inst *Instance) *Snapshot {
 	return s
 }
 
-func restore(t testing.TB, m *Module, typ, id string, s *Snapshot, initialise bool) *Instance {
+func restore(t testing.TB, m *wasmModule, typ, id string, s *instanceSnapshot, initialise bool) *wasmInstance {
 	t.Helper()
 	inst, err := m.restore(context.Background(), typ, id, s, initialise)
 	if err != nil {
@@ -55,7 +55,7 @@ func restore(t testing.TB, m *Module, typ, id string, s *Snapshot, initialise bo
 }
 
 // roundTrip encodes and decodes a snapshot, as a store and another host would.
-func roundTrip(t testing.TB, rt *Runtime, s *Snapshot) *Snapshot {
+func roundTrip(t testing.TB, rt *wasmRuntime, s *instanceSnapshot) *instanceSnapshot {
 	t.Helper()
 	b, err := s.MarshalBinary()
 	if err != nil {
@@ -69,7 +69,7 @@ func roundTrip(t testing.TB, rt *Runtime, s *Snapshot) *Snapshot {
 }
 
 // memoryOf copies an instance's linear memory.
-func memoryOf(t testing.TB, inst *Instance) []byte {
+func memoryOf(t testing.TB, inst *wasmInstance) []byte {
 	t.Helper()
 	b, ok := inst.mem.Read(0, inst.mem.Size())
 	if !ok {
@@ -79,7 +79,7 @@ func memoryOf(t testing.TB, inst *Instance) []byte {
 }
 
 // globalsOf reads every mutable global of an instance.
-func globalsOf(t testing.TB, inst *Instance) []uint64 {
+func globalsOf(t testing.TB, inst *wasmInstance) []uint64 {
 	t.Helper()
 	var out []uint64
 	for _, g := range inst.m.snap.globals {
@@ -91,13 +91,13 @@ func globalsOf(t testing.TB, inst *Instance) []uint64 {
 // otherHost is a second "host": a runtime of its own, with a compilation cache of its
 // own (shared by the tests of this file, so that the race detector's slow compiles of
 // a Go guest happen once).
-func otherHost(t testing.TB) *Runtime {
+func otherHost(t testing.TB) *wasmRuntime {
 	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.CacheDir = filepath.Join(cacheDir, "other-host") })
 	return rt
 }
 
 // compileWith compiles examples/wasm/NAME built by c (TinyGo or Go's port).
-func compileWith(t testing.TB, rt *Runtime, c testwasm.Compiler, name string) *Module {
+func compileWith(t testing.TB, rt *wasmRuntime, c testwasm.Compiler, name string) *wasmModule {
 	t.Helper()
 	m, err := rt.Compile(context.Background(), c.Bytes(t, name))
 	if err != nil {
@@ -166,14 +166,14 @@ func TestRestoredStateIsExact(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	type exactCase struct {
 		name    string
-		compile func(testing.TB) *Module
+		compile func(testing.TB) *wasmModule
 		msg     string
 	}
 	cases := []exactCase{
-		{"rust", func(t testing.TB) *Module { return compileRust(t, rt, echoRust) }, "echo seven"},
+		{"rust", func(t testing.TB) *wasmModule { return compileRust(t, rt, echoRust) }, "echo seven"},
 		// TinyGo's default scheduler adds asyncify's two globals to __stack_pointer; at
 		// rest between calls they are zero.
-		{"tinygo-asyncify", func(t testing.TB) *Module {
+		{"tinygo-asyncify", func(t testing.TB) *wasmModule {
 			m, err := rt.Compile(context.Background(), testwasm.TinyGoBytesWith(t, "counter", tinyGoAsyncify))
 			if err != nil {
 				t.Fatal(err)
@@ -182,7 +182,7 @@ func TestRestoredStateIsExact(t *testing.T) {
 		}, "inc 7"},
 	}
 	for _, c := range testwasm.GoCompilers {
-		cases = append(cases, exactCase{c.Name, func(t testing.TB) *Module { return compileWith(t, rt, c, "counter") }, "inc 7"})
+		cases = append(cases, exactCase{c.Name, func(t testing.TB) *wasmModule { return compileWith(t, rt, c, "counter") }, "inc 7"})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { testRestoredStateIsExact(t, rt, c.compile(t), c.msg) })
@@ -193,7 +193,7 @@ func TestRestoredStateIsExact(t *testing.T) {
 // (asyncify), which the Makefile's -scheduler=none leaves out.
 var tinyGoAsyncify = []string{"-target=wasip1", "-buildmode=c-shared", "-no-debug"}
 
-func testRestoredStateIsExact(t *testing.T, rt *Runtime, m *Module, msg string) {
+func testRestoredStateIsExact(t *testing.T, rt *wasmRuntime, m *wasmModule, msg string) {
 	if err := m.PrepareRestore(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestCounterMovesManyTimes(t *testing.T) {
 func testCounterMovesManyTimes(t *testing.T, c testwasm.Compiler) {
 	ctx := context.Background()
 	rt1, _ := newTestRuntime(t, nil)
-	mods := []*Module{compileWith(t, rt1, c, "counter"), compileWith(t, otherHost(t), c, "counter")}
+	mods := []*wasmModule{compileWith(t, rt1, c, "counter"), compileWith(t, otherHost(t), c, "counter")}
 	inst, err := mods[0].Instantiate(ctx, "counter", "mover")
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +360,7 @@ func TestSnapshotSizes(t *testing.T) {
 	rt, _ := newTestRuntime(t, nil)
 	cases := []struct {
 		name string
-		m    *Module
+		m    *wasmModule
 		msg  string
 	}{
 		{"go counter", compile(t, rt, "counter"), "inc"},
@@ -369,7 +369,7 @@ func TestSnapshotSizes(t *testing.T) {
 	if testwasm.HaveTinyGo(t) {
 		cases = append(cases, struct {
 			name string
-			m    *Module
+			m    *wasmModule
 			msg  string
 		}{"tinygo counter", compileWith(t, rt, testwasm.GoCompilers[0], "counter"), "inc"})
 	}
@@ -388,7 +388,7 @@ func TestSnapshotSizes(t *testing.T) {
 		}
 		t.Logf("%s: memory %d KiB (%d pages), %d non-zero pages = %d KiB sparse, %d KiB encoded; %d globals",
 			c.name, s.MemoryPages*64, s.MemoryPages, len(s.Pages), s.SparseSize()>>10, len(b)>>10, len(s.Globals))
-		if s.SparseSize() > int(s.MemoryPages)*WasmPageSize || len(b) >= s.SparseSize()/2 {
+		if s.SparseSize() > int(s.MemoryPages)*wasmPageSize || len(b) >= s.SparseSize()/2 {
 			t.Errorf("%s: encoding of %d bytes for %d bytes of non-zero pages", c.name, len(b), s.SparseSize())
 		}
 		// Deterministic: the same snapshot encodes to the same bytes.
@@ -410,15 +410,15 @@ func fixChecksum(b []byte) []byte {
 }
 
 // smallSnapshot is a valid snapshot made up without wasm.
-func smallSnapshot() *Snapshot {
-	page := func(fill byte) []byte { return bytes.Repeat([]byte{fill}, WasmPageSize) }
-	return &Snapshot{
-		Version:      SnapshotVersion,
-		ModuleDigest: Digest([]byte("module")),
+func smallSnapshot() *instanceSnapshot {
+	page := func(fill byte) []byte { return bytes.Repeat([]byte{fill}, wasmPageSize) }
+	return &instanceSnapshot{
+		Version:      snapshotVersion,
+		ModuleDigest: moduleDigest([]byte("module")),
 		MemoryPages:  5,
-		Pages:        []SnapshotPage{{1, page(1)}, {4, page(0xaa)}},
-		Globals:      []SnapshotGlobal{{0, api.ValueTypeI32, 7}, {3, api.ValueTypeI64, 1 << 40}, {4, api.ValueTypeF64, 0x3ff0000000000000}},
-		Clock:        SnapshotClock{Monotonic: 5e6, Wall: fakeEpochNanos + 5e6},
+		Pages:        []snapshotPage{{1, page(1)}, {4, page(0xaa)}},
+		Globals:      []snapshotGlobal{{0, api.ValueTypeI32, 7}, {3, api.ValueTypeI64, 1 << 40}, {4, api.ValueTypeF64, 0x3ff0000000000000}},
+		Clock:        snapshotClock{Monotonic: 5e6, Wall: fakeEpochNanos + 5e6},
 	}
 }
 
@@ -428,7 +428,7 @@ func TestSnapshotEncodingRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := UnmarshalSnapshot(b)
+	got, err := unmarshalSnapshot(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestBadSnapshotsAreRefused(t *testing.T) {
 	}
 	// encoded encodes a snapshot that fails validation, as a faulty or hostile writer
 	// would, with a correct checksum.
-	encoded := func(mutate func(*Snapshot)) []byte {
+	encoded := func(mutate func(*instanceSnapshot)) []byte {
 		s := smallSnapshot()
 		mutate(s)
 		b, err := s.encode()
@@ -457,15 +457,15 @@ func TestBadSnapshotsAreRefused(t *testing.T) {
 	cases := map[string][]byte{
 		"empty":          nil,
 		"not a snapshot": []byte("hello, world"),
-		"version 2":      encoded(func(s *Snapshot) { s.Version = 2 }),
-		"over wasm32":    encoded(func(s *Snapshot) { s.MemoryPages = 1<<16 + 1 }),
-		"page beyond":    encoded(func(s *Snapshot) { s.Pages[1].Index = 5 }),
-		"pages order":    encoded(func(s *Snapshot) { s.Pages[0].Index, s.Pages[1].Index = 4, 1 }),
-		"too many pages": encoded(func(s *Snapshot) { s.MemoryPages = 1 }),
-		"zero page":      encoded(func(s *Snapshot) { s.Pages[0].Data = make([]byte, WasmPageSize) }),
-		"global type":    encoded(func(s *Snapshot) { s.Globals[1].Type = 0x70 }),
-		"i32 high bits":  encoded(func(s *Snapshot) { s.Globals[0].Bits = 1 << 32 }),
-		"globals order":  encoded(func(s *Snapshot) { s.Globals[1].Index = 0 }),
+		"version 2":      encoded(func(s *instanceSnapshot) { s.Version = 2 }),
+		"over wasm32":    encoded(func(s *instanceSnapshot) { s.MemoryPages = 1<<16 + 1 }),
+		"page beyond":    encoded(func(s *instanceSnapshot) { s.Pages[1].Index = 5 }),
+		"pages order":    encoded(func(s *instanceSnapshot) { s.Pages[0].Index, s.Pages[1].Index = 4, 1 }),
+		"too many pages": encoded(func(s *instanceSnapshot) { s.MemoryPages = 1 }),
+		"zero page":      encoded(func(s *instanceSnapshot) { s.Pages[0].Data = make([]byte, wasmPageSize) }),
+		"global type":    encoded(func(s *instanceSnapshot) { s.Globals[1].Type = 0x70 }),
+		"i32 high bits":  encoded(func(s *instanceSnapshot) { s.Globals[0].Bits = 1 << 32 }),
+		"globals order":  encoded(func(s *instanceSnapshot) { s.Globals[1].Index = 0 }),
 		"trailing":       fixChecksum(append(append([]byte(nil), good[:len(good)-4]...), 0, 0, 0, 0, 0)),
 	}
 	for n := 0; n < len(good); n++ {
@@ -477,21 +477,21 @@ func TestBadSnapshotsAreRefused(t *testing.T) {
 		cases["corrupted at "+strconv.Itoa(i)] = c
 	}
 	for name, b := range cases {
-		if s, err := UnmarshalSnapshot(b); !errors.Is(err, ErrBadSnapshot) {
+		if s, err := unmarshalSnapshot(b); !errors.Is(err, ErrBadSnapshot) {
 			t.Errorf("%s: %v, %v; want ErrBadSnapshot", name, s != nil, err)
 		}
 	}
 	// Snapshots that do not encode.
-	for name, mutate := range map[string]func(*Snapshot){
-		"page beyond":   func(s *Snapshot) { s.Pages[1].Index = 5 },
-		"pages order":   func(s *Snapshot) { s.Pages[0].Index, s.Pages[1].Index = 4, 1 },
-		"short page":    func(s *Snapshot) { s.Pages[0].Data = s.Pages[0].Data[:100] },
-		"digest":        func(s *Snapshot) { s.ModuleDigest = "abc" },
-		"i32 high bits": func(s *Snapshot) { s.Globals[0].Bits = 1 << 32 },
-		"globals order": func(s *Snapshot) { s.Globals[1].Index = 0 },
-		"version":       func(s *Snapshot) { s.Version = 0 },
-		"over wasm32":   func(s *Snapshot) { s.MemoryPages = 1<<16 + 1 },
-		"v128 global":   func(s *Snapshot) { s.Globals[0].Type = api.ValueType(0x7b) },
+	for name, mutate := range map[string]func(*instanceSnapshot){
+		"page beyond":   func(s *instanceSnapshot) { s.Pages[1].Index = 5 },
+		"pages order":   func(s *instanceSnapshot) { s.Pages[0].Index, s.Pages[1].Index = 4, 1 },
+		"short page":    func(s *instanceSnapshot) { s.Pages[0].Data = s.Pages[0].Data[:100] },
+		"digest":        func(s *instanceSnapshot) { s.ModuleDigest = "abc" },
+		"i32 high bits": func(s *instanceSnapshot) { s.Globals[0].Bits = 1 << 32 },
+		"globals order": func(s *instanceSnapshot) { s.Globals[1].Index = 0 },
+		"version":       func(s *instanceSnapshot) { s.Version = 0 },
+		"over wasm32":   func(s *instanceSnapshot) { s.MemoryPages = 1<<16 + 1 },
+		"v128 global":   func(s *instanceSnapshot) { s.Globals[0].Type = api.ValueType(0x7b) },
 	} {
 		s := smallSnapshot()
 		mutate(s)
@@ -525,7 +525,7 @@ func TestRestoreRefusesOtherModulesAndCaps(t *testing.T) {
 		t.Fatalf("missing global: %v", err)
 	}
 	// A host with a lower memory cap refuses the snapshot, encoded or not.
-	small, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = uint64(s.MemoryPages-1) * WasmPageSize })
+	small, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = uint64(s.MemoryPages-1) * wasmPageSize })
 	b, err := s.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -550,7 +550,7 @@ func TestRestoreRefusesOtherModulesAndCaps(t *testing.T) {
 // from inside a host function, during a message.
 type snapshotLogHandler struct {
 	slog.Handler
-	inst **Instance
+	inst **wasmInstance
 	err  error
 }
 
@@ -562,7 +562,7 @@ func (h *snapshotLogHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func TestSnapshotRefusedDuringACallOrAfterClose(t *testing.T) {
-	var inst *Instance
+	var inst *wasmInstance
 	h := &snapshotLogHandler{Handler: slog.NewTextHandler(&bytes.Buffer{}, nil), inst: &inst}
 	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.Logger = slog.New(h) })
 	m := compileRust(t, rt, echoRust)
@@ -592,11 +592,11 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 	}
 	f.Add(good)
 	f.Add(good[:len(good)/2])
-	empty, _ := (&Snapshot{Version: SnapshotVersion, ModuleDigest: Digest(nil)}).MarshalBinary()
+	empty, _ := (&instanceSnapshot{Version: snapshotVersion, ModuleDigest: moduleDigest(nil)}).MarshalBinary()
 	f.Add(empty)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range [][]byte{b, fixChecksum(b)} {
-			s, err := UnmarshalSnapshot(in)
+			s, err := unmarshalSnapshot(in)
 			if err != nil {
 				if !errors.Is(err, ErrBadSnapshot) {
 					t.Fatalf("error %v does not wrap ErrBadSnapshot", err)
@@ -607,7 +607,7 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 			if err != nil {
 				t.Fatalf("a decoded snapshot does not encode: %v", err)
 			}
-			s2, err := UnmarshalSnapshot(again)
+			s2, err := unmarshalSnapshot(again)
 			if err != nil || fmt.Sprintf("%+v", s2) != fmt.Sprintf("%+v", s) {
 				t.Fatalf("re-encoding changed the snapshot: %v", err)
 			}

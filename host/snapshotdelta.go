@@ -25,7 +25,7 @@ import (
 const deltaBlockSize = 4 << 10
 
 // blocksPerPage is the number of delta blocks in a wasm page.
-const blocksPerPage = WasmPageSize / deltaBlockSize
+const blocksPerPage = wasmPageSize / deltaBlockSize
 
 // snapshotBase names a base snapshot in the store: a delta applies only to the base it
 // names.
@@ -52,8 +52,8 @@ type snapshotDelta struct {
 	// Blocks are the blocks that differ from the base, in ascending Index order, each
 	// deltaBlockSize bytes. Block Index covers bytes [Index*4 KiB, (Index+1)*4 KiB).
 	Blocks  []deltaBlock
-	Globals []SnapshotGlobal
-	Clock   SnapshotClock
+	Globals []snapshotGlobal
+	Clock   snapshotClock
 }
 
 // deltaBlock is one 4 KiB block of memory.
@@ -91,8 +91,8 @@ func (d *snapshotDelta) validate(maxPages uint32) error {
 	return validGlobals(d.Globals)
 }
 
-// validGlobals checks globals as Snapshot.validate does.
-func validGlobals(globals []SnapshotGlobal) error {
+// validGlobals checks globals as instanceSnapshot.validate does.
+func validGlobals(globals []snapshotGlobal) error {
 	for k, g := range globals {
 		switch {
 		case k > 0 && g.Index <= globals[k-1].Index:
@@ -110,7 +110,7 @@ func validGlobals(globals []SnapshotGlobal) error {
 // globals and clocks, base's pages with d's blocks written into them. base is not
 // modified. Errors (ErrBadSnapshot): d is of another module, of a smaller memory than
 // the base (wasm memories do not shrink), or has another number of globals.
-func applyDelta(base *Snapshot, d *snapshotDelta) (*Snapshot, error) {
+func applyDelta(base *instanceSnapshot, d *snapshotDelta) (*instanceSnapshot, error) {
 	switch {
 	case d.ModuleDigest != base.ModuleDigest:
 		return nil, fmt.Errorf("%w: delta of module %.12s…, base of %.12s…", ErrBadSnapshot, d.ModuleDigest, base.ModuleDigest)
@@ -119,8 +119,8 @@ func applyDelta(base *Snapshot, d *snapshotDelta) (*Snapshot, error) {
 	case len(d.Globals) != len(base.Globals):
 		return nil, fmt.Errorf("%w: delta with %d globals, its base has %d", ErrBadSnapshot, len(d.Globals), len(base.Globals))
 	}
-	s := &Snapshot{Version: base.Version, ModuleDigest: base.ModuleDigest, MemoryPages: d.MemoryPages,
-		Globals: slices.Clone(d.Globals), Clock: d.Clock, Pages: make([]SnapshotPage, 0, len(base.Pages)+len(d.Blocks))}
+	s := &instanceSnapshot{Version: base.Version, ModuleDigest: base.ModuleDigest, MemoryPages: d.MemoryPages,
+		Globals: slices.Clone(d.Globals), Clock: d.Clock, Pages: make([]snapshotPage, 0, len(base.Pages)+len(d.Blocks))}
 	next := 0 // in base.Pages
 	for k := 0; k < len(d.Blocks); {
 		p := d.Blocks[k].Index / blocksPerPage
@@ -128,7 +128,7 @@ func applyDelta(base *Snapshot, d *snapshotDelta) (*Snapshot, error) {
 			s.Pages = append(s.Pages, base.Pages[next])
 			next++
 		}
-		page := make([]byte, WasmPageSize)
+		page := make([]byte, wasmPageSize)
 		if next < len(base.Pages) && base.Pages[next].Index == p {
 			copy(page, base.Pages[next].Data)
 			next++
@@ -138,7 +138,7 @@ func applyDelta(base *Snapshot, d *snapshotDelta) (*Snapshot, error) {
 			copy(page[off:off+deltaBlockSize], d.Blocks[k].Data)
 		}
 		if !isZeroPage(page) {
-			s.Pages = append(s.Pages, SnapshotPage{Index: p, Data: page})
+			s.Pages = append(s.Pages, snapshotPage{Index: p, Data: page})
 		}
 	}
 	s.Pages = append(s.Pages, base.Pages[next:]...)
@@ -217,7 +217,7 @@ func (d *snapshotDelta) marshal() ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
 }
 
-func appendGlobals(b []byte, globals []SnapshotGlobal) []byte {
+func appendGlobals(b []byte, globals []snapshotGlobal) []byte {
 	b = binary.AppendUvarint(b, uint64(len(globals)))
 	for _, g := range globals {
 		b = binary.AppendUvarint(b, uint64(g.Index))
@@ -227,14 +227,14 @@ func appendGlobals(b []byte, globals []SnapshotGlobal) []byte {
 	return b
 }
 
-func (d *decoder) globals() []SnapshotGlobal {
+func (d *decoder) globals() []snapshotGlobal {
 	n := d.uvarint(uint64(len(d.b))) // each takes more than a byte
 	if d.err != nil {
 		return nil
 	}
-	out := make([]SnapshotGlobal, 0, min(n, 1024))
+	out := make([]snapshotGlobal, 0, min(n, 1024))
 	for k := uint64(0); k < n && d.err == nil; k++ {
-		g := SnapshotGlobal{Index: uint32(d.uvarint(1<<32 - 1))}
+		g := snapshotGlobal{Index: uint32(d.uvarint(1<<32 - 1))}
 		if t := d.bytes(1); t != nil {
 			g.Type = t[0]
 		}

@@ -26,7 +26,7 @@ const (
 	attrFailure      = attribute.Key("shardhost.guest.failure")
 )
 
-// runtimeTelemetry holds the instruments of a Runtime and its instances.
+// runtimeTelemetry holds the instruments of a wasmRuntime and its instances.
 type runtimeTelemetry struct {
 	traced         bool
 	metered        bool // a meter provider was given: guest calls are timed
@@ -104,7 +104,7 @@ func guestOutcome(err error) string {
 
 // trackMemory moves the instance's share of shardhost.entity.memory to its memory's
 // current size (0 once closed).
-func (i *Instance) trackMemory() {
+func (i *wasmInstance) trackMemory() {
 	if i.memOpt == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package host
+package wasmbin
 
 import (
 	"fmt"
@@ -18,60 +18,64 @@ import (
 //
 //	shardhost_dispatch(op i32, a i32, b i32) -> i32
 //
-// which calls the function op names (dispatchOp) with a, or a and b, as its parameters,
+// which calls the function op names (Op) with a, or a and b, as its parameters,
 // and returns its result, or 0 for a function without one. The host looks up this one
 // export per instance and calls every other through it. An op whose function the module
-// does not export, or exports with another type than the ABI's (checkShape refuses
+// does not export, or exports with another type than the ABI's (host's checkShape refuses
 // such a module), traps with unreachable.
-const dispatchExport = "shardhost_dispatch"
 
-// dispatchOp selects the function shardhost_dispatch calls.
-type dispatchOp uint32
+// DispatchExport is the name of the export the rewrite adds, through which the host
+// calls every other (the ops below).
+const DispatchExport = "shardhost_dispatch"
+
+// Op selects the function shardhost_dispatch calls.
+type Op uint32
 
 const (
-	// opStart is the module's start function, which the rewrite takes out of the
-	// start section: the host runs it first, as instantiation would have.
-	opStart dispatchOp = iota
-	opInitialize
-	opAlloc
-	opReceive
-	opOnActivate
-	opOnPassivate
-	opSnapshot
-	opRestore
-	numDispatchOps
+	// OpStart is the module's start function, which the rewrite takes out of the
+	// start section: the host runs it first, as instantiation would have. The other
+	// ops call the ABI's exports (abi/SPEC.md) of dispatchTargets.
+	OpStart Op = iota
+	OpInitialize
+	OpAlloc
+	OpReceive
+	OpOnActivate
+	OpOnPassivate
+	OpSnapshot
+	OpRestore
+	numOps
 )
 
 // dispatchTargets are what each op calls: the function exported under name, with the
-// ABI's type for it (abi/SPEC.md; checkShape checks the same types).
-var dispatchTargets = [numDispatchOps]struct {
+// ABI's type for it (abi/SPEC.md; host's checkShape checks the same types).
+var dispatchTargets = [numOps]struct {
 	name            string
 	params, results []byte
 }{
-	opStart:       {"", nil, nil}, // the start section's function, ()->() by validation
-	opInitialize:  {abi.ExportInitialize, nil, nil},
-	opAlloc:       {abi.ExportAlloc, []byte{valI32}, []byte{valI32}},
-	opReceive:     {abi.ExportReceive, []byte{valI32, valI32}, []byte{valI32}},
-	opOnActivate:  {abi.ExportOnActivate, nil, []byte{valI32}},
-	opOnPassivate: {abi.ExportOnPassivate, nil, []byte{valI32}},
-	opSnapshot:    {abi.ExportSnapshot, nil, []byte{valI32}},
-	opRestore:     {abi.ExportRestore, []byte{valI32, valI32}, []byte{valI32}},
+	OpStart:       {"", nil, nil}, // the start section's function, ()->() by validation
+	OpInitialize:  {abi.ExportInitialize, nil, nil},
+	OpAlloc:       {abi.ExportAlloc, []byte{valI32}, []byte{valI32}},
+	OpReceive:     {abi.ExportReceive, []byte{valI32, valI32}, []byte{valI32}},
+	OpOnActivate:  {abi.ExportOnActivate, nil, []byte{valI32}},
+	OpOnPassivate: {abi.ExportOnPassivate, nil, []byte{valI32}},
+	OpSnapshot:    {abi.ExportSnapshot, nil, []byte{valI32}},
+	OpRestore:     {abi.ExportRestore, []byte{valI32, valI32}, []byte{valI32}},
 }
 
-// dispatchOps is a set of ops: bit op is set when shardhost_dispatch calls op's function.
-type dispatchOps uint32
+// Ops is a set of ops: bit op is set when shardhost_dispatch calls op's function.
+type Ops uint32
 
-func (s dispatchOps) has(op dispatchOp) bool { return s&(1<<op) != 0 }
+func (s Ops) Has(op Op) bool { return s&(1<<op) != 0 }
 
-func (s dispatchOps) String() string {
+func (s Ops) String() string {
 	if s == 0 {
 		return "none"
 	}
 	out := ""
 	for ; s != 0; s &= s - 1 {
-		op := dispatchOp(bits.TrailingZeros32(uint32(s)))
+		op := Op(bits.TrailingZeros32(uint32(s)))
 		name := dispatchTargets[op].name
-		if op == opStart {
+		if op == OpStart {
 			name = "start"
 		}
 		if out != "" {
@@ -155,7 +159,7 @@ type dispatchPlan struct {
 	typeSec, funcSec []byte // the sections' new contents
 	body             []byte // the code entry (size and body) to append to the code section
 	fn               uint32 // shardhost_dispatch's function index
-	ops              dispatchOps
+	ops              Ops
 }
 
 // planDispatch builds shardhost_dispatch for a module: typeSec, importFuncTypes (the
@@ -215,11 +219,11 @@ func planDispatch(typeSec []byte, importFuncTypes []uint32, funcSec []byte, func
 	//	local.get 0; i32.const op; i32.eq; if; local.get 1 ...; call f; [i32.const 0]; return; end
 	// and unreachable after the last.
 	body := []byte{0} // no locals
-	for op := range numDispatchOps {
+	for op := range numOps {
 		want := dispatchTargets[op]
 		var fn uint32
 		var ok bool
-		if op == opStart {
+		if op == OpStart {
 			fn, ok = uint32(start), start >= 0
 		} else {
 			fn, ok = funcExports[want.name]

@@ -1,4 +1,4 @@
-package host
+package wasmbin
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // data segment of n bytes make([]byte, n), a function's locals make([]ValueType, sum).
 // A 14-byte module stating 2³²−1 exports so has it allocate tens of gigabytes, and a
 // host dies of it (the Go runtime does not survive running out of memory). Every
-// entry of such a vector takes at least one byte of the module, so checkWasmBounds
+// entry of such a vector takes at least one byte of the module, so CheckBounds
 // refuses, before wazero sees the module, any count larger than the bytes left to hold
 // its entries, and caps the locals a function declares (which take no bytes each) as
 // browsers do.
@@ -31,7 +31,7 @@ const maxModuleLocals = 4 << 20
 // and TinyGo's under 50. capTables makes it hold after table.grow too.
 const maxTableElements = 1 << 20
 
-// checkWasmBounds walks a module binary's sections and refuses (an error wrapping
+// CheckBounds walks a module binary's sections and refuses (an error wrapping
 // ErrInvalidModule) a vector count larger than the bytes left in its section (or
 // subsection), a function body larger than its section, locals past
 // maxFunctionLocals or maxModuleLocals, and tables past maxTableElements. It reads the vectors wazero sizes up front: the
@@ -39,7 +39,7 @@ const maxTableElements = 1 << 20
 // segments' entries, the code section's bodies and locals, the data segments' bytes,
 // and the "name" custom section's function and local name maps. A section it cannot
 // read otherwise it leaves to wazero, which refuses it with its own account.
-func checkWasmBounds(wasm []byte) error {
+func CheckBounds(wasm []byte) error {
 	sections, err := splitSections(wasm)
 	if err != nil {
 		return err
@@ -74,7 +74,7 @@ func checkWasmBounds(wasm []byte) error {
 	return nil
 }
 
-// errPastBounds marks checkWasmBounds' refusals; its check functions' other errors
+// errPastBounds marks CheckBounds' refusals; its check functions' other errors
 // (what they cannot read) are left to wazero.
 var errPastBounds = errors.New("more than the module holds")
 
@@ -370,7 +370,7 @@ func splitSections(wasm []byte) ([]wasmSection, error) {
 // of what their initial sizes leave, a declared maximum that is lower staying. A
 // table.grow past it fails as the format lets it (it returns -1). wasm itself comes
 // back when every table has such a maximum already, or when the table section cannot
-// be read (wazero refuses the module) or its tables start past the cap (checkWasmBounds
+// be read (wazero refuses the module) or its tables start past the cap (CheckBounds
 // refuses it). Like the other rewrites, a pure function of its input.
 func capTables(wasm []byte) []byte {
 	sections, err := splitSections(wasm)

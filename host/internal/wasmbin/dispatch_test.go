@@ -1,4 +1,4 @@
-package host
+package wasmbin
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func TestDispatchCallsTheExports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := dispatchOps(1<<opStart | 1<<opAlloc | 1<<opReceive); dr.ops != want {
+	if want := Ops(1<<OpStart | 1<<OpAlloc | 1<<OpReceive); dr.ops != want {
 		t.Fatalf("ops %v, want %v", dr.ops, want)
 	}
 	ctx := context.Background()
@@ -32,32 +32,32 @@ func TestDispatchCallsTheExports(t *testing.T) {
 	if err != nil {
 		t.Fatalf("wazero refuses the rewritten module: %v", err)
 	}
-	dispatch := mod.ExportedFunction(dispatchExport)
+	dispatch := mod.ExportedFunction(DispatchExport)
 	if dispatch == nil {
-		t.Fatalf("no %s export", dispatchExport)
+		t.Fatalf("no %s export", DispatchExport)
 	}
 	for _, c := range []struct {
-		op   dispatchOp
+		op   Op
 		a, b uint64
 		want uint64
 	}{
-		{opStart, 0, 0, 0},
-		{opAlloc, 99, 0, 1024}, // alloc: i32.const 1024
-		{opReceive, 3, 4, 7},
-		{opReceive, 0xffffffff, 2, 1},
+		{OpStart, 0, 0, 0},
+		{OpAlloc, 99, 0, 1024}, // alloc: i32.const 1024
+		{OpReceive, 3, 4, 7},
+		{OpReceive, 0xffffffff, 2, 1},
 	} {
 		res, err := dispatch.Call(ctx, uint64(c.op), c.a, c.b)
 		if err != nil || res[0] != c.want {
-			t.Errorf("dispatch(%v, %d, %d) = %v, %v; want %d", dispatchOps(1<<c.op), c.a, c.b, res, err, c.want)
+			t.Errorf("dispatch(%v, %d, %d) = %v, %v; want %d", Ops(1<<c.op), c.a, c.b, res, err, c.want)
 		}
 	}
-	for _, op := range []dispatchOp{opInitialize, opOnActivate, opSnapshot, opRestore, numDispatchOps, 1 << 20} {
+	for _, op := range []Op{OpInitialize, OpOnActivate, OpSnapshot, OpRestore, numOps, 1 << 20} {
 		if _, err := dispatch.Call(ctx, uint64(op), 0, 0); err == nil || !strings.Contains(err.Error(), "unreachable") {
 			t.Errorf("dispatch(op %d), which the module lacks: %v, want a trap", op, err)
 		}
 	}
-	if _, _, err := addDeadlineChecks(loopModule(t, false, dispatchExport)); !errors.Is(err, ErrInvalidModule) {
-		t.Fatalf("a module exporting %s: %v, want ErrInvalidModule", dispatchExport, err)
+	if _, _, err := addDeadlineChecks(loopModule(t, false, DispatchExport)); !errors.Is(err, ErrInvalidModule) {
+		t.Fatalf("a module exporting %s: %v, want ErrInvalidModule", DispatchExport, err)
 	}
 }
 
@@ -92,14 +92,14 @@ func TestDispatchNumbersAfterImportsAndExistingTypes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: wazero refuses the rewritten module (ops %v): %v", name, dr.ops, err)
 		}
-		fn, ok := c.ExportedFunctions()[dispatchExport]
+		fn, ok := c.ExportedFunctions()[DispatchExport]
 		if !ok || len(fn.ParamTypes()) != 3 || len(fn.ResultTypes()) != 1 {
-			t.Fatalf("%s: %s is %v", name, dispatchExport, fn)
+			t.Fatalf("%s: %s is %v", name, DispatchExport, fn)
 		}
-		want := map[string]dispatchOps{
-			"imported alloc":              1 << opAlloc,
+		want := map[string]Ops{
+			"imported alloc":              1 << OpAlloc,
 			"no types, functions or code": 0,
-			"defined after imported":      1<<opReceive | 1<<opInitialize,
+			"defined after imported":      1<<OpReceive | 1<<OpInitialize,
 		}[name]
 		if dr.ops != want {
 			t.Errorf("%s: ops %v, want %v", name, dr.ops, want)
@@ -124,7 +124,7 @@ func FuzzAddDeadlineChecks(f *testing.F) {
 			}
 			return
 		}
-		if checkWasmBounds(wasm) != nil {
+		if CheckBounds(wasm) != nil {
 			return // wazero would allocate what the module states
 		}
 		c, err := r.CompileModule(ctx, wasm)

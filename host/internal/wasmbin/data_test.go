@@ -1,4 +1,4 @@
-package host
+package wasmbin
 
 import (
 	"bytes"
@@ -31,10 +31,10 @@ func memoryModule(segs ...[]byte) []byte {
 
 // initialMemory instantiates wasm without running its start functions, every import
 // a function that traps, and returns a copy of its memory 0; ok is false when
-// checkWasmBounds or wazero refuses it.
+// CheckBounds or wazero refuses it.
 func initialMemory(tb testing.TB, wasm []byte) (mem []byte, ok bool) {
 	tb.Helper()
-	if checkWasmBounds(wasm) != nil {
+	if CheckBounds(wasm) != nil {
 		return nil, false // wazero would allocate what the module states
 	}
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package host
+package wasmbin
 
 import (
 	"errors"

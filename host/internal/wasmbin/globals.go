@@ -1,4 +1,4 @@
-package host
+package wasmbin
 
 import (
 	"errors"
@@ -99,8 +99,8 @@ const (
 	valExternref = 0x6f
 )
 
-// moduleGlobal is a mutable global a module defines, and the export that reaches it.
-type moduleGlobal struct {
+// Global is a mutable global a module defines, and the export that reaches it.
+type Global struct {
 	// Index is the global's index in the module's global index space.
 	Index uint32
 	// Type is its value type (api.ValueTypeI32 etc.; the binary format's byte).
@@ -122,7 +122,7 @@ func exportGlobals(wasm []byte) ([]byte, int, error) {
 
 // rewriteGlobals is exportGlobals that also returns the module's mutable globals, in
 // index order, each with the name of an export that reaches it in the result.
-func rewriteGlobals(wasm []byte) (out []byte, globals []moduleGlobal, added int, err error) {
+func rewriteGlobals(wasm []byte) (out []byte, globals []Global, added int, err error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, nil, 0, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
 	}
@@ -348,7 +348,7 @@ func scanImports(sec []byte) (im moduleImports, err error) {
 
 // mutableGlobals returns the mutable globals a global section defines; first is the
 // index of its first global (the number of imported globals).
-func mutableGlobals(sec []byte, first uint32) ([]moduleGlobal, error) {
+func mutableGlobals(sec []byte, first uint32) ([]Global, error) {
 	r := reader{b: sec}
 	n, err := r.u32()
 	if err != nil {
@@ -357,7 +357,7 @@ func mutableGlobals(sec []byte, first uint32) ([]moduleGlobal, error) {
 	if uint64(first)+uint64(n) > 1<<32 {
 		return nil, fmt.Errorf("%d globals after %d imported ones overflow the index space", n, first)
 	}
-	var out []moduleGlobal
+	var out []Global
 	for i := uint32(0); i < n; i++ {
 		t, err := r.valType()
 		if err != nil {
@@ -371,7 +371,7 @@ func mutableGlobals(sec []byte, first uint32) ([]moduleGlobal, error) {
 			return nil, fmt.Errorf("global %d initialiser: %v", first+i, err)
 		}
 		if mut {
-			out = append(out, moduleGlobal{Index: first + i, Type: t})
+			out = append(out, Global{Index: first + i, Type: t})
 		}
 	}
 	if r.off != len(r.b) {
@@ -559,12 +559,12 @@ func appendName(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// restoreImage derives, from a (rewritten) module, the module a snapshot is restored
+// RestoreImage derives, from a (rewritten) module, the module a snapshot is restored
 // into without running any of the module's own initialisation: the same module without
 // its start, data count and data sections. Instantiated with no start functions, it
 // comes up with all-zero memory of the module's minimum size, the mutable globals at
 // their initial values and the tables filled by the element segments, and runs no guest
-// code; Restore then writes the snapshot's memory and globals over it.
+// code; the host then writes the snapshot's memory and globals over it.
 //
 // That is the same instance state as the module's own, provided nothing in the snapshot's
 // past changed what memory and globals do not hold: a table (table.set, table.grow,
@@ -573,8 +573,8 @@ func appendName(b []byte, s string) []byte {
 // those instructions and nothing it does not know (the scan knows WebAssembly 1.0, sign
 // extension, non-trapping float-to-int, bulk memory, reference types, multi-memory and
 // tail calls, which covers what Go and rustc emit without SIMD, atomics or exceptions).
-// When it is false, image is nil and Restore instantiates the module itself.
-func restoreImage(wasm []byte) (image []byte, sound bool, err error) {
+// When it is false, image is nil and the host instantiates the module itself.
+func RestoreImage(wasm []byte) (image []byte, sound bool, err error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil, false, fmt.Errorf("%w: not a WebAssembly binary (no \\0asm header)", ErrInvalidModule)
 	}
@@ -642,7 +642,7 @@ func codeIsSnapshotSafe(sec []byte) (bool, error) {
 }
 
 // scanFunction reads a function body (locals, then instructions to its end) and reports
-// whether it is free of the instructions restoreImage cannot allow.
+// whether it is free of the instructions RestoreImage cannot allow.
 func (r *reader) scanFunction() (bool, error) {
 	groups, err := r.u32()
 	if err != nil {

@@ -1,4 +1,4 @@
-package host
+package wasmbin
 
 import "fmt"
 
@@ -13,7 +13,7 @@ import "fmt"
 // a compute loop pays an exit to Go per iteration.
 //
 // addDeadlineChecks instead adds to the module two mutable i32 globals, stop (exported
-// as stopGlobalExport) and a loop counter, and at the head of every loop a check
+// as StopGlobalExport) and a loop counter, and at the head of every loop a check
 // (loopCheck) that counts the iteration in machine code and, every loopFuel iterations,
 // visits Go and traps if stop is set. The host sets stop from the deadline timer (or
 // when the runtime closes the module under a call): the guest traps within loopFuel
@@ -29,9 +29,11 @@ import "fmt"
 // does not know refuses the module rather than leave a loop unchecked. Every other
 // section is copied byte for byte. Like exportGlobals, it is a pure function of its
 // input.
+
+// The exports the rewrite adds besides shardhost_dispatch (DispatchExport).
 const (
-	// stopGlobalExport is the export of the global the host sets to stop the guest.
-	stopGlobalExport = "shardhost_stop"
+	// StopGlobalExport is the export of the global the host sets to stop the guest.
+	StopGlobalExport = "shardhost_stop"
 	// startExport is the export of the module's start function, when it had one.
 	startExport = "shardhost_start"
 )
@@ -41,8 +43,8 @@ const (
 type deadlineRewrite struct {
 	stopGlobal uint32
 	hasStart   bool
-	loops      int         // loop heads checked
-	ops        dispatchOps // the functions shardhost_dispatch calls
+	loops      int // loop heads checked
+	ops        Ops // the functions shardhost_dispatch calls
 }
 
 // addDeadlineChecks rewrites a module as described above. Errors wrap ErrInvalidModule.
@@ -91,7 +93,7 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	newGlobals = append(newGlobals, 0x0b)
 
 	// Exports: the old ones, the stop global, the start function and the dispatch
-	// function (wasmdispatch.go).
+	// function (dispatch.go).
 	var exportCount uint32
 	var exportEntries []byte
 	funcExports := map[string]uint32{}
@@ -115,7 +117,7 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 			if err != nil {
 				return nil, dr, fmt.Errorf("%w: export %d: %v", ErrInvalidModule, i, err)
 			}
-			if name == stopGlobalExport || name == startExport || name == dispatchExport {
+			if name == StopGlobalExport || name == startExport || name == DispatchExport {
 				return nil, dr, fmt.Errorf("%w: export name %q is reserved for the host", ErrInvalidModule, name)
 			}
 			if kind == kindFunc {
@@ -123,7 +125,7 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 			}
 		}
 	}
-	add := appendName(nil, stopGlobalExport)
+	add := appendName(nil, StopGlobalExport)
 	add = append(add, kindGlobal)
 	add = appendU32(add, dr.stopGlobal)
 	added := uint32(1)
@@ -145,7 +147,7 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 		return nil, dr, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
 	dr.ops = dispatch.ops
-	add = appendName(add, dispatchExport)
+	add = appendName(add, DispatchExport)
 	add = append(add, kindFunc)
 	add = appendU32(add, dispatch.fn)
 	added++
