@@ -17,15 +17,14 @@
 // EntityStopHook), a TypeResolver of TypeSettings, and the Membership and Messenger of
 // package cluster. ShardAllocationStrategy, with LeastShardAllocationStrategy and
 // PriorityAllocationStrategy, is the pluggable allocation. StateStore is the pluggable
-// entity state store: MemoryStateStore is its in-memory twin, ReplicatedStateStore the
+// entity state store: MemoryStateStore is its in-memory twin, package replstore the
 // built-in one, package pgstore the PostgreSQL one, and statestoretest the contract
 // every store passes; BatchStateStore, ExternalStateStore and TypeStateDeleter are
 // what a store may also do. The errors (ErrUnknownEntityType, ErrShardUnavailable,
 // ErrStateNotSaved, ...) and their codes (ErrorCode, RemoteError) keep their meaning
 // across members.
 //
-// The offline state files (ExportStateDirs, StateDirImporter, StoredShard,
-// StateFileName) exist for the shardhost command's state export and import.
-// Everything else is unexported: the coordinator, the regions' routing and buffers,
+// StoredShard is what the shardhost command's state export and import move between
+// stores. Everything else is unexported: the coordinator, the regions' routing and buffers,
 // the state store's instrumentation, the wire messages.
 package sharding

@@ -348,7 +348,7 @@ type Sharding struct {
 	deadLetters atomic.Uint64
 	idleSweeps  atomic.Uint64 // idle passivation sweeps done, for tests
 	// deadLetterLog limits the dead letter warnings: one per type and reason every 10 s.
-	deadLetterLog logLimiter
+	deadLetterLog obs.LogLimiter
 	leaving       atomic.Bool // set by the leave hook: no new shards here
 	aborting      atomic.Bool // set by Abort: mailboxes stop handling what they queued
 	// lease is the hosting lease (Config.HostingLease; 0: none); leaseHeld says
@@ -395,7 +395,7 @@ func New(cfg Config) (*Sharding, error) {
 		owner:         owner.New(),
 		regions:       map[string]*Region{},
 		typeWaiters:   map[string][]delivery{},
-		deadLetterLog: logLimiter{interval: 10 * time.Second},
+		deadLetterLog: obs.LogLimiter{Interval: 10 * time.Second},
 		downed:        map[string]time.Time{},
 		downedOlder:   map[string]bool{},
 		lease:         cfg.hostingLease(),
@@ -1041,7 +1041,7 @@ func (s *Sharding) countDeadLetter(ctx context.Context, env Envelope, err error)
 	s.deadLetters.Add(1)
 	reason := deadLetterReason(err)
 	s.tel.deadLetters.Add(context.Background(), 1, s.tel.typeAttr(env.EntityType, attrDeadLetterReason, reason))
-	if suppressed, ok := s.deadLetterLog.allow(env.EntityType+"\x00"+reason, s.cfg.Now()); ok {
+	if suppressed, ok := s.deadLetterLog.Allow(env.EntityType+"\x00"+reason, s.cfg.Now()); ok {
 		s.log.WarnContext(ctx, "dead letter", "entity", env.EntityType+"/"+env.EntityID, "reason", reason,
 			"err", err, "suppressed", suppressed)
 	}
@@ -1067,35 +1067,6 @@ func (s *Sharding) tellFailed(ctx context.Context, env Envelope, err error) {
 		return
 	}
 	s.countDeadLetter(ctx, env, err)
-}
-
-// logLimiter lets one log line per key through every interval, counting the others.
-type logLimiter struct {
-	interval   time.Duration
-	mu         sync.Mutex
-	last       map[string]time.Time
-	suppressed map[string]int
-}
-
-// allow reports whether a line for key may be logged at now, and how many were
-// suppressed since the last one that was.
-func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil {
-		l.last, l.suppressed = map[string]time.Time{}, map[string]int{}
-	}
-	if t, seen := l.last[key]; seen && now.Sub(t) < l.interval {
-		l.suppressed[key]++
-		return 0, false
-	}
-	if len(l.last) > 4096 { // bound the keys (types × reasons): forget them all
-		clear(l.last)
-		clear(l.suppressed)
-	}
-	suppressed = l.suppressed[key]
-	l.last[key], l.suppressed[key] = now, 0
-	return suppressed, true
 }
 
 // deadLetterReason names why a message was dropped (shardhost.dead_letter.reason).

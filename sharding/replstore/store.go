@@ -1,4 +1,4 @@
-package sharding
+package replstore
 
 import (
 	"bytes"
@@ -18,41 +18,44 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/internal/quorum"
+	"github.com/shardhost/shardhost/sharding"
 )
 
-// Errors of the replicated state store, beside those of StateStore.
-
+// Errors of the replicated state store, beside those of sharding.StateStore.
 var (
+	// ErrMemberNotGone: Store.ForgetMember of a member that is this one or is up,
+	// joining or leaving.
+	ErrMemberNotGone = errors.New("replstore: the member is not gone")
 	// errStateChanged: a chunked read found a newer version of the snapshot; Load reads
 	// again.
-	errStateChanged = errors.New("sharding: snapshot changed during a chunked read")
+	errStateChanged = errors.New("replstore: snapshot changed during a chunked read")
 	// errStateClosed: the store (or its disk) is closed.
-	errStateClosed = errors.New("sharding: state store closed")
+	errStateClosed = errors.New("replstore: state store closed")
 	// errStateBusy: a replica refused a request because it serves too many.
-	errStateBusy = errors.New("sharding: state replica busy")
+	errStateBusy = errors.New("replstore: state replica busy")
 )
 
-// StateFileName is the name of a ReplicatedStateStore's database file in its Dir.
-const StateFileName = "state.db"
+// FileName is the name of a Store's database file in its Dir.
+const FileName = "state.db"
 
-// ReplicatedStateStoreConfig configures a ReplicatedStateStore.
-type ReplicatedStateStoreConfig struct {
+// Config configures a Store.
+type Config struct {
 	// Membership lists the members that hold replicas (those up or leaving) and reports
 	// their changes, each of which starts a repair pass. Required.
-	Membership Membership
+	Membership sharding.Membership
 	// Messenger carries the store's requests, under the topics "state/..."
-	// (statestore_wire.go); NewReplicatedStateStore registers their handlers, so one
+	// (wire.go); New registers their handlers, so one
 	// store per messenger. Required.
-	Messenger Messenger
-	// Dir is the directory of this member's replica data, one bbolt file StateFileName
+	Messenger sharding.Messenger
+	// Dir is the directory of this member's replica data, one bbolt file FileName
 	// ("state.db"); created with mode 0o700 if absent. One store per directory: a second
 	// one fails to open within 1 s. Required.
 	Dir string
-	// Replicas is K: how many members hold each shard's data, the first K members of the
-	// shard's priority order (PriorityAllocationStrategy over member addresses, Type set
-	// to the entity type). Writes and reads wait for a majority, K/2+1. With fewer than
-	// K members up, every member up is a replica. Default 3; more costs a write per
-	// extra replica, fewer loses data when fewer members fail.
+	// Replicas is K: how many members hold each shard's data, the first K members of
+	// the shard's priority order (sharding.PriorityAllocationStrategy over member
+	// addresses, Type set to the entity type). Writes and reads wait for a majority,
+	// K/2+1. With fewer than K members up, every member up is a replica. Default 3;
+	// more costs a write per extra replica, fewer loses data when fewer members fail.
 	Replicas int
 	// RequestTimeout bounds each request to one replica (a chunk of a large snapshot is
 	// one request). A Save, Load or Remembered waits at most this long for a majority
@@ -67,8 +70,8 @@ type ReplicatedStateStoreConfig struct {
 	// a missed write, at that cost.
 	RepairInterval time.Duration
 	// MaxStateSize caps one snapshot, in bytes; larger ones are refused with
-	// ErrStateTooLarge, here and by replicas. Default 64 MiB (the default guest memory
-	// limit).
+	// sharding.ErrStateTooLarge, here and by replicas. Default 64 MiB (the default
+	// guest memory limit).
 	MaxStateSize int
 	// ChunkSize caps the snapshot bytes one message carries, in bytes: larger snapshots
 	// travel in chunks, each a request of its own. Keep it well under the transport's
@@ -82,11 +85,11 @@ type ReplicatedStateStoreConfig struct {
 	Now func() time.Time
 }
 
-// DefaultReplicatedStateStoreConfig returns the defaults: 3 replicas, 3 s per request,
+// DefaultConfig returns the defaults: 3 replicas, 3 s per request,
 // repair every 10 s, snapshots up to 64 MiB in 4 MiB chunks. Membership, Messenger and
 // Dir are to be set.
-func DefaultReplicatedStateStoreConfig() ReplicatedStateStoreConfig {
-	return ReplicatedStateStoreConfig{
+func DefaultConfig() Config {
+	return Config{
 		Replicas:       3,
 		RequestTimeout: 3 * time.Second,
 		RepairInterval: 10 * time.Second,
@@ -95,30 +98,30 @@ func DefaultReplicatedStateStoreConfig() ReplicatedStateStoreConfig {
 	}
 }
 
-// DefaultLocalReplicatedStateStoreConfig is a fast profile for one machine and tests:
+// DefaultLocalConfig is a fast profile for one machine and tests:
 // 1 s per request, repair every second.
-func DefaultLocalReplicatedStateStoreConfig() ReplicatedStateStoreConfig {
-	c := DefaultReplicatedStateStoreConfig()
+func DefaultLocalConfig() Config {
+	c := DefaultConfig()
 	c.RequestTimeout = time.Second
 	c.RepairInterval = time.Second
 	return c
 }
 
 // Validate reports a configuration that cannot work.
-func (c ReplicatedStateStoreConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.Membership == nil || c.Messenger == nil:
-		return errors.New("sharding: state store: Membership and Messenger are required")
+		return errors.New("replstore: state store: Membership and Messenger are required")
 	case c.Dir == "":
-		return errors.New("sharding: state store: Dir is required")
+		return errors.New("replstore: state store: Dir is required")
 	case c.Replicas < 1 || c.Replicas > 64:
-		return fmt.Errorf("sharding: state store: Replicas %d out of range [1, 64]", c.Replicas)
+		return fmt.Errorf("replstore: state store: Replicas %d out of range [1, 64]", c.Replicas)
 	case c.RequestTimeout <= 0 || c.RepairInterval <= 0:
-		return errors.New("sharding: state store: RequestTimeout and RepairInterval must be positive")
+		return errors.New("replstore: state store: RequestTimeout and RepairInterval must be positive")
 	case c.MaxStateSize <= 0 || c.ChunkSize <= 0:
-		return errors.New("sharding: state store: MaxStateSize and ChunkSize must be positive")
+		return errors.New("replstore: state store: MaxStateSize and ChunkSize must be positive")
 	case c.ChunkSize < 1<<10:
-		return fmt.Errorf("sharding: state store: ChunkSize %d under 1 KiB", c.ChunkSize)
+		return fmt.Errorf("replstore: state store: ChunkSize %d under 1 KiB", c.ChunkSize)
 	}
 	return nil
 }
@@ -139,7 +142,7 @@ const (
 	stateMaxPageRecords = 4096
 )
 
-// ReplicatedStateStore is the entity state store of docs/design.md: each shard's data
+// Store is the entity state store of docs/design.md: each shard's data
 // (snapshots and remembered entity IDs) on the first K members of the shard's priority
 // order, on disk (bbolt, fsynced before a replica acknowledges), a majority of K
 // acknowledging a write and answering a read.
@@ -153,18 +156,18 @@ const (
 // is seen by every later read of a majority of the same replica set. A forget is a
 // versioned tombstone: a replica that missed it cannot bring the entity back.
 //
-// Fencing. Each replica keeps the newest epoch it has seen per shard and refuses a
-// Save or Remember with an older epoch (ErrStaleEpoch, also across members: the code
-// travels in the reply). Since acknowledged writes reach a majority, a writer whose
-// allocation is stale meets at least one replica that refuses it once the new owner
-// has fenced the shard. The new owner does so before it reads any of the shard's
+// Fencing. Each replica keeps the newest epoch it has seen per shard and refuses a Save
+// or Remember with an older epoch (sharding.ErrStaleEpoch, also across members: the
+// code travels in the reply). Since acknowledged writes reach a majority, a writer
+// whose allocation is stale meets at least one replica that refuses it once the new
+// owner has fenced the shard. The new owner does so before it reads any of the shard's
 // state (FenceShard, a write of its epoch alone to a majority, once per shard and
-// epoch: Region.fenceShard): a former owner that has not yet learnt of the move (cut
-// off, or paused) may still have a Save acknowledged until then, but not after, so the
-// new owner's reads see every write acknowledged to the former owner, and none of its
-// later ones is acknowledged only to be overwritten. Were the new owner's first write
-// its fence, a stale Save acknowledged between its first read and that write would be
-// lost.
+// epoch: sharding.Region.fenceShard): a former owner that has not yet learnt of the
+// move (cut off, or paused) may still have a Save acknowledged until then, but not
+// after, so the new owner's reads see every write acknowledged to the former owner, and
+// none of its later ones is acknowledged only to be overwritten. Were the new owner's
+// first write its fence, a stale Save acknowledged between its first read and that
+// write would be lost.
 //
 // Ranking identity. Replicas are ranked by member address (the gossip address, the
 // same strings the shard coordinator ranks regions by), so the member that the
@@ -182,32 +185,31 @@ const (
 // deletes those records (those not written meanwhile). Reads repair too: replicas that
 // answered an older version or nothing are sent the newest, best effort.
 //
-// Limits. A write that failed (ErrStoreUnavailable, or ErrStaleEpoch from some
-// replicas while others had accepted it) may remain on a minority of replicas; a later
-// read sees it if it is the entity's newest version, and repair then spreads it, as in
-// other quorum stores. Tombstones (forget marks) are kept for good.
+// Limits. A write that failed (sharding.ErrStoreUnavailable, or sharding.ErrStaleEpoch
+// from some replicas while others had accepted it) may remain on a minority of
+// replicas; a later read sees it if it is the entity's newest version, and repair then
+// spreads it, as in other quorum stores. Tombstones (forget marks) are kept for good.
 //
-// Membership changes. Replicas are ranked over a ring (statestore_ring.go) that keeps
-// members gone (down, left, removed) until a handover round has confirmed that every
-// member up sent what it stores to the shards' new replicas; meanwhile a request needs
-// a majority of a shard's old replicas and of its new ones (joint consensus), so a
-// read after a change meets every write acknowledged before it. The price is
-// availability: a handover round runs only while fewer members are gone than a
-// majority of K (one of three), so when more are (two of a shard's three replicas
-// downed together), their shards fail with ErrStoreUnavailable until they return with
-// their data directories, or until an operator forgets them (ForgetMember), accepting
-// the loss of the writes only they held. The ring is saved in the member's state file
-// and restored when the store opens, so a cluster restarted whole still waits for the
-// members it retained. A member that starts with no saved ring learns the members the
-// others retain from its first handover round; until then it ranks over the members
-// up. A member that returns at its address without its data (a new disk) has a new
-// store ID: the replicas it held count as gone, and its new ones as joining, until a
-// handover round has given it its shards (Raft's rule for a server that lost its disk:
-// it is a new server).
+// Membership changes. Replicas are ranked over a ring (ring.go) that keeps members gone
+// (down, left, removed) until a handover round has confirmed that every member up sent
+// what it stores to the shards' new replicas; meanwhile a request needs a majority of a
+// shard's old replicas and of its new ones (joint consensus), so a read after a change
+// meets every write acknowledged before it. The price is availability: a handover round
+// runs only while fewer members are gone than a majority of K (one of three), so when
+// more are (two of a shard's three replicas downed together), their shards fail with
+// sharding.ErrStoreUnavailable until they return with their data directories, or until
+// an operator forgets them (ForgetMember), accepting the loss of the writes only they
+// held. The ring is saved in the member's state file and restored when the store opens,
+// so a cluster restarted whole still waits for the members it retained. A member that
+// starts with no saved ring learns the members the others retain from its first
+// handover round; until then it ranks over the members up. A member that returns at its
+// address without its data (a new disk) has a new store ID: the replicas it held count
+// as gone, and its new ones as joining, until a handover round has given it its shards
+// (Raft's rule for a server that lost its disk: it is a new server).
 //
-// A ReplicatedStateStore is safe for concurrent use.
-type ReplicatedStateStore struct {
-	cfg  ReplicatedStateStoreConfig
+// A Store is safe for concurrent use.
+type Store struct {
+	cfg  Config
 	log  *slog.Logger
 	disk *stateDisk
 	now  func() time.Time
@@ -231,12 +233,12 @@ type ReplicatedStateStore struct {
 	readRepairsDropped atomic.Uint64
 }
 
-var _ StateStore = (*ReplicatedStateStore)(nil)
+var _ sharding.StateStore = (*Store)(nil)
 
-// NewReplicatedStateStore opens (or creates) the data in cfg.Dir, registers the store's
+// New opens (or creates) the data in cfg.Dir, registers the store's
 // handlers on cfg.Messenger and starts its repair loop. Create it before the member
 // joins the cluster, so that peers find its handlers. Close releases it.
-func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateStore, error) {
+func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -257,7 +259,7 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 		_ = disk.close()
 		return nil, err
 	}
-	s := &ReplicatedStateStore{
+	s := &Store{
 		cfg:         cfg,
 		log:         log,
 		disk:        disk,
@@ -281,10 +283,10 @@ func NewReplicatedStateStore(cfg ReplicatedStateStoreConfig) (*ReplicatedStateSt
 }
 
 // register registers the handlers; Messenger.Handle panics on a topic already taken.
-func (s *ReplicatedStateStore) register() (err error) {
+func (s *Store) register() (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("sharding: state store: registering handlers: %v", v)
+			err = fmt.Errorf("replstore: state store: registering handlers: %v", v)
 		}
 	}()
 	m := s.cfg.Messenger
@@ -300,24 +302,24 @@ func (s *ReplicatedStateStore) register() (err error) {
 	return nil
 }
 
-var _ TypeStateDeleter = (*ReplicatedStateStore)(nil)
+var _ sharding.TypeStateDeleter = (*Store)(nil)
 
-// DeleteType implements TypeStateDeleter: DeleteTypeAt, marked now.
-func (s *ReplicatedStateStore) DeleteType(ctx context.Context, typ string) error {
+// DeleteType implements sharding.TypeStateDeleter: DeleteTypeAt, marked now.
+func (s *Store) DeleteType(ctx context.Context, typ string) error {
 	return s.DeleteTypeAt(ctx, typ, s.nextSeq())
 }
 
 // DeleteTypeAt deletes every record of the entity type typ on every member (each
-// deletes what its disk holds, whatever the shard), and marks the type deleted up to
-// at (a Seq: Unix nanoseconds) or the newest record it deleted: a repair or anti-entropy
+// deletes what its disk holds, whatever the shard), and marks the type deleted up to at
+// (a Seq: Unix nanoseconds) or the newest record it deleted: a repair or anti-entropy
 // copy of a record not newer than the mark, from a member that has not deleted yet, is
 // dropped, so a deleted record does not come back. Writers' later records are newer:
 // each member's sequence moves past the mark. A member that does not answer keeps its
 // copies until ForgetType runs there (shardhost's catalog does it when the member
-// learns of the deletion). Errors: ErrStoreUnavailable naming the members that did not
-// delete, ErrInvalidStateKey.
-func (s *ReplicatedStateStore) DeleteTypeAt(ctx context.Context, typ string, at uint64) error {
-	if err := checkStateKey(typ, 0, "", false); err != nil {
+// learns of the deletion). Errors: sharding.ErrStoreUnavailable naming the members that
+// did not delete, sharding.ErrInvalidStateKey.
+func (s *Store) DeleteTypeAt(ctx context.Context, typ string, at uint64) error {
+	if err := sharding.CheckStateKey(typ, 0, "", false); err != nil {
 		return err
 	}
 	self := s.cfg.Membership.Self().Address
@@ -350,7 +352,7 @@ func (s *ReplicatedStateStore) DeleteTypeAt(ctx context.Context, typ string, at 
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("%w: state of %s deleted on %d of %d members; not on %s", ErrStoreUnavailable, typ,
+		return fmt.Errorf("%w: state of %s deleted on %d of %d members; not on %s", sharding.ErrStoreUnavailable, typ,
 			len(reps)-len(failed), len(reps), strings.Join(failed, "; "))
 	}
 	return nil
@@ -358,9 +360,9 @@ func (s *ReplicatedStateStore) DeleteTypeAt(ctx context.Context, typ string, at 
 
 // ForgetType is DeleteTypeAt on this member alone: its disk's records of typ are
 // deleted and the type marked deleted up to at, and its writer's sequence moves past
-// the mark. Idempotent. Errors: ErrStoreUnavailable, ErrInvalidStateKey.
-func (s *ReplicatedStateStore) ForgetType(typ string, at uint64) error {
-	if err := checkStateKey(typ, 0, "", false); err != nil {
+// the mark. Idempotent. Errors: sharding.ErrStoreUnavailable, sharding.ErrInvalidStateKey.
+func (s *Store) ForgetType(typ string, at uint64) error {
+	if err := sharding.CheckStateKey(typ, 0, "", false); err != nil {
 		return err
 	}
 	if !s.owner.Enter() {
@@ -385,9 +387,9 @@ func (s *ReplicatedStateStore) ForgetType(typ string, at uint64) error {
 
 // Close stops the repair loop, waits for the requests under way (its own, bounded by
 // RequestTimeout, are cancelled) and closes the disk. Later calls fail with
-// ErrStoreUnavailable; peers' requests are answered as failed. Idempotent. The
+// sharding.ErrStoreUnavailable; peers' requests are answered as failed. Idempotent. The
 // messenger and membership are the caller's to close.
-func (s *ReplicatedStateStore) Close() error {
+func (s *Store) Close() error {
 	if !s.owner.Close() {
 		return nil
 	}
@@ -399,11 +401,11 @@ func (s *ReplicatedStateStore) Close() error {
 	return s.disk.close()
 }
 
-func closedError() error { return fmt.Errorf("%w: %w", ErrStoreUnavailable, errStateClosed) }
+func closedError() error { return fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, errStateClosed) }
 
 // nextSeq returns the writer's next sequence number: Unix nanoseconds, or one more than
 // the last if the clock has not moved past it.
-func (s *ReplicatedStateStore) nextSeq() uint64 {
+func (s *Store) nextSeq() uint64 {
 	now := uint64(max(s.now().UnixNano(), 0))
 	for {
 		last := s.seq.Load()
@@ -414,18 +416,18 @@ func (s *ReplicatedStateStore) nextSeq() uint64 {
 	}
 }
 
-// Save implements StateStore: the snapshot goes to the shard's K replicas and Save
-// returns once a majority stored it on disk. Errors: ErrStaleEpoch (a replica has a
-// newer epoch for the shard), ErrStoreUnavailable (fewer than a majority acknowledged
-// within RequestTimeout or ctx: the write may have landed on some replicas, and may
-// then reappear by repair), ErrStateTooLarge (over MaxStateSize), ErrInvalidStateKey.
-// state is copied; the caller may reuse it.
-func (s *ReplicatedStateStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
-	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+// Save implements sharding.StateStore: the snapshot goes to the shard's K replicas and
+// Save returns once a majority stored it on disk. Errors: sharding.ErrStaleEpoch (a
+// replica has a newer epoch for the shard), sharding.ErrStoreUnavailable (fewer than a
+// majority acknowledged within RequestTimeout or ctx: the write may have landed on some
+// replicas, and may then reappear by repair), sharding.ErrStateTooLarge (over
+// MaxStateSize), sharding.ErrInvalidStateKey. state is copied; the caller may reuse it.
+func (s *Store) Save(ctx context.Context, key sharding.EntityKey, epoch uint64, state []byte) error {
+	if err := sharding.CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return err
 	}
 	if len(state) > s.cfg.MaxStateSize {
-		return fmt.Errorf("%w: %d bytes, the cap is %d", ErrStateTooLarge, len(state), s.cfg.MaxStateSize)
+		return fmt.Errorf("%w: %d bytes, the cap is %d", sharding.ErrStateTooLarge, len(state), s.cfg.MaxStateSize)
 	}
 	data := bytes.Clone(state)
 	if data == nil {
@@ -433,49 +435,50 @@ func (s *ReplicatedStateStore) Save(ctx context.Context, key EntityKey, epoch ui
 	}
 	rec := stateRecord{Kind: stateKindSnapshot, ID: key.ID, Epoch: epoch, Seq: s.nextSeq(), Data: data}
 	if err := s.write(ctx, key.Type, key.Shard, epoch, []stateRecord{rec}); err != nil {
-		return fmt.Errorf("sharding: save state of %s/%d/%q at epoch %d: %w", key.Type, key.Shard, key.ID, epoch, err)
+		return fmt.Errorf("replstore: save state of %s/%d/%q at epoch %d: %w", key.Type, key.Shard, key.ID, epoch, err)
 	}
 	return nil
 }
 
-// Remember implements StateStore: a versioned remember (or forget) mark for the entity,
-// written as Save writes. Errors: ErrStaleEpoch, ErrStoreUnavailable,
-// ErrInvalidStateKey.
-func (s *ReplicatedStateStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
-	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+// Remember implements sharding.StateStore: a versioned remember (or forget) mark for
+// the entity, written as Save writes. Errors: sharding.ErrStaleEpoch,
+// sharding.ErrStoreUnavailable, sharding.ErrInvalidStateKey.
+func (s *Store) Remember(ctx context.Context, key sharding.EntityKey, epoch uint64, remember bool) error {
+	if err := sharding.CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return err
 	}
 	rec := stateRecord{Kind: stateKindRemember, ID: key.ID, Epoch: epoch, Seq: s.nextSeq(), Remember: remember}
 	if err := s.write(ctx, key.Type, key.Shard, epoch, []stateRecord{rec}); err != nil {
-		return fmt.Errorf("sharding: remember %s/%d/%q (%v) at epoch %d: %w", key.Type, key.Shard, key.ID, remember, epoch, err)
+		return fmt.Errorf("replstore: remember %s/%d/%q (%v) at epoch %d: %w", key.Type, key.Shard, key.ID, remember, epoch, err)
 	}
 	return nil
 }
 
-var _ ShardFencer = (*ReplicatedStateStore)(nil)
+var _ sharding.ShardFencer = (*Store)(nil)
 
-// FenceShard implements ShardFencer: a fenced write without records to the shard's
-// replicas, acknowledged by a majority (of the old and of the new replica set while
-// the ring changes, as every write), each replica raising its epoch for the shard to
-// epoch on disk. A Save with an older epoch then meets at least one refusing replica in
-// any majority, and a read of a majority meets every write acknowledged before.
-// Errors: ErrStaleEpoch (a replica has a newer epoch), ErrStoreUnavailable (fewer than
-// a majority acknowledged within RequestTimeout or ctx), ErrInvalidStateKey.
-func (s *ReplicatedStateStore) FenceShard(ctx context.Context, typ string, shard int, epoch uint64) error {
-	if err := checkStateKey(typ, shard, "", false); err != nil {
+// FenceShard implements sharding.ShardFencer: a fenced write without records to the
+// shard's replicas, acknowledged by a majority (of the old and of the new replica set
+// while the ring changes, as every write), each replica raising its epoch for the shard
+// to epoch on disk. A Save with an older epoch then meets at least one refusing replica
+// in any majority, and a read of a majority meets every write acknowledged before.
+// Errors: sharding.ErrStaleEpoch (a replica has a newer epoch),
+// sharding.ErrStoreUnavailable (fewer than a majority acknowledged within
+// RequestTimeout or ctx), sharding.ErrInvalidStateKey.
+func (s *Store) FenceShard(ctx context.Context, typ string, shard int, epoch uint64) error {
+	if err := sharding.CheckStateKey(typ, shard, "", false); err != nil {
 		return err
 	}
 	if err := s.write(ctx, typ, shard, epoch, nil); err != nil {
-		return fmt.Errorf("sharding: fence %s/%d at epoch %d: %w", typ, shard, epoch, err)
+		return fmt.Errorf("replstore: fence %s/%d at epoch %d: %w", typ, shard, epoch, err)
 	}
 	return nil
 }
 
 // write sends fenced records (none: a fence alone) to the shard's replicas and waits
 // for a majority.
-func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int, epoch uint64, recs []stateRecord) error {
+func (s *Store) write(ctx context.Context, typ string, shard int, epoch uint64, recs []stateRecord) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
 	}
 	reps, err := s.replicaSet(typ, shard)
 	if err != nil {
@@ -494,7 +497,7 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 		}
 	}
 	answers, err := quorum.AwaitJoint(ctx, results, len(reps.reps), reps.groups(), func(a ack) uint64 { return a.in }, func(a ack) error {
-		if errors.Is(a.err, ErrStaleEpoch) || errors.Is(a.err, ErrStateTooLarge) {
+		if errors.Is(a.err, sharding.ErrStaleEpoch) || errors.Is(a.err, sharding.ErrStateTooLarge) {
 			return quorum.Fatal(a.err) // no other replica's acknowledgement makes up for it
 		}
 		return a.err
@@ -508,9 +511,9 @@ func (s *ReplicatedStateStore) write(ctx context.Context, typ string, shard int,
 	recordReplicas(ctx, len(reps.reps), acks)
 	if short, ok := errors.AsType[*quorum.ShortError](err); ok {
 		if short.Cause != nil {
-			return fmt.Errorf("%w: replicas: %w (the write may still land on some)", ErrStoreUnavailable, short)
+			return fmt.Errorf("%w: replicas: %w (the write may still land on some)", sharding.ErrStoreUnavailable, short)
 		}
-		return fmt.Errorf("%w: replicas: %w (the write may have landed on some)", ErrStoreUnavailable, short)
+		return fmt.Errorf("%w: replicas: %w (the write may have landed on some)", sharding.ErrStoreUnavailable, short)
 	}
 	return err
 }
@@ -529,16 +532,17 @@ type stateReadAnswer struct {
 	err   error
 }
 
-// Load implements StateStore: it asks the shard's K replicas for the snapshot and
-// returns the newest version among the first majority to answer; replicas that
+// Load implements sharding.StateStore: it asks the shard's K replicas for the snapshot
+// and returns the newest version among the first majority to answer; replicas that
 // answered an older version or none get the newest afterwards (best effort). Errors:
-// ErrNoState (none of the majority has a snapshot), ErrStoreUnavailable (fewer than a
-// majority answered within RequestTimeout or ctx), ErrStaleEpoch (ctx carries a read
-// epoch, WithReadEpoch, older than a replica of the majority has for the shard: as a
-// fence or write is acknowledged by a majority, a newer owner's is seen),
-// ErrInvalidStateKey. The result is the caller's.
-func (s *ReplicatedStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
-	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+// sharding.ErrNoState (none of the majority has a snapshot),
+// sharding.ErrStoreUnavailable (fewer than a majority answered within RequestTimeout or
+// ctx), sharding.ErrStaleEpoch (ctx carries a read epoch, sharding.WithReadEpoch, older
+// than a replica of the majority has for the shard: as a fence or write is acknowledged
+// by a majority, a newer owner's is seen), sharding.ErrInvalidStateKey. The result is
+// the caller's.
+func (s *Store) Load(ctx context.Context, key sharding.EntityKey) ([]byte, error) {
+	if err := sharding.CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -546,19 +550,19 @@ func (s *ReplicatedStateStore) Load(ctx context.Context, key EntityKey) ([]byte,
 		switch {
 		case err == nil:
 			return data, nil
-		case errors.Is(err, ErrNoState):
-			return nil, ErrNoState
+		case errors.Is(err, sharding.ErrNoState):
+			return nil, sharding.ErrNoState
 		case errors.Is(err, errStateChanged) && attempt < 3:
 			continue
 		default:
-			return nil, fmt.Errorf("sharding: load state of %s/%d/%q: %w", key.Type, key.Shard, key.ID, err)
+			return nil, fmt.Errorf("replstore: load state of %s/%d/%q: %w", key.Type, key.Shard, key.ID, err)
 		}
 	}
 }
 
-func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte, error) {
+func (s *Store) load(ctx context.Context, key sharding.EntityKey) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
 	}
 	reps, err := s.replicaSet(key.Type, key.Shard)
 	if err != nil {
@@ -590,10 +594,11 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	if epoch, ok := ReadEpoch(ctx); ok {
+	if epoch, ok := sharding.ReadEpoch(ctx); ok {
 		for _, a := range answers {
 			if a.err == nil && a.shard > epoch {
-				return nil, staleReadError(key, epoch, a.shard) // results is buffered: no one waits
+				return nil, fmt.Errorf("%w: read at epoch %d, and %s/%d is at %d", // results is buffered: no one waits
+					sharding.ErrStaleEpoch, epoch, key.Type, key.Shard, a.shard)
 			}
 		}
 	}
@@ -623,7 +628,7 @@ func (s *ReplicatedStateStore) load(ctx context.Context, key EntityKey) ([]byte,
 		s.owner.Go(func() { s.finishLoad(key, answers, pending, results) })
 	}
 	if best == nil {
-		return nil, ErrNoState
+		return nil, sharding.ErrNoState
 	}
 	return data, nil
 }
@@ -642,13 +647,13 @@ func (a stateRememberedAnswer) failure() error        { return a.err }
 
 // awaitMajority collects answers from results until a majority of each of the
 // configurations of reps succeeded (quorum.AwaitJoint; one configuration in the steady
-// state). It fails with ErrStoreUnavailable once that can no longer be, or when ctx ends
-// first.
+// state). It fails with sharding.ErrStoreUnavailable once that can no longer be, or
+// when ctx ends first.
 func awaitMajority[A replicaAnswer](ctx context.Context, reps stateReplicas, results <-chan A) ([]A, error) {
 	in := func(a A) uint64 { return a.replica().in }
 	answers, err := quorum.AwaitJoint(ctx, results, len(reps.reps), reps.groups(), in, A.failure)
 	if err != nil {
-		return nil, fmt.Errorf("%w: replicas: %w", ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("%w: replicas: %w", sharding.ErrStoreUnavailable, err)
 	}
 	return answers, nil
 }
@@ -705,17 +710,17 @@ func newestAnswer(answers []stateReadAnswer) *stateReadAnswer {
 	return best
 }
 
-// Remembered implements StateStore: the union of the remember marks of a majority of
-// the shard's replicas, the newest version of each entity's mark winning, so a forget
-// (a tombstone) wins over an older remember that a replica still holds. Replicas that
-// lack a newer mark get it afterwards (best effort). Errors: ErrStoreUnavailable,
-// ErrInvalidStateKey.
-func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
-	if err := checkStateKey(typ, shard, "", false); err != nil {
+// Remembered implements sharding.StateStore: the union of the remember marks of a
+// majority of the shard's replicas, the newest version of each entity's mark winning,
+// so a forget (a tombstone) wins over an older remember that a replica still holds.
+// Replicas that lack a newer mark get it afterwards (best effort). Errors:
+// sharding.ErrStoreUnavailable, sharding.ErrInvalidStateKey.
+func (s *Store) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
+	if err := sharding.CheckStateKey(typ, shard, "", false); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
 	}
 	reps, err := s.replicaSet(typ, shard)
 	if err != nil {
@@ -732,7 +737,7 @@ func (s *ReplicatedStateStore) Remembered(ctx context.Context, typ string, shard
 	}
 	answers, err := awaitMajority(ctx, reps, results)
 	if err != nil {
-		return nil, fmt.Errorf("sharding: remembered entities of %s/%d: %w", typ, shard, err)
+		return nil, fmt.Errorf("replstore: remembered entities of %s/%d: %w", typ, shard, err)
 	}
 	// A remember mark that reached fewer replicas still counts (see load): the union
 	// takes every reachable replica's marks.
@@ -811,7 +816,7 @@ func (r *stateForgetReply) store() *string     { return &r.Store }
 
 // storeID is this member's store ID (stateDisk.storeID; "" without a disk, in tests of
 // the ranking alone).
-func (s *ReplicatedStateStore) storeID() string {
+func (s *Store) storeID() string {
 	if s.disk == nil {
 		return ""
 	}
@@ -820,31 +825,31 @@ func (s *ReplicatedStateStore) storeID() string {
 
 // newFile reports whether the state file had taken no part in a cluster when the store
 // opened it (stateDisk.created; true without a disk, in tests of the ranking alone).
-func (s *ReplicatedStateStore) newFile() bool { return s.disk == nil || s.disk.created }
+func (s *Store) newFile() bool { return s.disk == nil || s.disk.created }
 
 // encodeReply stamps a reply with this member's store ID and encodes it.
-func (s *ReplicatedStateStore) encodeReply(r stateStatus) []byte {
+func (s *Store) encodeReply(r stateStatus) []byte {
 	*r.store() = s.storeID()
 	return encodeState(r)
 }
 
 // call sends a request to a peer replica, waits at most RequestTimeout (or parent) for
 // the reply, and turns a reply's code into an error.
-func (s *ReplicatedStateStore) call(parent context.Context, r stateReplica, topic string, req any, resp stateStatus) error {
+func (s *Store) call(parent context.Context, r stateReplica, topic string, req any, resp stateStatus) error {
 	if r.retained {
-		return fmt.Errorf("%w: replica %s is not up (retained until it returns or its shards are handed over)", ErrStoreUnavailable, r.addr)
+		return fmt.Errorf("%w: replica %s is not up (retained until it returns or its shards are handed over)", sharding.ErrStoreUnavailable, r.addr)
 	}
 	if r.transport == "" {
-		return fmt.Errorf("%w: replica %s has no transport address", ErrStoreUnavailable, r.addr)
+		return fmt.Errorf("%w: replica %s has no transport address", sharding.ErrStoreUnavailable, r.addr)
 	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
 	defer cancel()
 	body, err := s.cfg.Messenger.Request(ctx, r.transport, topic, encodeState(req))
 	if err != nil {
-		return fmt.Errorf("%w: replica %s: %v", ErrStoreUnavailable, r.addr, err)
+		return fmt.Errorf("%w: replica %s: %v", sharding.ErrStoreUnavailable, r.addr, err)
 	}
 	if err := decodeState(body, resp); err != nil {
-		return fmt.Errorf("%w: replica %s: bad reply: %v", ErrStoreUnavailable, r.addr, err)
+		return fmt.Errorf("%w: replica %s: bad reply: %v", sharding.ErrStoreUnavailable, r.addr, err)
 	}
 	if err := s.noteStore(r, *resp.store()); err != nil {
 		return err
@@ -856,10 +861,10 @@ func (s *ReplicatedStateStore) call(parent context.Context, r stateReplica, topi
 // noteStore records the store ID an answer of replica r carried (got; "" from a member
 // of a version that sends none) and checks it against the one r was asked as
 // (stateReplica.store). An answer from another data directory fails with
-// ErrStoreUnavailable: the replica the ring counted there is lost (a wiped disk), and
-// the member's new one is joining until a handover round admits it
-// (statestore_ring.go).
-func (s *ReplicatedStateStore) noteStore(r stateReplica, got string) error {
+// sharding.ErrStoreUnavailable: the replica the ring counted there is lost (a wiped
+// disk), and the member's new one is joining until a handover round admits it
+// (ring.go).
+func (s *Store) noteStore(r stateReplica, got string) error {
 	if got == "" {
 		return nil
 	}
@@ -883,7 +888,7 @@ func (s *ReplicatedStateStore) noteStore(r stateReplica, got string) error {
 		}
 	}
 	return fmt.Errorf("%w: replica %s answered from another data directory (store %s, not %s): the replica it held is lost",
-		ErrStoreUnavailable, r.addr, got, r.store)
+		sharding.ErrStoreUnavailable, r.addr, got, r.store)
 }
 
 // stateCodeError maps a reply code back to the error it stands for.
@@ -893,15 +898,15 @@ func stateCodeError(code uint8, msg, peer string) error {
 	case stateCodeOK:
 		return nil
 	case stateCodeStale:
-		sentinel = ErrStaleEpoch
+		sentinel = sharding.ErrStaleEpoch
 	case stateCodeTooLarge:
-		sentinel = ErrStateTooLarge
+		sentinel = sharding.ErrStateTooLarge
 	case stateCodeBad:
-		sentinel = ErrMalformedMessage
+		sentinel = sharding.ErrMalformedMessage
 	case stateCodeChanged:
 		sentinel = errStateChanged
 	default: // busy, failure, unknown codes
-		sentinel = ErrStoreUnavailable
+		sentinel = sharding.ErrStoreUnavailable
 	}
 	return fmt.Errorf("replica %s: %s: %w", peer, msg, sentinel)
 }
@@ -911,11 +916,11 @@ func stateErrorCode(err error) uint8 {
 	switch {
 	case err == nil:
 		return stateCodeOK
-	case errors.Is(err, ErrStaleEpoch):
+	case errors.Is(err, sharding.ErrStaleEpoch):
 		return stateCodeStale
-	case errors.Is(err, ErrStateTooLarge):
+	case errors.Is(err, sharding.ErrStateTooLarge):
 		return stateCodeTooLarge
-	case errors.Is(err, ErrMalformedMessage), errors.Is(err, ErrInvalidStateKey):
+	case errors.Is(err, sharding.ErrMalformedMessage), errors.Is(err, sharding.ErrInvalidStateKey):
 		return stateCodeBad
 	case errors.Is(err, errStateChanged):
 		return stateCodeChanged
@@ -933,7 +938,7 @@ func stateFail(err error) []byte {
 
 // writeTo applies a write on one replica: on the local disk, or by a request (after
 // staging, in chunks, the snapshots over ChunkSize).
-func (s *ReplicatedStateStore) writeTo(ctx context.Context, r stateReplica, req *stateWriteReq) error {
+func (s *Store) writeTo(ctx context.Context, r stateReplica, req *stateWriteReq) error {
 	if r.local {
 		_, err := s.disk.applyWrite(req)
 		return err
@@ -960,7 +965,7 @@ func (s *ReplicatedStateStore) writeTo(ctx context.Context, r stateReplica, req 
 
 // sendChunks stages data on a peer replica, ChunkSize bytes a request, and returns the
 // transfer's ID.
-func (s *ReplicatedStateStore) sendChunks(ctx context.Context, r stateReplica, data []byte) (uint64, error) {
+func (s *Store) sendChunks(ctx context.Context, r stateReplica, data []byte) (uint64, error) {
 	xfer := rand.Uint64()
 	for xfer == 0 {
 		xfer = rand.Uint64()
@@ -977,7 +982,7 @@ func (s *ReplicatedStateStore) sendChunks(ctx context.Context, r stateReplica, d
 
 // readFrom reads a snapshot's version and bytes (all of them locally, the first chunk
 // from a peer).
-func (s *ReplicatedStateStore) readFrom(ctx context.Context, r stateReplica, key EntityKey) stateReadAnswer {
+func (s *Store) readFrom(ctx context.Context, r stateReplica, key sharding.EntityKey) stateReadAnswer {
 	a := stateReadAnswer{rep: r}
 	if r.local {
 		a.ver, a.size, a.data, a.found, a.shard, a.err = s.disk.read(stateShardPrefix(key.Type, key.Shard), key.ID, 0, math.MaxInt)
@@ -988,7 +993,7 @@ func (s *ReplicatedStateStore) readFrom(ctx context.Context, r stateReplica, key
 		return a
 	}
 	if reply.Found && (reply.Size < len(reply.Data) || reply.Size > s.cfg.MaxStateSize) {
-		a.err = fmt.Errorf("%w: replica %s: bad read reply: %d of %d bytes", ErrStoreUnavailable, r.addr, len(reply.Data), reply.Size)
+		a.err = fmt.Errorf("%w: replica %s: bad read reply: %d of %d bytes", sharding.ErrStoreUnavailable, r.addr, len(reply.Data), reply.Size)
 		return a
 	}
 	a.found, a.ver, a.size, a.data, a.shard = reply.Found, stateVersion{reply.Epoch, reply.Seq}, reply.Size, reply.Data, reply.Shard
@@ -997,7 +1002,7 @@ func (s *ReplicatedStateStore) readFrom(ctx context.Context, r stateReplica, key
 
 // fetchRest completes a snapshot whose first chunk came from a peer, chunk by chunk,
 // from the same peer; errStateChanged if the peer's version changed meanwhile.
-func (s *ReplicatedStateStore) fetchRest(ctx context.Context, key EntityKey, a *stateReadAnswer) ([]byte, error) {
+func (s *Store) fetchRest(ctx context.Context, key sharding.EntityKey, a *stateReadAnswer) ([]byte, error) {
 	data := a.data
 	if data == nil {
 		data = []byte{}
@@ -1017,7 +1022,7 @@ func (s *ReplicatedStateStore) fetchRest(ctx context.Context, key EntityKey, a *
 		}
 		if len(reply.Data) == 0 || len(reply.Data) > a.size-len(data) {
 			return nil, fmt.Errorf("%w: replica %s: bad read reply: %d bytes at offset %d of %d",
-				ErrStoreUnavailable, a.rep.addr, len(reply.Data), len(data), a.size)
+				sharding.ErrStoreUnavailable, a.rep.addr, len(reply.Data), len(data), a.size)
 		}
 		data = append(data, reply.Data...)
 	}
@@ -1026,7 +1031,7 @@ func (s *ReplicatedStateStore) fetchRest(ctx context.Context, key EntityKey, a *
 
 // rememberedFrom reads a shard's remember marks (tombstones included) from one replica:
 // the local disk, or a peer page by page.
-func (s *ReplicatedStateStore) rememberedFrom(ctx context.Context, r stateReplica, typ string, shard int) ([]stateRecord, error) {
+func (s *Store) rememberedFrom(ctx context.Context, r stateReplica, typ string, shard int) ([]stateRecord, error) {
 	prefix := stateShardPrefix(typ, shard)
 	if r.local {
 		recs, _, err := s.disk.rememberedPage(prefix, "", int(^uint(0)>>1), int(^uint(0)>>1))
@@ -1041,8 +1046,8 @@ func (s *ReplicatedStateStore) rememberedFrom(ctx context.Context, r stateReplic
 		}
 		for _, rec := range reply.Records {
 			// IDs must ascend: a peer cannot make us loop.
-			if rec.Kind != stateKindRemember || rec.ID <= after || len(rec.ID) > stateMaxIDLen {
-				return nil, fmt.Errorf("%w: replica %s: bad remembered page (record %q after %q)", ErrStoreUnavailable, r.addr, rec.ID, after)
+			if rec.Kind != stateKindRemember || rec.ID <= after || len(rec.ID) > sharding.MaxStateIDLen {
+				return nil, fmt.Errorf("%w: replica %s: bad remembered page (record %q after %q)", sharding.ErrStoreUnavailable, r.addr, rec.ID, after)
 			}
 			after = rec.ID
 			out = append(out, stateRecord{Kind: stateKindRemember, ID: rec.ID, Epoch: rec.Epoch, Seq: rec.Seq, Remember: rec.Remember})
@@ -1051,7 +1056,7 @@ func (s *ReplicatedStateStore) rememberedFrom(ctx context.Context, r stateReplic
 			return out, nil
 		}
 		if len(reply.Records) == 0 {
-			return nil, fmt.Errorf("%w: replica %s: bad remembered page (more, but empty)", ErrStoreUnavailable, r.addr)
+			return nil, fmt.Errorf("%w: replica %s: bad remembered page (more, but empty)", sharding.ErrStoreUnavailable, r.addr)
 		}
 	}
 }

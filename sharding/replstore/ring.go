@@ -1,4 +1,4 @@
-// The ReplicatedStateStore's ring: the members it ranks a shard's replicas over, and
+// The Store's ring: the members it ranks a shard's replicas over, and
 // how a change of the members up changes them without losing an acknowledged write.
 //
 // A write is acknowledged by a majority of the shard's replica set; a later read must
@@ -19,8 +19,8 @@
 // to its new replicas before they serve it for the same reason): a retained member does
 // not answer, so when a majority of a shard's old set is gone (a partition cut off two
 // of its three replicas and the majority downed them), the shard is unavailable
-// (ErrStoreUnavailable) until those members return with their data, rather than served
-// from replicas that may hold none of its last writes.
+// (sharding.ErrStoreUnavailable) until those members return with their data, rather
+// than served from replicas that may hold none of its last writes.
 //
 // The change ends with a handover round (handoverRound), which a member runs after its
 // repair passes while its admitted and live sets differ: it asks every live member
@@ -117,7 +117,7 @@
 // on its new directory, which then joins as a new member. Members that missed the request take the
 // newer generation from the next handover round.
 
-package sharding
+package replstore
 
 import (
 	"cmp"
@@ -133,6 +133,7 @@ import (
 
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/quorum"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // stateRing is the store's ring: the admitted members (see above) with the store IDs
@@ -240,7 +241,7 @@ func liveStatus(s cluster.MemberStatus) bool {
 // everything it was built from is the same, compared by value (ringViewCache.current),
 // so that no change of the membership or the ring can be missed. Its maps and slices
 // are shared by the callers: they read them and never change them.
-func (s *ReplicatedStateStore) ringView() stateRingView {
+func (s *Store) ringView() stateRingView {
 	self := s.cfg.Membership.Self().Address
 	members := s.cfg.Membership.Members()
 	own := s.storeID()
@@ -295,7 +296,7 @@ func sameMember(a, b cluster.Member) bool {
 
 // buildRingViewLocked builds the view of members and the ring, starting the ring the
 // first time members list this member up. The caller holds ring.mu.
-func (s *ReplicatedStateStore) buildRingViewLocked(self, own string, members []cluster.Member) stateRingView {
+func (s *Store) buildRingViewLocked(self, own string, members []cluster.Member) stateRingView {
 	v := stateRingView{self: self, members: map[string]cluster.Member{}}
 	for _, m := range members {
 		old, dup := v.members[m.Address]
@@ -342,7 +343,7 @@ func (s *ReplicatedStateStore) buildRingViewLocked(self, own string, members []c
 // take itself for the whole cluster when it comes back first, alone: the members that
 // joined may have admitted a ring without it since, and served writes it never saw
 // (fault seed 2227, -max-side=2). The caller holds ring.mu.
-func (s *ReplicatedStateStore) noteJoiningLocked(live []string) {
+func (s *Store) noteJoiningLocked(live []string) {
 	r := &s.ring
 	self := s.cfg.Membership.Self().Address
 	n := 0
@@ -393,7 +394,7 @@ func (v *stateRingView) markReplaced() {
 // alone on a new directory (the first member of a new cluster); and
 // in both cases the members down or exiting.
 // The caller holds ring.mu.
-func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
+func (s *Store) startRingLocked(v stateRingView) {
 	r := &s.ring
 	rec := r.restored
 	saved := rec
@@ -462,7 +463,7 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 // saveRingLocked writes the ring to disk (the caller holds ring.mu). A failure is
 // logged: the ring in memory stays in force, and a restart finds the ring saved
 // before (older, hence larger or of a lower generation the others correct).
-func (s *ReplicatedStateStore) saveRingLocked() {
+func (s *Store) saveRingLocked() {
 	if s.disk == nil {
 		return
 	}
@@ -556,15 +557,15 @@ func (v stateRingView) lostReplica(a string) stateReplica {
 
 // replicaSet returns the shard's replicas: the first K admitted members of the shard's
 // priority order (old) and the first K live ones (new); one set when they agree.
-func (s *ReplicatedStateStore) replicaSet(typ string, shard int) (stateReplicas, error) {
+func (s *Store) replicaSet(typ string, shard int) (stateReplicas, error) {
 	return s.replicaSetIn(s.ringView(), typ, shard)
 }
 
-func (s *ReplicatedStateStore) replicaSetIn(v stateRingView, typ string, shard int) (stateReplicas, error) {
+func (s *Store) replicaSetIn(v stateRingView, typ string, shard int) (stateReplicas, error) {
 	if len(v.live) == 0 {
-		return stateReplicas{}, fmt.Errorf("%w: no member is up", ErrStoreUnavailable)
+		return stateReplicas{}, fmt.Errorf("%w: no member is up", sharding.ErrStoreUnavailable)
 	}
-	strategy := PriorityAllocationStrategy{Type: typ}
+	strategy := sharding.PriorityAllocationStrategy{Type: typ}
 	top := func(addrs []string) []string {
 		order := strategy.Order(shard, addrs)
 		return order[:min(s.cfg.Replicas, len(order))]
@@ -622,7 +623,7 @@ func (s *ReplicatedStateStore) replicaSetIn(v stateRingView, typ string, shard i
 // ringChanging reports whether the ring is not settled (the admitted members differ
 // from the live ones, or a live one's data directory from the one admitted) and a
 // handover round may end it (few enough members retained: handoverLimit).
-func (s *ReplicatedStateStore) ringChanging() bool {
+func (s *Store) ringChanging() bool {
 	v := s.ringView()
 	s.ring.mu.Lock()
 	started := s.ring.admitted != nil
@@ -632,7 +633,7 @@ func (s *ReplicatedStateStore) ringChanging() bool {
 
 // verifyPending reports whether a handover round should run to learn the live members'
 // store IDs (stateRing.verify).
-func (s *ReplicatedStateStore) verifyPending() bool {
+func (s *Store) verifyPending() bool {
 	s.ring.mu.Lock()
 	defer s.ring.mu.Unlock()
 	return s.ring.verify
@@ -641,14 +642,14 @@ func (s *ReplicatedStateStore) verifyPending() bool {
 // handoverLimit is how many retained members a handover round allows: fewer than a
 // majority of a shard's old set (min(K, admitted members)), so that every write such a
 // majority acknowledged is still on a live member. One of 3 replicas, 2 of 5, 1 of 2.
-func (s *ReplicatedStateStore) handoverLimit(v stateRingView) int {
+func (s *Store) handoverLimit(v stateRingView) int {
 	return majority(min(s.cfg.Replicas, max(len(v.admitted), 1))) - 1
 }
 
 // standingLocked is this member's ring's standing for handover replies: ringConfirmed,
 // or, unconfirmed, ringFresh on a new data directory (newFile) and ringUnconfirmed on
 // one that was in a cluster before. The caller holds ring.mu.
-func (s *ReplicatedStateStore) standingLocked() uint8 {
+func (s *Store) standingLocked() uint8 {
 	switch {
 	case !s.ring.unconfirmed:
 		return ringConfirmed
@@ -675,14 +676,14 @@ func retainedMembers(v stateRingView) []string {
 
 // markSynced records that a repair pass completed (every stored shard in sync with the
 // live replicas of its configurations) with the live set key.
-func (s *ReplicatedStateStore) markSynced(key string) {
+func (s *Store) markSynced(key string) {
 	s.ring.mu.Lock()
 	s.ring.synced = key
 	s.ring.mu.Unlock()
 }
 
 // syncedFor reports whether the last complete repair pass had the live set key.
-func (s *ReplicatedStateStore) syncedFor(key string) bool {
+func (s *Store) syncedFor(key string) bool {
 	s.ring.mu.Lock()
 	defer s.ring.mu.Unlock()
 	return s.ring.synced == key
@@ -695,7 +696,7 @@ func (s *ReplicatedStateStore) syncedFor(key string) bool {
 // is admitted (a new generation). It returns whether the ring changed. Whatever the
 // outcome, a ring of a newer generation among the answers replaces this member's, and
 // else the members retained by those of the same generation are retained here too.
-func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) {
+func (s *Store) handoverRound(ctx context.Context) (bool, error) {
 	v := s.ringView()
 	s.ring.mu.Lock()
 	started := s.ring.admitted != nil
@@ -712,9 +713,9 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 	var blocked error
 	if retained, limit := retainedCount(v), s.handoverLimit(v); retained > limit {
 		blocked = fmt.Errorf("%w: %d members retained (%s not up; %s up on a new data directory), more than %d: a shard may have lost a majority of its replicas; waiting for them to return (or for an operator to forget them: ForgetMember)",
-			ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), ringKey(v.replaced), limit)
+			sharding.ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), ringKey(v.replaced), limit)
 	} else if !s.syncedFor(key) {
-		blocked = fmt.Errorf("%w: this member's repair pass is not complete with members %s", ErrStoreUnavailable, key)
+		blocked = fmt.Errorf("%w: this member's repair pass is not complete with members %s", sharding.ErrStoreUnavailable, key)
 	}
 	type answer struct {
 		addr  string
@@ -802,7 +803,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 		return false, blocked
 	}
 	if len(short) > 0 {
-		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
+		return false, fmt.Errorf("%w: handover to members %s: %s", sharding.ErrStoreUnavailable, key, strings.Join(short, "; "))
 	}
 	if standing := s.standingLocked(); standing != ringConfirmed && !confirmed && (standing != ringFresh || !allFresh) {
 		// A ring started from a view, among members none of which has a confirmed ring,
@@ -811,7 +812,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 		// two members that had never saved a ring came back first after a whole cluster
 		// was downed, admitted each other and served their entities as new).
 		return false, fmt.Errorf("%w: no member up (%s) has a confirmed ring, and a data directory among them was in a cluster before: waiting for a member of that cluster",
-			ErrStoreUnavailable, key)
+			sharding.ErrStoreUnavailable, key)
 	}
 	now := map[string]string{}
 	for _, a := range v.live {
@@ -828,7 +829,7 @@ func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) 
 // serveHandover answers a handover round: this member's live and admitted sets, and
 // whether its last complete repair pass had the live set asked about (if not, and it
 // sees that live set, it runs a pass first).
-func (s *ReplicatedStateStore) serveHandover(from string, body []byte) []byte {
+func (s *Store) serveHandover(from string, body []byte) []byte {
 	var req stateHandoverReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
@@ -892,8 +893,8 @@ func sameGenLearned(v stateRingView, reply stateHandoverReply) map[string]string
 	return out
 }
 
-// StateRing is one look at a ReplicatedStateStore's ring (statestore_ring.go).
-type StateRing struct {
+// Ring is one look at a Store's ring (ring.go).
+type Ring struct {
 	Gen      uint64   // the ring's generation
 	Admitted []string // the members it ranks shards' old replica sets over, sorted
 	Live     []string // the members up or leaving, sorted
@@ -908,10 +909,10 @@ type StateRing struct {
 }
 
 // Ring returns the store's ring as this member sees it now.
-func (s *ReplicatedStateStore) Ring() StateRing {
+func (s *Store) Ring() Ring {
 	v := s.ringView()
 	// Copies: the view's slices are shared with other readers (ringView).
-	return StateRing{Gen: v.gen, Admitted: slices.Clone(v.admitted), Live: slices.Clone(v.live), Retained: retainedMembers(v), Replaced: slices.Clone(v.replaced), Settled: v.settled()}
+	return Ring{Gen: v.gen, Admitted: slices.Clone(v.admitted), Live: slices.Clone(v.live), Retained: retainedMembers(v), Replaced: slices.Clone(v.replaced), Settled: v.settled()}
 }
 
 // ForgetMember makes every live member stop retaining the member at addr (its gossip
@@ -924,8 +925,8 @@ func (s *ReplicatedStateStore) Ring() StateRing {
 // do not answer take the new generation from a later handover round.
 //
 // Errors: ErrMemberNotGone (addr is this member, or is up, joining or leaving: down
-// it first), ErrStoreUnavailable naming the live members that did not forget it.
-func (s *ReplicatedStateStore) ForgetMember(ctx context.Context, addr string) ([]string, error) {
+// it first), sharding.ErrStoreUnavailable naming the live members that did not forget it.
+func (s *Store) ForgetMember(ctx context.Context, addr string) ([]string, error) {
 	if !s.owner.Enter() {
 		return nil, closedError()
 	}
@@ -970,14 +971,14 @@ func (s *ReplicatedStateStore) ForgetMember(ctx context.Context, addr string) ([
 	if len(failed) > 0 {
 		sort.Strings(failed)
 		return retainedBy, fmt.Errorf("%w: member %s forgotten by %d of %d members up; not by %s (they take the new ring from a later handover round)",
-			ErrStoreUnavailable, addr, len(v.live)-len(failed), len(v.live), strings.Join(failed, "; "))
+			sharding.ErrStoreUnavailable, addr, len(v.live)-len(failed), len(v.live), strings.Join(failed, "; "))
 	}
 	return retainedBy, nil
 }
 
 // forgettable reports whether addr may be forgotten: not this member, and every
 // incarnation of addr the membership lists is gone (down, exiting, removed).
-func (s *ReplicatedStateStore) forgettable(addr string) error {
+func (s *Store) forgettable(addr string) error {
 	if addr == "" {
 		return fmt.Errorf("%w: no member address", ErrMemberNotGone)
 	}
@@ -994,7 +995,7 @@ func (s *ReplicatedStateStore) forgettable(addr string) error {
 
 // forgetLocal drops addr from this member's ring (a new generation, saved) if addr may
 // be forgotten here; it reports whether this member retained addr.
-func (s *ReplicatedStateStore) forgetLocal(addr string) (bool, error) {
+func (s *Store) forgetLocal(addr string) (bool, error) {
 	if err := s.forgettable(addr); err != nil {
 		return false, err
 	}
@@ -1036,7 +1037,7 @@ func (s *ReplicatedStateStore) forgetLocal(addr string) (bool, error) {
 }
 
 // serveForget answers state/forget: ForgetMember on this member alone.
-func (s *ReplicatedStateStore) serveForget(from string, body []byte) []byte {
+func (s *Store) serveForget(from string, body []byte) []byte {
 	var req stateForgetReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
