@@ -10,8 +10,8 @@
 // DeleteType), serve.go (a replica's side of the protocol), wire.go (the protocol's
 // messages and the records on disk), disk.go (the bbolt file and its group commit),
 // repair.go (read repair and anti-entropy), ring.go (the ring a shard's replicas are
-// ranked over, its handover rounds and an operator's ForgetMember), offline.go (the
-// files of a stopped cluster).
+// ranked over, and its views), handover.go (the rounds that end a change of the ring),
+// forget.go (an operator's ForgetMember), offline.go (the files of a stopped cluster).
 //
 // Host chooses the store, this one or package pgstore, and gives it to sharding as
 // sharding.Config.States; package sharding never imports this one.

@@ -1,5 +1,7 @@
-// The Store's ring: the members it ranks a shard's replicas over, and
-// how a change of the members up changes them without losing an acknowledged write.
+// The Store's ring: the members it ranks a shard's replicas over, and how a change of
+// the members up changes them without losing an acknowledged write. This file holds
+// the ring and its views, pure but for starting and saving the ring; handover.go the
+// rounds that end a change, forget.go an operator's ForgetMember.
 //
 // A write is acknowledged by a majority of the shard's replica set; a later read must
 // meet that majority. When the members up change (a member is downed, leaves or
@@ -21,19 +23,6 @@
 // of its three replicas and the majority downed them), the shard is unavailable
 // (sharding.ErrStoreUnavailable) until those members return with their data, rather
 // than served from replicas that may hold none of its last writes.
-//
-// The change ends with a handover round (handoverRound), which a member runs after its
-// repair passes while its admitted and live sets differ: it asks every live member
-// whether it sees the same live set and whether its last complete repair pass, made
-// with that live set, sent every shard it stores to the live members of the shard's
-// new set; when all say yes, it admits the live set (retained members are forgotten,
-// joining ones admitted). Every acknowledged write was on a majority of its old set,
-// hence on a live member when at most a minority of any old set is gone (the round
-// runs only while fewer members are retained than a majority of a shard's old set), so
-// it is then on every live
-// replica of the new set: a majority of the new set alone serves. A member in the
-// joint state and one that has admitted the live set agree, since the joint state
-// needs a majority of the new set too.
 //
 // The ring is kept on disk. Raft keeps a cluster's configuration in its log, so a
 // server that restarts resumes with the latest configuration it had (committed or not)
@@ -86,7 +75,7 @@
 // after a whole cluster restarts,
 // the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
-// return, or until an operator forgets them (below). A member restarted at another
+// return, or until an operator forgets them (forget.go). A member restarted at another
 // address does not restore its ring (the saved ring names its old address as a member
 // of its own, which now looks gone): it starts as a new directory would.
 //
@@ -107,24 +96,12 @@
 // agreed: the live set a repair pass syncs with, and a round admits, includes the
 // store IDs (stateRingView.liveKey). A member asked in a round that sees the same
 // members with other store IDs asks every member in its own next round.
-//
-// An operator forgets a member gone for good (ForgetMember, `shardhost state
-// forget-member`): every live member drops it from its ring (a new generation), and a
-// handover round may then admit the live set; the writes that only the forgotten
-// member (and other gone ones) held are lost, which the operator accepts. A member
-// up, joining or leaving cannot be forgotten: with two of a shard's three replicas
-// replaced (two disks lost), the operator stops one, forgets it, and starts it again
-// on its new directory, which then joins as a new member. Members that missed the request take the
-// newer generation from the next handover round.
 
 package replstore
 
 import (
-	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -508,12 +485,6 @@ func (rec *stateRingRecord) store(i int) string {
 	return ""
 }
 
-// hasKey reports whether m has key k.
-func hasKey[V any](m map[string]V, k string) bool {
-	_, ok := m[k]
-	return ok
-}
-
 // ringKey is a set of addresses as one string (sorted, comma-separated).
 func ringKey(addrs []string) string { return strings.Join(addrs, ",") }
 
@@ -620,45 +591,6 @@ func (s *Store) replicaSetIn(v stateRingView, typ string, shard int) (stateRepli
 	return rs, nil
 }
 
-// ringChanging reports whether the ring is not settled (the admitted members differ
-// from the live ones, or a live one's data directory from the one admitted) and a
-// handover round may end it (few enough members retained: handoverLimit).
-func (s *Store) ringChanging() bool {
-	v := s.ringView()
-	s.ring.mu.Lock()
-	started := s.ring.admitted != nil
-	s.ring.mu.Unlock()
-	return started && (!v.settled() || s.verifyPending()) && retainedCount(v) <= s.handoverLimit(v)
-}
-
-// verifyPending reports whether a handover round should run to learn the live members'
-// store IDs (stateRing.verify).
-func (s *Store) verifyPending() bool {
-	s.ring.mu.Lock()
-	defer s.ring.mu.Unlock()
-	return s.ring.verify
-}
-
-// handoverLimit is how many retained members a handover round allows: fewer than a
-// majority of a shard's old set (min(K, admitted members)), so that every write such a
-// majority acknowledged is still on a live member. One of 3 replicas, 2 of 5, 1 of 2.
-func (s *Store) handoverLimit(v stateRingView) int {
-	return majority(min(s.cfg.Replicas, max(len(v.admitted), 1))) - 1
-}
-
-// standingLocked is this member's ring's standing for handover replies: ringConfirmed,
-// or, unconfirmed, ringFresh on a new data directory (newFile) and ringUnconfirmed on
-// one that was in a cluster before. The caller holds ring.mu.
-func (s *Store) standingLocked() uint8 {
-	switch {
-	case !s.ring.unconfirmed:
-		return ringConfirmed
-	case s.newFile():
-		return ringFresh
-	}
-	return ringUnconfirmed
-}
-
 // retainedCount counts the admitted replicas that are gone: the admitted members that
 // are not live, and those replaced (their data directory new).
 func retainedCount(v stateRingView) int { return len(retainedMembers(v)) + len(v.replaced) }
@@ -669,225 +601,6 @@ func retainedMembers(v stateRingView) []string {
 	for _, a := range v.admitted {
 		if !slices.Contains(v.live, a) {
 			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// markSynced records that a repair pass completed (every stored shard in sync with the
-// live replicas of its configurations) with the live set key.
-func (s *Store) markSynced(key string) {
-	s.ring.mu.Lock()
-	s.ring.synced = key
-	s.ring.mu.Unlock()
-}
-
-// syncedFor reports whether the last complete repair pass had the live set key.
-func (s *Store) syncedFor(key string) bool {
-	s.ring.mu.Lock()
-	defer s.ring.mu.Unlock()
-	return s.ring.synced == key
-}
-
-// handoverRound tries to end a change of the ring (see the file comment): if the
-// admitted members differ from the live ones, at most handoverLimit admitted members are
-// gone, this member's last repair pass was complete with the live set, and every other
-// live member answers that it sees the same live set and synced with it, the live set
-// is admitted (a new generation). It returns whether the ring changed. Whatever the
-// outcome, a ring of a newer generation among the answers replaces this member's, and
-// else the members retained by those of the same generation are retained here too.
-func (s *Store) handoverRound(ctx context.Context) (bool, error) {
-	v := s.ringView()
-	s.ring.mu.Lock()
-	started := s.ring.admitted != nil
-	verify := s.ring.verify
-	s.ring.verify = false
-	s.ring.mu.Unlock()
-	if !started || (v.settled() && !verify) {
-		return false, nil
-	}
-	key := v.liveKey()
-	// blocked: the live set cannot be admitted now. The others are asked all the same,
-	// for their rings (a newer generation, members they retain): a member restored
-	// with a ring that the others have since moved past learns it so.
-	var blocked error
-	if retained, limit := retainedCount(v), s.handoverLimit(v); retained > limit {
-		blocked = fmt.Errorf("%w: %d members retained (%s not up; %s up on a new data directory), more than %d: a shard may have lost a majority of its replicas; waiting for them to return (or for an operator to forget them: ForgetMember)",
-			sharding.ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), ringKey(v.replaced), limit)
-	} else if !s.syncedFor(key) {
-		blocked = fmt.Errorf("%w: this member's repair pass is not complete with members %s", sharding.ErrStoreUnavailable, key)
-	}
-	type answer struct {
-		addr  string
-		reply stateHandoverReply
-		err   error
-	}
-	var peers []stateReplica
-	for _, a := range v.live {
-		if a != v.self {
-			peers = append(peers, v.replica(a, v.stores[a]))
-		}
-	}
-	answers := make(chan answer, len(peers))
-	for _, p := range peers {
-		if !s.owner.Go(func() {
-			var reply stateHandoverReply
-			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live, Key: key, RingOnly: blocked != nil}, &reply)
-			answers <- answer{p.addr, reply, err}
-		}) {
-			answers <- answer{p.addr, stateHandoverReply{}, closedError()}
-		}
-	}
-	var short []string
-	learned := map[string]string{}
-	var newer *stateHandoverReply // the answer of the newest generation, if newer than ours
-	// Whether a member asked has a confirmed ring (of this generation: sameGen), and
-	// whether all are unconfirmed on new directories.
-	confirmed, sameGen, allFresh := false, false, true
-	for range peers {
-		a := <-answers
-		if a.err == nil {
-			confirmed = confirmed || a.reply.Standing == ringConfirmed
-			sameGen = sameGen || a.reply.Standing == ringConfirmed && a.reply.Gen == v.gen
-			allFresh = allFresh && a.reply.Standing == ringFresh
-		}
-		switch {
-		case a.err != nil:
-		case a.reply.Gen > v.gen:
-			if newer == nil || a.reply.Gen > newer.Gen {
-				newer = &a.reply
-			}
-		case a.reply.Gen == v.gen:
-			maps.Copy(learned, sameGenLearned(v, a.reply))
-		}
-		switch {
-		case a.err != nil:
-			short = append(short, fmt.Sprintf("%s: %v", a.addr, a.err))
-		case a.reply.Key != key && (a.reply.Key != "" || ringKey(a.reply.Live) != ringKey(v.live)):
-			short = append(short, fmt.Sprintf("%s sees members %s up", a.addr, cmp.Or(a.reply.Key, ringKey(a.reply.Live))))
-		case !a.reply.Synced:
-			short = append(short, fmt.Sprintf("%s: repair pass not complete", a.addr))
-		}
-	}
-	s.ring.mu.Lock()
-	defer s.ring.mu.Unlock()
-	if s.ring.gen != v.gen || !maps.Equal(s.ring.admitted, v.ids) {
-		return false, nil // changed meanwhile
-	}
-	if newer != nil {
-		s.ring.admitted = map[string]string{}
-		for i, a := range newer.Admitted {
-			s.ring.admitted[a] = ""
-			if i < len(newer.Stores) {
-				s.ring.admitted[a] = newer.Stores[i]
-			}
-		}
-		s.ring.gen = newer.Gen
-		s.ring.unconfirmed = newer.Standing != ringConfirmed
-		s.saveRingLocked()
-		lvl := slog.LevelInfo
-		if ringKey(newer.Admitted) == ringKey(v.admitted) {
-			lvl = slog.LevelDebug // the same members: only the generation moves
-		}
-		s.log.Log(ctx, lvl, "state store: taking the ring of a newer generation", "gen", newer.Gen, "members", ringKey(newer.Admitted), "was", ringKey(v.admitted))
-		return true, nil
-	}
-	if len(learned) > 0 {
-		maps.Copy(s.ring.admitted, learned)
-		s.ring.unconfirmed = s.ring.unconfirmed && !sameGen
-		s.saveRingLocked()
-		s.log.Info("state store: taking members and store IDs the others' rings hold", "members", fmt.Sprint(learned))
-		return true, nil
-	}
-	if blocked != nil {
-		return false, blocked
-	}
-	if len(short) > 0 {
-		return false, fmt.Errorf("%w: handover to members %s: %s", sharding.ErrStoreUnavailable, key, strings.Join(short, "; "))
-	}
-	if standing := s.standingLocked(); standing != ringConfirmed && !confirmed && (standing != ringFresh || !allFresh) {
-		// A ring started from a view, among members none of which has a confirmed ring,
-		// and one of them at least on a data directory that was in a cluster before:
-		// the cluster's ring, and its data, may be on members not up (fault seed 82074:
-		// two members that had never saved a ring came back first after a whole cluster
-		// was downed, admitted each other and served their entities as new).
-		return false, fmt.Errorf("%w: no member up (%s) has a confirmed ring, and a data directory among them was in a cluster before: waiting for a member of that cluster",
-			sharding.ErrStoreUnavailable, key)
-	}
-	now := map[string]string{}
-	for _, a := range v.live {
-		now[a] = v.stores[a] // every live member answered with the same key: all known
-	}
-	s.ring.admitted = now
-	s.ring.gen++
-	s.ring.unconfirmed = false
-	s.saveRingLocked()
-	s.log.Info("state store: replicas handed over; ranking over the members up", "members", key, "was", ringKey(v.admitted), "gen", s.ring.gen)
-	return true, nil
-}
-
-// serveHandover answers a handover round: this member's live and admitted sets, and
-// whether its last complete repair pass had the live set asked about (if not, and it
-// sees that live set, it runs a pass first).
-func (s *Store) serveHandover(from string, body []byte) []byte {
-	var req stateHandoverReq
-	if err := decodeState(body, &req); err != nil {
-		return stateFail(err)
-	}
-	v := s.ringView()
-	key := v.liveKey()
-	s.ring.mu.Lock()
-	standing := s.standingLocked()
-	s.ring.mu.Unlock()
-	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted, Stores: storesOf(v.admitted, v.ids), Gen: v.gen, Key: key, Standing: standing}
-	if req.Key != key && (req.Key != "" || ringKey(req.Live) != ringKey(v.live)) {
-		if req.Key != "" && ringKey(req.Live) == ringKey(v.live) {
-			// The same members up, other store IDs: one of us has not heard from a
-			// member since its data directory changed. Ask them all.
-			s.ring.mu.Lock()
-			s.ring.verify = true
-			s.ring.mu.Unlock()
-			select {
-			case s.kick <- struct{}{}:
-			default:
-			}
-		}
-		return s.encodeReply(reply)
-	}
-	if !req.RingOnly && !s.syncedFor(key) && s.repairMu.TryLock() {
-		_ = s.repairPass(s.owner.Context())
-		s.repairMu.Unlock()
-	}
-	reply.Synced = s.syncedFor(key)
-	return s.encodeReply(reply)
-}
-
-// sameGenLearned returns what this member's ring (v) takes from the ring of a member
-// of the same generation (reply): rings of one generation grow, never shrink, so the
-// members retained there that are not here (not live), this member if it is admitted
-// there with its own data directory, and store IDs: where this ring has none, and
-// where the two differ and this ring's is the one the member answers with now (the
-// other ring admitted it with an earlier directory, which this ring must then count as
-// lost too).
-func sameGenLearned(v stateRingView, reply stateHandoverReply) map[string]string {
-	out := map[string]string{}
-	for i, r := range reply.Admitted {
-		id := ""
-		if i < len(reply.Stores) {
-			id = reply.Stores[i]
-		}
-		mine, ok := v.ids[r]
-		switch {
-		case r == v.self:
-			if id == v.stores[r] && mine != id {
-				out[r] = id
-			}
-		case !ok:
-			if !slices.Contains(v.live, r) {
-				out[r] = id
-			}
-		case id != "" && id != mine && (mine == "" || mine == v.stores[r]):
-			out[r] = id
 		}
 	}
 	return out
@@ -913,138 +626,4 @@ func (s *Store) Ring() Ring {
 	v := s.ringView()
 	// Copies: the view's slices are shared with other readers (ringView).
 	return Ring{Gen: v.gen, Admitted: slices.Clone(v.admitted), Live: slices.Clone(v.live), Retained: retainedMembers(v), Replaced: slices.Clone(v.replaced), Settled: v.settled()}
-}
-
-// ForgetMember makes every live member stop retaining the member at addr (its gossip
-// address, as the membership lists it): an operator's way out when a member is gone
-// for good with its data (see the file comment). Each live member drops addr from its
-// ring, a new generation, saved; a handover round then admits the members up once few
-// enough are retained, and the shards addr held are served from the replicas up,
-// without the writes that only addr and other gone members held. That loss is what
-// the operator accepts. It returns the members that were retaining addr. Members that
-// do not answer take the new generation from a later handover round.
-//
-// Errors: ErrMemberNotGone (addr is this member, or is up, joining or leaving: down
-// it first), sharding.ErrStoreUnavailable naming the live members that did not forget it.
-func (s *Store) ForgetMember(ctx context.Context, addr string) ([]string, error) {
-	if !s.owner.Enter() {
-		return nil, closedError()
-	}
-	defer s.owner.Leave()
-	if err := s.forgettable(addr); err != nil {
-		return nil, err
-	}
-	v := s.ringView()
-	type answer struct {
-		addr     string
-		retained bool
-		err      error
-	}
-	answers := make(chan answer, len(v.live))
-	for _, a := range v.live {
-		r := v.replica(a, v.stores[a])
-		run := func() {
-			if r.local {
-				retained, err := s.forgetLocal(addr)
-				answers <- answer{a, retained, err}
-				return
-			}
-			var reply stateForgetReply
-			err := s.call(ctx, r, topicStateForget, &stateForgetReq{Addr: addr}, &reply)
-			answers <- answer{a, reply.Retained, err}
-		}
-		if !s.owner.Go(run) {
-			answers <- answer{a, false, closedError()}
-		}
-	}
-	var retainedBy, failed []string
-	for range v.live {
-		a := <-answers
-		switch {
-		case a.err != nil:
-			failed = append(failed, fmt.Sprintf("%s: %v", a.addr, a.err))
-		case a.retained:
-			retainedBy = append(retainedBy, a.addr)
-		}
-	}
-	sort.Strings(retainedBy)
-	if len(failed) > 0 {
-		sort.Strings(failed)
-		return retainedBy, fmt.Errorf("%w: member %s forgotten by %d of %d members up; not by %s (they take the new ring from a later handover round)",
-			sharding.ErrStoreUnavailable, addr, len(v.live)-len(failed), len(v.live), strings.Join(failed, "; "))
-	}
-	return retainedBy, nil
-}
-
-// forgettable reports whether addr may be forgotten: not this member, and every
-// incarnation of addr the membership lists is gone (down, exiting, removed).
-func (s *Store) forgettable(addr string) error {
-	if addr == "" {
-		return fmt.Errorf("%w: no member address", ErrMemberNotGone)
-	}
-	if addr == s.cfg.Membership.Self().Address {
-		return fmt.Errorf("%w: %s is this member", ErrMemberNotGone, addr)
-	}
-	for _, m := range s.cfg.Membership.Members() {
-		if m.Address == addr && m.Status != cluster.StatusDown && m.Status != cluster.StatusExiting && m.Status != cluster.StatusRemoved {
-			return fmt.Errorf("%w: %s is %v; only a member gone for good can be forgotten (down it first)", ErrMemberNotGone, addr, m.Status)
-		}
-	}
-	return nil
-}
-
-// forgetLocal drops addr from this member's ring (a new generation, saved) if addr may
-// be forgotten here; it reports whether this member retained addr.
-func (s *Store) forgetLocal(addr string) (bool, error) {
-	if err := s.forgettable(addr); err != nil {
-		return false, err
-	}
-	s.ringView() // starts the ring if this member is up
-	r := &s.ring
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.admitted != nil && hasKey(r.admitted, addr):
-		delete(r.admitted, addr)
-	case r.admitted == nil && r.restored != nil && slices.Contains(r.restored.Admitted, addr):
-		// Not started yet (this member is not up): the ring it will start from.
-		i := slices.Index(r.restored.Admitted, addr)
-		r.restored.Admitted = slices.Delete(slices.Clone(r.restored.Admitted), i, i+1)
-		if i < len(r.restored.Stores) {
-			r.restored.Stores = slices.Delete(slices.Clone(r.restored.Stores), i, i+1)
-		}
-		r.restored.Gen++
-		if s.disk != nil {
-			if err := s.disk.saveRing(r.restored); err != nil {
-				return false, err
-			}
-		}
-		s.log.Warn("state store: an operator forgot a retained member; writes that only it (and other gone members) held are lost",
-			"member", addr, "gen", r.restored.Gen)
-		return true, nil
-	default:
-		return false, nil
-	}
-	r.gen++
-	s.saveRingLocked()
-	s.log.Warn("state store: an operator forgot a retained member; writes that only it (and other gone members) held are lost",
-		"member", addr, "gen", r.gen, "members", ringKey(slices.Sorted(maps.Keys(r.admitted))))
-	select {
-	case s.kick <- struct{}{}: // a repair pass and a handover round now
-	default:
-	}
-	return true, nil
-}
-
-// serveForget answers state/forget: ForgetMember on this member alone.
-func (s *Store) serveForget(from string, body []byte) []byte {
-	var req stateForgetReq
-	if err := decodeState(body, &req); err != nil {
-		return stateFail(err)
-	}
-	retained, err := s.forgetLocal(req.Addr)
-	if err != nil {
-		return stateFail(err)
-	}
-	return s.encodeReply(&stateForgetReply{Retained: retained})
 }
