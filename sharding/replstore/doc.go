@@ -7,11 +7,12 @@
 // replicas up to date. Store says how.
 //
 // The files: store.go (the store: Save, Load, Remember, Remembered, FenceShard,
-// DeleteType), serve.go (a replica's side of the protocol), wire.go (the protocol's
-// messages and the records on disk), disk.go (the bbolt file and its group commit),
-// repair.go (read repair and anti-entropy), ring.go (the ring a shard's replicas are
-// ranked over, and its views), handover.go (the rounds that end a change of the ring),
-// forget.go (an operator's ForgetMember), offline.go (the files of a stopped cluster).
+// DeleteType), replicas.go (its requests to replicas and their majorities), serve.go
+// (a replica's side of the protocol), wire.go (the protocol's messages and the records
+// on disk), disk.go (the bbolt file and its group commit), repair.go (read repair and
+// anti-entropy), ring.go (the ring a shard's replicas are ranked over, and its views),
+// handover.go (the rounds that end a change of the ring), forget.go (an operator's
+// ForgetMember), offline.go (the files of a stopped cluster).
 //
 // Host chooses the store, this one or package pgstore, and gives it to sharding as
 // sharding.Config.States; package sharding never imports this one.
