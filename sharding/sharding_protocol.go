@@ -97,8 +97,6 @@ func (s *Sharding) askMember(ctx context.Context, addr, topic string, body []byt
 	}
 }
 
-// maxHops bounds how often one message is forwarded between regions. In a stable cluster
-// a message takes at most one hop; more happen only while shard homes move.
 // shardHome asks the coordinator (the singleton on the oldest member) where a shard
 // lives, allocating it if needed. It blocks for at most Config.CoordinatorTimeout.
 // Errors: ErrShardUnavailable, ErrStopped.
