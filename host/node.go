@@ -1012,8 +1012,7 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err
 	}
-	_, err = n.sharding.StartType(cur.Settings())
-	return err
+	return n.sharding.StartType(cur.Settings())
 }
 
 // typeChanged is the catalog's callback for entries learned by gossip: the type is

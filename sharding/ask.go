@@ -20,7 +20,7 @@ const maxForwards = 16
 
 // delivery is a message and how to answer it.
 type delivery struct {
-	env Envelope
+	env envelope
 	// ctx carries the trace; processing never stops because it is cancelled.
 	ctx      context.Context
 	deadline time.Time
@@ -109,7 +109,7 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 // tellCall is a tell on its way: what its delivery's failures need.
 type tellCall struct {
 	s   *Sharding
-	env Envelope
+	env envelope
 	ctx context.Context
 
 	mu       sync.Mutex
@@ -153,7 +153,7 @@ func tellSpanName(m Message) string {
 // activates it again. passivated is false when the entity was not active. Errors: those
 // of AskMessage.
 func (s *Sharding) Passivate(ctx context.Context, typ, id string) (passivated bool, err error) {
-	r, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Kind: KindPassivate})
+	r, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Kind: kindPassivate})
 	if err != nil {
 		return false, err
 	}
@@ -247,8 +247,8 @@ func (w *askWaiter) put(gen uint64, r Reply, err error) {
 }
 
 // envelope is the envelope of a message first routed by the member self.
-func (m Message) envelope(self string) Envelope {
-	return Envelope{EntityType: m.EntityType, EntityID: m.EntityID, Payload: m.Payload, Origin: self,
+func (m Message) envelope(self string) envelope {
+	return envelope{EntityType: m.EntityType, EntityID: m.EntityID, Payload: m.Payload, Origin: self,
 		Sender: m.Sender, Kind: m.Kind, Tag: m.Tag, Chain: m.Chain}
 }
 

@@ -65,16 +65,16 @@ func (t *TypeSettings) Validate() error {
 	if t.Checkpoint == "" {
 		t.Checkpoint = CheckpointPassivation
 	}
-	if _, err := CheckpointEvery(t.Checkpoint); err != nil {
+	if _, err := checkpointEvery(t.Checkpoint); err != nil {
 		return err
 	}
 	return nil
 }
 
-// CheckpointEvery returns after how many messages an entity's state is saved under a
+// checkpointEvery returns after how many messages an entity's state is saved under a
 // checkpoint policy: 0 for passivation (only on passivation and handoff), 1 for every
 // message, N for "every:N".
-func CheckpointEvery(policy string) (int, error) {
+func checkpointEvery(policy string) (int, error) {
 	switch policy {
 	case CheckpointPassivation, "":
 		return 0, nil

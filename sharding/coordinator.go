@@ -141,7 +141,7 @@ func (c *coordinator) Start() {
 }
 
 // Stop deactivates the coordinator (cluster.SingletonService): requests are refused
-// with ErrNotCoordinator until it starts again, here or elsewhere.
+// with errNotCoordinator until it starts again, here or elsewhere.
 func (c *coordinator) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -152,7 +152,7 @@ func (c *coordinator) Stop() {
 	go func() {
 		for _, ws := range waiters {
 			for _, cb := range ws {
-				cb(shardHome{}, ErrNotCoordinator)
+				cb(shardHome{}, errNotCoordinator)
 			}
 		}
 	}()
@@ -172,7 +172,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 	c.mu.Lock()
 	if !c.active {
 		c.mu.Unlock()
-		cb(shardHome{}, ErrNotCoordinator)
+		cb(shardHome{}, errNotCoordinator)
 		return
 	}
 	members := c.s.cfg.Membership.Members()
@@ -288,7 +288,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 					}
 					c.s.log.Debug("shard allocated", "shard", ref.String(), "region", region, "epoch", epoch, "unconfirmed", unknown)
 				} else {
-					err = ErrNotCoordinator
+					err = errNotCoordinator
 				}
 				c.mu.Unlock()
 			}

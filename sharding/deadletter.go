@@ -19,7 +19,7 @@ func (s *Sharding) deadLetter(d delivery, err error) {
 
 // countDeadLetter counts a dropped message, by type and reason, and logs it at warn
 // (rate limited: see deadLetterLog).
-func (s *Sharding) countDeadLetter(ctx context.Context, env Envelope, err error) {
+func (s *Sharding) countDeadLetter(ctx context.Context, env envelope, err error) {
 	s.deadLetters.Add(1)
 	reason := deadLetterReason(err)
 	s.tel.deadLetters.Add(context.Background(), 1, s.tel.typeAttr(env.EntityType, attrDeadLetterReason, reason))
@@ -44,7 +44,7 @@ func tellRoutingError(err error) bool {
 // trapped, could not be activated, its shard had no home...) a dead letter with the
 // failure's code as its reason. A dropped one (buffer or mailbox full) is counted where
 // it was dropped.
-func (s *Sharding) tellFailed(ctx context.Context, env Envelope, err error) {
+func (s *Sharding) tellFailed(ctx context.Context, env envelope, err error) {
 	if errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) {
 		return
 	}

@@ -19,7 +19,7 @@ import (
 // entity's state (its activation), a save of the former owner must be refused
 // (ErrStaleEpoch): acknowledged after that read, it would be missed by it, and the new
 // owner's next save would overwrite it, an acknowledged write lost. Before the new
-// owner fenced the shard on its first activation (Region.fenceShard, ShardFencer), its
+// owner fenced the shard on its first activation (shardRegion.fenceShard, ShardFencer), its
 // epoch reached the store with its first save only, so the former owner's save here
 // was acknowledged and lost. The new owner's activation is held between its read and
 // its instance (factory.holdActivation) while the former owner saves: no timing.
@@ -66,7 +66,7 @@ func testNewOwnersFirstReadFences(t *testing.T, store clusterOption) {
 			})
 		}
 	}
-	nreg, err := next.sharding.StartType(next.types.settings["durable"])
+	nreg, err := next.sharding.startType(next.types.settings["durable"])
 	if err != nil {
 		t.Fatal(err)
 	}

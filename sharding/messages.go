@@ -26,11 +26,11 @@ var (
 	// ErrStateNotLoaded: the entity's saved state could not be read, so it was not
 	// started (starting without it would lose it). A later message tries again.
 	ErrStateNotLoaded   = errors.New("sharding: the entity's saved state could not be loaded")
-	ErrNotCoordinator   = errors.New("sharding: this member is not the shard coordinator")
+	errNotCoordinator   = errors.New("sharding: this member is not the shard coordinator")
 	ErrRoutingLoop      = errors.New("sharding: message forwarded too many times")
 	ErrAskTimeout       = errors.New("sharding: ask timed out")
 	ErrStopped          = errors.New("sharding: stopped")
-	ErrLeaving          = errors.New("sharding: this member is leaving and takes no new shards")
+	errLeaving          = errors.New("sharding: this member is leaving and takes no new shards")
 	ErrMalformedMessage = errors.New("sharding: malformed message from a member")
 	// ErrNoMajority: this member has not had a heartbeat round trip with a majority of
 	// the members within its hosting lease (Config.HostingLease), so it may be on the
@@ -106,7 +106,7 @@ func ErrorCode(err error) string {
 // because no shard home was found) has the code of the first.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
-	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, ErrLeaving, ErrNoMajority}
+	ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, errLeaving, ErrNoMajority}
 
 func codeOfSentinel(err error) string {
 	switch err {
@@ -120,7 +120,7 @@ func codeOfSentinel(err error) string {
 		return CodeStateNotSaved
 	case ErrStateNotLoaded:
 		return CodeStateNotLoaded
-	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, ErrLeaving, ErrNoMajority:
+	case ErrShardUnavailable, errNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, errLeaving, ErrNoMajority:
 		return CodeUnavailable
 	}
 	return CodeInternal
@@ -150,8 +150,8 @@ func wrapCause(kind error, detail string, cause error) error {
 	return &causedError{kind: kind, cause: cause, msg: msg + ": " + text}
 }
 
-// Envelope is a message on its way to an entity.
-type Envelope struct {
+// envelope is a message on its way to an entity.
+type envelope struct {
 	EntityType string `cbor:"1,keyasint"`
 	EntityID   string `cbor:"2,keyasint"`
 	Payload    []byte `cbor:"3,keyasint,omitempty"`
@@ -187,12 +187,12 @@ const (
 	// KindChanged is a distributed data change for a subscribed entity; Sender is the
 	// key.
 	KindChanged MessageKind = 2
-	// KindPassivate asks the entity's region to passivate it (Sharding.Passivate). It
+	// kindPassivate asks the entity's region to passivate it (Sharding.Passivate). It
 	// never reaches the entity.
-	KindPassivate MessageKind = 3
+	kindPassivate MessageKind = 3
 )
 
-// The replies of a KindPassivate ask.
+// The replies of a kindPassivate ask.
 const (
 	PassivateDone     = "passivated" // the entity was active; its state is saved and it stopped
 	PassivateInactive = "inactive"   // the entity was not active here

@@ -15,10 +15,11 @@ import (
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
-// Region is the shard region of one entity type on this member (Akka's ShardRegion): it
-// hosts the shards the coordinator allocated here, forwards messages for other shards to
-// their regions, and buffers messages for shards whose home it is resolving.
-type Region struct {
+// shardRegion is the shard region of one entity type on this member (Akka's
+// ShardRegion): it hosts the shards the coordinator allocated here, forwards messages
+// for other shards to their regions, and buffers messages for shards whose home it is
+// resolving.
+type shardRegion struct {
 	s        *Sharding
 	settings TypeSettings // Name and NumberOfShards read freely; the rest under mu
 	// current is a copy of settings for Settings, which every message reads: loading it
@@ -103,7 +104,7 @@ func (f *shardFence) failed() bool {
 // store, or with a store that is no ShardFencer. Errors: FenceShard's (ErrStaleEpoch:
 // the shard has a newer allocation elsewhere), ErrStoreUnavailable when ctx ends
 // first.
-func (r *Region) fenceShard(ctx context.Context, shardID int, epoch uint64) error {
+func (r *shardRegion) fenceShard(ctx context.Context, shardID int, epoch uint64) error {
 	if r.s.fence == nil {
 		return nil
 	}
@@ -134,7 +135,7 @@ func (r *Region) fenceShard(ctx context.Context, shardID int, epoch uint64) erro
 func (sl *shardSlot) idle() bool { return !sl.resolving && !sl.handing && !sl.paused }
 
 // slotLocked returns the slot of a shard, made if new. r.mu is held.
-func (r *Region) slotLocked(shardID int) *shardSlot {
+func (r *shardRegion) slotLocked(shardID int) *shardSlot {
 	sl := r.slots[shardID]
 	if sl == nil {
 		sl = &shardSlot{}
@@ -144,7 +145,7 @@ func (r *Region) slotLocked(shardID int) *shardSlot {
 }
 
 // hostedLocked returns the shard if it lives here, else nil. r.mu is held.
-func (r *Region) hostedLocked(shardID int) *shard {
+func (r *shardRegion) hostedLocked(shardID int) *shard {
 	if sl := r.slots[shardID]; sl != nil {
 		return sl.hosted
 	}
@@ -152,7 +153,7 @@ func (r *Region) hostedLocked(shardID int) *shard {
 }
 
 // eachHostedLocked calls f for every shard hosted here. r.mu is held.
-func (r *Region) eachHostedLocked(f func(*shard)) {
+func (r *shardRegion) eachHostedLocked(f func(*shard)) {
 	for _, sl := range r.slots {
 		if sl.hosted != nil {
 			f(sl.hosted)
@@ -163,14 +164,14 @@ func (r *Region) eachHostedLocked(f func(*shard)) {
 // startResolvingLocked marks a shard's home as being resolved and starts the span of
 // that resolution, in the trace of ctx; the caller runs resolve with what it returns
 // (through resolveInBackground) once it has let go of r.mu.
-func (r *Region) startResolvingLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
+func (r *shardRegion) startResolvingLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
 	sl.resolving = true
 	return r.startResolveSpanLocked(sl, shardID, ctx)
 }
 
 // takePendingLocked empties a shard's buffer and returns what waited, in order. r.mu
 // is held.
-func (r *Region) takePendingLocked(sl *shardSlot) []delivery {
+func (r *shardRegion) takePendingLocked(sl *shardSlot) []delivery {
 	pending := sl.pending
 	sl.pending, sl.returned = nil, 0
 	r.buffered -= len(pending)
@@ -179,27 +180,27 @@ func (r *Region) takePendingLocked(sl *shardSlot) []delivery {
 
 // resolveInBackground runs resolve on a goroutine Sharding owns; if Sharding is
 // stopping, the shard's buffered messages fail with ErrStopped instead.
-func (r *Region) resolveInBackground(ctx context.Context, span trace.Span, shardID int) {
+func (r *shardRegion) resolveInBackground(ctx context.Context, span trace.Span, shardID int) {
 	if !r.s.owner.Go(func() { r.resolve(ctx, span, shardID) }) {
 		span.End()
 		r.failPending(shardID, ErrStopped)
 	}
 }
 
-func newRegion(s *Sharding, t TypeSettings) *Region {
-	r := &Region{s: s, settings: t, slots: map[int]*shardSlot{}, lives: map[string]*entity{}, tel: newRegionTelemetry(t.Name)}
+func newRegion(s *Sharding, t TypeSettings) *shardRegion {
+	r := &shardRegion{s: s, settings: t, slots: map[int]*shardSlot{}, lives: map[string]*entity{}, tel: newRegionTelemetry(t.Name)}
 	r.current.Store(&t)
 	return r
 }
 
 // Settings returns the region's entity type settings. It takes no lock.
-func (r *Region) Settings() TypeSettings {
+func (r *shardRegion) Settings() TypeSettings {
 	return *r.current.Load()
 }
 
 // updateSettings applies a redeployment's settings. Name and NumberOfShards never
 // change (they are read without the lock); the other fields are read with it.
-func (r *Region) updateSettings(t TypeSettings) {
+func (r *shardRegion) updateSettings(t TypeSettings) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.settings.Role, r.settings.Allocation, r.settings.Checkpoint = t.Role, t.Allocation, t.Checkpoint
@@ -212,7 +213,7 @@ func (r *Region) updateSettings(t TypeSettings) {
 // buffer while the shard's home is resolved. Messages of one sender keep their order:
 // buffered messages are flushed under the region's lock before any later one passes.
 // The caller holds the Sharding's owner (Hold).
-func (r *Region) deliver(d delivery) {
+func (r *shardRegion) deliver(d delivery) {
 	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
 	r.mu.Lock()
 	sl := r.slotLocked(shardID)
@@ -270,7 +271,7 @@ func (r *Region) deliver(d delivery) {
 // context, a "buffered" span, linked to what holds it (the handoff of the shard, here
 // or by another region, or the resolution of its home), that ends when it leaves the
 // buffer (unbuffered). r.mu is held.
-func (r *Region) bufferLocked(sl *shardSlot, shardID int, d delivery) delivery {
+func (r *shardRegion) bufferLocked(sl *shardSlot, shardID int, d delivery) delivery {
 	reason, link := bufferResolving, sl.resolveSpan
 	if sl.paused {
 		reason, link = bufferHandoff, sl.pauseSpan
@@ -303,7 +304,7 @@ func (d *delivery) unbuffered() {
 // startResolveSpanLocked starts the span of the resolution of a shard's home, in the
 // trace of the message that made it start (ctx), and records it for the messages
 // buffered meanwhile to link to. r.mu is held.
-func (r *Region) startResolveSpanLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
+func (r *shardRegion) startResolveSpanLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
 	ctx = context.WithoutCancel(ctx)
 	if !r.s.tel.traced || !obs.Traced(ctx) {
 		return ctx, noopSpan
@@ -325,7 +326,7 @@ func (sl *shardSlot) firstPendingCtx() context.Context {
 
 // activated is called on an entity's goroutine after it got an instance: over the
 // type's MaxActive, the least recently used idle entity of the region is passivated.
-func (r *Region) activated(e *entity) {
+func (r *shardRegion) activated(e *entity) {
 	r.mu.Lock()
 	maxActive := r.settings.MaxActive
 	if maxActive <= 0 {
@@ -360,7 +361,7 @@ func (r *Region) activated(e *entity) {
 // passivateIdle passivates the entities idle for longer than the type's PassivateAfter,
 // and forgets entities without instance or messages. The caller holds s.owner
 // (Hold).
-func (r *Region) passivateIdle(now time.Time) {
+func (r *shardRegion) passivateIdle(now time.Time) {
 	r.mu.Lock()
 	after := r.settings.PassivateAfter
 	var idle []*entity
@@ -386,12 +387,12 @@ func (r *Region) passivateIdle(now time.Time) {
 
 // BufferedDuringHandoff returns how many messages the region buffered because their
 // shard was being handed off, since start.
-func (r *Region) BufferedDuringHandoff() uint64 { return r.handoffBuffered.Load() }
+func (r *shardRegion) BufferedDuringHandoff() uint64 { return r.handoffBuffered.Load() }
 
 // Passivations returns how many entities of the region were passivated.
-func (r *Region) Passivations() uint64 { return r.passivations.Load() }
+func (r *shardRegion) Passivations() uint64 { return r.passivations.Load() }
 
-func (r *Region) entityLocked(sh *shard, id string) *entity {
+func (r *shardRegion) entityLocked(sh *shard, id string) *entity {
 	e := sh.entities[id]
 	if e == nil {
 		e = newEntity(r, sh.id, id, sh.epoch)
@@ -403,7 +404,7 @@ func (r *Region) entityLocked(sh *shard, id string) *entity {
 // dropStale stops hosting a shard whose allocation here is older than epoch: the
 // coordinator allocated it again since. Its entities stop without saving state (a stale
 // host's writes would be refused anyway).
-func (r *Region) dropStale(shardID int, epoch uint64) {
+func (r *shardRegion) dropStale(shardID int, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if sh := r.hostedLocked(shardID); sh != nil && sh.epoch < epoch {
@@ -411,7 +412,7 @@ func (r *Region) dropStale(shardID int, epoch uint64) {
 	}
 }
 
-func (r *Region) dropStaleLocked(sh *shard) {
+func (r *shardRegion) dropStaleLocked(sh *shard) {
 	r.s.log.Warn("stale shard allocation: stopping the shard here", "type", r.settings.Name, "shard", sh.id, "epoch", sh.epoch)
 	r.slots[sh.id].hosted = nil
 	for _, e := range sh.entities {
@@ -428,7 +429,7 @@ func (r *Region) dropStaleLocked(sh *shard) {
 // it is on (which fails, as the lease has lapsed). The shards stay here: their next
 // messages activate the entities again, from their saved state, once the lease is
 // back. It returns how many entities it stops.
-func (r *Region) stopForLease() int {
+func (r *shardRegion) stopForLease() int {
 	all := r.hostedEntities()
 	n := 0
 	for _, e := range all {
@@ -456,7 +457,7 @@ func (s *Sharding) notAnotherProcess(ref shardRef, home shardHome) error {
 // resolve asks the coordinator for a shard's home until it answers or ResolveTimeout
 // passes, then flushes the shard's buffered messages. span (the "shard home" span, in
 // ctx) ends with it.
-func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
+func (r *shardRegion) resolve(ctx context.Context, span trace.Span, shardID int) {
 	ref := shardRef{Type: r.settings.Name, Shard: shardID}
 	deadline := time.Now().Add(r.s.cfg.ResolveTimeout)
 	backoff := 20 * time.Millisecond
@@ -494,7 +495,7 @@ func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
 }
 
 // resolved records a shard's home and flushes its buffer there, in order.
-func (r *Region) resolved(shardID int, h shardHome) {
+func (r *shardRegion) resolved(shardID int, h shardHome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sl := r.slotLocked(shardID)
@@ -513,7 +514,7 @@ func (r *Region) resolved(shardID int, h shardHome) {
 	}
 }
 
-func (r *Region) failPending(shardID int, err error) {
+func (r *shardRegion) failPending(shardID int, err error) {
 	r.mu.Lock()
 	sl := r.slotLocked(shardID)
 	sl.resolving, sl.resolveSpan = false, trace.SpanContext{}
@@ -527,7 +528,7 @@ func (r *Region) failPending(shardID int, err error) {
 
 // hostShard makes this region the home of a shard under an allocation epoch (the
 // coordinator's HostShard).
-func (r *Region) hostShard(shardID int, epoch uint64) {
+func (r *shardRegion) hostShard(shardID int, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.hostShardLocked(shardID, epoch)
@@ -535,7 +536,7 @@ func (r *Region) hostShard(shardID int, epoch uint64) {
 
 // hostShardLocked hosts a shard here and delivers the messages buffered for it, in
 // order, before any later message can reach the shard's entities.
-func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
+func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 	sl := r.slotLocked(shardID)
 	sh := sl.hosted
 	if sh == nil {
@@ -563,7 +564,7 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 }
 
 // restartRemembered starts the remembered entities of a shard that came here.
-func (r *Region) restartRemembered(sh *shard) {
+func (r *shardRegion) restartRemembered(sh *shard) {
 	r.mu.Lock()
 	epoch := sh.epoch
 	r.mu.Unlock()
@@ -605,7 +606,7 @@ func (r *Region) restartRemembered(sh *shard) {
 
 // forgetHomesAt drops cached homes at members for which gone returns true, so that their
 // shards are resolved anew.
-func (r *Region) forgetHomesAt(gone func(string) bool) {
+func (r *shardRegion) forgetHomesAt(gone func(string) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, sl := range r.slots {
@@ -617,7 +618,7 @@ func (r *Region) forgetHomesAt(gone func(string) bool) {
 
 // forward sends d to the region at home. It may be called with r.mu held: it only
 // queues frames and never calls back into the region.
-func (r *Region) forward(a allocation, shardID int, d delivery) {
+func (r *shardRegion) forward(a allocation, shardID int, d delivery) {
 	home := a.region
 	if d.env.Hops >= maxHops {
 		d.fail(fmt.Errorf("%w: %s/%s after %d hops", ErrRoutingLoop, d.env.EntityType, d.env.EntityID, d.env.Hops))
@@ -639,7 +640,7 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 // send sends d's envelope, encoded as body, to the region at home (transport address
 // to), and has the reply of an ask (or the failure) given to d. The messenger keeps
 // no body once it returns (withWireBuf).
-func (r *Region) send(d delivery, home, to string, body []byte) {
+func (r *shardRegion) send(d delivery, home, to string, body []byte) {
 	// The messenger carries the trace in the frame, under a CLIENT span for an ask.
 	if !d.ask {
 		if err := r.s.cfg.Messenger.TellContext(d.ctx, to, topicDeliver, body); err != nil {
@@ -675,7 +676,7 @@ func (r *Region) send(d delivery, home, to string, body []byte) {
 }
 
 // state lists the region's shards and active entities, sorted.
-func (r *Region) state() []ShardState {
+func (r *shardRegion) state() []ShardState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []ShardState{}
@@ -695,7 +696,7 @@ func (r *Region) state() []ShardState {
 
 // hostedEntities returns the entities of every shard the region hosts, taken under its
 // lock.
-func (r *Region) hostedEntities() []*entity {
+func (r *shardRegion) hostedEntities() []*entity {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var all []*entity
@@ -709,7 +710,7 @@ func (r *Region) hostedEntities() []*entity {
 
 // abortIdleEntities stops, without saving, every entity of the region that no
 // goroutine drains (Sharding.Abort): it takes the mailbox as a drain would.
-func (r *Region) abortIdleEntities(ctx context.Context) {
+func (r *shardRegion) abortIdleEntities(ctx context.Context) {
 	all := r.hostedEntities()
 	for _, e := range all {
 		e.mu.Lock()
@@ -727,7 +728,7 @@ func (r *Region) abortIdleEntities(ctx context.Context) {
 
 // stopEntities stops every entity of the region; called by Sharding.Stop once no
 // mailbox goroutine runs.
-func (r *Region) stopEntities(ctx context.Context, save bool) {
+func (r *shardRegion) stopEntities(ctx context.Context, save bool) {
 	all := r.hostedEntities()
 	for _, e := range all {
 		if save {

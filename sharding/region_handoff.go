@@ -20,7 +20,7 @@ import (
 
 // giveBack returns a message whose shard this region hands off to its sender's region:
 // an ask through its reply, a tell as a Return message.
-func (r *Region) giveBack(d delivery) {
+func (r *shardRegion) giveBack(d delivery) {
 	if d.ask {
 		d.fail(&RemoteError{Code: codeHandedOff, Message: "shard handed off", Node: r.s.self})
 		return
@@ -35,7 +35,7 @@ func (r *Region) giveBack(d delivery) {
 
 // reroute takes back a message a handing-off region returned: it goes ahead of the
 // messages buffered for its shard since the handoff began, after those returned before.
-func (r *Region) reroute(d delivery) {
+func (r *shardRegion) reroute(d delivery) {
 	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
 	r.mu.Lock()
 	sl := r.slotLocked(shardID)
@@ -59,7 +59,7 @@ func (r *Region) reroute(d delivery) {
 
 // pause stops routing a shard the region at by hands off: messages wait here, linked to
 // the handoff's span (when it is traced).
-func (r *Region) pause(shardID int, by string, handoff trace.SpanContext) {
+func (r *shardRegion) pause(shardID int, by string, handoff trace.SpanContext) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sl := r.slotLocked(shardID)
@@ -69,7 +69,7 @@ func (r *Region) pause(shardID int, by string, handoff trace.SpanContext) {
 
 // unpauseFrom ends the pauses of the region at a member that is gone: a handoff that
 // did not complete must not hold messages forever.
-func (r *Region) unpauseFrom(gone func(string) bool) {
+func (r *shardRegion) unpauseFrom(gone func(string) bool) {
 	r.mu.Lock()
 	var ids []int
 	for id, sl := range r.slots {
@@ -84,7 +84,7 @@ func (r *Region) unpauseFrom(gone func(string) bool) {
 }
 
 // unpause ends a pause: the shard's new home is resolved for what waited.
-func (r *Region) unpause(shardID int) {
+func (r *shardRegion) unpause(shardID int) {
 	r.mu.Lock()
 	sl := r.slotLocked(shardID)
 	sl.paused, sl.pausedBy, sl.pauseSpan = false, "", trace.SpanContext{}
@@ -111,7 +111,7 @@ func (r *Region) unpause(shardID int) {
 //  4. the coordinator forgets the allocation;
 //  5. the regions are told the handoff is complete (behind every message given back)
 //     and resolve the new home, with what they buffered in order.
-func (r *Region) handOff(ctx context.Context) error {
+func (r *shardRegion) handOff(ctx context.Context) error {
 	r.mu.Lock()
 	var ids []int
 	r.eachHostedLocked(func(sh *shard) { ids = append(ids, sh.id) })
@@ -129,7 +129,7 @@ func (r *Region) handOff(ctx context.Context) error {
 
 // handOffShard hands one shard off (see handOff). A shard not hosted here is only
 // reported to the coordinator.
-func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
+func (r *shardRegion) handOffShard(ctx context.Context, id int) (err error) {
 	start := r.s.cfg.Now()
 	span := noopSpan
 	if r.s.tel.traced {

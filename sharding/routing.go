@@ -49,7 +49,7 @@ func (s *Sharding) resolveType(typ string) {
 	defer cancel()
 	settings, err := s.cfg.Types.EntityType(ctx, typ)
 	if err == nil {
-		_, err = s.StartType(settings)
+		err = s.StartType(settings)
 	}
 	if err != nil {
 		s.mu.Lock()
@@ -64,7 +64,7 @@ func (s *Sharding) resolveType(typ string) {
 }
 
 // ensureRegion returns the region of typ, resolving the type if needed (may block).
-func (s *Sharding) ensureRegion(ctx context.Context, typ string) (*Region, error) {
+func (s *Sharding) ensureRegion(ctx context.Context, typ string) (*shardRegion, error) {
 	s.mu.Lock()
 	r := s.regions[typ]
 	s.mu.Unlock()
@@ -75,23 +75,23 @@ func (s *Sharding) ensureRegion(ctx context.Context, typ string) (*Region, error
 	if err != nil {
 		return nil, err
 	}
-	return s.StartType(settings)
+	return s.startType(settings)
 }
 
 // HasRegion reports whether this member runs a region (hosting or proxy-only) of the
 // entity type typ: StartType has returned it and StopType has not stopped it.
 func (s *Sharding) HasRegion(typ string) bool { return s.region(typ) != nil }
 
-func (s *Sharding) region(typ string) *Region {
+func (s *Sharding) region(typ string) *shardRegion {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.regions[typ]
 }
 
-func (s *Sharding) allRegions() []*Region {
+func (s *Sharding) allRegions() []*shardRegion {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*Region, 0, len(s.regions))
+	out := make([]*shardRegion, 0, len(s.regions))
 	for _, r := range s.regions {
 		out = append(out, r)
 	}

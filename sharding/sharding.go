@@ -26,7 +26,7 @@ type Sharding struct {
 	self   string // this member's address
 	coord  *coordinator
 	// fence is the state store's FenceShard (ShardFencer), or nil when it has none
-	// or there is no store: Region.fenceShard.
+	// or there is no store: shardRegion.fenceShard.
 	fence stateFenceFunc
 
 	// owner owns the goroutines of s. Everything that may start one holds it (Hold)
@@ -34,7 +34,7 @@ type Sharding struct {
 	owner *owner.Group
 
 	mu          sync.Mutex
-	regions     map[string]*Region
+	regions     map[string]*shardRegion
 	typeWaiters map[string][]delivery // messages for types being resolved
 	waiting     int                   // total in typeWaiters
 
@@ -86,7 +86,7 @@ func New(cfg Config) (*Sharding, error) {
 		tel:           tel,
 		self:          self,
 		owner:         owner.New(),
-		regions:       map[string]*Region{},
+		regions:       map[string]*shardRegion{},
 		typeWaiters:   map[string][]delivery{},
 		deadLetterLog: obs.LogLimiter{Interval: 10 * time.Second},
 		downed:        map[string]time.Time{},
@@ -142,7 +142,7 @@ func (s *Sharding) stopAll(ctx context.Context, save bool) error {
 		}
 	}
 	s.typeWaiters = map[string][]delivery{}
-	regions := make([]*Region, 0, len(s.regions))
+	regions := make([]*shardRegion, 0, len(s.regions))
 	for _, r := range s.regions {
 		regions = append(regions, r)
 	}
@@ -194,8 +194,15 @@ func (s *Sharding) Drain(ctx context.Context) error {
 
 // StartType starts the region of an entity type on this member (idempotent) and delivers
 // the messages that waited for the type. A second start with another number of shards
-// is refused: shard IDs are fixed for the life of the cluster.
-func (s *Sharding) StartType(t TypeSettings) (*Region, error) {
+// is refused: shard IDs are fixed for the life of the cluster. Errors: the settings'
+// own (TypeSettings.Validate), ErrStopped, a change of NumberOfShards.
+func (s *Sharding) StartType(t TypeSettings) error {
+	_, err := s.startType(t)
+	return err
+}
+
+// startType is StartType, returning the region.
+func (s *Sharding) startType(t TypeSettings) (*shardRegion, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func (s *Sharding) hostShard(ctx context.Context, addr string, ref shardRef, cb 
 
 func (s *Sharding) hostShardHere(ref shardRef) error {
 	if s.leaving.Load() {
-		return ErrLeaving
+		return errLeaving
 	}
 	if self := s.cfg.Membership.Self().UID; ref.UID != 0 && ref.UID != uint64(self) {
 		// Meant for an earlier process at this address (the coordinator had not seen
@@ -170,7 +170,7 @@ func (s *Sharding) hostShardHere(ref shardRef) error {
 // and must not block: slow work goes to an owned goroutine.
 
 func (s *Sharding) handleDeliver(req *cluster.Request) {
-	var env Envelope
+	var env envelope
 	if err := decodeEnvelope(req.Body, &env); err != nil {
 		s.log.Warn("dropping a malformed envelope", "from", req.From, "err", err)
 		req.Reply(nil, err)
@@ -318,7 +318,7 @@ func (s *Sharding) handleHandOffComplete(req *cluster.Request) {
 
 // handleReturn: a region handing a shard off gives back a tell this member sent it.
 func (s *Sharding) handleReturn(req *cluster.Request) {
-	var env Envelope
+	var env envelope
 	if err := decode(req.Body, &env); err != nil {
 		return
 	}

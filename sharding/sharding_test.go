@@ -362,13 +362,13 @@ func TestStopFailsNewMessagesAndStopsEntities(t *testing.T) {
 func TestStartTypeRefusesAnotherShardCount(t *testing.T) {
 	tc := newTestCluster(t, 1)
 	s := tc.nodes[0].sharding
-	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
+	if err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
+	if err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 11}); err == nil {
+	if err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 11}); err == nil {
 		t.Fatal("shard count changed")
 	}
 }

@@ -159,7 +159,7 @@ const (
 // whose allocation is stale meets at least one replica that refuses it once the new
 // owner has fenced the shard. The new owner does so before it reads any of the shard's
 // state (FenceShard, a write of its epoch alone to a majority, once per shard and
-// epoch: sharding.Region.fenceShard): a former owner that has not yet learnt of the
+// epoch: sharding's region.fenceShard): a former owner that has not yet learnt of the
 // move (cut off, or paused) may still have a Save acknowledged until then, but not
 // after, so the new owner's reads see every write acknowledged to the former owner, and
 // none of its later ones is acknowledged only to be overwritten. Were the new owner's
