@@ -6,6 +6,7 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,13 @@ const maxForwards = 16
 type delivery struct {
 	env envelope
 	// ctx carries the trace; processing never stops because it is cancelled.
-	ctx      context.Context
+	ctx context.Context
+	// deadline, if set, is when the message expires on this member's clock: an ask's
+	// (its context's, or Config.AskTimeout from its start; on the member that hosts
+	// the entity, the sooner of the sender's, carried as envelope.TimeLeft, and
+	// AskTimeout from its arrival), or a tell's whose sender's context had one. A
+	// message whose deadline passed before its entity took it is dropped, a dead letter
+	// with reason "expired" (entity.process).
 	deadline time.Time
 	// ask says the sender waits for the reply.
 	ask bool
@@ -46,6 +53,34 @@ type delivery struct {
 
 func (d delivery) fail(err error) { d.answer(Reply{}, err) }
 
+// expired reports whether d has a deadline and it passed at now.
+func (d *delivery) expired(now time.Time) bool { return !d.deadline.IsZero() && now.After(d.deadline) }
+
+// timeLeft is envelope.TimeLeft for d sent at now: 0 without a deadline, else what is
+// left of it, at least 1 ns (an expired message is dropped where it is taken).
+func (d *delivery) timeLeft(now time.Time) uint64 {
+	if d.deadline.IsZero() {
+		return 0
+	}
+	return uint64(max(d.deadline.Sub(now), 1))
+}
+
+// deadlineAt returns the deadline on this member of a message that arrived at now
+// with timeLeft (envelope.TimeLeft): now plus timeLeft, or zero without one; for an
+// ask, at most limit (Config.AskTimeout) after now.
+func deadlineAt(timeLeft uint64, now time.Time, ask bool, limit time.Duration) time.Time {
+	var deadline time.Time
+	if timeLeft != 0 {
+		deadline = now.Add(time.Duration(min(timeLeft, math.MaxInt64)))
+	}
+	if ask {
+		if l := now.Add(limit); deadline.IsZero() || l.Before(deadline) {
+			deadline = l
+		}
+	}
+	return deadline
+}
+
 // answer gives d's reply (or failure) to its sender, if it has one.
 func (d *delivery) answer(r Reply, err error) {
 	switch {
@@ -64,6 +99,10 @@ func (s *Sharding) Tell(ctx context.Context, typ, id string, payload []byte) err
 }
 
 // TellMessage is Tell for a message with a sender, kind and tag.
+//
+// A tell has no deadline unless ctx has one. With one, the message is dropped if its
+// entity has not taken it by then, on whatever member hosts it: a dead letter with
+// reason "expired".
 func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	if m.EntityID == "" {
 		return ErrEmptyEntityID
@@ -92,10 +131,12 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 		dctx = context.WithoutCancel(ctx) // the message outlives the call: the trace, not the cancellation
 	}
 	t := &tellCall{s: s, env: env, ctx: dctx}
+	deadline, _ := ctx.Deadline() // the message's, if the caller gave one (delivery.deadline)
 	s.route(delivery{
-		env:   env,
-		ctx:   dctx,
-		reply: func(_ Reply, err error) { t.failed(err) },
+		env:      env,
+		ctx:      dctx,
+		deadline: deadline,
+		reply:    func(_ Reply, err error) { t.failed(err) },
 	})
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -164,6 +205,12 @@ func (s *Sharding) Passivate(ctx context.Context, typ, id string) (passivated bo
 // Config.AskTimeout if ctx has no deadline). Errors carry an ErrorCode: the entity's own
 // error, a guest failure, ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull,
 // ErrShardUnavailable, ErrAskTimeout.
+//
+// The deadline goes with the message to the member that hosts the entity, which uses
+// the sooner of it and its own Config.AskTimeout: a message whose deadline passed
+// before its entity took it (waiting in a mailbox behind a slow message, or in a
+// buffer) is dropped there, before activation and before the entity's Receive, a dead
+// letter with reason "expired", and holds the entity no longer.
 func (s *Sharding) Ask(ctx context.Context, typ, id string, payload []byte) (Reply, error) {
 	return s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Payload: payload})
 }

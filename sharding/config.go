@@ -145,7 +145,9 @@ type Config struct {
 	// ResolveTimeout is how long messages wait for their shard's home (retrying the
 	// coordinator) before they fail with ErrShardUnavailable. Default 10 s.
 	ResolveTimeout time.Duration
-	// AskTimeout bounds an ask whose context has no deadline. Default 10 s.
+	// AskTimeout bounds an ask whose context has no deadline. On the member that hosts
+	// the entity, a forwarded ask's deadline is the sooner of the asker's (which the
+	// message carries) and AskTimeout from its arrival. Default 10 s.
 	AskTimeout time.Duration
 	// ReconcileInterval is how often membership is re-read, in case events were
 	// missed. Default 1 s.

@@ -7,6 +7,8 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -43,9 +45,9 @@ func tellRoutingError(err error) bool {
 // tellFailed makes a tell that failed after it left its sender (the entity refused it,
 // trapped, could not be activated, its shard had no home...) a dead letter with the
 // failure's code as its reason. A dropped one (buffer or mailbox full) is counted where
-// it was dropped.
+// it was dropped, as is an expired one (entity.dropExpired).
 func (s *Sharding) tellFailed(ctx context.Context, env envelope, err error) {
-	if errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) {
+	if errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) || errors.Is(err, errExpired) {
 		return
 	}
 	s.countDeadLetter(ctx, env, err)
@@ -58,6 +60,15 @@ func deadLetterReason(err error) string {
 		return "buffer-full"
 	case errors.Is(err, ErrMailboxFull):
 		return "mailbox-full"
+	case errors.Is(err, errExpired):
+		return "expired"
 	}
 	return ErrorCode(err)
+}
+
+// dropExpired drops d, whose deadline passed at now before its entity took it: a dead
+// letter with reason "expired", failed with errExpired (an asker gave up already).
+func (s *Sharding) dropExpired(d delivery, now time.Time) {
+	s.deadLetter(d, fmt.Errorf("%w: %s/%s, %v after it", errExpired, d.env.EntityType, d.env.EntityID,
+		now.Sub(d.deadline).Round(time.Millisecond)))
 }

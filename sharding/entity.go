@@ -235,6 +235,15 @@ func (e *entity) process(d delivery) {
 		e.rerouteFenced(d)
 		return
 	}
+	if now := time.Now(); !d.start && d.expired(now) {
+		// Its deadline passed while it waited (behind a slow message, or for its
+		// shard): whoever waited for it gave up, and it must not hold the entity.
+		e.mu.Lock()
+		e.busy = false
+		e.mu.Unlock()
+		s.dropExpired(d, now)
+		return
+	}
 	ctx := d.ctx
 	span := noopSpan
 	if s.tel.traced && !d.start {
@@ -321,6 +330,12 @@ func (e *entity) process(d delivery) {
 	if d.start {
 		done(nil)
 		return // a remembered entity restarted: no message
+	}
+	if now := time.Now(); d.expired(now) {
+		// Its deadline passed while the entity activated.
+		done(errExpired)
+		s.dropExpired(d, now)
+		return
 	}
 	mctx := withMessageInfo(ctx, MessageInfo{
 		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})

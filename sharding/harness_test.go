@@ -67,8 +67,8 @@ func (a *activations) stopped(node, key string) {
 
 // fakeFactory makes in-memory entities: "inc" adds one and replies the count, "get"
 // replies the count, "append X" appends X to a list and "list" replies it, "fail"
-// returns an entity error, "slow" sleeps 50 ms, "passivate" asks for passivation, "crash"
-// kills the entity (as a trap kills a wasm instance).
+// returns an entity error, "slow" sleeps 50 ms, "block" waits for onReceive, "passivate"
+// asks for passivation, "crash" kills the entity (as a trap kills a wasm instance).
 type fakeFactory struct {
 	node string
 	acts *activations
@@ -77,6 +77,9 @@ type fakeFactory struct {
 	// holdActivation, if set, is called by NewEntity before it makes an entity: a test
 	// blocks an activation there.
 	holdActivation func(typ, id string)
+	// onReceive, if set, is called by Receive before it handles msg: a test blocks an
+	// entity there.
+	onReceive func(key, msg string)
 }
 
 type codedErr struct{ code, msg string }
@@ -127,6 +130,9 @@ func (e *fakeEntity) PassivationRequested() bool {
 
 func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
 	msg := string(payload)
+	if e.f.onReceive != nil {
+		e.f.onReceive(e.key, msg)
+	}
 	switch {
 	case msg == "inc":
 		e.n++
@@ -142,6 +148,8 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 		return nil, &codedErr{CodeEntityError, "entity says no"}
 	case msg == "slow":
 		time.Sleep(50 * time.Millisecond)
+		return nil, nil
+	case msg == "block": // held in onReceive, if the test holds it
 		return nil, nil
 	case msg == "passivate":
 		e.passivate = true

@@ -37,6 +37,9 @@ var (
 	// losing side of a partition, and the majority may soon move its shards: it does not
 	// activate entities, handle their messages or save their state until it has.
 	ErrNoMajority = errors.New("sharding: this member has no recent contact with a majority of the cluster (hosting lease lapsed)")
+	// errExpired: the message's deadline passed before its entity took it: it is
+	// dropped, a dead letter with reason "expired" (an asker gave up already).
+	errExpired = errors.New("sharding: the message's deadline passed before its entity took it (dead letter)")
 )
 
 // codeHandedOff answers a forwarded ask whose shard the region is handing off: the
@@ -106,7 +109,7 @@ func ErrorCode(err error) string {
 // because no shard home was found) has the code of the first.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
-	ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, errLeaving, ErrNoMajority}
+	ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, errLeaving, ErrNoMajority, errExpired}
 
 func codeOfSentinel(err error) string {
 	switch err {
@@ -120,7 +123,7 @@ func codeOfSentinel(err error) string {
 		return CodeStateNotSaved
 	case ErrStateNotLoaded:
 		return CodeStateNotLoaded
-	case ErrShardUnavailable, errNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, errLeaving, ErrNoMajority:
+	case ErrShardUnavailable, errNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, errLeaving, ErrNoMajority, errExpired:
 		return CodeUnavailable
 	}
 	return CodeInternal
@@ -174,6 +177,14 @@ type envelope struct {
 	// Forwards counts how often entities passed the message on (Forward); a message is
 	// refused past maxForwards.
 	Forwards uint8 `cbor:"12,keyasint,omitempty"`
+	// TimeLeft is how long the message had left until its deadline when this member
+	// sent it, in nanoseconds (at least 1); 0: it has no deadline (a tell whose sender's
+	// context had none, or a sender of an older version). An ask always has one. It is
+	// a duration, not an instant, so that the members' clocks need not agree: the
+	// receiver's deadline is its own clock at arrival plus TimeLeft, later than the
+	// sender's by the time in transit, so a message is never dropped before its sender
+	// gave up (delivery.deadline, handleDeliver).
+	TimeLeft uint64 `cbor:"13,keyasint,omitempty"`
 }
 
 // MessageKind says where a message comes from (abi.MessageKind).

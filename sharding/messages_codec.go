@@ -16,7 +16,7 @@ import (
 
 // encodeEnvelope is encode(e), without reflection.
 func encodeEnvelope(e *envelope) []byte {
-	size := 48 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
+	size := 58 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
 	for _, c := range e.Chain {
 		size += 9 + len(c)
 	}
@@ -27,7 +27,7 @@ func encodeEnvelope(e *envelope) []byte {
 func appendEnvelope(b []byte, e *envelope) []byte {
 	n := uint64(2)
 	for _, set := range [...]bool{len(e.Payload) > 0, e.Hops != 0, e.Origin != "", e.Epoch != 0,
-		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0} {
+		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0, e.TimeLeft != 0} {
 		if set {
 			n++
 		}
@@ -65,6 +65,9 @@ func appendEnvelope(b []byte, e *envelope) []byte {
 	if e.Forwards != 0 {
 		b = wirecbor.AppendUint(append(b, 12), uint64(e.Forwards))
 	}
+	if e.TimeLeft != 0 {
+		b = wirecbor.AppendUint(append(b, 13), e.TimeLeft)
+	}
 	return b
 }
 
@@ -83,7 +86,7 @@ func decodeEnvelope(b []byte, e *envelope) error {
 func decodeEnvelopeFast(b []byte, e *envelope) bool {
 	r := wirecbor.NewReader(b)
 	n, ok := r.MapHead()
-	if !ok || n > 12 {
+	if !ok || n > 13 {
 		return false
 	}
 	*e = envelope{}
@@ -132,6 +135,8 @@ func decodeEnvelopeFast(b []byte, e *envelope) bool {
 			}
 		case 12:
 			e.Forwards, ok = small()
+		case 13:
+			e.TimeLeft, ok = r.Uint()
 		default:
 			return false
 		}

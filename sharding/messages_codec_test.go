@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/shardhost/shardhost/internal/wirecbor"
@@ -28,7 +29,7 @@ func randomUint(rng *rand.Rand) uint64 {
 func randomEnvelope(rng *rand.Rand) envelope {
 	e := envelope{EntityType: randomText(rng), EntityID: randomText(rng), Hops: uint8(randomUint(rng)),
 		Origin: randomText(rng), Epoch: randomUint(rng), Sender: randomText(rng), Kind: MessageKind(rng.IntN(4)),
-		Tag: randomUint(rng), Forwards: uint8(randomUint(rng))}
+		Tag: randomUint(rng), Forwards: uint8(randomUint(rng)), TimeLeft: randomUint(rng)}
 	if n := rng.IntN(30); n > 0 {
 		e.Payload = bytes.Repeat([]byte{byte(n)}, n*n)
 	}
@@ -107,6 +108,31 @@ func TestEnvelopeCodecMatchesReflective(t *testing.T) {
 	}
 }
 
+// TestEnvelopeCarriesTheTimeLeft: an ask's deadline crosses members as the time it had
+// left (key 13, nanoseconds); both decoders read it back, and an envelope without a
+// deadline encodes as before, without the key (what older members send and expect).
+func TestEnvelopeCarriesTheTimeLeft(t *testing.T) {
+	env := envelope{EntityType: "counter", EntityID: "c-1", Payload: []byte("inc"), TimeLeft: uint64(200 * time.Millisecond)}
+	b := encodeEnvelope(&env)
+	if want := encode(env); !bytes.Equal(b, want) {
+		t.Fatalf("encodeEnvelope: %x, want %x", b, want)
+	}
+	if !bytes.Contains(b, []byte{0x0d, 0x1a, 0x0b, 0xeb, 0xc2, 0x00}) { // 13: 200,000,000
+		t.Fatalf("%x lacks key 13 with 200 ms in nanoseconds", b)
+	}
+	var fast, slow envelope
+	if !decodeEnvelopeFast(b, &fast) || fast.TimeLeft != env.TimeLeft {
+		t.Fatalf("fast decode: %+v", fast)
+	}
+	if err := decode(b, &slow); err != nil || slow.TimeLeft != env.TimeLeft {
+		t.Fatalf("reflective decode: %+v, %v", slow, err)
+	}
+	env.TimeLeft = 0
+	if b := encodeEnvelope(&env); bytes.Contains(b, []byte{0x0d}) || b[0] != 0xa3 {
+		t.Fatalf("an envelope without a deadline: %x, want three keys and no 13", b)
+	}
+}
+
 // mutations returns b truncated and b with one byte changed.
 func mutations(rng *rand.Rand, b []byte) [][]byte {
 	c := bytes.Clone(b)
@@ -141,7 +167,7 @@ func TestCodecKnowsEveryField(t *testing.T) {
 		v    any
 		want string
 	}{
-		{envelope{}, "1,keyasint 2,keyasint 3,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty 8,keyasint,omitempty 9,keyasint,omitempty 10,keyasint,omitempty 11,keyasint,omitempty 12,keyasint,omitempty"},
+		{envelope{}, "1,keyasint 2,keyasint 3,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty 8,keyasint,omitempty 9,keyasint,omitempty 10,keyasint,omitempty 11,keyasint,omitempty 12,keyasint,omitempty 13,keyasint,omitempty"},
 		{wireReply{}, "1,keyasint,omitempty 2,keyasint,omitempty 3,keyasint,omitempty 4,keyasint,omitempty"},
 	} {
 		typ := reflect.TypeOf(tc.v)

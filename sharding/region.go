@@ -629,9 +629,15 @@ func (r *shardRegion) forward(a allocation, shardID int, d delivery) {
 		d.fail(err)
 		return
 	}
+	now := time.Now()
+	if d.expired(now) {
+		r.s.dropExpired(d, now)
+		return
+	}
 	env := d.env
 	env.Hops++
 	env.Epoch = a.epoch
+	env.TimeLeft = d.timeLeft(now)
 	withWireBuf(func(b []byte) []byte { return appendEnvelope(b, &env) }, func(body []byte) {
 		r.send(d, home, to, body)
 	})

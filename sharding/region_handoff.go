@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -30,7 +31,9 @@ func (r *shardRegion) giveBack(d delivery) {
 		r.s.log.Warn("cannot give a message back to its sender", "origin", d.env.Origin, "err", err)
 		return
 	}
-	r.s.cfg.Messenger.TellContext(d.ctx, to, topicReturn, encode(d.env))
+	env := d.env
+	env.TimeLeft = d.timeLeft(time.Now())
+	r.s.cfg.Messenger.TellContext(d.ctx, to, topicReturn, encode(env))
 }
 
 // reroute takes back a message a handing-off region returned: it goes ahead of the

@@ -193,8 +193,11 @@ func (s *Sharding) handleDeliver(req *cluster.Request) {
 			}
 		}
 	}
+	// The sender's deadline, as the time it had left (envelope.TimeLeft), and for an
+	// ask at most AskTimeout: the asker's own timeout, not this member's, bounds how
+	// long the message may hold the entity.
+	d.deadline = deadlineAt(env.TimeLeft, time.Now(), d.ask, s.cfg.AskTimeout)
 	if d.ask {
-		d.deadline = time.Now().Add(s.cfg.AskTimeout)
 		d.reply = func(r Reply, err error) {
 			w := wireReply{Payload: r.Payload, Node: r.Node}
 			if err != nil {
@@ -323,7 +326,7 @@ func (s *Sharding) handleReturn(req *cluster.Request) {
 		return
 	}
 	if r := s.region(env.EntityType); r != nil {
-		r.reroute(delivery{env: env, ctx: req.Context()})
+		r.reroute(delivery{env: env, ctx: req.Context(), deadline: deadlineAt(env.TimeLeft, time.Now(), false, 0)})
 	}
 }
 
