@@ -68,10 +68,8 @@ func (s *Sharding) awaitLease(deadline time.Time) error {
 	}
 }
 
-// watchLease keeps leaseHeld (Config.HostingLease): when the majority contact lapses,
-// it stops hosting, and the entities here stop without saving (the next message for
-// one activates it again once the lease is back); it takes the lease again once the contact is back in a converged
-// view in which this member is up or leaving.
+// watchLease keeps leaseHeld (Config.HostingLease), checking it every fifth of the
+// lease (checkLease).
 func (s *Sharding) watchLease() {
 	tick := time.NewTicker(max(s.lease/5, 5*time.Millisecond))
 	defer tick.Stop()
@@ -81,21 +79,58 @@ func (s *Sharding) watchLease() {
 			return
 		case <-tick.C:
 		}
-		v := s.cfg.Membership.View()
-		contact := !v.Exited && !v.MajorityContact.IsZero() && s.cfg.Membership.Now().Sub(v.MajorityContact) < s.lease
-		switch held := s.leaseHeld.Load(); {
-		case held && !contact:
-			s.leaseHeld.Store(false)
-			stopped := 0
-			for _, r := range s.allRegions() {
-				stopped += r.stopForLease()
-			}
-			s.log.Warn("hosting lease lapsed: no heartbeat round trip with a majority of the members within the lease; the entities here stop",
-				"lease", s.lease, "contact", v.MajorityContact, "entities", stopped)
-		case !held && contact && v.Converged && s.selfHosting(v):
-			s.leaseHeld.Store(true)
-			s.log.Debug("hosting lease held", "lease", s.lease)
+		s.checkLease(s.cfg.Membership.View(), s.cfg.Membership.Now())
+	}
+}
+
+// checkLease takes or gives up the hosting lease by the view v at now (membership's
+// clock): when the majority contact is older than the lease, or this member is out of
+// the cluster, it stops hosting, and the entities here stop without saving (the next
+// message for one activates it again once the lease is back); it takes the lease again
+// once the contact is back in a converged view in which this member is up or leaving.
+func (s *Sharding) checkLease(v cluster.View, now time.Time) {
+	contact := !v.Exited && !v.MajorityContact.IsZero() && now.Sub(v.MajorityContact) < s.lease
+	switch held := s.leaseHeld.Load(); {
+	case held && !contact:
+		s.leaseHeld.Store(false)
+		stopped := 0
+		for _, r := range s.allRegions() {
+			stopped += r.stopForLease()
 		}
+		s.logLeaseLost(v, now, stopped)
+	case !held && contact && v.Converged && s.selfHosting(v):
+		s.leaseHeld.Store(true)
+		s.log.Debug("hosting lease held", "lease", s.lease)
+	}
+}
+
+// logLeaseLost logs the end of the hosting lease, having stopped stopped entities, for
+// what it is. Expected, at info: this member is leaving, or left (its shards were
+// handed off); or it has had no heartbeat round trip yet with a majority of the
+// members up, which grew (members that just joined, as when a cluster starts), and
+// nothing stopped. A lapse, at warn: the contact it had is older than the lease, it is
+// out of the cluster otherwise (downed, removed), or members joined and entities
+// stopped. A contact it never had is "never", not a zero time.
+func (s *Sharding) logLeaseLost(v cluster.View, now time.Time, stopped int) {
+	contact, ago := "never", time.Duration(0)
+	if !v.MajorityContact.IsZero() {
+		contact, ago = v.MajorityContact.Format(time.RFC3339Nano), now.Sub(v.MajorityContact).Round(time.Millisecond)
+	}
+	switch {
+	case s.leaving.Load() || v.Exited && v.ExitReason == cluster.ReasonLeft:
+		s.log.Info("hosting lease ended: this member is leaving the cluster", "entities", stopped)
+	case v.Exited:
+		s.log.Warn("hosting lease lapsed: this member is out of the cluster; the entities here stop",
+			"reason", v.ExitReason, "entities", stopped)
+	case v.MajorityContact.IsZero() && stopped == 0:
+		s.log.Info("hosting lease waits for a heartbeat round trip with a majority of the members up (members joined)",
+			"lease", s.lease, "members", len(v.Members))
+	case v.MajorityContact.IsZero():
+		s.log.Warn("hosting lease lapsed: no heartbeat round trip yet with a majority of the members up (members joined); the entities here stop",
+			"lease", s.lease, "contact", contact, "members", len(v.Members), "entities", stopped)
+	default:
+		s.log.Warn("hosting lease lapsed: no heartbeat round trip with a majority of the members within the lease; the entities here stop",
+			"lease", s.lease, "contact", contact, "ago", ago, "entities", stopped)
 	}
 }
 
