@@ -591,7 +591,8 @@ func (s *Store) load(ctx context.Context, key sharding.EntityKey) ([]byte, error
 	if epoch, ok := sharding.ReadEpoch(ctx); ok {
 		for _, a := range answers {
 			if a.err == nil && a.shard > epoch {
-				return nil, fmt.Errorf("%w: read at epoch %d, and %s/%d is at %d", // results is buffered: no one waits
+				// results is buffered: no one waits.
+				return nil, fmt.Errorf("%w: read at epoch %d, and %s/%d is at %d",
 					sharding.ErrStaleEpoch, epoch, key.Type, key.Shard, a.shard)
 			}
 		}
