@@ -14,6 +14,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/sharding/replstore"
 )
 
 // member states.
@@ -36,7 +37,7 @@ type member struct {
 	msgr   *cluster.Messenger
 	store  *ddata.BoltStore
 	repl   *ddata.Replicator
-	states *sharding.ReplicatedStateStore
+	states *replstore.Store
 	sh     *sharding.Sharding
 	stop   chan struct{} // closed to stop watchExit
 	wg     sync.WaitGroup
@@ -153,10 +154,10 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 		sub.Close()
 		return err
 	}
-	sc := sharding.DefaultLocalReplicatedStateStoreConfig()
+	sc := replstore.DefaultLocalConfig()
 	sc.Membership, sc.Messenger, sc.Logger, sc.Dir = m.ms, m.msgr, log, filepath.Join(m.dir, "state")
 	sc.Now = now
-	if m.states, err = sharding.NewReplicatedStateStore(sc); err != nil {
+	if m.states, err = replstore.New(sc); err != nil {
 		sub.Close()
 		return err
 	}

@@ -74,7 +74,7 @@
 //     lost them. A partition that cuts off two members can hold two of a shard's three
 //     replicas. The store now keeps gone members in its ring, with joint quorums of
 //     the old and new replicas, until every member up has handed their shards over
-//     (sharding/statestore_ring.go); with two of three replicas gone, the shard is
+//     (sharding/replstore/ring.go); with two of three replicas gone, the shard is
 //     unavailable until they return with their data, as the harness restarts them.
 //     The ring was kept in memory until it was saved in the state file: when every
 //     member had been downed (seed 2006's bridges, before the resolver's fix in
@@ -85,7 +85,7 @@
 //     the old cluster's state into the new one, which downed itself again (23
 //     whole-cluster restarts in one run of seed 2006); they now stop as the host's
 //     process does (Cluster.watchExit).
-//     Seed 64: sharding's TestReplicaSetChangeLosesNoAcknowledgedWrite reproduces it
+//     Seed 64: replstore's TestReplicaSetChangeLosesNoAcknowledgedWrite reproduces it
 //     deterministically; TestSeed64ReplicaSetChangeLosesNoAcknowledgedWrite reruns its
 //     schedule. On real processes,
 //     e2e's TestDockerPartitionUnderLoad met it too, as the two members of a 2|3
@@ -156,7 +156,7 @@
 //     write returned older state. Each state file now has a store ID that replies
 //     carry; the ring admits members with theirs, and a member answering from a new
 //     directory counts as a joining replica, its old one as gone, until a handover
-//     round has given it its shards (sharding's
+//     round has given it its shards (replstore's
 //     TestAWipedMemberDoesNotCountAsItsFormerReplica). A first fix (a new directory
 //     answering no reads until synced) was backed out: it could not tell a wiped
 //     member from a new cluster, whose first reads it refused.
@@ -165,7 +165,7 @@
 //     members were downed and restarted over and over, and members not yet up dropped
 //     shards they did not rank for by the view's guess, each once another member had
 //     acknowledged holding it, which then dropped its own copy the same way. A shard is
-//     now dropped only by a started, settled ring (sharding's
+//     now dropped only by a started, settled ring (replstore's
 //     TestNoShardIsDroppedByAnUnsettledRing).
 //  12. Fixed. Seeds 75005 and 75012 lost acknowledged increments when a member came
 //     back alone after every member had been downed (the same load): from a saved
@@ -173,7 +173,7 @@
 //     the returning member shrank it to itself in turn and served its older state;
 //     from a directory whose ring had never started, a member took itself for a new
 //     cluster. A restored ring no longer admits its own member, even alone, and a
-//     member alone admits itself only on a directory it made (sharding's
+//     member alone admits itself only on a directory it made (replstore's
 //     TestAMemberBackAloneDoesNotTakeItselfForTheCluster).
 //
 // Found by soaks of -max-side=2 (seeds 2000-2399, 6 at once on a loaded machine: 2
@@ -213,7 +213,7 @@
 //     every member had been downed it was restarted first, alone, and from its saved
 //     ring of itself took itself for the whole cluster and served its older state. A
 //     ring is now saved with the members up it has not admitted yet, and a ring of one
-//     restored alone waits for the members that had joined it (sharding's
+//     restored alone waits for the members that had joined it (replstore's
 //     TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt).
 //  17. Fixed. Seed 82074 (6 members, its one fault a crash that found no member
 //     running: a machine at load 12 downed every member over and over): two members
@@ -222,13 +222,13 @@
 //     their handover round admitted the two; they served counters and registers from
 //     nothing, the acknowledged state being on members not yet back. A ring started
 //     from a view is now unconfirmed and its rounds admit nobody until a member with a
-//     confirmed ring is up, or unless every member is on a new directory (sharding's
+//     confirmed ring is up, or unless every member is on a new directory (replstore's
 //     TestSeed82074MembersWithoutARingDoNotFormOne). A first version of the rule took
 //     a directory for new only if its process had made it, and kept a Compose cluster
 //     (e2e TestComposeFile, on a loaded machine) from forming: its first seed, whose
 //     join found no other seed in time, formed the cluster with a second store on the
 //     directory the first had made. A directory is now new until its member first sees
-//     another member or answers one, a mark in the file (sharding's
+//     another member or answers one, a mark in the file (replstore's
 //     TestAStateDirectoryIsNewUntilItsMemberSeesAnother).
 //  18. Fixed. Seeds 82303 and 109 (a machine at load 12): a HostShard timed out at the
 //     coordinator, which told the region to drop the shard and allocated it again to

@@ -323,7 +323,7 @@ var kindsBeforeDrift = []Kind{Partition, OneWay, Bridge, Crash, Pause, Lossy, Le
 // increments: the shard's replicas were the cut-off members and one other; when the
 // cut-off members were downed, the shard's replica set became the first three members
 // up, which never saw the last writes, and the entity's next activation read its state
-// from them (bug 1 in doc.go, fixed by the state store's ring; sharding's
+// from them (bug 1 in doc.go, fixed by the state store's ring; replstore's
 // TestReplicaSetChangeLosesNoAcknowledgedWrite reproduces it deterministically). The
 // schedule reproduced it only with its four runs at once on a loaded machine, where its
 // one-way partition also met bug 3 (two lives of an entity), fixed since by the hosting

@@ -48,7 +48,7 @@ func TestSeed11214ResumedDownedMemberServesNothing(t *testing.T) {
 // ({0}|4|{1,2,3,5}) downed every member, and the first restarted formed a new cluster
 // alone. Fixed: the split brain resolver leaves out the observations of members the
 // deciding member cannot reach (cluster's TestSimBridgePartitionKeepsTheMajority), and
-// the state store's ring survives restarts (sharding's
+// the state store's ring survives restarts (replstore's
 // TestRetainedMembersSurviveAWholeClusterRestart). Under the race detector, the bridge
 // on 3 members.
 func TestSeed11053BridgePartitionKeepsTheMajority(t *testing.T) {
@@ -175,7 +175,7 @@ func TestSeed2443AHomeOfAPreviousProcessIsNotTaken(t *testing.T) {
 // admitted the members that had joined it, came back first and alone once every member
 // had been downed, and from its saved ring of itself took itself for the whole cluster.
 // Fixed: a ring is saved with its joining members, and a ring of one restored alone
-// waits for them (faults/doc.go, bug 16; sharding's
+// waits for them (faults/doc.go, bug 16; replstore's
 // TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt). The schedule found
 // it only at load 20, where members were downed and restarted piecemeal.
 func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.T) {
@@ -192,7 +192,7 @@ func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.
 // every member over and over; two members that had never saved a ring came back first,
 // admitted each other and served their entities as new. Fixed: a ring started from a
 // view is unconfirmed, and admits nobody until a member with a confirmed ring is up
-// (faults/doc.go, bug 17; sharding's TestSeed82074MembersWithoutARingDoNotFormOne).
+// (faults/doc.go, bug 17; replstore's TestSeed82074MembersWithoutARingDoNotFormOne).
 // The schedule finds it only on a loaded machine.
 func TestSeed82074MembersWithoutARingDoNotFormOne(t *testing.T) {
 	s := Schedule{Seed: 82074, Members: 6, Gap: millis(609), Faults: []Fault{
@@ -207,7 +207,7 @@ func TestSeed82074MembersWithoutARingDoNotFormOne(t *testing.T) {
 // over, and members not yet up dropped shards they did not rank for by the view's
 // guess, each after another member, which then dropped its own copy the same way,
 // acknowledged holding it. Fixed: a shard is dropped only by a started, settled ring
-// (sharding's TestNoShardIsDroppedByAnUnsettledRing).
+// (replstore's TestNoShardIsDroppedByAnUnsettledRing).
 func TestSeed74059And74065NoShardDroppedByAnUnsettledRing(t *testing.T) {
 	for _, s := range []Schedule{
 		{Seed: 74059, Members: 6, Gap: millis(400), Faults: []Fault{
@@ -228,7 +228,7 @@ func TestSeed74059And74065NoShardDroppedByAnUnsettledRing(t *testing.T) {
 // alone since), which it shrank to itself in turn; in 75012 from a directory whose
 // ring had never started, taking itself for a new cluster. Fixed: a restored ring does
 // not admit its own member even alone, and a member alone admits itself only on a
-// directory it made (sharding's TestAMemberBackAloneDoesNotTakeItselfForTheCluster).
+// directory it made (replstore's TestAMemberBackAloneDoesNotTakeItselfForTheCluster).
 func TestSeed75005And75012AMemberBackAloneWaits(t *testing.T) {
 	for _, s := range []Schedule{
 		{Seed: 75005, Members: 4, Gap: millis(668), Faults: []Fault{

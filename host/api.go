@@ -24,6 +24,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/sharding/replstore"
 )
 
 // The management API, version 1. Requests and replies are JSON, except message payloads
@@ -247,7 +248,7 @@ func (n *Node) apiForgetStateMember(w http.ResponseWriter, r *http.Request) {
 	addr := r.PathValue("address")
 	by, err := n.ForgetStateMember(r.Context(), addr)
 	switch {
-	case errors.Is(err, sharding.ErrMemberNotGone), errors.Is(err, ErrNoStateRing):
+	case errors.Is(err, replstore.ErrMemberNotGone), errors.Is(err, ErrNoStateRing):
 		writeError(w, r, err, http.StatusConflict)
 		return
 	case err != nil:

@@ -48,7 +48,7 @@ type TypeInfo struct {
 	// StateDeletedAt, when not 0, is when the type's state was deleted (undeploy
 	// --delete-state; Unix nanoseconds, the built-in store's deletion mark). Later
 	// entries of the name keep it: a member that learns of the type applies the
-	// deletion to its own replica first (ReplicatedStateStore.ForgetType), so that a
+	// deletion to its own replica first (replstore.Store.ForgetType), so that a
 	// member that was away cannot bring the old state back.
 	StateDeletedAt int64 `cbor:"16,keyasint,omitempty" json:"state_deleted_at_unix_nano,omitempty"`
 	// DeployTrace is the deploying request's span as a W3C traceparent

@@ -16,6 +16,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/obs"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/sharding/replstore"
 )
 
 // The two-phase deploy protocol: Deploy and Undeploy on the member that the API call
@@ -251,7 +252,7 @@ func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (Und
 		}
 	}
 	at := time.Now().UnixNano()
-	if rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states); ok {
+	if rs, ok := sharding.StateStoreAs[*replstore.Store](n.states); ok {
 		err = rs.DeleteTypeAt(ctx, name, uint64(at))
 	} else {
 		err = deleter.DeleteType(ctx, name)
@@ -405,7 +406,7 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	if cur.StateDeletedAt > 0 {
 		// The type's state was deleted: this member's replica too, before the type
 		// runs here again (the built-in store; a database was deleted once, by Undeploy).
-		if rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states); ok {
+		if rs, ok := sharding.StateStoreAs[*replstore.Store](n.states); ok {
 			if err := rs.ForgetType(cur.Name, uint64(cur.StateDeletedAt)); err != nil {
 				return fmt.Errorf("deleting this member's copy of the state of %s: %w", cur.Name, err)
 			}
@@ -417,7 +418,7 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err
 	}
-	_, err = n.sharding.StartType(cur.Settings())
+	err = n.sharding.StartType(cur.Settings())
 	return err
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/sharding/pgstore"
+	"github.com/shardhost/shardhost/sharding/replstore"
 )
 
 // catalogState is the name of the catalog's state in membership gossip.
@@ -52,8 +53,8 @@ type Config struct {
 	// BuiltinStateStore configures the built-in store: replicas per shard, request
 	// timeout, anti-entropy interval, size caps. Its membership, messenger, logger and
 	// directory (DataDir/state) are the node's. Default
-	// sharding.DefaultReplicatedStateStoreConfig().
-	BuiltinStateStore sharding.ReplicatedStateStoreConfig
+	// replstore.DefaultConfig().
+	BuiltinStateStore replstore.Config
 	// PostgresStateStore configures the PostgreSQL store: pool size, size caps. Its
 	// URL is StateStore and its logger the node's. Default pgstore.DefaultConfig().
 	PostgresStateStore pgstore.Config
@@ -127,7 +128,7 @@ func DefaultConfig() Config {
 		TickInterval:  100 * time.Millisecond,
 		Lifecycle:     cluster.DefaultCoreConfig(),
 
-		BuiltinStateStore:  sharding.DefaultReplicatedStateStoreConfig(),
+		BuiltinStateStore:  replstore.DefaultConfig(),
 		PostgresStateStore: pgstore.DefaultConfig(),
 		API:                DefaultAPIConfig(),
 		MaxModuleSize:      32 << 20,
@@ -460,12 +461,12 @@ func (n *Node) APIAddr() string {
 	return n.apiLn.Addr().String()
 }
 
-// StateRing returns the built-in state store's ring (sharding.ReplicatedStateStore.Ring),
+// StateRing returns the built-in state store's ring (replstore.Store.Ring),
 // and false with another store.
-func (n *Node) StateRing() (sharding.StateRing, bool) {
-	rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states)
+func (n *Node) StateRing() (replstore.Ring, bool) {
+	rs, ok := sharding.StateStoreAs[*replstore.Store](n.states)
 	if !ok {
-		return sharding.StateRing{}, false
+		return replstore.Ring{}, false
 	}
 	return rs.Ring(), true
 }
@@ -475,14 +476,14 @@ func (n *Node) StateRing() (sharding.StateRing, bool) {
 var ErrNoStateRing = errors.New("host: the state store keeps no members to forget (only the builtin store does)")
 
 // ForgetStateMember makes every member up stop retaining the member at address in the
-// built-in state store's ring (sharding.ReplicatedStateStore.ForgetMember): for a
+// built-in state store's ring (replstore.Store.ForgetMember): for a
 // member gone for good with its data, whose shards are unavailable while two of their
 // three replicas are retained. The writes only it (and other gone members) held are
 // lost. It returns the members that retained it. Errors: ErrNoStateRing,
-// sharding.ErrMemberNotGone (address is up, joining or leaving: down it first),
+// replstore.ErrMemberNotGone (address is up, joining or leaving: down it first),
 // sharding.ErrStoreUnavailable (some members up did not answer).
 func (n *Node) ForgetStateMember(ctx context.Context, address string) ([]string, error) {
-	rs, ok := sharding.StateStoreAs[*sharding.ReplicatedStateStore](n.states)
+	rs, ok := sharding.StateStoreAs[*replstore.Store](n.states)
 	if !ok {
 		return nil, fmt.Errorf("%w (%T)", ErrNoStateRing, n.states)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/sharding/pgstore"
+	"github.com/shardhost/shardhost/sharding/replstore"
 )
 
 // StateStoreKind is the kind of entity state store a Config.StateStore names.
@@ -56,11 +57,11 @@ func (n *Node) openStateStore(ctx context.Context) (sharding.StateStore, func() 
 	}
 	stc := n.cfg.BuiltinStateStore
 	if stc.Replicas == 0 { // a Config not made by DefaultConfig
-		stc = sharding.DefaultReplicatedStateStoreConfig()
+		stc = replstore.DefaultConfig()
 	}
 	stc.Membership, stc.Messenger, stc.Logger = n.membership, n.messenger, n.cfg.Logger
 	stc.Dir = filepath.Join(n.cfg.DataDir, "state")
-	s, err := sharding.NewReplicatedStateStore(stc)
+	s, err := replstore.New(stc)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -11,21 +11,48 @@
 //
 // # What an embedder uses
 //
-// Sharding, with New, Config and DefaultConfig, is the entry point: Tell, Ask,
-// StartType and StopType, Passivate, the region states. The embedder supplies an
-// EntityFactory that makes Entity values (optionally EntityLifecycle and
-// EntityStopHook), a TypeResolver of TypeSettings, and the Membership and Messenger of
-// package cluster. ShardAllocationStrategy, with LeastShardAllocationStrategy and
-// PriorityAllocationStrategy, is the pluggable allocation. StateStore is the pluggable
-// entity state store: MemoryStateStore is its in-memory twin, ReplicatedStateStore the
-// built-in one, package pgstore the PostgreSQL one, and statestoretest the contract
-// every store passes; BatchStateStore, ExternalStateStore and TypeStateDeleter are
-// what a store may also do. The errors (ErrUnknownEntityType, ErrShardUnavailable,
-// ErrStateNotSaved, ...) and their codes (ErrorCode, RemoteError) keep their meaning
-// across members.
+// Sharding, with New, Config and DefaultConfig, is the entry point: Tell and Ask (and
+// TellMessage and AskMessage for a Message with its sender, MessageKind and tag),
+// StartType and StopType, Passivate (answered PassivateDone or PassivateInactive),
+// LocalState and ClusterShardingState (a RegionState per member, a ShardState per
+// shard). A type's TypeSettings name its allocation (AllocationLeastShard,
+// AllocationPriority) and checkpoint policy (CheckpointPassivation,
+// CheckpointEveryMessage or "every:N").
 //
-// The offline state files (ExportStateDirs, StateDirImporter, StoredShard,
-// StateFileName) exist for the shardhost command's state export and import.
+// The embedder supplies an EntityFactory that makes Entity values (optionally
+// EntityLifecycle, EntityStopHook and EntityStateSaved), a TypeResolver of
+// TypeSettings, the Membership and Messenger of package cluster, and DData, the
+// distributed data the coordinator keeps its allocations in. An entity learns of the
+// message it handles from MessageInfoFrom (a MessageInfo: its sender, and whether it is
+// KindMessage, KindTimer or KindChanged), answers with a Reply, and passes a message on
+// by returning a ForwardTo. ShardAllocationStrategy, with LeastShardAllocationStrategy
+// and PriorityAllocationStrategy (and ErrNoRegion, its error for no region at all), is
+// the pluggable allocation.
+//
+// StateStore is the pluggable entity state store, keyed by EntityKey: MemoryStateStore
+// (NewMemoryStateStore) is its in-memory twin, package replstore the built-in one,
+// package pgstore the PostgreSQL one, and statestoretest the contract every store
+// passes. BatchStateStore (with StateSave), ShardFencer, ExternalStateStore and
+// TypeStateDeleter are what a store may also do, and StateStoreAs finds them through
+// decorators. A load carries the reader's epoch (WithReadEpoch, ReadEpoch). A store
+// refuses what CheckStateKey refuses (longer than MaxStateTypeLen or MaxStateIDLen,
+// ErrInvalidStateKey), and fails with ErrStaleEpoch, ErrNoState, ErrStateTooLarge and
+// ErrStoreUnavailable. StoredShard with its StoredSnapshot values is what the
+// shardhost command's state export and import move between stores, and StateDigest
+// sums their content; DeltaIDPrefix marks the host's delta records among the snapshots.
+//
+// The errors of messages keep their meaning across members: ErrUnknownEntityType,
+// ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,
+// ErrStateNotSaved, ErrStateNotLoaded, ErrRoutingLoop, ErrAskTimeout, ErrStopped and
+// ErrNoMajority (ErrMalformedMessage marks a malformed message from a member, in
+// package replstore's protocol too). ErrorCode gives an error's code (a CodedError
+// has its own): CodeEntityError, CodeGuestTrap, CodeGuestDeadline, CodeReplyTooLarge,
+// CodeUnknownType, CodeBadRequest, CodeOverloaded, CodeUnavailable, CodeStateNotSaved,
+// CodeStateNotLoaded, CodeActivationError, CodeBackoff or CodeInternal; a RemoteError
+// carries it from another member, and errors.Is matches it to the sentinel of its code.
+//
 // Everything else is unexported: the coordinator, the regions' routing and buffers,
-// the state store's instrumentation, the wire messages.
+// the state store's instrumentation, the wire messages between members (the envelope
+// of a message, its reply, the coordinator's and the handoff's messages). Only
+// RegionState and ShardState, an answer to inspection, travel between members as well.
 package sharding

@@ -18,7 +18,7 @@ import (
 // idle entity holds no goroutine; its instance is touched only by that goroutine (or,
 // after Sharding.Stop, by stop).
 type entity struct {
-	r     *Region
+	r     *shardRegion
 	shard int
 	id    string
 
@@ -48,7 +48,7 @@ type entity struct {
 	// fenced is set when the shard's allocation here turned out stale: the entity stops
 	// without saving.
 	fenced atomic.Bool
-	// lifeDone is closed when the entity gives up its place in Region.lives (made when
+	// lifeDone is closed when the entity gives up its place in shardRegion.lives (made when
 	// it takes it; r.mu guards both).
 	lifeDone chan struct{}
 
@@ -61,7 +61,7 @@ type entity struct {
 }
 
 // newEntity returns the mailbox of entity id of the region's shard at epoch.
-func newEntity(r *Region, shard int, id string, epoch uint64) *entity {
+func newEntity(r *shardRegion, shard int, id string, epoch uint64) *entity {
 	e := &entity{r: r, shard: shard, id: id, epoch: epoch}
 	e.drain = e.drainLoop
 	return e
@@ -138,7 +138,7 @@ func (e *entity) takeQueue() []delivery {
 func (e *entity) enqueue(d delivery) {
 	e.mu.Lock()
 	if e.gone {
-		// Left its shard's map after the delivery looked it up (Region.deliver
+		// Left its shard's map after the delivery looked it up (shardRegion.deliver
 		// releases the region's lock first); the callers under that lock take it
 		// from the map, where it is never gone.
 		e.mu.Unlock()
@@ -235,6 +235,15 @@ func (e *entity) process(d delivery) {
 		e.rerouteFenced(d)
 		return
 	}
+	if now := time.Now(); !d.start && d.expired(now) {
+		// Its deadline passed while it waited (behind a slow message, or for its
+		// shard): whoever waited for it gave up, and it must not hold the entity.
+		e.mu.Lock()
+		e.busy = false
+		e.mu.Unlock()
+		s.dropExpired(d, now)
+		return
+	}
 	ctx := d.ctx
 	span := noopSpan
 	if s.tel.traced && !d.start {
@@ -271,7 +280,7 @@ func (e *entity) process(d delivery) {
 		failSpan(span, err)
 		span.End()
 	}
-	if d.env.Kind == KindPassivate {
+	if d.env.Kind == kindPassivate {
 		// A passivation asked from outside (Sharding.Passivate), after the messages
 		// before it; an entity that is not active stays so.
 		out := []byte(PassivateInactive)
@@ -322,6 +331,12 @@ func (e *entity) process(d delivery) {
 		done(nil)
 		return // a remembered entity restarted: no message
 	}
+	if now := time.Now(); d.expired(now) {
+		// Its deadline passed while the entity activated.
+		done(errExpired)
+		s.dropExpired(d, now)
+		return
+	}
 	mctx := withMessageInfo(ctx, MessageInfo{
 		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
 	out, err := e.inst.Receive(mctx, d.env.Payload)
@@ -364,7 +379,7 @@ func (e *entity) process(d delivery) {
 	e.unsaved++
 	// The checkpoint policy: with every-message, the state is saved before the reply,
 	// so an acknowledged message survives a crash of this member.
-	if every, _ := CheckpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
+	if every, _ := checkpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
 		if err := e.save(ctx); err != nil {
 			// The instance holds a change the store may not have: it stops unsaved,
 			// so that no later reply shows a change that a stop without saving (a
@@ -497,7 +512,7 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 	return nil
 }
 
-// claimLife takes the entity's place in Region.lives before its instance is made: it
+// claimLife takes the entity's place in shardRegion.lives before its instance is made: it
 // waits while another entity of this ID here still has an instance, or is making one,
 // and refuses if the entity's shard copy here was dropped meanwhile. A copy dropped as
 // stale keeps its entities until they stop, and one whose activation was under way
@@ -551,7 +566,7 @@ func (e *entity) claimLife(ctx context.Context, deadline time.Time) error {
 	}
 }
 
-// releaseLife gives up the entity's place in Region.lives, once its instance has
+// releaseLife gives up the entity's place in shardRegion.lives, once its instance has
 // stopped (or was not made).
 func (e *entity) releaseLife() {
 	r := e.r
@@ -563,7 +578,7 @@ func (e *entity) releaseLife() {
 	r.mu.Unlock()
 }
 
-// fence fences the entity's shard at epoch before its state is read (Region.fenceShard),
+// fence fences the entity's shard at epoch before its state is read (shardRegion.fenceShard),
 // trying again as loadState does while the store is unavailable.
 func (e *entity) fence(ctx context.Context, epoch uint64) error {
 	var err error

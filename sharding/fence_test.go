@@ -19,90 +19,91 @@ import (
 // entity's state (its activation), a save of the former owner must be refused
 // (ErrStaleEpoch): acknowledged after that read, it would be missed by it, and the new
 // owner's next save would overwrite it, an acknowledged write lost. Before the new
-// owner fenced the shard on its first activation (Region.fenceShard, ShardFencer), its
+// owner fenced the shard on its first activation (shardRegion.fenceShard, ShardFencer), its
 // epoch reached the store with its first save only, so the former owner's save here
 // was acknowledged and lost. The new owner's activation is held between its read and
 // its instance (factory.holdActivation) while the former owner saves: no timing.
+// replstore_test.go runs it on the replicated store (RunNewOwnersFirstReadFences).
 func TestANewOwnersFirstReadFencesTheFormerOwner(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		store clusterOption
-	}{
-		{"memory", withSharedStateStore()},
-		{"replicated", withReplicatedStateStores()},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			tc := newTestCluster(t, 3, c.store)
-			r, err := ask(t, tc.nodes[0], "durable", "x", "inc")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var former, next *testNode
-			for _, n := range tc.nodes {
-				if n.addr() == r.Node {
-					former = n
-				} else if next == nil {
-					next = n
-				}
-			}
-			sh := abiShard("x", 10)
-			reg := former.sharding.region("durable")
-			reg.mu.Lock()
-			epoch := reg.hostedLocked(sh).epoch
-			reg.mu.Unlock()
+	testNewOwnersFirstReadFences(t, withSharedStateStore())
+}
 
-			// The shard moves to next at epoch+1, as the coordinator's HostShard tells
-			// it; the former owner is not told.
-			entered, release := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			next.factory.holdActivation = func(typ, id string) {
-				if id == "x" {
-					once.Do(func() {
-						close(entered)
-						<-release
-					})
-				}
-			}
-			nreg, err := next.sharding.StartType(next.types.settings["durable"])
-			if err != nil {
-				t.Fatal(err)
-			}
-			nreg.hostShard(sh, epoch+1)
-			type result struct {
-				r   Reply
-				err error
-			}
-			got := make(chan result, 1)
-			go func() {
-				r, err := ask(t, next, "durable", "x", "get")
-				got <- result{r, err}
-			}()
-			<-entered // next has read x's state and is making its instance
+// RunNewOwnersFirstReadFences runs TestANewOwnersFirstReadFencesTheFormerOwner with a
+// state store of each member's own, made by newStore.
+func RunNewOwnersFirstReadFences(t *testing.T, newStore MemberStateStore) {
+	testNewOwnersFirstReadFences(t, withMemberStateStores(newStore))
+}
 
-			// The former owner's save comes after the new owner's read: refused.
-			r, err = ask(t, former, "durable", "x", "inc")
-			if err == nil {
-				close(release)
-				<-got
-				t.Fatalf("the former owner's save at epoch %d was acknowledged (x = %s) after the new owner read x at epoch %d: "+
-					"the new owner misses it and overwrites it", epoch, r.Payload, epoch+1)
-			}
-			if !errors.Is(err, ErrStaleEpoch) {
-				t.Errorf("the former owner's ask failed with %v, want ErrStaleEpoch", err)
-			}
-			close(release)
-			res := <-got
-			if res.err != nil || string(res.r.Payload) != "1" {
-				t.Fatalf("the new owner's get: %q, %v; want 1", res.r.Payload, res.err)
-			}
-			// A fence of the former owner (its next activation of an entity of the
-			// shard) is refused too.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := former.sharding.fence(ctx, "durable", sh, epoch); !errors.Is(err, ErrStaleEpoch) {
-				t.Fatalf("a fence at epoch %d after %d: %v, want ErrStaleEpoch", epoch, epoch+1, err)
-			}
-		})
+func testNewOwnersFirstReadFences(t *testing.T, store clusterOption) {
+	tc := newTestCluster(t, 3, store)
+	r, err := ask(t, tc.nodes[0], "durable", "x", "inc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var former, next *testNode
+	for _, n := range tc.nodes {
+		if n.addr() == r.Node {
+			former = n
+		} else if next == nil {
+			next = n
+		}
+	}
+	sh := abiShard("x", 10)
+	reg := former.sharding.region("durable")
+	reg.mu.Lock()
+	epoch := reg.hostedLocked(sh).epoch
+	reg.mu.Unlock()
+
+	// The shard moves to next at epoch+1, as the coordinator's HostShard tells
+	// it; the former owner is not told.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	next.factory.holdActivation = func(typ, id string) {
+		if id == "x" {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+	}
+	nreg, err := next.sharding.startType(next.types.settings["durable"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nreg.hostShard(sh, epoch+1)
+	type result struct {
+		r   Reply
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		r, err := ask(t, next, "durable", "x", "get")
+		got <- result{r, err}
+	}()
+	<-entered // next has read x's state and is making its instance
+
+	// The former owner's save comes after the new owner's read: refused.
+	r, err = ask(t, former, "durable", "x", "inc")
+	if err == nil {
+		close(release)
+		<-got
+		t.Fatalf("the former owner's save at epoch %d was acknowledged (x = %s) after the new owner read x at epoch %d: "+
+			"the new owner misses it and overwrites it", epoch, r.Payload, epoch+1)
+	}
+	if !errors.Is(err, ErrStaleEpoch) {
+		t.Errorf("the former owner's ask failed with %v, want ErrStaleEpoch", err)
+	}
+	close(release)
+	res := <-got
+	if res.err != nil || string(res.r.Payload) != "1" {
+		t.Fatalf("the new owner's get: %q, %v; want 1", res.r.Payload, res.err)
+	}
+	// A fence of the former owner (its next activation of an entity of the
+	// shard) is refused too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := former.sharding.fence(ctx, "durable", sh, epoch); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("a fence at epoch %d after %d: %v, want ErrStaleEpoch", epoch, epoch+1, err)
 	}
 }
 

@@ -24,6 +24,9 @@ var quiet = func() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }()
 
+// QuietLogger is quiet, for the external tests (replstore_test.go).
+var QuietLogger = quiet
+
 // activations records which member activated which entity, to check that no entity is
 // ever active on two members at once.
 type activations struct {
@@ -64,8 +67,8 @@ func (a *activations) stopped(node, key string) {
 
 // fakeFactory makes in-memory entities: "inc" adds one and replies the count, "get"
 // replies the count, "append X" appends X to a list and "list" replies it, "fail"
-// returns an entity error, "slow" sleeps 50 ms, "passivate" asks for passivation, "crash"
-// kills the entity (as a trap kills a wasm instance).
+// returns an entity error, "slow" sleeps 50 ms, "block" waits for onReceive, "passivate"
+// asks for passivation, "crash" kills the entity (as a trap kills a wasm instance).
 type fakeFactory struct {
 	node string
 	acts *activations
@@ -74,6 +77,9 @@ type fakeFactory struct {
 	// holdActivation, if set, is called by NewEntity before it makes an entity: a test
 	// blocks an activation there.
 	holdActivation func(typ, id string)
+	// onReceive, if set, is called by Receive before it handles msg: a test blocks an
+	// entity there.
+	onReceive func(key, msg string)
 }
 
 type codedErr struct{ code, msg string }
@@ -124,6 +130,9 @@ func (e *fakeEntity) PassivationRequested() bool {
 
 func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
 	msg := string(payload)
+	if e.f.onReceive != nil {
+		e.f.onReceive(e.key, msg)
+	}
 	switch {
 	case msg == "inc":
 		e.n++
@@ -139,6 +148,8 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 		return nil, &codedErr{CodeEntityError, "entity says no"}
 	case msg == "slow":
 		time.Sleep(50 * time.Millisecond)
+		return nil, nil
+	case msg == "block": // held in onReceive, if the test holds it
 		return nil, nil
 	case msg == "passivate":
 		e.passivate = true
@@ -194,9 +205,9 @@ type testNode struct {
 	sharding   *Sharding
 	factory    *fakeFactory
 	types      *types
-	// store is the member's own replicated state store (withReplicatedStateStores).
-	store   *ReplicatedStateStore
-	stopped bool
+	// closeStore closes the member's own state store (withMemberStateStores).
+	closeStore func() error
+	stopped    bool
 }
 
 func (n *testNode) addr() string { return n.membership.Self().Address }
@@ -211,9 +222,9 @@ type testCluster struct {
 	lifecycle cluster.CoreConfig
 	// states, if set, is the entity state store every member shares.
 	states *MemoryStateStore
-	// replicated gives each member a ReplicatedStateStore of its own, on its
-	// membership and messenger, over a fresh directory.
-	replicated bool
+	// memberStores, if set, gives each member a state store of its own, on its
+	// membership and messenger, over a fresh directory (withMemberStateStores).
+	memberStores MemberStateStore
 	// roles, if set, gives the roles of the i-th member added.
 	roles func(i int) []string
 	// clock, if set, gives the membership clock (cluster.MembershipConfig.Now) of the
@@ -246,10 +257,14 @@ func withMembershipClock(clock func(i int) func() time.Time) clusterOption {
 	return func(tc *testCluster) { tc.clock = clock }
 }
 
-// withReplicatedStateStores gives each member a ReplicatedStateStore (three replicas,
-// the local profile) on its own membership and messenger.
-func withReplicatedStateStores() clusterOption {
-	return func(tc *testCluster) { tc.replicated = true }
+// MemberStateStore makes a member's own entity state store on its membership and
+// messenger, over a fresh directory, and returns it with the function that closes it
+// (package replstore's store: replstore_test.go).
+type MemberStateStore func(tb testing.TB, ms *cluster.Membership, msgr *cluster.Messenger, dir string) (StateStore, func() error)
+
+// withMemberStateStores gives each member a state store of its own, made by f.
+func withMemberStateStores(f MemberStateStore) clusterOption {
+	return func(tc *testCluster) { tc.memberStores = f }
 }
 
 // withRoles gives the i-th member added the roles roles(i).
@@ -348,13 +363,8 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 	if tc.states != nil {
 		cfg.States = tc.states
 	}
-	if tc.replicated {
-		scfg := DefaultLocalReplicatedStateStoreConfig()
-		scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = ms, msgr, t.TempDir(), quiet
-		if node.store, err = NewReplicatedStateStore(scfg); err != nil {
-			t.Fatal(err)
-		}
-		cfg.States = node.store
+	if tc.memberStores != nil {
+		cfg.States, node.closeStore = tc.memberStores(t, ms, msgr, t.TempDir())
 	}
 	cfg.ReconcileInterval = 50 * time.Millisecond
 	// The margin at least the resolver's stable-after, as the defaults pair them: with
@@ -441,8 +451,8 @@ func (tc *testCluster) stop(n *testNode, leave bool) {
 	if err := n.sharding.Stop(ctx); err != nil {
 		tc.t.Errorf("stopping %s: %v", n.name, err)
 	}
-	if n.store != nil {
-		n.store.Close()
+	if n.closeStore != nil {
+		n.closeStore()
 	}
 	n.membership.Shutdown()
 	n.messenger.Close()

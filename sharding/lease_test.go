@@ -3,9 +3,12 @@ package sharding
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
@@ -86,4 +89,116 @@ func leaseCutOff(t *testing.T, tc *testCluster) {
 		r, err := cut.sharding.Ask(ctx, "durable", "x", []byte("get"))
 		return err == nil && string(r.Payload) == "1"
 	})
+}
+
+// leaseLogCheck runs checkLease on a member alone (no region), whose logs go to rec,
+// through views of the cluster it makes with up (the members up besides it) and
+// contact (its majority contact, the zero time if none), at now.
+type leaseLogCheck struct {
+	t   *testing.T
+	s   *Sharding
+	rec *logRecorder
+	now time.Time
+}
+
+func newLeaseLogCheck(t *testing.T) *leaseLogCheck {
+	rec := &logRecorder{}
+	s := &Sharding{log: slog.New(rec), self: "a:1", lease: time.Second, regions: map[string]*shardRegion{}}
+	return &leaseLogCheck{t: t, s: s, rec: rec, now: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *leaseLogCheck) view(self cluster.MemberStatus, contact time.Time, others ...string) cluster.View {
+	v := cluster.View{Self: cluster.UniqueAddress{Address: "a:1"}, Converged: true, MajorityContact: contact,
+		Members: []cluster.Member{{Address: "a:1", Status: self}}}
+	for _, o := range others {
+		v.Members = append(v.Members, cluster.Member{Address: o, Status: cluster.StatusUp})
+	}
+	return v
+}
+
+// check runs checkLease on v and checks that the lease is then held or not.
+func (c *leaseLogCheck) check(v cluster.View, held bool) {
+	c.t.Helper()
+	c.s.checkLease(v, c.now)
+	if got := c.s.leaseHeld.Load(); got != held {
+		c.t.Fatalf("lease held: %v, want %v (view %+v)", got, held, v)
+	}
+}
+
+// lines returns the records at level or above, and fails on a zero time in any record.
+func (c *leaseLogCheck) lines(level slog.Level) []logRecord {
+	c.t.Helper()
+	c.rec.mu.Lock()
+	defer c.rec.mu.Unlock()
+	var out []logRecord
+	for _, r := range c.rec.records {
+		for k, v := range r.attrs {
+			if strings.Contains(v, "0001-01-01") {
+				c.t.Errorf("%q logs a zero time: %s=%s", r.msg, k, v)
+			}
+		}
+		if r.level >= level {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A cluster starting: this member alone takes the lease, then members join, and until
+// its first heartbeat round trip with them it has no majority contact (the zero time):
+// it stops hosting, as before, but that is expected and logged at info, without a
+// zero time ("hosting lease lapsed … contact=0001-01-01" at warn, every start).
+func TestHostingLeaseLogsAtStartAreInfo(t *testing.T) {
+	c := newLeaseLogCheck(t)
+	c.check(cluster.View{Self: cluster.UniqueAddress{Address: "a:1"}}, false) // not joined yet
+	c.check(c.view(cluster.StatusJoining, c.now), false)
+	c.check(c.view(cluster.StatusUp, c.now), true) // alone
+	c.check(c.view(cluster.StatusUp, time.Time{}, "b:1", "c:1"), false)
+	c.check(c.view(cluster.StatusUp, c.now, "b:1", "c:1"), true)
+	if w := c.lines(slog.LevelWarn); len(w) != 0 {
+		t.Errorf("a cluster starting logs warnings: %+v", w)
+	}
+	if got := c.rec.find("hosting lease waits for a heartbeat round trip with a majority of the members up (members joined)"); len(got) != 1 || got[0].level != slog.LevelInfo {
+		t.Errorf("the wait for the members that joined: %+v, want one line at info", got)
+	}
+}
+
+// A member that leaves cleanly ends its lease (out of the cluster, reason "left"):
+// expected, at info, whether it marked itself leaving (its leave hook) or not.
+func TestHostingLeaseLogsOfACleanLeaveAreInfo(t *testing.T) {
+	for _, hook := range []bool{true, false} {
+		c := newLeaseLogCheck(t)
+		c.check(c.view(cluster.StatusUp, c.now, "b:1", "c:1"), true)
+		c.s.leaving.Store(hook)
+		c.check(c.view(cluster.StatusLeaving, c.now, "b:1", "c:1"), true)
+		left := c.view(cluster.StatusExiting, c.now, "b:1", "c:1")
+		left.Exited, left.ExitReason = true, cluster.ReasonLeft
+		c.check(left, false)
+		if w := c.lines(slog.LevelWarn); len(w) != 0 {
+			t.Errorf("leave hook %v: a clean leave logs warnings: %+v", hook, w)
+		}
+		if got := c.rec.find("hosting lease ended: this member is leaving the cluster", "entities", "0"); len(got) != 1 || got[0].level != slog.LevelInfo {
+			t.Errorf("leave hook %v: the end of the lease: %+v, want one line at info", hook, got)
+		}
+	}
+}
+
+// A real lapse stays a warning: the contact older than the lease (with its time, not
+// a zero one), or this member downed.
+func TestHostingLeaseLapsesAreWarnings(t *testing.T) {
+	c := newLeaseLogCheck(t)
+	c.check(c.view(cluster.StatusUp, c.now, "b:1", "c:1"), true)
+	c.check(c.view(cluster.StatusUp, c.now.Add(-3*time.Second), "b:1", "c:1"), false)
+	w := c.lines(slog.LevelWarn)
+	if len(w) != 1 || !strings.HasPrefix(w[0].msg, "hosting lease lapsed: no heartbeat round trip with a majority") ||
+		w[0].attrs["contact"] != c.now.Add(-3*time.Second).Format(time.RFC3339Nano) || w[0].attrs["ago"] != "3s" {
+		t.Fatalf("a lapse: %+v, want one warning with the contact's time and age", w)
+	}
+	c.check(c.view(cluster.StatusUp, c.now, "b:1", "c:1"), true)
+	downed := c.view(cluster.StatusDown, c.now, "b:1", "c:1")
+	downed.Exited, downed.ExitReason = true, cluster.ReasonDowned
+	c.check(downed, false)
+	if w := c.lines(slog.LevelWarn); len(w) != 2 || w[1].attrs["reason"] != cluster.ReasonDowned {
+		t.Fatalf("a downed member: %+v, want a second warning with the reason", w)
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
-// An activation waits for another instance of its entity here to stop (Region.lives),
+// An activation waits for another instance of its entity here to stop (shardRegion.lives),
 // but not past its message's deadline and, for a tell, not past Config.HandOffTimeout:
 // a life that never ends (a bug, as 454e451 fixed one) fails the entity's messages
 // instead of holding its mailbox forever. Here a phantom life holds the entity's place;

@@ -26,17 +26,20 @@ var (
 	// ErrStateNotLoaded: the entity's saved state could not be read, so it was not
 	// started (starting without it would lose it). A later message tries again.
 	ErrStateNotLoaded   = errors.New("sharding: the entity's saved state could not be loaded")
-	ErrNotCoordinator   = errors.New("sharding: this member is not the shard coordinator")
+	errNotCoordinator   = errors.New("sharding: this member is not the shard coordinator")
 	ErrRoutingLoop      = errors.New("sharding: message forwarded too many times")
 	ErrAskTimeout       = errors.New("sharding: ask timed out")
 	ErrStopped          = errors.New("sharding: stopped")
-	ErrLeaving          = errors.New("sharding: this member is leaving and takes no new shards")
+	errLeaving          = errors.New("sharding: this member is leaving and takes no new shards")
 	ErrMalformedMessage = errors.New("sharding: malformed message from a member")
 	// ErrNoMajority: this member has not had a heartbeat round trip with a majority of
 	// the members within its hosting lease (Config.HostingLease), so it may be on the
 	// losing side of a partition, and the majority may soon move its shards: it does not
 	// activate entities, handle their messages or save their state until it has.
 	ErrNoMajority = errors.New("sharding: this member has no recent contact with a majority of the cluster (hosting lease lapsed)")
+	// errExpired: the message's deadline passed before its entity took it: it is
+	// dropped, a dead letter with reason "expired" (an asker gave up already).
+	errExpired = errors.New("sharding: the message's deadline passed before its entity took it (dead letter)")
 )
 
 // codeHandedOff answers a forwarded ask whose shard the region is handing off: the
@@ -106,7 +109,7 @@ func ErrorCode(err error) string {
 // because no shard home was found) has the code of the first.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
-	ErrShardUnavailable, ErrNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, ErrLeaving, ErrNoMajority}
+	ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, errLeaving, ErrNoMajority, errExpired}
 
 func codeOfSentinel(err error) string {
 	switch err {
@@ -120,7 +123,7 @@ func codeOfSentinel(err error) string {
 		return CodeStateNotSaved
 	case ErrStateNotLoaded:
 		return CodeStateNotLoaded
-	case ErrShardUnavailable, ErrNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, ErrLeaving, ErrNoMajority:
+	case ErrShardUnavailable, errNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, errLeaving, ErrNoMajority, errExpired:
 		return CodeUnavailable
 	}
 	return CodeInternal
@@ -150,8 +153,8 @@ func wrapCause(kind error, detail string, cause error) error {
 	return &causedError{kind: kind, cause: cause, msg: msg + ": " + text}
 }
 
-// Envelope is a message on its way to an entity.
-type Envelope struct {
+// envelope is a message on its way to an entity.
+type envelope struct {
 	EntityType string `cbor:"1,keyasint"`
 	EntityID   string `cbor:"2,keyasint"`
 	Payload    []byte `cbor:"3,keyasint,omitempty"`
@@ -174,6 +177,14 @@ type Envelope struct {
 	// Forwards counts how often entities passed the message on (Forward); a message is
 	// refused past maxForwards.
 	Forwards uint8 `cbor:"12,keyasint,omitempty"`
+	// TimeLeft is how long the message had left until its deadline when this member
+	// sent it, in nanoseconds (at least 1); 0: it has no deadline (a tell whose sender's
+	// context had none, or a sender of an older version). An ask always has one. It is
+	// a duration, not an instant, so that the members' clocks need not agree: the
+	// receiver's deadline is its own clock at arrival plus TimeLeft, later than the
+	// sender's by the time in transit, so a message is never dropped before its sender
+	// gave up (delivery.deadline, handleDeliver).
+	TimeLeft uint64 `cbor:"13,keyasint,omitempty"`
 }
 
 // MessageKind says where a message comes from (abi.MessageKind).
@@ -187,12 +198,12 @@ const (
 	// KindChanged is a distributed data change for a subscribed entity; Sender is the
 	// key.
 	KindChanged MessageKind = 2
-	// KindPassivate asks the entity's region to passivate it (Sharding.Passivate). It
+	// kindPassivate asks the entity's region to passivate it (Sharding.Passivate). It
 	// never reaches the entity.
-	KindPassivate MessageKind = 3
+	kindPassivate MessageKind = 3
 )
 
-// The replies of a KindPassivate ask.
+// The replies of a kindPassivate ask.
 const (
 	PassivateDone     = "passivated" // the entity was active; its state is saved and it stopped
 	PassivateInactive = "inactive"   // the entity was not active here

@@ -7,7 +7,7 @@ import (
 	"github.com/shardhost/shardhost/internal/wirecbor"
 )
 
-// The fast path of the two messages of every remote ask, the Envelope and its
+// The fast path of the two messages of every remote ask, the envelope and its
 // wireReply. Encoding and decoding them by reflection (fxamacker/cbor) cost about as
 // much CPU as the frames that carry them. The encoders write the bytes encMode writes
 // (a test compares them), and the decoders decode exactly those; anything else goes to
@@ -15,8 +15,8 @@ import (
 // does the same, and internal/wirecbor says why this keeps the wire format).
 
 // encodeEnvelope is encode(e), without reflection.
-func encodeEnvelope(e *Envelope) []byte {
-	size := 48 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
+func encodeEnvelope(e *envelope) []byte {
+	size := 58 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
 	for _, c := range e.Chain {
 		size += 9 + len(c)
 	}
@@ -24,10 +24,10 @@ func encodeEnvelope(e *Envelope) []byte {
 }
 
 // appendEnvelope appends encode(e) to b.
-func appendEnvelope(b []byte, e *Envelope) []byte {
+func appendEnvelope(b []byte, e *envelope) []byte {
 	n := uint64(2)
 	for _, set := range [...]bool{len(e.Payload) > 0, e.Hops != 0, e.Origin != "", e.Epoch != 0,
-		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0} {
+		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0, e.TimeLeft != 0} {
 		if set {
 			n++
 		}
@@ -65,28 +65,31 @@ func appendEnvelope(b []byte, e *Envelope) []byte {
 	if e.Forwards != 0 {
 		b = wirecbor.AppendUint(append(b, 12), uint64(e.Forwards))
 	}
+	if e.TimeLeft != 0 {
+		b = wirecbor.AppendUint(append(b, 13), e.TimeLeft)
+	}
 	return b
 }
 
 // decodeEnvelope is decode(b, e), but for e.Payload, which may alias b: the caller
 // owns b and keeps it unchanged.
-func decodeEnvelope(b []byte, e *Envelope) error {
+func decodeEnvelope(b []byte, e *envelope) error {
 	if decodeEnvelopeFast(b, e) {
 		return nil
 	}
 	return decodeCopy(b, e)
 }
 
-// decodeEnvelopeFast decodes an Envelope as encodeEnvelope writes it: known keys in
+// decodeEnvelopeFast decodes an envelope as encodeEnvelope writes it: known keys in
 // ascending order, values of their field's type and range, no trailing bytes. It
 // reports false, with e in any state, for anything else.
-func decodeEnvelopeFast(b []byte, e *Envelope) bool {
+func decodeEnvelopeFast(b []byte, e *envelope) bool {
 	r := wirecbor.NewReader(b)
 	n, ok := r.MapHead()
-	if !ok || n > 12 {
+	if !ok || n > 13 {
 		return false
 	}
-	*e = Envelope{}
+	*e = envelope{}
 	var last uint64
 	small := func() (uint8, bool) {
 		v, ok := r.Uint()
@@ -132,6 +135,8 @@ func decodeEnvelopeFast(b []byte, e *Envelope) bool {
 			}
 		case 12:
 			e.Forwards, ok = small()
+		case 13:
+			e.TimeLeft, ok = r.Uint()
 		default:
 			return false
 		}

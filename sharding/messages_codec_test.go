@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/shardhost/shardhost/internal/wirecbor"
@@ -25,10 +26,10 @@ func randomUint(rng *rand.Rand) uint64 {
 	return []uint64{0, 0, 1, 23, 24, 255, 256, 1 << 32, 1<<64 - 1, rng.Uint64()}[rng.IntN(10)]
 }
 
-func randomEnvelope(rng *rand.Rand) Envelope {
-	e := Envelope{EntityType: randomText(rng), EntityID: randomText(rng), Hops: uint8(randomUint(rng)),
+func randomEnvelope(rng *rand.Rand) envelope {
+	e := envelope{EntityType: randomText(rng), EntityID: randomText(rng), Hops: uint8(randomUint(rng)),
 		Origin: randomText(rng), Epoch: randomUint(rng), Sender: randomText(rng), Kind: MessageKind(rng.IntN(4)),
-		Tag: randomUint(rng), Forwards: uint8(randomUint(rng))}
+		Tag: randomUint(rng), Forwards: uint8(randomUint(rng)), TimeLeft: randomUint(rng)}
 	if n := rng.IntN(30); n > 0 {
 		e.Payload = bytes.Repeat([]byte{byte(n)}, n*n)
 	}
@@ -58,12 +59,12 @@ func TestEnvelopeCodecMatchesReflective(t *testing.T) {
 		if want := encode(env); !bytes.Equal(b, want) {
 			t.Fatalf("envelope %d %+v:\n got %x\nwant %x", i, env, b, want)
 		}
-		var back Envelope
+		var back envelope
 		if !decodeEnvelopeFast(b, &back) || !reflect.DeepEqual(back, env) {
 			t.Fatalf("envelope %d: fast decode of its own encoding gave %+v, want %+v", i, back, env)
 		}
 		for _, in := range mutations(rng, b) {
-			var fast, slow Envelope
+			var fast, slow envelope
 			if !decodeEnvelopeFast(in, &fast) {
 				continue
 			}
@@ -95,7 +96,7 @@ func TestEnvelopeCodecMatchesReflective(t *testing.T) {
 	}
 	// What only the reflective decoder takes: the old trace context key (4) is ignored.
 	old := []byte{0xa3, 0x01, 0x61, 't', 0x02, 0x61, 'i', 0x04, 0x61, 'x'}
-	var env Envelope
+	var env envelope
 	if decodeEnvelopeFast(old, &env) {
 		t.Fatal("the fast path decoded an unknown key")
 	}
@@ -104,6 +105,31 @@ func TestEnvelopeCodecMatchesReflective(t *testing.T) {
 	}
 	if err := decodeEnvelope([]byte{0xa1, 0x01, 0x61, 0xff}, &env); err == nil {
 		t.Fatal("decodeEnvelope took invalid UTF-8")
+	}
+}
+
+// TestEnvelopeCarriesTheTimeLeft: an ask's deadline crosses members as the time it had
+// left (key 13, nanoseconds); both decoders read it back, and an envelope without a
+// deadline encodes as before, without the key (what older members send and expect).
+func TestEnvelopeCarriesTheTimeLeft(t *testing.T) {
+	env := envelope{EntityType: "counter", EntityID: "c-1", Payload: []byte("inc"), TimeLeft: uint64(200 * time.Millisecond)}
+	b := encodeEnvelope(&env)
+	if want := encode(env); !bytes.Equal(b, want) {
+		t.Fatalf("encodeEnvelope: %x, want %x", b, want)
+	}
+	if !bytes.Contains(b, []byte{0x0d, 0x1a, 0x0b, 0xeb, 0xc2, 0x00}) { // 13: 200,000,000
+		t.Fatalf("%x lacks key 13 with 200 ms in nanoseconds", b)
+	}
+	var fast, slow envelope
+	if !decodeEnvelopeFast(b, &fast) || fast.TimeLeft != env.TimeLeft {
+		t.Fatalf("fast decode: %+v", fast)
+	}
+	if err := decode(b, &slow); err != nil || slow.TimeLeft != env.TimeLeft {
+		t.Fatalf("reflective decode: %+v, %v", slow, err)
+	}
+	env.TimeLeft = 0
+	if b := encodeEnvelope(&env); bytes.Contains(b, []byte{0x0d}) || b[0] != 0xa3 {
+		t.Fatalf("an envelope without a deadline: %x, want three keys and no 13", b)
 	}
 }
 
@@ -121,7 +147,7 @@ func FuzzEnvelopeFastDecode(f *testing.F) {
 		f.Add(encodeEnvelope(&env))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var fast, slow Envelope
+		var fast, slow envelope
 		if !decodeEnvelopeFast(in, &fast) {
 			return
 		}
@@ -134,14 +160,14 @@ func FuzzEnvelopeFastDecode(f *testing.F) {
 	})
 }
 
-// TestCodecKnowsEveryField fails when a field is added to Envelope or wireReply: the
+// TestCodecKnowsEveryField fails when a field is added to envelope or wireReply: the
 // hand-written codec (messages_codec.go) must learn it, or it would drop it silently.
 func TestCodecKnowsEveryField(t *testing.T) {
 	for _, tc := range []struct {
 		v    any
 		want string
 	}{
-		{Envelope{}, "1,keyasint 2,keyasint 3,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty 8,keyasint,omitempty 9,keyasint,omitempty 10,keyasint,omitempty 11,keyasint,omitempty 12,keyasint,omitempty"},
+		{envelope{}, "1,keyasint 2,keyasint 3,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty 8,keyasint,omitempty 9,keyasint,omitempty 10,keyasint,omitempty 11,keyasint,omitempty 12,keyasint,omitempty 13,keyasint,omitempty"},
 		{wireReply{}, "1,keyasint,omitempty 2,keyasint,omitempty 3,keyasint,omitempty 4,keyasint,omitempty"},
 	} {
 		typ := reflect.TypeOf(tc.v)
@@ -159,7 +185,7 @@ func TestCodecKnowsEveryField(t *testing.T) {
 // decode with one allocation, the entity ID's (the type, the members' addresses and
 // the payloads cost none), and the decoded values are right.
 func TestRemoteAskMessagesDecodeWithoutCopies(t *testing.T) {
-	env := Envelope{EntityType: "counter", EntityID: "c-17", Payload: []byte("inc"), Origin: "10.0.0.1:7947", Epoch: 3, Hops: 1}
+	env := envelope{EntityType: "counter", EntityID: "c-17", Payload: []byte("inc"), Origin: "10.0.0.1:7947", Epoch: 3, Hops: 1}
 	decodesWithAllocs(t, "decodeEnvelope", encodeEnvelope(&env), decodeEnvelope, env, 1)
 	w := wireReply{Payload: []byte("42"), Node: "10.0.0.2:7947"}
 	decodesWithAllocs(t, "decodeWireReply", encodeWireReply(&w), decodeWireReply, w, 0)
@@ -169,10 +195,10 @@ func TestRemoteAskMessagesDecodeWithoutCopies(t *testing.T) {
 // is decoded into can live on its caller's stack (the reflective fallback decodes into
 // a copy, not into it): a local decoded into costs no allocation of its own.
 func TestRemoteAskDecodeTargetsStayOnTheStack(t *testing.T) {
-	eb := encodeEnvelope(&Envelope{EntityType: "counter", EntityID: "c-17", Payload: []byte("inc"), Origin: "10.0.0.1:7947", Epoch: 3, Hops: 1})
+	eb := encodeEnvelope(&envelope{EntityType: "counter", EntityID: "c-17", Payload: []byte("inc"), Origin: "10.0.0.1:7947", Epoch: 3, Hops: 1})
 	var id string
 	if n := testing.AllocsPerRun(100, func() {
-		var e Envelope
+		var e envelope
 		if err := decodeEnvelope(eb, &e); err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +218,7 @@ func TestRemoteAskDecodeTargetsStayOnTheStack(t *testing.T) {
 		t.Errorf("decodeWireReply into a local: %v allocations (want 0), node %q", n, node)
 	}
 	// The fallback still decodes what the fast decoder refuses (keys out of order).
-	var e Envelope
+	var e envelope
 	if err := decodeEnvelope([]byte{0xa2, 0x02, 0x61, 'i', 0x01, 0x61, 't'}, &e); err != nil || e.EntityType != "t" || e.EntityID != "i" {
 		t.Fatalf("decodeEnvelope of keys out of order: %+v, %v", e, err)
 	}
@@ -229,10 +255,10 @@ func TestReplyWireGivesTheEncodingFromAPooledBuffer(t *testing.T) {
 
 // TestAppendEnvelopeInAPooledBufferIsItsEncoding: an envelope appended to a buffer
 // withWireBuf used before is encodeEnvelope's bytes, and costs no allocation (the race
-// detector's pools drop buffers at random): Region.forward sends a remote ask's envelope
+// detector's pools drop buffers at random): shardRegion.forward sends a remote ask's envelope
 // from there.
 func TestAppendEnvelopeInAPooledBufferIsItsEncoding(t *testing.T) {
-	for _, e := range []Envelope{
+	for _, e := range []envelope{
 		{EntityType: "counter", EntityID: "r1", Payload: []byte("inc"), Hops: 1, Epoch: 7, Tag: 3},
 		{EntityType: "t", EntityID: "i", Origin: "10.0.0.1:7947", Sender: "a/b", Chain: []string{"a/b", "c/d"}, Forwards: 2, Kind: 1},
 		{EntityType: "t", EntityID: "big", Payload: bytes.Repeat([]byte("x"), maxPooledWireBuf+1)},
@@ -249,7 +275,7 @@ func TestAppendEnvelopeInAPooledBufferIsItsEncoding(t *testing.T) {
 	if raceEnabled {
 		return
 	}
-	e := Envelope{EntityType: "counter", EntityID: "r1", Payload: []byte("inc"), Hops: 1, Epoch: 7}
+	e := envelope{EntityType: "counter", EntityID: "r1", Payload: []byte("inc"), Hops: 1, Epoch: 7}
 	n := 0
 	if a := testing.AllocsPerRun(100, func() {
 		withWireBuf(func(b []byte) []byte { return appendEnvelope(b, &e) }, func(b []byte) { n += len(b) })

@@ -10,8 +10,8 @@ import (
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
-	env := Envelope{EntityType: "counter", EntityID: "ü/1", Payload: []byte("inc"), Hops: 1}
-	var back Envelope
+	env := envelope{EntityType: "counter", EntityID: "ü/1", Payload: []byte("inc"), Hops: 1}
+	var back envelope
 	if err := decode(encode(env), &back); err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +48,13 @@ func TestRemoteErrorMatchesSentinels(t *testing.T) {
 // FuzzDecodeMessages feeds arbitrary bytes to every decoder of member-to-member
 // messages: they return an error or a value, never panic.
 func FuzzDecodeMessages(f *testing.F) {
-	f.Add(encode(Envelope{EntityType: "t", EntityID: "i", Payload: []byte("p")}))
+	f.Add(encode(envelope{EntityType: "t", EntityID: "i", Payload: []byte("p")}))
 	f.Add(encode(wireReply{Payload: []byte("r"), Node: "n", Code: CodeEntityError, Error: "e"}))
 	f.Add(encode(shardRef{Type: "t", Shard: 3, Requester: "r"}))
 	f.Add(encode(RegionState{Node: "n", Shards: []ShardState{{Type: "t", ID: 1, Entities: []string{"a"}}}}))
 	f.Add([]byte{0x9f, 0x9f, 0x9f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var env Envelope
+		var env envelope
 		decode(b, &env)
 		var w wireReply
 		decode(b, &w)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,10 +15,11 @@ import (
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
-// Region is the shard region of one entity type on this member (Akka's ShardRegion): it
-// hosts the shards the coordinator allocated here, forwards messages for other shards to
-// their regions, and buffers messages for shards whose home it is resolving.
-type Region struct {
+// shardRegion is the shard region of one entity type on this member (Akka's
+// ShardRegion): it hosts the shards the coordinator allocated here, forwards messages
+// for other shards to their regions, and buffers messages for shards whose home it is
+// resolving.
+type shardRegion struct {
 	s        *Sharding
 	settings TypeSettings // Name and NumberOfShards read freely; the rest under mu
 	// current is a copy of settings for Settings, which every message reads: loading it
@@ -104,7 +104,7 @@ func (f *shardFence) failed() bool {
 // store, or with a store that is no ShardFencer. Errors: FenceShard's (ErrStaleEpoch:
 // the shard has a newer allocation elsewhere), ErrStoreUnavailable when ctx ends
 // first.
-func (r *Region) fenceShard(ctx context.Context, shardID int, epoch uint64) error {
+func (r *shardRegion) fenceShard(ctx context.Context, shardID int, epoch uint64) error {
 	if r.s.fence == nil {
 		return nil
 	}
@@ -135,7 +135,7 @@ func (r *Region) fenceShard(ctx context.Context, shardID int, epoch uint64) erro
 func (sl *shardSlot) idle() bool { return !sl.resolving && !sl.handing && !sl.paused }
 
 // slotLocked returns the slot of a shard, made if new. r.mu is held.
-func (r *Region) slotLocked(shardID int) *shardSlot {
+func (r *shardRegion) slotLocked(shardID int) *shardSlot {
 	sl := r.slots[shardID]
 	if sl == nil {
 		sl = &shardSlot{}
@@ -145,7 +145,7 @@ func (r *Region) slotLocked(shardID int) *shardSlot {
 }
 
 // hostedLocked returns the shard if it lives here, else nil. r.mu is held.
-func (r *Region) hostedLocked(shardID int) *shard {
+func (r *shardRegion) hostedLocked(shardID int) *shard {
 	if sl := r.slots[shardID]; sl != nil {
 		return sl.hosted
 	}
@@ -153,7 +153,7 @@ func (r *Region) hostedLocked(shardID int) *shard {
 }
 
 // eachHostedLocked calls f for every shard hosted here. r.mu is held.
-func (r *Region) eachHostedLocked(f func(*shard)) {
+func (r *shardRegion) eachHostedLocked(f func(*shard)) {
 	for _, sl := range r.slots {
 		if sl.hosted != nil {
 			f(sl.hosted)
@@ -164,14 +164,14 @@ func (r *Region) eachHostedLocked(f func(*shard)) {
 // startResolvingLocked marks a shard's home as being resolved and starts the span of
 // that resolution, in the trace of ctx; the caller runs resolve with what it returns
 // (through resolveInBackground) once it has let go of r.mu.
-func (r *Region) startResolvingLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
+func (r *shardRegion) startResolvingLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
 	sl.resolving = true
 	return r.startResolveSpanLocked(sl, shardID, ctx)
 }
 
 // takePendingLocked empties a shard's buffer and returns what waited, in order. r.mu
 // is held.
-func (r *Region) takePendingLocked(sl *shardSlot) []delivery {
+func (r *shardRegion) takePendingLocked(sl *shardSlot) []delivery {
 	pending := sl.pending
 	sl.pending, sl.returned = nil, 0
 	r.buffered -= len(pending)
@@ -180,27 +180,27 @@ func (r *Region) takePendingLocked(sl *shardSlot) []delivery {
 
 // resolveInBackground runs resolve on a goroutine Sharding owns; if Sharding is
 // stopping, the shard's buffered messages fail with ErrStopped instead.
-func (r *Region) resolveInBackground(ctx context.Context, span trace.Span, shardID int) {
+func (r *shardRegion) resolveInBackground(ctx context.Context, span trace.Span, shardID int) {
 	if !r.s.owner.Go(func() { r.resolve(ctx, span, shardID) }) {
 		span.End()
 		r.failPending(shardID, ErrStopped)
 	}
 }
 
-func newRegion(s *Sharding, t TypeSettings) *Region {
-	r := &Region{s: s, settings: t, slots: map[int]*shardSlot{}, lives: map[string]*entity{}, tel: newRegionTelemetry(t.Name)}
+func newRegion(s *Sharding, t TypeSettings) *shardRegion {
+	r := &shardRegion{s: s, settings: t, slots: map[int]*shardSlot{}, lives: map[string]*entity{}, tel: newRegionTelemetry(t.Name)}
 	r.current.Store(&t)
 	return r
 }
 
 // Settings returns the region's entity type settings. It takes no lock.
-func (r *Region) Settings() TypeSettings {
+func (r *shardRegion) Settings() TypeSettings {
 	return *r.current.Load()
 }
 
 // updateSettings applies a redeployment's settings. Name and NumberOfShards never
 // change (they are read without the lock); the other fields are read with it.
-func (r *Region) updateSettings(t TypeSettings) {
+func (r *shardRegion) updateSettings(t TypeSettings) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.settings.Role, r.settings.Allocation, r.settings.Checkpoint = t.Role, t.Allocation, t.Checkpoint
@@ -213,7 +213,7 @@ func (r *Region) updateSettings(t TypeSettings) {
 // buffer while the shard's home is resolved. Messages of one sender keep their order:
 // buffered messages are flushed under the region's lock before any later one passes.
 // The caller holds the Sharding's owner (Hold).
-func (r *Region) deliver(d delivery) {
+func (r *shardRegion) deliver(d delivery) {
 	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
 	r.mu.Lock()
 	sl := r.slotLocked(shardID)
@@ -271,7 +271,7 @@ func (r *Region) deliver(d delivery) {
 // context, a "buffered" span, linked to what holds it (the handoff of the shard, here
 // or by another region, or the resolution of its home), that ends when it leaves the
 // buffer (unbuffered). r.mu is held.
-func (r *Region) bufferLocked(sl *shardSlot, shardID int, d delivery) delivery {
+func (r *shardRegion) bufferLocked(sl *shardSlot, shardID int, d delivery) delivery {
 	reason, link := bufferResolving, sl.resolveSpan
 	if sl.paused {
 		reason, link = bufferHandoff, sl.pauseSpan
@@ -304,7 +304,7 @@ func (d *delivery) unbuffered() {
 // startResolveSpanLocked starts the span of the resolution of a shard's home, in the
 // trace of the message that made it start (ctx), and records it for the messages
 // buffered meanwhile to link to. r.mu is held.
-func (r *Region) startResolveSpanLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
+func (r *shardRegion) startResolveSpanLocked(sl *shardSlot, shardID int, ctx context.Context) (context.Context, trace.Span) {
 	ctx = context.WithoutCancel(ctx)
 	if !r.s.tel.traced || !obs.Traced(ctx) {
 		return ctx, noopSpan
@@ -326,7 +326,7 @@ func (sl *shardSlot) firstPendingCtx() context.Context {
 
 // activated is called on an entity's goroutine after it got an instance: over the
 // type's MaxActive, the least recently used idle entity of the region is passivated.
-func (r *Region) activated(e *entity) {
+func (r *shardRegion) activated(e *entity) {
 	r.mu.Lock()
 	maxActive := r.settings.MaxActive
 	if maxActive <= 0 {
@@ -361,7 +361,7 @@ func (r *Region) activated(e *entity) {
 // passivateIdle passivates the entities idle for longer than the type's PassivateAfter,
 // and forgets entities without instance or messages. The caller holds s.owner
 // (Hold).
-func (r *Region) passivateIdle(now time.Time) {
+func (r *shardRegion) passivateIdle(now time.Time) {
 	r.mu.Lock()
 	after := r.settings.PassivateAfter
 	var idle []*entity
@@ -387,94 +387,12 @@ func (r *Region) passivateIdle(now time.Time) {
 
 // BufferedDuringHandoff returns how many messages the region buffered because their
 // shard was being handed off, since start.
-func (r *Region) BufferedDuringHandoff() uint64 { return r.handoffBuffered.Load() }
+func (r *shardRegion) BufferedDuringHandoff() uint64 { return r.handoffBuffered.Load() }
 
 // Passivations returns how many entities of the region were passivated.
-func (r *Region) Passivations() uint64 { return r.passivations.Load() }
+func (r *shardRegion) Passivations() uint64 { return r.passivations.Load() }
 
-// giveBack returns a message whose shard this region hands off to its sender's region:
-// an ask through its reply, a tell as a Return message.
-func (r *Region) giveBack(d delivery) {
-	if d.ask {
-		d.fail(&RemoteError{Code: codeHandedOff, Message: "shard handed off", Node: r.s.self})
-		return
-	}
-	to, err := r.s.transportAddr(d.env.Origin)
-	if err != nil {
-		r.s.log.Warn("cannot give a message back to its sender", "origin", d.env.Origin, "err", err)
-		return
-	}
-	r.s.cfg.Messenger.TellContext(d.ctx, to, topicReturn, encode(d.env))
-}
-
-// reroute takes back a message a handing-off region returned: it goes ahead of the
-// messages buffered for its shard since the handoff began, after those returned before.
-func (r *Region) reroute(d delivery) {
-	shardID := abi.ShardID(d.env.EntityID, r.settings.NumberOfShards)
-	r.mu.Lock()
-	sl := r.slotLocked(shardID)
-	pos := sl.returned
-	sl.pending = slices.Insert(sl.pending, pos, d)
-	sl.returned = pos + 1
-	r.buffered++
-	r.handoffBuffered.Add(1)
-	start := sl.idle()
-	var rctx context.Context
-	var rspan trace.Span
-	if start {
-		rctx, rspan = r.startResolvingLocked(sl, shardID, sl.firstPendingCtx())
-	}
-	sl.pending[pos] = r.bufferLocked(sl, shardID, d)
-	r.mu.Unlock()
-	if start {
-		r.resolveInBackground(rctx, rspan, shardID)
-	}
-}
-
-// pause stops routing a shard the region at by hands off: messages wait here, linked to
-// the handoff's span (when it is traced).
-func (r *Region) pause(shardID int, by string, handoff trace.SpanContext) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sl := r.slotLocked(shardID)
-	sl.home = allocation{}
-	sl.paused, sl.pausedBy, sl.pauseSpan = true, by, handoff
-}
-
-// unpauseFrom ends the pauses of the region at a member that is gone: a handoff that
-// did not complete must not hold messages forever.
-func (r *Region) unpauseFrom(gone func(string) bool) {
-	r.mu.Lock()
-	var ids []int
-	for id, sl := range r.slots {
-		if sl.paused && gone(sl.pausedBy) {
-			ids = append(ids, id)
-		}
-	}
-	r.mu.Unlock()
-	for _, id := range ids {
-		r.unpause(id)
-	}
-}
-
-// unpause ends a pause: the shard's new home is resolved for what waited.
-func (r *Region) unpause(shardID int) {
-	r.mu.Lock()
-	sl := r.slotLocked(shardID)
-	sl.paused, sl.pausedBy, sl.pauseSpan = false, "", trace.SpanContext{}
-	start := len(sl.pending) > 0 && sl.idle()
-	var rctx context.Context
-	var rspan trace.Span
-	if start {
-		rctx, rspan = r.startResolvingLocked(sl, shardID, sl.firstPendingCtx())
-	}
-	r.mu.Unlock()
-	if start {
-		r.resolveInBackground(rctx, rspan, shardID)
-	}
-}
-
-func (r *Region) entityLocked(sh *shard, id string) *entity {
+func (r *shardRegion) entityLocked(sh *shard, id string) *entity {
 	e := sh.entities[id]
 	if e == nil {
 		e = newEntity(r, sh.id, id, sh.epoch)
@@ -486,7 +404,7 @@ func (r *Region) entityLocked(sh *shard, id string) *entity {
 // dropStale stops hosting a shard whose allocation here is older than epoch: the
 // coordinator allocated it again since. Its entities stop without saving state (a stale
 // host's writes would be refused anyway).
-func (r *Region) dropStale(shardID int, epoch uint64) {
+func (r *shardRegion) dropStale(shardID int, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if sh := r.hostedLocked(shardID); sh != nil && sh.epoch < epoch {
@@ -494,7 +412,7 @@ func (r *Region) dropStale(shardID int, epoch uint64) {
 	}
 }
 
-func (r *Region) dropStaleLocked(sh *shard) {
+func (r *shardRegion) dropStaleLocked(sh *shard) {
 	r.s.log.Warn("stale shard allocation: stopping the shard here", "type", r.settings.Name, "shard", sh.id, "epoch", sh.epoch)
 	r.slots[sh.id].hosted = nil
 	for _, e := range sh.entities {
@@ -511,7 +429,7 @@ func (r *Region) dropStaleLocked(sh *shard) {
 // it is on (which fails, as the lease has lapsed). The shards stay here: their next
 // messages activate the entities again, from their saved state, once the lease is
 // back. It returns how many entities it stops.
-func (r *Region) stopForLease() int {
+func (r *shardRegion) stopForLease() int {
 	all := r.hostedEntities()
 	n := 0
 	for _, e := range all {
@@ -539,7 +457,7 @@ func (s *Sharding) notAnotherProcess(ref shardRef, home shardHome) error {
 // resolve asks the coordinator for a shard's home until it answers or ResolveTimeout
 // passes, then flushes the shard's buffered messages. span (the "shard home" span, in
 // ctx) ends with it.
-func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
+func (r *shardRegion) resolve(ctx context.Context, span trace.Span, shardID int) {
 	ref := shardRef{Type: r.settings.Name, Shard: shardID}
 	deadline := time.Now().Add(r.s.cfg.ResolveTimeout)
 	backoff := 20 * time.Millisecond
@@ -577,7 +495,7 @@ func (r *Region) resolve(ctx context.Context, span trace.Span, shardID int) {
 }
 
 // resolved records a shard's home and flushes its buffer there, in order.
-func (r *Region) resolved(shardID int, h shardHome) {
+func (r *shardRegion) resolved(shardID int, h shardHome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sl := r.slotLocked(shardID)
@@ -596,7 +514,7 @@ func (r *Region) resolved(shardID int, h shardHome) {
 	}
 }
 
-func (r *Region) failPending(shardID int, err error) {
+func (r *shardRegion) failPending(shardID int, err error) {
 	r.mu.Lock()
 	sl := r.slotLocked(shardID)
 	sl.resolving, sl.resolveSpan = false, trace.SpanContext{}
@@ -610,7 +528,7 @@ func (r *Region) failPending(shardID int, err error) {
 
 // hostShard makes this region the home of a shard under an allocation epoch (the
 // coordinator's HostShard).
-func (r *Region) hostShard(shardID int, epoch uint64) {
+func (r *shardRegion) hostShard(shardID int, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.hostShardLocked(shardID, epoch)
@@ -618,7 +536,7 @@ func (r *Region) hostShard(shardID int, epoch uint64) {
 
 // hostShardLocked hosts a shard here and delivers the messages buffered for it, in
 // order, before any later message can reach the shard's entities.
-func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
+func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 	sl := r.slotLocked(shardID)
 	sh := sl.hosted
 	if sh == nil {
@@ -646,7 +564,7 @@ func (r *Region) hostShardLocked(shardID int, epoch uint64) *shard {
 }
 
 // restartRemembered starts the remembered entities of a shard that came here.
-func (r *Region) restartRemembered(sh *shard) {
+func (r *shardRegion) restartRemembered(sh *shard) {
 	r.mu.Lock()
 	epoch := sh.epoch
 	r.mu.Unlock()
@@ -686,143 +604,9 @@ func (r *Region) restartRemembered(sh *shard) {
 	}
 }
 
-// handOff stops hosting every shard of the region, one at a time (the leave hook),
-// keeping each sender's order:
-//  1. the shard stops taking messages here: messages from other regions go back to
-//     them, messages from local senders wait;
-//  2. every other region is told (BeginHandOff) to stop routing to it and buffer; their
-//     acknowledgements come after whatever they had already sent here, which has thus
-//     been given back;
-//  3. the shard's entities finish what they already received and stop;
-//  4. the coordinator forgets the allocation;
-//  5. the regions are told the handoff is complete (behind every message given back)
-//     and resolve the new home, with what they buffered in order.
-func (r *Region) handOff(ctx context.Context) error {
-	r.mu.Lock()
-	var ids []int
-	r.eachHostedLocked(func(sh *shard) { ids = append(ids, sh.id) })
-	r.mu.Unlock()
-	sort.Ints(ids)
-	var firstErr error
-	for _, id := range ids {
-		if err := r.handOffShard(ctx, id); err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	r.s.log.Info("region handed off its shards", "type", r.settings.Name, "shards", len(ids))
-	return firstErr
-}
-
-// handOffShard hands one shard off (see handOff). A shard not hosted here is only
-// reported to the coordinator.
-func (r *Region) handOffShard(ctx context.Context, id int) (err error) {
-	start := r.s.cfg.Now()
-	span := noopSpan
-	if r.s.tel.traced {
-		ctx, span = r.s.tracer.Start(ctx, r.tel.handoffName, trace.WithAttributes(obs.EntityType.String(r.settings.Name),
-			obs.ShardID.Int(id), obs.Node.String(r.s.self)))
-	}
-	ref := shardRef{Type: r.settings.Name, Shard: id, Requester: r.s.self}
-	begin := ref
-	begin.HandOff = encodeSpanContext(span.SpanContext())
-	r.mu.Lock()
-	sl := r.slotLocked(id)
-	sh := sl.hosted
-	sl.hosted = nil
-	if sh != nil {
-		for _, e := range sh.entities {
-			// They finish what they hold; what a delivery brings them from now on
-			// waits for the shard's new home.
-			e.mu.Lock()
-			e.gone = true
-			e.mu.Unlock()
-		}
-	}
-	sl.handing, sl.handoffSpan, sl.handoffMsgs = true, span.SpanContext(), 0
-	// Messages from other regions already buffered here go back too.
-	var back, keep []delivery
-	for _, d := range sl.pending {
-		if d.env.Origin != "" && d.env.Origin != r.s.self {
-			back = append(back, d)
-		} else {
-			keep = append(keep, d)
-		}
-	}
-	sl.pending = keep
-	r.buffered -= len(back)
-	r.mu.Unlock()
-	for _, d := range back {
-		d.unbuffered()
-		r.giveBack(d)
-	}
-	r.s.broadcastHandOff(ctx, topicBeginHandOff, begin, true)
-	entities := 0
-	if sh != nil {
-		entities = len(sh.entities)
-		stopForHandOff(ctx, sh.entities)
-	}
-	if herr := r.s.shardStopped(ctx, ref); herr != nil {
-		err = fmt.Errorf("sharding: handing off %s: %w", ref, herr)
-	}
-	r.mu.Lock()
-	buffered := sl.handoffMsgs
-	sl.handing, sl.handoffSpan, sl.handoffMsgs = false, trace.SpanContext{}, 0
-	resolve := len(sl.pending) > 0 && sl.idle()
-	var rctx context.Context
-	var rspan trace.Span
-	if resolve {
-		rctx, rspan = r.startResolvingLocked(sl, id, sl.firstPendingCtx())
-	}
-	r.mu.Unlock()
-	r.s.broadcastHandOff(ctx, topicHandOffComplete, ref, false)
-	if resolve {
-		r.resolveInBackground(rctx, rspan, id)
-	}
-	took := r.s.cfg.Now().Sub(start)
-	span.SetAttributes(attrEntitiesStopped.Int(entities), attrMessagesBuffered.Int(buffered))
-	failSpan(span, err)
-	span.End()
-	outcome := obs.OutcomeOK
-	if err != nil {
-		outcome = ErrorCode(err)
-	}
-	r.s.tel.handoffs.Add(context.Background(), 1, r.s.tel.typeAttr(r.settings.Name, obs.Outcome, outcome))
-	r.s.tel.handoffDur.Record(context.Background(), took.Seconds(), r.tel.typeOnly)
-	r.s.log.InfoContext(ctx, "shard handed off", "shard", ref.String(), "entities", entities, "buffered", buffered, "took", took)
-	return err
-}
-
-// handOffParallelism is how many entities of a shard stop (and save their state) at
-// once during a handoff.
-const handOffParallelism = 16
-
-// stopForHandOff lets each entity finish what it already received, then stops it and
-// saves its state, handOffParallelism at a time.
-func stopForHandOff(ctx context.Context, entities map[string]*entity) {
-	for _, e := range entities {
-		if b, ok := StateStoreAs[BatchStateStore](e.r.s.cfg.States); ok {
-			stopForHandOffBatched(ctx, b, entities) // handoff_batch.go
-			return
-		}
-		break
-	}
-	sem := make(chan struct{}, handOffParallelism)
-	var wg sync.WaitGroup
-	for _, e := range entities {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			e.waitIdle(ctx)
-			e.passivateNow(ctx, causeHandoff, trace.SpanContext{})
-		}()
-	}
-	wg.Wait()
-}
-
 // forgetHomesAt drops cached homes at members for which gone returns true, so that their
 // shards are resolved anew.
-func (r *Region) forgetHomesAt(gone func(string) bool) {
+func (r *shardRegion) forgetHomesAt(gone func(string) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, sl := range r.slots {
@@ -834,7 +618,7 @@ func (r *Region) forgetHomesAt(gone func(string) bool) {
 
 // forward sends d to the region at home. It may be called with r.mu held: it only
 // queues frames and never calls back into the region.
-func (r *Region) forward(a allocation, shardID int, d delivery) {
+func (r *shardRegion) forward(a allocation, shardID int, d delivery) {
 	home := a.region
 	if d.env.Hops >= maxHops {
 		d.fail(fmt.Errorf("%w: %s/%s after %d hops", ErrRoutingLoop, d.env.EntityType, d.env.EntityID, d.env.Hops))
@@ -845,9 +629,15 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 		d.fail(err)
 		return
 	}
+	now := time.Now()
+	if d.expired(now) {
+		r.s.dropExpired(d, now)
+		return
+	}
 	env := d.env
 	env.Hops++
 	env.Epoch = a.epoch
+	env.TimeLeft = d.timeLeft(now)
 	withWireBuf(func(b []byte) []byte { return appendEnvelope(b, &env) }, func(body []byte) {
 		r.send(d, home, to, body)
 	})
@@ -856,7 +646,7 @@ func (r *Region) forward(a allocation, shardID int, d delivery) {
 // send sends d's envelope, encoded as body, to the region at home (transport address
 // to), and has the reply of an ask (or the failure) given to d. The messenger keeps
 // no body once it returns (withWireBuf).
-func (r *Region) send(d delivery, home, to string, body []byte) {
+func (r *shardRegion) send(d delivery, home, to string, body []byte) {
 	// The messenger carries the trace in the frame, under a CLIENT span for an ask.
 	if !d.ask {
 		if err := r.s.cfg.Messenger.TellContext(d.ctx, to, topicDeliver, body); err != nil {
@@ -892,7 +682,7 @@ func (r *Region) send(d delivery, home, to string, body []byte) {
 }
 
 // state lists the region's shards and active entities, sorted.
-func (r *Region) state() []ShardState {
+func (r *shardRegion) state() []ShardState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []ShardState{}
@@ -912,7 +702,7 @@ func (r *Region) state() []ShardState {
 
 // hostedEntities returns the entities of every shard the region hosts, taken under its
 // lock.
-func (r *Region) hostedEntities() []*entity {
+func (r *shardRegion) hostedEntities() []*entity {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var all []*entity
@@ -926,7 +716,7 @@ func (r *Region) hostedEntities() []*entity {
 
 // abortIdleEntities stops, without saving, every entity of the region that no
 // goroutine drains (Sharding.Abort): it takes the mailbox as a drain would.
-func (r *Region) abortIdleEntities(ctx context.Context) {
+func (r *shardRegion) abortIdleEntities(ctx context.Context) {
 	all := r.hostedEntities()
 	for _, e := range all {
 		e.mu.Lock()
@@ -944,7 +734,7 @@ func (r *Region) abortIdleEntities(ctx context.Context) {
 
 // stopEntities stops every entity of the region; called by Sharding.Stop once no
 // mailbox goroutine runs.
-func (r *Region) stopEntities(ctx context.Context, save bool) {
+func (r *shardRegion) stopEntities(ctx context.Context, save bool) {
 	all := r.hostedEntities()
 	for _, e := range all {
 		if save {

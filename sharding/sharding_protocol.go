@@ -97,8 +97,6 @@ func (s *Sharding) askMember(ctx context.Context, addr, topic string, body []byt
 	}
 }
 
-// maxHops bounds how often one message is forwarded between regions. In a stable cluster
-// a message takes at most one hop; more happen only while shard homes move.
 // shardHome asks the coordinator (the singleton on the oldest member) where a shard
 // lives, allocating it if needed. It blocks for at most Config.CoordinatorTimeout.
 // Errors: ErrShardUnavailable, ErrStopped.
@@ -141,7 +139,7 @@ func (s *Sharding) hostShard(ctx context.Context, addr string, ref shardRef, cb 
 
 func (s *Sharding) hostShardHere(ref shardRef) error {
 	if s.leaving.Load() {
-		return ErrLeaving
+		return errLeaving
 	}
 	if self := s.cfg.Membership.Self().UID; ref.UID != 0 && ref.UID != uint64(self) {
 		// Meant for an earlier process at this address (the coordinator had not seen
@@ -172,7 +170,7 @@ func (s *Sharding) hostShardHere(ref shardRef) error {
 // and must not block: slow work goes to an owned goroutine.
 
 func (s *Sharding) handleDeliver(req *cluster.Request) {
-	var env Envelope
+	var env envelope
 	if err := decodeEnvelope(req.Body, &env); err != nil {
 		s.log.Warn("dropping a malformed envelope", "from", req.From, "err", err)
 		req.Reply(nil, err)
@@ -195,8 +193,11 @@ func (s *Sharding) handleDeliver(req *cluster.Request) {
 			}
 		}
 	}
+	// The sender's deadline, as the time it had left (envelope.TimeLeft), and for an
+	// ask at most AskTimeout: the asker's own timeout, not this member's, bounds how
+	// long the message may hold the entity.
+	d.deadline = deadlineAt(env.TimeLeft, time.Now(), d.ask, s.cfg.AskTimeout)
 	if d.ask {
-		d.deadline = time.Now().Add(s.cfg.AskTimeout)
 		d.reply = func(r Reply, err error) {
 			w := wireReply{Payload: r.Payload, Node: r.Node}
 			if err != nil {
@@ -320,12 +321,12 @@ func (s *Sharding) handleHandOffComplete(req *cluster.Request) {
 
 // handleReturn: a region handing a shard off gives back a tell this member sent it.
 func (s *Sharding) handleReturn(req *cluster.Request) {
-	var env Envelope
+	var env envelope
 	if err := decode(req.Body, &env); err != nil {
 		return
 	}
 	if r := s.region(env.EntityType); r != nil {
-		r.reroute(delivery{env: env, ctx: req.Context()})
+		r.reroute(delivery{env: env, ctx: req.Context(), deadline: deadlineAt(env.TimeLeft, time.Now(), false, 0)})
 	}
 }
 

@@ -282,25 +282,6 @@ func TestEntityActivationAndStopLogAtDebug(t *testing.T) {
 	}
 }
 
-func TestLogLimiter(t *testing.T) {
-	l := logLimiter{interval: 10 * time.Second}
-	t0 := time.Unix(1000, 0)
-	if n, ok := l.allow("a", t0); !ok || n != 0 {
-		t.Fatalf("first: %d %v", n, ok)
-	}
-	for i := 1; i <= 3; i++ {
-		if _, ok := l.allow("a", t0.Add(time.Duration(i)*time.Second)); ok {
-			t.Fatal("let through within the interval")
-		}
-	}
-	if _, ok := l.allow("b", t0.Add(time.Second)); !ok {
-		t.Fatal("another key held back")
-	}
-	if n, ok := l.allow("a", t0.Add(11*time.Second)); !ok || n != 3 {
-		t.Fatalf("after the interval: %d suppressed, %v; want 3, true", n, ok)
-	}
-}
-
 func TestShardsMoveWhenTheirMemberLeaves(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	ids := make([]string, 60)
@@ -381,13 +362,13 @@ func TestStopFailsNewMessagesAndStopsEntities(t *testing.T) {
 func TestStartTypeRefusesAnotherShardCount(t *testing.T) {
 	tc := newTestCluster(t, 1)
 	s := tc.nodes[0].sharding
-	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
+	if err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
+	if err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 11}); err == nil {
+	if err := s.StartType(TypeSettings{Name: "t", NumberOfShards: 11}); err == nil {
 		t.Fatal("shard count changed")
 	}
 }

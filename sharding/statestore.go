@@ -17,15 +17,39 @@ var (
 	ErrNoState = errors.New("sharding: no stored state")
 	// ErrStoreUnavailable: not enough replicas of the shard's state answered.
 	ErrStoreUnavailable = errors.New("sharding: entity state store unavailable")
-	// ErrMemberNotGone: ReplicatedStateStore.ForgetMember of a member that is this one
-	// or is up, joining or leaving.
-	ErrMemberNotGone = errors.New("sharding: the member is not gone")
 	// ErrStateTooLarge: a snapshot is over the store's MaxStateSize.
 	ErrStateTooLarge = errors.New("sharding: entity state too large")
 	// ErrInvalidStateKey: a key the store cannot hold: an empty type or ID, a negative
-	// shard, or a type or ID over its length cap (1 KiB, 16 KiB).
+	// shard, or a type or ID over its length cap (MaxStateTypeLen, MaxStateIDLen).
 	ErrInvalidStateKey = errors.New("sharding: invalid entity state key")
 )
+
+// Limits of a state key's parts, in bytes (bbolt keys are at most 32 KiB): CheckStateKey
+// refuses longer ones.
+const (
+	MaxStateTypeLen = 1 << 10
+	MaxStateIDLen   = 16 << 10
+)
+
+// CheckStateKey reports, with an error wrapping ErrInvalidStateKey, a key a store
+// cannot hold: an empty type, a negative shard, an empty ID where needID (a key of an
+// entity rather than of a shard), or a type or ID over MaxStateTypeLen or
+// MaxStateIDLen.
+func CheckStateKey(typ string, shard int, id string, needID bool) error {
+	switch {
+	case typ == "":
+		return fmt.Errorf("%w: empty entity type", ErrInvalidStateKey)
+	case len(typ) > MaxStateTypeLen:
+		return fmt.Errorf("%w: entity type of %d bytes (the cap is %d)", ErrInvalidStateKey, len(typ), MaxStateTypeLen)
+	case shard < 0:
+		return fmt.Errorf("%w: negative shard %d", ErrInvalidStateKey, shard)
+	case needID && id == "":
+		return fmt.Errorf("%w: empty entity ID", ErrInvalidStateKey)
+	case len(id) > MaxStateIDLen:
+		return fmt.Errorf("%w: entity ID of %d bytes (the cap is %d)", ErrInvalidStateKey, len(id), MaxStateIDLen)
+	}
+	return nil
+}
 
 // EntityKey names an entity in a state store.
 type EntityKey struct {
@@ -81,7 +105,7 @@ var _ TypeStateDeleter = (*MemoryStateStore)(nil)
 
 // DeleteType implements TypeStateDeleter.
 func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
-	if err := checkStateKey(typ, 0, "", false); err != nil {
+	if err := CheckStateKey(typ, 0, "", false); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -142,7 +166,7 @@ func (m *MemoryStateStore) fence(k shardKey, epoch uint64) error {
 
 // Save implements StateStore.
 func (m *MemoryStateStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
-	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -159,7 +183,7 @@ var _ ShardFencer = (*MemoryStateStore)(nil)
 
 // FenceShard implements ShardFencer.
 func (m *MemoryStateStore) FenceShard(ctx context.Context, typ string, shard int, epoch uint64) error {
-	if err := checkStateKey(typ, shard, "", false); err != nil {
+	if err := CheckStateKey(typ, shard, "", false); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -169,7 +193,7 @@ func (m *MemoryStateStore) FenceShard(ctx context.Context, typ string, shard int
 
 // Load implements StateStore.
 func (m *MemoryStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
-	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -188,7 +212,7 @@ func (m *MemoryStateStore) Load(ctx context.Context, key EntityKey) ([]byte, err
 
 // Remember implements StateStore.
 func (m *MemoryStateStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
-	if err := checkStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -210,7 +234,7 @@ func (m *MemoryStateStore) Remember(ctx context.Context, key EntityKey, epoch ui
 
 // Remembered implements StateStore.
 func (m *MemoryStateStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
-	if err := checkStateKey(typ, shard, "", false); err != nil {
+	if err := CheckStateKey(typ, shard, "", false); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()

@@ -122,11 +122,11 @@ type StoredSnapshot struct {
 // Validate reports a shard that no store could hold: a bad type, shard or ID, IDs out
 // of order or repeated.
 func (s *StoredShard) Validate() error {
-	if err := checkStateKey(s.Type, s.Shard, "", false); err != nil {
+	if err := CheckStateKey(s.Type, s.Shard, "", false); err != nil {
 		return err
 	}
 	for i, sn := range s.Snapshots {
-		if err := checkStateKey(s.Type, s.Shard, sn.ID, true); err != nil {
+		if err := CheckStateKey(s.Type, s.Shard, sn.ID, true); err != nil {
 			return err
 		}
 		if i > 0 && s.Snapshots[i-1].ID >= sn.ID {
@@ -134,7 +134,7 @@ func (s *StoredShard) Validate() error {
 		}
 	}
 	for i, id := range s.Remembered {
-		if err := checkStateKey(s.Type, s.Shard, id, true); err != nil {
+		if err := CheckStateKey(s.Type, s.Shard, id, true); err != nil {
 			return err
 		}
 		if i > 0 && s.Remembered[i-1] >= id {

@@ -101,7 +101,7 @@ func TestCoordinatorAllocatesAboveTheStoresEpochs(t *testing.T) {
 	// The shards with remembered entities are allocated without a message, once the
 	// members know the type (as a deploy tells them).
 	for _, n := range tc.nodes {
-		if _, err := n.sharding.StartType(n.types.settings["remember"]); err != nil {
+		if err := n.sharding.StartType(n.types.settings["remember"]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,8 +18,6 @@ const (
 	attrStateBytes     = attribute.Key("shardhost.state.bytes")
 	attrStateRemember  = attribute.Key("shardhost.state.remember")
 	attrStateEntities  = attribute.Key("shardhost.state.entities")
-	attrReplicasAsked  = attribute.Key("shardhost.state.replicas.asked")
-	attrReplicasAnswer = attribute.Key("shardhost.state.replicas.answered")
 )
 
 type stateOp uint8
@@ -60,9 +58,10 @@ type stateOpKey struct {
 var _ StateStore = (*instrumentedStateStore)(nil)
 
 // instrumentStateStore returns store recording, for every Save, Load, Remember,
-// Remembered and (when store has them) SaveBatch and FenceShard: a span when the context is traced ("state save", ...: the entity's
-// attributes, bytes, and the replicas asked and answered when the store reports them
-// with RecordReplicas), and the metrics shardhost.state.operations,
+// Remembered and (when store has them) SaveBatch and FenceShard: a span when the
+// context is traced ("state save", ...: the entity's attributes, bytes, and the
+// replicas asked and answered when the store sets them on the span, as package
+// replstore does), and the metrics shardhost.state.operations,
 // shardhost.state.operation.duration, shardhost.state.io and
 // shardhost.state.fencing.refusals. self is this member's address (shardhost.node).
 // Sharding applies it to Config.States itself. fence is the store's FenceShard so
@@ -221,15 +220,6 @@ func (s *instrumentedStateStore) Remembered(ctx context.Context, typ string, sha
 	}
 	s.done(stateOpRemembered, span, start, 0, err)
 	return ids, err
-}
-
-// recordReplicas records, on the span of the state store operation ctx belongs to, how
-// many replicas it asked and how many answered (or acknowledged). A StateStore that
-// replicates calls it; it does nothing outside a recording span.
-func recordReplicas(ctx context.Context, asked, answered int) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attrReplicasAsked.Int(asked), attrReplicasAnswer.Int(answered))
-	}
 }
 
 // withTraceOf returns base (its values and cancellation) carrying the span of ctx: work

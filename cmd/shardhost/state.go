@@ -18,6 +18,7 @@ import (
 	"github.com/shardhost/shardhost/host"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/sharding/pgstore"
+	"github.com/shardhost/shardhost/sharding/replstore"
 )
 
 func newStateCommand(g *globals) *cobra.Command {
@@ -146,7 +147,7 @@ func newStateExportCommand() *cobra.Command {
 				for _, d := range dataDirs {
 					dirs = append(dirs, stateDirOf(d))
 				}
-				err = sharding.ExportStateDirs(dirs, sw.add)
+				err = replstore.ExportDirs(dirs, sw.add)
 			}
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
@@ -214,7 +215,7 @@ func newStateImportCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&store, "state-store", "", "the store to write: builtin, or a PostgreSQL URL (default $SHARDHOST_STATE_STORE, else builtin)")
 	cmd.Flags().StringArrayVar(&members, "member", nil, "for builtin: a member as ADDR=DATADIR, its --bind address and --data-dir; repeat for every member")
-	cmd.Flags().IntVar(&replicas, "replicas", sharding.DefaultReplicatedStateStoreConfig().Replicas, "for builtin: how many members hold each shard (the store's Replicas)")
+	cmd.Flags().IntVar(&replicas, "replicas", replstore.DefaultConfig().Replicas, "for builtin: how many members hold each shard (the store's Replicas)")
 	return cmd
 }
 
@@ -230,7 +231,7 @@ func readStateFileAt(path string, fn func(*sharding.StoredShard) error) (*shardi
 // stateDirOf returns a member's state directory: DIR/state, or DIR itself if it holds
 // the store's file.
 func stateDirOf(dir string) string {
-	if _, err := os.Stat(filepath.Join(dir, sharding.StateFileName)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, replstore.FileName)); err == nil {
 		return dir
 	}
 	return filepath.Join(dir, "state")
@@ -279,17 +280,17 @@ func importBuiltin(file string, members []string, replicas int) (*sharding.State
 	if len(members) == 0 {
 		return nil, errors.New("--member ADDR=DATADIR: give every member the cluster will start with (repeat the flag)")
 	}
-	var ms []sharding.StateMember
+	var ms []replstore.MemberDir
 	var dirs []string
 	for _, m := range members {
 		addr, dir, ok := strings.Cut(m, "=")
 		if !ok || addr == "" || dir == "" {
 			return nil, fmt.Errorf("--member %q: want ADDR=DATADIR (the member's --bind address and --data-dir)", m)
 		}
-		ms = append(ms, sharding.StateMember{Addr: addr, Dir: filepath.Join(dir, "state")})
+		ms = append(ms, replstore.MemberDir{Addr: addr, Dir: filepath.Join(dir, "state")})
 		dirs = append(dirs, filepath.Join(dir, "state"))
 	}
-	im, err := sharding.NewStateDirImporter(ms, replicas)
+	im, err := replstore.NewDirImporter(ms, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +302,7 @@ func importBuiltin(file string, members []string, replicas int) (*sharding.State
 		return nil, err
 	}
 	var got sharding.StateDigest
-	if err := sharding.ExportStateDirs(dirs, got.Add); err != nil {
+	if err := replstore.ExportDirs(dirs, got.Add); err != nil {
 		return nil, fmt.Errorf("reading the store back: %w", err)
 	}
 	return &got, nil

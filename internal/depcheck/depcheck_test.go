@@ -1,8 +1,10 @@
 // Package depcheck checks the dependency direction of docs/design.md: cmd/host → host →
 // sharding → ddata → cluster → abi, imports pointing down only, and abi on the standard
 // library alone. The PostgreSQL driver stays in sharding/pgstore: only it imports pgx,
-// and sharding itself never imports pgstore (host chooses the store). The fault harness
-// (faults/) is imported by nothing.
+// and sharding itself never imports pgstore (host chooses the store). Nor does sharding,
+// or a subpackage of it other than the stores and their contract (statestoretest),
+// import the built-in replicated store, sharding/replstore. The fault harness (faults/)
+// is imported by nothing.
 package depcheck
 
 import (
@@ -17,6 +19,21 @@ const mod = "github.com/shardhost/shardhost/"
 
 // pgxOnly is the one package that may import the PostgreSQL driver.
 const pgxOnly = mod + "sharding/pgstore"
+
+// replstorePkg is the built-in replicated state store: like pgstore, host chooses it,
+// and sharding knows it only as a StateStore.
+const replstorePkg = mod + "sharding/replstore"
+
+// storePackage reports whether pkg is a state store of sharding or their shared
+// contract, which may import the stores.
+func storePackage(pkg string) bool {
+	for _, p := range []string{replstorePkg, pgxOnly, mod + "sharding/statestoretest"} {
+		if pkg == p || strings.HasPrefix(pkg, p+"/") {
+			return true
+		}
+	}
+	return false
+}
 
 // faultsOnly is the fault-schedule harness: it imports cluster, ddata and sharding, and
 // nothing imports it.
@@ -66,6 +83,9 @@ func TestDependencyDirection(t *testing.T) {
 			}
 			if imp == pgxOnly && (layers[from] != "host" && layers[from] != "cmd/shardhost") && !strings.HasSuffix(pkg, ".test") {
 				t.Errorf("%s imports %s: the store is chosen by host and cmd/shardhost", pkg, imp)
+			}
+			if (imp == replstorePkg || strings.HasPrefix(imp, replstorePkg+"/")) && layers[from] == "sharding" && !storePackage(pkg) {
+				t.Errorf("%s imports %s: sharding knows the built-in store only as a StateStore; host chooses it", pkg, imp)
 			}
 			if to := layerOf(imp); to >= 0 && to <= from && layers[to] != layers[from] {
 				t.Errorf("%s imports %s: imports must point down %v", pkg, imp, layers)

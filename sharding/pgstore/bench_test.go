@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardhost/shardhost/internal/pgtest"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/sharding/replstore"
 	"github.com/shardhost/shardhost/sharding/statestoretest"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkSave(b *testing.B) {
 		open func(b *testing.B) []sharding.StateStore
 	}{
 		{"builtin", func(b *testing.B) []sharding.StateStore {
-			return statestoretest.Replicated(b, 3, func(c *sharding.ReplicatedStateStoreConfig) { c.RequestTimeout = 10 * time.Second })
+			return statestoretest.Replicated(b, 3, func(c *replstore.Config) { c.RequestTimeout = 10 * time.Second })
 		}},
 		{"postgres", func(b *testing.B) []sharding.StateStore {
 			srv := pgtest.Start(b, pgtest.Options{})

@@ -20,6 +20,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/sharding/replstore"
 )
 
 // Open returns handles on one fresh, empty store: what one handle writes every other
@@ -527,11 +528,11 @@ func invalidKeys(t *testing.T, h []sharding.StateStore) {
 	mustLoad(t, h[1], key, []byte("fine"))
 }
 
-// Replicated starts n members, each with a ReplicatedStateStore on its own directory
+// Replicated starts n members, each with a replstore.Store on its own directory
 // (bbolt, fsynced) on in-memory gossip and frame networks, waits until they are all up
 // and returns their stores; everything stops in tb.Cleanup. mutate may change each
 // store's configuration.
-func Replicated(tb testing.TB, n int, mutate func(*sharding.ReplicatedStateStoreConfig)) []sharding.StateStore {
+func Replicated(tb testing.TB, n int, mutate func(*replstore.Config)) []sharding.StateStore {
 	tb.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	gossip, frames := cluster.NewInmemGossipNetwork(), cluster.NewInmemNetwork()
@@ -557,13 +558,13 @@ func Replicated(tb testing.TB, n int, mutate func(*sharding.ReplicatedStateStore
 		if err != nil {
 			tb.Fatal(err)
 		}
-		scfg := sharding.DefaultLocalReplicatedStateStoreConfig()
+		scfg := replstore.DefaultLocalConfig()
 		scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = ms, msgr, tb.TempDir(), quiet
 		scfg.RequestTimeout = 5 * time.Second
 		if mutate != nil {
 			mutate(&scfg)
 		}
-		store, err := sharding.NewReplicatedStateStore(scfg)
+		store, err := replstore.New(scfg)
 		if err != nil {
 			tb.Fatal(err)
 		}

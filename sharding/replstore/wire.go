@@ -1,4 +1,4 @@
-package sharding
+package replstore
 
 import (
 	"encoding/binary"
@@ -6,16 +6,18 @@ import (
 	"math"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/shardhost/shardhost/sharding"
 )
 
-// This file holds the formats of the replicated state store (statestore_replicated.go):
+// This file holds the formats of the replicated state store (store.go):
 // its node-to-node messages and its records on disk.
 
 // Topics of the replicated state store's protocol. Every message is a request (one-way
 // messages are dropped); request and reply bodies are CBOR maps with integer keys. Every
 // reply type has Code at key 1 and Msg at key 2, so a reply of any topic decodes as a
 // stateReply, which is how a busy replica answers whatever it was asked; and the
-// replier's store ID at key 15 (statestore_ring.go: a reply from a data directory other
+// replier's store ID at key 15 (ring.go: a reply from a data directory other
 // than the one the ring admitted does not count as that replica's).
 const (
 	// topicStateWrite: stateWriteReq → stateReply. Apply records (fenced writes of
@@ -38,26 +40,26 @@ const (
 	// these record versions the replica lacks or holds older.
 	topicStateDiff = "state/diff"
 	// topicStateDeleteType: stateDeleteTypeReq → stateReply. Delete every record of an
-	// entity type on this member (ReplicatedStateStore.DeleteType).
+	// entity type on this member (Store.DeleteType).
 	topicStateDeleteType = "state/delete-type"
 	// topicStateHandover: stateHandoverReq → stateHandoverReply. A handover round
-	// (statestore_ring.go): does the replica see these members up, and has it synced
+	// (ring.go): does the replica see these members up, and has it synced
 	// every shard it stores with their replica sets?
 	topicStateHandover = "state/handover"
 	// topicStateForget: stateForgetReq → stateForgetReply. An operator forgets a
-	// retained member (ReplicatedStateStore.ForgetMember).
+	// retained member (Store.ForgetMember).
 	topicStateForget = "state/forget"
 )
 
 // Reply codes: the outcome of a request, mapped back to errors by the requester
-// (stateCodeError), so that errors.Is(err, ErrStaleEpoch) holds across members.
+// (stateCodeError), so that errors.Is(err, sharding.ErrStaleEpoch) holds across members.
 const (
 	stateCodeOK       uint8 = iota
-	stateCodeStale          // ErrStaleEpoch: the replica has a newer epoch for the shard
-	stateCodeTooLarge       // ErrStateTooLarge
-	stateCodeBad            // ErrMalformedMessage or ErrInvalidStateKey: a bad request
-	stateCodeBusy           // ErrStoreUnavailable: the replica serves too many requests
-	stateCodeFailure        // ErrStoreUnavailable: the replica's disk failed, or it is closed
+	stateCodeStale          // sharding.ErrStaleEpoch: the replica has a newer epoch for the shard
+	stateCodeTooLarge       // sharding.ErrStateTooLarge
+	stateCodeBad            // sharding.ErrMalformedMessage or sharding.ErrInvalidStateKey: a bad request
+	stateCodeBusy           // sharding.ErrStoreUnavailable: the replica serves too many requests
+	stateCodeFailure        // sharding.ErrStoreUnavailable: the replica's disk failed, or it is closed
 	stateCodeChanged        // errStateChanged: a chunked read found a newer version
 )
 
@@ -306,40 +308,17 @@ const stateMaxListLen = 1 << 16
 func encodeState(v any) []byte {
 	b, err := stateEncMode.Marshal(v)
 	if err != nil {
-		panic(fmt.Sprintf("sharding: encoding %T: %v", v, err)) // only our own types get here
+		panic(fmt.Sprintf("replstore: encoding %T: %v", v, err)) // only our own types get here
 	}
 	return b
 }
 
 func decodeState(b []byte, v any) error {
 	if len(b) == 0 {
-		return fmt.Errorf("%w: %T: empty body", ErrMalformedMessage, v)
+		return fmt.Errorf("%w: %T: empty body", sharding.ErrMalformedMessage, v)
 	}
 	if err := stateDecMode.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%w: %T: %v", ErrMalformedMessage, v, err)
-	}
-	return nil
-}
-
-// Limits of keys: bbolt keys are at most 32 KiB.
-const (
-	stateMaxTypeLen = 1 << 10
-	stateMaxIDLen   = 16 << 10
-)
-
-// checkStateKey validates the parts of a key the store can hold.
-func checkStateKey(typ string, shard int, id string, needID bool) error {
-	switch {
-	case typ == "":
-		return fmt.Errorf("%w: empty entity type", ErrInvalidStateKey)
-	case len(typ) > stateMaxTypeLen:
-		return fmt.Errorf("%w: entity type of %d bytes (the cap is %d)", ErrInvalidStateKey, len(typ), stateMaxTypeLen)
-	case shard < 0:
-		return fmt.Errorf("%w: negative shard %d", ErrInvalidStateKey, shard)
-	case needID && id == "":
-		return fmt.Errorf("%w: empty entity ID", ErrInvalidStateKey)
-	case len(id) > stateMaxIDLen:
-		return fmt.Errorf("%w: entity ID of %d bytes (the cap is %d)", ErrInvalidStateKey, len(id), stateMaxIDLen)
+		return fmt.Errorf("%w: %T: %v", sharding.ErrMalformedMessage, v, err)
 	}
 	return nil
 }
@@ -348,7 +327,7 @@ func checkStateKey(typ string, shard int, id string, needID bool) error {
 //
 //	epochs:  shard prefix → epoch (8 bytes, big-endian)
 //	records: shard prefix | kind (1 byte) | entity ID → value
-//	ring:    "ring" → stateRingRecord (CBOR): the ring of statestore_ring.go;
+//	ring:    "ring" → stateRingRecord (CBOR): the ring of ring.go;
 //	         "store" → the file's store ID (16 hex digits, stateDisk.storeID)
 //
 // shard prefix = uvarint(len(type)) | type | shard (8 bytes, big-endian), so that one
@@ -367,7 +346,7 @@ var (
 	stateNewKey = []byte("new")
 )
 
-// stateRingRecord is the ring as this member last saw it (statestore_ring.go): the
+// stateRingRecord is the ring as this member last saw it (ring.go): the
 // admitted members, the ring's generation, and this member's own address then (a
 // member restarted at another address does not restore it). Stores[i] is the store ID
 // Admitted[i] was admitted with ("" or absent: not known; records written before
@@ -400,7 +379,7 @@ func stateShardPrefix(typ string, shard int) []byte {
 // parseStateShardPrefix reads a whole epochs key back.
 func parseStateShardPrefix(k []byte) (typ string, shard int, ok bool) {
 	n, w := binary.Uvarint(k)
-	if w <= 0 || n == 0 || n > stateMaxTypeLen || uint64(len(k)-w) != n+8 {
+	if w <= 0 || n == 0 || n > sharding.MaxStateTypeLen || uint64(len(k)-w) != n+8 {
 		return "", 0, false
 	}
 	typ = string(k[w : w+int(n)])

@@ -1,4 +1,4 @@
-package sharding
+package replstore
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func TestFullDataDirectoryRefusedWritesAreLogged(t *testing.T) {
 	}
 	var logs syncBuffer
 	d.log = slog.New(slog.NewTextHandler(&logs, nil))
-	d.writeLog.interval = time.Hour // one line for this whole test
+	d.writeLog.Interval = time.Hour // one line for this whole test
 	write := func(seq uint64) error {
 		_, err := d.applyWrite(&stateWriteReq{Type: "t", Shard: 1, Epoch: 1, Fence: true,
 			Records: []stateRecord{{Kind: stateKindSnapshot, ID: "e", Epoch: 1, Seq: seq, Data: []byte("state")}}})
@@ -77,7 +77,7 @@ func TestFullDataDirectoryRefusedWritesAreLogged(t *testing.T) {
 		t.Fatalf("logged %q, want one error line naming the file and bbolt's error", logs.String())
 	}
 	// The next line, once the interval has passed, counts the two it left out.
-	d.writeLog.interval = 0
+	d.writeLog.Interval = 0
 	if err := write(5); err == nil {
 		t.Fatal("write 5 landed on a read-only file")
 	}
@@ -87,7 +87,7 @@ func TestFullDataDirectoryRefusedWritesAreLogged(t *testing.T) {
 }
 
 // TestAStateDirectoryIsNewUntilItsMemberSeesAnother: a state directory is new (its
-// member alone may found a cluster on it, statestore_ring.go) when its store opens it,
+// member alone may found a cluster on it, ring.go) when its store opens it,
 // if no process that had it open saw another member or answered one: e2e
 // TestComposeFile on a loaded machine had its first seed fail to join within
 // --seed-node-timeout and then form the cluster with a second store on the directory

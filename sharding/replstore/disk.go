@@ -1,7 +1,7 @@
-// A ReplicatedStateStore's replica data on this member: one bbolt file, written by one
+// A Store's replica data on this member: one bbolt file, written by one
 // goroutine with group commit.
 
-package sharding
+package replstore
 
 import (
 	"bytes"
@@ -19,11 +19,13 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/internal/boltfile"
+	"github.com/shardhost/shardhost/internal/obs"
+	"github.com/shardhost/shardhost/sharding"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// stateDisk is a member's replica data: a bbolt file (layout in statestore_wire.go).
+// stateDisk is a member's replica data: a bbolt file (layout in wire.go).
 // One goroutine writes: it commits the writes waiting in its queue together, in one
 // transaction and one fsync (group commit), and acknowledges each after the fsync.
 // Reads run beside it, each in a read transaction. Safe for concurrent use.
@@ -33,7 +35,7 @@ type stateDisk struct {
 	// storeID names this file's data: 16 hex digits chosen at random when the file is
 	// created, kept in the ring bucket. A member restarted on an empty directory (its
 	// disk lost) has a new one: the others tell its replicas from those it had
-	// (statestore_ring.go).
+	// (ring.go).
 	storeID string
 	// created: the file had taken no part in a cluster when the store opened it: this
 	// process made it, or one that never saw another member and answered no member's
@@ -54,7 +56,7 @@ type stateDisk struct {
 	// most one per writeLog's interval, with the count of those suppressed since the
 	// last. Nil: none (the offline tools). Set before the first write.
 	log      *slog.Logger
-	writeLog logLimiter
+	writeLog obs.LogLimiter
 }
 
 // stateDiskWriteLogInterval is the least time between two log lines of refused writes.
@@ -75,14 +77,14 @@ const (
 )
 
 // openStateDisk opens (or creates) the data file in dir, creating dir with mode 0o700
-// and the file with mode 0o600. Errors wrap ErrStoreUnavailable: the directory cannot be
-// made, another store holds the file (its lock is not taken within 1 s), the file is
-// not a valid bbolt file.
+// and the file with mode 0o600. Errors wrap sharding.ErrStoreUnavailable: the directory
+// cannot be made, another store holds the file (its lock is not taken within 1 s), the
+// file is not a valid bbolt file.
 func openStateDisk(dir string) (*stateDisk, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: state store: create directory: %w", ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("%w: state store: create directory: %w", sharding.ErrStoreUnavailable, err)
 	}
-	path := filepath.Join(dir, StateFileName)
+	path := filepath.Join(dir, FileName)
 	_, statErr := os.Stat(path)
 	var db *bolt.DB
 	err := boltfile.Guard(func() (err error) {
@@ -93,7 +95,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 		err = fmt.Errorf("directory %s is in use by another store: %w", dir, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
+		return nil, fmt.Errorf("%w: state store: open %s: %w", sharding.ErrStoreUnavailable, path, err)
 	}
 	var storeID string
 	created := false
@@ -129,10 +131,10 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	}
 	if err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("%w: state store: open %s: %w", ErrStoreUnavailable, path, err)
+		return nil, fmt.Errorf("%w: state store: open %s: %w", sharding.ErrStoreUnavailable, path, err)
 	}
 	d := &stateDisk{path: path, db: db, storeID: storeID, created: created, ops: make(chan *stateDiskOp, stateDiskQueue),
-		stop: make(chan struct{}), done: make(chan struct{}), writeLog: logLimiter{interval: stateDiskWriteLogInterval}}
+		stop: make(chan struct{}), done: make(chan struct{}), writeLog: obs.LogLimiter{Interval: stateDiskWriteLogInterval}}
 	d.inCluster.Store(!created)
 	go d.run()
 	return d, nil
@@ -141,8 +143,8 @@ func openStateDisk(dir string) (*stateDisk, error) {
 // noteInCluster records on disk that the file takes part in a cluster (its member saw
 // another, or is about to answer a member's request): a store opened on it later is
 // not created, and its member, alone or among members none of which has a confirmed
-// ring, does not found a new cluster (statestore_ring.go). A no-op once done. Errors
-// wrap ErrStoreUnavailable; a request about to be answered must then fail.
+// ring, does not found a new cluster (ring.go). A no-op once done. Errors
+// wrap sharding.ErrStoreUnavailable; a request about to be answered must then fail.
 func (d *stateDisk) noteInCluster() error {
 	if d.inCluster.Load() {
 		return nil
@@ -172,7 +174,7 @@ func (d *stateDisk) close() error {
 		close(d.stop)
 		<-d.done
 		if err := d.db.Close(); err != nil {
-			d.err = fmt.Errorf("%w: state store %s: close: %w", ErrStoreUnavailable, d.path, err)
+			d.err = fmt.Errorf("%w: state store %s: close: %w", sharding.ErrStoreUnavailable, d.path, err)
 		}
 	})
 	return d.err
@@ -223,7 +225,7 @@ func (d *stateDisk) refused(err error) {
 	if err == nil || d.log == nil {
 		return
 	}
-	if suppressed, ok := d.writeLog.allow("write", time.Now()); ok {
+	if suppressed, ok := d.writeLog.Allow("write", time.Now()); ok {
 		d.log.Error("state store: this member's disk refused a write: its replicas of entity state fall behind until it accepts writes again",
 			"file", d.path, "err", err, "suppressed", suppressed)
 	}
@@ -271,9 +273,9 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 	}
 }
 
-// saveRing writes the ring's record (statestore_ring.go) and returns once it is on
+// saveRing writes the ring's record (ring.go) and returns once it is on
 // disk (bbolt fsyncs the commit). It runs beside the writer's transactions: bbolt
-// serializes writers. Errors wrap ErrStoreUnavailable.
+// serializes writers. Errors wrap sharding.ErrStoreUnavailable.
 func (d *stateDisk) saveRing(rec *stateRingRecord) error {
 	return d.updateRing("saving the ring", func(b *bolt.Bucket) error { return b.Put(stateRingKey, encodeState(rec)) })
 }
@@ -281,7 +283,7 @@ func (d *stateDisk) saveRing(rec *stateRingRecord) error {
 // updateRing runs fn on the ring bucket in a write transaction of its own, beside the
 // writer's (bbolt serializes writers), and returns once it is on disk. what names the
 // change in the error. Errors: errStateClosed after close; others wrap
-// ErrStoreUnavailable.
+// sharding.ErrStoreUnavailable.
 func (d *stateDisk) updateRing(what string, fn func(b *bolt.Bucket) error) error {
 	select {
 	case <-d.stop:
@@ -296,7 +298,7 @@ func (d *stateDisk) updateRing(what string, fn func(b *bolt.Bucket) error) error
 		return true, fn(b)
 	})
 	if err != nil {
-		return fmt.Errorf("%w: state store %s: %s: %w", ErrStoreUnavailable, d.path, what, err)
+		return fmt.Errorf("%w: state store %s: %s: %w", sharding.ErrStoreUnavailable, d.path, what, err)
 	}
 	return nil
 }
@@ -318,12 +320,12 @@ func (d *stateDisk) loadRing() (*stateRingRecord, error) {
 		return decodeState(v, rec)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: state store %s: reading the ring: %w", ErrStoreUnavailable, d.path, err)
+		return nil, fmt.Errorf("%w: state store %s: reading the ring: %w", sharding.ErrStoreUnavailable, d.path, err)
 	}
 	return rec, nil
 }
 
-// view runs fn in a read transaction. Errors wrap ErrStoreUnavailable.
+// view runs fn in a read transaction. Errors wrap sharding.ErrStoreUnavailable.
 func (d *stateDisk) view(fn func(eb, rb *bolt.Bucket) error) error {
 	err := boltfile.View(d.db, func(tx *bolt.Tx) error {
 		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
@@ -333,7 +335,7 @@ func (d *stateDisk) view(fn func(eb, rb *bolt.Bucket) error) error {
 		return fn(eb, rb)
 	})
 	if err != nil {
-		return fmt.Errorf("%w: state store %s: read: %w", ErrStoreUnavailable, d.path, err)
+		return fmt.Errorf("%w: state store %s: read: %w", sharding.ErrStoreUnavailable, d.path, err)
 	}
 	return nil
 }
@@ -351,8 +353,8 @@ func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) {
 }
 
 // applyWrite applies a write request (see stateWriteReq) and returns the shard's epoch
-// after it. Errors: ErrStaleEpoch (a fenced write older than the shard's epoch: nothing
-// written), ErrStoreUnavailable (the disk failed).
+// after it. Errors: sharding.ErrStaleEpoch (a fenced write older than the shard's
+// epoch: nothing written), sharding.ErrStoreUnavailable (the disk failed).
 func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 	prefix := stateShardPrefix(req.Type, req.Shard)
 	size := 0
@@ -398,10 +400,10 @@ func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 		return changed, nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: write: %w", ErrStoreUnavailable, d.path, err)
+		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err)
 	}
 	if stale {
-		return epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", ErrStaleEpoch, req.Epoch, epoch, req.Type, req.Shard)
+		return epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", sharding.ErrStaleEpoch, req.Epoch, epoch, req.Type, req.Shard)
 	}
 	return epoch, nil
 }
@@ -449,7 +451,7 @@ func (d *stateDisk) deleteType(typ string, at uint64) (mark uint64, deleted int,
 		return true, eb.Put(stateDeletedKey(typ), binary.BigEndian.AppendUint64(nil, mark))
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: state store %s: delete %s: %w", ErrStoreUnavailable, d.path, typ, err)
+		return 0, 0, fmt.Errorf("%w: state store %s: delete %s: %w", sharding.ErrStoreUnavailable, d.path, typ, err)
 	}
 	return mark, deleted, nil
 }
@@ -478,7 +480,7 @@ func (d *stateDisk) raiseEpoch(prefix []byte, epoch uint64) (uint64, error) {
 		return true, eb.Put(prefix, binary.BigEndian.AppendUint64(nil, cur))
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: write: %w", ErrStoreUnavailable, d.path, err)
+		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err)
 	}
 	return cur, nil
 }
@@ -653,7 +655,7 @@ func (d *stateDisk) dropSynced(prefix []byte, entries []stateRecord) (int, error
 		return true, eb.Delete(prefix)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: drop: %w", ErrStoreUnavailable, d.path, err)
+		return 0, fmt.Errorf("%w: state store %s: drop: %w", sharding.ErrStoreUnavailable, d.path, err)
 	}
 	return dropped, nil
 }

@@ -1,9 +1,9 @@
-// The ReplicatedStateStore's repairs: read repair (a read that found replicas behind
+// The Store's repairs: read repair (a read that found replicas behind
 // sends them the newest version, best effort, through a bounded queue) and
 // anti-entropy (a pass over the shards this member stores, every RepairInterval and on
 // membership changes, that brings their current replicas up to what it holds).
 
-package sharding
+package replstore
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // finishLoad waits for the replicas that had not answered when Load returned (each
 // answers or fails within RequestTimeout), then queues a read repair for those that
 // hold an older snapshot or none.
-func (s *ReplicatedStateStore) finishLoad(key EntityKey, answers []stateReadAnswer, pending int, results <-chan stateReadAnswer) {
+func (s *Store) finishLoad(key sharding.EntityKey, answers []stateReadAnswer, pending int, results <-chan stateReadAnswer) {
 	for ; pending > 0; pending-- {
 		answers = append(answers, <-results)
 	}
@@ -40,7 +41,7 @@ func (s *ReplicatedStateStore) finishLoad(key EntityKey, answers []stateReadAnsw
 
 // finishRemembered waits for the late replicas, then queues, for each replica that
 // answered, the marks it lacks or holds older.
-func (s *ReplicatedStateStore) finishRemembered(typ string, shard int, answers []stateRememberedAnswer, pending int, results <-chan stateRememberedAnswer) {
+func (s *Store) finishRemembered(typ string, shard int, answers []stateRememberedAnswer, pending int, results <-chan stateRememberedAnswer) {
 	for ; pending > 0; pending-- {
 		answers = append(answers, <-results)
 	}
@@ -67,11 +68,11 @@ func (s *ReplicatedStateStore) finishRemembered(typ string, shard int, answers [
 	}
 }
 
-// Repair runs one anti-entropy pass now (see ReplicatedStateStore) and returns when it
-// is done: nil if every stored shard was in sync with, or sent to, every current
-// replica; else an error wrapping ErrStoreUnavailable that counts the shards left out
-// of sync (a later pass retries them). Passes do not overlap.
-func (s *ReplicatedStateStore) Repair(ctx context.Context) error {
+// Repair runs one anti-entropy pass now (see Store) and returns when it is done: nil if
+// every stored shard was in sync with, or sent to, every current replica; else an error
+// wrapping sharding.ErrStoreUnavailable that counts the shards left out of sync (a
+// later pass retries them). Passes do not overlap.
+func (s *Store) Repair(ctx context.Context) error {
 	if !s.owner.Enter() {
 		return closedError()
 	}
@@ -87,7 +88,7 @@ func (s *ReplicatedStateStore) Repair(ctx context.Context) error {
 // ReadRepairsDropped returns how many read repairs did not fit in their queue since the
 // store opened (a bounded queue drops rather than blocks a read). Each anti-entropy pass
 // makes up for them and logs how many it follows, at warn level.
-func (s *ReplicatedStateStore) ReadRepairsDropped() uint64 { return s.readRepairsDropped.Load() }
+func (s *Store) ReadRepairsDropped() uint64 { return s.readRepairsDropped.Load() }
 
 // statePull names a snapshot version to read from a replica for a read repair.
 type statePull struct {
@@ -107,7 +108,7 @@ type stateRepairJob struct {
 }
 
 // queueRepair queues a read repair, or drops it (counted) if the queue is full.
-func (s *ReplicatedStateStore) queueRepair(job stateRepairJob) {
+func (s *Store) queueRepair(job stateRepairJob) {
 	select {
 	case s.readRepairs <- job:
 	default:
@@ -115,7 +116,7 @@ func (s *ReplicatedStateStore) queueRepair(job stateRepairJob) {
 	}
 }
 
-func (s *ReplicatedStateStore) readRepairLoop() {
+func (s *Store) readRepairLoop() {
 	for {
 		select {
 		case <-s.owner.Done():
@@ -127,10 +128,10 @@ func (s *ReplicatedStateStore) readRepairLoop() {
 }
 
 // runRepair writes a read repair's records (unfenced: versions decide) to its targets.
-func (s *ReplicatedStateStore) runRepair(job stateRepairJob) {
+func (s *Store) runRepair(job stateRepairJob) {
 	recs := job.records
 	if job.pull != nil {
-		key := EntityKey{Type: job.typ, Shard: job.shard, ID: job.pull.id}
+		key := sharding.EntityKey{Type: job.typ, Shard: job.shard, ID: job.pull.id}
 		a := s.readFrom(s.owner.Context(), job.pull.from, key)
 		if a.err != nil || !a.found || a.ver.less(job.pull.ver) {
 			s.log.Debug("read repair: source no longer has the snapshot", "key", key, "err", a.err)
@@ -166,7 +167,7 @@ func stateRepairEvent(k cluster.EventKind) bool {
 
 // repairLoop runs a repair pass every RepairInterval and after membership changes
 // (a burst of events makes one pass).
-func (s *ReplicatedStateStore) repairLoop() {
+func (s *Store) repairLoop() {
 	t := time.NewTicker(s.cfg.RepairInterval)
 	defer t.Stop()
 	var dropped uint64 // read repairs dropped before the last pass
@@ -239,7 +240,7 @@ func (p *stateRepairPass) hasFailed(addr string) bool {
 
 // repairPass syncs every shard this member stores with the shard's current replicas,
 // a few shards at a time. The caller holds repairMu.
-func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
+func (s *Store) repairPass(ctx context.Context) error {
 	live := s.ringView().liveKey()
 	shards, err := s.disk.shards()
 	if err != nil {
@@ -280,11 +281,11 @@ func (s *ReplicatedStateStore) repairPass(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: repair pass: %w", ErrStoreUnavailable, err)
+		return fmt.Errorf("%w: repair pass: %w", sharding.ErrStoreUnavailable, err)
 	}
 	if unsynced > 0 {
 		return fmt.Errorf("%w: repair pass: %d of %d shards not in sync with all their replicas: %w",
-			ErrStoreUnavailable, unsynced, len(shards), firstErr)
+			sharding.ErrStoreUnavailable, unsynced, len(shards), firstErr)
 	}
 	if s.ringView().liveKey() == live {
 		s.markSynced(live)
@@ -300,7 +301,7 @@ type stateShardRef struct {
 
 // repairShard syncs one shard with its current replicas, and drops it here if this
 // member is not one of them and all of them acknowledged holding what it had.
-func (s *ReplicatedStateStore) repairShard(ctx context.Context, sh stateShardRef, pass *stateRepairPass) error {
+func (s *Store) repairShard(ctx context.Context, sh stateShardRef, pass *stateRepairPass) error {
 	v := s.ringView()
 	reps, err := s.replicaSetIn(v, sh.typ, sh.shard)
 	if err != nil {
@@ -319,11 +320,11 @@ func (s *ReplicatedStateStore) repairShard(ctx context.Context, sh stateShardRef
 			isReplica = true
 		case r.retained:
 			// Gone: nothing to send it. Its shards are handed over by the handover
-			// round (statestore_ring.go), or it returns with its data.
+			// round (ring.go), or it returns with its data.
 		case !r.reachable:
-			errs = append(errs, fmt.Errorf("%w: replica %s is unreachable", ErrStoreUnavailable, r.addr))
+			errs = append(errs, fmt.Errorf("%w: replica %s is unreachable", sharding.ErrStoreUnavailable, r.addr))
 		case pass.hasFailed(r.addr):
-			errs = append(errs, fmt.Errorf("%w: replica %s failed earlier in this pass", ErrStoreUnavailable, r.addr))
+			errs = append(errs, fmt.Errorf("%w: replica %s failed earlier in this pass", sharding.ErrStoreUnavailable, r.addr))
 		default:
 			if err := s.syncShard(ctx, r, sh, prefix, &sum); err != nil {
 				pass.fail(r.addr)
@@ -354,7 +355,7 @@ func (s *ReplicatedStateStore) repairShard(ctx context.Context, sh stateShardRef
 // syncShard brings one replica up to what this member holds of a shard: a summary
 // exchange (which also carries the shard's epoch both ways), then, unless the replica
 // holds exactly the same versions, pages of versions and the records it needs.
-func (s *ReplicatedStateStore) syncShard(ctx context.Context, r stateReplica, sh stateShardRef, prefix []byte, sum *stateSummary) error {
+func (s *Store) syncShard(ctx context.Context, r stateReplica, sh stateShardRef, prefix []byte, sum *stateSummary) error {
 	var sr stateSummaryReply
 	req := &stateSummaryReq{Type: sh.typ, Shard: sh.shard, Epoch: sum.epoch, Count: sum.count, Hash: sum.hash}
 	if err := s.call(ctx, r, topicStateSummary, req, &sr); err != nil {
@@ -385,7 +386,7 @@ func (s *ReplicatedStateStore) syncShard(ctx context.Context, r stateReplica, sh
 		}
 		for i, idx := range dr.Need {
 			if idx < 0 || idx >= len(page) || (i > 0 && idx <= dr.Need[i-1]) {
-				return fmt.Errorf("%w: replica %s: bad diff reply", ErrStoreUnavailable, r.addr)
+				return fmt.Errorf("%w: replica %s: bad diff reply", sharding.ErrStoreUnavailable, r.addr)
 			}
 		}
 		if err := s.pushRecords(ctx, r, sh, prefix, sum.epoch, page, dr.Need); err != nil {
@@ -397,7 +398,7 @@ func (s *ReplicatedStateStore) syncShard(ctx context.Context, r stateReplica, sh
 
 // pushRecords sends a replica the records it needs, as they are on disk now, in writes
 // of at most ChunkSize bytes (a larger snapshot alone, in chunks).
-func (s *ReplicatedStateStore) pushRecords(ctx context.Context, r stateReplica, sh stateShardRef, prefix []byte, epoch uint64, page []stateRecord, need []int) error {
+func (s *Store) pushRecords(ctx context.Context, r stateReplica, sh stateShardRef, prefix []byte, epoch uint64, page []stateRecord, need []int) error {
 	var batch []stateRecord
 	size := 0
 	flush := func() error {
@@ -437,7 +438,7 @@ func (s *ReplicatedStateStore) pushRecords(ctx context.Context, r stateReplica, 
 // others, even one downed before it was up or asked anything, does not found a cluster
 // of its own from this directory later (fault seed 82074). A failed write is logged
 // and tried again at the next event or pass.
-func (s *ReplicatedStateStore) noteOthers() {
+func (s *Store) noteOthers() {
 	if s.disk == nil || s.disk.inCluster.Load() {
 		return
 	}

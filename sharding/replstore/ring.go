@@ -1,5 +1,7 @@
-// The ReplicatedStateStore's ring: the members it ranks a shard's replicas over, and
-// how a change of the members up changes them without losing an acknowledged write.
+// The Store's ring: the members it ranks a shard's replicas over, and how a change of
+// the members up changes them without losing an acknowledged write. This file holds
+// the ring and its views, pure but for starting and saving the ring; handover.go the
+// rounds that end a change, forget.go an operator's ForgetMember.
 //
 // A write is acknowledged by a majority of the shard's replica set; a later read must
 // meet that majority. When the members up change (a member is downed, leaves or
@@ -19,21 +21,8 @@
 // to its new replicas before they serve it for the same reason): a retained member does
 // not answer, so when a majority of a shard's old set is gone (a partition cut off two
 // of its three replicas and the majority downed them), the shard is unavailable
-// (ErrStoreUnavailable) until those members return with their data, rather than served
-// from replicas that may hold none of its last writes.
-//
-// The change ends with a handover round (handoverRound), which a member runs after its
-// repair passes while its admitted and live sets differ: it asks every live member
-// whether it sees the same live set and whether its last complete repair pass, made
-// with that live set, sent every shard it stores to the live members of the shard's
-// new set; when all say yes, it admits the live set (retained members are forgotten,
-// joining ones admitted). Every acknowledged write was on a majority of its old set,
-// hence on a live member when at most a minority of any old set is gone (the round
-// runs only while fewer members are retained than a majority of a shard's old set), so
-// it is then on every live
-// replica of the new set: a majority of the new set alone serves. A member in the
-// joint state and one that has admitted the live set agree, since the joint state
-// needs a majority of the new set too.
+// (sharding.ErrStoreUnavailable) until those members return with their data, rather
+// than served from replicas that may hold none of its last writes.
 //
 // The ring is kept on disk. Raft keeps a cluster's configuration in its log, so a
 // server that restarts resumes with the latest configuration it had (committed or not)
@@ -86,7 +75,7 @@
 // after a whole cluster restarts,
 // the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
-// return, or until an operator forgets them (below). A member restarted at another
+// return, or until an operator forgets them (forget.go). A member restarted at another
 // address does not restore its ring (the saved ring names its old address as a member
 // of its own, which now looks gone): it starts as a new directory would.
 //
@@ -107,24 +96,12 @@
 // agreed: the live set a repair pass syncs with, and a round admits, includes the
 // store IDs (stateRingView.liveKey). A member asked in a round that sees the same
 // members with other store IDs asks every member in its own next round.
-//
-// An operator forgets a member gone for good (ForgetMember, `shardhost state
-// forget-member`): every live member drops it from its ring (a new generation), and a
-// handover round may then admit the live set; the writes that only the forgotten
-// member (and other gone ones) held are lost, which the operator accepts. A member
-// up, joining or leaving cannot be forgotten: with two of a shard's three replicas
-// replaced (two disks lost), the operator stops one, forgets it, and starts it again
-// on its new directory, which then joins as a new member. Members that missed the request take the
-// newer generation from the next handover round.
 
-package sharding
+package replstore
 
 import (
-	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -133,6 +110,7 @@ import (
 
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/quorum"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // stateRing is the store's ring: the admitted members (see above) with the store IDs
@@ -240,7 +218,7 @@ func liveStatus(s cluster.MemberStatus) bool {
 // everything it was built from is the same, compared by value (ringViewCache.current),
 // so that no change of the membership or the ring can be missed. Its maps and slices
 // are shared by the callers: they read them and never change them.
-func (s *ReplicatedStateStore) ringView() stateRingView {
+func (s *Store) ringView() stateRingView {
 	self := s.cfg.Membership.Self().Address
 	members := s.cfg.Membership.Members()
 	own := s.storeID()
@@ -295,7 +273,7 @@ func sameMember(a, b cluster.Member) bool {
 
 // buildRingViewLocked builds the view of members and the ring, starting the ring the
 // first time members list this member up. The caller holds ring.mu.
-func (s *ReplicatedStateStore) buildRingViewLocked(self, own string, members []cluster.Member) stateRingView {
+func (s *Store) buildRingViewLocked(self, own string, members []cluster.Member) stateRingView {
 	v := stateRingView{self: self, members: map[string]cluster.Member{}}
 	for _, m := range members {
 		old, dup := v.members[m.Address]
@@ -342,7 +320,7 @@ func (s *ReplicatedStateStore) buildRingViewLocked(self, own string, members []c
 // take itself for the whole cluster when it comes back first, alone: the members that
 // joined may have admitted a ring without it since, and served writes it never saw
 // (fault seed 2227, -max-side=2). The caller holds ring.mu.
-func (s *ReplicatedStateStore) noteJoiningLocked(live []string) {
+func (s *Store) noteJoiningLocked(live []string) {
 	r := &s.ring
 	self := s.cfg.Membership.Self().Address
 	n := 0
@@ -393,7 +371,7 @@ func (v *stateRingView) markReplaced() {
 // alone on a new directory (the first member of a new cluster); and
 // in both cases the members down or exiting.
 // The caller holds ring.mu.
-func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
+func (s *Store) startRingLocked(v stateRingView) {
 	r := &s.ring
 	rec := r.restored
 	saved := rec
@@ -462,7 +440,7 @@ func (s *ReplicatedStateStore) startRingLocked(v stateRingView) {
 // saveRingLocked writes the ring to disk (the caller holds ring.mu). A failure is
 // logged: the ring in memory stays in force, and a restart finds the ring saved
 // before (older, hence larger or of a lower generation the others correct).
-func (s *ReplicatedStateStore) saveRingLocked() {
+func (s *Store) saveRingLocked() {
 	if s.disk == nil {
 		return
 	}
@@ -505,12 +483,6 @@ func (rec *stateRingRecord) store(i int) string {
 		return rec.Stores[i]
 	}
 	return ""
-}
-
-// hasKey reports whether m has key k.
-func hasKey[V any](m map[string]V, k string) bool {
-	_, ok := m[k]
-	return ok
 }
 
 // ringKey is a set of addresses as one string (sorted, comma-separated).
@@ -556,15 +528,15 @@ func (v stateRingView) lostReplica(a string) stateReplica {
 
 // replicaSet returns the shard's replicas: the first K admitted members of the shard's
 // priority order (old) and the first K live ones (new); one set when they agree.
-func (s *ReplicatedStateStore) replicaSet(typ string, shard int) (stateReplicas, error) {
+func (s *Store) replicaSet(typ string, shard int) (stateReplicas, error) {
 	return s.replicaSetIn(s.ringView(), typ, shard)
 }
 
-func (s *ReplicatedStateStore) replicaSetIn(v stateRingView, typ string, shard int) (stateReplicas, error) {
+func (s *Store) replicaSetIn(v stateRingView, typ string, shard int) (stateReplicas, error) {
 	if len(v.live) == 0 {
-		return stateReplicas{}, fmt.Errorf("%w: no member is up", ErrStoreUnavailable)
+		return stateReplicas{}, fmt.Errorf("%w: no member is up", sharding.ErrStoreUnavailable)
 	}
-	strategy := PriorityAllocationStrategy{Type: typ}
+	strategy := sharding.PriorityAllocationStrategy{Type: typ}
 	top := func(addrs []string) []string {
 		order := strategy.Order(shard, addrs)
 		return order[:min(s.cfg.Replicas, len(order))]
@@ -619,45 +591,6 @@ func (s *ReplicatedStateStore) replicaSetIn(v stateRingView, typ string, shard i
 	return rs, nil
 }
 
-// ringChanging reports whether the ring is not settled (the admitted members differ
-// from the live ones, or a live one's data directory from the one admitted) and a
-// handover round may end it (few enough members retained: handoverLimit).
-func (s *ReplicatedStateStore) ringChanging() bool {
-	v := s.ringView()
-	s.ring.mu.Lock()
-	started := s.ring.admitted != nil
-	s.ring.mu.Unlock()
-	return started && (!v.settled() || s.verifyPending()) && retainedCount(v) <= s.handoverLimit(v)
-}
-
-// verifyPending reports whether a handover round should run to learn the live members'
-// store IDs (stateRing.verify).
-func (s *ReplicatedStateStore) verifyPending() bool {
-	s.ring.mu.Lock()
-	defer s.ring.mu.Unlock()
-	return s.ring.verify
-}
-
-// handoverLimit is how many retained members a handover round allows: fewer than a
-// majority of a shard's old set (min(K, admitted members)), so that every write such a
-// majority acknowledged is still on a live member. One of 3 replicas, 2 of 5, 1 of 2.
-func (s *ReplicatedStateStore) handoverLimit(v stateRingView) int {
-	return majority(min(s.cfg.Replicas, max(len(v.admitted), 1))) - 1
-}
-
-// standingLocked is this member's ring's standing for handover replies: ringConfirmed,
-// or, unconfirmed, ringFresh on a new data directory (newFile) and ringUnconfirmed on
-// one that was in a cluster before. The caller holds ring.mu.
-func (s *ReplicatedStateStore) standingLocked() uint8 {
-	switch {
-	case !s.ring.unconfirmed:
-		return ringConfirmed
-	case s.newFile():
-		return ringFresh
-	}
-	return ringUnconfirmed
-}
-
 // retainedCount counts the admitted replicas that are gone: the admitted members that
 // are not live, and those replaced (their data directory new).
 func retainedCount(v stateRingView) int { return len(retainedMembers(v)) + len(v.replaced) }
@@ -673,227 +606,8 @@ func retainedMembers(v stateRingView) []string {
 	return out
 }
 
-// markSynced records that a repair pass completed (every stored shard in sync with the
-// live replicas of its configurations) with the live set key.
-func (s *ReplicatedStateStore) markSynced(key string) {
-	s.ring.mu.Lock()
-	s.ring.synced = key
-	s.ring.mu.Unlock()
-}
-
-// syncedFor reports whether the last complete repair pass had the live set key.
-func (s *ReplicatedStateStore) syncedFor(key string) bool {
-	s.ring.mu.Lock()
-	defer s.ring.mu.Unlock()
-	return s.ring.synced == key
-}
-
-// handoverRound tries to end a change of the ring (see the file comment): if the
-// admitted members differ from the live ones, at most handoverLimit admitted members are
-// gone, this member's last repair pass was complete with the live set, and every other
-// live member answers that it sees the same live set and synced with it, the live set
-// is admitted (a new generation). It returns whether the ring changed. Whatever the
-// outcome, a ring of a newer generation among the answers replaces this member's, and
-// else the members retained by those of the same generation are retained here too.
-func (s *ReplicatedStateStore) handoverRound(ctx context.Context) (bool, error) {
-	v := s.ringView()
-	s.ring.mu.Lock()
-	started := s.ring.admitted != nil
-	verify := s.ring.verify
-	s.ring.verify = false
-	s.ring.mu.Unlock()
-	if !started || (v.settled() && !verify) {
-		return false, nil
-	}
-	key := v.liveKey()
-	// blocked: the live set cannot be admitted now. The others are asked all the same,
-	// for their rings (a newer generation, members they retain): a member restored
-	// with a ring that the others have since moved past learns it so.
-	var blocked error
-	if retained, limit := retainedCount(v), s.handoverLimit(v); retained > limit {
-		blocked = fmt.Errorf("%w: %d members retained (%s not up; %s up on a new data directory), more than %d: a shard may have lost a majority of its replicas; waiting for them to return (or for an operator to forget them: ForgetMember)",
-			ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), ringKey(v.replaced), limit)
-	} else if !s.syncedFor(key) {
-		blocked = fmt.Errorf("%w: this member's repair pass is not complete with members %s", ErrStoreUnavailable, key)
-	}
-	type answer struct {
-		addr  string
-		reply stateHandoverReply
-		err   error
-	}
-	var peers []stateReplica
-	for _, a := range v.live {
-		if a != v.self {
-			peers = append(peers, v.replica(a, v.stores[a]))
-		}
-	}
-	answers := make(chan answer, len(peers))
-	for _, p := range peers {
-		if !s.owner.Go(func() {
-			var reply stateHandoverReply
-			err := s.call(ctx, p, topicStateHandover, &stateHandoverReq{Live: v.live, Key: key, RingOnly: blocked != nil}, &reply)
-			answers <- answer{p.addr, reply, err}
-		}) {
-			answers <- answer{p.addr, stateHandoverReply{}, closedError()}
-		}
-	}
-	var short []string
-	learned := map[string]string{}
-	var newer *stateHandoverReply // the answer of the newest generation, if newer than ours
-	// Whether a member asked has a confirmed ring (of this generation: sameGen), and
-	// whether all are unconfirmed on new directories.
-	confirmed, sameGen, allFresh := false, false, true
-	for range peers {
-		a := <-answers
-		if a.err == nil {
-			confirmed = confirmed || a.reply.Standing == ringConfirmed
-			sameGen = sameGen || a.reply.Standing == ringConfirmed && a.reply.Gen == v.gen
-			allFresh = allFresh && a.reply.Standing == ringFresh
-		}
-		switch {
-		case a.err != nil:
-		case a.reply.Gen > v.gen:
-			if newer == nil || a.reply.Gen > newer.Gen {
-				newer = &a.reply
-			}
-		case a.reply.Gen == v.gen:
-			maps.Copy(learned, sameGenLearned(v, a.reply))
-		}
-		switch {
-		case a.err != nil:
-			short = append(short, fmt.Sprintf("%s: %v", a.addr, a.err))
-		case a.reply.Key != key && (a.reply.Key != "" || ringKey(a.reply.Live) != ringKey(v.live)):
-			short = append(short, fmt.Sprintf("%s sees members %s up", a.addr, cmp.Or(a.reply.Key, ringKey(a.reply.Live))))
-		case !a.reply.Synced:
-			short = append(short, fmt.Sprintf("%s: repair pass not complete", a.addr))
-		}
-	}
-	s.ring.mu.Lock()
-	defer s.ring.mu.Unlock()
-	if s.ring.gen != v.gen || !maps.Equal(s.ring.admitted, v.ids) {
-		return false, nil // changed meanwhile
-	}
-	if newer != nil {
-		s.ring.admitted = map[string]string{}
-		for i, a := range newer.Admitted {
-			s.ring.admitted[a] = ""
-			if i < len(newer.Stores) {
-				s.ring.admitted[a] = newer.Stores[i]
-			}
-		}
-		s.ring.gen = newer.Gen
-		s.ring.unconfirmed = newer.Standing != ringConfirmed
-		s.saveRingLocked()
-		lvl := slog.LevelInfo
-		if ringKey(newer.Admitted) == ringKey(v.admitted) {
-			lvl = slog.LevelDebug // the same members: only the generation moves
-		}
-		s.log.Log(ctx, lvl, "state store: taking the ring of a newer generation", "gen", newer.Gen, "members", ringKey(newer.Admitted), "was", ringKey(v.admitted))
-		return true, nil
-	}
-	if len(learned) > 0 {
-		maps.Copy(s.ring.admitted, learned)
-		s.ring.unconfirmed = s.ring.unconfirmed && !sameGen
-		s.saveRingLocked()
-		s.log.Info("state store: taking members and store IDs the others' rings hold", "members", fmt.Sprint(learned))
-		return true, nil
-	}
-	if blocked != nil {
-		return false, blocked
-	}
-	if len(short) > 0 {
-		return false, fmt.Errorf("%w: handover to members %s: %s", ErrStoreUnavailable, key, strings.Join(short, "; "))
-	}
-	if standing := s.standingLocked(); standing != ringConfirmed && !confirmed && (standing != ringFresh || !allFresh) {
-		// A ring started from a view, among members none of which has a confirmed ring,
-		// and one of them at least on a data directory that was in a cluster before:
-		// the cluster's ring, and its data, may be on members not up (fault seed 82074:
-		// two members that had never saved a ring came back first after a whole cluster
-		// was downed, admitted each other and served their entities as new).
-		return false, fmt.Errorf("%w: no member up (%s) has a confirmed ring, and a data directory among them was in a cluster before: waiting for a member of that cluster",
-			ErrStoreUnavailable, key)
-	}
-	now := map[string]string{}
-	for _, a := range v.live {
-		now[a] = v.stores[a] // every live member answered with the same key: all known
-	}
-	s.ring.admitted = now
-	s.ring.gen++
-	s.ring.unconfirmed = false
-	s.saveRingLocked()
-	s.log.Info("state store: replicas handed over; ranking over the members up", "members", key, "was", ringKey(v.admitted), "gen", s.ring.gen)
-	return true, nil
-}
-
-// serveHandover answers a handover round: this member's live and admitted sets, and
-// whether its last complete repair pass had the live set asked about (if not, and it
-// sees that live set, it runs a pass first).
-func (s *ReplicatedStateStore) serveHandover(from string, body []byte) []byte {
-	var req stateHandoverReq
-	if err := decodeState(body, &req); err != nil {
-		return stateFail(err)
-	}
-	v := s.ringView()
-	key := v.liveKey()
-	s.ring.mu.Lock()
-	standing := s.standingLocked()
-	s.ring.mu.Unlock()
-	reply := &stateHandoverReply{Live: v.live, Admitted: v.admitted, Stores: storesOf(v.admitted, v.ids), Gen: v.gen, Key: key, Standing: standing}
-	if req.Key != key && (req.Key != "" || ringKey(req.Live) != ringKey(v.live)) {
-		if req.Key != "" && ringKey(req.Live) == ringKey(v.live) {
-			// The same members up, other store IDs: one of us has not heard from a
-			// member since its data directory changed. Ask them all.
-			s.ring.mu.Lock()
-			s.ring.verify = true
-			s.ring.mu.Unlock()
-			select {
-			case s.kick <- struct{}{}:
-			default:
-			}
-		}
-		return s.encodeReply(reply)
-	}
-	if !req.RingOnly && !s.syncedFor(key) && s.repairMu.TryLock() {
-		_ = s.repairPass(s.owner.Context())
-		s.repairMu.Unlock()
-	}
-	reply.Synced = s.syncedFor(key)
-	return s.encodeReply(reply)
-}
-
-// sameGenLearned returns what this member's ring (v) takes from the ring of a member
-// of the same generation (reply): rings of one generation grow, never shrink, so the
-// members retained there that are not here (not live), this member if it is admitted
-// there with its own data directory, and store IDs: where this ring has none, and
-// where the two differ and this ring's is the one the member answers with now (the
-// other ring admitted it with an earlier directory, which this ring must then count as
-// lost too).
-func sameGenLearned(v stateRingView, reply stateHandoverReply) map[string]string {
-	out := map[string]string{}
-	for i, r := range reply.Admitted {
-		id := ""
-		if i < len(reply.Stores) {
-			id = reply.Stores[i]
-		}
-		mine, ok := v.ids[r]
-		switch {
-		case r == v.self:
-			if id == v.stores[r] && mine != id {
-				out[r] = id
-			}
-		case !ok:
-			if !slices.Contains(v.live, r) {
-				out[r] = id
-			}
-		case id != "" && id != mine && (mine == "" || mine == v.stores[r]):
-			out[r] = id
-		}
-	}
-	return out
-}
-
-// StateRing is one look at a ReplicatedStateStore's ring (statestore_ring.go).
-type StateRing struct {
+// Ring is one look at a Store's ring (ring.go).
+type Ring struct {
 	Gen      uint64   // the ring's generation
 	Admitted []string // the members it ranks shards' old replica sets over, sorted
 	Live     []string // the members up or leaving, sorted
@@ -908,142 +622,8 @@ type StateRing struct {
 }
 
 // Ring returns the store's ring as this member sees it now.
-func (s *ReplicatedStateStore) Ring() StateRing {
+func (s *Store) Ring() Ring {
 	v := s.ringView()
 	// Copies: the view's slices are shared with other readers (ringView).
-	return StateRing{Gen: v.gen, Admitted: slices.Clone(v.admitted), Live: slices.Clone(v.live), Retained: retainedMembers(v), Replaced: slices.Clone(v.replaced), Settled: v.settled()}
-}
-
-// ForgetMember makes every live member stop retaining the member at addr (its gossip
-// address, as the membership lists it): an operator's way out when a member is gone
-// for good with its data (see the file comment). Each live member drops addr from its
-// ring, a new generation, saved; a handover round then admits the members up once few
-// enough are retained, and the shards addr held are served from the replicas up,
-// without the writes that only addr and other gone members held. That loss is what
-// the operator accepts. It returns the members that were retaining addr. Members that
-// do not answer take the new generation from a later handover round.
-//
-// Errors: ErrMemberNotGone (addr is this member, or is up, joining or leaving: down
-// it first), ErrStoreUnavailable naming the live members that did not forget it.
-func (s *ReplicatedStateStore) ForgetMember(ctx context.Context, addr string) ([]string, error) {
-	if !s.owner.Enter() {
-		return nil, closedError()
-	}
-	defer s.owner.Leave()
-	if err := s.forgettable(addr); err != nil {
-		return nil, err
-	}
-	v := s.ringView()
-	type answer struct {
-		addr     string
-		retained bool
-		err      error
-	}
-	answers := make(chan answer, len(v.live))
-	for _, a := range v.live {
-		r := v.replica(a, v.stores[a])
-		run := func() {
-			if r.local {
-				retained, err := s.forgetLocal(addr)
-				answers <- answer{a, retained, err}
-				return
-			}
-			var reply stateForgetReply
-			err := s.call(ctx, r, topicStateForget, &stateForgetReq{Addr: addr}, &reply)
-			answers <- answer{a, reply.Retained, err}
-		}
-		if !s.owner.Go(run) {
-			answers <- answer{a, false, closedError()}
-		}
-	}
-	var retainedBy, failed []string
-	for range v.live {
-		a := <-answers
-		switch {
-		case a.err != nil:
-			failed = append(failed, fmt.Sprintf("%s: %v", a.addr, a.err))
-		case a.retained:
-			retainedBy = append(retainedBy, a.addr)
-		}
-	}
-	sort.Strings(retainedBy)
-	if len(failed) > 0 {
-		sort.Strings(failed)
-		return retainedBy, fmt.Errorf("%w: member %s forgotten by %d of %d members up; not by %s (they take the new ring from a later handover round)",
-			ErrStoreUnavailable, addr, len(v.live)-len(failed), len(v.live), strings.Join(failed, "; "))
-	}
-	return retainedBy, nil
-}
-
-// forgettable reports whether addr may be forgotten: not this member, and every
-// incarnation of addr the membership lists is gone (down, exiting, removed).
-func (s *ReplicatedStateStore) forgettable(addr string) error {
-	if addr == "" {
-		return fmt.Errorf("%w: no member address", ErrMemberNotGone)
-	}
-	if addr == s.cfg.Membership.Self().Address {
-		return fmt.Errorf("%w: %s is this member", ErrMemberNotGone, addr)
-	}
-	for _, m := range s.cfg.Membership.Members() {
-		if m.Address == addr && m.Status != cluster.StatusDown && m.Status != cluster.StatusExiting && m.Status != cluster.StatusRemoved {
-			return fmt.Errorf("%w: %s is %v; only a member gone for good can be forgotten (down it first)", ErrMemberNotGone, addr, m.Status)
-		}
-	}
-	return nil
-}
-
-// forgetLocal drops addr from this member's ring (a new generation, saved) if addr may
-// be forgotten here; it reports whether this member retained addr.
-func (s *ReplicatedStateStore) forgetLocal(addr string) (bool, error) {
-	if err := s.forgettable(addr); err != nil {
-		return false, err
-	}
-	s.ringView() // starts the ring if this member is up
-	r := &s.ring
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.admitted != nil && hasKey(r.admitted, addr):
-		delete(r.admitted, addr)
-	case r.admitted == nil && r.restored != nil && slices.Contains(r.restored.Admitted, addr):
-		// Not started yet (this member is not up): the ring it will start from.
-		i := slices.Index(r.restored.Admitted, addr)
-		r.restored.Admitted = slices.Delete(slices.Clone(r.restored.Admitted), i, i+1)
-		if i < len(r.restored.Stores) {
-			r.restored.Stores = slices.Delete(slices.Clone(r.restored.Stores), i, i+1)
-		}
-		r.restored.Gen++
-		if s.disk != nil {
-			if err := s.disk.saveRing(r.restored); err != nil {
-				return false, err
-			}
-		}
-		s.log.Warn("state store: an operator forgot a retained member; writes that only it (and other gone members) held are lost",
-			"member", addr, "gen", r.restored.Gen)
-		return true, nil
-	default:
-		return false, nil
-	}
-	r.gen++
-	s.saveRingLocked()
-	s.log.Warn("state store: an operator forgot a retained member; writes that only it (and other gone members) held are lost",
-		"member", addr, "gen", r.gen, "members", ringKey(slices.Sorted(maps.Keys(r.admitted))))
-	select {
-	case s.kick <- struct{}{}: // a repair pass and a handover round now
-	default:
-	}
-	return true, nil
-}
-
-// serveForget answers state/forget: ForgetMember on this member alone.
-func (s *ReplicatedStateStore) serveForget(from string, body []byte) []byte {
-	var req stateForgetReq
-	if err := decodeState(body, &req); err != nil {
-		return stateFail(err)
-	}
-	retained, err := s.forgetLocal(req.Addr)
-	if err != nil {
-		return stateFail(err)
-	}
-	return s.encodeReply(&stateForgetReply{Retained: retained})
+	return Ring{Gen: v.gen, Admitted: slices.Clone(v.admitted), Live: slices.Clone(v.live), Retained: retainedMembers(v), Replaced: slices.Clone(v.replaced), Settled: v.settled()}
 }

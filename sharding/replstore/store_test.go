@@ -1,4 +1,4 @@
-package sharding
+package replstore
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/sharding"
 	"go.uber.org/goleak"
 )
 
@@ -25,7 +26,7 @@ import (
 type ssNode struct {
 	ms         *cluster.Membership
 	msgr       *cluster.Messenger
-	store      *ReplicatedStateStore
+	store      *Store
 	dir        string
 	transport  string
 	gossipAddr string
@@ -39,7 +40,7 @@ type ssCluster struct {
 	gossip *cluster.InmemGossipNetwork
 	net    *cluster.InmemNetwork
 	lc     cluster.CoreConfig
-	mutate func(*ReplicatedStateStoreConfig)
+	mutate func(*Config)
 	nodes  []*ssNode
 }
 
@@ -55,7 +56,7 @@ func ssTolerant() cluster.CoreConfig {
 
 // newSSCluster starts n members, each on a fresh directory, and waits until they are
 // all up.
-func newSSCluster(tb testing.TB, n int, lc cluster.CoreConfig, mutate func(*ReplicatedStateStoreConfig)) *ssCluster {
+func newSSCluster(tb testing.TB, n int, lc cluster.CoreConfig, mutate func(*Config)) *ssCluster {
 	tb.Helper()
 	c := &ssCluster{tb: tb, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: lc, mutate: mutate}
 	tb.Cleanup(c.stopAll)
@@ -126,13 +127,13 @@ func (c *ssCluster) startAt(dir, gossipAddr, transport string) *ssNode {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	scfg := DefaultLocalReplicatedStateStoreConfig()
+	scfg := DefaultLocalConfig()
 	scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = ms, msgr, dir, quiet
 	scfg.RequestTimeout = 500 * time.Millisecond
 	if c.mutate != nil {
 		c.mutate(&scfg)
 	}
-	store, err := NewReplicatedStateStore(scfg)
+	store, err := New(scfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func (c *ssCluster) waitMembers() {
 }
 
 // waitRing waits until every live member's state store admits exactly the live members,
-// with the data directories they answer from (statestore_ring.go): no shard is in a
+// with the data directories they answer from (ring.go): no shard is in a
 // joint configuration.
 func (c *ssCluster) waitRing() {
 	c.tb.Helper()
@@ -248,16 +249,16 @@ func (c *ssCluster) byAddr(addr string) *ssNode {
 }
 
 // ranking returns the live members' addresses in the shard's priority order.
-func (c *ssCluster) ranking(key EntityKey) []string {
+func (c *ssCluster) ranking(key sharding.EntityKey) []string {
 	var addrs []string
 	for _, n := range c.live() {
 		addrs = append(addrs, n.addr())
 	}
-	return PriorityAllocationStrategy{Type: key.Type}.Order(key.Shard, addrs)
+	return sharding.PriorityAllocationStrategy{Type: key.Type}.Order(key.Shard, addrs)
 }
 
 // replicas returns the first k live members of the key's shard's priority order.
-func (c *ssCluster) replicas(key EntityKey, k int) []*ssNode {
+func (c *ssCluster) replicas(key sharding.EntityKey, k int) []*ssNode {
 	var out []*ssNode
 	for _, a := range c.ranking(key)[:k] {
 		out = append(out, c.byAddr(a))
@@ -277,7 +278,7 @@ func (c *ssCluster) others(nodes ...*ssNode) []*ssNode {
 }
 
 // ssLocalRecord reads a record from a member's own disk.
-func ssLocalRecord(tb testing.TB, n *ssNode, kind uint8, key EntityKey) (stateRecord, bool) {
+func ssLocalRecord(tb testing.TB, n *ssNode, kind uint8, key sharding.EntityKey) (stateRecord, bool) {
 	tb.Helper()
 	rec, found, err := n.store.disk.record(stateShardPrefix(key.Type, key.Shard), kind, key.ID)
 	if err != nil {
@@ -288,7 +289,7 @@ func ssLocalRecord(tb testing.TB, n *ssNode, kind uint8, key EntityKey) (stateRe
 
 // holders returns the sorted addresses of the live members whose disk holds a
 // snapshot of key (with data want, if not nil).
-func (c *ssCluster) holders(key EntityKey, want []byte) []string {
+func (c *ssCluster) holders(key sharding.EntityKey, want []byte) []string {
 	var out []string
 	for _, n := range c.live() {
 		if rec, ok := ssLocalRecord(c.tb, n, stateKindSnapshot, key); ok && (want == nil || bytes.Equal(rec.Data, want)) {
@@ -301,7 +302,7 @@ func (c *ssCluster) holders(key EntityKey, want []byte) []string {
 
 // waitPlaced waits until key's snapshot (with data want) is on exactly the first 3
 // live members of its shard's order.
-func (c *ssCluster) waitPlaced(key EntityKey, want []byte) {
+func (c *ssCluster) waitPlaced(key sharding.EntityKey, want []byte) {
 	c.tb.Helper()
 	testutil.EventuallyNil(c.tb, 60*time.Second, fmt.Sprintf("%v on exactly its first 3 live members", key), func() error {
 		exp := slices.Clone(c.ranking(key)[:min(3, len(c.live()))])
@@ -319,14 +320,14 @@ func ssCtx(tb testing.TB) context.Context {
 	return ctx
 }
 
-func ssSave(tb testing.TB, n *ssNode, key EntityKey, epoch uint64, state []byte) {
+func ssSave(tb testing.TB, n *ssNode, key sharding.EntityKey, epoch uint64, state []byte) {
 	tb.Helper()
 	if err := n.store.Save(ssCtx(tb), key, epoch, state); err != nil {
 		tb.Fatalf("save %v via %s: %v", key, n.transport, err)
 	}
 }
 
-func ssLoad(tb testing.TB, n *ssNode, key EntityKey, want []byte) {
+func ssLoad(tb testing.TB, n *ssNode, key sharding.EntityKey, want []byte) {
 	tb.Helper()
 	got, err := n.store.Load(ssCtx(tb), key)
 	if err != nil {
@@ -355,7 +356,7 @@ func ssRemembered(tb testing.TB, n *ssNode, typ string, shard int, want ...strin
 // runs only when the cluster forms: what these subtests see is the work of writes,
 // reads and read repair.
 func TestReplicatedStateStore(t *testing.T) {
-	c := newSSCluster(t, 5, ssTolerant(), func(cfg *ReplicatedStateStoreConfig) {
+	c := newSSCluster(t, 5, ssTolerant(), func(cfg *Config) {
 		cfg.RepairInterval = time.Hour
 		cfg.ChunkSize = 64 << 10
 		cfg.MaxStateSize = 1 << 20
@@ -364,7 +365,7 @@ func TestReplicatedStateStore(t *testing.T) {
 
 	t.Run("SaveLoadOnFirstK", func(t *testing.T) {
 		for shard := 0; shard < 12; shard++ {
-			key := EntityKey{Type: "counter", Shard: shard, ID: fmt.Sprintf("e-%d", shard)}
+			key := sharding.EntityKey{Type: "counter", Shard: shard, ID: fmt.Sprintf("e-%d", shard)}
 			state := []byte(fmt.Sprintf("state of %v", key))
 			ssSave(t, c.nodes[shard%5], key, 1, state)
 			for _, n := range c.nodes {
@@ -372,11 +373,11 @@ func TestReplicatedStateStore(t *testing.T) {
 			}
 			c.waitPlaced(key, state)
 		}
-		if _, err := c.nodes[0].store.Load(ctx, EntityKey{Type: "counter", Shard: 3, ID: "nobody"}); !errors.Is(err, ErrNoState) {
+		if _, err := c.nodes[0].store.Load(ctx, sharding.EntityKey{Type: "counter", Shard: 3, ID: "nobody"}); !errors.Is(err, sharding.ErrNoState) {
 			t.Fatalf("load of a key never saved: %v, want ErrNoState", err)
 		}
 		// Versions: a later save wins, whichever member loads.
-		key := EntityKey{Type: "counter", Shard: 1, ID: "e-1"}
+		key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "e-1"}
 		for i := 0; i < 5; i++ {
 			ssSave(t, c.nodes[i], key, 1, []byte(fmt.Sprint("v", i)))
 		}
@@ -384,13 +385,13 @@ func TestReplicatedStateStore(t *testing.T) {
 			ssLoad(t, n, key, []byte("v4"))
 		}
 		// An empty snapshot is a snapshot.
-		empty := EntityKey{Type: "counter", Shard: 2, ID: "empty"}
+		empty := sharding.EntityKey{Type: "counter", Shard: 2, ID: "empty"}
 		ssSave(t, c.nodes[0], empty, 1, nil)
 		ssLoad(t, c.nodes[3], empty, []byte{})
 	})
 
 	t.Run("LargeStateInChunks", func(t *testing.T) {
-		key := EntityKey{Type: "blob", Shard: 4, ID: "big"}
+		key := sharding.EntityKey{Type: "blob", Shard: 4, ID: "big"}
 		state := make([]byte, 300<<10+17) // 5 chunks of 64 KiB
 		for i := range state {
 			state[i] = byte(rand.Uint32())
@@ -402,35 +403,35 @@ func TestReplicatedStateStore(t *testing.T) {
 			ssLoad(t, n, key, state) // the non-replicas read it in chunks
 		}
 		c.waitPlaced(key, state)
-		if err := writer.store.Save(ctx, key, 1, make([]byte, 1<<20+1)); !errors.Is(err, ErrStateTooLarge) {
+		if err := writer.store.Save(ctx, key, 1, make([]byte, 1<<20+1)); !errors.Is(err, sharding.ErrStateTooLarge) {
 			t.Fatalf("save of 1 MiB + 1: %v, want ErrStateTooLarge", err)
 		}
-		if err := writer.store.Save(ctx, EntityKey{Type: "blob", Shard: -1, ID: "x"}, 1, nil); !errors.Is(err, ErrInvalidStateKey) {
+		if err := writer.store.Save(ctx, sharding.EntityKey{Type: "blob", Shard: -1, ID: "x"}, 1, nil); !errors.Is(err, sharding.ErrInvalidStateKey) {
 			t.Fatalf("save with a negative shard: %v, want ErrInvalidStateKey", err)
 		}
 	})
 
 	t.Run("Fencing", func(t *testing.T) {
-		key := EntityKey{Type: "counter", Shard: 7, ID: "fenced"}
+		key := sharding.EntityKey{Type: "counter", Shard: 7, ID: "fenced"}
 		reps := c.replicas(key, 3)
 		outsider := c.others(reps...)[0]
 		ssSave(t, reps[0], key, 5, []byte("five"))
 		// From a member that is no replica: every refusal crosses the network.
 		err := outsider.store.Save(ctx, key, 4, []byte("four"))
-		if !errors.Is(err, ErrStaleEpoch) {
+		if !errors.Is(err, sharding.ErrStaleEpoch) {
 			t.Fatalf("save at epoch 4 after 5: %v, want ErrStaleEpoch", err)
 		}
-		if err := reps[2].store.Save(ctx, key, 4, []byte("four")); !errors.Is(err, ErrStaleEpoch) {
+		if err := reps[2].store.Save(ctx, key, 4, []byte("four")); !errors.Is(err, sharding.ErrStaleEpoch) {
 			t.Fatalf("save at epoch 4 from a replica: %v, want ErrStaleEpoch", err)
 		}
-		if err := outsider.store.Remember(ctx, key, 4, true); !errors.Is(err, ErrStaleEpoch) {
+		if err := outsider.store.Remember(ctx, key, 4, true); !errors.Is(err, sharding.ErrStaleEpoch) {
 			t.Fatalf("remember at epoch 4: %v, want ErrStaleEpoch", err)
 		}
 		for _, n := range c.nodes {
 			ssLoad(t, n, key, []byte("five"))
 		}
 		// The fence is per shard: another entity of the shard is fenced too.
-		if err := outsider.store.Save(ctx, EntityKey{Type: "counter", Shard: 7, ID: "other"}, 4, nil); !errors.Is(err, ErrStaleEpoch) {
+		if err := outsider.store.Save(ctx, sharding.EntityKey{Type: "counter", Shard: 7, ID: "other"}, 4, nil); !errors.Is(err, sharding.ErrStaleEpoch) {
 			t.Fatalf("save of another entity of the shard at epoch 4: %v, want ErrStaleEpoch", err)
 		}
 		ssSave(t, outsider, key, 6, []byte("six"))
@@ -441,11 +442,11 @@ func TestReplicatedStateStore(t *testing.T) {
 		const typ, shard = "counter", 9
 		n0 := c.nodes[0]
 		for _, id := range []string{"c", "a", "b"} {
-			if err := n0.store.Remember(ctx, EntityKey{typ, shard, id}, 1, true); err != nil {
+			if err := n0.store.Remember(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: id}, 1, true); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := c.nodes[1].store.Remember(ctx, EntityKey{typ, shard, "b"}, 1, false); err != nil {
+		if err := c.nodes[1].store.Remember(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: "b"}, 1, false); err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range c.nodes {
@@ -454,7 +455,7 @@ func TestReplicatedStateStore(t *testing.T) {
 		ssRemembered(t, n0, typ, shard+1)
 
 		// A replica misses a forget; the forget still wins over its stale mark.
-		key := EntityKey{typ, shard, "x"}
+		key := sharding.EntityKey{Type: typ, Shard: shard, ID: "x"}
 		reps := c.replicas(key, 3)
 		w := c.others(reps...)[0]
 		if err := w.store.Remember(ctx, key, 1, true); err != nil {
@@ -490,7 +491,7 @@ func TestReplicatedStateStore(t *testing.T) {
 	})
 
 	t.Run("ReadRepair", func(t *testing.T) {
-		key := EntityKey{Type: "counter", Shard: 11, ID: "repaired"}
+		key := sharding.EntityKey{Type: "counter", Shard: 11, ID: "repaired"}
 		reps := c.replicas(key, 3)
 		w := c.others(reps...)[0]
 		ssSave(t, w, key, 1, []byte("old"))
@@ -529,7 +530,7 @@ func TestReplicatedStateStore(t *testing.T) {
 				with(func(r *stateWriteReq) { r.Records = nil }),
 				with(func(r *stateWriteReq) { r.Records[0].Kind = 9 }),
 				with(func(r *stateWriteReq) { r.Records[0].ID = "" }),
-				with(func(r *stateWriteReq) { r.Records[0].ID = strings.Repeat("i", stateMaxIDLen+1) }),
+				with(func(r *stateWriteReq) { r.Records[0].ID = strings.Repeat("i", sharding.MaxStateIDLen+1) }),
 				with(func(r *stateWriteReq) { r.Records[0].Kind = stateKindRemember }),
 				with(func(r *stateWriteReq) { r.Records[0].Xfer = 77 }),
 				with(func(r *stateWriteReq) { r.Records[0].Xfer, r.Records[0].Data = 77, nil }),
@@ -548,11 +549,11 @@ func TestReplicatedStateStore(t *testing.T) {
 				stateReadReq{Type: "counter", Shard: 1},
 				stateReadReq{Type: "counter", Shard: 1, ID: "e-1", Offset: -5},
 				stateReadReq{Type: "counter", Shard: 1, ID: "e-1", Offset: 1 << 30, Epoch: 1},
-				stateReadReq{Type: strings.Repeat("t", stateMaxTypeLen+1), Shard: 1, ID: "x"},
+				stateReadReq{Type: strings.Repeat("t", sharding.MaxStateTypeLen+1), Shard: 1, ID: "x"},
 			},
 			topicStateRemembered: {
 				stateRememberedReq{Type: "counter", Shard: -1},
-				stateRememberedReq{Type: "counter", Shard: 1, After: strings.Repeat("a", stateMaxIDLen+1)},
+				stateRememberedReq{Type: "counter", Shard: 1, After: strings.Repeat("a", sharding.MaxStateIDLen+1)},
 			},
 			topicStateSummary: {
 				stateSummaryReq{Type: "counter", Shard: 1, Hash: []byte("short")},
@@ -599,7 +600,7 @@ func TestReplicatedStateStore(t *testing.T) {
 			t.Fatalf("read of a version the replica does not hold: %v, code %d", err, rr.Code)
 		}
 		// Nothing was stored, and the member still serves.
-		if _, ok := ssLocalRecord(t, to, stateKindSnapshot, EntityKey{"counter", 1, "m"}); ok {
+		if _, ok := ssLocalRecord(t, to, stateKindSnapshot, sharding.EntityKey{Type: "counter", Shard: 1, ID: "m"}); ok {
 			t.Fatal("a malformed write was stored")
 		}
 		to.store.mu.Lock()
@@ -608,7 +609,7 @@ func TestReplicatedStateStore(t *testing.T) {
 		if staged != 0 {
 			t.Fatalf("%d bytes left staged after bad chunks", staged)
 		}
-		key := EntityKey{Type: "counter", Shard: 1, ID: "after-garbage"}
+		key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "after-garbage"}
 		ssSave(t, from, key, 6, []byte("fine"))
 		ssLoad(t, to, key, []byte("fine"))
 	})
@@ -619,7 +620,7 @@ func TestReplicatedStateStore(t *testing.T) {
 func TestReplicatedStateStoreMajority(t *testing.T) {
 	c := newSSCluster(t, 5, ssTolerant(), nil)
 	ctx := ssCtx(t)
-	key := EntityKey{Type: "counter", Shard: 3, ID: "majority"}
+	key := sharding.EntityKey{Type: "counter", Shard: 3, ID: "majority"}
 	reps := c.replicas(key, 3)
 	w := c.others(reps...)[0]
 	ssSave(t, w, key, 1, []byte("one"))
@@ -634,20 +635,20 @@ func TestReplicatedStateStoreMajority(t *testing.T) {
 	ssRemembered(t, w, key.Type, key.Shard, key.ID)
 
 	c.kill(reps[1])
-	if err := w.store.Save(ctx, key, 1, []byte("three")); !errors.Is(err, ErrStoreUnavailable) {
+	if err := w.store.Save(ctx, key, 1, []byte("three")); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("save with 1 of 3 replicas: %v, want ErrStoreUnavailable", err)
 	} else if !strings.Contains(err.Error(), "may have landed") {
 		t.Errorf("the error does not say the write may have landed: %v", err)
 	}
-	if _, err := w.store.Load(ctx, key); !errors.Is(err, ErrStoreUnavailable) {
+	if _, err := w.store.Load(ctx, key); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("load with 1 of 3 replicas: %v, want ErrStoreUnavailable", err)
 	}
-	if _, err := w.store.Remembered(ctx, key.Type, key.Shard); !errors.Is(err, ErrStoreUnavailable) {
+	if _, err := w.store.Remembered(ctx, key.Type, key.Shard); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("remembered with 1 of 3 replicas: %v, want ErrStoreUnavailable", err)
 	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if err := reps[0].store.Save(short, key, 1, []byte("four")); !errors.Is(err, ErrStoreUnavailable) {
+	if err := reps[0].store.Save(short, key, 1, []byte("four")); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("save bounded by its context: %v, want ErrStoreUnavailable", err)
 	}
 }
@@ -658,9 +659,9 @@ func TestReplicatedStateStoreMajority(t *testing.T) {
 func TestReplicatedStateStoreDurability(t *testing.T) {
 	c := newSSCluster(t, 5, ssTolerant(), nil)
 	ctx := ssCtx(t)
-	states := map[EntityKey][]byte{}
+	states := map[sharding.EntityKey][]byte{}
 	for i := 0; i < 10; i++ {
-		key := EntityKey{Type: "counter", Shard: i, ID: fmt.Sprint("d-", i)}
+		key := sharding.EntityKey{Type: "counter", Shard: i, ID: fmt.Sprint("d-", i)}
 		states[key] = []byte(fmt.Sprint("durable ", i))
 		ssSave(t, c.nodes[i%5], key, 3, states[key])
 		if err := c.nodes[0].store.Remember(ctx, key, 3, i%2 == 0); err != nil {
@@ -703,8 +704,8 @@ func TestReplicatedStateStoreDurability(t *testing.T) {
 		}
 	}
 	// The fences survived too.
-	key := EntityKey{Type: "counter", Shard: 0, ID: "d-0"}
-	if err := r.nodes[1].store.Save(ctx, key, 2, []byte("stale")); !errors.Is(err, ErrStaleEpoch) {
+	key := sharding.EntityKey{Type: "counter", Shard: 0, ID: "d-0"}
+	if err := r.nodes[1].store.Save(ctx, key, 2, []byte("stale")); !errors.Is(err, sharding.ErrStaleEpoch) {
 		t.Fatalf("save at epoch 2 after a restart at 3: %v, want ErrStaleEpoch", err)
 	}
 }
@@ -712,11 +713,11 @@ func TestReplicatedStateStoreDurability(t *testing.T) {
 // TestReplicatedStateStoreRestartElsewhere: members restarted on other addresses rank
 // differently; repair moves the data they hold to the shards' new replicas.
 func TestReplicatedStateStoreRestartElsewhere(t *testing.T) {
-	mutate := func(cfg *ReplicatedStateStoreConfig) { cfg.RepairInterval = 200 * time.Millisecond }
+	mutate := func(cfg *Config) { cfg.RepairInterval = 200 * time.Millisecond }
 	c := newSSCluster(t, 4, ssTolerant(), mutate)
-	states := map[EntityKey][]byte{}
+	states := map[sharding.EntityKey][]byte{}
 	for i := 0; i < 8; i++ {
-		key := EntityKey{Type: "counter", Shard: i, ID: fmt.Sprint("m-", i)}
+		key := sharding.EntityKey{Type: "counter", Shard: i, ID: fmt.Sprint("m-", i)}
 		states[key] = []byte(fmt.Sprint("moved ", i))
 		ssSave(t, c.nodes[i%4], key, 1, states[key])
 	}
@@ -736,10 +737,10 @@ func TestReplicatedStateStoreRestartElsewhere(t *testing.T) {
 // TestReplicatedStateStoreRereplication: when a replica dies and is removed, the data
 // is copied to the shard's new K-th member; it survives a second replica's death.
 func TestReplicatedStateStoreRereplication(t *testing.T) {
-	c := newSSCluster(t, 5, cluster.DefaultLocalCoreConfig(), func(cfg *ReplicatedStateStoreConfig) {
+	c := newSSCluster(t, 5, cluster.DefaultLocalCoreConfig(), func(cfg *Config) {
 		cfg.RepairInterval = 300 * time.Millisecond
 	})
-	key := EntityKey{Type: "counter", Shard: 5, ID: "survivor"}
+	key := sharding.EntityKey{Type: "counter", Shard: 5, ID: "survivor"}
 	state := []byte("still here")
 	reps := c.replicas(key, 3)
 	w := c.others(reps...)[0]
@@ -771,12 +772,12 @@ func TestReplicatedStateStoreRereplication(t *testing.T) {
 // TestReplicatedStateStoreJoin: members that join take the shards that now rank them
 // among the first K; members pushed out of the first K drop them.
 func TestReplicatedStateStoreJoin(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *ReplicatedStateStoreConfig) {
+	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
 		cfg.RepairInterval = 200 * time.Millisecond
 	})
-	states := map[EntityKey][]byte{}
+	states := map[sharding.EntityKey][]byte{}
 	for shard := 0; shard < 20; shard++ {
-		key := EntityKey{Type: "counter", Shard: shard, ID: fmt.Sprint("j-", shard)}
+		key := sharding.EntityKey{Type: "counter", Shard: shard, ID: fmt.Sprint("j-", shard)}
 		states[key] = []byte(fmt.Sprint("joined ", shard))
 		ssSave(t, c.nodes[shard%3], key, 1, states[key])
 		if err := c.nodes[0].store.Remember(ssCtx(t), key, 1, true); err != nil {
@@ -810,12 +811,12 @@ func TestReplicatedStateStoreJoin(t *testing.T) {
 // store refuses calls.
 func TestReplicatedStateStoreCloseLeavesNothing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *ReplicatedStateStoreConfig) {
+	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
 		cfg.RepairInterval = 50 * time.Millisecond
 		cfg.ChunkSize = 1 << 10
 	})
 	ctx := ssCtx(t)
-	key := EntityKey{Type: "counter", Shard: 1, ID: "leak"}
+	key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "leak"}
 	ssSave(t, c.nodes[0], key, 1, bytes.Repeat([]byte("x"), 5000))
 	ssLoad(t, c.nodes[1], key, bytes.Repeat([]byte("x"), 5000))
 	if err := c.nodes[2].store.Remember(ctx, key, 1, true); err != nil {
@@ -825,16 +826,16 @@ func TestReplicatedStateStoreCloseLeavesNothing(t *testing.T) {
 		t.Fatalf("repair: %v", err)
 	}
 	// A save in flight when the store closes.
-	go c.nodes[0].store.Save(context.Background(), EntityKey{Type: "counter", Shard: 2, ID: "late"}, 1, []byte("x"))
+	go c.nodes[0].store.Save(context.Background(), sharding.EntityKey{Type: "counter", Shard: 2, ID: "late"}, 1, []byte("x"))
 	c.stopAll()
 	n := c.nodes[0]
-	if err := n.store.Save(ctx, key, 1, nil); !errors.Is(err, ErrStoreUnavailable) {
+	if err := n.store.Save(ctx, key, 1, nil); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("save after close: %v", err)
 	}
-	if _, err := n.store.Load(ctx, key); !errors.Is(err, ErrStoreUnavailable) {
+	if _, err := n.store.Load(ctx, key); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("load after close: %v", err)
 	}
-	if err := n.store.Repair(ctx); !errors.Is(err, ErrStoreUnavailable) {
+	if err := n.store.Repair(ctx); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("repair after close: %v", err)
 	}
 	if err := n.store.Close(); err != nil {
@@ -867,7 +868,7 @@ func TestReplicatedStateStoreOpenTwice(t *testing.T) {
 	cfg := n.store.cfg
 	cfg.Messenger = c.nodes[0].msgr
 	start := time.Now()
-	if _, err := NewReplicatedStateStore(cfg); !errors.Is(err, ErrStoreUnavailable) || !strings.Contains(err.Error(), "in use") {
+	if _, err := New(cfg); !errors.Is(err, sharding.ErrStoreUnavailable) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("a second store on the directory: %v", err)
 	}
 	if time.Since(start) > 5*time.Second {
@@ -875,11 +876,11 @@ func TestReplicatedStateStoreOpenTwice(t *testing.T) {
 	}
 	// Another directory, the same messenger: its topics are taken.
 	cfg.Dir = t.TempDir()
-	if _, err := NewReplicatedStateStore(cfg); err == nil {
+	if _, err := New(cfg); err == nil {
 		t.Fatal("a second store on the messenger")
 	}
-	bad := DefaultReplicatedStateStoreConfig()
-	if _, err := NewReplicatedStateStore(bad); err == nil {
+	bad := DefaultConfig()
+	if _, err := New(bad); err == nil {
 		t.Fatal("a config without membership")
 	}
 }
@@ -888,7 +889,7 @@ func TestStateWireFormats(t *testing.T) {
 	for _, tc := range []struct {
 		typ   string
 		shard int
-	}{{"a", 0}, {"counter", 12345}, {strings.Repeat("t", stateMaxTypeLen), 1<<62 + 3}} {
+	}{{"a", 0}, {"counter", 12345}, {strings.Repeat("t", sharding.MaxStateTypeLen), 1<<62 + 3}} {
 		p := stateShardPrefix(tc.typ, tc.shard)
 		typ, shard, ok := parseStateShardPrefix(p)
 		if !ok || typ != tc.typ || shard != tc.shard {
@@ -934,13 +935,13 @@ func TestStateWireFormats(t *testing.T) {
 // BenchmarkReplicatedStateStoreSave saves 64 KiB snapshots on 3 replicas (three members
 // on the in-memory network, each replica on its own bbolt file, fsynced).
 func BenchmarkReplicatedStateStoreSave(b *testing.B) {
-	c := newSSCluster(b, 3, ssTolerant(), func(cfg *ReplicatedStateStoreConfig) { cfg.RequestTimeout = 10 * time.Second })
+	c := newSSCluster(b, 3, ssTolerant(), func(cfg *Config) { cfg.RequestTimeout = 10 * time.Second })
 	state := bytes.Repeat([]byte("s"), 64<<10)
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
 		b.SetBytes(int64(len(state)))
 		for i := 0; b.Loop(); i++ {
-			key := EntityKey{Type: "bench", Shard: i % 100, ID: fmt.Sprint("e-", i%1000)}
+			key := sharding.EntityKey{Type: "bench", Shard: i % 100, ID: fmt.Sprint("e-", i%1000)}
 			if err := c.nodes[0].store.Save(ctx, key, 1, state); err != nil {
 				b.Fatal(err)
 			}
@@ -954,7 +955,7 @@ func BenchmarkReplicatedStateStoreSave(b *testing.B) {
 			i := rand.IntN(1 << 20)
 			for pb.Next() {
 				i++
-				key := EntityKey{Type: "bench", Shard: i % 100, ID: fmt.Sprint("p-", i%1000)}
+				key := sharding.EntityKey{Type: "bench", Shard: i % 100, ID: fmt.Sprint("p-", i%1000)}
 				if err := c.nodes[i%3].store.Save(ctx, key, 1, state); err != nil {
 					b.Error(err)
 					return
@@ -1054,15 +1055,15 @@ func TestDeletedTypeIsNotRepairedBack(t *testing.T) {
 // passes start on membership changes only (and ForgetMember). The tolerances form a
 // cluster on a loaded machine under the race detector and down the two within
 // waitGone's deadline.
-func twoReplicasGoneWithTheLastWrite(t *testing.T) (c *ssCluster, key EntityKey, a, b, third *ssNode) {
+func twoReplicasGoneWithTheLastWrite(t *testing.T) (c *ssCluster, key sharding.EntityKey, a, b, third *ssNode) {
 	t.Helper()
 	lc := cluster.DefaultLocalCoreConfig()
 	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
 	lc.SBRStableAfter = 3 * time.Second
-	c = newSSCluster(t, 5, lc, func(cfg *ReplicatedStateStoreConfig) {
+	c = newSSCluster(t, 5, lc, func(cfg *Config) {
 		cfg.RepairInterval = time.Hour
 	})
-	key = EntityKey{Type: "counter", Shard: 7, ID: "acked"}
+	key = sharding.EntityKey{Type: "counter", Shard: 7, ID: "acked"}
 	reps := c.replicas(key, 3)
 	a, b, third = reps[0], reps[1], reps[2]
 	w := c.others(reps...)[0]
@@ -1086,7 +1087,7 @@ func twoReplicasGoneWithTheLastWrite(t *testing.T) (c *ssCluster, key EntityKey,
 // a shard's three replicas, then those two downed together. The first three members up
 // are now the third replica, which missed the write, and two that never held the shard:
 // ranked over them alone, a read returned the write before the acknowledged one. The
-// store keeps ranking over the two gone members (statestore_ring.go): the shard is
+// store keeps ranking over the two gone members (ring.go): the shard is
 // unavailable until they return with their data, and then serves the acknowledged write.
 func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
 	c, key, a, b, _ := twoReplicasGoneWithTheLastWrite(t)
@@ -1095,11 +1096,11 @@ func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
 		if err == nil {
 			t.Fatalf("load via %s with two of the shard's three replicas gone: %q, want ErrStoreUnavailable (v2 was acknowledged)", n.transport, data)
 		}
-		if !errors.Is(err, ErrStoreUnavailable) {
+		if !errors.Is(err, sharding.ErrStoreUnavailable) {
 			t.Fatalf("load via %s: %v, want ErrStoreUnavailable", n.transport, err)
 		}
-		other := EntityKey{Type: key.Type, Shard: key.Shard, ID: "other"}
-		if err := n.store.Save(ssCtx(t), other, 2, []byte("new")); !errors.Is(err, ErrStoreUnavailable) {
+		other := sharding.EntityKey{Type: key.Type, Shard: key.Shard, ID: "other"}
+		if err := n.store.Save(ssCtx(t), other, 2, []byte("new")); !errors.Is(err, sharding.ErrStoreUnavailable) {
 			t.Fatalf("save via %s to the same shard: %v, want ErrStoreUnavailable", n.transport, err)
 		}
 	}
@@ -1115,12 +1116,12 @@ func TestReplicaSetChangeLosesNoAcknowledgedWrite(t *testing.T) {
 
 // eventuallyServes waits until n loads want for key, while the store is unavailable;
 // any other answer fails the test at once.
-func eventuallyServes(t *testing.T, n *ssNode, key EntityKey, want []byte) {
+func eventuallyServes(t *testing.T, n *ssNode, key sharding.EntityKey, want []byte) {
 	t.Helper()
 	testutil.EventuallyNil(t, 60*time.Second, string(want)+" via "+n.transport, func() error {
 		data, err := n.store.Load(ssCtx(t), key)
 		switch {
-		case errors.Is(err, ErrStoreUnavailable):
+		case errors.Is(err, sharding.ErrStoreUnavailable):
 			return err
 		case err != nil:
 			t.Fatalf("load via %s: %v", n.transport, err)

@@ -1,7 +1,7 @@
 // The replicated store's data of a stopped cluster, read and written without a
 // cluster: `shardhost state export` and `import` for the built-in store.
 
-package sharding
+package replstore
 
 import (
 	"bytes"
@@ -14,19 +14,20 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/internal/boltfile"
+	"github.com/shardhost/shardhost/sharding"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// ExportStateDirs reads the replicated store's data in the given directories (each a
-// member's state directory, <data-dir>/state, holding StateFileName) and calls fn with
+// ExportDirs reads the replicated store's data in the given directories (each a
+// member's state directory, <data-dir>/state, holding FileName) and calls fn with
 // each shard that holds snapshots or remembered entities, in (type, shard) order. It
 // merges the replicas as a read would: each entity's newest snapshot version, each
 // entity's newest remember or forget mark, the newest epoch. The members must be
 // stopped: a directory in use by a running member fails within 1 s. Every member's
 // directory should be given: a shard whose replicas are all left out is missing from
 // the export. fn owns the shard it gets.
-func ExportStateDirs(dirs []string, fn func(*StoredShard) error) error {
+func ExportDirs(dirs []string, fn func(*sharding.StoredShard) error) error {
 	var dbs []*bolt.DB
 	defer func() {
 		for _, db := range dbs {
@@ -40,9 +41,9 @@ func ExportStateDirs(dirs []string, fn func(*StoredShard) error) error {
 	seen := map[ref]bool{}
 	var refs []ref
 	for _, dir := range dirs {
-		path := filepath.Join(dir, StateFileName)
+		path := filepath.Join(dir, FileName)
 		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("sharding: state export: %w", err)
+			return fmt.Errorf("replstore: state export: %w", err)
 		}
 		var db *bolt.DB
 		err := boltfile.Guard(func() (err error) {
@@ -53,7 +54,7 @@ func ExportStateDirs(dirs []string, fn func(*StoredShard) error) error {
 			err = fmt.Errorf("in use by a running member (stop the cluster first): %w", err)
 		}
 		if err != nil {
-			return fmt.Errorf("sharding: state export: open %s: %w", path, err)
+			return fmt.Errorf("replstore: state export: open %s: %w", path, err)
 		}
 		dbs = append(dbs, db)
 		err = viewState(db, func(eb, rb *bolt.Bucket) error {
@@ -66,7 +67,7 @@ func ExportStateDirs(dirs []string, fn func(*StoredShard) error) error {
 			})
 		})
 		if err != nil {
-			return fmt.Errorf("sharding: state export: %s: %w", path, err)
+			return fmt.Errorf("replstore: state export: %s: %w", path, err)
 		}
 	}
 	sort.Slice(refs, func(i, j int) bool {
@@ -78,7 +79,7 @@ func ExportStateDirs(dirs []string, fn func(*StoredShard) error) error {
 	for _, r := range refs {
 		sh, err := mergeShard(dbs, r.typ, r.shard)
 		if err != nil {
-			return fmt.Errorf("sharding: state export: %s/%d: %w", r.typ, r.shard, err)
+			return fmt.Errorf("replstore: state export: %s/%d: %w", r.typ, r.shard, err)
 		}
 		if sh.Empty() {
 			continue
@@ -102,7 +103,7 @@ func viewState(db *bolt.DB, fn func(eb, rb *bolt.Bucket) error) error {
 
 // mergeShard reads a shard from every file and keeps the newest version of each
 // record.
-func mergeShard(dbs []*bolt.DB, typ string, shard int) (*StoredShard, error) {
+func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, error) {
 	prefix := stateShardPrefix(typ, shard)
 	type rec struct {
 		ver      stateVersion
@@ -142,13 +143,13 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*StoredShard, error) {
 			return nil, err
 		}
 	}
-	sh := &StoredShard{Type: typ, Shard: shard, Epoch: epoch}
+	sh := &sharding.StoredShard{Type: typ, Shard: shard, Epoch: epoch}
 	for id, r := range snaps {
 		st := r.data
 		if st == nil {
 			st = []byte{}
 		}
-		sh.Snapshots = append(sh.Snapshots, StoredSnapshot{ID: id, Epoch: r.ver.Epoch, Seq: r.ver.Seq, State: st})
+		sh.Snapshots = append(sh.Snapshots, sharding.StoredSnapshot{ID: id, Epoch: r.ver.Epoch, Seq: r.ver.Seq, State: st})
 	}
 	for id, r := range marks {
 		if r.remember {
@@ -159,15 +160,15 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*StoredShard, error) {
 	return sh, nil
 }
 
-// StateMember is a member of the cluster an import is for: its address (the --bind
+// MemberDir is a member of the cluster an import is for: its address (the --bind
 // gossip address it will start with: the replicated store ranks replicas by it) and
 // its state directory (<data-dir>/state).
-type StateMember struct {
+type MemberDir struct {
 	Addr string
 	Dir  string
 }
 
-// StateDirImporter writes shards into the replicated store's files of a stopped
+// DirImporter writes shards into the replicated store's files of a stopped
 // cluster, each shard on the replicas that a running store would choose among the
 // given members: the first Replicas of the shard's priority order by address. A
 // cluster started on those addresses and directories reads it at once; one started
@@ -178,55 +179,55 @@ type StateMember struct {
 // starts a new history of allocations, and any write of the restarted cluster (epoch
 // 1 or more) supersedes them and passes the fence. The directories must hold no
 // state yet.
-type StateDirImporter struct {
-	members  []StateMember
+type DirImporter struct {
+	members  []MemberDir
 	addrs    []string
 	replicas int
 	disks    map[string]*stateDisk
 }
 
-// NewStateDirImporter opens (creating them if absent) the members' state
+// NewDirImporter opens (creating them if absent) the members' state
 // directories. Errors: a directory in use by a running member, one that already holds
 // state, a repeated address, replicas out of [1, 64].
-func NewStateDirImporter(members []StateMember, replicas int) (*StateDirImporter, error) {
+func NewDirImporter(members []MemberDir, replicas int) (*DirImporter, error) {
 	if len(members) == 0 {
-		return nil, errors.New("sharding: state import: no member")
+		return nil, errors.New("replstore: state import: no member")
 	}
 	if replicas < 1 || replicas > 64 {
-		return nil, fmt.Errorf("sharding: state import: replicas %d out of range [1, 64]", replicas)
+		return nil, fmt.Errorf("replstore: state import: replicas %d out of range [1, 64]", replicas)
 	}
-	im := &StateDirImporter{members: members, replicas: replicas, disks: map[string]*stateDisk{}}
+	im := &DirImporter{members: members, replicas: replicas, disks: map[string]*stateDisk{}}
 	for _, m := range members {
 		if m.Addr == "" || m.Dir == "" {
 			im.Close()
-			return nil, fmt.Errorf("sharding: state import: member %q needs an address and a directory", m.Addr+"="+m.Dir)
+			return nil, fmt.Errorf("replstore: state import: member %q needs an address and a directory", m.Addr+"="+m.Dir)
 		}
 		if _, dup := im.disks[m.Addr]; dup {
 			im.Close()
-			return nil, fmt.Errorf("sharding: state import: member address %s given twice", m.Addr)
+			return nil, fmt.Errorf("replstore: state import: member address %s given twice", m.Addr)
 		}
 		d, err := openStateDisk(m.Dir)
 		if err != nil {
 			im.Close()
-			return nil, fmt.Errorf("sharding: state import: %w", err)
+			return nil, fmt.Errorf("replstore: state import: %w", err)
 		}
 		im.disks[m.Addr] = d
 		im.addrs = append(im.addrs, m.Addr)
 		shards, err := d.shards()
 		if err != nil {
 			im.Close()
-			return nil, fmt.Errorf("sharding: state import: %w", err)
+			return nil, fmt.Errorf("replstore: state import: %w", err)
 		}
 		if len(shards) > 0 {
 			im.Close()
-			return nil, fmt.Errorf("sharding: state import: %s already holds state of %d shards: import into empty directories", m.Dir, len(shards))
+			return nil, fmt.Errorf("replstore: state import: %s already holds state of %d shards: import into empty directories", m.Dir, len(shards))
 		}
 	}
 	// Each directory gets the ring of the members, as a cluster stopped whole would
 	// have saved it: the members started on them take each other for the cluster. A
 	// directory with no ring that a member did not make itself is one that was in a
 	// cluster before, and its member would wait for a member with a confirmed ring
-	// (statestore_ring.go).
+	// (ring.go).
 	addrs := slices.Sorted(slices.Values(im.addrs))
 	stores := make([]string, len(addrs))
 	for i, a := range addrs {
@@ -235,22 +236,22 @@ func NewStateDirImporter(members []StateMember, replicas int) (*StateDirImporter
 	for _, m := range members {
 		if err := im.disks[m.Addr].saveRing(&stateRingRecord{Self: m.Addr, Admitted: addrs, Stores: stores}); err != nil {
 			im.Close()
-			return nil, fmt.Errorf("sharding: state import: saving the ring in %s: %w", m.Dir, err)
+			return nil, fmt.Errorf("replstore: state import: saving the ring in %s: %w", m.Dir, err)
 		}
 	}
 	return im, nil
 }
 
 // Replicas returns the members (addresses) that hold the shard's data.
-func (im *StateDirImporter) Replicas(typ string, shard int) []string {
-	order := PriorityAllocationStrategy{Type: typ}.Order(shard, im.addrs)
+func (im *DirImporter) Replicas(typ string, shard int) []string {
+	order := sharding.PriorityAllocationStrategy{Type: typ}.Order(shard, im.addrs)
 	return order[:min(im.replicas, len(order))]
 }
 
 // ImportShard writes the shard on its replicas, durably (fsynced) before it returns.
-func (im *StateDirImporter) ImportShard(sh *StoredShard) error {
+func (im *DirImporter) ImportShard(sh *sharding.StoredShard) error {
 	if err := sh.Validate(); err != nil {
-		return fmt.Errorf("sharding: state import: %w", err)
+		return fmt.Errorf("replstore: state import: %w", err)
 	}
 	var batches [][]stateRecord
 	var cur []stateRecord
@@ -278,7 +279,7 @@ func (im *StateDirImporter) ImportShard(sh *StoredShard) error {
 	for _, addr := range im.Replicas(sh.Type, sh.Shard) {
 		for _, recs := range batches {
 			if _, err := im.disks[addr].applyWrite(&stateWriteReq{Type: sh.Type, Shard: sh.Shard, Records: recs}); err != nil {
-				return fmt.Errorf("sharding: state import: %s/%d on %s: %w", sh.Type, sh.Shard, addr, err)
+				return fmt.Errorf("replstore: state import: %s/%d on %s: %w", sh.Type, sh.Shard, addr, err)
 			}
 		}
 	}
@@ -286,7 +287,7 @@ func (im *StateDirImporter) ImportShard(sh *StoredShard) error {
 }
 
 // Close closes the files.
-func (im *StateDirImporter) Close() error {
+func (im *DirImporter) Close() error {
 	var errs []error
 	for _, d := range im.disks {
 		errs = append(errs, d.close())

@@ -1,8 +1,8 @@
-// The ReplicatedStateStore's side of a replica: the handlers of the "state/..." topics
-// (statestore_wire.go), which serve peers' writes, chunks, reads, listings, summaries
+// The Store's side of a replica: the handlers of the "state/..." topics
+// (wire.go), which serve peers' writes, chunks, reads, listings, summaries
 // and diffs from the disk, and the staging of snapshots that arrive in chunks.
 
-package sharding
+package replstore
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // stateServe serves one request from a peer and returns the reply body. It runs on a
@@ -20,7 +21,7 @@ type stateServe func(from string, body []byte) []byte
 // handler adapts a stateServe to the messenger: at most stateMaxServing requests are
 // served at once (more are answered busy), each on a goroutine the store owns; a panic
 // becomes a failure reply.
-func (s *ReplicatedStateStore) handler(serve stateServe) cluster.Handler {
+func (s *Store) handler(serve stateServe) cluster.Handler {
 	return func(r *cluster.Request) {
 		if r.OneWay() {
 			s.log.Debug("one-way message on a state store topic; dropped", "topic", r.Topic, "from", r.From)
@@ -37,7 +38,7 @@ func (s *ReplicatedStateStore) handler(serve stateServe) cluster.Handler {
 			defer func() {
 				if v := recover(); v != nil {
 					s.log.Error("state store handler panicked", "topic", r.Topic, "from", r.From, "panic", v)
-					r.Reply(stateFail(fmt.Errorf("%w: handler failed", ErrStoreUnavailable)), nil)
+					r.Reply(stateFail(fmt.Errorf("%w: handler failed", sharding.ErrStoreUnavailable)), nil)
 				}
 			}()
 			if s.disk != nil {
@@ -55,38 +56,38 @@ func (s *ReplicatedStateStore) handler(serve stateServe) cluster.Handler {
 }
 
 // checkWrite validates a write request from a peer.
-func (s *ReplicatedStateStore) checkWrite(req *stateWriteReq) error {
-	if err := checkStateKey(req.Type, req.Shard, "", false); err != nil {
+func (s *Store) checkWrite(req *stateWriteReq) error {
+	if err := sharding.CheckStateKey(req.Type, req.Shard, "", false); err != nil {
 		return err
 	}
 	if len(req.Records) == 0 && !req.Fence {
-		return fmt.Errorf("%w: unfenced write without records", ErrMalformedMessage)
+		return fmt.Errorf("%w: unfenced write without records", sharding.ErrMalformedMessage)
 	}
 	for i := range req.Records {
 		r := &req.Records[i]
-		if err := checkStateKey(req.Type, req.Shard, r.ID, true); err != nil {
+		if err := sharding.CheckStateKey(req.Type, req.Shard, r.ID, true); err != nil {
 			return err
 		}
 		switch r.Kind {
 		case stateKindSnapshot:
 			if len(r.Data) > s.cfg.MaxStateSize {
-				return fmt.Errorf("%w: %d bytes, the cap is %d", ErrStateTooLarge, len(r.Data), s.cfg.MaxStateSize)
+				return fmt.Errorf("%w: %d bytes, the cap is %d", sharding.ErrStateTooLarge, len(r.Data), s.cfg.MaxStateSize)
 			}
 			if r.Xfer != 0 && len(r.Data) > 0 {
-				return fmt.Errorf("%w: record %q has data and a transfer", ErrMalformedMessage, r.ID)
+				return fmt.Errorf("%w: record %q has data and a transfer", sharding.ErrMalformedMessage, r.ID)
 			}
 		case stateKindRemember:
 			if len(r.Data) > 0 || r.Xfer != 0 {
-				return fmt.Errorf("%w: remember record %q with data", ErrMalformedMessage, r.ID)
+				return fmt.Errorf("%w: remember record %q with data", sharding.ErrMalformedMessage, r.ID)
 			}
 		default:
-			return fmt.Errorf("%w: record kind %d", ErrMalformedMessage, r.Kind)
+			return fmt.Errorf("%w: record kind %d", sharding.ErrMalformedMessage, r.Kind)
 		}
 	}
 	return nil
 }
 
-func (s *ReplicatedStateStore) serveWrite(from string, body []byte) []byte {
+func (s *Store) serveWrite(from string, body []byte) []byte {
 	var req stateWriteReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
@@ -110,7 +111,7 @@ func (s *ReplicatedStateStore) serveWrite(from string, body []byte) []byte {
 	return s.encodeReply(&stateReply{Epoch: epoch})
 }
 
-func (s *ReplicatedStateStore) serveDeleteType(from string, body []byte) []byte {
+func (s *Store) serveDeleteType(from string, body []byte) []byte {
 	var req stateDeleteTypeReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
@@ -121,18 +122,18 @@ func (s *ReplicatedStateStore) serveDeleteType(from string, body []byte) []byte 
 	return s.encodeReply(&stateReply{})
 }
 
-func (s *ReplicatedStateStore) serveChunk(from string, body []byte) []byte {
+func (s *Store) serveChunk(from string, body []byte) []byte {
 	var req stateChunkReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
 	}
 	switch {
 	case req.Xfer == 0 || req.Offset < 0 || req.Total <= 0 || len(req.Data) == 0:
-		return stateFail(fmt.Errorf("%w: chunk of transfer %x: offset %d, %d of %d bytes", ErrMalformedMessage, req.Xfer, req.Offset, len(req.Data), req.Total))
+		return stateFail(fmt.Errorf("%w: chunk of transfer %x: offset %d, %d of %d bytes", sharding.ErrMalformedMessage, req.Xfer, req.Offset, len(req.Data), req.Total))
 	case req.Total > s.cfg.MaxStateSize:
-		return stateFail(fmt.Errorf("%w: %d bytes, the cap is %d", ErrStateTooLarge, req.Total, s.cfg.MaxStateSize))
+		return stateFail(fmt.Errorf("%w: %d bytes, the cap is %d", sharding.ErrStateTooLarge, req.Total, s.cfg.MaxStateSize))
 	case req.Offset > req.Total-len(req.Data):
-		return stateFail(fmt.Errorf("%w: chunk of transfer %x past its end", ErrMalformedMessage, req.Xfer))
+		return stateFail(fmt.Errorf("%w: chunk of transfer %x past its end", sharding.ErrMalformedMessage, req.Xfer))
 	}
 	if err := s.stage(from, &req); err != nil {
 		return stateFail(err)
@@ -140,16 +141,16 @@ func (s *ReplicatedStateStore) serveChunk(from string, body []byte) []byte {
 	return s.encodeReply(&stateReply{})
 }
 
-func (s *ReplicatedStateStore) serveRead(from string, body []byte) []byte {
+func (s *Store) serveRead(from string, body []byte) []byte {
 	var req stateReadReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
 	}
-	if err := checkStateKey(req.Type, req.Shard, req.ID, true); err != nil {
+	if err := sharding.CheckStateKey(req.Type, req.Shard, req.ID, true); err != nil {
 		return stateFail(err)
 	}
 	if req.Offset < 0 {
-		return stateFail(fmt.Errorf("%w: read at offset %d", ErrMalformedMessage, req.Offset))
+		return stateFail(fmt.Errorf("%w: read at offset %d", sharding.ErrMalformedMessage, req.Offset))
 	}
 	ver, size, data, found, shardEpoch, err := s.disk.read(stateShardPrefix(req.Type, req.Shard), req.ID, req.Offset, s.cfg.ChunkSize)
 	switch {
@@ -158,17 +159,17 @@ func (s *ReplicatedStateStore) serveRead(from string, body []byte) []byte {
 	case req.Offset > 0 && (!found || ver != stateVersion{req.Epoch, req.Seq}):
 		return stateFail(errStateChanged)
 	case found && req.Offset > size:
-		return stateFail(fmt.Errorf("%w: read at offset %d of %d bytes", ErrMalformedMessage, req.Offset, size))
+		return stateFail(fmt.Errorf("%w: read at offset %d of %d bytes", sharding.ErrMalformedMessage, req.Offset, size))
 	}
 	return s.encodeReply(&stateReadReply{Found: found, Epoch: ver.Epoch, Seq: ver.Seq, Size: size, Data: data, Shard: shardEpoch})
 }
 
-func (s *ReplicatedStateStore) serveRemembered(from string, body []byte) []byte {
+func (s *Store) serveRemembered(from string, body []byte) []byte {
 	var req stateRememberedReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
 	}
-	if err := checkStateKey(req.Type, req.Shard, req.After, false); err != nil {
+	if err := sharding.CheckStateKey(req.Type, req.Shard, req.After, false); err != nil {
 		return stateFail(err)
 	}
 	recs, more, err := s.disk.rememberedPage(stateShardPrefix(req.Type, req.Shard), req.After, s.cfg.ChunkSize, stateMaxPageRecords)
@@ -178,16 +179,16 @@ func (s *ReplicatedStateStore) serveRemembered(from string, body []byte) []byte 
 	return s.encodeReply(&stateRememberedReply{Records: recs, More: more})
 }
 
-func (s *ReplicatedStateStore) serveSummary(from string, body []byte) []byte {
+func (s *Store) serveSummary(from string, body []byte) []byte {
 	var req stateSummaryReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
 	}
-	if err := checkStateKey(req.Type, req.Shard, "", false); err != nil {
+	if err := sharding.CheckStateKey(req.Type, req.Shard, "", false); err != nil {
 		return stateFail(err)
 	}
 	if req.Count < 0 || len(req.Hash) != sha256.Size {
-		return stateFail(fmt.Errorf("%w: summary of %d records with a %d-byte hash", ErrMalformedMessage, req.Count, len(req.Hash)))
+		return stateFail(fmt.Errorf("%w: summary of %d records with a %d-byte hash", sharding.ErrMalformedMessage, req.Count, len(req.Hash)))
 	}
 	prefix := stateShardPrefix(req.Type, req.Shard)
 	if _, err := s.disk.raiseEpoch(prefix, req.Epoch); err != nil {
@@ -200,21 +201,21 @@ func (s *ReplicatedStateStore) serveSummary(from string, body []byte) []byte {
 	return s.encodeReply(&stateSummaryReply{Epoch: sum.epoch, Same: sum.count == req.Count && bytes.Equal(sum.hash, req.Hash)})
 }
 
-func (s *ReplicatedStateStore) serveDiff(from string, body []byte) []byte {
+func (s *Store) serveDiff(from string, body []byte) []byte {
 	var req stateDiffReq
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
 	}
-	if err := checkStateKey(req.Type, req.Shard, "", false); err != nil {
+	if err := sharding.CheckStateKey(req.Type, req.Shard, "", false); err != nil {
 		return stateFail(err)
 	}
 	for i := range req.Records {
 		r := &req.Records[i]
-		if err := checkStateKey(req.Type, req.Shard, r.ID, true); err != nil {
+		if err := sharding.CheckStateKey(req.Type, req.Shard, r.ID, true); err != nil {
 			return stateFail(err)
 		}
 		if (r.Kind != stateKindSnapshot && r.Kind != stateKindRemember) || len(r.Data) > 0 || r.Xfer != 0 {
-			return stateFail(fmt.Errorf("%w: diff entry %q of kind %d", ErrMalformedMessage, r.ID, r.Kind))
+			return stateFail(fmt.Errorf("%w: diff entry %q of kind %d", sharding.ErrMalformedMessage, r.ID, r.Kind))
 		}
 	}
 	need, err := s.disk.needs(stateShardPrefix(req.Type, req.Shard), req.Records)
@@ -238,16 +239,16 @@ type stateStaged struct {
 }
 
 // stagingLimit caps the bytes staged at once: two maximal snapshots.
-func (s *ReplicatedStateStore) stagingLimit() int {
+func (s *Store) stagingLimit() int {
 	return min(s.cfg.MaxStateSize, int(^uint(0)>>2)) * 2
 }
 
 // stagingTTL is how long a transfer may wait for its next chunk or its write.
-func (s *ReplicatedStateStore) stagingTTL() time.Duration { return 4 * s.cfg.RequestTimeout }
+func (s *Store) stagingTTL() time.Duration { return 4 * s.cfg.RequestTimeout }
 
 // stage appends a chunk to its transfer, starting it at offset 0. Errors: a chunk out
 // of order or a total that changed (the transfer is dropped), staging full (busy).
-func (s *ReplicatedStateStore) stage(from string, req *stateChunkReq) error {
+func (s *Store) stage(from string, req *stateChunkReq) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.owner.Closed() {
@@ -259,7 +260,7 @@ func (s *ReplicatedStateStore) stage(from string, req *stateChunkReq) error {
 	t := s.staging[k]
 	if t == nil {
 		if req.Offset != 0 {
-			return fmt.Errorf("%w: chunk at %d of transfer %x, which has not started", ErrMalformedMessage, req.Offset, req.Xfer)
+			return fmt.Errorf("%w: chunk at %d of transfer %x, which has not started", sharding.ErrMalformedMessage, req.Offset, req.Xfer)
 		}
 		if s.staged+req.Total > s.stagingLimit() {
 			return fmt.Errorf("%w: %d bytes staged, no room for %d more", errStateBusy, s.staged, req.Total)
@@ -270,7 +271,7 @@ func (s *ReplicatedStateStore) stage(from string, req *stateChunkReq) error {
 	}
 	if req.Total != t.total || req.Offset != len(t.buf) {
 		s.dropStagedLocked(k, t)
-		return fmt.Errorf("%w: chunk at %d of %d bytes, transfer %x has %d of %d", ErrMalformedMessage, req.Offset, req.Total, req.Xfer, len(t.buf), t.total)
+		return fmt.Errorf("%w: chunk at %d of %d bytes, transfer %x has %d of %d", sharding.ErrMalformedMessage, req.Offset, req.Total, req.Xfer, len(t.buf), t.total)
 	}
 	t.buf = append(t.buf, req.Data...)
 	t.touched = now
@@ -278,7 +279,7 @@ func (s *ReplicatedStateStore) stage(from string, req *stateChunkReq) error {
 }
 
 // takeStaged returns a complete transfer's bytes and forgets it.
-func (s *ReplicatedStateStore) takeStaged(from string, xfer uint64) ([]byte, error) {
+func (s *Store) takeStaged(from string, xfer uint64) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := stateStagingKey{from, xfer}
@@ -287,18 +288,18 @@ func (s *ReplicatedStateStore) takeStaged(from string, xfer uint64) ([]byte, err
 		if t != nil {
 			s.dropStagedLocked(k, t)
 		}
-		return nil, fmt.Errorf("%w: transfer %x unknown, expired or incomplete", ErrMalformedMessage, xfer)
+		return nil, fmt.Errorf("%w: transfer %x unknown, expired or incomplete", sharding.ErrMalformedMessage, xfer)
 	}
 	s.dropStagedLocked(k, t)
 	return t.buf, nil
 }
 
-func (s *ReplicatedStateStore) dropStagedLocked(k stateStagingKey, t *stateStaged) {
+func (s *Store) dropStagedLocked(k stateStagingKey, t *stateStaged) {
 	delete(s.staging, k)
 	s.staged -= t.total
 }
 
-func (s *ReplicatedStateStore) sweepStagingLocked(now time.Time) {
+func (s *Store) sweepStagingLocked(now time.Time) {
 	for k, t := range s.staging {
 		if now.Sub(t.touched) > s.stagingTTL() {
 			s.dropStagedLocked(k, t)

@@ -1,4 +1,4 @@
-package sharding
+package replstore
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // Export merges the members' files as a read would: the newest version of each
@@ -43,9 +45,9 @@ func TestStateDirsExportAndImport(t *testing.T) {
 	write(dirs[2], &stateWriteReq{Type: "t", Shard: 2, Epoch: 1, Records: []stateRecord{mark("z", 1, 1, false)}})
 	write(dirs[0], &stateWriteReq{Type: "a", Shard: 0, Epoch: 1, Records: []stateRecord{snap("e", 1, 1, "")}})
 
-	var got []*StoredShard
-	var digest StateDigest
-	if err := ExportStateDirs(dirs, func(sh *StoredShard) error {
+	var got []*sharding.StoredShard
+	var digest sharding.StateDigest
+	if err := ExportDirs(dirs, func(sh *sharding.StoredShard) error {
 		got = append(got, sh)
 		return digest.Add(sh)
 	}); err != nil {
@@ -68,11 +70,11 @@ func TestStateDirsExportAndImport(t *testing.T) {
 	}
 
 	// Import onto four members, three replicas each.
-	var members []StateMember
+	var members []MemberDir
 	for i := 0; i < 4; i++ {
-		members = append(members, StateMember{Addr: fmt.Sprintf("10.0.0.%d:7946", i+1), Dir: filepath.Join(root, fmt.Sprint("new", i))})
+		members = append(members, MemberDir{Addr: fmt.Sprintf("10.0.0.%d:7946", i+1), Dir: filepath.Join(root, fmt.Sprint("new", i))})
 	}
-	im, err := NewStateDirImporter(members, 3)
+	im, err := NewDirImporter(members, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,21 +124,21 @@ func TestStateDirsExportAndImport(t *testing.T) {
 		}
 		d.close()
 	}
-	var back StateDigest
+	var back sharding.StateDigest
 	var newDirs []string
 	for _, m := range members {
 		newDirs = append(newDirs, m.Dir)
 	}
-	if err := ExportStateDirs(newDirs, back.Add); err != nil {
+	if err := ExportDirs(newDirs, back.Add); err != nil {
 		t.Fatal(err)
 	}
 	if !back.Equal(&digest) {
 		t.Fatalf("read back %s, exported %s", &back, &digest)
 	}
-	if _, err := NewStateDirImporter(members, 3); err == nil || !strings.Contains(err.Error(), "already holds state") {
+	if _, err := NewDirImporter(members, 3); err == nil || !strings.Contains(err.Error(), "already holds state") {
 		t.Fatalf("an import into directories with state: %v", err)
 	}
-	if _, err := NewStateDirImporter([]StateMember{members[0], members[0]}, 3); err == nil {
+	if _, err := NewDirImporter([]MemberDir{members[0], members[0]}, 3); err == nil {
 		t.Fatal("a repeated member was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package sharding
+package replstore
 
 import (
 	"cmp"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // ringTestView is a view of members at addresses "m0".."m5": those in live are up, those
@@ -34,10 +35,10 @@ func ringTestView(self string, live, gone, admitted []string) stateRingView {
 }
 
 func TestReplicaSetIsJointWhileTheRingChanges(t *testing.T) {
-	s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3}}
+	s := &Store{cfg: Config{Replicas: 3}}
 	all := []string{"m0", "m1", "m2", "m3", "m4", "m5"}
 	const typ, shard = "counter", 7
-	order := PriorityAllocationStrategy{Type: typ}.Order(shard, all)
+	order := sharding.PriorityAllocationStrategy{Type: typ}.Order(shard, all)
 	a, b := order[0], order[1]
 	rest := slices.DeleteFunc(slices.Clone(all), func(x string) bool { return x == a || x == b })
 	slices.Sort(rest)
@@ -119,14 +120,14 @@ func restartSSMembers(tb testing.TB, old *ssCluster, nodes ...*ssNode) *ssCluste
 	return c
 }
 
-// ssUnavailable checks that a load of key via n fails with ErrStoreUnavailable.
-func ssUnavailable(tb testing.TB, n *ssNode, key EntityKey, why string) {
+// ssUnavailable checks that a load of key via n fails with sharding.ErrStoreUnavailable.
+func ssUnavailable(tb testing.TB, n *ssNode, key sharding.EntityKey, why string) {
 	tb.Helper()
 	data, err := n.store.Load(ssCtx(tb), key)
 	if err == nil {
 		tb.Fatalf("load via %s %s: %q, want ErrStoreUnavailable", n.transport, why, data)
 	}
-	if !errors.Is(err, ErrStoreUnavailable) {
+	if !errors.Is(err, sharding.ErrStoreUnavailable) {
 		tb.Fatalf("load via %s %s: %v, want ErrStoreUnavailable", n.transport, why, err)
 	}
 }
@@ -212,7 +213,7 @@ func TestRestoredRingTakesANewerGeneration(t *testing.T) {
 	lc := cluster.DefaultLocalCoreConfig()
 	lc.FailureDetector.AcceptableHeartbeatPause = 3 * time.Second
 	lc.SBRStableAfter = 3 * time.Second
-	c := newSSCluster(t, 6, lc, func(cfg *ReplicatedStateStoreConfig) {
+	c := newSSCluster(t, 6, lc, func(cfg *Config) {
 		cfg.RepairInterval = 300 * time.Millisecond
 	})
 	x, y, u := c.nodes[0], c.nodes[1], c.nodes[2]
@@ -232,7 +233,7 @@ func TestRestoredRingTakesANewerGeneration(t *testing.T) {
 }
 
 // TestRingStartsFromTheSavedRing: the rules by which a store's ring starts (the file
-// comment of statestore_ring.go), on views of members "m0".."m5".
+// comment of ring.go), on views of members "m0".."m5".
 func TestRingStartsFromTheSavedRing(t *testing.T) {
 	saved := &stateRingRecord{Gen: 4, Self: "m0", Admitted: []string{"m0", "m1", "m2", "m3", "m4"}}
 	for _, tc := range []struct {
@@ -251,7 +252,7 @@ func TestRingStartsFromTheSavedRing(t *testing.T) {
 		{"nothing saved: the members up (itself with no store ID: what its address held is lost), and those down", nil, []string{"m0", "m1"}, []string{"m2"}, []string{"m0", "m1", "m2"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3}, log: quiet}
+			s := &Store{cfg: Config{Replicas: 3}, log: quiet}
 			s.ring.restored = tc.rec
 			s.ring.mu.Lock()
 			s.startRingLocked(ringTestView("m0", tc.live, tc.gone, nil))
@@ -276,11 +277,11 @@ func TestRingStartsFromTheSavedRing(t *testing.T) {
 // majority of the others until a handover round has given it the shard and admits
 // it.
 func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *ReplicatedStateStoreConfig) {
+	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
 		cfg.RepairInterval = time.Hour // only membership changes and handover retries start passes
 	})
 	c.waitRing()
-	key := EntityKey{Type: "counter", Shard: 3, ID: "acked"}
+	key := sharding.EntityKey{Type: "counter", Shard: 3, ID: "acked"}
 	reps := c.replicas(key, 3)
 	a, b, third := reps[0], reps[1], reps[2]
 	ssSave(t, b, key, 1, []byte("v1"))
@@ -314,7 +315,7 @@ func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
 		switch {
 		case err == nil:
 			t.Fatalf("load via %s with the wiped %s and %s cut off: %q, want v2 or ErrStoreUnavailable", third.transport, a.transport, b.transport, data)
-		case !errors.Is(err, ErrStoreUnavailable):
+		case !errors.Is(err, sharding.ErrStoreUnavailable):
 			t.Fatalf("load via %s: %v, want ErrStoreUnavailable", third.transport, err)
 		}
 		if r := third.store.Ring(); !slices.Equal(r.Replaced, []string{a.addr()}) {
@@ -323,7 +324,7 @@ func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
 		return nil
 	})
 	// Via a itself, likewise (its own replica does not count either).
-	if data, err := a.store.Load(ssCtx(t), key); err == nil || !errors.Is(err, ErrStoreUnavailable) {
+	if data, err := a.store.Load(ssCtx(t), key); err == nil || !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("load via the wiped %s: %q, %v; want ErrStoreUnavailable", a.transport, data, err)
 	}
 	// The ring cannot settle while b, which holds v2, is cut off from the others.
@@ -353,7 +354,7 @@ func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
 // store. While the ring has no more members than K, the lost replica is left out of
 // the old configuration instead (a majority of the others meets every write).
 func TestAReplacedMemberIsTwoReplicas(t *testing.T) {
-	s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3}}
+	s := &Store{cfg: Config{Replicas: 3}}
 	const typ, shard = "counter", 7
 	view := func(all []string, replaced string) stateRingView {
 		v := ringTestView(all[0], all, nil, all)
@@ -368,7 +369,7 @@ func TestAReplacedMemberIsTwoReplicas(t *testing.T) {
 		return v
 	}
 	all := []string{"m0", "m1", "m2", "m3"}
-	order := PriorityAllocationStrategy{Type: typ}.Order(shard, all)
+	order := sharding.PriorityAllocationStrategy{Type: typ}.Order(shard, all)
 	// Seen from a member other than the one replaced, which is the shard's first.
 	victim := order[0]
 	all = append([]string{order[1]}, slices.DeleteFunc(slices.Clone(all), func(a string) bool { return a == order[1] })...)
@@ -504,14 +505,14 @@ func TestNoShardIsDroppedByAnUnsettledRing(t *testing.T) {
 // had never started (it was never up long) restarted alone, took itself for a new
 // cluster and served its shards from nothing.
 func TestAMemberBackAloneDoesNotTakeItselfForTheCluster(t *testing.T) {
-	start := func(t *testing.T, dir string, rec *stateRingRecord, live, gone []string) (*ReplicatedStateStore, stateRingView) {
+	start := func(t *testing.T, dir string, rec *stateRingRecord, live, gone []string) (*Store, stateRingView) {
 		t.Helper()
 		d, err := openStateDisk(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = d.close() })
-		s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3, Membership: selfOnly{self: cluster.Member{Address: "m0"}}},
+		s := &Store{cfg: Config{Replicas: 3, Membership: selfOnly{self: cluster.Member{Address: "m0"}}},
 			log: quiet, disk: d}
 		s.ring.restored = rec
 		s.ring.mu.Lock()
@@ -578,7 +579,7 @@ func TestAMemberBackAloneDoesNotTakeItselfForTheCluster(t *testing.T) {
 // selfOnly is a Membership that answers Self alone (the ring's start saves the ring
 // under this member's address).
 type selfOnly struct {
-	Membership
+	sharding.Membership
 	self cluster.Member
 }
 
@@ -609,7 +610,7 @@ func upMembers(addrs ...string) []cluster.Member {
 // members that joined, and restored alone it waits for them; a ring of one that no
 // member joined still restarts alone as the whole cluster.
 func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.T) {
-	open := func(t *testing.T, dir string, mem Membership) *ReplicatedStateStore {
+	open := func(t *testing.T, dir string, mem sharding.Membership) *Store {
 		t.Helper()
 		d, err := openStateDisk(dir)
 		if err != nil {
@@ -620,7 +621,7 @@ func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3, Membership: mem}, log: quiet, disk: d}
+		s := &Store{cfg: Config{Replicas: 3, Membership: mem}, log: quiet, disk: d}
 		s.ring.restored = rec
 		return s
 	}
@@ -674,7 +675,7 @@ func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.
 // (nor does a member on a new directory that joins them confirm it).
 func TestSeed82074MembersWithoutARingDoNotFormOne(t *testing.T) {
 	c := &ssCluster{tb: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: ssTolerant(),
-		mutate: func(cfg *ReplicatedStateStoreConfig) { cfg.RepairInterval = 200 * time.Millisecond }}
+		mutate: func(cfg *Config) { cfg.RepairInterval = 200 * time.Millisecond }}
 	t.Cleanup(c.stopAll)
 	for range 2 {
 		dir := filepath.Join(t.TempDir(), "state")
@@ -716,15 +717,15 @@ func TestSeed82074MembersWithoutARingDoNotFormOne(t *testing.T) {
 	if confirmedRefusals == 0 {
 		t.Fatal("no round was refused for want of a confirmed ring")
 	}
-	key := EntityKey{Type: "counter", Shard: 1, ID: "c1"}
-	if _, err := c.nodes[0].store.Load(ssCtx(t), key); !errors.Is(err, ErrStoreUnavailable) {
+	key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "c1"}
+	if _, err := c.nodes[0].store.Load(ssCtx(t), key); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("a read: %v, want ErrStoreUnavailable", err)
 	}
 }
 
 // listMembership is a Membership whose members a test sets (Self is members' "m0").
 type listMembership struct {
-	Membership
+	sharding.Membership
 	mu      sync.Mutex
 	members []cluster.Member
 }
@@ -747,7 +748,7 @@ func (m *listMembership) Members() []cluster.Member {
 }
 
 // freshRingView builds the view without the kept one: what ringView must return.
-func freshRingView(s *ReplicatedStateStore) stateRingView {
+func freshRingView(s *Store) stateRingView {
 	self, members, own := s.cfg.Membership.Self().Address, s.cfg.Membership.Members(), s.storeID()
 	s.ring.mu.Lock()
 	defer s.ring.mu.Unlock()
@@ -769,7 +770,7 @@ func TestRingViewFollowsEveryChange(t *testing.T) {
 		ms.members = append(ms.members, cluster.Member{Address: a, UID: cluster.UID(rng.Uint64()), TransportAddr: "t-" + a,
 			Status: cluster.StatusUp, Reachable: true})
 	}
-	s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3, Membership: ms}, log: quiet}
+	s := &Store{cfg: Config{Replicas: 3, Membership: ms}, log: quiet}
 	changes := []struct {
 		name  string
 		apply func()
@@ -849,7 +850,7 @@ func TestRingViewIsKeptWhileNothingChanges(t *testing.T) {
 	for _, a := range []string{"m0", "m1", "m2"} {
 		ms.members = append(ms.members, cluster.Member{Address: a, TransportAddr: "t-" + a, Status: cluster.StatusUp, Reachable: true})
 	}
-	s := &ReplicatedStateStore{cfg: ReplicatedStateStoreConfig{Replicas: 3, Membership: ms}, log: quiet}
+	s := &Store{cfg: Config{Replicas: 3, Membership: ms}, log: quiet}
 	_ = s.noteStore(stateReplica{addr: "m1"}, "store-1")
 	s.ringView()
 	// One allocation: the members as Membership.Members returns them.

@@ -1,0 +1,231 @@
+// The configuration of sharding (Config) and of an entity type (TypeSettings).
+
+package sharding
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TypeSettings are the sharding settings of an entity type, given at deploy.
+type TypeSettings struct {
+	Name string `json:"name"`
+	// NumberOfShards is fixed for the life of the cluster; abi.ShardID uses it.
+	NumberOfShards int `json:"shards"`
+	// Role: only members with this role host the type's shards; the others run
+	// proxy-only regions that route its messages. Empty: every member hosts.
+	Role string `json:"role,omitempty"`
+	// Allocation is the shard allocation strategy: AllocationLeastShard (default) or
+	// AllocationPriority.
+	Allocation string `json:"allocation,omitempty"`
+	// PassivateAfter passivates an entity idle for this long; 0 never.
+	PassivateAfter time.Duration `json:"passivate_after,omitempty"`
+	// MaxActive caps the active entities of the type per region; the least recently
+	// used is passivated to make room. 0: no cap.
+	MaxActive int `json:"max_active,omitempty"`
+	// Checkpoint says when an entity's state is saved: CheckpointPassivation (on
+	// passivation and handoff, the default), CheckpointEveryMessage, or "every:N".
+	Checkpoint string `json:"checkpoint,omitempty"`
+	// RememberEntities restarts a shard's entities wherever the shard goes.
+	RememberEntities bool `json:"remember_entities,omitempty"`
+}
+
+// Allocation strategies and checkpoint policies by name.
+const (
+	AllocationLeastShard   = "least-shard"
+	AllocationPriority     = "priority"
+	CheckpointPassivation  = "passivation"
+	CheckpointEveryMessage = "every-message"
+)
+
+// Validate checks the settings; it fills in the defaults of empty fields.
+func (t *TypeSettings) Validate() error {
+	switch {
+	case t.Name == "":
+		return errors.New("sharding: an entity type needs a name")
+	case t.NumberOfShards < 1 || t.NumberOfShards > 100_000:
+		return fmt.Errorf("sharding: number of shards %d (want 1 to 100000)", t.NumberOfShards)
+	case t.PassivateAfter < 0 || t.MaxActive < 0:
+		return fmt.Errorf("sharding: passivate-after and max-active must not be negative")
+	}
+	switch t.Allocation {
+	case "":
+		t.Allocation = AllocationLeastShard
+	case AllocationLeastShard, AllocationPriority:
+	default:
+		return fmt.Errorf("sharding: allocation %q (want %s or %s)", t.Allocation, AllocationLeastShard, AllocationPriority)
+	}
+	if t.Checkpoint == "" {
+		t.Checkpoint = CheckpointPassivation
+	}
+	if _, err := checkpointEvery(t.Checkpoint); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkpointEvery returns after how many messages an entity's state is saved under a
+// checkpoint policy: 0 for passivation (only on passivation and handoff), 1 for every
+// message, N for "every:N".
+func checkpointEvery(policy string) (int, error) {
+	switch policy {
+	case CheckpointPassivation, "":
+		return 0, nil
+	case CheckpointEveryMessage:
+		return 1, nil
+	}
+	if n, ok := strings.CutPrefix(policy, "every:"); ok {
+		if v, err := strconv.Atoi(n); err == nil && v >= 1 {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("sharding: checkpoint policy %q (want passivation, every-message or every:N)", policy)
+}
+
+// Config configures Sharding.
+type Config struct {
+	Membership Membership
+	Messenger  Messenger
+	Types      TypeResolver
+	Factory    EntityFactory
+	// DData keeps the coordinator's state (allocations and epochs) with WriteMajority and
+	// ReadMajority. Nil: the coordinator rebuilds its state from the regions alone.
+	DData DData
+	// States keeps entity state (snapshots, remembered entities): with it, state moves
+	// with its shard and survives passivation and crashes (per the checkpoint policy).
+	// Nil: an entity's state lives only in its instance.
+	States StateStore
+	// Strategy, if set, allocates the shards of every type; by default each type uses
+	// the strategy its settings name (least-shard or priority).
+	Strategy ShardAllocationStrategy
+	// RebalanceInterval is how often the coordinator looks for shards to move. Default 10 s.
+	RebalanceInterval time.Duration
+	// DownRemovalMargin is how long the shards of a member that was downed (not one that
+	// left) stay allocated to it before they may move, as Akka's down-removal-margin:
+	// the downed member, on the other side of a partition, may still run their entities
+	// until its own split brain resolver or the news of its downing stops it, and a
+	// second activation meanwhile would break "at most one active instance". Longer
+	// leaves the shards unavailable longer after a crash; shorter than the time the
+	// downed side takes to stop risks two lives of an entity at once. Default 5 s (the
+	// resolver's default stable-after; host sets the resolver's own); 0 moves them at
+	// once.
+	DownRemovalMargin time.Duration
+	// HostingLease is how recent this member's heartbeat round trips with a majority
+	// of the members must be for it to host (cluster.View.MajorityContact): past it,
+	// the member activates no entity, handles no message and saves no state, and it
+	// stops its entities without saving; after such a lapse it hosts again only once
+	// it has the contact back and its view of the cluster has converged (so that a
+	// downing it missed has reached it). A member cut off from the majority, paused
+	// or behind a bridge member thus stops hosting before the majority, which downs it
+	// after the resolver's stable-after, moves its shards after DownRemovalMargin (Akka
+	// leaves this to the downed side's resolver; a member that does not learn of its
+	// downing, or whose resolver sees another leader, is what the lease covers). It must
+	// be shorter than DownRemovalMargin, with room for a save in flight, and longer than
+	// the failure detector's heartbeat interval, or the lease lapses while nothing is
+	// wrong. 0: half of DownRemovalMargin; negative, or a DownRemovalMargin of 0: no
+	// lease (a member hosts whatever its contact).
+	HostingLease time.Duration
+	// MaxSimultaneousRebalance caps the shards of one type in handoff at once. Default 3.
+	MaxSimultaneousRebalance int
+	// BufferSize caps the messages a region buffers while shard homes are resolved
+	// (and, per entity type, while the type is being resolved). Over it, messages are
+	// dead letters: ErrBufferFull. Default 100,000 (Akka's buffer-size).
+	BufferSize int
+	// MailboxSize caps the messages queued for one entity. Default 10,000.
+	MailboxSize int
+	// RequestTimeout bounds one request to the coordinator or a region. Default 3 s.
+	RequestTimeout time.Duration
+	// ResolveTimeout is how long messages wait for their shard's home (retrying the
+	// coordinator) before they fail with ErrShardUnavailable. Default 10 s.
+	ResolveTimeout time.Duration
+	// AskTimeout bounds an ask whose context has no deadline. On the member that hosts
+	// the entity, a forwarded ask's deadline is the sooner of the asker's (which the
+	// message carries) and AskTimeout from its arrival. Default 10 s.
+	AskTimeout time.Duration
+	// ReconcileInterval is how often membership is re-read, in case events were
+	// missed. Default 1 s.
+	ReconcileInterval time.Duration
+	// Now is the clock of idle passivation (when an entity was last used, how long
+	// ago), of MaxActive's least recently used choice, of the dead letter log's rate
+	// limit and of the durations sharding measures (queue time, activation, handoff).
+	// Deadlines (an ask's, ResolveTimeout, RequestTimeout) follow contexts and timers,
+	// in real time. Default time.Now; tests give a simulated clock.
+	Now func() time.Time
+	// Logger receives sharding's logs. Nil: slog.Default().
+	Logger *slog.Logger
+	// TracerProvider makes the spans of messages (tell, ask, handle), activations,
+	// passivations, state store calls, shard home resolution, buffering and handoffs.
+	// Nil: none.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records sharding's metrics (messages handled, activations,
+	// passivations, active entities, shards, handoffs, buffered messages, dead letters,
+	// state store operations). Nil: none.
+	MeterProvider metric.MeterProvider
+}
+
+// DefaultConfig returns the defaults described on Config (dependencies unset).
+func DefaultConfig() Config {
+	return Config{
+		BufferSize:        100_000,
+		MailboxSize:       10_000,
+		RequestTimeout:    3 * time.Second,
+		ResolveTimeout:    10 * time.Second,
+		AskTimeout:        10 * time.Second,
+		ReconcileInterval: time.Second,
+		RebalanceInterval: 10 * time.Second,
+		DownRemovalMargin: 5 * time.Second,
+
+		MaxSimultaneousRebalance: 3,
+	}
+}
+
+// CoordinatorTimeout is how long a region waits for the coordinator's answer to where
+// a shard lives: two RequestTimeouts, as the coordinator may first wait one
+// RequestTimeout for the region it chose to host the shard.
+func (c Config) CoordinatorTimeout() time.Duration { return 2 * c.RequestTimeout }
+
+// HandOffTimeout bounds a region's handoff of one shard: one RequestTimeout for the
+// other regions to acknowledge BeginHandOff, one for the coordinator to acknowledge
+// ShardStopped, and ResolveTimeout for the shard's entities to finish what they
+// received and save their state (a save retries while the store is unavailable).
+func (c Config) HandOffTimeout() time.Duration { return 2*c.RequestTimeout + c.ResolveTimeout }
+
+// HandOffRequestTimeout is how long the coordinator waits for a region to answer a
+// HandOff (a rebalance): HandOffTimeout and one RequestTimeout more for the message
+// and its answer, so that a region that finishes in time is heard.
+func (c Config) HandOffRequestTimeout() time.Duration { return c.HandOffTimeout() + c.RequestTimeout }
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Membership == nil || c.Messenger == nil || c.Types == nil || c.Factory == nil:
+		return errors.New("sharding: Membership, Messenger, Types and Factory are required")
+	case c.BufferSize <= 0 || c.MailboxSize <= 0:
+		return errors.New("sharding: buffer and mailbox sizes must be positive")
+	case c.RequestTimeout <= 0 || c.ResolveTimeout <= 0 || c.AskTimeout <= 0 || c.ReconcileInterval <= 0 ||
+		c.RebalanceInterval <= 0 || c.MaxSimultaneousRebalance <= 0:
+		return errors.New("sharding: timeouts and intervals must be positive")
+	case c.DownRemovalMargin > 0 && c.HostingLease >= c.DownRemovalMargin:
+		return fmt.Errorf("sharding: the hosting lease (%v) must be shorter than the down-removal margin (%v)",
+			c.HostingLease, c.DownRemovalMargin)
+	}
+	return nil
+}
+
+// hostingLease is the lease in effect (HostingLease with its default); 0: none.
+func (c Config) hostingLease() time.Duration {
+	switch {
+	case c.DownRemovalMargin <= 0 || c.HostingLease < 0:
+		return 0
+	case c.HostingLease == 0:
+		return c.DownRemovalMargin / 2
+	}
+	return c.HostingLease
+}

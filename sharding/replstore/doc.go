@@ -1,0 +1,29 @@
+// Package replstore is the built-in entity state store of docs/design.md, a
+// sharding.StateStore: each shard's snapshots and remembered entity IDs on the first K
+// members of the shard's priority order, on disk (bbolt, fsynced before a replica
+// acknowledges), a majority of K acknowledging a write and answering a read. Writes are
+// fenced by the shard's allocation epoch; a ring of members keeps every acknowledged
+// write readable while the members change; read repair and anti-entropy bring
+// replicas up to date. Store says how.
+//
+// The files: store.go (the store: Save, Load, Remember, Remembered, FenceShard,
+// DeleteType), replicas.go (its requests to replicas and their majorities), serve.go
+// (a replica's side of the protocol), wire.go (the protocol's messages and the records
+// on disk), disk.go (the bbolt file and its group commit), repair.go (read repair and
+// anti-entropy), ring.go (the ring a shard's replicas are ranked over, and its views),
+// handover.go (the rounds that end a change of the ring), forget.go (an operator's
+// ForgetMember), offline.go (the files of a stopped cluster).
+//
+// Host chooses the store, this one or package pgstore, and gives it to sharding as
+// sharding.Config.States; package sharding never imports this one.
+//
+// # What an embedder uses
+//
+// Store, opened by New with a Config (DefaultConfig, or DefaultLocalConfig, a fast
+// profile for one machine and tests), is the store; Store.Ring returns a Ring, a look
+// at its ring of members, and Store.ForgetMember fails with ErrMemberNotGone for a
+// member that is not gone. The offline files of a stopped cluster (FileName in each
+// member's state directory) serve the shardhost command's state export and import:
+// ExportDirs reads them, and DirImporter (NewDirImporter, with a MemberDir per member)
+// writes them.
+package replstore
