@@ -9,7 +9,7 @@ GOROOT   := $(shell $(GO) env GOROOT)
 
 # Go-language entities build with TinyGo when it is on PATH (or TINYGO names it), and
 # with Go's wasip1 port otherwise. TinyGo modules are about 40-100 KB and start in tens
-# of microseconds; Go's are 2.7 MB and take milliseconds (README, "Figures").
+# of microseconds; Go's are 2.7 MB and take milliseconds (bench/README.md).
 #
 # TINYGO_FLAGS (internal/testwasm.TinyGoFlags is the same; a test checks it):
 #   -target=wasip1 -buildmode=c-shared  a WASI reactor: _initialize, then the exports
@@ -250,7 +250,7 @@ PEERS_FLAGS ?=
 bench-peers: examples
 	cd bench/peers && $(GO) run -mod=mod . -wasm $(CURDIR)/$(BIN)/wasm $(PEERS_FLAGS)
 
-# The README's table of the counter built by TinyGo, by Go's port and in Rust (each
+# bench/README.md's table of the counter built by TinyGo, by Go's port and in Rust (each
 # sub-benchmark does a fixed amount of work: run once, without the race detector).
 figures:
 	TINYGO=$(TINYGO) $(GO) test -run '^$$' -bench 'BenchmarkCounterFigures' -benchtime 1x -timeout 30m ./host/

@@ -190,7 +190,7 @@ func (l *askLoad) do(ctx context.Context, cid, m int, id, kind string) history.O
 		op.Failed, op.Err = true, err.Error()
 	case err != nil && errorKind(err.Error()) == "503 state-not-loaded":
 		// The entity could not read its saved state, so it was not started and the
-		// message not handled (README, "HTTP API").
+		// message not handled (docs/cli.md, "The HTTP API").
 		op.Failed, op.Err = true, err.Error()
 	case err != nil:
 		op.Ambiguous, op.Err = true, err.Error()

@@ -114,7 +114,7 @@ func TestPostgresKilledMidRun(t *testing.T) {
 //  3. another new cluster on the same database counts on too (its coordinator
 //     allocates above the epochs the database holds);
 //  4. PostgreSQL is exported and imported into the data directories of a built-in
-//     cluster on new addresses, which serves the latest values (README: remembered
+//     cluster on new addresses, which serves the latest values (docs/state-stores.md: remembered
 //     entities after an import into the built-in store).
 func TestStateExportImportBetweenStores(t *testing.T) {
 	// Default failure detection: members stopped one after another on a loaded machine

@@ -42,7 +42,7 @@ func mustRun(t *testing.T, env []string, args ...string) string {
 }
 
 // newSecureKit makes a CA, a member certificate for 127.0.0.1 and localhost, an admin
-// and a client token, and a gossip key, with the CLI, as the README's walkthrough does.
+// and a client token, and a gossip key, with the CLI, as docs/security.md's walkthrough does.
 func newSecureKit(t *testing.T) *secureKit {
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
@@ -301,7 +301,7 @@ func TestSecureClusterWithMutualTLSAndTokens(t *testing.T) {
 // TestAPIUnderSlowlorisKeepsServing: a member whose API has as many slowloris
 // connections (never finishing their headers) as connections sending asks keeps
 // answering every ask, and its memory stays bounded. The figures are logged, not
-// asserted (bench/apiload measures the README's, at 2,000 connections).
+// asserted (bench/apiload measures bench/README.md's, at 2,000 connections).
 func TestAPIUnderSlowlorisKeepsServing(t *testing.T) {
 	h := startHost(t, "")
 	if out, errText, ok := cli(t, h, nil, "deploy", "--type", "counter", testwasm.Path(t, "counter")); !ok {

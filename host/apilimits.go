@@ -14,7 +14,7 @@ import (
 	"github.com/shardhost/shardhost/sharding"
 )
 
-// Limits of the management API against hostile or careless callers (README, "Secure").
+// Limits of the management API against hostile or careless callers (docs/security.md).
 
 const (
 	// maxEntityIDLength caps an entity ID given to the API, in bytes of UTF-8. Akka's

@@ -19,7 +19,7 @@ import (
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
-// Who may call the management API (README, "Secure"). A caller proves who it is with a
+// Who may call the management API (docs/security.md). A caller proves who it is with a
 // bearer token from the API's tokens file, or with a client certificate signed by the
 // API's client CA; either gives it a role. Every route needs a role (routeRoles); the
 // probes and /metrics need none unless APIConfig.AuthAll is set.

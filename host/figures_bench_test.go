@@ -14,7 +14,7 @@ import (
 	"github.com/shardhost/shardhost/sharding"
 )
 
-// BenchmarkCounterFigures gives the README's table of the counter example built three
+// BenchmarkCounterFigures gives bench/README.md's table of the counter example built three
 // ways: by TinyGo (the Makefile's TINYGO_FLAGS), by Go's wasip1 port, and in Rust
 // (counter-rust, the same messages). Each sub-benchmark does a fixed amount of work per
 // operation, so run it once: make figures (go test -run '^$' -bench CounterFigures

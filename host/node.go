@@ -48,7 +48,7 @@ type Config struct {
 	// StateStore chooses the entity state store: "builtin" (or "") for the replicated
 	// store on the members' disks (DataDir/state), or a PostgreSQL connection string
 	// (postgres://…, or libpq's key=value form) for pgstore, with what it leaves out
-	// taken from the PG* environment (README: choosing a state store).
+	// taken from the PG* environment (docs/state-stores.md, "Choosing a state store").
 	StateStore string
 	// BuiltinStateStore configures the built-in store: replicas per shard, request
 	// timeout, anti-entropy interval, size caps. Its membership, messenger, logger and
@@ -112,7 +112,7 @@ type Config struct {
 	// Propagator carries trace context and baggage in API requests and between
 	// members. Nil: W3C Trace Context and W3C Baggage.
 	Propagator propagation.TextMapPropagator
-	// MeterProvider records the metrics of every layer (README, "Observe"). Nil: none.
+	// MeterProvider records the metrics of every layer (docs/observability.md). Nil: none.
 	MeterProvider metric.MeterProvider
 	// MetricsHandler, if set, is served at GET /metrics on the API address: the
 	// Prometheus text of MeterProvider's instruments (internal/telemetry.NewMetrics).

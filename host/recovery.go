@@ -13,7 +13,7 @@ import (
 	"github.com/shardhost/shardhost/sharding"
 )
 
-// In-memory recovery (README, "What a failure loses"; docs/design.md): a message that
+// In-memory recovery (docs/sharding.md, "What a failure loses"; docs/design.md): a message that
 // traps, overruns its deadline or its host call budget costs that message alone. The
 // entity starts again from its state after its last successful message, not from its
 // last durable checkpoint, which --checkpoint governs and which is what a crash of the

@@ -100,7 +100,7 @@ func (s *spans) waitAny(name string, ok func(sdktrace.ReadOnlySpan) bool) sdktra
 	}
 }
 
-// tree renders a trace as an indented tree, for failure messages and the README.
+// tree renders a trace as an indented tree, for failure messages and docs/observability.md.
 func (s *spans) tree(tid trace.TraceID) string {
 	all := s.of(tid)
 	children := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
@@ -630,7 +630,7 @@ func activeIn(n *Node, typ, id string) bool {
 // allocates the shard (its write to distributed data, HostShard to the owner), the message
 // waits in the buffer (a span linked to the resolution), then crosses to the owner,
 // where the entity is activated (state load, instantiation) and handles it. The trace
-// is logged: the README shows one.
+// is logged: docs/observability.md shows one.
 func TestTraceCrossMemberFirstActivation(t *testing.T) {
 	sp := newSpans(t)
 	nodes := tracedNodes(t, 3, sp, nil)

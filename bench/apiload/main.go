@@ -2,8 +2,8 @@
 // shardhost member, deploys the counter example, and for a while keeps N connections
 // open to its API, half of them (by default) slowloris connections that never finish
 // their headers and the others sending well-formed asks. It prints the asks' latency
-// (p50, p90, p99) and the member's resident memory before and at its peak (README,
-// "Secure").
+// (p50, p90, p99) and the member's resident memory before and at its peak (bench/README.md,
+// "The API under load").
 //
 //	go build -o bin/shardhost ./cmd/shardhost && make examples
 //	go run ./bench/apiload -conns 2000 -duration 60s

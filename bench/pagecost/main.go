@@ -7,7 +7,7 @@
 // (bench/peers/README.md, "Pages").
 //
 // On a virtual machine the figure depends on the hypervisor too. On the 2-core virtual
-// machine of the README's figures (a virtio balloon with free page reporting), one
+// machine of bench/README.md's figures (a virtio balloon with free page reporting), one
 // morning (2026-11-27 10:40 UTC) it was 8.9 µs a page at the first touch, 0.2 µs again
 // at once and 7.9 µs after 8 s idle: memory the kernel had freed and left for seconds
 // cost 40 times more to touch again. Half an hour later, after a test had touched

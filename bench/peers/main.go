@@ -1,8 +1,7 @@
 // Command peers runs shardhost and Proto.Actor (github.com/asynkron/protoactor-go) side
 // by side in one process and one run, doing the same counter work, and prints one
 // markdown table of figures with each shardhost figure's ratio to Proto.Actor's and the
-// physical floors measured in the same run (README.md here; the top-level README,
-// "Figures").
+// physical floors measured in the same run (README.md here; bench/README.md, "Beside Proto.Actor").
 //
 //	make bench-peers                      # builds the examples, then runs this
 //	cd bench/peers && go run . -wasm ../../bin/wasm -dur 2s -rss-sizes 1000,10000,50000

@@ -17,7 +17,7 @@ import (
 )
 
 // newKeysCommand is shardhost keys: the gossip keys of the whole cluster, rotated
-// without downtime through memberlist's keyring (README, "Secure").
+// without downtime through memberlist's keyring (docs/security.md).
 func newKeysCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",

@@ -13,7 +13,7 @@ import (
 	"github.com/shardhost/shardhost/internal/pki"
 )
 
-// secureFlags are the security settings of shardhost start (README, "Secure"). Secrets
+// secureFlags are the security settings of shardhost start (docs/security.md). Secrets
 // are never given on the command line, where ps shows them: only files and environment
 // variables hold them.
 type secureFlags struct {

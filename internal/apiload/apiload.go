@@ -1,6 +1,6 @@
 // Package apiload loads a member's management API with well-formed asks and slowloris
 // connections at once, and measures the asks' latency and the member's resident
-// memory: the hostile-input figures of the README ("Secure"), measured by
+// memory: the hostile-input figures of bench/README.md, measured by
 // bench/apiload and, smaller, by an end-to-end test.
 package apiload
 

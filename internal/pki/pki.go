@@ -1,7 +1,7 @@
 // Package pki makes and loads the certificates of a shardhost cluster: a certificate
 // authority (CA), member certificates (for member-to-member mutual TLS and the API's
 // HTTPS) and client certificates (for the API, carrying a role), all ECDSA P-256 with
-// crypto/x509, as `shardhost certs` writes them (README, "Secure").
+// crypto/x509, as `shardhost certs` writes them (docs/security.md).
 //
 // A member certificate has both the serverAuth and clientAuth extended key usages: the
 // members' TLS accepts only such certificates, so that a client certificate signed by

@@ -10,7 +10,7 @@ import (
 
 // TinyGoFlags are the flags a Go-language entity is built with by TinyGo: a WASI reactor
 // without debug information and without a scheduler (the Makefile's TINYGO_FLAGS, which
-// the README explains; a test checks that the two agree).
+// bench/README.md explains; a test checks that the two agree).
 var TinyGoFlags = []string{"-target=wasip1", "-buildmode=c-shared", "-no-debug", "-scheduler=none"}
 
 // RequireTinyGoEnv is the environment variable that makes a missing TinyGo fail the tests

@@ -1,7 +1,7 @@
 // Package pgstore is a sharding.StateStore on PostgreSQL (pgx and its pool): entity
 // snapshots, remembered entities and per-shard fencing epochs in three tables of a
 // database the user already runs, backs up and restores. Select it with
-// `shardhost start --state-store postgres://…` (README: choosing a state store).
+// `shardhost start --state-store postgres://…` (docs/state-stores.md, "Choosing a state store").
 //
 // Fencing is in SQL: every write calls a function (shardhost_save,
 // shardhost_remember) that raises or checks the shard's epoch row and writes in the

@@ -1,5 +1,5 @@
 //! counter-rust is the counter example written in Rust: the same messages and replies as
-//! examples/wasm/counter (Go), for comparing the toolchains (README, "Figures").
+//! examples/wasm/counter (Go), for comparing the toolchains (bench/README.md).
 //!
 //! Messages: "inc" adds one, "inc N" adds N (a signed 64-bit integer); both reply with
 //! the new count. "get" replies with the count. Counts are decimal text. Anything else
