@@ -1,4 +1,4 @@
-// Package depcheck checks the dependency direction of docs/design.md: cmd/host → host →
+// Package depcheck checks the dependency direction of ARCHITECTURE.md: cmd/shardhost → host →
 // sharding → ddata → cluster → abi, imports pointing down only, and abi on the standard
 // library alone. The PostgreSQL driver stays in sharding/pgstore: only it imports pgx,
 // and sharding itself never imports pgstore (host chooses the store). Nor does sharding,
