@@ -41,6 +41,11 @@
 // shardhost command's state export and import move between stores, and StateDigest
 // sums their content; DeltaIDPrefix marks the host's delta records among the snapshots.
 //
+// A JournalStore also keeps each entity's journal: JournalRecord values, each the
+// encoding of a JournalEntry (Encode, DecodeJournalEntry), which a store checks with
+// CheckJournalAppend before it writes and VerifyJournalRecord after it reads
+// (ErrCorruptRecord); ReplyDigest is the digest of a reply a record keeps.
+//
 // The errors of messages keep their meaning across members: ErrUnknownEntityType,
 // ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,
 // ErrStateNotSaved, ErrStateNotLoaded, ErrRoutingLoop, ErrAskTimeout, ErrStopped and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -91,7 +92,16 @@ type MemoryStateStore struct {
 	state      map[EntityKey][]byte
 	remembered map[shardKey]map[string]bool
 	epochs     map[shardKey]uint64
+	journals   map[EntityKey]*memJournal
 	saves      int
+	appends    int
+}
+
+// memJournal is an entity's journal in a MemoryStateStore: its records by Seq, and its
+// truncation point.
+type memJournal struct {
+	records map[uint64][]byte
+	floor   uint64 // records below it are gone
 }
 
 type shardKey struct {
@@ -118,6 +128,11 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 	for k := range m.remembered {
 		if k.typ == typ {
 			delete(m.remembered, k)
+		}
+	}
+	for k := range m.journals {
+		if k.Type == typ {
+			delete(m.journals, k)
 		}
 	}
 	return nil
@@ -153,7 +168,7 @@ func staleReadError(key EntityKey, epoch, cur uint64) error {
 // NewMemoryStateStore returns an empty store.
 func NewMemoryStateStore() *MemoryStateStore {
 	return &MemoryStateStore{state: map[EntityKey][]byte{}, remembered: map[shardKey]map[string]bool{},
-		epochs: map[shardKey]uint64{}}
+		epochs: map[shardKey]uint64{}, journals: map[EntityKey]*memJournal{}}
 }
 
 func (m *MemoryStateStore) fence(k shardKey, epoch uint64) error {
@@ -252,4 +267,97 @@ func (m *MemoryStateStore) Saves() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.saves
+}
+
+var _ JournalStore = (*MemoryStateStore)(nil)
+
+// AppendJournal implements JournalStore.
+func (m *MemoryStateStore) AppendJournal(ctx context.Context, key EntityKey, epoch uint64, recs []JournalRecord) error {
+	if err := CheckJournalAppend(key, recs); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fence(shardKey{key.Type, key.Shard}, epoch); err != nil {
+		return err
+	}
+	j := m.journals[key]
+	if j == nil {
+		j = &memJournal{records: map[uint64][]byte{}}
+		m.journals[key] = j
+	}
+	for _, r := range recs {
+		if r.Seq >= j.floor {
+			j.records[r.Seq] = append([]byte(nil), r.Data...)
+		}
+	}
+	m.appends++
+	return nil
+}
+
+// ReadJournal implements JournalStore.
+func (m *MemoryStateStore) ReadJournal(ctx context.Context, key EntityKey, from uint64, limit int) ([]JournalRecord, error) {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if epoch, ok := ReadEpoch(ctx); ok {
+		if cur := m.epochs[shardKey{key.Type, key.Shard}]; cur > epoch {
+			return nil, staleReadError(key, epoch, cur)
+		}
+	}
+	j := m.journals[key]
+	if j == nil {
+		return nil, nil
+	}
+	seqs := make([]uint64, 0, len(j.records))
+	for s := range j.records {
+		if s >= from {
+			seqs = append(seqs, s)
+		}
+	}
+	slices.Sort(seqs)
+	if limit > 0 && len(seqs) > limit {
+		seqs = seqs[:limit]
+	}
+	out := make([]JournalRecord, len(seqs))
+	for k, s := range seqs {
+		out[k] = JournalRecord{Seq: s, Data: append([]byte(nil), j.records[s]...)}
+	}
+	return out, nil
+}
+
+// TruncateJournal implements JournalStore.
+func (m *MemoryStateStore) TruncateJournal(ctx context.Context, key EntityKey, epoch uint64, before uint64) error {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fence(shardKey{key.Type, key.Shard}, epoch); err != nil {
+		return err
+	}
+	j := m.journals[key]
+	if j == nil {
+		j = &memJournal{records: map[uint64][]byte{}}
+		m.journals[key] = j
+	}
+	if before <= j.floor {
+		return nil
+	}
+	j.floor = before
+	for s := range j.records {
+		if s < before {
+			delete(j.records, s)
+		}
+	}
+	return nil
+}
+
+// JournalAppends returns how many appends the store took, for tests.
+func (m *MemoryStateStore) JournalAppends() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.appends
 }

@@ -1,6 +1,7 @@
 // Package statestoretest is the contract every sharding.StateStore keeps, as tests that
 // run against each implementation (the in-memory one, the replicated one, PostgreSQL):
-// fencing, versions, remember and forget, concurrent saves, batches. It also builds a
+// fencing, versions, remember and forget, concurrent saves, batches, and journals
+// (appends, reads, truncation, refusals of corrupt records, concurrent appends). It also builds a
 // replicated store of several members on in-memory networks, for tests and benchmarks
 // outside package sharding.
 package statestoretest
@@ -44,6 +45,12 @@ func Run(t *testing.T, open Open) {
 		{"FenceShard", fenceShard},
 		{"InvalidKeys", invalidKeys},
 		{"DeleteType", deleteType},
+		{"JournalAppendRead", journalAppendRead},
+		{"JournalFencing", journalFencing},
+		{"JournalTruncate", journalTruncate},
+		{"JournalRefusals", journalRefusals},
+		{"JournalConcurrent", journalConcurrent},
+		{"JournalDeleteType", journalDeleteType},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := open(t)

@@ -1,0 +1,391 @@
+package sharding
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+	"time"
+)
+
+// The journal (docs/design.md, "The journal"): every message an entity handles appends
+// one record to the entity's journal in the state store before its reply, or anything
+// else it caused, leaves the member (an output gate). An activation starts from the
+// entity's last base (a snapshot, saved with the sequence number of the last record it
+// holds) and replays the records after it, so that a crash of the member loses nothing
+// that was acknowledged. Bases truncate the journal, but for the records the type's
+// history keeps.
+
+// Errors of journals.
+var (
+	// ErrCorruptRecord: a journal record failed its checksum, is of an unknown version,
+	// or does not decode. A store refuses to write one and never returns one: it
+	// repairs its copy from the other replicas, or fails the read.
+	ErrCorruptRecord = errors.New("sharding: corrupt journal record")
+)
+
+// JournalRecord is one record of an entity's journal as a store keeps it: its sequence
+// number (1 for the entity's first message, then one more for each) and its encoding
+// (JournalEntry.Encode), which stores treat as opaque bytes and check with
+// VerifyJournalRecord.
+type JournalRecord struct {
+	Seq  uint64
+	Data []byte
+}
+
+// JournalStore is a StateStore that also keeps entity journals. Every write is fenced
+// as Save is: it carries the writer's allocation epoch for the shard and is refused
+// with ErrStaleEpoch when the store has seen a newer one. Implementations are safe for
+// concurrent use, and commit the appends of many entities together (group commit): the
+// cost of a durable append falls as concurrency rises.
+type JournalStore interface {
+	StateStore
+	// AppendJournal appends recs (at least one; their Seq consecutive, the first one
+	// at least 1) to the entity's journal. It returns once they are durable as Save's
+	// writes are (the replicated store: written and fsynced on a majority of the
+	// shard's replicas; PostgreSQL: committed). A record at a Seq the journal holds
+	// replaces it (a new owner of the shard writes over a record its former owner left
+	// on fewer replicas than acknowledge); a record below the journal's truncation
+	// point (TruncateJournal) is dropped, as a base holds it. Errors: ErrStaleEpoch,
+	// ErrStoreUnavailable, ErrStateTooLarge (a record over the store's cap),
+	// ErrCorruptRecord (a record that fails VerifyJournalRecord), ErrInvalidStateKey.
+	AppendJournal(ctx context.Context, key EntityKey, epoch uint64, recs []JournalRecord) error
+	// ReadJournal returns the entity's records with Seq >= from, in Seq order, at most
+	// limit of them (0: all). Every record it returns is durable: one that only some
+	// replicas held is written to a majority first (read repair), so that a later read
+	// returns it too. As Load, it refuses with ErrStaleEpoch when ctx carries a read
+	// epoch (WithReadEpoch) older than the shard's. Errors: ErrStaleEpoch,
+	// ErrStoreUnavailable, ErrCorruptRecord (no intact copy of a record), and
+	// ErrInvalidStateKey.
+	ReadJournal(ctx context.Context, key EntityKey, from uint64, limit int) ([]JournalRecord, error)
+	// TruncateJournal deletes the entity's records with Seq < before. The truncation
+	// point only rises: a lower one is a no-op. Errors: ErrStaleEpoch,
+	// ErrStoreUnavailable, ErrInvalidStateKey.
+	TruncateJournal(ctx context.Context, key EntityKey, epoch uint64, before uint64) error
+}
+
+// JournalEntry is what a journal record says of one handled message.
+type JournalEntry struct {
+	// Seq is the record's sequence number; it is not in the encoding, but its checksum
+	// covers it (and the entity's key): a record read under another Seq or entity fails
+	// VerifyJournalRecord.
+	Seq uint64
+	// Time is when the message was handled, to the millisecond.
+	Time time.Time
+	// Kind, Sender, Tag and Ask are the message's MessageInfo.
+	Kind   MessageKind
+	Sender string
+	Tag    uint64
+	Ask    bool
+	// TraceID is the message's W3C trace ID; zero when it was not traced.
+	TraceID [16]byte
+	// Payload is the message.
+	Payload []byte
+	// Effects is what the entity recorded of the message beyond its payload: for a wasm
+	// entity, the answers of its host calls, which a replay gives again (the entity's
+	// own encoding; empty for none).
+	Effects []byte
+	// Outcome is "" when the message succeeded, else its error code (ErrorCode): an
+	// entity error, or "forwarded" for a message the entity passed on.
+	Outcome string
+	// ReplyDigest is ReplyDigest of the reply (0 for none), so that a replay can tell
+	// whether it replies the same.
+	ReplyDigest uint32
+	// IdempotencyKey is the key the message was sent with, if any.
+	IdempotencyKey string
+}
+
+// journalVersion is the encoding's version, its first byte.
+const journalVersion = 1
+
+// Flags of an encoded entry.
+const (
+	jfAsk = 1 << iota
+	jfSender
+	jfTag
+	jfTrace
+	jfEffects
+	jfOutcome
+	jfReply
+	jfIdempotency
+)
+
+// journalCRC is CRC-32C (Castagnoli), which CPUs compute in hardware.
+var journalCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// maxJournalBytes and maxJournalString cap the variable fields of an entry that a
+// decode accepts: payload and effects 64 MiB each, the other strings 64 KiB.
+const (
+	maxJournalBytes  = 64 << 20
+	maxJournalString = 64 << 10
+)
+
+// Encode returns the entry's record for key's journal: a version byte, the fields
+// (absent ones cost a flag bit), and a CRC-32C over the entity's key, Seq and the
+// bytes before it. Without sender, tag, trace ID, effects, outcome and key, a record is
+// its payload and at most 20 bytes.
+func (e *JournalEntry) Encode(key EntityKey) []byte {
+	n := 24 + len(e.Payload) + len(e.Sender) + len(e.Effects) + len(e.Outcome) + len(e.IdempotencyKey)
+	b := make([]byte, 0, n+32)
+	b = append(b, journalVersion)
+	b = binary.AppendVarint(b, e.Time.UnixMilli())
+	b = append(b, byte(e.Kind))
+	var flags byte
+	if e.Ask {
+		flags |= jfAsk
+	}
+	if e.Sender != "" {
+		flags |= jfSender
+	}
+	if e.Tag != 0 {
+		flags |= jfTag
+	}
+	if e.TraceID != ([16]byte{}) {
+		flags |= jfTrace
+	}
+	if len(e.Effects) > 0 {
+		flags |= jfEffects
+	}
+	if e.Outcome != "" {
+		flags |= jfOutcome
+	}
+	if e.ReplyDigest != 0 {
+		flags |= jfReply
+	}
+	if e.IdempotencyKey != "" {
+		flags |= jfIdempotency
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(len(e.Payload)))
+	b = append(b, e.Payload...)
+	if flags&jfSender != 0 {
+		b = appendString(b, e.Sender)
+	}
+	if flags&jfTag != 0 {
+		b = binary.AppendUvarint(b, e.Tag)
+	}
+	if flags&jfTrace != 0 {
+		b = append(b, e.TraceID[:]...)
+	}
+	if flags&jfEffects != 0 {
+		b = binary.AppendUvarint(b, uint64(len(e.Effects)))
+		b = append(b, e.Effects...)
+	}
+	if flags&jfOutcome != 0 {
+		b = appendString(b, e.Outcome)
+	}
+	if flags&jfReply != 0 {
+		b = binary.LittleEndian.AppendUint32(b, e.ReplyDigest)
+	}
+	if flags&jfIdempotency != 0 {
+		b = appendString(b, e.IdempotencyKey)
+	}
+	return binary.LittleEndian.AppendUint32(b, journalChecksum(key, e.Seq, b))
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// journalChecksum is the CRC-32C of the entity's key, seq and body.
+func journalChecksum(key EntityKey, seq uint64, body []byte) uint32 {
+	var hdr [10]byte
+	c := crc32.Update(0, journalCRC, []byte(key.Type))
+	c = crc32.Update(c, journalCRC, []byte{0})
+	c = crc32.Update(c, journalCRC, []byte(key.ID))
+	c = crc32.Update(c, journalCRC, hdr[:binary.PutUvarint(hdr[:], seq)])
+	return crc32.Update(c, journalCRC, body)
+}
+
+// VerifyJournalRecord checks that rec is an intact record of key's journal: a known
+// version, and a checksum that matches the entity, the Seq and the bytes. Stores call
+// it before they write a record and after they read one. Errors: ErrCorruptRecord.
+func VerifyJournalRecord(key EntityKey, rec JournalRecord) error {
+	d := rec.Data
+	if len(d) < 5 {
+		return fmt.Errorf("%w: %s/%s #%d: %d bytes", ErrCorruptRecord, key.Type, key.ID, rec.Seq, len(d))
+	}
+	if d[0] != journalVersion {
+		return fmt.Errorf("%w: %s/%s #%d: version %d (this member reads %d)", ErrCorruptRecord, key.Type, key.ID, rec.Seq, d[0], journalVersion)
+	}
+	body := d[:len(d)-4]
+	if got, want := binary.LittleEndian.Uint32(d[len(d)-4:]), journalChecksum(key, rec.Seq, body); got != want {
+		return fmt.Errorf("%w: %s/%s #%d: checksum %08x, want %08x", ErrCorruptRecord, key.Type, key.ID, rec.Seq, got, want)
+	}
+	return nil
+}
+
+// DecodeJournalEntry verifies rec (VerifyJournalRecord) and decodes it. The entry's
+// byte fields alias rec.Data. Errors: ErrCorruptRecord.
+func DecodeJournalEntry(key EntityKey, rec JournalRecord) (JournalEntry, error) {
+	if err := VerifyJournalRecord(key, rec); err != nil {
+		return JournalEntry{}, err
+	}
+	r := journalReader{b: rec.Data[1 : len(rec.Data)-4]}
+	e := JournalEntry{Seq: rec.Seq}
+	e.Time = time.UnixMilli(r.varint())
+	e.Kind = MessageKind(r.byte())
+	flags := r.byte()
+	e.Ask = flags&jfAsk != 0
+	e.Payload = r.bytes(maxJournalBytes)
+	if flags&jfSender != 0 {
+		e.Sender = string(r.bytes(maxJournalString))
+	}
+	if flags&jfTag != 0 {
+		e.Tag = r.uvarint()
+	}
+	if flags&jfTrace != 0 {
+		copy(e.TraceID[:], r.fixed(16))
+	}
+	if flags&jfEffects != 0 {
+		e.Effects = r.bytes(maxJournalBytes)
+	}
+	if flags&jfOutcome != 0 {
+		e.Outcome = string(r.bytes(maxJournalString))
+	}
+	if flags&jfReply != 0 {
+		e.ReplyDigest = binary.LittleEndian.Uint32(r.fixed(4))
+	}
+	if flags&jfIdempotency != 0 {
+		e.IdempotencyKey = string(r.bytes(maxJournalString))
+	}
+	if r.err != nil || len(r.b) != 0 {
+		err := r.err
+		if err == nil {
+			err = fmt.Errorf("%d bytes left over", len(r.b))
+		}
+		return JournalEntry{}, fmt.Errorf("%w: %s/%s #%d: %w", ErrCorruptRecord, key.Type, key.ID, rec.Seq, err)
+	}
+	return e, nil
+}
+
+// journalReader reads an entry's fields; the first failure sticks in err.
+type journalReader struct {
+	b   []byte
+	err error
+}
+
+func (r *journalReader) fail(what string) {
+	if r.err == nil {
+		r.err = errors.New(what)
+	}
+	r.b = nil
+}
+
+func (r *journalReader) byte() byte {
+	if len(r.b) < 1 {
+		r.fail("truncated")
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *journalReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *journalReader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *journalReader) fixed(n int) []byte {
+	if len(r.b) < n {
+		r.fail("truncated")
+		return make([]byte, n)
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *journalReader) bytes(limit int) []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(limit) || n > uint64(len(r.b)) {
+		r.fail(fmt.Sprintf("a field of %d bytes", n))
+		return nil
+	}
+	return r.fixed(int(n))
+}
+
+// ReplyDigest is the digest of a reply that a journal record keeps: FNV-1a 32 of its
+// bytes, or 0 for none (an empty reply is 1).
+func ReplyDigest(reply []byte) uint32 {
+	if reply == nil {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write(reply)
+	if s := h.Sum32(); s != 0 {
+		return s
+	}
+	return 1
+}
+
+// A base is an entity's state as saved in a journal store: the sequence number of the
+// last journal record it holds, then the entity's snapshot. The framing is sharding's;
+// a store keeps a base as it keeps any snapshot.
+var baseMagic = [4]byte{0xff, 'S', 'J', 'B'}
+
+// encodeBase frames state as the base after record seq.
+func encodeBase(seq uint64, state []byte) []byte {
+	b := make([]byte, 0, len(state)+14)
+	b = append(b, baseMagic[:]...)
+	b = binary.AppendUvarint(b, seq)
+	return append(b, state...)
+}
+
+// decodeBase returns the base's record sequence number and the entity's state. A state
+// saved without the framing (before the journal, or by a store without one) is the
+// state after no record.
+func decodeBase(b []byte) (seq uint64, state []byte, err error) {
+	if len(b) < len(baseMagic) || [4]byte(b[:4]) != baseMagic {
+		return 0, b, nil
+	}
+	seq, n := binary.Uvarint(b[4:])
+	if n <= 0 {
+		return 0, nil, fmt.Errorf("%w: a base whose sequence number does not decode", ErrCorruptRecord)
+	}
+	return seq, b[4+n:], nil
+}
+
+// CheckJournalAppend is the check every JournalStore makes of an append before it
+// writes: a valid key, at least one record, consecutive sequence numbers from 1 or
+// more, each record intact. Errors: ErrInvalidStateKey, ErrCorruptRecord.
+func CheckJournalAppend(key EntityKey, recs []JournalRecord) error {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return fmt.Errorf("%w: an append of no records", ErrInvalidStateKey)
+	}
+	for k, r := range recs {
+		if r.Seq == 0 || (k > 0 && r.Seq != recs[k-1].Seq+1) {
+			return fmt.Errorf("%w: records %d..%d are not consecutive from 1 or more", ErrInvalidStateKey, recs[0].Seq, r.Seq)
+		}
+		if err := VerifyJournalRecord(key, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
