@@ -37,7 +37,7 @@
 // decorators. A load carries the reader's epoch (WithReadEpoch, ReadEpoch). A store
 // refuses what CheckStateKey refuses (longer than MaxStateTypeLen or MaxStateIDLen,
 // ErrInvalidStateKey), and fails with ErrStaleEpoch, ErrNoState, ErrStateTooLarge and
-// ErrStoreUnavailable. StoredShard with its StoredSnapshot values is what the
+// ErrStoreUnavailable. StoredShard with its StoredSnapshot and StoredJournal values is what the
 // shardhost command's state export and import move between stores, and StateDigest
 // sums their content; DeltaIDPrefix marks the host's delta records among the snapshots.
 //

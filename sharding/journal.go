@@ -31,8 +31,8 @@ var (
 // (JournalEntry.Encode), which stores treat as opaque bytes and check with
 // VerifyJournalRecord.
 type JournalRecord struct {
-	Seq  uint64
-	Data []byte
+	Seq  uint64 `cbor:"1,keyasint"`
+	Data []byte `cbor:"2,keyasint"`
 }
 
 // JournalStore is a StateStore that also keeps entity journals. Every write is fenced

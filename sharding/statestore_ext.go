@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -99,15 +100,26 @@ func StateStoreAs[T any](s StateStore) (T, bool) {
 }
 
 // StoredShard is what a state store holds for one shard: its fencing epoch, its
-// entities' snapshots (each with its version) and its remembered entity IDs; the unit
-// that `shardhost state export` and `import` move between stores. Snapshots are sorted
-// by ID, Remembered is sorted; forgotten entities are absent.
+// entities' snapshots (each with its version), its remembered entity IDs and its
+// entities' journals; the unit that `shardhost state export` and `import` move between
+// stores. Snapshots and Journals are sorted by ID, Remembered is sorted; forgotten
+// entities are absent.
 type StoredShard struct {
 	Type       string           `cbor:"1,keyasint"`
 	Shard      int              `cbor:"2,keyasint"`
 	Epoch      uint64           `cbor:"3,keyasint,omitempty"`
 	Snapshots  []StoredSnapshot `cbor:"4,keyasint,omitempty"`
 	Remembered []string         `cbor:"5,keyasint,omitempty"`
+	Journals   []StoredJournal  `cbor:"6,keyasint,omitempty"`
+}
+
+// StoredJournal is one entity's journal in a StoredShard: its truncation point
+// (JournalStore.TruncateJournal; 0 for none) and its records in Seq order, each at or
+// above it.
+type StoredJournal struct {
+	ID      string          `cbor:"1,keyasint"`
+	Floor   uint64          `cbor:"2,keyasint,omitempty"`
+	Records []JournalRecord `cbor:"3,keyasint,omitempty"`
 }
 
 // StoredSnapshot is one entity's snapshot in a StoredShard, with its version (the
@@ -141,16 +153,41 @@ func (s *StoredShard) Validate() error {
 			return fmt.Errorf("%w: remembered IDs of %s/%d out of order at %q", ErrInvalidStateKey, s.Type, s.Shard, id)
 		}
 	}
+	for i, j := range s.Journals {
+		key := EntityKey{Type: s.Type, Shard: s.Shard, ID: j.ID}
+		if err := CheckStateKey(s.Type, s.Shard, j.ID, true); err != nil {
+			return err
+		}
+		if i > 0 && s.Journals[i-1].ID >= j.ID {
+			return fmt.Errorf("%w: journal IDs of %s/%d out of order at %q", ErrInvalidStateKey, s.Type, s.Shard, j.ID)
+		}
+		for k, r := range j.Records {
+			if r.Seq < j.Floor || r.Seq == 0 || (k > 0 && r.Seq <= j.Records[k-1].Seq) {
+				return fmt.Errorf("%w: journal of %s/%d/%s: record %d out of order or below its floor %d", ErrInvalidStateKey, s.Type, s.Shard, j.ID, r.Seq, j.Floor)
+			}
+			if err := VerifyJournalRecord(key, r); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
-// Empty reports whether the shard holds no snapshot and no remembered entity.
-func (s *StoredShard) Empty() bool { return len(s.Snapshots) == 0 && len(s.Remembered) == 0 }
+// Empty reports whether the shard holds no snapshot, no remembered entity and no
+// journal.
+func (s *StoredShard) Empty() bool {
+	return len(s.Snapshots) == 0 && len(s.Remembered) == 0 && len(s.Journals) == 0
+}
 
-// Sort puts Snapshots and Remembered in ID order.
+// Sort puts Snapshots, Remembered and Journals in ID order, and each journal's records
+// in Seq order.
 func (s *StoredShard) Sort() {
 	slices.SortFunc(s.Snapshots, func(a, b StoredSnapshot) int { return strings.Compare(a.ID, b.ID) })
 	slices.Sort(s.Remembered)
+	slices.SortFunc(s.Journals, func(a, b StoredJournal) int { return strings.Compare(a.ID, b.ID) })
+	for _, j := range s.Journals {
+		slices.SortFunc(j.Records, func(a, b JournalRecord) int { return cmp.Compare(a.Seq, b.Seq) })
+	}
 }
 
 // StateDigest sums up the content of stores: counts, bytes and a SHA-256 over every
@@ -161,11 +198,14 @@ type StateDigest struct {
 	Shards int `cbor:"1,keyasint" json:"shards"`
 	// Snapshots counts the entities' snapshot records, Deltas their delta records (IDs
 	// that begin with DeltaIDPrefix: the host's delta checkpoints).
-	Snapshots  int    `cbor:"2,keyasint" json:"snapshots"`
-	Deltas     int    `cbor:"6,keyasint,omitempty" json:"deltas"`
-	Remembered int    `cbor:"3,keyasint" json:"remembered"`
-	Bytes      int64  `cbor:"4,keyasint" json:"bytes"`
-	SHA256     []byte `cbor:"5,keyasint" json:"-"`
+	Snapshots  int `cbor:"2,keyasint" json:"snapshots"`
+	Deltas     int `cbor:"6,keyasint,omitempty" json:"deltas"`
+	Remembered int `cbor:"3,keyasint" json:"remembered"`
+	// JournalRecords counts the records of the entities' journals; Bytes counts theirs
+	// too.
+	JournalRecords int    `cbor:"7,keyasint,omitempty" json:"journal_records"`
+	Bytes          int64  `cbor:"4,keyasint" json:"bytes"`
+	SHA256         []byte `cbor:"5,keyasint" json:"-"`
 
 	h    stateHash
 	last *StoredShard
@@ -200,6 +240,22 @@ func (d *StateDigest) Add(s *StoredShard) error {
 	for _, id := range s.Remembered {
 		str(id)
 	}
+	if len(s.Journals) > 0 {
+		// Only then, so that a shard without journals digests as before journals.
+		buf = binary.AppendUvarint(buf, uint64(len(s.Journals)))
+		for _, j := range s.Journals {
+			str(j.ID)
+			buf = binary.AppendUvarint(buf, j.Floor)
+			buf = binary.AppendUvarint(buf, uint64(len(j.Records)))
+			for _, r := range j.Records {
+				sum := sha256.Sum256(r.Data)
+				buf = binary.AppendUvarint(buf, r.Seq)
+				buf = append(buf, sum[:]...)
+				d.Bytes += int64(len(r.Data))
+			}
+			d.JournalRecords += len(j.Records)
+		}
+	}
 	h.Write(buf)
 	copy(d.h.sum[:], h.Sum(nil))
 	d.SHA256 = d.h.sum[:]
@@ -218,7 +274,7 @@ func (d *StateDigest) Add(s *StoredShard) error {
 // Equal reports whether two digests sum up the same content.
 func (d *StateDigest) Equal(o *StateDigest) bool {
 	return d.Shards == o.Shards && d.Snapshots == o.Snapshots && d.Deltas == o.Deltas && d.Remembered == o.Remembered &&
-		d.Bytes == o.Bytes && string(d.sum()) == string(o.sum())
+		d.JournalRecords == o.JournalRecords && d.Bytes == o.Bytes && string(d.sum()) == string(o.sum())
 }
 
 func (d *StateDigest) sum() []byte {
@@ -229,11 +285,15 @@ func (d *StateDigest) sum() []byte {
 }
 
 // String is "N shards, N snapshots (N bytes), N remembered entities, sha256 HEX", with
-// "N snapshots and N deltas" when there are delta records.
+// "N snapshots and N deltas" when there are delta records and ", N journal records"
+// after them when there are journals.
 func (d *StateDigest) String() string {
 	snapshots := fmt.Sprintf("%d snapshots", d.Snapshots)
 	if d.Deltas > 0 {
 		snapshots += fmt.Sprintf(" and %d deltas", d.Deltas)
+	}
+	if d.JournalRecords > 0 {
+		snapshots += fmt.Sprintf(", %d journal records", d.JournalRecords)
 	}
 	return fmt.Sprintf("%d shards, %s (%d bytes), %d remembered entities, sha256 %x",
 		d.Shards, snapshots, d.Bytes, d.Remembered, d.sum())
