@@ -30,9 +30,18 @@ type TypeSettings struct {
 	// MaxActive caps the active entities of the type per region; the least recently
 	// used is passivated to make room. 0: no cap.
 	MaxActive int `json:"max_active,omitempty"`
-	// Checkpoint says when an entity's state is saved: CheckpointPassivation (on
-	// passivation and handoff, the default), CheckpointEveryMessage, or "every:N".
+	// Checkpoint says how an entity's state survives a crash of its member:
+	// CheckpointJournal (the default: every handled message is journaled before its
+	// reply leaves, and a base is saved now and then), or, saving only snapshots,
+	// CheckpointPassivation (on passivation and handoff: a crash loses the messages
+	// since), CheckpointEveryMessage (a snapshot before each reply), or "every:N" (a
+	// crash loses up to N-1 acknowledged messages). docs/sharding.md, "What a failure
+	// loses", compares them.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// History is how many journal records a base leaves behind when it truncates the
+	// journal (CheckpointJournal): what `shardhost history` shows before the last base.
+	// Default DefaultHistory; -1 keeps none.
+	History int `json:"history,omitempty"`
 	// RememberEntities restarts a shard's entities wherever the shard goes.
 	RememberEntities bool `json:"remember_entities,omitempty"`
 }
@@ -41,9 +50,17 @@ type TypeSettings struct {
 const (
 	AllocationLeastShard   = "least-shard"
 	AllocationPriority     = "priority"
+	CheckpointJournal      = "journal"
 	CheckpointPassivation  = "passivation"
 	CheckpointEveryMessage = "every-message"
 )
+
+// DefaultHistory is TypeSettings.History's default: the journal records kept behind a
+// base.
+const DefaultHistory = 1000
+
+// maxHistory caps TypeSettings.History.
+const maxHistory = 10_000_000
 
 // Validate checks the settings; it fills in the defaults of empty fields.
 func (t *TypeSettings) Validate() error {
@@ -63,20 +80,34 @@ func (t *TypeSettings) Validate() error {
 		return fmt.Errorf("sharding: allocation %q (want %s or %s)", t.Allocation, AllocationLeastShard, AllocationPriority)
 	}
 	if t.Checkpoint == "" {
-		t.Checkpoint = CheckpointPassivation
+		t.Checkpoint = CheckpointJournal
 	}
 	if _, err := checkpointEvery(t.Checkpoint); err != nil {
 		return err
 	}
+	switch {
+	case t.History == 0:
+		t.History = DefaultHistory
+	case t.History < -1 || t.History > maxHistory:
+		return fmt.Errorf("sharding: history of %d records (want -1 for none, or 1 to %d)", t.History, maxHistory)
+	}
 	return nil
 }
 
+// historyKept is how many records a base leaves behind.
+func (t TypeSettings) historyKept() uint64 {
+	if t.History <= 0 {
+		return 0
+	}
+	return uint64(t.History)
+}
+
 // checkpointEvery returns after how many messages an entity's state is saved under a
-// checkpoint policy: 0 for passivation (only on passivation and handoff), 1 for every
-// message, N for "every:N".
+// checkpoint policy: 0 for passivation (only on passivation and handoff) and for the
+// journal (which saves bases by its own rule), 1 for every message, N for "every:N".
 func checkpointEvery(policy string) (int, error) {
 	switch policy {
-	case CheckpointPassivation, "":
+	case CheckpointPassivation, CheckpointJournal, "":
 		return 0, nil
 	case CheckpointEveryMessage:
 		return 1, nil
@@ -86,7 +117,7 @@ func checkpointEvery(policy string) (int, error) {
 			return v, nil
 		}
 	}
-	return 0, fmt.Errorf("sharding: checkpoint policy %q (want passivation, every-message or every:N)", policy)
+	return 0, fmt.Errorf("sharding: checkpoint policy %q (want journal, passivation, every-message or every:N)", policy)
 }
 
 // Config configures Sharding.

@@ -16,11 +16,12 @@
 // StartType and StopType, Passivate (answered PassivateDone or PassivateInactive),
 // LocalState and ClusterShardingState (a RegionState per member, a ShardState per
 // shard). A type's TypeSettings name its allocation (AllocationLeastShard,
-// AllocationPriority) and checkpoint policy (CheckpointPassivation,
-// CheckpointEveryMessage or "every:N").
+// AllocationPriority), its checkpoint policy (CheckpointJournal, the default,
+// CheckpointPassivation, CheckpointEveryMessage or "every:N") and the journal records
+// kept behind a base (DefaultHistory).
 //
 // The embedder supplies an EntityFactory that makes Entity values (optionally
-// EntityLifecycle, EntityStopHook and EntityStateSaved), a TypeResolver of
+// EntityLifecycle, EntityStopHook, EntityStateSaved and JournaledEntity), a TypeResolver of
 // TypeSettings, the Membership and Messenger of package cluster, and DData, the
 // distributed data the coordinator keeps its allocations in. An entity learns of the
 // message it handles from MessageInfoFrom (a MessageInfo: its sender, and whether it is

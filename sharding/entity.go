@@ -56,6 +56,11 @@ type entity struct {
 	inst       Entity
 	remembered bool // recorded among the shard's remembered entities
 	unsaved    int  // messages since the last checkpoint
+	// journaled: this incarnation journals its messages (entity_journal.go); seq is the
+	// sequence number of its last durable record, baseSeq that of the last record its
+	// saved base holds.
+	journaled    bool
+	seq, baseSeq uint64
 	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
 	handleOpts [numKinds]trace.SpanStartOption
 }
@@ -337,28 +342,55 @@ func (e *entity) process(d delivery) {
 		s.dropExpired(d, now)
 		return
 	}
+	// Under the journal, the message's record is durable before anything it caused
+	// leaves: its reply, its forward, and the tells and timers the entity holds back
+	// (MessageInfo.Gated) until ReleaseEffects.
+	gated := e.journaled
 	mctx := withMessageInfo(ctx, MessageInfo{
-		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask})
+		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask, Gated: gated})
 	out, err := e.inst.Receive(mctx, d.env.Payload)
+	var fwd *ForwardTo
+	if err != nil {
+		if fwd = forwardOf(err); fwd != nil {
+			err = nil
+		}
+	}
+	journaled := false
+	if gated {
+		var jerr error
+		if journaled, jerr = e.journalMessage(ctx, &d, out, err, fwd != nil); jerr != nil {
+			// Not durable: nothing the message did leaves, and the instance, which
+			// holds its change, stops unsaved. The next message activates the entity
+			// from its base and journal. The caller may retry: the message did not
+			// count, unless its record reached the store after all (outcome unknown
+			// only then; an idempotency key makes a retry safe either way).
+			e.stop(ctx, false)
+			jerr = wrapCause(ErrStateNotSaved, "", jerr)
+			done(jerr)
+			d.fail(jerr)
+			return
+		}
+	}
 	lc, _ := e.inst.(EntityLifecycle)
 	if lc != nil && lc.Terminated() {
 		// The entity is gone (a trapped instance): what it did since its last save is
-		// lost, and the next message starts from the saved state.
+		// lost (unless journaled), and the next message starts from the saved state.
 		s.log.WarnContext(ctx, "entity terminated", "entity", e.name(), "err", err)
 		e.stop(ctx, false)
 	}
-	if err != nil {
-		if fwd := forwardOf(err); fwd != nil {
-			// Passed on: the entity it names answers the asker.
-			s.forward(d, fwd)
-			d.reply, d.waiter, d.ask = nil, nil, false
-			err = nil
-		}
+	if fwd != nil {
+		// Passed on: the entity it names answers the asker.
+		s.forward(d, fwd)
+		d.reply, d.waiter, d.ask = nil, nil, false
 	}
 	if err != nil {
 		s.log.DebugContext(ctx, "message failed", "entity", e.name(), "err", err)
 		done(err)
 		d.fail(err)
+		return
+	}
+	if journaled {
+		e.finishJournaled(ctx, d, out, done, lc, span)
 		return
 	}
 	if !s.hostingAllowed() {
@@ -379,7 +411,7 @@ func (e *entity) process(d delivery) {
 	e.unsaved++
 	// The checkpoint policy: with every-message, the state is saved before the reply,
 	// so an acknowledged message survives a crash of this member.
-	if every, _ := checkpointEvery(e.r.Settings().Checkpoint); every > 0 && s.cfg.States != nil && e.unsaved >= every {
+	if every := e.saveEvery(); every > 0 && s.cfg.States != nil && e.unsaved >= every {
 		if err := e.save(ctx); err != nil {
 			// The instance holds a change the store may not have: it stops unsaved,
 			// so that no later reply shows a change that a stop without saving (a
@@ -430,9 +462,12 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 		ctx, span = s.tracer.Start(ctx, e.r.tel.activateName, trace.WithAttributes(e.entityAttrs()...))
 	}
 	var state []byte
+	var entries []JournalEntry
+	e.journaled = e.journals()
+	e.seq, e.baseSeq = 0, 0
 	defer func() {
 		st := "fresh"
-		if state != nil {
+		if state != nil || len(entries) > 0 {
 			st = "restored"
 		}
 		outcome := obs.OutcomeOK
@@ -473,6 +508,22 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 		default:
 			state = st
 		}
+		if s.journal != nil {
+			// The base: the state, and the last journal record it holds; then the
+			// records after it, replayed into the new instance. They are read whatever
+			// the type's policy: records of a type that journaled before its policy
+			// changed are acknowledged messages too.
+			if e.seq, state, err = decodeBase(state); err != nil {
+				return wrapCause(ErrStateNotLoaded, e.name(), err)
+			}
+			if entries, err = e.loadJournal(ctx, epoch, e.seq); err != nil {
+				if errors.Is(err, ErrStaleEpoch) {
+					e.fenced.Store(true)
+					e.r.dropStale(e.shard, epoch+1)
+				}
+				return wrapCause(ErrStateNotLoaded, e.name(), err)
+			}
+		}
 	}
 	if !s.hostingAllowed() {
 		// The lease lapsed while the state loaded (Config.HostingLease).
@@ -487,7 +538,17 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 		return err
 	}
 	e.inst = inst
-	e.unsaved = 0
+	if err := e.replay(ctx, entries); err != nil {
+		e.inst = nil
+		inst.Stop(ctx)
+		e.releaseLife()
+		return wrapCause(ErrStateNotLoaded, e.name(), err)
+	}
+	e.baseSeq = e.seq
+	if n := len(entries); n > 0 {
+		e.seq = entries[n-1].Seq
+	}
+	e.unsaved = len(entries) // what a passivation's base would save the next activation
 	e.mu.Lock()
 	e.live = true
 	e.mu.Unlock()
@@ -635,7 +696,7 @@ func (e *entity) save(ctx context.Context) (err error) {
 			span.End()
 		}()
 	}
-	state, err := e.inst.Snapshot(ctx)
+	state, err := e.snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("snapshot of %s: %w", e.id, err)
 	}
@@ -666,6 +727,7 @@ func (e *entity) save(ctx context.Context) (err error) {
 	if a, ok := e.inst.(EntityStateSaved); ok {
 		a.StateSaved()
 	}
+	e.based(ctx)
 	return nil
 }
 

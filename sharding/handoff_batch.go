@@ -103,7 +103,7 @@ func (e *entity) snapshotForStop(ctx context.Context) ([]byte, bool) {
 	if e.unsaved == 0 || s.cfg.States == nil || e.fenced.Load() {
 		return nil, false
 	}
-	state, err := e.inst.Snapshot(ctx)
+	state, err := e.snapshot(ctx)
 	if err != nil {
 		s.log.Warn("entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
 		return nil, false

@@ -354,6 +354,7 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 			"idle":     {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
 			"bounded":  {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
 			"durable":  {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
+			"passive":  {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
 			"remember": {Name: "remember", NumberOfShards: 10, RememberEntities: true},
 			"worker":   {Name: "worker", NumberOfShards: 20, Role: "worker"},
 		}}}

@@ -79,6 +79,36 @@ type EntityStateSaved interface {
 	StateSaved()
 }
 
+// JournaledEntity is implemented by an Entity whose messages a journal records with
+// more than their payload (docs/design.md, "The journal"). Without it, a journaled
+// entity's record holds the message alone, and a replay hands the entity its journaled
+// messages again through Receive, which suits an entity whose Receive is a function of
+// its state and the message.
+//
+// The calls come from the entity's mailbox goroutine, as Receive's do.
+type JournaledEntity interface {
+	Entity
+	// JournalEffects returns, after a Receive whose MessageInfo says Gated, what the
+	// record of the message keeps beyond it (for a wasm entity, the answers of its
+	// host calls, which a replay gives again), and whether the message is to be
+	// journaled at all: false when it left the entity's state as it was (a trap, after
+	// which the entity was restored without it).
+	JournalEffects() (effects []byte, journal bool)
+	// ReleaseEffects releases what the last gated Receive held back (its tells and its
+	// timers): its record is durable. After a failed append no call comes: the entity
+	// is stopped without saving, and what it held is dropped.
+	ReleaseEffects(ctx context.Context)
+	// Replay brings an entity just made by NewEntity from its base to the state after
+	// entries, the journal's records since that base, in order; it releases nothing
+	// (their effects were released when they were handled). An error leaves the entity
+	// unusable: the activation fails and the entity is stopped.
+	Replay(ctx context.Context, entries []JournalEntry) error
+	// BaseDue reports that the entity would be better served by a new base than by a
+	// longer replay (a wasm entity: replaying its journal since the last base would take
+	// longer than about 20 snapshots). Sharding then saves a base after the message.
+	BaseDue() bool
+}
+
 // EntityFactory activates entities. NewEntity is called on the entity's mailbox
 // goroutine when its first message arrives, and may block for the activation. state is
 // the entity's last saved snapshot, or nil for a new entity.

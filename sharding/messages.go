@@ -238,6 +238,10 @@ type MessageInfo struct {
 	Chain  []string
 	// Ask says the sender waits for the reply.
 	Ask bool
+	// Gated says the message is journaled behind an output gate: the entity holds
+	// back its tells and timers until ReleaseEffects (JournaledEntity), which comes
+	// once the message's record is durable.
+	Gated bool
 }
 
 type messageInfoKey struct{}

@@ -28,6 +28,10 @@ type Sharding struct {
 	// fence is the state store's FenceShard (ShardFencer), or nil when it has none
 	// or there is no store: shardRegion.fenceShard.
 	fence stateFenceFunc
+	// journal is the state store's JournalStore, or nil when it keeps no journals or
+	// there is no store: entities of types that journal then save a snapshot before
+	// each reply instead (entity.go).
+	journal JournalStore
 
 	// owner owns the goroutines of s. Everything that may start one holds it (Hold)
 	// or runs on one; Stop closes it.
@@ -75,12 +79,14 @@ func New(cfg Config) (*Sharding, error) {
 	self := cfg.Membership.Self().Address
 	tel := newShardingTelemetry(cfg.TracerProvider, cfg.MeterProvider)
 	var fence stateFenceFunc
+	var journal JournalStore
 	if cfg.States != nil {
-		cfg.States, fence = instrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
+		cfg.States, fence, journal = instrumentStateStore(cfg.States, self, cfg.TracerProvider, cfg.MeterProvider)
 	}
 	s := &Sharding{
 		cfg:           cfg,
 		fence:         fence,
+		journal:       journal,
 		log:           cfg.Logger,
 		tracer:        tel.tracer,
 		tel:           tel,

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,21 +65,72 @@ func TestEntityRequestedPassivation(t *testing.T) {
 	}
 }
 
+// Under the passivation policy, a terminated entity restarts from its last saved
+// state: what it acknowledged since is lost.
 func TestTerminatedEntityRestartsFromItsSavedState(t *testing.T) {
 	tc := newTestCluster(t, 1, withSharedStateStore())
 	n := tc.nodes[0]
+	mustAsk(t, n, "passive", "t", "inc")
+	mustAsk(t, n, "passive", "t", "inc")
+	mustAsk(t, n, "passive", "t", "passivate") // saves 2
+	mustAsk(t, n, "passive", "t", "inc")       // 3, not saved
+	if _, err := ask(t, n, "passive", "t", "crash"); err == nil || ErrorCode(err) != CodeGuestTrap {
+		t.Fatalf("crash: %v", err)
+	}
+	if got := mustAsk(t, n, "passive", "t", "get"); got != "2" {
+		t.Fatalf("count %s after the crash, want the saved 2", got)
+	}
+	if got := activationsOf(tc, "passive/t"); got != 3 {
+		t.Fatalf("%d activations, want 3", got)
+	}
+}
+
+// Under the journal (the default), a terminated entity restarts from its base and the
+// records after it: nothing it acknowledged is lost, and what failed is not replayed.
+func TestTerminatedJournaledEntityKeepsWhatItAcknowledged(t *testing.T) {
+	store := NewMemoryStateStore()
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
 	mustAsk(t, n, "counter", "t", "inc")
 	mustAsk(t, n, "counter", "t", "inc")
-	mustAsk(t, n, "counter", "t", "passivate") // saves 2
-	mustAsk(t, n, "counter", "t", "inc")       // 3, not saved
+	mustAsk(t, n, "counter", "t", "passivate") // a base at 2 (record 3, the passivate)
+	mustAsk(t, n, "counter", "t", "inc")       // 3, journaled as record 4
+	if _, err := ask(t, n, "counter", "t", "fail"); ErrorCode(err) != CodeEntityError {
+		t.Fatalf("fail: %v", err)
+	}
 	if _, err := ask(t, n, "counter", "t", "crash"); err == nil || ErrorCode(err) != CodeGuestTrap {
 		t.Fatalf("crash: %v", err)
 	}
-	if got := mustAsk(t, n, "counter", "t", "get"); got != "2" {
-		t.Fatalf("count %s after the crash, want the saved 2", got)
+	if got := mustAsk(t, n, "counter", "t", "get"); got != "3" {
+		t.Fatalf("count %s after the crash, want the journaled 3", got)
 	}
 	if got := activationsOf(tc, "counter/t"); got != 3 {
 		t.Fatalf("%d activations, want 3", got)
+	}
+	key := EntityKey{Type: "counter", Shard: abiShard("t", 10), ID: "t"}
+	st, err := store.Load(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, state, err := decodeBase(st); err != nil || seq != 3 || string(state) != "2|" {
+		t.Fatalf("the base: record %d, state %q, %v; want record 3, \"2|\"", seq, state, err)
+	}
+	recs, err := store.ReadJournal(context.Background(), key, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		en, err := DecodeJournalEntry(key, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d:%s", en.Seq, en.Payload))
+	}
+	// Every record is kept (the history), the failed messages are not journaled, and
+	// the get after the crash is record 5.
+	if want := "[1:inc 2:inc 3:passivate 4:inc 5:get]"; fmt.Sprint(got) != want {
+		t.Fatalf("journal %v, want %s", got, want)
 	}
 }
 

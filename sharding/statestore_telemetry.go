@@ -18,6 +18,7 @@ const (
 	attrStateBytes     = attribute.Key("shardhost.state.bytes")
 	attrStateRemember  = attribute.Key("shardhost.state.remember")
 	attrStateEntities  = attribute.Key("shardhost.state.entities")
+	attrJournalRecords = attribute.Key("shardhost.journal.records")
 )
 
 type stateOp uint8
@@ -29,11 +30,16 @@ const (
 	stateOpRemembered
 	stateOpSaveBatch
 	stateOpFence
+	stateOpAppend
+	stateOpRead
+	stateOpTruncate
 	numStateOps
 )
 
-var stateOpNames = [numStateOps]string{"save", "load", "remember", "remembered", "save_batch", "fence"}
-var stateSpanNames = [numStateOps]string{"state save", "state load", "state remember", "state remembered", "state save batch", "state fence"}
+var stateOpNames = [numStateOps]string{"save", "load", "remember", "remembered", "save_batch", "fence",
+	"journal_append", "journal_read", "journal_truncate"}
+var stateSpanNames = [numStateOps]string{"state save", "state load", "state remember", "state remembered", "state save batch", "state fence",
+	"journal append", "journal read", "journal truncate"}
 
 // instrumentedStateStore decorates any StateStore with spans (in a traced context) and
 // metrics, so that every implementation gets them.
@@ -58,19 +64,21 @@ type stateOpKey struct {
 var _ StateStore = (*instrumentedStateStore)(nil)
 
 // instrumentStateStore returns store recording, for every Save, Load, Remember,
-// Remembered and (when store has them) SaveBatch and FenceShard: a span when the
+// Remembered and (when store has them) SaveBatch, FenceShard and the journal's
+// AppendJournal, ReadJournal and TruncateJournal: a span when the
 // context is traced ("state save", ...: the entity's attributes, bytes, and the
 // replicas asked and answered when the store sets them on the span, as package
 // replstore does), and the metrics shardhost.state.operations,
 // shardhost.state.operation.duration, shardhost.state.io and
 // shardhost.state.fencing.refusals. self is this member's address (shardhost.node).
 // Sharding applies it to Config.States itself. fence is the store's FenceShard so
-// recorded, or nil when the store has none (StateStoreAs finds no ShardFencer).
-func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider, mp metric.MeterProvider) (_ StateStore, fence stateFenceFunc) {
+// recorded, or nil when the store has none (StateStoreAs finds no ShardFencer);
+// journal is the store's JournalStore so recorded, or nil when it keeps no journals.
+func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider, mp metric.MeterProvider) (_ StateStore, fence stateFenceFunc, journal JournalStore) {
 	m := obs.Meter(mp, "sharding")
 	s := &instrumentedStateStore{store: store, tracer: obs.Tracer(tp, "sharding"), traced: obs.Enabled(tp), self: self}
 	s.ops = obs.Must(m.Int64Counter("shardhost.state.operations", metric.WithUnit("{operation}"),
-		metric.WithDescription("Entity state store operations (save, load, remember, remembered, save_batch, fence), by outcome. [shardhost.state.operation, shardhost.outcome]")))
+		metric.WithDescription("Entity state store operations (save, load, remember, remembered, save_batch, fence, journal_append, journal_read, journal_truncate), by outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.duration = obs.Must(m.Float64Histogram("shardhost.state.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of entity state store operations, by operation and outcome. [shardhost.state.operation, shardhost.outcome]")))
 	s.io = obs.Must(m.Int64Counter("shardhost.state.io", metric.WithUnit("By"),
@@ -92,10 +100,57 @@ func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider
 			return err
 		}
 	}
-	if b, ok := StateStoreAs[BatchStateStore](store); ok {
-		return &instrumentedBatchStateStore{instrumentedStateStore: s, batch: b}, fence
+	if j, ok := StateStoreAs[JournalStore](store); ok {
+		journal = &instrumentedJournal{instrumentedStateStore: s, journal: j}
 	}
-	return s, fence
+	if b, ok := StateStoreAs[BatchStateStore](store); ok {
+		return &instrumentedBatchStateStore{instrumentedStateStore: s, batch: b}, fence, journal
+	}
+	return s, fence, journal
+}
+
+// instrumentedJournal records the journal's operations as the decorator does the
+// others: spans "journal append" (with the records and bytes), "journal read" and
+// "journal truncate".
+type instrumentedJournal struct {
+	*instrumentedStateStore
+	journal JournalStore
+}
+
+var _ JournalStore = (*instrumentedJournal)(nil)
+
+func (s *instrumentedJournal) AppendJournal(ctx context.Context, key EntityKey, epoch uint64, recs []JournalRecord) error {
+	ctx, span, start := s.start(ctx, stateOpAppend, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)), attrJournalRecords.Int(len(recs)))...)
+	err := s.journal.AppendJournal(ctx, key, epoch, recs)
+	n := 0
+	if err == nil {
+		for _, r := range recs {
+			n += len(r.Data)
+		}
+	}
+	s.done(stateOpAppend, span, start, n, err)
+	return err
+}
+
+func (s *instrumentedJournal) ReadJournal(ctx context.Context, key EntityKey, from uint64, limit int) ([]JournalRecord, error) {
+	ctx, span, start := s.start(ctx, stateOpRead, s.keyAttrs(key)...)
+	recs, err := s.journal.ReadJournal(ctx, key, from, limit)
+	n := 0
+	for _, r := range recs {
+		n += len(r.Data)
+	}
+	if span != nil {
+		span.SetAttributes(attrJournalRecords.Int(len(recs)))
+	}
+	s.done(stateOpRead, span, start, n, err)
+	return recs, err
+}
+
+func (s *instrumentedJournal) TruncateJournal(ctx context.Context, key EntityKey, epoch uint64, before uint64) error {
+	ctx, span, start := s.start(ctx, stateOpTruncate, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)))...)
+	err := s.journal.TruncateJournal(ctx, key, epoch, before)
+	s.done(stateOpTruncate, span, start, 0, err)
+	return err
 }
 
 // stateFenceFunc is a ShardFencer's FenceShard.
@@ -144,6 +199,8 @@ func stateOutcome(err error) string {
 		return "too-large"
 	case errors.Is(err, ErrInvalidStateKey):
 		return "invalid-key"
+	case errors.Is(err, ErrCorruptRecord):
+		return "corrupt"
 	}
 	return "_OTHER"
 }
@@ -172,7 +229,7 @@ func (s *instrumentedStateStore) done(op stateOp, span trace.Span, start time.Ti
 	if span == nil {
 		return
 	}
-	if op == stateOpSave || op == stateOpLoad || op == stateOpSaveBatch {
+	if op == stateOpSave || op == stateOpLoad || op == stateOpSaveBatch || op == stateOpAppend || op == stateOpRead {
 		span.SetAttributes(attrStateBytes.Int(bytes))
 	}
 	span.SetAttributes(obs.Outcome.String(outcome))

@@ -1,0 +1,232 @@
+// The journal on an entity's mailbox: each handled message's record appended before
+// anything the message caused leaves (an output gate), bases saved now and then, and
+// an activation's replay of the records since its base. docs/design.md, "The journal".
+
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// journalBaseEvery is how many records an entity's journal takes between two bases,
+// unless the entity asks for one sooner (JournaledEntity.BaseDue): an activation
+// replays at most about this many messages.
+const journalBaseEvery = 1000
+
+// outcomeForwarded is the Outcome of a record of a message the entity passed on.
+const outcomeForwarded = "forwarded"
+
+// journals reports whether the entity's type journals its messages here: its policy
+// is the journal and the state store keeps journals.
+func (e *entity) journals() bool {
+	return e.r.s.journal != nil && e.r.Settings().Checkpoint == CheckpointJournal
+}
+
+// saveEvery is after how many messages the entity saves a snapshot before its reply:
+// the policy's number (checkpointEvery), and 1 for a journaling type whose store keeps
+// no journals (what is acknowledged is still durable).
+func (e *entity) saveEvery() int {
+	policy := e.r.Settings().Checkpoint
+	if policy == CheckpointJournal && e.r.s.journal == nil {
+		return 1
+	}
+	every, _ := checkpointEvery(policy)
+	return every
+}
+
+// journalMessage appends the record of the message Receive just handled (out and err
+// its result, forwarded whether it passed the message on), then releases what the
+// entity held back. It reports whether the message was journaled: not when the entity
+// says it left its state as it was (a trap), nor a failed message of an entity that
+// records nothing more than its messages. Errors: the append's (ErrStaleEpoch,
+// ErrStoreUnavailable, ErrNoMajority, ...).
+func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, err error, forwarded bool) (bool, error) {
+	s := e.r.s
+	journal := err == nil
+	var effects []byte
+	je, _ := e.inst.(JournaledEntity)
+	if je != nil {
+		effects, journal = je.JournalEffects()
+	}
+	if !journal {
+		return false, nil
+	}
+	entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: d.env.Kind, Sender: d.env.Sender, Tag: d.env.Tag,
+		Ask: d.ask, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out)}
+	switch {
+	case forwarded:
+		entry.Outcome, entry.ReplyDigest = outcomeForwarded, 0
+	case err != nil:
+		entry.Outcome = ErrorCode(err)
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		entry.TraceID = sc.TraceID()
+	}
+	if err := e.appendRecords(ctx, entry); err != nil {
+		return false, err
+	}
+	if je != nil {
+		je.ReleaseEffects(ctx)
+	}
+	return true, nil
+}
+
+// appendRecords appends the entries to the entity's journal under its shard's epoch,
+// waiting no longer than the hosting lease lasts (as save does), and whatever the
+// context of the message: a record that may or may not be in the store leaves the
+// entity to stop. On success the entity's seq is the last entry's.
+func (e *entity) appendRecords(ctx context.Context, entries ...JournalEntry) error {
+	s := e.r.s
+	left := s.leaseLeft()
+	if left <= 0 {
+		return ErrNoMajority
+	}
+	key := e.key()
+	recs := make([]JournalRecord, len(entries))
+	for k := range entries {
+		recs[k] = JournalRecord{Seq: entries[k].Seq, Data: entries[k].Encode(key)}
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.RequestTimeout, left))
+	defer cancel()
+	epoch := e.currentEpoch()
+	if err := s.journal.AppendJournal(actx, key, epoch, recs); err != nil {
+		if errors.Is(err, ErrStaleEpoch) {
+			e.fenced.Store(true)
+			e.r.dropStale(e.shard, epoch+1)
+		}
+		return err
+	}
+	e.seq = entries[len(entries)-1].Seq
+	return nil
+}
+
+// finishJournaled answers a journaled message (its record durable), saves a base when
+// one is due, and passivates the entity if it asked to be.
+func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, done func(error), lc EntityLifecycle, span trace.Span) {
+	s := e.r.s
+	e.unsaved++
+	if e.inst != nil && !s.hostingAllowed() {
+		// The lease lapsed: the shard may move, so the instance goes, unsaved. The
+		// record is durable, and its append was fenced: a new home fences the shard
+		// before it reads, so it reads the record and the reply stands.
+		e.stop(ctx, false)
+	}
+	done(nil)
+	if d.ask {
+		d.answer(Reply{Payload: out, Node: s.self}, nil)
+	}
+	if e.inst == nil {
+		return
+	}
+	if je, ok := e.inst.(JournaledEntity); e.seq-e.baseSeq >= journalBaseEvery || ok && je.BaseDue() {
+		// After the reply: a base shortens the next activation's replay, the message
+		// is durable without it.
+		if err := e.save(context.WithoutCancel(ctx)); err != nil {
+			s.log.WarnContext(ctx, "entity base not saved (its journal holds its messages)", "entity", e.name(), "err", err)
+		}
+	}
+	if lc != nil && lc.PassivationRequested() {
+		e.passivateNow(context.WithoutCancel(ctx), causeRequested, span.SpanContext())
+	}
+}
+
+// snapshot returns the entity's state to save: its Snapshot, as the base after its
+// last journal record when the store keeps journals (so that an activation knows which
+// records follow it); nil when it keeps none.
+func (e *entity) snapshot(ctx context.Context) ([]byte, error) {
+	state, err := e.inst.Snapshot(ctx)
+	if err != nil || state == nil || e.r.s.journal == nil {
+		return state, err
+	}
+	return encodeBase(e.seq, state), nil
+}
+
+// based notes that the base after record e.seq is saved: the journal before it,
+// but for the type's history, goes.
+func (e *entity) based(ctx context.Context) {
+	s := e.r.s
+	e.baseSeq = e.seq
+	if s.journal == nil {
+		return
+	}
+	keep := e.r.Settings().historyKept()
+	if e.seq+1 <= keep+1 {
+		return
+	}
+	before := e.seq + 1 - keep
+	left := s.leaseLeft()
+	if left <= 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.RequestTimeout, left))
+	defer cancel()
+	if err := s.journal.TruncateJournal(tctx, e.key(), e.currentEpoch(), before); err != nil {
+		s.log.DebugContext(ctx, "journal not truncated", "entity", e.name(), "before", before, "err", err)
+	}
+}
+
+// loadJournal reads the journal records that follow the base after record seq, and
+// decodes them: what an activation replays. It tries again as loadState does.
+// Errors: the store's, ErrCorruptRecord, and a gap in the records (ErrCorruptRecord).
+func (e *entity) loadJournal(ctx context.Context, epoch, seq uint64) ([]JournalEntry, error) {
+	s := e.r.s
+	key := e.key()
+	var recs []JournalRecord
+	var err error
+	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
+		lctx, cancel := context.WithTimeout(WithReadEpoch(ctx, epoch), s.cfg.RequestTimeout)
+		recs, err = s.journal.ReadJournal(lctx, key, seq+1, 0)
+		cancel()
+		if err == nil || errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrCorruptRecord) || attempt == 2 || ctx.Err() != nil {
+			break
+		}
+		s.log.DebugContext(ctx, "entity journal not read yet", "entity", e.name(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause):
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]JournalEntry, len(recs))
+	for k, r := range recs {
+		if r.Seq != seq+1+uint64(k) {
+			return nil, fmt.Errorf("%w: %s: record %d follows %d", ErrCorruptRecord, e.name(), r.Seq, seq+uint64(k))
+		}
+		if entries[k], err = DecodeJournalEntry(key, r); err != nil {
+			return nil, err
+		}
+	}
+	return entries, nil
+}
+
+// replay brings the instance just made from its base to the state after entries: the
+// entity's own Replay (JournaledEntity), or its messages handed to Receive again.
+func (e *entity) replay(ctx context.Context, entries []JournalEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if je, ok := e.inst.(JournaledEntity); ok {
+		if err := je.Replay(ctx, entries); err != nil {
+			return fmt.Errorf("replay of records %d to %d: %w", entries[0].Seq, entries[len(entries)-1].Seq, err)
+		}
+		return nil
+	}
+	for _, en := range entries {
+		if en.Outcome != "" && en.Outcome != outcomeForwarded {
+			continue
+		}
+		mctx := withMessageInfo(ctx, MessageInfo{Sender: en.Sender, Kind: en.Kind, Tag: en.Tag, Ask: en.Ask})
+		if _, err := e.inst.Receive(mctx, en.Payload); err != nil && forwardOf(err) == nil {
+			return fmt.Errorf("replay of record %d: %w", en.Seq, err)
+		}
+	}
+	return nil
+}

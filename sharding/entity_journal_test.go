@@ -1,0 +1,201 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gateStore is a MemoryStateStore whose appends a test can hold or fail.
+type gateStore struct {
+	*MemoryStateStore
+	mu      sync.Mutex
+	hold    chan struct{} // appends wait on it while set
+	entered chan struct{} // an append signals it as it starts waiting
+	fail    error         // appends fail with it while set
+}
+
+func (g *gateStore) AppendJournal(ctx context.Context, key EntityKey, epoch uint64, recs []JournalRecord) error {
+	g.mu.Lock()
+	hold, entered, fail := g.hold, g.entered, g.fail
+	g.mu.Unlock()
+	if hold != nil {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if fail != nil {
+		return fail
+	}
+	return g.MemoryStateStore.AppendJournal(ctx, key, epoch, recs)
+}
+
+func (g *gateStore) Unwrap() StateStore { return g.MemoryStateStore }
+
+// The reply of a journaled message waits for its record: while the append is held,
+// no reply; once it is durable, the reply.
+func TestJournaledReplyWaitsForItsRecord(t *testing.T) {
+	g := &gateStore{MemoryStateStore: NewMemoryStateStore()}
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = g }))
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "g", "inc") // activated, journaled
+	hold := make(chan struct{})
+	g.mu.Lock()
+	g.hold, g.entered = hold, make(chan struct{}, 1)
+	entered := g.entered
+	g.mu.Unlock()
+	replied := make(chan string, 1)
+	go func() { replied <- mustAsk(t, n, "counter", "g", "inc") }()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the append never started")
+	}
+	select {
+	case r := <-replied:
+		t.Fatalf("replied %q before its record was durable", r)
+	default:
+	}
+	g.mu.Lock()
+	g.hold = nil
+	g.mu.Unlock()
+	close(hold)
+	if r := <-replied; r != "2" {
+		t.Fatalf("reply %q, want 2", r)
+	}
+}
+
+// A failed append fails the message (not saved) and takes back its change: the entity
+// restarts from its base and journal, without it.
+func TestFailedAppendFailsTheMessageAndLosesItsChange(t *testing.T) {
+	g := &gateStore{MemoryStateStore: NewMemoryStateStore()}
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = g }))
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "f", "inc")
+	g.mu.Lock()
+	g.fail = fmt.Errorf("%w: the disk is full", ErrStoreUnavailable)
+	g.mu.Unlock()
+	if _, err := ask(t, n, "counter", "f", "inc"); !errors.Is(err, ErrStateNotSaved) {
+		t.Fatalf("ask with a failing journal: %v, want ErrStateNotSaved", err)
+	}
+	g.mu.Lock()
+	g.fail = nil
+	g.mu.Unlock()
+	if got := mustAsk(t, n, "counter", "f", "get"); got != "1" {
+		t.Fatalf("count %s after the failed append, want 1", got)
+	}
+	if got := activationsOf(tc, "counter/f"); got != 2 {
+		t.Fatalf("%d activations, want 2 (the instance with the unsaved change stopped)", got)
+	}
+}
+
+// A base is saved every journalBaseEvery records; it truncates the journal but for the
+// type's history, and the next activation replays only what follows the base.
+func TestBasesTruncateTheJournalButForTheHistory(t *testing.T) {
+	store := NewMemoryStateStore()
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	total := journalBaseEvery + 10
+	for i := 1; i <= total; i++ {
+		if got := mustAsk(t, n, "counter", "b", "inc"); got != strconv.Itoa(i) {
+			t.Fatalf("inc %d: %s", i, got)
+		}
+	}
+	key := EntityKey{Type: "counter", Shard: abiShard("b", 10), ID: "b"}
+	st, err := store.Load(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, state, err := decodeBase(st)
+	if err != nil || seq != journalBaseEvery || string(state) != fmt.Sprintf("%d|", journalBaseEvery) {
+		t.Fatalf("base after record %d, state %q, %v; want after %d", seq, state, err, journalBaseEvery)
+	}
+	recs, err := store.ReadJournal(context.Background(), key, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The history keeps DefaultHistory records up to the base, and what follows it.
+	if first, last := recs[0].Seq, recs[len(recs)-1].Seq; first != journalBaseEvery+1-DefaultHistory || last != uint64(total) {
+		t.Fatalf("journal holds records %d to %d, want %d to %d", first, last, journalBaseEvery+1-DefaultHistory, total)
+	}
+	// A crash: the next activation starts from the base and replays the ten after it.
+	if _, err := ask(t, n, "counter", "b", "crash"); ErrorCode(err) != CodeGuestTrap {
+		t.Fatalf("crash: %v", err)
+	}
+	replayed := 0
+	tc.nodes[0].factory.onReceive = func(key, msg string) {
+		if msg == "inc" {
+			replayed++
+		}
+	}
+	if got := mustAsk(t, n, "counter", "b", "get"); got != strconv.Itoa(total) {
+		t.Fatalf("count %s after the crash, want %d", got, total)
+	}
+	if replayed != 10 {
+		t.Fatalf("the activation replayed %d messages, want the 10 after the base", replayed)
+	}
+}
+
+// A journal with a corrupt record does not activate its entity: the record is not
+// replayed, and the entity does not start without it either.
+func TestACorruptRecordIsNeverReplayed(t *testing.T) {
+	store := NewMemoryStateStore()
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "c", "inc")
+	mustAsk(t, n, "counter", "c", "inc")
+	key := EntityKey{Type: "counter", Shard: abiShard("c", 10), ID: "c"}
+	store.mu.Lock()
+	store.journals[key].records[2][2] ^= 0x10
+	store.mu.Unlock()
+	if _, err := ask(t, n, "counter", "c", "crash"); ErrorCode(err) != CodeGuestTrap {
+		t.Fatalf("crash: %v", err)
+	}
+	_, err := ask(t, n, "counter", "c", "get")
+	if !errors.Is(err, ErrStateNotLoaded) || !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("activation over a corrupt record: %v, want ErrStateNotLoaded with ErrCorruptRecord", err)
+	}
+}
+
+// A type whose store keeps no journals saves a snapshot before each reply instead: what
+// is acknowledged stays durable.
+func TestJournalPolicyWithoutAJournalStoreSavesEveryMessage(t *testing.T) {
+	store := &plainStore{NewMemoryStateStore()}
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	mustAsk(t, n, "counter", "p", "inc")
+	mustAsk(t, n, "counter", "p", "inc")
+	if got := store.m.Saves(); got != 2 {
+		t.Fatalf("%d saves, want 2 (one per message)", got)
+	}
+	if _, err := ask(t, n, "counter", "p", "crash"); ErrorCode(err) != CodeGuestTrap {
+		t.Fatalf("crash: %v", err)
+	}
+	if got := mustAsk(t, n, "counter", "p", "get"); got != "2" {
+		t.Fatalf("count %s after the crash, want 2", got)
+	}
+}
+
+// plainStore is a StateStore without journals.
+type plainStore struct{ m *MemoryStateStore }
+
+func (p *plainStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
+	return p.m.Save(ctx, key, epoch, state)
+}
+func (p *plainStore) Load(ctx context.Context, key EntityKey) ([]byte, error) { return p.m.Load(ctx, key) }
+func (p *plainStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
+	return p.m.Remember(ctx, key, epoch, remember)
+}
+func (p *plainStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
+	return p.m.Remembered(ctx, typ, shard)
+}
