@@ -192,7 +192,9 @@ type plainStore struct{ m *MemoryStateStore }
 func (p *plainStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
 	return p.m.Save(ctx, key, epoch, state)
 }
-func (p *plainStore) Load(ctx context.Context, key EntityKey) ([]byte, error) { return p.m.Load(ctx, key) }
+func (p *plainStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
+	return p.m.Load(ctx, key)
+}
 func (p *plainStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
 	return p.m.Remember(ctx, key, epoch, remember)
 }

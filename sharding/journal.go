@@ -388,4 +388,3 @@ func CheckJournalAppend(key EntityKey, recs []JournalRecord) error {
 	}
 	return nil
 }
-
