@@ -244,6 +244,7 @@ type Membership struct {
 	sends chan struct{} // bounds the reliable sends in flight
 
 	view          atomic.Pointer[View]
+	ticks         atomic.Uint64                             // the core's ticks whose view is published (tests wait on them)
 	phi           atomic.Pointer[map[UniqueAddress]float64] // of the monitored members, at the last tick
 	leaderChanges metric.Int64Counter
 	wire          atomic.Pointer[gossipWire]
@@ -455,10 +456,12 @@ func (m *Membership) run(core *Core) {
 	publish()
 	for {
 		var outs []Outbound
+		ticked := false
 		select {
 		case <-m.owner.Done():
 			return
 		case now := <-tick.C:
+			ticked = true
 			if m.clock != nil {
 				now = m.clock.now()
 			}
@@ -475,6 +478,9 @@ func (m *Membership) run(core *Core) {
 			m.send(o)
 		}
 		publish()
+		if ticked {
+			m.ticks.Add(1)
+		}
 	}
 }
 
