@@ -87,6 +87,7 @@ type TransportStats struct {
 	// frame in time (TCP).
 	RefusedConnections uint64
 	// BackpressureWaits counts the times a connection's reader waited for a frame in
-	// flight to be done before reading on (TCPConfig.MaxFramesInFlight).
+	// flight to be done before reading on (TCPConfig.MaxFramesInFlight), each counted
+	// as the wait begins.
 	BackpressureWaits uint64
 }

@@ -771,12 +771,8 @@ func (t *TCPTransport) readLoop(conn net.Conn) {
 			continue
 		}
 		slot := &f.slotv
-		waited, err := inflight.acquire(t.ctx, n, slot)
-		if err != nil {
+		if err := inflight.acquire(t.ctx, n, slot, &t.backpressure); err != nil {
 			return // closing
-		}
-		if waited {
-			t.backpressure.Add(1)
 		}
 		f.slot = slot
 		t.handler(f)
@@ -796,26 +792,30 @@ func newInflight(frames, bytes int) *inflight {
 	return &inflight{frames: semaphore.NewWeighted(int64(frames)), bytes: semaphore.NewWeighted(int64(bytes)), maxBytes: int64(bytes)}
 }
 
-// acquire takes a frame's share of the budget into s, waiting (and reporting that it
-// waited) while the budget is spent, until ctx ends.
-func (b *inflight) acquire(ctx context.Context, size int, s *frameSlot) (bool, error) {
+// acquire takes a frame's share of the budget into s, waiting while the budget is
+// spent, until ctx ends. A wait is counted in waits as it begins (once per frame), so
+// that the count shows a reader stopped while it waits.
+func (b *inflight) acquire(ctx context.Context, size int, s *frameSlot, waits *atomic.Uint64) error {
 	n := min(int64(size), b.maxBytes)
 	waited := false
 	if !b.frames.TryAcquire(1) {
 		waited = true
+		waits.Add(1)
 		if err := b.frames.Acquire(ctx, 1); err != nil {
-			return true, err
+			return err
 		}
 	}
 	if !b.bytes.TryAcquire(n) {
-		waited = true
+		if !waited {
+			waits.Add(1)
+		}
 		if err := b.bytes.Acquire(ctx, n); err != nil {
 			b.frames.Release(1)
-			return true, err
+			return err
 		}
 	}
 	s.in, s.n = b, n
-	return waited, nil
+	return nil
 }
 
 // outFrame is a frame on its way to a peer: its length prefix and encoding, in a
