@@ -17,14 +17,12 @@ func BenchmarkORSetWireBytesAfterOneAdd(b *testing.B) {
 		deltas bool
 	}{{"deltas", true}, {"no-deltas", false}} {
 		b.Run(mode.name, func(b *testing.B) {
-			t := &testing.T{}
 			// The default intervals: deltas every 200 ms, gossip every 2 s.
-			rc := newReplCluster(t, 3, func(c *ReplicatorConfig) {
+			rc := newReplCluster(b, 3, func(c *ReplicatorConfig) {
 				d := DefaultReplicatorConfig()
 				c.DeltaEnabled = mode.deltas
 				c.GossipInterval, c.DeltaPropagationInterval = d.GossipInterval, d.DeltaPropagationInterval
 			})
-			defer rc.stopAll()
 			a := rc.nodes[0]
 			ctx := context.Background()
 			big := ORSet{}
