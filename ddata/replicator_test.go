@@ -315,7 +315,12 @@ func TestReplicatorIgnoresMalformedInputFromPeers(t *testing.T) {
 	dd, _ := Encode(other)
 	dbody, _ := encMode.Marshal(deltaMsg{From: "x", Entries: []deltaEntry{{Key: "k", FromSeq: 1, ToSeq: 1, Data: dd}}})
 	b.Messenger.Tell(addr, topicDelta, dbody)
-	time.Sleep(200 * time.Millisecond)
+	// a's handlers take b's frames one at a time, in the order sent, and handle a delta
+	// before they return: the answer to a read sent after it means the delta was handled.
+	rbody, _ := encMode.Marshal(readMsg{Key: "k"})
+	if _, err := b.Messenger.Request(ctxT(t), addr, topicRead, rbody); err != nil {
+		t.Fatalf("a read after the deltas: %v", err)
+	}
 	if d, err := a.r.Get(ctxT(t), "k", ReadLocal()); err != nil || countOf(t, d) != 4 {
 		t.Fatalf("value after malformed input: %v %v", d, err)
 	}
