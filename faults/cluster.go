@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/ddata"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -26,10 +27,9 @@ const (
 // member is one slot of the cluster: a fixed gossip and transport address and data
 // directory, and the process running there, if any.
 type member struct {
-	slot       int
-	gossipAddr string
-	transport  string
-	dir        string
+	slot int
+	addr clustertest.Addr
+	dir  string
 
 	// The process; nil while stopped.
 	ms     *cluster.Membership
@@ -51,8 +51,7 @@ type Cluster struct {
 	seed     uint64
 	base     string // data directories
 	log      *slog.Logger
-	net      *cluster.InmemNetwork
-	gossip   *cluster.InmemGossipNetwork
+	net      *clustertest.Network
 	reg      *Registry
 	life     cluster.CoreConfig
 	members  [MaxMembers]*member
@@ -66,22 +65,21 @@ type Cluster struct {
 	partition map[[2]int]bool
 	// clocks are the members' simulated clocks, by slot (a restarted process keeps its
 	// slot's clock, as it would its machine's).
-	clocks [MaxMembers]*memberClock
+	clocks [MaxMembers]*clustertest.Clock
 }
 
 // newCluster prepares the slots; start starts members.
 func newCluster(seed uint64, base string, reg *Registry, log *slog.Logger) *Cluster {
-	c := &Cluster{seed: seed, base: base, log: log, reg: reg, net: cluster.NewInmemNetwork(),
-		gossip: cluster.NewInmemGossipNetwork(), blocked: map[[2]int]bool{}, isolated: map[int]bool{},
-		partition: map[[2]int]bool{}}
+	c := &Cluster{seed: seed, base: base, log: log, reg: reg, net: clustertest.NewNetwork(),
+		blocked: map[[2]int]bool{}, isolated: map[int]bool{}, partition: map[[2]int]bool{}}
 	// The local profile: a crash is suspected within about a second, and the split brain
 	// resolver acts after a second of stability.
 	c.life = cluster.DefaultLocalCoreConfig()
 	for i := range c.members {
-		c.members[i] = &member{slot: i, gossipAddr: fmt.Sprintf("127.0.0.1:%d", 7000+i),
-			transport: fmt.Sprintf("transport-%d", i), dir: filepath.Join(base, fmt.Sprintf("member-%d", i)),
-			state: stateStopped}
-		c.clocks[i] = newMemberClock()
+		c.members[i] = &member{slot: i,
+			addr: clustertest.Addr{Gossip: fmt.Sprintf("127.0.0.1:%d", 7000+i), Transport: fmt.Sprintf("transport-%d", i)},
+			dir:  filepath.Join(base, fmt.Sprintf("member-%d", i)), state: stateStopped}
+		c.clocks[i] = clustertest.NewClock()
 	}
 	return c
 }
@@ -97,7 +95,7 @@ func (c *Cluster) seeds(m *member) []string {
 	var out []string
 	for _, o := range c.members {
 		if o != m && o.state == stateRunning {
-			out = append(out, o.gossipAddr)
+			out = append(out, o.addr.Gossip)
 		}
 	}
 	return out
@@ -116,29 +114,21 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 		}
 	}()
 	log := c.log.With("member", m.slot)
-	log.Info("faults: starting member", "gossip", m.gossipAddr, "seeds", seeds)
-	if m.msgr, err = cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
-		return c.net.NewTransport(m.transport, h)
-	}, log); err != nil {
-		return err
-	}
-	gt, err := c.gossip.NewTransportAt(m.gossipAddr)
-	if err != nil {
-		return err
-	}
+	log.Info("faults: starting member", "gossip", m.addr.Gossip, "seeds", seeds)
 	// Every component that reads time through a hook reads the member's clock.
 	now := c.clocks[m.slot].Now
 	mc := cluster.DefaultMembershipConfig()
-	mc.Transport, mc.TransportAddr, mc.Profile, mc.Logger = gt, m.transport, "local", log
+	mc.Profile, mc.Logger = "local", log
 	mc.Now = now
 	mc.Lifecycle = c.life
 	mc.Lifecycle.RandomSeed = int64(c.seed)*31 + int64(m.slot)*7 + int64(c.restarts)
 	c.restarts++
 	mc.Seeds = seeds
-	if m.ms, err = cluster.NewMembership(mc); err != nil {
-		gt.Shutdown()
+	proc, err := c.net.Start(m.addr, mc)
+	if err != nil {
 		return err
 	}
+	m.ms, m.msgr = proc.Membership, proc.Messenger
 	sub := m.ms.Subscribe(64)
 	if m.store, err = ddata.OpenBoltStore(filepath.Join(m.dir, "ddata")); err != nil {
 		sub.Close()
@@ -373,7 +363,7 @@ func (c *Cluster) coordinatorMember() *member {
 		}
 		if old, ok := cluster.Oldest(up); ok {
 			for _, o := range c.members {
-				if o.gossipAddr == old.Address {
+				if o.addr.Gossip == old.Address {
 					return o
 				}
 			}
@@ -419,17 +409,13 @@ func (c *Cluster) applyLocked() {
 	}
 	for p := range c.blocked {
 		if !want[p] {
-			a, b := c.members[p[0]], c.members[p[1]]
-			c.net.ReconnectOneWay(a.transport, b.transport)
-			c.gossip.ReconnectOneWay(a.gossipAddr, b.gossipAddr)
+			c.net.ReconnectOneWay(c.members[p[0]].addr, c.members[p[1]].addr)
 			delete(c.blocked, p)
 		}
 	}
 	for p := range want {
 		if !c.blocked[p] {
-			a, b := c.members[p[0]], c.members[p[1]]
-			c.net.DisconnectOneWay(a.transport, b.transport)
-			c.gossip.DisconnectOneWay(a.gossipAddr, b.gossipAddr)
+			c.net.DisconnectOneWay(c.members[p[0]].addr, c.members[p[1]].addr)
 			c.blocked[p] = true
 		}
 	}

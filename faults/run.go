@@ -105,7 +105,7 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 		sleep(ctx, s.Gap)
 	}
 	c.setPartition(nil)
-	c.net.SetFaults(cluster.InmemFaults{})
+	c.net.Frames.SetFaults(cluster.InmemFaults{})
 	r.recover(ctx)
 	sleep(ctx, 300*time.Millisecond)
 	stopClients()
@@ -233,10 +233,10 @@ func (r *runner) apply(ctx context.Context, f Fault) string {
 		c.mu.Unlock()
 		return fmt.Sprintf("pause %d for %v", m.slot, f.For)
 	case Lossy, Duplicate:
-		c.net.SetFaults(cluster.InmemFaults{Loss: f.Loss, Duplicate: f.Duplicate, Reorder: f.Reorder,
+		c.net.Frames.SetFaults(cluster.InmemFaults{Loss: f.Loss, Duplicate: f.Duplicate, Reorder: f.Reorder,
 			Delay: f.NetDelay, Seed: r.s.Seed})
 		sleep(ctx, f.For)
-		c.net.SetFaults(cluster.InmemFaults{})
+		c.net.Frames.SetFaults(cluster.InmemFaults{})
 		return f.String()
 	case Leave:
 		if len(run) < 3 {
