@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // Gossip over mutual TLS (docs/design.md, "Security").
@@ -118,9 +120,10 @@ type TLSGossipTransport struct {
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// owner runs the accept loop, the inbound connections, the peers' packet writers
+	// and their drains; Shutdown closes it (its context aborts dials and handshakes)
+	// and waits for them.
+	owner   *owner.Group
 	pending chan struct{} // a slot per inbound connection handshaking
 
 	mu        sync.Mutex
@@ -154,22 +157,19 @@ func NewTLSGossipTransport(cfg TLSGossipConfig) (*TLSGossipTransport, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	t := &TLSGossipTransport{
 		cfg:       cfg,
 		log:       log.With("component", "cluster.gossip-tls", "local", ln.Addr().String()),
 		ln:        ln,
 		packetCh:  make(chan *memberlist.Packet, 4096),
 		streamCh:  make(chan net.Conn),
-		ctx:       ctx,
-		cancel:    cancel,
+		owner:     owner.New(),
 		pending:   make(chan struct{}, cfg.MaxPendingConns),
 		advertise: ln.Addr().String(),
 		peers:     map[string]*gossipPeer{},
 		conns:     map[net.Conn]struct{}{},
 	}
-	t.wg.Add(1)
-	go t.acceptLoop()
+	t.owner.Go(t.acceptLoop)
 	return t, nil
 }
 
@@ -227,8 +227,7 @@ func (t *TLSGossipTransport) WriteToAddress(b []byte, a memberlist.Address) (tim
 	if p == nil {
 		p = &gossipPeer{addr: a.Addr, queue: make(chan []byte, t.cfg.PacketQueueSize)}
 		t.peers[a.Addr] = p
-		t.wg.Add(1)
-		go t.runPeer(p)
+		t.owner.Go(func() { t.runPeer(p) }) // open: Shutdown marks t closed before closing it
 	}
 	select {
 	case p.queue <- append([]byte(nil), b...):
@@ -297,12 +296,12 @@ func (t *TLSGossipTransport) Shutdown() error {
 		conns = append(conns, c)
 	}
 	t.mu.Unlock()
-	t.cancel()
+	t.owner.Close()
 	err := t.ln.Close()
 	for _, c := range conns {
 		closeNow(c)
 	}
-	t.wg.Wait()
+	t.owner.Wait()
 	return err
 }
 
@@ -335,7 +334,7 @@ func (t *TLSGossipTransport) untrack(c net.Conn) {
 // dial connects to addr and completes the TLS handshake within timeout.
 func (t *TLSGossipTransport) dial(addr string, timeout time.Duration) (*tls.Conn, error) {
 	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: t.cfg.TLS}
-	ctx, cancel := context.WithTimeout(t.ctx, timeout)
+	ctx, cancel := context.WithTimeout(t.owner.Context(), timeout)
 	defer cancel()
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -364,7 +363,6 @@ func (t *TLSGossipTransport) warn(msg string, args ...any) {
 // the queued packets, drops them while the peer cannot be reached (for a backoff of
 // 100 ms doubling to 2 s), and retires after IdleTimeout without packets.
 func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
-	defer t.wg.Done()
 	var (
 		conn      *tls.Conn
 		downUntil time.Time
@@ -380,7 +378,7 @@ func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
 	defer idle.Stop()
 	for {
 		select {
-		case <-t.ctx.Done():
+		case <-t.owner.Done():
 			return
 		case <-idle.C:
 			t.mu.Lock()
@@ -422,8 +420,7 @@ func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
 					continue
 				}
 				conn, backoff = c, 0
-				t.wg.Add(1)
-				go t.drain(conn)
+				t.owner.GoHeld(func() { t.drain(c) }) // on runPeer, a goroutine of the group
 			}
 			binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
 			conn.SetWriteDeadline(time.Now().Add(t.cfg.DialTimeout))
@@ -441,16 +438,14 @@ func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
 // TLS's post-handshake messages are processed and a closed connection is noticed by the
 // next write.
 func (t *TLSGossipTransport) drain(c *tls.Conn) {
-	defer t.wg.Done()
 	io.Copy(io.Discard, c)
 }
 
 // acceptLoop accepts connections until Shutdown; past MaxPendingConns connections
 // handshaking, a new one is closed at once.
 func (t *TLSGossipTransport) acceptLoop() {
-	defer t.wg.Done()
 	for {
-		conn, ok := accept(t.ln, t.ctx.Done(), t.log)
+		conn, ok := accept(t.ln, t.owner.Done(), t.log)
 		if !ok {
 			return
 		}
@@ -460,15 +455,13 @@ func (t *TLSGossipTransport) acceptLoop() {
 			conn.Close()
 			continue
 		}
-		t.wg.Add(1)
-		go t.serve(conn)
+		t.owner.GoHeld(func() { t.serve(conn) }) // on the accept loop, a goroutine of the group
 	}
 }
 
 // serve completes an inbound connection's handshake and reads its kind: a stream goes
 // to memberlist, a packet connection is read here.
 func (t *TLSGossipTransport) serve(raw net.Conn) {
-	defer t.wg.Done()
 	released := false
 	release := func() {
 		if !released {
@@ -489,7 +482,7 @@ func (t *TLSGossipTransport) serve(raw net.Conn) {
 		}
 	}()
 	conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	if err := conn.HandshakeContext(t.ctx); err != nil {
+	if err := conn.HandshakeContext(t.owner.Context()); err != nil {
 		t.handshakeFailures.Add(1)
 		t.warn("gossip TLS handshake failed; connection closed", "remote", raw.RemoteAddr(), "err", err)
 		return
@@ -519,7 +512,7 @@ func (t *TLSGossipTransport) serve(raw net.Conn) {
 		handedOff = true
 		select {
 		case t.streamCh <- conn:
-		case <-t.ctx.Done():
+		case <-t.owner.Done():
 			closeNow(conn)
 		}
 	case gossipConnPacket:

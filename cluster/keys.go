@@ -196,6 +196,9 @@ func (k *KeyManager) fanOut(ctx context.Context, req keyRequest) (KeyResponse, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, k.cfg.Timeout)
 	defer cancel()
+	// One request per member at once, each on a goroutine of its own that fanOut waits
+	// for before it returns (each bounded by ctx): they live no longer than the call, so
+	// they need no owner beyond it.
 	var wg sync.WaitGroup
 	for _, mem := range k.cfg.Membership.Members() {
 		if mem.Status == StatusDown || mem.Status == StatusRemoved {
@@ -234,10 +237,14 @@ func (k *KeyManager) handle(r *Request) {
 		r.Reply(nil, fmt.Errorf("%w: key request: %v", ErrMalformedGossip, err))
 		return
 	}
-	go func() {
+	// Off the transport's reader (Persist may write to disk), on a goroutine of the
+	// membership whose keyring it changes: its Shutdown waits for it.
+	if !k.cfg.Membership.owner.Go(func() {
 		b, err := cbor.Marshal(k.apply(req))
 		r.Reply(b, err)
-	}()
+	}) {
+		r.Reply(nil, ErrMembershipClosed)
+	}
 }
 
 // apply runs req on this member's keyring and returns its keys after it.

@@ -928,7 +928,9 @@ func (m *Membership) Leave(ctx context.Context) error {
 	return m.Shutdown()
 }
 
-// sendAndWait sends messages on streams and waits for them, at most timeout.
+// sendAndWait sends messages on streams and waits for them, at most timeout. The sends
+// run on the membership's goroutines: one that outlasts the wait is waited for by
+// Shutdown, as send's are.
 func (m *Membership) sendAndWait(outs []Outbound, timeout time.Duration) {
 	var wg sync.WaitGroup
 	for _, o := range outs {
@@ -942,13 +944,17 @@ func (m *Membership) sendAndWait(outs []Outbound, timeout time.Duration) {
 		}
 		node := &memberlist.Node{Name: o.To.String(), Addr: net.ParseIP(host), Port: uint16(port)}
 		wg.Add(1)
-		go func() {
+		if !m.owner.Go(func() {
 			defer wg.Done()
 			m.ml.SendReliable(node, b)
-		}()
+		}) {
+			wg.Done() // shut down meanwhile: nothing more goes out
+		}
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	if !m.owner.Go(func() { wg.Wait(); close(done) }) {
+		return
+	}
 	select {
 	case <-done:
 	case <-time.After(timeout):

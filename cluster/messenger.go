@@ -386,7 +386,10 @@ func (m *Messenger) setTimerLocked(at time.Time) {
 // expire times out every pending request whose deadline has passed, and sets the
 // timer for the earliest deadline left. It runs on the timer's goroutine, and calls
 // each callback on a goroutine of its own, as a timer of its own did: a callback that
-// blocks (a caller's lock) delays no other.
+// blocks (a caller's lock) delays no other. Those goroutines, like the timer's that
+// RequestAsync's failures run on, are not the messenger's (no owner.Group): each runs
+// one callback of the caller's and ends with it, and Close must not wait for a callback
+// that may be waiting for its caller.
 func (m *Messenger) expire() {
 	var expired []*pendingRequest
 	m.mu.Lock()
