@@ -14,6 +14,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -38,8 +39,7 @@ type member struct {
 	repl   *ddata.Replicator
 	states *sharding.ReplicatedStateStore
 	sh     *sharding.Sharding
-	stop   chan struct{} // closed to stop watchExit
-	wg     sync.WaitGroup
+	watch  *owner.Group // runs watchExit
 
 	state  int // guarded by Cluster.mu
 	paused bool
@@ -164,9 +164,8 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 		sub.Close()
 		return err
 	}
-	m.stop = make(chan struct{})
-	m.wg.Add(1)
-	go c.watchExit(m, sub)
+	m.watch = owner.New()
+	m.watch.Go(func() { c.watchExit(m, sub) })
 	jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := m.ms.Join(jctx); err != nil {
@@ -181,13 +180,12 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 // watchExit does what the host does when the cluster downs or removes its member: stop
 // hosting at once (sharding.Abort), then stop gossiping and answering.
 func (c *Cluster) watchExit(m *member, sub *cluster.Subscription) {
-	defer m.wg.Done()
 	defer sub.Close()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case <-m.stop:
+		case <-m.watch.Done():
 			return
 		case <-sub.C:
 		case <-tick.C:
@@ -228,10 +226,10 @@ func (c *Cluster) closeProcess(m *member, leave bool) {
 		}
 		_ = m.ms.Shutdown()
 	}
-	if m.stop != nil {
-		close(m.stop)
-		m.wg.Wait()
-		m.stop = nil
+	if m.watch != nil {
+		m.watch.Close()
+		m.watch.Wait()
+		m.watch = nil
 	}
 	if m.sh != nil {
 		if leave {
@@ -421,7 +419,8 @@ func (c *Cluster) applyLocked() {
 	}
 }
 
-// stopAll crashes every member (the end of a run).
+// stopAll crashes every member (the end of a run), all at once; the goroutines it
+// starts for that live no longer than the call, which waits for them.
 func (c *Cluster) stopAll() {
 	var wg sync.WaitGroup
 	for _, m := range c.members {

@@ -85,6 +85,8 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	c.waitConverged(cctx)
 	cancel()
 
+	// The clients' goroutines live no longer than the run, which stops them and waits
+	// for them before it checks the history.
 	wctx, stopClients := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range o.Clients {
