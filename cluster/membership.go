@@ -26,7 +26,7 @@ import (
 // Errors of membership.
 var (
 	ErrJoinFailed       = errors.New("cluster: could not join the cluster")
-	ErrMalformedGossip  = errors.New("cluster: malformed membership gossip")
+	errMalformedGossip  = errors.New("cluster: malformed membership gossip")
 	ErrMembershipClosed = errors.New("cluster: membership shut down")
 	ErrExited           = errors.New("cluster: this member is out of the cluster")
 	ErrNoSuchMember     = errors.New("cluster: no such member")
@@ -68,7 +68,7 @@ type MembershipConfig struct {
 	// transport in tests. Nil uses the network at BindAddr.
 	Transport memberlist.Transport
 	// TLS, if set (and Transport is not), carries all gossip over mutual TLS on
-	// BindAddr's TCP port instead of UDP and TCP (TLSGossipTransport): only peers with a
+	// BindAddr's TCP port instead of UDP and TCP (gossip_tls.go): only peers with a
 	// certificate the configuration accepts (pki.MemberTLSConfig: a member certificate
 	// of the cluster CA) can join or gossip.
 	TLS *tls.Config
@@ -249,7 +249,7 @@ type Membership struct {
 	leaderChanges metric.Int64Counter
 	wire          atomic.Pointer[gossipWire]
 	joinErr       atomic.Pointer[error] // the last failure to reach the seeds
-	tlsGossip     *TLSGossipTransport   // when gossip runs over mutual TLS
+	tlsGossip     *tlsGossipTransport   // when gossip runs over mutual TLS
 	keyring       *memberlist.Keyring   // when gossip is encrypted
 	hookOnce      sync.Once
 
@@ -324,7 +324,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		mc.BindAddr, mc.BindPort = host, port
 		mc.AdvertiseAddr, mc.AdvertisePort = host, port
 		if cfg.TLS != nil {
-			tt, err := NewTLSGossipTransport(TLSGossipConfig{BindAddr: cfg.BindAddr, TLS: cfg.TLS, Logger: cfg.Logger})
+			tt, err := newTLSGossipTransport(tlsGossipConfig{BindAddr: cfg.BindAddr, TLS: cfg.TLS, Logger: cfg.Logger})
 			if err != nil {
 				return nil, err
 			}
@@ -358,7 +358,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	}}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		if tt, ok := mc.Transport.(*TLSGossipTransport); ok {
+		if tt, ok := mc.Transport.(*tlsGossipTransport); ok {
 			tt.Shutdown()
 		}
 		return nil, fmt.Errorf("cluster: starting gossip on %s: %w", cfg.BindAddr, err)
@@ -439,13 +439,13 @@ func (m *Membership) run(core *Core) {
 	tick := time.NewTicker(m.cfg.TickInterval)
 	defer tick.Stop()
 	prev := View{Self: m.self}
-	var lastVersion VectorClock
+	var lastVersion vectorClock
 	publish := func() {
 		v := core.View()
 		m.view.Store(&v)
 		if w, ok := core.gossipWire(); ok {
 			m.wire.Store(&w)
-			if w.Version.Compare(lastVersion) != Same {
+			if w.Version.Compare(lastVersion) != orderSame {
 				lastVersion = w.Version
 				m.broadcastChange(w)
 			}

@@ -92,18 +92,18 @@ func (r *Request) Reply(body []byte, err error) {
 // error reply.
 type Handler func(r *Request)
 
-// RemoteError is the error of a request whose remote handler replied with an error.
+// remoteError is the error of a request whose remote handler replied with an error.
 // Its text is the remote error's text; errors.Is(err, ErrRemote) holds.
-type RemoteError struct {
+type remoteError struct {
 	// Msg is the remote error's text.
 	Msg string
 }
 
 // Error returns the remote error's text.
-func (e *RemoteError) Error() string { return e.Msg }
+func (e *remoteError) Error() string { return e.Msg }
 
 // Unwrap returns ErrRemote.
-func (e *RemoteError) Unwrap() error { return ErrRemote }
+func (e *remoteError) Unwrap() error { return ErrRemote }
 
 // Messenger gives a Transport topics and request/response: handlers register per
 // topic, Tell sends one-way messages, Request and RequestAsync send a request and
@@ -465,7 +465,7 @@ func (m *Messenger) handleFrame(f *Frame) {
 			return
 		}
 		if f.Error != "" {
-			p.cb(nil, &RemoteError{Msg: f.Error})
+			p.cb(nil, &remoteError{Msg: f.Error})
 			return
 		}
 		p.cb(f.Body, nil)

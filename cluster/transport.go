@@ -21,7 +21,7 @@ var (
 	// it could not dial; the frame is dropped and counted.
 	ErrUnreachable = errors.New("cluster: peer unreachable")
 	// ErrRemote is wrapped by every error that a remote topic handler replied with
-	// (see RemoteError).
+	// (its text is the remote error's).
 	ErrRemote = errors.New("cluster: remote error")
 	// ErrRequestTimeout is wrapped (together with context.DeadlineExceeded) by the
 	// error of a request whose reply did not arrive in time.

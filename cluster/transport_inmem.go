@@ -10,9 +10,9 @@ import (
 	"github.com/shardhost/shardhost/internal/owner"
 )
 
-// DefaultInmemQueueSize is the default number of frames an InmemTransport queues
+// defaultInmemQueueSize is the default number of frames an InmemTransport queues
 // for its handler before Send to it fails with ErrQueueFull.
-const DefaultInmemQueueSize = 8192
+const defaultInmemQueueSize = 8192
 
 // InmemNetwork connects InmemTransports by address inside one process, for tests.
 // Frames go through EncodeFrame and DecodeFrame, so size caps and the codec are
@@ -57,12 +57,12 @@ type InmemFaults struct {
 }
 
 // NewInmemNetwork returns an empty network with MaxFrameSize DefaultMaxFrameSize
-// and a queue of DefaultInmemQueueSize frames per transport.
+// and a queue of defaultInmemQueueSize (8192) frames per transport.
 func NewInmemNetwork() *InmemNetwork {
 	return &InmemNetwork{
 		transports:   make(map[string]*InmemTransport),
 		maxFrameSize: DefaultMaxFrameSize,
-		queueSize:    DefaultInmemQueueSize,
+		queueSize:    defaultInmemQueueSize,
 		cut:          make(map[[2]string]bool),
 		oneway:       make(map[[2]string]bool),
 	}
