@@ -36,10 +36,11 @@ func Tolerant() cluster.CoreConfig {
 type Option func(*options)
 
 type options struct {
-	core   cluster.CoreConfig
-	log    *slog.Logger
-	config []func(i int, c *cluster.MembershipConfig)
-	clocks bool
+	core      cluster.CoreConfig
+	log       *slog.Logger
+	config    []func(i int, c *cluster.MembershipConfig)
+	clocks    bool
+	transport func(i int) string
 }
 
 // WithCore gives every member the membership lifecycle lc (its failure detector, split
@@ -63,6 +64,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithConfig(f func(i int, c *cluster.MembershipConfig)) Option {
 	return func(o *options) { o.config = append(o.config, f) }
 }
+
+// WithTransportAddrs names the transport address of each member Add starts: f(Index),
+// instead of "transport-<Index>". The addresses must differ.
+func WithTransportAddrs(f func(i int) string) Option { return func(o *options) { o.transport = f } }
 
 // WithClocks gives each member a Clock of its own (Member.Clock), which its membership
 // core runs on (MembershipConfig.Now); a restarted member keeps the clock of the member
@@ -104,8 +109,9 @@ func New(tb testing.TB, n int, opts ...Option) *Cluster {
 }
 
 // Add starts a member at a fresh gossip address and the transport address
-// "transport-<Index>", with the first live member as its seed (none: it starts the
-// cluster), and waits until it is in the cluster (Membership.Join: welcomed, not yet up).
+// "transport-<Index>" (WithTransportAddrs), with the first live member as its seed
+// (none: it starts the cluster), and waits until it is in the cluster (Membership.Join:
+// welcomed, not yet up).
 func (c *Cluster) Add() *Member {
 	c.tb.Helper()
 	c.mu.Lock()
@@ -115,7 +121,11 @@ func (c *Cluster) Add() *Member {
 	if c.opts.clocks {
 		clock = NewClock()
 	}
-	return c.start(Addr{Transport: fmt.Sprintf("transport-%d", i)}, clock)
+	transport := fmt.Sprintf("transport-%d", i)
+	if c.opts.transport != nil {
+		transport = c.opts.transport(i)
+	}
+	return c.start(Addr{Transport: transport}, clock)
 }
 
 // Restart starts a new incarnation (a new UID) of a stopped member at its addresses, as

@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -94,8 +95,11 @@ func TestClusterPartitionAndHeal(t *testing.T) {
 // A member that leaves is removed by the others; its OnStop functions run after its
 // leave, once it is out.
 func TestClusterLeave(t *testing.T) {
-	c := New(t, 3)
+	c := New(t, 3, WithTransportAddrs(func(i int) string { return fmt.Sprintf("state-%d", i) }))
 	leaver := c.Members()[2]
+	if leaver.Addr.Transport != "state-2" || leaver.Membership.Self().TransportAddr != "state-2" {
+		t.Fatalf("transport address %q, published %q, want state-2", leaver.Addr.Transport, leaver.Membership.Self().TransportAddr)
+	}
 	var statusAtStop cluster.MemberStatus
 	leaver.OnStop(func() { statusAtStop = leaver.Membership.Self().Status })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

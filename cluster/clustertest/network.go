@@ -8,8 +8,8 @@
 // leaves and restarts them, cuts and heals their links, and stops what is left when the
 // test ends. Members use the Tolerant lifecycle unless FastFailureDetection or WithCore
 // says otherwise, and a discarding logger unless WithLogger gives one; WithConfig
-// changes each member's cluster.MembershipConfig, and WithClocks gives each member a
-// simulated Clock.
+// changes each member's cluster.MembershipConfig, WithTransportAddrs names their
+// transport addresses, and WithClocks gives each member a simulated Clock.
 //
 // A layer above cluster (the replicator, sharding, a state store) builds its component
 // on a Member's Membership and Messenger and registers the component's Close with
