@@ -164,8 +164,9 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 		sub.Close()
 		return err
 	}
-	m.watch = owner.New()
-	m.watch.Go(func() { c.watchExit(m, sub) })
+	watch := owner.New()
+	m.watch = watch
+	watch.Go(func() { c.watchExit(m, sub, watch.Done()) })
 	jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := m.ms.Join(jctx); err != nil {
@@ -178,14 +179,15 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 }
 
 // watchExit does what the host does when the cluster downs or removes its member: stop
-// hosting at once (sharding.Abort), then stop gossiping and answering.
-func (c *Cluster) watchExit(m *member, sub *cluster.Subscription) {
+// hosting at once (sharding.Abort), then stop gossiping and answering. It returns then,
+// or when stop is closed.
+func (c *Cluster) watchExit(m *member, sub *cluster.Subscription, stop <-chan struct{}) {
 	defer sub.Close()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case <-m.watch.Done():
+		case <-stop:
 			return
 		case <-sub.C:
 		case <-tick.C:
