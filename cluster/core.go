@@ -137,7 +137,7 @@ type Message struct {
 	// Gossip is the full state (msgWelcome, msgGossip).
 	Gossip *gossipWire `cbor:"4,keyasint,omitempty"`
 	// Version and Seen summarise the state (msgGossipStatus).
-	Version VectorClock     `cbor:"5,keyasint,omitempty"`
+	Version vectorClock     `cbor:"5,keyasint,omitempty"`
 	Seen    []UniqueAddress `cbor:"6,keyasint,omitempty"`
 	// Seq numbers heartbeats.
 	Seq uint64 `cbor:"7,keyasint,omitempty"`
@@ -160,7 +160,7 @@ type Outbound struct {
 type Core struct {
 	cfg    CoreConfig
 	rng    *rand.Rand
-	gossip Gossip
+	gossip gossipState
 	joined bool
 
 	detectors     map[UniqueAddress]*phiDetector
@@ -379,7 +379,7 @@ func (c *Core) leaderActions(now time.Time) {
 		}
 	}
 	minFulfilled := c.minMembersFulfilled()
-	var next Gossip
+	var next gossipState
 	ensure := func() {
 		if !changed {
 			next = g.changed(c.self())
@@ -687,7 +687,7 @@ func (c *Core) onJoin(now time.Time, m Message) []Outbound {
 	return []Outbound{{To: joiner.Node, Msg: Message{Kind: msgWelcome, From: c.self(), Gossip: &w}, Reliable: true}}
 }
 
-func (c *Core) onGossip(from UniqueAddress, remote Gossip, welcome bool) []Outbound {
+func (c *Core) onGossip(from UniqueAddress, remote gossipState, welcome bool) []Outbound {
 	if !c.joined {
 		if _, ok := remote.members[c.self()]; !ok {
 			return nil // not (yet) a member: only a Welcome with self in it makes one
@@ -717,7 +717,7 @@ func (c *Core) onGossip(from UniqueAddress, remote Gossip, welcome bool) []Outbo
 	switch {
 	case welcome || c.exited:
 		return nil
-	case c.gossip.version.Compare(remote.version) != Same:
+	case c.gossip.version.Compare(remote.version) != orderSame:
 		return []Outbound{c.gossipTo(from)}
 	case !remote.seen[c.self()]:
 		return []Outbound{c.statusTo(from)}
@@ -730,9 +730,9 @@ func (c *Core) onStatus(m Message) []Outbound {
 		return nil
 	}
 	switch c.gossip.version.Compare(m.Version) {
-	case After, Concurrent:
+	case orderAfter, orderConcurrent:
 		return []Outbound{c.gossipTo(m.From)}
-	case Before:
+	case orderBefore:
 		return []Outbound{c.statusTo(m.From)} // the sender answers with its newer state
 	}
 	// Same version: unite the seen sets, and tell the sender if it lacks something.

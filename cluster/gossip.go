@@ -88,21 +88,21 @@ func (m gossipMember) hasRole(role string) bool {
 	return false
 }
 
-// VectorClock maps a node (UniqueAddress.String()) to its counter.
-type VectorClock map[string]uint64
+// vectorClock maps a node (UniqueAddress.String()) to its counter.
+type vectorClock map[string]uint64
 
-// Ordering is how two vector clocks compare.
-type Ordering int
+// ordering is how two vector clocks compare.
+type ordering int
 
 const (
-	Same Ordering = iota
-	Before
-	After
-	Concurrent
+	orderSame ordering = iota
+	orderBefore
+	orderAfter
+	orderConcurrent
 )
 
 // Compare orders v against o.
-func (v VectorClock) Compare(o VectorClock) Ordering {
+func (v vectorClock) Compare(o vectorClock) ordering {
 	less, greater := false, false
 	for k, a := range v {
 		if b := o[k]; a > b {
@@ -118,17 +118,17 @@ func (v VectorClock) Compare(o VectorClock) Ordering {
 	}
 	switch {
 	case less && greater:
-		return Concurrent
+		return orderConcurrent
 	case less:
-		return Before
+		return orderBefore
 	case greater:
-		return After
+		return orderAfter
 	}
-	return Same
+	return orderSame
 }
 
-func (v VectorClock) merge(o VectorClock) VectorClock {
-	out := make(VectorClock, len(v)+len(o))
+func (v vectorClock) merge(o vectorClock) vectorClock {
+	out := make(vectorClock, len(v)+len(o))
 	for k, a := range v {
 		out[k] = a
 	}
@@ -140,7 +140,7 @@ func (v VectorClock) merge(o VectorClock) VectorClock {
 	return out
 }
 
-func (v VectorClock) increment(node string) VectorClock {
+func (v vectorClock) increment(node string) vectorClock {
 	out := v.merge(nil)
 	out[node]++
 	return out
@@ -153,27 +153,28 @@ type observerRecord struct {
 	Unreachable []UniqueAddress `cbor:"2,keyasint,omitempty"` // sorted, no duplicates
 }
 
-// Gossip is the membership state. Values are immutable: every change returns a new one.
-type Gossip struct {
+// gossipState is the membership state (Akka's Gossip). Values are immutable: every
+// change returns a new one.
+type gossipState struct {
 	members      map[UniqueAddress]gossipMember
-	version      VectorClock
+	version      vectorClock
 	seen         map[UniqueAddress]bool
 	reachability map[UniqueAddress]observerRecord // by observer
 	tombstones   map[UniqueAddress]int64          // removed members → removal time, Unix ns
 }
 
-func emptyGossip() Gossip {
-	return Gossip{
+func emptyGossip() gossipState {
+	return gossipState{
 		members:      map[UniqueAddress]gossipMember{},
-		version:      VectorClock{},
+		version:      vectorClock{},
 		seen:         map[UniqueAddress]bool{},
 		reachability: map[UniqueAddress]observerRecord{},
 		tombstones:   map[UniqueAddress]int64{},
 	}
 }
 
-func (g Gossip) clone() Gossip {
-	out := Gossip{
+func (g gossipState) clone() gossipState {
+	out := gossipState{
 		members:      make(map[UniqueAddress]gossipMember, len(g.members)),
 		version:      g.version.merge(nil),
 		seen:         make(map[UniqueAddress]bool, len(g.seen)),
@@ -200,8 +201,8 @@ func (g Gossip) clone() Gossip {
 // everywhere; each observer's reachability record comes from the higher observer
 // version; the seen set is the union of the seen sets of the inputs whose version is
 // the merged version (a newer state's seen set supersedes an older one's).
-func (g Gossip) Merge(o Gossip) Gossip {
-	out := Gossip{
+func (g gossipState) Merge(o gossipState) gossipState {
+	out := gossipState{
 		members:      map[UniqueAddress]gossipMember{},
 		version:      g.version.merge(o.version),
 		seen:         map[UniqueAddress]bool{},
@@ -225,8 +226,8 @@ func (g Gossip) Merge(o Gossip) Gossip {
 			}
 		}
 	}
-	for _, in := range []Gossip{g, o} {
-		if in.version.Compare(out.version) == Same {
+	for _, in := range []gossipState{g, o} {
+		if in.version.Compare(out.version) == orderSame {
 			for k := range in.seen {
 				if _, gone := out.tombstones[k]; !gone {
 					out.seen[k] = true
@@ -285,7 +286,7 @@ func withoutTombstoned(list []UniqueAddress, tombstones map[UniqueAddress]int64)
 }
 
 // sortedMembers returns the members sorted by unique address.
-func (g Gossip) sortedMembers() []gossipMember {
+func (g gossipState) sortedMembers() []gossipMember {
 	out := make([]gossipMember, 0, len(g.members))
 	for _, m := range g.members {
 		out = append(out, m)
@@ -297,7 +298,7 @@ func (g Gossip) sortedMembers() []gossipMember {
 // isReachable reports whether no live observer finds node unreachable. Records of
 // observers that are down or gone do not count (Akka: reachability excluding downed
 // observers).
-func (g Gossip) isReachable(node UniqueAddress) bool {
+func (g gossipState) isReachable(node UniqueAddress) bool {
 	for obs, rec := range g.reachability {
 		if m, ok := g.members[obs]; !ok || m.Status == StatusDown {
 			continue
@@ -320,7 +321,7 @@ func (g Gossip) isReachable(node UniqueAddress) bool {
 // the leader of a side of two (itself and the bridge) and down it, until the whole
 // cluster is down. Akka's resolver likewise sets apart the observations of indirectly
 // connected members. A clean partition is decided as before: no observation crosses it.
-func (g Gossip) unreachableSetFor(self UniqueAddress) map[UniqueAddress]bool {
+func (g gossipState) unreachableSetFor(self UniqueAddress) map[UniqueAddress]bool {
 	mine := map[UniqueAddress]bool{}
 	for _, s := range g.reachability[self].Unreachable {
 		mine[s] = true
@@ -339,7 +340,7 @@ func (g Gossip) unreachableSetFor(self UniqueAddress) map[UniqueAddress]bool {
 	return out
 }
 
-func (g Gossip) unreachableSet() map[UniqueAddress]bool {
+func (g gossipState) unreachableSet() map[UniqueAddress]bool {
 	out := map[UniqueAddress]bool{}
 	for obs, rec := range g.reachability {
 		if m, ok := g.members[obs]; !ok || m.Status == StatusDown {
@@ -359,7 +360,7 @@ func (g Gossip) unreachableSet() map[UniqueAddress]bool {
 // first reachable member of any other status but down and exiting. The spec: "the
 // leader is simply the first node in sorted order that is able to take the leadership
 // role, where the preferred member states for a leader are up and leaving".
-func (g Gossip) leader(self UniqueAddress) (UniqueAddress, bool) {
+func (g gossipState) leader(self UniqueAddress) (UniqueAddress, bool) {
 	var best, fallback *gossipMember
 	for _, m := range g.sortedMembers() {
 		m := m
@@ -388,7 +389,7 @@ func (g Gossip) leader(self UniqueAddress) (UniqueAddress, bool) {
 
 // converged reports gossip convergence as self sees it: every unreachable member is
 // down or exiting, and every up or leaving member has seen the current version.
-func (g Gossip) converged(self UniqueAddress) bool {
+func (g gossipState) converged(self UniqueAddress) bool {
 	for node := range g.unreachableSet() {
 		if node == self {
 			continue
@@ -406,7 +407,7 @@ func (g Gossip) converged(self UniqueAddress) bool {
 }
 
 // seenBy returns g with node added to the seen set.
-func (g Gossip) seenBy(node UniqueAddress) Gossip {
+func (g gossipState) seenBy(node UniqueAddress) gossipState {
 	if g.seen[node] {
 		return g
 	}
@@ -416,7 +417,7 @@ func (g Gossip) seenBy(node UniqueAddress) Gossip {
 }
 
 // changed returns g as changed by self: a new version, seen only by self.
-func (g Gossip) changed(self UniqueAddress) Gossip {
+func (g gossipState) changed(self UniqueAddress) gossipState {
 	out := g.clone()
 	out.version = out.version.increment(self.String())
 	out.seen = map[UniqueAddress]bool{self: true}
@@ -424,7 +425,7 @@ func (g Gossip) changed(self UniqueAddress) Gossip {
 }
 
 // String summarises g on one line, for logs and test failures.
-func (g Gossip) String() string {
+func (g gossipState) String() string {
 	var parts []string
 	for _, m := range g.sortedMembers() {
 		flag := ""
@@ -440,10 +441,10 @@ func (g Gossip) String() string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// gossipWire is Gossip's encoding: deterministic CBOR with sorted lists.
+// gossipWire is gossipState's encoding: deterministic CBOR with sorted lists.
 type gossipWire struct {
 	Members      []gossipMember  `cbor:"1,keyasint"`
-	Version      VectorClock     `cbor:"2,keyasint"`
+	Version      vectorClock     `cbor:"2,keyasint"`
 	Seen         []UniqueAddress `cbor:"3,keyasint,omitempty"`
 	Reachability []reachWire     `cbor:"4,keyasint,omitempty"`
 	Tombstones   []tombstoneWire `cbor:"5,keyasint,omitempty"`
@@ -459,7 +460,7 @@ type tombstoneWire struct {
 	At   int64         `cbor:"2,keyasint"`
 }
 
-func (g Gossip) wire() gossipWire {
+func (g gossipState) wire() gossipWire {
 	w := gossipWire{Members: g.sortedMembers(), Version: g.version, Seen: sortedSet(g.seen)}
 	obs := make([]UniqueAddress, 0, len(g.reachability))
 	for o := range g.reachability {
@@ -480,14 +481,14 @@ func (g Gossip) wire() gossipWire {
 	return w
 }
 
-func (w gossipWire) gossip() (Gossip, error) {
+func (w gossipWire) gossip() (gossipState, error) {
 	g := emptyGossip()
 	for _, m := range w.Members {
 		if m.Node.Address == "" || m.Node.UID == 0 || statusRank(m.Status) == 0 {
-			return Gossip{}, fmt.Errorf("%w: bad member %+v", ErrMalformedGossip, m.Node)
+			return gossipState{}, fmt.Errorf("%w: bad member %+v", errMalformedGossip, m.Node)
 		}
 		if _, dup := g.members[m.Node]; dup {
-			return Gossip{}, fmt.Errorf("%w: member %s twice", ErrMalformedGossip, m.Node)
+			return gossipState{}, fmt.Errorf("%w: member %s twice", errMalformedGossip, m.Node)
 		}
 		g.members[m.Node] = m
 	}

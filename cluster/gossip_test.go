@@ -12,7 +12,7 @@ import (
 
 // randomGossip builds a membership state from random changes by random members, merged
 // at random: the values replicas really hold.
-func randomGossip(r *rand.Rand) Gossip {
+func randomGossip(r *rand.Rand) gossipState {
 	nodes := []UniqueAddress{{"a:1", 1}, {"b:1", 2}, {"c:1", 3}, {"d:1", 4}, {"e:1", 5}}
 	statuses := []MemberStatus{StatusJoining, StatusUp, StatusLeaving, StatusExiting, StatusDown}
 	g := emptyGossip()
@@ -42,7 +42,7 @@ func randomGossip(r *rand.Rand) Gossip {
 	return g.Merge(emptyGossip()) // normal form: tombstoned members removed everywhere
 }
 
-func encodeGossip(t *testing.T, g Gossip) []byte {
+func encodeGossip(t *testing.T, g gossipState) []byte {
 	t.Helper()
 	em, err := cbor.CoreDetEncOptions().EncMode()
 	if err != nil {
@@ -57,7 +57,7 @@ func encodeGossip(t *testing.T, g Gossip) []byte {
 
 func TestGossipMergeLaws(t *testing.T) {
 	r := rand.New(rand.NewSource(7))
-	same := func(a, b Gossip) bool { return bytes.Equal(encodeGossip(t, a), encodeGossip(t, b)) }
+	same := func(a, b gossipState) bool { return bytes.Equal(encodeGossip(t, a), encodeGossip(t, b)) }
 	for i := 0; i < 2000; i++ {
 		a, b, c := randomGossip(r), randomGossip(r), randomGossip(r)
 		if !same(a.Merge(b), b.Merge(a)) {
@@ -71,7 +71,7 @@ func TestGossipMergeLaws(t *testing.T) {
 		}
 		// Merge is monotonic: the result dominates or equals both versions.
 		m := a.Merge(b)
-		if o := m.version.Compare(a.version); o == Before || o == Concurrent {
+		if o := m.version.Compare(a.version); o == orderBefore || o == orderConcurrent {
 			t.Fatalf("merged version %v does not dominate %v", m.version, a.version)
 		}
 	}
@@ -124,13 +124,13 @@ func TestLeaderIsTheSameOnConvergedMembers(t *testing.T) {
 }
 
 func TestVectorClockCompare(t *testing.T) {
-	a := VectorClock{"x": 1}
-	b := VectorClock{"x": 1, "y": 1}
-	c := VectorClock{"x": 2}
+	a := vectorClock{"x": 1}
+	b := vectorClock{"x": 1, "y": 1}
+	c := vectorClock{"x": 2}
 	for _, tc := range []struct {
-		a, b VectorClock
-		want Ordering
-	}{{a, a, Same}, {a, b, Before}, {b, a, After}, {b, c, Concurrent}, {VectorClock{}, VectorClock{"z": 0}, Same}} {
+		a, b vectorClock
+		want ordering
+	}{{a, a, orderSame}, {a, b, orderBefore}, {b, a, orderAfter}, {b, c, orderConcurrent}, {vectorClock{}, vectorClock{"z": 0}, orderSame}} {
 		if got := tc.a.Compare(tc.b); got != tc.want {
 			t.Errorf("%v vs %v: %v, want %v", tc.a, tc.b, got, tc.want)
 		}

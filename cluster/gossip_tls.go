@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // Gossip over mutual TLS (docs/design.md, "Security").
 //
 // memberlist's own transport sends its packets (probes, acks, gossip, our heartbeats) as
 // UDP datagrams, which TLS cannot protect, and its streams (push-pull, reliable sends,
-// joins) over plain TCP. TLSGossipTransport carries both over TLS connections on one TCP
+// joins) over plain TCP. tlsGossipTransport carries both over TLS connections on one TCP
 // port, as Grafana's dskit does for memberlist: a connection begins with a TLS handshake
 // in which both sides must present a member certificate of the cluster CA (the tls.Config
 // decides: pki.MemberTLSConfig), then one byte says what it is:
@@ -40,8 +42,8 @@ import (
 // it can neither join nor be joined, nor inject membership state. Packets stay best
 // effort, as UDP: a full queue or a failed connection drops them.
 
-// TLSGossipConfig configures a TLSGossipTransport.
-type TLSGossipConfig struct {
+// tlsGossipConfig configures a tlsGossipTransport.
+type tlsGossipConfig struct {
 	// BindAddr is the TCP address to listen on, host:port (port 0: any free port).
 	BindAddr string
 	// TLS is the configuration of both sides of every connection (pki.MemberTLSConfig);
@@ -70,7 +72,7 @@ type TLSGossipConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *TLSGossipConfig) defaults() {
+func (c *tlsGossipConfig) defaults() {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second
 	}
@@ -91,8 +93,8 @@ func (c *TLSGossipConfig) defaults() {
 	}
 }
 
-// TLSGossipStats are counters of a TLSGossipTransport since it started.
-type TLSGossipStats struct {
+// tlsGossipStats are counters of a tlsGossipTransport since it started.
+type tlsGossipStats struct {
 	// HandshakeFailures counts inbound and outbound connections whose TLS handshake
 	// failed: a peer that is not a member of the cluster, or a broken connection.
 	HandshakeFailures uint64
@@ -110,17 +112,18 @@ const (
 	gossipConnAck    byte = 'k'
 )
 
-// TLSGossipTransport is a memberlist.NodeAwareTransport over mutual TLS: see above.
-type TLSGossipTransport struct {
-	cfg      TLSGossipConfig
+// tlsGossipTransport is a memberlist.NodeAwareTransport over mutual TLS: see above.
+type tlsGossipTransport struct {
+	cfg      tlsGossipConfig
 	log      *slog.Logger
 	ln       net.Listener
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// owner runs the accept loop, the inbound connections, the peers' packet writers
+	// and their drains; Shutdown closes it (its context aborts dials and handshakes)
+	// and waits for them.
+	owner   *owner.Group
 	pending chan struct{} // a slot per inbound connection handshaking
 
 	mu        sync.Mutex
@@ -133,17 +136,17 @@ type TLSGossipTransport struct {
 	lastWarn                            atomic.Int64
 }
 
-var _ memberlist.NodeAwareTransport = (*TLSGossipTransport)(nil)
+var _ memberlist.NodeAwareTransport = (*tlsGossipTransport)(nil)
 
 type gossipPeer struct {
 	addr  string
 	queue chan []byte
 }
 
-// NewTLSGossipTransport listens on cfg.BindAddr and returns the transport.
-func NewTLSGossipTransport(cfg TLSGossipConfig) (*TLSGossipTransport, error) {
+// newTLSGossipTransport listens on cfg.BindAddr and returns the transport.
+func newTLSGossipTransport(cfg tlsGossipConfig) (*tlsGossipTransport, error) {
 	if cfg.TLS == nil {
-		return nil, errors.New("cluster: TLSGossipConfig.TLS is required")
+		return nil, errors.New("cluster: the TLS configuration of gossip is required")
 	}
 	cfg.defaults()
 	ln, err := net.Listen("tcp", cfg.BindAddr)
@@ -154,36 +157,33 @@ func NewTLSGossipTransport(cfg TLSGossipConfig) (*TLSGossipTransport, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t := &TLSGossipTransport{
+	t := &tlsGossipTransport{
 		cfg:       cfg,
 		log:       log.With("component", "cluster.gossip-tls", "local", ln.Addr().String()),
 		ln:        ln,
 		packetCh:  make(chan *memberlist.Packet, 4096),
 		streamCh:  make(chan net.Conn),
-		ctx:       ctx,
-		cancel:    cancel,
+		owner:     owner.New(),
 		pending:   make(chan struct{}, cfg.MaxPendingConns),
 		advertise: ln.Addr().String(),
 		peers:     map[string]*gossipPeer{},
 		conns:     map[net.Conn]struct{}{},
 	}
-	t.wg.Add(1)
-	go t.acceptLoop()
+	t.owner.Go(t.acceptLoop)
 	return t, nil
 }
 
 // Addr returns the address the transport listens on.
-func (t *TLSGossipTransport) Addr() net.Addr { return t.ln.Addr() }
+func (t *tlsGossipTransport) Addr() net.Addr { return t.ln.Addr() }
 
 // Stats returns the transport's counters.
-func (t *TLSGossipTransport) Stats() TLSGossipStats {
-	return TLSGossipStats{HandshakeFailures: t.handshakeFailures.Load(), RefusedConns: t.refused.Load(), PacketsDropped: t.dropped.Load()}
+func (t *tlsGossipTransport) Stats() tlsGossipStats {
+	return tlsGossipStats{HandshakeFailures: t.handshakeFailures.Load(), RefusedConns: t.refused.Load(), PacketsDropped: t.dropped.Load()}
 }
 
 // FinalAdvertiseAddr implements memberlist.Transport: the given address, or the
 // listener's when none is given (which must then be a specific IP).
-func (t *TLSGossipTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+func (t *tlsGossipTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
 	var addr net.IP
 	if ip != "" {
 		if addr = net.ParseIP(ip); addr == nil {
@@ -206,13 +206,13 @@ func (t *TLSGossipTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, in
 }
 
 // WriteTo implements memberlist.Transport.
-func (t *TLSGossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+func (t *tlsGossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
 }
 
 // WriteToAddress implements memberlist.NodeAwareTransport: it queues the packet for the
 // peer's packet connection and returns at once. A full queue drops it, as UDP would.
-func (t *TLSGossipTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+func (t *tlsGossipTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	now := time.Now()
 	if len(b) > t.cfg.MaxPacketSize {
 		t.dropped.Add(1)
@@ -227,8 +227,7 @@ func (t *TLSGossipTransport) WriteToAddress(b []byte, a memberlist.Address) (tim
 	if p == nil {
 		p = &gossipPeer{addr: a.Addr, queue: make(chan []byte, t.cfg.PacketQueueSize)}
 		t.peers[a.Addr] = p
-		t.wg.Add(1)
-		go t.runPeer(p)
+		t.owner.Go(func() { t.runPeer(p) }) // open: Shutdown marks t closed before closing it
 	}
 	select {
 	case p.queue <- append([]byte(nil), b...):
@@ -240,16 +239,16 @@ func (t *TLSGossipTransport) WriteToAddress(b []byte, a memberlist.Address) (tim
 }
 
 // PacketCh implements memberlist.Transport.
-func (t *TLSGossipTransport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
+func (t *tlsGossipTransport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
 
 // DialTimeout implements memberlist.Transport.
-func (t *TLSGossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+func (t *tlsGossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport: a stream is a new TLS
 // connection, whose first byte says so.
-func (t *TLSGossipTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+func (t *tlsGossipTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	conn, err := t.dial(a.Addr, timeout)
 	if err != nil {
 		return nil, err
@@ -263,7 +262,7 @@ func (t *TLSGossipTransport) DialAddressTimeout(a memberlist.Address, timeout ti
 
 // open writes a new connection's kind (and header) and waits for the server's
 // acceptance, within timeout.
-func (t *TLSGossipTransport) open(conn *tls.Conn, header []byte, timeout time.Duration) error {
+func (t *tlsGossipTransport) open(conn *tls.Conn, header []byte, timeout time.Duration) error {
 	conn.SetDeadline(time.Now().Add(timeout))
 	defer conn.SetDeadline(time.Time{})
 	var ack [1]byte
@@ -281,11 +280,11 @@ func (t *TLSGossipTransport) open(conn *tls.Conn, header []byte, timeout time.Du
 }
 
 // StreamCh implements memberlist.Transport.
-func (t *TLSGossipTransport) StreamCh() <-chan net.Conn { return t.streamCh }
+func (t *tlsGossipTransport) StreamCh() <-chan net.Conn { return t.streamCh }
 
 // Shutdown implements memberlist.Transport: it stops listening, closes the packet
 // connections and waits for its goroutines. Streams handed to memberlist are its own.
-func (t *TLSGossipTransport) Shutdown() error {
+func (t *tlsGossipTransport) Shutdown() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -297,12 +296,12 @@ func (t *TLSGossipTransport) Shutdown() error {
 		conns = append(conns, c)
 	}
 	t.mu.Unlock()
-	t.cancel()
+	t.owner.Close()
 	err := t.ln.Close()
 	for _, c := range conns {
 		closeNow(c)
 	}
-	t.wg.Wait()
+	t.owner.Wait()
 	return err
 }
 
@@ -315,7 +314,7 @@ func closeNow(c net.Conn) {
 	c.Close()
 }
 
-func (t *TLSGossipTransport) track(c net.Conn) bool {
+func (t *tlsGossipTransport) track(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -325,7 +324,7 @@ func (t *TLSGossipTransport) track(c net.Conn) bool {
 	return true
 }
 
-func (t *TLSGossipTransport) untrack(c net.Conn) {
+func (t *tlsGossipTransport) untrack(c net.Conn) {
 	closeNow(c)
 	t.mu.Lock()
 	delete(t.conns, c)
@@ -333,9 +332,9 @@ func (t *TLSGossipTransport) untrack(c net.Conn) {
 }
 
 // dial connects to addr and completes the TLS handshake within timeout.
-func (t *TLSGossipTransport) dial(addr string, timeout time.Duration) (*tls.Conn, error) {
+func (t *tlsGossipTransport) dial(addr string, timeout time.Duration) (*tls.Conn, error) {
 	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: t.cfg.TLS}
-	ctx, cancel := context.WithTimeout(t.ctx, timeout)
+	ctx, cancel := context.WithTimeout(t.owner.Context(), timeout)
 	defer cancel()
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -350,7 +349,7 @@ func (t *TLSGossipTransport) dial(addr string, timeout time.Duration) (*tls.Conn
 
 // warn logs a failed handshake at warn level at most once a second, at debug otherwise,
 // so that a stream of strangers cannot flood the log.
-func (t *TLSGossipTransport) warn(msg string, args ...any) {
+func (t *tlsGossipTransport) warn(msg string, args ...any) {
 	now := time.Now().UnixNano()
 	last := t.lastWarn.Load()
 	if now-last > int64(time.Second) && t.lastWarn.CompareAndSwap(last, now) {
@@ -363,8 +362,7 @@ func (t *TLSGossipTransport) warn(msg string, args ...any) {
 // runPeer owns the outbound packet connection to one peer: it dials on demand, writes
 // the queued packets, drops them while the peer cannot be reached (for a backoff of
 // 100 ms doubling to 2 s), and retires after IdleTimeout without packets.
-func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
-	defer t.wg.Done()
+func (t *tlsGossipTransport) runPeer(p *gossipPeer) {
 	var (
 		conn      *tls.Conn
 		downUntil time.Time
@@ -380,7 +378,7 @@ func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
 	defer idle.Stop()
 	for {
 		select {
-		case <-t.ctx.Done():
+		case <-t.owner.Done():
 			return
 		case <-idle.C:
 			t.mu.Lock()
@@ -422,8 +420,7 @@ func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
 					continue
 				}
 				conn, backoff = c, 0
-				t.wg.Add(1)
-				go t.drain(conn)
+				t.owner.GoHeld(func() { t.drain(c) }) // on runPeer, a goroutine of the group
 			}
 			binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
 			conn.SetWriteDeadline(time.Now().Add(t.cfg.DialTimeout))
@@ -440,17 +437,15 @@ func (t *TLSGossipTransport) runPeer(p *gossipPeer) {
 // drain reads the outbound packet connection, on which the peer never writes, so that
 // TLS's post-handshake messages are processed and a closed connection is noticed by the
 // next write.
-func (t *TLSGossipTransport) drain(c *tls.Conn) {
-	defer t.wg.Done()
+func (t *tlsGossipTransport) drain(c *tls.Conn) {
 	io.Copy(io.Discard, c)
 }
 
 // acceptLoop accepts connections until Shutdown; past MaxPendingConns connections
 // handshaking, a new one is closed at once.
-func (t *TLSGossipTransport) acceptLoop() {
-	defer t.wg.Done()
+func (t *tlsGossipTransport) acceptLoop() {
 	for {
-		conn, ok := accept(t.ln, t.ctx.Done(), t.log)
+		conn, ok := accept(t.ln, t.owner.Done(), t.log)
 		if !ok {
 			return
 		}
@@ -460,15 +455,13 @@ func (t *TLSGossipTransport) acceptLoop() {
 			conn.Close()
 			continue
 		}
-		t.wg.Add(1)
-		go t.serve(conn)
+		t.owner.GoHeld(func() { t.serve(conn) }) // on the accept loop, a goroutine of the group
 	}
 }
 
 // serve completes an inbound connection's handshake and reads its kind: a stream goes
 // to memberlist, a packet connection is read here.
-func (t *TLSGossipTransport) serve(raw net.Conn) {
-	defer t.wg.Done()
+func (t *tlsGossipTransport) serve(raw net.Conn) {
 	released := false
 	release := func() {
 		if !released {
@@ -489,7 +482,7 @@ func (t *TLSGossipTransport) serve(raw net.Conn) {
 		}
 	}()
 	conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	if err := conn.HandshakeContext(t.ctx); err != nil {
+	if err := conn.HandshakeContext(t.owner.Context()); err != nil {
 		t.handshakeFailures.Add(1)
 		t.warn("gossip TLS handshake failed; connection closed", "remote", raw.RemoteAddr(), "err", err)
 		return
@@ -519,7 +512,7 @@ func (t *TLSGossipTransport) serve(raw net.Conn) {
 		handedOff = true
 		select {
 		case t.streamCh <- conn:
-		case <-t.ctx.Done():
+		case <-t.owner.Done():
 			closeNow(conn)
 		}
 	case gossipConnPacket:
@@ -539,7 +532,7 @@ func (t *TLSGossipTransport) serve(raw net.Conn) {
 
 // readPackets reads the packets of an inbound packet connection until it ends or
 // carries one over MaxPacketSize.
-func (t *TLSGossipTransport) readPackets(conn net.Conn, from gossipAddr) {
+func (t *tlsGossipTransport) readPackets(conn net.Conn, from gossipAddr) {
 	var hdr [4]byte
 	for {
 		if _, err := io.ReadFull(conn, hdr[:]); err != nil {

@@ -121,7 +121,7 @@ func TestMembershipOverMutualTLS(t *testing.T) {
 // kinds get nothing.
 func TestTLSGossipTransportCapsUnauthenticatedConnections(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	tr, err := NewTLSGossipTransport(TLSGossipConfig{BindAddr: "127.0.0.1:0", TLS: memberTLS(t, newTestCA(t), ""),
+	tr, err := newTLSGossipTransport(tlsGossipConfig{BindAddr: "127.0.0.1:0", TLS: memberTLS(t, newTestCA(t), ""),
 		MaxPendingConns: 2, HandshakeTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -160,12 +160,12 @@ func TestTLSGossipTransportCapsUnauthenticatedConnections(t *testing.T) {
 func TestTLSGossipTransportPackets(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ca := newTestCA(t)
-	a, err := NewTLSGossipTransport(TLSGossipConfig{BindAddr: "127.0.0.1:0", TLS: memberTLS(t, ca, "")})
+	a, err := newTLSGossipTransport(tlsGossipConfig{BindAddr: "127.0.0.1:0", TLS: memberTLS(t, ca, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Shutdown()
-	b, err := NewTLSGossipTransport(TLSGossipConfig{BindAddr: "127.0.0.1:0", TLS: memberTLS(t, ca, "")})
+	b, err := newTLSGossipTransport(tlsGossipConfig{BindAddr: "127.0.0.1:0", TLS: memberTLS(t, ca, "")})
 	if err != nil {
 		t.Fatal(err)
 	}

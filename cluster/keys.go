@@ -28,8 +28,8 @@ import (
 var (
 	// ErrNoKeyring: gossip is not encrypted on this member (start it with a gossip key).
 	ErrNoKeyring = errors.New("cluster: gossip encryption is off on this member (start members with a gossip key)")
-	// ErrNoSuchKey: no key of the keyring has the given ID.
-	ErrNoSuchKey = errors.New("cluster: no such gossip key")
+	// errNoSuchKey: no key of the keyring has the given ID (a member's answer says so).
+	errNoSuchKey = errors.New("cluster: no such gossip key")
 )
 
 // topicKeys carries a key operation to a member.
@@ -46,14 +46,14 @@ func KeyID(key []byte) string {
 // gossip is not encrypted.
 func (m *Membership) Keyring() *memberlist.Keyring { return m.keyring }
 
-// KeyOp is a gossip key operation.
-type KeyOp string
+// keyOp is a gossip key operation.
+type keyOp string
 
 const (
-	KeyList    KeyOp = "list"
-	KeyInstall KeyOp = "install"
-	KeyUse     KeyOp = "use"
-	KeyRemove  KeyOp = "remove"
+	keyList    keyOp = "list"
+	keyInstall keyOp = "install"
+	keyUse     keyOp = "use"
+	keyRemove  keyOp = "remove"
 )
 
 // KeyResponse is the outcome of a key operation across the cluster.
@@ -75,7 +75,7 @@ type KeyResponse struct {
 // with the sender's primary key (AES-GCM), so that it never crosses the network in
 // clear even between members without TLS; use and remove carry key IDs only.
 type keyRequest struct {
-	Op     KeyOp  `cbor:"1,keyasint"`
+	Op     keyOp  `cbor:"1,keyasint"`
 	KeyID  string `cbor:"2,keyasint,omitempty"`
 	Sealed []byte `cbor:"3,keyasint,omitempty"`
 	Nonce  []byte `cbor:"4,keyasint,omitempty"`
@@ -129,7 +129,7 @@ func NewKeyManager(cfg KeyManagerConfig) (*KeyManager, error) {
 
 // List returns which keys the members hold.
 func (k *KeyManager) List(ctx context.Context) (KeyResponse, error) {
-	return k.fanOut(ctx, keyRequest{Op: KeyList})
+	return k.fanOut(ctx, keyRequest{Op: keyList})
 }
 
 // Install adds key to every member's keyring (16, 24 or 32 bytes). It does not change
@@ -147,19 +147,19 @@ func (k *KeyManager) Install(ctx context.Context, key []byte) (KeyResponse, erro
 	if err != nil {
 		return KeyResponse{}, err
 	}
-	return k.fanOut(ctx, keyRequest{Op: KeyInstall, KeyID: KeyID(key), Sealed: sealed, Nonce: nonce, SealedBy: KeyID(primary)})
+	return k.fanOut(ctx, keyRequest{Op: keyInstall, KeyID: KeyID(key), Sealed: sealed, Nonce: nonce, SealedBy: KeyID(primary)})
 }
 
 // Use makes the key with this ID the one every member encrypts with; each member must
 // hold it (Install first).
 func (k *KeyManager) Use(ctx context.Context, keyID string) (KeyResponse, error) {
-	return k.fanOut(ctx, keyRequest{Op: KeyUse, KeyID: keyID})
+	return k.fanOut(ctx, keyRequest{Op: keyUse, KeyID: keyID})
 }
 
 // Remove removes the key with this ID from every member; a member refuses to remove
 // the key it encrypts with (Use another first).
 func (k *KeyManager) Remove(ctx context.Context, keyID string) (KeyResponse, error) {
-	return k.fanOut(ctx, keyRequest{Op: KeyRemove, KeyID: keyID})
+	return k.fanOut(ctx, keyRequest{Op: keyRemove, KeyID: keyID})
 }
 
 // fanOut applies req on this member and sends it to every other member that is not down
@@ -196,6 +196,9 @@ func (k *KeyManager) fanOut(ctx context.Context, req keyRequest) (KeyResponse, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, k.cfg.Timeout)
 	defer cancel()
+	// One request per member at once, each on a goroutine of its own that fanOut waits
+	// for before it returns (each bounded by ctx): they live no longer than the call, so
+	// they need no owner beyond it.
 	var wg sync.WaitGroup
 	for _, mem := range k.cfg.Membership.Members() {
 		if mem.Status == StatusDown || mem.Status == StatusRemoved {
@@ -214,7 +217,7 @@ func (k *KeyManager) fanOut(ctx context.Context, req keyRequest) (KeyResponse, e
 			var rep keyReply
 			if err == nil {
 				if err = gossipDecMode.Unmarshal(b, &rep); err != nil {
-					err = fmt.Errorf("%w: key reply: %v", ErrMalformedGossip, err)
+					err = fmt.Errorf("%w: key reply: %v", errMalformedGossip, err)
 				}
 			}
 			record(mem.Address, rep, err)
@@ -231,13 +234,17 @@ func (k *KeyManager) fanOut(ctx context.Context, req keyRequest) (KeyResponse, e
 func (k *KeyManager) handle(r *Request) {
 	var req keyRequest
 	if err := gossipDecMode.Unmarshal(r.Body, &req); err != nil {
-		r.Reply(nil, fmt.Errorf("%w: key request: %v", ErrMalformedGossip, err))
+		r.Reply(nil, fmt.Errorf("%w: key request: %v", errMalformedGossip, err))
 		return
 	}
-	go func() {
+	// Off the transport's reader (Persist may write to disk), on a goroutine of the
+	// membership whose keyring it changes: its Shutdown waits for it.
+	if !k.cfg.Membership.owner.Go(func() {
 		b, err := cbor.Marshal(k.apply(req))
 		r.Reply(b, err)
-	}()
+	}) {
+		r.Reply(nil, ErrMembershipClosed)
+	}
 }
 
 // apply runs req on this member's keyring and returns its keys after it.
@@ -251,7 +258,7 @@ func (k *KeyManager) apply(req keyRequest) keyReply {
 	err := k.applyLocked(kr, req)
 	if err != nil {
 		k.log.Warn("gossip key operation failed", "op", req.Op, "key", req.KeyID, "err", err)
-	} else if req.Op != KeyList {
+	} else if req.Op != keyList {
 		k.log.Info("gossip keyring changed", "op", req.Op, "key", req.KeyID, "primary", KeyID(kr.GetPrimaryKey()))
 	}
 	rep := keyReply{}
@@ -267,9 +274,9 @@ func (k *KeyManager) apply(req keyRequest) keyReply {
 
 func (k *KeyManager) applyLocked(kr *memberlist.Keyring, req keyRequest) error {
 	switch req.Op {
-	case KeyList:
+	case keyList:
 		return nil
-	case KeyInstall:
+	case keyInstall:
 		var key []byte
 		for _, c := range kr.GetKeys() {
 			if KeyID(c) == req.SealedBy {
@@ -287,13 +294,13 @@ func (k *KeyManager) applyLocked(kr *memberlist.Keyring, req keyRequest) error {
 		if err := kr.AddKey(key); err != nil {
 			return err
 		}
-	case KeyUse, KeyRemove:
+	case keyUse, keyRemove:
 		key, ok := findKey(kr, req.KeyID)
 		if !ok {
-			return fmt.Errorf("%w: %s on this member", ErrNoSuchKey, req.KeyID)
+			return fmt.Errorf("%w: %s on this member", errNoSuchKey, req.KeyID)
 		}
 		var err error
-		if req.Op == KeyUse {
+		if req.Op == keyUse {
 			err = kr.UseKey(key)
 		} else {
 			err = kr.RemoveKey(key)

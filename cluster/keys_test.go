@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -8,46 +8,43 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
-// keyCluster is a memberCluster whose members have messengers on an in-memory network
-// and key managers that record what they persist.
+// keyCluster is a test cluster whose members have key managers that record what they
+// persist.
 type keyCluster struct {
-	*memberCluster
-	net       *InmemNetwork
-	managers  []*KeyManager
+	*clustertest.Cluster
+	managers  []*cluster.KeyManager
 	mu        sync.Mutex
 	persisted map[int][][]byte
+	keys      [][]byte // the gossip keys of the next member: primary first
 }
 
 func newKeyCluster(t *testing.T, n int, key []byte) *keyCluster {
-	kc := &keyCluster{net: NewInmemNetwork(), persisted: map[int][][]byte{}}
-	kc.memberCluster = newMemberCluster(t, 0, func(c *MembershipConfig) { c.GossipKey = key })
+	kc := &keyCluster{persisted: map[int][][]byte{}, keys: [][]byte{key}}
+	kc.Cluster = newCluster(t, 0, clustertest.WithConfig(func(_ int, c *cluster.MembershipConfig) {
+		c.GossipKey, c.GossipKeys = kc.keys[0], kc.keys[1:]
+	}))
 	for i := 0; i < n; i++ {
-		kc.addWithKeys(key)
+		kc.addWithKeys(t, key)
 	}
 	return kc
 }
 
-func (kc *keyCluster) addWithKeys(key []byte, more ...[]byte) *Membership {
-	t := kc.t
-	i := len(kc.members)
-	kc.mutate = func(c *MembershipConfig) { c.GossipKey, c.GossipKeys = key, more }
-	m := kc.add()
-	msgr, err := NewMessenger(func(h FrameHandler) (Transport, error) {
-		return kc.net.NewTransport(fmt.Sprintf("transport-%d", i), h)
-	}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { msgr.Close() })
-	km, err := NewKeyManager(KeyManagerConfig{Membership: m, Messenger: msgr, Logger: quiet, Persist: func(keys [][]byte) error {
-		kc.mu.Lock()
-		defer kc.mu.Unlock()
-		kc.persisted[i] = keys
-		return nil
-	}})
+func (kc *keyCluster) addWithKeys(t *testing.T, key []byte, more ...[]byte) *clustertest.Member {
+	kc.keys = append([][]byte{key}, more...)
+	m := kc.Add()
+	i := m.Index
+	km, err := cluster.NewKeyManager(cluster.KeyManagerConfig{Membership: m.Membership, Messenger: m.Messenger, Logger: quiet,
+		Persist: func(keys [][]byte) error {
+			kc.mu.Lock()
+			defer kc.mu.Unlock()
+			kc.persisted[i] = keys
+			return nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +52,7 @@ func (kc *keyCluster) addWithKeys(key []byte, more ...[]byte) *Membership {
 	return m
 }
 
-func wantKeys(t *testing.T, step string, r KeyResponse, err error, members int, keys, primary map[string]int) {
+func wantKeys(t *testing.T, step string, r cluster.KeyResponse, err error, members int, keys, primary map[string]int) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", step, err)
@@ -74,9 +71,9 @@ func wantKeys(t *testing.T, step string, r KeyResponse, err error, members int, 
 // cannot; each member persisted its keyring; bad steps fail with reasons.
 func TestKeyRotationAcrossTheCluster(t *testing.T) {
 	k1, k2 := []byte("0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210")
-	id1, id2 := KeyID(k1), KeyID(k2)
+	id1, id2 := cluster.KeyID(k1), cluster.KeyID(k2)
 	kc := newKeyCluster(t, 3, k1)
-	testutil.Eventually(t, 15*time.Second, "3 up members", func() bool { return allUp(kc.members) })
+	testutil.Eventually(t, 15*time.Second, "3 up members", func() bool { return allUp(kc.Members()) })
 	ctx := context.Background()
 	via := kc.managers[1]
 
@@ -84,7 +81,7 @@ func TestKeyRotationAcrossTheCluster(t *testing.T) {
 	wantKeys(t, "list", r, err, 3, map[string]int{id1: 3}, map[string]int{id1: 3})
 	r, err = via.Install(ctx, k2)
 	wantKeys(t, "install", r, err, 3, map[string]int{id1: 3, id2: 3}, map[string]int{id1: 3})
-	if !allUp(kc.members) {
+	if !allUp(kc.Members()) {
 		t.Fatal("a member is not up after install")
 	}
 	r, err = via.Use(ctx, id2)
@@ -92,8 +89,8 @@ func TestKeyRotationAcrossTheCluster(t *testing.T) {
 	r, err = via.Remove(ctx, id1)
 	wantKeys(t, "remove", r, err, 3, map[string]int{id2: 3}, map[string]int{id2: 3})
 	// The cluster still gossips: a change (a new member) converges everywhere.
-	kc.addWithKeys(k2)
-	testutil.Eventually(t, 15*time.Second, "4 up members on the new key", func() bool { return allUp(kc.members) })
+	kc.addWithKeys(t, k2)
+	testutil.Eventually(t, 15*time.Second, "4 up members on the new key", func() bool { return allUp(kc.Members()) })
 	kc.mu.Lock()
 	for i := 0; i < 3; i++ {
 		if len(kc.persisted[i]) != 1 || string(kc.persisted[i][0]) != string(k2) {
@@ -103,19 +100,19 @@ func TestKeyRotationAcrossTheCluster(t *testing.T) {
 	kc.mu.Unlock()
 
 	// A member holding only the removed key cannot join.
-	cfg := DefaultMembershipConfig()
-	cfg.Transport, cfg.Profile, cfg.Logger = kc.network.NewTransport(), "local", quiet
-	cfg.Lifecycle = DefaultLocalCoreConfig()
+	cfg := cluster.DefaultMembershipConfig()
+	cfg.Profile, cfg.Logger = "local", quiet
+	cfg.Lifecycle = cluster.DefaultLocalCoreConfig()
 	cfg.GossipKey = k1
-	cfg.Seeds = []string{kc.members[0].Self().Address}
-	old, err := NewMembership(cfg)
+	cfg.Seeds = []string{kc.Members()[0].Addr.Gossip}
+	old, err := kc.Network.Start(clustertest.Addr{Transport: "old-key"}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer old.Shutdown()
+	defer old.Crash()
 	jctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := old.Join(jctx); !errors.Is(err, ErrJoinFailed) {
+	if err := old.Membership.Join(jctx); !errors.Is(err, cluster.ErrJoinFailed) {
 		t.Fatalf("a member with the removed key joined: %v", err)
 	}
 
@@ -128,35 +125,17 @@ func TestKeyRotationAcrossTheCluster(t *testing.T) {
 	if err != nil || len(r.Failures) != 4 {
 		t.Errorf("using an unknown key: %+v %v", r, err)
 	}
-	if _, err := via.Install(ctx, []byte("short")); !errors.Is(err, ErrBadGossipKey) {
+	if _, err := via.Install(ctx, []byte("short")); !errors.Is(err, cluster.ErrBadGossipKey) {
 		t.Errorf("installing a short key: %v", err)
 	}
-	if !allUp(kc.members) {
+	if !allUp(kc.Members()) {
 		t.Error("a member is not up after the refusals")
 	}
 }
 
 func TestKeyManagerWithoutEncryption(t *testing.T) {
 	kc := newKeyCluster(t, 1, nil)
-	if _, err := kc.managers[0].List(context.Background()); !errors.Is(err, ErrNoKeyring) {
+	if _, err := kc.managers[0].List(context.Background()); !errors.Is(err, cluster.ErrNoKeyring) {
 		t.Fatalf("list without a keyring: %v", err)
-	}
-}
-
-func TestSealRoundTrip(t *testing.T) {
-	key, secret := []byte("0123456789abcdef0123456789abcdef"), []byte("new key 16 bytes")
-	sealed, nonce, err := seal(key, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, err := open(key, nonce, sealed); err != nil || string(b) != string(secret) {
-		t.Fatalf("open: %q %v", b, err)
-	}
-	sealed[0] ^= 1
-	if _, err := open(key, nonce, sealed); err == nil {
-		t.Fatal("a tampered sealed key opened")
-	}
-	if _, err := open([]byte("fedcba9876543210"), nonce, sealed); err == nil {
-		t.Fatal("opened with another key")
 	}
 }

@@ -26,7 +26,7 @@ import (
 // Errors of membership.
 var (
 	ErrJoinFailed       = errors.New("cluster: could not join the cluster")
-	ErrMalformedGossip  = errors.New("cluster: malformed membership gossip")
+	errMalformedGossip  = errors.New("cluster: malformed membership gossip")
 	ErrMembershipClosed = errors.New("cluster: membership shut down")
 	ErrExited           = errors.New("cluster: this member is out of the cluster")
 	ErrNoSuchMember     = errors.New("cluster: no such member")
@@ -68,7 +68,7 @@ type MembershipConfig struct {
 	// transport in tests. Nil uses the network at BindAddr.
 	Transport memberlist.Transport
 	// TLS, if set (and Transport is not), carries all gossip over mutual TLS on
-	// BindAddr's TCP port instead of UDP and TCP (TLSGossipTransport): only peers with a
+	// BindAddr's TCP port instead of UDP and TCP (gossip_tls.go): only peers with a
 	// certificate the configuration accepts (pki.MemberTLSConfig: a member certificate
 	// of the cluster CA) can join or gossip.
 	TLS *tls.Config
@@ -244,11 +244,12 @@ type Membership struct {
 	sends chan struct{} // bounds the reliable sends in flight
 
 	view          atomic.Pointer[View]
+	ticks         atomic.Uint64                             // the core's ticks whose view is published (tests wait on them)
 	phi           atomic.Pointer[map[UniqueAddress]float64] // of the monitored members, at the last tick
 	leaderChanges metric.Int64Counter
 	wire          atomic.Pointer[gossipWire]
 	joinErr       atomic.Pointer[error] // the last failure to reach the seeds
-	tlsGossip     *TLSGossipTransport   // when gossip runs over mutual TLS
+	tlsGossip     *tlsGossipTransport   // when gossip runs over mutual TLS
 	keyring       *memberlist.Keyring   // when gossip is encrypted
 	hookOnce      sync.Once
 
@@ -323,7 +324,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		mc.BindAddr, mc.BindPort = host, port
 		mc.AdvertiseAddr, mc.AdvertisePort = host, port
 		if cfg.TLS != nil {
-			tt, err := NewTLSGossipTransport(TLSGossipConfig{BindAddr: cfg.BindAddr, TLS: cfg.TLS, Logger: cfg.Logger})
+			tt, err := newTLSGossipTransport(tlsGossipConfig{BindAddr: cfg.BindAddr, TLS: cfg.TLS, Logger: cfg.Logger})
 			if err != nil {
 				return nil, err
 			}
@@ -357,7 +358,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	}}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		if tt, ok := mc.Transport.(*TLSGossipTransport); ok {
+		if tt, ok := mc.Transport.(*tlsGossipTransport); ok {
 			tt.Shutdown()
 		}
 		return nil, fmt.Errorf("cluster: starting gossip on %s: %w", cfg.BindAddr, err)
@@ -438,13 +439,13 @@ func (m *Membership) run(core *Core) {
 	tick := time.NewTicker(m.cfg.TickInterval)
 	defer tick.Stop()
 	prev := View{Self: m.self}
-	var lastVersion VectorClock
+	var lastVersion vectorClock
 	publish := func() {
 		v := core.View()
 		m.view.Store(&v)
 		if w, ok := core.gossipWire(); ok {
 			m.wire.Store(&w)
-			if w.Version.Compare(lastVersion) != Same {
+			if w.Version.Compare(lastVersion) != orderSame {
 				lastVersion = w.Version
 				m.broadcastChange(w)
 			}
@@ -455,10 +456,12 @@ func (m *Membership) run(core *Core) {
 	publish()
 	for {
 		var outs []Outbound
+		ticked := false
 		select {
 		case <-m.owner.Done():
 			return
 		case now := <-tick.C:
+			ticked = true
 			if m.clock != nil {
 				now = m.clock.now()
 			}
@@ -475,6 +478,9 @@ func (m *Membership) run(core *Core) {
 			m.send(o)
 		}
 		publish()
+		if ticked {
+			m.ticks.Add(1)
+		}
 	}
 }
 
@@ -926,7 +932,9 @@ func (m *Membership) Leave(ctx context.Context) error {
 	return m.Shutdown()
 }
 
-// sendAndWait sends messages on streams and waits for them, at most timeout.
+// sendAndWait sends messages on streams and waits for them, at most timeout. The sends
+// run on the membership's goroutines: one that outlasts the wait is waited for by
+// Shutdown, as send's are.
 func (m *Membership) sendAndWait(outs []Outbound, timeout time.Duration) {
 	var wg sync.WaitGroup
 	for _, o := range outs {
@@ -940,13 +948,17 @@ func (m *Membership) sendAndWait(outs []Outbound, timeout time.Duration) {
 		}
 		node := &memberlist.Node{Name: o.To.String(), Addr: net.ParseIP(host), Port: uint16(port)}
 		wg.Add(1)
-		go func() {
+		if !m.owner.Go(func() {
 			defer wg.Done()
 			m.ml.SendReliable(node, b)
-		}()
+		}) {
+			wg.Done() // shut down meanwhile: nothing more goes out
+		}
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	if !m.owner.Go(func() { wg.Wait(); close(done) }) {
+		return
+	}
 	select {
 	case <-done:
 	case <-time.After(timeout):

@@ -92,18 +92,18 @@ func (r *Request) Reply(body []byte, err error) {
 // error reply.
 type Handler func(r *Request)
 
-// RemoteError is the error of a request whose remote handler replied with an error.
+// remoteError is the error of a request whose remote handler replied with an error.
 // Its text is the remote error's text; errors.Is(err, ErrRemote) holds.
-type RemoteError struct {
+type remoteError struct {
 	// Msg is the remote error's text.
 	Msg string
 }
 
 // Error returns the remote error's text.
-func (e *RemoteError) Error() string { return e.Msg }
+func (e *remoteError) Error() string { return e.Msg }
 
 // Unwrap returns ErrRemote.
-func (e *RemoteError) Unwrap() error { return ErrRemote }
+func (e *remoteError) Unwrap() error { return ErrRemote }
 
 // Messenger gives a Transport topics and request/response: handlers register per
 // topic, Tell sends one-way messages, Request and RequestAsync send a request and
@@ -386,7 +386,10 @@ func (m *Messenger) setTimerLocked(at time.Time) {
 // expire times out every pending request whose deadline has passed, and sets the
 // timer for the earliest deadline left. It runs on the timer's goroutine, and calls
 // each callback on a goroutine of its own, as a timer of its own did: a callback that
-// blocks (a caller's lock) delays no other.
+// blocks (a caller's lock) delays no other. Those goroutines, like the timer's that
+// RequestAsync's failures run on, are not the messenger's (no owner.Group): each runs
+// one callback of the caller's and ends with it, and Close must not wait for a callback
+// that may be waiting for its caller.
 func (m *Messenger) expire() {
 	var expired []*pendingRequest
 	m.mu.Lock()
@@ -462,7 +465,7 @@ func (m *Messenger) handleFrame(f *Frame) {
 			return
 		}
 		if f.Error != "" {
-			p.cb(nil, &RemoteError{Msg: f.Error})
+			p.cb(nil, &remoteError{Msg: f.Error})
 			return
 		}
 		p.cb(f.Body, nil)

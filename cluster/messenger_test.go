@@ -132,7 +132,7 @@ func TestMessengerRemoteError(t *testing.T) {
 		if !errors.Is(err, ErrRemote) || err.Error() != "entity exploded" || body != nil {
 			t.Fatalf("Request = %q, %v; want ErrRemote with the remote text", body, err)
 		}
-		var re *RemoteError
+		var re *remoteError
 		if !errors.As(err, &re) || re.Msg != "entity exploded" {
 			t.Fatalf("errors.As RemoteError: %v", err)
 		}

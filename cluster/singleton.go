@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // SingletonService is a service the cluster runs exactly once. Start and Stop are
@@ -57,8 +59,7 @@ type Singleton struct {
 	role      string
 	svc       SingletonService
 	sub       *Subscription
-	stop      chan struct{}
-	done      chan struct{}
+	owner     *owner.Group // runs run; Close closes it and waits
 	mu        sync.Mutex
 	running   bool
 	closed    bool
@@ -71,7 +72,7 @@ func NewSingleton(m SingletonMembership, role string, svc SingletonService, log 
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Singleton{m: m, log: log, role: role, svc: svc, sub: m.Subscribe(256), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Singleton{m: m, log: log, role: role, svc: svc, sub: m.Subscribe(256), owner: owner.New()}
 	m.RegisterLeaveHook(func(ctx context.Context) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -79,18 +80,17 @@ func NewSingleton(m SingletonMembership, role string, svc SingletonService, log 
 		s.closed = true
 		return nil
 	})
-	go s.run()
+	s.owner.Go(s.run)
 	return s
 }
 
 func (s *Singleton) run() {
-	defer close(s.done)
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
 		s.evaluate()
 		select {
-		case <-s.stop:
+		case <-s.owner.Done():
 			return
 		case <-s.sub.C:
 		case <-t.C:
@@ -145,8 +145,8 @@ func (s *Singleton) Running() bool {
 // Close stops following membership and stops the service if it runs here. Idempotent.
 func (s *Singleton) Close() {
 	s.closeOnce.Do(func() {
-		close(s.stop)
-		<-s.done
+		s.owner.Close()
+		s.owner.Wait()
 		s.mu.Lock()
 		s.closed = true
 		s.setRunning(false)

@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
@@ -49,59 +51,45 @@ func (tr *tracker) where() []string {
 }
 
 func TestSingletonRunsOnceAndMovesOnLeaveAndCrash(t *testing.T) {
-	mc := newMemberCluster(t, 4, nil)
-	testutil.Eventually(t, 10*time.Second, "4 up members", func() bool { return allUp(mc.members) })
+	c := newCluster(t, 4)
+	ms := c.Members()
 	tr := &tracker{running: map[string]bool{}}
-	var singletons []*Singleton
-	for _, m := range mc.members {
-		s := NewSingleton(m, "", trackedService{tr, m.Self().Address}, quiet)
+	var singletons []*cluster.Singleton
+	for _, m := range ms {
+		s := cluster.NewSingleton(m.Membership, "", trackedService{tr, m.Addr.Gossip}, quiet)
 		singletons = append(singletons, s)
 		defer s.Close()
 	}
-	oldest, _ := Oldest(mc.members[0].Members())
+	oldest, _ := cluster.Oldest(ms[0].Membership.Members())
 	testutil.Eventually(t, 5*time.Second, "the singleton on the oldest", func() bool {
 		w := tr.where()
 		return len(w) == 1 && w[0] == oldest.Address
 	})
 	// The oldest leaves: the singleton moves, never running twice.
-	var leaver *Membership
-	for _, m := range mc.members {
-		if m.Self().UID == oldest.UID {
-			leaver = m
-		}
-	}
+	leaver := memberOf(t, ms, oldest.Node())
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := leaver.Leave(ctx); err != nil {
+	if err := leaver.Membership.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var rest []*Membership
-	for _, m := range mc.members {
+	var rest []*clustertest.Member
+	for _, m := range ms {
 		if m != leaver {
 			rest = append(rest, m)
 		}
 	}
 	testutil.Eventually(t, 10*time.Second, "the leaver removed", func() bool { return allUp(rest) })
-	next, _ := Oldest(rest[0].Members())
+	next, _ := cluster.Oldest(rest[0].Membership.Members())
 	testutil.Eventually(t, 10*time.Second, "the singleton on the next oldest", func() bool {
 		w := tr.where()
 		return len(w) == 1 && w[0] == next.Address && next.Address != oldest.Address
 	})
 	// The new host crashes: the next starts it only once the crashed one is downed.
-	var crashed *Membership
-	for _, m := range rest {
-		if m.Self().UID == next.UID {
-			crashed = m
-		}
-	}
+	crashed := memberOf(t, rest, next.Node())
 	crashedAt := time.Now()
-	for i, m := range mc.members {
-		if m == crashed {
-			singletons[i].Close() // its process is gone
-		}
-	}
+	singletons[crashed.Index].Close() // its process is gone
 	tr.Stop(next.Address)
-	crashed.Shutdown()
+	crashed.Membership.Shutdown()
 	testutil.Eventually(t, 15*time.Second, "the singleton after the crash", func() bool {
 		w := tr.where()
 		return len(w) == 1 && w[0] != next.Address && w[0] != oldest.Address

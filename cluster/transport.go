@@ -21,7 +21,7 @@ var (
 	// it could not dial; the frame is dropped and counted.
 	ErrUnreachable = errors.New("cluster: peer unreachable")
 	// ErrRemote is wrapped by every error that a remote topic handler replied with
-	// (see RemoteError).
+	// (its text is the remote error's).
 	ErrRemote = errors.New("cluster: remote error")
 	// ErrRequestTimeout is wrapped (together with context.DeadlineExceeded) by the
 	// error of a request whose reply did not arrive in time.
@@ -87,6 +87,7 @@ type TransportStats struct {
 	// frame in time (TCP).
 	RefusedConnections uint64
 	// BackpressureWaits counts the times a connection's reader waited for a frame in
-	// flight to be done before reading on (TCPConfig.MaxFramesInFlight).
+	// flight to be done before reading on (TCPConfig.MaxFramesInFlight), each counted
+	// as the wait begins.
 	BackpressureWaits uint64
 }

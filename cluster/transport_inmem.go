@@ -6,11 +6,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
-// DefaultInmemQueueSize is the default number of frames an InmemTransport queues
+// defaultInmemQueueSize is the default number of frames an InmemTransport queues
 // for its handler before Send to it fails with ErrQueueFull.
-const DefaultInmemQueueSize = 8192
+const defaultInmemQueueSize = 8192
 
 // InmemNetwork connects InmemTransports by address inside one process, for tests.
 // Frames go through EncodeFrame and DecodeFrame, so size caps and the codec are
@@ -55,12 +57,12 @@ type InmemFaults struct {
 }
 
 // NewInmemNetwork returns an empty network with MaxFrameSize DefaultMaxFrameSize
-// and a queue of DefaultInmemQueueSize frames per transport.
+// and a queue of defaultInmemQueueSize (8192) frames per transport.
 func NewInmemNetwork() *InmemNetwork {
 	return &InmemNetwork{
 		transports:   make(map[string]*InmemTransport),
 		maxFrameSize: DefaultMaxFrameSize,
-		queueSize:    DefaultInmemQueueSize,
+		queueSize:    defaultInmemQueueSize,
 		cut:          make(map[[2]string]bool),
 		oneway:       make(map[[2]string]bool),
 	}
@@ -120,11 +122,10 @@ func (n *InmemNetwork) NewTransport(addr string, h FrameHandler) (*InmemTranspor
 		addr:    addr,
 		handler: h,
 		inbox:   make(chan inmemDelivery, n.queueSize),
-		done:    make(chan struct{}),
+		owner:   owner.New(),
 	}
 	n.transports[addr] = t
-	t.wg.Add(1)
-	go t.deliverLoop()
+	t.owner.Go(t.deliverLoop)
 	return t, nil
 }
 
@@ -214,8 +215,7 @@ type InmemTransport struct {
 	addr    string
 	handler FrameHandler
 	inbox   chan inmemDelivery
-	done    chan struct{}
-	wg      sync.WaitGroup
+	owner   *owner.Group // runs deliverLoop; Close closes it and waits
 	once    sync.Once
 	closed  bool // guarded by net.mu
 
@@ -347,16 +347,15 @@ func (t *InmemTransport) enqueue(addr string, d inmemDelivery) error {
 
 // deliverLoop hands queued frames to the handler until Close.
 func (t *InmemTransport) deliverLoop() {
-	defer t.wg.Done()
 	for {
 		select {
-		case <-t.done:
+		case <-t.owner.Done():
 			return
 		case d := <-t.inbox:
 			if wait := time.Until(d.due); !d.due.IsZero() && wait > 0 {
 				timer := time.NewTimer(wait)
 				select {
-				case <-t.done:
+				case <-t.owner.Done():
 					timer.Stop()
 					d.src.framesDropped.Add(1)
 					return
@@ -389,8 +388,8 @@ func (t *InmemTransport) Close() error {
 			delete(n.transports, t.addr)
 		}
 		n.mu.Unlock()
-		close(t.done)
-		t.wg.Wait()
+		t.owner.Close()
+		t.owner.Wait()
 		for {
 			select {
 			case d := <-t.inbox:

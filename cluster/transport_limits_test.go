@@ -83,9 +83,9 @@ func TestTCPFramesInFlightBackPressure(t *testing.T) {
 		return len(got)
 	}
 	testutil.Eventually(t, 10*time.Second, "the first frames", func() bool { return count() == limit })
-	// The reader is stopped: nothing more arrives while the frames are held. (No
-	// event to wait for; a short look is enough to catch a reader that goes on.)
-	time.Sleep(100 * time.Millisecond)
+	// The reader stops: it waits for a frame in flight to be done before handing over
+	// the next, and nothing more arrives while the frames are held.
+	testutil.Eventually(t, 10*time.Second, "the reader waiting", func() bool { return a.Stats().BackpressureWaits > 0 })
 	if n := count(); n != limit {
 		t.Fatalf("%d frames handed to the handler with %d held", n, limit)
 	}
@@ -148,7 +148,10 @@ func TestMessengerRequestHoldsItsSlotUntilAnswered(t *testing.T) {
 		}()
 	}
 	first := <-pending
-	time.Sleep(100 * time.Millisecond) // a reader that went on would hand over the second
+	// The reader has read the second request and waits for the first's slot.
+	testutil.Eventually(t, 10*time.Second, "the reader waiting", func() bool {
+		return server.Transport().(*TCPTransport).Stats().BackpressureWaits > 0
+	})
 	if n := handled.Load(); n != 1 {
 		t.Fatalf("%d requests handled while the first is unanswered", n)
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // TCPConfig configures a TCPTransport. Start from DefaultTCPConfig (or
@@ -185,11 +187,12 @@ type TCPTransport struct {
 	log     *slog.Logger
 	ln      net.Listener
 
-	ctx     context.Context // cancelled by Close: aborts dials
-	cancel  context.CancelFunc
-	closing chan struct{} // closed by Close: stops writers and the accept loop
-	wg      sync.WaitGroup
-	once    sync.Once
+	// owner runs the accept loop, the peers' writers, the outbound connections'
+	// watchers and the inbound connections' readers; Close closes it (its context
+	// aborts dials and handshakes, its Done stops the writers and the accept loop) and
+	// waits for them.
+	owner *owner.Group
+	once  sync.Once
 
 	mu      sync.RWMutex
 	closed  bool
@@ -253,22 +256,18 @@ func NewTCPTransport(cfg TCPConfig, h FrameHandler) (*TCPTransport, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	t := &TCPTransport{
 		cfg:     cfg,
 		addr:    addr,
 		handler: h,
 		log:     log.With("component", "cluster.transport", "local", addr),
 		ln:      ln,
-		ctx:     ctx,
-		cancel:  cancel,
-		closing: make(chan struct{}),
+		owner:   owner.New(),
 		peers:   make(map[string]*tcpPeer),
 		conns:   make(map[net.Conn]struct{}),
 		pending: make(chan struct{}, cfg.MaxPendingConns),
 	}
-	t.wg.Add(1)
-	go t.acceptLoop()
+	t.owner.Go(t.acceptLoop)
 	return t, nil
 }
 
@@ -329,8 +328,7 @@ func (t *TCPTransport) Send(addr string, f *Frame) error {
 	if p = t.peers[addr]; p == nil {
 		p = &tcpPeer{addr: addr, queue: make(chan *outFrame, t.cfg.SendQueueSize)}
 		t.peers[addr] = p
-		t.wg.Add(1)
-		go t.runPeer(p)
+		t.owner.Go(func() { t.runPeer(p) }) // open: Close marks t closed before closing it
 	}
 	return t.enqueue(p, b)
 }
@@ -368,8 +366,7 @@ func (t *TCPTransport) Close() error {
 		}
 		t.mu.Unlock()
 
-		close(t.closing)
-		t.cancel()
+		t.owner.Close()
 		if cerr := t.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
 			err = fmt.Errorf("cluster: close listener: %w", cerr)
 		}
@@ -380,7 +377,7 @@ func (t *TCPTransport) Close() error {
 			}
 			_ = c.Close()
 		}
-		t.wg.Wait()
+		t.owner.Wait()
 
 		var dropped int
 		for _, p := range t.peers {
@@ -435,7 +432,6 @@ func (t *TCPTransport) untrack(c net.Conn) {
 // connection and drains its queue until Close, or until it has been idle for
 // IdleTimeout with an empty queue.
 func (t *TCPTransport) runPeer(p *tcpPeer) {
-	defer t.wg.Done()
 	var (
 		c       *tcpOutConn
 		backoff time.Duration
@@ -455,7 +451,7 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 			dead = c.dead
 		}
 		select {
-		case <-t.closing:
+		case <-t.owner.Done():
 			return
 		case <-dead:
 			t.log.Debug("peer closed the connection", "peer", p.addr)
@@ -490,9 +486,9 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 						level = slog.LevelDebug
 					}
 					select {
-					case <-t.closing:
+					case <-t.owner.Done():
 					default:
-						t.log.Log(t.ctx, level, "dial failed; dropping frames and backing off",
+						t.log.Log(t.owner.Context(), level, "dial failed; dropping frames and backing off",
 							"peer", p.addr, "dropped", n, "backoff", backoff, "err", err)
 					}
 					continue
@@ -552,9 +548,9 @@ func (t *TCPTransport) dial(addr string) (*tcpOutConn, error) {
 	)
 	if t.cfg.TLSConfig != nil {
 		td := &tls.Dialer{NetDialer: d, Config: t.cfg.TLSConfig}
-		conn, err = td.DialContext(t.ctx, "tcp", addr)
+		conn, err = td.DialContext(t.owner.Context(), "tcp", addr)
 	} else {
-		conn, err = d.DialContext(t.ctx, "tcp", addr)
+		conn, err = d.DialContext(t.owner.Context(), "tcp", addr)
 	}
 	if err != nil {
 		return nil, err
@@ -568,8 +564,7 @@ func (t *TCPTransport) dial(addr string) (*tcpOutConn, error) {
 		w:    bufio.NewWriterSize(conn, tcpWriteBufferSize),
 		dead: make(chan struct{}),
 	}
-	t.wg.Add(1)
-	go t.watch(c)
+	t.owner.GoHeld(func() { t.watch(c) }) // dial runs on a writer, a goroutine of the group
 	t.log.Debug("connected", "peer", addr)
 	return c, nil
 }
@@ -578,7 +573,6 @@ func (t *TCPTransport) dial(addr string) (*tcpOutConn, error) {
 // that it notices at once when the peer closes it (or it is closed locally), and
 // the writer re-dials for the next frame rather than writing into a dead socket.
 func (t *TCPTransport) watch(c *tcpOutConn) {
-	defer t.wg.Done()
 	var b [1]byte
 	_, _ = c.conn.Read(b[:])
 	close(c.dead)
@@ -633,7 +627,7 @@ func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first *outFrame) er
 	if err != nil {
 		t.framesDropped.Add(uint64(frames))
 		select {
-		case <-t.closing:
+		case <-t.owner.Done():
 		default:
 			t.log.Warn("write failed; dropping batch and closing the connection",
 				"peer", p.addr, "dropped", frames, "err", err)
@@ -648,9 +642,8 @@ func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first *outFrame) er
 
 // acceptLoop accepts inbound connections until Close, starting a reader for each.
 func (t *TCPTransport) acceptLoop() {
-	defer t.wg.Done()
 	for {
-		conn, ok := accept(t.ln, t.closing, t.log)
+		conn, ok := accept(t.ln, t.owner.Done(), t.log)
 		if !ok {
 			return
 		}
@@ -665,8 +658,7 @@ func (t *TCPTransport) acceptLoop() {
 			_ = conn.Close()
 			return
 		}
-		t.wg.Add(1)
-		go t.readLoop(conn)
+		t.owner.GoHeld(func() { t.readLoop(conn) }) // on the accept loop, a goroutine of the group
 	}
 }
 
@@ -716,7 +708,6 @@ func takeSlot(sem chan struct{}) bool {
 // and each request or one-way frame a share of the connection's in-flight budget until
 // it is done.
 func (t *TCPTransport) readLoop(conn net.Conn) {
-	defer t.wg.Done()
 	defer t.untrack(conn)
 	pending := true
 	authenticated := func() {
@@ -728,7 +719,7 @@ func (t *TCPTransport) readLoop(conn net.Conn) {
 	defer authenticated()
 	remote := conn.RemoteAddr().String()
 	if tc, ok := conn.(*tls.Conn); ok {
-		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
+		ctx, cancel := context.WithTimeout(t.owner.Context(), t.cfg.DialTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
@@ -771,12 +762,8 @@ func (t *TCPTransport) readLoop(conn net.Conn) {
 			continue
 		}
 		slot := &f.slotv
-		waited, err := inflight.acquire(t.ctx, n, slot)
-		if err != nil {
+		if err := inflight.acquire(t.owner.Context(), n, slot, &t.backpressure); err != nil {
 			return // closing
-		}
-		if waited {
-			t.backpressure.Add(1)
 		}
 		f.slot = slot
 		t.handler(f)
@@ -796,26 +783,30 @@ func newInflight(frames, bytes int) *inflight {
 	return &inflight{frames: semaphore.NewWeighted(int64(frames)), bytes: semaphore.NewWeighted(int64(bytes)), maxBytes: int64(bytes)}
 }
 
-// acquire takes a frame's share of the budget into s, waiting (and reporting that it
-// waited) while the budget is spent, until ctx ends.
-func (b *inflight) acquire(ctx context.Context, size int, s *frameSlot) (bool, error) {
+// acquire takes a frame's share of the budget into s, waiting while the budget is
+// spent, until ctx ends. A wait is counted in waits as it begins (once per frame), so
+// that the count shows a reader stopped while it waits.
+func (b *inflight) acquire(ctx context.Context, size int, s *frameSlot, waits *atomic.Uint64) error {
 	n := min(int64(size), b.maxBytes)
 	waited := false
 	if !b.frames.TryAcquire(1) {
 		waited = true
+		waits.Add(1)
 		if err := b.frames.Acquire(ctx, 1); err != nil {
-			return true, err
+			return err
 		}
 	}
 	if !b.bytes.TryAcquire(n) {
-		waited = true
+		if !waited {
+			waits.Add(1)
+		}
 		if err := b.bytes.Acquire(ctx, n); err != nil {
 			b.frames.Release(1)
-			return true, err
+			return err
 		}
 	}
 	s.in, s.n = b, n
-	return waited, nil
+	return nil
 }
 
 // outFrame is a frame on its way to a peer: its length prefix and encoding, in a

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // Errors of the replicator (Akka's reply kinds, as errors).
@@ -209,8 +210,7 @@ type Replicator struct {
 	sentBytes   [numMsgKinds]atomic.Uint64
 	tel         replicatorTelemetry
 
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	owner     *owner.Group // runs run; Close closes it and waits
 	closeOnce sync.Once
 	sub       *cluster.Subscription
 }
@@ -244,7 +244,7 @@ func NewReplicator(cfg ReplicatorConfig) (*Replicator, error) {
 		subs:       map[*Subscription]struct{}{},
 		removed:    map[NodeID]bool{},
 		dirty:      map[string]bool{},
-		stop:       make(chan struct{}),
+		owner:      owner.New(),
 	}
 	if cfg.Store != nil {
 		if err := r.load(); err != nil {
@@ -258,8 +258,7 @@ func NewReplicator(cfg ReplicatorConfig) (*Replicator, error) {
 	cfg.Messenger.Handle(topicWrite, r.handleWrite)
 	cfg.Messenger.Handle(topicRead, r.handleRead)
 	r.sub = cfg.Membership.Subscribe(256)
-	r.wg.Add(1)
-	go r.run()
+	r.owner.Go(r.run)
 	return r, nil
 }
 
@@ -291,8 +290,8 @@ func (r *Replicator) load() error {
 func (r *Replicator) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
-		close(r.stop)
-		r.wg.Wait()
+		r.owner.Close()
+		r.owner.Wait()
 		r.sub.Close()
 		r.mu.Lock()
 		err = r.flushLocked()
@@ -303,7 +302,7 @@ func (r *Replicator) Close() error {
 
 func (r *Replicator) closed() bool {
 	select {
-	case <-r.stop:
+	case <-r.owner.Done():
 		return true
 	default:
 		return false

@@ -78,13 +78,12 @@ func (r *Replicator) BytesSent() uint64 { return r.gossipBytes.Load() }
 // run is the replicator's background work: delta propagation, gossip, notifications,
 // expiry, pruning, write-behind and membership changes.
 func (r *Replicator) run() {
-	defer r.wg.Done()
 	tick := time.NewTicker(min(r.cfg.DeltaPropagationInterval, 100*time.Millisecond))
 	defer tick.Stop()
 	var lastGossip, lastDelta, lastNotify, lastPrune, lastFlush time.Time
 	for {
 		select {
-		case <-r.stop:
+		case <-r.owner.Done():
 			return
 		case e := <-r.sub.C:
 			if e.Kind == cluster.MemberRemoved || e.Kind == cluster.MemberDowned {
@@ -460,7 +459,9 @@ var errRejected = errors.New("ddata: reply rejected")
 // reachable ones come first), replaces each that fails with the next, and after a
 // fifth of the time asks all the rest (as Akka's read and write aggregators do). The
 // wait is quorum.Await's; the requests are bounded by ctx, which ends when gather
-// returns.
+// returns. They run on goroutines of their own, not the replicator's owner: each lives
+// no longer than its request, which gather's return cancels, and Close need not wait
+// for a caller's Get or Update.
 func (r *Replicator) gather(ctx context.Context, peers []cluster.Member, needed int, topic string, body []byte, accept func([]byte) bool) int {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -4,96 +4,59 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/big"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
-var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quietLog = slog.New(slog.DiscardHandler)
 
 // replNode is one member with a replicator.
 type replNode struct {
-	m     *cluster.Membership
-	msgr  *cluster.Messenger
+	*clustertest.Member
 	r     *Replicator
 	store DurableStore
-	down  bool
 }
 
+// replCluster is a test cluster whose members run replicators.
 type replCluster struct {
-	t         *testing.T
-	gossip    *cluster.InmemGossipNetwork
-	net       *cluster.InmemNetwork
-	nodes     []*replNode
-	mutate    func(*ReplicatorConfig)
-	next      int
-	lifecycle cluster.CoreConfig
+	*clustertest.Cluster
+	tb     testing.TB
+	nodes  []*replNode
+	mutate func(*ReplicatorConfig)
 }
 
-// tolerant is failure detection quick to form a cluster and slow to find a member
-// unreachable (a loaded machine must not make one look crashed); tests of removal use
-// cluster.DefaultLocalCoreConfig.
-func tolerant() cluster.CoreConfig {
-	lc := cluster.DefaultLocalCoreConfig()
-	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
-	lc.SBRStableAfter = 10 * time.Second
-	return lc
+func newReplCluster(tb testing.TB, n int, mutate func(*ReplicatorConfig)) *replCluster {
+	tb.Helper()
+	return newReplClusterWith(tb, n, clustertest.Tolerant(), mutate)
 }
 
-func newReplCluster(t *testing.T, n int, mutate func(*ReplicatorConfig)) *replCluster {
-	t.Helper()
-	return newReplClusterWith(t, n, tolerant(), mutate)
-}
-
-func newReplClusterWith(t *testing.T, n int, lc cluster.CoreConfig, mutate func(*ReplicatorConfig)) *replCluster {
-	t.Helper()
-	rc := &replCluster{t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), mutate: mutate, lifecycle: lc}
+// newReplClusterWith starts n members with the membership lifecycle lc, each with a
+// replicator (mutate changes its configuration), and waits until they are all up.
+func newReplClusterWith(tb testing.TB, n int, lc cluster.CoreConfig, mutate func(*ReplicatorConfig)) *replCluster {
+	tb.Helper()
+	rc := &replCluster{Cluster: clustertest.New(tb, 0, clustertest.WithCore(lc)), tb: tb, mutate: mutate}
 	for i := 0; i < n; i++ {
 		rc.add(nil)
 	}
-	rc.waitUp()
-	t.Cleanup(rc.stopAll)
+	rc.WaitUp()
 	return rc
 }
 
-// add starts a member (joining the first live one) with an optional durable store.
+// add starts a member (joining the first live one) with a replicator and an optional
+// durable store; the replicator closes when the member stops.
 func (rc *replCluster) add(store DurableStore) *replNode {
-	rc.t.Helper()
-	i := rc.next
-	rc.next++
-	addr := fmt.Sprintf("t-%d", i)
-	msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
-		return rc.net.NewTransport(addr, h)
-	}, quietLog)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
-	mc := cluster.DefaultMembershipConfig()
-	mc.Transport = rc.gossip.NewTransport()
-	mc.TransportAddr = addr
-	mc.Profile = "local"
-	mc.Lifecycle = rc.lifecycle
-	mc.Logger = quietLog
-	for _, n := range rc.nodes {
-		if !n.down {
-			mc.Seeds = []string{n.m.Self().Address}
-			break
-		}
-	}
-	m, err := cluster.NewMembership(mc)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
+	rc.tb.Helper()
+	m := rc.Add()
 	cfg := DefaultReplicatorConfig()
-	cfg.Membership, cfg.Messenger, cfg.Logger = m, msgr, quietLog
+	cfg.Membership, cfg.Messenger, cfg.Logger = m.Membership, m.Messenger, quietLog
 	cfg.GossipInterval = 100 * time.Millisecond
 	cfg.DeltaPropagationInterval = 50 * time.Millisecond
 	cfg.NotifySubscribersInterval = 50 * time.Millisecond
@@ -105,57 +68,23 @@ func (rc *replCluster) add(store DurableStore) *replNode {
 	}
 	r, err := NewReplicator(cfg)
 	if err != nil {
-		rc.t.Fatal(err)
+		rc.tb.Fatal(err)
 	}
-	node := &replNode{m: m, msgr: msgr, r: r, store: store}
+	m.OnStop(func() { r.Close() })
+	node := &replNode{Member: m, r: r, store: store}
 	rc.nodes = append(rc.nodes, node)
 	return node
 }
 
+// live returns the nodes whose member runs.
 func (rc *replCluster) live() []*replNode {
 	var out []*replNode
 	for _, n := range rc.nodes {
-		if !n.down {
+		if !n.Stopped() {
 			out = append(out, n)
 		}
 	}
 	return out
-}
-
-func (rc *replCluster) waitUp() {
-	rc.t.Helper()
-	live := rc.live()
-	testutil.Eventually(rc.t, 15*time.Second, "every member up", func() bool {
-		for _, n := range live {
-			v := n.m.View()
-			up := 0
-			for _, m := range v.Members {
-				if m.Status == cluster.StatusUp && m.Reachable {
-					up++
-				}
-			}
-			if !v.Converged || up != len(live) || len(v.Members) != len(live) {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// kill stops a member abruptly: the others see it unreachable, then downed.
-func (rc *replCluster) kill(n *replNode) {
-	n.down = true
-	n.r.Close()
-	n.m.Shutdown()
-	n.msgr.Close()
-}
-
-func (rc *replCluster) stopAll() {
-	for _, n := range rc.nodes {
-		if !n.down {
-			rc.kill(n)
-		}
-	}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -221,7 +150,7 @@ func TestReplicatorSpreadsByGossipAloneWithoutDeltas(t *testing.T) {
 
 func TestReplicatorMajorityWriteThenMajorityReadWithOneMemberDown(t *testing.T) {
 	rc := newReplCluster(t, 3, nil)
-	rc.kill(rc.nodes[2])
+	rc.nodes[2].Crash()
 	a, b := rc.nodes[0], rc.nodes[1]
 	for i := 1; i <= 20; i++ {
 		writer, reader := a, b
@@ -243,7 +172,7 @@ func TestReplicatorMajorityWriteThenMajorityReadWithOneMemberDown(t *testing.T) 
 
 func TestReplicatorWriteAllWithAMemberDownTimesOutButStandsLocally(t *testing.T) {
 	rc := newReplCluster(t, 3, nil)
-	rc.kill(rc.nodes[2])
+	rc.nodes[2].Crash()
 	a := rc.nodes[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -361,16 +290,16 @@ func TestReplicatorIgnoresMalformedInputFromPeers(t *testing.T) {
 	rc := newReplCluster(t, 2, nil)
 	a, b := rc.nodes[0], rc.nodes[1]
 	a.r.Update(ctxT(t), "k", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 4))
-	addr := a.m.Self().TransportAddr
+	addr := a.Addr.Transport
 	garbage := [][]byte{nil, []byte("garbage"), {0xa1, 0x01, 0x02}}
 	for _, topic := range []string{topicStatus, topicGossip, topicDelta} {
 		for _, g := range garbage {
-			b.msgr.Tell(addr, topic, g)
+			b.Messenger.Tell(addr, topic, g)
 		}
 	}
 	for _, topic := range []string{topicWrite, topicRead} {
 		for _, g := range garbage {
-			if _, err := b.msgr.Request(ctxT(t), addr, topic, g); err == nil {
+			if _, err := b.Messenger.Request(ctxT(t), addr, topic, g); err == nil {
 				t.Errorf("%s accepted %q", topic, g)
 			}
 		}
@@ -379,14 +308,19 @@ func TestReplicatorIgnoresMalformedInputFromPeers(t *testing.T) {
 	other, _ := GSet{}.Add("x")
 	env, _ := envelope{data: other}.encode()
 	wbody, _ := encMode.Marshal(writeMsg{Key: "k", Envelope: env})
-	if _, err := b.msgr.Request(ctxT(t), addr, topicWrite, wbody); err == nil {
+	if _, err := b.Messenger.Request(ctxT(t), addr, topicWrite, wbody); err == nil {
 		t.Error("a write of another type was acknowledged")
 	}
 	// A delta of another type is dropped.
 	dd, _ := Encode(other)
 	dbody, _ := encMode.Marshal(deltaMsg{From: "x", Entries: []deltaEntry{{Key: "k", FromSeq: 1, ToSeq: 1, Data: dd}}})
-	b.msgr.Tell(addr, topicDelta, dbody)
-	time.Sleep(200 * time.Millisecond)
+	b.Messenger.Tell(addr, topicDelta, dbody)
+	// a's handlers take b's frames one at a time, in the order sent, and handle a delta
+	// before they return: the answer to a read sent after it means the delta was handled.
+	rbody, _ := encMode.Marshal(readMsg{Key: "k"})
+	if _, err := b.Messenger.Request(ctxT(t), addr, topicRead, rbody); err != nil {
+		t.Fatalf("a read after the deltas: %v", err)
+	}
 	if d, err := a.r.Get(ctxT(t), "k", ReadLocal()); err != nil || countOf(t, d) != 4 {
 		t.Fatalf("value after malformed input: %v %v", d, err)
 	}
@@ -400,7 +334,7 @@ func TestReplicatorJoiningMemberReceivesEverythingInChunks(t *testing.T) {
 		a.r.Update(ctxT(t), key, PNCounter{}, WriteLocal(), incr(a.r.SelfNodeID(), int64(i)))
 	}
 	late := rc.add(nil)
-	rc.waitUp()
+	rc.WaitUp()
 	testutil.Eventually(t, 15*time.Second, "all 95 keys on the joining member", func() bool {
 		return len(late.r.Keys()) == 95
 	})
@@ -425,8 +359,8 @@ func TestReplicatorPrunesARemovedMembersData(t *testing.T) {
 			return c, delta, nil
 		})
 	}
-	rc.kill(victim)
-	rc.waitUp() // downed and removed
+	victim.Crash()
+	rc.WaitUp() // downed and removed
 	for _, n := range rc.live() {
 		testutil.Eventually(t, 15*time.Second, "the removed member's data pruned", func() bool {
 			d, err := n.r.Get(ctxT(t), "g", ReadLocal())
@@ -498,10 +432,10 @@ func TestReplicatorConvergesUnderConcurrentUpdatesAndPartitions(t *testing.T) {
 					return s, delta, nil
 				})
 				if k == 20 && i == 0 {
-					rc.net.Disconnect("t-0", "t-1")
+					rc.Network.Frames.Disconnect(rc.nodes[0].Addr.Transport, rc.nodes[1].Addr.Transport)
 				}
 				if k == 40 && i == 0 {
-					rc.net.Heal()
+					rc.Network.Frames.Heal()
 				}
 			}
 		}()
@@ -541,12 +475,12 @@ func TestReplicatorMajorityUpdateAfterAMajorityDeleteIsRefused(t *testing.T) {
 	a, c := rc.nodes[0], rc.nodes[2]
 	a.r.Update(ctxT(t), "k", PNCounter{}, WriteAll(), incr(a.r.SelfNodeID(), 1))
 	// c misses the delete: it reaches a and b only.
-	rc.net.Disconnect("t-0", "t-2")
-	rc.net.Disconnect("t-1", "t-2")
+	rc.Network.Frames.Disconnect(a.Addr.Transport, c.Addr.Transport)
+	rc.Network.Frames.Disconnect(rc.nodes[1].Addr.Transport, c.Addr.Transport)
 	if err := a.r.Delete(ctxT(t), "k", WriteMajority(0)); err != nil {
 		t.Fatal(err)
 	}
-	rc.net.Heal()
+	rc.Network.Frames.Heal()
 	// c's majority write overlaps a member that has the tombstone.
 	_, err := c.r.Update(ctxT(t), "k", PNCounter{}, WriteMajority(0), incr(c.r.SelfNodeID(), 1))
 	if !errors.Is(err, ErrDataDeleted) {
@@ -559,21 +493,20 @@ func TestReplicatorMajorityUpdateAfterAMajorityDeleteIsRefused(t *testing.T) {
 
 func TestReplicatorDurableKeysSurviveRestartingEveryMember(t *testing.T) {
 	stores := []*MemoryStore{NewMemoryStore(), NewMemoryStore()}
-	rc := &replCluster{t: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lifecycle: tolerant()}
-	t.Cleanup(rc.stopAll)
+	rc := newReplCluster(t, 0, nil)
 	start := func() []*replNode {
 		var out []*replNode
 		for _, s := range stores {
 			out = append(out, rc.add(s))
 		}
-		rc.waitUp()
+		rc.WaitUp()
 		return out
 	}
 	nodes := start()
 	nodes[0].r.Update(ctxT(t), "durable-c", PNCounter{}, WriteAll(), incr(nodes[0].r.SelfNodeID(), 9))
 	nodes[1].r.Update(ctxT(t), "volatile", PNCounter{}, WriteAll(), incr(nodes[1].r.SelfNodeID(), 1))
 	for _, n := range nodes {
-		rc.kill(n)
+		n.Crash()
 	}
 	nodes = start()
 	for _, n := range nodes {
@@ -614,12 +547,12 @@ func TestReplicatorRefusesBadKeys(t *testing.T) {
 // one, or once the clock reads before it. (Gossip rounds, which would also carry the
 // write, come once an hour here.)
 func TestReplicatorRoundsGoOnWhenItsClockIsSetBack(t *testing.T) {
-	var offset atomic.Int64
+	clock := clustertest.NewClock()
 	added := 0
 	rc := newReplCluster(t, 3, func(c *ReplicatorConfig) {
 		c.GossipInterval = time.Hour
 		if added == 0 {
-			c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+			c.Now = clock.Now
 		}
 		added++
 	})
@@ -637,6 +570,6 @@ func TestReplicatorRoundsGoOnWhenItsClockIsSetBack(t *testing.T) {
 		}
 	}
 	spread(1)
-	offset.Store(int64(-time.Hour))
+	clock.SetOffset(-time.Hour)
 	spread(2)
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/sharding/replstore"
 )
@@ -27,10 +29,9 @@ const (
 // member is one slot of the cluster: a fixed gossip and transport address and data
 // directory, and the process running there, if any.
 type member struct {
-	slot       int
-	gossipAddr string
-	transport  string
-	dir        string
+	slot int
+	addr clustertest.Addr
+	dir  string
 
 	// The process; nil while stopped.
 	ms     *cluster.Membership
@@ -39,8 +40,7 @@ type member struct {
 	repl   *ddata.Replicator
 	states *replstore.Store
 	sh     *sharding.Sharding
-	stop   chan struct{} // closed to stop watchExit
-	wg     sync.WaitGroup
+	watch  *owner.Group // runs watchExit
 
 	state  int // guarded by Cluster.mu
 	paused bool
@@ -52,8 +52,7 @@ type Cluster struct {
 	seed     uint64
 	base     string // data directories
 	log      *slog.Logger
-	net      *cluster.InmemNetwork
-	gossip   *cluster.InmemGossipNetwork
+	net      *clustertest.Network
 	reg      *Registry
 	life     cluster.CoreConfig
 	members  [MaxMembers]*member
@@ -67,22 +66,21 @@ type Cluster struct {
 	partition map[[2]int]bool
 	// clocks are the members' simulated clocks, by slot (a restarted process keeps its
 	// slot's clock, as it would its machine's).
-	clocks [MaxMembers]*memberClock
+	clocks [MaxMembers]*clustertest.Clock
 }
 
 // newCluster prepares the slots; start starts members.
 func newCluster(seed uint64, base string, reg *Registry, log *slog.Logger) *Cluster {
-	c := &Cluster{seed: seed, base: base, log: log, reg: reg, net: cluster.NewInmemNetwork(),
-		gossip: cluster.NewInmemGossipNetwork(), blocked: map[[2]int]bool{}, isolated: map[int]bool{},
-		partition: map[[2]int]bool{}}
+	c := &Cluster{seed: seed, base: base, log: log, reg: reg, net: clustertest.NewNetwork(),
+		blocked: map[[2]int]bool{}, isolated: map[int]bool{}, partition: map[[2]int]bool{}}
 	// The local profile: a crash is suspected within about a second, and the split brain
 	// resolver acts after a second of stability.
 	c.life = cluster.DefaultLocalCoreConfig()
 	for i := range c.members {
-		c.members[i] = &member{slot: i, gossipAddr: fmt.Sprintf("127.0.0.1:%d", 7000+i),
-			transport: fmt.Sprintf("transport-%d", i), dir: filepath.Join(base, fmt.Sprintf("member-%d", i)),
-			state: stateStopped}
-		c.clocks[i] = newMemberClock()
+		c.members[i] = &member{slot: i,
+			addr: clustertest.Addr{Gossip: fmt.Sprintf("127.0.0.1:%d", 7000+i), Transport: fmt.Sprintf("transport-%d", i)},
+			dir:  filepath.Join(base, fmt.Sprintf("member-%d", i)), state: stateStopped}
+		c.clocks[i] = clustertest.NewClock()
 	}
 	return c
 }
@@ -98,7 +96,7 @@ func (c *Cluster) seeds(m *member) []string {
 	var out []string
 	for _, o := range c.members {
 		if o != m && o.state == stateRunning {
-			out = append(out, o.gossipAddr)
+			out = append(out, o.addr.Gossip)
 		}
 	}
 	return out
@@ -117,29 +115,21 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 		}
 	}()
 	log := c.log.With("member", m.slot)
-	log.Info("faults: starting member", "gossip", m.gossipAddr, "seeds", seeds)
-	if m.msgr, err = cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
-		return c.net.NewTransport(m.transport, h)
-	}, log); err != nil {
-		return err
-	}
-	gt, err := c.gossip.NewTransportAt(m.gossipAddr)
-	if err != nil {
-		return err
-	}
+	log.Info("faults: starting member", "gossip", m.addr.Gossip, "seeds", seeds)
 	// Every component that reads time through a hook reads the member's clock.
 	now := c.clocks[m.slot].Now
 	mc := cluster.DefaultMembershipConfig()
-	mc.Transport, mc.TransportAddr, mc.Profile, mc.Logger = gt, m.transport, "local", log
+	mc.Profile, mc.Logger = "local", log
 	mc.Now = now
 	mc.Lifecycle = c.life
 	mc.Lifecycle.RandomSeed = int64(c.seed)*31 + int64(m.slot)*7 + int64(c.restarts)
 	c.restarts++
 	mc.Seeds = seeds
-	if m.ms, err = cluster.NewMembership(mc); err != nil {
-		gt.Shutdown()
+	proc, err := c.net.Start(m.addr, mc)
+	if err != nil {
 		return err
 	}
+	m.ms, m.msgr = proc.Membership, proc.Messenger
 	sub := m.ms.Subscribe(64)
 	if m.store, err = ddata.OpenBoltStore(filepath.Join(m.dir, "ddata")); err != nil {
 		sub.Close()
@@ -175,9 +165,9 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 		sub.Close()
 		return err
 	}
-	m.stop = make(chan struct{})
-	m.wg.Add(1)
-	go c.watchExit(m, sub)
+	watch := owner.New()
+	m.watch = watch
+	watch.Go(func() { c.watchExit(m, sub, watch.Done()) })
 	jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := m.ms.Join(jctx); err != nil {
@@ -190,15 +180,15 @@ func (c *Cluster) start(ctx context.Context, m *member) (err error) {
 }
 
 // watchExit does what the host does when the cluster downs or removes its member: stop
-// hosting at once (sharding.Abort), then stop gossiping and answering.
-func (c *Cluster) watchExit(m *member, sub *cluster.Subscription) {
-	defer m.wg.Done()
+// hosting at once (sharding.Abort), then stop gossiping and answering. It returns then,
+// or when stop is closed.
+func (c *Cluster) watchExit(m *member, sub *cluster.Subscription, stop <-chan struct{}) {
 	defer sub.Close()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case <-m.stop:
+		case <-stop:
 			return
 		case <-sub.C:
 		case <-tick.C:
@@ -239,10 +229,10 @@ func (c *Cluster) closeProcess(m *member, leave bool) {
 		}
 		_ = m.ms.Shutdown()
 	}
-	if m.stop != nil {
-		close(m.stop)
-		m.wg.Wait()
-		m.stop = nil
+	if m.watch != nil {
+		m.watch.Close()
+		m.watch.Wait()
+		m.watch = nil
 	}
 	if m.sh != nil {
 		if leave {
@@ -374,7 +364,7 @@ func (c *Cluster) coordinatorMember() *member {
 		}
 		if old, ok := cluster.Oldest(up); ok {
 			for _, o := range c.members {
-				if o.gossipAddr == old.Address {
+				if o.addr.Gossip == old.Address {
 					return o
 				}
 			}
@@ -420,23 +410,20 @@ func (c *Cluster) applyLocked() {
 	}
 	for p := range c.blocked {
 		if !want[p] {
-			a, b := c.members[p[0]], c.members[p[1]]
-			c.net.ReconnectOneWay(a.transport, b.transport)
-			c.gossip.ReconnectOneWay(a.gossipAddr, b.gossipAddr)
+			c.net.ReconnectOneWay(c.members[p[0]].addr, c.members[p[1]].addr)
 			delete(c.blocked, p)
 		}
 	}
 	for p := range want {
 		if !c.blocked[p] {
-			a, b := c.members[p[0]], c.members[p[1]]
-			c.net.DisconnectOneWay(a.transport, b.transport)
-			c.gossip.DisconnectOneWay(a.gossipAddr, b.gossipAddr)
+			c.net.DisconnectOneWay(c.members[p[0]].addr, c.members[p[1]].addr)
 			c.blocked[p] = true
 		}
 	}
 }
 
-// stopAll crashes every member (the end of a run).
+// stopAll crashes every member (the end of a run), all at once; the goroutines it
+// starts for that live no longer than the call, which waits for them.
 func (c *Cluster) stopAll() {
 	var wg sync.WaitGroup
 	for _, m := range c.members {

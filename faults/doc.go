@@ -16,7 +16,7 @@
 //   - no two lives of one entity overlap, by a registry of the activations and stops
 //     the members' entity factories see (Akka's sharding spec's GlobalRegistry).
 //
-// Time. Each member has a simulated clock (memberClock, clock.go): real time moved by an
+// Time. Each member has a simulated clock (clustertest.Clock): real time moved by an
 // offset (ClockSkew steps it) and running at a rate (ClockDrift, 0.9 to 1.1: a lease
 // tolerates a bounded drift, schedule.go says why). Every component of the member that
 // reads time through a hook reads it: the membership core (cluster.MembershipConfig.Now:

@@ -85,6 +85,8 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	c.waitConverged(cctx)
 	cancel()
 
+	// The clients' goroutines live no longer than the run, which stops them and waits
+	// for them before it checks the history.
 	wctx, stopClients := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range o.Clients {
@@ -105,7 +107,7 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 		sleep(ctx, s.Gap)
 	}
 	c.setPartition(nil)
-	c.net.SetFaults(cluster.InmemFaults{})
+	c.net.Frames.SetFaults(cluster.InmemFaults{})
 	r.recover(ctx)
 	sleep(ctx, 300*time.Millisecond)
 	stopClients()
@@ -233,10 +235,10 @@ func (r *runner) apply(ctx context.Context, f Fault) string {
 		c.mu.Unlock()
 		return fmt.Sprintf("pause %d for %v", m.slot, f.For)
 	case Lossy, Duplicate:
-		c.net.SetFaults(cluster.InmemFaults{Loss: f.Loss, Duplicate: f.Duplicate, Reorder: f.Reorder,
+		c.net.Frames.SetFaults(cluster.InmemFaults{Loss: f.Loss, Duplicate: f.Duplicate, Reorder: f.Reorder,
 			Delay: f.NetDelay, Seed: r.s.Seed})
 		sleep(ctx, f.For)
-		c.net.SetFaults(cluster.InmemFaults{})
+		c.net.Frames.SetFaults(cluster.InmemFaults{})
 		return f.String()
 	case Leave:
 		if len(run) < 3 {

@@ -35,7 +35,7 @@ const (
 	// KillCoordinator adds a member (shards move to it: handoffs) and, Delay later,
 	// crashes the member of the shard coordinator, which comes back after For.
 	KillCoordinator
-	// ClockSkew steps a member's clock (memberClock: every component's, the state
+	// ClockSkew steps a member's clock (clustertest.Clock: every component's, the state
 	// store's hybrid clock, the membership core's, sharding's and distributed data's)
 	// by Skew for For, then back.
 	ClockSkew

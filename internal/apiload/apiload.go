@@ -77,7 +77,9 @@ func (r Result) String() string {
 }
 
 // Run puts the load on the API for cfg.Duration and returns what it measured. It fails
-// only if the API cannot be reached at all.
+// only if the API cannot be reached at all. Its goroutines (the askers, the slowloris
+// connections, the memory sampler) live no longer than the call: they stop with its
+// context and Run waits for them.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	var res Result
 	res.ByStatus, res.Errors = map[int]int{}, map[string]int{}

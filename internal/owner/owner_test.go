@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,10 +72,14 @@ func TestCloseWaitsForHolders(t *testing.T) {
 	// A goroutine started while holding is waited for, even though Close is pending.
 	var held atomic.Bool
 	g.GoHeld(func() { held.Store(true) })
+	// Close waits for the holder: its goroutine blocks taking the group's lock.
+	testutil.Eventually(t, 10*time.Second, "Close waiting for the holder", func() bool {
+		return blockedIn("owner.(*Group).Close", "sync.(*RWMutex).Lock")
+	})
 	select {
 	case <-closed:
 		t.Fatal("Close returned while the group was held")
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 	g.Release()
 	<-closed
@@ -193,4 +198,22 @@ func TestWorkThatEndsAfterCloseDoesNotStayIdle(t *testing.T) {
 	if len(g.idle) != 0 {
 		t.Fatalf("%d goroutines idle after Wait", len(g.idle))
 	}
+}
+
+// blockedIn reports whether a goroutine's stack holds every one of fns (function names
+// as a stack trace prints them), i.e. it is blocked in the last of them called from the
+// first.
+func blockedIn(fns ...string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		all := true
+		for _, fn := range fns {
+			all = all && strings.Contains(g, fn)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }

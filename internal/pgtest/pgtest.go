@@ -222,6 +222,8 @@ func (s *Server) start() error {
 		lf.Close()
 		return err
 	}
+	// One goroutine per server process, which waits for it to exit and then closes
+	// done: it ends with the process, and stop waits for done.
 	done := make(chan struct{})
 	go func() {
 		cmd.Wait()
