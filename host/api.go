@@ -395,8 +395,9 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 }
 
 // deploySettings reads an entity type's settings from a deploy request's query:
-// shards, role, allocation, passivate_after (a duration), max_active, checkpoint and
-// remember_entities (true or false). On a redeploy, what the query leaves out keeps its
+// shards, role, allocation, passivate_after (a duration), max_active, checkpoint,
+// history (journal records kept behind a base; 0 keeps none) and remember_entities
+// (true or false). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
@@ -417,6 +418,14 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	}
 	if st.MaxActive, err = atoi("max_active"); err != nil {
 		return st, err
+	}
+	if q.Has("history") {
+		if st.History, err = atoi("history"); err != nil {
+			return st, err
+		}
+		if st.History == 0 {
+			st.History = -1 // none kept (0 is the default in TypeSettings)
+		}
 	}
 	if s := q.Get("passivate_after"); s != "" {
 		if st.PassivateAfter, err = time.ParseDuration(s); err != nil || st.PassivateAfter < 0 {
@@ -443,6 +452,9 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	}
 	if !q.Has("checkpoint") {
 		st.Checkpoint = prev.Checkpoint
+	}
+	if !q.Has("history") {
+		st.History = prev.History
 	}
 	if !q.Has("passivate_after") {
 		st.PassivateAfter = time.Duration(prev.PassivateAfterMs) * time.Millisecond

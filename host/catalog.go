@@ -56,6 +56,9 @@ type TypeInfo struct {
 	// deployment by gossip rather than by the prepare request links its "prepare" span
 	// to it. Empty with tracing off.
 	DeployTrace string `cbor:"17,keyasint,omitempty" json:"-"`
+	// History is how many journal records a base leaves behind
+	// (sharding.TypeSettings.History; 0: the default).
+	History int `cbor:"18,keyasint,omitempty" json:"history,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -80,7 +83,7 @@ func (t TypeInfo) Versions() []ModuleVersion {
 func (t TypeInfo) Settings() sharding.TypeSettings {
 	return sharding.TypeSettings{Name: t.Name, NumberOfShards: t.NumberOfShards, Role: t.Role, Allocation: t.Allocation,
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
-		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities}
+		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History}
 }
 
 // newerThan orders deployments of one type: higher version, then later time, then
@@ -274,7 +277,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
 		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
-		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
+		History: st.History, Previous: previous, StateDeletedAt: prev.StateDeletedAt}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

@@ -213,6 +213,7 @@ func (e *wasmEntity) deltaState(extras entityExtras) ([]byte, error) {
 // StateSaved implements sharding.EntityStateSaved: the state the last Snapshot
 // returned is in the store. A base becomes the one deltas chain to.
 func (e *wasmEntity) StateSaved() {
+	e.sinceBaseCost = 0 // a base: the journal's replay starts after it
 	c := e.cp
 	if c == nil || c.pending == nil {
 		return

@@ -91,7 +91,7 @@ func (s deltaStates) Save(ctx context.Context, key sharding.EntityKey, epoch uin
 	if err := checkDeltaKey(key); err != nil {
 		return err
 	}
-	if stateKind(state) == stateDelta {
+	if stateKind(unframed(state)) == stateDelta {
 		key = deltaKey(key)
 	}
 	return s.StateStore.Save(ctx, key, epoch, state)
@@ -105,7 +105,7 @@ func (s deltaBatchStates) SaveBatch(ctx context.Context, typ string, shard int, 
 		if err := checkDeltaKey(sharding.EntityKey{Type: typ, Shard: shard, ID: sv.ID}); err != nil {
 			return err
 		}
-		if stateKind(sv.State) == stateDelta {
+		if stateKind(unframed(sv.State)) == stateDelta {
 			if &out[0] == &saves[0] {
 				out = append([]sharding.StateSave(nil), saves...)
 			}
@@ -129,8 +129,12 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 		if base, err = s.StateStore.Load(ctx, key); err != nil {
 			return nil, err
 		}
+		baseSeq, baseState, err := sharding.DecodeBase(base)
+		if err != nil {
+			return nil, err
+		}
 		var ok bool
-		if bn, ok = savedBaseOf(base); !ok {
+		if bn, ok = savedBaseOf(baseState); !ok {
 			return base, nil // not a base: nothing follows it
 		}
 		delta, err = s.StateStore.Load(ctx, deltaKey(key))
@@ -140,16 +144,33 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 		case err != nil:
 			return nil, err
 		}
-		if dn, ok = savedDeltaBaseOf(delta); !ok {
+		deltaSeq, deltaState, err := sharding.DecodeBase(delta)
+		if err != nil {
+			return nil, err
+		}
+		if dn, ok = savedDeltaBaseOf(deltaState); !ok {
 			return nil, fmt.Errorf("%w: the delta record of %s/%s is not a delta", ErrBadSnapshot, key.Type, key.ID)
 		}
 		switch {
+		case dn == bn && len(baseState) == len(base) && len(deltaState) == len(delta):
+			return encodeChain(base, delta), nil // saved without journals
 		case dn == bn:
-			return encodeChain(base, delta), nil
+			// Under a journal, each is a base after a record: the chain is the base
+			// after the delta's (the later) record.
+			return sharding.EncodeBase(max(baseSeq, deltaSeq), encodeChain(baseState, deltaState)), nil
 		case dn.Gen < bn.Gen:
 			return base, nil // a delta of an earlier base: the base holds what it did
 		}
 	}
 	return nil, fmt.Errorf("%w: the delta of %s/%s is of base %v, the saved base is %v (read %d times)",
 		ErrBadSnapshot, key.Type, key.ID, dn, bn, deltaLoadAttempts)
+}
+
+// unframed returns a saved state without the journal's framing (sharding.EncodeBase),
+// for a look at its kind; a state that does not decode is returned as it is.
+func unframed(state []byte) []byte {
+	if _, inner, err := sharding.DecodeBase(state); err == nil {
+		return inner
+	}
+	return state
 }

@@ -62,11 +62,15 @@ type Setting struct {
 }
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
-// passivate-after, max-active, remember-entities and role.
+// history, passivate-after, max-active, remember-entities and role.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
-		checkpoint = sharding.CheckpointPassivation
+		checkpoint = sharding.CheckpointJournal
+	}
+	history := t.History
+	if history == 0 {
+		history = sharding.DefaultHistory
 	}
 	allocation := t.Allocation
 	if allocation == "" {
@@ -76,6 +80,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"shards", strconv.Itoa(t.NumberOfShards)},
 		{"allocation", allocation},
 		{"checkpoint", checkpoint},
+		{"history", strconv.Itoa(max(history, 0))},
 		{"passivate-after", (time.Duration(t.PassivateAfterMs) * time.Millisecond).String()},
 		{"max-active", strconv.Itoa(t.MaxActive)},
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},

@@ -161,6 +161,19 @@ type wasmEntity struct {
 	// a whole snapshot, as before deltas (benchmarks compare).
 	cp             *checkpointer
 	wholeSnapshots bool
+
+	// The journal (journal.go). gated: the message under way is gated, so its tells
+	// wait in held and its timers in heldTimers until ReleaseEffects. lastCalls and
+	// lastReturned are the host calls of the last message and whether its guest call
+	// returned; extrasChanged: it changed the timers or subscriptions. sinceBaseCost
+	// is the guest time of the messages since the last saved base (BaseDue).
+	gated         bool
+	held          []heldTell
+	heldTimers    []*entityTimer
+	lastCalls     []hostRecord
+	lastReturned  bool
+	extrasChanged bool
+	sinceBaseCost time.Duration
 }
 
 // entityTimer is a timer an entity started.
@@ -203,18 +216,22 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 			return nil, err
 		}
 	}
-	if mi, _ := sharding.MessageInfoFrom(ctx); mi.Kind == sharding.KindTimer {
+	mi, _ := sharding.MessageInfoFrom(ctx)
+	e.gated, e.lastCalls, e.lastReturned, e.extrasChanged = mi.Gated, nil, false, false
+	defer func() { e.gated = false }()
+	if mi.Kind == sharding.KindTimer {
 		t := e.timers[mi.Sender]
 		if t == nil || t.gen != mi.Tag {
 			return nil, nil // a cancelled or replaced timer's message: dropped
 		}
+		e.extrasChanged = true
 		if t.interval > 0 {
-			e.arm(t, t.interval) // fixed delay: the next one counts from now (linked to the setter still)
+			e.rearm(t, t.interval) // fixed delay: the next one counts from now (linked to the setter still)
 		} else {
 			delete(e.timers, t.name)
 		}
 	}
-	if e.rec == nil {
+	if e.rec == nil && !e.gated {
 		out, err := e.inst.Receive(ctx, payload)
 		e.outcome(err)
 		return out, withCode(err)
@@ -223,8 +240,11 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	inst.startRecording()
 	out, err := inst.Receive(ctx, payload)
 	calls := inst.stopRecording()
-	if inst.returned {
-		mi, _ := sharding.MessageInfoFrom(ctx)
+	e.lastCalls, e.lastReturned = calls, inst.returned
+	if e.gated {
+		e.sinceBaseCost += inst.lastCall
+	}
+	if inst.returned && e.rec != nil {
 		e.logMessage(payload, mi, calls, inst.lastCall)
 	}
 	e.outcome(err)
@@ -365,6 +385,8 @@ func (e *wasmEntity) Stop(ctx context.Context) {
 		e.unsubscribe(key)
 	}
 	e.wg.Wait()
+	clear(e.held) // a message whose record was not durable: what it held is dropped
+	e.held, e.heldTimers = nil, nil
 	if e.cp != nil {
 		e.cp.stop()
 	}
@@ -378,6 +400,11 @@ func (e *wasmEntity) Stop(ctx context.Context) {
 // The services of the v1 host functions.
 
 func (e *wasmEntity) tell(ctx context.Context, m sharding.Message) error {
+	if e.gated {
+		// Sent once the message's record is durable (ReleaseEffects).
+		e.held = append(e.held, heldTell{ctx: context.WithoutCancel(ctx), m: m})
+		return nil
+	}
 	return e.n.sharding.TellMessage(ctx, m)
 }
 
@@ -432,6 +459,7 @@ func (e *wasmEntity) subscribe(ctx context.Context, key string) (err error) {
 	}
 	es := &entitySub{sub: e.n.replicator.Subscribe(key, 16), done: make(chan struct{}), link: trace.SpanContextFromContext(ctx)}
 	e.subs[key] = es
+	e.extrasChanged = true
 	s, typ, id := e.n.sharding, e.typ, e.id
 	e.wg.Add(1)
 	go func() {
@@ -464,6 +492,7 @@ func (e *wasmEntity) unsubscribe(key string) {
 		return
 	}
 	delete(e.subs, key)
+	e.extrasChanged = true
 	es.sub.Close()
 	close(es.done)
 }
@@ -476,22 +505,45 @@ func (e *wasmEntity) startTimer(name string, msg []byte, delay, interval time.Du
 	if old != nil && old.t != nil {
 		old.t.Stop()
 	}
-	e.arm(&entityTimer{name: name, msg: msg, interval: interval, link: e.msgSpan()}, delay)
+	e.extrasChanged = true
+	e.rearm(&entityTimer{name: name, msg: msg, interval: interval, link: e.msgSpan()}, delay)
 	return nil
+}
+
+// rearm (re)starts t to fire after delay, as arm does; during a gated message it is
+// recorded now and armed by ReleaseEffects.
+func (e *wasmEntity) rearm(t *entityTimer, delay time.Duration) {
+	if !e.gated {
+		e.arm(t, delay)
+		return
+	}
+	e.schedule(t, delay)
+	e.heldTimers = append(e.heldTimers, t)
 }
 
 // arm (re)starts t to fire after delay (at once when it is not positive) with a new
 // generation, and records it.
 func (e *wasmEntity) arm(t *entityTimer, delay time.Duration) {
+	e.schedule(t, delay)
+	e.start(t)
+}
+
+// schedule records t, to fire after delay, with a new generation; start arms it.
+func (e *wasmEntity) schedule(t *entityTimer, delay time.Duration) {
 	if t.t != nil {
 		t.t.Stop()
+		t.t = nil
 	}
 	delay = max(delay, 0)
 	t.gen = timerGen.Add(1)
 	t.due = time.Now().Add(delay)
 	e.timers[t.name] = t
+}
+
+// start arms t, scheduled, to fire at its due time.
+func (e *wasmEntity) start(t *entityTimer) {
 	s, typ, id, name, msg, gen, link := e.n.sharding, e.typ, e.id, t.name, t.msg, t.gen, t.link
-	t.t = time.AfterFunc(delay, func() {
+	t.t = time.AfterFunc(max(time.Until(t.due), 0), func() {
 		if e.stopped.Load() {
 			return
 		}
@@ -507,8 +559,11 @@ func (e *wasmEntity) cancelTimer(name string) bool {
 	if !ok {
 		return false
 	}
-	t.t.Stop()
+	if t.t != nil {
+		t.t.Stop()
+	}
 	delete(e.timers, name)
+	e.extrasChanged = true
 	return true
 }
 

@@ -45,7 +45,9 @@
 // A JournalStore also keeps each entity's journal: JournalRecord values, each the
 // encoding of a JournalEntry (Encode, DecodeJournalEntry), which a store checks with
 // CheckJournalAppend before it writes and VerifyJournalRecord after it reads
-// (ErrCorruptRecord); ReplyDigest is the digest of a reply a record keeps.
+// (ErrCorruptRecord); ReplyDigest is the digest of a reply a record keeps. A saved
+// state is a base: EncodeBase frames it with the last record it holds, DecodeBase
+// reads it.
 //
 // The errors of messages keep their meaning across members: ErrUnknownEntityType,
 // ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,

@@ -513,7 +513,7 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 			// records after it, replayed into the new instance. They are read whatever
 			// the type's policy: records of a type that journaled before its policy
 			// changed are acknowledged messages too.
-			if e.seq, state, err = decodeBase(state); err != nil {
+			if e.seq, state, err = DecodeBase(state); err != nil {
 				return wrapCause(ErrStateNotLoaded, e.name(), err)
 			}
 			if entries, err = e.loadJournal(ctx, epoch, e.seq); err != nil {

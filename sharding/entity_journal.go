@@ -143,7 +143,7 @@ func (e *entity) snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil || state == nil || e.r.s.journal == nil {
 		return state, err
 	}
-	return encodeBase(e.seq, state), nil
+	return EncodeBase(e.seq, state), nil
 }
 
 // based notes that the base after record e.seq is saved: the journal before it,

@@ -116,7 +116,7 @@ func TestBasesTruncateTheJournalButForTheHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, state, err := decodeBase(st)
+	seq, state, err := DecodeBase(st)
 	if err != nil || seq != journalBaseEvery || string(state) != fmt.Sprintf("%d|", journalBaseEvery) {
 		t.Fatalf("base after record %d, state %q, %v; want after %d", seq, state, err, journalBaseEvery)
 	}

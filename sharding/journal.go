@@ -346,18 +346,20 @@ func ReplyDigest(reply []byte) uint32 {
 // a store keeps a base as it keeps any snapshot.
 var baseMagic = [4]byte{0xff, 'S', 'J', 'B'}
 
-// encodeBase frames state as the base after record seq.
-func encodeBase(seq uint64, state []byte) []byte {
+// EncodeBase frames state as the base after record seq: what sharding saves in a store
+// that keeps journals. A store decorator that looks into saved states (the host's delta
+// records) reads through it with DecodeBase.
+func EncodeBase(seq uint64, state []byte) []byte {
 	b := make([]byte, 0, len(state)+14)
 	b = append(b, baseMagic[:]...)
 	b = binary.AppendUvarint(b, seq)
 	return append(b, state...)
 }
 
-// decodeBase returns the base's record sequence number and the entity's state. A state
-// saved without the framing (before the journal, or by a store without one) is the
-// state after no record.
-func decodeBase(b []byte) (seq uint64, state []byte, err error) {
+// DecodeBase returns the base's record sequence number and the entity's state, which
+// aliases b. A state saved without the framing (before the journal, or by a store
+// without one) is the state after no record. Errors: ErrCorruptRecord.
+func DecodeBase(b []byte) (seq uint64, state []byte, err error) {
 	if len(b) < len(baseMagic) || [4]byte(b[:4]) != baseMagic {
 		return 0, b, nil
 	}

@@ -82,17 +82,17 @@ func TestBaseFraming(t *testing.T) {
 		seq   uint64
 		state []byte
 	}{{0, nil}, {1, []byte("s")}, {1 << 50, bytes.Repeat([]byte{0xff}, 100)}} {
-		seq, state, err := decodeBase(encodeBase(c.seq, c.state))
+		seq, state, err := DecodeBase(EncodeBase(c.seq, c.state))
 		if err != nil || seq != c.seq || !bytes.Equal(state, c.state) {
 			t.Fatalf("base %d %q: got %d %q %v", c.seq, c.state, seq, state, err)
 		}
 	}
 	// A state saved before bases existed is the state after no record.
-	seq, state, err := decodeBase([]byte("legacy"))
+	seq, state, err := DecodeBase([]byte("legacy"))
 	if err != nil || seq != 0 || string(state) != "legacy" {
 		t.Fatalf("unframed state: %d %q %v", seq, state, err)
 	}
-	if _, _, err := decodeBase(baseMagic[:]); !errors.Is(err, ErrCorruptRecord) {
+	if _, _, err := DecodeBase(baseMagic[:]); !errors.Is(err, ErrCorruptRecord) {
 		t.Fatalf("a base cut after its magic: %v, want ErrCorruptRecord", err)
 	}
 }

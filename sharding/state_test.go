@@ -112,7 +112,7 @@ func TestTerminatedJournaledEntityKeepsWhatItAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, state, err := decodeBase(st); err != nil || seq != 3 || string(state) != "2|" {
+	if seq, state, err := DecodeBase(st); err != nil || seq != 3 || string(state) != "2|" {
 		t.Fatalf("the base: record %d, state %q, %v; want record 3, \"2|\"", seq, state, err)
 	}
 	recs, err := store.ReadJournal(context.Background(), key, 1, 0)
