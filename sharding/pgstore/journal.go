@@ -121,6 +121,7 @@ func (s *Store) runBatcher() {
 	add := func(r *appendReq) {
 		pending = append(pending, r)
 		size += r.size
+		s.gathered.Add(1)
 		if len(pending) == 1 {
 			if s.cfg.JournalBatchWindow <= 0 {
 				due = true
@@ -159,11 +160,14 @@ func (s *Store) runBatcher() {
 			batch := pending
 			pending, size, due, timerC = nil, 0, false, nil
 			timer.Stop()
+			s.gathered.Add(-int64(len(batch)))
+			s.commits.Add(1)
 			s.group.GoHeld(func() {
 				defer func() { <-s.commitSlots }()
 				s.flushJournal(batch)
 			})
 		case <-s.group.Done():
+			s.gathered.Add(-int64(len(pending)))
 			for _, r := range pending {
 				r.done <- errClosed
 			}

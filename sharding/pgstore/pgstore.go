@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -117,6 +118,9 @@ type Store struct {
 	group       *owner.Group    // the journal's batcher and its commits
 	appends     chan *appendReq // to the batcher (unbuffered: a send is a receipt)
 	commitSlots chan struct{}   // JournalCommits: a commit under way holds one
+	// gathered counts the appends the batcher holds, not yet handed to a commit;
+	// commits counts the commits it started. Both for tests.
+	gathered, commits atomic.Int64
 }
 
 var (
