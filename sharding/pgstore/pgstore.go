@@ -1,14 +1,26 @@
-// Package pgstore is a sharding.StateStore on PostgreSQL (pgx and its pool): entity
-// snapshots, remembered entities and per-shard fencing epochs in three tables of a
+// Package pgstore is a sharding.StateStore and sharding.JournalStore on PostgreSQL
+// (pgx and its pool): entity snapshots, remembered entities, per-shard fencing epochs
+// and entity journals (records, and each entity's truncation point) in tables of a
 // database the user already runs, backs up and restores. Select it with
 // `shardhost start --state-store postgres://…` (docs/state-stores.md, "Choosing a state store").
 //
 // Fencing is in SQL: every write calls a function (shardhost_save,
-// shardhost_remember) that raises or checks the shard's epoch row and writes in the
-// same transaction, one statement and one round trip; a write with an older epoch than
-// the shard's writes nothing and fails with sharding.ErrStaleEpoch. FenceShard raises
-// the epoch row alone (shardhost_fence), which a region does before it first reads a
-// shard it has been allocated (sharding.ShardFencer).
+// shardhost_remember, shardhost_append, shardhost_truncate_journal) that raises or
+// checks the shard's epoch row and writes in the same transaction, one statement and
+// one round trip; a write with an older epoch than the shard's writes nothing and fails
+// with sharding.ErrStaleEpoch. FenceShard raises the epoch row alone (shardhost_fence),
+// which a region does before it first reads a shard it has been allocated
+// (sharding.ShardFencer).
+//
+// Journal appends are group-committed: a goroutine of the store gathers the appends of
+// concurrent callers (of many entities and shards) and writes them in one
+// shardhost_append statement, one transaction and one WAL flush, which checks each
+// shard's fence on its own: an append of a shard that moved on fails alone. An append
+// returns once its transaction committed. Every record read is checked against its
+// CRC-32C (sharding.VerifyJournalRecord); the database is the one copy, so a corrupt
+// record cannot be repaired from another replica: reading it fails with
+// sharding.ErrCorruptRecord until the row is restored from a backup or the journal is
+// truncated past it.
 package pgstore
 
 import (
