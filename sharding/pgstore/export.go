@@ -89,11 +89,16 @@ WHERE entity_type = $1 AND shard = $2`, r.typ, r.shard)
 // exportJournals reads the journals of a shard: each entity's floor and its records
 // at or above it, checked.
 func (s *Store) exportJournals(ctx context.Context, tx pgx.Tx, typ string, shard int32) ([]sharding.StoredJournal, error) {
-	rows, err := tx.Query(ctx, `SELECT entity_id, coalesce(f.floor, 0), j.seq, j.record
-FROM (SELECT * FROM shardhost_journal WHERE entity_type = $1 AND shard = $2) AS j
-FULL JOIN (SELECT * FROM shardhost_journal_floors WHERE entity_type = $1 AND shard = $2) AS f USING (entity_type, shard, entity_id)
-WHERE j.seq IS NULL OR j.seq >= coalesce(f.floor, 1)
-ORDER BY entity_id COLLATE "C", j.seq`, typ, shard)
+	// Each entity's floor (a row without a record), then its records at or above it (a
+	// record below it, left by an append that raced a truncation, is gone already).
+	// Journals come out in the database's order of IDs; sh.Sort puts them in Go's.
+	rows, err := tx.Query(ctx, `SELECT f.entity_id, f.floor, NULL::bigint AS seq, NULL::bytea AS record
+FROM shardhost_journal_floors f WHERE f.entity_type = $1 AND f.shard = $2
+UNION ALL
+SELECT j.entity_id, coalesce(f.floor, 0), j.seq, j.record
+FROM shardhost_journal j LEFT JOIN shardhost_journal_floors f USING (entity_type, shard, entity_id)
+WHERE j.entity_type = $1 AND j.shard = $2 AND j.seq >= coalesce(f.floor, 1)
+ORDER BY 1, 3 NULLS FIRST`, typ, shard)
 	if err != nil {
 		return nil, s.fail("export: journals", err)
 	}
