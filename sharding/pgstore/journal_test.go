@@ -396,3 +396,21 @@ func TestJournalExportImport(t *testing.T) {
 		t.Fatalf("import into a database with a journal: %v, want ErrNotEmpty", err)
 	}
 }
+
+// With a window, a lone append waits for it and then commits alone.
+func TestJournalBatchWindow(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.Options{})
+	s := openWith(t, srv.NewDatabase(t), func(c *Config) { c.JournalBatchWindow = 100 * time.Millisecond })
+	ctx := pgtest.WithTimeout(t, 60*time.Second)
+	key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "alone"}
+	t0 := time.Now()
+	if err := appendText(ctx, s, key, 1, 1, "alone"); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(t0); waited < 100*time.Millisecond {
+		t.Fatalf("the append returned after %v, before the window of 100ms", waited)
+	}
+	if got := journalText(t, s, key); fmt.Sprint(got) != "[1:alone]" || s.commits.Load() != 1 {
+		t.Fatalf("%v in %d commits", got, s.commits.Load())
+	}
+}
