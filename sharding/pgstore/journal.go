@@ -298,13 +298,10 @@ func (s *Store) ReadJournal(ctx context.Context, key sharding.EntityKey, from ui
 	if err := checkKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return nil, err
 	}
-	if limit < 0 {
-		return nil, fmt.Errorf("%w: limit %d", sharding.ErrInvalidStateKey, limit)
-	}
 	if from > math.MaxInt64 {
 		from = math.MaxInt64 // seqs over bigint are never written: whatever is read at MaxInt64 is filtered below
 	}
-	var lim *int64
+	var lim *int64 // NULL: no limit (0, or below as MemoryStateStore takes it)
 	if limit > 0 {
 		l := int64(limit)
 		lim = &l

@@ -219,6 +219,9 @@ WHERE entity_type = 'counter' AND shard = 4 AND entity_id = 'damaged' AND seq = 
 	if got, err := s.ReadJournal(ctx, key, 1, 1); err != nil || len(got) != 1 || got[0].Seq != 1 {
 		t.Fatalf("read of record 1 alone: %v, %v", got, err)
 	}
+	if got, err := s.ReadJournal(ctx, key, 3, -1); err != nil || len(got) != 2 || got[0].Seq != 3 || got[1].Seq != 4 {
+		t.Fatalf("read from record 3, without a limit: %v, %v", got, err)
+	}
 	if err := s.Export(ctx, func(*sharding.StoredShard) error { return nil }); !errors.Is(err, sharding.ErrCorruptRecord) {
 		t.Fatalf("export over a flipped bit: %v, want ErrCorruptRecord", err)
 	}
