@@ -126,12 +126,97 @@ BEGIN
 	RETURN cur;
 END $$;
 `},
+	{2, "entity journals", `
+CREATE TABLE shardhost_journal (
+	entity_type text    NOT NULL,
+	shard       integer NOT NULL CHECK (shard >= 0),
+	entity_id   text    NOT NULL,
+	seq         bigint  NOT NULL CHECK (seq >= 1),
+	epoch       bigint  NOT NULL CHECK (epoch >= 0),
+	record      bytea   NOT NULL,
+	PRIMARY KEY (entity_type, shard, entity_id, seq)
+);
+COMMENT ON TABLE shardhost_journal IS 'shardhost: each entity''s journal records (sharding.JournalEntry encodings, CRC-32C checked) and the epoch that wrote them';
+
+CREATE TABLE shardhost_journal_floors (
+	entity_type text    NOT NULL,
+	shard       integer NOT NULL CHECK (shard >= 0),
+	entity_id   text    NOT NULL,
+	floor       bigint  NOT NULL CHECK (floor >= 1),
+	PRIMARY KEY (entity_type, shard, entity_id)
+);
+COMMENT ON TABLE shardhost_journal_floors IS 'shardhost: each entity''s journal truncation point: records below it are gone (a base holds them)';
+
+-- shardhost_append writes the records of many entities' appends in one statement: row
+-- i is record p_seqs[i] of entity (p_types[i], p_shards[i], p_ids[i]), appended at
+-- epoch p_epochs[i]. It fences each shard once, in (type, shard) order (every writer
+-- locks epoch rows in that order), at the newest epoch the rows carry for it, and
+-- returns each shard with its epoch: a row whose epoch is older than its shard's is
+-- refused and written nowhere; the others are written in this transaction. A record at
+-- a held seq is replaced; one below the entity's floor is dropped. The caller sends no
+-- two rows of one (type, shard, ID, seq), sorted in that order (concurrent appends lock
+-- journal rows alike).
+CREATE FUNCTION shardhost_append(p_types text[], p_shards integer[], p_epochs bigint[],
+	p_ids text[], p_seqs bigint[], p_records bytea[])
+RETURNS TABLE (fenced_type text, fenced_shard integer, shard_epoch bigint) LANGUAGE plpgsql AS $$
+DECLARE
+	g record;
+	f_types text[] := '{}';
+	f_shards integer[] := '{}';
+	f_epochs bigint[] := '{}';
+BEGIN
+	FOR g IN SELECT u.t, u.s, max(u.e) AS e FROM unnest(p_types, p_shards, p_epochs) AS u(t, s, e)
+			GROUP BY u.t, u.s ORDER BY u.t COLLATE "C", u.s LOOP
+		fenced_type := g.t;
+		fenced_shard := g.s;
+		shard_epoch := shardhost_fence(g.t, g.s, g.e);
+		f_types := f_types || g.t;
+		f_shards := f_shards || g.s;
+		f_epochs := f_epochs || shard_epoch;
+		RETURN NEXT;
+	END LOOP;
+	INSERT INTO shardhost_journal AS j (entity_type, shard, entity_id, seq, epoch, record)
+		SELECT u.t, u.s, u.i, u.q, u.e, u.r
+		FROM unnest(p_types, p_shards, p_epochs, p_ids, p_seqs, p_records) WITH ORDINALITY AS u(t, s, e, i, q, r, n)
+		JOIN unnest(f_types, f_shards, f_epochs) AS f(t, s, e) ON f.t = u.t AND f.s = u.s
+		WHERE u.e >= f.e
+			AND u.q >= coalesce((SELECT fl.floor FROM shardhost_journal_floors fl
+				WHERE fl.entity_type = u.t AND fl.shard = u.s AND fl.entity_id = u.i), 1)
+		ORDER BY u.n
+		ON CONFLICT (entity_type, shard, entity_id, seq) DO UPDATE SET epoch = EXCLUDED.epoch, record = EXCLUDED.record;
+	RETURN;
+END $$;
+
+-- shardhost_truncate_journal fences the shard, raises the entity's floor to p_before
+-- (never lowers it) and deletes its records below the floor; it returns the shard's
+-- epoch as shardhost_save does. An append that committed while the floor rose may
+-- leave a record below it: reads skip records below the floor, and the next
+-- truncation deletes them.
+CREATE FUNCTION shardhost_truncate_journal(p_type text, p_shard integer, p_epoch bigint, p_id text, p_before bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	cur bigint;
+	fl bigint;
+BEGIN
+	cur := shardhost_fence(p_type, p_shard, p_epoch);
+	IF cur > p_epoch OR p_before < 1 THEN
+		RETURN cur;
+	END IF;
+	INSERT INTO shardhost_journal_floors AS f (entity_type, shard, entity_id, floor)
+		VALUES (p_type, p_shard, p_id, p_before)
+		ON CONFLICT (entity_type, shard, entity_id) DO UPDATE SET floor = greatest(f.floor, EXCLUDED.floor)
+		RETURNING f.floor INTO fl;
+	DELETE FROM shardhost_journal
+		WHERE entity_type = p_type AND shard = p_shard AND entity_id = p_id AND seq < fl;
+	RETURN cur;
+END $$;
+`},
 }
 
-// migrate applies the migrations the database lacks, under the advisory lock, and
-// returns the schema version. A database whose schema is newer than this build's is
-// refused.
-func migrate(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+// migrate applies the steps (migrations, or the first of them in tests) the database
+// lacks, under the advisory lock, and returns the schema version. A database whose
+// schema is newer than the last step is refused.
+func migrate(ctx context.Context, pool *pgxpool.Pool, steps []migration) (int, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -157,12 +242,12 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM shardhost_schema_migrations").Scan(&current); err != nil {
 		return 0, err
 	}
-	latest := migrations[len(migrations)-1].version
+	latest := steps[len(steps)-1].version
 	if current > latest {
 		return current, fmt.Errorf("%w: the database's schema is at version %d, newer than this shardhost knows (%d): upgrade shardhost",
 			errSchema, current, latest)
 	}
-	for _, m := range migrations {
+	for _, m := range steps {
 		if m.version <= current {
 			continue
 		}

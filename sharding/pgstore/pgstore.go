@@ -1,14 +1,26 @@
-// Package pgstore is a sharding.StateStore on PostgreSQL (pgx and its pool): entity
-// snapshots, remembered entities and per-shard fencing epochs in three tables of a
+// Package pgstore is a sharding.StateStore and sharding.JournalStore on PostgreSQL
+// (pgx and its pool): entity snapshots, remembered entities, per-shard fencing epochs
+// and entity journals (records, and each entity's truncation point) in tables of a
 // database the user already runs, backs up and restores. Select it with
 // `shardhost start --state-store postgres://…` (docs/state-stores.md, "Choosing a state store").
 //
 // Fencing is in SQL: every write calls a function (shardhost_save,
-// shardhost_remember) that raises or checks the shard's epoch row and writes in the
-// same transaction, one statement and one round trip; a write with an older epoch than
-// the shard's writes nothing and fails with sharding.ErrStaleEpoch. FenceShard raises
-// the epoch row alone (shardhost_fence), which a region does before it first reads a
-// shard it has been allocated (sharding.ShardFencer).
+// shardhost_remember, shardhost_append, shardhost_truncate_journal) that raises or
+// checks the shard's epoch row and writes in the same transaction, one statement and
+// one round trip; a write with an older epoch than the shard's writes nothing and fails
+// with sharding.ErrStaleEpoch. FenceShard raises the epoch row alone (shardhost_fence),
+// which a region does before it first reads a shard it has been allocated
+// (sharding.ShardFencer).
+//
+// Journal appends are group-committed: a goroutine of the store gathers the appends of
+// concurrent callers (of many entities and shards) and writes them in one
+// shardhost_append statement, one transaction and one WAL flush, which checks each
+// shard's fence on its own: an append of a shard that moved on fails alone. An append
+// returns once its transaction committed. Every record read is checked against its
+// CRC-32C (sharding.VerifyJournalRecord); the database is the one copy, so a corrupt
+// record cannot be repaired from another replica: reading it fails with
+// sharding.ErrCorruptRecord until the row is restored from a backup or the journal is
+// truncated past it.
 package pgstore
 
 import (
@@ -20,6 +32,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -27,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardhost/shardhost/internal/owner"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -59,14 +73,30 @@ type Config struct {
 	// goes in several requests (each its own transaction, each fenced), up to 4 at once
 	// on as many connections. Default 4 MiB.
 	MaxBatchBytes int
+	// JournalBatchWindow is how long the journal's group commit waits, after the first
+	// append of a gathering arrives, for more to share its commit. 0 (the default) waits
+	// for none: a lone append commits at once, and appends that arrive while commits
+	// are under way gather until a commit slot is free, so batches grow with the load
+	// without adding latency at low load. A window adds up to its length to every
+	// append's latency and saves commits when appends arrive spread out.
+	JournalBatchWindow time.Duration
+	// JournalBatchSize caps the appends that share one commit (one statement, one
+	// transaction). Larger batches cost fewer commits per append under load but make
+	// each commit, and its callers, wait longer. Default 256.
+	JournalBatchSize int
+	// JournalCommits caps the journal's group commits under way at once, each a
+	// transaction on a connection of the pool. More let the server's own WAL flushes
+	// overlap; fewer make each batch larger. Default 2.
+	JournalCommits int
 	// Logger receives the store's logs. Nil: slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultConfig returns the defaults: 16 connections, snapshots up to 64 MiB, batch
-// requests of up to 4 MiB. URL is to be set.
+// requests of up to 4 MiB, journal group commits of up to 256 appends, 2 at once,
+// without a window. URL is to be set.
 func DefaultConfig() Config {
-	return Config{MaxConns: 16, MaxStateSize: 64 << 20, MaxBatchBytes: 4 << 20}
+	return Config{MaxConns: 16, MaxStateSize: 64 << 20, MaxBatchBytes: 4 << 20, JournalBatchSize: 256, JournalCommits: 2}
 }
 
 // Validate reports a configuration that cannot work.
@@ -80,6 +110,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pgstore: MaxStateSize %d out of range (0, 1 GiB]", c.MaxStateSize)
 	case c.MaxBatchBytes <= 0:
 		return fmt.Errorf("pgstore: MaxBatchBytes %d must be positive", c.MaxBatchBytes)
+	case c.JournalBatchWindow < 0 || c.JournalBatchWindow > time.Second:
+		return fmt.Errorf("pgstore: JournalBatchWindow %v out of range [0, 1s]", c.JournalBatchWindow)
+	case c.JournalBatchSize < 1:
+		return fmt.Errorf("pgstore: JournalBatchSize %d must be positive", c.JournalBatchSize)
+	case c.JournalCommits < 1:
+		return fmt.Errorf("pgstore: JournalCommits %d must be positive", c.JournalCommits)
 	}
 	return nil
 }
@@ -90,6 +126,13 @@ type Store struct {
 	log    *slog.Logger
 	pool   *pgxpool.Pool
 	target string // host:port/db, for errors (no credentials)
+
+	group       *owner.Group    // the journal's batcher and its commits
+	appends     chan *appendReq // to the batcher (unbuffered: a send is a receipt)
+	commitSlots chan struct{}   // JournalCommits: a commit under way holds one
+	// gathered counts the appends the batcher holds, not yet handed to a commit;
+	// commits counts the commits it started. Both for tests.
+	gathered, commits atomic.Int64
 }
 
 var (
@@ -123,17 +166,25 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return nil, s.fail("connect", err)
 	}
-	version, err := migrate(ctx, s.pool)
+	version, err := migrate(ctx, s.pool, migrations)
 	if err != nil {
 		s.pool.Close()
 		return nil, s.fail("migrate the schema", err)
 	}
+	s.group = owner.New()
+	s.appends = make(chan *appendReq)
+	s.commitSlots = make(chan struct{}, cfg.JournalCommits)
+	s.group.Go(s.runBatcher)
 	s.log.Info("PostgreSQL state store ready", "database", s.target, "schema_version", version)
 	return s, nil
 }
 
-// Close closes the pool's connections, waiting for those in use.
+// Close stops the journal's batcher (appends not yet under way fail with
+// ErrStoreUnavailable, and those under way are interrupted: they may or may not have
+// committed), then closes the pool's connections, waiting for those in use.
 func (s *Store) Close() error {
+	s.group.Close()
+	s.group.Wait()
 	s.pool.Close()
 	return nil
 }
@@ -476,20 +527,21 @@ func (s *Store) RememberedShards(ctx context.Context) (map[string][]int, error) 
 var _ sharding.TypeStateDeleter = (*Store)(nil)
 
 // DeleteType implements sharding.TypeStateDeleter: the type's rows of
-// shardhost_snapshots and shardhost_remembered go, in one transaction; its rows of
-// shardhost_shard_epochs stay (fencing). Errors: ErrStoreUnavailable,
-// ErrInvalidStateKey.
+// shardhost_snapshots, shardhost_remembered, shardhost_journal and
+// shardhost_journal_floors go, in one transaction; its rows of shardhost_shard_epochs
+// stay (fencing). Errors: ErrStoreUnavailable, ErrInvalidStateKey.
 func (s *Store) DeleteType(ctx context.Context, typ string) error {
 	if err := checkKey(typ, 0, "", false); err != nil {
 		return err
 	}
 	err := retry(ctx, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "DELETE FROM shardhost_snapshots WHERE entity_type = $1", typ); err != nil {
-				return err
+			for _, table := range []string{"shardhost_snapshots", "shardhost_remembered", "shardhost_journal", "shardhost_journal_floors"} {
+				if _, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE entity_type = $1", typ); err != nil {
+					return err
+				}
 			}
-			_, err := tx.Exec(ctx, "DELETE FROM shardhost_remembered WHERE entity_type = $1", typ)
-			return err
+			return nil
 		})
 	})
 	if err != nil {
