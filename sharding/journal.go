@@ -27,7 +27,8 @@ var (
 )
 
 // JournalRecord is one record of an entity's journal as a store keeps it: its sequence
-// number (1 for the entity's first message, then one more for each) and its encoding
+// number (1 for the entity's first message, then one more for each; at most 2^63-1,
+// what a PostgreSQL bigint holds) and its encoding
 // (JournalEntry.Encode), which stores treat as opaque bytes and check with
 // VerifyJournalRecord.
 type JournalRecord struct {
@@ -53,7 +54,7 @@ type JournalStore interface {
 	// ErrCorruptRecord (a record that fails VerifyJournalRecord), ErrInvalidStateKey.
 	AppendJournal(ctx context.Context, key EntityKey, epoch uint64, recs []JournalRecord) error
 	// ReadJournal returns the entity's records with Seq >= from, in Seq order, at most
-	// limit of them (0: all). Every record it returns is durable: one that only some
+	// limit of them (0 or less: all). Every record it returns is durable: one that only some
 	// replicas held is written to a majority first (read repair), so that a later read
 	// returns it too. As Load, it refuses with ErrStaleEpoch when ctx carries a read
 	// epoch (WithReadEpoch) older than the shard's. Errors: ErrStaleEpoch,

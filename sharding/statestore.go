@@ -340,6 +340,9 @@ func (m *MemoryStateStore) TruncateJournal(ctx context.Context, key EntityKey, e
 	}
 	j := m.journals[key]
 	if j == nil {
+		if before <= 1 {
+			return nil // nothing below 1
+		}
 		j = &memJournal{records: map[uint64][]byte{}}
 		m.journals[key] = j
 	}

@@ -161,6 +161,9 @@ func (s *StoredShard) Validate() error {
 		if i > 0 && s.Journals[i-1].ID >= j.ID {
 			return fmt.Errorf("%w: journal IDs of %s/%d out of order at %q", ErrInvalidStateKey, s.Type, s.Shard, j.ID)
 		}
+		if j.Floor == 0 && len(j.Records) == 0 {
+			return fmt.Errorf("%w: journal of %s/%d/%s is empty, with no truncation point", ErrInvalidStateKey, s.Type, s.Shard, j.ID)
+		}
 		for k, r := range j.Records {
 			if r.Seq < j.Floor || r.Seq == 0 || (k > 0 && r.Seq <= j.Records[k-1].Seq) {
 				return fmt.Errorf("%w: journal of %s/%d/%s: record %d out of order or below its floor %d", ErrInvalidStateKey, s.Type, s.Shard, j.ID, r.Seq, j.Floor)
