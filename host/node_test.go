@@ -335,7 +335,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 7 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) {
+	if len(res.Settings) != 8 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")
@@ -343,8 +343,19 @@ func TestRedeployKeepsSettings(t *testing.T) {
 		t.Fatalf("passivate_after cleared: %+v, changed %v", res.Type, res.Changed)
 	}
 	res = deploy("reset_settings=true")
-	if res.Type.Checkpoint != "passivation" || res.Type.MaxActive != 0 || res.Changed["checkpoint"] != "every-message" {
+	if res.Type.Checkpoint != "journal" || res.Type.MaxActive != 0 || res.Changed["checkpoint"] != "every-message" {
 		t.Fatalf("reset: %+v, changed %v", res.Type, res.Changed)
+	}
+	// The history a base leaves behind: set, kept by a redeploy, none at 0.
+	res = deploy("history=5")
+	if res.Type.History != 5 || res.Settings[3] != (Setting{"history", "5"}) || res.Changed["history"] != "1000" {
+		t.Fatalf("history=5: %+v, settings %v, changed %v", res.Type, res.Settings, res.Changed)
+	}
+	if res = deploy("max_active=1"); res.Type.History != 5 {
+		t.Fatalf("a redeploy without history: %+v", res.Type)
+	}
+	if res = deploy("history=0"); res.Type.History != -1 || res.Settings[3] != (Setting{"history", "0"}) {
+		t.Fatalf("history=0: %+v, settings %v", res.Type, res.Settings)
 	}
 }
 
