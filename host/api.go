@@ -36,6 +36,7 @@ import (
 //	GET  /v1/modules                     → [ModuleInfo]: every type's versions, newest first
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
+//	GET  /v1/entities/{type}/{id}/history[?since=SEQ&limit=N] → HistoryPage (history.go)
 //	GET  /v1/members                     → [Member]
 //	GET  /v1/cluster                     → the view: self, leader, converged, members
 //	POST /v1/members/{address}/down      → mark the member down (an operator's decision)
@@ -133,6 +134,7 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/passivate", n.apiPassivate)
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
+	mux.HandleFunc("GET /v1/entities/{type}/{id}/history", n.apiHistory)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
 	mux.HandleFunc("GET /v1/shards", n.apiShards)
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.membership.View()) })

@@ -90,6 +90,7 @@ var routeRoles = map[string]Role{
 	"POST /v1/state/members/{address}/forget": RoleAdmin,
 	"GET /v1/ddata/keys":                      RoleRead,
 	"GET /v1/ddata/keys/{key...}":             RoleClient,
+	"GET /v1/entities/{type}/{id}/history":    RoleClient,
 	"POST /v1/ddata/keys/{key...}":            RoleAdmin,
 	"DELETE /v1/ddata/keys/{key...}":          RoleAdmin,
 	"GET /v1/keys":                            RoleAdmin,

@@ -25,7 +25,9 @@
 // MemberDeployment per member and the type's Setting list), UndeployResult, TypeInfo (a
 // type as the catalog holds it, with each ModuleVersion), ModuleInfo, ShardsReport (a
 // RegionReport per member, a ShardReport per shard), Readiness (GET /ready), DDataEntry
-// (a key of the replicator) and ForgetResult (the reply of ForgetStateMember's route).
+// (a key of the replicator), ForgetResult (the reply of ForgetStateMember's route), and
+// History's HistoryPage of HistoryRecord values (an entity's journal, read without
+// activating it).
 //
 // Errors keep their meaning through the API's error codes and across members
 // (sharding.CodedError). A message that failed inside the guest is a *GuestError

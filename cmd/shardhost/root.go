@@ -52,6 +52,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newShardsCommand(g)),
 		g.clientFlags(newTypesCommand(g)),
 		g.clientFlags(newModulesCommand(g)),
+		g.clientFlags(newHistoryCommand(g)),
 		g.clientFlags(newDownCommand(g)),
 		g.clientFlags(newLeaveCommand(g)),
 		newDDataCommand(g),

@@ -1,0 +1,181 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// An entity's history: the records of its journal (docs/design.md, "The journal"),
+// read from the state store without activating the entity.
+
+// HistoryRecord is one record of an entity's journal as `shardhost history` and
+// GET /v1/entities/{type}/{id}/history show it.
+type HistoryRecord struct {
+	Seq uint64 `json:"seq"`
+	// Time is when the message was handled (RFC 3339, UTC, to the millisecond).
+	Time time.Time `json:"time"`
+	// Kind is message, timer or changed; Sender the sending entity, timer or key.
+	Kind   string `json:"kind"`
+	Sender string `json:"sender,omitempty"`
+	Ask    bool   `json:"ask,omitempty"`
+	// PayloadBytes is the message's size, Preview its first bytes as text (at most
+	// historyPreview runes, non-printable bytes as \xNN).
+	PayloadBytes int    `json:"payload_bytes"`
+	Preview      string `json:"preview"`
+	// Outcome is "ok", an entity error's code, or "forwarded".
+	Outcome string `json:"outcome"`
+	// EffectsBytes is the size of what the record keeps of the message's host calls'
+	// answers, which a replay gives again.
+	EffectsBytes int `json:"effects_bytes,omitempty"`
+	// ReplyDigest is the reply's FNV-1a 32 digest, as 8 hex digits ("" for none).
+	ReplyDigest    string `json:"reply_digest,omitempty"`
+	TraceID        string `json:"trace_id,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// HistoryPage is a page of an entity's history: its records, and Next, the Seq to read
+// from for the next page (0 when there is no more).
+type HistoryPage struct {
+	Entity  string          `json:"entity"`
+	Records []HistoryRecord `json:"records"`
+	Next    uint64          `json:"next,omitempty"`
+}
+
+// Limits of a history read.
+const (
+	historyPreview      = 64
+	defaultHistoryLimit = 100
+	maxHistoryLimit     = 10_000
+)
+
+// History returns the records of entity typ/id's journal from since (1 for the first
+// kept), at most limit of them (1 to 10,000; 0: 100). It reads the state store, whatever
+// member hosts the entity, and activates nothing. Errors: ErrBadRequest (a limit out
+// of range, an entity ID the store refuses), sharding.ErrUnknownEntityType, and the
+// store's (ErrStoreUnavailable, ErrCorruptRecord). A store that keeps no journals
+// fails with ErrBadRequest.
+func (n *Node) History(ctx context.Context, typ, id string, since uint64, limit int) (HistoryPage, error) {
+	switch {
+	case limit == 0:
+		limit = defaultHistoryLimit
+	case limit < 0 || limit > maxHistoryLimit:
+		return HistoryPage{}, fmt.Errorf("%w: limit %d (want 1 to %d)", ErrBadRequest, limit, maxHistoryLimit)
+	}
+	info, ok := n.catalog.get(typ)
+	if !ok {
+		return HistoryPage{}, n.unknownType(typ)
+	}
+	journal, ok := sharding.StateStoreAs[sharding.JournalStore](n.states)
+	if !ok {
+		return HistoryPage{}, fmt.Errorf("%w: the state store keeps no journals", ErrBadRequest)
+	}
+	key := sharding.EntityKey{Type: typ, Shard: abi.ShardID(id, info.NumberOfShards), ID: id}
+	recs, err := journal.ReadJournal(ctx, key, max(since, 1), limit+1)
+	if err != nil {
+		return HistoryPage{}, withCode(err)
+	}
+	page := HistoryPage{Entity: typ + "/" + id, Records: []HistoryRecord{}}
+	if len(recs) > limit {
+		page.Next = recs[limit].Seq
+		recs = recs[:limit]
+	}
+	for _, r := range recs {
+		e, err := sharding.DecodeJournalEntry(key, r)
+		if err != nil {
+			return HistoryPage{}, err
+		}
+		page.Records = append(page.Records, historyRecord(e))
+	}
+	return page, nil
+}
+
+func historyRecord(e sharding.JournalEntry) HistoryRecord {
+	h := HistoryRecord{Seq: e.Seq, Time: e.Time.UTC(), Kind: kindName(e.Kind), Sender: e.Sender, Ask: e.Ask,
+		PayloadBytes: len(e.Payload), Preview: preview(e.Payload), Outcome: e.Outcome, EffectsBytes: len(e.Effects),
+		IdempotencyKey: e.IdempotencyKey}
+	if h.Outcome == "" {
+		h.Outcome = "ok"
+	}
+	if e.ReplyDigest != 0 {
+		h.ReplyDigest = fmt.Sprintf("%08x", e.ReplyDigest)
+	}
+	if e.TraceID != ([16]byte{}) {
+		h.TraceID = hex.EncodeToString(e.TraceID[:])
+	}
+	return h
+}
+
+func kindName(k sharding.MessageKind) string {
+	switch k {
+	case sharding.KindMessage:
+		return "message"
+	case sharding.KindTimer:
+		return "timer"
+	case sharding.KindChanged:
+		return "changed"
+	}
+	return "kind-" + strconv.Itoa(int(k))
+}
+
+// preview renders the first historyPreview runes of a payload as text: printable UTF-8
+// as it is, other bytes as \xNN, "…" after a cut.
+func preview(b []byte) string {
+	out := make([]byte, 0, historyPreview+8)
+	for n := 0; len(b) > 0; n++ {
+		if n == historyPreview {
+			return string(out) + "…"
+		}
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError || r < 0x20 || r == 0x7f {
+			out = fmt.Appendf(out, `\x%02x`, b[0])
+			b = b[1:]
+			continue
+		}
+		out = utf8.AppendRune(out, r)
+		b = b[size:]
+	}
+	return string(out)
+}
+
+// apiHistory is GET /v1/entities/{type}/{id}/history[?since=SEQ&limit=N].
+func (n *Node) apiHistory(w http.ResponseWriter, r *http.Request) {
+	typ, id := r.PathValue("type"), r.PathValue("id")
+	if err := ValidateTypeName(typ); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	if err := checkEntityID(id); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	q := r.URL.Query()
+	var since uint64
+	var limit int
+	var err error
+	if s := q.Get("since"); s != "" {
+		if since, err = strconv.ParseUint(s, 10, 64); err != nil {
+			writeError(w, r, fmt.Errorf("%w: since=%q is not a sequence number", ErrBadRequest, s), 0)
+			return
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 {
+			writeError(w, r, fmt.Errorf("%w: limit=%q is not a number from 1 to %d", ErrBadRequest, s, maxHistoryLimit), 0)
+			return
+		}
+	}
+	page, err := n.History(r.Context(), typ, id, since, limit)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}

@@ -1,0 +1,105 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// TestJournalKeepsWhatAKilledMemberAcknowledged: a wasm entity (abitest) with the
+// default settings on the third of three members handles counts, a random read, a tell
+// and a timer; the member is killed (no leave, no save). The entity comes back on
+// another member from its journal: its count, the random bytes it drew (the replay
+// gives the recorded ones), its timer (re-armed from the record), and the tell went
+// out once. Its history lists every message.
+func TestJournalKeepsWhatAKilledMemberAcknowledged(t *testing.T) {
+	nodes := startNodes(t, 3, nil)
+	ctx := context.Background()
+	if _, err := nodes[0].Deploy(ctx, testwasm.Bytes(t, "abitest"), sharding.TypeSettings{Name: "abitest"}); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := nodes[0].catalog.get("abitest"); info.Settings().Checkpoint != "" && info.Settings().Checkpoint != sharding.CheckpointJournal {
+		t.Fatalf("the default checkpoint policy is %q", info.Settings().Checkpoint)
+	}
+	id := entityOn(t, nodes[0], nodes[2], "abitest", "count")   // count 1
+	other := entityOn(t, nodes[0], nodes[1], "abitest", "echo") // lives on: the tell's target
+	ask := func(msg string) string {
+		t.Helper()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		r, err := nodes[0].Sharding().Ask(actx, "abitest", id, []byte(msg))
+		if err != nil {
+			t.Fatalf("%s: %v", msg, err)
+		}
+		return string(r.Payload)
+	}
+	ask("count")
+	if got := ask("count"); got != "3" {
+		t.Fatalf("count %s, want 3", got)
+	}
+	ask("random 16")
+	ask("tell abitest/" + other + " hello")
+	ask("timer t1 600000 0 ping")
+	testutil.EventuallyNil(t, 30*time.Second, "the tell delivered", func() error {
+		r, err := nodes[0].Sharding().Ask(ctx, "abitest", other, []byte("events"))
+		if err != nil || !strings.Contains(string(r.Payload), "abitest/"+id+" hello") {
+			return fmt.Errorf("events of %s: %q %v", other, r.Payload, err)
+		}
+		return nil
+	})
+
+	if err := nodes[2].Kill(); err != nil {
+		t.Logf("kill: %v", err)
+	}
+	// The entity answers again once its shard has a new home.
+	testutil.EventuallyNil(t, 60*time.Second, "the entity served after the kill", func() error {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		r, err := nodes[0].Sharding().Ask(actx, "abitest", id, []byte("echo up"))
+		if err != nil {
+			return err
+		}
+		if r.Node == nodes[2].Self().Address {
+			return fmt.Errorf("answered by the killed member")
+		}
+		return nil
+	})
+	if got := ask("count"); got != "4" {
+		t.Fatalf("count after the kill %s, want 4 (three acknowledged before it)", got)
+	}
+	if got := ask("cancel t1"); got != "1" {
+		t.Fatalf("the timer set before the kill: cancel says %s, want 1 (running)", got)
+	}
+	// The tell went out once: the replay answered it from the record.
+	r, err := nodes[0].Sharding().Ask(ctx, "abitest", other, []byte("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(r.Payload), "abitest/"+id+" hello"); n != 1 {
+		t.Fatalf("the tell arrived %d times, want once: %q", n, r.Payload)
+	}
+	page, err := nodes[1].History(ctx, "abitest", id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k, rec := range page.Records {
+		if rec.Seq != uint64(k+1) {
+			t.Fatalf("history record %d has seq %d", k, rec.Seq)
+		}
+		if rec.Preview != "echo up" { // the probes: one or more (a timed-out one may count)
+			got = append(got, rec.Preview)
+		}
+	}
+	want := []string{"count", "count", "count", "random 16", "tell abitest/" + other + " hello", "timer t1 600000 0 ping",
+		"count", "cancel t1"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("history %q, want %q", got, want)
+	}
+}
