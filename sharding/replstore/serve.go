@@ -68,7 +68,22 @@ func (s *Store) checkWrite(req *stateWriteReq) error {
 		if err := sharding.CheckStateKey(req.Type, req.Shard, r.ID, true); err != nil {
 			return err
 		}
+		if r.Kind != stateKindJournal && r.JSeq != 0 || r.Kind != stateKindFloor && r.Floor != 0 {
+			return fmt.Errorf("%w: record %q of kind %d with a journal sequence number or floor", sharding.ErrMalformedMessage, r.ID, r.Kind)
+		}
 		switch r.Kind {
+		case stateKindJournal:
+			if r.JSeq == 0 || r.Remember || r.Xfer != 0 {
+				return fmt.Errorf("%w: journal record %q #%d", sharding.ErrMalformedMessage, r.ID, r.JSeq)
+			}
+			if len(r.Data) > s.journalRecordCap() {
+				return fmt.Errorf("%w: journal record of %d bytes, the cap is %d", sharding.ErrStateTooLarge, len(r.Data), s.journalRecordCap())
+			}
+			// Its checksum is checked by the disk's write (stateDisk.applyWrite).
+		case stateKindFloor:
+			if r.Floor == 0 || r.Remember || len(r.Data) > 0 || r.Xfer != 0 {
+				return fmt.Errorf("%w: journal floor %q of %d", sharding.ErrMalformedMessage, r.ID, r.Floor)
+			}
 		case stateKindSnapshot:
 			if len(r.Data) > s.cfg.MaxStateSize {
 				return fmt.Errorf("%w: %d bytes, the cap is %d", sharding.ErrStateTooLarge, len(r.Data), s.cfg.MaxStateSize)
@@ -179,6 +194,24 @@ func (s *Store) serveRemembered(from string, body []byte) []byte {
 	return s.encodeReply(&stateRememberedReply{Records: recs, More: more})
 }
 
+func (s *Store) serveJournal(from string, body []byte) []byte {
+	var req stateJournalReq
+	if err := decodeState(body, &req); err != nil {
+		return stateFail(err)
+	}
+	if err := sharding.CheckStateKey(req.Type, req.Shard, req.ID, true); err != nil {
+		return stateFail(err)
+	}
+	if req.Limit < 0 {
+		return stateFail(fmt.Errorf("%w: journal read with limit %d", sharding.ErrMalformedMessage, req.Limit))
+	}
+	p, err := s.disk.journalPage(sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: req.ID}, req.From, req.Limit, s.cfg.ChunkSize)
+	if err != nil {
+		return stateFail(err)
+	}
+	return s.encodeReply(&stateJournalReply{Records: p.records, Corrupt: p.corrupt, Floor: p.floor, More: p.more, Through: p.through, Shard: p.shard})
+}
+
 func (s *Store) serveSummary(from string, body []byte) []byte {
 	var req stateSummaryReq
 	if err := decodeState(body, &req); err != nil {
@@ -214,11 +247,12 @@ func (s *Store) serveDiff(from string, body []byte) []byte {
 		if err := sharding.CheckStateKey(req.Type, req.Shard, r.ID, true); err != nil {
 			return stateFail(err)
 		}
-		if (r.Kind != stateKindSnapshot && r.Kind != stateKindRemember) || len(r.Data) > 0 || r.Xfer != 0 {
+		if r.Kind < stateKindSnapshot || r.Kind > stateKindFloor || len(r.Data) > 0 || r.Xfer != 0 ||
+			(r.Kind == stateKindJournal) != (r.JSeq != 0) || (r.Kind == stateKindFloor) != (r.Floor != 0) {
 			return stateFail(fmt.Errorf("%w: diff entry %q of kind %d", sharding.ErrMalformedMessage, r.ID, r.Kind))
 		}
 	}
-	need, err := s.disk.needs(stateShardPrefix(req.Type, req.Shard), req.Records)
+	need, err := s.disk.needs(req.Type, req.Shard, req.Records)
 	if err != nil {
 		return stateFail(err)
 	}

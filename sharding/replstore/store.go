@@ -296,6 +296,7 @@ func (s *Store) register() (err error) {
 	m.Handle(topicStateDeleteType, s.handler(s.serveDeleteType))
 	m.Handle(topicStateHandover, s.handler(s.serveHandover))
 	m.Handle(topicStateForget, s.handler(s.serveForget))
+	m.Handle(topicStateJournal, s.handler(s.serveJournal))
 	return nil
 }
 
@@ -474,14 +475,20 @@ func (s *Store) FenceShard(ctx context.Context, typ string, shard int, epoch uin
 // write sends fenced records (none: a fence alone) to the shard's replicas and waits
 // for a majority.
 func (s *Store) write(ctx context.Context, typ string, shard int, epoch uint64, recs []stateRecord) error {
+	return s.send(ctx, &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: recs})
+}
+
+// send sends a write request to the shard's replicas and waits for a majority. The
+// request's records must not change until every replica has answered, which may be
+// after send returns.
+func (s *Store) send(ctx context.Context, req *stateWriteReq) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
 	}
-	reps, err := s.replicaSet(typ, shard)
+	reps, err := s.replicaSet(req.Type, req.Shard)
 	if err != nil {
 		return err
 	}
-	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: recs}
 	type ack struct {
 		in  uint64
 		err error

@@ -896,7 +896,7 @@ func TestStateWireFormats(t *testing.T) {
 			t.Fatalf("prefix of %q/%d reads back as %q/%d %v", tc.typ, tc.shard, typ, shard, ok)
 		}
 		k := stateRecordKey(p, stateKindRemember, "id\x00x")
-		if kind, id, ok := splitStateRecordKey(p, k); !ok || kind != stateKindRemember || id != "id\x00x" {
+		if kind, id, _, ok := splitStateRecordKey(p, k); !ok || kind != stateKindRemember || id != "id\x00x" {
 			t.Fatalf("record key reads back as %d %q %v", kind, id, ok)
 		}
 	}
