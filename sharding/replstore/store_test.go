@@ -542,10 +542,14 @@ func TestReplicatedStateStore(t *testing.T) {
 				with(func(r *stateWriteReq) {
 					r.Records[0] = stateRecord{Kind: stateKindJournal, ID: "m", JSeq: 1, Data: jrec(sharding.EntityKey{Type: "counter", Shard: 1, ID: "m"}, 1, "x").Data, Xfer: 77}
 				}),
-				with(func(r *stateWriteReq) { r.Records[0].Kind, r.Records[0].JSeq, r.Records[0].Data = stateKindJournal, 1, make([]byte, 64<<10+1) }),
+				with(func(r *stateWriteReq) {
+					r.Records[0].Kind, r.Records[0].JSeq, r.Records[0].Data = stateKindJournal, 1, make([]byte, 64<<10+1)
+				}),
 				with(func(r *stateWriteReq) { r.Records[0].Kind, r.Records[0].Data = stateKindFloor, nil }),
 				with(func(r *stateWriteReq) { r.Records[0].Kind, r.Records[0].Floor = stateKindFloor, 3 }),
-				with(func(r *stateWriteReq) { r.Records[0].Kind, r.Records[0].Floor, r.Records[0].JSeq, r.Records[0].Data = stateKindFloor, 3, 2, nil }),
+				with(func(r *stateWriteReq) {
+					r.Records[0].Kind, r.Records[0].Floor, r.Records[0].JSeq, r.Records[0].Data = stateKindFloor, 3, 2, nil
+				}),
 			},
 			topicStateChunk: {
 				stateChunkReq{Xfer: 0, Total: 10, Data: []byte("x")},
