@@ -254,12 +254,28 @@ func (d *stateDisk) commit(batch []*stateDiskOp) error {
 // update runs fn in a write transaction (shared with other writes) and returns once it
 // is on disk.
 func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error)) error {
+	op, err := d.submit(size, fn)
+	if err != nil {
+		return err
+	}
+	return d.await(op)
+}
+
+// submit queues fn for a write transaction (shared with other writes); await waits
+// until it is on disk. Ops submitted one after the other, then awaited, share a
+// transaction and its fsync when the writer finds them queued together.
+func (d *stateDisk) submit(size int, fn func(eb, rb *bolt.Bucket) (bool, error)) (*stateDiskOp, error) {
 	op := &stateDiskOp{fn: fn, size: size, done: make(chan error, 1)}
 	select {
 	case d.ops <- op:
+		return op, nil
 	case <-d.stop:
-		return errStateClosed
+		return nil, errStateClosed
 	}
+}
+
+// await waits for a submitted op's outcome.
+func (d *stateDisk) await(op *stateDiskOp) error {
 	select {
 	case err := <-op.done:
 		return err
@@ -360,6 +376,24 @@ func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) {
 // written), sharding.ErrCorruptRecord (nothing written), sharding.ErrStoreUnavailable
 // (the disk failed).
 func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
+	return d.startWrite(req).wait()
+}
+
+// stateWrite is a write request submitted to the disk's writer (startWrite).
+type stateWrite struct {
+	d     *stateDisk
+	req   *stateWriteReq
+	op    *stateDiskOp
+	err   error // a refusal before the op was submitted
+	epoch uint64
+	stale bool
+}
+
+// startWrite checks and submits a write request (applyWrite without the wait): the
+// writes started one after the other, then waited for, share the writer's transaction
+// and fsync.
+func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
+	w := &stateWrite{d: d, req: req}
 	prefix := stateShardPrefix(req.Type, req.Shard)
 	size := 0
 	for i := range req.Records {
@@ -368,93 +402,109 @@ func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 		if r.Kind == stateKindJournal {
 			key := sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: r.ID}
 			if err := sharding.VerifyJournalRecord(key, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data}); err != nil {
-				return 0, err
+				w.err = err
+				return w
 			}
 		}
 	}
-	var epoch uint64
-	var stale bool
-	err := d.update(size, func(eb, rb *bolt.Bucket) (bool, error) {
-		cur, has := stateEpochOf(eb, prefix)
-		if req.Fence && req.Epoch < cur {
-			epoch, stale = cur, true
-			return false, nil
+	w.op, w.err = d.submit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) })
+	if w.err != nil {
+		w.err = fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, w.err)
+	}
+	return w
+}
+
+// wait returns the write's outcome once it is on disk (see applyWrite).
+func (w *stateWrite) wait() (uint64, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	req := w.req
+	if err := w.d.await(w.op); err != nil {
+		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, w.d.path, err)
+	}
+	if w.stale {
+		return w.epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", sharding.ErrStaleEpoch, req.Epoch, w.epoch, req.Type, req.Shard)
+	}
+	return w.epoch, nil
+}
+
+// apply applies the write in the writer's transaction; it may run twice (stateDiskOp).
+func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
+	req := w.req
+	cur, has := stateEpochOf(eb, prefix)
+	if req.Fence && req.Epoch < cur {
+		w.epoch, w.stale = cur, true
+		return false, nil
+	}
+	epoch := max(cur, req.Epoch)
+	w.epoch, w.stale = epoch, false
+	var deletedMark uint64
+	if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
+		deletedMark = binary.BigEndian.Uint64(v)
+	}
+	changed := false
+	if !has || epoch != cur {
+		if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
+			return false, err
 		}
-		epoch, stale = max(cur, req.Epoch), false
-		var deletedMark uint64
-		if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
-			deletedMark = binary.BigEndian.Uint64(v)
+		changed = true
+	}
+	var floors map[string]uint64 // the journals' floors met in this write
+	floorOf := func(id string) uint64 {
+		f, ok := floors[id]
+		if !ok {
+			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, id))); ok {
+				f = fr.Floor
+			}
+			if floors == nil {
+				floors = map[string]uint64{}
+			}
+			floors[id] = f
 		}
-		changed := false
-		if !has || epoch != cur {
-			if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
+		return f
+	}
+	for i := range req.Records {
+		r := &req.Records[i]
+		if r.Seq <= deletedMark {
+			continue // a copy from before the type's state was deleted (deleteType)
+		}
+		k := r.key(prefix)
+		switch r.Kind {
+		case stateKindJournal:
+			if r.JSeq < floorOf(r.ID) {
+				continue // below the journal's floor: a base holds it
+			}
+			if old := rb.Get(k); old != nil {
+				o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, old)
+				if ok && !r.newer(&o) && verifyStateJournal(req.Type, req.Shard, &o) == nil {
+					continue // the replica's is as new or newer, and intact
+				}
+			}
+		case stateKindFloor:
+			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rb.Get(k)); ok && !r.newer(&o) {
+				continue
+			}
+			if err := truncateJournal(rb, prefix, r.ID, r.Floor); err != nil {
 				return false, err
 			}
-			changed = true
+			if floors == nil {
+				floors = map[string]uint64{}
+			}
+			floors[r.ID] = max(floors[r.ID], r.Floor)
+		default:
+			if old := rb.Get(k); old != nil {
+				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
+					continue // the replica's is as new or newer
+				}
+			}
 		}
-		var floors map[string]uint64 // the journals' floors met in this write
-		floorOf := func(id string) uint64 {
-			f, ok := floors[id]
-			if !ok {
-				if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, id))); ok {
-					f = fr.Floor
-				}
-				if floors == nil {
-					floors = map[string]uint64{}
-				}
-				floors[id] = f
-			}
-			return f
+		if err := rb.Put(k, encodeStateValue(r)); err != nil {
+			return false, err
 		}
-		for i := range req.Records {
-			r := &req.Records[i]
-			if r.Seq <= deletedMark {
-				continue // a copy from before the type's state was deleted (deleteType)
-			}
-			k := r.key(prefix)
-			switch r.Kind {
-			case stateKindJournal:
-				if r.JSeq < floorOf(r.ID) {
-					continue // below the journal's floor: a base holds it
-				}
-				if old := rb.Get(k); old != nil {
-					o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, old)
-					if ok && !r.newer(&o) && verifyStateJournal(req.Type, req.Shard, &o) == nil {
-						continue // the replica's is as new or newer, and intact
-					}
-				}
-			case stateKindFloor:
-				if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rb.Get(k)); ok && !r.newer(&o) {
-					continue
-				}
-				if err := truncateJournal(rb, prefix, r.ID, r.Floor); err != nil {
-					return false, err
-				}
-				if floors == nil {
-					floors = map[string]uint64{}
-				}
-				floors[r.ID] = max(floors[r.ID], r.Floor)
-			default:
-				if old := rb.Get(k); old != nil {
-					if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
-						continue // the replica's is as new or newer
-					}
-				}
-			}
-			if err := rb.Put(k, encodeStateValue(r)); err != nil {
-				return false, err
-			}
-			changed = true
-		}
-		return changed, nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err)
+		changed = true
 	}
-	if stale {
-		return epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", sharding.ErrStaleEpoch, req.Epoch, epoch, req.Type, req.Shard)
-	}
-	return epoch, nil
+	return changed, nil
 }
 
 // verifyStateJournal checks a journal record of the shard typ/shard

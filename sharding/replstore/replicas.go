@@ -123,6 +123,8 @@ func (r *stateForgetReply) status() (uint8, string) { return r.Code, r.Msg }
 
 func (r *stateJournalReply) status() (uint8, string) { return r.Code, r.Msg }
 
+func (r *stateWritesReply) status() (uint8, string) { return r.Code, r.Msg }
+
 func (r *stateReply) store() *string { return &r.Store }
 
 func (r *stateReadReply) store() *string { return &r.Store }
@@ -138,6 +140,8 @@ func (r *stateHandoverReply) store() *string { return &r.Store }
 func (r *stateForgetReply) store() *string { return &r.Store }
 
 func (r *stateJournalReply) store() *string { return &r.Store }
+
+func (r *stateWritesReply) store() *string { return &r.Store }
 
 // storeID is this member's store ID (stateDisk.storeID; "" without a disk, in tests of
 // the ranking alone).
@@ -266,11 +270,15 @@ func stateFail(err error) []byte {
 }
 
 // writeTo applies a write on one replica: on the local disk, or by a request (after
-// staging, in chunks, the snapshots over ChunkSize).
+// staging, in chunks, the snapshots over ChunkSize); journal writes to a peer go
+// through its pipe (coalesce.go).
 func (s *Store) writeTo(ctx context.Context, r stateReplica, req *stateWriteReq) error {
 	if r.local {
 		_, err := s.disk.applyWrite(req)
 		return err
+	}
+	if coalescable(req) && !r.retained && r.transport != "" {
+		return s.writePiped(r, req)
 	}
 	out := req
 	for i := range req.Records {

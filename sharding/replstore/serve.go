@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
@@ -124,6 +125,43 @@ func (s *Store) serveWrite(from string, body []byte) []byte {
 		return s.encodeReply(&stateReply{Code: stateErrorCode(err), Msg: err.Error(), Epoch: epoch})
 	}
 	return s.encodeReply(&stateReply{Epoch: epoch})
+}
+
+func (s *Store) serveWrites(from string, body []byte) []byte {
+	var req stateWritesReq
+	if err := decodeState(body, &req); err != nil {
+		return stateFail(err)
+	}
+	if len(req.Writes) == 0 {
+		return stateFail(fmt.Errorf("%w: no writes", sharding.ErrMalformedMessage))
+	}
+	// Every write is submitted to the disk's writer before any is waited for: they
+	// share its transaction and fsync.
+	results := make([]stateReply, len(req.Writes))
+	started := make([]*stateWrite, len(req.Writes))
+	for i := range req.Writes {
+		w := &req.Writes[i]
+		err := s.checkWrite(w)
+		if err == nil && slices.ContainsFunc(w.Records, func(r stateRecord) bool { return r.Xfer != 0 }) {
+			err = fmt.Errorf("%w: chunked data in a coalesced write", sharding.ErrMalformedMessage)
+		}
+		if err != nil {
+			results[i] = stateReply{Code: stateErrorCode(err), Msg: err.Error()}
+			continue
+		}
+		started[i] = s.disk.startWrite(w)
+	}
+	for i, w := range started {
+		if w == nil {
+			continue
+		}
+		epoch, err := w.wait()
+		results[i] = stateReply{Epoch: epoch}
+		if err != nil {
+			results[i].Code, results[i].Msg = stateErrorCode(err), err.Error()
+		}
+	}
+	return s.encodeReply(&stateWritesReply{Results: results})
 }
 
 func (s *Store) serveDeleteType(from string, body []byte) []byte {

@@ -228,6 +228,9 @@ type Store struct {
 	kick        chan struct{} // a repair pass and a handover round now (ForgetMember)
 
 	readRepairsDropped atomic.Uint64
+
+	pipesMu sync.Mutex
+	pipes   map[statePipeKey]*statePipe // coalesce.go
 }
 
 var _ sharding.StateStore = (*Store)(nil)
@@ -266,6 +269,7 @@ func New(cfg Config) (*Store, error) {
 		serving:     make(chan struct{}, stateMaxServing),
 		readRepairs: make(chan stateRepairJob, stateRepairQueue),
 		kick:        make(chan struct{}, 1),
+		pipes:       map[statePipeKey]*statePipe{},
 	}
 	s.ring.restored = restored
 	if err := s.register(); err != nil {
@@ -297,6 +301,7 @@ func (s *Store) register() (err error) {
 	m.Handle(topicStateHandover, s.handler(s.serveHandover))
 	m.Handle(topicStateForget, s.handler(s.serveForget))
 	m.Handle(topicStateJournal, s.handler(s.serveJournal))
+	m.Handle(topicStateWrites, s.handler(s.serveWrites))
 	return nil
 }
 

@@ -54,6 +54,12 @@ const (
 	// copies, and its truncation floor. (Appends and truncations are state/write
 	// requests of records of kinds stateKindJournal and stateKindFloor.)
 	topicStateJournal = "state/journal"
+	// topicStateWrites: stateWritesReq → stateWritesReply. Several writes in one
+	// message, each applied as a state/write (its own fence, its own reply), their
+	// disk transactions submitted together, so that one fsync takes them all: the
+	// journal appends of many entities to one replica, coalesced by the sender
+	// (coalesce.go).
+	topicStateWrites = "state/writes"
 )
 
 // Reply codes: the outcome of a request, mapped back to errors by the requester
@@ -282,6 +288,20 @@ type stateRememberedReply struct {
 	Records []stateRecord `cbor:"3,keyasint,omitempty"`
 	More    bool          `cbor:"4,keyasint,omitempty"`
 	Store   string        `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
+}
+
+// stateWritesReq carries several write requests (none with chunked data: Xfer is 0).
+type stateWritesReq struct {
+	Writes []stateWriteReq `cbor:"1,keyasint"`
+}
+
+// stateWritesReply answers each write of a stateWritesReq, in order, as state/write
+// would (Code, Msg, Epoch).
+type stateWritesReply struct {
+	Code    uint8        `cbor:"1,keyasint"`
+	Msg     string       `cbor:"2,keyasint,omitempty"`
+	Results []stateReply `cbor:"3,keyasint,omitempty"`
+	Store   string       `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateJournalReq asks for a page of an entity's journal: its records from From (at
