@@ -469,3 +469,92 @@ func BenchmarkAppendJournal(b *testing.B) {
 		b.Run(fmt.Sprintf("writers=%d/shards=%d", bc.writers, bc.shards), func(b *testing.B) { run(b, bc.writers, bc.shards) })
 	}
 }
+
+// A coalesced request (state/writes) applies each of its writes as state/write would,
+// each with its own outcome: a stale fence refuses its write alone, a corrupt record
+// its write alone, the others land. Many appends at once through one replica's pipe all
+// land.
+func TestCoalescedWritesKeepTheirOwnOutcomes(t *testing.T) {
+	c := newSSCluster(t, 2, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	from, to := c.nodes[0], c.nodes[1]
+	a := sharding.EntityKey{Type: "counter", Shard: 1, ID: "a"}
+	b := sharding.EntityKey{Type: "counter", Shard: 2, ID: "b"}
+	if _, err := to.store.disk.applyWrite(&stateWriteReq{Type: "counter", Shard: 2, Epoch: 5, Fence: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec := func(key sharding.EntityKey, seq uint64, text string) stateRecord {
+		return stateRecord{Kind: stateKindJournal, ID: key.ID, JSeq: seq, Epoch: 1, Seq: seq, Data: jrec(key, seq, text).Data}
+	}
+	spoilt := rec(a, 2, "spoilt")
+	spoilt.Data[3] ^= 1
+	req := &stateWritesReq{Writes: []stateWriteReq{
+		{Type: "counter", Shard: 1, Epoch: 1, Fence: true, Records: []stateRecord{rec(a, 1, "one")}},
+		{Type: "counter", Shard: 2, Epoch: 1, Fence: true, Records: []stateRecord{rec(b, 1, "stale")}},
+		{Type: "counter", Shard: 1, Epoch: 1, Fence: true, Records: []stateRecord{spoilt}},
+		{Type: "counter", Shard: 1, Epoch: 1, Fence: true, Records: []stateRecord{{Kind: stateKindSnapshot, ID: "x", Xfer: 9}}},
+		{Type: "counter", Shard: 2, Epoch: 5, Fence: true, Records: []stateRecord{rec(b, 1, "fresh")}},
+	}}
+	var reply stateWritesReply
+	if err := from.store.call(ssCtx(t), from.store.ringView().replica(to.addr(), ""), topicStateWrites, req, &reply); err != nil {
+		t.Fatal(err)
+	}
+	var codes []uint8
+	for _, r := range reply.Results {
+		codes = append(codes, r.Code)
+	}
+	if want := []uint8{stateCodeOK, stateCodeStale, stateCodeCorrupt, stateCodeBad, stateCodeOK}; !slices.Equal(codes, want) {
+		t.Fatalf("codes %v, want %v (%+v)", codes, want, reply.Results)
+	}
+	if texts, _, _ := ssDiskJournal(t, to, a); !slices.Equal(texts, []string{"1:one"}) {
+		t.Fatalf("a's journal: %v", texts)
+	}
+	if texts, _, _ := ssDiskJournal(t, to, b); !slices.Equal(texts, []string{"1:fresh"}) {
+		t.Fatalf("b's journal: %v", texts)
+	}
+
+	// Through the pipe: many writers at once, each its outcome.
+	peer := from.store.ringView().replica(to.addr(), "")
+	errs := make(chan error, 64)
+	var wg sync.WaitGroup
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := sharding.EntityKey{Type: "counter", Shard: 2 + w%2, ID: fmt.Sprint("p", w)}
+			epoch := uint64(5)
+			if key.Shard == 3 {
+				epoch = 1
+			}
+			r := rec(key, 1, fmt.Sprint("w", w))
+			r.Epoch = epoch
+			err := from.store.writePiped(peer, &stateWriteReq{Type: key.Type, Shard: key.Shard, Epoch: epoch, Fence: true, Records: []stateRecord{r}})
+			if err != nil {
+				errs <- fmt.Errorf("writer %d: %w", w, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if _, err := to.store.disk.applyWrite(&stateWriteReq{Type: "counter", Shard: 3, Epoch: 7, Fence: true}); err != nil {
+		t.Fatal(err)
+	}
+	stale := rec(sharding.EntityKey{Type: "counter", Shard: 3, ID: "late"}, 1, "late")
+	if err := from.store.writePiped(peer, &stateWriteReq{Type: "counter", Shard: 3, Epoch: 1, Fence: true, Records: []stateRecord{stale}}); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("a stale write through the pipe: %v, want ErrStaleEpoch", err)
+	}
+	for w := 0; w < 64; w++ {
+		key := sharding.EntityKey{Type: "counter", Shard: 2 + w%2, ID: fmt.Sprint("p", w)}
+		if texts, _, _ := ssDiskJournal(t, to, key); !slices.Equal(texts, []string{fmt.Sprintf("1:w%d", w)}) {
+			t.Fatalf("%v on the replica: %v", key, texts)
+		}
+	}
+	// A pipe with nothing to send ends (its goroutine, and its entry).
+	testutil.Eventually(t, 10*time.Second, "the pipes with nothing to send ended", func() bool {
+		from.store.pipesMu.Lock()
+		defer from.store.pipesMu.Unlock()
+		return len(from.store.pipes) == 0
+	})
+}

@@ -589,8 +589,12 @@ func TestReplicatedStateStore(t *testing.T) {
 				stateJournalReq{Type: "counter", Shard: 1, ID: "x", Limit: -1},
 				stateJournalReq{Type: "", Shard: 1, ID: "x"},
 			},
+			topicStateWrites: {
+				stateWritesReq{},
+				map[int]any{1: []any{1, 2}},
+			},
 		}
-		for _, topic := range []string{topicStateWrite, topicStateChunk, topicStateRead, topicStateRemembered, topicStateSummary, topicStateDiff, topicStateJournal} {
+		for _, topic := range []string{topicStateWrite, topicStateChunk, topicStateRead, topicStateRemembered, topicStateSummary, topicStateDiff, topicStateJournal, topicStateWrites} {
 			var bodies [][]byte
 			bodies = append(bodies, generic...)
 			for _, v := range cases[topic] {
