@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -308,7 +309,11 @@ func (s *Store) repairShard(ctx context.Context, sh stateShardRef, pass *stateRe
 		return err
 	}
 	prefix := stateShardPrefix(sh.typ, sh.shard)
-	sum, err := s.disk.summary(prefix, true)
+	// The versions are listed now when this member may drop its copy after the sync
+	// (those acknowledged are the ones it drops), else only for a replica whose digest
+	// differs (syncShard): journals make shards of many records, in sync most passes.
+	local := slices.ContainsFunc(reps.reps, func(r stateReplica) bool { return r.local })
+	sum, err := s.disk.summary(prefix, !local)
 	if err != nil {
 		return err
 	}
@@ -370,6 +375,13 @@ func (s *Store) syncShard(ctx context.Context, r stateReplica, sh stateShardRef,
 	}
 	if sr.Same {
 		return nil
+	}
+	if sum.entries == nil {
+		listed, err := s.disk.summary(prefix, true)
+		if err != nil {
+			return err
+		}
+		sum.entries = listed.entries
 	}
 	entries := sum.entries
 	for len(entries) > 0 {

@@ -140,18 +140,24 @@ const (
 )
 
 // Store is the entity state store of docs/design.md: each shard's data
-// (snapshots and remembered entity IDs) on the first K members of the shard's priority
-// order, on disk (bbolt, fsynced before a replica acknowledges), a majority of K
-// acknowledging a write and answering a read.
+// (snapshots, remembered entity IDs and entity journals) on the first K members of the
+// shard's priority order, on disk (bbolt, fsynced before a replica acknowledges), a
+// majority of K acknowledging a write and answering a read.
 //
-// Versions. Every record (an entity's snapshot, or its remember/forget mark) carries a
-// version (epoch, seq): the writer's allocation epoch for the shard, then seq, the
-// writer's hybrid clock (Unix nanoseconds, strictly increasing within a process; it
+// Versions. Every record (an entity's snapshot, its remember/forget mark, a record of
+// its journal, or its journal's truncation floor) carries a version (epoch, seq): the
+// writer's allocation epoch for the shard, then seq, the writer's hybrid clock (Unix
+// nanoseconds, strictly increasing within a process; it
 // only orders writes of one epoch, which come from the shard's one owner, and a
 // restart of that owner moves it forward). A replica keeps the newest version of each
 // record; readers take the newest of a majority, so a write acknowledged by a majority
 // is seen by every later read of a majority of the same replica set. A forget is a
-// versioned tombstone: a replica that missed it cannot bring the entity back.
+// versioned tombstone: a replica that missed it cannot bring the entity back, nor can
+// one that missed a truncation bring back the journal records below its floor (floors
+// only rise: the highest wins). Journal records carry a CRC-32C
+// (sharding.VerifyJournalRecord), checked by each replica before it writes one and
+// after it reads one: a corrupt copy is never returned, and a read repairs it from an
+// intact one.
 //
 // Fencing. Each replica keeps the newest epoch it has seen per shard and refuses a Save
 // or Remember with an older epoch (sharding.ErrStaleEpoch, also across members: the
