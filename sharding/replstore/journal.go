@@ -117,14 +117,12 @@ func (s *Store) TruncateJournal(ctx context.Context, key sharding.EntityKey, epo
 // (no replica that answered holds an intact copy of a record's newest version),
 // sharding.ErrStoreUnavailable (fewer than a majority answered, or acknowledged the
 // read repair, within RequestTimeout or ctx), sharding.ErrInvalidStateKey. The records
-// are the caller's.
+// are the caller's. limit 0 or less reads them all.
 func (s *Store) ReadJournal(ctx context.Context, key sharding.EntityKey, from uint64, limit int) ([]sharding.JournalRecord, error) {
 	if err := sharding.CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return nil, err
 	}
-	if limit < 0 {
-		return nil, fmt.Errorf("%w: journal read with limit %d", sharding.ErrInvalidStateKey, limit)
-	}
+	limit = max(limit, 0) // as the in-memory store: below 0 is no limit
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("replstore: read the journal of %s/%d/%q: %w: %w", key.Type, key.Shard, key.ID, sharding.ErrStoreUnavailable, err)
 	}
@@ -461,7 +459,7 @@ func (s *Store) journalFrom(ctx context.Context, r stateReplica, key sharding.En
 		for i := range recs {
 			rec := &recs[i]
 			if rec.Kind != stateKindJournal || rec.ID != key.ID || rec.JSeq < from || !p.covers(rec.JSeq) ||
-				(i > 0 && rec.JSeq <= recs[i-1].JSeq) || len(rec.Data) > max(s.journalRecordCap(), s.cfg.ChunkSize) {
+				(i > 0 && rec.JSeq <= recs[i-1].JSeq) || len(rec.Data) > s.cfg.MaxStateSize {
 				return fmt.Errorf("record #%d of kind %d, %d bytes", rec.JSeq, rec.Kind, len(rec.Data))
 			}
 		}

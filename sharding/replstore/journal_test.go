@@ -558,3 +558,62 @@ func TestCoalescedWritesKeepTheirOwnOutcomes(t *testing.T) {
 		return len(from.store.pipes) == 0
 	})
 }
+
+// A journal larger than a message is read in pages, each from a majority, merged where
+// the replicas' pages end apart (one replica lacks records the others hold); from and
+// limit hold across pages; a record over ChunkSize is refused.
+func TestJournalReadsInPages(t *testing.T) {
+	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
+		cfg.RepairInterval = time.Hour
+		cfg.ChunkSize = 1 << 10 // three of these records a page
+	})
+	key := sharding.EntityKey{Type: "counter", Shard: 5, ID: "paged"}
+	pad := string(bytes.Repeat([]byte("."), 280))
+	text := func(seq uint64) string { return fmt.Sprintf("%d:r%d%s", seq, seq, pad) }
+	padded := func(from, to uint64) []sharding.JournalRecord {
+		var out []sharding.JournalRecord
+		for seq := from; seq <= to; seq++ {
+			out = append(out, jrec(key, seq, fmt.Sprintf("r%d%s", seq, pad)))
+		}
+		return out
+	}
+	want := func(from, to uint64) []string {
+		var out []string
+		for seq := from; seq <= to; seq++ {
+			out = append(out, text(seq))
+		}
+		return out
+	}
+	a, b, lag := c.nodes[0], c.nodes[1], c.nodes[2]
+	ssAppend(t, a, key, 1, padded(1, 10)...) // in four writes of ChunkSize
+	waitDiskJournal(t, c.nodes, key, 0, want(1, 10)...)
+	c.net.Disconnect(a.transport, lag.transport)
+	for seq := uint64(11); seq <= 20; seq++ {
+		ssAppend(t, a, key, 1, padded(seq, seq)...)
+	}
+	c.net.Reconnect(a.transport, lag.transport)
+	// Through the lagging replica and a (not b): its pages stop at 10, a's go on.
+	c.net.Disconnect(lag.transport, b.transport)
+	ssJournal(t, lag, key, 1, want(1, 20)...)
+	// The read wrote what it returned from a alone to a majority: lag has it now.
+	if texts, _, _ := ssDiskJournal(t, lag, key); !slices.Equal(texts, want(1, 20)) {
+		t.Fatalf("the lagging replica holds %d records after the read", len(texts))
+	}
+	c.net.Reconnect(lag.transport, b.transport)
+	got, err := b.store.ReadJournal(ssCtx(t), key, 5, 7)
+	if err != nil || !slices.Equal(journalText(t, key, got), want(5, 11)) {
+		t.Fatalf("read from 5, limit 7: %d records, %v", len(got), err)
+	}
+	if err := a.store.TruncateJournal(ssCtx(t), key, 1, 8); err != nil {
+		t.Fatal(err)
+	}
+	got, err = lag.store.ReadJournal(ssCtx(t), key, 1, 4)
+	if err != nil || !slices.Equal(journalText(t, key, got), want(8, 11)) {
+		t.Fatalf("read from 1, limit 4, after truncation at 8: %d records, %v", len(got), err)
+	}
+	ssJournal(t, b, key, 19, want(19, 20)...)
+	big := jrec(key, 21, string(bytes.Repeat([]byte("x"), 1<<10)))
+	if err := a.store.AppendJournal(ssCtx(t), key, 1, []sharding.JournalRecord{big}); !errors.Is(err, sharding.ErrStateTooLarge) {
+		t.Fatalf("append of a record over ChunkSize: %v, want ErrStateTooLarge", err)
+	}
+}
