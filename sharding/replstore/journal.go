@@ -238,16 +238,21 @@ func (s *Store) journalRound(ctx context.Context, key sharding.EntityKey, reps s
 	}
 	// Read repair, first what fewer than a majority hold: written to a majority before
 	// it is returned.
+	// What a majority holds already goes, later, to the replicas that lack it (behind).
 	groups := reps.groups()
 	var weak []stateRecord
+	behind := stateJournalMerge{floor: m.floor}
 	for i := range m.records {
 		r := &m.records[i]
-		if !heldByQuorum(groups, answers, func(p *stateJournalPage) bool { return p.holds(r) }) {
+		if heldByQuorum(groups, answers, func(p *stateJournalPage) bool { return p.holds(r) }) {
+			behind.records = append(behind.records, *r)
+		} else {
 			weak = append(weak, *r)
 		}
 	}
 	if m.floor != nil && !heldByQuorum(groups, answers, func(p *stateJournalPage) bool { return p.floor != nil && p.floor.Floor >= m.floor.Floor }) {
 		weak = append(weak, *m.floor)
+		behind.floor = nil
 	}
 	if len(weak) > 0 {
 		weak = cloneRecords(weak)
@@ -259,16 +264,28 @@ func (s *Store) journalRound(ctx context.Context, key sharding.EntityKey, reps s
 			weak = weak[n:]
 		}
 	}
-	// Then the replicas behind, those that answered and those yet to.
-	pending := len(reps.reps) - len(answers)
-	behind := false
+	// Then the replicas behind on what a majority holds, best effort: those that
+	// answered now (the records are copied before the caller gets them), and those yet
+	// to answer once they have, from a copy.
 	for _, a := range answers {
-		behind = behind || (a.err == nil && len(m.lacking(&a.page)) > 0)
+		if a.err == nil {
+			s.queueJournalRepair(key, a.rep, behind.lacking(&a.page))
+		}
 	}
-	if pending > 0 || behind {
-		s.owner.Go(func() { s.finishJournal(key, m, answers, pending, results) })
+	if pending := len(reps.reps) - len(answers); pending > 0 && (len(behind.records) > 0 || behind.floor != nil) {
+		behind.records = cloneRecords(behind.records)
+		s.owner.Go(func() { s.finishJournal(key, behind, pending, results) })
 	}
 	return round, nil
+}
+
+// queueJournalRepair queues writes of the records (copied) to a replica that lacks them.
+func (s *Store) queueJournalRepair(key sharding.EntityKey, rep stateReplica, missing []stateRecord) {
+	for len(missing) > 0 {
+		n := s.writeBatchLen(missing)
+		s.queueRepair(stateRepairJob{typ: key.Type, shard: key.Shard, targets: []stateReplica{rep}, records: cloneRecords(missing[:n])})
+		missing = missing[n:]
+	}
 }
 
 // heldByQuorum reports whether the answers whose page holds (holds(page)) make a
@@ -289,22 +306,13 @@ func heldByQuorum(groups []quorum.Group, answers []stateJournalAnswer, holds fun
 	return true
 }
 
-// finishJournal waits for the replicas that had not answered a page read, then queues,
-// for each replica that answered, the records of the merged page (and the floor) it
-// lacks, holds older or holds corrupt.
-func (s *Store) finishJournal(key sharding.EntityKey, m stateJournalMerge, answers []stateJournalAnswer, pending int, results <-chan stateJournalAnswer) {
+// finishJournal waits for the replicas that had not answered a page read (each answers
+// or fails within RequestTimeout), then queues, for each, the records of the merged
+// page (and the floor) it lacks, holds older or holds corrupt.
+func (s *Store) finishJournal(key sharding.EntityKey, m stateJournalMerge, pending int, results <-chan stateJournalAnswer) {
 	for ; pending > 0; pending-- {
-		answers = append(answers, <-results)
-	}
-	for _, a := range answers {
-		if a.err != nil {
-			continue
-		}
-		missing := m.lacking(&a.page)
-		for len(missing) > 0 {
-			n := s.writeBatchLen(missing)
-			s.queueRepair(stateRepairJob{typ: key.Type, shard: key.Shard, targets: []stateReplica{a.rep}, records: cloneRecords(missing[:n])})
-			missing = missing[n:]
+		if a := <-results; a.err == nil {
+			s.queueJournalRepair(key, a.rep, m.lacking(&a.page))
 		}
 	}
 }
