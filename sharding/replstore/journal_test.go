@@ -617,3 +617,23 @@ func TestJournalReadsInPages(t *testing.T) {
 		t.Fatalf("append of a record over ChunkSize: %v, want ErrStateTooLarge", err)
 	}
 }
+
+// The records a read returns are the caller's: the repairs the read queued for a
+// replica behind carry copies, so the lagging replica gets them intact even though the
+// caller overwrote what it got at once.
+func TestJournalReadRepairOutlivesTheCallersBuffers(t *testing.T) {
+	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	key := sharding.EntityKey{Type: "counter", Shard: 2, ID: "mine"}
+	w, lag := c.nodes[0], c.nodes[2]
+	c.net.Disconnect(w.transport, lag.transport)
+	ssAppend(t, w, key, 1, jrecs(key, 1, 5, "r")...)
+	c.net.Reconnect(w.transport, lag.transport)
+	got, err := w.store.ReadJournal(ssCtx(t), key, 1, 0)
+	if err != nil || len(got) != 5 {
+		t.Fatalf("read: %d records, %v", len(got), err)
+	}
+	for _, r := range got {
+		clear(r.Data)
+	}
+	waitDiskJournal(t, c.nodes, key, 0, "1:r1", "2:r2", "3:r3", "4:r4", "5:r5")
+}
