@@ -254,12 +254,28 @@ func (d *stateDisk) commit(batch []*stateDiskOp) error {
 // update runs fn in a write transaction (shared with other writes) and returns once it
 // is on disk.
 func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error)) error {
+	op, err := d.submit(size, fn)
+	if err != nil {
+		return err
+	}
+	return d.await(op)
+}
+
+// submit queues fn for a write transaction (shared with other writes); await waits
+// until it is on disk. Ops submitted one after the other, then awaited, share a
+// transaction and its fsync when the writer finds them queued together.
+func (d *stateDisk) submit(size int, fn func(eb, rb *bolt.Bucket) (bool, error)) (*stateDiskOp, error) {
 	op := &stateDiskOp{fn: fn, size: size, done: make(chan error, 1)}
 	select {
 	case d.ops <- op:
+		return op, nil
 	case <-d.stop:
-		return errStateClosed
+		return nil, errStateClosed
 	}
+}
+
+// await waits for a submitted op's outcome.
+func (d *stateDisk) await(op *stateDiskOp) error {
 	select {
 	case err := <-op.done:
 		return err
@@ -353,59 +369,165 @@ func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) {
 }
 
 // applyWrite applies a write request (see stateWriteReq) and returns the shard's epoch
-// after it. Errors: sharding.ErrStaleEpoch (a fenced write older than the shard's
-// epoch: nothing written), sharding.ErrStoreUnavailable (the disk failed).
+// after it. Journal records are checked first (sharding.VerifyJournalRecord): one that
+// fails refuses the whole write. A journal record below its entity's floor is dropped;
+// a floor deletes the entity's journal records below it. Errors:
+// sharding.ErrStaleEpoch (a fenced write older than the shard's epoch: nothing
+// written), sharding.ErrCorruptRecord (nothing written), sharding.ErrStoreUnavailable
+// (the disk failed).
 func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
+	return d.startWrite(req).wait()
+}
+
+// stateWrite is a write request submitted to the disk's writer (startWrite).
+type stateWrite struct {
+	d     *stateDisk
+	req   *stateWriteReq
+	op    *stateDiskOp
+	err   error // a refusal before the op was submitted
+	epoch uint64
+	stale bool
+}
+
+// startWrite checks and submits a write request (applyWrite without the wait): the
+// writes started one after the other, then waited for, share the writer's transaction
+// and fsync.
+func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
+	w := &stateWrite{d: d, req: req}
 	prefix := stateShardPrefix(req.Type, req.Shard)
 	size := 0
 	for i := range req.Records {
-		size += len(req.Records[i].ID) + len(req.Records[i].Data)
+		r := &req.Records[i]
+		size += len(r.ID) + len(r.Data)
+		if r.Kind == stateKindJournal {
+			key := sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: r.ID}
+			if err := sharding.VerifyJournalRecord(key, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data}); err != nil {
+				w.err = err
+				return w
+			}
+		}
 	}
-	var epoch uint64
-	var stale bool
-	err := d.update(size, func(eb, rb *bolt.Bucket) (bool, error) {
-		cur, has := stateEpochOf(eb, prefix)
-		if req.Fence && req.Epoch < cur {
-			epoch, stale = cur, true
-			return false, nil
+	w.op, w.err = d.submit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) })
+	if w.err != nil {
+		w.err = fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, w.err)
+	}
+	return w
+}
+
+// wait returns the write's outcome once it is on disk (see applyWrite).
+func (w *stateWrite) wait() (uint64, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	req := w.req
+	if err := w.d.await(w.op); err != nil {
+		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, w.d.path, err)
+	}
+	if w.stale {
+		return w.epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", sharding.ErrStaleEpoch, req.Epoch, w.epoch, req.Type, req.Shard)
+	}
+	return w.epoch, nil
+}
+
+// apply applies the write in the writer's transaction; it may run twice (stateDiskOp).
+func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
+	req := w.req
+	cur, has := stateEpochOf(eb, prefix)
+	if req.Fence && req.Epoch < cur {
+		w.epoch, w.stale = cur, true
+		return false, nil
+	}
+	epoch := max(cur, req.Epoch)
+	w.epoch, w.stale = epoch, false
+	var deletedMark uint64
+	if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
+		deletedMark = binary.BigEndian.Uint64(v)
+	}
+	changed := false
+	if !has || epoch != cur {
+		if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
+			return false, err
 		}
-		epoch, stale = max(cur, req.Epoch), false
-		var deletedMark uint64
-		if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
-			deletedMark = binary.BigEndian.Uint64(v)
+		changed = true
+	}
+	var floors map[string]uint64 // the journals' floors met in this write
+	floorOf := func(id string) uint64 {
+		f, ok := floors[id]
+		if !ok {
+			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, id))); ok {
+				f = fr.Floor
+			}
+			if floors == nil {
+				floors = map[string]uint64{}
+			}
+			floors[id] = f
 		}
-		changed := false
-		if !has || epoch != cur {
-			if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
+		return f
+	}
+	for i := range req.Records {
+		r := &req.Records[i]
+		if r.Seq <= deletedMark {
+			continue // a copy from before the type's state was deleted (deleteType)
+		}
+		k := r.key(prefix)
+		switch r.Kind {
+		case stateKindJournal:
+			if r.JSeq < floorOf(r.ID) {
+				continue // below the journal's floor: a base holds it
+			}
+			if old := rb.Get(k); old != nil {
+				o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, old)
+				if ok && !r.newer(&o) && verifyStateJournal(req.Type, req.Shard, &o) == nil {
+					continue // the replica's is as new or newer, and intact
+				}
+			}
+		case stateKindFloor:
+			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rb.Get(k)); ok && !r.newer(&o) {
+				continue
+			}
+			if err := truncateJournal(rb, prefix, r.ID, r.Floor); err != nil {
 				return false, err
 			}
-			changed = true
-		}
-		for i := range req.Records {
-			r := &req.Records[i]
-			if r.Seq <= deletedMark {
-				continue // a copy from before the type's state was deleted (deleteType)
+			if floors == nil {
+				floors = map[string]uint64{}
 			}
-			k := stateRecordKey(prefix, r.Kind, r.ID)
+			floors[r.ID] = max(floors[r.ID], r.Floor)
+		default:
 			if old := rb.Get(k); old != nil {
 				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
 					continue // the replica's is as new or newer
 				}
 			}
-			if err := rb.Put(k, encodeStateValue(r)); err != nil {
-				return false, err
-			}
-			changed = true
 		}
-		return changed, nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err)
+		if err := rb.Put(k, encodeStateValue(r)); err != nil {
+			return false, err
+		}
+		changed = true
 	}
-	if stale {
-		return epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", sharding.ErrStaleEpoch, req.Epoch, epoch, req.Type, req.Shard)
+	return changed, nil
+}
+
+// verifyStateJournal checks a journal record of the shard typ/shard
+// (sharding.VerifyJournalRecord).
+func verifyStateJournal(typ string, shard int, r *stateRecord) error {
+	return sharding.VerifyJournalRecord(sharding.EntityKey{Type: typ, Shard: shard, ID: r.ID}, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data})
+}
+
+// truncateJournal deletes the entity's journal records below floor: a range of keys.
+func truncateJournal(rb *bolt.Bucket, prefix []byte, id string, floor uint64) error {
+	jp := stateJournalPrefix(prefix, id)
+	end := stateJournalKey(prefix, id, floor)
+	var keys [][]byte
+	c := rb.Cursor()
+	for k, _ := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp) && bytes.Compare(k, end) < 0; k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
 	}
-	return epoch, nil
+	for _, k := range keys {
+		if err := rb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stateDeletedKey is the epochs bucket's key of a type's deletion mark: a zero length
@@ -487,18 +609,82 @@ func (d *stateDisk) raiseEpoch(prefix []byte, epoch uint64) (uint64, error) {
 
 // record returns a record with its data (a copy).
 func (d *stateDisk) record(prefix []byte, kind uint8, id string) (stateRecord, bool, error) {
+	return d.recordOf(prefix, &stateRecord{Kind: kind, ID: id})
+}
+
+// recordOf returns the record named by ref (its kind, ID and JSeq) with its data (a
+// copy).
+func (d *stateDisk) recordOf(prefix []byte, ref *stateRecord) (stateRecord, bool, error) {
 	var rec stateRecord
 	var found bool
 	err := d.view(func(eb, rb *bolt.Bucket) error {
-		ver, remember, data, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, kind, id)))
+		r, ok := decodeStateRecord(ref.Kind, ref.ID, ref.JSeq, rb.Get(ref.key(prefix)))
 		if ok {
 			found = true
-			rec = stateRecord{Kind: kind, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Remember: remember,
-				Data: append([]byte{}, data...)}
+			rec = r
+			if r.Kind != stateKindFloor {
+				rec.Data = append([]byte{}, r.Data...)
+			}
 		}
 		return nil
 	})
 	return rec, found, err
+}
+
+// stateJournalPage is a page of an entity's journal on one replica (see
+// stateJournalReply).
+type stateJournalPage struct {
+	records []stateRecord // intact, with their data (copies)
+	corrupt []stateRecord // versions only
+	floor   *stateRecord
+	more    bool
+	through uint64
+	shard   uint64 // the replica's epoch of the shard
+}
+
+// journalPage reads key's journal from from (and its floor): its records in JSeq
+// order, each checked with sharding.VerifyJournalRecord (a copy that fails goes to
+// corrupt, without data), stopping before limit records (0: no limit) or budget bytes
+// of data (at least one record).
+func (d *stateDisk) journalPage(key sharding.EntityKey, from uint64, limit, budget int) (stateJournalPage, error) {
+	prefix := stateShardPrefix(key.Type, key.Shard)
+	var p stateJournalPage
+	err := d.view(func(eb, rb *bolt.Bucket) error {
+		p = stateJournalPage{}
+		p.shard, _ = stateEpochOf(eb, prefix)
+		start := max(from, 1)
+		if fr, ok := decodeStateRecord(stateKindFloor, key.ID, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, key.ID))); ok {
+			p.floor = &fr
+			start = max(start, fr.Floor)
+		}
+		jp := stateJournalPrefix(prefix, key.ID)
+		n, size := 0, 0
+		c := rb.Cursor()
+		for k, v := c.Seek(stateJournalKey(prefix, key.ID, start)); k != nil && bytes.HasPrefix(k, jp); k, v = c.Next() {
+			if len(k) != len(jp)+8 {
+				continue
+			}
+			jseq := binary.BigEndian.Uint64(k[len(jp):])
+			r, ok := decodeStateRecord(stateKindJournal, key.ID, jseq, v)
+			if n > 0 && ((limit > 0 && n >= limit) || size+len(r.Data) > budget) {
+				p.more = true
+				return nil
+			}
+			n++
+			p.through = jseq
+			if !ok || verifyStateJournal(key.Type, key.Shard, &r) != nil {
+				// A torn or corrupt copy: its version if it has one (a value that does not
+				// decode has none: any copy elsewhere is newer).
+				p.corrupt = append(p.corrupt, stateRecord{Kind: stateKindJournal, ID: key.ID, JSeq: jseq, Epoch: r.Epoch, Seq: r.Seq})
+				continue
+			}
+			size += len(r.Data)
+			r.Data = bytes.Clone(r.Data)
+			p.records = append(p.records, r)
+		}
+		return nil
+	})
+	return p, err
 }
 
 // read returns a snapshot's version and size and a copy of at most max bytes of it
@@ -551,8 +737,9 @@ func (d *stateDisk) rememberedPage(prefix []byte, after string, budget, limit in
 }
 
 // stateSummary digests a shard's records on one member: its epoch, its record count,
-// and a SHA-256 over (kind, ID, epoch, seq) of each record in key order, which two
-// members holding the same versions compute alike. entries lists the versions.
+// and a SHA-256 over (kind, ID, epoch, seq, and a journal record's JSeq or a floor's
+// floor) of each record in key order, which two members holding the same versions
+// compute alike. entries lists the versions.
 type stateSummary struct {
 	epoch   uint64
 	count   int
@@ -570,23 +757,29 @@ func (d *stateDisk) summary(prefix []byte, withEntries bool) (stateSummary, erro
 		var buf []byte
 		c := rb.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			kind, id, ok := splitStateRecordKey(prefix, k)
+			kind, id, jseq, ok := splitStateRecordKey(prefix, k)
 			if !ok {
 				continue
 			}
-			ver, _, _, ok := decodeStateValue(v)
+			r, ok := decodeStateRecord(kind, id, jseq, v)
 			if !ok {
 				continue
 			}
 			buf = append(buf[:0], kind)
 			buf = binary.AppendUvarint(buf, uint64(len(id)))
 			buf = append(buf, id...)
-			buf = binary.BigEndian.AppendUint64(buf, ver.Epoch)
-			buf = binary.BigEndian.AppendUint64(buf, ver.Seq)
+			buf = binary.BigEndian.AppendUint64(buf, r.Epoch)
+			buf = binary.BigEndian.AppendUint64(buf, r.Seq)
+			switch kind { // journals' records only: others digest as before journals
+			case stateKindJournal:
+				buf = binary.BigEndian.AppendUint64(buf, jseq)
+			case stateKindFloor:
+				buf = binary.BigEndian.AppendUint64(buf, r.Floor)
+			}
 			h.Write(buf)
 			sum.count++
 			if withEntries {
-				sum.entries = append(sum.entries, stateRecord{Kind: kind, ID: id, Epoch: ver.Epoch, Seq: ver.Seq})
+				sum.entries = append(sum.entries, stateRecord{Kind: kind, ID: id, Epoch: r.Epoch, Seq: r.Seq, JSeq: jseq, Floor: r.Floor})
 			}
 		}
 		sum.hash = h.Sum(nil)
@@ -595,14 +788,23 @@ func (d *stateDisk) summary(prefix []byte, withEntries bool) (stateSummary, erro
 	return sum, err
 }
 
-// needs returns the indexes of the records this member lacks or holds older.
-func (d *stateDisk) needs(prefix []byte, recs []stateRecord) ([]int, error) {
+// needs returns the indexes of the records this member lacks or holds older: a journal
+// record below its entity's floor here is not needed, and one whose copy here is
+// corrupt is.
+func (d *stateDisk) needs(typ string, shard int, recs []stateRecord) ([]int, error) {
+	prefix := stateShardPrefix(typ, shard)
 	var need []int
 	err := d.view(func(eb, rb *bolt.Bucket) error {
 		need = nil
 		for i := range recs {
-			ver, _, _, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, recs[i].Kind, recs[i].ID)))
-			if !ok || ver.less(recs[i].version()) {
+			r := &recs[i]
+			if r.Kind == stateKindJournal {
+				if fr, ok := decodeStateRecord(stateKindFloor, r.ID, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, r.ID))); ok && r.JSeq < fr.Floor {
+					continue
+				}
+			}
+			o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, rb.Get(r.key(prefix)))
+			if !ok || r.newer(&o) || (r.Kind == stateKindJournal && verifyStateJournal(typ, shard, &o) != nil) {
 				need = append(need, i)
 			}
 		}
@@ -633,12 +835,13 @@ func (d *stateDisk) dropSynced(prefix []byte, entries []stateRecord) (int, error
 	err := d.update(0, func(eb, rb *bolt.Bucket) (bool, error) {
 		dropped = 0
 		for i := range entries {
-			k := stateRecordKey(prefix, entries[i].Kind, entries[i].ID)
+			e := &entries[i]
+			k := e.key(prefix)
 			v := rb.Get(k)
 			if v == nil {
 				continue
 			}
-			if ver, _, _, ok := decodeStateValue(v); ok && ver != entries[i].version() {
+			if r, ok := decodeStateRecord(e.Kind, e.ID, e.JSeq, v); ok && !r.sameAs(e) {
 				continue // written since the replicas acknowledged
 			}
 			if err := rb.Delete(k); err != nil {

@@ -1,18 +1,20 @@
 // Package replstore is the built-in entity state store of docs/design.md, a
-// sharding.StateStore: each shard's snapshots and remembered entity IDs on the first K
-// members of the shard's priority order, on disk (bbolt, fsynced before a replica
-// acknowledges), a majority of K acknowledging a write and answering a read. Writes are
-// fenced by the shard's allocation epoch; a ring of members keeps every acknowledged
-// write readable while the members change; read repair and anti-entropy bring
-// replicas up to date. Store says how.
+// sharding.StateStore and sharding.JournalStore: each shard's snapshots, remembered
+// entity IDs and entity journals on the first K members of the shard's priority order,
+// on disk (bbolt, fsynced before a replica acknowledges), a majority of K acknowledging
+// a write and answering a read. Writes are fenced by the shard's allocation epoch; a
+// ring of members keeps every acknowledged write readable while the members change;
+// read repair and anti-entropy bring replicas up to date. Store says how.
 //
 // The files: store.go (the store: Save, Load, Remember, Remembered, FenceShard,
-// DeleteType), replicas.go (its requests to replicas and their majorities), serve.go
-// (a replica's side of the protocol), wire.go (the protocol's messages and the records
-// on disk), disk.go (the bbolt file and its group commit), repair.go (read repair and
-// anti-entropy), ring.go (the ring a shard's replicas are ranked over, and its views),
-// handover.go (the rounds that end a change of the ring), forget.go (an operator's
-// ForgetMember), offline.go (the files of a stopped cluster).
+// DeleteType), journal.go (its journals: AppendJournal, ReadJournal, TruncateJournal),
+// replicas.go (its requests to replicas and their majorities), coalesce.go (the journal
+// writes to one replica sent together), serve.go (a replica's side of the protocol),
+// wire.go (the protocol's messages and the records on disk), disk.go (the bbolt file
+// and its group commit), repair.go (read repair and anti-entropy), ring.go (the ring a
+// shard's replicas are ranked over, and its views), handover.go (the rounds that end a
+// change of the ring), forget.go (an operator's ForgetMember), offline.go (the files of
+// a stopped cluster).
 //
 // Host chooses the store, this one or package pgstore, and gives it to sharding as
 // sharding.Config.States; package sharding never imports this one.

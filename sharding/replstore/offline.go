@@ -21,9 +21,12 @@ import (
 
 // ExportDirs reads the replicated store's data in the given directories (each a
 // member's state directory, <data-dir>/state, holding FileName) and calls fn with
-// each shard that holds snapshots or remembered entities, in (type, shard) order. It
-// merges the replicas as a read would: each entity's newest snapshot version, each
-// entity's newest remember or forget mark, the newest epoch. The members must be
+// each shard that holds snapshots, remembered entities or journals, in (type, shard)
+// order. It merges the replicas as a read would: each entity's newest snapshot version,
+// each entity's newest remember or forget mark, each journal record's newest version
+// (an intact copy) at or above the journal's highest floor, the newest epoch. Errors:
+// sharding.ErrCorruptRecord for a journal record with no intact copy of its newest
+// version in any directory. The members must be
 // stopped: a directory in use by a running member fails within 1 s. Every member's
 // directory should be given: a shard whose replicas are all left out is missing from
 // the export. fn owns the shard it gets.
@@ -102,7 +105,10 @@ func viewState(db *bolt.DB, fn func(eb, rb *bolt.Bucket) error) error {
 }
 
 // mergeShard reads a shard from every file and keeps the newest version of each
-// record.
+// record: of each snapshot and mark, of each journal record (an intact copy: one that
+// fails sharding.VerifyJournalRecord is passed over, and a record whose newest version
+// has no intact copy in any file fails the export with sharding.ErrCorruptRecord), and
+// each journal's highest floor, below which its records are left out.
 func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, error) {
 	prefix := stateShardPrefix(typ, shard)
 	type rec struct {
@@ -110,7 +116,14 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, e
 		remember bool
 		data     []byte
 	}
+	type jkey struct {
+		id   string
+		jseq uint64
+	}
 	snaps, marks := map[string]rec{}, map[string]rec{}
+	journal := map[jkey]stateRecord{}  // the newest intact copy
+	newest := map[jkey]stateVersion{}  // the newest version, intact or not
+	floors := map[string]stateRecord{} // the highest floor
 	var epoch uint64
 	for _, db := range dbs {
 		err := viewState(db, func(eb, rb *bolt.Bucket) error {
@@ -119,8 +132,34 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, e
 			}
 			c := rb.Cursor()
 			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-				kind, id, ok := splitStateRecordKey(prefix, k)
+				kind, id, jseq, ok := splitStateRecordKey(prefix, k)
 				if !ok {
+					continue
+				}
+				switch kind {
+				case stateKindJournal:
+					jk := jkey{id, jseq}
+					r, ok := decodeStateRecord(kind, id, jseq, v)
+					if !ok {
+						continue
+					}
+					if cur, ok := newest[jk]; !ok || cur.less(r.version()) {
+						newest[jk] = r.version()
+					}
+					if verifyStateJournal(typ, shard, &r) != nil {
+						continue
+					}
+					if cur, ok := journal[jk]; !ok || r.newer(&cur) {
+						r.Data = bytes.Clone(r.Data)
+						journal[jk] = r
+					}
+					continue
+				case stateKindFloor:
+					if r, ok := decodeStateRecord(kind, id, 0, v); ok {
+						if cur, ok := floors[id]; !ok || r.newer(&cur) {
+							floors[id] = r
+						}
+					}
 					continue
 				}
 				ver, remember, data, ok := decodeStateValue(v)
@@ -156,6 +195,33 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, e
 			sh.Remembered = append(sh.Remembered, id)
 		}
 	}
+	journals := map[string]*sharding.StoredJournal{}
+	for jk, v := range newest {
+		if f, ok := floors[jk.id]; ok && jk.jseq < f.Floor {
+			continue
+		}
+		r, ok := journal[jk]
+		if !ok || r.version().less(v) {
+			return nil, fmt.Errorf("%w: %s/%d/%q #%d: no intact copy of its newest version in any file", sharding.ErrCorruptRecord, typ, shard, jk.id, jk.jseq)
+		}
+		j := journals[jk.id]
+		if j == nil {
+			j = &sharding.StoredJournal{ID: jk.id}
+			journals[jk.id] = j
+		}
+		j.Records = append(j.Records, sharding.JournalRecord{Seq: jk.jseq, Data: r.Data})
+	}
+	for id, f := range floors {
+		j := journals[id]
+		if j == nil {
+			j = &sharding.StoredJournal{ID: id}
+			journals[id] = j
+		}
+		j.Floor = f.Floor
+	}
+	for _, j := range journals {
+		sh.Journals = append(sh.Journals, *j)
+	}
 	sh.Sort()
 	return sh, nil
 }
@@ -175,7 +241,8 @@ type MemberDir struct {
 // elsewhere ranks its replicas anew, and its anti-entropy moves the data to them
 // (reads may miss it until then).
 //
-// Imported records are written at epoch 0 (their sequence numbers kept): an import
+// Imported records are written at epoch 0 (snapshots' sequence numbers kept; journal
+// records and floors at version (0, 1)): an import
 // starts a new history of allocations, and any write of the restarted cluster (epoch
 // 1 or more) supersedes them and passes the fence. The directories must hold no
 // state yet.
@@ -272,6 +339,14 @@ func (im *DirImporter) ImportShard(sh *sharding.StoredShard) error {
 	}
 	for _, id := range sh.Remembered {
 		add(stateRecord{Kind: stateKindRemember, ID: id, Seq: 1, Remember: true})
+	}
+	for _, j := range sh.Journals {
+		if j.Floor > 1 {
+			add(stateRecord{Kind: stateKindFloor, ID: j.ID, Seq: 1, Floor: j.Floor})
+		}
+		for _, r := range j.Records {
+			add(stateRecord{Kind: stateKindJournal, ID: j.ID, Seq: 1, JSeq: r.Seq, Data: r.Data})
+		}
 	}
 	if len(cur) > 0 {
 		batches = append(batches, cur)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -308,7 +309,11 @@ func (s *Store) repairShard(ctx context.Context, sh stateShardRef, pass *stateRe
 		return err
 	}
 	prefix := stateShardPrefix(sh.typ, sh.shard)
-	sum, err := s.disk.summary(prefix, true)
+	// The versions are listed now when this member may drop its copy after the sync
+	// (those acknowledged are the ones it drops), else only for a replica whose digest
+	// differs (syncShard): journals make shards of many records, in sync most passes.
+	local := slices.ContainsFunc(reps.reps, func(r stateReplica) bool { return r.local })
+	sum, err := s.disk.summary(prefix, !local)
 	if err != nil {
 		return err
 	}
@@ -371,11 +376,18 @@ func (s *Store) syncShard(ctx context.Context, r stateReplica, sh stateShardRef,
 	if sr.Same {
 		return nil
 	}
+	if sum.entries == nil {
+		listed, err := s.disk.summary(prefix, true)
+		if err != nil {
+			return err
+		}
+		sum.entries = listed.entries
+	}
 	entries := sum.entries
 	for len(entries) > 0 {
 		n, size := 0, 0
-		for n < len(entries) && n < stateMaxPageRecords && (n == 0 || size+len(entries[n].ID)+32 <= s.cfg.ChunkSize) {
-			size += len(entries[n].ID) + 32
+		for n < len(entries) && n < stateMaxPageRecords && (n == 0 || size+entries[n].listedSize() <= s.cfg.ChunkSize) {
+			size += entries[n].listedSize()
 			n++
 		}
 		page := entries[:n]
@@ -414,11 +426,18 @@ func (s *Store) pushRecords(ctx context.Context, r stateReplica, sh stateShardRe
 		return err
 	}
 	for _, i := range need {
-		rec, found, err := s.disk.record(prefix, page[i].Kind, page[i].ID)
+		rec, found, err := s.disk.recordOf(prefix, &page[i])
 		if err != nil {
 			return err
 		}
 		if !found {
+			continue
+		}
+		if rec.Kind == stateKindJournal && verifyStateJournal(sh.typ, sh.shard, &rec) != nil {
+			// A corrupt copy is never sent (the replica would refuse the whole write); a
+			// read of the journal repairs it from another replica.
+			s.log.Warn("state store: a journal record on this member's disk fails its checksum; not sent to a replica",
+				"type", sh.typ, "shard", sh.shard, "id", rec.ID, "seq", rec.JSeq)
 			continue
 		}
 		sz := len(rec.ID) + len(rec.Data) + 64

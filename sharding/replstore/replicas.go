@@ -121,6 +121,10 @@ func (r *stateHandoverReply) status() (uint8, string) { return r.Code, r.Msg }
 
 func (r *stateForgetReply) status() (uint8, string) { return r.Code, r.Msg }
 
+func (r *stateJournalReply) status() (uint8, string) { return r.Code, r.Msg }
+
+func (r *stateWritesReply) status() (uint8, string) { return r.Code, r.Msg }
+
 func (r *stateReply) store() *string { return &r.Store }
 
 func (r *stateReadReply) store() *string { return &r.Store }
@@ -134,6 +138,10 @@ func (r *stateDiffReply) store() *string { return &r.Store }
 func (r *stateHandoverReply) store() *string { return &r.Store }
 
 func (r *stateForgetReply) store() *string { return &r.Store }
+
+func (r *stateJournalReply) store() *string { return &r.Store }
+
+func (r *stateWritesReply) store() *string { return &r.Store }
 
 // storeID is this member's store ID (stateDisk.storeID; "" without a disk, in tests of
 // the ranking alone).
@@ -226,6 +234,8 @@ func stateCodeError(code uint8, msg, peer string) error {
 		sentinel = sharding.ErrMalformedMessage
 	case stateCodeChanged:
 		sentinel = errStateChanged
+	case stateCodeCorrupt:
+		sentinel = sharding.ErrCorruptRecord
 	default: // busy, failure, unknown codes
 		sentinel = sharding.ErrStoreUnavailable
 	}
@@ -241,6 +251,8 @@ func stateErrorCode(err error) uint8 {
 		return stateCodeStale
 	case errors.Is(err, sharding.ErrStateTooLarge):
 		return stateCodeTooLarge
+	case errors.Is(err, sharding.ErrCorruptRecord):
+		return stateCodeCorrupt
 	case errors.Is(err, sharding.ErrMalformedMessage), errors.Is(err, sharding.ErrInvalidStateKey):
 		return stateCodeBad
 	case errors.Is(err, errStateChanged):
@@ -258,11 +270,15 @@ func stateFail(err error) []byte {
 }
 
 // writeTo applies a write on one replica: on the local disk, or by a request (after
-// staging, in chunks, the snapshots over ChunkSize).
+// staging, in chunks, the snapshots over ChunkSize); journal writes to a peer go
+// through its pipe (coalesce.go).
 func (s *Store) writeTo(ctx context.Context, r stateReplica, req *stateWriteReq) error {
 	if r.local {
 		_, err := s.disk.applyWrite(req)
 		return err
+	}
+	if coalescable(req) && !r.retained && r.transport != "" {
+		return s.writePiped(r, req)
 	}
 	out := req
 	for i := range req.Records {

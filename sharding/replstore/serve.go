@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
@@ -68,7 +69,22 @@ func (s *Store) checkWrite(req *stateWriteReq) error {
 		if err := sharding.CheckStateKey(req.Type, req.Shard, r.ID, true); err != nil {
 			return err
 		}
+		if r.Kind != stateKindJournal && r.JSeq != 0 || r.Kind != stateKindFloor && r.Floor != 0 {
+			return fmt.Errorf("%w: record %q of kind %d with a journal sequence number or floor", sharding.ErrMalformedMessage, r.ID, r.Kind)
+		}
 		switch r.Kind {
+		case stateKindJournal:
+			if r.JSeq == 0 || r.Remember || r.Xfer != 0 {
+				return fmt.Errorf("%w: journal record %q #%d", sharding.ErrMalformedMessage, r.ID, r.JSeq)
+			}
+			if len(r.Data) > s.journalRecordCap() {
+				return fmt.Errorf("%w: journal record of %d bytes, the cap is %d", sharding.ErrStateTooLarge, len(r.Data), s.journalRecordCap())
+			}
+			// Its checksum is checked by the disk's write (stateDisk.applyWrite).
+		case stateKindFloor:
+			if r.Floor == 0 || r.Remember || len(r.Data) > 0 || r.Xfer != 0 {
+				return fmt.Errorf("%w: journal floor %q of %d", sharding.ErrMalformedMessage, r.ID, r.Floor)
+			}
 		case stateKindSnapshot:
 			if len(r.Data) > s.cfg.MaxStateSize {
 				return fmt.Errorf("%w: %d bytes, the cap is %d", sharding.ErrStateTooLarge, len(r.Data), s.cfg.MaxStateSize)
@@ -109,6 +125,43 @@ func (s *Store) serveWrite(from string, body []byte) []byte {
 		return s.encodeReply(&stateReply{Code: stateErrorCode(err), Msg: err.Error(), Epoch: epoch})
 	}
 	return s.encodeReply(&stateReply{Epoch: epoch})
+}
+
+func (s *Store) serveWrites(from string, body []byte) []byte {
+	var req stateWritesReq
+	if err := decodeState(body, &req); err != nil {
+		return stateFail(err)
+	}
+	if len(req.Writes) == 0 {
+		return stateFail(fmt.Errorf("%w: no writes", sharding.ErrMalformedMessage))
+	}
+	// Every write is submitted to the disk's writer before any is waited for: they
+	// share its transaction and fsync.
+	results := make([]stateReply, len(req.Writes))
+	started := make([]*stateWrite, len(req.Writes))
+	for i := range req.Writes {
+		w := &req.Writes[i]
+		err := s.checkWrite(w)
+		if err == nil && slices.ContainsFunc(w.Records, func(r stateRecord) bool { return r.Xfer != 0 }) {
+			err = fmt.Errorf("%w: chunked data in a coalesced write", sharding.ErrMalformedMessage)
+		}
+		if err != nil {
+			results[i] = stateReply{Code: stateErrorCode(err), Msg: err.Error()}
+			continue
+		}
+		started[i] = s.disk.startWrite(w)
+	}
+	for i, w := range started {
+		if w == nil {
+			continue
+		}
+		epoch, err := w.wait()
+		results[i] = stateReply{Epoch: epoch}
+		if err != nil {
+			results[i].Code, results[i].Msg = stateErrorCode(err), err.Error()
+		}
+	}
+	return s.encodeReply(&stateWritesReply{Results: results})
 }
 
 func (s *Store) serveDeleteType(from string, body []byte) []byte {
@@ -179,6 +232,24 @@ func (s *Store) serveRemembered(from string, body []byte) []byte {
 	return s.encodeReply(&stateRememberedReply{Records: recs, More: more})
 }
 
+func (s *Store) serveJournal(from string, body []byte) []byte {
+	var req stateJournalReq
+	if err := decodeState(body, &req); err != nil {
+		return stateFail(err)
+	}
+	if err := sharding.CheckStateKey(req.Type, req.Shard, req.ID, true); err != nil {
+		return stateFail(err)
+	}
+	if req.Limit < 0 {
+		return stateFail(fmt.Errorf("%w: journal read with limit %d", sharding.ErrMalformedMessage, req.Limit))
+	}
+	p, err := s.disk.journalPage(sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: req.ID}, req.From, req.Limit, s.cfg.ChunkSize)
+	if err != nil {
+		return stateFail(err)
+	}
+	return s.encodeReply(&stateJournalReply{Records: p.records, Corrupt: p.corrupt, Floor: p.floor, More: p.more, Through: p.through, Shard: p.shard})
+}
+
 func (s *Store) serveSummary(from string, body []byte) []byte {
 	var req stateSummaryReq
 	if err := decodeState(body, &req); err != nil {
@@ -214,11 +285,12 @@ func (s *Store) serveDiff(from string, body []byte) []byte {
 		if err := sharding.CheckStateKey(req.Type, req.Shard, r.ID, true); err != nil {
 			return stateFail(err)
 		}
-		if (r.Kind != stateKindSnapshot && r.Kind != stateKindRemember) || len(r.Data) > 0 || r.Xfer != 0 {
+		if r.Kind < stateKindSnapshot || r.Kind > stateKindFloor || len(r.Data) > 0 || r.Xfer != 0 ||
+			(r.Kind == stateKindJournal) != (r.JSeq != 0) || (r.Kind == stateKindFloor) != (r.Floor != 0) {
 			return stateFail(fmt.Errorf("%w: diff entry %q of kind %d", sharding.ErrMalformedMessage, r.ID, r.Kind))
 		}
 	}
-	need, err := s.disk.needs(stateShardPrefix(req.Type, req.Shard), req.Records)
+	need, err := s.disk.needs(req.Type, req.Shard, req.Records)
 	if err != nil {
 		return stateFail(err)
 	}

@@ -140,18 +140,24 @@ const (
 )
 
 // Store is the entity state store of docs/design.md: each shard's data
-// (snapshots and remembered entity IDs) on the first K members of the shard's priority
-// order, on disk (bbolt, fsynced before a replica acknowledges), a majority of K
-// acknowledging a write and answering a read.
+// (snapshots, remembered entity IDs and entity journals) on the first K members of the
+// shard's priority order, on disk (bbolt, fsynced before a replica acknowledges), a
+// majority of K acknowledging a write and answering a read.
 //
-// Versions. Every record (an entity's snapshot, or its remember/forget mark) carries a
-// version (epoch, seq): the writer's allocation epoch for the shard, then seq, the
-// writer's hybrid clock (Unix nanoseconds, strictly increasing within a process; it
+// Versions. Every record (an entity's snapshot, its remember/forget mark, a record of
+// its journal, or its journal's truncation floor) carries a version (epoch, seq): the
+// writer's allocation epoch for the shard, then seq, the writer's hybrid clock (Unix
+// nanoseconds, strictly increasing within a process; it
 // only orders writes of one epoch, which come from the shard's one owner, and a
 // restart of that owner moves it forward). A replica keeps the newest version of each
 // record; readers take the newest of a majority, so a write acknowledged by a majority
 // is seen by every later read of a majority of the same replica set. A forget is a
-// versioned tombstone: a replica that missed it cannot bring the entity back.
+// versioned tombstone: a replica that missed it cannot bring the entity back, nor can
+// one that missed a truncation bring back the journal records below its floor (floors
+// only rise: the highest wins). Journal records carry a CRC-32C
+// (sharding.VerifyJournalRecord), checked by each replica before it writes one and
+// after it reads one: a corrupt copy is never returned, and a read repairs it from an
+// intact one.
 //
 // Fencing. Each replica keeps the newest epoch it has seen per shard and refuses a Save
 // or Remember with an older epoch (sharding.ErrStaleEpoch, also across members: the
@@ -228,6 +234,9 @@ type Store struct {
 	kick        chan struct{} // a repair pass and a handover round now (ForgetMember)
 
 	readRepairsDropped atomic.Uint64
+
+	pipesMu sync.Mutex
+	pipes   map[statePipeKey]*statePipe // coalesce.go
 }
 
 var _ sharding.StateStore = (*Store)(nil)
@@ -266,6 +275,7 @@ func New(cfg Config) (*Store, error) {
 		serving:     make(chan struct{}, stateMaxServing),
 		readRepairs: make(chan stateRepairJob, stateRepairQueue),
 		kick:        make(chan struct{}, 1),
+		pipes:       map[statePipeKey]*statePipe{},
 	}
 	s.ring.restored = restored
 	if err := s.register(); err != nil {
@@ -296,6 +306,8 @@ func (s *Store) register() (err error) {
 	m.Handle(topicStateDeleteType, s.handler(s.serveDeleteType))
 	m.Handle(topicStateHandover, s.handler(s.serveHandover))
 	m.Handle(topicStateForget, s.handler(s.serveForget))
+	m.Handle(topicStateJournal, s.handler(s.serveJournal))
+	m.Handle(topicStateWrites, s.handler(s.serveWrites))
 	return nil
 }
 
@@ -474,14 +486,20 @@ func (s *Store) FenceShard(ctx context.Context, typ string, shard int, epoch uin
 // write sends fenced records (none: a fence alone) to the shard's replicas and waits
 // for a majority.
 func (s *Store) write(ctx context.Context, typ string, shard int, epoch uint64, recs []stateRecord) error {
+	return s.send(ctx, &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: recs})
+}
+
+// send sends a write request to the shard's replicas and waits for a majority. The
+// request's records must not change until every replica has answered, which may be
+// after send returns.
+func (s *Store) send(ctx context.Context, req *stateWriteReq) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
 	}
-	reps, err := s.replicaSet(typ, shard)
+	reps, err := s.replicaSet(req.Type, req.Shard)
 	if err != nil {
 		return err
 	}
-	req := &stateWriteReq{Type: typ, Shard: shard, Epoch: epoch, Fence: true, Records: recs}
 	type ack struct {
 		in  uint64
 		err error

@@ -536,6 +536,20 @@ func TestReplicatedStateStore(t *testing.T) {
 				with(func(r *stateWriteReq) { r.Records[0].Xfer, r.Records[0].Data = 77, nil }),
 				with(func(r *stateWriteReq) { r.Records[0].Data = make([]byte, 1<<20+1) }),
 				map[int]any{1: "counter", 2: uint64(1) << 63, 3: 1, 5: []any{}},
+				with(func(r *stateWriteReq) { r.Records[0].JSeq = 4 }),
+				with(func(r *stateWriteReq) { r.Records[0].Kind = stateKindJournal }),
+				with(func(r *stateWriteReq) { r.Records[0].Kind, r.Records[0].JSeq = stateKindJournal, 1 }), // not a record: corrupt
+				with(func(r *stateWriteReq) {
+					r.Records[0] = stateRecord{Kind: stateKindJournal, ID: "m", JSeq: 1, Data: jrec(sharding.EntityKey{Type: "counter", Shard: 1, ID: "m"}, 1, "x").Data, Xfer: 77}
+				}),
+				with(func(r *stateWriteReq) {
+					r.Records[0].Kind, r.Records[0].JSeq, r.Records[0].Data = stateKindJournal, 1, make([]byte, 64<<10+1)
+				}),
+				with(func(r *stateWriteReq) { r.Records[0].Kind, r.Records[0].Data = stateKindFloor, nil }),
+				with(func(r *stateWriteReq) { r.Records[0].Kind, r.Records[0].Floor = stateKindFloor, 3 }),
+				with(func(r *stateWriteReq) {
+					r.Records[0].Kind, r.Records[0].Floor, r.Records[0].JSeq, r.Records[0].Data = stateKindFloor, 3, 2, nil
+				}),
 			},
 			topicStateChunk: {
 				stateChunkReq{Xfer: 0, Total: 10, Data: []byte("x")},
@@ -564,9 +578,23 @@ func TestReplicatedStateStore(t *testing.T) {
 				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: 3, ID: "x"}}},
 				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindSnapshot, ID: "x", Data: []byte("d")}}},
 				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindSnapshot}}},
+				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindJournal, ID: "x", JSeq: 1, Floor: 2}}},
+				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindFloor, ID: "x"}}},
+				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindSnapshot, ID: "x", JSeq: 1}}},
+				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: 5, ID: "x"}}},
+			},
+			topicStateJournal: {
+				stateJournalReq{Type: "counter", Shard: 1},
+				stateJournalReq{Type: "counter", Shard: -1, ID: "x"},
+				stateJournalReq{Type: "counter", Shard: 1, ID: "x", Limit: -1},
+				stateJournalReq{Type: "", Shard: 1, ID: "x"},
+			},
+			topicStateWrites: {
+				stateWritesReq{},
+				map[int]any{1: []any{1, 2}},
 			},
 		}
-		for _, topic := range []string{topicStateWrite, topicStateChunk, topicStateRead, topicStateRemembered, topicStateSummary, topicStateDiff} {
+		for _, topic := range []string{topicStateWrite, topicStateChunk, topicStateRead, topicStateRemembered, topicStateSummary, topicStateDiff, topicStateJournal, topicStateWrites} {
 			var bodies [][]byte
 			bodies = append(bodies, generic...)
 			for _, v := range cases[topic] {
@@ -896,7 +924,7 @@ func TestStateWireFormats(t *testing.T) {
 			t.Fatalf("prefix of %q/%d reads back as %q/%d %v", tc.typ, tc.shard, typ, shard, ok)
 		}
 		k := stateRecordKey(p, stateKindRemember, "id\x00x")
-		if kind, id, ok := splitStateRecordKey(p, k); !ok || kind != stateKindRemember || id != "id\x00x" {
+		if kind, id, _, ok := splitStateRecordKey(p, k); !ok || kind != stateKindRemember || id != "id\x00x" {
 			t.Fatalf("record key reads back as %d %q %v", kind, id, ok)
 		}
 	}
@@ -908,6 +936,30 @@ func TestStateWireFormats(t *testing.T) {
 		if _, _, ok := parseStateShardPrefix(bad); ok {
 			t.Fatalf("parsed %x", bad)
 		}
+	}
+	// Journal keys: an entity's records are contiguous, in JSeq order, and read back.
+	p := stateShardPrefix("counter", 3)
+	k := stateJournalKey(p, "id\x00x", 1<<40+5)
+	if kind, id, jseq, ok := splitStateRecordKey(p, k); !ok || kind != stateKindJournal || id != "id\x00x" || jseq != 1<<40+5 {
+		t.Fatalf("journal key reads back as %d %q %d %v", kind, id, jseq, ok)
+	}
+	if !bytes.HasPrefix(k, stateJournalPrefix(p, "id\x00x")) || bytes.HasPrefix(stateJournalKey(p, "id\x00xy", 1), stateJournalPrefix(p, "id\x00x")) {
+		t.Fatal("an entity's journal prefix does not hold its records alone")
+	}
+	if bytes.Compare(stateJournalKey(p, "a", 255), stateJournalKey(p, "a", 256)) >= 0 {
+		t.Fatal("journal keys out of JSeq order")
+	}
+	if _, _, _, ok := splitStateRecordKey(p, k[:len(k)-1]); ok {
+		t.Fatal("split a short journal key")
+	}
+	fl := stateRecord{Kind: stateKindFloor, ID: "f", Epoch: 3, Seq: 4, Floor: 77}
+	if back, ok := decodeStateRecord(stateKindFloor, "f", 0, encodeStateValue(&fl)); !ok || back.Floor != 77 || back.version() != fl.version() || back.Data != nil {
+		t.Fatalf("floor reads back as %+v %v", back, ok)
+	}
+	// Floors: the highest wins, then the newest version; journal records: the newest.
+	hi, lo := stateRecord{Kind: stateKindFloor, Floor: 5, Epoch: 1}, stateRecord{Kind: stateKindFloor, Floor: 4, Epoch: 9}
+	if !hi.newer(&lo) || lo.newer(&hi) {
+		t.Fatal("a lower floor of a newer epoch won")
 	}
 	r := stateRecord{Epoch: 7, Seq: 9, Remember: true, Data: []byte("data")}
 	ver, remember, data, ok := decodeStateValue(encodeStateValue(&r))
@@ -925,7 +977,7 @@ func TestStateWireFormats(t *testing.T) {
 			t.Fatalf("%T as a stateReply: %+v %v", v, st, err)
 		}
 	}
-	for _, code := range []uint8{stateCodeStale, stateCodeTooLarge, stateCodeBad, stateCodeBusy, stateCodeFailure, stateCodeChanged} {
+	for _, code := range []uint8{stateCodeStale, stateCodeTooLarge, stateCodeBad, stateCodeBusy, stateCodeFailure, stateCodeChanged, stateCodeCorrupt} {
 		if got := stateErrorCode(stateCodeError(code, "m", "peer")); got != code && !(code == stateCodeBusy && got == stateCodeFailure) {
 			t.Fatalf("code %d maps back to %d", code, got)
 		}

@@ -49,6 +49,17 @@ const (
 	// topicStateForget: stateForgetReq → stateForgetReply. An operator forgets a
 	// retained member (Store.ForgetMember).
 	topicStateForget = "state/forget"
+	// topicStateJournal: stateJournalReq → stateJournalReply. A page of an entity's
+	// journal from a sequence number: its intact records, the versions of its corrupt
+	// copies, and its truncation floor. (Appends and truncations are state/write
+	// requests of records of kinds stateKindJournal and stateKindFloor.)
+	topicStateJournal = "state/journal"
+	// topicStateWrites: stateWritesReq → stateWritesReply. Several writes in one
+	// message, each applied as a state/write (its own fence, its own reply), their
+	// disk transactions submitted together, so that one fsync takes them all: the
+	// journal appends of many entities to one replica, coalesced by the sender
+	// (coalesce.go).
+	topicStateWrites = "state/writes"
 )
 
 // Reply codes: the outcome of a request, mapped back to errors by the requester
@@ -61,6 +72,7 @@ const (
 	stateCodeBusy           // sharding.ErrStoreUnavailable: the replica serves too many requests
 	stateCodeFailure        // sharding.ErrStoreUnavailable: the replica's disk failed, or it is closed
 	stateCodeChanged        // errStateChanged: a chunked read found a newer version
+	stateCodeCorrupt        // sharding.ErrCorruptRecord: a journal record failed its checksum
 )
 
 // Record kinds: what a record under a shard holds.
@@ -70,6 +82,15 @@ const (
 	// stateKindRemember: whether an entity is remembered (Remember true) or was
 	// forgotten (false: a tombstone, kept so that a stale replica cannot revive it).
 	stateKindRemember uint8 = 2
+	// stateKindJournal: one record of an entity's journal, at JSeq: Data is its
+	// encoding (sharding.JournalEntry), checked with sharding.VerifyJournalRecord by
+	// every replica before it writes it and after it reads it. The newest version wins
+	// per (ID, JSeq).
+	stateKindJournal uint8 = 3
+	// stateKindFloor: an entity's journal's truncation floor (Floor): its records below
+	// it are gone, and a replica drops those it is sent. Floors only rise: the highest
+	// wins, then the newest version (stateRecord.newer).
+	stateKindFloor uint8 = 4
 )
 
 // stateVersion orders the writes of one record: allocation epoch first, then the
@@ -100,9 +121,37 @@ type stateRecord struct {
 	// Xfer, when not 0, names the chunked transfer (state/chunk) that staged Data on the
 	// receiving replica.
 	Xfer uint64 `cbor:"7,keyasint,omitempty"`
+	// JSeq is a journal record's sequence number (stateKindJournal; 0 for other kinds).
+	JSeq uint64 `cbor:"8,keyasint,omitempty"`
+	// Floor is a journal's truncation floor (stateKindFloor; 0 for other kinds).
+	Floor uint64 `cbor:"9,keyasint,omitempty"`
 }
 
 func (r *stateRecord) version() stateVersion { return stateVersion{r.Epoch, r.Seq} }
+
+// listedSize bounds the bytes of the record in a listing (no data): its ID, and 32
+// bytes of kind and version, 16 more for a journal record's JSeq or a floor.
+func (r *stateRecord) listedSize() int {
+	if r.Kind == stateKindJournal || r.Kind == stateKindFloor {
+		return len(r.ID) + 48
+	}
+	return len(r.ID) + 32
+}
+
+// newer reports whether r supersedes o, a record of the same kind and key: a higher
+// floor for floors, else a newer version.
+func (r *stateRecord) newer(o *stateRecord) bool {
+	if r.Kind == stateKindFloor && r.Floor != o.Floor {
+		return r.Floor > o.Floor
+	}
+	return o.version().less(r.version())
+}
+
+// sameAs reports whether r and o are the same write of one record: the same version,
+// and for floors the same floor.
+func (r *stateRecord) sameAs(o *stateRecord) bool {
+	return r.version() == o.version() && r.Floor == o.Floor
+}
 
 // stateWriteReq applies records to one shard. Fence: refuse (stateCodeStale) unless
 // Epoch >= the replica's epoch for the shard; Save and Remember fence, repair writes do
@@ -241,6 +290,49 @@ type stateRememberedReply struct {
 	Store   string        `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
+// stateWritesReq carries several write requests (none with chunked data: Xfer is 0).
+type stateWritesReq struct {
+	Writes []stateWriteReq `cbor:"1,keyasint"`
+}
+
+// stateWritesReply answers each write of a stateWritesReq, in order, as state/write
+// would (Code, Msg, Epoch).
+type stateWritesReply struct {
+	Code    uint8        `cbor:"1,keyasint"`
+	Msg     string       `cbor:"2,keyasint,omitempty"`
+	Results []stateReply `cbor:"3,keyasint,omitempty"`
+	Store   string       `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
+}
+
+// stateJournalReq asks for a page of an entity's journal: its records from From (at
+// least the replica's floor), at most Limit of them (0: no limit) and about ChunkSize
+// bytes (at least one record).
+type stateJournalReq struct {
+	Type  string `cbor:"1,keyasint"`
+	Shard int    `cbor:"2,keyasint"`
+	ID    string `cbor:"3,keyasint"`
+	From  uint64 `cbor:"4,keyasint,omitempty"`
+	Limit int    `cbor:"5,keyasint,omitempty"`
+}
+
+// stateJournalReply: a page of the entity's journal in JSeq order: Records, the intact
+// copies (Kind stateKindJournal, with their versions and data), and Corrupt, the copies
+// that failed sharding.VerifyJournalRecord (their versions, no data: the reader repairs
+// them from another replica); Floor, the journal's floor record if it has one; More:
+// the page stops at JSeq Through, and more records follow; Shard: the replica's epoch
+// of the shard.
+type stateJournalReply struct {
+	Code    uint8         `cbor:"1,keyasint"`
+	Msg     string        `cbor:"2,keyasint,omitempty"`
+	Records []stateRecord `cbor:"3,keyasint,omitempty"`
+	Corrupt []stateRecord `cbor:"4,keyasint,omitempty"`
+	Floor   *stateRecord  `cbor:"5,keyasint,omitempty"`
+	More    bool          `cbor:"6,keyasint,omitempty"`
+	Through uint64        `cbor:"7,keyasint,omitempty"`
+	Shard   uint64        `cbor:"8,keyasint,omitempty"`
+	Store   string        `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
+}
+
 // stateSummaryReq: the sender holds Count records of the shard whose versions hash to
 // Hash (see stateDisk.summary), and has seen Epoch for it.
 type stateSummaryReq struct {
@@ -326,13 +418,20 @@ func decodeState(b []byte, v any) error {
 // On disk (bbolt, file state.db), three buckets:
 //
 //	epochs:  shard prefix → epoch (8 bytes, big-endian)
-//	records: shard prefix | kind (1 byte) | entity ID → value
+//	records: shard prefix | kind (1 byte) | entity ID → value (snapshots, remember
+//	         marks, journal floors)
+//	         shard prefix | 3 | uvarint(len(entity ID)) | entity ID | JSeq (8 bytes,
+//	         big-endian) → value (journal records)
 //	ring:    "ring" → stateRingRecord (CBOR): the ring of ring.go;
 //	         "store" → the file's store ID (16 hex digits, stateDisk.storeID)
 //
 // shard prefix = uvarint(len(type)) | type | shard (8 bytes, big-endian), so that one
 // shard's records are contiguous and no type's prefix is another's. value =
-// format (1 byte, 1) | epoch (8) | seq (8) | flags (1; bit 0: remembered) | data.
+// format (1 byte, 1) | epoch (8) | seq (8) | flags (1; bit 0: remembered) | data; a
+// journal record's data is its encoding, a floor's the floor (8 bytes, big-endian).
+// An entity's journal records are contiguous and in JSeq order (its ID is
+// length-prefixed, so no ID's range holds another's): a read from a JSeq is a cursor's
+// seek and walk, and a truncation deletes a range.
 // Every shard with records has an epochs entry, so the epochs bucket lists the shards
 // a member stores.
 var (
@@ -397,23 +496,74 @@ func stateRecordKey(prefix []byte, kind uint8, id string) []byte {
 	return append(k, id...)
 }
 
-// splitStateRecordKey returns the kind and ID of a records key under prefix.
-func splitStateRecordKey(prefix, k []byte) (kind uint8, id string, ok bool) {
+// splitStateRecordKey returns the kind and ID of a records key under prefix (and a
+// journal record's JSeq).
+func splitStateRecordKey(prefix, k []byte) (kind uint8, id string, jseq uint64, ok bool) {
 	if len(k) <= len(prefix) || string(k[:len(prefix)]) != string(prefix) {
-		return 0, "", false
+		return 0, "", 0, false
 	}
-	return k[len(prefix)], string(k[len(prefix)+1:]), true
+	kind, rest := k[len(prefix)], k[len(prefix)+1:]
+	if kind != stateKindJournal {
+		return kind, string(rest), 0, true
+	}
+	n, w := binary.Uvarint(rest)
+	if w <= 0 || uint64(len(rest)-w) != n+8 {
+		return 0, "", 0, false
+	}
+	return kind, string(rest[w : w+int(n)]), binary.BigEndian.Uint64(rest[w+int(n):]), true
+}
+
+// stateJournalPrefix is the common prefix of the keys of an entity's journal records.
+func stateJournalPrefix(prefix []byte, id string) []byte {
+	k := make([]byte, 0, len(prefix)+1+binary.MaxVarintLen64+len(id)+8)
+	k = append(k, prefix...)
+	k = append(k, stateKindJournal)
+	k = binary.AppendUvarint(k, uint64(len(id)))
+	return append(k, id...)
+}
+
+// stateJournalKey is the key of an entity's journal record jseq.
+func stateJournalKey(prefix []byte, id string, jseq uint64) []byte {
+	return binary.BigEndian.AppendUint64(stateJournalPrefix(prefix, id), jseq)
+}
+
+// key returns the record's key under the shard prefix.
+func (r *stateRecord) key(prefix []byte) []byte {
+	if r.Kind == stateKindJournal {
+		return stateJournalKey(prefix, r.ID, r.JSeq)
+	}
+	return stateRecordKey(prefix, r.Kind, r.ID)
 }
 
 func encodeStateValue(r *stateRecord) []byte {
-	v := make([]byte, stateValueHeader, stateValueHeader+len(r.Data))
+	v := make([]byte, stateValueHeader, stateValueHeader+max(len(r.Data), 8))
 	v[0] = stateValueFormat
 	binary.BigEndian.PutUint64(v[1:], r.Epoch)
 	binary.BigEndian.PutUint64(v[9:], r.Seq)
 	if r.Remember {
 		v[17] = 1
 	}
+	if r.Kind == stateKindFloor {
+		return binary.BigEndian.AppendUint64(v, r.Floor)
+	}
 	return append(v, r.Data...)
+}
+
+// decodeStateRecord reads the value v of the record of kind, id (and jseq) back; Data
+// aliases v. ok is false for a value that does not decode.
+func decodeStateRecord(kind uint8, id string, jseq uint64, v []byte) (stateRecord, bool) {
+	ver, remember, data, ok := decodeStateValue(v)
+	if !ok {
+		return stateRecord{}, false
+	}
+	r := stateRecord{Kind: kind, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Remember: remember, Data: data, JSeq: jseq}
+	if kind == stateKindFloor {
+		if len(data) != 8 {
+			return stateRecord{}, false
+		}
+		r.Floor, r.Data = binary.BigEndian.Uint64(data), nil
+	}
+	return r, true
 }
 
 // decodeStateValue reads a records value; data aliases v.
