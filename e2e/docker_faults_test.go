@@ -97,7 +97,9 @@ func (dc *dockerCluster) ask(ctx context.Context, c *http.Client, i int, id, msg
 // askLoad is HTTP clients asking counters (inc twice as often as get) of the members
 // the test names, each recording its asks in one history.
 type askLoad struct {
-	dc   *dockerCluster
+	t *testing.T
+	// ask sends msg to counter id through member i.
+	ask  func(ctx context.Context, c *http.Client, i int, id, msg string) (string, error)
 	h    *history.History
 	ids  []string
 	http *http.Client
@@ -113,7 +115,7 @@ type askLoad struct {
 }
 
 func newAskLoad(dc *dockerCluster, ids []string, targets ...int) *askLoad {
-	return &askLoad{dc: dc, h: history.New(time.Now()), ids: ids, targets: targets, lastAck: map[string]int64{},
+	return &askLoad{t: dc.t, ask: dc.ask, h: history.New(time.Now()), ids: ids, targets: targets, lastAck: map[string]int64{},
 		http: &http.Client{Timeout: 5 * time.Second}}
 }
 
@@ -181,7 +183,7 @@ func (l *askLoad) do(ctx context.Context, cid, m int, id, kind string) history.O
 	op.Call = l.h.Now()
 	// The ask's own context is not ctx: stopping the load must not turn asks in
 	// flight into errors of the system under test.
-	out, err := l.dc.ask(context.WithoutCancel(ctx), l.http, m, id, kind)
+	out, err := l.ask(context.WithoutCancel(ctx), l.http, m, id, kind)
 	op.Ret = l.h.Now()
 	var dial *net.OpError
 	switch {
@@ -207,10 +209,10 @@ func (l *askLoad) do(ctx context.Context, cid, m int, id, kind string) history.O
 // waitServed waits until every counter has been acknowledged an ask that was called
 // after since: the members asked serve all of them.
 func (l *askLoad) waitServed(limit time.Duration, what string) time.Duration {
-	l.dc.t.Helper()
+	l.t.Helper()
 	begin := time.Now()
 	since := l.h.Now()
-	testutil.EventuallyNil(l.dc.t, limit, "every counter served "+what, func() error {
+	testutil.EventuallyNil(l.t, limit, "every counter served "+what, func() error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		var missing []string
@@ -230,9 +232,9 @@ func (l *askLoad) waitServed(limit time.Duration, what string) time.Duration {
 // waitAcked waits until n asks called from now on were acknowledged, or every counter
 // was served.
 func (l *askLoad) waitAcked(n int, limit time.Duration, what string) {
-	l.dc.t.Helper()
+	l.t.Helper()
 	since := l.h.Now()
-	testutil.EventuallyNil(l.dc.t, limit, fmt.Sprintf("%d asks acknowledged %s", n, what), func() error {
+	testutil.EventuallyNil(l.t, limit, fmt.Sprintf("%d asks acknowledged %s", n, what), func() error {
 		acked := 0
 		for _, op := range l.h.Ops() {
 			if op.Call > since && !op.Ambiguous && !op.Failed {
@@ -261,7 +263,7 @@ func (l *askLoad) servedSince(since int64) int {
 // acknowledged (8 readers at once): with the fault healed, each counter must show every
 // inc acknowledged before.
 func (l *askLoad) finalReads(members ...int) {
-	l.dc.t.Helper()
+	l.t.Helper()
 	ids := make(chan int)
 	errs := make(chan error, len(l.ids))
 	var wg sync.WaitGroup
@@ -297,13 +299,13 @@ func (l *askLoad) finalReads(members ...int) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		l.dc.t.Error(err)
+		l.t.Error(err)
 	}
 }
 
 // check checks the history and logs its figures.
 func (l *askLoad) check() history.Counts {
-	t := l.dc.t
+	t := l.t
 	t.Helper()
 	ops := l.h.Ops()
 	n := history.Count(ops)
