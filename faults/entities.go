@@ -11,7 +11,10 @@ import (
 	"github.com/shardhost/shardhost/sharding"
 )
 
-// The entity types of a run; both save their state after every message.
+// The entity types of a run. The counter has the default durability, the journal (each
+// message's record durable before its reply; a crash replays the records after the last
+// base); the register saves a snapshot before every reply. Both keep every acknowledged
+// write through a crash, which the checks hold them to.
 const (
 	// typeCounter: "inc" adds one and replies the count, "get" replies it. Its shards
 	// are placed by the priority strategy, so a joining member takes some over.
@@ -28,7 +31,7 @@ func (types) EntityType(ctx context.Context, name string) (sharding.TypeSettings
 	switch name {
 	case typeCounter:
 		return sharding.TypeSettings{Name: name, NumberOfShards: 12, Allocation: sharding.AllocationPriority,
-			Checkpoint: sharding.CheckpointEveryMessage}, nil
+			Checkpoint: sharding.CheckpointJournal}, nil
 	case typeRegister:
 		return sharding.TypeSettings{Name: name, NumberOfShards: 12, Checkpoint: sharding.CheckpointEveryMessage}, nil
 	}
