@@ -55,7 +55,7 @@ type ShardFencer interface {
 // type: shardhost undeploy --delete-state.
 type TypeStateDeleter interface {
 	StateStore
-	// DeleteType deletes every snapshot and remember mark of the entity type typ, on
+	// DeleteType deletes every snapshot, remember mark and journal of the entity type typ, on
 	// every replica the store has. The shards' epochs stay, so that fencing goes on
 	// across a later deploy of the name. Call it once no member hosts the type: a write
 	// of the type made meanwhile may survive. Errors: ErrStoreUnavailable (for the
