@@ -1,0 +1,115 @@
+package host
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// BenchmarkDurableAsk puts the journal, the default durability, beside the passivation
+// policy (no write per message) in one run: three members with the built-in store (3
+// replicas per shard, a majority fsyncing each record), 1,000 warm Rust counters
+// (counter-rust) of each policy. Each reports asks/s and p50-µs (the median ask's wall
+// time) and p99-µs beside ns/op.
+//
+//   - serial: one "inc" ask at a time into one counter hosted by the asking member.
+//   - concurrent: 64 goroutines asking "inc" of the 1,000 counters through the first
+//     member (two thirds of them hosted elsewhere), each taking them in turn with a
+//     stride of 7 from its own offset.
+func BenchmarkDurableAsk(b *testing.B) {
+	const entities, askers = 1000, 64
+	ctx := context.Background()
+	nodes := startBenchNodes(b, 3, nil)
+	waitBenchMembers(b, nodes)
+	wasm := testwasm.RustBytes(b, "counter-rust")
+	policies := []struct{ name, typ, checkpoint string }{
+		{"passivation", "fast", sharding.CheckpointPassivation},
+		{"journal", "durable", ""},
+	}
+	s := nodes[0].Sharding()
+	ids := map[string][]string{}
+	local := map[string]string{}
+	for _, p := range policies {
+		if _, err := nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: p.typ, Checkpoint: p.checkpoint}); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < entities; i++ {
+			id := "d" + strconv.Itoa(i)
+			r, err := s.Ask(ctx, p.typ, id, []byte("inc"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids[p.typ] = append(ids[p.typ], id)
+			if local[p.typ] == "" && r.Node == nodes[0].Self().Address {
+				local[p.typ] = id
+			}
+		}
+	}
+	inc := []byte("inc")
+	for _, p := range policies {
+		b.Run("serial/"+p.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				if _, err := s.Ask(ctx, p.typ, local[p.typ], inc); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			reportRate(b)
+			reportLatency(b, lat)
+		})
+		b.Run("concurrent/"+p.name, func(b *testing.B) {
+			all := ids[p.typ]
+			next := make([]int, askers)
+			for a := range next {
+				next[a] = a * len(all) / askers
+			}
+			var mu sync.Mutex
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			parallelOps(b, askers, func(a int, _ int64) error {
+				k := next[a]
+				next[a] += 7
+				start := time.Now()
+				_, err := s.Ask(ctx, p.typ, all[k%len(all)], inc)
+				d := time.Since(start)
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+				return err
+			})
+			b.StopTimer()
+			reportRate(b)
+			reportLatency(b, lat)
+		})
+	}
+}
+
+// reportRate reports the operations per second over the benchmark's time, as asks/s.
+func reportRate(b *testing.B) {
+	if b.N > 0 && b.Elapsed() > 0 {
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "asks/s")
+	}
+}
+
+// waitBenchMembers waits until every node sees all of them up in a converged view.
+func waitBenchMembers(b *testing.B, nodes []*Node) {
+	b.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, n := range nodes {
+		for len(n.Members()) != len(nodes) || !n.Membership().View().Converged {
+			if time.Now().After(deadline) {
+				b.Fatalf("%s: %d members, converged %v", n.Self().Address, len(n.Members()), n.Membership().View().Converged)
+			}
+			time.Sleep(10 * time.Millisecond) // a poll in a benchmark's set-up, not a wait in a test
+		}
+	}
+}
