@@ -399,13 +399,24 @@ func (e *wasmEntity) Stop(ctx context.Context) {
 
 // The services of the v1 host functions.
 
+// tell sends an entity's tell. A tell outlives the message that made it: it takes the
+// message's trace, not its cancellation nor its deadline (an asker's). During a gated
+// message it is held until the message's record is durable (ReleaseEffects); what can
+// be checked now (an empty ID, a type nobody deployed) is refused now, as an ungated
+// tell refuses it.
 func (e *wasmEntity) tell(ctx context.Context, m sharding.Message) error {
-	if e.gated {
-		// Sent once the message's record is durable (ReleaseEffects).
-		e.held = append(e.held, heldTell{ctx: context.WithoutCancel(ctx), m: m})
-		return nil
+	ctx = context.WithoutCancel(ctx)
+	if !e.gated {
+		return e.n.sharding.TellMessage(ctx, m)
 	}
-	return e.n.sharding.TellMessage(ctx, m)
+	if m.EntityID == "" {
+		return sharding.ErrEmptyEntityID
+	}
+	if _, ok := e.n.catalog.get(m.EntityType); !ok {
+		return e.n.unknownType(m.EntityType)
+	}
+	e.held = append(e.held, heldTell{ctx: ctx, m: m})
+	return nil
 }
 
 func (e *wasmEntity) ask(ctx context.Context, m sharding.Message) ([]byte, error) {

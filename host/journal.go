@@ -202,7 +202,7 @@ func (r *effectsReader) bytes() []byte {
 
 // heldTell is a tell a gated message made, sent by ReleaseEffects.
 type heldTell struct {
-	ctx context.Context // the guest call's (its span), without its cancellation
+	ctx context.Context // the guest call's (its span), without its cancellation and deadline
 	m   sharding.Message
 }
 
