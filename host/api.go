@@ -36,6 +36,7 @@ import (
 //	GET  /v1/modules                     → [ModuleInfo]: every type's versions, newest first
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
+//	  (both take an Idempotency-Key header: a retry with the key gets the first reply)
 //	GET  /v1/entities/{type}/{id}/history[?since=SEQ&limit=N] → HistoryPage (history.go)
 //	GET  /v1/members                     → [Member]
 //	GET  /v1/cluster                     → the view: self, leader, converged, members
@@ -559,13 +560,34 @@ func (n *Node) apiPassivate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": status, "entity": typ + "/" + id})
 }
 
+// IdempotencyKeyHeader names the request header of a tell's or an ask's idempotency
+// key (sharding.Message.IdempotencyKey): a retry with the same key gets the first
+// reply, and the entity handles the message once.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// idempotencyKey reads a request's idempotency key. Errors: ErrBadRequest (a key over
+// sharding.MaxIdempotencyKeyLen bytes or not UTF-8).
+func idempotencyKey(r *http.Request) (string, error) {
+	key := r.Header.Get(IdempotencyKeyHeader)
+	if err := sharding.CheckIdempotencyKey(key); err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrBadRequest, IdempotencyKeyHeader, err)
+	}
+	return key, nil
+}
+
 func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
 	typ, id, payload, err := n.entityRequest(r)
 	if err != nil {
 		writeError(w, r, err, 0)
 		return
 	}
-	if err := n.sharding.Tell(r.Context(), typ, id, payload); err != nil {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	if err := n.sharding.TellMessage(r.Context(), sharding.Message{EntityType: typ, EntityID: id, Payload: payload,
+		IdempotencyKey: key}); err != nil {
 		writeError(w, r, err, 0)
 		return
 	}
@@ -574,6 +596,11 @@ func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
 
 func (n *Node) apiAsk(w http.ResponseWriter, r *http.Request) {
 	typ, id, payload, err := n.entityRequest(r)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	key, err := idempotencyKey(r)
 	if err != nil {
 		writeError(w, r, err, 0)
 		return
@@ -589,7 +616,8 @@ func (n *Node) apiAsk(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	reply, err := n.sharding.Ask(ctx, typ, id, payload)
+	reply, err := n.sharding.AskMessage(ctx, sharding.Message{EntityType: typ, EntityID: id, Payload: payload,
+		IdempotencyKey: key})
 	if err != nil {
 		var re *sharding.RemoteError
 		if errors.As(err, &re) && re.Node != "" {

@@ -129,10 +129,11 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 		if base, err = s.StateStore.Load(ctx, key); err != nil {
 			return nil, err
 		}
-		baseSeq, baseState, err := sharding.DecodeBase(base)
+		bb, err := sharding.DecodeBase(base)
 		if err != nil {
 			return nil, err
 		}
+		baseState := bb.State
 		var ok bool
 		if bn, ok = savedBaseOf(baseState); !ok {
 			return base, nil // not a base: nothing follows it
@@ -144,10 +145,11 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 		case err != nil:
 			return nil, err
 		}
-		deltaSeq, deltaState, err := sharding.DecodeBase(delta)
+		db, err := sharding.DecodeBase(delta)
 		if err != nil {
 			return nil, err
 		}
+		deltaState := db.State
 		if dn, ok = savedDeltaBaseOf(deltaState); !ok {
 			return nil, fmt.Errorf("%w: the delta record of %s/%s is not a delta", ErrBadSnapshot, key.Type, key.ID)
 		}
@@ -155,9 +157,10 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 		case dn == bn && len(baseState) == len(base) && len(deltaState) == len(delta):
 			return encodeChain(base, delta), nil // saved without journals
 		case dn == bn:
-			// Under a journal, each is a base after a record: the chain is the base
-			// after the delta's (the later) record.
-			return sharding.EncodeBase(max(baseSeq, deltaSeq), encodeChain(baseState, deltaState)), nil
+			// Under a journal, each is a base after a record, with the keys remembered
+			// then: the chain is the delta's (the later) base.
+			return sharding.EncodeBase(sharding.Base{Seq: max(bb.Seq, db.Seq), Keys: db.Keys,
+				State: encodeChain(baseState, deltaState)}), nil
 		case dn.Gen < bn.Gen:
 			return base, nil // a delta of an earlier base: the base holds what it did
 		}
@@ -169,8 +172,8 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 // unframed returns a saved state without the journal's framing (sharding.EncodeBase),
 // for a look at its kind; a state that does not decode is returned as it is.
 func unframed(state []byte) []byte {
-	if _, inner, err := sharding.DecodeBase(state); err == nil {
-		return inner
+	if b, err := sharding.DecodeBase(state); err == nil {
+		return b.State
 	}
 	return state
 }

@@ -27,7 +27,8 @@
 // RegionReport per member, a ShardReport per shard), Readiness (GET /ready), DDataEntry
 // (a key of the replicator), ForgetResult (the reply of ForgetStateMember's route), and
 // History's HistoryPage of HistoryRecord values (an entity's journal, read without
-// activating it).
+// activating it). IdempotencyKeyHeader names the header of an ask's or a tell's
+// idempotency key.
 //
 // Errors keep their meaning through the API's error codes and across members
 // (sharding.CodedError). A message that failed inside the guest is a *GuestError

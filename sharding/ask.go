@@ -107,6 +107,11 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	if m.EntityID == "" {
 		return ErrEmptyEntityID
 	}
+	if m.IdempotencyKey != "" {
+		if err := CheckIdempotencyKey(m.IdempotencyKey); err != nil {
+			return err
+		}
+	}
 	span := noopSpan
 	if s.tel.traced {
 		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
@@ -221,6 +226,11 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 	if id == "" {
 		return Reply{}, ErrEmptyEntityID
 	}
+	if m.IdempotencyKey != "" {
+		if err := CheckIdempotencyKey(m.IdempotencyKey); err != nil {
+			return Reply{}, err
+		}
+	}
 	start := time.Now()
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -296,7 +306,7 @@ func (w *askWaiter) put(gen uint64, r Reply, err error) {
 // envelope is the envelope of a message first routed by the member self.
 func (m Message) envelope(self string) envelope {
 	return envelope{EntityType: m.EntityType, EntityID: m.EntityID, Payload: m.Payload, Origin: self,
-		Sender: m.Sender, Kind: m.Kind, Tag: m.Tag, Chain: m.Chain}
+		Sender: m.Sender, Kind: m.Kind, Tag: m.Tag, Chain: m.Chain, IdempotencyKey: m.IdempotencyKey}
 }
 
 // forward passes d on to the entity f names, as Entity.Receive asked: the same payload,

@@ -42,6 +42,12 @@ type TypeSettings struct {
 	// journal (CheckpointJournal): what `shardhost history` shows before the last base.
 	// Default DefaultHistory; -1 keeps none.
 	History int `json:"history,omitempty"`
+	// IdempotencyRetention is how long an entity remembers a message's idempotency key
+	// (Message.IdempotencyKey) and its reply: a message with the same key within it is
+	// answered with that reply and not handled again. Default
+	// DefaultIdempotencyRetention (24 h); at most a year. An entity remembers at most
+	// 10,000 keys and 4 MiB of replies, forgetting the oldest first past that.
+	IdempotencyRetention time.Duration `json:"idempotency_retention,omitempty"`
 	// RememberEntities restarts a shard's entities wherever the shard goes.
 	RememberEntities bool `json:"remember_entities,omitempty"`
 }
@@ -84,6 +90,12 @@ func (t *TypeSettings) Validate() error {
 	}
 	if _, err := checkpointEvery(t.Checkpoint); err != nil {
 		return err
+	}
+	switch {
+	case t.IdempotencyRetention == 0:
+		t.IdempotencyRetention = DefaultIdempotencyRetention
+	case t.IdempotencyRetention < 0 || t.IdempotencyRetention > 365*24*time.Hour:
+		return fmt.Errorf("sharding: idempotency retention %v (want up to a year)", t.IdempotencyRetention)
 	}
 	switch {
 	case t.History == 0:

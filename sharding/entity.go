@@ -61,6 +61,8 @@ type entity struct {
 	// saved base holds.
 	journaled    bool
 	seq, baseSeq uint64
+	// keys are the idempotency keys the entity remembers (idempotency.go).
+	keys idemTable
 	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
 	handleOpts [numKinds]trace.SpanStartOption
 }
@@ -342,6 +344,13 @@ func (e *entity) process(d delivery) {
 		s.dropExpired(d, now)
 		return
 	}
+	if key := d.env.IdempotencyKey; key != "" {
+		if ke, ok := e.keys.get(key, s.cfg.Now(), e.r.Settings().IdempotencyRetention); ok {
+			// Handled already: the first message's outcome again, nothing run.
+			e.answerRemembered(d, ke, done)
+			return
+		}
+	}
 	// Under the journal, the message's record is durable before anything it caused
 	// leaves: its reply, its forward, and the tells and timers the entity holds back
 	// (MessageInfo.Gated) until ReleaseEffects.
@@ -358,7 +367,7 @@ func (e *entity) process(d delivery) {
 	journaled := false
 	if gated {
 		var jerr error
-		if journaled, jerr = e.journalMessage(ctx, &d, out, err, fwd != nil); jerr != nil {
+		if journaled, jerr = e.journalMessage(ctx, &d, out, err, fwd); jerr != nil {
 			// Not durable: nothing the message did leaves, and the instance, which
 			// holds its change, stops unsaved. The next message activates the entity
 			// from its base and journal. The caller may retry: the message did not
@@ -409,6 +418,9 @@ func (e *entity) process(d delivery) {
 		return
 	}
 	e.unsaved++
+	if key := d.env.IdempotencyKey; key != "" {
+		e.rememberOutcome(key, 0, out, fwd)
+	}
 	// The checkpoint policy: with every-message, the state is saved before the reply,
 	// so an acknowledged message survives a crash of this member.
 	if every := e.saveEvery(); every > 0 && s.cfg.States != nil && e.unsaved >= every {
@@ -464,7 +476,7 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 	var state []byte
 	var entries []JournalEntry
 	e.journaled = e.journals()
-	e.seq, e.baseSeq = 0, 0
+	e.seq, e.baseSeq, e.keys = 0, 0, idemTable{}
 	defer func() {
 		st := "fresh"
 		if state != nil || len(entries) > 0 {
@@ -513,7 +525,12 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 			// records after it, replayed into the new instance. They are read whatever
 			// the type's policy: records of a type that journaled before its policy
 			// changed are acknowledged messages too.
-			if e.seq, state, err = DecodeBase(state); err != nil {
+			base, err := DecodeBase(state)
+			if err != nil {
+				return wrapCause(ErrStateNotLoaded, e.name(), err)
+			}
+			e.seq, state = base.Seq, base.State
+			if e.keys, err = decodeIdemTable(base.Keys, s.cfg.Now(), e.r.Settings().IdempotencyRetention); err != nil {
 				return wrapCause(ErrStateNotLoaded, e.name(), err)
 			}
 			if entries, err = e.loadJournal(ctx, epoch, e.seq); err != nil {
@@ -547,6 +564,11 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 	e.baseSeq = e.seq
 	if n := len(entries); n > 0 {
 		e.seq = entries[n-1].Seq
+	}
+	for k := range entries {
+		if en := &entries[k]; en.IdempotencyKey != "" {
+			e.remember(en.IdempotencyKey, en.Seq, en.Time, en.Outcome, en.Reply)
+		}
 	}
 	e.unsaved = len(entries) // what a passivation's base would save the next activation
 	e.mu.Lock()

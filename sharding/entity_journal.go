@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -40,12 +41,12 @@ func (e *entity) saveEvery() int {
 }
 
 // journalMessage appends the record of the message Receive just handled (out and err
-// its result, forwarded whether it passed the message on), then releases what the
+// its result, fwd where it passed the message on, if it did), then releases what the
 // entity held back. It reports whether the message was journaled: not when the entity
 // says it left its state as it was (a trap), nor a failed message of an entity that
 // records nothing more than its messages. Errors: the append's (ErrStaleEpoch,
 // ErrStoreUnavailable, ErrNoMajority, ...).
-func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, err error, forwarded bool) (bool, error) {
+func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, err error, fwd *ForwardTo) (bool, error) {
 	s := e.r.s
 	journal := err == nil
 	var effects []byte
@@ -57,12 +58,16 @@ func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, er
 		return false, nil
 	}
 	entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: d.env.Kind, Sender: d.env.Sender, Tag: d.env.Tag,
-		Ask: d.ask, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out)}
+		Ask: d.ask, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out),
+		IdempotencyKey: d.env.IdempotencyKey}
 	switch {
-	case forwarded:
+	case fwd != nil:
 		entry.Outcome, entry.ReplyDigest = outcomeForwarded, 0
 	case err != nil:
 		entry.Outcome = ErrorCode(err)
+	}
+	if entry.IdempotencyKey != "" {
+		entry.Reply = rememberedReply(out, err, fwd)
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		entry.TraceID = sc.TraceID()
@@ -70,10 +75,63 @@ func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, er
 	if err := e.appendRecords(ctx, entry); err != nil {
 		return false, err
 	}
+	if entry.IdempotencyKey != "" {
+		e.remember(entry.IdempotencyKey, entry.Seq, entry.Time, entry.Outcome, entry.Reply)
+	}
 	if je != nil {
 		je.ReleaseEffects(ctx)
 	}
 	return true, nil
+}
+
+// rememberedReply is what an idempotency key keeps of a message's outcome: its reply,
+// an error's text, or a forward's target as "TYPE\x00ID".
+func rememberedReply(out []byte, err error, fwd *ForwardTo) []byte {
+	switch {
+	case fwd != nil:
+		return []byte(fwd.EntityType + "\x00" + fwd.EntityID)
+	case err != nil:
+		return []byte(err.Error())
+	}
+	return out
+}
+
+// rememberOutcome remembers key with a message's outcome, at record seq (0 when the
+// message was not journaled).
+func (e *entity) rememberOutcome(key string, seq uint64, out []byte, fwd *ForwardTo) {
+	outcome := ""
+	if fwd != nil {
+		outcome = outcomeForwarded
+	}
+	e.remember(key, seq, e.r.s.cfg.Now(), outcome, rememberedReply(out, nil, fwd))
+}
+
+// remember remembers an idempotency key and its message's outcome and reply.
+func (e *entity) remember(key string, seq uint64, at time.Time, outcome string, reply []byte) {
+	e.keys.put(&idemEntry{key: key, seq: seq, at: at.UnixMilli(), outcome: outcome, reply: reply},
+		e.r.s.cfg.Now(), e.r.Settings().IdempotencyRetention)
+}
+
+// answerRemembered answers a message whose idempotency key the entity remembers with
+// the first message's outcome: its reply, its error (with its code), or the same
+// forward (whose target, given the same key, answers with its own first reply).
+func (e *entity) answerRemembered(d delivery, ke *idemEntry, done func(error)) {
+	s := e.r.s
+	switch ke.outcome {
+	case "":
+		done(nil)
+		if d.ask {
+			d.answer(Reply{Payload: ke.reply, Node: s.self}, nil)
+		}
+	case outcomeForwarded:
+		done(nil)
+		typ, id, _ := strings.Cut(string(ke.reply), "\x00")
+		s.forward(d, &ForwardTo{EntityType: typ, EntityID: id})
+	default:
+		err := &RemoteError{Code: ke.outcome, Message: string(ke.reply), Node: s.self}
+		done(err)
+		d.fail(err)
+	}
 }
 
 // appendRecords appends the entries to the entity's journal under its shard's epoch,
@@ -143,7 +201,7 @@ func (e *entity) snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil || state == nil || e.r.s.journal == nil {
 		return state, err
 	}
-	return EncodeBase(e.seq, state), nil
+	return EncodeBase(Base{Seq: e.seq, Keys: e.keys.encode(), State: state}), nil
 }
 
 // based notes that the base after record e.seq is saved: the journal before it,

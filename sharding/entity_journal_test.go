@@ -116,7 +116,8 @@ func TestBasesTruncateTheJournalButForTheHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, state, err := DecodeBase(st)
+	base, err := DecodeBase(st)
+	seq, state := base.Seq, base.State
 	if err != nil || seq != journalBaseEvery || string(state) != fmt.Sprintf("%d|", journalBaseEvery) {
 		t.Fatalf("base after record %d, state %q, %v; want after %d", seq, state, err, journalBaseEvery)
 	}

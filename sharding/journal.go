@@ -94,8 +94,10 @@ type JournalEntry struct {
 	// ReplyDigest is ReplyDigest of the reply (0 for none), so that a replay can tell
 	// whether it replies the same.
 	ReplyDigest uint32
-	// IdempotencyKey is the key the message was sent with, if any.
+	// IdempotencyKey is the key the message was sent with, if any, and Reply, kept only
+	// with a key, the reply a retry of the message gets.
 	IdempotencyKey string
+	Reply          []byte
 }
 
 // journalVersion is the encoding's version, its first byte.
@@ -128,7 +130,7 @@ const (
 // bytes before it. Without sender, tag, trace ID, effects, outcome and key, a record is
 // its payload and at most 20 bytes.
 func (e *JournalEntry) Encode(key EntityKey) []byte {
-	n := 24 + len(e.Payload) + len(e.Sender) + len(e.Effects) + len(e.Outcome) + len(e.IdempotencyKey)
+	n := 24 + len(e.Payload) + len(e.Sender) + len(e.Effects) + len(e.Outcome) + len(e.IdempotencyKey) + len(e.Reply)
 	b := make([]byte, 0, n+32)
 	b = append(b, journalVersion)
 	b = binary.AppendVarint(b, e.Time.UnixMilli())
@@ -182,6 +184,8 @@ func (e *JournalEntry) Encode(key EntityKey) []byte {
 	}
 	if flags&jfIdempotency != 0 {
 		b = appendString(b, e.IdempotencyKey)
+		b = binary.AppendUvarint(b, uint64(len(e.Reply)))
+		b = append(b, e.Reply...)
 	}
 	return binary.LittleEndian.AppendUint32(b, journalChecksum(key, e.Seq, b))
 }
@@ -252,6 +256,9 @@ func DecodeJournalEntry(key EntityKey, rec JournalRecord) (JournalEntry, error) 
 	}
 	if flags&jfIdempotency != 0 {
 		e.IdempotencyKey = string(r.bytes(maxJournalString))
+		if reply := r.bytes(maxJournalBytes); len(reply) > 0 {
+			e.Reply = reply
+		}
 	}
 	if r.err != nil || len(r.b) != 0 {
 		err := r.err
@@ -342,33 +349,47 @@ func ReplyDigest(reply []byte) uint32 {
 	return 1
 }
 
-// A base is an entity's state as saved in a journal store: the sequence number of the
-// last journal record it holds, then the entity's snapshot. The framing is sharding's;
-// a store keeps a base as it keeps any snapshot.
-var baseMagic = [4]byte{0xff, 'S', 'J', 'B'}
-
-// EncodeBase frames state as the base after record seq: what sharding saves in a store
-// that keeps journals. A store decorator that looks into saved states (the host's delta
-// records) reads through it with DecodeBase.
-func EncodeBase(seq uint64, state []byte) []byte {
-	b := make([]byte, 0, len(state)+14)
-	b = append(b, baseMagic[:]...)
-	b = binary.AppendUvarint(b, seq)
-	return append(b, state...)
+// Base is an entity's state as sharding saves it in a store that keeps journals: the
+// sequence number of the last journal record it holds (Seq; 0 for none), the
+// idempotency keys the entity remembers (Keys, sharding's own encoding), and the
+// entity's snapshot (State). EncodeBase frames it; a store keeps the frame as it keeps
+// any snapshot, and a decorator that looks into saved states (the host's delta records)
+// reads through it with DecodeBase.
+type Base struct {
+	Seq   uint64
+	Keys  []byte
+	State []byte
 }
 
-// DecodeBase returns the base's record sequence number and the entity's state, which
-// aliases b. A state saved without the framing (before the journal, or by a store
-// without one) is the state after no record. Errors: ErrCorruptRecord.
-func DecodeBase(b []byte) (seq uint64, state []byte, err error) {
-	if len(b) < len(baseMagic) || [4]byte(b[:4]) != baseMagic {
-		return 0, b, nil
+var baseMagic = [4]byte{0xff, 'S', 'J', 'B'}
+
+// EncodeBase frames b: a magic, Seq, Keys (with its length), then State.
+func EncodeBase(b Base) []byte {
+	out := make([]byte, 0, len(b.State)+len(b.Keys)+24)
+	out = append(out, baseMagic[:]...)
+	out = binary.AppendUvarint(out, b.Seq)
+	out = binary.AppendUvarint(out, uint64(len(b.Keys)))
+	out = append(out, b.Keys...)
+	return append(out, b.State...)
+}
+
+// DecodeBase reads a framed base; its slices alias data. A state saved without the
+// framing (before the journal, or by a store without one) is the state after no record,
+// with no keys. Errors: ErrCorruptRecord.
+func DecodeBase(data []byte) (Base, error) {
+	if len(data) < len(baseMagic) || [4]byte(data[:4]) != baseMagic {
+		return Base{State: data}, nil
 	}
-	seq, n := binary.Uvarint(b[4:])
-	if n <= 0 {
-		return 0, nil, fmt.Errorf("%w: a base whose sequence number does not decode", ErrCorruptRecord)
+	r := journalReader{b: data[4:]}
+	b := Base{Seq: r.uvarint()}
+	if keys := r.bytes(maxJournalBytes); len(keys) > 0 {
+		b.Keys = keys
 	}
-	return seq, b[4+n:], nil
+	if r.err != nil {
+		return Base{}, fmt.Errorf("%w: a base whose framing does not decode: %w", ErrCorruptRecord, r.err)
+	}
+	b.State = r.b
+	return b, nil
 }
 
 // CheckJournalAppend is the check every JournalStore makes of an append before it

@@ -14,7 +14,8 @@ func TestJournalEntryRoundTrip(t *testing.T) {
 		{Seq: 1, Time: time.UnixMilli(1_700_000_000_123), Payload: []byte("deposit 5")},
 		{Seq: 1 << 40, Time: time.UnixMilli(-5), Kind: KindTimer, Sender: "tick", Tag: 99, Ask: true,
 			TraceID: [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, Payload: []byte{},
-			Effects: []byte{0, 1, 2, 255}, Outcome: "entity-error", ReplyDigest: ReplyDigest([]byte("ok")), IdempotencyKey: "k-1"},
+			Effects: []byte{0, 1, 2, 255}, Outcome: "entity-error", ReplyDigest: ReplyDigest([]byte("ok")), IdempotencyKey: "k-1",
+			Reply: []byte("the first reply")},
 	} {
 		rec := JournalRecord{Seq: e.Seq, Data: e.Encode(key)}
 		got, err := DecodeJournalEntry(key, rec)
@@ -78,21 +79,18 @@ func TestJournalRecordCorruptionIsDetected(t *testing.T) {
 }
 
 func TestBaseFraming(t *testing.T) {
-	for _, c := range []struct {
-		seq   uint64
-		state []byte
-	}{{0, nil}, {1, []byte("s")}, {1 << 50, bytes.Repeat([]byte{0xff}, 100)}} {
-		seq, state, err := DecodeBase(EncodeBase(c.seq, c.state))
-		if err != nil || seq != c.seq || !bytes.Equal(state, c.state) {
-			t.Fatalf("base %d %q: got %d %q %v", c.seq, c.state, seq, state, err)
+	for _, c := range []Base{{}, {Seq: 1, State: []byte("s")}, {Seq: 1 << 50, Keys: []byte{1, 2}, State: bytes.Repeat([]byte{0xff}, 100)}} {
+		got, err := DecodeBase(EncodeBase(c))
+		if err != nil || got.Seq != c.Seq || !bytes.Equal(got.Keys, c.Keys) || !bytes.Equal(got.State, c.State) {
+			t.Fatalf("base %+v: got %+v %v", c, got, err)
 		}
 	}
 	// A state saved before bases existed is the state after no record.
-	seq, state, err := DecodeBase([]byte("legacy"))
-	if err != nil || seq != 0 || string(state) != "legacy" {
-		t.Fatalf("unframed state: %d %q %v", seq, state, err)
+	b, err := DecodeBase([]byte("legacy"))
+	if err != nil || b.Seq != 0 || string(b.State) != "legacy" || b.Keys != nil {
+		t.Fatalf("unframed state: %+v %v", b, err)
 	}
-	if _, _, err := DecodeBase(baseMagic[:]); !errors.Is(err, ErrCorruptRecord) {
+	if _, err := DecodeBase(baseMagic[:]); !errors.Is(err, ErrCorruptRecord) {
 		t.Fatalf("a base cut after its magic: %v, want ErrCorruptRecord", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fxamacker/cbor/v2"
 	"go.opentelemetry.io/otel/trace"
@@ -25,13 +26,16 @@ var (
 	ErrStateNotSaved = errors.New("sharding: the message was handled but the entity's state was not saved")
 	// ErrStateNotLoaded: the entity's saved state could not be read, so it was not
 	// started (starting without it would lose it). A later message tries again.
-	ErrStateNotLoaded   = errors.New("sharding: the entity's saved state could not be loaded")
-	errNotCoordinator   = errors.New("sharding: this member is not the shard coordinator")
-	ErrRoutingLoop      = errors.New("sharding: message forwarded too many times")
-	ErrAskTimeout       = errors.New("sharding: ask timed out")
-	ErrStopped          = errors.New("sharding: stopped")
-	errLeaving          = errors.New("sharding: this member is leaving and takes no new shards")
-	ErrMalformedMessage = errors.New("sharding: malformed message from a member")
+	ErrStateNotLoaded = errors.New("sharding: the entity's saved state could not be loaded")
+	errNotCoordinator = errors.New("sharding: this member is not the shard coordinator")
+	ErrRoutingLoop    = errors.New("sharding: message forwarded too many times")
+	ErrAskTimeout     = errors.New("sharding: ask timed out")
+	ErrStopped        = errors.New("sharding: stopped")
+	// ErrInvalidIdempotencyKey: an idempotency key over MaxIdempotencyKeyLen bytes, or
+	// not UTF-8.
+	ErrInvalidIdempotencyKey = errors.New("sharding: invalid idempotency key")
+	errLeaving               = errors.New("sharding: this member is leaving and takes no new shards")
+	ErrMalformedMessage      = errors.New("sharding: malformed message from a member")
 	// ErrNoMajority: this member has not had a heartbeat round trip with a majority of
 	// the members within its hosting lease (Config.HostingLease), so it may be on the
 	// losing side of a partition, and the majority may soon move its shards: it does not
@@ -107,7 +111,7 @@ func ErrorCode(err error) string {
 
 // sentinels are in order of precedence: an error that wraps two (a state not saved
 // because no shard home was found) has the code of the first.
-var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull,
+var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, errLeaving, ErrNoMajority, errExpired}
 
@@ -115,7 +119,7 @@ func codeOfSentinel(err error) string {
 	switch err {
 	case ErrUnknownEntityType:
 		return CodeUnknownType
-	case ErrEmptyEntityID:
+	case ErrEmptyEntityID, ErrInvalidIdempotencyKey:
 		return CodeBadRequest
 	case ErrBufferFull, ErrMailboxFull:
 		return CodeOverloaded
@@ -185,6 +189,8 @@ type envelope struct {
 	// sender's by the time in transit, so a message is never dropped before its sender
 	// gave up (delivery.deadline, handleDeliver).
 	TimeLeft uint64 `cbor:"13,keyasint,omitempty"`
+	// IdempotencyKey is the message's key (Message.IdempotencyKey), if any.
+	IdempotencyKey string `cbor:"14,keyasint,omitempty"`
 }
 
 // MessageKind says where a message comes from (abi.MessageKind).
@@ -227,6 +233,27 @@ type Message struct {
 	// Link, if valid, makes the message (a timer's, a subscription's) start a trace of
 	// its own, linked to this span: the one that set the timer or subscribed.
 	Link trace.SpanContext
+	// IdempotencyKey, if set, makes the message count once: an entity whose type
+	// journals its messages answers a later message with the same key, within the
+	// type's IdempotencyRetention, with the first one's reply (or error) without
+	// handling it again, across crashes and handoffs. At most MaxIdempotencyKeyLen
+	// bytes of UTF-8 (ErrInvalidIdempotencyKey).
+	IdempotencyKey string
+}
+
+// MaxIdempotencyKeyLen caps Message.IdempotencyKey, in bytes.
+const MaxIdempotencyKeyLen = 256
+
+// CheckIdempotencyKey refuses a key over MaxIdempotencyKeyLen bytes or not UTF-8:
+// ErrInvalidIdempotencyKey.
+func CheckIdempotencyKey(key string) error {
+	switch {
+	case len(key) > MaxIdempotencyKeyLen:
+		return fmt.Errorf("%w: %d bytes (at most %d)", ErrInvalidIdempotencyKey, len(key), MaxIdempotencyKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: not UTF-8", ErrInvalidIdempotencyKey)
+	}
+	return nil
 }
 
 // MessageInfo is what an entity learns of the message it is handling: Entity.Receive's

@@ -16,7 +16,7 @@ import (
 
 // encodeEnvelope is encode(e), without reflection.
 func encodeEnvelope(e *envelope) []byte {
-	size := 58 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender)
+	size := 60 + len(e.EntityType) + len(e.EntityID) + len(e.Payload) + len(e.Origin) + len(e.Sender) + len(e.IdempotencyKey)
 	for _, c := range e.Chain {
 		size += 9 + len(c)
 	}
@@ -27,7 +27,7 @@ func encodeEnvelope(e *envelope) []byte {
 func appendEnvelope(b []byte, e *envelope) []byte {
 	n := uint64(2)
 	for _, set := range [...]bool{len(e.Payload) > 0, e.Hops != 0, e.Origin != "", e.Epoch != 0,
-		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0, e.TimeLeft != 0} {
+		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0, e.TimeLeft != 0, e.IdempotencyKey != ""} {
 		if set {
 			n++
 		}
@@ -68,6 +68,9 @@ func appendEnvelope(b []byte, e *envelope) []byte {
 	if e.TimeLeft != 0 {
 		b = wirecbor.AppendUint(append(b, 13), e.TimeLeft)
 	}
+	if e.IdempotencyKey != "" {
+		b = wirecbor.AppendText(append(b, 14), e.IdempotencyKey)
+	}
 	return b
 }
 
@@ -86,7 +89,7 @@ func decodeEnvelope(b []byte, e *envelope) error {
 func decodeEnvelopeFast(b []byte, e *envelope) bool {
 	r := wirecbor.NewReader(b)
 	n, ok := r.MapHead()
-	if !ok || n > 13 {
+	if !ok || n > 14 {
 		return false
 	}
 	*e = envelope{}
@@ -137,6 +140,8 @@ func decodeEnvelopeFast(b []byte, e *envelope) bool {
 			e.Forwards, ok = small()
 		case 13:
 			e.TimeLeft, ok = r.Uint()
+		case 14:
+			e.IdempotencyKey, ok = r.Text()
 		default:
 			return false
 		}

@@ -112,8 +112,8 @@ func TestTerminatedJournaledEntityKeepsWhatItAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, state, err := DecodeBase(st); err != nil || seq != 3 || string(state) != "2|" {
-		t.Fatalf("the base: record %d, state %q, %v; want record 3, \"2|\"", seq, state, err)
+	if b, err := DecodeBase(st); err != nil || b.Seq != 3 || string(b.State) != "2|" {
+		t.Fatalf("the base: record %d, state %q, %v; want record 3, \"2|\"", b.Seq, b.State, err)
 	}
 	recs, err := store.ReadJournal(context.Background(), key, 1, 0)
 	if err != nil {

@@ -117,7 +117,9 @@ func TestCoordinatorAllocatesAboveTheStoresEpochs(t *testing.T) {
 		}
 		st, err := store.Load(ctx, EntityKey{Type: "durable", Shard: abiShard(id, 10), ID: id})
 		if err == nil {
-			_, st, err = DecodeBase(st)
+			var b Base
+			b, err = DecodeBase(st)
+			st = b.State
 		}
 		if err != nil || string(st) != "2|" {
 			t.Fatalf("saved state of %s: %q %v", id, st, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 func newAskCommand(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var verbose bool
+	var key string
 	cmd := &cobra.Command{
 		Use:   "ask TYPE/ID PAYLOAD",
 		Short: "Send a message to an entity and print its reply (PAYLOAD - reads standard input)",
@@ -21,7 +23,7 @@ func newAskCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := c.do("POST", fmt.Sprintf("%s&timeout=%s", path, timeout), payload)
+			r, err := c.doWith("POST", fmt.Sprintf("%s&timeout=%s", path, timeout), payload, keyHeader(key))
 			if verbose && r.header != nil {
 				defer printTrace(cmd.ErrOrStderr(), r)
 			}
@@ -41,5 +43,19 @@ func newAskCommand(g *globals) *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the reply")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print, on standard error, which member hosts the entity and the request's trace ID")
+	idempotencyFlag(cmd, &key)
 	return cmd
+}
+
+// idempotencyFlag adds --idempotency-key to an ask or a tell.
+func idempotencyFlag(cmd *cobra.Command, key *string) {
+	cmd.Flags().StringVar(key, "idempotency-key", "", "the message's idempotency key (at most 256 bytes): a retry with the same key gets the first reply and the entity handles the message once, for the type's retention (24 h by default)")
+}
+
+// keyHeader is the request header of an idempotency key; nil for none.
+func keyHeader(key string) http.Header {
+	if key == "" {
+		return nil
+	}
+	return http.Header{host.IdempotencyKeyHeader: {key}}
 }

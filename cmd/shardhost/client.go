@@ -140,9 +140,17 @@ func (e *apiError) Error() string { return e.msg }
 
 // do sends a request and turns an API error reply into an *apiError with its text.
 func (c *client) do(method, path string, body []byte) (response, error) {
+	return c.doWith(method, path, body, nil)
+}
+
+// doWith is do with these request headers too.
+func (c *client) doWith(method, path string, body []byte, header http.Header) (response, error) {
 	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		return response{}, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)

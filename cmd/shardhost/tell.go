@@ -6,6 +6,7 @@ import (
 
 func newTellCommand(g *globals) *cobra.Command {
 	var verbose bool
+	var key string
 	cmd := &cobra.Command{
 		Use:   "tell TYPE/ID PAYLOAD",
 		Short: "Send a message to an entity without waiting for it (PAYLOAD - reads standard input)",
@@ -15,7 +16,7 @@ func newTellCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := c.do("POST", path, payload)
+			r, err := c.doWith("POST", path, payload, keyHeader(key))
 			if verbose && r.header != nil {
 				printTrace(cmd.ErrOrStderr(), r)
 			}
@@ -23,5 +24,6 @@ func newTellCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also print, on standard error, the request's trace ID")
+	idempotencyFlag(cmd, &key)
 	return cmd
 }

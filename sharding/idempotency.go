@@ -1,0 +1,154 @@
+package sharding
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// Idempotency keys (Message.IdempotencyKey): an entity remembers, for its type's
+// IdempotencyRetention, the key of each message it handled and the message's reply or
+// error; a message with a key it remembers is answered from there without being
+// handled again. Under the journal the memory is durable: each keyed message's record
+// holds its key and reply, and each base the keys remembered then (Base.Keys), so an
+// activation, after a crash or a handoff, remembers them as well.
+
+// Bounds of an entity's remembered keys: past them the oldest are forgotten early.
+const (
+	maxIdempotencyKeys  = 10_000
+	maxIdempotencyBytes = 4 << 20
+)
+
+// DefaultIdempotencyRetention is TypeSettings.IdempotencyRetention's default.
+const DefaultIdempotencyRetention = 24 * time.Hour
+
+// idemEntry is a remembered key: the message's sequence number in the journal (0 when
+// not journaled), when it was handled, and its outcome ("" for success, an error's
+// code, or outcomeForwarded) and reply.
+type idemEntry struct {
+	key     string
+	seq     uint64
+	at      int64 // Unix milliseconds
+	outcome string
+	reply   []byte
+}
+
+func (e *idemEntry) size() int { return len(e.key) + len(e.outcome) + len(e.reply) + 48 }
+
+// idemTable is an entity's remembered keys, oldest first. It is used on the entity's
+// mailbox goroutine.
+type idemTable struct {
+	byKey map[string]*idemEntry
+	order []*idemEntry // by at, oldest first; forgotten entries are nil
+	head  int
+	bytes int
+}
+
+// get returns the entry of key if it is remembered and not older than retention.
+func (t *idemTable) get(key string, now time.Time, retention time.Duration) (*idemEntry, bool) {
+	e, ok := t.byKey[key]
+	if !ok || now.UnixMilli()-e.at > retention.Milliseconds() {
+		return nil, false
+	}
+	return e, true
+}
+
+// put remembers e (replacing an entry of its key), then forgets what is older than
+// retention and, past the bounds, the oldest.
+func (t *idemTable) put(e *idemEntry, now time.Time, retention time.Duration) {
+	if t.byKey == nil {
+		t.byKey = map[string]*idemEntry{}
+	}
+	if old, ok := t.byKey[e.key]; ok {
+		t.forget(old)
+	}
+	t.byKey[e.key] = e
+	t.order = append(t.order, e)
+	t.bytes += e.size()
+	t.expire(now, retention)
+}
+
+// forget drops e from the table (its place in order is left nil).
+func (t *idemTable) forget(e *idemEntry) {
+	delete(t.byKey, e.key)
+	t.bytes -= e.size()
+	for k := t.head; k < len(t.order); k++ {
+		if t.order[k] == e {
+			t.order[k] = nil
+			return
+		}
+	}
+}
+
+// expire forgets the entries older than retention, and the oldest while the table is
+// over its bounds.
+func (t *idemTable) expire(now time.Time, retention time.Duration) {
+	limit := now.UnixMilli() - retention.Milliseconds()
+	for t.head < len(t.order) {
+		e := t.order[t.head]
+		if e != nil && e.at >= limit && len(t.byKey) <= maxIdempotencyKeys && t.bytes <= maxIdempotencyBytes {
+			break
+		}
+		if e != nil {
+			delete(t.byKey, e.key)
+			t.bytes -= e.size()
+		}
+		t.order[t.head] = nil
+		t.head++
+	}
+	if t.head > 64 && t.head > len(t.order)/2 {
+		t.order = append(t.order[:0], t.order[t.head:]...)
+		t.head = 0
+	}
+}
+
+// encode returns the remembered keys as a base keeps them (Base.Keys): a count, then
+// per entry its key, sequence number, time, outcome and reply, oldest first; nil for
+// none.
+func (t *idemTable) encode() []byte {
+	if len(t.byKey) == 0 {
+		return nil
+	}
+	b := binary.AppendUvarint(make([]byte, 0, t.bytes), uint64(len(t.byKey)))
+	for _, e := range t.order[t.head:] {
+		if e == nil {
+			continue
+		}
+		b = appendString(b, e.key)
+		b = binary.AppendUvarint(b, e.seq)
+		b = binary.AppendVarint(b, e.at)
+		b = appendString(b, e.outcome)
+		b = binary.AppendUvarint(b, uint64(len(e.reply)))
+		b = append(b, e.reply...)
+	}
+	return b
+}
+
+// decodeIdemTable reads what encode wrote, forgetting what is older than retention.
+// Errors: ErrCorruptRecord.
+func decodeIdemTable(b []byte, now time.Time, retention time.Duration) (idemTable, error) {
+	var t idemTable
+	if len(b) == 0 {
+		return t, nil
+	}
+	r := journalReader{b: b}
+	n := r.uvarint()
+	for k := uint64(0); k < n && r.err == nil; k++ {
+		e := &idemEntry{key: string(r.bytes(maxJournalString)), seq: r.uvarint(), at: r.varint(),
+			outcome: string(r.bytes(maxJournalString))}
+		if reply := r.bytes(maxJournalBytes); len(reply) > 0 {
+			e.reply = append([]byte(nil), reply...)
+		}
+		if r.err == nil {
+			t.put(e, now, retention)
+		}
+	}
+	if r.err != nil || len(r.b) != 0 {
+		err := r.err
+		if err == nil {
+			err = fmt.Errorf("%d bytes left over", len(r.b))
+		}
+		return idemTable{}, fmt.Errorf("%w: the idempotency keys of a base: %w", ErrCorruptRecord, err)
+	}
+	return t, nil
+}
