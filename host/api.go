@@ -399,8 +399,8 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 
 // deploySettings reads an entity type's settings from a deploy request's query:
 // shards, role, allocation, passivate_after (a duration), max_active, checkpoint,
-// history (journal records kept behind a base; 0 keeps none) and remember_entities
-// (true or false). On a redeploy, what the query leaves out keeps its
+// history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
+// duration) and remember_entities (true or false). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
@@ -435,6 +435,11 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 			return st, fmt.Errorf("%w: passivate_after=%q is not a duration", ErrBadRequest, s)
 		}
 	}
+	if s := q.Get("idempotency_retention"); s != "" {
+		if st.IdempotencyRetention, err = time.ParseDuration(s); err != nil || st.IdempotencyRetention <= 0 {
+			return st, fmt.Errorf("%w: idempotency_retention=%q is not a positive duration", ErrBadRequest, s)
+		}
+	}
 	if s := q.Get("remember_entities"); s != "" {
 		if st.RememberEntities, err = strconv.ParseBool(s); err != nil {
 			return st, fmt.Errorf("%w: remember_entities=%q is not true or false", ErrBadRequest, s)
@@ -458,6 +463,9 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	}
 	if !q.Has("history") {
 		st.History = prev.History
+	}
+	if !q.Has("idempotency_retention") {
+		st.IdempotencyRetention = time.Duration(prev.IdempotencyRetentionMs) * time.Millisecond
 	}
 	if !q.Has("passivate_after") {
 		st.PassivateAfter = time.Duration(prev.PassivateAfterMs) * time.Millisecond

@@ -59,6 +59,9 @@ type TypeInfo struct {
 	// History is how many journal records a base leaves behind
 	// (sharding.TypeSettings.History; 0: the default).
 	History int `cbor:"18,keyasint,omitempty" json:"history,omitempty"`
+	// IdempotencyRetentionMs is how long an entity remembers a message's idempotency key
+	// (sharding.TypeSettings.IdempotencyRetention; 0: the default).
+	IdempotencyRetentionMs int64 `cbor:"19,keyasint,omitempty" json:"idempotency_retention_ms,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -83,7 +86,8 @@ func (t TypeInfo) Versions() []ModuleVersion {
 func (t TypeInfo) Settings() sharding.TypeSettings {
 	return sharding.TypeSettings{Name: t.Name, NumberOfShards: t.NumberOfShards, Role: t.Role, Allocation: t.Allocation,
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
-		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History}
+		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History,
+		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond}
 }
 
 // newerThan orders deployments of one type: higher version, then later time, then
@@ -277,7 +281,8 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
 		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
-		History: st.History, Previous: previous, StateDeletedAt: prev.StateDeletedAt}
+		History: st.History, IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(),
+		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

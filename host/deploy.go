@@ -62,7 +62,7 @@ type Setting struct {
 }
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
-// history, passivate-after, max-active, remember-entities and role.
+// history, idempotency-retention, passivate-after, max-active, remember-entities and role.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -71,6 +71,10 @@ func (t TypeInfo) SettingList() []Setting {
 	history := t.History
 	if history == 0 {
 		history = sharding.DefaultHistory
+	}
+	retention := time.Duration(t.IdempotencyRetentionMs) * time.Millisecond
+	if retention == 0 {
+		retention = sharding.DefaultIdempotencyRetention
 	}
 	allocation := t.Allocation
 	if allocation == "" {
@@ -81,6 +85,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"allocation", allocation},
 		{"checkpoint", checkpoint},
 		{"history", strconv.Itoa(max(history, 0))},
+		{"idempotency-retention", retention.String()},
 		{"passivate-after", (time.Duration(t.PassivateAfterMs) * time.Millisecond).String()},
 		{"max-active", strconv.Itoa(t.MaxActive)},
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},

@@ -335,7 +335,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 8 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
+	if len(res.Settings) != 9 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")
@@ -356,6 +356,12 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	}
 	if res = deploy("history=0"); res.Type.History != -1 || res.Settings[3] != (Setting{"history", "0"}) {
 		t.Fatalf("history=0: %+v, settings %v", res.Type, res.Settings)
+	}
+	if res.Settings[4] != (Setting{"idempotency-retention", "24h0m0s"}) {
+		t.Fatalf("the default idempotency retention: %v", res.Settings)
+	}
+	if res = deploy("idempotency_retention=1h"); res.Type.IdempotencyRetentionMs != 3_600_000 || res.Settings[4] != (Setting{"idempotency-retention", "1h0m0s"}) {
+		t.Fatalf("idempotency_retention=1h: %+v, settings %v", res.Type, res.Settings)
 	}
 }
 
