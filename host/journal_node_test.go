@@ -2,7 +2,10 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +106,46 @@ func TestJournalKeepsWhatAKilledMemberAcknowledged(t *testing.T) {
 		"count", "cancel t1"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("history %q, want %q", got, want)
+	}
+}
+
+// The API's Idempotency-Key: a retry gets the first reply; a key over the cap is
+// refused, naming it, and changes nothing.
+func TestAPIIdempotencyKey(t *testing.T) {
+	nodes := startNodes(t, 1, nil)
+	c := client(t, nodes[0])
+	if r := c.do("POST", "/v1/types/abitest", testwasm.Bytes(t, "abitest")); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	keyed := func(key string) apiResult {
+		t.Helper()
+		req, err := http.NewRequest("POST", c.base+"/v1/ask?type=abitest&id=k", strings.NewReader("count"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(IdempotencyKeyHeader, key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		res := apiResult{status: resp.StatusCode, body: b}
+		if resp.StatusCode >= 400 {
+			json.Unmarshal(b, &res.err)
+		}
+		return res
+	}
+	for range 3 {
+		if r := keyed("once"); r.status != 200 || string(r.body) != "1" {
+			t.Fatalf("count with a key: %d %s, want 1", r.status, r.body)
+		}
+	}
+	r := keyed(strings.Repeat("k", 257))
+	if r.status != 400 || r.err.Code != "bad-request" || !strings.Contains(r.err.Error, "at most 256") {
+		t.Fatalf("a key of 257 bytes: %d %+v", r.status, r.err)
+	}
+	if r := c.ask("abitest", "k", "count"); r.status != 200 || string(r.body) != "2" {
+		t.Fatalf("count without a key: %d %s, want 2", r.status, r.body)
 	}
 }
