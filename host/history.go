@@ -22,7 +22,8 @@ type HistoryRecord struct {
 	Seq uint64 `json:"seq"`
 	// Time is when the message was handled (RFC 3339, UTC, to the millisecond).
 	Time time.Time `json:"time"`
-	// Kind is message, timer or changed; Sender the sending entity, timer or key.
+	// Kind is message, timer or changed (Sender: the sending entity, the timer or the
+	// key), or revert or fork (the record of a time travel; Preview says what it did).
 	Kind   string `json:"kind"`
 	Sender string `json:"sender,omitempty"`
 	Ask    bool   `json:"ask,omitempty"`
@@ -98,7 +99,7 @@ func (n *Node) History(ctx context.Context, typ, id string, since uint64, limit 
 }
 
 func historyRecord(e sharding.JournalEntry) HistoryRecord {
-	h := HistoryRecord{Seq: e.Seq, Time: e.Time.UTC(), Kind: kindName(e.Kind), Sender: e.Sender, Ask: e.Ask,
+	h := HistoryRecord{Seq: e.Seq, Time: e.Time.UTC(), Kind: e.Kind.String(), Sender: e.Sender, Ask: e.Ask,
 		PayloadBytes: len(e.Payload), Preview: preview(e.Payload), Outcome: e.Outcome, EffectsBytes: len(e.Effects),
 		IdempotencyKey: e.IdempotencyKey}
 	if h.Outcome == "" {
@@ -111,18 +112,6 @@ func historyRecord(e sharding.JournalEntry) HistoryRecord {
 		h.TraceID = hex.EncodeToString(e.TraceID[:])
 	}
 	return h
-}
-
-func kindName(k sharding.MessageKind) string {
-	switch k {
-	case sharding.KindMessage:
-		return "message"
-	case sharding.KindTimer:
-		return "timer"
-	case sharding.KindChanged:
-		return "changed"
-	}
-	return "kind-" + strconv.Itoa(int(k))
 }
 
 // preview renders the first historyPreview runes of a payload as text: printable UTF-8

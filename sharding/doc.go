@@ -46,8 +46,13 @@
 // encoding of a JournalEntry (Encode, DecodeJournalEntry), which a store checks with
 // CheckJournalAppend before it writes and VerifyJournalRecord after it reads
 // (ErrCorruptRecord); ReplyDigest is the digest of a reply a record keeps. A saved
-// state is a base: EncodeBase frames it with the last record it holds, DecodeBase
-// reads it.
+// state is a Base: EncodeBase frames it with the last record it holds and the
+// idempotency keys it remembers, DecodeBase reads it. Revert (to a record) and Fork (a new entity from another's state at a
+// record) travel in time on the journal, failing with ErrNotInHistory or
+// ErrEntityExists; MessageKind's String names a record's kind. Idempotency keys
+// (Message.IdempotencyKey, at most MaxIdempotencyKeyLen bytes, CheckIdempotencyKey,
+// ErrInvalidIdempotencyKey) make a retry get the first reply, for a type's
+// IdempotencyRetention (DefaultIdempotencyRetention).
 //
 // The errors of messages keep their meaning across members: ErrUnknownEntityType,
 // ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,

@@ -310,6 +310,10 @@ func (e *entity) process(d delivery) {
 		d.fail(err)
 		return
 	}
+	if d.env.Kind == kindRevert || d.env.Kind == kindFork {
+		e.timeTravel(ctx, d, done)
+		return
+	}
 	if e.inst == nil {
 		if err := e.activate(ctx, d.deadline); err != nil {
 			if e.fenced.Load() {
@@ -467,6 +471,21 @@ func (e *entity) failLeaseLapsed(ctx context.Context, d delivery, done func(erro
 // activate creates the entity's instance, from its saved state if the state store has
 // one, and records it among the shard's remembered entities if the type remembers them.
 func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
+	return e.activateFrom(ctx, deadline, &activation{})
+}
+
+// activation says where an activation starts from: the entity's own base and journal
+// (the zero value), or another entity's (from, a fork), and up to which record (upTo, a
+// revert or a fork; 0: all). lastSeq, set by the activation, is the last record the
+// journal read held, past upTo too.
+type activation struct {
+	from    *EntityKey
+	upTo    uint64
+	lastSeq uint64
+}
+
+// activateFrom is activate from what a says.
+func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activation) (err error) {
 	s := e.r.s
 	begin := s.cfg.Now()
 	span := noopSpan
@@ -505,7 +524,7 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 			}
 			return wrapCause(ErrStateNotLoaded, e.r.settings.Name+"/"+e.id, err)
 		}
-		st, err := e.loadState(ctx, epoch)
+		st, err := e.loadState(ctx, epoch, a.from)
 		switch {
 		case errors.Is(err, ErrNoState):
 		case errors.Is(err, ErrStaleEpoch):
@@ -530,15 +549,27 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 				return wrapCause(ErrStateNotLoaded, e.name(), err)
 			}
 			e.seq, state = base.Seq, base.State
-			if e.keys, err = decodeIdemTable(base.Keys, s.cfg.Now(), e.r.Settings().IdempotencyRetention); err != nil {
-				return wrapCause(ErrStateNotLoaded, e.name(), err)
+			if a.from == nil { // a fork remembers none of its source's keys
+				if e.keys, err = decodeIdemTable(base.Keys, s.cfg.Now(), e.r.Settings().IdempotencyRetention); err != nil {
+					return wrapCause(ErrStateNotLoaded, e.name(), err)
+				}
 			}
-			if entries, err = e.loadJournal(ctx, epoch, e.seq); err != nil {
+			if entries, err = e.loadJournal(ctx, epoch, e.seq, a.from); err != nil {
 				if errors.Is(err, ErrStaleEpoch) {
 					e.fenced.Store(true)
 					e.r.dropStale(e.shard, epoch+1)
 				}
 				return wrapCause(ErrStateNotLoaded, e.name(), err)
+			}
+			if n := len(entries); n > 0 {
+				a.lastSeq = entries[n-1].Seq
+			} else {
+				a.lastSeq = e.seq
+			}
+			if a.upTo > 0 {
+				if entries, err = cutAt(entries, e.seq, a.upTo); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -566,7 +597,7 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 		e.seq = entries[n-1].Seq
 	}
 	for k := range entries {
-		if en := &entries[k]; en.IdempotencyKey != "" {
+		if en := &entries[k]; en.IdempotencyKey != "" && a.from == nil {
 			e.remember(en.IdempotencyKey, en.Seq, en.Time, en.Outcome, en.Reply)
 		}
 	}
@@ -684,13 +715,17 @@ func (e *entity) fence(ctx context.Context, epoch uint64) error {
 // attempts in all, 50 ms then 200 ms apart) while the store is unavailable: a majority
 // of its replicas may be moments from answering, as while members join or a shard
 // moves.
-func (e *entity) loadState(ctx context.Context, epoch uint64) ([]byte, error) {
+func (e *entity) loadState(ctx context.Context, epoch uint64, from *EntityKey) ([]byte, error) {
 	s := e.r.s
+	key, rctx := e.key(), WithReadEpoch(ctx, epoch)
+	if from != nil {
+		key, rctx = *from, ctx // another entity's, in another shard: no read epoch of ours
+	}
 	var err error
 	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
-		lctx, cancel := context.WithTimeout(WithReadEpoch(ctx, epoch), s.cfg.RequestTimeout)
+		lctx, cancel := context.WithTimeout(rctx, s.cfg.RequestTimeout)
 		var st []byte
-		st, err = s.cfg.States.Load(lctx, e.key())
+		st, err = s.cfg.States.Load(lctx, key)
 		cancel()
 		if err == nil || errors.Is(err, ErrNoState) || errors.Is(err, ErrStaleEpoch) || attempt == 2 || ctx.Err() != nil {
 			return st, err
@@ -834,12 +869,14 @@ func (e *entity) stop(ctx context.Context, save bool) {
 	if e.inst == nil {
 		return
 	}
+	hooked := false
 	if h, ok := e.inst.(EntityStopHook); ok && save && !e.fenced.Load() {
 		if h.BeforeStop(ctx) {
 			e.unsaved++
+			hooked = true
 		}
 	}
-	if save && e.unsaved > 0 {
+	if save && e.unsaved > 0 && e.baseAtStop(hooked) {
 		if err := e.save(ctx); err != nil {
 			e.r.s.log.WarnContext(ctx, "entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -193,6 +194,15 @@ func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, do
 	}
 }
 
+// baseAtStop reports whether a stop that saves (passivation, handoff, graceful stop)
+// saves a base: always, but under the journal, which holds every message since the
+// last base (the next activation replays them, at most journalBaseEvery), only when the
+// entity's stop hook changed its state, which no record holds. So a passivated entity
+// keeps its records since its last periodic base replayable, and revertible.
+func (e *entity) baseAtStop(hooked bool) bool {
+	return !e.journaled || hooked
+}
+
 // snapshot returns the entity's state to save: its Snapshot, as the base after its
 // last journal record when the store keeps journals (so that an activation knows which
 // records follow it); nil when it keeps none.
@@ -231,13 +241,16 @@ func (e *entity) based(ctx context.Context) {
 // loadJournal reads the journal records that follow the base after record seq, and
 // decodes them: what an activation replays. It tries again as loadState does.
 // Errors: the store's, ErrCorruptRecord, and a gap in the records (ErrCorruptRecord).
-func (e *entity) loadJournal(ctx context.Context, epoch, seq uint64) ([]JournalEntry, error) {
+func (e *entity) loadJournal(ctx context.Context, epoch, seq uint64, from *EntityKey) ([]JournalEntry, error) {
 	s := e.r.s
-	key := e.key()
+	key, rctx := e.key(), WithReadEpoch(ctx, epoch)
+	if from != nil {
+		key, rctx = *from, ctx // another entity's, in another shard: no read epoch of ours
+	}
 	var recs []JournalRecord
 	var err error
 	for attempt, pause := 0, 50*time.Millisecond; ; attempt, pause = attempt+1, pause*4 {
-		lctx, cancel := context.WithTimeout(WithReadEpoch(ctx, epoch), s.cfg.RequestTimeout)
+		lctx, cancel := context.WithTimeout(rctx, s.cfg.RequestTimeout)
 		recs, err = s.journal.ReadJournal(lctx, key, seq+1, 0)
 		cancel()
 		if err == nil || errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrCorruptRecord) || attempt == 2 || ctx.Err() != nil {
@@ -268,6 +281,11 @@ func (e *entity) loadJournal(ctx context.Context, epoch, seq uint64) ([]JournalE
 // replay brings the instance just made from its base to the state after entries: the
 // entity's own Replay (JournaledEntity), or its messages handed to Receive again.
 func (e *entity) replay(ctx context.Context, entries []JournalEntry) error {
+	// The records of time travel are the entity's own, not messages (their base holds
+	// their state): never replayed.
+	entries = slices.DeleteFunc(slices.Clone(entries), func(en JournalEntry) bool {
+		return en.Kind == kindRevert || en.Kind == kindFork
+	})
 	if len(entries) == 0 {
 		return nil
 	}
@@ -285,6 +303,9 @@ func (e *entity) replay(ctx context.Context, entries []JournalEntry) error {
 		if _, err := e.inst.Receive(mctx, en.Payload); err != nil && forwardOf(err) == nil {
 			return fmt.Errorf("replay of record %d: %w", en.Seq, err)
 		}
+	}
+	if lc, ok := e.inst.(EntityLifecycle); ok {
+		lc.PassivationRequested() // a replayed message's request was carried out then
 	}
 	return nil
 }

@@ -95,12 +95,14 @@ func (e *entity) snapshotForStop(ctx context.Context) ([]byte, bool) {
 	if e.inst == nil {
 		return nil, false
 	}
+	hooked := false
 	if h, ok := e.inst.(EntityStopHook); ok && !e.fenced.Load() {
 		if h.BeforeStop(ctx) {
 			e.unsaved++
+			hooked = true
 		}
 	}
-	if e.unsaved == 0 || s.cfg.States == nil || e.fenced.Load() {
+	if e.unsaved == 0 || s.cfg.States == nil || e.fenced.Load() || !e.baseAtStop(hooked) {
 		return nil, false
 	}
 	state, err := e.snapshot(ctx)

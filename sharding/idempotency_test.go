@@ -50,7 +50,7 @@ func TestIdempotencyKeyAnswersARetryWithTheFirstOutcome(t *testing.T) {
 	if ErrorCode(err1) != CodeEntityError || ErrorCode(err2) != CodeEntityError || err1.Error() != err2.Error() {
 		t.Fatalf("a failed message and its retry: %v / %v", err1, err2)
 	}
-	mustAsk(t, n, "counter", "k", "passivate") // a base with the keys
+	mustAsk(t, n, "counter", "k", "passivate") // the next activation replays the keys
 	if got, _ := askKeyed(t, n, "counter", "k", "inc", "deposit-1"); got != "1" {
 		t.Fatalf("the first key after a passivation: %q, want the first reply 1", got)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -111,7 +112,8 @@ func ErrorCode(err error) string {
 
 // sentinels are in order of precedence: an error that wraps two (a state not saved
 // because no shard home was found) has the code of the first.
-var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrBufferFull, ErrMailboxFull,
+var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
+	ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, errLeaving, ErrNoMajority, errExpired}
 
@@ -119,7 +121,7 @@ func codeOfSentinel(err error) string {
 	switch err {
 	case ErrUnknownEntityType:
 		return CodeUnknownType
-	case ErrEmptyEntityID, ErrInvalidIdempotencyKey:
+	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists:
 		return CodeBadRequest
 	case ErrBufferFull, ErrMailboxFull:
 		return CodeOverloaded
@@ -208,6 +210,26 @@ const (
 	// never reaches the entity.
 	kindPassivate MessageKind = 3
 )
+
+// String names the kind: message, timer, changed, and, in a journal's history, the
+// records of time travel (revert, fork).
+func (k MessageKind) String() string {
+	switch k {
+	case KindMessage:
+		return "message"
+	case KindTimer:
+		return "timer"
+	case KindChanged:
+		return "changed"
+	case kindPassivate:
+		return "passivate"
+	case kindRevert:
+		return "revert"
+	case kindFork:
+		return "fork"
+	}
+	return "kind-" + strconv.Itoa(int(k))
+}
 
 // The replies of a kindPassivate ask.
 const (

@@ -1,0 +1,173 @@
+// Time travel on the journal (docs/design.md, "The journal"): an entity reverted to
+// the state it had after one of its records, and a new entity forked from another's
+// state after one of its records. Both run on the entity's mailbox, after the messages
+// before them, as a passivation asked from outside does.
+
+package sharding
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/shardhost/shardhost/abi"
+)
+
+// Errors of time travel.
+var (
+	// ErrNotInHistory: the record named is not in the entity's journal: before its last
+	// base (a revert or fork reaches back to it, no further), past its last record, or
+	// the type does not journal its messages.
+	ErrNotInHistory = errors.New("sharding: the record is not in the entity's journal")
+	// ErrEntityExists: a fork onto an entity that has state, a journal or an instance.
+	ErrEntityExists = errors.New("sharding: the entity exists")
+)
+
+// Kinds of the control messages of time travel; they never reach the entity.
+const (
+	kindRevert MessageKind = 4
+	kindFork   MessageKind = 5
+)
+
+// Revert makes entity typ/id's state what it was after its journal record toSeq: its
+// instance stops, a new one starts from the entity's last base with the records up to
+// toSeq replayed, its state is saved as a new base, and a record of the revert follows
+// the journal's last. Messages before it are handled first; those after it see the
+// reverted state. What the reverted messages did outside the entity (tells, asks,
+// distributed data) is not undone. It returns the revert's own record number.
+// Errors: ErrNotInHistory (toSeq before the entity's last base, past its journal's end,
+// or 0; or a type without a journal), the errors of AskMessage and of the state store.
+func (s *Sharding) Revert(ctx context.Context, typ, id string, toSeq uint64) (uint64, error) {
+	if toSeq == 0 {
+		return 0, fmt.Errorf("%w: record 0 (records count from 1)", ErrNotInHistory)
+	}
+	r, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Kind: kindRevert,
+		Payload: binary.AppendUvarint(nil, toSeq)})
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(string(r.Payload), 10, 64)
+}
+
+// Fork starts entity typ/newID from entity typ/id's state after its journal record
+// atSeq (0: its last): newID's first base holds that state, its journal a record of
+// the fork. newID must not exist. Errors: ErrEntityExists, ErrNotInHistory, the errors
+// of AskMessage and of the state store.
+func (s *Sharding) Fork(ctx context.Context, typ, id, newID string, atSeq uint64) error {
+	if id == "" || newID == "" {
+		return ErrEmptyEntityID
+	}
+	if id == newID {
+		return fmt.Errorf("%w: %s/%s onto itself", ErrEntityExists, typ, id)
+	}
+	payload := binary.AppendUvarint(nil, atSeq)
+	_, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: newID, Kind: kindFork, Payload: append(payload, id...)})
+	return err
+}
+
+// cutAt returns the entries of a journal read from the base after record base, up to
+// record upTo. Errors: ErrNotInHistory when upTo is before the base or past the last.
+func cutAt(entries []JournalEntry, base, upTo uint64) ([]JournalEntry, error) {
+	if upTo < base {
+		return nil, fmt.Errorf("%w: record %d is before the entity's last base, after record %d: the journal replays from there, no earlier", ErrNotInHistory, upTo, base)
+	}
+	last := base
+	if n := len(entries); n > 0 {
+		last = entries[n-1].Seq
+	}
+	if upTo > last {
+		return nil, fmt.Errorf("%w: record %d is past the journal's last, %d", ErrNotInHistory, upTo, last)
+	}
+	return entries[:upTo-base], nil
+}
+
+// timeTravel handles a revert or a fork (process, before any activation).
+func (e *entity) timeTravel(ctx context.Context, d delivery, done func(error)) {
+	s := e.r.s
+	fail := func(err error) {
+		done(err)
+		d.fail(err)
+	}
+	if !e.journals() || s.cfg.States == nil {
+		fail(fmt.Errorf("%w: type %s does not journal its messages (checkpoint %s)", ErrNotInHistory, e.r.settings.Name, e.r.Settings().Checkpoint))
+		return
+	}
+	seq, n := binary.Uvarint(d.env.Payload)
+	if n <= 0 {
+		fail(fmt.Errorf("%w: a time travel message without its record", ErrMalformedMessage))
+		return
+	}
+	a := &activation{upTo: seq}
+	what := ""
+	if d.env.Kind == kindRevert {
+		what = "revert to record " + strconv.FormatUint(seq, 10)
+		if e.inst != nil {
+			// Its state is in the journal: the instance goes without a base.
+			e.release(ctx, true)
+		}
+	} else {
+		source := string(d.env.Payload[n:])
+		key := EntityKey{Type: e.r.settings.Name, Shard: abi.ShardID(source, e.r.settings.NumberOfShards), ID: source}
+		a.from = &key
+		what = "fork of " + e.r.settings.Name + "/" + source
+		if seq > 0 {
+			what += " at record " + strconv.FormatUint(seq, 10)
+		}
+		if err := e.mustNotExist(ctx); err != nil {
+			fail(err)
+			return
+		}
+	}
+	if err := e.activateFrom(ctx, d.deadline, a); err != nil {
+		fail(err)
+		return
+	}
+	if a.from != nil {
+		a.lastSeq = 0 // the fork's own journal starts here
+	}
+	// The new base holds the record of the time travel; the record follows it, so
+	// that a crash between the two leaves the new state, its record missing at most.
+	e.seq = a.lastSeq + 1
+	if err := e.save(ctx); err != nil {
+		e.stop(ctx, false)
+		fail(wrapCause(ErrStateNotSaved, e.name(), err))
+		return
+	}
+	entry := JournalEntry{Seq: e.seq, Time: s.cfg.Now(), Kind: d.env.Kind, Payload: []byte(what)}
+	if err := e.appendRecords(ctx, entry); err != nil {
+		s.log.WarnContext(ctx, "the record of a time travel was not appended (its base holds its state)", "entity", e.name(), "what", what, "err", err)
+	}
+	s.log.InfoContext(ctx, "entity "+what, "entity", e.name(), "record", e.seq)
+	done(nil)
+	if d.ask {
+		d.answer(Reply{Payload: []byte(strconv.FormatUint(e.seq, 10)), Node: s.self}, nil)
+	}
+}
+
+// mustNotExist fails with ErrEntityExists when the entity has an instance, state or a
+// journal.
+func (e *entity) mustNotExist(ctx context.Context) error {
+	s := e.r.s
+	if e.inst != nil {
+		return fmt.Errorf("%w: %s is active", ErrEntityExists, e.name())
+	}
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	_, err := s.cfg.States.Load(lctx, e.key())
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: %s has saved state", ErrEntityExists, e.name())
+	case !errors.Is(err, ErrNoState):
+		return err
+	}
+	recs, err := s.journal.ReadJournal(lctx, e.key(), 1, 1)
+	if err != nil {
+		return err
+	}
+	if len(recs) > 0 {
+		return fmt.Errorf("%w: %s has a journal", ErrEntityExists, e.name())
+	}
+	return nil
+}
