@@ -169,3 +169,61 @@ func TestIdempotentRetryAfterAKillReturnsTheFirstReply(t *testing.T) {
 		t.Fatalf("balance after the retry: %d %q %v, want 105 (one deposit of 5)", status, body, err)
 	}
 }
+
+// TestBankHistoryRevertAndForkThroughTheCLI: the bank example, built by Go's port, by
+// TinyGo and in Rust, with the default settings: its history lists its deposits; a
+// revert of the last two takes its balance back, and is a record of its own; a fork at
+// the first deposit starts a new account with that balance; what cannot be done is
+// refused, naming why.
+func TestBankHistoryRevertAndForkThroughTheCLI(t *testing.T) {
+	hosts := startCluster(t, 3)
+	modules := []struct{ typ, path string }{
+		{"bank-go", testwasm.Path(t, "bank")},
+		{"bank-rust", testwasm.RustPath(t, "bank-rust")},
+		{"bank-tinygo", testwasm.TinyGoPath(t, "bank")},
+	}
+	for _, m := range modules {
+		t.Run(m.typ, func(t *testing.T) {
+			if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", m.typ, m.path); !ok {
+				t.Fatalf("deploy: %s%s", out, errText)
+			}
+			acct := m.typ + "/alice"
+			for i, amount := range []string{"10", "20", "30"} {
+				if out, errText, ok := cli(t, hosts[i], nil, "ask", acct, "deposit "+amount); !ok {
+					t.Fatalf("deposit %s: %s", amount, errText)
+				} else if want := []string{"10", "30", "60"}[i]; strings.TrimSpace(out) != want {
+					t.Fatalf("deposit %s: %q, want %s", amount, out, want)
+				}
+			}
+			out, errText, ok := cli(t, hosts[1], nil, "history", acct)
+			if !ok || strings.Count(out, "deposit ") != 3 || !strings.Contains(out, `"deposit 30"`) {
+				t.Fatalf("history: %s%s", out, errText)
+			}
+			out, errText, ok = cli(t, hosts[2], nil, "revert", acct, "--messages", "2")
+			if !ok || !strings.Contains(out, "reverted "+acct+": record 4") {
+				t.Fatalf("revert: %s%s", out, errText)
+			}
+			if out, _, _ := cli(t, hosts[0], nil, "ask", acct, "balance"); strings.TrimSpace(out) != "10" {
+				t.Fatalf("balance after the revert: %q, want 10", out)
+			}
+			out, errText, ok = cli(t, hosts[0], nil, "fork", acct, "alice-copy", "--at", "1")
+			if !ok || !strings.Contains(out, "forked "+m.typ+"/alice-copy") {
+				t.Fatalf("fork: %s%s", out, errText)
+			}
+			if out, _, _ := cli(t, hosts[1], nil, "ask", m.typ+"/alice-copy", "deposit 5"); strings.TrimSpace(out) != "15" {
+				t.Fatalf("the fork's deposit: %q, want 15", out)
+			}
+			out, errText, ok = cli(t, hosts[0], nil, "history", acct, "-o", "json")
+			if !ok || !strings.Contains(out, `"kind": "revert"`) {
+				t.Fatalf("history after the revert: %s%s", out, errText)
+			}
+			// Refusals: nothing changes.
+			mustFail(t, hosts[0], nil, "past the journal's last", "revert", acct, "--to", "99")
+			mustFail(t, hosts[0], nil, "entity exists", "fork", acct, "alice-copy")
+			mustFail(t, hosts[0], nil, "one of them", "revert", acct)
+			if out, _, _ := cli(t, hosts[2], nil, "ask", acct, "balance"); strings.TrimSpace(out) != "10" {
+				t.Fatalf("balance after the refusals: %q, want 10", out)
+			}
+		})
+	}
+}

@@ -38,6 +38,8 @@ import (
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
 //	  (both take an Idempotency-Key header: a retry with the key gets the first reply)
 //	GET  /v1/entities/{type}/{id}/history[?since=SEQ&limit=N] → HistoryPage (history.go)
+//	POST /v1/entities/{type}/{id}/revert?to=SEQ|messages=N → TimeTravelResult
+//	POST /v1/entities/{type}/{id}/fork?new=ID[&at=SEQ]     → TimeTravelResult
 //	GET  /v1/members                     → [Member]
 //	GET  /v1/cluster                     → the view: self, leader, converged, members
 //	POST /v1/members/{address}/down      → mark the member down (an operator's decision)
@@ -136,6 +138,8 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/history", n.apiHistory)
+	mux.HandleFunc("POST /v1/entities/{type}/{id}/revert", n.apiRevert)
+	mux.HandleFunc("POST /v1/entities/{type}/{id}/fork", n.apiFork)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
 	mux.HandleFunc("GET /v1/shards", n.apiShards)
 	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.membership.View()) })

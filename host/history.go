@@ -136,13 +136,8 @@ func preview(b []byte) string {
 
 // apiHistory is GET /v1/entities/{type}/{id}/history[?since=SEQ&limit=N].
 func (n *Node) apiHistory(w http.ResponseWriter, r *http.Request) {
-	typ, id := r.PathValue("type"), r.PathValue("id")
-	if err := ValidateTypeName(typ); err != nil {
-		writeError(w, r, err, 0)
-		return
-	}
-	if err := checkEntityID(id); err != nil {
-		writeError(w, r, err, 0)
+	typ, id, ok := n.entityPath(w, r)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
@@ -167,4 +162,90 @@ func (n *Node) apiHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// TimeTravelResult is the reply of a revert or a fork: the entity and its record of it.
+type TimeTravelResult struct {
+	Entity string `json:"entity"`
+	// Record is the sequence number of the time travel's own record in the entity's
+	// journal.
+	Record uint64 `json:"record"`
+}
+
+// apiRevert is POST /v1/entities/{type}/{id}/revert?to=SEQ (or messages=N): the
+// entity's state becomes what it was after record SEQ (before its last N records).
+func (n *Node) apiRevert(w http.ResponseWriter, r *http.Request) {
+	typ, id, ok := n.entityPath(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	to, messages := q.Get("to"), q.Get("messages")
+	if (to == "") == (messages == "") {
+		writeError(w, r, fmt.Errorf("%w: give to=SEQ or messages=N, one of them", ErrBadRequest), 0)
+		return
+	}
+	v, err := strconv.ParseUint(to+messages, 10, 64)
+	if err != nil {
+		writeError(w, r, fmt.Errorf("%w: %q is not a number", ErrBadRequest, to+messages), 0)
+		return
+	}
+	var rec uint64
+	if to != "" {
+		rec, err = n.sharding.Revert(r.Context(), typ, id, v)
+	} else {
+		rec, err = n.sharding.RevertMessages(r.Context(), typ, id, v)
+	}
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, TimeTravelResult{Entity: typ + "/" + id, Record: rec})
+}
+
+// apiFork is POST /v1/entities/{type}/{id}/fork?new=ID[&at=SEQ]: entity type/ID starts
+// from {id}'s state after record SEQ (its last by default).
+func (n *Node) apiFork(w http.ResponseWriter, r *http.Request) {
+	typ, id, ok := n.entityPath(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	newID := q.Get("new")
+	if err := checkEntityID(newID); err != nil {
+		writeError(w, r, fmt.Errorf("%w (new=)", err), 0)
+		return
+	}
+	var at uint64
+	if s := q.Get("at"); s != "" {
+		var err error
+		if at, err = strconv.ParseUint(s, 10, 64); err != nil {
+			writeError(w, r, fmt.Errorf("%w: at=%q is not a sequence number", ErrBadRequest, s), 0)
+			return
+		}
+	}
+	if err := n.sharding.Fork(r.Context(), typ, id, newID, at); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, TimeTravelResult{Entity: typ + "/" + newID, Record: 1})
+}
+
+// entityPath reads and checks the {type} and {id} of an entity's route; a bad one is
+// answered.
+func (n *Node) entityPath(w http.ResponseWriter, r *http.Request) (typ, id string, ok bool) {
+	typ, id = r.PathValue("type"), r.PathValue("id")
+	if err := ValidateTypeName(typ); err != nil {
+		writeError(w, r, err, 0)
+		return "", "", false
+	}
+	if err := checkEntityID(id); err != nil {
+		writeError(w, r, err, 0)
+		return "", "", false
+	}
+	if _, known := n.catalog.get(typ); !known {
+		writeError(w, r, n.unknownType(typ), 0)
+		return "", "", false
+	}
+	return typ, id, true
 }

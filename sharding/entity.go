@@ -481,6 +481,7 @@ func (e *entity) activate(ctx context.Context, deadline time.Time) (err error) {
 type activation struct {
 	from    *EntityKey
 	upTo    uint64
+	back    uint64 // upTo is the last record less back
 	lastSeq uint64
 }
 
@@ -565,6 +566,12 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 				a.lastSeq = entries[n-1].Seq
 			} else {
 				a.lastSeq = e.seq
+			}
+			if a.back > 0 {
+				if a.back >= a.lastSeq {
+					return fmt.Errorf("%w: %d records back from the journal's last, %d", ErrNotInHistory, a.back, a.lastSeq)
+				}
+				a.upTo = a.lastSeq - a.back
 			}
 			if a.upTo > 0 {
 				if entries, err = cutAt(entries, e.seq, a.upTo); err != nil {

@@ -43,8 +43,22 @@ func (s *Sharding) Revert(ctx context.Context, typ, id string, toSeq uint64) (ui
 	if toSeq == 0 {
 		return 0, fmt.Errorf("%w: record 0 (records count from 1)", ErrNotInHistory)
 	}
-	r, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Kind: kindRevert,
-		Payload: binary.AppendUvarint(nil, toSeq)})
+	return s.revert(ctx, typ, id, binary.AppendUvarint(nil, toSeq))
+}
+
+// RevertMessages is Revert to the state before the entity's last n journal records.
+func (s *Sharding) RevertMessages(ctx context.Context, typ, id string, n uint64) (uint64, error) {
+	if n == 0 {
+		return 0, fmt.Errorf("%w: 0 messages back", ErrNotInHistory)
+	}
+	return s.revert(ctx, typ, id, append(binary.AppendUvarint(nil, n), revertBack))
+}
+
+// revertBack, after a revert's number, makes it a count of records back from the last.
+const revertBack = 'b'
+
+func (s *Sharding) revert(ctx context.Context, typ, id string, payload []byte) (uint64, error) {
+	r, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Kind: kindRevert, Payload: payload})
 	if err != nil {
 		return 0, err
 	}
@@ -103,6 +117,10 @@ func (e *entity) timeTravel(ctx context.Context, d delivery, done func(error)) {
 	what := ""
 	if d.env.Kind == kindRevert {
 		what = "revert to record " + strconv.FormatUint(seq, 10)
+		if rest := d.env.Payload[n:]; len(rest) == 1 && rest[0] == revertBack {
+			a.upTo, a.back = 0, seq
+			what = "revert of the last " + strconv.FormatUint(seq, 10) + " records"
+		}
 		if e.inst != nil {
 			// Its state is in the journal: the instance goes without a base.
 			e.release(ctx, true)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,9 +29,9 @@ default) behind its entity's last base, and everything after it.
 10,000); a page that stops before the end says where the next one starts.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, id, ok := strings.Cut(args[0], "/")
-			if !ok || typ == "" || id == "" {
-				return fmt.Errorf("want TYPE/ID, got %q", args[0])
+			typ, id, err := entityArg(args[0])
+			if err != nil {
+				return err
 			}
 			c, err := g.client()
 			if err != nil {
@@ -46,7 +45,7 @@ default) behind its entity's last base, and everything after it.
 				q.Set("limit", strconv.Itoa(limit))
 			}
 			var page host.HistoryPage
-			path := "/v1/entities/" + url.PathEscape(typ) + "/" + url.PathEscape(id) + "/history"
+			path := entityPath(typ, id, "history")
 			if len(q) > 0 {
 				path += "?" + q.Encode()
 			}

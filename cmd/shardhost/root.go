@@ -53,6 +53,8 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newTypesCommand(g)),
 		g.clientFlags(newModulesCommand(g)),
 		g.clientFlags(newHistoryCommand(g)),
+		g.clientFlags(newRevertCommand(g)),
+		g.clientFlags(newForkCommand(g)),
 		g.clientFlags(newDownCommand(g)),
 		g.clientFlags(newLeaveCommand(g)),
 		newDDataCommand(g),
