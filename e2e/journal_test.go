@@ -173,8 +173,9 @@ func TestIdempotentRetryAfterAKillReturnsTheFirstReply(t *testing.T) {
 // TestBankHistoryRevertAndForkThroughTheCLI: the bank example, built by Go's port, by
 // TinyGo and in Rust, with the default settings: its history lists its deposits; a
 // revert of the last two takes its balance back, and is a record of its own; a fork at
-// the first deposit starts a new account with that balance; what cannot be done is
-// refused, naming why.
+// the revert's record starts a new account with that balance; what cannot be done (a
+// record past the journal's end, or before the last base, which the revert saved; a
+// fork onto an account that exists) is refused, naming why.
 func TestBankHistoryRevertAndForkThroughTheCLI(t *testing.T) {
 	hosts := startCluster(t, 3)
 	modules := []struct{ typ, path string }{
@@ -206,7 +207,7 @@ func TestBankHistoryRevertAndForkThroughTheCLI(t *testing.T) {
 			if out, _, _ := cli(t, hosts[0], nil, "ask", acct, "balance"); strings.TrimSpace(out) != "10" {
 				t.Fatalf("balance after the revert: %q, want 10", out)
 			}
-			out, errText, ok = cli(t, hosts[0], nil, "fork", acct, "alice-copy", "--at", "1")
+			out, errText, ok = cli(t, hosts[0], nil, "fork", acct, "alice-copy", "--at", "4")
 			if !ok || !strings.Contains(out, "forked "+m.typ+"/alice-copy") {
 				t.Fatalf("fork: %s%s", out, errText)
 			}
@@ -219,6 +220,7 @@ func TestBankHistoryRevertAndForkThroughTheCLI(t *testing.T) {
 			}
 			// Refusals: nothing changes.
 			mustFail(t, hosts[0], nil, "past the journal's last", "revert", acct, "--to", "99")
+			mustFail(t, hosts[0], nil, "before the entity's last base", "revert", acct, "--to", "2")
 			mustFail(t, hosts[0], nil, "entity exists", "fork", acct, "alice-copy")
 			mustFail(t, hosts[0], nil, "one of them", "revert", acct)
 			if out, _, _ := cli(t, hosts[2], nil, "ask", acct, "balance"); strings.TrimSpace(out) != "10" {

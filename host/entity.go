@@ -242,7 +242,8 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	calls := inst.stopRecording()
 	e.lastCalls, e.lastReturned = calls, inst.returned
 	if e.gated {
-		e.sinceBaseCost += inst.lastCall
+		// What replaying it would cost: the guest's time, not its waits on host calls.
+		e.sinceBaseCost += max(inst.lastCall-inst.recWait, 0)
 	}
 	if inst.returned && e.rec != nil {
 		e.logMessage(payload, mi, calls, inst.lastCall)

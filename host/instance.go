@@ -142,6 +142,10 @@ type wasmInstance struct {
 	// while recording is set; while replaying, they are answered from replayCalls.
 	recording, replaying  bool
 	recCalls, replayCalls []hostRecord
+	// recWait is how long the recorded host calls of the last call took: time the
+	// guest waited (an ask, a distributed data write), which a replay, answering them
+	// from the record, does not spend.
+	recWait time.Duration
 	replayPos             int
 
 	// Snapshots (snapshot.go): the guest's clocks, and the module's mutable globals,

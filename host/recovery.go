@@ -121,10 +121,14 @@ func replayable(name string, f api.GoModuleFunc, results int) api.GoModuleFunc {
 				inst.replayCall(name, mod, stack, results)
 				return
 			}
-			f(ctx, mod, stack)
-			if inst.recording {
-				inst.recordCall(name, mod, stack, results)
+			if !inst.recording {
+				f(ctx, mod, stack)
+				return
 			}
+			start := time.Now()
+			f(ctx, mod, stack)
+			inst.recWait += time.Since(start)
+			inst.recordCall(name, mod, stack, results)
 		}
 	case effectSkip:
 		return func(ctx context.Context, mod api.Module, stack []uint64) {
@@ -172,7 +176,7 @@ func (i *wasmInstance) replayCall(name string, mod api.Module, stack []uint64, r
 // startRecording starts the record of the instance's next call.
 func (i *wasmInstance) startRecording() {
 	i.recording = true
-	i.recCalls = nil
+	i.recCalls, i.recWait = nil, 0
 }
 
 // stopRecording ends the record and returns it.
