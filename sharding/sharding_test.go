@@ -454,10 +454,7 @@ func TestShardsOfACrashedMemberMoveOnceItIsDowned(t *testing.T) {
 		}
 	}
 	// The victim's process dies: no leave, no handoff.
-	victim.stopped = true
-	victim.membership.Shutdown()
-	victim.messenger.Close()
-	victim.sharding.Stop(context.Background())
+	victim.crash(false)
 	tc.acts.mu.Lock()
 	for key, node := range tc.acts.active {
 		if node == victim.addr() {
