@@ -187,13 +187,9 @@ func TestSeed2204TwoActiveCoordinatorsGiveTwoEpochs(t *testing.T) {
 			c.Start()
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !active(tc.nodes[0].sharding.coord) || !active(tc.nodes[1].sharding.coord) {
-		if time.Now().After(deadline) {
-			t.Fatal("the two coordinators are not both active after 30 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "the two coordinators both active", func() bool {
+		return active(tc.nodes[0].sharding.coord) && active(tc.nodes[1].sharding.coord)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ref := shardRef{Type: "durable", Shard: 3}

@@ -147,7 +147,7 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	case msg == "fail":
 		return nil, &codedErr{CodeEntityError, "entity says no"}
 	case msg == "slow":
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the slowness is the message's point, not a wait
 		return nil, nil
 	case msg == "block": // held in onReceive, if the test holds it
 		return nil, nil

@@ -411,7 +411,7 @@ func TestHandOffOnLeaveLosesNoMessageAndKeepsOrder(t *testing.T) {
 				t.Errorf("tell %d: %v", k, err)
 			}
 			told.Add(1)
-			time.Sleep(2 * time.Millisecond) // a steady stream, so that some messages meet the handoff
+			time.Sleep(2 * time.Millisecond) // the stream's pace, so that some messages meet the handoff: not a wait
 		}
 	}()
 	// The member leaves once a quarter of the messages are on their way.
@@ -507,7 +507,7 @@ func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
 				sender.sharding.Tell(context.Background(), "counter", id, []byte("append "+strconv.Itoa(k)))
 				sent[id] = k + 1
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the stream's pace across the rebalance: not a wait
 		}
 	}()
 	newcomer := tc.add()
