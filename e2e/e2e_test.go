@@ -135,7 +135,7 @@ func startChecked(t *testing.T, up func(*host) bool, launch func() *host) *host 
 			if up(h) || time.Now().After(deadline) {
 				return h
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the poll of the start's answer or exit, until its deadline
 		}
 	retry:
 	}
@@ -163,7 +163,7 @@ func restartHostAt(t *testing.T, dir, bind, join string, extra ...string) *host 
 			case err := <-h.done:
 				h.done <- err
 				if strings.Contains(h.log.String(), "address already in use") && attempt < 20 {
-					time.Sleep(250 * time.Millisecond)
+					time.Sleep(250 * time.Millisecond) // a retry's pace, while the address is released
 					goto retry
 				}
 				return h
@@ -172,7 +172,7 @@ func restartHostAt(t *testing.T, dir, bind, join string, extra ...string) *host 
 			if healthy(h) || time.Now().After(deadline) {
 				return h
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the poll of the start's answer or exit, until its deadline
 		}
 	retry:
 	}
