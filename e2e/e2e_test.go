@@ -21,12 +21,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
 var binary string // the shardhost binary built for this run
 
+// TestMain builds the binary, and checks, once every test has run, that none left a
+// goroutine behind (a process's waiter, a test server).
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "shardhost-e2e-")
 	if err != nil {
@@ -39,11 +43,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building shardhost: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
-	removeSharedImage()
-	os.RemoveAll(dir)
-	testwasm.Cleanup()
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeSharedImage()
+		os.RemoveAll(dir)
+		testwasm.Cleanup()
+		os.Exit(code)
+	}))
 }
 
 // freePorts returns n distinct TCP ports free on 127.0.0.1 (and, for gossip, UDP).
