@@ -259,6 +259,16 @@ func (dc *dockerCluster) running(i int) bool {
 	return out == "true"
 }
 
+// state returns member i's container's state and how often docker restarted it
+// ("exited 0", "running 1"...).
+func (dc *dockerCluster) state(i int) string {
+	out, err := docker(dc.t, "inspect", "-f", "{{.State.Status}} {{.RestartCount}}", dc.containers[i])
+	if err != nil {
+		return fmt.Sprintf("inspect: %v %s", err, out)
+	}
+	return out
+}
+
 func (dc *dockerCluster) cleanup() {
 	for _, c := range dc.containers {
 		if dc.t.Failed() {
@@ -306,10 +316,15 @@ func TestDockerPartition(t *testing.T) {
 	if !strings.Contains(logs, "out of the cluster") {
 		t.Fatalf("the cut-off member stopped without saying why:\n%s", logs)
 	}
-	// Reconnected, it stays out; the majority goes on undisturbed.
+	// Reconnected, it stays out: it has exited, and nothing starts it again (no restart
+	// policy); the majority goes on undisturbed.
 	dc.connect(2)
-	time.Sleep(2 * time.Second)
-	dc.waitView(0, 10*time.Second, "2 up members", allUpView(2))
+	if st := dc.state(2); st != "exited 0" {
+		t.Fatalf("the cut-off member, reconnected: %s, want exited 0 (not restarted)", st)
+	}
+	for i := 0; i < 2; i++ {
+		dc.waitView(i, 10*time.Second, "2 up members", allUpView(2))
+	}
 }
 
 // TestDockerKill kills a container: it is downed and removed.

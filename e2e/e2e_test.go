@@ -21,12 +21,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
 var binary string // the shardhost binary built for this run
 
+// TestMain builds the binary, and checks, once every test has run, that none left a
+// goroutine behind (a process's waiter, a test server).
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "shardhost-e2e-")
 	if err != nil {
@@ -39,11 +43,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building shardhost: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
-	removeSharedImage()
-	os.RemoveAll(dir)
-	testwasm.Cleanup()
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeSharedImage()
+		os.RemoveAll(dir)
+		testwasm.Cleanup()
+		os.Exit(code)
+	}))
 }
 
 // freePorts returns n distinct TCP ports free on 127.0.0.1 (and, for gossip, UDP).
@@ -135,7 +140,7 @@ func startChecked(t *testing.T, up func(*host) bool, launch func() *host) *host 
 			if up(h) || time.Now().After(deadline) {
 				return h
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the poll of the start's answer or exit, until its deadline
 		}
 	retry:
 	}
@@ -163,7 +168,7 @@ func restartHostAt(t *testing.T, dir, bind, join string, extra ...string) *host 
 			case err := <-h.done:
 				h.done <- err
 				if strings.Contains(h.log.String(), "address already in use") && attempt < 20 {
-					time.Sleep(250 * time.Millisecond)
+					time.Sleep(250 * time.Millisecond) // a retry's pace, while the address is released
 					goto retry
 				}
 				return h
@@ -172,7 +177,7 @@ func restartHostAt(t *testing.T, dir, bind, join string, extra ...string) *host 
 			if healthy(h) || time.Now().After(deadline) {
 				return h
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the poll of the start's answer or exit, until its deadline
 		}
 	retry:
 	}

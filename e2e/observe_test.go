@@ -3,6 +3,7 @@ package e2e
 import (
 	"compress/gzip"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -189,17 +191,13 @@ func TestOTLPTraceAcrossThreeProcesses(t *testing.T) {
 		}
 		return nil
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 30*time.Second, "trace "+traceID+" whole", func() error {
 		spans = rcv.trace(traceID)
 		if byName("handle counter", tracepb.Span_SPAN_KIND_INTERNAL) != nil && byName("POST /v1/ask", tracepb.Span_SPAN_KIND_SERVER) != nil {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("trace %s did not arrive whole: %d spans", traceID, len(spans))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("%d spans", len(spans))
+	})
 	nodes := map[string]bool{}
 	for _, s := range spans {
 		nodes[s.node] = true
@@ -223,11 +221,7 @@ func TestOTLPTraceAcrossThreeProcesses(t *testing.T) {
 	if handle.span.EndTimeUnixNano > server.span.EndTimeUnixNano {
 		t.Errorf("the owner's server span ends before its child")
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for !rcv.hasMetric("shardhost.entity.message.duration") || !rcv.hasMetric("http.server.request.duration") {
-		if time.Now().After(deadline) {
-			t.Fatal("no metrics pushed by OTLP")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "metrics pushed by OTLP", func() bool {
+		return rcv.hasMetric("shardhost.entity.message.duration") && rcv.hasMetric("http.server.request.duration")
+	})
 }

@@ -114,14 +114,14 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 				h, up := current[j], ready[j]
 				mu.Unlock()
 				if !up && attempt < 300 {
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // a retry's pace: another member next
 					continue
 				}
 				status, body, err := askFresh(h, "echo", "e"+strconv.Itoa(i), "echo x")
 				if err != nil && errors.Is(err, syscall.ECONNREFUSED) && attempt < 100 {
 					// The member is down (stopped, not yet started again): the request
 					// never reached it. A load balancer would send it elsewhere.
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // a retry's pace
 					continue
 				}
 				mu.Lock()

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -68,13 +70,12 @@ func TestTinyGoCounterKeepsEveryAcknowledgedIncrement(t *testing.T) {
 	progress := func(what string, n int64, ok func() bool) {
 		t.Helper()
 		target := total.Load() + n
-		deadline := time.Now().Add(60 * time.Second)
-		for total.Load() < target || (ok != nil && !ok()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d increments acknowledged, want %d", what, total.Load(), target)
+		testutil.EventuallyNil(t, 60*time.Second, what, func() error {
+			if got := total.Load(); got < target || (ok != nil && !ok()) {
+				return fmt.Errorf("%d increments acknowledged, want %d", got, target)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	served := func(h *host) int {
 		mu.Lock()

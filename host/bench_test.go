@@ -67,11 +67,7 @@ func benchNode(b *testing.B, count int) []*Node {
 			b.Fatal(err)
 		}
 	}
-	for _, n := range nodes {
-		for len(n.Members()) != count || !n.Membership().View().Converged {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitMembers(b, nodes)
 	if _, err := nodes[0].Deploy(context.Background(), testwasm.Bytes(b, "counter"), sharding.TypeSettings{Name: "counter"}); err != nil {
 		b.Fatal(err)
 	}

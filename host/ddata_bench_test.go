@@ -6,22 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
 )
 
 func ddataNodes(b *testing.B, deltas bool) []*Node {
 	b.Helper()
 	nodes := startBenchNodes(b, 3, func(cfg *Config) { cfg.DData.DeltaEnabled = deltas })
-	for _, n := range nodes {
-		for {
-			v := n.Membership().View()
-			if v.Converged && len(v.Members) == 3 && n.Self().Status == cluster.StatusUp {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitMembers(b, nodes)
 	return nodes
 }
 
@@ -80,7 +71,7 @@ func BenchmarkDDataPropagation(b *testing.B) {
 						if _, err := n.Replicator().Get(ctx, key, ddata.ReadLocal()); err == nil {
 							break
 						}
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // the measured wait's poll: testutil's backoff would blur the figure
 					}
 				}
 				total += time.Since(start)

@@ -314,6 +314,8 @@ func (n *Node) stageEverywhere(ctx context.Context, digest string, wasm []byte) 
 			continue
 		}
 		wg.Add(1)
+		// No owner: each lives one request, and the function returned waits for it
+		// (deploy calls it on every path).
 		go func() {
 			defer wg.Done()
 			b, err := n.messenger.Request(ctx, m.TransportAddr, topicStage, body)
@@ -342,7 +344,7 @@ func (n *Node) discardStaged(ctx context.Context, digest string, staged map[stri
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		go func() { // no owner: it lives one request, which the call waits for
 			defer wg.Done()
 			if _, err := n.messenger.Request(ctx, m.TransportAddr, topicDiscard, []byte(digest)); err != nil {
 				n.log.WarnContext(ctx, "a refused module stays on a member", "digest", digest[:12], "member", addr, "err", err)
@@ -373,7 +375,7 @@ func (n *Node) tellEveryMember(ctx context.Context, info TypeInfo, staged map[st
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		go func() { // no owner: it lives one request, which the call waits for
 			defer wg.Done()
 			if _, err := n.messenger.Request(ctx, m.TransportAddr, topicPrepare, mustEncodeTypes([]TypeInfo{info})); err != nil {
 				out[i].Error = err.Error()

@@ -453,6 +453,10 @@ func (e *wasmEntity) ddataDelete(ctx context.Context, key string, wc ddata.Write
 // a goroutine that Stop and unsubscribe end. Each change starts a trace of its own,
 // linked to the span of ctx (the guest call that subscribed, or the activation that
 // renewed the subscription), which gets a "ddata subscribe" child.
+//
+// The entity owns that goroutine without an owner.Group: Stop ends each (unsubscribe)
+// and waits for them (e.wg), which is what a Group would do, and a Group per entity
+// would cost a context for each of the thousands a member hosts.
 func (e *wasmEntity) subscribe(ctx context.Context, key string) (err error) {
 	if e.n.traced && obs.Traced(ctx) {
 		var span trace.Span

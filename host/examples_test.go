@@ -115,10 +115,11 @@ func testRoomExample(t *testing.T, room []byte) {
 	must("members", `["alice","bob"]`)
 	must("set-topic cats", "ok")
 	must("topic", "cats")
+	wrote := time.Now().UnixMilli()
 	// A topic written elsewhere reaches the room through its subscription. (Last writer
 	// wins by millisecond timestamps: a write in the same millisecond on a member that has
 	// not seen "cats" yet would tie, and the tie goes by member, so wait for the next.)
-	time.Sleep(5 * time.Millisecond)
+	testutil.Eventually(t, time.Second, "the next millisecond", func() bool { return time.Now().UnixMilli() > wrote })
 	op, _ := ddata.ParseOp(ddata.TypeLWWMap, "put lobby birds")
 	if _, err := nodes[2].Replicator().Update(ctx, "room-topics", ddata.LWWMap{}, ddata.WriteAll(), op.Modify(nodes[2].Replicator().SelfNodeID(), nil)); err != nil {
 		t.Fatal(err)

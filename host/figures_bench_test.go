@@ -186,11 +186,7 @@ func benchCounterCheckpoint(b *testing.B, wasm []byte) {
 			b.Fatal(err)
 		}
 	}
-	for _, n := range nodes {
-		for len(n.Members()) != 3 || !n.Membership().View().Converged {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitMembers(b, nodes)
 	p50 := map[string]float64{}
 	for _, policy := range []string{sharding.CheckpointPassivation, sharding.CheckpointEveryMessage} {
 		typ := "counter-" + policy

@@ -116,11 +116,7 @@ func benchShardHandoff100(b *testing.B, srv *pgtest.Server) {
 func handoffCluster(b *testing.B, logs *syncBuffer, stateStore string) []*Node {
 	b.Helper()
 	nodes := startBenchNodes(b, 3, func(cfg *Config) { cfg.Logger, cfg.StateStore = slogTo(logs), stateStore })
-	for _, n := range nodes {
-		for len(n.Members()) != 3 || !n.Membership().View().Converged {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitMembers(b, nodes)
 	return nodes
 }
 

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // Linear memories outside the Go heap.
@@ -72,7 +74,7 @@ func (a *memArena) writeProtection() (*writeProtect, error) {
 func newMemArena(slotBytes uint64) *memArena {
 	per := int(arenaChunkBytes / slotBytes)
 	per = min(max(per, 1), arenaMaxChunkSlots)
-	return &memArena{slot: int(slotBytes), perChunk: per}
+	return &memArena{slot: int(slotBytes), perChunk: per, warmSlots: warmSlots{fillers: owner.New()}}
 }
 
 // get returns a free slot, len and cap slot bytes, reserving a chunk when none is free;
@@ -127,6 +129,7 @@ func (a *memArena) close() {
 	a.closeWarm()
 	a.unmapIfDone()
 	a.mu.Unlock()
+	a.fillers.Close()
 	a.fillers.Wait()
 }
 

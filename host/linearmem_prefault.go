@@ -1,8 +1,9 @@
 package host
 
 import (
-	"sync"
 	"sync/atomic"
+
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // Slots with an activation's pages already backed (warm slots).
@@ -74,7 +75,8 @@ type warmSlots struct {
 	// noPopulate is set when the system refused to populate a slot's pages: slots are
 	// then handed out cold.
 	noPopulate atomic.Bool
-	fillers    sync.WaitGroup
+	// fillers owns the refills (fill); the arena's close closes it and waits.
+	fillers *owner.Group
 }
 
 // getWarm returns a slot with h's learned pages backed, and the bytes backed, or nil
@@ -104,9 +106,8 @@ func (a *memArena) getWarm(h *moduleHotPages) ([]byte, int) {
 		slot, p.slots = p.slots[n-1], p.slots[:n-1]
 	}
 	if !p.filling && len(p.slots) < warmSlotsPerModule/2 {
-		p.filling = true
-		a.fillers.Add(1)
-		go a.fill(h, p)
+		// Open: close closes fillers after it marks the arena closed, under a.mu.
+		p.filling = a.fillers.Go(func() { a.fill(h, p) })
 	}
 	return slot, p.extent
 }
@@ -114,7 +115,6 @@ func (a *memArena) getWarm(h *moduleHotPages) ([]byte, int) {
 // fill backs p's pages in new slots until p is full, the pool is dropped or the arena
 // closed.
 func (a *memArena) fill(h *moduleHotPages, p *warmPool) {
-	defer a.fillers.Done()
 	for {
 		slot := a.get()
 		if slot == nil {

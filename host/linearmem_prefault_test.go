@@ -2,17 +2,18 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
 // waitWarm waits until the arena holds at least n warm slots of h.
 func waitWarm(t *testing.T, a *memArena, h *moduleHotPages, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 30*time.Second, fmt.Sprintf("%d warm slots", n), func() error {
 		a.mu.Lock()
 		p := a.pools[h]
 		have := 0
@@ -20,14 +21,11 @@ func waitWarm(t *testing.T, a *memArena, h *moduleHotPages, n int) {
 			have = len(p.slots)
 		}
 		a.mu.Unlock()
-		if have >= n {
-			return
+		if have < n {
+			return fmt.Errorf("%d warm slots", have)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d warm slots after 30 s, want %d", have, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // warmTestModule is a runtime with an arena and the Rust counter compiled in it.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -127,13 +128,7 @@ func TestRuntimeCloseDuringACallReleasesMemoryAfterIt(t *testing.T) {
 		_, err := inst.Receive(ctx, []byte("loop"))
 		done <- err
 	}()
-	wait := time.Now().Add(10 * time.Second)
-	for rt.inflight.Load() == 0 {
-		if time.Now().After(wait) {
-			t.Fatal("the call never started")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "the call to start", func() bool { return rt.inflight.Load() > 0 })
 	if err := rt.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

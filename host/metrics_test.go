@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -149,24 +150,19 @@ func TestMetricsEndpointCountsTraffic(t *testing.T) {
 		{&front, "rpc_client_duration_milliseconds", map[string]string{"rpc_method": "deliver"}, asks + 1},
 		{&front, "shardhost_deploys_total", with("shardhost_outcome", "ok"), 1},
 	}
-	var mismatches []string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 15*time.Second, "the metrics' values", func() error {
 		owner, front = scrape(t, nodes[1]), scrape(t, nodes[0])
-		mismatches = mismatches[:0]
+		var mismatches []string
 		for _, c := range checks {
 			if got, found := sample(*c.fams, c.name, c.want); !found || got != c.value {
 				mismatches = append(mismatches, fmt.Sprintf("%s%v = %v (found %v), want %v", c.name, c.want, got, found, c.value))
 			}
 		}
-		if len(mismatches) == 0 || time.Now().After(deadline) {
-			break
+		if len(mismatches) > 0 {
+			return errors.New(strings.Join(mismatches, "\n"))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	for _, m := range mismatches {
-		t.Error(m)
-	}
+		return nil
+	})
 	for _, name := range []string{"shardhost_entity_memory_bytes", "shardhost_shards", "shardhost_transport_frames_total",
 		"shardhost_transport_io_bytes_total", "shardhost_ddata_keys", "shardhost_state_operations_total", "go_memory_used_bytes",
 		"go_goroutine_count", "shardhost_cluster_phi"} {

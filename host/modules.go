@@ -126,7 +126,7 @@ func (s *moduleStore) store(ctx context.Context, digest string, wasm []byte) (st
 	if _, err := os.Stat(s.path(digest)); err != nil {
 		// The write and its fsync overlap the validation, which is CPU work.
 		wrote = make(chan written, 1)
-		go func() {
+		go func() { // no owner: the call waits for it (<-wrote) on every path
 			tmp, err := writeTemp(s.dir, digest+".wasm", wasm)
 			wrote <- written{tmp, err}
 		}()

@@ -73,10 +73,11 @@ func startNodes(t *testing.T, count int, mutate func(*Config)) []*Node {
 	return nodes
 }
 
-// waitMembers waits until every node sees every node up, and converged.
-func waitMembers(t *testing.T, nodes []*Node) {
-	t.Helper()
-	testutil.EventuallyNil(t, 15*time.Second, fmt.Sprintf("%d up members in a converged view", len(nodes)), func() error {
+// waitMembers waits until every node sees every node up, and converged; it fails tb
+// after 30 s.
+func waitMembers(tb testing.TB, nodes []*Node) {
+	tb.Helper()
+	testutil.EventuallyNil(tb, 30*time.Second, fmt.Sprintf("%d up members in a converged view", len(nodes)), func() error {
 		for _, n := range nodes {
 			v := n.Membership().View()
 			up := 0

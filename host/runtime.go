@@ -27,6 +27,7 @@ import (
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/internal/obs"
+	"github.com/shardhost/shardhost/internal/owner"
 )
 
 // RuntimeConfig configures the node's wasm runtime (Config.Runtime): the sandbox of
@@ -138,11 +139,10 @@ type wasmRuntime struct {
 	// live are the instances not closed, which Close stops.
 	mu   sync.Mutex
 	live map[*wasmInstance]struct{}
-	// bg counts the runtime's background compilations (modules, restore images); Close
-	// waits. bgCtx is the modules' compilations' context, which Close cancels.
-	bg       sync.WaitGroup
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
+	// bg owns the runtime's background compilations (modules, restore images): Close
+	// closes it, which cancels the modules' compilations (their context derives from
+	// bg's), and waits for them.
+	bg *owner.Group
 	// started is the origin of the guests' monotonic clock.
 	started time.Time
 	randMu  sync.Mutex
@@ -202,7 +202,7 @@ func newWasmRuntime(ctx context.Context, cfg RuntimeConfig) (*wasmRuntime, error
 		arena:  newMemArena(cfg.MemoryLimit >> 16 << 16),
 	}
 	rt.live = map[*wasmInstance]struct{}{}
-	rt.bgCtx, rt.bgCancel = context.WithCancel(context.Background())
+	rt.bg = owner.New()
 	rt.started = cfg.Clock()
 	for _, r := range []wazero.Runtime{rt.r, rt.interp} {
 		if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
@@ -225,7 +225,7 @@ func newWasmRuntime(ctx context.Context, cfg RuntimeConfig) (*wasmRuntime, error
 // ErrRuntimeClosed.
 func (rt *wasmRuntime) Close(ctx context.Context) error {
 	rt.closing.Store(true)
-	rt.bgCancel()
+	rt.bg.Close()
 	rt.mu.Lock()
 	for inst := range rt.live {
 		// Stop the call in flight, and cancel the instance's context: its host calls
@@ -497,12 +497,10 @@ func (m *wasmModule) CompileInBackground() <-chan struct{} {
 			return
 		}
 		rt.exit()
-		ctx, cancel := context.WithCancel(rt.bgCtx)
+		ctx, cancel := context.WithCancel(rt.bg.Context())
 		m.bg.cancel = cancel
 		wasm := m.bg.rewritten
-		rt.bg.Add(1)
-		go func() {
-			defer rt.bg.Done()
+		started := rt.bg.Go(func() {
 			defer cancel()
 			start := time.Now()
 			var compiled wazero.CompiledModule
@@ -532,7 +530,12 @@ func (m *wasmModule) CompileInBackground() <-chan struct{} {
 				rt.log.Debug("module compiled", "digest", m.Digest[:12], "took", time.Since(start))
 			}
 			close(m.bg.done)
-		}()
+		})
+		if !started { // the runtime closed since enter
+			cancel()
+			m.bg.err = fmt.Errorf("%w: compiling module %.12s", ErrRuntimeClosed, m.Digest)
+			close(m.bg.done)
+		}
 	})
 	return m.bg.done
 }

@@ -202,9 +202,7 @@ func (ms *moduleSnapshots) startImage(rt *wasmRuntime) <-chan struct{} {
 	done := make(chan struct{})
 	ms.compiling = done
 	wasm := ms.imageWasm
-	rt.bg.Add(1)
-	go func() {
-		defer rt.bg.Done()
+	started := rt.bg.Go(func() {
 		defer close(done)
 		c, err := rt.r.CompileModule(context.Background(), wasm)
 		ms.mu.Lock()
@@ -217,7 +215,11 @@ func (ms *moduleSnapshots) startImage(rt *wasmRuntime) <-chan struct{} {
 		default:
 			ms.image, ms.imageWasm = c, nil
 		}
-	}()
+	})
+	if !started { // the runtime is closing: no image, for good
+		ms.imageErr = fmt.Errorf("%w: compiling the restore image", ErrRuntimeClosed)
+		close(done)
+	}
 	return done
 }
 

@@ -69,35 +69,33 @@ func (s *spans) of(tid trace.TraceID) []sdktrace.ReadOnlySpan {
 // returns it.
 func (s *spans) wait(tid trace.TraceID, name string, ok func(sdktrace.ReadOnlySpan) bool) sdktrace.ReadOnlySpan {
 	s.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var found sdktrace.ReadOnlySpan
+	testutil.EventuallyNil(s.t, 15*time.Second, fmt.Sprintf("a span %q in trace %s", name, tid), func() error {
 		for _, sp := range s.of(tid) {
 			if sp.Name() == name && (ok == nil || ok(sp)) {
-				return sp
+				found = sp
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("trace %s has no span %q; it has:\n%s", tid, name, s.tree(tid))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the trace has:\n%s", s.tree(tid))
+	})
+	return found
 }
 
 // waitAny is wait across every trace.
 func (s *spans) waitAny(name string, ok func(sdktrace.ReadOnlySpan) bool) sdktrace.ReadOnlySpan {
 	s.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var found sdktrace.ReadOnlySpan
+	testutil.Eventually(s.t, 15*time.Second, fmt.Sprintf("a span %q to end", name), func() bool {
 		for _, sp := range s.rec.Ended() {
 			if sp.Name() == name && (ok == nil || ok(sp)) {
-				return sp
+				found = sp
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("no span %q ended", name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
+	return found
 }
 
 // tree renders a trace as an indented tree, for failure messages and docs/observability.md.
@@ -527,7 +525,7 @@ func TestTraceHandoffLinksTheMessagesItHeld(t *testing.T) {
 	// Load: askers through node 0 to the entities on node 1, until it has left.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var failed atomic.Int64
+	var failed, asked atomic.Int64
 	var firstErr atomic.Value
 	for _, id := range ids {
 		wg.Add(1)
@@ -545,12 +543,14 @@ func TestTraceHandoffLinksTheMessagesItHeld(t *testing.T) {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
 				}
+				asked.Add(1)
 				cancel()
 				span.End()
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // let the load start before the leave
+	// The load under way before the leave: as many asks answered as there are askers.
+	testutil.Eventually(t, 30*time.Second, "the load to start", func() bool { return asked.Load() >= int64(len(ids)) })
 	if err := nodes[1].Close(); err != nil {
 		t.Logf("close: %v", err)
 	}

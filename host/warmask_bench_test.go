@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
@@ -135,11 +134,7 @@ func BenchmarkRemoteAskConcurrent(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, n := range nodes {
-		for len(n.Members()) != 2 || !n.Membership().View().Converged {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitMembers(b, nodes)
 	if _, err := nodes[0].Deploy(ctx, testwasm.RustBytes(b, "counter-rust"), sharding.TypeSettings{Name: "counter"}); err != nil {
 		b.Fatal(err)
 	}

@@ -141,21 +141,27 @@ func (c *coordinator) Start() {
 }
 
 // Stop deactivates the coordinator (cluster.SingletonService): requests are refused
-// with errNotCoordinator until it starts again, here or elsewhere.
+// with errNotCoordinator until it starts again, here or elsewhere. The requests waiting
+// for an allocation get that error on a goroutine of sharding's owner, or on the
+// caller's once sharding is stopping (never with c.mu held: the callbacks reply, as
+// finish's do).
 func (c *coordinator) Stop() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.active, c.recovering = false, false
 	c.gen++
 	waiters := c.inflight
 	c.reset()
-	go func() {
+	c.mu.Unlock()
+	fail := func() {
 		for _, ws := range waiters {
 			for _, cb := range ws {
 				cb(shardHome{}, errNotCoordinator)
 			}
 		}
-	}()
+	}
+	if !c.s.owner.Go(fail) {
+		fail()
+	}
 }
 
 func (c *coordinator) current(gen uint64) bool {

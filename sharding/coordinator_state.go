@@ -294,7 +294,7 @@ func (c *coordinator) regionStates(members []cluster.Member) []RegionState {
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		go func() { // no owner: it lives one request, which the call waits for
 			defer wg.Done()
 			st, err := c.s.remoteState(ctx, m)
 			if err != nil {

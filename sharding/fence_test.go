@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,13 +187,9 @@ func TestSeed2204TwoActiveCoordinatorsGiveTwoEpochs(t *testing.T) {
 			c.Start()
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !active(tc.nodes[0].sharding.coord) || !active(tc.nodes[1].sharding.coord) {
-		if time.Now().After(deadline) {
-			t.Fatal("the two coordinators are not both active after 30 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "the two coordinators both active", func() bool {
+		return active(tc.nodes[0].sharding.coord) && active(tc.nodes[1].sharding.coord)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ref := shardRef{Type: "durable", Shard: 3}
@@ -306,11 +303,11 @@ func TestSeed82303ACopyHostedAnewWaitsForTheDroppedCopysEntity(t *testing.T) {
 // its own was downed less than DownRemovalMargin ago, as Akka's singleton hands over
 // after the down-removal margin.
 func TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin(t *testing.T) {
-	var ahead atomic.Int64
-	clock := func(int) func() time.Time {
-		return func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	}
-	tc := newTestCluster(t, 1, withMembershipClock(clock), withConfig(func(c *Config) { c.DownRemovalMargin = time.Minute }))
+	rec := &logRecorder{}
+	tc := newTestCluster(t, 1, withMembershipClocks(), withConfig(func(c *Config) {
+		c.DownRemovalMargin = time.Minute
+		c.Logger = slog.New(rec)
+	}))
 	s := tc.nodes[0].sharding
 	if left := s.downMarginLeft(); left > 0 {
 		t.Fatalf("%v of a down-removal margin left with no member downed", left)
@@ -336,13 +333,16 @@ func TestSeed82278ACoordinatorStartsAfterTheDownRemovalMargin(t *testing.T) {
 		t.Fatalf("%v of the down-removal margin left just after a downing, want (0, 1m]", left)
 	}
 	c.Start()
-	for range 3 {
-		time.Sleep(100 * time.Millisecond)
-		if active() {
-			t.Fatal("the coordinator started within the down-removal margin of a downed member")
-		}
+	// The coordinator looks at the margin left, waits (up to 500 ms) and looks again:
+	// once it has looked twice, it has had its chance to start.
+	const waits = "shard coordinator waits for the down-removal margin of a downed member before it starts"
+	testutil.Eventually(t, 30*time.Second, "the coordinator to wait for the margin twice", func() bool {
+		return len(rec.find(waits)) >= 2
+	})
+	if active() {
+		t.Fatal("the coordinator started within the down-removal margin of a downed member")
 	}
-	ahead.Store(int64(time.Minute))
+	tc.nodes[0].member.Clock.SetOffset(time.Minute)
 	testutil.Eventually(t, 30*time.Second, "the coordinator to start once the margin has passed", active)
 }
 

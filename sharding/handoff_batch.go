@@ -80,7 +80,7 @@ func forEachEntity(entities map[string]*entity, fn func(*entity)) {
 	for _, e := range entities {
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
+		go func() { // no owner: it lives one fn, which the call waits for
 			defer func() { <-sem; wg.Done() }()
 			fn(e)
 		}()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/cluster"
-	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 )
 
 var quiet = func() *slog.Logger {
@@ -147,7 +147,7 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	case msg == "fail":
 		return nil, &codedErr{CodeEntityError, "entity says no"}
 	case msg == "slow":
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the slowness is the message's point, not a wait
 		return nil, nil
 	case msg == "block": // held in onReceive, if the test holds it
 		return nil, nil
@@ -195,41 +195,52 @@ func (t *types) EntityType(ctx context.Context, name string) (TypeSettings, erro
 	return TypeSettings{Name: name, NumberOfShards: n}, nil
 }
 
-// testNode is one member: membership on memberlist's mock network, messaging on the
-// in-memory transport, sharding with fake entities.
+// testNode is one member: a clustertest member (membership on the in-memory gossip
+// network, messaging on the in-memory frames network) running sharding with fake
+// entities.
 type testNode struct {
+	member     *clustertest.Member
 	name       string
-	transport  string
-	membership *cluster.Membership
-	messenger  *cluster.Messenger
+	membership *cluster.Membership // member.Membership, for short
+	messenger  *cluster.Messenger  // member.Messenger, for short
 	sharding   *Sharding
 	factory    *fakeFactory
 	types      *types
-	// closeStore closes the member's own state store (withMemberStateStores).
-	closeStore func() error
-	stopped    bool
 }
 
 func (n *testNode) addr() string { return n.membership.Self().Address }
 
+// stopped reports whether the member has stopped (testCluster.stop, crash).
+func (n *testNode) stopped() bool { return n.member.Stopped() }
+
+// crash stops the member as its process dying: its membership and messenger go first,
+// then its sharding stops (Abort, if abort: its entities die unsaved; else Stop) and
+// the member stops (clustertest.Member.Crash: its state store closes).
+func (n *testNode) crash(abort bool) {
+	n.membership.Shutdown()
+	n.messenger.Close()
+	if abort {
+		n.sharding.Abort(context.Background())
+	} else {
+		n.sharding.Stop(context.Background())
+	}
+	n.member.Crash()
+}
+
 type testCluster struct {
 	t         *testing.T
-	gossip    *cluster.InmemGossipNetwork
-	net       *cluster.InmemNetwork
+	cluster   *clustertest.Cluster
 	acts      *activations
-	nodes     []*testNode
+	nodes     []*testNode // every member started, stopped ones included, in order
 	mutate    func(*Config)
 	lifecycle cluster.CoreConfig
+	// members are the clustertest options of the members (roles, clocks).
+	members []clustertest.Option
 	// states, if set, is the entity state store every member shares.
 	states *MemoryStateStore
 	// memberStores, if set, gives each member a state store of its own, on its
 	// membership and messenger, over a fresh directory (withMemberStateStores).
 	memberStores MemberStateStore
-	// roles, if set, gives the roles of the i-th member added.
-	roles func(i int) []string
-	// clock, if set, gives the membership clock (cluster.MembershipConfig.Now) of the
-	// i-th member added.
-	clock func(i int) func() time.Time
 }
 
 // clusterOption sets up a testCluster before its members start.
@@ -241,8 +252,8 @@ func withConfig(mutate func(*Config)) clusterOption {
 }
 
 // withFastFailureDetection makes members detect a crash in about a second (for tests
-// of crashes); by default failure detection is slow, so that a loaded machine under
-// the race detector does not make a member look crashed.
+// of crashes); by default failure detection is slow (clustertest.Tolerant), so that a
+// loaded machine under the race detector does not make a member look crashed.
 func withFastFailureDetection() clusterOption {
 	return func(tc *testCluster) { tc.lifecycle = cluster.DefaultLocalCoreConfig() }
 }
@@ -252,9 +263,18 @@ func withSharedStateStore() clusterOption {
 	return func(tc *testCluster) { tc.states = NewMemoryStateStore() }
 }
 
-// withMembershipClock gives the i-th member added the membership clock clock(i).
+// withMembershipClock gives the i-th member added (its Index) the membership clock
+// clock(i) (cluster.MembershipConfig.Now).
 func withMembershipClock(clock func(i int) func() time.Time) clusterOption {
-	return func(tc *testCluster) { tc.clock = clock }
+	return func(tc *testCluster) {
+		tc.members = append(tc.members, clustertest.WithConfig(func(i int, c *cluster.MembershipConfig) { c.Now = clock(i) }))
+	}
+}
+
+// withMembershipClocks gives each member a clustertest.Clock of its own
+// (clustertest.WithClocks), which its membership runs on: testNode.member.Clock.
+func withMembershipClocks() clusterOption {
+	return func(tc *testCluster) { tc.members = append(tc.members, clustertest.WithClocks()) }
 }
 
 // MemberStateStore makes a member's own entity state store on its membership and
@@ -267,89 +287,57 @@ func withMemberStateStores(f MemberStateStore) clusterOption {
 	return func(tc *testCluster) { tc.memberStores = f }
 }
 
-// withRoles gives the i-th member added the roles roles(i).
+// withRoles gives the i-th member added (its Index) the roles roles(i).
 func withRoles(roles func(i int) []string) clusterOption {
-	return func(tc *testCluster) { tc.roles = roles }
+	return func(tc *testCluster) {
+		tc.members = append(tc.members, clustertest.WithConfig(func(i int, c *cluster.MembershipConfig) { c.Roles = roles(i) }))
+	}
 }
 
-// newTestCluster starts n members on the in-memory network and gossip, set up by opts,
-// and waits until they all see each other. Its members stop when the test ends.
+// newTestCluster starts n members of a clustertest cluster, set up by opts, and waits
+// until they all see each other. Its members stop when the test ends.
 func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
-	lc := cluster.DefaultLocalCoreConfig()
-	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
-	lc.SBRStableAfter = 10 * time.Second
 	tc := &testCluster{
 		t:         t,
-		gossip:    cluster.NewInmemGossipNetwork(),
-		net:       cluster.NewInmemNetwork(),
 		acts:      &activations{active: map[string]string{}},
-		lifecycle: lc,
+		lifecycle: clustertest.Tolerant(),
 	}
 	for _, o := range opts {
 		o(tc)
 	}
+	tc.cluster = clustertest.New(t, 0, append([]clustertest.Option{clustertest.WithCore(tc.lifecycle), clustertest.WithLogger(quiet)}, tc.members...)...)
+	// After the cluster's own cleanup is registered, so that it runs first: members
+	// still running at the end stop as a crash does (stop), not clustertest's Crash.
+	t.Cleanup(tc.stopAll)
 	for i := 0; i < n; i++ {
 		tc.add()
 	}
 	tc.waitMembers()
-	t.Cleanup(tc.stopAll)
 	return tc
 }
 
-// add starts one more member and joins it to the first.
+// add starts one more member, joined to the first live one.
 func (tc *testCluster) add() *testNode {
 	tc.t.Helper()
-	i := len(tc.nodes)
-	return tc.start(fmt.Sprintf("node-%d", i), fmt.Sprintf("transport-%d", i), tc.gossip.NewTransport())
+	m := tc.cluster.Add()
+	return tc.run(m, fmt.Sprintf("node-%d", m.Index))
 }
 
 // restart starts a new process in place of a stopped member: at its gossip and
 // transport addresses, with a new UID, joined to the first live member.
 func (tc *testCluster) restart(old *testNode) *testNode {
-	t := tc.t
-	t.Helper()
-	if !old.stopped {
-		t.Fatalf("restart of %s, which runs", old.name)
-	}
-	gt, err := tc.gossip.NewTransportAt(old.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tc.start(old.name+"'", old.transport, gt)
+	tc.t.Helper()
+	return tc.run(tc.cluster.Restart(old.member), old.name+"'")
 }
 
-// start starts a member on the given addresses and joins it to the first live member.
-func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossipTransport) *testNode {
+// run starts sharding, with its own state store if the cluster gives one, on a member
+// in the cluster, and registers their stops with the member (OnStop).
+func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 	t := tc.t
 	t.Helper()
-	i := len(tc.nodes)
-	msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
-		return tc.net.NewTransport(transportAddr, h)
-	}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcfg := cluster.DefaultMembershipConfig()
-	mcfg.Transport = gt
-	mcfg.TransportAddr = transportAddr
-	mcfg.Profile = "local"
-	mcfg.Lifecycle = tc.lifecycle
-	mcfg.Logger = quiet
-	if tc.roles != nil {
-		mcfg.Roles = tc.roles(i)
-	}
-	if tc.clock != nil {
-		mcfg.Now = tc.clock(i)
-	}
-	if live := tc.live(); len(live) > 0 {
-		mcfg.Seeds = []string{live[0].addr()}
-	}
-	ms, err := cluster.NewMembership(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &testNode{name: name, transport: transportAddr, membership: ms, messenger: msgr,
+	ms, msgr := m.Membership, m.Messenger
+	node := &testNode{member: m, name: name, membership: ms, messenger: msgr,
 		types: &types{known: map[string]int{"counter": 10, "other": 7}, settings: map[string]TypeSettings{
 			"idle":     {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
 			"bounded":  {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
@@ -365,7 +353,9 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 		cfg.States = tc.states
 	}
 	if tc.memberStores != nil {
-		cfg.States, node.closeStore = tc.memberStores(t, ms, msgr, t.TempDir())
+		var closeStore func() error
+		cfg.States, closeStore = tc.memberStores(t, ms, msgr, t.TempDir())
+		m.OnStop(func() { closeStore() })
 	}
 	cfg.ReconcileInterval = 50 * time.Millisecond
 	// The margin at least the resolver's stable-after, as the defaults pair them: with
@@ -382,11 +372,13 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 		t.Fatal(err)
 	}
 	node.sharding = sh
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ms.Join(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m.OnStop(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := sh.Stop(ctx); err != nil {
+			t.Errorf("stopping %s: %v", name, err)
+		}
+	})
 	tc.nodes = append(tc.nodes, node)
 	return node
 }
@@ -395,18 +387,16 @@ func (tc *testCluster) start(name, transportAddr string, gt *cluster.InmemGossip
 // messages both ways.
 func (tc *testCluster) link(a, b *testNode, on bool) {
 	if on {
-		tc.gossip.Reconnect(a.addr(), b.addr())
-		tc.net.Reconnect(a.messenger.LocalAddr(), b.messenger.LocalAddr())
+		tc.cluster.Reconnect(a.member, b.member)
 	} else {
-		tc.gossip.Disconnect(a.addr(), b.addr())
-		tc.net.Disconnect(a.messenger.LocalAddr(), b.messenger.LocalAddr())
+		tc.cluster.Disconnect(a.member, b.member)
 	}
 }
 
 func (tc *testCluster) live() []*testNode {
 	var out []*testNode
 	for _, n := range tc.nodes {
-		if !n.stopped {
+		if !n.stopped() {
 			out = append(out, n)
 		}
 	}
@@ -416,30 +406,15 @@ func (tc *testCluster) live() []*testNode {
 // waitMembers waits until every live member sees every live member up, converged.
 func (tc *testCluster) waitMembers() {
 	tc.t.Helper()
-	live := tc.live()
-	testutil.Eventually(tc.t, 15*time.Second, "membership", func() bool {
-		for _, n := range live {
-			v := n.membership.View()
-			if !v.Converged || len(v.Members) != len(live) {
-				return false
-			}
-			for _, m := range v.Members {
-				if m.Status != cluster.StatusUp || !m.Reachable {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	tc.cluster.WaitUp()
 }
 
-// stop stops a member: gracefully (leave: its shards are handed off first) or as a
-// crash.
+// stop stops a member: gracefully (it leaves, its shards handed off first, then drains
+// and stops) or as a crash (its membership stops first, then its sharding).
 func (tc *testCluster) stop(n *testNode, leave bool) {
-	n.stopped = true
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
 	if leave {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
 		if err := n.membership.Leave(ctx); err != nil {
 			tc.t.Errorf("leaving %s: %v", n.name, err)
 		}
@@ -449,19 +424,12 @@ func (tc *testCluster) stop(n *testNode, leave bool) {
 	} else {
 		n.membership.Shutdown()
 	}
-	if err := n.sharding.Stop(ctx); err != nil {
-		tc.t.Errorf("stopping %s: %v", n.name, err)
-	}
-	if n.closeStore != nil {
-		n.closeStore()
-	}
-	n.membership.Shutdown()
-	n.messenger.Close()
+	n.member.Crash() // sharding's Stop, the store's Close (OnStop), then the member's
 }
 
 func (tc *testCluster) stopAll() {
 	for _, n := range tc.nodes {
-		if !n.stopped {
+		if !n.stopped() {
 			tc.stop(n, false)
 		}
 	}

@@ -54,7 +54,7 @@ func (s *Sharding) ClusterShardingState(ctx context.Context) ([]RegionState, err
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		go func() { // no owner: it lives one request, which the call waits for
 			defer wg.Done()
 			states[i], errs[i] = s.remoteState(ctx, m)
 		}()

@@ -228,7 +228,7 @@ func stopForHandOff(ctx context.Context, entities map[string]*entity) {
 	for _, e := range entities {
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
+		go func() { // no owner: it lives one entity's stop, which the call waits for
 			defer func() { <-sem; wg.Done() }()
 			e.waitIdle(ctx)
 			e.passivateNow(ctx, causeHandoff, trace.SpanContext{})

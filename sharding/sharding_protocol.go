@@ -344,7 +344,7 @@ func (s *Sharding) broadcastHandOff(ctx context.Context, topic string, ref shard
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		go func() { // no owner: it lives one request, which the call waits for
 			defer wg.Done()
 			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 			defer cancel()

@@ -411,7 +411,7 @@ func TestHandOffOnLeaveLosesNoMessageAndKeepsOrder(t *testing.T) {
 				t.Errorf("tell %d: %v", k, err)
 			}
 			told.Add(1)
-			time.Sleep(2 * time.Millisecond) // a steady stream, so that some messages meet the handoff
+			time.Sleep(2 * time.Millisecond) // the stream's pace, so that some messages meet the handoff: not a wait
 		}
 	}()
 	// The member leaves once a quarter of the messages are on their way.
@@ -454,10 +454,7 @@ func TestShardsOfACrashedMemberMoveOnceItIsDowned(t *testing.T) {
 		}
 	}
 	// The victim's process dies: no leave, no handoff.
-	victim.stopped = true
-	victim.membership.Shutdown()
-	victim.messenger.Close()
-	victim.sharding.Stop(context.Background())
+	victim.crash(false)
 	tc.acts.mu.Lock()
 	for key, node := range tc.acts.active {
 		if node == victim.addr() {
@@ -510,7 +507,7 @@ func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
 				sender.sharding.Tell(context.Background(), "counter", id, []byte("append "+strconv.Itoa(k)))
 				sent[id] = k + 1
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the stream's pace across the rebalance: not a wait
 		}
 	}()
 	newcomer := tc.add()

@@ -214,10 +214,7 @@ func TestEveryMessageCheckpointLosesNoAcknowledgedMessageInACrash(t *testing.T) 
 		acked[id]++
 	}
 	// The victim's process dies: no leave, no handoff, no save on stop.
-	victim.stopped = true
-	victim.membership.Shutdown()
-	victim.messenger.Close()
-	victim.sharding.Abort(context.Background()) // its entities die with it, unsaved
+	victim.crash(true) // its entities die with it, unsaved
 	tc.waitMembers()
 	for id, n := range acked {
 		if got := mustAsk(t, tc.nodes[0], "durable", id, "get"); got != strconv.Itoa(n) {

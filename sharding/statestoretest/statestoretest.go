@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/sharding/replstore"
@@ -535,38 +535,20 @@ func invalidKeys(t *testing.T, h []sharding.StateStore) {
 	mustLoad(t, h[1], key, []byte("fine"))
 }
 
-// Replicated starts n members, each with a replstore.Store on its own directory
-// (bbolt, fsynced) on in-memory gossip and frame networks, waits until they are all up
-// and returns their stores; everything stops in tb.Cleanup. mutate may change each
-// store's configuration.
+// Replicated starts n members of a clustertest cluster (transport addresses state-0,
+// state-1...), each with a replstore.Store on its own directory (bbolt, fsynced),
+// waits until they are all up and returns their stores; everything stops in
+// tb.Cleanup, each store before its member (clustertest.Member.OnStop). mutate may
+// change each store's configuration.
 func Replicated(tb testing.TB, n int, mutate func(*replstore.Config)) []sharding.StateStore {
 	tb.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	gossip, frames := cluster.NewInmemGossipNetwork(), cluster.NewInmemNetwork()
-	lc := cluster.DefaultLocalCoreConfig()
-	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
-	lc.SBRStableAfter = 10 * time.Second
-	var members []*cluster.Membership
+	c := clustertest.New(tb, 0, clustertest.WithTransportAddrs(func(i int) string { return fmt.Sprintf("state-%d", i) }))
 	var stores []sharding.StateStore
 	for i := 0; i < n; i++ {
-		transport := fmt.Sprintf("state-%d", i)
-		msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
-			return frames.NewTransport(transport, h)
-		}, quiet)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		mcfg := cluster.DefaultMembershipConfig()
-		mcfg.Transport, mcfg.TransportAddr, mcfg.Profile, mcfg.Lifecycle, mcfg.Logger = gossip.NewTransport(), transport, "local", lc, quiet
-		if i > 0 {
-			mcfg.Seeds = []string{members[0].Self().Address}
-		}
-		ms, err := cluster.NewMembership(mcfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
+		m := c.Add()
 		scfg := replstore.DefaultLocalConfig()
-		scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = ms, msgr, tb.TempDir(), quiet
+		scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = m.Membership, m.Messenger, tb.TempDir(), quiet
 		scfg.RequestTimeout = 5 * time.Second
 		if mutate != nil {
 			mutate(&scfg)
@@ -575,33 +557,9 @@ func Replicated(tb testing.TB, n int, mutate func(*replstore.Config)) []sharding
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Cleanup(func() {
-			ms.Shutdown()
-			msgr.Close()
-			store.Close()
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err = ms.Join(ctx)
-		cancel()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		members = append(members, ms)
+		m.OnStop(func() { store.Close() })
 		stores = append(stores, store)
 	}
-	testutil.Eventually(tb, 30*time.Second, "every member up", func() bool {
-		for _, ms := range members {
-			v := ms.View()
-			if !v.Converged || len(v.Members) != n {
-				return false
-			}
-			for _, m := range v.Members {
-				if m.Status != cluster.StatusUp || !m.Reachable {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	c.WaitUp()
 	return stores
 }
