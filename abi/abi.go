@@ -104,6 +104,13 @@ const (
 	ImportAsk = "ask"
 	// ImportForward is `forward(type_ptr, type_len, id_ptr, id_len) -> code`.
 	ImportForward = "forward"
+	// ImportTellKey is `tell_key(type_ptr, type_len, id_ptr, id_len, msg_ptr, msg_len,
+	// key_ptr, key_len) -> code`: ImportTell with an idempotency key (at most
+	// MaxIdempotencyKey bytes of UTF-8; empty is none).
+	ImportTellKey = "tell_key"
+	// ImportAskKey is `ask_key(type_ptr, type_len, id_ptr, id_len, msg_ptr, msg_len,
+	// key_ptr, key_len, timeout_ms) -> code`: ImportAsk with an idempotency key.
+	ImportAskKey = "ask_key"
 	// ImportDDataGet is `ddata_get(key_ptr, key_len, cons_ptr, cons_len, timeout_ms)
 	// -> code`; the value as JSON is the result.
 	ImportDDataGet = "ddata_get"
@@ -186,6 +193,9 @@ const (
 	// DefaultCallBudget is the default number of host function calls one message (or
 	// hook) may make; the call past it traps.
 	DefaultCallBudget = 10000
+	// MaxIdempotencyKey is the longest idempotency key of ImportTellKey and
+	// ImportAskKey, in bytes.
+	MaxIdempotencyKey = 256
 )
 
 // Status is what ExportReceive returns.

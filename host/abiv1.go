@@ -93,6 +93,8 @@ var (
 		{abi.ImportNow, hostNow, []api.ValueType{i32}, []api.ValueType{i64}},
 		{abi.ImportRandom, hostRandom, []api.ValueType{i32, i32}, nil},
 		{abi.ImportTraceEvent, hostTraceEvent, []api.ValueType{i32, i32}, nil},
+		{abi.ImportTellKey, hostTellKey, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+		{abi.ImportAskKey, hostAskKey, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
 	}
 )
 
@@ -278,6 +280,22 @@ func (i *wasmInstance) message(mod api.Module, stack []uint64, verb string, ask 
 	return m, false
 }
 
+// idempotencyKey reads the idempotency key argument (ptr, len) at stack[k:k+2] into m
+// (an empty key is none); ok is false, and the result set to BadRequest, for a key over
+// abi.MaxIdempotencyKey bytes or not UTF-8.
+func (i *wasmInstance) idempotencyKey(mod api.Module, stack []uint64, k int, m *sharding.Message) bool {
+	if n := uint32(stack[k+1]); n > abi.MaxIdempotencyKey {
+		i.finish(stack, nil, fmt.Errorf("%w: %w: %d bytes (at most %d)", ErrBadRequest, sharding.ErrInvalidIdempotencyKey,
+			n, abi.MaxIdempotencyKey))
+		return false
+	}
+	key, ok := i.text(mod, stack, uint32(stack[k]), uint32(stack[k+1]), "idempotency key")
+	if ok {
+		m.IdempotencyKey = key
+	}
+	return ok
+}
+
 // hostTell is tell(type, id, msg) -> code.
 func hostTell(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
@@ -286,10 +304,26 @@ func hostTell(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
-	if inst.msgCtx != nil {
-		ctx = inst.msgCtx
+	inst.tell(ctx, stack, m)
+}
+
+// hostTellKey is tell_key(type, id, msg, key) -> code.
+func hostTellKey(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := mustInstance(ctx)
+	inst.charge()
+	m, ok := inst.message(mod, stack, "tell", false)
+	if !ok || !inst.idempotencyKey(mod, stack, 6, &m) {
+		return
 	}
-	inst.finish(stack, nil, inst.svc.tell(ctx, m))
+	inst.tell(ctx, stack, m)
+}
+
+// tell sends m, a tell the guest made, and sets the result.
+func (i *wasmInstance) tell(ctx context.Context, stack []uint64, m sharding.Message) {
+	if i.msgCtx != nil {
+		ctx = i.msgCtx
+	}
+	i.finish(stack, nil, i.svc.tell(ctx, m))
 }
 
 // hostAsk is ask(type, id, msg, timeout_ms) -> code.
@@ -300,21 +334,39 @@ func hostAsk(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
+	inst.ask(stack, m, int32(uint32(stack[6])))
+}
+
+// hostAskKey is ask_key(type, id, msg, key, timeout_ms) -> code.
+func hostAskKey(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := mustInstance(ctx)
+	inst.charge()
+	m, ok := inst.message(mod, stack, "ask", true)
+	if !ok || !inst.idempotencyKey(mod, stack, 6, &m) {
+		return
+	}
+	inst.ask(stack, m, int32(uint32(stack[8])))
+}
+
+// ask sends m, an ask the guest made with a timeout of timeoutMs (0: the default), waits
+// for its answer and sets the result; an ask of an entity that waits for this one is
+// refused (errAskCycle).
+func (i *wasmInstance) ask(stack []uint64, m sharding.Message, timeoutMs int32) {
 	target := m.EntityType + "/" + m.EntityID
 	for _, waiting := range m.Chain {
 		if waiting == target {
-			inst.finish(stack, nil, fmt.Errorf("%w: %s asks %s, which waits for it (%s)", errAskCycle, inst.name, target,
+			i.finish(stack, nil, fmt.Errorf("%w: %s asks %s, which waits for it (%s)", errAskCycle, i.name, target,
 				chainText(m.Chain, target)))
 			return
 		}
 	}
-	cctx, cancel := inst.callCtx(int32(uint32(stack[6])))
+	cctx, cancel := i.callCtx(timeoutMs)
 	defer cancel()
-	out, err := inst.svc.ask(cctx, m)
+	out, err := i.svc.ask(cctx, m)
 	if err != nil && cctx.Err() != nil && !errors.Is(err, sharding.ErrAskTimeout) {
 		err = fmt.Errorf("%w: %s: %v", sharding.ErrAskTimeout, target, err)
 	}
-	inst.finish(stack, out, err)
+	i.finish(stack, out, err)
 }
 
 // chainText renders an ask cycle: "a → b → a".

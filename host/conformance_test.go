@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
@@ -170,6 +171,36 @@ func TestABIConformance(t *testing.T) {
 				c.want(typ, "t2", "ask "+other+"/t2 count", "2")
 				c.wantErr(typ, "t", "tell "+typ+"/ count", sharding.CodeEntityError, "code 7:")
 			})
+			t.Run("idempotency keys", func(t *testing.T) {
+				// The receiver's type journals (the default): a second send with the
+				// key of the first is not handled again. An ask gets the first reply.
+				c := &conformance{t: t, nodes: c.nodes}
+				k := "conf-key-" + typ
+				c.want(typ, "ik", "askkey "+k+"-a "+other+"/ik count", "1")
+				c.want(typ, "ik", "askkey "+k+"-a "+other+"/ik count", "1")
+				c.want(typ, "ik", "ask "+other+"/ik count", "2")
+				// Two tells with one key: the ask after them (from the same sender, so
+				// after them) counts the first one and itself.
+				c.want(typ, "ik", "tellkey "+k+"-t "+other+"/ik2 count", "ok")
+				c.want(typ, "ik", "tellkey "+k+"-t "+other+"/ik2 count", "ok")
+				c.want(typ, "ik", "ask "+other+"/ik2 count", "2")
+				// Another key, or the key sent to another entity, is another message.
+				c.want(typ, "ik", "askkey "+k+"-b "+other+"/ik count", "3")
+				c.want(typ, "ik", "askkey "+k+"-a "+other+"/ik3 count", "1")
+				// From another sender, the key is the same message to the receiver.
+				c.want(typ, "ik-b", "askkey "+k+"-a "+other+"/ik count", "1")
+				// The first message's error, again, without running it.
+				first := c.wantErr(typ, "ik", "askkey "+k+"-e "+other+"/ik nonsense", sharding.CodeEntityError, "code 9: unknown command")
+				again := c.wantErr(typ, "ik", "askkey "+k+"-e "+other+"/ik nonsense", sharding.CodeEntityError, "code 9: unknown command")
+				if first.Error() != again.Error() {
+					t.Fatalf("a retry's error %q, the first %q", again, first)
+				}
+				// A key over the cap is refused, naming it, and nothing is sent.
+				long := strings.Repeat("k", sharding.MaxIdempotencyKeyLen+1)
+				c.wantErr(typ, "ik", "tellkey "+long+" "+other+"/ik count", sharding.CodeEntityError, "code 7:")
+				c.wantErr(typ, "ik", "askkey "+long+" "+other+"/ik count", sharding.CodeEntityError, "at most 256")
+				c.want(typ, "ik", "ask "+other+"/ik count", "4")
+			})
 			t.Run("forward keeps the sender and the asker", func(t *testing.T) {
 				c := &conformance{t: t, nodes: c.nodes}
 				c.want(typ, "f", "fwd "+other+"/g hello", "got hello from ")
@@ -316,5 +347,51 @@ func TestTimerMovesWithItsEntity(t *testing.T) {
 	got := c.eventually(typ, id, "events", func(s string) bool { return strings.Contains(s, "1 moved wake") })
 	if strings.Count(got, "1 moved wake") != 1 {
 		t.Fatalf("events: %q, want the timer once", got)
+	}
+}
+
+// tell_key and ask_key are optional imports (abi/SPEC.md): every abitest build imports
+// them, and a module that never sends with a key imports neither, so that it runs on a
+// host without them.
+func TestConformanceSendsWithKeysAreOptionalImports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds six modules")
+	}
+	rt, _ := newTestRuntime(t, nil)
+	imports := func(t *testing.T, wasm []byte) map[string]bool {
+		m, err := rt.Compile(context.Background(), wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, imp := range m.code.Load().compiled.ImportedFunctions() {
+			if mod, name, _ := imp.Import(); mod == abi.ImportModule {
+				got[name] = true
+			}
+		}
+		return got
+	}
+	for _, c := range []struct {
+		name   string
+		wasm   func(testing.TB) []byte
+		tinygo bool
+		keys   bool
+	}{
+		{"abitest-tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "abitest") }, true, true},
+		{"abitest-go", func(tb testing.TB) []byte { return testwasm.Bytes(tb, "abitest") }, false, true},
+		{"abitest-rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "abitest-rust") }, false, true},
+		{"counter-tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }, true, false},
+		{"counter-go", func(tb testing.TB) []byte { return testwasm.Bytes(tb, "counter") }, false, false},
+		{"counter-rust", func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "counter-rust") }, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.tinygo {
+				testwasm.RequireTinyGo(t)
+			}
+			got := imports(t, c.wasm(t))
+			if got[abi.ImportTellKey] != c.keys || got[abi.ImportAskKey] != c.keys {
+				t.Fatalf("imports %v: tell_key %v, ask_key %v, want %v", got, got[abi.ImportTellKey], got[abi.ImportAskKey], c.keys)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +169,8 @@ type fakeServices struct {
 	timers map[string]bool
 	subs   map[string]bool
 	calls  int
+	// last is the last message told or asked.
+	last sharding.Message
 }
 
 func newFakeServices() *fakeServices {
@@ -176,6 +179,7 @@ func newFakeServices() *fakeServices {
 
 func (f *fakeServices) tell(ctx context.Context, m sharding.Message) error {
 	f.calls++
+	f.last = m
 	if m.EntityID == "" {
 		return sharding.ErrEmptyEntityID
 	}
@@ -184,6 +188,7 @@ func (f *fakeServices) tell(ctx context.Context, m sharding.Message) error {
 
 func (f *fakeServices) ask(ctx context.Context, m sharding.Message) ([]byte, error) {
 	f.calls++
+	f.last = m
 	if m.EntityID == "" {
 		return nil, sharding.ErrEmptyEntityID
 	}
@@ -270,7 +275,7 @@ func callHost(inst *wasmInstance, fn hostFn, args []uint64) (uint64, error) {
 var codeResults = map[string]bool{
 	abi.ImportTell: true, abi.ImportAsk: true, abi.ImportForward: true, abi.ImportDDataGet: true,
 	abi.ImportDDataUpdate: true, abi.ImportDDataDelete: true, abi.ImportDDataSubscribe: true,
-	abi.ImportDDataUnsubscribe: true, abi.ImportTimerStart: true,
+	abi.ImportDDataUnsubscribe: true, abi.ImportTimerStart: true, abi.ImportTellKey: true, abi.ImportAskKey: true,
 }
 
 func TestCallerModuleCallsEveryHostFunction(t *testing.T) {
@@ -310,6 +315,50 @@ func TestCallerModuleCallsEveryHostFunction(t *testing.T) {
 	if code, err := callHost(inst, byName[abi.ImportAsk], []uint64{ep, en, ip, in, 0, 0, 0}); err != nil || code != uint64(abi.CodeAskCycle) ||
 		!strings.Contains(string(inst.result), "fuzz/z → fuzz/x → fuzz/z") {
 		t.Fatalf("ask cycle: %d %q %v", code, inst.result, err)
+	}
+	// tell_key and ask_key send with the key; a key over the cap, or not UTF-8, is a bad
+	// request that sends nothing, and an empty key is none.
+	svc := inst.svc.(*fakeServices)
+	mp, mn := put(720, "count")
+	kyp, kyn := put(730, "retry-1")
+	if code, err := callHost(inst, byName[abi.ImportTellKey], []uint64{ep, en, ip, in, mp, mn, kyp, kyn}); err != nil || code != 0 ||
+		svc.last.IdempotencyKey != "retry-1" || string(svc.last.Payload) != "count" || svc.last.EntityID != "z" {
+		t.Fatalf("tell_key: %d %v, sent %+v", code, err, svc.last)
+	}
+	wp, wn := put(740, "w")
+	if code, err := callHost(inst, byName[abi.ImportAskKey], []uint64{ep, en, wp, wn, mp, mn, kyp, kyn, 0}); err != nil || code != 0 ||
+		svc.last.IdempotencyKey != "retry-1" || string(inst.result) != "re: count" || !slices.Equal(svc.last.Chain, []string{"fuzz/z", "fuzz/x"}) {
+		t.Fatalf("ask_key: %d %q %v, sent %+v", code, inst.result, err, svc.last)
+	}
+	if code, err := callHost(inst, byName[abi.ImportAskKey], []uint64{ep, en, wp, wn, mp, mn, kyp, 0, 0}); err != nil || code != 0 ||
+		svc.last.IdempotencyKey != "" {
+		t.Fatalf("ask_key with an empty key: %d %v, sent %+v", code, err, svc.last)
+	}
+	// A cycle is refused as ask refuses it.
+	if code, err := callHost(inst, byName[abi.ImportAskKey], []uint64{ep, en, ip, in, mp, mn, kyp, kyn, 0}); err != nil || code != uint64(abi.CodeAskCycle) {
+		t.Fatalf("ask_key cycle: %d %q %v", code, inst.result, err)
+	}
+	calls := svc.calls
+	lp, ln := put(1000, strings.Repeat("k", abi.MaxIdempotencyKey+1))
+	for _, fn := range []string{abi.ImportTellKey, abi.ImportAskKey} {
+		if code, err := callHost(inst, byName[fn], []uint64{ep, en, wp, wn, mp, mn, lp, ln, 0}); err != nil || code != uint64(abi.CodeBadRequest) ||
+			!strings.Contains(string(inst.result), "at most 256") {
+			t.Fatalf("%s with a key of %d bytes: %d %q %v", fn, ln, code, inst.result, err)
+		}
+		if code, err := callHost(inst, byName[fn], []uint64{ep, en, wp, wn, mp, mn, bp, bn, 0}); err != nil || code != uint64(abi.CodeBadRequest) ||
+			!strings.Contains(string(inst.result), "idempotency key is not UTF-8") {
+			t.Fatalf("%s with a key not UTF-8: %d %q %v", fn, code, inst.result, err)
+		}
+	}
+	if code, err := callHost(inst, byName[abi.ImportTellKey], []uint64{ep, en, wp, wn, mp, mn, lp, abi.MaxIdempotencyKey}); err != nil || code != 0 ||
+		len(svc.last.IdempotencyKey) != abi.MaxIdempotencyKey {
+		t.Fatalf("tell_key with a key of %d bytes: %d %q %v", abi.MaxIdempotencyKey, code, inst.result, err)
+	}
+	if svc.calls != calls+1 {
+		t.Fatalf("refused keys reached the services: %d calls, want %d", svc.calls, calls+1)
+	}
+	if abi.MaxIdempotencyKey != sharding.MaxIdempotencyKeyLen {
+		t.Fatalf("abi.MaxIdempotencyKey %d, sharding.MaxIdempotencyKeyLen %d", abi.MaxIdempotencyKey, sharding.MaxIdempotencyKeyLen)
 	}
 	// result copies the text when it fits, and tells its length either way.
 	n, err := callHost(inst, byName[abi.ImportResult], []uint64{1000, 4})

@@ -41,7 +41,7 @@ const journalEffectsVersion = 1
 var journalCallNames = []string{
 	abi.ImportTell, abi.ImportAsk, abi.ImportForward, abi.ImportDDataGet, abi.ImportDDataUpdate, abi.ImportDDataDelete,
 	abi.ImportDDataSubscribe, abi.ImportDDataUnsubscribe, abi.ImportTimerStart, abi.ImportTimerCancel, abi.ImportNow,
-	abi.ImportRandom,
+	abi.ImportRandom, abi.ImportTellKey, abi.ImportAskKey,
 }
 
 var journalCallIndex = func() map[string]byte {

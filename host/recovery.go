@@ -102,6 +102,7 @@ const (
 // hostEffects lists the host functions that are not effectNone.
 var hostEffects = map[string]hostEffect{
 	abi.ImportTell: effectRecord, abi.ImportAsk: effectRecord, abi.ImportForward: effectRecord,
+	abi.ImportTellKey: effectRecord, abi.ImportAskKey: effectRecord,
 	abi.ImportDDataGet: effectRecord, abi.ImportDDataUpdate: effectRecord, abi.ImportDDataDelete: effectRecord,
 	abi.ImportDDataSubscribe: effectRecord, abi.ImportDDataUnsubscribe: effectRecord,
 	abi.ImportTimerStart: effectRecord, abi.ImportTimerCancel: effectRecord,

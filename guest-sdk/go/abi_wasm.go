@@ -42,6 +42,12 @@ func hostTell(typePtr unsafe.Pointer, typeLen uint32, idPtr unsafe.Pointer, idLe
 //go:wasmimport shardhost ask
 func hostAsk(typePtr unsafe.Pointer, typeLen uint32, idPtr unsafe.Pointer, idLen uint32, msgPtr unsafe.Pointer, msgLen uint32, timeoutMS int32) int32
 
+//go:wasmimport shardhost tell_key
+func hostTellKey(typePtr unsafe.Pointer, typeLen uint32, idPtr unsafe.Pointer, idLen uint32, msgPtr unsafe.Pointer, msgLen uint32, keyPtr unsafe.Pointer, keyLen uint32) int32
+
+//go:wasmimport shardhost ask_key
+func hostAskKey(typePtr unsafe.Pointer, typeLen uint32, idPtr unsafe.Pointer, idLen uint32, msgPtr unsafe.Pointer, msgLen uint32, keyPtr unsafe.Pointer, keyLen uint32, timeoutMS int32) int32
+
 //go:wasmimport shardhost forward
 func hostForward(typePtr unsafe.Pointer, typeLen uint32, idPtr unsafe.Pointer, idLen uint32) int32
 
@@ -239,6 +245,18 @@ func (w *wasmHost) tell(typ, id string, msg []byte) (Code, []byte) {
 
 func (w *wasmHost) ask(typ, id string, msg []byte, timeoutMS int32) (Code, []byte) {
 	code := hostAsk(strPtr(typ), uint32(len(typ)), strPtr(id), uint32(len(id)), bytesPtr(msg), uint32(len(msg)), timeoutMS)
+	return w.result(code, true)
+}
+
+func (w *wasmHost) tellKey(typ, id string, msg []byte, key string) (Code, []byte) {
+	code := hostTellKey(strPtr(typ), uint32(len(typ)), strPtr(id), uint32(len(id)), bytesPtr(msg), uint32(len(msg)),
+		strPtr(key), uint32(len(key)))
+	return w.result(code, false)
+}
+
+func (w *wasmHost) askKey(typ, id string, msg []byte, key string, timeoutMS int32) (Code, []byte) {
+	code := hostAskKey(strPtr(typ), uint32(len(typ)), strPtr(id), uint32(len(id)), bytesPtr(msg), uint32(len(msg)),
+		strPtr(key), uint32(len(key)), timeoutMS)
 	return w.result(code, true)
 }
 

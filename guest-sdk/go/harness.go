@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sort"
 	"time"
+	"unicode/utf8"
 )
 
 // Harness runs an entity without a host, for unit tests of entity code: it plays the
@@ -12,7 +13,8 @@ import (
 //
 //   - messages: Send (from outside) and SendFrom (from an entity) deliver messages of
 //     KindMessage; the entity's tells and forwards are recorded in Tells and Forwards,
-//     its asks in Asks and answered by Asker (a scripted function);
+//     its asks in Asks and answered by Asker (a scripted function), each with the
+//     idempotency key it was sent with (Envelope.Key);
 //   - distributed data: an in-memory replicator of the types gcounter, pncounter, gset,
 //     orset, lwwmap, lwwregister and flag (one replica: every consistency is reached),
 //     which tests read and change with Data and UpdateData; DeliverChanged delivers a
@@ -65,7 +67,9 @@ type Harness struct {
 
 	// Asker answers the entity's asks, and the messages it forwards (its answer is then
 	// the reply Send returns). The timeout is the one the entity gave (0: the host's
-	// default). An error that is a *HostError gives its code (ErrTimeout and the others
+	// default). Asker stands for the asked entity, but it is called for every ask, even
+	// one whose idempotency key it saw (Asks has the keys); a real entity answers such a
+	// repeat with its first reply. An error that is a *HostError gives its code (ErrTimeout and the others
 	// to the entity); any other error is the asked entity's error (ErrEntityError with
 	// the error's text). A nil Asker answers every ask with ErrUnavailable and every
 	// forward with an empty reply. An ask of the entity itself fails with ErrAskCycle
@@ -92,6 +96,8 @@ type Envelope struct {
 	Sender   string
 	// Timeout is an ask's timeout (0: the host's default).
 	Timeout time.Duration
+	// Key is the idempotency key of a TellWithKey or an AskWithKey; empty without one.
+	Key string
 }
 
 // Timer is a timer the entity started.
@@ -434,8 +440,8 @@ func (h *Harness) self() string { return h.typ + "/" + h.id }
 // maxMessageSize is the host's default message cap (abi.MaxMessageSize).
 const maxMessageSize = 1 << 20
 
-// checkSend checks a tell, ask or forward as the host does.
-func (h *Harness) checkSend(typ, id string, msg []byte) (Code, []byte) {
+// checkSend checks a tell, ask or forward, and its idempotency key, as the host does.
+func (h *Harness) checkSend(typ, id string, msg []byte, key string) (Code, []byte) {
 	switch {
 	case h.d.ctx.phase != phaseReceive && h.d.ctx.phase != phaseActivate:
 		return CodeNotAllowed, []byte("not allowed outside a message or on_activate")
@@ -443,26 +449,37 @@ func (h *Harness) checkSend(typ, id string, msg []byte) (Code, []byte) {
 		return CodeBadRequest, []byte("empty entity type or ID")
 	case len(msg) > maxMessageSize:
 		return CodeBadRequest, []byte("message over the size cap")
+	case len(key) > MaxIdempotencyKey:
+		return CodeBadRequest, []byte("invalid idempotency key: " + itoa(int64(len(key))) + " bytes (at most " +
+			itoa(MaxIdempotencyKey) + ")")
+	case !utf8.ValidString(key):
+		return CodeBadRequest, []byte("the idempotency key is not UTF-8")
 	}
 	return CodeOK, nil
 }
 
-func (h *Harness) tell(typ, id string, msg []byte) (Code, []byte) {
+func (h *Harness) tell(typ, id string, msg []byte) (Code, []byte) { return h.tellKey(typ, id, msg, "") }
+
+func (h *Harness) tellKey(typ, id string, msg []byte, key string) (Code, []byte) {
 	h.call()
-	if code, res := h.checkSend(typ, id, msg); code != CodeOK {
+	if code, res := h.checkSend(typ, id, msg, key); code != CodeOK {
 		return code, res
 	}
-	h.Tells = append(h.Tells, Envelope{Type: typ, ID: id, Msg: append([]byte(nil), msg...), Sender: h.self()})
+	h.Tells = append(h.Tells, Envelope{Type: typ, ID: id, Msg: append([]byte(nil), msg...), Sender: h.self(), Key: key})
 	return CodeOK, nil
 }
 
 func (h *Harness) ask(typ, id string, msg []byte, timeoutMS int32) (Code, []byte) {
+	return h.askKey(typ, id, msg, "", timeoutMS)
+}
+
+func (h *Harness) askKey(typ, id string, msg []byte, key string, timeoutMS int32) (Code, []byte) {
 	h.call()
-	if code, res := h.checkSend(typ, id, msg); code != CodeOK {
+	if code, res := h.checkSend(typ, id, msg, key); code != CodeOK {
 		return code, res
 	}
 	timeout := time.Duration(timeoutMS) * time.Millisecond
-	env := Envelope{Type: typ, ID: id, Msg: append([]byte(nil), msg...), Sender: h.self(), Timeout: timeout}
+	env := Envelope{Type: typ, ID: id, Msg: append([]byte(nil), msg...), Sender: h.self(), Timeout: timeout, Key: key}
 	h.Asks = append(h.Asks, env)
 	if typ == h.typ && id == h.id {
 		return CodeAskCycle, []byte("ask of " + h.self() + " would wait on itself")
@@ -482,7 +499,7 @@ func (h *Harness) forward(typ, id string) (Code, []byte) {
 	if h.d.ctx.phase != phaseReceive || h.kind != KindMessage {
 		return CodeNotAllowed, []byte("forward outside a message of kind 0")
 	}
-	if code, res := h.checkSend(typ, id, nil); code != CodeOK {
+	if code, res := h.checkSend(typ, id, nil, ""); code != CodeOK {
 		return code, res
 	}
 	h.forwardTo = &Envelope{Type: typ, ID: id, Sender: h.from}

@@ -81,6 +81,40 @@ func (c *Context) Ask(typ, id string, msg []byte, timeout time.Duration) ([]byte
 	return res, nil
 }
 
+// MaxIdempotencyKey is the longest idempotency key of TellWithKey and AskWithKey, in
+// bytes (abi.MaxIdempotencyKey).
+const MaxIdempotencyKey = 256
+
+// TellWithKey is Tell with an idempotency key: the receiving entity handles the message
+// once, however many times it is sent with that key, and drops a repeat. It remembers
+// the key for its type's idempotency retention (24 h by default); under the journal (the
+// default durability) across crashes and moves, otherwise as long as its instance lives.
+// Keys belong to the receiver: the same key sent to two entities is two messages. Use a
+// key that a retry of the send computes again (from the current message, say), so that
+// a message this entity handles again after a crash does not send twice. The key is at
+// most MaxIdempotencyKey bytes of UTF-8; an empty key is none. Errors: those of Tell, and
+// ErrBadRequest for a key over the cap or not UTF-8 (nothing is sent).
+//
+// A module that calls TellWithKey or AskWithKey imports the host functions tell_key and
+// ask_key (abi/SPEC.md, "Idempotency keys"); a host without them refuses it at deploy.
+func (c *Context) TellWithKey(typ, id string, msg []byte, key string) error {
+	code, res := c.h.tellKey(typ, id, msg, key)
+	return codeError(code, res)
+}
+
+// AskWithKey is Ask with an idempotency key: the asked entity handles the message once
+// and answers a repeat with the first reply (or the first error, under the journal)
+// without handling it again, so an ask that timed out (ErrTimeout) can be retried
+// safely with the same key. The key is as for TellWithKey. Errors: those of Ask, and
+// ErrBadRequest for a key over the cap or not UTF-8 (nothing is sent).
+func (c *Context) AskWithKey(typ, id string, msg []byte, key string, timeout time.Duration) ([]byte, error) {
+	code, res := c.h.askKey(typ, id, msg, key, millis32(timeout))
+	if err := codeError(code, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
 // Forward passes the current message on to the entity typ/id unchanged, with its
 // original sender and asker: that entity's reply (or error) answers the asker, and the
 // reply Receive returns is dropped. The forward happens when Receive returns with a nil

@@ -29,7 +29,8 @@
 // entity; Activator and Passivator are called as an incarnation starts and stops.
 //
 // Through its Context an entity also talks to other entities (Tell, Ask, Forward; Sender
-// and Kind tell where the current message comes from), uses the cluster's distributed
+// and Kind tell where the current message comes from; TellWithKey and AskWithKey send
+// with an idempotency key, so that the receiver handles a repeat once), uses the cluster's distributed
 // data (the typed helpers PNCounter, ORSet, LWWMap and the others, or DDataUpdate,
 // DDataGet and DDataDelete; Subscribe delivers a key's changes as messages of
 // KindChanged), starts timers (StartTimer, StartRepeatingTimer: messages of KindTimer),
@@ -150,6 +151,8 @@ type host interface {
 	sender() string
 	tell(typ, id string, msg []byte) (Code, []byte)
 	ask(typ, id string, msg []byte, timeoutMS int32) (Code, []byte)
+	tellKey(typ, id string, msg []byte, key string) (Code, []byte)
+	askKey(typ, id string, msg []byte, key string, timeoutMS int32) (Code, []byte)
 	forward(typ, id string) (Code, []byte)
 	ddataGet(key, cons string, timeoutMS int32) (Code, []byte)
 	ddataUpdate(key, typ, op, cons string, timeoutMS int32) (Code, []byte)

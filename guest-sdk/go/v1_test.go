@@ -622,6 +622,100 @@ func TestCallBudget(t *testing.T) {
 	h.Send([]byte("6"))
 }
 
+// TellWithKey and AskWithKey: the harness records each send's key; a key over the cap or
+// not UTF-8 is refused as the host refuses it, sending nothing.
+func TestSendsWithIdempotencyKeys(t *testing.T) {
+	p := &probe{receive: func(ctx *Context, msg []byte) ([]byte, error) {
+		verb, key, _ := strings.Cut(string(msg), " ")
+		switch verb {
+		case "tell":
+			return nil, ctx.TellWithKey("ledger", "l1", []byte("credit 5"), key)
+		case "ask":
+			return ctx.AskWithKey("ledger", "l1", []byte("debit 5"), key, time.Second)
+		}
+		return nil, errors.New("?")
+	}}
+	h := newProbe(p)
+	h.Asker = func(typ, id string, msg []byte, timeout time.Duration) ([]byte, error) {
+		return []byte(typ + "/" + id + " " + string(msg)), nil
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := h.Send([]byte("tell pay-7")); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := h.Send([]byte("ask pay-8")); err != nil || string(out) != "ledger/l1 debit 5" {
+			t.Fatalf("AskWithKey: %q %v", out, err)
+		}
+	}
+	if _, err := h.Send([]byte("tell ")); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Tells) != 3 || len(h.Asks) != 2 {
+		t.Fatalf("tells %+v, asks %+v", h.Tells, h.Asks)
+	}
+	for k, want := range []string{"pay-7", "pay-7", ""} {
+		if e := h.Tells[k]; e.Key != want || e.Type != "ledger" || e.ID != "l1" || string(e.Msg) != "credit 5" || e.Sender != "probe/p1" {
+			t.Errorf("tell %d: %+v, want the key %q", k, e, want)
+		}
+	}
+	for _, e := range h.Asks {
+		if e.Key != "pay-8" || e.Timeout != time.Second || string(e.Msg) != "debit 5" {
+			t.Errorf("ask %+v, want the key pay-8", e)
+		}
+	}
+	// A plain tell or ask has no key.
+	p.receive = func(ctx *Context, msg []byte) ([]byte, error) {
+		if err := ctx.Tell("ledger", "l1", msg); err != nil {
+			return nil, err
+		}
+		return ctx.Ask("ledger", "l1", msg, 0)
+	}
+	if _, err := h.Send([]byte("x")); err != nil || h.Tells[3].Key != "" || h.Asks[2].Key != "" {
+		t.Fatalf("plain sends: %v, %+v, %+v", err, h.Tells[3], h.Asks[2])
+	}
+	// Keys the host refuses: over MaxIdempotencyKey bytes, or not UTF-8.
+	p.receive = func(ctx *Context, msg []byte) ([]byte, error) {
+		verb, key := msg[0], string(msg[1:])
+		if verb == 't' {
+			return nil, ctx.TellWithKey("ledger", "l1", nil, key)
+		}
+		return ctx.AskWithKey("ledger", "l1", nil, key, 0)
+	}
+	for _, key := range []string{strings.Repeat("k", MaxIdempotencyKey+1), "\xff\xfe"} {
+		for _, verb := range "ta" {
+			_, err := h.Send([]byte(string(verb) + key))
+			var he *HostError
+			if !errors.As(err, &he) || he.Code != CodeBadRequest || !strings.Contains(he.Text, "idempotency key") {
+				t.Errorf("%c with a key of %d bytes: %v", verb, len(key), err)
+			}
+		}
+	}
+	if len(h.Tells) != 4 || len(h.Asks) != 3 {
+		t.Fatalf("refused sends were recorded: %d tells, %d asks", len(h.Tells), len(h.Asks))
+	}
+	long := strings.Repeat("k", MaxIdempotencyKey)
+	for _, verb := range "ta" {
+		if _, err := h.Send([]byte(string(verb) + long)); err != nil {
+			t.Errorf("%c with a key of %d bytes: %v", verb, MaxIdempotencyKey, err)
+		}
+	}
+	if h.Tells[4].Key != long || h.Asks[3].Key != long {
+		t.Fatalf("keys of %d bytes: %+v %+v", MaxIdempotencyKey, h.Tells[4], h.Asks[3])
+	}
+	// Not allowed in on_passivate, as Tell and Ask.
+	p.passivate = func(ctx *Context) {
+		if err := ctx.TellWithKey("ledger", "l1", nil, "k"); !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("TellWithKey in OnPassivate: %v", err)
+		}
+		if _, err := ctx.AskWithKey("ledger", "l1", nil, "k", 0); !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("AskWithKey in OnPassivate: %v", err)
+		}
+	}
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestConstantsMatchABI checks the SDK's copies of abi/abi.go's constants: the SDK is a
 // module of its own without dependencies, so it cannot import the abi package.
 func TestConstantsMatchABI(t *testing.T) {
@@ -653,7 +747,7 @@ func TestConstantsMatchABI(t *testing.T) {
 		"CodeDeleted": int64(CodeDeleted), "CodeTimeout": int64(CodeTimeout), "CodeAskCycle": int64(CodeAskCycle),
 		"CodeUnavailable": int64(CodeUnavailable), "CodeBadRequest": int64(CodeBadRequest),
 		"CodeNotAllowed": int64(CodeNotAllowed), "CodeEntityError": int64(CodeEntityError),
-		"CodeTypeMismatch": int64(CodeTypeMismatch), "Version": ABIVersion,
+		"CodeTypeMismatch": int64(CodeTypeMismatch), "Version": ABIVersion, "MaxIdempotencyKey": MaxIdempotencyKey,
 	}
 	for name, v := range sdk {
 		expr, ok := abi[name]

@@ -105,6 +105,16 @@ impl Entity for AbiTest {
                 let (typ, id) = target(t)?;
                 ctx.ask(typ, id, m, Some(timeout)).map_err(coded)
             }
+            b"tellkey" | b"askkey" => {
+                let (key, rest) = split(rest);
+                let (t, m) = split(rest);
+                let (key, (typ, id)) = (text(key)?, target(t)?);
+                if cmd == b"askkey" {
+                    return ctx.ask_with_key(typ, id, m, key, None).map_err(coded);
+                }
+                ctx.tell_with_key(typ, id, m, key).map_err(coded)?;
+                Ok(OK.to_vec())
+            }
             b"askself" => {
                 let (typ, id) = (ctx.entity_type().to_string(), ctx.entity_id().to_string());
                 ctx.ask(&typ, &id, b"echo x", None).map_err(coded)
@@ -358,6 +368,28 @@ mod tests {
         assert_eq!(asks, ["other/y what now", "other/err x", "other/slow x", "other/z x", "abitest-rust/a1 echo x"]);
         assert_eq!(h.asks()[3].timeout, Some(Duration::from_millis(250)));
         assert_eq!(h.asks()[0].timeout, None);
+    }
+
+    #[test]
+    fn sends_with_keys() {
+        let mut h = harness();
+        h.on_ask(|typ, id, msg| Ok(format!("{}/{}: {}", typ, id, String::from_utf8_lossy(msg)).into_bytes()));
+        let long = format!("tellkey {} other/x count", "k".repeat(257));
+        check(
+            &mut h,
+            &[
+                ("tellkey k1 other/x count", "ok"),
+                ("askkey k2 other/y count now", "other/y: count now"),
+                ("tellkey k1 other/ count", "ERR code 7: shardhost: empty entity ID"),
+                (&long, "ERR code 7: shardhost: invalid idempotency key: 257 bytes (at most 256)"),
+                ("askkey k3", "ERR code 7: shardhost: bad entity type \"\""),
+            ],
+        );
+        let sent: Vec<(String, Option<String>)> = h.tells().iter().chain(h.asks()).map(|s| (s.to_string(), s.key.clone())).collect();
+        assert_eq!(
+            sent,
+            [("other/x count".to_string(), Some("k1".to_string())), ("other/y count now".to_string(), Some("k2".to_string()))]
+        );
     }
 
     #[test]

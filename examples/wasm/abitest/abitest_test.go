@@ -99,6 +99,26 @@ func TestMessaging(t *testing.T) {
 	}
 }
 
+func TestSendsWithKeys(t *testing.T) {
+	h := newHarness()
+	h.Asker = func(typ, id string, msg []byte, timeout time.Duration) ([]byte, error) {
+		return []byte(typ + "/" + id + ": " + string(msg)), nil
+	}
+	run(t, h,
+		step{msg: "tellkey k1 other/x count", want: "ok"},
+		step{msg: "askkey k2 other/y count now", want: "other/y: count now"},
+		step{msg: "tellkey k1 other/ count", wantErr: "code 7: empty entity type or ID"},
+		step{msg: "tellkey " + strings.Repeat("k", 257) + " other/x count", wantErr: "code 7: invalid idempotency key: 257 bytes (at most 256)"},
+		step{msg: "askkey k3", wantErr: "unknown command"},
+	)
+	if len(h.Tells) != 1 || h.Tells[0].Key != "k1" || h.Tells[0].ID != "x" || string(h.Tells[0].Msg) != "count" {
+		t.Errorf("tells %+v", h.Tells)
+	}
+	if len(h.Asks) != 1 || h.Asks[0].Key != "k2" || h.Asks[0].ID != "y" || string(h.Asks[0].Msg) != "count now" {
+		t.Errorf("asks %+v", h.Asks)
+	}
+}
+
 func TestDistributedDataAndEvents(t *testing.T) {
 	h := newHarness()
 	run(t, h,

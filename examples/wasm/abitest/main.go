@@ -12,6 +12,8 @@
 //	ask TYPE/ID MSG...           the reply
 //	askms MS TYPE/ID MSG...      the reply, asked with a timeout of MS milliseconds
 //	askself                      asks itself "echo x": the error code N: TEXT (5 expected)
+//	tellkey KEY TYPE/ID MSG...   ok, after a tell with the idempotency key KEY
+//	askkey KEY TYPE/ID MSG...    the reply to an ask with the idempotency key KEY
 //	fwd TYPE/ID REST...          to itself: "got REST... from SENDER"; otherwise forwards
 //	                             the message to TYPE/ID and replies nothing
 //	ddget KEY CONS               the value JSON (CONS local, majority, ...; - is empty)
@@ -187,6 +189,20 @@ func (a *abitest) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 		typ, id := target(w[1])
 		out, err := ctx.Ask(typ, id, []byte(m), time.Duration(ms)*time.Millisecond)
 		return out, codeErr(err)
+	case "tellkey", "askkey":
+		w, m, ok2 := words(rest, 2)
+		if !ok2 {
+			break
+		}
+		typ, id := target(w[1])
+		if verb == "askkey" {
+			out, err := ctx.AskWithKey(typ, id, []byte(m), w[0], 0)
+			return out, codeErr(err)
+		}
+		if err := ctx.TellWithKey(typ, id, []byte(m), w[0]); err != nil {
+			return nil, codeErr(err)
+		}
+		return ok, nil
 	case "askself":
 		out, err := ctx.Ask(ctx.EntityType(), ctx.EntityID(), []byte("echo x"), 0)
 		if err == nil {

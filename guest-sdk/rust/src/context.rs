@@ -5,7 +5,7 @@ use crate::{PNCounterMap, MAX_RANDOM};
 use std::fmt;
 use std::time::Duration;
 #[cfg(doc)] // names the docs link to
-use crate::{Code, Consistency, Entity, Harness, MAX_TIMERS, MAX_TIMER_MESSAGE, MAX_TIMER_NAME};
+use crate::{Code, Consistency, Entity, Harness, MAX_IDEMPOTENCY_KEY, MAX_TIMERS, MAX_TIMER_MESSAGE, MAX_TIMER_NAME};
 
 /// The host a Context calls: on wasm32 the real one, through the ABI's imports
 /// (`wasm.rs`); natively the fake host of a [`Harness`](crate::Harness) (`harness.rs`).
@@ -101,6 +101,33 @@ impl Context {
     /// [`Code::BadRequest`], [`Code::NotAllowed`].
     pub fn ask(&mut self, typ: &str, id: &str, msg: &[u8], timeout: Option<Duration>) -> Result<Vec<u8>, Error> {
         self.host.ask(&self.entity_type, &self.entity_id, typ, id, msg, timeout_ms(timeout))
+    }
+
+    /// [`tell`](Context::tell) with an idempotency key: the receiving entity handles the
+    /// message once, however many times it is sent with `key`, and drops a repeat. It
+    /// remembers the key for its type's idempotency retention (24 h by default); under the
+    /// journal (the default durability) across crashes and moves, otherwise as long as its
+    /// instance lives. Keys belong to the receiver: the same key sent to two entities is two
+    /// messages. Use a key that a retry of the send computes again (from the current
+    /// message, say), so that a message this entity handles again after a crash does not
+    /// send twice. At most [`MAX_IDEMPOTENCY_KEY`] bytes; an empty key is none. Errors: those
+    /// of `tell`, and [`Code::BadRequest`] for a longer key (nothing is sent).
+    ///
+    /// A module that calls it (or [`ask_with_key`](Context::ask_with_key)) imports the host
+    /// functions `tell_key` and `ask_key` (abi/SPEC.md, "Idempotency keys"); a host without
+    /// them refuses it at deploy.
+    pub fn tell_with_key(&mut self, typ: &str, id: &str, msg: &[u8], key: &str) -> Result<(), Error> {
+        self.host.tell_key(typ, id, msg, key)
+    }
+
+    /// [`ask`](Context::ask) with an idempotency key: the asked entity handles the message
+    /// once and answers a repeat with the first reply (or, under the journal, the first
+    /// error) without handling it again, so an ask that failed with [`Code::Timeout`] can be
+    /// sent again safely with the same key. The key is as for
+    /// [`tell_with_key`](Context::tell_with_key). Errors: those of `ask`, and
+    /// [`Code::BadRequest`] for a key over [`MAX_IDEMPOTENCY_KEY`] bytes (nothing is sent).
+    pub fn ask_with_key(&mut self, typ: &str, id: &str, msg: &[u8], key: &str, timeout: Option<Duration>) -> Result<Vec<u8>, Error> {
+        self.host.ask_key(&self.entity_type, &self.entity_id, typ, id, msg, key, timeout_ms(timeout))
     }
 
     /// Passes the current message (of kind [`MessageKind::Message`]) on to `typ`/`id`

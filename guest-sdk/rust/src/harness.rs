@@ -2,7 +2,7 @@
 
 use crate::dispatch::Dispatcher;
 use crate::{Code, Context, Entity, Error, Json, LogLevel, MessageKind};
-use crate::{DEFAULT_CALL_BUDGET, MAX_MESSAGE_SIZE, MAX_TIMERS, MAX_TIMER_MESSAGE, MAX_TIMER_NAME};
+use crate::{DEFAULT_CALL_BUDGET, MAX_IDEMPOTENCY_KEY, MAX_MESSAGE_SIZE, MAX_TIMERS, MAX_TIMER_MESSAGE, MAX_TIMER_NAME};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -10,7 +10,8 @@ use std::time::Duration;
 use crate::MAX_SNAPSHOT_SIZE;
 
 /// A message an entity sent through a [`Harness`] with [`Context::tell`] or
-/// [`Context::ask`]. `Display` writes `TYPE/ID MSG` (the message as lossy UTF-8).
+/// [`Context::ask`] (or their `_with_key` forms). `Display` writes `TYPE/ID MSG` (the
+/// message as lossy UTF-8).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
     /// The receiver's type.
@@ -21,6 +22,9 @@ pub struct Sent {
     pub msg: Vec<u8>,
     /// An ask's timeout (`None`: the host's default; always `None` for a tell).
     pub timeout: Option<Duration>,
+    /// The idempotency key of [`Context::tell_with_key`] or [`Context::ask_with_key`]
+    /// (`None` without one, or for an empty key).
+    pub key: Option<String>,
 }
 
 impl fmt::Display for Sent {
@@ -115,6 +119,19 @@ fn bad_request(msg: impl Into<String>) -> Error {
     Error::with_code(Code::BadRequest, msg)
 }
 
+/// Checks an idempotency key as the host does (a `&str` is UTF-8 already); an empty key
+/// is none.
+fn check_key(key: &str) -> Result<Option<String>, Error> {
+    if key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(bad_request(format!(
+            "shardhost: invalid idempotency key: {} bytes (at most {})",
+            key.len(),
+            MAX_IDEMPOTENCY_KEY
+        )));
+    }
+    Ok(if key.is_empty() { None } else { Some(key.to_string()) })
+}
+
 impl Fake {
     /// Counts a host call against the budget; the call past it traps, here a panic.
     fn call(&self) {
@@ -156,17 +173,37 @@ impl Fake {
     }
 
     pub(crate) fn tell(&mut self, typ: &str, id: &str, msg: &[u8]) -> Result<(), Error> {
+        self.tell_key(typ, id, msg, "")
+    }
+
+    pub(crate) fn tell_key(&mut self, typ: &str, id: &str, msg: &[u8], key: &str) -> Result<(), Error> {
         self.coded()?;
         self.check_messaging(typ, id, msg.len())?;
-        self.tells.push(Sent { typ: typ.to_string(), id: id.to_string(), msg: msg.to_vec(), timeout: None });
+        let key = check_key(key)?;
+        self.tells.push(Sent { typ: typ.to_string(), id: id.to_string(), msg: msg.to_vec(), timeout: None, key });
         Ok(())
     }
 
     pub(crate) fn ask(&mut self, own_type: &str, own_id: &str, typ: &str, id: &str, msg: &[u8], timeout_ms: i32) -> Result<Vec<u8>, Error> {
+        self.ask_key(own_type, own_id, typ, id, msg, "", timeout_ms)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn ask_key(
+        &mut self,
+        own_type: &str,
+        own_id: &str,
+        typ: &str,
+        id: &str,
+        msg: &[u8],
+        key: &str,
+        timeout_ms: i32,
+    ) -> Result<Vec<u8>, Error> {
         self.coded()?;
         self.check_messaging(typ, id, msg.len())?;
+        let key = check_key(key)?;
         let timeout = if timeout_ms > 0 { Some(Duration::from_millis(timeout_ms as u64)) } else { None };
-        self.asks.push(Sent { typ: typ.to_string(), id: id.to_string(), msg: msg.to_vec(), timeout });
+        self.asks.push(Sent { typ: typ.to_string(), id: id.to_string(), msg: msg.to_vec(), timeout, key });
         if typ == own_type && id == own_id {
             return Err(Error::with_code(Code::AskCycle, format!("shardhost: ask cycle: {}/{} asks itself", typ, id)));
         }
@@ -546,10 +583,11 @@ impl Store {
 /// panic in the entity unwinds out of the call (in wasm it is a trap).
 ///
 /// The fake host keeps, across messages and incarnations:
-/// - the messages the entity sent: [`tells`](Harness::tells), [`asks`](Harness::asks);
-///   asks are answered by [`on_ask`](Harness::on_ask) (an ask of the entity itself fails
-///   with [`Code::AskCycle`], as on a host), and [`forwarded`](Harness::forwarded) says
-///   where the last message was forwarded;
+/// - the messages the entity sent: [`tells`](Harness::tells), [`asks`](Harness::asks),
+///   each with its idempotency key ([`Sent::key`]); asks are answered by
+///   [`on_ask`](Harness::on_ask) (an ask of the entity itself fails with
+///   [`Code::AskCycle`], as on a host), and [`forwarded`](Harness::forwarded) says where
+///   the last message was forwarded;
 /// - distributed data: one replica in memory, every consistency reached at once; values are
 ///   rendered as a host renders them. All types but `ormap` are modelled.
 ///   [`ddata_update`](Harness::ddata_update) changes them as another entity would,
@@ -793,7 +831,10 @@ impl<E: Entity> Harness<E> {
 
     /// Sets who answers the entity's asks: `f(type, id, msg)` returns the reply, or an error
     /// the entity gets as [`Code::EntityError`] (an error with another code, such as
-    /// [`Code::Timeout`], keeps it). Without one, asks fail with [`Code::Unavailable`].
+    /// [`Code::Timeout`], keeps it). Without one, asks fail with [`Code::Unavailable`]. It
+    /// stands for the asked entity, but it is called for every ask, even one whose
+    /// idempotency key it saw ([`asks`](Harness::asks) has the keys); a real entity answers
+    /// such a repeat with its first reply.
     pub fn on_ask(&mut self, f: impl FnMut(&str, &str, &[u8]) -> Result<Vec<u8>, Error> + 'static) {
         self.fake.ask_handler = Some(Box::new(f));
     }

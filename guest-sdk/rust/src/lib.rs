@@ -26,7 +26,9 @@
 //! assert_eq!(h.send(b"dec").unwrap_err().message(), "unknown message \"dec\"");
 //! ```
 //!
-//! Entities talk to each other ([`Context::tell`], [`Context::ask`], [`Context::forward`]),
+//! Entities talk to each other ([`Context::tell`], [`Context::ask`], [`Context::forward`];
+//! [`Context::tell_with_key`] and [`Context::ask_with_key`] send with an idempotency key, so
+//! that the receiver handles a repeat once),
 //! share distributed data ([`Context::pn_counter`], [`Context::or_set`], ... and
 //! [`Context::ddata_update`]), keep timers ([`Context::start_timer`]) and may use lifecycle
 //! hooks ([`Entity::on_activate`], [`Entity::on_passivate`]):
@@ -109,6 +111,10 @@ pub const MAX_TIMER_MESSAGE: usize = 64 << 10;
 
 /// The most timers one entity may have running.
 pub const MAX_TIMERS: usize = 1000;
+
+/// The longest idempotency key of [`Context::tell_with_key`] and
+/// [`Context::ask_with_key`], in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 256;
 
 /// The default number of host function calls one message (or hook) may make; the call
 /// past it traps.

@@ -130,7 +130,7 @@ fn tells_and_asks() {
     assert_eq!(text(h.send(b"tell ")), "error 7: shardhost: empty entity ID");
     assert_eq!(h.send(b"big").unwrap_err().code(), Code::BadRequest);
     assert_eq!(h.tells().len(), 1);
-    assert_eq!(h.tells()[0], Sent { typ: "other".into(), id: "x".into(), msg: b"hi".to_vec(), timeout: None });
+    assert_eq!(h.tells()[0], Sent { typ: "other".into(), id: "x".into(), msg: b"hi".to_vec(), timeout: None, key: None });
     assert_eq!(h.tells()[0].to_string(), "other/x hi");
 
     assert_eq!(h.send(b"ask y").unwrap_err().code(), Code::Unavailable, "no handler");
@@ -529,4 +529,70 @@ fn typed_get_of_another_type_is_a_mismatch() {
     let e = h.send(b"").unwrap_err();
     assert_eq!(e.code(), Code::TypeMismatch);
     assert_eq!(e.message(), "shardhost: ddata key \"s\" (pncounter): want a number, got [\"x\"]");
+}
+
+#[test]
+fn sends_with_idempotency_keys() {
+    let (mut h, _) = scripted(|ctx, msg| {
+        let m = std::str::from_utf8(msg)?;
+        let (cmd, key) = m.split_once(' ').unwrap_or((m, ""));
+        match cmd {
+            "tell" => ctx.tell_with_key("ledger", "l1", b"credit 5", key).map(|()| b"ok".to_vec()),
+            "ask" => ctx.ask_with_key("ledger", "l1", b"debit 5", key, Some(Duration::from_secs(1))),
+            "plain" => {
+                ctx.tell("ledger", "l1", b"x")?;
+                ctx.ask("ledger", "l1", b"y", None)
+            }
+            _ => Err("?".into()),
+        }
+    });
+    h.on_ask(|typ, id, msg| Ok(format!("{}/{} {}", typ, id, String::from_utf8_lossy(msg)).into_bytes()));
+    for _ in 0..2 {
+        assert_eq!(text(h.send(b"tell pay-7")), "ok");
+        assert_eq!(text(h.send(b"ask pay-8")), "ledger/l1 debit 5");
+    }
+    assert_eq!(text(h.send(b"tell ")), "ok");
+    assert_eq!(text(h.send(b"plain")), "ledger/l1 y");
+    let keys = |s: &[Sent]| s.iter().map(|x| x.key.clone()).collect::<Vec<_>>();
+    let some = |k: &str| Some(k.to_string());
+    assert_eq!(keys(h.tells()), vec![some("pay-7"), some("pay-7"), None, None]);
+    assert_eq!(keys(h.asks()), vec![some("pay-8"), some("pay-8"), None]);
+    assert_eq!(
+        h.tells()[0],
+        Sent { typ: "ledger".into(), id: "l1".into(), msg: b"credit 5".to_vec(), timeout: None, key: some("pay-7") }
+    );
+    assert_eq!(h.asks()[0].timeout, Some(Duration::from_secs(1)));
+
+    // A key over the cap is refused as the host refuses it, and nothing is sent.
+    let long = "k".repeat(MAX_IDEMPOTENCY_KEY + 1);
+    for cmd in ["tell", "ask"] {
+        let e = h.send(format!("{} {}", cmd, long).as_bytes()).unwrap_err();
+        assert_eq!(e.code(), Code::BadRequest, "{}", e);
+        assert!(e.message().contains("at most 256"), "{}", e);
+    }
+    assert_eq!((h.tells().len(), h.asks().len()), (4, 3));
+    let max = "k".repeat(MAX_IDEMPOTENCY_KEY);
+    assert_eq!(text(h.send(format!("tell {}", max).as_bytes())), "ok");
+    assert_eq!(h.tells()[4].key, Some(max));
+}
+
+#[test]
+fn sends_with_keys_are_not_allowed_in_on_passivate() {
+    struct Stopping(Rc<RefCell<Vec<Code>>>);
+    impl Entity for Stopping {
+        fn receive(&mut self, _ctx: &mut Context, _msg: &[u8]) -> Result<Vec<u8>, Error> {
+            Ok(Vec::new())
+        }
+        fn on_passivate(&mut self, ctx: &mut Context) {
+            let mut got = self.0.borrow_mut();
+            got.push(ctx.tell_with_key("a", "b", b"", "k").unwrap_err().code());
+            got.push(ctx.ask_with_key("a", "b", b"", "k", None).unwrap_err().code());
+        }
+    }
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let g = got.clone();
+    let mut h = Harness::new("t", "me", move |_id: &str| Stopping(g.clone()));
+    h.send(b"x").unwrap();
+    h.stop();
+    assert_eq!(*got.borrow(), vec![Code::NotAllowed, Code::NotAllowed]);
 }

@@ -28,6 +28,20 @@ extern "C" {
     fn host_tell(tp: *const u8, tl: u32, ip: *const u8, il: u32, mp: *const u8, ml: u32) -> i32;
     #[link_name = "ask"]
     fn host_ask(tp: *const u8, tl: u32, ip: *const u8, il: u32, mp: *const u8, ml: u32, timeout_ms: i32) -> i32;
+    #[link_name = "tell_key"]
+    fn host_tell_key(tp: *const u8, tl: u32, ip: *const u8, il: u32, mp: *const u8, ml: u32, kp: *const u8, kl: u32) -> i32;
+    #[link_name = "ask_key"]
+    fn host_ask_key(
+        tp: *const u8,
+        tl: u32,
+        ip: *const u8,
+        il: u32,
+        mp: *const u8,
+        ml: u32,
+        kp: *const u8,
+        kl: u32,
+        timeout_ms: i32,
+    ) -> i32;
     #[link_name = "forward"]
     fn host_forward(tp: *const u8, tl: u32, ip: *const u8, il: u32) -> i32;
     #[link_name = "ddata_get"]
@@ -312,6 +326,49 @@ impl Host {
                 id.len() as u32,
                 msg.as_ptr(),
                 msg.len() as u32,
+                timeout_ms,
+            )
+        })?;
+        Ok(read_bytes(host_result))
+    }
+
+    pub fn tell_key(&mut self, typ: &str, id: &str, msg: &[u8], key: &str) -> Result<(), Error> {
+        check(unsafe {
+            host_tell_key(
+                typ.as_ptr(),
+                typ.len() as u32,
+                id.as_ptr(),
+                id.len() as u32,
+                msg.as_ptr(),
+                msg.len() as u32,
+                key.as_ptr(),
+                key.len() as u32,
+            )
+        })
+    }
+
+    /// Asks `typ`/`id` with an idempotency key; as `ask`, without its own type and ID.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ask_key(
+        &mut self,
+        _own_type: &str,
+        _own_id: &str,
+        typ: &str,
+        id: &str,
+        msg: &[u8],
+        key: &str,
+        timeout_ms: i32,
+    ) -> Result<Vec<u8>, Error> {
+        check(unsafe {
+            host_ask_key(
+                typ.as_ptr(),
+                typ.len() as u32,
+                id.as_ptr(),
+                id.len() as u32,
+                msg.as_ptr(),
+                msg.len() as u32,
+                key.as_ptr(),
+                key.len() as u32,
                 timeout_ms,
             )
         })?;
