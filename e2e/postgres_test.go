@@ -107,7 +107,8 @@ func TestPostgresKilledMidRun(t *testing.T) {
 
 // TestStateExportImportBetweenStores moves a stopped cluster's state from the built-in
 // store to PostgreSQL and back with `shardhost state export|import`:
-//  1. a built-in cluster with remembered counters stops; its three data directories
+//  1. a built-in cluster with remembered counters (under the journal, the default: their
+//     state is in their journals) stops; its three data directories
 //     are exported and imported into PostgreSQL;
 //  2. a new cluster (new data directories) on PostgreSQL restarts the remembered
 //     counters with their values, and counts on;
@@ -207,7 +208,7 @@ func TestStateExportImportBetweenStores(t *testing.T) {
 	}
 	stopAll(hosts)
 	fromBuiltin := filepath.Join(tmp, "builtin.export")
-	exported := state(fmt.Sprintf("%d snapshots", n), "export", "--state-store", "builtin",
+	exported := state(fmt.Sprintf("%d journal records", n), "export", "--state-store", "builtin",
 		"--data-dir", dirs[0], "--data-dir", dirs[1], "--data-dir", dirs[2], "-o", fromBuiltin)
 	if !strings.Contains(exported, fmt.Sprintf("%d remembered entities", n)) {
 		t.Fatalf("the export lacks the remembered entities: %s", exported)
@@ -234,7 +235,7 @@ func TestStateExportImportBetweenStores(t *testing.T) {
 
 	// 4. Back into the built-in store of a cluster on new addresses.
 	fromPG := filepath.Join(tmp, "postgres.export")
-	state(fmt.Sprintf("%d snapshots", n), "export", "--state-store", store[1], "-o", fromPG)
+	state(fmt.Sprintf("%d journal records", n), "export", "--state-store", store[1], "-o", fromPG)
 	srv.Stop()
 	p := freePorts(t, 3)
 	binds := []string{fmt.Sprintf("127.0.0.1:%d", p[0]), fmt.Sprintf("127.0.0.1:%d", p[1]), fmt.Sprintf("127.0.0.1:%d", p[2])}

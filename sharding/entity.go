@@ -618,7 +618,7 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 	// thousands of entities a second would log little else at Info. Its arguments (a
 	// name built, values boxed) are made only when Debug is on.
 	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.DebugContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil)
+		s.log.DebugContext(ctx, "entity activated", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "restored", state != nil || len(entries) > 0)
 	}
 	if e.r.Settings().RememberEntities && s.cfg.States != nil && !e.remembered {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
