@@ -145,8 +145,11 @@ type wasmInstance struct {
 	// recWait is how long the recorded host calls of the last call took: time the
 	// guest waited (an ask, a distributed data write), which a replay, answering them
 	// from the record, does not spend.
-	recWait time.Duration
-	replayPos             int
+	recWait   time.Duration
+	replayPos int
+	// trial, set by a trial replay (replay.go), notes where the guest's host calls
+	// leave the record instead of failing the call.
+	trial *trialCalls
 
 	// Snapshots (snapshot.go): the guest's clocks, and the module's mutable globals,
 	// looked up at the first snapshot or restore.
