@@ -406,10 +406,10 @@ func ReplayJournal(ctx context.Context, in ReplayInput) (ReplayReport, error) {
 	switch first, last := base.Seq+1, base.Seq+uint64(len(entries)); {
 	case len(entries) == 0 && fresh:
 		return report, fmt.Errorf("%w: %s has no saved state and no journal records: nothing to replay (it has handled no message under the journal)", ErrBadRequest, entity)
-	case len(entries) == 0 && (in.From > 0 || in.StopBefore > 0):
-		return report, fmt.Errorf("%w: %s has no journal records after its base (record %d): nothing to replay", ErrBadRequest, entity, base.Seq)
 	case in.From > last:
 		return report, fmt.Errorf("%w: from record %d: past the journal's last record, %d", ErrBadRequest, in.From, last)
+	case in.StopBefore > 0 && len(entries) == 0:
+		return report, fmt.Errorf("%w: stop before record %d: no journal record follows the base (after record %d)", ErrBadRequest, in.StopBefore, base.Seq)
 	case in.StopBefore > 0 && (in.StopBefore < first || in.StopBefore > last):
 		return report, fmt.Errorf("%w: stop before record %d: the replay runs records %d to %d", ErrBadRequest, in.StopBefore, first, last)
 	}
