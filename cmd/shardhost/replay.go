@@ -400,8 +400,10 @@ func printDebugSteps(w io.Writer, typ, id, dir string, rec debugRecord, d *host.
 			"deliver(MessageKind::%s, %q, &msg); the lines below send it as a plain message\n", rec.Kind, strings.ToUpper(rec.Kind[:1])+rec.Kind[1:], rec.Sender)
 	}
 	fmt.Fprintf(w, `
-Go or TinyGo entity: put this test beside the entity's main.go (NEW is the factory
-your init gives shardhost.Register), then run it under dlv:
+Go or TinyGo entity (the harness runs the same Go source natively): put this test
+beside the entity's main.go (importing os, testing, the SDK as shardhost, and
+path/filepath to read earlier/; NEW is the factory your init gives shardhost.Register),
+then run it under a debugger:
 
 func TestRecord%d(t *testing.T) {
 	h := shardhost.NewHarness(%q, %q, NEW)
@@ -410,7 +412,8 @@ func TestRecord%d(t *testing.T) {
 	t.Logf("reply %%q, error %%v", out, err)
 }
 
-	dlv test . -- -test.run 'TestRecord%d$'   (then: break YOUR_TYPE.Receive, continue)
+	dlv test . -- -test.run 'TestRecord%d$'   (then: break main.go:LINE of your Receive, continue)
+	or: go test -c -gcflags=all='-N -l' -o record.test && gdb --args ./record.test -test.run 'TestRecord%d$'
 
 Rust entity: put this test in the entity's crate (NEW makes the entity), then run it
 under a debugger:
@@ -424,6 +427,6 @@ fn record_%d() {
 }
 
 	cargo test --no-run   (it names the test binary: target/debug/deps/CRATE-HASH)
-	rust-gdb --args TARGET record_%d --exact --nocapture   (or rust-lldb; then: break receive, run)
-`, rec.Seq, typ, id, goStart, rec.Message, goSend, rec.Seq, rec.Seq, typ, id, rustStart, rec.Message, rustSend, rec.Seq)
+	rust-gdb --args TARGET record_%d --exact --nocapture   (or rust-lldb; then: break lib.rs:LINE of your receive, run)
+`, rec.Seq, typ, id, goStart, rec.Message, goSend, rec.Seq, rec.Seq, rec.Seq, typ, id, rustStart, rec.Message, rustSend, rec.Seq)
 }
