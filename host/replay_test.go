@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -253,6 +254,9 @@ func TestReplayJournalRefusesBadInput(t *testing.T) {
 	}{
 		{"not wasm", func(in *ReplayInput) { in.Module = []byte("hello") }, ErrInvalidModule, "not a WebAssembly binary"},
 		{"no exports", func(in *ReplayInput) { in.Module = []byte("\x00asm\x01\x00\x00\x00") }, ErrInvalidModule, "missing"},
+		{"no memory", func(in *ReplayInput) {
+			in.Module = moduleWithExports(t, abi.VersionMarker(1), abi.ExportAlloc, abi.ExportReceive)
+		}, ErrInvalidModule, `missing exported memory "memory"`},
 		{"no records", func(in *ReplayInput) { in.Records = nil }, ErrBadRequest, "no saved state and no journal records"},
 		{"from past the end", func(in *ReplayInput) { in.From = 3 }, ErrBadRequest, "past the journal's last record, 2"},
 		{"stop outside", func(in *ReplayInput) { in.StopBefore = 9 }, ErrBadRequest, "the replay runs records 1 to 2"},
