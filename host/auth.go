@@ -115,6 +115,11 @@ var routeRoles = map[string]Role{
 	"GET /ui/activity":                    RoleRead,
 	"POST /ui/deploy":                     RoleAdmin,
 	"POST /ui/members/{address}/{action}": RoleAdmin,
+	// What a local replay downloads (replay.go): every message's payload and the
+	// entity's whole state, which no client route gives out, and a module's bytes.
+	"GET /v1/entities/{type}/{id}/base":    RoleAdmin,
+	"GET /v1/entities/{type}/{id}/journal": RoleAdmin,
+	"GET /v1/modules/{digest}":             RoleAdmin,
 	// Any other path: 404 for a caller the API knows, 401 for anyone else.
 	"/": RoleRead,
 }

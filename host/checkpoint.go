@@ -228,6 +228,32 @@ func (e *wasmEntity) StateSaved() {
 // the entity's extras and, for a base, the chain to go on with. Errors wrap
 // ErrBadSnapshot for a state that does not decode or a delta that is not of its base.
 func (n *Node) restoreState(ctx context.Context, mod *wasmModule, typ, id string, kind byte, payload []byte) (*wasmInstance, *restoredChain, error) {
+	snap, chain, err := n.rt.transparentSnapshot(kind, payload)
+	if err != nil {
+		return nil, nil, err
+	}
+	if snap.ModuleDigest != mod.Digest {
+		// A memory snapshot belongs to its module: the entity goes on with the code its
+		// state was made by (abi/SPEC.md).
+		info, _ := n.catalog.get(typ)
+		if mod, err = n.modules.get(ctx, snap.ModuleDigest, n.moduleSources(info)); err != nil {
+			return nil, nil, err
+		}
+		mod.CompileInBackground()
+		n.log.Info("entity keeps the module of its state", "entity", typ+"/"+id,
+			"module", snap.ModuleDigest[:12], "deployed", info.Digest[:12])
+	}
+	inst, err := mod.Restore(ctx, typ, id, snap)
+	if err != nil {
+		return nil, nil, err
+	}
+	return inst, chain, nil
+}
+
+// transparentSnapshot decodes a saved transparent state (the payload of a state of kind
+// stateInstance, stateBase or stateChain) into the snapshot it holds, a delta applied
+// to its base, and, for a base, the chain it starts. Errors wrap ErrBadSnapshot.
+func (rt *wasmRuntime) transparentSnapshot(kind byte, payload []byte) (*instanceSnapshot, *restoredChain, error) {
 	var chain *restoredChain
 	var snapBytes []byte
 	switch kind {
@@ -259,7 +285,7 @@ func (n *Node) restoreState(ctx context.Context, mod *wasmModule, typ, id string
 		if err != nil {
 			return nil, nil, err
 		}
-		d, err := unmarshalDelta(dp, uint32(n.rt.cfg.MemoryLimit/wasmPageSize))
+		d, err := unmarshalDelta(dp, uint32(rt.cfg.MemoryLimit/wasmPageSize))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -270,7 +296,7 @@ func (n *Node) restoreState(ctx context.Context, mod *wasmModule, typ, id string
 	default:
 		return nil, nil, fmt.Errorf("%w: entity state of kind %q is not a transparent snapshot", ErrBadSnapshot, kind)
 	}
-	snap, err := n.rt.UnmarshalSnapshot(snapBytes)
+	snap, err := rt.UnmarshalSnapshot(snapBytes)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -282,22 +308,7 @@ func (n *Node) restoreState(ctx context.Context, mod *wasmModule, typ, id string
 			}
 		}
 	}
-	if snap.ModuleDigest != mod.Digest {
-		// A memory snapshot belongs to its module: the entity goes on with the code its
-		// state was made by (abi/SPEC.md).
-		info, _ := n.catalog.get(typ)
-		if mod, err = n.modules.get(ctx, snap.ModuleDigest, n.moduleSources(info)); err != nil {
-			return nil, nil, err
-		}
-		mod.CompileInBackground()
-		n.log.Info("entity keeps the module of its state", "entity", typ+"/"+id,
-			"module", snap.ModuleDigest[:12], "deployed", info.Digest[:12])
-	}
-	inst, err := mod.Restore(ctx, typ, id, snap)
-	if err != nil {
-		return nil, nil, err
-	}
-	return inst, chain, nil
+	return snap, chain, nil
 }
 
 // restoredChain is the base (and delta) an instance was restored from.

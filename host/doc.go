@@ -41,6 +41,13 @@
 // ErrBadSnapshot, ErrRestoreFailed (which matches ErrSnapshotFailed) or
 // ErrNotSnapshottable when a saved state does not restore or cannot be taken.
 //
+// Local replay (the shardhost replay command): the API gives out an entity's EntityBase
+// (its saved state, and the module that runs it), its journal as JournalPage values of
+// RawRecord, and module bytes; ReplayJournal runs a ReplayInput (those, or another
+// module: a trial upgrade) in a runtime of its own, outside any node, and returns a
+// ReplayReport: a ReplayedRecord per message beside its record, and ReplayDebug where a
+// replay stopped for a debugger.
+//
 // What the shardhost command shares with the node: TokenDigest (the form of a token in
 // a tokens file), ValidateTypeName, and NodeHeader (the response header that names the
 // member that answered).

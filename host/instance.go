@@ -147,6 +147,9 @@ type wasmInstance struct {
 	// from the record, does not spend.
 	recWait   time.Duration
 	replayPos int
+	// trial, set by a trial replay (replay.go), notes where the guest's host calls
+	// leave the record instead of failing the call.
+	trial *trialCalls
 
 	// Snapshots (snapshot.go): the guest's clocks, and the module's mutable globals,
 	// looked up at the first snapshot or restore.

@@ -55,6 +55,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newHistoryCommand(g)),
 		g.clientFlags(newRevertCommand(g)),
 		g.clientFlags(newForkCommand(g)),
+		g.clientFlags(newReplayCommand(g)),
 		g.clientFlags(newDownCommand(g)),
 		g.clientFlags(newLeaveCommand(g)),
 		newDDataCommand(g),

@@ -21,9 +21,16 @@ const rustPackages = "rustc libstd-rust-dev-wasm32 lld-14"
 // Without /usr/bin/rustc the test fails and says what to install.
 func RustPath(tb testing.TB, name string) string {
 	tb.Helper()
+	return RustPathWith(tb, name)
+}
+
+// RustPathWith is RustPath with more rustc flags (for example --cfg bank_limit, a
+// variant of an example).
+func RustPathWith(tb testing.TB, name string, flags ...string) string {
+	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	key := "rust/" + name
+	key := strings.Join(append([]string{"rust/" + name}, flags...), " ")
 	if p, ok := built[key]; ok {
 		return p
 	}
@@ -43,12 +50,19 @@ func RustPath(tb testing.TB, name string) string {
 		built["rust-sdk"] = sdk
 	}
 	out := filepath.Join(rdir, name+".wasm")
+	if len(flags) > 0 {
+		d, err := os.MkdirTemp(rdir, "variant-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = filepath.Join(d, name+".wasm")
+	}
 	// Relative source paths keep the build directory out of panic locations.
-	rustc(tb, name+".wasm", "--edition", "2021", "--crate-type", "cdylib", "--crate-name", strings.ReplaceAll(name, "-", "_"),
+	args := append([]string{"--edition", "2021", "--crate-type", "cdylib", "--crate-name", strings.ReplaceAll(name, "-", "_"),
 		"--target", "wasm32-unknown-unknown", "-C", "opt-level=3", "-C", "lto=yes", "-C", "panic=abort",
 		"-C", "strip=symbols", "-C", "link-arg=-zstack-size=65536",
-		"--extern", "shardhost="+sdk, "-L", rdir,
-		"-o", out, filepath.Join("examples", "wasm", name, "lib.rs"))
+		"--extern", "shardhost=" + sdk, "-L", rdir}, flags...)
+	rustc(tb, name+".wasm", append(args, "-o", out, filepath.Join("examples", "wasm", name, "lib.rs"))...)
 	built[key] = out
 	return out
 }

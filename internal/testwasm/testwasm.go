@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -28,19 +29,36 @@ func RepoRoot() string {
 // build cache makes repeated builds quick) and returns the .wasm file's path.
 func Path(tb testing.TB, name string) string {
 	tb.Helper()
+	return PathWith(tb, name)
+}
+
+// PathWith is Path with more go build flags (for example -tags=banklimit, a variant of
+// an example).
+func PathWith(tb testing.TB, name string, flags ...string) string {
+	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	if p, ok := built[name]; ok {
+	key := strings.Join(append([]string{name}, flags...), " ")
+	if p, ok := built[key]; ok {
 		return p
 	}
-	out := filepath.Join(tempDir(tb), name+".wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
+	dir := tempDir(tb)
+	if len(flags) > 0 {
+		d, err := os.MkdirTemp(dir, "go-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		dir = d
+	}
+	out := filepath.Join(dir, name+".wasm")
+	args := append(append([]string{"build", "-buildmode=c-shared"}, flags...), "-o", out, "./"+name)
+	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Join(RepoRoot(), "examples", "wasm")
 	cmd.Env = append(goGuestEnv(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("building %s.wasm: %v\n%s", name, err, b)
+		tb.Fatalf("building %s.wasm %s: %v\n%s", name, strings.Join(flags, " "), err, b)
 	}
-	built[name] = out
+	built[key] = out
 	return out
 }
 

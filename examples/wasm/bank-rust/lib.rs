@@ -13,11 +13,22 @@
 //! state in fields: the host takes transparent snapshots.
 //!
 //! Build: as examples/wasm/counter-rust (make examples writes bin/wasm/bank-rust.wasm).
+//! Built with `--cfg bank_limit`, the bank refuses deposits over 1,000: a changed
+//! version to try on an account's real history with `shardhost replay --module`
+//! (docs/cli.md, "Replay and trial upgrades").
 
 use shardhost::{Consistency, Context, Entity, Error};
 
 /// The distributed data key of the sum of all balances.
 pub const TOTAL_KEY: &str = "bank-total";
+
+/// The largest deposit an account takes; 0: any.
+#[cfg(not(bank_limit))]
+const MAX_DEPOSIT: i64 = 0;
+/// The largest deposit an account takes: this build (`--cfg bank_limit`) is the changed
+/// bank whose trial upgrade e2e/replay_test.go runs.
+#[cfg(bank_limit)]
+const MAX_DEPOSIT: i64 = 1000;
 
 pub struct Account {
     balance: i64,
@@ -34,6 +45,9 @@ impl Entity for Account {
                     Ok(n) if n > 0 => n,
                     _ => return Err(Error::new(format!("bank: {} wants a positive integer, got {:?}", op, n))),
                 };
+                if *op == "deposit" && MAX_DEPOSIT > 0 && n > MAX_DEPOSIT {
+                    return Err(Error::new(format!("bank: a deposit is at most {}", MAX_DEPOSIT)));
+                }
                 if *op == "deposit" {
                     ctx.pn_counter(TOTAL_KEY)
                         .incr(n as u64, Consistency::Majority)
@@ -86,5 +100,17 @@ mod tests {
             assert!(h.send(bad.as_bytes()).is_err(), "{:?}", bad);
         }
         assert_eq!(h.send(b"balance").unwrap(), b"10");
+    }
+
+    /// The changed bank (`--cfg bank_limit`) refuses a deposit over 1,000 and changes
+    /// nothing for it.
+    #[cfg(bank_limit)]
+    #[test]
+    fn deposit_limit() {
+        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account { balance: 0 });
+        assert_eq!(h.send(b"deposit 1000").unwrap(), b"1000");
+        let err = h.send(b"deposit 1001").unwrap_err();
+        assert!(err.message().contains("at most 1000"), "{}", err.message());
+        assert_eq!(h.send(b"balance").unwrap(), b"1000");
     }
 }

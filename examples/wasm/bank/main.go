@@ -13,6 +13,10 @@
 // Anything else fails with an error that quotes the message: a message near the size
 // cap makes a reply over the cap.
 //
+// Built with -tags banklimit, the bank refuses deposits over 1,000 (limit_on.go): a
+// changed version to try on an account's real history with shardhost replay --module
+// (docs/cli.md, "Replay and trial upgrades").
+//
 // The balance changes only after bank-total took the amount, so the two agree as long
 // as no acknowledged message is lost.
 //
@@ -45,6 +49,9 @@ func (a *account) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 		n, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil || n <= 0 {
 			return nil, errors.New("bank: " + f[0] + " wants a positive integer, got " + strconv.Quote(f[1]))
+		}
+		if f[0] == "deposit" && maxDeposit > 0 && n > maxDeposit {
+			return nil, errors.New("bank: a deposit is at most " + strconv.FormatInt(maxDeposit, 10))
 		}
 		total := ctx.PNCounter(TotalKey)
 		if f[0] == "deposit" {
