@@ -113,3 +113,48 @@ func waitBenchMembers(b *testing.B, nodes []*Node) {
 		}
 	}
 }
+
+// BenchmarkJournalActivation is an activation with a journal tail to replay beside one
+// without: one member with the built-in store, Rust counters (counter-rust) passivated
+// before each activation (a passivation under the journal saves no base, so the next
+// activation reads and replays every record since the entity's first). Each reports
+// p50-µs and p99-µs of the ask that activates the entity, which is journaled too: each
+// iteration adds a record to both tails, so they differ by 100 records throughout.
+//
+//   - tail-0: a counter whose journal held one record before the first iteration.
+//   - tail-100: a counter whose journal held 100.
+func BenchmarkJournalActivation(b *testing.B) {
+	ctx := context.Background()
+	n := startBenchNodes(b, 1, nil)[0]
+	waitBenchMembers(b, []*Node{n})
+	if _, err := n.Deploy(ctx, testwasm.RustBytes(b, "counter-rust"), sharding.TypeSettings{Name: "counter"}); err != nil {
+		b.Fatal(err)
+	}
+	s := n.Sharding()
+	for _, tail := range []int{0, 100} {
+		b.Run("tail-"+strconv.Itoa(tail), func(b *testing.B) {
+			id := "act-" + strconv.Itoa(tail)
+			for range max(tail, 1) {
+				if _, err := s.Ask(ctx, "counter", id, []byte("inc")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				if _, err := s.Passivate(ctx, "counter", id); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if _, err := s.Ask(ctx, "counter", id, []byte("get")); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			reportLatency(b, lat)
+		})
+	}
+}
