@@ -60,7 +60,9 @@
 // (DefaultTCPConfig; DefaultLocalTCPConfig for tests and one machine) makes a
 // TCPTransport. A Handler serves a topic and answers each Request. Errors:
 // ErrTransportClosed, ErrQueueFull, ErrUnreachable, ErrFrameTooLarge, ErrMalformedFrame,
-// ErrRequestTimeout, ErrRemote (a remote handler's error), ErrInvalidTransportConfig.
+// ErrRequestTimeout, ErrRemote (a remote handler's error), ErrInvalidTransportConfig;
+// ErrNotSent marks a request that never left this member, so that its peer cannot have
+// handled it.
 // Another Transport moves each Frame (its FrameKind: FrameOneWay, FrameRequest,
 // FrameResponse) to the FrameHandler at the other end, encoded by EncodeFrame and
 // decoded by DecodeFrame within DefaultMaxFrameSize, and may count TransportStats.

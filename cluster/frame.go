@@ -67,6 +67,20 @@ type Frame struct {
 	// points to slotv, so that a frame and its slot are one allocation.
 	slot  *frameSlot
 	slotv frameSlot
+	// notSent, set by the messenger on a request it sends, learns that the transport
+	// dropped the frame before any of it left this process.
+	notSent notSentListener
+}
+
+// notSentListener learns that a frame given to Send without an error was dropped before
+// any of it left this process (TCP: the peer's address could not be dialled; in memory:
+// no transport at the address), so that its peer cannot have received it. The
+// transports of this package call it at most once per frame, from any goroutine (the
+// caller of Send among them), holding none of their locks; it must not block. A frame
+// dropped after some of it may have left (a failed write, a partition, a loss) is not
+// reported: its fate is unknown.
+type notSentListener interface {
+	frameNotSent(err error)
 }
 
 // Hold keeps the frame counted among its connection's frames in flight

@@ -241,7 +241,7 @@ func TestFrameCodecKnowsEveryField(t *testing.T) {
 	for i := range typ.NumField() {
 		tags = append(tags, typ.Field(i).Tag.Get("cbor"))
 	}
-	const want = "1,keyasint 2,keyasint,omitempty 3,keyasint,omitempty 4,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty  " // and slot, slotv
+	const want = "1,keyasint 2,keyasint,omitempty 3,keyasint,omitempty 4,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty   " // and slot, slotv, notSent (not sent)
 	if got := strings.Join(tags, " "); got != want {
 		t.Errorf("Frame's fields changed (%q): teach frame_codec.go the change, then this test", got)
 	}

@@ -137,6 +137,7 @@ type Messenger struct {
 // pendingRequest is a request awaiting its reply. Whoever removes it from
 // Messenger.pending (reply, timeout, cancel, Close) completes it.
 type pendingRequest struct {
+	m  *Messenger
 	cb func([]byte, error)
 	id uint64
 	// deadline is when a request sent with a timeout times out, and index its place
@@ -147,6 +148,28 @@ type pendingRequest struct {
 	timeout     time.Duration
 	frame       Frame // the request, given to the transport: one allocation with p
 }
+
+// frameNotSent fails the request, if it still waits for its reply, with an error
+// wrapping ErrNotSent: the transport dropped its frame before any of it left
+// (notSentListener). The callback runs on a goroutine of its own, as expire's do (and
+// for the same reason): the transport calls this from its own goroutines, or from
+// Send's caller.
+func (p *pendingRequest) frameNotSent(err error) {
+	if p.m.take(p.id) == nil {
+		return // answered, timed out or failed by Close meanwhile
+	}
+	go p.cb(nil, notSent(fmt.Errorf("cluster: request %q to %s: not sent: %w", p.topic, p.addr, err)))
+}
+
+// notSentError is the error of a request that never left this member: its text is
+// its cause's, and errors.Is finds both ErrNotSent and what the cause wraps.
+type notSentError struct{ cause error }
+
+func (e *notSentError) Error() string   { return e.cause.Error() }
+func (e *notSentError) Unwrap() []error { return []error{ErrNotSent, e.cause} }
+
+// notSent marks err, the failure of a request before it left, with ErrNotSent.
+func notSent(err error) error { return &notSentError{err} }
 
 // MessengerOption configures a Messenger's telemetry.
 type MessengerOption func(*messengerOptions)
@@ -259,11 +282,14 @@ func (m *Messenger) TellContext(ctx context.Context, addr, topic string, body []
 // Request sends body to topic at addr and waits for the reply or for ctx. Errors:
 // the remote handler's error (wrapping ErrRemote, text as sent), the transport's
 // Send error, ErrTransportClosed if the messenger closes meanwhile, or ctx's error
-// (a deadline also wraps ErrRequestTimeout). A request without a deadline whose
-// reply is lost waits until ctx is cancelled or the messenger closes.
+// (a deadline also wraps ErrRequestTimeout). The error of a request that never left
+// this member also wraps ErrNotSent (a Send error, a closed messenger, ctx done
+// before the send, a frame the transport dropped before writing it). A request
+// without a deadline whose reply is lost waits until ctx is cancelled or the
+// messenger closes.
 func (m *Messenger) Request(ctx context.Context, addr, topic string, body []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, requestCtxError(addr, topic, err)
+		return nil, notSent(requestCtxError(addr, topic, err))
 	}
 	type result struct {
 		body []byte
@@ -295,7 +321,10 @@ func (m *Messenger) Request(ctx context.Context, addr, topic string, body []byte
 // handler's error (wrapping ErrRemote), the transport's Send error,
 // ErrTransportClosed at Close, or after timeout an error wrapping both
 // ErrRequestTimeout and context.DeadlineExceeded. A timeout <= 0 times out at
-// once. cb must not block: it may run on a transport reader goroutine.
+// once, unsent. The error of a request that never left this member also wraps
+// ErrNotSent, as Request's does; a timeout, ErrTransportClosed at Close and a
+// remote error do not (the request may have been handled). cb must not block: it
+// may run on a transport reader goroutine.
 func (m *Messenger) RequestAsync(addr, topic string, body []byte, timeout time.Duration, cb func([]byte, error)) {
 	m.RequestAsyncContext(context.Background(), addr, topic, body, timeout, cb)
 }
@@ -309,7 +338,7 @@ func (m *Messenger) RequestAsyncContext(ctx context.Context, addr, topic string,
 		time.AfterFunc(0, func() { done(err); cb(nil, err) })
 	}
 	if timeout <= 0 {
-		fail(timeoutError(addr, topic, timeout))
+		fail(notSent(timeoutError(addr, topic, timeout)))
 		return
 	}
 	reply := cb
@@ -322,17 +351,18 @@ func (m *Messenger) RequestAsyncContext(ctx context.Context, addr, topic string,
 }
 
 // start registers a pending request (with a timeout timer if timeout > 0) and sends
-// it. On error nothing stays registered and cb will not be called.
+// it. On error (which wraps ErrNotSent) nothing stays registered and cb will not be
+// called.
 func (m *Messenger) start(addr, topic string, body []byte, traceCtx map[string]string, timeout time.Duration, cb func([]byte, error)) (uint64, error) {
 	id := m.nextID.Add(1)
-	p := &pendingRequest{cb: cb, id: id, index: -1}
+	p := &pendingRequest{m: m, cb: cb, id: id, index: -1, addr: addr, topic: topic}
 	if timeout > 0 {
-		p.deadline, p.addr, p.topic, p.timeout = time.Now().Add(timeout), addr, topic, timeout
+		p.deadline, p.timeout = time.Now().Add(timeout), timeout
 	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return 0, fmt.Errorf("cluster: request %q to %s: %w", topic, addr, ErrTransportClosed)
+		return 0, notSent(fmt.Errorf("cluster: request %q to %s: %w", topic, addr, ErrTransportClosed))
 	}
 	m.pending[id] = p
 	if timeout > 0 {
@@ -343,8 +373,9 @@ func (m *Messenger) start(addr, topic string, body []byte, traceCtx map[string]s
 	}
 	m.mu.Unlock()
 
-	// p.frame is start's alone: whoever completes p does not read it.
-	p.frame = Frame{Kind: FrameRequest, ID: id, From: m.localAddr, Topic: topic, Body: body, Trace: traceCtx}
+	// p.frame is start's alone: whoever completes p does not read it. The transport
+	// tells p if it drops the frame unsent (frameNotSent).
+	p.frame = Frame{Kind: FrameRequest, ID: id, From: m.localAddr, Topic: topic, Body: body, Trace: traceCtx, notSent: p}
 	err := m.transport.Send(addr, &p.frame)
 	p.frame = Frame{} // the transport has encoded it; keep neither body nor trace
 	if err != nil {
@@ -352,7 +383,7 @@ func (m *Messenger) start(addr, topic string, body []byte, traceCtx map[string]s
 			// Close (or, in theory, a timer) completed it meanwhile; cb has run.
 			return 0, nil
 		}
-		return 0, err
+		return 0, notSent(err)
 	}
 	return id, nil
 }

@@ -463,25 +463,27 @@ func TestMessengerUnreachablePeer(t *testing.T) {
 		if kind == "tcp" {
 			addr = deadAddr(t)
 		}
-		// The request is lost (dropped at the dial, or by the network): it times out,
-		// or with TCP may fail at once with ErrUnreachable if the dial already failed.
+		// The request never leaves (dropped at the dial, or for want of a transport at
+		// the address; with TCP, refused at once while the dial backs off): it fails
+		// as not sent, long before its deadline.
 		for range 3 {
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			_, err := a.Request(ctx, addr, "echo", nil)
 			cancel()
-			if !errors.Is(err, ErrRequestTimeout) && !errors.Is(err, ErrUnreachable) {
-				t.Fatalf("Request to a dead address = %v", err)
+			if !errors.Is(err, ErrNotSent) || errors.Is(err, ErrRequestTimeout) {
+				t.Fatalf("Request to a dead address = %v, want ErrNotSent", err)
 			}
 		}
 		if net == nil {
 			return
 		}
-		// A partition loses requests; healing restores them.
+		// A partition loses requests, which may have reached the peer: a timeout, not
+		// ErrNotSent. Healing restores them.
 		net.Partition([]string{a.LocalAddr()}, []string{b.LocalAddr()})
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_, err := a.Request(ctx, b.LocalAddr(), "echo", nil)
 		cancel()
-		if !errors.Is(err, ErrRequestTimeout) {
+		if !errors.Is(err, ErrRequestTimeout) || errors.Is(err, ErrNotSent) {
 			t.Fatalf("Request across a partition = %v", err)
 		}
 		net.Heal()
@@ -489,6 +491,75 @@ func TestMessengerUnreachablePeer(t *testing.T) {
 		defer cancel()
 		if got, err := a.Request(ctx, b.LocalAddr(), "echo", []byte("x")); err != nil || string(got) != "echo:x" {
 			t.Fatalf("Request after Heal = %q, %v", got, err)
+		}
+	})
+}
+
+// TestMessengerTellsNotSentFromMaybeHandled: a request's error wraps ErrNotSent exactly
+// when it never left this member, so that its peer cannot have handled it: sent to an
+// address nobody listens on (TCP: the dial refused, then the backoff; in memory: no
+// transport there), after Close, with no time left. A request the peer received and
+// never answered, or one pending at Close, fails without it.
+func TestMessengerTellsNotSentFromMaybeHandled(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, kind string) {
+		ms, net, closeAll := newTestMessengers(t, kind, 3)
+		defer closeAll()
+		a, b, c := ms[0], ms[1], ms[2]
+		held := make(chan *Request, 4)
+		b.Handle("hold", func(r *Request) { held <- r })
+		dead := "node-gone"
+		if kind == "tcp" {
+			dead = deadAddr(t)
+		}
+
+		done := make(chan error, 1)
+		for range 3 {
+			a.RequestAsync(dead, "hold", nil, time.Hour, func(_ []byte, err error) { done <- err })
+			if err := <-done; !errors.Is(err, ErrNotSent) {
+				t.Fatalf("RequestAsync to a dead address = %v, want ErrNotSent", err)
+			}
+		}
+
+		// Received, never answered: its fate is unknown.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, err := a.Request(ctx, b.LocalAddr(), "hold", nil)
+		cancel()
+		if !errors.Is(err, ErrRequestTimeout) || errors.Is(err, ErrNotSent) {
+			t.Fatalf("Request the peer holds = %v, want a timeout without ErrNotSent", err)
+		}
+		<-held
+		a.RequestAsync(b.LocalAddr(), "hold", nil, 0, func(_ []byte, err error) { done <- err })
+		if err := <-done; !errors.Is(err, ErrRequestTimeout) || !errors.Is(err, ErrNotSent) {
+			t.Fatalf("RequestAsync with no time = %v, want a timeout, not sent", err)
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		cancel()
+		if _, err := a.Request(ctx, b.LocalAddr(), "hold", nil); !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotSent) {
+			t.Fatalf("Request with a cancelled context = %v, want not sent", err)
+		}
+
+		if net != nil {
+			// A member gone from the network: what it would have got is not sent.
+			gone := c.LocalAddr()
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Request(context.Background(), gone, "hold", nil); !errors.Is(err, ErrNotSent) {
+				t.Fatalf("Request to a closed transport's address = %v, want ErrNotSent", err)
+			}
+		}
+
+		// Pending at Close: sent, so not ErrNotSent; after Close: not sent.
+		a.RequestAsync(b.LocalAddr(), "hold", nil, time.Hour, func(_ []byte, err error) { done <- err })
+		<-held
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, ErrTransportClosed) || errors.Is(err, ErrNotSent) {
+			t.Fatalf("request pending at Close = %v, want ErrTransportClosed without ErrNotSent", err)
+		}
+		if _, err := a.Request(context.Background(), b.LocalAddr(), "hold", nil); !errors.Is(err, ErrTransportClosed) || !errors.Is(err, ErrNotSent) {
+			t.Fatalf("Request after Close = %v, want not sent", err)
 		}
 	})
 }

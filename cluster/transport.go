@@ -26,6 +26,14 @@ var (
 	// ErrRequestTimeout is wrapped (together with context.DeadlineExceeded) by the
 	// error of a request whose reply did not arrive in time.
 	ErrRequestTimeout = errors.New("cluster: request timed out")
+	// ErrNotSent is wrapped by the error of a request that never left this member: the
+	// transport refused its frame (Send's error: closed, queue full, peer unreachable,
+	// too large), the messenger was closed or the request's time was up before it was
+	// sent, or the transport dropped the frame before any of it was written (TCP: the
+	// peer's address could not be dialled, as when its process is gone). The peer
+	// cannot have received it. A request that failed without it (a timeout, a reply
+	// that never came, a connection that broke) may have been handled by the peer.
+	ErrNotSent = errors.New("cluster: request not sent")
 	// ErrInvalidTransportConfig is wrapped by the errors of TCPConfig.Validate.
 	ErrInvalidTransportConfig = errors.New("cluster: invalid transport config")
 )

@@ -231,6 +231,9 @@ type inmemDelivery struct {
 	frame *Frame
 	size  int       // bytes on the wire, prefix included
 	due   time.Time // not handed to the handler before (InmemFaults.Delay); zero: at once
+	// notSent learns that the frame was dropped for want of a transport at its address
+	// (Frame.notSent).
+	notSent notSentListener
 }
 
 // LocalAddr returns the transport's address on the network.
@@ -238,7 +241,10 @@ func (t *InmemTransport) LocalAddr() string { return t.addr }
 
 // Send encodes f, decodes it back (as the receiving end of a wire would) and queues
 // it for the transport at addr. Frames to an unknown or cut-off address are dropped
-// silently and counted, like a network would. Errors: the encoding exceeds the
+// silently and counted, like a network would; a messenger's request to an address
+// without a transport (one closed: a member gone, as when TCP's dial is refused)
+// learns it was not sent (ErrNotSent), one across a cut link does not (as over TCP,
+// where it may have reached the peer). Errors: the encoding exceeds the
 // network's max frame size (ErrFrameTooLarge), Kind is invalid (ErrMalformedFrame),
 // this transport is closed (ErrTransportClosed), or the receiver's queue is full
 // (ErrQueueFull).
@@ -266,7 +272,7 @@ func (t *InmemTransport) Send(addr string, f *Frame) error {
 		t.framesDropped.Add(1)
 		return err
 	}
-	d := inmemDelivery{src: t, frame: g, size: frameHeaderSize + len(b)}
+	d := inmemDelivery{src: t, frame: g, size: frameHeaderSize + len(b), notSent: f.notSent}
 
 	// The faults are drawn under the write lock (the generator is not safe for
 	// concurrent use); the frame is queued under the read lock below.
@@ -297,6 +303,7 @@ func (t *InmemTransport) Send(addr string, f *Frame) error {
 	if copies == 2 {
 		// The duplicate is a frame of its own, as decoded twice by a receiver.
 		dup := d
+		dup.notSent = nil // the first copy may have been handled when this one is dropped
 		if dup.frame, err = DecodeFrame(b); err != nil {
 			return err
 		}
@@ -320,28 +327,44 @@ func (t *InmemTransport) Send(addr string, f *Frame) error {
 	return nil
 }
 
-// enqueue queues d for the transport at addr, or drops it if the link is cut.
+// enqueue queues d for the transport at addr, or drops it if the link is cut or no
+// transport is there (then d's listener learns it was not sent, once the network's
+// lock is let go: a messenger's callback may send).
 func (t *InmemTransport) enqueue(addr string, d inmemDelivery) error {
+	unsent, err := t.enqueueLocked(addr, d)
+	if unsent && d.notSent != nil {
+		d.notSent.frameNotSent(fmt.Errorf("cluster: send to %s: no transport at that address: %w", addr, ErrUnreachable))
+	}
+	return err
+}
+
+// enqueueLocked is enqueue under the network's read lock; unsent reports a frame
+// dropped because no transport is at addr.
+func (t *InmemTransport) enqueueLocked(addr string, d inmemDelivery) (unsent bool, err error) {
 	n := t.net
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if t.closed {
 		t.framesDropped.Add(1)
-		return fmt.Errorf("cluster: send to %s: %w", addr, ErrTransportClosed)
+		return false, fmt.Errorf("cluster: send to %s: %w", addr, ErrTransportClosed)
 	}
 	dst := n.transports[addr]
-	if dst == nil || !n.connected(t.addr, addr) {
+	if dst == nil {
 		t.framesDropped.Add(1)
-		return nil
+		return true, nil
+	}
+	if !n.connected(t.addr, addr) {
+		t.framesDropped.Add(1)
+		return false, nil
 	}
 	select {
 	case dst.inbox <- d:
 		t.framesSent.Add(1)
 		t.bytesSent.Add(uint64(d.size))
-		return nil
+		return false, nil
 	default:
 		t.framesDropped.Add(1)
-		return fmt.Errorf("cluster: send to %s: %d frames queued: %w", addr, cap(dst.inbox), ErrQueueFull)
+		return false, fmt.Errorf("cluster: send to %s: %d frames queued: %w", addr, cap(dst.inbox), ErrQueueFull)
 	}
 }
 

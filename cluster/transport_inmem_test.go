@@ -397,3 +397,57 @@ func TestInmemFaultsReorderAndDelay(t *testing.T) {
 	}
 	expectOnly(t, chb, "d2")
 }
+
+// TestInmemTellsFramesToNoTransport: a frame to an address without a transport (never
+// attached, or closed) is dropped and its listener told, once, as a TCP dial refused
+// would; one across a cut link or a partition is dropped untold, as one lost on a
+// wire may have reached its peer; a frame delivered is never told.
+func TestInmemTellsFramesToNoTransport(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	net := NewInmemNetwork()
+	h, ch := chanHandler(8)
+	a := newTestInmem(t, net, "a", func(*Frame) {})
+	defer a.Close()
+	b := newTestInmem(t, net, "b", h)
+	defer b.Close()
+	c := newTestInmem(t, net, "c", func(*Frame) {})
+	rec := &notSentRecorder{errs: make(chan error, 8)}
+	told := func(want int, what string) {
+		t.Helper()
+		for range want {
+			if err := <-rec.errs; !errors.Is(err, ErrUnreachable) {
+				t.Fatalf("%s: told %v, want ErrUnreachable", what, err)
+			}
+		}
+		select {
+		case err := <-rec.errs:
+			t.Fatalf("%s: told %v once more", what, err)
+		default:
+		}
+	}
+	send := func(addr string) {
+		t.Helper()
+		if err := a.Send(addr, &Frame{Kind: FrameRequest, ID: 1, notSent: rec}); err != nil {
+			t.Fatalf("Send to %s = %v", addr, err)
+		}
+	}
+
+	send("nobody")
+	told(1, "no transport ever")
+	c.Close()
+	send("c")
+	told(1, "a closed transport")
+
+	send("b")
+	recvFrame(t, ch, 10*time.Second)
+	net.Disconnect("a", "b")
+	send("b")
+	net.Heal()
+	net.Partition([]string{"a"}, []string{"b"})
+	send("b")
+	net.Heal()
+	// Duplicated, the frame is told at most once.
+	net.SetFaults(InmemFaults{Duplicate: 1, Seed: 1})
+	send("nobody")
+	told(1, "delivered, across a cut link or partition, then a duplicate to nobody")
+}

@@ -175,8 +175,10 @@ const (
 //
 // When dialling a peer fails, the frames in hand are dropped and, for a backoff
 // (RedialBackoff doubling to MaxRedialBackoff), Send to that peer fails at once
-// with ErrUnreachable; the next Send after it dials again. When writing fails, the
-// batch is dropped, the connection closed, and the next frame re-dials. A
+// with ErrUnreachable; the next Send after it dials again. A messenger's request
+// among the dropped frames learns it was not sent (ErrNotSent). When writing fails,
+// the batch is dropped, the connection closed, and the next frame re-dials (the
+// batch's requests are not told: some of it may have reached the peer). A
 // malformed or oversize inbound frame closes only the connection that carried it.
 //
 // All methods are safe for concurrent use.
@@ -292,6 +294,7 @@ func (t *TCPTransport) Send(addr string, f *Frame) error {
 		t.framesDropped.Add(1)
 		return err
 	}
+	b.notSent = f.notSent
 	if n := len(b.b) - frameHeaderSize; n > t.cfg.MaxFrameSize {
 		b.free()
 		t.framesDropped.Add(1)
@@ -467,7 +470,7 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 			active = true
 			if until := p.downUntil.Load(); until != 0 {
 				if time.Now().UnixNano() < until {
-					b.free()
+					b.drop(fmt.Errorf("cluster: send to %s: backing off after a failed dial: %w", p.addr, ErrUnreachable))
 					t.framesDropped.Add(1) // queued just before the backoff began
 					continue
 				}
@@ -476,11 +479,13 @@ func (t *TCPTransport) runPeer(p *tcpPeer) {
 				var err error
 				if c, err = t.dial(p.addr); err != nil {
 					t.connErrors.Add(1)
-					b.free()
-					n := 1 + drainQueue(p.queue)
-					t.framesDropped.Add(uint64(n))
+					// The backoff first: a sender told of its dropped frame (drop) finds
+					// its next Send refused.
 					backoff = min(max(2*backoff, t.cfg.RedialBackoff), t.cfg.MaxRedialBackoff)
 					p.downUntil.Store(time.Now().Add(backoff).UnixNano())
+					b.drop(err)
+					n := 1 + drainQueue(p.queue, err)
+					t.framesDropped.Add(uint64(n))
 					level := slog.LevelWarn // once per streak of failures, then debug
 					if backoff > t.cfg.RedialBackoff {
 						level = slog.LevelDebug
@@ -526,12 +531,13 @@ func (t *TCPTransport) retire(p *tcpPeer) bool {
 	return true
 }
 
-// drainQueue empties q without blocking and returns how many frames it removed.
-func drainQueue(q chan *outFrame) int {
+// drainQueue empties q without blocking, dropping its frames unsent for err, and
+// returns how many frames it removed.
+func drainQueue(q chan *outFrame, err error) int {
 	for n := 0; ; n++ {
 		select {
 		case b := <-q:
-			b.free()
+			b.drop(err)
 		default:
 			return n
 		}
@@ -584,6 +590,7 @@ func (t *TCPTransport) watch(c *tcpOutConn) {
 func (t *TCPTransport) writeBatch(c *tcpOutConn, p *tcpPeer, first *outFrame) error {
 	if err := c.conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout)); err != nil {
 		t.framesDropped.Add(1)
+		first.drop(err) // nothing of it written
 		return err
 	}
 	var (
@@ -812,8 +819,21 @@ func (b *inflight) acquire(ctx context.Context, size int, s *frameSlot, waits *a
 // outFrame is a frame on its way to a peer: its length prefix and encoding, in a
 // buffer taken from outFramePool by Send and given back once the writer has copied it
 // into the connection's buffer (or dropped it), so that sending a frame allocates
-// nothing.
-type outFrame struct{ b []byte }
+// nothing; and who learns if it is dropped before any of it is written (Frame.notSent).
+type outFrame struct {
+	b       []byte
+	notSent notSentListener
+}
+
+// drop gives o back, dropped before any of it was written to the network for err,
+// and tells its listener, if it has one.
+func (o *outFrame) drop(err error) {
+	l := o.notSent
+	o.free()
+	if l != nil {
+		l.frameNotSent(err)
+	}
+}
 
 // outFramePool holds outFrames whose buffers are at most outFrameMaxPooled bytes.
 var outFramePool = sync.Pool{New: func() any { return &outFrame{b: make([]byte, 0, 512)} }}
@@ -847,6 +867,7 @@ func encodeOutFrame(f *Frame) (*outFrame, error) {
 
 // free gives o back to the pool; o must not be used afterwards.
 func (o *outFrame) free() {
+	o.notSent = nil
 	if cap(o.b) > outFrameMaxPooled {
 		return
 	}

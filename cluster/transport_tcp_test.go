@@ -300,6 +300,64 @@ func TestTCPPeerDownDropsAndBacksOff(t *testing.T) {
 	}
 }
 
+// notSentRecorder is a Frame.notSent listener that records what it is told.
+type notSentRecorder struct{ errs chan error }
+
+func (r *notSentRecorder) frameNotSent(err error) { r.errs <- err }
+
+// TestTCPTellsFramesDroppedUnsent: a frame queued for a peer that cannot be dialled is
+// dropped, and its listener told, with the dial's error; a frame refused by Send (the
+// backoff) is not told, its sender has the error; a frame written to a peer that then
+// never reads it, nor one whose write failed, is never told.
+func TestTCPTellsFramesDroppedUnsent(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	a := newTestTCP(t, func(*Frame) {}, func(c *TCPConfig) {
+		c.RedialBackoff = time.Minute
+		c.MaxRedialBackoff = time.Minute
+		c.WriteTimeout = 20 * time.Millisecond
+		c.SendQueueSize = 4
+		c.MaxFrameSize = 1 << 20
+		c.Logger = nil
+	})
+	defer a.Close()
+	rec := &notSentRecorder{errs: make(chan error, 64)}
+	dead := deadAddr(t)
+	if err := a.Send(dead, &Frame{Kind: FrameRequest, ID: 1, notSent: rec}); err != nil {
+		t.Fatalf("first Send to a down peer = %v, want nil (queued)", err)
+	}
+	select {
+	case err := <-rec.errs:
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			t.Fatalf("told %v, want the dial's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the frame dropped at the dial was not told")
+	}
+	if err := a.Send(dead, &Frame{Kind: FrameRequest, ID: 2, notSent: rec}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Send while backing off = %v, want ErrUnreachable", err)
+	}
+
+	// A peer that accepts and never reads: its frames are written, then a write times
+	// out and drops its batch. None of them is told.
+	addr, stop := stuckListener(t)
+	defer stop()
+	body := make([]byte, 512<<10)
+	var refused atomic.Uint64
+	before := a.Stats().FramesDropped
+	waitCond(t, 10*time.Second, "a write to time out", func() bool {
+		if err := a.Send(addr, &Frame{Kind: FrameRequest, ID: 3, Body: body, notSent: rec}); err != nil {
+			refused.Add(1)
+		}
+		return a.Stats().FramesDropped > before+refused.Load()
+	})
+	select {
+	case err := <-rec.errs:
+		t.Fatalf("told %v: a frame that Send refused, or that was written", err)
+	default:
+	}
+}
+
 func TestTCPCloseWhileDialing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	// 192.0.2.0/24 (TEST-NET-1) is never routed: the dial hangs or fails at once.

@@ -11,6 +11,7 @@ import (
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
 	"github.com/shardhost/shardhost/internal/history"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // Operation kinds of the history: those of entities are history's (Inc, Get, Write,
@@ -104,7 +105,12 @@ func (cl *client) do(ctx context.Context, m *member, op history.Op) {
 	if ddataOp {
 		op.QuorumRet = cl.c.quorumSet(m)
 	}
-	if err != nil {
+	switch {
+	case err != nil && !ddataOp && errors.Is(err, sharding.ErrNotDelivered):
+		// It never reached its entity, so it did nothing: the checks leave it out, and
+		// fail a history in which it took effect all the same.
+		op.Failed, op.Err = true, err.Error()
+	case err != nil:
 		op.Ambiguous, op.Err = true, err.Error()
 		cl.cid = cl.h.NewClient()
 	}

@@ -135,6 +135,10 @@ func codeOf(err error) abi.Code {
 		return abi.CodeAskCycle
 	case errors.Is(err, errNotAllowed):
 		return abi.CodeNotAllowed
+	case errors.Is(err, sharding.ErrNotDelivered):
+		// Before the timeout: an ask whose deadline passed before its message left
+		// this member was not delivered.
+		return abi.CodeUnavailable
 	case errors.Is(err, ddata.ErrNotFound):
 		return abi.CodeNotFound
 	case errors.Is(err, ddata.ErrDataDeleted):
@@ -155,9 +159,11 @@ func codeOf(err error) abi.Code {
 		return abi.CodeEntityError
 	case sharding.CodeBadRequest:
 		return abi.CodeBadRequest
-	case sharding.CodeUnavailable, sharding.CodeOverloaded, sharding.CodeUnknownType, sharding.CodeBackoff,
+	case sharding.CodeUnavailable, sharding.CodeNotDelivered, sharding.CodeOverloaded, sharding.CodeUnknownType, sharding.CodeBackoff,
 		sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded:
 		return abi.CodeUnavailable
+	case sharding.CodeOutcomeUnknown:
+		return abi.CodeTimeout
 	}
 	return abi.CodeError
 }

@@ -307,23 +307,33 @@ func statusOf(err error) (int, string) {
 		return http.StatusGatewayTimeout, code
 	case sharding.CodeReplyTooLarge:
 		return http.StatusBadGateway, code
-	case sharding.CodeOverloaded, sharding.CodeBackoff, sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded:
+	case sharding.CodeOverloaded, sharding.CodeBackoff, sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded,
+		sharding.CodeUnavailable:
 		return http.StatusServiceUnavailable, code
-	case sharding.CodeUnavailable:
-		if errors.Is(err, sharding.ErrAskTimeout) {
-			return http.StatusGatewayTimeout, code
-		}
+	case sharding.CodeNotDelivered:
+		// The message never reached its entity: sending it again is safe (Retry-After).
 		return http.StatusServiceUnavailable, code
+	case sharding.CodeOutcomeUnknown:
+		// It may have been handled: only an idempotency key makes a retry safe.
+		return http.StatusGatewayTimeout, code
 	}
 	return http.StatusInternalServerError, code
 }
 
+// notDeliveredRetryAfter is the Retry-After of a message not delivered, in seconds: a
+// shard whose member is gone has a new home once the member is downed.
+const notDeliveredRetryAfter = "1"
+
 // writeError answers with err, and marks the request's span failed (a refusal too:
-// bad input, an unknown type, a size cap) with error.type set to the code.
+// bad input, an unknown type, a size cap) with error.type set to the code. A message
+// not delivered is answered with Retry-After.
 func writeError(w http.ResponseWriter, r *http.Request, err error, status int) {
 	code := sharding.ErrorCode(withCode(err))
 	if status == 0 {
 		status, code = statusOf(err)
+	}
+	if code == sharding.CodeNotDelivered {
+		w.Header().Set("Retry-After", notDeliveredRetryAfter)
 	}
 	obs.Fail(trace.SpanFromContext(r.Context()), err, code)
 	writeJSON(w, status, apiError{Error: err.Error(), Code: code})

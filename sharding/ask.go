@@ -81,13 +81,27 @@ func deadlineAt(timeLeft uint64, now time.Time, ask bool, limit time.Duration) t
 	return deadline
 }
 
-// answer gives d's reply (or failure) to its sender, if it has one.
+// answer gives d's reply (or failure) to its sender, if it has one. The failure of a
+// message an entity passed on has an unknown outcome where it would leave it unhandled
+// (passedOnFailure).
 func (d *delivery) answer(r Reply, err error) {
+	if err != nil && d.env.Forwards > 0 {
+		err = passedOnFailure(err, d.env.Forwards)
+	}
 	switch {
 	case d.reply != nil:
 		d.reply(r, err)
 	case d.waiter != nil:
 		d.waiter.put(d.gen, r, err)
+	}
+}
+
+// handing records that d leaves this member's buffers: it goes to its entity's mailbox
+// here, or to another member. An ask whose deadline passes before is not delivered
+// (AskMessage). Call it before the check of d's deadline that lets it go on.
+func (d *delivery) handing() {
+	if d.waiter != nil {
+		d.waiter.handed.Store(d.gen + 1)
 	}
 }
 
@@ -149,7 +163,7 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	if t.err != nil {
 		failSpan(span, t.err)
 	}
-	return t.err
+	return classified(t.err)
 }
 
 // tellCall is a tell on its way: what its delivery's failures need.
@@ -209,7 +223,12 @@ func (s *Sharding) Passivate(ctx context.Context, typ, id string) (passivated bo
 // Ask sends payload to the entity typ/id and waits for its reply, until ctx ends (or
 // Config.AskTimeout if ctx has no deadline). Errors carry an ErrorCode: the entity's own
 // error, a guest failure, ErrUnknownEntityType, ErrEmptyEntityID, ErrBufferFull,
-// ErrShardUnavailable, ErrAskTimeout.
+// ErrStateNotSaved, ErrStateNotLoaded; ErrNotDelivered when the message never reached
+// its entity (ErrShardUnavailable: its shard has no home, or the member hosting it
+// cannot be reached; ErrStopped), so that sending it again is safe; ErrOutcomeUnknown
+// when it may have been handled (ErrAskTimeout: no reply in time after it left this
+// member's buffers; the connection to the member hosting it broke, or that member lost
+// its hosting lease).
 //
 // The deadline goes with the message to the member that hosts the entity, which uses
 // the sooner of it and its own Config.AskTimeout: a message whose deadline passed
@@ -262,14 +281,23 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 		w.timer.Stop()
 		w.gen.Store(gen + 2) // replies to this ask are refused from here on
 		askWaiters.Put(w)
-		return res.r, res.err
+		return res.r, classified(res.err)
 	case <-ctx.Done():
 	case <-timeout:
 	}
 	// The reply may still come: the waiter is left to it (and to the collector), not
 	// reused.
 	w.timer.Stop()
-	return Reply{}, fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, time.Since(start).Round(time.Millisecond))
+	now := time.Now()
+	err := fmt.Errorf("%w: %s/%s after %v", ErrAskTimeout, typ, id, now.Sub(start).Round(time.Millisecond))
+	if now.After(deadline) && w.handed.Load() != gen+1 {
+		// The deadline passed while the message waited in a buffer here (for its type,
+		// its shard's home, a handoff): whoever takes it from there finds it expired,
+		// later than now, and drops it before it reaches an entity (delivery.handing
+		// comes before that check).
+		return Reply{}, wrapCause(ErrNotDelivered, "", err)
+	}
+	return Reply{}, wrapCause(ErrOutcomeUnknown, "", err)
 }
 
 // askWaiter is where an ask waits for its reply. Waiters are reused (askWaiters) by
@@ -281,6 +309,9 @@ type askWaiter struct {
 	// gen is even while the waiter waits for the reply of the ask that read it, and
 	// odd (gen+1) once that reply is in ch.
 	gen atomic.Uint64
+	// handed is gen+1 (odd, so never a new waiter's zero) of the last ask whose
+	// message left this member's buffers (delivery.handing).
+	handed atomic.Uint64
 }
 
 type askResult struct {

@@ -58,11 +58,15 @@
 // ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,
 // ErrStateNotSaved, ErrStateNotLoaded, ErrRoutingLoop, ErrAskTimeout, ErrStopped and
 // ErrNoMajority (ErrMalformedMessage marks a malformed message from a member, in
-// package replstore's protocol too). ErrorCode gives an error's code (a CodedError
-// has its own): CodeEntityError, CodeGuestTrap, CodeGuestDeadline, CodeReplyTooLarge,
-// CodeUnknownType, CodeBadRequest, CodeOverloaded, CodeUnavailable, CodeStateNotSaved,
-// CodeStateNotLoaded, CodeActivationError, CodeBackoff or CodeInternal; a RemoteError
-// carries it from another member, and errors.Is matches it to the sentinel of its code.
+// package replstore's protocol too). A failed ask says whether its message may have
+// been handled: ErrNotDelivered (it never reached its entity: sending it again is
+// safe) or ErrOutcomeUnknown (it may have been handled: retry only with an idempotency
+// key). ErrorCode gives an error's code (a CodedError has its own): CodeEntityError,
+// CodeGuestTrap, CodeGuestDeadline, CodeReplyTooLarge, CodeUnknownType, CodeBadRequest,
+// CodeOverloaded, CodeNotDelivered, CodeOutcomeUnknown, CodeUnavailable,
+// CodeStateNotSaved, CodeStateNotLoaded, CodeActivationError, CodeBackoff or
+// CodeInternal; a RemoteError carries it from another member, and errors.Is matches it
+// to the sentinel of its code.
 //
 // Everything else is unexported: the coordinator, the regions' routing and buffers,
 // the state store's instrumentation, the wire messages between members (the envelope

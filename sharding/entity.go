@@ -460,10 +460,12 @@ func (e *entity) process(d delivery) {
 }
 
 // failLeaseLapsed ends a message handled while the hosting lease lapsed: the instance
-// stops unsaved and the message fails with ErrShardUnavailable (ErrNoMajority).
+// stops unsaved and the message fails with ErrOutcomeUnknown (ErrNoMajority): it was
+// handled, and may or may not count.
 func (e *entity) failLeaseLapsed(ctx context.Context, d delivery, done func(error)) {
 	e.stop(ctx, false)
-	err := wrapCause(ErrShardUnavailable, e.name(), ErrNoMajority)
+	// The entity handled the message: its outcome is unknown to the caller.
+	err := wrapCause(ErrOutcomeUnknown, e.name(), ErrNoMajority)
 	done(err)
 	d.fail(err)
 }

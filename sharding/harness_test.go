@@ -68,7 +68,8 @@ func (a *activations) stopped(node, key string) {
 // fakeFactory makes in-memory entities: "inc" adds one and replies the count, "get"
 // replies the count, "append X" appends X to a list and "list" replies it, "fail"
 // returns an entity error, "slow" sleeps 50 ms, "block" waits for onReceive, "passivate"
-// asks for passivation, "crash" kills the entity (as a trap kills a wasm instance).
+// asks for passivation, "crash" kills the entity (as a trap kills a wasm instance),
+// "forward TYPE/ID" adds one and passes the message on to TYPE/ID (ForwardTo).
 type fakeFactory struct {
 	node string
 	acts *activations
@@ -157,6 +158,10 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	case msg == "crash":
 		e.dead = true
 		return nil, &codedErr{CodeGuestTrap, "entity crashed"}
+	case strings.HasPrefix(msg, "forward "):
+		e.n++
+		typ, id, _ := strings.Cut(strings.TrimPrefix(msg, "forward "), "/")
+		return nil, &ForwardTo{EntityType: typ, EntityID: id}
 	}
 	return nil, &codedErr{CodeEntityError, "unknown message " + msg}
 }

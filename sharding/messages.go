@@ -30,8 +30,11 @@ var (
 	ErrStateNotLoaded = errors.New("sharding: the entity's saved state could not be loaded")
 	errNotCoordinator = errors.New("sharding: this member is not the shard coordinator")
 	ErrRoutingLoop    = errors.New("sharding: message forwarded too many times")
-	ErrAskTimeout     = errors.New("sharding: ask timed out")
-	ErrStopped        = errors.New("sharding: stopped")
+	// ErrAskTimeout: the ask's deadline passed before its reply came. The error of
+	// such an ask is also ErrOutcomeUnknown, or ErrNotDelivered when the message had
+	// not left this member's buffers by then (it is dropped there).
+	ErrAskTimeout = errors.New("sharding: ask timed out")
+	ErrStopped    = errors.New("sharding: stopped")
 	// ErrInvalidIdempotencyKey: an idempotency key over MaxIdempotencyKeyLen bytes, or
 	// not UTF-8.
 	ErrInvalidIdempotencyKey = errors.New("sharding: invalid idempotency key")
@@ -40,8 +43,31 @@ var (
 	// ErrNoMajority: this member has not had a heartbeat round trip with a majority of
 	// the members within its hosting lease (Config.HostingLease), so it may be on the
 	// losing side of a partition, and the majority may soon move its shards: it does not
-	// activate entities, handle their messages or save their state until it has.
+	// activate entities, handle their messages or save their state until it has. A
+	// message that fails for it may have been handled before the lease lapsed: its
+	// code is CodeOutcomeUnknown.
 	ErrNoMajority = errors.New("sharding: this member has no recent contact with a majority of the cluster (hosting lease lapsed)")
+	// ErrNotDelivered: the message never reached its entity, so it had no effect and
+	// sending it again is safe. It could not be sent to the member hosting its entity
+	// (the connection refused: the member is gone; the transport closed; a send queue
+	// full), its shard had no home, it was routed too often, the member stopped, or its
+	// deadline passed before it left a buffer. Its code is CodeNotDelivered, which
+	// ErrShardUnavailable, ErrStopped and ErrRoutingLoop have too; a failure of that
+	// code that Ask, AskMessage, Passivate or TellMessage returns matches it with
+	// errors.Is (and a RemoteError of that code matches them all). Other failures
+	// before the entity took the message keep their own codes (CodeOverloaded,
+	// CodeUnknownType, CodeStateNotLoaded).
+	ErrNotDelivered = errors.New("sharding: message not delivered")
+	// ErrOutcomeUnknown: the message may or may not have been handled: it was sent to
+	// the member hosting its entity, or was in its entity's mailbox, and no answer came
+	// before the ask's deadline, or the connection broke after it was sent, or the
+	// member hosting it lost its hosting lease (ErrNoMajority); or an entity that
+	// handled it passed it on (ForwardTo) and it went no further. Sending it again may
+	// have it handled twice: retry only with an idempotency key, or a message whose
+	// second handling does no harm. Its code is CodeOutcomeUnknown, which ErrAskTimeout
+	// and ErrNoMajority have too; a failure of that code that Ask, AskMessage,
+	// Passivate or TellMessage returns matches it with errors.Is.
+	ErrOutcomeUnknown = errors.New("sharding: outcome unknown")
 	// errExpired: the message's deadline passed before its entity took it: it is
 	// dropped, a dead letter with reason "expired" (an asker gave up already).
 	errExpired = errors.New("sharding: the message's deadline passed before its entity took it (dead letter)")
@@ -61,7 +87,9 @@ const (
 	CodeUnknownType     = "unknown-entity-type" // no such entity type is deployed
 	CodeBadRequest      = "bad-request"         // empty entity ID, message too large, ...
 	CodeOverloaded      = "overloaded"          // a buffer or mailbox was full
-	CodeUnavailable     = "unavailable"         // no shard home, member gone, timeout
+	CodeNotDelivered    = "not-delivered"       // it never reached its entity: safe to send again (ErrNotDelivered)
+	CodeOutcomeUnknown  = "outcome-unknown"     // it may have been handled: no answer came (ErrOutcomeUnknown)
+	CodeUnavailable     = "unavailable"         // the member is stopping (its runtime or the entity's instance closed)
 	CodeStateNotSaved   = "state-not-saved"     // handled, but its checkpoint failed (ErrStateNotSaved)
 	CodeStateNotLoaded  = "state-not-loaded"    // the saved state could not be read (ErrStateNotLoaded)
 	CodeInternal        = "internal"            // anything else
@@ -111,11 +139,14 @@ func ErrorCode(err error) string {
 }
 
 // sentinels are in order of precedence: an error that wraps two (a state not saved
-// because no shard home was found) has the code of the first.
+// because no shard home was found) has the code of the first. Those of an unknown
+// outcome come before those of a message not delivered: an error that is both may
+// have been handled.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
 	ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
-	ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrAskTimeout, ErrStopped, errLeaving, ErrNoMajority, errExpired}
+	ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority,
+	ErrNotDelivered, ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrStopped, errLeaving, errExpired}
 
 func codeOfSentinel(err error) string {
 	switch err {
@@ -129,10 +160,67 @@ func codeOfSentinel(err error) string {
 		return CodeStateNotSaved
 	case ErrStateNotLoaded:
 		return CodeStateNotLoaded
-	case ErrShardUnavailable, errNotCoordinator, ErrAskTimeout, ErrStopped, ErrRoutingLoop, errLeaving, ErrNoMajority, errExpired:
-		return CodeUnavailable
+	case ErrNotDelivered, ErrShardUnavailable, errNotCoordinator, ErrStopped, ErrRoutingLoop, errLeaving, errExpired:
+		return CodeNotDelivered
+	case ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority:
+		return CodeOutcomeUnknown
 	}
 	return CodeInternal
+}
+
+// outcomeError is a failure of a message whose code is CodeNotDelivered or
+// CodeOutcomeUnknown, as its sender gets it (classified): errors.Is matches it to
+// ErrNotDelivered or ErrOutcomeUnknown by that code, whatever sentinel err wraps.
+type outcomeError struct {
+	code string
+	err  error
+}
+
+func (e *outcomeError) Error() string     { return e.err.Error() }
+func (e *outcomeError) Unwrap() error     { return e.err }
+func (e *outcomeError) ErrorCode() string { return e.code }
+func (e *outcomeError) Is(target error) bool {
+	return (target == ErrNotDelivered || target == ErrOutcomeUnknown) && codeOfSentinel(target) == e.code
+}
+
+// classified returns a message's failure as its sender gets it: one of code
+// CodeNotDelivered matches ErrNotDelivered, and one of code CodeOutcomeUnknown
+// ErrOutcomeUnknown, with errors.Is (an error of ErrShardUnavailable, say, does not
+// itself); others are returned as they are. Nil stays nil.
+func classified(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch code := ErrorCode(err); {
+	case code == CodeNotDelivered && !errors.Is(err, ErrNotDelivered),
+		code == CodeOutcomeUnknown && !errors.Is(err, ErrOutcomeUnknown):
+		return &outcomeError{code: code, err: err}
+	}
+	return err
+}
+
+// retrySafeCode reports whether code is that of a failure that leaves a message
+// unhandled: it never reached its entity, or its entity was not started, so that a
+// client may send it again (docs/cli.md, "Errors").
+func retrySafeCode(code string) bool {
+	switch code {
+	case CodeNotDelivered, CodeOverloaded, CodeStateNotLoaded, CodeUnavailable, CodeBackoff:
+		return true
+	}
+	return false
+}
+
+// passedOnFailure is the failure of a message that an entity handled and passed on
+// (ForwardTo, forwards times in all) as its asker gets it: one that left it unhandled
+// further on (retrySafeCode) has an unknown outcome all the same, for the entity that
+// passed it on handled it; others are returned as they are. The error keeps err's text,
+// not its kind: it does not match ErrNotDelivered.
+func passedOnFailure(err error, forwards uint8) error {
+	if !retrySafeCode(ErrorCode(err)) {
+		return err
+	}
+	return fmt.Errorf("%w: an entity handled the message and passed it on (%d times), then: %s",
+		ErrOutcomeUnknown, forwards, strings.TrimPrefix(err.Error(), "sharding: "))
 }
 
 // causedError is an error of a kind (a sentinel above) with a cause: errors.Is and
@@ -142,8 +230,10 @@ type causedError struct {
 	msg         string
 }
 
-func (e *causedError) Error() string     { return e.msg }
-func (e *causedError) Unwrap() []error   { return []error{e.kind, e.cause} }
+func (e *causedError) Error() string   { return e.msg }
+func (e *causedError) Unwrap() []error { return []error{e.kind, e.cause} }
+
+// ErrorCode is the code of the error's kind.
 func (e *causedError) ErrorCode() string { return codeOfSentinel(e.kind) }
 
 // wrapCause returns an error of kind, with detail, caused by cause. Its text is

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/internal/obs"
 )
 
@@ -227,6 +228,7 @@ func (r *shardRegion) deliver(d delivery) {
 			if r.afterLookup != nil {
 				r.afterLookup(d.env.EntityID)
 			}
+			d.handing()
 			e.enqueue(d) // routes d again if e is gone meanwhile
 			return
 		}
@@ -558,6 +560,7 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 	}
 	for _, d := range r.takePendingLocked(sl) {
 		d.unbuffered()
+		d.handing()
 		r.entityLocked(sh, d.env.EntityID).enqueue(d)
 	}
 	return sh
@@ -629,6 +632,7 @@ func (r *shardRegion) forward(a allocation, shardID int, d delivery) {
 		d.fail(err)
 		return
 	}
+	d.handing()
 	now := time.Now()
 	if d.expired(now) {
 		r.s.dropExpired(d, now)
@@ -660,7 +664,7 @@ func (r *shardRegion) send(d delivery, home, to string, body []byte) {
 	}
 	r.s.cfg.Messenger.RequestAsyncContext(d.ctx, to, topicDeliver, body, timeout, func(b []byte, err error) {
 		if err != nil {
-			d.fail(&RemoteError{Code: CodeUnavailable, Message: fmt.Sprintf("forwarding to %s: %v", home, err), Node: home})
+			d.fail(forwardFailure(home, err))
 			return
 		}
 		var w wireReply
@@ -679,6 +683,18 @@ func (r *shardRegion) send(d delivery, home, to string, body []byte) {
 		}
 		d.answer(Reply{Payload: w.Payload, Node: w.Node}, nil)
 	})
+}
+
+// forwardFailure is the failure of an ask forwarded to the region at home whose
+// request failed with err: not delivered if it was never sent (cluster.ErrNotSent:
+// the member could not be reached), else of unknown outcome (no reply in time, or
+// none at all: the member may have handled it).
+func forwardFailure(home string, err error) error {
+	kind, code := ErrOutcomeUnknown, CodeOutcomeUnknown
+	if errors.Is(err, cluster.ErrNotSent) {
+		kind, code = ErrNotDelivered, CodeNotDelivered
+	}
+	return &RemoteError{Code: code, Message: fmt.Sprintf("%v: forwarding to %s: %v", kind, home, err), Node: home}
 }
 
 // state lists the region's shards and active entities, sorted.

@@ -17,7 +17,20 @@ func newAskCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ask TYPE/ID PAYLOAD",
 		Short: "Send a message to an entity and print its reply (PAYLOAD - reads standard input)",
-		Args:  payloadArgs("ask"),
+		Long: `ask sends PAYLOAD to the entity TYPE/ID through any member's API, waits for the
+entity's reply (at most --timeout) and prints it.
+
+Exit status:
+  0    the entity's reply is printed
+  75   not delivered: the message never reached the entity (its member is gone and its
+       shard has no new home yet, the member stopping, the API not reached): sending it
+       again is safe
+  124  outcome unknown: the message may have been handled (no reply within --timeout,
+       or the connection broke on the way): send it again only with an idempotency key,
+       or if handling it twice does no harm
+  1    any other failure: the entity's error, a trap, an unknown type, bad input, ...
+The error says which, with the API's code (docs/cli.md, "Errors").`,
+		Args: payloadArgs("ask"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, path, payload, err := g.entityCall("ask", args, cmd.InOrStdin())
 			if err != nil {
@@ -28,7 +41,7 @@ func newAskCommand(g *globals) *cobra.Command {
 				defer printTrace(cmd.ErrOrStderr(), r)
 			}
 			if err != nil {
-				return err
+				return messageOutcome(err)
 			}
 			out := cmd.OutOrStdout()
 			out.Write(r.body)

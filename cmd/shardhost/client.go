@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -138,7 +140,20 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.msg }
 
-// do sends a request and turns an API error reply into an *apiError with its text.
+// requestError is a request to the API that failed before its whole answer came:
+// sent says some of it was written to the API's connection, so that the API may have
+// acted on it (a connection refused, a name not found or a TLS handshake refused sent
+// nothing).
+type requestError struct {
+	err  error
+	sent bool
+}
+
+func (e *requestError) Error() string { return e.err.Error() }
+func (e *requestError) Unwrap() error { return e.err }
+
+// do sends a request and turns an API error reply into an *apiError with its text, and
+// a request that got no answer into a *requestError.
 func (c *client) do(method, path string, body []byte) (response, error) {
 	return c.doWith(method, path, body, nil)
 }
@@ -155,18 +170,22 @@ func (c *client) doWith(method, path string, body []byte, header http.Header) (r
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	var sent atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteHeaders: func() { sent.Store(true) },
+	}))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return response{}, c.explain(err)
+		return response{}, &requestError{err: c.explain(err), sent: sent.Load()}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return response{}, fmt.Errorf("reading the API's reply: %v", err)
+		return response{}, &requestError{err: fmt.Errorf("reading the API's reply: %v", err), sent: true}
 	}
 	if resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(c.base, "http://") && bytes.Contains(b, []byte("HTTP request to an HTTPS server")) {
 		return response{}, fmt.Errorf("the API at %s serves HTTPS, not plain HTTP: use --api https://%s and give the cluster's CA with --ca-file (or SHARDHOST_CA_FILE)",

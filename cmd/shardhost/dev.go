@@ -251,17 +251,19 @@ func askRetrying(ctx context.Context, out io.Writer, p retryPolicy, api, typ, id
 }
 
 // transient reports whether an ask's failure may pass when it is sent again. These are
-// the API's codes unavailable (the member's hosting lease lapsed: no recent contact with
-// a majority; the shard's home is being resolved, is handed off or has none; a member is
-// leaving or gone; the ask timed out), overloaded (a buffer or mailbox was full),
-// state-not-saved and state-not-loaded (the entity state store did not answer in time),
-// and a request to the API that timed out. An entity's own error, an unknown entity type
-// or a bad request is not transient.
+// the API's codes not-delivered (the shard's home is being resolved, is handed off or
+// has none; its member is leaving or gone), outcome-unknown (the member's hosting lease
+// lapsed: no recent contact with a majority; the ask timed out), unavailable (a member
+// stopping), overloaded (a buffer or mailbox was full), state-not-saved and
+// state-not-loaded (the entity state store did not answer in time), and a request to
+// the API that timed out. An entity's own error, an unknown entity type or a bad
+// request is not transient.
 func transient(err error) bool {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		switch ae.code {
-		case sharding.CodeUnavailable, sharding.CodeOverloaded, sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded:
+		case sharding.CodeNotDelivered, sharding.CodeOutcomeUnknown, sharding.CodeUnavailable, sharding.CodeOverloaded,
+			sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded:
 			return true
 		}
 		return false

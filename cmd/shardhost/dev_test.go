@@ -47,8 +47,8 @@ var quickRetry = retryPolicy{attempts: 4, backoff: time.Millisecond, maxWait: 2 
 // TestDemoAskRetriesTransientFailures: an ask that fails on a lapsed lease or a shard
 // being resolved is sent again, with one line saying so per retry, until it succeeds.
 func TestDemoAskRetriesTransientFailures(t *testing.T) {
-	lapsed := failWith(http.StatusServiceUnavailable, sharding.CodeUnavailable, sharding.ErrNoMajority.Error())
-	resolving := failWith(http.StatusServiceUnavailable, sharding.CodeUnavailable, sharding.ErrShardUnavailable.Error()+":\nwaited 10s")
+	lapsed := failWith(http.StatusGatewayTimeout, sharding.CodeOutcomeUnknown, sharding.ErrNoMajority.Error())
+	resolving := failWith(http.StatusServiceUnavailable, sharding.CodeNotDelivered, sharding.ErrShardUnavailable.Error()+":\nwaited 10s")
 	api, requests := fakeAPI(t, lapsed, resolving, reply("3"))
 	var out bytes.Buffer
 	r, err := askRetrying(context.Background(), &out, quickRetry, api, "counter", "bob", "inc 2")
@@ -96,7 +96,7 @@ func TestDemoAskStopsOnOtherFailures(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	api, requests = fakeAPI(t, failWith(http.StatusGatewayTimeout, sharding.CodeUnavailable, sharding.ErrAskTimeout.Error()))
+	api, requests = fakeAPI(t, failWith(http.StatusGatewayTimeout, sharding.CodeOutcomeUnknown, sharding.ErrAskTimeout.Error()))
 	if _, err := askRetrying(ctx, &out, quickRetry, api, "counter", "bob", "get"); !errors.Is(err, context.Canceled) || requests.Load() != 1 {
 		t.Errorf("interrupted: %v after %d requests, want context.Canceled after one", err, requests.Load())
 	}
@@ -109,6 +109,9 @@ func TestTransient(t *testing.T) {
 	}{
 		{&apiError{status: 503, code: sharding.CodeUnavailable}, true},
 		{&apiError{status: 504, code: sharding.CodeUnavailable}, true},
+		{&apiError{status: 503, code: sharding.CodeNotDelivered}, true},
+		{&apiError{status: 504, code: sharding.CodeOutcomeUnknown}, true},
+		{&apiError{status: 504, code: sharding.CodeGuestDeadline}, false},
 		{&apiError{status: 503, code: sharding.CodeOverloaded}, true},
 		{&apiError{status: 503, code: sharding.CodeStateNotSaved}, true},
 		{&apiError{status: 503, code: sharding.CodeStateNotLoaded}, true},
