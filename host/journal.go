@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/host/internal/wasmbin"
+	"github.com/shardhost/shardhost/internal/binread"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -111,93 +112,43 @@ func decodeEffects(b []byte) (calls []hostRecord, extras *entityExtras, err erro
 	if b[0] != journalEffectsVersion {
 		return nil, nil, fmt.Errorf("%w: version %d", errBadEffects, b[0])
 	}
-	r := effectsReader{b: b[1:]}
-	n := r.uvarint()
+	r := binread.New(b[1:])
+	n := r.Uvarint()
 	if n > maxJournalCalls {
 		return nil, nil, fmt.Errorf("%w: %d host calls", errBadEffects, n)
 	}
 	calls = make([]hostRecord, 0, min(n, uint64(len(b))))
-	for k := uint64(0); k < n && r.err == nil; k++ {
+	for k := uint64(0); k < n && r.Err() == nil; k++ {
 		var c hostRecord
-		if i := r.byte(); i == 0 {
-			c.fn = string(r.bytes())
+		if i := r.Byte(); i == 0 {
+			c.fn = string(r.Bytes(maxJournalCallResult))
 		} else if int(i) <= len(journalCallNames) {
 			c.fn = journalCallNames[i-1]
 		} else {
-			r.fail("an unknown host function")
+			r.Fail("an unknown host function")
 		}
-		c.ret = r.uvarint()
-		if res := r.bytes(); len(res) > 0 {
+		c.ret = r.Uvarint()
+		if res := r.Bytes(maxJournalCallResult); len(res) > 0 {
 			c.result = res
 		}
-		if mem := r.bytes(); len(mem) > 0 {
+		if mem := r.Bytes(maxJournalCallResult); len(mem) > 0 {
 			c.mem = mem
 		}
 		calls = append(calls, c)
 	}
-	if r.byte() == 1 {
-		x := r.bytes()
-		if r.err == nil {
+	if r.Byte() == 1 {
+		x := r.Bytes(maxJournalCallResult)
+		if r.Err() == nil {
 			extras = &entityExtras{}
 			if err := cbor.Unmarshal(x, extras); err != nil {
 				return nil, nil, fmt.Errorf("%w: timers and subscriptions: %w", errBadEffects, err)
 			}
 		}
 	}
-	if r.err != nil || len(r.b) != 0 {
-		if r.err == nil {
-			r.err = fmt.Errorf("%d bytes left over", len(r.b))
-		}
-		return nil, nil, fmt.Errorf("%w: %w", errBadEffects, r.err)
+	if err := r.Done(); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errBadEffects, err)
 	}
 	return calls, extras, nil
-}
-
-// effectsReader reads effects; the first failure sticks.
-type effectsReader struct {
-	b   []byte
-	err error
-}
-
-func (r *effectsReader) fail(what string) {
-	if r.err == nil {
-		r.err = errors.New(what)
-	}
-	r.b = nil
-}
-
-func (r *effectsReader) byte() byte {
-	if len(r.b) == 0 {
-		r.fail("truncated")
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *effectsReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *effectsReader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > maxJournalCallResult || n > uint64(len(r.b)) {
-		r.fail(fmt.Sprintf("a field of %d bytes", n))
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
 }
 
 // heldTell is a tell a gated message made, sent by ReleaseEffects.

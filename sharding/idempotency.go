@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/binread"
 )
 
 // Idempotency keys (Message.IdempotencyKey): an entity remembers, for its type's
@@ -131,23 +133,19 @@ func decodeIdemTable(b []byte, now time.Time, retention time.Duration) (idemTabl
 	if len(b) == 0 {
 		return t, nil
 	}
-	r := journalReader{b: b}
-	n := r.uvarint()
-	for k := uint64(0); k < n && r.err == nil; k++ {
-		e := &idemEntry{key: string(r.bytes(maxJournalString)), seq: r.uvarint(), at: r.varint(),
-			outcome: string(r.bytes(maxJournalString))}
-		if reply := r.bytes(maxJournalBytes); len(reply) > 0 {
+	r := binread.New(b)
+	n := r.Uvarint()
+	for k := uint64(0); k < n && r.Err() == nil; k++ {
+		e := &idemEntry{key: string(r.Bytes(maxJournalString)), seq: r.Uvarint(), at: r.Varint(),
+			outcome: string(r.Bytes(maxJournalString))}
+		if reply := r.Bytes(maxJournalBytes); len(reply) > 0 {
 			e.reply = append([]byte(nil), reply...)
 		}
-		if r.err == nil {
+		if r.Err() == nil {
 			t.put(e, now, retention)
 		}
 	}
-	if r.err != nil || len(r.b) != 0 {
-		err := r.err
-		if err == nil {
-			err = fmt.Errorf("%d bytes left over", len(r.b))
-		}
+	if err := r.Done(); err != nil {
 		return idemTable{}, fmt.Errorf("%w: the idempotency keys of a base: %w", ErrCorruptRecord, err)
 	}
 	return t, nil

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"hash/fnv"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/binread"
 )
 
 // The journal (docs/design.md, "The journal"): every message an entity handles appends
@@ -229,110 +231,41 @@ func DecodeJournalEntry(key EntityKey, rec JournalRecord) (JournalEntry, error) 
 	if err := VerifyJournalRecord(key, rec); err != nil {
 		return JournalEntry{}, err
 	}
-	r := journalReader{b: rec.Data[1 : len(rec.Data)-4]}
+	r := binread.New(rec.Data[1 : len(rec.Data)-4])
 	e := JournalEntry{Seq: rec.Seq}
-	e.Time = time.UnixMilli(r.varint())
-	e.Kind = MessageKind(r.byte())
-	flags := r.byte()
+	e.Time = time.UnixMilli(r.Varint())
+	e.Kind = MessageKind(r.Byte())
+	flags := r.Byte()
 	e.Ask = flags&jfAsk != 0
-	e.Payload = r.bytes(maxJournalBytes)
+	e.Payload = r.Bytes(maxJournalBytes)
 	if flags&jfSender != 0 {
-		e.Sender = string(r.bytes(maxJournalString))
+		e.Sender = string(r.Bytes(maxJournalString))
 	}
 	if flags&jfTag != 0 {
-		e.Tag = r.uvarint()
+		e.Tag = r.Uvarint()
 	}
 	if flags&jfTrace != 0 {
-		copy(e.TraceID[:], r.fixed(16))
+		copy(e.TraceID[:], r.Fixed(16))
 	}
 	if flags&jfEffects != 0 {
-		e.Effects = r.bytes(maxJournalBytes)
+		e.Effects = r.Bytes(maxJournalBytes)
 	}
 	if flags&jfOutcome != 0 {
-		e.Outcome = string(r.bytes(maxJournalString))
+		e.Outcome = string(r.Bytes(maxJournalString))
 	}
 	if flags&jfReply != 0 {
-		e.ReplyDigest = binary.LittleEndian.Uint32(r.fixed(4))
+		e.ReplyDigest = binary.LittleEndian.Uint32(r.Fixed(4))
 	}
 	if flags&jfIdempotency != 0 {
-		e.IdempotencyKey = string(r.bytes(maxJournalString))
-		if reply := r.bytes(maxJournalBytes); len(reply) > 0 {
+		e.IdempotencyKey = string(r.Bytes(maxJournalString))
+		if reply := r.Bytes(maxJournalBytes); len(reply) > 0 {
 			e.Reply = reply
 		}
 	}
-	if r.err != nil || len(r.b) != 0 {
-		err := r.err
-		if err == nil {
-			err = fmt.Errorf("%d bytes left over", len(r.b))
-		}
+	if err := r.Done(); err != nil {
 		return JournalEntry{}, fmt.Errorf("%w: %s/%s #%d: %w", ErrCorruptRecord, key.Type, key.ID, rec.Seq, err)
 	}
 	return e, nil
-}
-
-// journalReader reads an entry's fields; the first failure sticks in err.
-type journalReader struct {
-	b   []byte
-	err error
-}
-
-func (r *journalReader) fail(what string) {
-	if r.err == nil {
-		r.err = errors.New(what)
-	}
-	r.b = nil
-}
-
-func (r *journalReader) byte() byte {
-	if len(r.b) < 1 {
-		r.fail("truncated")
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *journalReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *journalReader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *journalReader) fixed(n int) []byte {
-	if len(r.b) < n {
-		r.fail("truncated")
-		return make([]byte, n)
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *journalReader) bytes(limit int) []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(limit) || n > uint64(len(r.b)) {
-		r.fail(fmt.Sprintf("a field of %d bytes", n))
-		return nil
-	}
-	return r.fixed(int(n))
 }
 
 // ReplyDigest is the digest of a reply that a journal record keeps: FNV-1a 32 of its
@@ -380,15 +313,15 @@ func DecodeBase(data []byte) (Base, error) {
 	if len(data) < len(baseMagic) || [4]byte(data[:4]) != baseMagic {
 		return Base{State: data}, nil
 	}
-	r := journalReader{b: data[4:]}
-	b := Base{Seq: r.uvarint()}
-	if keys := r.bytes(maxJournalBytes); len(keys) > 0 {
+	r := binread.New(data[4:])
+	b := Base{Seq: r.Uvarint()}
+	if keys := r.Bytes(maxJournalBytes); len(keys) > 0 {
 		b.Keys = keys
 	}
-	if r.err != nil {
-		return Base{}, fmt.Errorf("%w: a base whose framing does not decode: %w", ErrCorruptRecord, r.err)
+	if err := r.Err(); err != nil {
+		return Base{}, fmt.Errorf("%w: a base whose framing does not decode: %w", ErrCorruptRecord, err)
 	}
-	b.State = r.b
+	b.State = r.B
 	return b, nil
 }
 
