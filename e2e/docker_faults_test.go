@@ -77,8 +77,14 @@ func (dc *dockerCluster) deployCounter(i int, members ...int) {
 // ask sends one ask to a counter through member i's API: the reply, or an error with
 // the status and the API's error body.
 func (dc *dockerCluster) ask(ctx context.Context, c *http.Client, i int, id, msg string) (string, error) {
+	return askCounter(ctx, c, dc.apiAddr(i), id, msg)
+}
+
+// askCounter asks counter id msg through the API at addr (a timeout of 3 s): its reply,
+// or an error with the status and body of an error reply.
+func askCounter(ctx context.Context, c *http.Client, addr, id, msg string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST",
-		"http://"+dc.apiAddr(i)+"/v1/ask?type=counter&timeout=3s&id="+url.QueryEscape(id), strings.NewReader(msg))
+		"http://"+addr+"/v1/ask?type=counter&timeout=3s&id="+url.QueryEscape(id), strings.NewReader(msg))
 	if err != nil {
 		return "", err
 	}

@@ -44,21 +44,7 @@ func TestDefaultSettingsKeepEveryAcknowledgedIncThroughSIGKILLs(t *testing.T) {
 		mu.Lock()
 		h := current[i]
 		mu.Unlock()
-		req, err := http.NewRequestWithContext(ctx, "POST",
-			"http://"+h.api+"/v1/ask?type=counter&timeout=3s&id="+url.QueryEscape(id), strings.NewReader(msg))
-		if err != nil {
-			return "", err
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return "", fmt.Errorf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
-		}
-		return string(b), nil
+		return askCounter(ctx, c, h.api, id, msg)
 	}
 	ids := make([]string, 24)
 	for k := range ids {
