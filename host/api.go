@@ -40,6 +40,7 @@ import (
 //	GET  /v1/entities/{type}/{id}/history[?since=SEQ&limit=N] → HistoryPage (history.go)
 //	POST /v1/entities/{type}/{id}/revert?to=SEQ|messages=N → TimeTravelResult
 //	POST /v1/entities/{type}/{id}/fork?new=ID[&at=SEQ]     → TimeTravelResult
+//	POST /v1/entities/{type}/{id}/resume, .../skip          → {"entity":E,"status":S}
 //	GET  /v1/members                     → [Member]
 //	GET  /v1/cluster                     → the view: self, leader, converged, members
 //	POST /v1/members/{address}/down      → mark the member down (an operator's decision)
@@ -140,6 +141,8 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/history", n.apiHistory)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/revert", n.apiRevert)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/fork", n.apiFork)
+	mux.HandleFunc("POST /v1/entities/{type}/{id}/resume", n.apiResume)
+	mux.HandleFunc("POST /v1/entities/{type}/{id}/skip", n.apiResume)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/base", n.apiBase)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/journal", n.apiJournal)
 	mux.HandleFunc("GET /v1/modules/{digest}", n.apiModule)
@@ -308,7 +311,7 @@ func statusOf(err error) (int, string) {
 	case sharding.CodeReplyTooLarge:
 		return http.StatusBadGateway, code
 	case sharding.CodeOverloaded, sharding.CodeBackoff, sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded,
-		sharding.CodeUnavailable:
+		sharding.CodeUnavailable, sharding.CodeEntityPaused:
 		return http.StatusServiceUnavailable, code
 	case sharding.CodeNotDelivered:
 		// The message never reached its entity: sending it again is safe (Retry-After).
@@ -417,7 +420,8 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 // deploySettings reads an entity type's settings from a deploy request's query:
 // shards, role, allocation, passivate_after (a duration), max_active, checkpoint,
 // history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
-// duration) and remember_entities (true or false). On a redeploy, what the query leaves out keeps its
+// duration), max_retries (attempts of a failing tell before its entity pauses; 0:
+// never) and remember_entities (true or false). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
@@ -438,6 +442,14 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	}
 	if st.MaxActive, err = atoi("max_active"); err != nil {
 		return st, err
+	}
+	if q.Has("max_retries") {
+		if st.MaxRetries, err = atoi("max_retries"); err != nil {
+			return st, err
+		}
+		if st.MaxRetries == 0 {
+			st.MaxRetries = -1 // never pause (0 is the default in TypeSettings)
+		}
 	}
 	if q.Has("history") {
 		if st.History, err = atoi("history"); err != nil {
@@ -480,6 +492,9 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	}
 	if !q.Has("history") {
 		st.History = prev.History
+	}
+	if !q.Has("max_retries") {
+		st.MaxRetries = prev.MaxRetries
 	}
 	if !q.Has("idempotency_retention") {
 		st.IdempotencyRetention = time.Duration(prev.IdempotencyRetentionMs) * time.Millisecond

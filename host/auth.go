@@ -93,6 +93,8 @@ var routeRoles = map[string]Role{
 	"GET /v1/entities/{type}/{id}/history":    RoleClient,
 	"POST /v1/entities/{type}/{id}/revert":    RoleAdmin,
 	"POST /v1/entities/{type}/{id}/fork":      RoleAdmin,
+	"POST /v1/entities/{type}/{id}/resume":    RoleAdmin,
+	"POST /v1/entities/{type}/{id}/skip":      RoleAdmin,
 	"POST /v1/ddata/keys/{key...}":            RoleAdmin,
 	"DELETE /v1/ddata/keys/{key...}":          RoleAdmin,
 	"GET /v1/keys":                            RoleAdmin,

@@ -62,6 +62,9 @@ type TypeInfo struct {
 	// IdempotencyRetentionMs is how long an entity remembers a message's idempotency key
 	// (sharding.TypeSettings.IdempotencyRetention; 0: the default).
 	IdempotencyRetentionMs int64 `cbor:"19,keyasint,omitempty" json:"idempotency_retention_ms,omitempty"`
+	// MaxRetries is how many times a message no one waits for may fail before its
+	// entity pauses (sharding.TypeSettings.MaxRetries; 0: the default, -1: never).
+	MaxRetries int `cbor:"20,keyasint,omitempty" json:"max_retries,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -87,7 +90,7 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 	return sharding.TypeSettings{Name: t.Name, NumberOfShards: t.NumberOfShards, Role: t.Role, Allocation: t.Allocation,
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
 		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History,
-		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond}
+		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries}
 }
 
 // newerThan orders deployments of one type: higher version, then later time, then
@@ -281,7 +284,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
 		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
-		History: st.History, IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(),
+		History: st.History, IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
 }
 

@@ -62,7 +62,8 @@ type Setting struct {
 }
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
-// history, idempotency-retention, passivate-after, max-active, remember-entities and role.
+// history, idempotency-retention, max-retries, passivate-after, max-active,
+// remember-entities and role.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -86,6 +87,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"checkpoint", checkpoint},
 		{"history", strconv.Itoa(max(history, 0))},
 		{"idempotency-retention", retention.String()},
+		{"max-retries", maxRetriesSetting(t.MaxRetries)},
 		{"passivate-after", (time.Duration(t.PassivateAfterMs) * time.Millisecond).String()},
 		{"max-active", strconv.Itoa(t.MaxActive)},
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
@@ -574,4 +576,16 @@ func mustEncodeTypes(ts []TypeInfo) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// maxRetriesSetting renders TypeInfo.MaxRetries as the deploy flag takes it: the
+// default's value for 0, and 0 for never (-1).
+func maxRetriesSetting(v int) string {
+	switch v {
+	case 0:
+		return strconv.Itoa(sharding.DefaultMaxRetries)
+	case -1:
+		return "0"
+	}
+	return strconv.Itoa(v)
 }

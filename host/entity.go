@@ -39,6 +39,12 @@ func (f *entityFactory) NewEntity(ctx context.Context, typ, id string, state []b
 	return e, nil
 }
 
+var _ sharding.EntityForgiver = (*entityFactory)(nil)
+
+// Forgive implements sharding.EntityForgiver: a resumed entity's failures are
+// forgotten, so that its backoff does not refuse the retry of its poison.
+func (f *entityFactory) Forgive(typ, id string) { (*Node)(f).backoff.succeeded(typ + "/" + id) }
+
 // guestFailed counts a guest failure of typ/id towards its backoff and in the metrics.
 func (n *Node) guestFailed(typ, id string, err error) {
 	n.guestFailure(typ, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -248,4 +249,31 @@ func (n *Node) entityPath(w http.ResponseWriter, r *http.Request) (typ, id strin
 		return "", "", false
 	}
 	return typ, id, true
+}
+
+// apiResume is POST /v1/entities/{type}/{id}/resume (and /skip): a paused entity tries
+// its failing message again (or drops it, a dead letter) and goes on;
+// {"entity":E,"status":"resumed"|"skipped"|"not-paused"}.
+func (n *Node) apiResume(w http.ResponseWriter, r *http.Request) {
+	typ, id, ok := n.entityPath(w, r)
+	if !ok {
+		return
+	}
+	var done bool
+	var err error
+	status := sharding.ResumeDone
+	if strings.HasSuffix(r.URL.Path, "/skip") {
+		status = sharding.SkipDone
+		done, err = n.sharding.Skip(r.Context(), typ, id)
+	} else {
+		done, err = n.sharding.Resume(r.Context(), typ, id)
+	}
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	if !done {
+		status = sharding.ResumeNotPaused
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"entity": typ + "/" + id, "status": status})
 }

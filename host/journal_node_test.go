@@ -149,3 +149,43 @@ func TestAPIIdempotencyKey(t *testing.T) {
 		t.Fatalf("count without a key: %d %s, want 2", r.status, r.body)
 	}
 }
+
+// A tell that keeps trapping pauses its wasm entity: asks get 503 entity-paused until
+// the message is skipped (shardhost skip), after which the entity answers again.
+func TestAPIPausedEntityResumesAfterASkip(t *testing.T) {
+	nodes := startNodes(t, 1, nil)
+	c := client(t, nodes[0])
+	if r := c.do("POST", "/v1/types/faulty", testwasm.Bytes(t, "faulty")); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	if r := c.ask("faulty", "x", "echo ok"); r.status != 200 {
+		t.Fatalf("ok: %d %s", r.status, r.body)
+	}
+	if r := c.tell("faulty", "x", "trap"); r.status != 202 {
+		t.Fatalf("tell trap: %d %s", r.status, r.body)
+	}
+	testutil.EventuallyNil(t, 30*time.Second, "the entity paused", func() error {
+		if r := c.ask("faulty", "x", "echo ok"); r.status != 503 || r.err.Code != "entity-paused" {
+			return fmt.Errorf("%d %s", r.status, r.body)
+		}
+		return nil
+	})
+	if r := c.do("POST", "/v1/entities/faulty/x/resume", nil); r.status != 200 || !strings.Contains(string(r.body), `"resumed"`) {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	testutil.EventuallyNil(t, 30*time.Second, "paused again", func() error {
+		if r := c.ask("faulty", "x", "echo ok"); r.status != 503 || r.err.Code != "entity-paused" {
+			return fmt.Errorf("%d %s", r.status, r.body)
+		}
+		return nil
+	})
+	if r := c.do("POST", "/v1/entities/faulty/x/skip", nil); r.status != 200 || !strings.Contains(string(r.body), `"skipped"`) {
+		t.Fatalf("skip: %d %s", r.status, r.body)
+	}
+	if r := c.ask("faulty", "x", "echo ok"); r.status != 200 {
+		t.Fatalf("ok after the skip: %d %s", r.status, r.body)
+	}
+	if r := c.do("POST", "/v1/entities/faulty/x/skip", nil); r.status != 200 || !strings.Contains(string(r.body), `"not-paused"`) {
+		t.Fatalf("skip of an entity not paused: %d %s", r.status, r.body)
+	}
+}

@@ -48,6 +48,13 @@ type TypeSettings struct {
 	// DefaultIdempotencyRetention (24 h); at most a year. An entity remembers at most
 	// 10,000 keys and 4 MiB of replies, forgetting the oldest first past that.
 	IdempotencyRetention time.Duration `json:"idempotency_retention,omitempty"`
+	// MaxRetries is how many times in a row a message no one waits for (a tell, a
+	// timer's, a change's) may fail the same way, a trap or the deadline, before its
+	// entity pauses on it (pause.go; Sharding.Resume, Sharding.Skip) instead of
+	// dropping it as a dead letter; the attempts are DefaultMaxRetries by default, 100
+	// ms apart and doubling. -1: never pause (such a message is a dead letter at its
+	// first failure). An ask's failure goes to its asker, whatever this says.
+	MaxRetries int `json:"max_retries,omitempty"`
 	// RememberEntities restarts a shard's entities wherever the shard goes.
 	RememberEntities bool `json:"remember_entities,omitempty"`
 }
@@ -90,6 +97,12 @@ func (t *TypeSettings) Validate() error {
 	}
 	if _, err := checkpointEvery(t.Checkpoint); err != nil {
 		return err
+	}
+	switch {
+	case t.MaxRetries == 0:
+		t.MaxRetries = DefaultMaxRetries
+	case t.MaxRetries < -1 || t.MaxRetries > 100:
+		return fmt.Errorf("sharding: max retries %d (want -1 for never, or 1 to 100)", t.MaxRetries)
 	}
 	switch {
 	case t.IdempotencyRetention == 0:

@@ -52,7 +52,11 @@
 // ErrEntityExists; MessageKind's String names a record's kind. Idempotency keys
 // (Message.IdempotencyKey, at most MaxIdempotencyKeyLen bytes, CheckIdempotencyKey,
 // ErrInvalidIdempotencyKey) make a retry get the first reply, for a type's
-// IdempotencyRetention (DefaultIdempotencyRetention).
+// IdempotencyRetention (DefaultIdempotencyRetention). A message no one waits for that
+// keeps failing pauses its entity after the type's MaxRetries (DefaultMaxRetries)
+// attempts: asks to it fail with ErrEntityPaused (CodeEntityPaused) until Resume
+// (ResumeDone, ResumeNotPaused) or Skip (SkipDone); a factory that rests failing
+// entities is an EntityForgiver, told when one resumes.
 //
 // The errors of messages keep their meaning across members: ErrUnknownEntityType,
 // ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,

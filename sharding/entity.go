@@ -44,6 +44,10 @@ type entity struct {
 	// goroutine that drains the mailbox has nothing left (chosen while it finished).
 	passivateWhenIdle string
 	epoch             uint64 // the shard's allocation epoch here: fences state writes
+	// poison, when set, is the message the entity is paused on, which failed with
+	// poisonErr (pause.go).
+	poison    *delivery
+	poisonErr error
 
 	// fenced is set when the shard's allocation here turned out stale: the entity stops
 	// without saving.
@@ -63,6 +67,9 @@ type entity struct {
 	seq, baseSeq uint64
 	// keys are the idempotency keys the entity remembers (idempotency.go).
 	keys idemTable
+	// failures counts the failures in a row of the message at the head of the mailbox
+	// that no one waits for (pause.go).
+	failures int
 	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
 	handleOpts [numKinds]trace.SpanStartOption
 }
@@ -152,6 +159,13 @@ func (e *entity) enqueue(d delivery) {
 		e.r.deliver(d)
 		return
 	}
+	if e.pausedLocked() && !d.start && !isPauseControl(d.env.Kind) && d.env.Kind != kindPassivate &&
+		(d.ask || e.queued() >= e.r.s.cfg.MailboxSize) {
+		// Paused: an ask is refused at once, a tell beyond the mailbox's size too.
+		e.mu.Unlock()
+		e.r.s.deadLetter(d, e.pausedError())
+		return
+	}
 	if e.queued() >= e.r.s.cfg.MailboxSize {
 		e.mu.Unlock()
 		e.r.s.deadLetter(d, ErrMailboxFull)
@@ -212,6 +226,25 @@ func (e *entity) drainLoop() {
 			}
 			e.mu.Unlock()
 			return
+		}
+		if e.pausedLocked() {
+			// Paused: only a resume, a skip or a passivation is taken, from wherever
+			// it waits; the rest waits behind the poison.
+			k := e.head
+			for k < len(e.queue) && !isPauseControl(e.queue[k].env.Kind) && e.queue[k].env.Kind != kindPassivate {
+				k++
+			}
+			if k == len(e.queue) {
+				e.running = false
+				e.mu.Unlock()
+				return
+			}
+			d := e.queue[k]
+			e.queue = append(e.queue[:k], e.queue[k+1:]...)
+			e.busy = true
+			e.mu.Unlock()
+			e.process(d)
+			continue
 		}
 		d := e.queue[e.head]
 		e.queue[e.head] = delivery{}
@@ -324,11 +357,32 @@ func (e *entity) process(d delivery) {
 				e.rerouteFenced(d)
 				return
 			}
+			if guestFailure(err) && e.pauses(&d) && e.retryOrPause(ctx, d, err) {
+				done(err) // tried again later, or the entity's poison
+				return
+			}
 			s.log.WarnContext(ctx, "entity activation failed", "entity", e.name(), "err", err)
 			done(err)
 			d.fail(err)
 			return
 		}
+	}
+	if isPauseControl(d.env.Kind) {
+		e.resumeOrSkip(ctx, d, done)
+		return
+	}
+	if e.poison != nil {
+		// Paused since its activation (its journal's last pause): the message waits
+		// behind the poison, or is refused if its sender waits.
+		if d.ask {
+			err := e.pausedError()
+			done(err)
+			d.fail(err)
+		} else {
+			done(nil)
+			e.requeue(d)
+		}
+		return
 	}
 	if e.fenced.Load() {
 		// The allocation turned out stale while the entity activated: this instance
@@ -390,6 +444,13 @@ func (e *entity) process(d delivery) {
 		// lost (unless journaled), and the next message starts from the saved state.
 		s.log.WarnContext(ctx, "entity terminated", "entity", e.name(), "err", err)
 		e.stop(ctx, false)
+	}
+	if err != nil && guestFailure(err) && e.pauses(&d) && e.retryOrPause(ctx, d, err) {
+		done(err) // tried again later, or the entity's poison
+		return
+	}
+	if err == nil {
+		e.failures = 0
 	}
 	if fwd != nil {
 		// Passed on: the entity it names answers the asker.
@@ -604,6 +665,11 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 	e.baseSeq = e.seq
 	if n := len(entries); n > 0 {
 		e.seq = entries[n-1].Seq
+	}
+	if a.from == nil && a.upTo == 0 {
+		if p := pausedAfter(entries, e.r.settings.Name, e.id); p != nil {
+			e.setPaused(p, fmt.Errorf("paused before this activation (its journal says so); resume or skip it"))
+		}
 	}
 	for k := range entries {
 		if en := &entries[k]; en.IdempotencyKey != "" && a.from == nil {
@@ -885,10 +951,11 @@ func (e *entity) stop(ctx context.Context, save bool) {
 			hooked = true
 		}
 	}
-	if save && e.unsaved > 0 && e.baseAtStop(hooked) {
+	if save && e.unsaved > 0 && e.baseAtStop(hooked) && e.poison == nil {
 		if err := e.save(ctx); err != nil {
 			e.r.s.log.WarnContext(ctx, "entity state not saved", "entity", e.r.settings.Name+"/"+e.id, "err", err)
 		}
 	}
+	e.unpauseAtStop(ctx)
 	e.release(ctx, save && !e.fenced.Load())
 }

@@ -281,11 +281,9 @@ func (e *entity) loadJournal(ctx context.Context, epoch, seq uint64, from *Entit
 // replay brings the instance just made from its base to the state after entries: the
 // entity's own Replay (JournaledEntity), or its messages handed to Receive again.
 func (e *entity) replay(ctx context.Context, entries []JournalEntry) error {
-	// The records of time travel are the entity's own, not messages (their base holds
-	// their state): never replayed.
-	entries = slices.DeleteFunc(slices.Clone(entries), func(en JournalEntry) bool {
-		return en.Kind == kindRevert || en.Kind == kindFork
-	})
+	// The records of time travel and pausing are the entity's own, not messages (a
+	// time travel's base holds its state): never replayed.
+	entries = slices.DeleteFunc(slices.Clone(entries), func(en JournalEntry) bool { return isControlRecord(en.Kind) })
 	if len(entries) == 0 {
 		return nil
 	}

@@ -143,7 +143,7 @@ func ErrorCode(err error) string {
 // outcome come before those of a message not delivered: an error that is both may
 // have been handled.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
-	ErrBufferFull, ErrMailboxFull,
+	ErrEntityPaused, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority,
 	ErrNotDelivered, ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrStopped, errLeaving, errExpired}
@@ -156,6 +156,8 @@ func codeOfSentinel(err error) string {
 		return CodeBadRequest
 	case ErrBufferFull, ErrMailboxFull:
 		return CodeOverloaded
+	case ErrEntityPaused:
+		return CodeEntityPaused
 	case ErrStateNotSaved:
 		return CodeStateNotSaved
 	case ErrStateNotLoaded:
@@ -317,6 +319,12 @@ func (k MessageKind) String() string {
 		return "revert"
 	case kindFork:
 		return "fork"
+	case kindPause:
+		return "pause"
+	case kindResume:
+		return "resume"
+	case kindSkip:
+		return "skip"
 	}
 	return "kind-" + strconv.Itoa(int(k))
 }

@@ -86,6 +86,7 @@ type shardingTelemetry struct {
 	activationDur   metric.Float64Histogram
 	passivations    metric.Int64Counter
 	active          metric.Int64UpDownCounter
+	paused          metric.Int64UpDownCounter
 	handoffs        metric.Int64Counter
 	handoffDur      metric.Float64Histogram
 	buffered        metric.Int64Counter
@@ -127,6 +128,8 @@ func newShardingTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *sha
 		metric.WithDescription("Entities stopped with their state saved, by entity type and cause (idle, max-active, requested, handoff, shutdown, stale-allocation). [shardhost.entity.type, shardhost.passivation.cause]")))
 	t.active = obs.Must(m.Int64UpDownCounter("shardhost.entities.active", metric.WithUnit("{entity}"),
 		metric.WithDescription("Active entities (with an instance) hosted here, by entity type. [shardhost.entity.type]")))
+	t.paused = obs.Must(m.Int64UpDownCounter("shardhost.entities.paused", metric.WithUnit("{entity}"),
+		metric.WithDescription("Entities paused on a message that kept failing, hosted here, by entity type (shardhost resume or skip). [shardhost.entity.type]")))
 	t.handoffs = obs.Must(m.Int64Counter("shardhost.shard.handoffs", metric.WithUnit("{handoff}"),
 		metric.WithDescription("Shards this member handed off, by entity type and outcome. [shardhost.entity.type, shardhost.outcome]")))
 	t.handoffDur = obs.Must(m.Float64Histogram("shardhost.shard.handoff.duration", metric.WithUnit("s"),

@@ -19,11 +19,11 @@ import (
 
 func newDeployCommand(g *globals) *cobra.Command {
 	var typ, role, allocation, checkpoint string
-	var shards, maxActive, history int
+	var shards, maxActive, history, maxRetries int
 	var passivateAfter, retention time.Duration
 	var remember, reset bool
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N] [--idempotency-retention D] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -67,6 +67,9 @@ deployment changed marked with * and their previous value.`,
 			if f.Changed("history") {
 				q.Set("history", strconv.Itoa(history))
 			}
+			if f.Changed("max-retries") {
+				q.Set("max_retries", strconv.Itoa(maxRetries))
+			}
 			if f.Changed("idempotency-retention") {
 				q.Set("idempotency_retention", retention.String())
 			}
@@ -102,6 +105,7 @@ deployment changed marked with * and their previous value.`,
 	cmd.Flags().DurationVar(&passivateAfter, "passivate-after", 0, "passivate an entity idle this long (0: never)")
 	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the least recently used is passivated (0: no cap)")
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "how entity state survives a crash: journal (default: every acknowledged message is durable), passivation, every-message or every:N (docs/sharding.md)")
+	cmd.Flags().IntVar(&maxRetries, "max-retries", 0, "attempts of a tell that keeps failing (a trap, the deadline) before its entity pauses on it (default 3; 0: never pause, a dead letter at once)")
 	cmd.Flags().DurationVar(&retention, "idempotency-retention", 0, "how long an entity remembers a message's idempotency key and reply (default 24h)")
 	cmd.Flags().IntVar(&history, "history", 0, "journal records kept behind each base, for history (default 1000; 0 keeps none)")
 	cmd.Flags().BoolVar(&remember, "remember-entities", false, "restart a shard's entities wherever the shard goes")

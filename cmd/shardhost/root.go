@@ -55,6 +55,8 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newHistoryCommand(g)),
 		g.clientFlags(newRevertCommand(g)),
 		g.clientFlags(newForkCommand(g)),
+		g.clientFlags(newResumeCommand(g, false)),
+		g.clientFlags(newResumeCommand(g, true)),
 		g.clientFlags(newReplayCommand(g)),
 		g.clientFlags(newDownCommand(g)),
 		g.clientFlags(newLeaveCommand(g)),

@@ -109,3 +109,54 @@ func timeTravel(cmd *cobra.Command, g *globals, path, did string) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s: record %d\n", did, res.Entity, res.Record)
 	return nil
 }
+
+func newResumeCommand(g *globals, skip bool) *cobra.Command {
+	use, short, long := "resume TYPE/ID", "Resume an entity paused on a message that kept failing",
+		`resume makes an entity that is paused try its failing message again: a tell, a timer's or
+a change's message that failed the same way (a trap, the deadline) --max-retries times in
+a row (3 by default), on which the entity paused instead of dropping it. Deploy a fixed
+module first. The message gets its attempts again; if it fails as many times, the entity
+pauses again. What queued behind it follows. While an entity is paused, asks to it are
+refused with entity-paused (503: send them again once it resumes) and tells queue, up to
+its mailbox's size. 'shardhost skip' drops the message instead.`
+	if skip {
+		use, short, long = "skip TYPE/ID", "Drop the message a paused entity is paused on, and resume it",
+			`skip drops the message a paused entity is paused on (a dead letter, with reason
+skipped) and resumes the entity with what queued behind it. 'shardhost resume' tries the
+message again instead.`
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			typ, id, err := entityArg(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			action := "resume"
+			if skip {
+				action = "skip"
+			}
+			r, err := c.do("POST", entityPath(typ, id, action), nil)
+			if err != nil {
+				return err
+			}
+			var res struct{ Entity, Status string }
+			if err := json.Unmarshal(r.body, &res); err != nil {
+				return fmt.Errorf("the API's reply: %w", err)
+			}
+			if res.Status == "not-paused" {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s is not paused: nothing done\n", res.Entity)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", res.Status, res.Entity)
+			return nil
+		},
+	}
+}
