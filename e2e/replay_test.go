@@ -117,7 +117,7 @@ func TestBankReplayAndTrialUpgradeThroughTheCLI(t *testing.T) {
 			}
 			// The bank keeps no guest-level state: from a new entity, the earlier messages
 			// bring a harness to the record's state; from a transparent base, nothing can.
-			if strings.Contains(out, "from a new entity") {
+			if strings.Contains(out, "bring a new entity to it") {
 				if len(rec.Earlier) != 3 {
 					t.Fatalf("earlier messages: %+v", rec.Earlier)
 				}

@@ -16,9 +16,13 @@ import (
 )
 
 // journalBaseEvery is how many records an entity's journal takes between two bases,
-// unless the entity asks for one sooner (JournaledEntity.BaseDue): an activation
-// replays at most about this many messages.
-const journalBaseEvery = 1000
+// unless the entity asks for one sooner (JournaledEntity.BaseDue), which it may after
+// journalBaseMin records: an activation replays at most about journalBaseEvery
+// messages, and a revert reaches back at least journalBaseMin.
+const (
+	journalBaseEvery = 1000
+	journalBaseMin   = 100
+)
 
 // outcomeForwarded is the Outcome of a record of a message the entity passed on.
 const outcomeForwarded = "forwarded"
@@ -182,7 +186,7 @@ func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, do
 	if e.inst == nil {
 		return
 	}
-	if je, ok := e.inst.(JournaledEntity); e.seq-e.baseSeq >= journalBaseEvery || ok && je.BaseDue() {
+	if je, ok := e.inst.(JournaledEntity); e.seq-e.baseSeq >= journalBaseEvery || ok && e.seq-e.baseSeq >= journalBaseMin && je.BaseDue() {
 		// After the reply: a base shortens the next activation's replay, the message
 		// is durable without it.
 		if err := e.save(context.WithoutCancel(ctx)); err != nil {
