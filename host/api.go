@@ -452,11 +452,8 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 		}
 	}
 	if q.Has("history") {
-		if st.History, err = atoi("history"); err != nil {
+		if st.History, st.HistoryAge, err = parseHistory(q.Get("history")); err != nil {
 			return st, err
-		}
-		if st.History == 0 {
-			st.History = -1 // none kept (0 is the default in TypeSettings)
 		}
 	}
 	if s := q.Get("passivate_after"); s != "" {
@@ -491,7 +488,7 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 		st.Checkpoint = prev.Checkpoint
 	}
 	if !q.Has("history") {
-		st.History = prev.History
+		st.History, st.HistoryAge = prev.History, time.Duration(prev.HistoryAgeMs)*time.Millisecond
 	}
 	if !q.Has("max_retries") {
 		st.MaxRetries = prev.MaxRetries
@@ -717,4 +714,20 @@ func newUnsampledSpanContext() trace.SpanContext {
 		binary.LittleEndian.PutUint64(sid[:], rand.Uint64())
 	}
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid})
+}
+
+// parseHistory reads a deploy's history setting: a number of records ("1000"; "0" or
+// "none" keeps none) or a duration ("24h"), as sharding.TypeSettings.History and
+// HistoryAge take them. Errors: ErrBadRequest.
+func parseHistory(v string) (records int, age time.Duration, err error) {
+	if v == "none" || v == "0" {
+		return -1, 0, nil // none kept (0 is the default in TypeSettings)
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return n, 0, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return 0, d, nil
+	}
+	return 0, 0, fmt.Errorf("%w: history=%q is neither a number of records (1000; 0 or none keeps none) nor a duration (24h)", ErrBadRequest, v)
 }

@@ -65,6 +65,9 @@ type TypeInfo struct {
 	// MaxRetries is how many times a message no one waits for may fail before its
 	// entity pauses (sharding.TypeSettings.MaxRetries; 0: the default, -1: never).
 	MaxRetries int `cbor:"20,keyasint,omitempty" json:"max_retries,omitempty"`
+	// HistoryAgeMs, when not 0, is how long journal records stay behind a base
+	// (sharding.TypeSettings.HistoryAge), in place of History.
+	HistoryAgeMs int64 `cbor:"21,keyasint,omitempty" json:"history_age_ms,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -90,6 +93,7 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 	return sharding.TypeSettings{Name: t.Name, NumberOfShards: t.NumberOfShards, Role: t.Role, Allocation: t.Allocation,
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
 		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History,
+		HistoryAge:           time.Duration(t.HistoryAgeMs) * time.Millisecond,
 		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries}
 }
 
@@ -284,7 +288,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
 		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
-		History: st.History, IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
+		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
 }
 

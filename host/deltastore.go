@@ -159,8 +159,8 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 		case dn == bn:
 			// Under a journal, each is a base after a record, with the keys remembered
 			// then: the chain is the delta's (the later) base.
-			return sharding.EncodeBase(sharding.Base{Seq: max(bb.Seq, db.Seq), Keys: db.Keys,
-				State: encodeChain(baseState, deltaState)}), nil
+			return sharding.EncodeBase(sharding.Base{Seq: max(bb.Seq, db.Seq), Keys: db.Keys, History: db.History,
+				HistoryAt: db.HistoryAt, State: encodeChain(baseState, deltaState)}), nil
 		case dn.Gen < bn.Gen:
 			return base, nil // a delta of an earlier base: the base holds what it did
 		}

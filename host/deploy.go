@@ -69,9 +69,14 @@ func (t TypeInfo) SettingList() []Setting {
 	if checkpoint == "" {
 		checkpoint = sharding.CheckpointJournal
 	}
-	history := t.History
-	if history == 0 {
-		history = sharding.DefaultHistory
+	history := strconv.Itoa(t.History)
+	switch {
+	case t.HistoryAgeMs > 0:
+		history = (time.Duration(t.HistoryAgeMs) * time.Millisecond).String()
+	case t.History == 0:
+		history = strconv.Itoa(sharding.DefaultHistory)
+	case t.History < 0:
+		history = "0"
 	}
 	retention := time.Duration(t.IdempotencyRetentionMs) * time.Millisecond
 	if retention == 0 {
@@ -85,7 +90,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"shards", strconv.Itoa(t.NumberOfShards)},
 		{"allocation", allocation},
 		{"checkpoint", checkpoint},
-		{"history", strconv.Itoa(max(history, 0))},
+		{"history", history},
 		{"idempotency-retention", retention.String()},
 		{"max-retries", maxRetriesSetting(t.MaxRetries)},
 		{"passivate-after", (time.Duration(t.PassivateAfterMs) * time.Millisecond).String()},

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -187,5 +188,23 @@ func TestAPIPausedEntityResumesAfterASkip(t *testing.T) {
 	}
 	if r := c.do("POST", "/v1/entities/faulty/x/skip", nil); r.status != 200 || !strings.Contains(string(r.body), `"not-paused"`) {
 		t.Fatalf("skip of an entity not paused: %d %s", r.status, r.body)
+	}
+}
+
+func TestParseHistory(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		records int
+		age     time.Duration
+	}{{"1000", 1000, 0}, {"0", -1, 0}, {"none", -1, 0}, {"90m", 0, 90 * time.Minute}} {
+		n, d, err := parseHistory(c.in)
+		if err != nil || n != c.records || d != c.age {
+			t.Errorf("%q: %d records, %v, %v; want %d, %v", c.in, n, d, err, c.records, c.age)
+		}
+	}
+	for _, bad := range []string{"", "-5", "-1h", "lots", "0s"} {
+		if _, _, err := parseHistory(bad); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "neither a number of records") {
+			t.Errorf("%q: %v, want ErrBadRequest", bad, err)
+		}
 	}
 }

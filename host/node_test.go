@@ -358,6 +358,16 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if res = deploy("history=0"); res.Type.History != -1 || res.Settings[3] != (Setting{"history", "0"}) {
 		t.Fatalf("history=0: %+v, settings %v", res.Type, res.Settings)
 	}
+	// Or a duration, which counts in place of the records.
+	if res = deploy("history=24h"); res.Type.HistoryAgeMs != 86_400_000 || res.Settings[3] != (Setting{"history", "24h0m0s"}) {
+		t.Fatalf("history=24h: %+v, settings %v", res.Type, res.Settings)
+	}
+	if st := res.Type.Settings(); st.HistoryAge != 24*time.Hour {
+		t.Fatalf("history=24h: sharding settings %+v", st)
+	}
+	if res = deploy("max_active=2"); res.Type.HistoryAgeMs != 86_400_000 {
+		t.Fatalf("a redeploy without history: %+v", res.Type)
+	}
 	if res.Settings[4] != (Setting{"idempotency-retention", "24h0m0s"}) {
 		t.Fatalf("the default idempotency retention: %v", res.Settings)
 	}

@@ -446,10 +446,10 @@ func ReplayJournal(ctx context.Context, in ReplayInput) (ReplayReport, error) {
 	var earlier []sharding.JournalEntry
 	for _, en := range entries {
 		if en.Kind != sharding.KindMessage && en.Kind != sharding.KindTimer && en.Kind != sharding.KindChanged {
-			if fresh {
+			if fresh && en.Kind != sharding.KindBase {
 				return report, fmt.Errorf("%w: record %d is a %s, whose state the journal does not hold: a replay from a new entity cannot go past it", ErrBadRequest, en.Seq, en.Kind)
 			}
-			continue // a time travel's record: the base holds its state
+			continue // a time travel's record (the base holds its state), or a base's copy
 		}
 		if en.Seq == in.StopBefore {
 			d := &ReplayDebug{Record: en}

@@ -172,7 +172,8 @@ func TestReplayJournalOfAChangedModuleReportsWhereItDiverges(t *testing.T) {
 // TestReplayJournalTakesAGuestStateToAnotherModule: abitest-rust keeps a guest-level
 // state; after a revert (which saves a base) its journal goes on from the base. The
 // replay restores the base into the module, and into another module of the same code
-// (another digest): a guest state moves, and both replays match the records. A
+// (another digest): a guest state moves, and both replays match the records (the
+// journal's copy of the revert's base among them, which a replay passes over). A
 // transparent base does not move: the bank's, given another module, is refused naming
 // why, and nothing runs. StopBefore ends a replay before a record with the guest's
 // state then and the message.
@@ -188,7 +189,7 @@ func TestReplayJournalTakesAGuestStateToAnotherModule(t *testing.T) {
 		t.Fatalf("counts after the revert: %v", got)
 	}
 	b, in := replayInput(t, n, "abi", "g", 0)
-	if b.StateKind != "guest" || b.ModuleFrom != "type" || b.Seq != 4 || len(in.Records) != 2 {
+	if b.StateKind != "guest" || b.ModuleFrom != "type" || b.Seq != 4 || len(in.Records) != 3 { // the base's copy, two counts
 		t.Fatalf("base: %+v, %d records", b, len(in.Records))
 	}
 	other := withCustomSection(in.Module, "version 2")
@@ -204,15 +205,15 @@ func TestReplayJournalTakesAGuestStateToAnotherModule(t *testing.T) {
 			t.Fatalf("replay with module %.12s: %+v", moduleDigest(m), rep)
 		}
 	}
-	in.StopBefore = 6
+	in.StopBefore = 7
 	rep, err := ReplayJournal(ctx, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := rep.Debug
-	if d == nil || !d.HasState || len(d.State) == 0 || string(d.Record.Payload) != "count" || d.Record.Seq != 6 || d.Earlier != nil ||
+	if d == nil || !d.HasState || len(d.State) == 0 || string(d.Record.Payload) != "count" || d.Record.Seq != 7 || d.Earlier != nil ||
 		rep.Replayed != 1 || len(rep.Records) != 1 || rep.FinalStateBytes != len(d.State) {
-		t.Fatalf("stop before 6: %+v debug %+v", rep, d)
+		t.Fatalf("stop before 7: %+v debug %+v", rep, d)
 	}
 
 	// The bank's base, after a revert, is a transparent snapshot.

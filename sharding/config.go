@@ -38,10 +38,15 @@ type TypeSettings struct {
 	// crash loses up to N-1 acknowledged messages). docs/sharding.md, "What a failure
 	// loses", compares them.
 	Checkpoint string `json:"checkpoint,omitempty"`
-	// History is how many journal records a base leaves behind when it truncates the
-	// journal (CheckpointJournal): what `shardhost history` shows before the last base.
-	// Default DefaultHistory; -1 keeps none.
+	// History is how many journal records (CheckpointJournal) stay behind the entity's
+	// last base: what `shardhost history` shows, and how far back a revert or a fork
+	// reaches. Every record of at least the last History stays, from a copy of a base
+	// (a KindBase record) that a revert starts from. Default DefaultHistory; -1 keeps
+	// none. HistoryAge, when set, counts instead.
 	History int `json:"history,omitempty"`
+	// HistoryAge, when not 0, keeps the records of at least the last HistoryAge (and
+	// History does not count): `--history 24h`. At most a year.
+	HistoryAge time.Duration `json:"history_age,omitempty"`
 	// IdempotencyRetention is how long an entity remembers a message's idempotency key
 	// (Message.IdempotencyKey) and its reply: a message with the same key within it is
 	// answered with that reply and not handled again. Default
@@ -116,15 +121,33 @@ func (t *TypeSettings) Validate() error {
 	case t.History < -1 || t.History > maxHistory:
 		return fmt.Errorf("sharding: history of %d records (want -1 for none, or 1 to %d)", t.History, maxHistory)
 	}
+	if t.HistoryAge < 0 || t.HistoryAge > 365*24*time.Hour {
+		return fmt.Errorf("sharding: history of %v (want up to a year)", t.HistoryAge)
+	}
 	return nil
 }
 
-// historyKept is how many records a base leaves behind.
-func (t TypeSettings) historyKept() uint64 {
-	if t.History <= 0 {
-		return 0
+// keepsHistory reports whether the type keeps records behind its bases.
+func (t TypeSettings) keepsHistory() bool { return t.HistoryAge > 0 || t.History > 0 }
+
+// historyPassed reports whether records (a count) and age (a duration) behind the
+// entity's last record are past what the type's history keeps.
+func (t TypeSettings) historyPassed(records uint64, age time.Duration) bool {
+	if t.HistoryAge > 0 {
+		return age >= t.HistoryAge
 	}
-	return uint64(t.History)
+	return t.History > 0 && records >= uint64(t.History)
+}
+
+// historyLimit says what the type's history keeps, for an error.
+func (t TypeSettings) historyLimit() string {
+	switch {
+	case t.HistoryAge > 0:
+		return "the last " + t.HistoryAge.String()
+	case t.History > 0:
+		return "the last " + strconv.Itoa(t.History) + " records"
+	}
+	return "none"
 }
 
 // checkpointEvery returns after how many messages an entity's state is saved under a

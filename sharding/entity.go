@@ -65,6 +65,10 @@ type entity struct {
 	// saved base holds.
 	journaled    bool
 	seq, baseSeq uint64
+	// histBase is the Seq of the journal's last KindBase record (0: none known), and
+	// histAt its time (Unix ms): where the history a revert reaches starts.
+	histBase uint64
+	histAt   int64
 	// keys are the idempotency keys the entity remembers (idempotency.go).
 	keys idemTable
 	// failures counts the failures in a row of the message at the head of the mailbox
@@ -560,6 +564,7 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 	var entries []JournalEntry
 	e.journaled = e.journals()
 	e.seq, e.baseSeq, e.keys = 0, 0, idemTable{}
+	e.histBase, e.histAt = 0, 0
 	defer func() {
 		st := "fresh"
 		if state != nil || len(entries) > 0 {
@@ -613,6 +618,9 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 				return wrapCause(ErrStateNotLoaded, e.name(), err)
 			}
 			e.seq, state = base.Seq, base.State
+			if a.from == nil {
+				e.histBase, e.histAt = base.History, base.HistoryAt
+			}
 			if a.from == nil { // a fork remembers none of its source's keys
 				if e.keys, err = decodeIdemTable(base.Keys, s.cfg.Now(), e.r.Settings().IdempotencyRetention); err != nil {
 					return wrapCause(ErrStateNotLoaded, e.name(), err)
@@ -636,7 +644,22 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 				}
 				a.upTo = a.lastSeq - a.back
 			}
-			if a.upTo > 0 {
+			if a.from == nil {
+				e.learnHistory(entries)
+			}
+			if a.upTo > 0 && a.upTo < e.seq {
+				// Before the base: from the history's copy of an earlier one.
+				var from Base
+				if from, entries, err = e.historyAt(ctx, epoch, a); err != nil {
+					return err
+				}
+				e.seq, state = from.Seq, from.State
+				if a.from == nil {
+					if e.keys, err = decodeIdemTable(from.Keys, s.cfg.Now(), e.r.Settings().IdempotencyRetention); err != nil {
+						return wrapCause(ErrStateNotLoaded, e.name(), err)
+					}
+				}
+			} else if a.upTo > 0 {
 				if entries, err = cutAt(entries, e.seq, a.upTo); err != nil {
 					return err
 				}

@@ -191,6 +191,8 @@ func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, do
 		// is durable without it.
 		if err := e.save(context.WithoutCancel(ctx)); err != nil {
 			s.log.WarnContext(ctx, "entity base not saved (its journal holds its messages)", "entity", e.name(), "err", err)
+		} else {
+			e.keepHistory(ctx, false)
 		}
 	}
 	if lc != nil && lc.PassivationRequested() {
@@ -215,22 +217,81 @@ func (e *entity) snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil || state == nil || e.r.s.journal == nil {
 		return state, err
 	}
-	return EncodeBase(Base{Seq: e.seq, Keys: e.keys.encode(), State: state}), nil
+	return EncodeBase(Base{Seq: e.seq, Keys: e.keys.encode(), State: state, History: e.histBase, HistoryAt: e.histAt}), nil
 }
 
-// based notes that the base after record e.seq is saved: the journal before it,
-// but for the type's history, goes.
+// based notes that the base after record e.seq is saved: without a history, the
+// journal before it goes (with one, keepHistory decides).
 func (e *entity) based(ctx context.Context) {
-	s := e.r.s
 	e.baseSeq = e.seq
-	if s.journal == nil {
+	if e.r.s.journal != nil && e.seq > 0 && (!e.journaled || !e.r.Settings().keepsHistory()) {
+		e.truncate(ctx, e.seq+1)
+	}
+}
+
+// keepHistory follows a base saved after the entity's last record (e.baseSeq ==
+// e.seq) under a history: the journal keeps every record behind the base that the
+// history asks for, from a copy of an earlier base that a revert starts from. When the
+// last such copy (a KindBase record) is as far back as the history reaches (or force:
+// after a time travel, whose state no replay makes), the base is copied to the
+// journal as a new one, and, in the first case, the records before the previous copy
+// go. So a journal holds at most about twice its history, and each of its records can
+// be reverted to (historyAt). A copy that fails is tried again at the next base.
+func (e *entity) keepHistory(ctx context.Context, force bool) {
+	s := e.r.s
+	st := e.r.Settings()
+	if s.journal == nil || !e.journaled || !st.keepsHistory() || e.baseSeq != e.seq || e.inst == nil || e.fenced.Load() {
 		return
 	}
-	keep := e.r.Settings().historyKept()
-	if e.seq+1 <= keep+1 {
+	now := s.cfg.Now()
+	due := e.histBase == 0 || st.historyPassed(e.seq-e.histBase, now.Sub(time.UnixMilli(e.histAt)))
+	if !due && !force {
 		return
 	}
-	before := e.seq + 1 - keep
+	left := s.leaseLeft()
+	if left <= 0 {
+		return
+	}
+	lctx, cancel := context.WithTimeout(WithReadEpoch(context.WithoutCancel(ctx), e.currentEpoch()), min(s.cfg.RequestTimeout, left))
+	defer cancel()
+	// The state as the store holds it (with the delta records a store's decorator
+	// keeps beside a base): a copy that needs nothing else.
+	saved, err := s.cfg.States.Load(lctx, e.key())
+	if err != nil {
+		s.log.DebugContext(ctx, "no copy of the base for the history", "entity", e.name(), "err", err)
+		return
+	}
+	prev := e.histBase
+	entry := JournalEntry{Seq: e.seq + 1, Time: now, Kind: KindBase, Payload: saved}
+	if err := e.appendRecords(lctx, entry); err != nil {
+		if errors.Is(err, ErrStateTooLarge) && due {
+			// A state over the store's cap of a record: reverts reach back to the base
+			// alone, and the journal keeps the history's count of records (or the
+			// default's) behind it for `shardhost history`.
+			s.log.InfoContext(ctx, "the history keeps no copy of the entity's base: reverts reach back to its last base only",
+				"entity", e.name(), "bytes", len(saved), "err", err)
+			keep := uint64(DefaultHistory)
+			if st.History > 0 {
+				keep = uint64(st.History)
+			}
+			if e.seq+1 > keep {
+				e.truncate(ctx, e.seq+1-keep)
+			}
+			return
+		}
+		s.log.DebugContext(ctx, "no copy of the base for the history", "entity", e.name(), "err", err)
+		return
+	}
+	e.histBase, e.histAt = entry.Seq, entry.Time.UnixMilli()
+	if prev != 0 && due {
+		e.truncate(ctx, prev)
+	}
+}
+
+// truncate deletes the entity's journal records before record before, as far as the
+// hosting lease lets it; a truncation that fails is tried again at the next base.
+func (e *entity) truncate(ctx context.Context, before uint64) {
+	s := e.r.s
 	left := s.leaseLeft()
 	if left <= 0 {
 		return
@@ -242,10 +303,88 @@ func (e *entity) based(ctx context.Context) {
 	}
 }
 
+// learnHistory notes the last KindBase record among entries, records an activation
+// read after its base.
+func (e *entity) learnHistory(entries []JournalEntry) {
+	for k := len(entries) - 1; k >= 0; k-- {
+		if entries[k].Kind == KindBase {
+			e.histBase, e.histAt = entries[k].Seq, entries[k].Time.UnixMilli()
+			return
+		}
+	}
+}
+
+// historyAt finds where a revert or a fork to record a.upTo, before the entity's base,
+// starts: the latest copy of a base in the journal at or before it (a KindBase record
+// after record a.upTo at the latest), or a new entity when the journal still holds its
+// first record; it returns that base and the records from it to a.upTo. Errors:
+// ErrNotInHistory (a.upTo before the history the journal keeps), the store's,
+// ErrCorruptRecord.
+func (e *entity) historyAt(ctx context.Context, epoch uint64, a *activation) (Base, []JournalEntry, error) {
+	all, err := e.readJournal(ctx, epoch, 0, true, a.from)
+	if err != nil {
+		return Base{}, nil, err
+	}
+	start := -1 // the index of the copy a revert starts from; -1: none
+	for k, en := range all {
+		if en.Seq > a.upTo+1 {
+			break
+		}
+		if en.Kind == KindBase {
+			start = k
+		}
+	}
+	var b Base
+	var entries []JournalEntry
+	switch {
+	case start >= 0:
+		if b, err = DecodeBase(all[start].Payload); err != nil {
+			return Base{}, nil, err
+		}
+		b.Seq = all[start].Seq // the copy's own record: replay goes on after it
+		entries = cutBetween(all[start+1:], a.upTo)
+	case len(all) > 0 && all[0].Seq == 1:
+		entries = cutBetween(all, a.upTo)
+	}
+	if start >= 0 || len(entries) > 0 {
+		for _, en := range entries {
+			if en.Kind == kindRevert || en.Kind == kindFork {
+				// Its state is in the base saved then, which no copy here holds.
+				return Base{}, nil, fmt.Errorf("%w: the %s of record %d lies between record %d and the journal's last copy of a base before it",
+					ErrNotInHistory, en.Kind, en.Seq, a.upTo)
+			}
+		}
+		return b, entries, nil
+	}
+	for _, en := range all {
+		if en.Kind == KindBase {
+			return Base{}, nil, fmt.Errorf("%w: record %d is before the oldest a revert reaches, %d: the type keeps %s of history (deploy --history)",
+				ErrNotInHistory, a.upTo, en.Seq-1, e.r.Settings().historyLimit())
+		}
+	}
+	return Base{}, nil, fmt.Errorf("%w: record %d is before the entity's last base, after record %d, and its journal holds no copy of an earlier base (the type keeps %s of history: deploy --history)",
+		ErrNotInHistory, a.upTo, e.seq, e.r.Settings().historyLimit())
+}
+
+// cutBetween returns the entries up to record upTo.
+func cutBetween(entries []JournalEntry, upTo uint64) []JournalEntry {
+	n := 0
+	for n < len(entries) && entries[n].Seq <= upTo {
+		n++
+	}
+	return entries[:n]
+}
+
 // loadJournal reads the journal records that follow the base after record seq, and
 // decodes them: what an activation replays. It tries again as loadState does.
 // Errors: the store's, ErrCorruptRecord, and a gap in the records (ErrCorruptRecord).
 func (e *entity) loadJournal(ctx context.Context, epoch, seq uint64, from *EntityKey) ([]JournalEntry, error) {
+	return e.readJournal(ctx, epoch, seq, false, from)
+}
+
+// readJournal is loadJournal; with anyStart, the records read may begin after seq+1
+// (the whole journal kept, read from seq 0, starts where it was truncated).
+func (e *entity) readJournal(ctx context.Context, epoch, seq uint64, anyStart bool, from *EntityKey) ([]JournalEntry, error) {
 	s := e.r.s
 	key, rctx := e.key(), WithReadEpoch(ctx, epoch)
 	if from != nil {
@@ -269,6 +408,9 @@ func (e *entity) loadJournal(ctx context.Context, epoch, seq uint64, from *Entit
 	}
 	if err != nil {
 		return nil, err
+	}
+	if anyStart && len(recs) > 0 {
+		seq = recs[0].Seq - 1
 	}
 	entries := make([]JournalEntry, len(recs))
 	for k, r := range recs {

@@ -125,9 +125,13 @@ func TestBasesTruncateTheJournalButForTheHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The history keeps DefaultHistory records up to the base, and what follows it.
-	if first, last := recs[0].Seq, recs[len(recs)-1].Seq; first != journalBaseEvery+1-DefaultHistory || last != uint64(total) {
-		t.Fatalf("journal holds records %d to %d, want %d to %d", first, last, journalBaseEvery+1-DefaultHistory, total)
+	// The history keeps every record so far (the type keeps DefaultHistory, no fewer),
+	// a copy of the base after it (a KindBase record), and the records after that.
+	if first, last := recs[0].Seq, recs[len(recs)-1].Seq; first != 1 || last != uint64(total)+1 {
+		t.Fatalf("journal holds records %d to %d, want 1 to %d", first, last, total+1)
+	}
+	if e, err := DecodeJournalEntry(key, recs[journalBaseEvery]); err != nil || e.Kind != KindBase {
+		t.Fatalf("record %d: %v, %v; want the base's copy", journalBaseEvery+1, e.Kind, err)
 	}
 	// A crash: the next activation starts from the base and replays the ten after it.
 	if _, err := ask(t, n, "counter", "b", "crash"); ErrorCode(err) != CodeGuestTrap {

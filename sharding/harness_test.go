@@ -349,6 +349,7 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 			"durable":  {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
 			"passive":  {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
 			"remember": {Name: "remember", NumberOfShards: 10, RememberEntities: true},
+			"history":  {Name: "history", NumberOfShards: 10, History: 5},
 			"worker":   {Name: "worker", NumberOfShards: 20, Role: "worker"},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}

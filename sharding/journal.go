@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"hash/fnv"
+	"math"
 	"time"
 
 	"github.com/shardhost/shardhost/internal/binread"
@@ -284,23 +285,39 @@ func ReplyDigest(reply []byte) uint32 {
 
 // Base is an entity's state as sharding saves it in a store that keeps journals: the
 // sequence number of the last journal record it holds (Seq; 0 for none), the
-// idempotency keys the entity remembers (Keys, sharding's own encoding), and the
-// entity's snapshot (State). EncodeBase frames it; a store keeps the frame as it keeps
-// any snapshot, and a decorator that looks into saved states (the host's delta records)
-// reads through it with DecodeBase.
+// idempotency keys the entity remembers (Keys, sharding's own encoding), the entity's
+// snapshot (State), and where its history starts: the Seq of its journal's last
+// KindBase record and that record's time (History, HistoryAt, Unix milliseconds; 0:
+// none known). EncodeBase frames it; a store keeps the frame as it keeps any snapshot,
+// and a decorator that looks into saved states (the host's delta records) reads
+// through it with DecodeBase.
 type Base struct {
-	Seq   uint64
-	Keys  []byte
-	State []byte
+	Seq       uint64
+	Keys      []byte
+	State     []byte
+	History   uint64
+	HistoryAt int64
 }
 
-var baseMagic = [4]byte{0xff, 'S', 'J', 'B'}
+// The magics of a framed base: without History, and with it.
+var (
+	baseMagic        = [4]byte{0xff, 'S', 'J', 'B'}
+	baseHistoryMagic = [4]byte{0xff, 'S', 'J', 'H'}
+)
 
-// EncodeBase frames b: a magic, Seq, Keys (with its length), then State.
+// EncodeBase frames b: a magic, Seq, History and HistoryAt when History is not 0,
+// Keys (with its length), then State.
 func EncodeBase(b Base) []byte {
-	out := make([]byte, 0, len(b.State)+len(b.Keys)+24)
-	out = append(out, baseMagic[:]...)
-	out = binary.AppendUvarint(out, b.Seq)
+	out := make([]byte, 0, len(b.State)+len(b.Keys)+40)
+	if b.History == 0 {
+		out = append(out, baseMagic[:]...)
+		out = binary.AppendUvarint(out, b.Seq)
+	} else {
+		out = append(out, baseHistoryMagic[:]...)
+		out = binary.AppendUvarint(out, b.Seq)
+		out = binary.AppendUvarint(out, b.History)
+		out = binary.AppendUvarint(out, uint64(max(b.HistoryAt, 0)))
+	}
 	out = binary.AppendUvarint(out, uint64(len(b.Keys)))
 	out = append(out, b.Keys...)
 	return append(out, b.State...)
@@ -310,11 +327,19 @@ func EncodeBase(b Base) []byte {
 // framing (before the journal, or by a store without one) is the state after no record,
 // with no keys. Errors: ErrCorruptRecord.
 func DecodeBase(data []byte) (Base, error) {
-	if len(data) < len(baseMagic) || [4]byte(data[:4]) != baseMagic {
+	if len(data) < len(baseMagic) {
+		return Base{State: data}, nil
+	}
+	magic := [4]byte(data[:4])
+	if magic != baseMagic && magic != baseHistoryMagic {
 		return Base{State: data}, nil
 	}
 	r := binread.New(data[4:])
 	b := Base{Seq: r.Uvarint()}
+	if magic == baseHistoryMagic {
+		b.History = r.Uvarint()
+		b.HistoryAt = int64(min(r.Uvarint(), math.MaxInt64))
+	}
 	if keys := r.Bytes(maxJournalBytes); len(keys) > 0 {
 		b.Keys = keys
 	}

@@ -301,6 +301,10 @@ const (
 	// kindPassivate asks the entity's region to passivate it (Sharding.Passivate). It
 	// never reaches the entity.
 	kindPassivate MessageKind = 3
+	// KindBase is a journal record that holds a copy of the entity's base, the state
+	// a revert to the record before it starts from (TypeSettings.History); never a
+	// message.
+	KindBase MessageKind = 9
 )
 
 // String names the kind: message, timer, changed, and, in a journal's history, the
@@ -325,6 +329,8 @@ func (k MessageKind) String() string {
 		return "resume"
 	case kindSkip:
 		return "skip"
+	case KindBase:
+		return "base"
 	}
 	return "kind-" + strconv.Itoa(int(k))
 }

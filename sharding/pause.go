@@ -82,7 +82,7 @@ func isPauseControl(k MessageKind) bool { return k == kindResume || k == kindSki
 // isControlRecord reports whether a journal record is the entity's own (a time
 // travel's, a pause's), not a message: never replayed.
 func isControlRecord(k MessageKind) bool {
-	return k == kindRevert || k == kindFork || k == kindPause || k == kindResume || k == kindSkip
+	return k == kindRevert || k == kindFork || k == kindPause || k == kindResume || k == kindSkip || k == KindBase
 }
 
 // guestFailure reports whether err is a failure a retry may get past or that repeats:

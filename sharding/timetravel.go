@@ -17,9 +17,9 @@ import (
 
 // Errors of time travel.
 var (
-	// ErrNotInHistory: the record named is not in the entity's journal: before its last
-	// base (a revert or fork reaches back to it, no further), past its last record, or
-	// the type does not journal its messages.
+	// ErrNotInHistory: the record named is not in the entity's journal: before the
+	// history it keeps (TypeSettings.History), past its last record, or the type does
+	// not journal its messages.
 	ErrNotInHistory = errors.New("sharding: the record is not in the entity's journal")
 	// ErrEntityExists: a fork onto an entity that has state, a journal or an instance.
 	ErrEntityExists = errors.New("sharding: the entity exists")
@@ -32,13 +32,15 @@ const (
 )
 
 // Revert makes entity typ/id's state what it was after its journal record toSeq: its
-// instance stops, a new one starts from the entity's last base with the records up to
-// toSeq replayed, its state is saved as a new base, and a record of the revert follows
+// instance stops, a new one starts from the entity's last base (or an earlier one)
+// with the records up to toSeq replayed, its state is saved as a new base, and a record of the revert follows
 // the journal's last. Messages before it are handled first; those after it see the
 // reverted state. What the reverted messages did outside the entity (tells, asks,
 // distributed data) is not undone. It returns the revert's own record number.
-// Errors: ErrNotInHistory (toSeq before the entity's last base, past its journal's end,
-// or 0; or a type without a journal), the errors of AskMessage and of the state store.
+// A record before the entity's base is reached from the journal's latest copy of an
+// earlier base (a KindBase record) at or before it, or from the journal's first record.
+// Errors: ErrNotInHistory (toSeq before the history the type keeps, past its journal's
+// end, or 0; or a type without a journal), the errors of AskMessage and of the state store.
 func (s *Sharding) Revert(ctx context.Context, typ, id string, toSeq uint64) (uint64, error) {
 	if toSeq == 0 {
 		return 0, fmt.Errorf("%w: record 0 (records count from 1)", ErrNotInHistory)
@@ -156,11 +158,14 @@ func (e *entity) timeTravel(ctx context.Context, d delivery, done func(error)) {
 	entry := JournalEntry{Seq: e.seq, Time: s.cfg.Now(), Kind: d.env.Kind, Payload: []byte(what)}
 	if err := e.appendRecords(ctx, entry); err != nil {
 		s.log.WarnContext(ctx, "the record of a time travel was not appended (its base holds its state)", "entity", e.name(), "what", what, "err", err)
+	} else {
+		e.keepHistory(ctx, true) // a revert or a fork to come starts after this one
 	}
-	s.log.InfoContext(ctx, "entity "+what, "entity", e.name(), "record", e.seq)
+	rec := entry.Seq
+	s.log.InfoContext(ctx, "entity "+what, "entity", e.name(), "record", rec)
 	done(nil)
 	if d.ask {
-		d.answer(Reply{Payload: []byte(strconv.FormatUint(e.seq, 10)), Node: s.self}, nil)
+		d.answer(Reply{Payload: []byte(strconv.FormatUint(rec, 10)), Node: s.self}, nil)
 	}
 }
 

@@ -19,11 +19,12 @@ import (
 
 func newDeployCommand(g *globals) *cobra.Command {
 	var typ, role, allocation, checkpoint string
-	var shards, maxActive, history, maxRetries int
+	var shards, maxActive, maxRetries int
+	var history string
 	var passivateAfter, retention time.Duration
 	var remember, reset bool
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -65,7 +66,7 @@ deployment changed marked with * and their previous value.`,
 				q.Set("checkpoint", checkpoint)
 			}
 			if f.Changed("history") {
-				q.Set("history", strconv.Itoa(history))
+				q.Set("history", history)
 			}
 			if f.Changed("max-retries") {
 				q.Set("max_retries", strconv.Itoa(maxRetries))
@@ -107,7 +108,7 @@ deployment changed marked with * and their previous value.`,
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "how entity state survives a crash: journal (default: every acknowledged message is durable), passivation, every-message or every:N (docs/sharding.md)")
 	cmd.Flags().IntVar(&maxRetries, "max-retries", 0, "attempts of a tell that keeps failing (a trap, the deadline) before its entity pauses on it (default 3; 0: never pause, a dead letter at once)")
 	cmd.Flags().DurationVar(&retention, "idempotency-retention", 0, "how long an entity remembers a message's idempotency key and reply (default 24h)")
-	cmd.Flags().IntVar(&history, "history", 0, "journal records kept behind each base, for history (default 1000; 0 keeps none)")
+	cmd.Flags().StringVar(&history, "history", "", "journal history kept behind each base, for history, revert and fork: N records or a DURATION such as 24h (default 1000 records; 0 keeps none)")
 	cmd.Flags().BoolVar(&remember, "remember-entities", false, "restart a shard's entities wherever the shard goes")
 	cmd.Flags().StringVar(&role, "role", "", "only members with this role host the type (others route its messages)")
 	cmd.Flags().StringVar(&allocation, "allocation", "", "shard allocation: least-shard (default) or priority")
