@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/pgtest"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -21,10 +22,24 @@ import (
 //   - concurrent: 64 goroutines asking "inc" of the 1,000 counters through the first
 //     member (two thirds of them hosted elsewhere), each taking them in turn with a
 //     stride of 7 from its own offset.
-func BenchmarkDurableAsk(b *testing.B) {
+func BenchmarkDurableAsk(b *testing.B) { benchDurableAsk(b, "") }
+
+// BenchmarkDurableAskPostgres is BenchmarkDurableAsk with the PostgreSQL store, on a
+// server started for it (durable: a record's transaction committed, the server's
+// default synchronous_commit, which fsyncs its write-ahead log).
+func BenchmarkDurableAskPostgres(b *testing.B) {
+	if pgtest.BinDir() == "" {
+		b.Skip("PostgreSQL binaries not found")
+	}
+	benchDurableAsk(b, pgtest.Start(b, pgtest.Options{}).NewDatabase(b))
+}
+
+// benchDurableAsk runs BenchmarkDurableAsk on stateStore (Config.StateStore; "": the
+// built-in store).
+func benchDurableAsk(b *testing.B, stateStore string) {
 	const entities, askers = 1000, 64
 	ctx := context.Background()
-	nodes := startBenchNodes(b, 3, nil)
+	nodes := startBenchNodes(b, 3, func(c *Config) { c.StateStore = stateStore })
 	waitBenchMembers(b, nodes)
 	wasm := testwasm.RustBytes(b, "counter-rust")
 	policies := []struct{ name, typ, checkpoint string }{
