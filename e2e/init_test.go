@@ -49,18 +49,18 @@ func TestInitScaffoldsBuildAndDeploy(t *testing.T) {
 			}
 
 			// A fix: the reply says "msg" instead of "message".
-			src := filepath.Join(dir, "main.go")
+			src, reply, fixed := filepath.Join(dir, "main.go"), `": message "`, `": msg "`
 			if lang == "rust" {
-				src = filepath.Join(dir, "lib.rs")
+				src, reply, fixed = filepath.Join(dir, "lib.rs"), `"{}: message {}: "`, `"{}: msg {}: "`
 			}
 			code, err := os.ReadFile(src)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := strings.Count(string(code), ": message "); n != 1 {
-				t.Fatalf("%s has %d replies with \": message \", want 1:\n%s", src, n, code)
+			if n := strings.Count(string(code), reply); n != 1 {
+				t.Fatalf("%s has %d replies %s, want 1:\n%s", src, n, reply, code)
 			}
-			if err := os.WriteFile(src, []byte(strings.Replace(string(code), ": message ", ": msg ", 1)), 0o644); err != nil {
+			if err := os.WriteFile(src, []byte(strings.Replace(string(code), reply, fixed, 1)), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command("make", "deploy")
