@@ -50,6 +50,7 @@ package shardhost
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // ABIVersion is the host ABI version this SDK implements: a module built with it exports
@@ -311,10 +312,21 @@ func (d *dispatcher) snapshot() (state []byte, ok bool, err error) {
 		return nil, true, err
 	}
 	if len(state) > MaxSnapshotSize {
-		return nil, true, fmt.Errorf("%w: %d bytes, the cap is %d", ErrSnapshotTooLarge, len(state), MaxSnapshotSize)
+		return nil, true, snapshotTooLarge(len(state))
 	}
 	return state, true, nil
 }
+
+// snapshotTooLarge is the error of a snapshot of size bytes, over MaxSnapshotSize: it
+// wraps ErrSnapshotTooLarge. It is built without fmt, which would more than double a
+// TinyGo module with explicit state.
+type snapshotTooLarge int
+
+func (n snapshotTooLarge) Error() string {
+	return ErrSnapshotTooLarge.Error() + ": " + strconv.Itoa(int(n)) + " bytes, the cap is " + strconv.Itoa(MaxSnapshotSize)
+}
+
+func (n snapshotTooLarge) Unwrap() error { return ErrSnapshotTooLarge }
 
 // restore creates the entity and hands it state. On an error the entity is dropped, so
 // that a later attempt starts from a fresh one.
