@@ -181,6 +181,7 @@ test-guest: $(BIN)/wazero test-guest-tinygo
 	cd guest-sdk/go && PATH="$(CURDIR)/$(BIN):$$PATH" GOWASIRUNTIME=wazero GOOS=wasip1 GOARCH=wasm \
 		$(GO) test -tags shardhost_nohost -exec="$(GOROOT)/lib/wasm/go_wasip1_wasm_exec" ./...
 	cd examples/wasm && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	cd examples/wasm && $(GO) test -tags transparent ./counter ./bank && GOOS=wasip1 GOARCH=wasm $(GO) vet -tags transparent ./counter ./bank
 
 # TinyGo's `tinygo test` runs a wasm test binary under wasmtime; here it is compiled with
 # -c and run by wazero, with the repository mounted where the tests look for ../../abi.
@@ -206,6 +207,12 @@ test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(TEST_WA
 			--extern shardhost=$(RUST_SDK_HOST) -L $(dir $(RUST_SDK_HOST)) \
 			-o $(BIN)/rust/native/$$ex-test examples/wasm/$$ex/lib.rs; \
 		$(BIN)/rust/native/$$ex-test -q; \
+	done
+	set -e; for ex in counter-rust bank-rust; do \
+		$(RUSTC) --edition 2021 --crate-name $$(echo $$ex | tr - _) --test -D warnings --cfg transparent \
+			--extern shardhost=$(RUST_SDK_HOST) -L $(dir $(RUST_SDK_HOST)) \
+			-o $(BIN)/rust/native/$$ex-transparent-test examples/wasm/$$ex/lib.rs; \
+		$(BIN)/rust/native/$$ex-transparent-test -q; \
 	done
 
 # The Go tests build their modules themselves (internal/testwasm), with the same TinyGo.

@@ -85,8 +85,10 @@ var checkpointGuests = []struct {
 	name string
 	wasm func(testing.TB) []byte
 }{
-	{"go", func(tb testing.TB) []byte { return testwasm.Bytes(tb, "counter") }},
-	{"tinygo", func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "counter") }},
+	{"go", func(tb testing.TB) []byte { return testwasm.BytesWith(tb, "counter", testwasm.TransparentTag) }},
+	{"tinygo", func(tb testing.TB) []byte {
+		return testwasm.TinyGoBytesWith(tb, "counter", append(append([]string(nil), testwasm.TinyGoFlags...), testwasm.TransparentTag))
+	}},
 }
 
 // TestDeltaCheckpointsRestoreTheExactMemory: every-message checkpoints of a counter are
@@ -169,7 +171,7 @@ func TestDeltaCheckpointsRestoreTheExactMemory(t *testing.T) {
 // TestDeltaCheckpointAfterAFailedSaveIsABase: a base the store did not acknowledge
 // is not chained to; the next checkpoint is a base again, and deltas follow it.
 func TestDeltaCheckpointAfterAFailedSaveIsABase(t *testing.T) {
-	f := newCheckpointFixture(t, testwasm.Bytes(t, "counter"))
+	f := newCheckpointFixture(t, testwasm.BytesWith(t, "counter", testwasm.TransparentTag))
 	e := f.activate("c")
 	send(t, e, "inc")
 	if _, err := e.Snapshot(context.Background()); err != nil { // saved nowhere, not acknowledged
@@ -198,7 +200,7 @@ func TestDeltaCheckpointAfterAFailedSaveIsABase(t *testing.T) {
 // another base of its generation or a later one, and a corrupted delta or a chain whose
 // delta is not of its base fails to restore with ErrBadSnapshot.
 func TestDeltaOfAnotherBaseIsNeverApplied(t *testing.T) {
-	f := newCheckpointFixture(t, testwasm.Bytes(t, "counter"))
+	f := newCheckpointFixture(t, testwasm.BytesWith(t, "counter", testwasm.TransparentTag))
 	ctx := context.Background()
 	e := f.activate("c")
 	save := func() []byte {
@@ -350,7 +352,7 @@ func (b *batchMemoryStore) SaveBatch(ctx context.Context, typ string, shard int,
 // under the entity's delta record and a base under the entity's key, and the pair
 // restores the entity.
 func TestDeltaInABatchSaveGoesToTheDeltaRecord(t *testing.T) {
-	f := newCheckpointFixture(t, testwasm.Bytes(t, "counter"))
+	f := newCheckpointFixture(t, testwasm.BytesWith(t, "counter", testwasm.TransparentTag))
 	ctx := context.Background()
 	inner := &batchMemoryStore{MemoryStateStore: sharding.NewMemoryStateStore()}
 	f.mem, f.store = inner.MemoryStateStore, newDeltaStates(inner)

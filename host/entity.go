@@ -374,9 +374,24 @@ func (e *wasmEntity) PassivationRequested() bool {
 	return e.inst != nil && e.inst.PassivationRequested()
 }
 
-// BeforeStop implements sharding.EntityStopHook: the guest's on_passivate.
+// BeforeStop implements sharding.EntityStopHook: the guest's on_passivate. It also
+// reports a change when the entity runs another module than its type's current one (a
+// redeploy since its activation): the stop then saves its state as a base under the
+// journal too, so that the next activation starts from that state (explicit state goes
+// into the new module, a transparent snapshot keeps its own) instead of replaying the
+// messages since the last base on code that did not handle them (docs/state.md).
 func (e *wasmEntity) BeforeStop(ctx context.Context) bool {
-	return e.inst != nil && e.inst.BeforeStop(ctx)
+	if e.inst == nil {
+		return false
+	}
+	hooked := e.inst.BeforeStop(ctx)
+	return hooked || e.outdated()
+}
+
+// outdated reports whether the entity's module is not its type's current one.
+func (e *wasmEntity) outdated() bool {
+	info, ok := e.n.catalog.get(e.typ)
+	return ok && e.mod != nil && info.Digest != e.mod.Digest
 }
 
 // Stop ends the entity's timers and subscriptions (they are in its saved state) and

@@ -71,8 +71,12 @@ func TestGuestRestoreRefusals(t *testing.T) {
 	if !errors.Is(err, ErrRestoreFailed) || !strings.HasPrefix(err.Error(), "host: guest restore failed: ") {
 		t.Fatalf("malformed state: %q, want ErrRestoreFailed saying restore", err)
 	}
-	// A Go guest with no Snapshotter answers NoSnapshot, and refuses a guest state.
-	counter := compile(t, rt, "counter")
+	// A Go guest with no Snapshotter (the counter built with transparent state) answers
+	// NoSnapshot, and refuses a guest state.
+	counter, err := rt.Compile(ctx, testwasm.BytesWith(t, "counter", testwasm.TransparentTag))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !counter.HasGuestSnapshot() {
 		t.Fatal("the Go SDK exports shardhost_snapshot and shardhost_restore")
 	}
@@ -176,11 +180,15 @@ func waitPassivated(t *testing.T, n *Node, typ, id string) {
 	})
 }
 
-// A Go entity (transparent snapshot), built by TinyGo and by Go's port, passivated for
-// idleness comes back with its state.
+// A Go entity with transparent state (the counter built so), built by TinyGo and by
+// Go's port, passivated for idleness comes back with its state; so does the counter
+// with its default, explicit state.
 func TestNodeTransparentStateSurvivesPassivation(t *testing.T) {
-	for _, c := range testwasm.GoCompilers {
+	for _, c := range testwasm.GoTransparentCompilers {
 		t.Run(c.Name, func(t *testing.T) { testTransparentStateSurvivesPassivation(t, c.Bytes(t, "counter")) })
+	}
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name+"-explicit", func(t *testing.T) { testTransparentStateSurvivesPassivation(t, c.Bytes(t, "counter")) })
 	}
 }
 

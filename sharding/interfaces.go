@@ -64,7 +64,10 @@ type EntityLifecycle interface {
 // EntityStopHook is implemented by an Entity that wants to act before it is stopped with
 // its state saved (passivation, handoff, shutdown; not after a failure nor when fenced).
 // BeforeStop runs on the entity's mailbox goroutine just before the final Snapshot and
-// reports whether it may have changed the entity's state.
+// reports whether it may have changed the entity's state, or that the state is to be
+// saved whole anyway (under the journal, a base instead of the records since the last:
+// a wasm entity whose type has a newer module says so, so that its next activation
+// starts from its state rather than replaying its records on the newer code).
 type EntityStopHook interface {
 	BeforeStop(ctx context.Context) bool
 }

@@ -67,6 +67,15 @@ func TestInitWritesEachLanguagesProject(t *testing.T) {
 				t.Errorf("rust Makefile:\n%s", mk)
 			}
 		}
+		// The entity keeps explicit state, so that a redeploy reaches it (docs/state.md);
+		// e2e/init_test.go runs it through a redeploy.
+		src, explicit := "main.go", "shardhost.Stateful[seen, *seen]"
+		if lang == "rust" {
+			src, explicit = "lib.rs", "shardhost::explicit_state!(state);"
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, src)); !strings.Contains(string(b), explicit) {
+			t.Errorf("%s %s keeps no explicit state (%q):\n%s", lang, src, explicit, b)
+		}
 		if lang != "rust" {
 			mod, _ := os.ReadFile(filepath.Join(dir, "go.mod"))
 			if !strings.Contains(string(mod), "=> "+filepath.Join(root, "guest-sdk", "go")+"\n") {

@@ -22,11 +22,15 @@
 // none: the host delivers one message at a time); and a panic is never recovered, so it
 // fails the message as a trap, as under Go's port when nothing recovers it.
 //
-// An entity that also implements Snapshotter saves its state in its own encoding, so that
-// the state survives a redeploy with new code (Stateful does it for a state value that
-// implements encoding.BinaryMarshaler and encoding.BinaryUnmarshaler); otherwise the host
-// snapshots the instance's memory. Context.Passivate asks the host to passivate the
-// entity; Activator and Passivator are called as an incarnation starts and stops.
+// An entity's state is best explicit: an entity that implements Snapshotter saves its
+// state in its own encoding, so that the state survives a redeploy with new code (embed
+// Stateful for a state value that implements encoding.BinaryMarshaler and
+// encoding.BinaryUnmarshaler, written with StateWriter and read with StateReader). An
+// entity that does not, as the counter above, opts in to transparent state: the host
+// snapshots the instance's memory, which only the same module can take up, so after a
+// redeploy the entity stays on its old module (docs/state.md in the shardhost
+// repository). Context.Passivate asks the host to passivate the entity; Activator and
+// Passivator are called as an incarnation starts and stops.
 //
 // Through its Context an entity also talks to other entities (Tell, Ask, Forward; Sender
 // and Kind tell where the current message comes from; TellWithKey and AskWithKey send
@@ -46,6 +50,7 @@ package shardhost
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // ABIVersion is the host ABI version this SDK implements: a module built with it exports
@@ -307,10 +312,21 @@ func (d *dispatcher) snapshot() (state []byte, ok bool, err error) {
 		return nil, true, err
 	}
 	if len(state) > MaxSnapshotSize {
-		return nil, true, fmt.Errorf("%w: %d bytes, the cap is %d", ErrSnapshotTooLarge, len(state), MaxSnapshotSize)
+		return nil, true, snapshotTooLarge(len(state))
 	}
 	return state, true, nil
 }
+
+// snapshotTooLarge is the error of a snapshot of size bytes, over MaxSnapshotSize: it
+// wraps ErrSnapshotTooLarge. It is built without fmt, which would more than double a
+// TinyGo module with explicit state.
+type snapshotTooLarge int
+
+func (n snapshotTooLarge) Error() string {
+	return ErrSnapshotTooLarge.Error() + ": " + strconv.Itoa(int(n)) + " bytes, the cap is " + strconv.Itoa(MaxSnapshotSize)
+}
+
+func (n snapshotTooLarge) Unwrap() error { return ErrSnapshotTooLarge }
 
 // restore creates the entity and hands it state. On an error the entity is dropped, so
 // that a later attempt starts from a fresh one.

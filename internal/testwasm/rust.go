@@ -70,7 +70,13 @@ func RustPathWith(tb testing.TB, name string, flags ...string) string {
 // RustBytes returns the bytes of the module RustPath builds.
 func RustBytes(tb testing.TB, name string) []byte {
 	tb.Helper()
-	b, err := os.ReadFile(RustPath(tb, name))
+	return RustBytesWith(tb, name)
+}
+
+// RustBytesWith returns the bytes of the module RustPathWith builds.
+func RustBytesWith(tb testing.TB, name string, flags ...string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(RustPathWith(tb, name, flags...))
 	if err != nil {
 		tb.Fatal(err)
 	}

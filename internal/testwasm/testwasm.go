@@ -103,11 +103,40 @@ func goGuestEnv() []string {
 // Bytes returns the bytes of the module Path builds.
 func Bytes(tb testing.TB, name string) []byte {
 	tb.Helper()
-	b, err := os.ReadFile(Path(tb, name))
+	return BytesWith(tb, name)
+}
+
+// BytesWith returns the bytes of the module PathWith builds.
+func BytesWith(tb testing.TB, name string, flags ...string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(PathWith(tb, name, flags...))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return b
+}
+
+// TransparentTag is the go build flag of the Go examples (counter, bank) built with
+// transparent state: their state in plain fields, which the host snapshots with the
+// instance's memory, instead of the explicit state they keep by default (docs/state.md).
+// RustTransparent is the Rust examples' (counter-rust, bank-rust) rustc flags for the same.
+const TransparentTag = "-tags=transparent"
+
+// RustTransparent: see TransparentTag.
+var RustTransparent = []string{"--cfg", "transparent"}
+
+// GoTransparentCompilers are GoCompilers building the examples with TransparentTag.
+var GoTransparentCompilers = []Compiler{
+	{Name: "tinygo", Path: func(tb testing.TB, name string) string {
+		return TinyGoPathWith(tb, name, append(append([]string(nil), TinyGoFlags...), TransparentTag))
+	}, Bytes: func(tb testing.TB, name string) []byte {
+		return TinyGoBytesWith(tb, name, append(append([]string(nil), TinyGoFlags...), TransparentTag))
+	}},
+	{Name: "go", Path: func(tb testing.TB, name string) string {
+		return PathWith(tb, name, TransparentTag)
+	}, Bytes: func(tb testing.TB, name string) []byte {
+		return BytesWith(tb, name, TransparentTag)
+	}},
 }
 
 // Cleanup removes the modules built by this process; call it at the end of TestMain.

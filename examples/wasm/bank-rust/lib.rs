@@ -9,15 +9,19 @@
 //! Anything else fails with an error quoting the message: a message near the size cap
 //! makes a reply over the cap.
 //!
-//! The balance changes only after bank-total took the amount. The account keeps its
-//! state in fields: the host takes transparent snapshots.
+//! The balance changes only after bank-total took the amount. The account is explicit
+//! state (`Ledger`, saved with `shardhost::State` in the Go bank's encoding: a version, 1,
+//! then the balance and the number of operations), which a redeploy's new code loads at
+//! the entity's next activation. Built with `--cfg transparent` it keeps the defaults of
+//! `Entity::snapshot`/`restore`, and the host snapshots the instance's memory instead:
+//! that state belongs to the module it was made by (docs/state.md).
 //!
 //! Build: as examples/wasm/counter-rust (make examples writes bin/wasm/bank-rust.wasm).
 //! Built with `--cfg bank_limit`, the bank refuses deposits over 1,000: a changed
 //! version to try on an account's real history with `shardhost replay --module`
 //! (docs/cli.md, "Replay and trial upgrades").
 
-use shardhost::{Consistency, Context, Entity, Error};
+use shardhost::{Consistency, Context, Entity, Error, State, StateReader, StateWriter};
 
 /// The distributed data key of the sum of all balances.
 pub const TOTAL_KEY: &str = "bank-total";
@@ -30,12 +34,40 @@ const MAX_DEPOSIT: i64 = 0;
 #[cfg(bank_limit)]
 const MAX_DEPOSIT: i64 = 1000;
 
-pub struct Account {
+/// The version of the state's encoding, its first field.
+const STATE_VERSION: u64 = 1;
+
+/// What an account keeps across incarnations.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
     balance: i64,
+    /// Deposits and withdrawals done.
+    ops: i64,
+}
+
+impl State for Ledger {
+    fn save(&self, w: &mut StateWriter) {
+        w.u64(STATE_VERSION);
+        w.i64(self.balance);
+        w.i64(self.ops);
+    }
+
+    fn load(r: &mut StateReader<'_>) -> Result<Self, Error> {
+        match r.u64()? {
+            STATE_VERSION => Ok(Ledger { balance: r.i64()?, ops: r.i64()? }),
+            v => Err(Error::new(format!("bank: unknown state version {}", v))),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Account {
+    state: Ledger,
 }
 
 impl Entity for Account {
     fn receive(&mut self, ctx: &mut Context, msg: &[u8]) -> Result<Vec<u8>, Error> {
+        let a = &mut self.state;
         let text = std::str::from_utf8(msg).map_err(|_| unknown(msg))?;
         let fields: Vec<&str> = text.split_whitespace().collect();
         match fields.as_slice() {
@@ -52,16 +84,17 @@ impl Entity for Account {
                     ctx.pn_counter(TOTAL_KEY)
                         .incr(n as u64, Consistency::Majority)
                         .map_err(|e| Error::new(format!("bank: {} not updated: {}", TOTAL_KEY, e.message())))?;
-                    self.balance += n;
+                    a.balance += n;
                 } else {
-                    if n > self.balance {
-                        return Err(Error::new(format!("bank: insufficient funds: the balance is {}", self.balance)));
+                    if n > a.balance {
+                        return Err(Error::new(format!("bank: insufficient funds: the balance is {}", a.balance)));
                     }
                     ctx.pn_counter(TOTAL_KEY)
                         .decr(n as u64, Consistency::Majority)
                         .map_err(|e| Error::new(format!("bank: {} not updated: {}", TOTAL_KEY, e.message())))?;
-                    self.balance -= n;
+                    a.balance -= n;
                 }
+                a.ops += 1;
             }
             ["trap"] => panic!("bank: trap requested"),
             ["loop"] => loop {
@@ -72,8 +105,11 @@ impl Entity for Account {
             },
             _ => return Err(unknown(msg)),
         }
-        Ok(self.balance.to_string().into_bytes())
+        Ok(a.balance.to_string().into_bytes())
     }
+
+    #[cfg(not(transparent))]
+    shardhost::explicit_state!(state);
 }
 
 fn unknown(msg: &[u8]) -> Error {
@@ -83,16 +119,17 @@ fn unknown(msg: &[u8]) -> Error {
     ))
 }
 
-shardhost::entity!(Account, |_id: &str| Account { balance: 0 });
+shardhost::entity!(Account, |_id: &str| Account::default());
 
 #[cfg(test)]
 mod tests {
-    use super::Account;
+    use super::{Account, Ledger};
+    use shardhost::State;
     use shardhost::Harness;
 
     #[test]
     fn deposits_and_withdrawals() {
-        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account { balance: 0 });
+        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account::default());
         for (msg, want) in [("balance", "0"), ("deposit 5", "5"), ("deposit 7", "12"), ("withdraw 2", "10")] {
             assert_eq!(h.send(msg.as_bytes()).unwrap(), want.as_bytes(), "{}", msg);
         }
@@ -102,12 +139,36 @@ mod tests {
         assert_eq!(h.send(b"balance").unwrap(), b"10");
     }
 
+    /// The account survives a passivation: as explicit state, unless built with
+    /// `--cfg transparent`, when the host would copy the instance's memory. Explicit
+    /// state refuses a state it cannot read.
+    #[test]
+    fn state() {
+        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account::default());
+        h.send(b"deposit 50").unwrap();
+        h.send(b"withdraw 8").unwrap();
+        let snapshot = h.snapshot();
+        h.reincarnate().unwrap();
+        assert_eq!(h.send(b"balance").unwrap(), b"42");
+        if cfg!(transparent) {
+            assert!(snapshot.is_none(), "the host takes a transparent snapshot");
+            return;
+        }
+        let state = snapshot.unwrap().unwrap();
+        assert_eq!(state, [1, 84, 4], "version 1, balance 42 and 2 ops as zig-zag varints (the Go bank's)");
+        assert_eq!(Ledger::from_state(&state).unwrap(), Ledger { balance: 42, ops: 2 });
+        for bad in [&[][..], &[2, 84, 4], &[1, 84], &[1, 84, 4, 0]] {
+            let mut next = Harness::new("bank-rust", "alice", |_id: &str| Account::default());
+            assert!(next.restore(bad).is_err(), "{:?}", bad);
+        }
+    }
+
     /// The changed bank (`--cfg bank_limit`) refuses a deposit over 1,000 and changes
     /// nothing for it.
     #[cfg(bank_limit)]
     #[test]
     fn deposit_limit() {
-        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account { balance: 0 });
+        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account::default());
         assert_eq!(h.send(b"deposit 1000").unwrap(), b"1000");
         let err = h.send(b"deposit 1001").unwrap_err();
         assert!(err.message().contains("at most 1000"), "{}", err.message());

@@ -33,3 +33,37 @@ func TestBank(t *testing.T) {
 		t.Fatalf("balance: %s", out)
 	}
 }
+
+// TestBankState: the account survives a passivation, as explicit state (the default
+// build) or in the instance's memory (-tags transparent); explicit state refuses a state
+// it cannot read.
+func TestBankState(t *testing.T) {
+	h := shardhost.NewHarness("bank", "alice", func(string) shardhost.Entity { return &account{} })
+	for _, m := range []string{"deposit 50", "withdraw 8"} {
+		if _, err := h.Send([]byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state, ok, err := h.Snapshot()
+	if err != nil || ok != !transparent {
+		t.Fatalf("snapshot: %x %v %v; a guest-level one is wanted unless built transparent (%v)", state, ok, err, transparent)
+	}
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.Send([]byte("balance")); err != nil || string(out) != "42" {
+		t.Fatalf("after a restart: %q %v", out, err)
+	}
+	if transparent {
+		return
+	}
+	if want := []byte{1, 84, 4}; string(state) != string(want) {
+		t.Fatalf("state %x, want %x (version 1, balance 42 and 2 ops as zig-zag varints)", state, want)
+	}
+	for _, bad := range [][]byte{nil, {2, 84, 4}, {1, 84}, {1, 84, 4, 0}} {
+		next := shardhost.NewHarness("bank", "alice", func(string) shardhost.Entity { return &account{} })
+		if err := next.Restore(bad); err == nil {
+			t.Errorf("restore %x: no error", bad)
+		}
+	}
+}

@@ -20,6 +20,11 @@
 // The balance changes only after bank-total took the amount, so the two agree as long
 // as no acknowledged message is lost.
 //
+// The account is explicit state (state.go): accountState, saved as bytes that a
+// redeploy's new code loads at the entity's next activation. Built with -tags
+// transparent (state_transparent.go), the host snapshots the instance's memory instead,
+// and the entity stays on the module its state was made by (docs/state.md).
+//
 // Build: tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o bank.wasm .
 // or, with Go's port, GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o bank.wasm .
 package main
@@ -36,12 +41,38 @@ import (
 // TotalKey is the distributed data key of the sum of all balances.
 const TotalKey = "bank-total"
 
-type account struct {
+// accountState is what an account keeps across incarnations.
+type accountState struct {
 	balance int64
 	ops     int64 // deposits and withdrawals done
 }
 
-func (a *account) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+// stateVersion is the first field of the encoded state: version 1 is the balance and
+// the ops, as signed varints after it.
+const stateVersion = 1
+
+// MarshalBinary encodes the state (shardhost.StateWriter).
+func (s *accountState) MarshalBinary() ([]byte, error) {
+	var w shardhost.StateWriter
+	w.Uint64(stateVersion)
+	w.Int64(s.balance)
+	w.Int64(s.ops)
+	return w.Bytes(), nil
+}
+
+// UnmarshalBinary decodes a state MarshalBinary gave; an unknown version or a bad
+// encoding is an error, which fails the activation and keeps the state.
+func (s *accountState) UnmarshalBinary(b []byte) error {
+	r := shardhost.NewStateReader(b)
+	if v := r.Uint64(); r.Err() == nil && v != stateVersion {
+		return errors.New("bank: unknown state version " + strconv.FormatUint(v, 10))
+	}
+	s.balance, s.ops = r.Int64(), r.Int64()
+	return r.Done()
+}
+
+func (acc *account) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+	a := acc.state()
 	f := strings.Fields(string(msg))
 	switch {
 	case len(f) == 1 && f[0] == "balance":

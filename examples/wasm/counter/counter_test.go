@@ -22,3 +22,31 @@ func TestCounter(t *testing.T) {
 		}
 	}
 }
+
+// TestCounterState: the count survives a passivation, as explicit state (the default
+// build) or in the instance's memory (-tags transparent), whichever the build chose.
+func TestCounterState(t *testing.T) {
+	h := shardhost.NewHarness("counter", "c1", func(string) shardhost.Entity { return &counter{} })
+	if _, err := h.Send([]byte("inc 41")); err != nil {
+		t.Fatal(err)
+	}
+	state, ok, err := h.Snapshot()
+	if err != nil || ok != !transparent {
+		t.Fatalf("snapshot: %x %v %v; a guest-level one is wanted unless built transparent (%v)", state, ok, err, transparent)
+	}
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.Send([]byte("inc")); err != nil || string(out) != "42" {
+		t.Fatalf("after a restart: %q %v", out, err)
+	}
+	if !transparent {
+		next := shardhost.NewHarness("counter", "c1", func(string) shardhost.Entity { return &counter{} })
+		if err := next.Restore(state); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := next.Send([]byte("get")); err != nil || string(out) != "41" {
+			t.Fatalf("restored: %q %v", out, err)
+		}
+	}
+}

@@ -7,6 +7,12 @@
 // or, with Go's port, GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o counter.wasm .
 // (make examples writes bin/wasm/counter.wasm). It formats its errors with strconv, not
 // fmt, which would make the TinyGo module more than twice as large.
+//
+// Its count is explicit state (state.go): a shardhost.Int64 the SDK saves as bytes, which
+// a redeploy's new code loads at the entity's next activation. Built with -tags
+// transparent (state_transparent.go), it keeps the count in a plain field and the host
+// snapshots the instance's memory instead: that state belongs to the module it was made
+// by (docs/state.md).
 package main
 
 import (
@@ -17,24 +23,25 @@ import (
 	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
 )
 
-type counter struct{ n int64 }
+// counter keeps its count in count, whose n says where: see state.go.
+type counter struct{ count }
 
 func (c *counter) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	f := strings.Fields(string(msg))
 	switch {
 	case len(f) == 1 && f[0] == "get":
 	case len(f) == 1 && f[0] == "inc":
-		c.n++
+		*c.n()++
 	case len(f) == 2 && f[0] == "inc":
 		d, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			return nil, errors.New("counter: inc wants an integer, got " + strconv.Quote(f[1]))
 		}
-		c.n += d
+		*c.n() += d
 	default:
 		return nil, errors.New("counter: unknown message " + strconv.Quote(string(msg)) + " (want inc, inc N or get)")
 	}
-	return strconv.AppendInt(nil, c.n, 10), nil
+	return strconv.AppendInt(nil, *c.n(), 10), nil
 }
 
 func init() {

@@ -26,3 +26,19 @@ func TestFaulty(t *testing.T) {
 	}()
 	// loop and grow never return; the host's tests run them against its limits.
 }
+
+// TestFaultyStateIsEmpty: faulty's explicit state is empty, and it refuses any other.
+func TestFaultyStateIsEmpty(t *testing.T) {
+	h := shardhost.NewHarness("faulty", "f1", func(string) shardhost.Entity { return &faulty{} })
+	h.Send([]byte("echo x"))
+	if state, ok, err := h.Snapshot(); err != nil || !ok || len(state) != 0 {
+		t.Fatalf("snapshot: %x %v %v, want an empty guest-level state", state, ok, err)
+	}
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	next := shardhost.NewHarness("faulty", "f1", func(string) shardhost.Entity { return &faulty{} })
+	if err := next.Restore([]byte{1}); err == nil {
+		t.Fatal("a non-empty state restored")
+	}
+}

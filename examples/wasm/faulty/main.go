@@ -5,6 +5,10 @@
 // "dial ADDR" to open a TCP connection, replying what happened (the sandbox gives a
 // guest no filesystem and no network, so both fail). Anything else is an error.
 //
+// It keeps no state: the memory "grow" hoards is not state (the trap that ends it
+// discards the instance). Its explicit state (Snapshot and Restore) is empty, so a
+// redeploy reaches every faulty entity at its next activation (docs/state.md).
+//
 // Build: tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o faulty.wasm .
 // or, with Go's port, GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o faulty.wasm .
 package main
@@ -50,6 +54,18 @@ func (f *faulty) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 		return []byte("connected"), nil
 	}
 	return nil, errors.New("faulty: unknown message " + s)
+}
+
+// Snapshot implements shardhost.Snapshotter: the explicit state is empty.
+func (f *faulty) Snapshot() ([]byte, error) { return nil, nil }
+
+// Restore implements shardhost.Snapshotter: it takes up only the empty state Snapshot
+// gives.
+func (f *faulty) Restore(state []byte) error {
+	if len(state) != 0 {
+		return errors.New("faulty: keeps no state, got " + strconv.Itoa(len(state)) + " bytes")
+	}
+	return nil
 }
 
 // grow allocates memory without end, writing to every page so that the memory is really

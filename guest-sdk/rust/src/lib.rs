@@ -15,6 +15,10 @@
 //!         }
 //!         Ok(self.n.to_string().into_bytes())
 //!     }
+//!
+//!     // Its state is the field n, saved as bytes the entity's next incarnation (perhaps
+//!     // of newer code) loads: explicit state (see State; docs/state.md in the repository).
+//!     shardhost::explicit_state!(n);
 //! }
 //!
 //! // The exports of the ABI (in a wasm32 build): each instance creates its entity with this.
@@ -78,6 +82,7 @@ mod dispatch;
 #[cfg(not(target_arch = "wasm32"))]
 mod harness;
 mod json;
+mod state;
 // The exports' bodies and the host's imports: only in wasm32 builds.
 #[cfg(target_arch = "wasm32")]
 mod wasm;
@@ -92,6 +97,7 @@ pub use ddata::{Consistency, Flag, GCounter, GSet, LWWMap, LWWRegister, ORMultiM
 #[cfg(not(target_arch = "wasm32"))]
 pub use harness::{Harness, Sent, Timer};
 pub use json::Json;
+pub use state::{State, StateReader, StateWriter};
 
 /// The host ABI version this SDK implements (its modules export `shardhost_abi_v1`).
 pub const ABI_VERSION: u32 = 1;
@@ -347,11 +353,20 @@ impl MessageKind {
 /// wasm instance hosts exactly one entity.
 ///
 /// The host saves an entity's state on passivation, handoff and shutdown, and after
-/// messages as its type's checkpoint policy says; the next incarnation starts from it. By
-/// default the host copies the instance's memory (a *transparent* snapshot), which only the
-/// same module can take up. An entity that implements [`snapshot`](Entity::snapshot) and
-/// [`restore`](Entity::restore) gives its state as bytes of its own encoding instead
-/// (*guest-level*), and that state survives a redeploy of the type with new code:
+/// messages as its type's checkpoint policy says; the next incarnation starts from it. The
+/// state is kept one of two ways (docs/state.md in the shardhost repository):
+///
+/// - *explicit* (guest-level), the one to choose: the entity implements
+///   [`snapshot`](Entity::snapshot) and [`restore`](Entity::restore), and gives its state
+///   as bytes of its own encoding. [`explicit_state!`] writes both for a field whose type
+///   implements [`State`]. Such state survives a redeploy of the type with new code: the
+///   next incarnation, after a passivation, runs the new code, which loads it.
+/// - *transparent*: an entity that keeps the defaults opts in to the host copying the
+///   instance's memory, for state it cannot describe. Only the same module can take that
+///   copy up, so after a redeploy the entity goes on running the module its state was
+///   made by.
+///
+/// By hand, with an encoding of the entity's own:
 ///
 /// ```
 /// use shardhost::{Context, Entity, Error, Harness};
@@ -395,7 +410,8 @@ pub trait Entity {
     /// host calls it between messages, whenever it saves the state.
     ///
     /// - `None` (the default): no guest-level state; the host takes a transparent snapshot
-    ///   of the instance's memory instead, which only this same module can take up.
+    ///   of the instance's memory instead, which only this same module can take up (a
+    ///   redeploy does not reach the entity).
     /// - `Some(Ok(bytes))`: the state, at most [`MAX_SNAPSHOT_SIZE`] (4 MiB) bytes; a larger
     ///   one fails the snapshot. An incarnation of this or of newer code gets the bytes in
     ///   [`restore`](Entity::restore), so keep the encoding readable across versions

@@ -1,0 +1,5 @@
+//go:build transparent
+
+package main
+
+const transparent = true
