@@ -149,3 +149,64 @@ func TestCatalogKeepsModuleVersions(t *testing.T) {
 		t.Fatalf("round trip: %v", err)
 	}
 }
+
+// An undeploy keeps the version it removes: deploy v1, deploy v2, undeploy, deploy v2
+// again lists versions 3, 2 and 1, the removed v2 under its own number. The removal
+// wins over the deployment it removes on every member, whatever order they learn them
+// in, and a redeploy wins over the removal.
+func TestCatalogUndeployKeepsTheRemovedVersion(t *testing.T) {
+	cat := newCatalog(nil, "", nil)
+	st := sharding.TypeSettings{Name: "todo", NumberOfShards: 10}
+	v1 := cat.next(st, digest("a1"), 100, "m1")
+	cat.merge([]TypeInfo{v1})
+	v2 := cat.next(st, digest("b2"), 200, "m1")
+	cat.merge([]TypeInfo{v2})
+	gone, ok := cat.removal("todo")
+	if !ok || !gone.Removed {
+		t.Fatalf("removal: %+v %v", gone, ok)
+	}
+	cat.merge([]TypeInfo{gone})
+	if _, ok := cat.get("todo"); ok {
+		t.Fatal("a removed type is still deployed")
+	}
+	if _, ok := cat.removal("todo"); ok {
+		t.Fatal("a removed type was removed again")
+	}
+	// Any order of learning the three entries ends with the removal.
+	for _, order := range [][]TypeInfo{{v1, v2, gone}, {gone, v2, v1}, {v2, gone, v1}} {
+		other := newCatalog(nil, "", nil)
+		for _, e := range order {
+			other.merge([]TypeInfo{e})
+		}
+		if e, _ := other.entry("todo"); !reflect.DeepEqual(e, gone) {
+			t.Fatalf("order %v ended with %+v", order, e)
+		}
+	}
+	again := cat.next(st, digest("b2"), 200, "m2")
+	cat.merge([]TypeInfo{again})
+	cur, ok := cat.get("todo")
+	if !ok || cur.Version != 3 {
+		t.Fatalf("redeploy: %+v %v, want version 3", cur, ok)
+	}
+	var got []string
+	for _, v := range cur.Versions() {
+		got = append(got, strconv.FormatUint(v.Version, 10)+":"+v.Digest[:2])
+	}
+	if want := []string{"3:b2", "2:b2", "1:a1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("versions %v, want %v", got, want)
+	}
+	// A state deletion of a removal wins over the removal, and keeps its versions.
+	gone2, _ := cat.removal("todo")
+	cat.merge([]TypeInfo{gone2})
+	deleted, ok := cat.stateDeleted("todo", 42)
+	if !ok {
+		t.Fatal("stateDeleted refused")
+	}
+	for _, order := range [][]TypeInfo{{gone2, deleted}, {deleted, gone2}} {
+		other := newCatalog(nil, "", nil)
+		other.merge(order)
+		if e, _ := other.entry("todo"); e.StateDeletedAt != 42 || !e.Removed || len(e.Versions()) != 3 {
+			t.Fatalf("order %v ended with %+v", order, e)
+		}
+	}
+}

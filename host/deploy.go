@@ -237,7 +237,6 @@ var ErrCannotDeleteState = errors.New("host: the state store cannot delete an en
 // the type is removed then and its state not (wholly) deleted, and Undeploy of the
 // removed type with deleteState tries the deletion again.
 func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (UndeployResult, error) {
-	self := n.membership.Self()
 	var deleter sharding.TypeStateDeleter
 	if deleteState {
 		var ok bool
@@ -245,7 +244,7 @@ func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (Und
 			return UndeployResult{}, fmt.Errorf("%w (%T)", ErrCannotDeleteState, n.states)
 		}
 	}
-	info, ok := n.catalog.removal(name, self.Address)
+	info, ok := n.catalog.removal(name)
 	if !ok {
 		cur, exists := n.catalog.entry(name)
 		if !exists || !cur.Removed || !deleteState {
@@ -273,7 +272,7 @@ func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (Und
 		return res, err
 	}
 	// Recorded in the catalog: a member that was away deletes its copy when it learns.
-	if marked, ok := n.catalog.stateDeleted(name, self.Address, at); ok {
+	if marked, ok := n.catalog.stateDeleted(name, at); ok {
 		if res, err = n.applyEverywhere(ctx, marked); err != nil {
 			return res, err
 		}
