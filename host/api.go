@@ -133,8 +133,10 @@ func (n *Node) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/types/{name}", n.apiDeploy)
 	mux.HandleFunc("DELETE /v1/types/{name}", n.apiUndeploy)
-	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Types()) })
-	mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Modules()) })
+	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.TypeReport(r.Context())) })
+	mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.ModuleReport(r.Context()))
+	})
 	mux.HandleFunc("POST /v1/passivate", n.apiPassivate)
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)

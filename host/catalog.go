@@ -279,8 +279,10 @@ func (c *catalog) removal(name string) (TypeInfo, bool) {
 	return t, true
 }
 
-// next returns the entry a new deployment of name would write, with settings st.
-func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by string) TypeInfo {
+// next returns the entry a new deployment of name would write, with settings st. Its
+// history keeps the newest maxPrevious versions, and any older one whose module keep
+// reports as still needed (nil: none).
+func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by string, keep func(digest string) bool) TypeInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, ok := c.types[st.Name]
@@ -288,7 +290,13 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 	if ok {
 		previous = prev.Versions()
 		if len(previous) > maxPrevious {
-			previous = previous[:maxPrevious]
+			kept := previous[:maxPrevious:maxPrevious]
+			for _, v := range previous[maxPrevious:] {
+				if keep != nil && keep(v.Digest) {
+					kept = append(kept, v)
+				}
+			}
+			previous = kept
 		}
 	}
 	return TypeInfo{Name: st.Name, Digest: digest, Size: size, NumberOfShards: st.NumberOfShards,

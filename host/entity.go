@@ -70,6 +70,7 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	var inst *wasmInstance
 	var extras entityExtras
 	var chain *restoredChain
+	transparent := !mod.guestSnapshot // a new instance: as its module snapshots
 	if state == nil {
 		if inst, err = mod.Instantiate(ctx, typ, id); err != nil {
 			return nil, withCode(err)
@@ -85,6 +86,7 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 			restore = "instance"
 		}
 		n.tel.restores.Add(context.Background(), 1, n.tel.attrs.Get([2]string{typ, "r:" + restore}))
+		transparent = kind != stateGuest
 		if kind == stateGuest {
 			inst, err = mod.RestoreGuest(ctx, typ, id, payload)
 		} else {
@@ -137,6 +139,17 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 		e.Stop(ctx)
 		return nil, withCode(err)
 	}
+	if state == nil && mod.guestSnapshot {
+		// A new instance of a module that may snapshot its state itself: whether it
+		// does says how it is counted (versions.go). Its state is its first one, small.
+		_, ok, err := inst.GuestSnapshot()
+		if err != nil && inst.Closed() {
+			e.Stop(ctx)
+			return nil, withCode(err)
+		}
+		transparent = err == nil && !ok
+	}
+	e.countAs(inst.m.Digest, transparent)
 	return e, nil
 }
 
@@ -167,6 +180,10 @@ type wasmEntity struct {
 	// a whole snapshot, as before deltas (benchmarks compare).
 	cp             *checkpointer
 	wholeSnapshots bool
+	// ver is the group the entity is counted in among the member's active ones
+	// (versions.go), when counted.
+	ver     activeKey
+	counted bool
 
 	// The journal (journal.go). gated: the message under way is gated, so its tells
 	// wait in held and its timers in heldTimers until ReleaseEffects. lastCalls and
@@ -312,6 +329,7 @@ func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, withCode(err)
 	}
+	e.countAs(e.inst.m.Digest, !ok)
 	if ok {
 		return encodeState(stateGuest, state, extras), nil
 	}
@@ -383,6 +401,7 @@ func (e *wasmEntity) BeforeStop(ctx context.Context) bool {
 // closes its instance.
 func (e *wasmEntity) Stop(ctx context.Context) {
 	e.stopped.Store(true)
+	e.uncount()
 	for _, t := range e.timers {
 		if t.t != nil {
 			t.t.Stop()
