@@ -53,7 +53,7 @@ func usageOf(t *testing.T, c apiClient, typ string) (TypeUsage, map[uint64]Versi
 // state takes the new version at its next activation and a transparent one keeps its
 // module; and the version a transparent state needs stays listed.
 func TestVersionsInView(t *testing.T) {
-	nodes := startNodes(t, 2, nil)
+	nodes := startNodes(t, 2, func(c *Config) { withMetrics(t, c) })
 	c := client(t, nodes[0])
 	other := client(t, nodes[1])
 	passivation := url.Values{"checkpoint": {"passivation"}}
@@ -136,5 +136,22 @@ func TestVersionsInView(t *testing.T) {
 	want := map[string]string{"exp/2": "3/0 0/0", "exp/1": "1/0 0/0", "tra/2": "0/0 0/0", "tra/1": "2/2 1/1"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("modules' counts %v, want %v", got, want)
+	}
+
+	// The metrics carry the version: each member's active entities, summed.
+	active := map[string]float64{}
+	for _, n := range nodes {
+		fams := scrape(t, n)
+		for _, k := range []struct{ typ, version, state string }{
+			{"exp", "1", "explicit"}, {"exp", "2", "explicit"}, {"tra", "1", "transparent"}, {"tra", "2", "transparent"},
+		} {
+			v, _ := sample(fams, "shardhost_module_entities_active", map[string]string{"shardhost_entity_type": k.typ,
+				"shardhost_module_version": k.version, "shardhost_entity_state": k.state})
+			active[k.typ+"/"+k.version+"/"+k.state] += v
+		}
+	}
+	wantActive := map[string]float64{"exp/1/explicit": 1, "exp/2/explicit": 3, "tra/1/transparent": 2, "tra/2/transparent": 0}
+	if fmt.Sprint(active) != fmt.Sprint(wantActive) {
+		t.Fatalf("shardhost.module.entities.active %v, want %v", active, wantActive)
 	}
 }
