@@ -155,3 +155,40 @@ func TestVersionsInView(t *testing.T) {
 		t.Fatalf("shardhost.module.entities.active %v, want %v", active, wantActive)
 	}
 }
+
+// Under the journal, an entity's records after its base are replayed at its next
+// activation on the module that made them: a redeploy that changes what a message
+// does changes neither the past of an entity with explicit state, which then takes the
+// new version, nor that of one with transparent state, which keeps its module.
+func TestRedeployReplaysRecordsOnTheirModule(t *testing.T) {
+	nodes := startNodes(t, 2, nil)
+	c := client(t, nodes[0])
+	ask := func(typ, id, msg, want string) {
+		t.Helper()
+		if r := c.ask(typ, id, msg); r.status != 200 || string(r.body) != want {
+			t.Fatalf("%s %s/%s: %d %s, want %q", msg, typ, id, r.status, r.body, want)
+		}
+	}
+	passivate := func(typ, id string) {
+		t.Helper()
+		if r := client(t, nodes[1]).do("POST", "/v1/passivate?type="+typ+"&id="+id, nil); r.status != 200 {
+			t.Fatalf("passivate %s/%s: %d %s", typ, id, r.status, r.body)
+		}
+	}
+	for _, state := range []string{"explicit", "transparent"} {
+		deployAs(t, c, state, versioned(t, "v1", state), nil)
+		for _, want := range []string{"v1 1", "v1 2", "v1 3"} {
+			ask(state, "a", "inc", want)
+		}
+		// Version 2 adds 10.
+		deployAs(t, c, state, testwasm.GuestBytes(t, "versioned", "-ldflags=-X main.version=v2 -X main.state="+state+" -X main.step=10"), nil)
+		passivate(state, "a")
+	}
+	ask("explicit", "a", "inc", "v2 13")
+	ask("transparent", "a", "inc", "v1 4")
+	// Again: the records of both versions, each replayed on its own.
+	passivate("explicit", "a")
+	passivate("transparent", "a")
+	ask("explicit", "a", "get", "v2 13")
+	ask("transparent", "a", "get", "v1 4")
+}

@@ -4,8 +4,9 @@
 //	-ldflags='-X main.version=v2'        the version it names in its replies (default v1)
 //	-ldflags='-X main.state=transparent' its state is a transparent snapshot of its
 //	                                     memory instead of explicit (Stateful)
+//	-ldflags='-X main.step=10'           what "inc" adds (default 1)
 //
-// Messages: "inc" adds one, "get" reads; both reply "VERSION COUNT".
+// Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT".
 //
 // Build (testwasm.GuestPath does): GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
 // -ldflags='-X main.version=v2' -o versioned.wasm ./versioned
@@ -21,7 +22,17 @@ import (
 var (
 	version = "v1"
 	state   = "explicit"
+	step    = "1"
 )
+
+// inc is what "inc" adds: step, parsed.
+func inc() int64 {
+	n, err := strconv.ParseInt(step, 10, 64)
+	if err != nil {
+		panic("versioned: step " + step)
+	}
+	return n
+}
 
 func reply(n int64, msg []byte) ([]byte, error) {
 	return []byte(version + " " + strconv.FormatInt(n, 10)), nil
@@ -37,7 +48,7 @@ type explicit struct {
 func (e *explicit) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	switch string(msg) {
 	case "inc":
-		e.State++
+		e.State += shardhost.Int64(inc())
 	case "get":
 	default:
 		return nil, errUnknown
@@ -51,7 +62,7 @@ type transparent struct{ n int64 }
 func (t *transparent) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	switch string(msg) {
 	case "inc":
-		t.n++
+		t.n += inc()
 	case "get":
 	default:
 		return nil, errUnknown
