@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fxamacker/cbor/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -44,26 +45,46 @@ type activeKey struct {
 	transparent bool // the entity's state is a transparent snapshot
 }
 
-// activeVersions counts a member's active entities by activeKey. Safe for concurrent use.
+// activeVersions counts a member's active entities by activeKey, and knows each one's
+// (for shardhost upgrade). Safe for concurrent use.
 type activeVersions struct {
-	mu sync.Mutex
-	n  map[activeKey]int
+	mu       sync.Mutex
+	n        map[activeKey]int
+	entities map[string]activeKey // by entity ID, "TYPE\x00ID"
 }
 
-func newActiveVersions() *activeVersions { return &activeVersions{n: map[activeKey]int{}} }
+func newActiveVersions() *activeVersions {
+	return &activeVersions{n: map[activeKey]int{}, entities: map[string]activeKey{}}
+}
 
-// move counts an entity out of from (if had) and into to (if has).
-func (a *activeVersions) move(from activeKey, had bool, to activeKey, has bool) {
+// move counts the entity id (of from's or to's type) out of from (if had) and into to
+// (if has).
+func (a *activeVersions) move(id string, from activeKey, had bool, to activeKey, has bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if had {
 		if a.n[from]--; a.n[from] <= 0 {
 			delete(a.n, from)
 		}
+		delete(a.entities, from.typ+"\x00"+id)
 	}
 	if has {
 		a.n[to]++
+		a.entities[to.typ+"\x00"+id] = to
 	}
+}
+
+// list returns the active entities of type typ with their groups, by ID.
+func (a *activeVersions) list(typ string) map[string]activeKey {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]activeKey{}
+	for k, v := range a.entities {
+		if v.typ == typ {
+			out[k[len(typ)+1:]] = v
+		}
+	}
+	return out
 }
 
 // counts returns a copy of the counts.
@@ -84,14 +105,14 @@ func (e *wasmEntity) countAs(digest string, transparent bool) {
 	if e.counted && e.ver == k {
 		return
 	}
-	e.n.active.move(e.ver, e.counted, k, true)
+	e.n.active.move(e.id, e.ver, e.counted, k, true)
 	e.ver, e.counted = k, true
 }
 
 // uncount counts the entity out of the active ones.
 func (e *wasmEntity) uncount() {
 	if e.counted {
-		e.n.active.move(e.ver, true, activeKey{}, false)
+		e.n.active.move(e.id, e.ver, true, activeKey{}, false)
 		e.counted = false
 	}
 }
@@ -113,14 +134,42 @@ type versionsRequest struct {
 	Types  []string            `cbor:"1,keyasint,omitempty"`
 	Scan   bool                `cbor:"2,keyasint,omitempty"`
 	Active map[string][]string `cbor:"3,keyasint,omitempty"`
+	// List asks for the entities too (versionsReply.Entities): the active ones of
+	// Types, and with Scan the passivated ones whose state is transparent.
+	List bool `cbor:"4,keyasint,omitempty"`
 }
+
+// entityVersion is one entity in a versionsReply's list.
+type entityVersion struct {
+	Type        string `cbor:"1,keyasint"`
+	ID          string `cbor:"2,keyasint"`
+	Digest      string `cbor:"3,keyasint,omitempty"`
+	Transparent bool   `cbor:"4,keyasint,omitempty"`
+	Active      bool   `cbor:"5,keyasint,omitempty"`
+}
+
+// maxListedPassivated caps the passivated entities a member lists in a reply.
+const maxListedPassivated = 1000
 
 // versionsReply is a member's answer: its counts, and why it could not list its saved
 // states (ScanError; empty when it did, or was not asked to).
 type versionsReply struct {
 	Counts    []versionCount `cbor:"1,keyasint,omitempty"`
 	ScanError string         `cbor:"2,keyasint,omitempty"`
+	// Entities is the list of versionsRequest.List (passivated ones: at most
+	// maxListedPassivated).
+	Entities []entityVersion `cbor:"3,keyasint,omitempty"`
 }
+
+// versionsDecMode decodes versions requests and replies: lists of entity IDs, bounded
+// by the transport's frame size.
+var versionsDecMode = func() cbor.DecMode {
+	dm, err := cbor.DecOptions{MaxNestedLevels: 6, MaxArrayElements: 1 << 24, MaxMapPairs: 1 << 16}.DecMode()
+	if err != nil {
+		panic(err)
+	}
+	return dm
+}()
 
 // localStateLister is a state store that lists what this member's replica holds
 // (replstore.Store.LocalStates).
@@ -149,6 +198,14 @@ func (n *Node) localVersions(req versionsRequest) versionsReply {
 		}
 	}
 	var rep versionsReply
+	if req.List {
+		for _, typ := range req.Types {
+			for id, k := range n.active.list(typ) {
+				rep.Entities = append(rep.Entities, entityVersion{Type: typ, ID: id, Digest: k.digest, Transparent: k.transparent, Active: true})
+			}
+		}
+	}
+	listed := 0
 	if req.Scan {
 		lister, ok := sharding.StateStoreAs[localStateLister](n.states)
 		types := req.Types
@@ -173,6 +230,10 @@ func (n *Node) localVersions(req versionsRequest) versionsReply {
 				}
 				digest, transparent := savedModule(state)
 				at(activeKey{typ: typ, digest: digest, transparent: transparent}).Passivated++
+				if req.List && transparent && listed < maxListedPassivated {
+					listed++
+					rep.Entities = append(rep.Entities, entityVersion{Type: typ, ID: id, Digest: digest, Transparent: true})
+				}
 				return true
 			})
 			if err != nil {
@@ -224,7 +285,7 @@ func savedModule(state []byte) (digest string, transparent bool) {
 
 func (n *Node) handleVersions(req *cluster.Request) {
 	var vr versionsRequest
-	if err := catalogDecMode.Unmarshal(req.Body, &vr); err != nil {
+	if err := versionsDecMode.Unmarshal(req.Body, &vr); err != nil {
 		req.Reply(nil, fmt.Errorf("%w: malformed versions request", ErrBadRequest))
 		return
 	}
@@ -306,59 +367,7 @@ func (n *Node) VersionUsage(ctx context.Context, scan bool, types ...string) []T
 			infos[t.Name] = t
 		}
 	}
-	req := versionsRequest{Types: types, Scan: scan}
-	var errs []string
-	if scan {
-		states, err := n.sharding.ClusterShardingState(ctx)
-		if err != nil {
-			errs = append(errs, err.Error())
-		}
-		req.Active = map[string][]string{}
-		for _, st := range states {
-			for _, sh := range st.Shards {
-				if _, ok := infos[sh.Type]; ok {
-					req.Active[sh.Type] = append(req.Active[sh.Type], sh.Entities...)
-				}
-			}
-		}
-	}
-	body, err := catalogEncMode.Marshal(req)
-	if err != nil {
-		panic(err) // plain values
-	}
-	self := n.membership.Self()
-	members := n.membership.Members()
-	replies := make([]versionsReply, len(members))
-	rerrs := make([]error, len(members))
-	var wg sync.WaitGroup
-	for i, m := range members {
-		if m.Address == self.Address {
-			replies[i] = n.localVersions(req)
-			continue
-		}
-		wg.Add(1)
-		go func() { // no owner: it lives one request, which the call waits for
-			defer wg.Done()
-			b, err := n.messenger.Request(ctx, m.TransportAddr, topicVersions, body)
-			if err == nil {
-				err = catalogDecMode.Unmarshal(b, &replies[i])
-			}
-			if err != nil {
-				rerrs[i] = fmt.Errorf("versions of %s: %w", m.Address, err)
-			}
-		}()
-	}
-	wg.Wait()
-	scanFailed := false
-	for i, r := range replies {
-		if rerrs[i] != nil {
-			errs = append(errs, rerrs[i].Error())
-			scanFailed = true
-		} else if r.ScanError != "" {
-			errs = append(errs, members[i].Address+": "+r.ScanError)
-			scanFailed = true
-		}
-	}
+	replies, errs, scanFailed := n.askVersions(ctx, versionsRequest{Types: types, Scan: scan}, infos)
 	out := []TypeUsage{}
 	names := make([]string, 0, len(infos))
 	for name := range infos {
@@ -402,6 +411,64 @@ func (n *Node) VersionUsage(ctx context.Context, scan bool, types ...string) []T
 		out = append(out, u)
 	}
 	return out
+}
+
+// askVersions asks every member (this one locally) for its counts, and with Scan first
+// gathers the active entities' IDs of the types in infos. It returns the replies of
+// the members that answered, what went wrong, and whether the passivated counts are
+// partial.
+func (n *Node) askVersions(ctx context.Context, req versionsRequest, infos map[string]TypeInfo) (replies []versionsReply, errs []string, scanFailed bool) {
+	if req.Scan {
+		states, err := n.sharding.ClusterShardingState(ctx)
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		req.Active = map[string][]string{}
+		for _, st := range states {
+			for _, sh := range st.Shards {
+				if _, ok := infos[sh.Type]; ok {
+					req.Active[sh.Type] = append(req.Active[sh.Type], sh.Entities...)
+				}
+			}
+		}
+	}
+	body, err := catalogEncMode.Marshal(req)
+	if err != nil {
+		panic(err) // plain values
+	}
+	self := n.membership.Self()
+	members := n.membership.Members()
+	replies = make([]versionsReply, len(members))
+	rerrs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		if m.Address == self.Address {
+			replies[i] = n.localVersions(req)
+			continue
+		}
+		wg.Add(1)
+		go func() { // no owner: it lives one request, which the call waits for
+			defer wg.Done()
+			b, err := n.messenger.Request(ctx, m.TransportAddr, topicVersions, body)
+			if err == nil {
+				err = versionsDecMode.Unmarshal(b, &replies[i])
+			}
+			if err != nil {
+				rerrs[i] = fmt.Errorf("versions of %s: %w", m.Address, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, r := range replies {
+		if rerrs[i] != nil {
+			errs = append(errs, rerrs[i].Error())
+			scanFailed = true
+		} else if r.ScanError != "" {
+			errs = append(errs, members[i].Address+": "+r.ScanError)
+			scanFailed = true
+		}
+	}
+	return replies, errs, scanFailed
 }
 
 // registerVersionMetrics registers shardhost.module.entities.active: this member's

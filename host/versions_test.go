@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"sync"
 	"testing"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
@@ -191,4 +192,92 @@ func TestRedeployReplaysRecordsOnTheirModule(t *testing.T) {
 	passivate("transparent", "a")
 	ask("explicit", "a", "get", "v2 13")
 	ask("transparent", "a", "get", "v1 4")
+}
+
+// shardhost upgrade: --dry-run lists who cannot upgrade and why, and changes nothing;
+// an upgrade moves the active entities with explicit state to the current version
+// with their state, a shard at a time, while asks to them go on without failing.
+func TestUpgradeMovesRunningEntities(t *testing.T) {
+	nodes := startNodes(t, 2, nil)
+	c := client(t, nodes[0])
+	ask := func(typ, id, msg, want string) {
+		t.Helper()
+		if r := c.ask(typ, id, msg); r.status != 200 || string(r.body) != want {
+			t.Fatalf("%s %s/%s: %d %s, want %q", msg, typ, id, r.status, r.body, want)
+		}
+	}
+	upgrade := func(typ, query string) UpgradeResult {
+		t.Helper()
+		r := client(t, nodes[1]).do("POST", "/v1/types/"+typ+"/upgrade?"+query, nil)
+		var res UpgradeResult
+		if err := json.Unmarshal(r.body, &res); r.status != 200 || err != nil {
+			t.Fatalf("upgrade %s?%s: %d %s", typ, query, r.status, r.body)
+		}
+		return res
+	}
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	for _, state := range []string{"explicit", "transparent"} {
+		deployAs(t, c, state, versioned(t, "v1", state), nil)
+		for _, id := range ids {
+			ask(state, id, "inc", "v1 1")
+		}
+		deployAs(t, c, state, versioned(t, "v2", state), nil)
+	}
+	if r := c.do("POST", "/v1/types/explicit/upgrade?dry_run=maybe", nil); r.status != 400 {
+		t.Fatalf("dry_run=maybe: %d %s", r.status, r.body)
+	}
+	if r := c.do("POST", "/v1/types/nope/upgrade", nil); r.status != 404 {
+		t.Fatalf("an unknown type: %d %s", r.status, r.body)
+	}
+	res := upgrade("transparent", "dry_run=true")
+	if res.Upgradable != 0 || len(res.Cannot) != len(ids) || res.Cannot[0].ID != "a" || res.Cannot[0].Version != 1 ||
+		!res.Cannot[0].Active || res.Cannot[0].Reason == "" {
+		t.Fatalf("transparent dry run: %+v", res)
+	}
+	res = upgrade("explicit", "dry_run=true")
+	if res.Upgradable != len(ids) || len(res.Cannot) != 0 || res.Upgraded != 0 {
+		t.Fatalf("explicit dry run: %+v", res)
+	}
+	ask("explicit", "a", "inc", "v1 2") // the dry run moved nothing
+
+	// Asks go on during the upgrade, and none fails.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	failures, asks := 0, 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if r := client(t, nodes[1]).ask("explicit", "b", "get"); r.status != 200 {
+				failures++
+			}
+			asks++
+		}
+	}()
+	res = upgrade("explicit", "now=true")
+	close(stop)
+	wg.Wait()
+	if failures > 0 {
+		t.Fatalf("%d of %d asks failed during the upgrade", failures, asks)
+	}
+	if res.Upgradable != len(ids) || res.Upgraded != len(ids) || len(res.Failed) > 0 {
+		t.Fatalf("upgrade: %+v", res)
+	}
+	vs := map[uint64]VersionUsage{}
+	for _, v := range res.Remaining.Versions {
+		vs[v.Version] = v
+	}
+	if vs[1].Active != 0 || vs[2].Active != len(ids) {
+		t.Fatalf("after the upgrade, by version: %+v", res.Remaining)
+	}
+	ask("explicit", "a", "get", "v2 2")
+	ask("explicit", "f", "inc", "v2 2")
+	if res := upgrade("explicit", ""); res.Upgradable != 0 || res.Upgraded != 0 {
+		t.Fatalf("a second upgrade: %+v", res)
+	}
 }
