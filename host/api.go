@@ -32,8 +32,9 @@ import (
 // with a 4xx or 5xx status.
 //
 //	POST /v1/types/{name}[?shards=N&...] body: the module → DeployResult (deploySettings)
-//	GET  /v1/types                       → [TypeInfo]
-//	GET  /v1/modules                     → [ModuleInfo]: every type's versions, newest first
+//	GET  /v1/types                       → [TypeStatus]: each type with its entities by version
+//	GET  /v1/modules                     → [ModuleInfo]: every type's versions, newest first, with their entities
+//	POST /v1/types/{name}/upgrade[?dry_run=true&now=true] → UpgradeResult (upgrade.go)
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
 //	  (both take an Idempotency-Key header: a retry with the key gets the first reply)
@@ -133,8 +134,11 @@ func (n *Node) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/types/{name}", n.apiDeploy)
 	mux.HandleFunc("DELETE /v1/types/{name}", n.apiUndeploy)
-	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Types()) })
-	mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Modules()) })
+	mux.HandleFunc("POST /v1/types/{name}/upgrade", n.apiUpgrade)
+	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.TypeReport(r.Context())) })
+	mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, n.ModuleReport(r.Context()))
+	})
 	mux.HandleFunc("POST /v1/passivate", n.apiPassivate)
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
@@ -399,6 +403,33 @@ func (n *Node) apiUndeploy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := n.Undeploy(r.Context(), name, deleteState)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (n *Node) apiUpgrade(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidateTypeName(name); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	var opts UpgradeOptions
+	for key, v := range map[string]*bool{"dry_run": &opts.DryRun, "now": &opts.Now} {
+		b, err := strconv.ParseBool(orDefault(r.URL.Query().Get(key), "false"))
+		if err != nil {
+			writeError(w, r, fmt.Errorf("%w: %s=%q is not true or false", ErrBadRequest, key, r.URL.Query().Get(key)), 0)
+			return
+		}
+		*v = b
+	}
+	if opts.DryRun && opts.Now {
+		writeError(w, r, fmt.Errorf("%w: dry_run and now exclude each other", ErrBadRequest), 0)
+		return
+	}
+	res, err := n.Upgrade(r.Context(), name, opts)
 	if err != nil {
 		writeError(w, r, err, 0)
 		return

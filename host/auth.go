@@ -76,6 +76,7 @@ func ParseRole(s string) (Role, error) {
 var routeRoles = map[string]Role{
 	"POST /v1/types/{name}":                   RoleAdmin,
 	"DELETE /v1/types/{name}":                 RoleAdmin,
+	"POST /v1/types/{name}/upgrade":           RoleAdmin,
 	"POST /v1/passivate":                      RoleAdmin,
 	"GET /v1/types":                           RoleRead,
 	"GET /v1/modules":                         RoleRead,

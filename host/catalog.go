@@ -42,8 +42,10 @@ type TypeInfo struct {
 	// entities still running one move to this version at their next activation.
 	Previous []ModuleVersion `cbor:"14,keyasint,omitempty" json:"previous,omitempty"`
 	// Removed marks an undeployed type (shardhost undeploy): a tombstone that gossips
-	// like a deployment, so that every member stops the type. Its Version is the next
-	// one: a later deploy of the name is newer still.
+	// like a deployment, so that every member stops the type. It keeps the removed
+	// version's number, module and history (Versions lists them as they were), and is
+	// newer than the deployment it removes by newerThan's order; a later deploy of the
+	// name takes the next number.
 	Removed bool `cbor:"15,keyasint,omitempty" json:"removed,omitempty"`
 	// StateDeletedAt, when not 0, is when the type's state was deleted (undeploy
 	// --delete-state; Unix nanoseconds, the built-in store's deletion mark). Later
@@ -97,11 +99,19 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries}
 }
 
-// newerThan orders deployments of one type: higher version, then later time, then
-// digest, so that every member picks the same winner.
+// newerThan orders the catalog entries of one type: higher version; at one version, a
+// removal before the deployment it removes, and a removal that deleted the state (the
+// later deletion first) before one that did not; then later time, then digest, so that
+// every member picks the same winner.
 func (t TypeInfo) newerThan(o TypeInfo) bool {
 	if t.Version != o.Version {
 		return t.Version > o.Version
+	}
+	if t.Removed != o.Removed {
+		return t.Removed
+	}
+	if t.StateDeletedAt != o.StateDeletedAt {
+		return t.StateDeletedAt > o.StateDeletedAt
 	}
 	if t.DeployedAt != o.DeployedAt {
 		return t.DeployedAt > o.DeployedAt
@@ -259,21 +269,24 @@ func (c *catalog) references(digest string) bool {
 }
 
 // removal returns the entry that removes the deployed type name, and false if it is not
-// deployed.
-func (c *catalog) removal(name, by string) (TypeInfo, bool) {
+// deployed. It keeps the deployment's version, module and history (TypeInfo.Removed):
+// the removed version stays among the versions the next deployment lists, under its
+// own number.
+func (c *catalog) removal(name string) (TypeInfo, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.types[name]
 	if !ok || t.Removed {
 		return TypeInfo{}, false
 	}
-	t.Version++
-	t.DeployedAt, t.DeployedBy, t.Removed = time.Now().UnixNano(), by, true
+	t.Removed = true
 	return t, true
 }
 
-// next returns the entry a new deployment of name would write, with settings st.
-func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by string) TypeInfo {
+// next returns the entry a new deployment of name would write, with settings st. Its
+// history keeps the newest maxPrevious versions, and any older one whose module keep
+// reports as still needed (nil: none).
+func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by string, keep func(digest string) bool) TypeInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, ok := c.types[st.Name]
@@ -281,7 +294,13 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 	if ok {
 		previous = prev.Versions()
 		if len(previous) > maxPrevious {
-			previous = previous[:maxPrevious]
+			kept := previous[:maxPrevious:maxPrevious]
+			for _, v := range previous[maxPrevious:] {
+				if keep != nil && keep(v.Digest) {
+					kept = append(kept, v)
+				}
+			}
+			previous = kept
 		}
 	}
 	return TypeInfo{Name: st.Name, Digest: digest, Size: size, NumberOfShards: st.NumberOfShards,
@@ -294,15 +313,14 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type
 // name's state.
-func (c *catalog) stateDeleted(name, by string, at int64) (TypeInfo, bool) {
+func (c *catalog) stateDeleted(name string, at int64) (TypeInfo, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.types[name]
-	if !ok || !t.Removed {
+	if !ok || !t.Removed || at <= t.StateDeletedAt {
 		return TypeInfo{}, false
 	}
-	t.Version++
-	t.DeployedAt, t.DeployedBy, t.StateDeletedAt = time.Now().UnixNano(), by, at
+	t.StateDeletedAt = at
 	return t, true
 }
 

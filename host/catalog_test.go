@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strconv"
@@ -131,7 +132,7 @@ func TestCatalogKeepsModuleVersions(t *testing.T) {
 	cat := newCatalog(nil, "", nil)
 	st := sharding.TypeSettings{Name: "cart", NumberOfShards: 10}
 	for i := 1; i <= maxPrevious+3; i++ {
-		cat.merge([]TypeInfo{cat.next(st, digest(strconv.Itoa(i)), i, "m1")})
+		cat.merge([]TypeInfo{cat.next(st, digest(strconv.Itoa(i)), i, "m1", nil)})
 	}
 	cur, _ := cat.get("cart")
 	vs := cur.Versions()
@@ -147,5 +148,94 @@ func TestCatalogKeepsModuleVersions(t *testing.T) {
 	var back []TypeInfo
 	if err := catalogDecMode.Unmarshal(mustEncodeTypes([]TypeInfo{cur}), &back); err != nil || !reflect.DeepEqual(back[0], cur) {
 		t.Fatalf("round trip: %v", err)
+	}
+}
+
+// An undeploy keeps the version it removes: deploy v1, deploy v2, undeploy, deploy v2
+// again lists versions 3, 2 and 1, the removed v2 under its own number. The removal
+// wins over the deployment it removes on every member, whatever order they learn them
+// in, and a redeploy wins over the removal.
+func TestCatalogUndeployKeepsTheRemovedVersion(t *testing.T) {
+	cat := newCatalog(nil, "", nil)
+	st := sharding.TypeSettings{Name: "todo", NumberOfShards: 10}
+	v1 := cat.next(st, digest("a1"), 100, "m1", nil)
+	cat.merge([]TypeInfo{v1})
+	v2 := cat.next(st, digest("b2"), 200, "m1", nil)
+	cat.merge([]TypeInfo{v2})
+	gone, ok := cat.removal("todo")
+	if !ok || !gone.Removed {
+		t.Fatalf("removal: %+v %v", gone, ok)
+	}
+	cat.merge([]TypeInfo{gone})
+	if _, ok := cat.get("todo"); ok {
+		t.Fatal("a removed type is still deployed")
+	}
+	if _, ok := cat.removal("todo"); ok {
+		t.Fatal("a removed type was removed again")
+	}
+	// Any order of learning the three entries ends with the removal.
+	for _, order := range [][]TypeInfo{{v1, v2, gone}, {gone, v2, v1}, {v2, gone, v1}} {
+		other := newCatalog(nil, "", nil)
+		for _, e := range order {
+			other.merge([]TypeInfo{e})
+		}
+		if e, _ := other.entry("todo"); !reflect.DeepEqual(e, gone) {
+			t.Fatalf("order %v ended with %+v", order, e)
+		}
+	}
+	again := cat.next(st, digest("b2"), 200, "m2", nil)
+	cat.merge([]TypeInfo{again})
+	cur, ok := cat.get("todo")
+	if !ok || cur.Version != 3 {
+		t.Fatalf("redeploy: %+v %v, want version 3", cur, ok)
+	}
+	var got []string
+	for _, v := range cur.Versions() {
+		got = append(got, strconv.FormatUint(v.Version, 10)+":"+v.Digest[:2])
+	}
+	if want := []string{"3:b2", "2:b2", "1:a1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("versions %v, want %v", got, want)
+	}
+	// A state deletion of a removal wins over the removal, and keeps its versions.
+	gone2, _ := cat.removal("todo")
+	cat.merge([]TypeInfo{gone2})
+	deleted, ok := cat.stateDeleted("todo", 42)
+	if !ok {
+		t.Fatal("stateDeleted refused")
+	}
+	for _, order := range [][]TypeInfo{{gone2, deleted}, {deleted, gone2}} {
+		other := newCatalog(nil, "", nil)
+		other.merge(order)
+		if e, _ := other.entry("todo"); e.StateDeletedAt != 42 || !e.Removed || len(e.Versions()) != 3 {
+			t.Fatalf("order %v ended with %+v", order, e)
+		}
+	}
+}
+
+// A version past the history's bound stays while its module is still needed (an
+// entity runs it, or a saved state names it), and goes once it is not.
+func TestCatalogKeepsVersionsStillNeeded(t *testing.T) {
+	cat := newCatalog(nil, "", nil)
+	st := sharding.TypeSettings{Name: "cart", NumberOfShards: 10}
+	d := func(i int) string { return digest(fmt.Sprintf("%02xf", i)) } // distinct for every i
+	needed := map[string]bool{d(1): true, d(3): true}
+	keep := func(d string) bool { return needed[d] }
+	for i := 1; i <= maxPrevious+4; i++ {
+		cat.merge([]TypeInfo{cat.next(st, d(i), i, "m1", keep)})
+	}
+	cur, _ := cat.get("cart")
+	var old []uint64
+	for _, v := range cur.Versions()[maxPrevious+1:] {
+		old = append(old, v.Version)
+	}
+	if !reflect.DeepEqual(old, []uint64{3, 1}) || len(cur.Versions()) != maxPrevious+3 {
+		t.Fatalf("kept %v past the bound, %d versions", old, len(cur.Versions()))
+	}
+	delete(needed, d(3))
+	cat.merge([]TypeInfo{cat.next(st, d(99), 1, "m1", keep)})
+	cur, _ = cat.get("cart")
+	vs := cur.Versions()
+	if last := vs[len(vs)-1]; last.Version != 1 || vs[len(vs)-2].Version == 3 || len(vs) != maxPrevious+2 {
+		t.Fatalf("after version 3 is no longer needed: %d versions, last %d", len(vs), last.Version)
 	}
 }

@@ -52,6 +52,38 @@ type DeployResult struct {
 	// Unchanged says the type already ran this module with these settings: nothing
 	// was deployed and Type is the current version (Members is empty).
 	Unchanged bool `json:"unchanged,omitempty"`
+	// Older lists, by version, the entities that stay on earlier versions of the
+	// module, counted as the deploy began (VersionUsage; versions without any are left
+	// out): active ones (Active) run theirs until their next activation, when those
+	// with explicit state take the new version and those whose state is a transparent
+	// snapshot (ActiveTransparent) keep their module; passivated ones whose state is a
+	// transparent snapshot (Passivated, PassivatedTransparent) keep theirs too. Empty
+	// for a new type.
+	Older []VersionUsage `json:"older,omitempty"`
+	// OlderErrors says why Older may be partial (members that did not answer, a state
+	// store that cannot list its states: passivated entities are not counted).
+	OlderErrors []string `json:"older_errors,omitempty"`
+}
+
+// olderVersions returns the versions of usage, counted before a deploy of the module
+// current, that entities stay on after it (DeployResult.Older), and the count's errors.
+func olderVersions(usage TypeUsage, current string) ([]VersionUsage, []string) {
+	var out []VersionUsage
+	for _, v := range usage.Versions {
+		if v.Digest == current {
+			continue // the new version's module: those entities run it already
+		}
+		// Passivated with explicit state: they take the new version.
+		v.Passivated, v.Current = v.PassivatedTransparent, false
+		if v.Active > 0 || v.Passivated > 0 {
+			out = append(out, v)
+		}
+	}
+	errs := usage.Errors
+	if usage.Type != "" && usage.PassivatedUnknown && len(errs) == 0 {
+		errs = []string{"passivated entities not counted"}
+	}
+	return out, errs
 }
 
 // Setting is one setting of an entity type, named as the deploy flag and rendered as
@@ -180,18 +212,36 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	}
 	self := n.membership.Self()
 	digest := moduleDigest(wasm)
-	if exists && prev.Digest == digest && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address))) == 0 {
+	if exists && prev.Digest == digest && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address, nil))) == 0 {
 		// The same module with the same settings: nothing to deploy, no new version.
 		span.SetAttributes(attrModuleVer.Int64(int64(prev.Version)), attrModuleDigest.String(prev.Digest))
 		return DeployResult{Type: prev, Unchanged: true, Members: []MemberDeployment{}, Settings: prev.SettingList()}, nil
 	}
+	// The type's entities by version, counted while the module is validated: what
+	// stays on older versions, and which old versions the history must keep.
+	var usage TypeUsage
+	var counted sync.WaitGroup
+	if exists {
+		counted.Add(1)
+		go func() { // no owner: the call waits for it on every path (the defer)
+			defer counted.Done()
+			if us := n.VersionUsage(ctx, true, name); len(us) == 1 {
+				usage = us[0]
+			}
+		}()
+	}
+	defer counted.Wait()
 	staging := n.stageEverywhere(ctx, digest, wasm)
 	mod, _, err := n.modules.put(ctx, digest, wasm)
 	if err != nil {
 		n.discardStaged(ctx, digest, staging())
 		return DeployResult{}, err
 	}
-	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address)
+	counted.Wait()
+	// An old version goes from the history only when no entity runs it and no saved
+	// state needs it, as far as the count knows: when it is partial, none goes.
+	keep := func(d string) bool { return usage.Type == "" || usage.PassivatedUnknown || usage.uses(d) }
+	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address, keep)
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
 		info.DeployTrace = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 	}
@@ -210,6 +260,7 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	mod.CompileInBackground()
 	if exists {
 		res.Changed = settingChanges(prev, info)
+		res.Older, res.OlderErrors = olderVersions(usage, info.Digest)
 	}
 	n.log.InfoContext(ctx, "entity type deployed", "type", name, "version", info.Version, "digest", info.Digest[:12],
 		"shards", st.NumberOfShards, "bytes", info.Size)
@@ -242,7 +293,6 @@ var ErrCannotDeleteState = errors.New("host: the state store cannot delete an en
 // the type is removed then and its state not (wholly) deleted, and Undeploy of the
 // removed type with deleteState tries the deletion again.
 func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (UndeployResult, error) {
-	self := n.membership.Self()
 	var deleter sharding.TypeStateDeleter
 	if deleteState {
 		var ok bool
@@ -250,7 +300,7 @@ func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (Und
 			return UndeployResult{}, fmt.Errorf("%w (%T)", ErrCannotDeleteState, n.states)
 		}
 	}
-	info, ok := n.catalog.removal(name, self.Address)
+	info, ok := n.catalog.removal(name)
 	if !ok {
 		cur, exists := n.catalog.entry(name)
 		if !exists || !cur.Removed || !deleteState {
@@ -278,7 +328,7 @@ func (n *Node) Undeploy(ctx context.Context, name string, deleteState bool) (Und
 		return res, err
 	}
 	// Recorded in the catalog: a member that was away deletes its copy when it learns.
-	if marked, ok := n.catalog.stateDeleted(name, self.Address, at); ok {
+	if marked, ok := n.catalog.stateDeleted(name, at); ok {
 		if res, err = n.applyEverywhere(ctx, marked); err != nil {
 			return res, err
 		}

@@ -23,7 +23,10 @@
 //
 // What the node's methods return, and the API's JSON replies: DeployResult (with a
 // MemberDeployment per member and the type's Setting list), UndeployResult, TypeInfo (a
-// type as the catalog holds it, with each ModuleVersion), ModuleInfo, ShardsReport (a
+// type as the catalog holds it, with each ModuleVersion), ModuleInfo, the versions in
+// view (VersionUsage, TypeReport's TypeStatus with its TypeUsage, ModuleReport: each
+// version's active and passivated entities), Upgrade's UpgradeResult (with its
+// UpgradeOptions and each UpgradeEntity), ShardsReport (a
 // RegionReport per member, a ShardReport per shard), Readiness (GET /ready), DDataEntry
 // (a key of the replicator), ForgetResult (the reply of ForgetStateMember's route), and
 // History's HistoryPage of HistoryRecord values (an entity's journal, read without

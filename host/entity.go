@@ -70,6 +70,7 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	var inst *wasmInstance
 	var extras entityExtras
 	var chain *restoredChain
+	transparent := !mod.guestSnapshot // a new instance: as its module snapshots
 	if state == nil {
 		if inst, err = mod.Instantiate(ctx, typ, id); err != nil {
 			return nil, withCode(err)
@@ -85,7 +86,19 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 			restore = "instance"
 		}
 		n.tel.restores.Add(context.Background(), 1, n.tel.attrs.Get([2]string{typ, "r:" + restore}))
+		transparent = kind != stateGuest
 		if kind == stateGuest {
+			if extras.Module != "" && extras.Module != mod.Digest {
+				// The journal's records after this state were made by the module that
+				// saved it: they are replayed on it, and the entity moves to the
+				// current version after them (moveTo).
+				if from, ferr := n.modules.get(ctx, extras.Module, n.moduleSources(info)); ferr == nil {
+					mod = from
+				} else {
+					n.log.Warn("entity's explicit state restored on the current module: the module that saved it is unavailable",
+						"entity", typ+"/"+id, "module", extras.Module[:min(12, len(extras.Module))], "err", ferr)
+				}
+			}
 			inst, err = mod.RestoreGuest(ctx, typ, id, payload)
 		} else {
 			inst, chain, err = n.restoreState(ctx, mod, typ, id, kind, payload)
@@ -100,7 +113,10 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	// failing starts set: the first handled message forgets the failures of earlier
 	// incarnations (backoff).
 	e := &wasmEntity{n: n, mod: mod, typ: typ, id: id, inst: inst, timers: map[string]*entityTimer{}, subs: map[string]*entitySub{},
-		failing: true}
+		failing: true, fresh: state == nil, journalModule: extras.Module, target: info.Digest}
+	if kind := stateKind(state); kind != 0 && kind != stateGuest {
+		e.journalModule = inst.m.Digest // a transparent snapshot's module
+	}
 	inst.svc = e
 	if n.cfg.Recovery {
 		e.rec = &recovery{baseState: state}
@@ -137,6 +153,17 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 		e.Stop(ctx)
 		return nil, withCode(err)
 	}
+	if state == nil && mod.guestSnapshot {
+		// A new instance of a module that may snapshot its state itself: whether it
+		// does says how it is counted (versions.go). Its state is its first one, small.
+		_, ok, err := inst.GuestSnapshot()
+		if err != nil && inst.Closed() {
+			e.Stop(ctx)
+			return nil, withCode(err)
+		}
+		transparent = err == nil && !ok
+	}
+	e.countAs(inst.m.Digest, transparent)
 	return e, nil
 }
 
@@ -167,6 +194,19 @@ type wasmEntity struct {
 	// a whole snapshot, as before deltas (benchmarks compare).
 	cp             *checkpointer
 	wholeSnapshots bool
+	// ver is the group the entity is counted in among the member's active ones
+	// (versions.go), when counted.
+	ver     activeKey
+	counted bool
+	// Module versions (journal.go, "Module versions"). fresh: the instance is a new
+	// one and no message ran on it yet. journalModule is the module the journal's
+	// records so far were made by ("" unknown): the next record names the
+	// instance's module when it is another. target is the type's module when the
+	// entity activated: an entity with explicit state moves to it before its first
+	// message (moveTo); "" once done.
+	fresh         bool
+	journalModule string
+	target        string
 
 	// The journal (journal.go). gated: the message under way is gated, so its tells
 	// wait in held and its timers in heldTimers until ReleaseEffects. lastCalls and
@@ -211,6 +251,10 @@ func (e *wasmEntity) name() string { return e.typ + "/" + e.id }
 func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
 	if e.inst == nil || e.inst.Closed() {
 		return nil, withCode(fmt.Errorf("%w: %s/%s", ErrInstanceClosed, e.typ, e.id))
+	}
+	e.fresh = false
+	if e.target != "" {
+		e.moveTo(ctx)
 	}
 	if e.inst.code.interpreted && !e.mod.Interpreted() {
 		e.toCompiled(ctx)
@@ -312,6 +356,7 @@ func (e *wasmEntity) Snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, withCode(err)
 	}
+	e.countAs(e.inst.m.Digest, !ok)
 	if ok {
 		return encodeState(stateGuest, state, extras), nil
 	}
@@ -361,6 +406,9 @@ func (e *wasmEntity) extras() entityExtras {
 		x.Subscriptions = append(x.Subscriptions, key)
 	}
 	slices.Sort(x.Subscriptions)
+	if e.inst != nil {
+		x.Module = e.inst.m.Digest
+	}
 	return x
 }
 
@@ -398,6 +446,7 @@ func (e *wasmEntity) outdated() bool {
 // closes its instance.
 func (e *wasmEntity) Stop(ctx context.Context) {
 	e.stopped.Store(true)
+	e.uncount()
 	for _, t := range e.timers {
 		if t.t != nil {
 			t.t.Stop()

@@ -42,6 +42,10 @@ type entityExtras struct {
 	Timers []savedTimer `cbor:"1,keyasint,omitempty"`
 	// Subscriptions are the distributed data keys the entity subscribed to, sorted.
 	Subscriptions []string `cbor:"2,keyasint,omitempty"`
+	// Module is the digest of the module the entity ran: in a base, the module its
+	// journal records after it were made by, until one names another (journal.go).
+	// Empty in states saved before it was kept.
+	Module string `cbor:"3,keyasint,omitempty"`
 }
 
 // savedTimer is a running timer in a saved state.
@@ -73,7 +77,7 @@ var extrasDecMode = func() cbor.DecMode {
 // encodeState frames a payload of the given kind with the entity's extras.
 func encodeState(kind byte, payload []byte, extras entityExtras) []byte {
 	var ex []byte
-	if len(extras.Timers) > 0 || len(extras.Subscriptions) > 0 {
+	if len(extras.Timers) > 0 || len(extras.Subscriptions) > 0 || extras.Module != "" {
 		var err error
 		if ex, err = extrasEncMode.Marshal(extras); err != nil {
 			panic(fmt.Sprintf("host: encoding entity extras: %v", err)) // plain data: cannot fail

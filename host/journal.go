@@ -168,9 +168,12 @@ func (e *wasmEntity) JournalEffects() ([]byte, bool) {
 		return nil, false
 	}
 	var extras *entityExtras
-	if e.extrasChanged {
+	if e.extrasChanged || e.inst.m.Digest != e.journalModule {
+		// The extras name the module (entityExtras.Module): a record made by another
+		// module than the records before it says so.
 		x := e.extras()
 		extras = &x
+		e.journalModule = x.Module
 	}
 	b, err := encodeEffects(e.lastCalls, extras)
 	if err != nil {
@@ -215,6 +218,16 @@ func (e *wasmEntity) Replay(ctx context.Context, entries []sharding.JournalEntry
 		if err != nil {
 			return fmt.Errorf("record %d: %w", en.Seq, err)
 		}
+		if x != nil && x.Module != "" {
+			if x.Module != e.inst.m.Digest {
+				// Made by another module than the instance's: replayed on it.
+				if err := e.switchModule(ctx, x.Module); err != nil {
+					return fmt.Errorf("record %d: %w", en.Seq, err)
+				}
+			}
+			e.journalModule = x.Module
+		}
+		e.fresh = false
 		info := sharding.MessageInfo{Sender: en.Sender, Kind: en.Kind, Tag: en.Tag, Ask: en.Ask}
 		start := time.Now()
 		if err := e.inst.replay(wasmbin.OpReceive, en.Payload, info, calls); err != nil {
@@ -277,4 +290,110 @@ func (e *wasmEntity) resetExtras(ctx context.Context, x entityExtras) {
 			e.n.log.Warn("entity subscription not renewed", "entity", e.name(), "key", key, "err", err)
 		}
 	}
+}
+
+// Module versions. A record whose extras name a module (entityExtras.Module) was made
+// by it, and so were the records after it until one names another; a base's extras name
+// the module of the records after it. So an activation replays every record on the
+// module that made it (switchModule), whatever was deployed since, and then an entity
+// with explicit state moves to the type's module of its activation (moveTo), with its
+// state, before its first message; one with transparent state keeps the module its
+// state was made by. Records saved before modules were named are replayed on the
+// module the entity activated on.
+
+// switchModule puts the entity on the module digest before a record that module made:
+// a new instance of it when no message ran yet (the journal's first records), else the
+// entity's explicit state moved to it (a transparent one cannot move). Errors: the
+// module is unavailable; the state cannot move (ErrNotSnapshottable); the guest's.
+func (e *wasmEntity) switchModule(ctx context.Context, digest string) error {
+	info, _ := e.n.catalog.entry(e.typ)
+	mod, err := e.n.modules.get(ctx, digest, e.n.moduleSources(info))
+	if err != nil {
+		return err
+	}
+	mod.CompileInBackground()
+	var inst *wasmInstance
+	if e.fresh {
+		if inst, err = mod.Instantiate(ctx, e.typ, e.id); err == nil {
+			inst.svc = e
+			if err = inst.Activate(ctx); err != nil {
+				inst.Close(ctx)
+			}
+		}
+	} else {
+		inst, err = e.movedInstance(ctx, mod)
+	}
+	if err != nil {
+		return err
+	}
+	e.replaceInstance(ctx, inst)
+	return nil
+}
+
+// movedInstance returns a new instance of mod holding the entity's explicit state (its
+// guest snapshot, restored). Errors: ErrNotSnapshottable for a transparent state; the
+// guest's.
+func (e *wasmEntity) movedInstance(ctx context.Context, mod *wasmModule) (*wasmInstance, error) {
+	state, ok, err := e.inst.GuestSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s keeps its state in a transparent snapshot, which belongs to module %.12s",
+			ErrNotSnapshottable, e.name(), e.inst.m.Digest)
+	}
+	inst, err := mod.RestoreGuest(ctx, e.typ, e.id, state)
+	if err != nil {
+		return nil, err
+	}
+	inst.svc = e
+	return inst, nil
+}
+
+// replaceInstance makes inst the entity's instance, in place of its current one.
+func (e *wasmEntity) replaceInstance(ctx context.Context, inst *wasmInstance) {
+	old := e.inst
+	e.inst, e.mod = inst, inst.m
+	if e.cp != nil {
+		e.cp.stop() // its chain is the old instance's memory: the next checkpoint is a base
+	}
+	if old != nil {
+		old.Close(ctx)
+	}
+	if e.rec != nil {
+		// In-memory recovery starts from the new instance.
+		start := time.Now()
+		if snap, err := inst.Snapshot(); err == nil {
+			e.setBase(snap, time.Since(start))
+		} else {
+			e.n.log.Warn("entity without in-memory recovery: its state cannot be snapshotted", "entity", e.name(), "err", err)
+			e.rec = nil
+		}
+	}
+	e.countAs(inst.m.Digest, e.ver.transparent)
+}
+
+// moveTo moves an entity with explicit state to the type's module of its activation
+// (target), once, before its first message. When that fails the entity goes on on its
+// module, logged and counted there (versions.go), and moves at a later activation.
+func (e *wasmEntity) moveTo(ctx context.Context) {
+	target := e.target
+	e.target = ""
+	if e.inst == nil || e.inst.Closed() || e.inst.m.Digest == target || e.ver.transparent {
+		return
+	}
+	info, _ := e.n.catalog.entry(e.typ)
+	mod, err := e.n.modules.get(ctx, target, e.n.moduleSources(info))
+	var inst *wasmInstance
+	if err == nil {
+		inst, err = e.movedInstance(ctx, mod)
+	}
+	if err != nil {
+		e.n.log.Warn("entity not moved to its type's current module: it goes on on its own", "entity", e.name(),
+			"module", e.inst.m.Digest[:12], "current", target[:min(12, len(target))], "err", err)
+		return
+	}
+	from := e.inst.m.Digest
+	e.replaceInstance(ctx, inst)
+	e.n.log.Info("entity moved to its type's current module", "entity", e.name(), "from", from[:12], "to", target[:12])
 }

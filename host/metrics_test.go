@@ -267,7 +267,7 @@ func TestReadyProbe(t *testing.T) {
 func TestReadyWaitsForEveryKnownType(t *testing.T) {
 	n := startNodes(t, 1, nil)[0]
 	testutil.Eventually(t, 15*time.Second, "/ready to answer 200", func() bool { s, _ := readiness(t, n); return s == 200 })
-	ghost := n.catalog.next(sharding.TypeSettings{Name: "ghost", NumberOfShards: 10}, strings.Repeat("ab", 32), 100, "127.0.0.1:1")
+	ghost := n.catalog.next(sharding.TypeSettings{Name: "ghost", NumberOfShards: 10}, strings.Repeat("ab", 32), 100, "127.0.0.1:1", nil)
 	n.catalog.merge([]TypeInfo{ghost})
 	if s, rd := readiness(t, n); s != http.StatusServiceUnavailable || !strings.Contains(rd.Reason, "entity type ghost") {
 		t.Fatalf("/ready with a type whose module no member has: %d %+v", s, rd)

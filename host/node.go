@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -216,6 +218,7 @@ type Node struct {
 	closeState func() error
 	sharding   *sharding.Sharding
 	backoff    *backoff
+	active     *activeVersions // this member's active entities by module version (versions.go)
 	keys       *cluster.KeyManager
 	api        *http.Server
 	apiLn      net.Listener
@@ -264,6 +267,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		exited:  make(chan struct{}),
 		started: make(chan struct{}),
 		backoff: newBackoff(time.Now),
+		active:  newActiveVersions(),
 		auth: &apiAuth{tokens: cfg.API.Tokens, authAll: cfg.API.AuthAll,
 			clientCerts: cfg.API.TLS != nil && cfg.API.TLS.ClientCAs != nil},
 	}
@@ -287,6 +291,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.modules.fetch = n.fetchModule
 	n.catalog = newCatalog(n.typeChanged, filepath.Join(cfg.DataDir, "types.cbor"), cfg.Logger)
+	if err := n.registerVersionMetrics(cfg.MeterProvider); err != nil {
+		return nil, fmt.Errorf("host: metrics: %w", err)
+	}
 
 	tcfg := cluster.DefaultTCPConfig()
 	tcfg.BindAddr = cfg.TransportAddr
@@ -368,6 +375,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.messenger.Handle(topicPrepare, n.handlePrepare)
 	n.messenger.Handle(topicStage, n.handleStage)
 	n.messenger.Handle(topicDiscard, n.handleDiscard)
+	n.messenger.Handle(topicVersions, n.handleVersions)
 	// The types this member knew before a restart get ready again (their modules are
 	// in the data directory); the cluster's catalog may bring newer versions.
 	if err := n.catalog.load(); err != nil {
@@ -518,6 +526,99 @@ type ModuleInfo struct {
 	Engine string `json:"engine,omitempty"`
 	// CompileError says why this member's compilation of the module failed.
 	CompileError string `json:"compile_error,omitempty"`
+	// The entities on this version (VersionUsage), filled by ModuleReport: Active and
+	// ActiveTransparent running it, Passivated and PassivatedTransparent whose saved
+	// state takes it at their next activation; PassivatedUnknown when the passivated
+	// counts are missing or partial.
+	Active                int  `json:"active"`
+	ActiveTransparent     int  `json:"active_transparent,omitempty"`
+	Passivated            int  `json:"passivated"`
+	PassivatedTransparent int  `json:"passivated_transparent,omitempty"`
+	PassivatedUnknown     bool `json:"passivated_unknown,omitempty"`
+}
+
+// TypeStatus is a deployed entity type with its entities by module version, as
+// TypeReport lists them (GET /v1/types).
+type TypeStatus struct {
+	TypeInfo
+	Usage TypeUsage `json:"usage"`
+}
+
+// TypeReport returns the deployed types, by name, each with its entities by module
+// version (VersionUsage, with the passivated ones counted from the state store).
+func (n *Node) TypeReport(ctx context.Context) []TypeStatus {
+	usage := map[string]TypeUsage{}
+	for _, u := range n.VersionUsage(ctx, true) {
+		usage[u.Type] = u
+	}
+	out := []TypeStatus{}
+	for _, t := range n.catalog.list() {
+		u, ok := usage[t.Name]
+		if !ok {
+			u = TypeUsage{Type: t.Name, Versions: []VersionUsage{}, PassivatedUnknown: true}
+		}
+		out = append(out, TypeStatus{TypeInfo: t, Usage: u})
+	}
+	return out
+}
+
+// ModuleReport is Modules with each version's entities (VersionUsage), and a row of
+// Version 0 for a module the type's history no longer lists that entities still run
+// or saved states still name.
+func (n *Node) ModuleReport(ctx context.Context) []ModuleInfo {
+	usage := map[string]map[string]VersionUsage{}
+	known := map[string]bool{}
+	unknown := map[string]bool{}
+	for _, u := range n.VersionUsage(ctx, true) {
+		usage[u.Type] = map[string]VersionUsage{}
+		unknown[u.Type] = u.PassivatedUnknown
+		seen := map[string]bool{}
+		for _, v := range u.Versions {
+			if !seen[v.Digest] { // counted under the newest version of its module
+				seen[v.Digest] = true
+				usage[u.Type][fmt.Sprint(v.Version)+"/"+v.Digest] = v
+			}
+		}
+	}
+	out := []ModuleInfo{}
+	for _, mi := range n.Modules() {
+		k := fmt.Sprint(mi.Version) + "/" + mi.Digest
+		v := usage[mi.Type][k]
+		known[mi.Type+"/"+k] = true
+		mi.Active, mi.ActiveTransparent, mi.Passivated, mi.PassivatedTransparent = v.Active, v.ActiveTransparent, v.Passivated, v.PassivatedTransparent
+		mi.PassivatedUnknown = unknown[mi.Type]
+		out = append(out, mi)
+	}
+	// Modules no longer in a type's history that entities still run, after the
+	// type's listed versions.
+	var extra []ModuleInfo
+	for typ, vs := range usage {
+		for k, v := range vs {
+			if known[typ+"/"+k] {
+				continue
+			}
+			extra = append(extra, ModuleInfo{Type: typ, ModuleVersion: ModuleVersion{Digest: v.Digest}, Local: n.modules.has(v.Digest),
+				Active: v.Active, ActiveTransparent: v.ActiveTransparent, Passivated: v.Passivated,
+				PassivatedTransparent: v.PassivatedTransparent, PassivatedUnknown: unknown[typ]})
+		}
+	}
+	sort.Slice(extra, func(i, j int) bool {
+		if extra[i].Type != extra[j].Type {
+			return extra[i].Type < extra[j].Type
+		}
+		return extra[i].Digest < extra[j].Digest
+	})
+	for _, e := range extra {
+		at := len(out)
+		for i := len(out) - 1; i >= 0; i-- {
+			if out[i].Type == e.Type {
+				at = i + 1
+				break
+			}
+		}
+		out = slices.Insert(out, at, e)
+	}
+	return out
 }
 
 // Modules lists the versions of every deployed type, by type name and newest first.

@@ -141,6 +141,7 @@ func deployModule(out io.Writer, c *client, name, file string, q url.Values) err
 	fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s)\n",
 		res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16])
 	printSettings(out, res)
+	printOlder(out, res)
 	if failed := printMembers(out, res.Members, "ready", "NOT READY"); failed > 0 {
 		return fmt.Errorf("%d of %d members are not ready; they retry when they learn of the type by gossip", failed, len(res.Members))
 	}
@@ -185,4 +186,39 @@ func printSettings(out io.Writer, res host.DeployResult) {
 		}
 	}
 	tw.Flush()
+}
+
+// printOlder says how many entities stay on earlier versions after a deploy, and why.
+func printOlder(out io.Writer, res host.DeployResult) {
+	active, transparent, passivated := 0, 0, 0
+	for _, v := range res.Older {
+		active += v.Active
+		transparent += v.ActiveTransparent
+		passivated += v.Passivated
+	}
+	partial := ""
+	if len(res.OlderErrors) > 0 {
+		partial = " (partial count: " + oneLine(strings.Join(res.OlderErrors, "; ")) + ")"
+	}
+	if active+passivated == 0 {
+		if len(res.OlderErrors) > 0 {
+			fmt.Fprintf(out, "entities on older versions: none counted%s\n", partial)
+		}
+		return
+	}
+	fmt.Fprintf(out, "%d entities stay on older versions%s:\n", active+passivated, partial)
+	for _, v := range res.Older {
+		name := fmt.Sprintf("version %d", v.Version)
+		if v.Version == 0 {
+			name = "module " + v.Digest[:16] + " (no longer listed)"
+		}
+		fmt.Fprintf(out, "  %s: %d active (%d with transparent state), %d passivated with transparent state\n",
+			name, v.Active, v.ActiveTransparent, v.Passivated)
+	}
+	if explicit := active - transparent; explicit > 0 {
+		fmt.Fprintf(out, "  %d active with explicit state take version %d at their next activation (passivation, handoff)\n", explicit, res.Type.Version)
+	}
+	if t := transparent + passivated; t > 0 {
+		fmt.Fprintf(out, "  %d whose state is a transparent snapshot keep the module their state was made by (docs/sharding.md, \"Module versions of entities\")\n", t)
+	}
 }

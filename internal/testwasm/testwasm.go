@@ -36,9 +36,33 @@ func Path(tb testing.TB, name string) string {
 // an example).
 func PathWith(tb testing.TB, name string, flags ...string) string {
 	tb.Helper()
+	return buildGo(tb, filepath.Join(RepoRoot(), "examples", "wasm"), name, flags)
+}
+
+// GuestPath builds the test guest internal/testwasm/guests/NAME as Path builds an
+// example, with the go build flags given (for example -ldflags=-X main.version=v2),
+// and returns the .wasm file's path.
+func GuestPath(tb testing.TB, name string, flags ...string) string {
+	tb.Helper()
+	return buildGo(tb, filepath.Join(RepoRoot(), "internal", "testwasm", "guests"), name, flags)
+}
+
+// GuestBytes returns the bytes of the module GuestPath builds.
+func GuestBytes(tb testing.TB, name string, flags ...string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(GuestPath(tb, name, flags...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// buildGo builds the package NAME of the Go module in src for wasip1, once per flags.
+func buildGo(tb testing.TB, src, name string, flags []string) string {
+	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	key := strings.Join(append([]string{name}, flags...), " ")
+	key := strings.Join(append([]string{src, name}, flags...), " ")
 	if p, ok := built[key]; ok {
 		return p
 	}
@@ -53,7 +77,7 @@ func PathWith(tb testing.TB, name string, flags ...string) string {
 	out := filepath.Join(dir, name+".wasm")
 	args := append(append([]string{"build", "-buildmode=c-shared"}, flags...), "-o", out, "./"+name)
 	cmd := exec.Command("go", args...)
-	cmd.Dir = filepath.Join(RepoRoot(), "examples", "wasm")
+	cmd.Dir = src
 	cmd.Env = append(goGuestEnv(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("building %s.wasm %s: %v\n%s", name, strings.Join(flags, " "), err, b)

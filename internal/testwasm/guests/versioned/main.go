@@ -1,0 +1,81 @@
+// Command versioned is a test guest of module upgrades: a counter that says which
+// version of its module answers. Two variables, set at build time, make its versions:
+//
+//	-ldflags='-X main.version=v2'        the version it names in its replies (default v1)
+//	-ldflags='-X main.state=transparent' its state is a transparent snapshot of its
+//	                                     memory instead of explicit (Stateful)
+//	-ldflags='-X main.step=10'           what "inc" adds (default 1)
+//
+// Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT".
+//
+// Build (testwasm.GuestPath does): GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
+// -ldflags='-X main.version=v2' -o versioned.wasm ./versioned
+package main
+
+import (
+	"errors"
+	"strconv"
+
+	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
+)
+
+var (
+	version = "v1"
+	state   = "explicit"
+	step    = "1"
+)
+
+// inc is what "inc" adds: step, parsed.
+func inc() int64 {
+	n, err := strconv.ParseInt(step, 10, 64)
+	if err != nil {
+		panic("versioned: step " + step)
+	}
+	return n
+}
+
+func reply(n int64, msg []byte) ([]byte, error) {
+	return []byte(version + " " + strconv.FormatInt(n, 10)), nil
+}
+
+var errUnknown = errors.New("versioned: want inc or get")
+
+// explicit keeps its count in explicit state.
+type explicit struct {
+	shardhost.Stateful[shardhost.Int64, *shardhost.Int64]
+}
+
+func (e *explicit) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+	switch string(msg) {
+	case "inc":
+		e.State += shardhost.Int64(inc())
+	case "get":
+	default:
+		return nil, errUnknown
+	}
+	return reply(int64(e.State), msg)
+}
+
+// transparent keeps its count in a plain field: its state is a memory snapshot.
+type transparent struct{ n int64 }
+
+func (t *transparent) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
+	switch string(msg) {
+	case "inc":
+		t.n += inc()
+	case "get":
+	default:
+		return nil, errUnknown
+	}
+	return reply(t.n, msg)
+}
+
+func init() {
+	if state == "transparent" {
+		shardhost.Register(func(string) shardhost.Entity { return &transparent{} })
+		return
+	}
+	shardhost.Register(func(string) shardhost.Entity { return &explicit{} })
+}
+
+func main() {}
