@@ -106,6 +106,7 @@ var routeRoles = map[string]Role{
 	// The web console (console.go): pages need read (distributed data values client,
 	// as their route does), actions admin; logging in needs nothing.
 	"GET /ui":                             RoleRead,
+	"GET /ui/{$}":                         RoleRead,
 	"GET /ui/static/style.css":            RoleNone,
 	"GET /ui/login":                       RoleNone,
 	"POST /ui/login":                      RoleNone,

@@ -69,7 +69,7 @@ func (e *GuestError) Error() string {
 	if line := firstNonEmptyLine(e.Stderr); line != "" {
 		s += " (stderr: " + line + ")"
 	} else if e.LastOutput != "" {
-		s += " (output: " + e.LastOutput + ")"
+		s += " (stdout: " + e.LastOutput + ")" // nothing on stderr: the line is stdout's
 	}
 	return s
 }
