@@ -287,6 +287,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.modules.fetch = n.fetchModule
 	n.catalog = newCatalog(n.typeChanged, filepath.Join(cfg.DataDir, "types.cbor"), cfg.Logger)
+	registerModuleVersions(cfg.MeterProvider, n.catalog)
 
 	tcfg := cluster.DefaultTCPConfig()
 	tcfg.BindAddr = cfg.TransportAddr
