@@ -62,15 +62,15 @@ type consolePage struct {
 	// Auth says the API authenticates; LoggedIn that this browser sent a token it
 	// logged in with that the API knows (it may log out).
 	Auth, LoggedIn bool
-	Next                   string
-	View                   cluster.View
-	Types                  []TypeInfo
-	Modules                []ModuleInfo
-	Regions                []RegionReport
-	Errors                 []string
-	Data                   []DDataEntry
-	Rates                  []messageRate
-	Events                 []event
+	Next           string
+	View           cluster.View
+	Types          []TypeInfo
+	Modules        []ModuleInfo
+	Regions        []RegionReport
+	Errors         []string
+	Data           []DDataEntry
+	Rates          []messageRate
+	Events         []event
 }
 
 // messageRate is one row of the activity page: messages of one type and outcome.
