@@ -431,11 +431,30 @@ func (s *Sharding) ListEntities(ctx context.Context, q ListQuery) (EntityPage, e
 		limit = DefaultListLimit
 	}
 	req := listRequest{Type: q.Type, Prefix: q.Prefix, After: cur.After, HasAfter: hasAfter, Limit: limit}
-	page := EntityPage{Rows: []EntityRow{}}
 	// The live rows are read whatever the status asked: a stored entity that a member
 	// hosts is not passivated.
 	replies, failed := s.askLiveRows(ctx, req)
+	var stored []StoredEntity
+	var storedMore bool
+	if lister, ok := StateStoreAs[StateLister](s.cfg.States); ok && q.Status != StatusActive && q.Status != StatusPaused {
+		sq := StateListing{Type: q.Type, Prefix: q.Prefix, Limit: limit}
+		if hasAfter {
+			sq.After = &EntityKey{Type: cur.After.Type, Shard: cur.After.Shard, ID: cur.After.ID}
+		}
+		if stored, storedMore, err = lister.ListStates(ctx, sq); err != nil {
+			return EntityPage{}, fmt.Errorf("entities: the state store's index: %w", err)
+		}
+	}
+	page := mergeListing(q, limit, replies, stored, storedMore, s.cfg.Now())
 	page.Errors = failed
+	return page, nil
+}
+
+// mergeListing merges the members' live rows and the store's rows into a page of q:
+// at most limit rows, up to the last key every source has read all its rows to, the
+// live row where both have one, filtered.
+func mergeListing(q ListQuery, limit int, replies []listReply, stored []StoredEntity, storedMore bool, now time.Time) EntityPage {
+	page := EntityPage{Rows: []EntityRow{}}
 	// bound is the last key every source has given all its rows up to: past it, a
 	// truncated source may hold rows not read yet.
 	var bound *listKey
@@ -444,40 +463,30 @@ func (s *Sharding) ListEntities(ctx context.Context, q ListQuery) (EntityPage, e
 			bound = &k
 		}
 	}
-	var live []EntityRow
+	n := 0
 	for _, r := range replies {
-		live = append(live, r.Rows...)
+		n += len(r.Rows)
 		if r.More && len(r.Rows) > 0 {
 			narrow(r.Rows[len(r.Rows)-1].key())
 		}
 	}
-	var stored []StoredEntity
-	if lister, ok := StateStoreAs[StateLister](s.cfg.States); ok && q.Status != StatusActive && q.Status != StatusPaused {
-		sq := StateListing{Type: q.Type, Prefix: q.Prefix, Limit: limit}
-		if hasAfter {
-			sq.After = &EntityKey{Type: cur.After.Type, Shard: cur.After.Shard, ID: cur.After.ID}
-		}
-		var more bool
-		if stored, more, err = lister.ListStates(ctx, sq); err != nil {
-			return EntityPage{}, fmt.Errorf("entities: the state store's index: %w", err)
-		}
-		if more && len(stored) > 0 {
-			k := stored[len(stored)-1].Key
-			narrow(listKey{k.Type, k.Shard, k.ID})
-		}
+	if storedMore && len(stored) > 0 {
+		narrow(storedKey(stored[len(stored)-1]))
+	}
+	live := make([]EntityRow, 0, n)
+	for _, r := range replies {
+		live = append(live, r.Rows...)
 	}
 	slices.SortFunc(live, func(a, b EntityRow) int { return a.key().compare(b.key()) })
-	now := s.cfg.Now()
 	var last *listKey
-	emit := func(r EntityRow) {
-		k := r.key()
-		last = &k
-		if q.matches(&r, now) {
-			page.Rows = append(page.Rows, r)
-		}
-	}
-	i, j := 0, 0
+	i, j, read := 0, 0, 0
 	for i < len(live) || j < len(stored) {
+		if read == limit {
+			// Full: the rest comes from the next page.
+			narrow(*last)
+			break
+		}
+		read++
 		var r EntityRow
 		switch {
 		case j == len(stored) || i < len(live) && live[i].key().compare(storedKey(stored[j])) < 0:
@@ -494,15 +503,19 @@ func (s *Sharding) ListEntities(ctx context.Context, q ListQuery) (EntityPage, e
 			}
 			i, j = i+1, j+1
 		}
-		if bound != nil && r.key().compare(*bound) > 0 {
+		k := r.key()
+		if bound != nil && k.compare(*bound) > 0 {
 			break
 		}
-		emit(r)
+		last = &k
+		if q.matches(&r, now) {
+			page.Rows = append(page.Rows, r)
+		}
 	}
 	if bound != nil && last != nil {
 		page.Next = encodeCursor(listCursor{Query: q.fingerprint(), After: *last})
 	}
-	return page, nil
+	return page
 }
 
 func storedKey(e StoredEntity) listKey { return listKey{e.Key.Type, e.Key.Shard, e.Key.ID} }
