@@ -142,6 +142,8 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/passivate", n.apiPassivate)
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
+	mux.HandleFunc("GET /v1/entities", n.apiListEntities)
+	mux.HandleFunc("GET /v1/entities/{type}/{id}", n.apiDescribeEntity)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/history", n.apiHistory)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/revert", n.apiRevert)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/fork", n.apiFork)
@@ -297,7 +299,7 @@ func statusOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, ErrModuleTooLarge), errors.Is(err, ErrMessageTooLarge):
 		return http.StatusRequestEntityTooLarge, sharding.CodeBadRequest
-	case errors.Is(err, ErrInvalidModule), errors.Is(err, ErrBadRequest):
+	case errors.Is(err, ErrInvalidModule), errors.Is(err, ErrBadRequest), errors.Is(err, sharding.ErrInvalidListQuery):
 		return http.StatusBadRequest, sharding.CodeBadRequest
 	case errors.Is(err, ErrShardsChanged):
 		return http.StatusConflict, sharding.CodeBadRequest

@@ -92,6 +92,8 @@ var routeRoles = map[string]Role{
 	"GET /v1/ddata/keys":                      RoleRead,
 	"GET /v1/ddata/keys/{key...}":             RoleClient,
 	"GET /v1/entities/{type}/{id}/history":    RoleClient,
+	"GET /v1/entities":                        RoleRead,
+	"GET /v1/entities/{type}/{id}":            RoleRead,
 	"POST /v1/entities/{type}/{id}/revert":    RoleAdmin,
 	"POST /v1/entities/{type}/{id}/fork":      RoleAdmin,
 	"POST /v1/entities/{type}/{id}/resume":    RoleAdmin,
@@ -107,6 +109,7 @@ var routeRoles = map[string]Role{
 	// The web console (console.go): pages need read (distributed data values client,
 	// as their route does), actions admin; logging in needs nothing.
 	"GET /ui":                             RoleRead,
+	"GET /ui/{$}":                         RoleRead,
 	"GET /ui/static/style.css":            RoleNone,
 	"GET /ui/login":                       RoleNone,
 	"POST /ui/login":                      RoleNone,

@@ -59,16 +59,18 @@ type consolePage struct {
 	Title, Page, Node, Now string
 	Flash                  string
 	FlashErr               bool
-	Auth                   bool
-	Next                   string
-	View                   cluster.View
-	Types                  []TypeInfo
-	Modules                []ModuleInfo
-	Regions                []RegionReport
-	Errors                 []string
-	Data                   []DDataEntry
-	Rates                  []messageRate
-	Events                 []event
+	// Auth says the API authenticates; LoggedIn that this browser sent a token it
+	// logged in with that the API knows (it may log out).
+	Auth, LoggedIn bool
+	Next           string
+	View           cluster.View
+	Types          []TypeInfo
+	Modules        []ModuleInfo
+	Regions        []RegionReport
+	Errors         []string
+	Data           []DDataEntry
+	Rates          []messageRate
+	Events         []event
 }
 
 // messageRate is one row of the activity page: messages of one type and outcome.
@@ -80,9 +82,11 @@ type messageRate struct {
 }
 
 func (n *Node) consoleRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+	toMembers := func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/members", http.StatusSeeOther)
-	})
+	}
+	mux.HandleFunc("GET /ui", toMembers)
+	mux.HandleFunc("GET /ui/{$}", toMembers) // the trailing slash a person types
 	mux.HandleFunc("GET /ui/static/style.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		b, _ := consoleFiles.ReadFile("console/style.css")
@@ -124,7 +128,8 @@ func (n *Node) consoleRoutes(mux *http.ServeMux) {
 // renderConsole writes page, filled by fill, with the flash message of the query.
 func (n *Node) renderConsole(w http.ResponseWriter, r *http.Request, page, title string, fill func(*consolePage)) {
 	p := &consolePage{Title: title, Page: page, Node: n.membership.Self().Address, Now: time.Now().Format("15:04:05"),
-		Flash: r.URL.Query().Get("flash"), FlashErr: r.URL.Query().Get("err") != "", Auth: n.auth.enabled()}
+		Flash: r.URL.Query().Get("flash"), FlashErr: r.URL.Query().Get("err") != "", Auth: n.auth.enabled(),
+		LoggedIn: n.consoleLoggedIn(r)}
 	fill(p)
 	var buf bytes.Buffer
 	if err := consoleTemplates.ExecuteTemplate(&buf, page, p); err != nil {
@@ -134,6 +139,17 @@ func (n *Node) renderConsole(w http.ResponseWriter, r *http.Request, page, title
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'self'; frame-ancestors 'none'")
 	w.Write(buf.Bytes())
+}
+
+// consoleLoggedIn reports whether r carries the console's cookie with a token the API
+// knows: a browser that logged in, which may log out.
+func (n *Node) consoleLoggedIn(r *http.Request) bool {
+	c, err := r.Cookie(consoleCookie)
+	if err != nil || c.Value == "" || n.auth.tokens == nil {
+		return false
+	}
+	_, ok := n.auth.tokens.Role(c.Value)
+	return ok
 }
 
 // consoleRedirect sends the browser to path with a flash message (an error if failed).

@@ -87,15 +87,27 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	})
 	base := "http://" + nodes[0].APIAddr()
-	// Without a token the console sends the browser to its login page.
+	// Without a token the console sends the browser to its login page, from /ui/ (the
+	// trailing slash a person types) too, and offers no logging out to a visitor.
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#login")); err != nil {
+		t.Fatalf("/ui/ without a token: %v", err)
+	}
+	if logout(t, ctx) {
+		t.Fatal("the login page offers a visitor who is not logged in a Log out button")
+	}
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(base+"/ui/members"),
-		chromedp.WaitVisible("#login"),
 		chromedp.SendKeys(`input[name=token]`, "admin-token-0123456789"),
 		chromedp.Submit("#login"),
 		chromedp.WaitVisible("#members"),
 	); err != nil {
 		t.Fatalf("login: %v", err)
+	}
+	if !logout(t, ctx) {
+		t.Fatal("a logged-in page has no Log out button")
+	}
+	// Logged in, /ui/ is the console.
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#members")); err != nil {
+		t.Fatalf("/ui/ logged in: %v", err)
 	}
 	text := pageText(t, ctx, "#members")
 	for _, n := range nodes {
@@ -162,4 +174,22 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("data: %v", err)
 	}
 	screenshot(t, ctx, "console-data")
+
+	// Logging out leads to the login page, which has no Log out button again.
+	if err := chromedp.Do(ctx, chromedp.Click(`form[action="/ui/logout"] button`), chromedp.WaitVisible("#login")); err != nil {
+		t.Fatalf("log out: %v", err)
+	}
+	if logout(t, ctx) {
+		t.Fatal("the login page after logging out offers Log out")
+	}
+}
+
+// logout reports whether the page shows the Log out button.
+func logout(t *testing.T, ctx context.Context) bool {
+	t.Helper()
+	present, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('form[action="/ui/logout"]') !== null`))
+	if err != nil {
+		t.Fatalf("looking for Log out: %v", err)
+	}
+	return present
 }

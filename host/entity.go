@@ -113,7 +113,8 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	// failing starts set: the first handled message forgets the failures of earlier
 	// incarnations (backoff).
 	e := &wasmEntity{n: n, mod: mod, typ: typ, id: id, inst: inst, timers: map[string]*entityTimer{}, subs: map[string]*entitySub{},
-		failing: true, fresh: state == nil, journalModule: extras.Module, target: info.Digest}
+		failing: true, fresh: state == nil, journalModule: extras.Module, target: info.Digest,
+		version: moduleVersionOf(info, mod.Digest)}
 	if kind := stateKind(state); kind != 0 && kind != stateGuest {
 		e.journalModule = inst.m.Digest // a transparent snapshot's module
 	}
@@ -167,6 +168,24 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	return e, nil
 }
 
+// moduleVersionOf returns the version of info's type whose module has digest, or 0.
+func moduleVersionOf(info TypeInfo, digest string) uint64 {
+	for _, v := range info.Versions() {
+		if v.Digest == digest {
+			return v.Version
+		}
+	}
+	return 0
+}
+
+var _ sharding.EntityInspector = (*wasmEntity)(nil)
+
+// Inspect implements sharding.EntityInspector, on the entity's mailbox goroutine.
+func (e *wasmEntity) Inspect() sharding.EntityFacts {
+	return sharding.EntityFacts{ModuleVersion: e.version, MemoryBytes: uint64(e.inst.MemorySize()),
+		Timers: len(e.timers), Subscriptions: len(e.subs)}
+}
+
 // wasmEntity is an entity backed by a wasm instance, with the timers and subscriptions
 // it started. After a trap or a deadline the instance is gone and Receive fails with a
 // guest error code: the region discards the entity, and the next message activates it
@@ -177,6 +196,7 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 type wasmEntity struct {
 	n       *Node
 	mod     *wasmModule
+	version uint64 // of the type's module mod is (0: not in the catalog's history)
 	typ, id string
 	inst    *wasmInstance
 	timers  map[string]*entityTimer

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	mathrand "math/rand"
 	"strings"
 	"sync"
@@ -38,6 +39,10 @@ type GuestError struct {
 	// Stderr is the start (at most 4 KiB) of what the guest wrote to stderr during the
 	// failed call: a Go panic's message and stack land here.
 	Stderr string
+	// LastOutput is the last non-empty line (at most 4 KiB) the guest wrote to stdout or
+	// stderr during the failed call, a partial line included: where TinyGo, which
+	// writes a panic to stdout, leaves its panic message. Empty when it wrote nothing.
+	LastOutput string
 	// Ran is how long the failed call ran, measured by the host from the start of the
 	// call, when its deadline starts, to its end. For ErrGuestDeadline it is at least
 	// the deadline.
@@ -45,6 +50,11 @@ type GuestError struct {
 	// MemoryBytes is the size of the guest's linear memory when the call failed, in
 	// bytes (0 when instantiation failed): at most the runtime's MemoryLimit.
 	MemoryBytes uint32
+	// MemoryLimit is the runtime's cap on linear memory (RuntimeConfig.MemoryLimit, the
+	// member's --memory-limit), in bytes, when the trap was the guest running out of
+	// memory under it: its runtime said "out of memory" (Go, TinyGo, the SDK's
+	// allocator). 0 for any other failure.
+	MemoryLimit uint64
 }
 
 func (e *GuestError) Error() string {
@@ -52,10 +62,24 @@ func (e *GuestError) Error() string {
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	}
+	if e.MemoryLimit > 0 {
+		s += fmt.Sprintf(" (memory cap hit: the guest ran out of memory at %s of linear memory; the cap is %s, the member's --memory-limit)",
+			formatMiB(uint64(e.MemoryBytes)), formatMiB(e.MemoryLimit))
+	}
 	if line := firstNonEmptyLine(e.Stderr); line != "" {
 		s += " (stderr: " + line + ")"
+	} else if e.LastOutput != "" {
+		s += " (stdout: " + e.LastOutput + ")" // nothing on stderr: the line is stdout's
 	}
 	return s
+}
+
+// formatMiB writes n bytes in MiB, with one decimal when n is not a whole number of MiB.
+func formatMiB(n uint64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 func (e *GuestError) Unwrap() error { return e.Cause }
@@ -102,7 +126,11 @@ type wasmInstance struct {
 	timer       *time.Timer // the activation deadline (instantiate)
 	deadlineHit atomic.Bool
 	stderr      head
-	stack       [3]uint64
+	// stdout and stderrOut are the guest's output streams; lastOutput is the last
+	// non-empty line either wrote during the call in progress.
+	stdout, stderrOut *guestOutput
+	lastOutput        string
+	stack             [3]uint64
 
 	// The message deadline of the call in progress (calldeadline.go): callEnd is
 	// when it passes, in nanoseconds after monoBase (0: no call); callTimer, made at
@@ -212,11 +240,13 @@ func (m *wasmModule) instantiate(ctx context.Context, entityType, entityID strin
 	inst.cancel = cancel
 	// No guest code runs in InstantiateModule (the module's start section is an export,
 	// wasmbin.Rewrite): the start functions run after it, under the deadline.
+	inst.stdout = &guestOutput{inst: inst, stream: "stdout", level: slog.LevelInfo}
+	inst.stderrOut = &guestOutput{inst: inst, stream: "stderr", level: slog.LevelWarn}
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().
-		WithStdout(&guestOutput{inst: inst, stream: "stdout"}).
-		WithStderr(&guestOutput{inst: inst, stream: "stderr"}).
+		WithStdout(inst.stdout).
+		WithStderr(inst.stderrOut).
 		WithNanotime(inst.clock.nanotime, 1).
 		WithWalltime(inst.clock.walltime, sys.ClockResolution(time.Microsecond)).
 		WithRandSource(&inst.wasiRand)
@@ -362,6 +392,7 @@ func (i *wasmInstance) invoke(op wasmbin.Op, arg []byte, withArg bool, replyCap 
 	}
 	defer i.m.rt.exit()
 	i.stderr.reset()
+	i.lastOutput = ""
 	i.returned = false
 	started := sinceMonoBase()
 	deadline := i.m.rt.cfg.MessageDeadline
@@ -573,7 +604,13 @@ func (i *wasmInstance) guestError(err error, fired bool, deadline, ran time.Dura
 	if (errors.Is(err, context.Canceled) || i.m.rt.closing.Load()) && !fired && !i.deadlineHit.Load() {
 		return fmt.Errorf("%w: %v", ErrRuntimeClosed, err)
 	}
-	ge := &GuestError{Entity: i.name, Cause: ErrGuestTrap, Stderr: i.stderr.String(), Ran: ran}
+	// A line the guest left without its newline (TinyGo's abort after a panic, a
+	// runtime that dies mid-line) is logged now and may be its last words.
+	if i.stdout != nil {
+		i.stdout.flush()
+		i.stderrOut.flush()
+	}
+	ge := &GuestError{Entity: i.name, Cause: ErrGuestTrap, Stderr: i.stderr.String(), LastOutput: i.lastOutput, Ran: ran}
 	if i.mem != nil {
 		ge.MemoryBytes = i.mem.Size()
 	}
@@ -586,6 +623,10 @@ func (i *wasmInstance) guestError(err error, fired bool, deadline, ran time.Dura
 		ge.Detail = fmt.Sprintf("exited with code %d", exit.ExitCode())
 	default:
 		ge.Detail = strings.TrimSuffix(firstLine(err.Error()), " (recovered by wazero)")
+	}
+	if ge.Cause == ErrGuestTrap && (strings.Contains(ge.Detail, "out of memory") ||
+		strings.Contains(ge.Stderr, "out of memory") || strings.Contains(ge.LastOutput, "out of memory")) {
+		ge.MemoryLimit = i.m.rt.cfg.MemoryLimit >> 16 << 16
 	}
 	return ge
 }
@@ -642,12 +683,32 @@ func (h *head) reset()         { h.buf = h.buf[:0] }
 func (h *head) String() string { return string(h.buf) }
 
 // guestOutput receives a guest's stdout or stderr. Complete lines go to the host's log
-// at debug level (a line is cut at 4 KiB); stderr is also kept for the error of a
-// failing call.
+// with the entity, stdout at info and stderr at warn (a line is cut at 4 KiB); stderr's
+// start is also kept for the error of a failing call, and the last non-empty line of
+// either stream for a trap's error.
 type guestOutput struct {
 	inst    *wasmInstance
 	stream  string
+	level   slog.Level
 	partial []byte
+}
+
+// line logs one line of output and keeps it as the call's last when it is not blank.
+func (g *guestOutput) line(b []byte) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return
+	}
+	text := string(b)
+	g.inst.lastOutput = strings.TrimSpace(text)
+	g.inst.m.rt.log.Log(context.Background(), g.level, "guest output", "entity", g.inst.name, "stream", g.stream, "text", text)
+}
+
+// flush logs the partial line, if any, as a line.
+func (g *guestOutput) flush() {
+	if len(g.partial) > 0 {
+		g.line(g.partial)
+		g.partial = g.partial[:0]
+	}
 }
 
 func (g *guestOutput) Write(p []byte) (int, error) {
@@ -667,7 +728,7 @@ func (g *guestOutput) Write(p []byte) (int, error) {
 		if len(g.partial) > 0 {
 			line = append(g.partial, line[:min(max(maxLogLine-len(g.partial), 0), len(line))]...)
 		}
-		g.inst.m.rt.log.Debug("guest output", "entity", g.inst.name, "stream", g.stream, "text", string(line))
+		g.line(line)
 		g.partial = g.partial[:0]
 		p = p[i+1:]
 	}

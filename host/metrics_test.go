@@ -149,6 +149,9 @@ func TestMetricsEndpointCountsTraffic(t *testing.T) {
 		{&front, "http_server_request_duration_seconds", map[string]string{"http_route": "/v1/ask", "http_response_status_code": "404"}, 1},
 		{&front, "rpc_client_duration_milliseconds", map[string]string{"rpc_method": "deliver"}, asks + 1},
 		{&front, "shardhost_deploys_total", with("shardhost_outcome", "ok"), 1},
+		{&owner, "shardhost_entities_mailbox_depth", typ, 0},
+		{&owner, "shardhost_module_version_current", typ, 1},
+		{&front, "shardhost_module_version_current", typ, 1},
 	}
 	testutil.EventuallyNil(t, 15*time.Second, "the metrics' values", func() error {
 		owner, front = scrape(t, nodes[1]), scrape(t, nodes[0])
@@ -165,7 +168,7 @@ func TestMetricsEndpointCountsTraffic(t *testing.T) {
 	})
 	for _, name := range []string{"shardhost_entity_memory_bytes", "shardhost_shards", "shardhost_transport_frames_total",
 		"shardhost_transport_io_bytes_total", "shardhost_ddata_keys", "shardhost_state_operations_total", "go_memory_used_bytes",
-		"go_goroutine_count", "shardhost_cluster_phi"} {
+		"go_goroutine_count", "shardhost_cluster_phi", "shardhost_entities_state_size_bytes"} {
 		if _, ok := owner[name]; !ok {
 			t.Errorf("no %s; the families are:\n%s", name, familyNames(owner))
 		}

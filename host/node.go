@@ -294,6 +294,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.registerVersionMetrics(cfg.MeterProvider); err != nil {
 		return nil, fmt.Errorf("host: metrics: %w", err)
 	}
+	registerModuleVersions(cfg.MeterProvider, n.catalog)
 
 	tcfg := cluster.DefaultTCPConfig()
 	tcfg.BindAddr = cfg.TransportAddr

@@ -303,25 +303,53 @@ func TestGuestLoopStopsAtDeadline(t *testing.T) {
 }
 
 // A memory bomb traps when the guest's memory reaches the configured cap: the memory
-// it had then is at most the cap, and most of it (a cap twice as large, or none, fails).
+// it had then is at most the cap, and most of it (a cap twice as large, or none, fails);
+// the error says that the cap was hit and names it. TinyGo doubles its heap at every
+// grow, so it stops at just over half the cap.
 func TestGuestMemoryBombHitsTheCap(t *testing.T) {
-	const limit = 32 << 20
-	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = limit })
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name, func(t *testing.T) {
+			const limit = 32 << 20
+			rt, _ := newTestRuntime(t, func(cfg *RuntimeConfig) { cfg.MemoryLimit = limit })
+			m, err := rt.Compile(context.Background(), c.Bytes(t, "faulty"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			inst, err := m.Instantiate(ctx, "faulty", "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = inst.Receive(ctx, []byte("grow"))
+			var ge *GuestError
+			if !errors.As(err, &ge) || !errors.Is(err, ErrGuestTrap) || !strings.Contains(err.Error(), "out of memory") {
+				t.Fatalf("grow: %v", err)
+			}
+			if ge.MemoryBytes > limit || ge.MemoryBytes < limit/2 {
+				t.Fatalf("the guest trapped with %d MiB of memory; want the cap, %d MiB, or just over half of it", ge.MemoryBytes>>20, limit>>20)
+			}
+			if ge.MemoryLimit != limit || !strings.Contains(err.Error(), "memory cap hit") || !strings.Contains(err.Error(), "the cap is 32 MiB") {
+				t.Fatalf("the error does not say the 32 MiB cap was hit (MemoryLimit %d): %v", ge.MemoryLimit, err)
+			}
+			t.Logf("out of memory at %d KiB under a cap of %d KiB: %v", ge.MemoryBytes>>10, limit>>10, err)
+		})
+	}
+}
+
+// A trap that is not about memory does not claim the cap.
+func TestGuestTrapIsNotAMemoryCap(t *testing.T) {
+	rt, _ := newTestRuntime(t, nil)
 	m := compile(t, rt, "faulty")
 	ctx := context.Background()
 	inst, err := m.Instantiate(ctx, "faulty", "f")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = inst.Receive(ctx, []byte("grow"))
+	_, err = inst.Receive(ctx, []byte("trap"))
 	var ge *GuestError
-	if !errors.As(err, &ge) || !errors.Is(err, ErrGuestTrap) || !strings.Contains(err.Error(), "out of memory") {
-		t.Fatalf("grow: %v", err)
+	if !errors.As(err, &ge) || ge.MemoryLimit != 0 || strings.Contains(err.Error(), "memory cap") {
+		t.Fatalf("a panic reads as a memory cap: %v", err)
 	}
-	if ge.MemoryBytes > limit || ge.MemoryBytes < limit/2 {
-		t.Fatalf("the guest trapped with %d MiB of memory; want the cap, %d MiB, or just under", ge.MemoryBytes>>20, limit>>20)
-	}
-	t.Logf("out of memory at %d KiB under a cap of %d KiB", ge.MemoryBytes>>10, limit>>10)
 }
 
 func TestMessageOverCapRefusedBeforeGuest(t *testing.T) {
@@ -343,17 +371,48 @@ func TestMessageOverCapRefusedBeforeGuest(t *testing.T) {
 	}
 }
 
-func TestGuestLogReachesHostLog(t *testing.T) {
-	rt, logs := newTestRuntime(t, nil)
-	m := compile(t, rt, "faulty")
-	ctx := context.Background()
-	inst, err := m.Instantiate(ctx, "faulty", "f-log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst.Receive(ctx, []byte("trap"))
-	if !strings.Contains(logs.String(), "panic: faulty: trap requested") || !strings.Contains(logs.String(), "entity=faulty/f-log") {
-		t.Fatalf("log lacks the guest's stderr:\n%s", logs)
+// What a guest writes reaches the host's log with its entity: stdout at info, stderr at
+// warn. A trap's error carries its panic: from stderr for Go's port, from its last line
+// of output for TinyGo, which writes a panic to stdout.
+func TestGuestOutputReachesHostLog(t *testing.T) {
+	for _, c := range testwasm.GoCompilers {
+		t.Run(c.Name, func(t *testing.T) {
+			rt, logs := newTestRuntime(t, nil)
+			m, err := rt.Compile(context.Background(), c.Bytes(t, "faulty"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			inst, err := m.Instantiate(ctx, "faulty", "f-log")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, msg := range []string{"print hello from stdout", "eprint hello from stderr"} {
+				if out, err := inst.Receive(ctx, []byte(msg)); err != nil || string(out) != "printed" {
+					t.Fatalf("%s: %q %v", msg, out, err)
+				}
+			}
+			for _, want := range []string{
+				`level=INFO msg="guest output" entity=faulty/f-log stream=stdout text="hello from stdout"`,
+				`level=WARN msg="guest output" entity=faulty/f-log stream=stderr text="hello from stderr"`,
+			} {
+				if !strings.Contains(logs.String(), want) {
+					t.Fatalf("log lacks %s:\n%s", want, logs)
+				}
+			}
+			_, err = inst.Receive(ctx, []byte("trap"))
+			var ge *GuestError
+			if !errors.As(err, &ge) || !strings.Contains(err.Error(), "panic: faulty: trap requested") {
+				t.Fatalf("the trap's error lacks the panic: %v", err)
+			}
+			if !strings.Contains(ge.LastOutput, "faulty: trap requested") && !strings.Contains(ge.Stderr, "faulty: trap requested") {
+				t.Fatalf("the trap keeps neither the last line nor stderr: %+v", ge)
+			}
+			if !strings.Contains(logs.String(), "panic: faulty: trap requested") {
+				t.Fatalf("log lacks the guest's panic:\n%s", logs)
+			}
+			t.Logf("%v", err)
+		})
 	}
 }
 

@@ -127,6 +127,25 @@ type nodeTelemetry struct {
 	attrs    *obs.AttrCache[[2]string]
 }
 
+// registerModuleVersions observes the module version each deployed type's new
+// activations use (shardhost.module.version.current), from the catalog.
+func registerModuleVersions(mp metric.MeterProvider, c *catalog) {
+	if mp == nil {
+		return
+	}
+	m := obs.Meter(mp, "host")
+	current := obs.Must(m.Int64ObservableGauge("shardhost.module.version.current", metric.WithUnit("{version}"),
+		metric.WithDescription("The version of each entity type's module that new activations use (1 at the first deploy), by entity type; an active entity's own version is in shardhost entities. [shardhost.entity.type]")))
+	obs.Must(m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, t := range c.list() {
+			if !t.Removed {
+				o.ObserveInt64(current, int64(t.Version), metric.WithAttributes(obs.EntityType.String(t.Name)))
+			}
+		}
+		return nil
+	}, current))
+}
+
 func newNodeTelemetry(mp metric.MeterProvider) *nodeTelemetry {
 	m := obs.Meter(mp, "host")
 	t := &nodeTelemetry{}

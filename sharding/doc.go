@@ -59,6 +59,14 @@
 // (ResumeDone, ResumeNotPaused) or Skip (SkipDone); a factory that rests failing
 // entities is an EntityForgiver, told when one resumes.
 //
+// ListEntities lists entities without activating any (a ListQuery, validated by
+// Validate, failing with ErrInvalidListQuery; pages of at most MaxListLimit rows,
+// DefaultListLimit by default, an EntityPage of EntityRow values whose Status is
+// StatusActive, StatusPassivated or StatusPaused), from the members' live tables and a
+// store that is a StateLister (a StateListing of StoredEntity values); DescribeEntity
+// tells one (an EntityDescription). An entity that is an EntityInspector reports its
+// EntityFacts (module version, memory, timers) to them.
+//
 // The errors of messages keep their meaning across members: ErrUnknownEntityType,
 // ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,
 // ErrStateNotSaved, ErrStateNotLoaded, ErrRoutingLoop, ErrAskTimeout, ErrStopped and

@@ -76,6 +76,12 @@ type entity struct {
 	failures int
 	// handleOpts are the attributes of the entity's "handle" spans, by kind of message.
 	handleOpts [numKinds]trace.SpanStartOption
+	// inspector is inst as an EntityInspector, or nil (set at activation).
+	inspector EntityInspector
+
+	// stats is what inspection reads (list.go): written by the goroutine that drains
+	// the mailbox, read by anyone.
+	stats entityStats
 }
 
 // newEntity returns the mailbox of entity id of the region's shard at epoch.
@@ -317,6 +323,9 @@ func (e *entity) process(d delivery) {
 		e.mu.Unlock()
 		if d.start {
 			return
+		}
+		if d.env.Kind <= KindChanged {
+			e.stats.handledOne(e, now, err)
 		}
 		if s.tel.metered {
 			e.recordMessage(kind, remote, arrived, now, err)
@@ -607,6 +616,7 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 			return wrapCause(ErrStateNotLoaded, e.r.settings.Name+"/"+e.id, err)
 		default:
 			state = st
+			e.stats.stateBytes.Store(int64(len(st)))
 		}
 		if s.journal != nil {
 			// The base: the state, and the last journal record it holds; then the
@@ -703,6 +713,8 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 	e.mu.Lock()
 	e.live = true
 	e.mu.Unlock()
+	e.inspector, _ = e.inst.(EntityInspector)
+	e.stats.activated(e, s.cfg.Now())
 	s.tel.active.Add(context.Background(), 1, e.r.tel.typeOnly)
 	// At Debug, as its stop (release): one line per activation costs ~5 µs of an
 	// activation budget of 50 µs (docs/design.md, "Targets"), and a member activating
@@ -879,6 +891,7 @@ func (e *entity) save(ctx context.Context) (err error) {
 		return err
 	}
 	e.unsaved = 0
+	e.stats.stateBytes.Store(int64(len(state)))
 	if a, ok := e.inst.(EntityStateSaved); ok {
 		a.StateSaved()
 	}

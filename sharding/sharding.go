@@ -105,6 +105,7 @@ func New(cfg Config) (*Sharding, error) {
 	cfg.Messenger.Handle(topicGetShardHome, s.handleGetShardHome)
 	cfg.Messenger.Handle(topicHostShard, s.handleHostShard)
 	cfg.Messenger.Handle(topicRegionState, s.handleRegionState)
+	cfg.Messenger.Handle(topicListEntities, s.handleListEntities)
 	cfg.Messenger.Handle(topicShardStopped, s.handleShardStopped)
 	cfg.Messenger.Handle(topicBeginHandOff, s.handleBeginHandOff)
 	cfg.Messenger.Handle(topicReturn, s.handleReturn)

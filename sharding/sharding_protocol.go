@@ -28,6 +28,7 @@ const (
 	topicGetShardHome = "sharding/get-shard-home"
 	topicHostShard    = "sharding/host-shard"
 	topicRegionState  = "sharding/region-state"
+	topicListEntities = "sharding/list-entities"
 	// HandOff is the coordinator asking a region to hand a shard off (a rebalance).
 	topicHandOff = "sharding/hand-off"
 	// A region handing a shard off: BeginHandOff tells every region to stop routing to

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Errors of entity state stores.
@@ -90,6 +91,7 @@ type StateStore interface {
 type MemoryStateStore struct {
 	mu         sync.Mutex
 	state      map[EntityKey][]byte
+	savedAt    map[EntityKey]time.Time
 	remembered map[shardKey]map[string]bool
 	epochs     map[shardKey]uint64
 	journals   map[EntityKey]*memJournal
@@ -123,6 +125,7 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 	for k := range m.state {
 		if k.Type == typ {
 			delete(m.state, k)
+			delete(m.savedAt, k)
 		}
 	}
 	for k := range m.remembered {
@@ -167,7 +170,7 @@ func staleReadError(key EntityKey, epoch, cur uint64) error {
 
 // NewMemoryStateStore returns an empty store.
 func NewMemoryStateStore() *MemoryStateStore {
-	return &MemoryStateStore{state: map[EntityKey][]byte{}, remembered: map[shardKey]map[string]bool{},
+	return &MemoryStateStore{state: map[EntityKey][]byte{}, savedAt: map[EntityKey]time.Time{}, remembered: map[shardKey]map[string]bool{},
 		epochs: map[shardKey]uint64{}, journals: map[EntityKey]*memJournal{}}
 }
 
@@ -190,6 +193,7 @@ func (m *MemoryStateStore) Save(ctx context.Context, key EntityKey, epoch uint64
 		return err
 	}
 	m.state[key] = append([]byte(nil), state...)
+	m.savedAt[key] = time.Now()
 	m.saves++
 	return nil
 }

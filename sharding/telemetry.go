@@ -175,16 +175,30 @@ func (s *Sharding) registerShards(mp metric.MeterProvider) {
 	m := obs.Meter(mp, "sharding")
 	shards := obs.Must(m.Int64ObservableGauge("shardhost.shards", metric.WithUnit("{shard}"),
 		metric.WithDescription("Shards hosted by this member's region of each entity type. [shardhost.entity.type]")))
+	mailbox := obs.Must(m.Int64ObservableGauge("shardhost.entities.mailbox.depth", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages waiting in the mailboxes of the entities hosted here, by entity type: a type whose entities fall behind. [shardhost.entity.type]")))
+	stateSize := obs.Must(m.Int64ObservableGauge("shardhost.entities.state.size", metric.WithUnit("By"),
+		metric.WithDescription("Sum of the last saved or loaded state of the entities this member knows (hosted shards, active or passivated since), by entity type. [shardhost.entity.type]")))
 	obs.Must(m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, r := range s.allRegions() {
 			r.mu.Lock()
-			n := 0
-			r.eachHostedLocked(func(*shard) { n++ })
+			n, queued, state := 0, 0, int64(0)
+			r.eachHostedLocked(func(sh *shard) {
+				n++
+				for _, e := range sh.entities {
+					e.mu.Lock()
+					queued += e.queued()
+					e.mu.Unlock()
+					state += e.stats.stateBytes.Load()
+				}
+			})
 			r.mu.Unlock()
 			o.ObserveInt64(shards, int64(n), r.tel.typeOnly)
+			o.ObserveInt64(mailbox, int64(queued), r.tel.typeOnly)
+			o.ObserveInt64(stateSize, state, r.tel.typeOnly)
 		}
 		return nil
-	}, shards))
+	}, shards, mailbox, stateSize))
 }
 
 // regionTelemetry holds a region's pre-made attribute sets, so that recording a handled

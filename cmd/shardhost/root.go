@@ -52,6 +52,8 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newShardsCommand(g)),
 		g.clientFlags(newTypesCommand(g)),
 		g.clientFlags(newModulesCommand(g)),
+		g.clientFlags(newEntitiesCommand(g)),
+		g.clientFlags(newEntityCommand(g)),
 		g.clientFlags(newHistoryCommand(g)),
 		g.clientFlags(newRevertCommand(g)),
 		g.clientFlags(newForkCommand(g)),

@@ -1,7 +1,8 @@
 // Command faulty is an entity that misbehaves on request, for testing the host's sandbox.
 //
 // Messages: "echo X" replies X; "loop" never returns; "grow" allocates memory without
-// end; "trap" panics; "fail" returns an error; "read PATH" tries to read a file and
+// end; "trap" panics; "print X" writes X to stdout and "eprint X" to stderr, then
+// replies "printed"; "fail" returns an error; "read PATH" tries to read a file and
 // "dial ADDR" to open a TCP connection, replying what happened (the sandbox gives a
 // guest no filesystem and no network, so both fail). Anything else is an error.
 //
@@ -15,6 +16,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -39,6 +41,12 @@ func (f *faulty) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 		grow(&f.hoard)
 	case s == "trap":
 		panic("faulty: trap requested")
+	case strings.HasPrefix(s, "print "):
+		fmt.Println(strings.TrimPrefix(s, "print "))
+		return []byte("printed"), nil
+	case strings.HasPrefix(s, "eprint "):
+		fmt.Fprintln(os.Stderr, strings.TrimPrefix(s, "eprint "))
+		return []byte("printed"), nil
 	case s == "fail":
 		return nil, errors.New("faulty: failure requested")
 	case strings.HasPrefix(s, "read "):
