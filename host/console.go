@@ -24,6 +24,7 @@ import (
 
 	"github.com/shardhost/shardhost/cluster"
 	"github.com/shardhost/shardhost/ddata"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // The web console at /ui: pages rendered here from what the API's routes show (members,
@@ -44,6 +45,7 @@ var consoleTemplates = template.Must(template.New("console").Funcs(template.Func
 		b, _ := json.Marshal(v)
 		return string(b)
 	},
+	"list": func(v ...string) []string { return v },
 }).ParseFS(consoleFiles, "console/*.html"))
 
 // console holds what the activity page compares with: the message counts of the last
@@ -71,6 +73,15 @@ type consolePage struct {
 	Data           []DDataEntry
 	Rates          []messageRate
 	Events         []event
+	// The entities page: its filters, a page of the listing, the next page's query.
+	Filter   entityFilter
+	Entities sharding.EntityPage
+	NextPage string
+}
+
+// entityFilter is the entities page's form: a listing's type, status and ID prefix.
+type entityFilter struct {
+	Type, Status, Prefix string
 }
 
 // messageRate is one row of the activity page: messages of one type and outcome.
@@ -121,6 +132,8 @@ func (n *Node) consoleRoutes(mux *http.ServeMux) {
 			p.Events = n.events.recent()
 		})
 	})
+	mux.HandleFunc("GET /ui/entities", n.consoleEntities)
+	mux.HandleFunc("POST /ui/entities/{type}/{id}/{action}", n.consoleEntityAction)
 	mux.HandleFunc("POST /ui/deploy", n.consoleDeploy)
 	mux.HandleFunc("POST /ui/members/{address}/{action}", n.consoleMemberAction)
 }
@@ -360,4 +373,64 @@ func label(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// consoleEntities is the entities page: a page of the listing (GET /v1/entities) by
+// type, status and ID prefix, paused entities with the actions that resume them.
+func (n *Node) consoleEntities(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	f := entityFilter{Type: v.Get("type"), Status: v.Get("status"), Prefix: v.Get("prefix")}
+	q := sharding.ListQuery{Type: f.Type, Status: f.Status, Prefix: f.Prefix, Cursor: v.Get("cursor"), Limit: consoleEntityRows}
+	n.renderConsole(w, r, "entities", "Entities", func(p *consolePage) {
+		p.Filter, p.Types = f, n.Types()
+		if q.Type != "" {
+			if _, known := n.catalog.get(q.Type); !known {
+				p.Flash, p.FlashErr = n.unknownType(q.Type).Error(), true
+				return
+			}
+		}
+		page, err := n.sharding.ListEntities(r.Context(), q)
+		if err != nil {
+			p.Flash, p.FlashErr = err.Error(), true
+			return
+		}
+		p.Entities = page
+		if page.Next != "" {
+			next := url.Values{"type": {f.Type}, "status": {f.Status}, "prefix": {f.Prefix}, "cursor": {page.Next}}
+			p.NextPage = "/ui/entities?" + next.Encode()
+		}
+	})
+}
+
+// consoleEntityRows is the most rows the entities page shows at once.
+const consoleEntityRows = 200
+
+// consoleEntityAction is an action on one entity from the entities page: resume or
+// skip (a paused entity), or passivate.
+func (n *Node) consoleEntityAction(w http.ResponseWriter, r *http.Request) {
+	typ, id, action := r.PathValue("type"), r.PathValue("id"), r.PathValue("action")
+	back := "/ui/entities?" + url.Values{"type": {typ}}.Encode()
+	what := action + " " + typ + "/" + id
+	var done bool
+	var err error
+	switch action {
+	case "resume":
+		done, err = n.sharding.Resume(r.Context(), typ, id)
+	case "skip":
+		done, err = n.sharding.Skip(r.Context(), typ, id)
+	case "passivate":
+		done, err = n.sharding.Passivate(r.Context(), typ, id)
+	default:
+		err = fmt.Errorf("%w: no action %q (resume, skip or passivate)", ErrBadRequest, action)
+	}
+	switch {
+	case err != nil:
+		consoleRedirect(w, r, back, what+": "+err.Error(), true)
+	case !done && action == "passivate":
+		consoleRedirect(w, r, back, what+": not active, nothing done", false)
+	case !done:
+		consoleRedirect(w, r, back, what+": not paused, nothing done", false)
+	default:
+		consoleRedirect(w, r, back, what+": done", false)
+	}
 }

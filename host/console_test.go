@@ -13,7 +13,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/shardhost/shardhost/internal/telemetry"
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // browser returns a chromedp context on a headless Debian chromium, or skips the test
@@ -72,7 +74,7 @@ func pageText(t *testing.T, ctx context.Context, sel string) string {
 // TestConsoleInABrowser drives the web console in a real browser: it logs in with the
 // API's admin token, loads every page, deploys a module through the form, sends asks
 // through the API, and finds the new entities on the shards page and their messages on
-// the activity page.
+// the activity page; a paused entity on the entities page, resumed from there.
 func TestConsoleInABrowser(t *testing.T) {
 	ctx := browser(t)
 	m, err := telemetry.NewMetrics(context.Background(), "console-test")
@@ -161,6 +163,37 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the shards page shows %d active abitest entities, want %d:\n%s", total, entities, text)
 	}
 	screenshot(t, ctx, "console-shards")
+
+	// A tell that traps every time pauses its entity (after its retries); the entities
+	// page lists it as paused, with the actions that resume it.
+	tell := "/v1/tell?type=abitest&id=poison"
+	if status, e := authRequest(t, nodes[1], "POST", tell, "client-token-0123456789", []byte("trap")); status != 202 && status != 200 {
+		t.Fatalf("tell: %d %+v", status, e)
+	}
+	testutil.Eventually(t, 2*time.Minute, "abitest/poison paused", func() bool {
+		page, err := nodes[0].Sharding().ListEntities(context.Background(), sharding.ListQuery{Type: "abitest", Status: sharding.StatusPaused})
+		return err == nil && len(page.Rows) == 1 && page.Rows[0].ID == "poison"
+	})
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/entities?type=abitest&status=paused"), chromedp.WaitVisible("#entities")); err != nil {
+		t.Fatalf("entities: %v", err)
+	}
+	text = pageText(t, ctx, "#entities")
+	if !strings.Contains(text, "abitest/poison") || !strings.Contains(text, "paused") || strings.Contains(text, "web-0") {
+		t.Fatalf("the paused entities page:\n%s", text)
+	}
+	screenshot(t, ctx, "console-entities")
+	if err := chromedp.Do(ctx, chromedp.Click(`form[action="/ui/entities/abitest/poison/resume"] button`), chromedp.WaitVisible("#flash")); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if flash := pageText(t, ctx, "#flash"); !strings.Contains(flash, "resume abitest/poison: done") {
+		t.Fatalf("after resume: %q", flash)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/entities?type=abitest&status=active"), chromedp.WaitVisible("#entities")); err != nil {
+		t.Fatalf("entities: %v", err)
+	}
+	if text = pageText(t, ctx, "#entities"); !strings.Contains(text, "abitest/web-0") {
+		t.Fatalf("the active entities page lacks abitest/web-0:\n%s", text)
+	}
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/activity"), chromedp.WaitVisible("#events")); err != nil {
 		t.Fatalf("activity: %v", err)
