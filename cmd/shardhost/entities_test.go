@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardhost/shardhost/host"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -13,18 +12,8 @@ import (
 // shardhost entities lists a type's entities and shardhost entity describes one, on a
 // real member; bad filters and an unknown ID get clear answers.
 func TestEntitiesAndEntityCommands(t *testing.T) {
-	cfg := host.DefaultConfig()
-	cfg.BindAddr, cfg.TransportAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir, cfg.GossipProfile = t.TempDir(), "local"
-	n, err := host.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Kill() })
+	n := startCLIMember(t)
 	ctx := context.Background()
-	if err := n.Membership().WaitUp(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := n.Deploy(ctx, testwasm.Bytes(t, "counter"), sharding.TypeSettings{Name: "counter"}); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +22,6 @@ func TestEntitiesAndEntityCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv("SHARDHOST_API", n.APIAddr())
 	out, err := runCLI(t, "entities", "counter")
 	if err != nil {
 		t.Fatalf("entities: %v\n%s", err, out)

@@ -1,30 +1,16 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
 
-	"github.com/shardhost/shardhost/host"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
 // deploy says how many entities stay on older versions and why, and types and
 // modules show each version's entities.
 func TestDeployAndTypesShowOlderVersions(t *testing.T) {
-	cfg := host.DefaultConfig()
-	cfg.BindAddr, cfg.TransportAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.GossipProfile = "local"
-	n, err := host.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Kill()
-	if err := n.Membership().WaitUp(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SHARDHOST_API", n.APIAddr())
+	startCLIMember(t)
 	v1 := testwasm.GuestPath(t, "versioned", "-ldflags=-X main.version=v1 -X main.state=transparent")
 	v2 := testwasm.GuestPath(t, "versioned", "-ldflags=-X main.version=v2 -X main.state=transparent")
 	if out, err := runCLI(t, "deploy", "--type", "tra", "--checkpoint", "passivation", v1); err != nil {
