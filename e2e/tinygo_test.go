@@ -12,8 +12,8 @@ import (
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
-// TestTinyGoCounterKeepsEveryAcknowledgedIncrement: the counter built by TinyGo, whose
-// state is a transparent snapshot of its memory and globals, with every-message
+// TestTinyGoCounterKeepsEveryAcknowledgedIncrement: the counter built by TinyGo with
+// transparent state (a snapshot of its memory and globals: a base and deltas), with every-message
 // checkpoints, on three members while senders keep incrementing 60 counters. A fourth
 // member joins (shards rebalance to it), a member leaves gracefully, then the member that
 // joined is SIGKILLed. Every counter then holds every increment that was acknowledged,
@@ -21,7 +21,7 @@ import (
 // before its reply counts without an acknowledgement). No counter was ever active on two
 // members at once.
 func TestTinyGoCounterKeepsEveryAcknowledgedIncrement(t *testing.T) {
-	wasm := testwasm.TinyGoPath(t, "counter")
+	wasm := testwasm.TinyGoPathWith(t, "counter", append(append([]string(nil), testwasm.TinyGoFlags...), testwasm.TransparentTag))
 	args := append(append([]string(nil), lifecycleLogLevel...), fast...)
 	hosts := startCluster(t, 3, args...)
 	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "counter", "--checkpoint", "every-message", wasm); !ok {

@@ -47,7 +47,10 @@ func newInitCommand() *cobra.Command {
 		Short: "Write a new entity project: the entity, its unit test, a Makefile and a README",
 		Long: `init writes a ready entity project into DIR (which must not exist or be empty): an
 entity that counts the messages each entity ID gets, its unit test with the SDK's
-Harness, a Makefile (make: test and build NAME.wasm; make deploy) and a README.
+Harness, a Makefile (make: test and build NAME.wasm; make deploy) and a README. The
+count is explicit state (Go's shardhost.Stateful, Rust's shardhost::State): saved as
+bytes the next incarnation loads, so a redeploy of changed code reaches every entity at
+its next activation (docs/state.md).
 
 --lang tinygo builds with TinyGo (small, fast modules), go with Go's wasip1 port, rust
 with Debian's rustc. The project uses the guest SDK of a shardhost source tree, by its
