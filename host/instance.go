@@ -1,9 +1,9 @@
 package host
 
 import (
-	"encoding/binary"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	mathrand "math/rand"
