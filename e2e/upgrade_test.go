@@ -60,7 +60,9 @@ func TestUpgradeUnderLoadLosesNothing(t *testing.T) {
 		}
 	}
 	out, errText, ok := cli(t, b, nil, "deploy", "--type", "bank", v2)
-	if !ok || !strings.Contains(out, "stay on older versions") {
+	// The deploy counts who stays behind within a bound: on a loaded machine the count
+	// may be partial, and says so.
+	if !ok || !strings.Contains(out, "stay on older versions") && !strings.Contains(out, "partial count") {
 		close(stop)
 		wg.Wait()
 		t.Fatalf("deploy v2: %s%s", out, errText)
