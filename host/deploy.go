@@ -40,7 +40,7 @@ const (
 )
 
 // deployUsageTimeout bounds a deploy's count of the type's entities by version.
-const deployUsageTimeout = 2 * time.Second
+const deployUsageTimeout = 5 * time.Second
 
 // DeployResult is what Deploy did.
 type DeployResult struct {
