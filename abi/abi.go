@@ -44,6 +44,17 @@ const (
 	// (the reply is the error text). Called once, after _initialize and before the
 	// first message.
 	ExportRestore = "shardhost_restore"
+	// ExportMigrate (v1, optional) is `shardhost_migrate(ptr i32, len i32) -> i32`,
+	// shardhost_migrate(from_version) in abi/SPEC.md: the guest takes up, converted, a
+	// state that another version of its entity type's module saved. The len bytes at
+	// ptr (written into a buffer from ExportAlloc) are from_version, the type's version
+	// number of the module that saved the state (8 bytes, little-endian; 0 when not
+	// known), then the state its ExportSnapshot returned. It returns StatusOK, or
+	// StatusError with the reply as the error text: the entity then stays on the
+	// module that saved its state. Called instead of ExportRestore when the host moves
+	// an entity's state to another module; a module that exports it exports
+	// ExportRestore too.
+	ExportMigrate = "shardhost_migrate"
 	// ExportGlobalPrefix is reserved: the host exports a module's mutable globals under
 	// names "shardhost_g<index>" for transparent snapshots. A module must not use it.
 	ExportGlobalPrefix = "shardhost_g"

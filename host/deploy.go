@@ -39,6 +39,9 @@ const (
 	stageStored byte = 1
 )
 
+// deployUsageTimeout bounds a deploy's count of the type's entities by version.
+const deployUsageTimeout = 5 * time.Second
+
 // DeployResult is what Deploy did.
 type DeployResult struct {
 	Type TypeInfo `json:"type"`
@@ -225,7 +228,11 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 		counted.Add(1)
 		go func() { // no owner: the call waits for it on every path (the defer)
 			defer counted.Done()
-			if us := n.VersionUsage(ctx, true, name); len(us) == 1 {
+			// Bounded: a member that does not answer makes the count partial (and
+			// keeps every old version), not the deploy slow.
+			uctx, cancel := context.WithTimeout(ctx, deployUsageTimeout)
+			defer cancel()
+			if us := n.VersionUsage(uctx, true, name); len(us) == 1 {
 				usage = us[0]
 			}
 		}()

@@ -42,7 +42,9 @@
 // ErrNoStateRing. An ask fails with ErrMessageTooLarge or ErrReplyTooLarge past the
 // size cap, with ErrInstanceClosed or ErrRuntimeClosed while the node stops, and with
 // ErrBadSnapshot, ErrRestoreFailed (which matches ErrSnapshotFailed) or
-// ErrNotSnapshottable when a saved state does not restore or cannot be taken.
+// ErrNotSnapshottable when a saved state does not restore or cannot be taken; a move to
+// a new module version whose shardhost_migrate fails, with ErrMigrationFailed (the
+// entity stays on its version).
 //
 // Local replay (the shardhost replay command): the API gives out an entity's EntityBase
 // (its saved state, and the module that runs it), its journal as JournalPage values of

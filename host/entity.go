@@ -227,6 +227,9 @@ type wasmEntity struct {
 	fresh         bool
 	journalModule string
 	target        string
+	// moveErr is why the entity's move to its type's current module failed (nil: it
+	// did not fail): Upgrade reports it.
+	moveErr error
 
 	// The journal (journal.go). gated: the message under way is gated, so its tells
 	// wait in held and its timers in heldTimers until ReleaseEffects. lastCalls and
@@ -289,6 +292,15 @@ func (e *wasmEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	mi, _ := sharding.MessageInfoFrom(ctx)
 	e.gated, e.lastCalls, e.lastReturned, e.extrasChanged = mi.Gated, nil, false, false
 	defer func() { e.gated = false }()
+	if mi.Kind == sharding.KindTimer && mi.Sender == upgradeWake && mi.Tag == 0 {
+		// Upgrade's activation (upgrade.go): the reply is the module the entity runs,
+		// and why it did not move.
+		out := e.inst.m.Digest
+		if e.moveErr != nil {
+			out += "\n" + e.moveErr.Error()
+		}
+		return []byte(out), nil
+	}
 	if mi.Kind == sharding.KindTimer {
 		t := e.timers[mi.Sender]
 		if t == nil || t.gen != mi.Tag {

@@ -42,6 +42,9 @@ var (
 	// module that cannot read the state another module saved, for one). It matches
 	// ErrSnapshotFailed too.
 	ErrRestoreFailed error = restoreFailed{}
+	// ErrMigrationFailed: the guest's shardhost_migrate refused, or failed on, a state
+	// another version of its module saved; the entity stays on that version.
+	ErrMigrationFailed = errors.New("host: migration failed")
 )
 
 type restoreFailed struct{}

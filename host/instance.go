@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -572,6 +573,38 @@ func (m *wasmModule) RestoreGuest(ctx context.Context, entityType, entityID stri
 			return nil, fmt.Errorf("%w: %s refused its saved state: %s", ErrRestoreFailed, inst.name, reply)
 		}
 		return nil, fmt.Errorf("%w: %s: %s returned status %d", ErrRestoreFailed, inst.name, abi.ExportRestore, status)
+	}
+	return inst, nil
+}
+
+// MigrateGuest makes a new instance for the entity entityType/entityID, as
+// RestoreGuest does, and gives it a guest-level state that another module saved, the
+// type's version fromVersion (0: not known), through shardhost_migrate (abi/SPEC.md,
+// "State: migrations"); a module that does not export it gets the state through
+// shardhost_restore. Nothing of a failed migration stays: the new instance is closed.
+// Errors: those of RestoreGuest; ErrMigrationFailed when the guest refused the state,
+// returned another status, or trapped (its text, or the trap, is in the error).
+func (m *wasmModule) MigrateGuest(ctx context.Context, entityType, entityID string, fromVersion uint64, state []byte) (*wasmInstance, error) {
+	if !m.guestMigrate {
+		return m.RestoreGuest(ctx, entityType, entityID, state)
+	}
+	inst, err := m.instantiate(ctx, entityType, entityID, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	in := make([]byte, 8, 8+len(state))
+	binary.LittleEndian.PutUint64(in, fromVersion)
+	status, reply, err := inst.invoke(wasmbin.OpMigrate, append(in, state...), true, m.rt.cfg.MaxMessageSize)
+	switch {
+	case err != nil:
+		inst.Close(ctx)
+		return nil, fmt.Errorf("%w: %s: %w", ErrMigrationFailed, inst.name, err)
+	case status != abi.StatusOK:
+		inst.Close(ctx)
+		if status == abi.StatusError {
+			return nil, fmt.Errorf("%w: %s refused the state of version %d: %s", ErrMigrationFailed, inst.name, fromVersion, reply)
+		}
+		return nil, fmt.Errorf("%w: %s: %s returned status %d", ErrMigrationFailed, inst.name, abi.ExportMigrate, status)
 	}
 	return inst, nil
 }

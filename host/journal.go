@@ -342,12 +342,24 @@ func (e *wasmEntity) movedInstance(ctx context.Context, mod *wasmModule) (*wasmI
 		return nil, fmt.Errorf("%w: %s keeps its state in a transparent snapshot, which belongs to module %.12s",
 			ErrNotSnapshottable, e.name(), e.inst.m.Digest)
 	}
-	inst, err := mod.RestoreGuest(ctx, e.typ, e.id, state)
+	inst, err := mod.MigrateGuest(ctx, e.typ, e.id, e.n.versionOf(e.typ, e.inst.m.Digest), state)
 	if err != nil {
 		return nil, err
 	}
 	inst.svc = e
 	return inst, nil
+}
+
+// versionOf returns the newest version number of the type typ whose module is digest;
+// 0 when its history does not list it.
+func (n *Node) versionOf(typ, digest string) uint64 {
+	info, _ := n.catalog.entry(typ)
+	for _, v := range info.Versions() {
+		if v.Digest == digest {
+			return v.Version
+		}
+	}
+	return 0
 }
 
 // replaceInstance makes inst the entity's instance, in place of its current one.
@@ -389,10 +401,14 @@ func (e *wasmEntity) moveTo(ctx context.Context) {
 		inst, err = e.movedInstance(ctx, mod)
 	}
 	if err != nil {
+		e.moveErr = err
+		e.n.tel.upgrades.Add(context.Background(), 1, e.n.tel.attrs.Get([2]string{e.typ, "o:failed"}))
 		e.n.log.Warn("entity not moved to its type's current module: it goes on on its own", "entity", e.name(),
 			"module", e.inst.m.Digest[:12], "current", target[:min(12, len(target))], "err", err)
 		return
 	}
+	e.moveErr = nil
+	e.n.tel.upgrades.Add(context.Background(), 1, e.n.tel.attrs.Get([2]string{e.typ, "o:ok"}))
 	from := e.inst.m.Digest
 	e.replaceInstance(ctx, inst)
 	e.n.log.Info("entity moved to its type's current module", "entity", e.name(), "from", from[:12], "to", target[:12])

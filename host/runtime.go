@@ -282,6 +282,8 @@ type wasmModule struct {
 	ABIVersion int
 	// guestSnapshot: the module exports shardhost_snapshot and shardhost_restore.
 	guestSnapshot bool
+	// guestMigrate: it exports shardhost_migrate too (MigrateGuest).
+	guestMigrate bool
 	// ops are the exports the host calls through shardhost_dispatch (wasmbin.Ops);
 	// the hooks shardhost_on_activate and shardhost_on_passivate only when the module
 	// declares ABI v1.
@@ -457,12 +459,14 @@ func (rt *wasmRuntime) load(ctx context.Context, wasm []byte, digest string, int
 			m.start = append(m.start, op)
 		}
 	}
+	_, m.guestMigrate = compiled.ExportedFunctions()[abi.ExportMigrate]
 	if m.ABIVersion, m.guestSnapshot, err = checkShape(compiled); err != nil {
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
 	if m.ABIVersion < 1 {
 		m.ops &^= 1<<wasmbin.OpOnActivate | 1<<wasmbin.OpOnPassivate
+		m.guestMigrate = false // a v1 export
 	}
 	if m.snap, err = newModuleSnapshots(rewritten, rw.Globals); err != nil {
 		compiled.Close(ctx)
@@ -614,6 +618,7 @@ var (
 		{abi.ExportInitialize, nil, nil},
 		{abi.ExportSnapshot, nil, []api.ValueType{i32}},
 		{abi.ExportRestore, []api.ValueType{i32, i32}, []api.ValueType{i32}},
+		{abi.ExportMigrate, []api.ValueType{i32, i32}, []api.ValueType{i32}},
 		{abi.ExportOnActivate, nil, []api.ValueType{i32}},
 		{abi.ExportOnPassivate, nil, []api.ValueType{i32}},
 	}
@@ -696,6 +701,9 @@ func checkShape(c wazero.CompiledModule) (version int, guestSnapshot bool, err e
 	_, restore := exports[abi.ExportRestore]
 	if snap != restore {
 		return 0, false, fmt.Errorf("exports one of %s and %s: a module exports both or neither", abi.ExportSnapshot, abi.ExportRestore)
+	}
+	if _, migrate := exports[abi.ExportMigrate]; migrate && !restore {
+		return 0, false, fmt.Errorf("exports %s without %s: a module that migrates a state also restores one", abi.ExportMigrate, abi.ExportRestore)
 	}
 	if len(missing) > 0 {
 		return 0, false, fmt.Errorf("missing required exports %s (is it built with the shardhost guest SDK?)", strings.Join(missing, ", "))

@@ -124,6 +124,7 @@ type nodeTelemetry struct {
 	failures metric.Int64Counter
 	backoffs metric.Int64Counter
 	restores metric.Int64Counter
+	upgrades metric.Int64Counter
 	attrs    *obs.AttrCache[[2]string]
 }
 
@@ -157,6 +158,8 @@ func newNodeTelemetry(mp metric.MeterProvider) *nodeTelemetry {
 		metric.WithDescription("Times an entity that kept failing was put to rest (backoff), by entity type. [shardhost.entity.type]")))
 	t.restores = obs.Must(m.Int64Counter("shardhost.entity.restores", metric.WithUnit("{restore}"),
 		metric.WithDescription("Instances made from saved state, by entity type and kind (guest: shardhost_restore; instance: a transparent snapshot; compiled: an active entity moved from the interpreter to its compiled module). [shardhost.entity.type, shardhost.restore.kind]")))
+	t.upgrades = obs.Must(m.Int64Counter("shardhost.entity.upgrades", metric.WithUnit("{upgrade}"),
+		metric.WithDescription("Entities with explicit state moved, at an activation, from an older version of their module to their type's current one (shardhost_migrate, or shardhost_restore), by entity type and outcome (ok; failed: the entity stays on its version). [shardhost.entity.type, shardhost.outcome]")))
 	t.attrs = obs.NewAttrCache(func(k [2]string) attribute.Set {
 		parts := []attribute.KeyValue{obs.EntityType.String(k[0])}
 		switch {

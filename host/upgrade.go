@@ -2,9 +2,9 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/shardhost/shardhost/abi"
@@ -166,11 +166,18 @@ func (n *Node) upgradeEntity(ctx context.Context, typ, id string, now bool) erro
 	if !now {
 		return nil
 	}
-	_, err := n.sharding.AskMessage(actx, sharding.Message{EntityType: typ, EntityID: id, Kind: sharding.KindTimer, Sender: upgradeWake})
-	if err != nil && !errors.Is(err, context.Canceled) {
+	r, err := n.sharding.AskMessage(actx, sharding.Message{EntityType: typ, EntityID: id, Kind: sharding.KindTimer, Sender: upgradeWake})
+	if err != nil {
 		return fmt.Errorf("activation: %w", err)
 	}
-	return err
+	digest, why, _ := strings.Cut(string(r.Payload), "\n")
+	if cur, ok := n.catalog.get(typ); ok && digest != cur.Digest {
+		if why == "" {
+			why = "it runs another module"
+		}
+		return fmt.Errorf("stays on version %d: %s", n.versionOf(typ, digest), why)
+	}
+	return nil
 }
 
 // upgradeWake names the timer of Upgrade's activations: Tag 0, which no timer has

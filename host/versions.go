@@ -421,7 +421,9 @@ func (n *Node) askVersions(ctx context.Context, req versionsRequest, infos map[s
 	if req.Scan {
 		states, err := n.sharding.ClusterShardingState(ctx)
 		if err != nil {
+			// Active entities of a member that did not answer would count as passivated.
 			errs = append(errs, err.Error())
+			scanFailed = true
 		}
 		req.Active = map[string][]string{}
 		for _, st := range states {

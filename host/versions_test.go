@@ -3,7 +3,10 @@ package host
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 
@@ -253,8 +256,16 @@ func TestUpgradeMovesRunningEntities(t *testing.T) {
 				return
 			default:
 			}
-			if r := client(t, nodes[1]).ask("explicit", "b", "get"); r.status != 200 {
+			// Not apiClient: it fails the test from this goroutine.
+			resp, err := http.Post("http://"+nodes[1].APIAddr()+"/v1/ask?type=explicit&id=b", "", strings.NewReader("get"))
+			if err != nil {
 				failures++
+			} else {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failures++
+				}
 			}
 			asks++
 		}
@@ -280,4 +291,67 @@ func TestUpgradeMovesRunningEntities(t *testing.T) {
 	if res := upgrade("explicit", ""); res.Upgradable != 0 || res.Upgraded != 0 {
 		t.Fatalf("a second upgrade: %+v", res)
 	}
+}
+
+// A module that exports shardhost_migrate takes up an older version's state converted;
+// a migration that fails (refused, or a trap) leaves the entity on its old version with
+// its state, counted there, and upgrade reports why; it never keeps half a conversion.
+func TestMigrationAtUpgrade(t *testing.T) {
+	nodes := startNodes(t, 2, nil)
+	c := client(t, nodes[0])
+	ask := func(id, msg, want string) {
+		t.Helper()
+		if r := c.ask("bank", id, msg); r.status != 200 || string(r.body) != want {
+			t.Fatalf("%s bank/%s: %d %s, want %q", msg, id, r.status, r.body, want)
+		}
+	}
+	upgrade := func() UpgradeResult {
+		t.Helper()
+		r := c.do("POST", "/v1/types/bank/upgrade?now=true", nil)
+		var res UpgradeResult
+		if err := json.Unmarshal(r.body, &res); r.status != 200 || err != nil {
+			t.Fatalf("upgrade: %d %s", r.status, r.body)
+		}
+		return res
+	}
+	guest := func(version, migrate string) []byte {
+		return testwasm.GuestBytes(t, "versioned", "-ldflags=-X main.version="+version+" -X main.migrate="+migrate)
+	}
+	deployAs(t, c, "bank", versioned(t, "v1", "explicit"), nil)
+	ask("a", "inc", "v1 1")
+	ask("a", "inc", "v1 2")
+	ask("b", "inc", "v1 1")
+
+	// Version 2's migration fails: both stay on version 1 with their state.
+	for _, failing := range []string{"fail", "trap"} {
+		deployAs(t, c, "bank", guest("v2-"+failing, failing), nil)
+		res := upgrade()
+		if res.Upgradable != 2 || res.Upgraded != 0 || len(res.Failed) != 2 || !strings.Contains(res.Failed[0].Reason, "stays on version 1") {
+			t.Fatalf("upgrade to a failing migration (%s): %+v", failing, res)
+		}
+		if failing == "fail" && !strings.Contains(res.Failed[0].Reason, "no migration from version 1") {
+			t.Fatalf("the guest's refusal is not reported: %+v", res.Failed)
+		}
+		vs := map[uint64]VersionUsage{}
+		for _, v := range res.Remaining.Versions {
+			vs[v.Version] = v
+		}
+		if vs[1].Active != 2 {
+			t.Fatalf("after a failed migration (%s), by version: %+v", failing, res.Remaining)
+		}
+		ask("a", "get", "v1 2")
+	}
+	// Version 4 converts: the entities reach it with their state converted.
+	deployAs(t, c, "bank", guest("v4", "x100"), nil)
+	res := upgrade()
+	if res.Upgraded != 2 || len(res.Failed) != 0 {
+		t.Fatalf("upgrade to a converting migration: %+v", res)
+	}
+	ask("a", "get", "v4 200")
+	ask("b", "inc", "v4 101")
+	// Its records replay on their own modules: passivated and active again, the same.
+	if r := c.do("POST", "/v1/passivate?type=bank&id=a", nil); r.status != 200 {
+		t.Fatalf("passivate: %d %s", r.status, r.body)
+	}
+	ask("a", "get", "v4 200")
 }

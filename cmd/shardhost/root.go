@@ -45,6 +45,7 @@ Talk to it:                                                  shardhost ask count
 		newInitCommand(),
 		g.clientFlags(newDeployCommand(g)),
 		g.clientFlags(newUndeployCommand(g)),
+		g.clientFlags(newUpgradeCommand(g)),
 		g.clientFlags(newPassivateCommand(g)),
 		g.clientFlags(newTellCommand(g)),
 		g.clientFlags(newAskCommand(g)),

@@ -47,4 +47,15 @@ func TestDeployAndTypesShowOlderVersions(t *testing.T) {
 	if err != nil || !strings.Contains(out, "ACTIVE") || !strings.Contains(out, "2 (2 t)") {
 		t.Fatalf("modules: %v\n%s", err, out)
 	}
+	out, err = runCLI(t, "upgrade", "--type", "tra", "--dry-run")
+	if err != nil || !strings.Contains(out, "dry run: 0 active entities") || !strings.Contains(out, "3 entities cannot upgrade:") ||
+		!strings.Contains(out, "transparent snapshot") || !strings.Contains(out, "passivated") {
+		t.Fatalf("upgrade --dry-run: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "upgrade", "--type", "tra", "--now", "--dry-run"); err == nil {
+		t.Fatalf("--now with --dry-run: %s", out)
+	}
+	if out, err := runCLI(t, "upgrade", "--type", "nope"); err == nil || !strings.Contains(err.Error(), "unknown entity type") {
+		t.Fatalf("upgrade of an unknown type: %v\n%s", err, out)
+	}
 }

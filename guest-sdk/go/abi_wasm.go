@@ -153,6 +153,23 @@ func restore(ptr unsafe.Pointer, size uint32) int32 {
 	return statusOK
 }
 
+//go:wasmexport shardhost_migrate
+func migrate(ptr unsafe.Pointer, size uint32) int32 {
+	if !inInbox(ptr, size) || size < 8 {
+		reply([]byte("shardhost: migration input not in the buffer shardhost_alloc returned"))
+		return statusError
+	}
+	in := inbox[:size]
+	inbox = nil // as restore: the entity may keep the state
+	from := uint64(in[0]) | uint64(in[1])<<8 | uint64(in[2])<<16 | uint64(in[3])<<24 |
+		uint64(in[4])<<32 | uint64(in[5])<<40 | uint64(in[6])<<48 | uint64(in[7])<<56
+	if err := instance.migrate(from, in[8:]); err != nil {
+		reply([]byte(err.Error()))
+		return statusError
+	}
+	return statusOK
+}
+
 //go:wasmexport shardhost_on_activate
 func onActivate() int32 {
 	if err := instance.activate(); err != nil {

@@ -37,6 +37,8 @@ type Harness struct {
 	activated  bool
 	passivated bool
 	pending    []byte // a restored state to take up again if the activation fails
+	// pendingFrom, when set, is the version pending was migrated from (Migrate).
+	pendingFrom *uint64
 
 	// the message being delivered
 	kind      MessageKind
@@ -165,7 +167,13 @@ func (h *Harness) activate() error {
 		return nil
 	}
 	if h.d.entity == nil && h.pending != nil {
-		if err := h.d.restore(append([]byte(nil), h.pending...)); err != nil {
+		var err error
+		if h.pendingFrom != nil {
+			err = h.d.migrate(*h.pendingFrom, append([]byte(nil), h.pending...))
+		} else {
+			err = h.d.restore(append([]byte(nil), h.pending...))
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -173,7 +181,7 @@ func (h *Harness) activate() error {
 	if err := h.d.activate(); err != nil {
 		return err
 	}
-	h.activated, h.pending = true, nil
+	h.activated, h.pending, h.pendingFrom = true, nil, nil
 	return nil
 }
 
@@ -232,7 +240,25 @@ func (h *Harness) Restore(state []byte) error {
 	if err := h.d.restore(append([]byte(nil), state...)); err != nil {
 		return err
 	}
-	h.pending = append([]byte(nil), state...)
+	h.pending, h.pendingFrom = append([]byte(nil), state...), nil
+	return nil
+}
+
+// Migrate starts the entity from a state that another version of its module saved,
+// the entity type's version fromVersion, as the host does when it moves an entity to a
+// new version (shardhost_migrate): it creates the entity and calls its Migrate
+// (Migrator) with a copy of state, or its Restore when it has none. Call it on a fresh
+// harness, before Send; afterwards it returns ErrRestoreAfterStart. Errors: those of
+// Restore, and the entity's Migrate's.
+func (h *Harness) Migrate(fromVersion uint64, state []byte) error {
+	if h.sent || h.d.entity != nil {
+		return ErrRestoreAfterStart
+	}
+	defer h.useFactory()()
+	if err := h.d.migrate(fromVersion, append([]byte(nil), state...)); err != nil {
+		return err
+	}
+	h.pending, h.pendingFrom = append([]byte(nil), state...), &fromVersion
 	return nil
 }
 
@@ -261,7 +287,7 @@ func (h *Harness) Restart() error {
 		return nil
 	}
 	h.d.entity = nil
-	h.pending = state // the host keeps the state for later attempts
+	h.pending, h.pendingFrom = state, nil // the host keeps the state for later attempts
 	return h.d.restore(append([]byte(nil), state...))
 }
 

@@ -92,6 +92,19 @@ type Snapshotter interface {
 	Restore(state []byte) error
 }
 
+// Migrator is implemented by a Snapshotter whose state's encoding changed between
+// versions of its module: when the host moves an entity's state to a new version of
+// the entity type's module (at the entity's next activation after a deploy, or by
+// shardhost upgrade), it calls Migrate instead of Restore, with the type's version
+// number of the module that saved the state (0 when the host does not know it), and
+// the state that module's Snapshot gave. Migrate converts it and takes it up, as
+// Restore would; an error (or a panic) refuses it, and the entity stays on the module
+// that saved its state: nothing of the conversion is kept. An entity without Migrator
+// gets such a state through Restore (abi/SPEC.md, "State: migrations").
+type Migrator interface {
+	Migrate(fromVersion uint64, state []byte) error
+}
+
 // Activator is implemented by an entity that does something as each incarnation starts:
 // OnActivate is called once, before the first message, after the state is restored and
 // after the host re-armed the timers and subscriptions saved with it (start timers or
@@ -344,6 +357,32 @@ func (d *dispatcher) restore(state []byte) error {
 		return ErrNotSnapshotter
 	}
 	if err := s.Restore(state); err != nil {
+		d.entity = nil
+		return err
+	}
+	return nil
+}
+
+// migrate is restore for a state another version of the module saved: the entity's
+// Migrator takes it up, or its Restore when it has none.
+func (d *dispatcher) migrate(fromVersion uint64, state []byte) error {
+	if d.entity != nil {
+		return ErrRestoreAfterStart
+	}
+	if err := d.create(); err != nil {
+		d.entity = nil
+		return err
+	}
+	m, ok := d.entity.(Migrator)
+	if !ok {
+		d.entity = nil
+		return d.restore(state)
+	}
+	if _, ok := d.entity.(Snapshotter); !ok {
+		d.entity = nil
+		return ErrNotSnapshotter
+	}
+	if err := m.Migrate(fromVersion, state); err != nil {
 		d.entity = nil
 		return err
 	}

@@ -52,6 +52,20 @@ impl<E: Entity> Dispatcher<E> {
         self.live = Some((entity, ctx));
         Ok(())
     }
+
+    /// As [`restore`](Dispatcher::restore), for a state another version of the module
+    /// saved: the entity's [`Entity::migrate`] takes it up.
+    pub(crate) fn migrate(&mut self, from_version: u64, state: &[u8], create: impl FnOnce() -> (E, Context)) -> Result<(), Error> {
+        if self.live.is_some() {
+            return Err(Error::new(
+                "shardhost: migration after the entity was created: state is taken up once, before the first message",
+            ));
+        }
+        let (mut entity, ctx) = create();
+        entity.migrate(from_version, state)?;
+        self.live = Some((entity, ctx));
+        Ok(())
+    }
 }
 
 /// The buffer `shardhost_alloc` hands out: one `Vec`, grown when a larger message comes

@@ -814,6 +814,17 @@ impl<E: Entity> Harness<E> {
         Ok(())
     }
 
+    /// Starts the entity from `state`, which the type's module version `from_version`
+    /// saved, as the host does when it moves an entity to a new version: creates it with
+    /// the factory and calls [`Entity::migrate`]. Use it on a fresh harness; if the entity
+    /// refuses the state, the harness stays fresh.
+    pub fn migrate(&mut self, from_version: u64, state: &[u8]) -> Result<(), Error> {
+        let (typ, id, factory) = (&self.entity_type, &self.entity_id, &mut self.factory);
+        self.dispatcher.migrate(from_version, state, || start(typ, id, factory))?;
+        self.active = false;
+        Ok(())
+    }
+
     /// Every line the entity logged, as "LEVEL text" (for example "INFO hello").
     pub fn logs(&self) -> &[String] {
         &self.fake.logs

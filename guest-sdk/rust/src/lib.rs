@@ -438,6 +438,21 @@ pub trait Entity {
         )))
     }
 
+    /// Takes up, converted, `state` that another version of the entity type's module
+    /// saved: the host calls it instead of [`restore`](Entity::restore) when it moves an
+    /// entity to a new version of its module (the host's `shardhost_migrate`, abi/SPEC.md,
+    /// "State: migrations"). `from_version` is the type's version number of the module
+    /// that saved the state (0 when the host does not know it). An `Err` refuses it: the
+    /// entity stays on the module that saved its state, with that state, and nothing of
+    /// the conversion is kept.
+    ///
+    /// The default is [`restore`](Entity::restore): an entity whose encoding did not
+    /// change has nothing to convert.
+    fn migrate(&mut self, from_version: u64, state: &[u8]) -> Result<(), Error> {
+        let _ = from_version;
+        self.restore(state)
+    }
+
     /// Called once per incarnation, after any [`restore`](Entity::restore) and before the
     /// first message (the host's `shardhost_on_activate`). Timers and subscriptions saved
     /// with the state are running again by then. An `Err` fails the activation with its
@@ -470,6 +485,10 @@ impl<E: Entity + ?Sized> Entity for Box<E> {
 
     fn restore(&mut self, state: &[u8]) -> Result<(), Error> {
         (**self).restore(state)
+    }
+
+    fn migrate(&mut self, from_version: u64, state: &[u8]) -> Result<(), Error> {
+        (**self).migrate(from_version, state)
     }
 
     fn on_activate(&mut self, ctx: &mut Context) -> Result<(), Error> {
@@ -506,8 +525,9 @@ fn fnv1a_64(b: &[u8]) -> u64 {
 /// guest-level snapshot ([`Entity::restore`]), or else at activation or the first message.
 ///
 /// The exports are `shardhost_abi_v1`, `shardhost_alloc`, `shardhost_receive`,
-/// `shardhost_snapshot` and `shardhost_restore`, which call [`Entity::snapshot`] and
-/// [`Entity::restore`] (an entity that keeps their defaults gets transparent snapshots),
+/// `shardhost_snapshot`, `shardhost_restore` and `shardhost_migrate`, which call
+/// [`Entity::snapshot`], [`Entity::restore`] and [`Entity::migrate`] (an entity that keeps
+/// their defaults gets transparent snapshots),
 /// and `shardhost_on_activate` and `shardhost_on_passivate`, which call
 /// [`Entity::on_activate`] and [`Entity::on_passivate`].
 ///
@@ -567,6 +587,11 @@ macro_rules! entity {
                 }
 
                 #[no_mangle]
+                pub extern "C" fn shardhost_migrate(ptr: *const u8, len: u32) -> i32 {
+                    $crate::__private::migrate(ptr, len, __shardhost_create)
+                }
+
+                #[no_mangle]
                 pub extern "C" fn shardhost_on_activate() -> i32 {
                     $crate::__private::on_activate(__shardhost_create)
                 }
@@ -584,5 +609,5 @@ macro_rules! entity {
 #[doc(hidden)]
 #[cfg(target_arch = "wasm32")]
 pub mod __private {
-    pub use crate::wasm::{alloc, on_activate, on_passivate, receive, restore, snapshot};
+    pub use crate::wasm::{alloc, migrate, on_activate, on_passivate, receive, restore, snapshot};
 }

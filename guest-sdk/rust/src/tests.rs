@@ -331,3 +331,55 @@ fn json_string(s: &str) -> String {
 fn json_string_decodes_escapes() {
     assert_eq!(json_string(r#""a\"b\\c\/\n\u00e9\ud83d\ude42""#), "a\"b\\c/\n\u{e9}\u{1f642}");
 }
+
+/// Version 2 of Words keeps its words upper-cased; its migrate converts version 1's.
+struct LoudWords {
+    words: Words,
+}
+
+impl Entity for LoudWords {
+    fn receive(&mut self, ctx: &mut Context, msg: &[u8]) -> Result<Vec<u8>, Error> {
+        self.words.receive(ctx, &msg.to_ascii_uppercase())
+    }
+
+    fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
+        self.words.snapshot()
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), Error> {
+        self.words.restore(state)
+    }
+
+    fn migrate(&mut self, from_version: u64, state: &[u8]) -> Result<(), Error> {
+        if from_version != 1 {
+            return Err(format!("no migration from version {from_version}").into());
+        }
+        self.words.restore(state)?;
+        for w in &mut self.words.words {
+            *w = w.to_ascii_uppercase();
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn harness_migrate_converts_or_refuses() {
+    let mut h = words();
+    h.send(b"a").unwrap();
+    let state = h.snapshot().unwrap().unwrap();
+
+    let loud = || Harness::new("words", "w", |_: &str| LoudWords { words: Words { words: Vec::new() } });
+    let mut next = loud();
+    next.migrate(1, &state).unwrap();
+    assert_eq!(next.send(b"b").unwrap(), b"A,B");
+    assert!(next.migrate(1, &state).is_err(), "once, before the first message");
+
+    let mut refused = loud();
+    assert_eq!(refused.migrate(5, &state).unwrap_err().to_string(), "no migration from version 5");
+    assert!(refused.entity().is_none(), "a refused migration keeps nothing");
+
+    // Without its own migrate, an entity restores.
+    let mut plain = words();
+    plain.migrate(9, &state).unwrap();
+    assert_eq!(plain.send(b"c").unwrap(), b"a,c");
+}

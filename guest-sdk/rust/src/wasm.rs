@@ -192,6 +192,26 @@ pub fn restore(ptr: *const u8, len: u32, create: Create) -> i32 {
     })
 }
 
+/// `shardhost_migrate`: the first 8 bytes are `from_version` (little-endian), the rest
+/// the state another version of the module saved.
+pub fn migrate(ptr: *const u8, len: u32, create: Create) -> i32 {
+    GUEST.with(|g| {
+        let g = &mut *g.borrow_mut();
+        let input = match g.inbox.message(ptr, len) {
+            Some(s) if s.len() >= 8 => s,
+            _ => {
+                send_reply(STATE_NOT_IN_BUFFER.as_bytes());
+                return STATUS_ERROR;
+            }
+        };
+        let mut from = [0u8; 8];
+        from.copy_from_slice(&input[..8]);
+        let result = g.dispatcher.migrate(u64::from_le_bytes(from), &input[8..], || start(create));
+        g.inbox = Inbox::new();
+        status(result.map(|()| Vec::new()))
+    })
+}
+
 /// Creates the instance's entity and its context, first installing the panic hook.
 fn start(create: Create) -> (Box<dyn Entity>, Context) {
     std::panic::set_hook(Box::new(|info| {

@@ -43,6 +43,7 @@ const (
 	OpOnPassivate
 	OpSnapshot
 	OpRestore
+	OpMigrate
 	numOps
 )
 
@@ -60,6 +61,7 @@ var dispatchTargets = [numOps]struct {
 	OpOnPassivate: {abi.ExportOnPassivate, nil, []byte{valI32}},
 	OpSnapshot:    {abi.ExportSnapshot, nil, []byte{valI32}},
 	OpRestore:     {abi.ExportRestore, []byte{valI32, valI32}, []byte{valI32}},
+	OpMigrate:     {abi.ExportMigrate, []byte{valI32, valI32}, []byte{valI32}},
 }
 
 // Ops is a set of ops: bit op is set when shardhost_dispatch calls op's function.

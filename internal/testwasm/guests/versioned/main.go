@@ -5,6 +5,9 @@
 //	-ldflags='-X main.state=transparent' its state is a transparent snapshot of its
 //	                                     memory instead of explicit (Stateful)
 //	-ldflags='-X main.step=10'           what "inc" adds (default 1)
+//	-ldflags='-X main.migrate=x100'      explicit state only: a Migrator that takes up
+//	                                     another version's count times 100 ("fail":
+//	                                     refuses it, "trap": panics)
 //
 // Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT".
 //
@@ -23,6 +26,7 @@ var (
 	version = "v1"
 	state   = "explicit"
 	step    = "1"
+	migrate = ""
 )
 
 // inc is what "inc" adds: step, parsed.
@@ -56,6 +60,23 @@ func (e *explicit) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	return reply(int64(e.State), msg)
 }
 
+// migrating is explicit with a Migrator (migrate).
+type migrating struct{ explicit }
+
+func (m *migrating) Migrate(from uint64, state []byte) error {
+	switch migrate {
+	case "fail":
+		return errors.New("versioned: no migration from version " + strconv.FormatUint(from, 10))
+	case "trap":
+		panic("versioned: migration trap")
+	}
+	if err := m.State.UnmarshalBinary(state); err != nil {
+		return err
+	}
+	m.State *= 100
+	return nil
+}
+
 // transparent keeps its count in a plain field: its state is a memory snapshot.
 type transparent struct{ n int64 }
 
@@ -73,6 +94,10 @@ func (t *transparent) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error
 func init() {
 	if state == "transparent" {
 		shardhost.Register(func(string) shardhost.Entity { return &transparent{} })
+		return
+	}
+	if migrate != "" {
+		shardhost.Register(func(string) shardhost.Entity { return &migrating{} })
 		return
 	}
 	shardhost.Register(func(string) shardhost.Entity { return &explicit{} })
