@@ -1,11 +1,14 @@
 // The coalescing of journal writes. The writes of journal records and floors that this
 // member sends a peer replica go through that replica's pipe, which sends what waits in
-// it as one state/writes request, one request at a time: while a request is out, the
-// writes that come meanwhile wait, and leave together in the next. Alone, an append
-// leaves at once; under load, a replica gets the appends of many entities (of any
-// shard) in one message, serves them with one handler, and its writer commits them in
-// one transaction and one fsync. Each write keeps its own fence and its own reply.
-// Snapshots, remember marks and fences go as before, a state/write each.
+// it as state/writes requests, at most statePipeMaxInflight of them out at once: while
+// they are out, the writes that come meanwhile wait, and leave together in the next.
+// Alone, an append leaves at once; under load, a replica gets the appends of many
+// entities (of any shard) in one message, serves them with one handler, and its writer
+// commits them in one transaction and one fsync. A request does not wait for the
+// replica's answer to the one before it (its fsync): the replica's writer takes what
+// arrived meanwhile into its next commit. Each write keeps its own fence and its own
+// reply; writes are versioned, so their order of arrival does not matter. Snapshots,
+// remember marks and fences go as before, a state/write each.
 
 package replstore
 
@@ -22,19 +25,23 @@ const (
 	statePipeMaxBytes = 16 << 20
 	// statePipeMaxWrites caps the writes of one state/writes request.
 	statePipeMaxWrites = 1024
+	// statePipeMaxInflight caps the state/writes requests of one pipe out at once.
+	statePipeMaxInflight = 4
 )
 
 // statePipeKey names a pipe: a peer replica, at its transport address, answering from
 // the data directory it is expected to (stateReplica.store).
 type statePipeKey struct{ addr, transport, store string }
 
-// statePipe is a peer replica's pipe: the writes waiting, and whether a goroutine
-// sends them (it exits when none waits). Guarded by Store.pipesMu.
+// statePipe is a peer replica's pipe: the writes waiting, and the goroutines that send
+// them (senders, at most statePipeMaxInflight; each exits when none waits), of which
+// busy wait for a replica's answer. Guarded by Store.pipesMu.
 type statePipe struct {
 	rep     stateReplica
 	queue   []*statePipeWrite
 	bytes   int
-	running bool
+	senders int
+	busy    int
 }
 
 // statePipeWrite is a write waiting in a pipe, and where its outcome goes.
@@ -80,8 +87,12 @@ func (s *Store) writePiped(r stateReplica, req *stateWriteReq) error {
 	}
 	p.queue = append(p.queue, w)
 	p.bytes += size
-	start := !p.running
-	p.running = true
+	// A sender more when every one is waiting for an answer: the write leaves now
+	// rather than after the replica's fsync of the requests out.
+	start := p.senders == p.busy && p.senders < statePipeMaxInflight
+	if start {
+		p.senders++
+	}
 	s.pipesMu.Unlock()
 	if start && !s.owner.Go(func() { s.runPipe(key, p) }) {
 		s.failPipe(key, p, closedError())
@@ -89,15 +100,15 @@ func (s *Store) writePiped(r stateReplica, req *stateWriteReq) error {
 	return <-w.done
 }
 
-// runPipe sends a pipe's writes, as many as one request carries (statePipeMaxWrites,
-// stateMaxWriteRecords records, ChunkSize bytes; at least one write) at a time, until
-// none waits.
+// runPipe is one of a pipe's senders: it sends the pipe's writes, as many as one
+// request carries (statePipeMaxWrites, stateMaxWriteRecords records, ChunkSize bytes;
+// at least one write) at a time, until none waits.
 func (s *Store) runPipe(key statePipeKey, p *statePipe) {
 	for {
 		s.pipesMu.Lock()
 		if len(p.queue) == 0 {
-			p.running = false
-			if s.pipes[key] == p {
+			p.senders--
+			if p.senders == 0 && s.pipes[key] == p {
 				delete(s.pipes, key)
 			}
 			s.pipesMu.Unlock()
@@ -113,6 +124,7 @@ func (s *Store) runPipe(key statePipeKey, p *statePipe) {
 		batch := p.queue[:n:n]
 		p.queue = p.queue[n:]
 		p.bytes -= size
+		p.busy++
 		s.pipesMu.Unlock()
 
 		req := &stateWritesReq{Writes: make([]stateWriteReq, n)}
@@ -124,6 +136,9 @@ func (s *Store) runPipe(key statePipeKey, p *statePipe) {
 		if err == nil && len(reply.Results) != n {
 			err = fmt.Errorf("%w: replica %s: bad reply: %d results for %d writes", sharding.ErrStoreUnavailable, p.rep.addr, len(reply.Results), n)
 		}
+		s.pipesMu.Lock()
+		p.busy--
+		s.pipesMu.Unlock()
 		for i, w := range batch {
 			if err != nil {
 				w.done <- err
@@ -134,13 +149,14 @@ func (s *Store) runPipe(key statePipeKey, p *statePipe) {
 	}
 }
 
-// failPipe fails every write waiting in a pipe that no goroutine sends (the store is
-// closing).
+// failPipe fails every write waiting in a pipe whose sender could not start (the store
+// is closing).
 func (s *Store) failPipe(key statePipeKey, p *statePipe, err error) {
 	s.pipesMu.Lock()
 	queue := p.queue
-	p.queue, p.bytes, p.running = nil, 0, false
-	if s.pipes[key] == p {
+	p.queue, p.bytes = nil, 0
+	p.senders--
+	if p.senders == 0 && s.pipes[key] == p {
 		delete(s.pipes, key)
 	}
 	s.pipesMu.Unlock()

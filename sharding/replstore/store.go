@@ -307,7 +307,7 @@ func (s *Store) register() (err error) {
 	m.Handle(topicStateHandover, s.handler(s.serveHandover))
 	m.Handle(topicStateForget, s.handler(s.serveForget))
 	m.Handle(topicStateJournal, s.handler(s.serveJournal))
-	m.Handle(topicStateWrites, s.handler(s.serveWrites))
+	m.Handle(topicStateWrites, s.writesHandler())
 	return nil
 }
 
