@@ -52,6 +52,11 @@ type stateDisk struct {
 	done        chan struct{}
 	once        sync.Once
 	err         error
+	// submitMu guards closed, and the queueing of an op with a callback (trySubmit):
+	// close fails the ops left in the queue once closed is set, so that every
+	// callback is called.
+	submitMu sync.Mutex
+	closed   bool
 	// log receives an error line when the disk refuses a write (a full disk, say): at
 	// most one per writeLog's interval, with the count of those suppressed since the
 	// last. Nil: none (the offline tools). Set before the first write.
@@ -63,11 +68,14 @@ type stateDisk struct {
 const stateDiskWriteLogInterval = 10 * time.Second
 
 // stateDiskOp is a write waiting for the writer. fn may run twice (after a failed
-// batch, each op is retried alone) and reports whether it changed anything.
+// batch, each op is retried alone) and reports whether it changed anything. Its
+// outcome goes to done, or to notify (called once, on the writer's goroutine or
+// close's: it must not block).
 type stateDiskOp struct {
-	fn   func(eb, rb *bolt.Bucket) (changed bool, err error)
-	size int
-	done chan error
+	fn     func(eb, rb *bolt.Bucket) (changed bool, err error)
+	size   int
+	done   chan error
+	notify func(error)
 }
 
 const (
@@ -173,6 +181,19 @@ func (d *stateDisk) close() error {
 	d.once.Do(func() {
 		close(d.stop)
 		<-d.done
+		// The ops still queued fail: those awaited (await sees done closed), and
+		// those with a callback, which no op joins once closed is set.
+		d.submitMu.Lock()
+		d.closed = true
+		for drained := false; !drained; {
+			select {
+			case op := <-d.ops:
+				op.finish(errStateClosed)
+			default:
+				drained = true
+			}
+		}
+		d.submitMu.Unlock()
 		if err := d.db.Close(); err != nil {
 			d.err = fmt.Errorf("%w: state store %s: close: %w", sharding.ErrStoreUnavailable, d.path, err)
 		}
@@ -205,15 +226,24 @@ func (d *stateDisk) run() {
 			for _, op := range batch { // one op's failure must not fail the others
 				err := d.commit([]*stateDiskOp{op})
 				d.refused(err)
-				op.done <- err
+				op.finish(err)
 			}
 			continue
 		}
 		d.refused(err)
 		for _, op := range batch {
-			op.done <- err
+			op.finish(err)
 		}
 	}
+}
+
+// finish hands the op its outcome.
+func (op *stateDiskOp) finish(err error) {
+	if op.notify != nil {
+		op.notify(err)
+		return
+	}
+	op.done <- err
 }
 
 // refused logs a write the disk refused (err not nil). The writer gets the error too,
@@ -271,6 +301,25 @@ func (d *stateDisk) submit(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 		return op, nil
 	case <-d.stop:
 		return nil, errStateClosed
+	}
+}
+
+// trySubmit queues fn for a write transaction, as submit does, if the queue has room:
+// notify gets its outcome once it is on disk (see stateDiskOp). It reports false
+// (notify not called) when the queue is full. Errors: errStateClosed (notify not
+// called).
+func (d *stateDisk) trySubmit(size int, fn func(eb, rb *bolt.Bucket) (bool, error), notify func(error)) (bool, error) {
+	op := &stateDiskOp{fn: fn, size: size, notify: notify}
+	d.submitMu.Lock()
+	defer d.submitMu.Unlock()
+	if d.closed {
+		return false, errStateClosed
+	}
+	select {
+	case d.ops <- op:
+		return true, nil
+	default:
+		return false, nil
 	}
 }
 
@@ -395,17 +444,10 @@ type stateWrite struct {
 func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
 	w := &stateWrite{d: d, req: req}
 	prefix := stateShardPrefix(req.Type, req.Shard)
-	size := 0
-	for i := range req.Records {
-		r := &req.Records[i]
-		size += len(r.ID) + len(r.Data)
-		if r.Kind == stateKindJournal {
-			key := sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: r.ID}
-			if err := sharding.VerifyJournalRecord(key, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data}); err != nil {
-				w.err = err
-				return w
-			}
-		}
+	size, err := w.check()
+	if err != nil {
+		w.err = err
+		return w
 	}
 	w.op, w.err = d.submit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) })
 	if w.err != nil {
@@ -414,13 +456,58 @@ func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
 	return w
 }
 
+// tryWrite checks and queues a write request, as startWrite does, if the writer's
+// queue has room, and calls done with its outcome (as applyWrite returns it) once it
+// is on disk, or at once if it is refused before. done runs on the writer's goroutine
+// (or the caller's, or close's) and must not block. It reports false, done not
+// called, when the queue is full.
+func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err error)) bool {
+	w := &stateWrite{d: d, req: req}
+	size, err := w.check()
+	if err != nil {
+		done(0, err)
+		return true
+	}
+	prefix := stateShardPrefix(req.Type, req.Shard)
+	queued, err := d.trySubmit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) },
+		func(err error) { done(w.outcome(err)) })
+	if err != nil {
+		done(0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err))
+		return true
+	}
+	return queued
+}
+
+// check verifies the write's journal records (sharding.VerifyJournalRecord) and
+// returns its size, in bytes.
+func (w *stateWrite) check() (int, error) {
+	req := w.req
+	size := 0
+	for i := range req.Records {
+		r := &req.Records[i]
+		size += len(r.ID) + len(r.Data)
+		if r.Kind == stateKindJournal {
+			key := sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: r.ID}
+			if err := sharding.VerifyJournalRecord(key, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data}); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return size, nil
+}
+
 // wait returns the write's outcome once it is on disk (see applyWrite).
 func (w *stateWrite) wait() (uint64, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
+	return w.outcome(w.d.await(w.op))
+}
+
+// outcome is the write's outcome, its op's being err.
+func (w *stateWrite) outcome(err error) (uint64, error) {
 	req := w.req
-	if err := w.d.await(w.op); err != nil {
+	if err != nil {
 		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, w.d.path, err)
 	}
 	if w.stale {

@@ -2,6 +2,7 @@ package replstore
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -129,5 +130,73 @@ func TestAStateDirectoryIsNewUntilItsMemberSeesAnother(t *testing.T) {
 		if reopen(t, n.dir) {
 			t.Errorf("%s's directory is still new after its member saw another", n.transport)
 		}
+	}
+}
+
+// A write queued with a callback (tryWrite) is refused, not queued, while the writer's
+// queue is full; each queued one gets its outcome exactly once: on disk, or
+// errStateClosed when the disk closes before its commit. After close, none is queued.
+func TestQueuedWritesWithCallbacksGetOneOutcome(t *testing.T) {
+	d, err := openStateDisk(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold the writer in a transaction until release.
+	held, release := make(chan struct{}), make(chan struct{})
+	first, err := d.submit(0, func(eb, rb *bolt.Bucket) (bool, error) {
+		close(held)
+		<-release
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	write := func(id string) *stateWriteReq {
+		return &stateWriteReq{Type: "t", Shard: 1, Epoch: 1, Fence: true,
+			Records: []stateRecord{{Kind: stateKindSnapshot, ID: id, Epoch: 1, Seq: 1, Data: []byte("state")}}}
+	}
+	var mu sync.Mutex
+	outcomes := map[int][]error{}
+	queued := 0
+	for i := 0; ; i++ {
+		ok := d.tryWrite(write(strings.Repeat("e", 1+i%7)+string(rune('a'+i%26))), func(_ uint64, err error) {
+			mu.Lock()
+			outcomes[i] = append(outcomes[i], err)
+			mu.Unlock()
+		})
+		if !ok {
+			break
+		}
+		queued++
+		if queued > 2*stateDiskQueue {
+			t.Fatalf("%d writes queued behind a held writer; the queue holds %d", queued, stateDiskQueue)
+		}
+	}
+	if queued != stateDiskQueue {
+		t.Fatalf("%d writes queued before the queue was full, want %d", queued, stateDiskQueue)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- d.close() }()
+	close(release)
+	if err := d.await(first); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 0; i < queued; i++ {
+		if errs := outcomes[i]; len(errs) != 1 || (errs[0] != nil && !errors.Is(errs[0], errStateClosed)) {
+			t.Fatalf("write %d: outcomes %v, want one: on disk or closed", i, errs)
+		}
+	}
+	if ok := d.tryWrite(write("late"), func(_ uint64, err error) {
+		if !errors.Is(err, errStateClosed) {
+			t.Errorf("a write after close: %v, want errStateClosed", err)
+		}
+	}); !ok {
+		t.Fatal("a write after close was neither queued nor refused")
 	}
 }

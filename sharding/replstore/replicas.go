@@ -187,6 +187,37 @@ func (s *Store) call(parent context.Context, r stateReplica, topic string, req a
 	return stateCodeError(code, msg, r.addr)
 }
 
+// callAsync sends a request to a peer replica, as call does, without waiting: done gets
+// the reply (reply's, decoded) or call's error once, from another goroutine (a
+// transport's reader's, a timer's) or, for a replica that cannot be asked, this one.
+// done must not block.
+func (s *Store) callAsync(r stateReplica, topic string, req any, reply stateStatus, done func(error)) {
+	switch {
+	case r.retained:
+		done(fmt.Errorf("%w: replica %s is not up (retained until it returns or its shards are handed over)", sharding.ErrStoreUnavailable, r.addr))
+		return
+	case r.transport == "":
+		done(fmt.Errorf("%w: replica %s has no transport address", sharding.ErrStoreUnavailable, r.addr))
+		return
+	}
+	s.cfg.Messenger.RequestAsyncContext(s.owner.Context(), r.transport, topic, encodeState(req), s.cfg.RequestTimeout, func(body []byte, err error) {
+		if err != nil {
+			done(fmt.Errorf("%w: replica %s: %v", sharding.ErrStoreUnavailable, r.addr, err))
+			return
+		}
+		if err := decodeState(body, reply); err != nil {
+			done(fmt.Errorf("%w: replica %s: bad reply: %v", sharding.ErrStoreUnavailable, r.addr, err))
+			return
+		}
+		if err := s.noteStore(r, *reply.store()); err != nil {
+			done(err)
+			return
+		}
+		code, msg := reply.status()
+		done(stateCodeError(code, msg, r.addr))
+	})
+}
+
 // noteStore records the store ID an answer of replica r carried (got; "" from a member
 // of a version that sends none) and checks it against the one r was asked as
 // (stateReplica.store). An answer from another data directory fails with
@@ -298,6 +329,21 @@ func (s *Store) writeTo(ctx context.Context, r stateReplica, req *stateWriteReq)
 	}
 	var reply stateReply
 	return s.call(ctx, r, topicStateWrite, out, &reply)
+}
+
+// writeNow starts a write on one replica, as writeTo does, without a goroutine to wait
+// for it where it can: on the local disk, when its writer's queue has room, and
+// through a peer's pipe. done gets its outcome, as writeTo returns it, once, and must
+// not block. It reports false, done not called, for a write writeTo must do.
+func (s *Store) writeNow(r stateReplica, req *stateWriteReq, done func(error)) bool {
+	switch {
+	case r.local:
+		return s.disk.tryWrite(req, func(_ uint64, err error) { done(err) })
+	case coalescable(req) && !r.retained && r.transport != "":
+		s.queuePiped(r, req, done)
+		return true
+	}
+	return false
 }
 
 // sendChunks stages data on a peer replica, ChunkSize bytes a request, and returns the

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
@@ -132,36 +133,99 @@ func (s *Store) serveWrites(from string, body []byte) []byte {
 	if err := decodeState(body, &req); err != nil {
 		return stateFail(err)
 	}
-	if len(req.Writes) == 0 {
-		return stateFail(fmt.Errorf("%w: no writes", sharding.ErrMalformedMessage))
+	out := make(chan []byte, 1)
+	s.serveWritesAsync(&req, func(b []byte) { out <- b })
+	return <-out
+}
+
+// writesHandler serves state/writes requests without a goroutine of their own: on
+// the transport's reader goroutine, it decodes a request, checks its writes and queues
+// them to the disk's writer, whose commit calls back; the last write's callback
+// replies. A request comes to the goroutine of handler (as other topics do) before
+// this member's file is noted in a cluster (noteInCluster writes). At most
+// stateMaxServing requests are served at once, with those of handler.
+func (s *Store) writesHandler() cluster.Handler {
+	slow := s.handler(s.serveWrites)
+	return func(r *cluster.Request) {
+		if r.OneWay() || s.disk == nil || !s.disk.inCluster.Load() {
+			slow(r)
+			return
+		}
+		select {
+		case s.serving <- struct{}{}:
+		default:
+			r.Reply(stateFail(fmt.Errorf("%w: %d requests in progress", errStateBusy, stateMaxServing)), nil)
+			return
+		}
+		reply := func(b []byte) {
+			<-s.serving
+			r.Reply(b, nil)
+		}
+		var req stateWritesReq
+		if err := decodeState(r.Body, &req); err != nil {
+			reply(stateFail(err))
+			return
+		}
+		s.serveWritesAsync(&req, reply)
 	}
-	// Every write is submitted to the disk's writer before any is waited for: they
-	// share its transaction and fsync.
+}
+
+// serveWritesAsync serves a state/writes request: each write is checked and queued to
+// the disk's writer (they share its transaction and fsync), and reply gets the encoded
+// stateWritesReply once every one is on disk or refused, from the goroutine of the
+// last (the writer's, the caller's, or one that queues the writes for which the
+// writer's queue had no room). reply must not block.
+func (s *Store) serveWritesAsync(req *stateWritesReq, reply func([]byte)) {
+	if len(req.Writes) == 0 {
+		reply(stateFail(fmt.Errorf("%w: no writes", sharding.ErrMalformedMessage)))
+		return
+	}
 	results := make([]stateReply, len(req.Writes))
-	started := make([]*stateWrite, len(req.Writes))
+	var left atomic.Int64
+	left.Store(int64(len(req.Writes)) + 1) // and the queueing's own
+	finish := func() {
+		if left.Add(-1) == 0 {
+			reply(s.encodeReply(&stateWritesReply{Results: results}))
+		}
+	}
+	outcome := func(i int) func(uint64, error) {
+		return func(epoch uint64, err error) {
+			results[i] = stateReply{Epoch: epoch}
+			if err != nil {
+				results[i].Code, results[i].Msg = stateErrorCode(err), err.Error()
+			}
+			finish()
+		}
+	}
+	var later []int // those for which the writer's queue had no room, and after
 	for i := range req.Writes {
 		w := &req.Writes[i]
 		err := s.checkWrite(w)
 		if err == nil && slices.ContainsFunc(w.Records, func(r stateRecord) bool { return r.Xfer != 0 }) {
 			err = fmt.Errorf("%w: chunked data in a coalesced write", sharding.ErrMalformedMessage)
 		}
-		if err != nil {
-			results[i] = stateReply{Code: stateErrorCode(err), Msg: err.Error()}
-			continue
-		}
-		started[i] = s.disk.startWrite(w)
-	}
-	for i, w := range started {
-		if w == nil {
-			continue
-		}
-		epoch, err := w.wait()
-		results[i] = stateReply{Epoch: epoch}
-		if err != nil {
-			results[i].Code, results[i].Msg = stateErrorCode(err), err.Error()
+		switch {
+		case err != nil:
+			outcome(i)(0, err)
+		case len(later) > 0 || !s.disk.tryWrite(w, outcome(i)):
+			later = append(later, i)
 		}
 	}
-	return s.encodeReply(&stateWritesReply{Results: results})
+	if len(later) > 0 && !s.owner.Go(func() {
+		// Submitted one after the other, then awaited: they share a transaction.
+		started := make([]*stateWrite, len(later))
+		for k, i := range later {
+			started[k] = s.disk.startWrite(&req.Writes[i])
+		}
+		for k, i := range later {
+			outcome(i)(started[k].wait())
+		}
+	}) {
+		for _, i := range later {
+			outcome(i)(0, closedError())
+		}
+	}
+	finish()
 }
 
 func (s *Store) serveDeleteType(from string, body []byte) []byte {

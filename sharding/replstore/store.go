@@ -307,7 +307,7 @@ func (s *Store) register() (err error) {
 	m.Handle(topicStateHandover, s.handler(s.serveHandover))
 	m.Handle(topicStateForget, s.handler(s.serveForget))
 	m.Handle(topicStateJournal, s.handler(s.serveJournal))
-	m.Handle(topicStateWrites, s.handler(s.serveWrites))
+	m.Handle(topicStateWrites, s.writesHandler())
 	return nil
 }
 
@@ -507,6 +507,9 @@ func (s *Store) send(ctx context.Context, req *stateWriteReq) error {
 	results := make(chan ack, len(reps.reps))
 	rctx := withTraceOf(s.owner.Context(), ctx)
 	for _, r := range reps.reps {
+		if s.writeNow(r, req, func(err error) { results <- ack{r.in, err} }) {
+			continue
+		}
 		if !s.owner.Go(func() { results <- ack{r.in, s.writeTo(rctx, r, req)} }) {
 			results <- ack{r.in, closedError()}
 		}
