@@ -131,6 +131,9 @@ type EntityRow struct {
 	Queued int `cbor:"17,keyasint,omitempty" json:"queued"`
 	// Stored says the state store holds its state.
 	Stored bool `cbor:"18,keyasint,omitempty" json:"stored"`
+	// JournalRecords is the length of its journal: the records the store holds when
+	// it counts them, else the records since its last base as its member knows them.
+	JournalRecords int `cbor:"19,keyasint,omitempty" json:"journal_records"`
 }
 
 func (r *EntityRow) key() listKey { return listKey{r.Type, r.Shard, r.ID} }
@@ -169,6 +172,7 @@ type entityStats struct {
 	activatedAt, lastMessage atomic.Int64 // unix nanoseconds; 0 never
 	handled, failed          atomic.Uint64
 	stateBytes, memoryBytes  atomic.Int64
+	journal                  atomic.Int64 // records since the last base
 	version                  atomic.Uint64
 	timers, subs             atomic.Int32
 	lastFailure              atomic.Pointer[entityFailure]
@@ -197,6 +201,9 @@ func (st *entityStats) handledOne(e *entity, now time.Time, err error) {
 }
 
 func (st *entityStats) inspect(e *entity) {
+	if e.journaled {
+		st.journal.Store(int64(e.seq - e.baseSeq))
+	}
 	if e.inspector == nil || e.inst == nil {
 		st.memoryBytes.Store(0)
 		return
@@ -224,7 +231,7 @@ func (e *entity) row(self string) EntityRow {
 	r := EntityRow{Type: e.r.settings.Name, ID: e.id, Shard: e.shard, Member: self, Status: StatusPassivated,
 		ModuleVersion: st.version.Load(), ActivatedAt: unixTime(st.activatedAt.Load()), LastMessage: unixTime(st.lastMessage.Load()),
 		MessagesHandled: st.handled.Load(), MessagesFailed: st.failed.Load(), StateBytes: st.stateBytes.Load(),
-		Timers: int(st.timers.Load()), Subscriptions: int(st.subs.Load()), Queued: queued}
+		Timers: int(st.timers.Load()), Subscriptions: int(st.subs.Load()), Queued: queued, JournalRecords: int(st.journal.Load())}
 	switch {
 	case paused:
 		r.Status = StatusPaused
@@ -591,9 +598,6 @@ type EntityDescription struct {
 	EntityRow
 	// Seen is false when no member hosts the entity and the store holds nothing of it.
 	Seen bool `json:"seen"`
-	// JournalRecords is the number of its journal records after its saved base (when
-	// the store keeps a journal).
-	JournalRecords int `json:"journal_records"`
 }
 
 // DescribeEntity tells where typ/id is hosted and what it holds: from its hosting
@@ -634,7 +638,9 @@ func (s *Sharding) DescribeEntity(ctx context.Context, typ, id string) (EntityDe
 			if d.Status == "" {
 				d.Status = StatusPassivated
 			}
-			d.JournalRecords = st.JournalRecords
+			if st.JournalRecords > 0 {
+				d.JournalRecords = st.JournalRecords
+			}
 		} else if !errors.Is(err, ErrNoState) {
 			return EntityDescription{}, fmt.Errorf("describe %s/%s: the state store: %w", typ, id, err)
 		}

@@ -154,7 +154,7 @@ func TestListAndDescribeEntities(t *testing.T) {
 	}
 
 	d, err := tc.nodes[1].sharding.DescribeEntity(ctx, "counter", "e05")
-	if err != nil || !d.Seen || d.Status != StatusActive || d.MessagesHandled != 1 || d.MessagesFailed != 1 || !strings.Contains(d.LastError, "entity says no") || d.LastFailure.IsZero() {
+	if err != nil || !d.Seen || d.Status != StatusActive || d.MessagesHandled != 1 || d.MessagesFailed != 1 || !strings.Contains(d.LastError, "entity says no") || d.LastFailure.IsZero() || d.JournalRecords == 0 {
 		t.Fatalf("describe e05: %+v %v", d, err)
 	}
 	if d, err = n.sharding.DescribeEntity(ctx, "counter", "e01"); err != nil || !d.Seen || d.Status != StatusPassivated || !d.Stored || d.StateBytes == 0 && d.JournalRecords == 0 {
