@@ -74,7 +74,7 @@ func TestEntitiesListAndDescribeAPI(t *testing.T) {
 
 	r := client(t, nodes[1]).do("GET", "/v1/entities/abitest/u3", nil)
 	var d sharding.EntityDescription
-	if err := json.Unmarshal(r.body, &d); r.status != 200 || err != nil || !d.Seen || d.Status != sharding.StatusActive || d.Member != seen["u3"].Member || d.MessagesHandled != 1 || d.ActivatedAt.IsZero() {
+	if err := json.Unmarshal(r.body, &d); r.status != 200 || err != nil || !d.Seen || d.Status != sharding.StatusActive || d.Member != seen["u3"].Member || d.MessagesHandled != 1 || d.ActivatedAt.IsZero() || d.JournalRecords < 1 {
 		t.Fatalf("describe u3: %d %s", r.status, r.body)
 	}
 	r = c.do("GET", "/v1/entities/abitest/nobody", nil)

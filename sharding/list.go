@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/cluster"
 )
 
@@ -130,6 +131,9 @@ type EntityRow struct {
 	Queued int `cbor:"17,keyasint,omitempty" json:"queued"`
 	// Stored says the state store holds its state.
 	Stored bool `cbor:"18,keyasint,omitempty" json:"stored"`
+	// JournalRecords is the length of its journal: the records the store holds when
+	// it counts them, else the records since its last base as its member knows them.
+	JournalRecords int `cbor:"19,keyasint,omitempty" json:"journal_records"`
 }
 
 func (r *EntityRow) key() listKey { return listKey{r.Type, r.Shard, r.ID} }
@@ -168,6 +172,7 @@ type entityStats struct {
 	activatedAt, lastMessage atomic.Int64 // unix nanoseconds; 0 never
 	handled, failed          atomic.Uint64
 	stateBytes, memoryBytes  atomic.Int64
+	journal                  atomic.Int64 // records since the last base
 	version                  atomic.Uint64
 	timers, subs             atomic.Int32
 	lastFailure              atomic.Pointer[entityFailure]
@@ -196,6 +201,9 @@ func (st *entityStats) handledOne(e *entity, now time.Time, err error) {
 }
 
 func (st *entityStats) inspect(e *entity) {
+	if e.journaled {
+		st.journal.Store(int64(e.seq - e.baseSeq))
+	}
 	if e.inspector == nil || e.inst == nil {
 		st.memoryBytes.Store(0)
 		return
@@ -223,7 +231,7 @@ func (e *entity) row(self string) EntityRow {
 	r := EntityRow{Type: e.r.settings.Name, ID: e.id, Shard: e.shard, Member: self, Status: StatusPassivated,
 		ModuleVersion: st.version.Load(), ActivatedAt: unixTime(st.activatedAt.Load()), LastMessage: unixTime(st.lastMessage.Load()),
 		MessagesHandled: st.handled.Load(), MessagesFailed: st.failed.Load(), StateBytes: st.stateBytes.Load(),
-		Timers: int(st.timers.Load()), Subscriptions: int(st.subs.Load()), Queued: queued}
+		Timers: int(st.timers.Load()), Subscriptions: int(st.subs.Load()), Queued: queued, JournalRecords: int(st.journal.Load())}
 	switch {
 	case paused:
 		r.Status = StatusPaused
@@ -437,11 +445,11 @@ func (s *Sharding) ListEntities(ctx context.Context, q ListQuery) (EntityPage, e
 	var stored []StoredEntity
 	var storedMore bool
 	if lister, ok := StateStoreAs[StateLister](s.cfg.States); ok && q.Status != StatusActive && q.Status != StatusPaused {
-		sq := StateListing{Type: q.Type, Prefix: q.Prefix, Limit: limit}
+		var after *EntityKey
 		if hasAfter {
-			sq.After = &EntityKey{Type: cur.After.Type, Shard: cur.After.Shard, ID: cur.After.ID}
+			after = &EntityKey{Type: cur.After.Type, Shard: cur.After.Shard, ID: cur.After.ID}
 		}
-		if stored, storedMore, err = lister.ListStates(ctx, sq); err != nil {
+		if stored, storedMore, err = s.listStored(ctx, lister, q, after, limit); err != nil {
 			return EntityPage{}, fmt.Errorf("entities: the state store's index: %w", err)
 		}
 	}
@@ -518,6 +526,51 @@ func mergeListing(q ListQuery, limit int, replies []listReply, stored []StoredEn
 	return page
 }
 
+// listStored reads at most limit entities of q from the store's index after after:
+// of q.Type, or of every type this member has a region of (a deployed type), type by
+// type in order.
+func (s *Sharding) listStored(ctx context.Context, lister StateLister, q ListQuery, after *EntityKey, limit int) ([]StoredEntity, bool, error) {
+	types := []string{q.Type}
+	if q.Type == "" {
+		types = types[:0]
+		for _, r := range s.allRegions() {
+			types = append(types, r.settings.Name)
+		}
+		slices.Sort(types)
+	}
+	var out []StoredEntity
+	for i, typ := range types {
+		if after != nil && typ < after.Type {
+			continue
+		}
+		sq := StateListing{Type: typ, Prefix: q.Prefix, Limit: limit - len(out), Shards: s.typeShards(ctx, typ)}
+		if after != nil && typ == after.Type {
+			sq.After = after
+		}
+		got, more, err := lister.ListStates(ctx, sq)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, got...)
+		if more || len(out) == limit && i+1 < len(types) {
+			return out, true, nil
+		}
+	}
+	return out, false, nil
+}
+
+// typeShards returns typ's number of shards, or 0 when the type is not known.
+func (s *Sharding) typeShards(ctx context.Context, typ string) int {
+	if r := s.region(typ); r != nil {
+		return r.settings.NumberOfShards
+	}
+	st, err := s.cfg.Types.EntityType(ctx, typ)
+	if err != nil {
+		return 0
+	}
+	return st.NumberOfShards
+}
+
 func storedKey(e StoredEntity) listKey { return listKey{e.Key.Type, e.Key.Shard, e.Key.ID} }
 
 // row is the listing's row of a stored entity no member hosts.
@@ -545,9 +598,6 @@ type EntityDescription struct {
 	EntityRow
 	// Seen is false when no member hosts the entity and the store holds nothing of it.
 	Seen bool `json:"seen"`
-	// JournalRecords is the number of its journal records after its saved base (when
-	// the store keeps a journal).
-	JournalRecords int `json:"journal_records"`
 }
 
 // DescribeEntity tells where typ/id is hosted and what it holds: from its hosting
@@ -572,8 +622,12 @@ func (s *Sharding) DescribeEntity(ctx context.Context, typ, id string) (EntityDe
 	if !d.Seen {
 		d.EntityRow = EntityRow{Type: typ, ID: id}
 	}
-	if lister, ok := StateStoreAs[StateLister](s.cfg.States); ok {
-		if st, err := lister.StatOne(ctx, typ, id); err == nil {
+	shards := s.typeShards(ctx, typ)
+	if shards > 0 {
+		d.Shard = abi.ShardID(id, shards)
+	}
+	if lister, ok := StateStoreAs[StateLister](s.cfg.States); ok && shards > 0 {
+		if st, err := lister.StatOne(ctx, EntityKey{Type: typ, Shard: d.Shard, ID: id}); err == nil {
 			d.Seen, d.Stored, d.Shard = true, true, st.Key.Shard
 			if d.StateBytes == 0 {
 				d.StateBytes = st.Bytes
@@ -584,7 +638,9 @@ func (s *Sharding) DescribeEntity(ctx context.Context, typ, id string) (EntityDe
 			if d.Status == "" {
 				d.Status = StatusPassivated
 			}
-			d.JournalRecords = st.JournalRecords
+			if st.JournalRecords > 0 {
+				d.JournalRecords = st.JournalRecords
+			}
 		} else if !errors.Is(err, ErrNoState) {
 			return EntityDescription{}, fmt.Errorf("describe %s/%s: the state store: %w", typ, id, err)
 		}
@@ -605,6 +661,9 @@ type StateListing struct {
 	After *EntityKey
 	// Limit is the most entities returned, at least 1.
 	Limit int
+	// Shards is Type's number of shards: a store that keeps shards apart (the
+	// replicated one) visits shards 0 to Shards-1, and needs it; others ignore it.
+	Shards int
 }
 
 // StoredEntity is one saved entity in a store's index.
@@ -627,9 +686,10 @@ type StateLister interface {
 	// records, in order of type, shard and ID, after q.After, and whether there are
 	// more. Errors: ErrStoreUnavailable, ErrInvalidStateKey.
 	ListStates(ctx context.Context, q StateListing) ([]StoredEntity, bool, error)
-	// StatOne returns what the store holds of entity typ/id (of any shard), with its
-	// journal's length, or ErrNoState. Errors: ErrNoState, ErrStoreUnavailable.
-	StatOne(ctx context.Context, typ, id string) (StoredEntity, error)
+	// StatOne returns what the store holds of the entity, with its journal's length
+	// when the store counts it, or ErrNoState. Errors: ErrNoState,
+	// ErrStoreUnavailable, ErrInvalidStateKey.
+	StatOne(ctx context.Context, key EntityKey) (StoredEntity, error)
 }
 
 var _ StateLister = (*MemoryStateStore)(nil)
@@ -678,25 +738,19 @@ func (m *MemoryStateStore) ListStates(ctx context.Context, q StateListing) ([]St
 }
 
 // StatOne implements StateLister.
-func (m *MemoryStateStore) StatOne(ctx context.Context, typ, id string) (StoredEntity, error) {
+func (m *MemoryStateStore) StatOne(ctx context.Context, key EntityKey) (StoredEntity, error) {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return StoredEntity{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var found *StoredEntity
-	for k, st := range m.state {
-		if k.Type == typ && k.ID == id {
-			found = &StoredEntity{Key: k, Bytes: int64(len(st)), SavedAt: m.savedAt[k]}
-		}
+	st, ok := m.state[key]
+	e := StoredEntity{Key: key, Bytes: int64(len(st)), SavedAt: m.savedAt[key]}
+	if j := m.journals[key]; j != nil && len(j.records) > 0 {
+		ok, e.JournalRecords = true, len(j.records)
 	}
-	for k, j := range m.journals {
-		if k.Type == typ && k.ID == id && len(j.records) > 0 {
-			if found == nil {
-				found = &StoredEntity{Key: k}
-			}
-			found.JournalRecords = len(j.records)
-		}
+	if !ok {
+		return StoredEntity{}, fmt.Errorf("%w: %s/%d/%s", ErrNoState, key.Type, key.Shard, key.ID)
 	}
-	if found == nil {
-		return StoredEntity{}, fmt.Errorf("%w: %s/%s", ErrNoState, typ, id)
-	}
-	return *found, nil
+	return e, nil
 }

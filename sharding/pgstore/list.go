@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -79,31 +78,28 @@ LIMIT $8`, q.Type, q.Prefix, sharding.DeltaIDPrefix, hasAfter, afterType, afterS
 // StatOne implements sharding.StateLister: the entity's snapshot size and save time
 // and its journal's length, in one statement. Errors: sharding.ErrNoState,
 // sharding.ErrInvalidStateKey, sharding.ErrStoreUnavailable.
-func (s *Store) StatOne(ctx context.Context, typ, id string) (sharding.StoredEntity, error) {
-	if err := checkKey(typ, 0, id, true); err != nil {
+func (s *Store) StatOne(ctx context.Context, key sharding.EntityKey) (sharding.StoredEntity, error) {
+	if err := checkKey(key.Type, key.Shard, key.ID, true); err != nil {
 		return sharding.StoredEntity{}, err
 	}
-	e := sharding.StoredEntity{Key: sharding.EntityKey{Type: typ, ID: id}}
-	var shard *int32
+	e := sharding.StoredEntity{Key: key}
 	var bytes *int64
 	var savedAt *time.Time
 	var records int64
 	err := retry(ctx, func() error {
 		return s.pool.QueryRow(ctx, `
-SELECT coalesce(sn.shard, j.shard), sn.bytes, sn.saved_at, coalesce(j.records, 0)
-FROM (SELECT shard, octet_length(state)::bigint AS bytes, saved_at FROM shardhost_snapshots
-      WHERE entity_type = $1 AND entity_id = $2 ORDER BY saved_at DESC LIMIT 1) AS sn
-FULL JOIN (SELECT shard, count(*) AS records FROM shardhost_journal
-      WHERE entity_type = $1 AND entity_id = $2 GROUP BY shard ORDER BY count(*) DESC LIMIT 1) AS j ON true`,
-			typ, id).Scan(&shard, &bytes, &savedAt, &records)
+SELECT (SELECT octet_length(state)::bigint FROM shardhost_snapshots WHERE entity_type = $1 AND shard = $2 AND entity_id = $3),
+       (SELECT saved_at FROM shardhost_snapshots WHERE entity_type = $1 AND shard = $2 AND entity_id = $3),
+       (SELECT count(*) FROM shardhost_journal WHERE entity_type = $1 AND shard = $2 AND entity_id = $3)`,
+			key.Type, int32(key.Shard), key.ID).Scan(&bytes, &savedAt, &records)
 	})
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && shard == nil {
-		return e, fmt.Errorf("%w: %s/%s", sharding.ErrNoState, typ, id)
-	}
 	if err != nil {
-		return e, fmt.Errorf("pgstore: describe %s/%s: %w", typ, id, s.fail("stat", err))
+		return e, fmt.Errorf("pgstore: describe %s/%d/%q: %w", key.Type, key.Shard, key.ID, s.fail("stat", err))
 	}
-	e.Key.Shard, e.JournalRecords = int(*shard), int(records)
+	if bytes == nil && records == 0 {
+		return e, fmt.Errorf("%w: %s/%d/%s", sharding.ErrNoState, key.Type, key.Shard, key.ID)
+	}
+	e.JournalRecords = int(records)
 	if bytes != nil {
 		e.Bytes = *bytes
 	}

@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -817,6 +819,80 @@ func (d *stateDisk) rememberedPage(prefix []byte, after string, budget, limit in
 			}
 			recs = append(recs, stateRecord{Kind: stateKindRemember, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Remember: remember})
 			size += len(id) + 32
+		}
+		return nil
+	})
+	return recs, more, err
+}
+
+// entitiesPage returns the entities of a shard whose IDs begin with idPrefix and sort
+// after after, in ID order, stopping before limit records or budget bytes (at least
+// one): a stateKindSnapshot record with its Size for an entity with a snapshot, a
+// stateKindJournal record for one with journal records only. The host's delta records
+// (sharding.DeltaIDPrefix) are not entities. more: some are left.
+func (d *stateDisk) entitiesPage(prefix []byte, after, idPrefix string, budget, limit int) (recs []stateRecord, more bool, err error) {
+	err = d.view(func(eb, rb *bolt.Bucket) error {
+		recs, more = nil, false
+		wanted := func(id string) bool {
+			return id > after && strings.HasPrefix(id, idPrefix) && !strings.HasPrefix(id, sharding.DeltaIDPrefix)
+		}
+		c := rb.Cursor()
+		// Snapshots, in ID order: at most limit+1 of them.
+		var snaps []stateRecord
+		kp := append(bytes.Clone(prefix), stateKindSnapshot)
+		for k, v := c.Seek(append(bytes.Clone(kp), max(after, idPrefix)...)); k != nil && bytes.HasPrefix(k, kp) && len(snaps) <= limit; k, v = c.Next() {
+			id := string(k[len(kp):])
+			if !strings.HasPrefix(id, idPrefix) && id > idPrefix {
+				break // past the prefix's range
+			}
+			if !wanted(id) {
+				continue
+			}
+			ver, _, data, ok := decodeStateValue(v)
+			if !ok {
+				continue
+			}
+			snaps = append(snaps, stateRecord{Kind: stateKindSnapshot, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Size: uint64(len(data))})
+		}
+		// Journals, keyed by ID length first: every ID once (a seek past its records),
+		// then sorted.
+		var journals []string
+		jp := append(bytes.Clone(prefix), stateKindJournal)
+		for k, _ := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp); {
+			_, id, _, ok := splitStateRecordKey(prefix, k)
+			if !ok {
+				k, _ = c.Next()
+				continue
+			}
+			if wanted(id) {
+				journals = append(journals, id)
+			}
+			past := binary.AppendUvarint(bytes.Clone(jp), uint64(len(id)))
+			past = append(append(past, id...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+			k, _ = c.Seek(past)
+		}
+		slices.Sort(journals)
+		size := 0
+		i, j := 0, 0
+		for i < len(snaps) || j < len(journals) {
+			var r stateRecord
+			switch {
+			case j == len(journals) || i < len(snaps) && snaps[i].ID <= journals[j]:
+				r = snaps[i]
+				if j < len(journals) && journals[j] == r.ID {
+					j++
+				}
+				i++
+			default:
+				r = stateRecord{Kind: stateKindJournal, ID: journals[j]}
+				j++
+			}
+			if len(recs) > 0 && (len(recs) >= limit || size+r.listedSize() > budget) {
+				more = true
+				return nil
+			}
+			recs = append(recs, r)
+			size += r.listedSize()
 		}
 		return nil
 	})

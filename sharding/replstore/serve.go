@@ -289,7 +289,16 @@ func (s *Store) serveRemembered(from string, body []byte) []byte {
 	if err := sharding.CheckStateKey(req.Type, req.Shard, req.After, false); err != nil {
 		return stateFail(err)
 	}
-	recs, more, err := s.disk.rememberedPage(stateShardPrefix(req.Type, req.Shard), req.After, s.cfg.ChunkSize, stateMaxPageRecords)
+	if len(req.Prefix) > sharding.MaxStateIDLen {
+		return stateFail(fmt.Errorf("%w: entity ID prefix of %d bytes", sharding.ErrInvalidStateKey, len(req.Prefix)))
+	}
+	page := s.disk.rememberedPage
+	if req.Entities {
+		page = func(prefix []byte, after string, budget, limit int) ([]stateRecord, bool, error) {
+			return s.disk.entitiesPage(prefix, after, req.Prefix, budget, limit)
+		}
+	}
+	recs, more, err := page(stateShardPrefix(req.Type, req.Shard), req.After, s.cfg.ChunkSize, stateMaxPageRecords)
 	if err != nil {
 		return stateFail(err)
 	}

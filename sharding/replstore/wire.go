@@ -125,6 +125,8 @@ type stateRecord struct {
 	JSeq uint64 `cbor:"8,keyasint,omitempty"`
 	// Floor is a journal's truncation floor (stateKindFloor; 0 for other kinds).
 	Floor uint64 `cbor:"9,keyasint,omitempty"`
+	// Size is a snapshot's size in bytes, in an entity listing (stateEntitiesKind).
+	Size uint64 `cbor:"10,keyasint,omitempty"`
 }
 
 func (r *stateRecord) version() stateVersion { return stateVersion{r.Epoch, r.Seq} }
@@ -279,6 +281,11 @@ type stateRememberedReq struct {
 	Type  string `cbor:"1,keyasint"`
 	Shard int    `cbor:"2,keyasint"`
 	After string `cbor:"3,keyasint,omitempty"`
+	// Entities, when set, asks for the shard's entities instead (StateLister): those
+	// with a snapshot (a stateKindSnapshot record with its Size) or only journal
+	// records (a stateKindJournal record), whose IDs begin with Prefix.
+	Entities bool   `cbor:"4,keyasint,omitempty"`
+	Prefix   string `cbor:"5,keyasint,omitempty"`
 }
 
 // stateRememberedReply: a page of remember records in ID order; More: there are more.
