@@ -167,6 +167,8 @@ type wasmEntity struct {
 	// a whole snapshot, as before deltas (benchmarks compare).
 	cp             *checkpointer
 	wholeSnapshots bool
+	// egressRate is the entity's outbound HTTP rate (egress.go).
+	egressRate egressBucket
 
 	// The journal (journal.go). gated: the message under way is gated, so its tells
 	// wait in held and its timers in heldTimers until ReleaseEffects. lastCalls and
