@@ -46,10 +46,13 @@ type HostError struct {
 	Text string
 }
 
-// Error returns "shardhost: CODE: TEXT".
+// Error returns "shardhost: CODE: TEXT", or "shardhost: TEXT" when TEXT starts with "CODE:".
 func (e *HostError) Error() string {
 	if e.Text == "" {
 		return "shardhost: " + e.Code.String()
+	}
+	if name := e.Code.String(); len(e.Text) > len(name) && e.Text[:len(name)+1] == name+":" {
+		return "shardhost: " + e.Text // the host's text names the code already (egress-denied: ...)
 	}
 	return "shardhost: " + e.Code.String() + ": " + e.Text
 }
