@@ -45,8 +45,13 @@ func newHookServer(t *testing.T) *hookServer {
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(strings.Repeat("x", 4096)))
 	})
+	stop := make(chan struct{})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
-		<-r.Context().Done() // answers only when the client gives up
+		io.ReadAll(r.Body) // then the server notices the client closing
+		select {           // answers only when the client gives up
+		case <-r.Context().Done():
+		case <-stop:
+		}
 	})
 	mux.HandleFunc("/away", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://192.0.2.1/elsewhere", http.StatusFound)
@@ -55,7 +60,10 @@ func newHookServer(t *testing.T) *hookServer {
 		http.Redirect(w, r, "/loop", http.StatusFound)
 	})
 	s.Server = httptest.NewServer(mux)
-	t.Cleanup(s.Close)
+	t.Cleanup(func() {
+		close(stop)
+		s.Close()
+	})
 	return s
 }
 
