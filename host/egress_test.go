@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -340,5 +341,44 @@ func TestEgressCodes(t *testing.T) {
 	got, _, err := decodeEffects(b)
 	if err != nil || len(got) != 1 || got[0].fn != abi.ImportHTTPRequest || string(got[0].result) != string(calls[0].result) {
 		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+// TestEgressJournalReplayDoesNotCallAgain: under the journal, a member killed after a
+// post was acknowledged: the entity's new home replays its records, the post's answer
+// from the record, and the server saw one request.
+func TestEgressJournalReplayDoesNotCallAgain(t *testing.T) {
+	srv := newHookServer(t)
+	nodes := startNodes(t, 3, nil)
+	ctx := context.Background()
+	if _, err := nodes[0].Deploy(ctx, testwasm.TinyGoBytes(t, "webhook"), sharding.TypeSettings{Name: "hook",
+		EgressAllow: []string{srv.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	id := entityOn(t, nodes[0], nodes[2], "hook", "sent")
+	ask := func(msg string) (string, error) {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		r, err := nodes[0].Sharding().Ask(actx, "hook", id, []byte(msg))
+		return string(r.Payload), err
+	}
+	if got, err := ask("post " + srv.URL + "/hook once"); err != nil || got != "202" {
+		t.Fatalf("post: %q %v", got, err)
+	}
+	if err := nodes[2].Kill(); err != nil {
+		t.Logf("kill: %v", err)
+	}
+	testutil.EventuallyNil(t, 60*time.Second, "the entity served after the kill", func() error {
+		got, err := ask("sent")
+		if err != nil {
+			return err
+		}
+		if got != "1" {
+			t.Fatalf("sent %q after the kill, want 1 (the acknowledged post)", got)
+		}
+		return nil
+	})
+	if p := srv.seen(); len(p) != 1 {
+		t.Fatalf("the server saw %d requests, want 1: %+v", len(p), p)
 	}
 }
