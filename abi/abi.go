@@ -149,6 +149,14 @@ const (
 	// ImportTraceEvent is `trace_event(ptr i32, len i32) -> ()`: an event on the
 	// current message's span.
 	ImportTraceEvent = "trace_event"
+	// ImportHTTPRequest is `http_request(method_ptr, method_len, url_ptr, url_len,
+	// headers_ptr, headers_len, body_ptr, body_len, timeout_ms) -> code`: an outbound
+	// HTTP request under the entity type's egress allowlist (SPEC.md, "v1: outbound
+	// HTTP"). Headers are "Name: value" lines ended by "\n". On CodeOK the result is the
+	// response: status (u32 LE), the headers' length (u32 LE), the headers as lines, the
+	// body. Codes: CodeEgressDenied, CodeEgressTooLarge, CodeEgressFailed,
+	// CodeEgressRateLimited, CodeTimeout, CodeBadRequest, CodeNotAllowed.
+	ImportHTTPRequest = "http_request"
 )
 
 // V0Imports are the host functions a module built for ABI version 0 may import.
@@ -183,6 +191,14 @@ const (
 	CodeNotAllowed   Code = 8
 	CodeEntityError  Code = 9
 	CodeTypeMismatch Code = 10
+	// Outbound HTTP (ImportHTTPRequest): the URL, or a redirect, is off the type's
+	// allowlist or reaches a private address not named in it; the response is over the
+	// type's cap; the request failed (connection, DNS, TLS, too many redirects); the
+	// entity's request rate is spent.
+	CodeEgressDenied      Code = 11
+	CodeEgressTooLarge    Code = 12
+	CodeEgressFailed      Code = 13
+	CodeEgressRateLimited Code = 14
 )
 
 // Clocks of ImportNow.
@@ -207,6 +223,10 @@ const (
 	// MaxIdempotencyKey is the longest idempotency key of ImportTellKey and
 	// ImportAskKey, in bytes.
 	MaxIdempotencyKey = 256
+	// MaxHTTPURL is the longest URL of ImportHTTPRequest, in bytes.
+	MaxHTTPURL = 8 << 10
+	// MaxHTTPHeaders is the most bytes of request headers of ImportHTTPRequest (64 KiB).
+	MaxHTTPHeaders = 64 << 10
 )
 
 // Status is what ExportReceive returns.

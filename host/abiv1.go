@@ -95,6 +95,7 @@ var (
 		{abi.ImportTraceEvent, hostTraceEvent, []api.ValueType{i32, i32}, nil},
 		{abi.ImportTellKey, hostTellKey, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
 		{abi.ImportAskKey, hostAskKey, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+		{abi.ImportHTTPRequest, hostHTTPRequest, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
 	}
 )
 
@@ -128,6 +129,9 @@ func (i *wasmInstance) finish(stack []uint64, out []byte, err error) {
 
 // codeOf maps an error of a v1 host function to its abi.Code.
 func codeOf(err error) abi.Code {
+	if c, ok := egressCode(err); ok {
+		return c
+	}
 	switch {
 	case err == nil:
 		return abi.CodeOK

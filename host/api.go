@@ -454,7 +454,7 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 // shards, role, allocation, passivate_after (a duration), max_active, checkpoint,
 // history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
 // duration), max_retries (attempts of a failing tell before its entity pauses; 0:
-// never) and remember_entities (true or false). On a redeploy, what the query leaves out keeps its
+// never), remember_entities (true or false) and the egress settings (egressQuery). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
@@ -504,6 +504,9 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 			return st, fmt.Errorf("%w: remember_entities=%q is not true or false", ErrBadRequest, s)
 		}
 	}
+	if err := egressQuery(&st, q); err != nil {
+		return st, err
+	}
 	return st, nil
 }
 
@@ -538,7 +541,7 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	if !q.Has("remember_entities") {
 		st.RememberEntities = prev.RememberEntities
 	}
-	return st
+	return inheritEgress(st, q, prev)
 }
 
 // target reads and checks the entity type and ID of a tell or ask.

@@ -70,6 +70,14 @@ type TypeInfo struct {
 	// HistoryAgeMs, when not 0, is how long journal records stay behind a base
 	// (sharding.TypeSettings.HistoryAge), in place of History.
 	HistoryAgeMs int64 `cbor:"21,keyasint,omitempty" json:"history_age_ms,omitempty"`
+	// Outbound HTTP (sharding.TypeSettings.EgressAllow and the others; egress.go):
+	// the allowlist of scheme://host[:port] patterns (empty: entities reach nothing),
+	// the timeout of one request in milliseconds, the response cap in bytes and the
+	// requests per second per entity (0: the defaults).
+	Egress            []string `cbor:"26,keyasint,omitempty" json:"egress,omitempty"`
+	EgressTimeoutMs   int64    `cbor:"27,keyasint,omitempty" json:"egress_timeout_ms,omitempty"`
+	EgressMaxResponse int64    `cbor:"28,keyasint,omitempty" json:"egress_max_response,omitempty"`
+	EgressRate        float64  `cbor:"29,keyasint,omitempty" json:"egress_rate,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -96,7 +104,9 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
 		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History,
 		HistoryAge:           time.Duration(t.HistoryAgeMs) * time.Millisecond,
-		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries}
+		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries,
+		EgressAllow: t.Egress, EgressTimeout: time.Duration(t.EgressTimeoutMs) * time.Millisecond,
+		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -308,7 +318,9 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
 		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
-		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
+		Previous: previous, StateDeletedAt: prev.StateDeletedAt,
+		Egress: st.EgressAllow, EgressTimeoutMs: st.EgressTimeout.Milliseconds(), EgressMaxResponse: st.EgressMaxResponse,
+		EgressRate: st.EgressRate}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

@@ -98,7 +98,7 @@ type Setting struct {
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
 // history, idempotency-retention, max-retries, passivate-after, max-active,
-// remember-entities and role.
+// remember-entities, role, egress, egress-timeout, egress-max-response and egress-rate.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -121,7 +121,7 @@ func (t TypeInfo) SettingList() []Setting {
 	if allocation == "" {
 		allocation = sharding.AllocationLeastShard
 	}
-	return []Setting{
+	list := []Setting{
 		{"shards", strconv.Itoa(t.NumberOfShards)},
 		{"allocation", allocation},
 		{"checkpoint", checkpoint},
@@ -133,6 +133,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
 		{"role", t.Role},
 	}
+	return append(list, egressSettingList(t)...)
 }
 
 // settingChanges maps the settings of next that differ from prev's to prev's values.
@@ -212,6 +213,9 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	}
 	if err := st.Validate(); err != nil {
 		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if err := validateEgress(st); err != nil {
+		return DeployResult{}, err
 	}
 	self := n.membership.Self()
 	digest := moduleDigest(wasm)

@@ -230,6 +230,8 @@ type wasmEntity struct {
 	// moveErr is why the entity's move to its type's current module failed (nil: it
 	// did not fail): Upgrade reports it.
 	moveErr error
+	// egressRate is the entity's outbound HTTP rate (egress.go).
+	egressRate egressBucket
 
 	// The journal (journal.go). gated: the message under way is gated, so its tells
 	// wait in held and its timers in heldTimers until ReleaseEffects. lastCalls and

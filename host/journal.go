@@ -42,7 +42,7 @@ const journalEffectsVersion = 1
 var journalCallNames = []string{
 	abi.ImportTell, abi.ImportAsk, abi.ImportForward, abi.ImportDDataGet, abi.ImportDDataUpdate, abi.ImportDDataDelete,
 	abi.ImportDDataSubscribe, abi.ImportDDataUnsubscribe, abi.ImportTimerStart, abi.ImportTimerCancel, abi.ImportNow,
-	abi.ImportRandom, abi.ImportTellKey, abi.ImportAskKey,
+	abi.ImportRandom, abi.ImportTellKey, abi.ImportAskKey, abi.ImportHTTPRequest,
 }
 
 var journalCallIndex = func() map[string]byte {

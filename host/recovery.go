@@ -107,7 +107,8 @@ var hostEffects = map[string]hostEffect{
 	abi.ImportDDataSubscribe: effectRecord, abi.ImportDDataUnsubscribe: effectRecord,
 	abi.ImportTimerStart: effectRecord, abi.ImportTimerCancel: effectRecord,
 	abi.ImportNow: effectRecord, abi.ImportRandom: effectRecord,
-	abi.ImportLog: effectSkip, abi.ImportTraceEvent: effectSkip, abi.ImportPassivate: effectSkip,
+	abi.ImportHTTPRequest: effectRecord,
+	abi.ImportLog:         effectSkip, abi.ImportTraceEvent: effectSkip, abi.ImportPassivate: effectSkip,
 }
 
 // replayable wraps a host function for recording and replay; results is the number of

@@ -62,6 +62,16 @@ type TypeSettings struct {
 	MaxRetries int `json:"max_retries,omitempty"`
 	// RememberEntities restarts a shard's entities wherever the shard goes.
 	RememberEntities bool `json:"remember_entities,omitempty"`
+	// Outbound HTTP of the type's entities (the host's http_request; docs/security.md,
+	// "Outbound HTTP"). Sharding only carries these; the host checks and applies them.
+	// EgressAllow lists the scheme://host[:port] patterns entities may reach; empty:
+	// none. EgressTimeout bounds one request (0: the host's default, 10 s), within the
+	// message deadline; EgressMaxResponse caps a response body in bytes (0: 1 MiB);
+	// EgressRate is the requests per second one entity may make (0: 10).
+	EgressAllow       []string      `json:"egress,omitempty"`
+	EgressTimeout     time.Duration `json:"egress_timeout,omitempty"`
+	EgressMaxResponse int64         `json:"egress_max_response,omitempty"`
+	EgressRate        float64       `json:"egress_rate,omitempty"`
 }
 
 // Allocation strategies and checkpoint policies by name.

@@ -23,8 +23,9 @@ func newDeployCommand(g *globals) *cobra.Command {
 	var history string
 	var passivateAfter, retention time.Duration
 	var remember, reset bool
+	var egressQuery func(url.Values)
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--reset-settings] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--reset-settings] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -83,6 +84,7 @@ deployment changed marked with * and their previous value.`,
 			if f.Changed("remember-entities") {
 				q.Set("remember_entities", strconv.FormatBool(remember))
 			}
+			egressQuery(q)
 			if reset {
 				q.Set("reset_settings", "true")
 			}
@@ -112,6 +114,7 @@ deployment changed marked with * and their previous value.`,
 	cmd.Flags().BoolVar(&remember, "remember-entities", false, "restart a shard's entities wherever the shard goes")
 	cmd.Flags().StringVar(&role, "role", "", "only members with this role host the type (others route its messages)")
 	cmd.Flags().StringVar(&allocation, "allocation", "", "shard allocation: least-shard (default) or priority")
+	egressQuery = addEgressFlags(cmd)
 	cmd.Flags().BoolVar(&reset, "reset-settings", false, "on a redeploy, start from the default settings instead of the type's current ones")
 	return cmd
 }

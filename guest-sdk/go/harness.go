@@ -88,6 +88,14 @@ type Harness struct {
 	// Asker's errors do (return &HostError{Code: CodeTimeout} for an update that was not
 	// acknowledged in time: it is applied, as on a real host).
 	DDataFault func(op, key string) error
+	// HTTP answers the entity's outbound HTTP requests (Context.HTTPDo), standing for the
+	// outside services and the type's egress settings: an error that is a *HostError
+	// gives its code (ErrEgressDenied, ErrTimeout ...), any other error is
+	// ErrEgressFailed with its text. A nil HTTP refuses every request with
+	// ErrEgressDenied, as a type deployed without --egress. HTTPRequests holds every
+	// request that reached it, in order.
+	HTTP         func(req *HTTPRequest) (*HTTPResponse, error)
+	HTTPRequests []HTTPRequest
 }
 
 // Envelope is a message the entity sent: to Type/ID, with the sender the receiver sees

@@ -56,6 +56,7 @@ enum Phase {
 }
 
 type AskHandler = Box<dyn FnMut(&str, &str, &[u8]) -> Result<Vec<u8>, Error>>;
+type HttpHandler = Box<dyn FnMut(&crate::HttpRequest) -> Result<crate::HttpResponse, Error>>;
 
 /// The fake host of a [`Harness`]: what the entity's [`Context`] calls natively. Its
 /// methods are those of the wasm32 host (`wasm.rs`), one per host function.
@@ -85,6 +86,8 @@ pub(crate) struct Fake {
     mono: i64,
     rng: u64,
     traces: Vec<String>,
+    http_handler: Option<HttpHandler>,
+    http_requests: Vec<crate::HttpRequest>,
 }
 
 impl Default for Fake {
@@ -111,6 +114,8 @@ impl Default for Fake {
             mono: Harness::<()>::DEFAULT_MONOTONIC,
             rng: 0,
             traces: Vec::new(),
+            http_handler: None,
+            http_requests: Vec::new(),
         }
     }
 }
@@ -170,6 +175,34 @@ impl Fake {
             return Err(bad_request(format!("shardhost: message of {} bytes is over the cap of {}", msg_len, MAX_MESSAGE_SIZE)));
         }
         Ok(())
+    }
+
+    /// http_request, as the host: decoded, handed to the handler, the answer encoded.
+    pub(crate) fn http_request(&mut self, method: &str, url: &str, headers: &[u8], body: &[u8], timeout_ms: i32) -> Result<Vec<u8>, Error> {
+        self.coded()?;
+        if self.phase != Phase::Receive && self.phase != Phase::Activate {
+            return Err(Error::with_code(Code::NotAllowed, "http_request outside a message or on_activate"));
+        }
+        let req = crate::HttpRequest {
+            method: if method.is_empty() { "GET".to_string() } else { method.to_string() },
+            url: url.to_string(),
+            headers: crate::http::decode_headers(headers),
+            body: body.to_vec(),
+            timeout: if timeout_ms > 0 { Some(std::time::Duration::from_millis(timeout_ms as u64)) } else { None },
+        };
+        let mut handler = match self.http_handler.take() {
+            Some(h) => h,
+            None => {
+                return Err(Error::with_code(
+                    Code::EgressDenied,
+                    format!("egress-denied: {} is not on the entity type's egress allowlist (no Harness::on_http)", url),
+                ))
+            }
+        };
+        self.http_requests.push(req.clone());
+        let res = handler(&req);
+        self.http_handler = Some(handler);
+        res.map(|r| crate::http::encode_response(&r))
     }
 
     pub(crate) fn tell(&mut self, typ: &str, id: &str, msg: &[u8]) -> Result<(), Error> {
@@ -848,6 +881,21 @@ impl<E: Entity> Harness<E> {
     /// such a repeat with its first reply.
     pub fn on_ask(&mut self, f: impl FnMut(&str, &str, &[u8]) -> Result<Vec<u8>, Error> + 'static) {
         self.fake.ask_handler = Some(Box::new(f));
+    }
+
+    /// Answers the entity's outbound HTTP requests ([`Context::http`]) with `f`, which
+    /// stands for the outside services and the type's egress settings (return
+    /// `Err(Error::with_code(Code::EgressDenied, ...))` and the like for the host's
+    /// refusals). Without it every request fails with [`Code::EgressDenied`], as for a
+    /// type deployed without `--egress`.
+    pub fn on_http(&mut self, f: impl FnMut(&crate::HttpRequest) -> Result<crate::HttpResponse, Error> + 'static) {
+        self.fake.http_handler = Some(Box::new(f));
+    }
+
+    /// The outbound HTTP requests that reached the handler of [`on_http`](Self::on_http),
+    /// oldest first.
+    pub fn http_requests(&self) -> &[crate::HttpRequest] {
+        &self.fake.http_requests
     }
 
     /// The messages the entity told, oldest first.

@@ -81,6 +81,7 @@ mod dispatch;
 // The Harness: everything native builds have and wasm32 builds do not.
 #[cfg(not(target_arch = "wasm32"))]
 mod harness;
+mod http;
 mod json;
 mod state;
 // The exports' bodies and the host's imports: only in wasm32 builds.
@@ -90,12 +91,15 @@ mod wasm;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_http;
+#[cfg(test)]
 mod tests_v1;
 
 pub use context::Context;
 pub use ddata::{Consistency, Flag, GCounter, GSet, LWWMap, LWWRegister, ORMultiMap, ORSet, PNCounter, PNCounterMap};
 #[cfg(not(target_arch = "wasm32"))]
 pub use harness::{Harness, Sent, Timer};
+pub use http::{HttpRequest, HttpResponse};
 pub use json::Json;
 pub use state::{State, StateReader, StateWriter};
 
@@ -184,6 +188,15 @@ pub enum Code {
     EntityError = 9,
     /// 10: the ddata key holds another type.
     TypeMismatch = 10,
+    /// 11: outbound HTTP: the URL, or a redirect, is off the type's egress allowlist, or
+    /// at a non-public address it does not name.
+    EgressDenied = 11,
+    /// 12: outbound HTTP: the response is over the type's cap.
+    EgressTooLarge = 12,
+    /// 13: outbound HTTP: the request failed (connection, DNS, TLS, too many redirects).
+    EgressFailed = 13,
+    /// 14: outbound HTTP: the entity made more requests than its type's rate allows.
+    EgressRateLimited = 14,
 }
 
 impl Code {
@@ -206,6 +219,10 @@ impl Code {
             8 => Code::NotAllowed,
             9 => Code::EntityError,
             10 => Code::TypeMismatch,
+            11 => Code::EgressDenied,
+            12 => Code::EgressTooLarge,
+            13 => Code::EgressFailed,
+            14 => Code::EgressRateLimited,
             _ => Code::Error,
         })
     }
@@ -223,6 +240,10 @@ impl Code {
             Code::NotAllowed => "NotAllowed",
             Code::EntityError => "EntityError",
             Code::TypeMismatch => "TypeMismatch",
+            Code::EgressDenied => "EgressDenied",
+            Code::EgressTooLarge => "EgressTooLarge",
+            Code::EgressFailed => "EgressFailed",
+            Code::EgressRateLimited => "EgressRateLimited",
         }
     }
 }

@@ -453,3 +453,40 @@ impl Host {
         unsafe { host_trace_event(name.as_ptr(), name.len() as u32) }
     }
 }
+
+// Outbound HTTP (http.rs).
+#[link(wasm_import_module = "shardhost")]
+extern "C" {
+    #[link_name = "http_request"]
+    fn host_http_request(
+        mp: *const u8,
+        ml: u32,
+        up: *const u8,
+        ul: u32,
+        hp: *const u8,
+        hl: u32,
+        bp: *const u8,
+        bl: u32,
+        timeout_ms: i32,
+    ) -> i32;
+}
+
+impl Host {
+    /// http_request: the response as the host encodes it.
+    pub fn http_request(&mut self, method: &str, url: &str, headers: &[u8], body: &[u8], timeout_ms: i32) -> Result<Vec<u8>, Error> {
+        check(unsafe {
+            host_http_request(
+                method.as_ptr(),
+                method.len() as u32,
+                url.as_ptr(),
+                url.len() as u32,
+                headers.as_ptr(),
+                headers.len() as u32,
+                body.as_ptr(),
+                body.len() as u32,
+                timeout_ms,
+            )
+        })?;
+        Ok(read_bytes(host_result))
+    }
+}
