@@ -27,9 +27,12 @@ type TypeSettings struct {
 	Allocation string `json:"allocation,omitempty"`
 	// PassivateAfter passivates an entity idle for this long; 0 never.
 	PassivateAfter time.Duration `json:"passivate_after,omitempty"`
-	// MaxActive caps the active entities of the type per region; the least recently
-	// used is passivated to make room. 0: no cap.
+	// MaxActive caps the active entities of the type per region; the one
+	// PassivationStrategy chooses is passivated to make room. 0: no cap.
 	MaxActive int `json:"max_active,omitempty"`
+	// PassivationStrategy chooses whom MaxActive passivates: PassivationLRU (the
+	// default), PassivationLFU or PassivationWTinyLFU. docs/sharding.md compares them.
+	PassivationStrategy string `json:"passivation_strategy,omitempty"`
 	// Checkpoint says how an entity's state survives a crash of its member:
 	// CheckpointJournal (the default: every handled message is journaled before its
 	// reply leaves, and a base is saved now and then), or, saving only snapshots,
@@ -96,6 +99,13 @@ func (t *TypeSettings) Validate() error {
 	case AllocationLeastShard, AllocationPriority:
 	default:
 		return fmt.Errorf("sharding: allocation %q (want %s or %s)", t.Allocation, AllocationLeastShard, AllocationPriority)
+	}
+	switch t.PassivationStrategy {
+	case "":
+		t.PassivationStrategy = PassivationLRU
+	case PassivationLRU, PassivationLFU, PassivationWTinyLFU:
+	default:
+		return fmt.Errorf("sharding: passivation strategy %q (want %s, %s or %s)", t.PassivationStrategy, PassivationLRU, PassivationLFU, PassivationWTinyLFU)
 	}
 	if t.Checkpoint == "" {
 		t.Checkpoint = CheckpointJournal
