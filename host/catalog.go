@@ -70,6 +70,9 @@ type TypeInfo struct {
 	// HistoryAgeMs, when not 0, is how long journal records stay behind a base
 	// (sharding.TypeSettings.HistoryAge), in place of History.
 	HistoryAgeMs int64 `cbor:"21,keyasint,omitempty" json:"history_age_ms,omitempty"`
+	// PassivationStrategy chooses whom MaxActive passivates
+	// (sharding.TypeSettings.PassivationStrategy; empty: lru).
+	PassivationStrategy string `cbor:"40,keyasint,omitempty" json:"passivation_strategy,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -96,7 +99,8 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
 		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History,
 		HistoryAge:           time.Duration(t.HistoryAgeMs) * time.Millisecond,
-		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries}
+		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries,
+		PassivationStrategy: t.PassivationStrategy}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -306,7 +310,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 	return TypeInfo{Name: st.Name, Digest: digest, Size: size, NumberOfShards: st.NumberOfShards,
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
-		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
+		MaxActive: st.MaxActive, PassivationStrategy: st.PassivationStrategy, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
 }

@@ -336,7 +336,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 10 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
+	if len(res.Settings) != 11 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")
@@ -373,6 +373,24 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	}
 	if res = deploy("idempotency_retention=1h"); res.Type.IdempotencyRetentionMs != 3_600_000 || res.Settings[4] != (Setting{"idempotency-retention", "1h0m0s"}) {
 		t.Fatalf("idempotency_retention=1h: %+v, settings %v", res.Type, res.Settings)
+	}
+	// The passivation strategy: lru by default, set, kept by a redeploy; a bad one is
+	// refused and changes nothing.
+	if res.Settings[8] != (Setting{"passivation-strategy", "lru"}) {
+		t.Fatalf("the default passivation strategy: %v", res.Settings)
+	}
+	res = deploy("passivation_strategy=w-tinylfu")
+	if res.Type.PassivationStrategy != "w-tinylfu" || res.Settings[8] != (Setting{"passivation-strategy", "w-tinylfu"}) || res.Changed["passivation-strategy"] != "lru" {
+		t.Fatalf("passivation_strategy=w-tinylfu: %+v, settings %v, changed %v", res.Type, res.Settings, res.Changed)
+	}
+	if st := res.Type.Settings(); st.PassivationStrategy != sharding.PassivationWTinyLFU {
+		t.Fatalf("passivation_strategy=w-tinylfu: sharding settings %+v", st)
+	}
+	if r := c.do("POST", "/v1/types/counter?passivation_strategy=mru", wasm); r.status != 400 || !strings.Contains(string(r.body), "passivation_strategy") {
+		t.Fatalf("passivation_strategy=mru: %d %s", r.status, r.body)
+	}
+	if res = deploy("max_active=4"); res.Type.PassivationStrategy != "w-tinylfu" {
+		t.Fatalf("a redeploy without passivation_strategy: %+v", res.Type)
 	}
 }
 
