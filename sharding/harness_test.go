@@ -344,14 +344,17 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 	ms, msgr := m.Membership, m.Messenger
 	node := &testNode{member: m, name: name, membership: ms, messenger: msgr,
 		types: &types{known: map[string]int{"counter": 10, "other": 7}, settings: map[string]TypeSettings{
-			"idle":        {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
-			"bounded":     {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
-			"bounded-lfu": {Name: "bounded-lfu", NumberOfShards: 1, MaxActive: 3, PassivationStrategy: PassivationLFU},
-			"durable":     {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
-			"passive":     {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
-			"remember":    {Name: "remember", NumberOfShards: 10, RememberEntities: true},
-			"history":     {Name: "history", NumberOfShards: 10, History: 5},
-			"worker":      {Name: "worker", NumberOfShards: 20, Role: "worker"},
+			"idle":           {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
+			"bounded":        {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
+			"bounded-lfu":    {Name: "bounded-lfu", NumberOfShards: 1, MaxActive: 3, PassivationStrategy: PassivationLFU},
+			"zipf-lru":       {Name: "zipf-lru", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationLRU},
+			"zipf-lfu":       {Name: "zipf-lfu", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationLFU},
+			"zipf-w-tinylfu": {Name: "zipf-w-tinylfu", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationWTinyLFU},
+			"durable":        {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
+			"passive":        {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
+			"remember":       {Name: "remember", NumberOfShards: 10, RememberEntities: true},
+			"history":        {Name: "history", NumberOfShards: 10, History: 5},
+			"worker":         {Name: "worker", NumberOfShards: 20, Role: "worker"},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()
