@@ -239,8 +239,13 @@ type Config struct {
 	// message carries) and AskTimeout from its arrival. Default 10 s.
 	AskTimeout time.Duration
 	// ReconcileInterval is how often membership is re-read, in case events were
-	// missed. Default 1 s.
+	// missed, and idle entities and MemoryLimit are checked. Default 1 s.
 	ReconcileInterval time.Duration
+	// MemoryLimit, when above 0, caps the linear memory of the member's active
+	// entities, every type together, in bytes (as EntityInspector reports it): past
+	// it, every ReconcileInterval, the least recently used idle entities are
+	// passivated until the rest fit. 0: no cap.
+	MemoryLimit int64
 	// Now is the clock of idle passivation (when an entity was last used, how long
 	// ago), of MaxActive's least recently used choice, of the dead letter log's rate
 	// limit and of the durations sharding measures (queue time, activation, handoff).
@@ -298,6 +303,8 @@ func (c Config) Validate() error {
 		return errors.New("sharding: Membership, Messenger, Types and Factory are required")
 	case c.BufferSize <= 0 || c.MailboxSize <= 0:
 		return errors.New("sharding: buffer and mailbox sizes must be positive")
+	case c.MemoryLimit < 0:
+		return fmt.Errorf("sharding: memory limit %d bytes must not be negative", c.MemoryLimit)
 	case c.RequestTimeout <= 0 || c.ResolveTimeout <= 0 || c.AskTimeout <= 0 || c.ReconcileInterval <= 0 ||
 		c.RebalanceInterval <= 0 || c.MaxSimultaneousRebalance <= 0:
 		return errors.New("sharding: timeouts and intervals must be positive")

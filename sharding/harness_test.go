@@ -81,7 +81,18 @@ type fakeFactory struct {
 	// onReceive, if set, is called by Receive before it handles msg: a test blocks an
 	// entity there.
 	onReceive func(key, msg string)
+	// memoryBytes, when set (before any message), makes the entities
+	// EntityInspectors reporting this much memory.
+	memoryBytes uint64
 }
+
+// inspectedEntity is a fakeEntity that reports its memory.
+type inspectedEntity struct {
+	*fakeEntity
+	bytes uint64
+}
+
+func (e inspectedEntity) Inspect() EntityFacts { return EntityFacts{MemoryBytes: e.bytes} }
 
 type codedErr struct{ code, msg string }
 
@@ -104,6 +115,9 @@ func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string, state []byt
 		if list != "" {
 			e.list = strings.Split(list, ",")
 		}
+	}
+	if f.memoryBytes > 0 {
+		return inspectedEntity{e, f.memoryBytes}, nil
 	}
 	return e, nil
 }

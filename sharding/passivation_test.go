@@ -154,3 +154,29 @@ func TestMaxActivePassivatesByTheTypesStrategy(t *testing.T) {
 		t.Fatalf("a lost its state: %s", got)
 	}
 }
+
+// Past the member's MemoryLimit, the least recently used entities are passivated until
+// the rest fit.
+func TestMemoryLimitPassivatesTheLeastRecentlyUsed(t *testing.T) {
+	const mib = 1 << 20
+	tc := newTestCluster(t, 1, withSharedStateStore(), withConfig(func(c *Config) {
+		c.MemoryLimit = 3 * mib
+		c.ReconcileInterval = 50 * time.Millisecond
+	}))
+	n := tc.nodes[0]
+	n.factory.memoryBytes = mib
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		mustAsk(t, n, "counter", id, "inc")
+	}
+	testutil.Eventually(t, 10*time.Second, "a and b passivated", func() bool {
+		return !activeOn(tc, "counter/a") && !activeOn(tc, "counter/b")
+	})
+	for _, id := range []string{"c", "d", "e"} {
+		if !activeOn(tc, "counter/"+id) {
+			t.Fatalf("%s passivated: only a and b had to go", id)
+		}
+	}
+	if got := mustAsk(t, n, "counter", "a", "get"); got != "1" {
+		t.Fatalf("a lost its state: %s", got)
+	}
+}
