@@ -180,3 +180,31 @@ func TestMemoryLimitPassivatesTheLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("a lost its state: %s", got)
 	}
 }
+
+// A redeploy that lowers the cap (and changes the strategy) passivates the entities
+// past it, and the new strategy keeps the cap after.
+func TestRedeployLoweringMaxActivePassivates(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	n := tc.nodes[0]
+	for _, id := range []string{"a", "b", "c"} {
+		mustAsk(t, n, "bounded", id, "inc")
+	}
+	if err := n.sharding.StartType(TypeSettings{Name: "bounded", NumberOfShards: 1, MaxActive: 2, PassivationStrategy: PassivationLFU}); err != nil {
+		t.Fatal(err)
+	}
+	activeCount := func() int {
+		k := 0
+		for _, id := range []string{"a", "b", "c", "d"} {
+			if activeOn(tc, "bounded/"+id) {
+				k++
+			}
+		}
+		return k
+	}
+	testutil.Eventually(t, 5*time.Second, "one of three passivated", func() bool { return activeCount() == 2 })
+	if got := n.sharding.region("bounded").Settings().PassivationStrategy; got != PassivationLFU {
+		t.Fatalf("strategy %q after the redeploy", got)
+	}
+	mustAsk(t, n, "bounded", "d", "inc")
+	testutil.Eventually(t, 5*time.Second, "two active with d", func() bool { return activeCount() == 2 && activeOn(tc, "bounded/d") })
+}
