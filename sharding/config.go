@@ -247,7 +247,7 @@ type Config struct {
 	// passivated until the rest fit. 0: no cap.
 	MemoryLimit int64
 	// Now is the clock of idle passivation (when an entity was last used, how long
-	// ago), of MaxActive's least recently used choice, of the dead letter log's rate
+	// ago), of MemoryLimit's least recently used choice, of the dead letter log's rate
 	// limit and of the durations sharding measures (queue time, activation, handoff).
 	// Deadlines (an ask's, ResolveTimeout, RequestTimeout) follow contexts and timers,
 	// in real time. Default time.Now; tests give a simulated clock.
