@@ -78,6 +78,9 @@ type TypeInfo struct {
 	EgressTimeoutMs   int64    `cbor:"27,keyasint,omitempty" json:"egress_timeout_ms,omitempty"`
 	EgressMaxResponse int64    `cbor:"28,keyasint,omitempty" json:"egress_max_response,omitempty"`
 	EgressRate        float64  `cbor:"29,keyasint,omitempty" json:"egress_rate,omitempty"`
+	// PassivationStrategy chooses whom MaxActive passivates
+	// (sharding.TypeSettings.PassivationStrategy; empty: lru).
+	PassivationStrategy string `cbor:"40,keyasint,omitempty" json:"passivation_strategy,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -106,7 +109,8 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		HistoryAge:           time.Duration(t.HistoryAgeMs) * time.Millisecond,
 		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries,
 		EgressAllow: t.Egress, EgressTimeout: time.Duration(t.EgressTimeoutMs) * time.Millisecond,
-		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate}
+		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate,
+		PassivationStrategy: t.PassivationStrategy}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -316,7 +320,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 	return TypeInfo{Name: st.Name, Digest: digest, Size: size, NumberOfShards: st.NumberOfShards,
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
-		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
+		MaxActive: st.MaxActive, PassivationStrategy: st.PassivationStrategy, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt,
 		Egress: st.EgressAllow, EgressTimeoutMs: st.EgressTimeout.Milliseconds(), EgressMaxResponse: st.EgressMaxResponse,

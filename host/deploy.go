@@ -98,7 +98,8 @@ type Setting struct {
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
 // history, idempotency-retention, max-retries, passivate-after, max-active,
-// remember-entities, role, egress, egress-timeout, egress-max-response and egress-rate.
+// passivation-strategy, remember-entities, role, egress, egress-timeout, egress-max-response
+// and egress-rate.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -117,6 +118,10 @@ func (t TypeInfo) SettingList() []Setting {
 	if retention == 0 {
 		retention = sharding.DefaultIdempotencyRetention
 	}
+	strategy := t.PassivationStrategy
+	if strategy == "" {
+		strategy = sharding.PassivationLRU
+	}
 	allocation := t.Allocation
 	if allocation == "" {
 		allocation = sharding.AllocationLeastShard
@@ -130,6 +135,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"max-retries", maxRetriesSetting(t.MaxRetries)},
 		{"passivate-after", (time.Duration(t.PassivateAfterMs) * time.Millisecond).String()},
 		{"max-active", strconv.Itoa(t.MaxActive)},
+		{"passivation-strategy", strategy},
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
 		{"role", t.Role},
 	}

@@ -17,8 +17,9 @@
 // LocalState and ClusterShardingState (a RegionState per member, a ShardState per
 // shard). A type's TypeSettings name its allocation (AllocationLeastShard,
 // AllocationPriority), its checkpoint policy (CheckpointJournal, the default,
-// CheckpointPassivation, CheckpointEveryMessage or "every:N") and the journal records
-// kept behind a base (DefaultHistory).
+// CheckpointPassivation, CheckpointEveryMessage or "every:N"), the journal records
+// kept behind a base (DefaultHistory), and whom MaxActive passivates (PassivationLRU,
+// the default, PassivationLFU or PassivationWTinyLFU).
 //
 // The embedder supplies an EntityFactory that makes Entity values (optionally
 // EntityLifecycle, EntityStopHook, EntityStateSaved and JournaledEntity), a TypeResolver of

@@ -81,7 +81,18 @@ type fakeFactory struct {
 	// onReceive, if set, is called by Receive before it handles msg: a test blocks an
 	// entity there.
 	onReceive func(key, msg string)
+	// memoryBytes, when set (before any message), makes the entities
+	// EntityInspectors reporting this much memory.
+	memoryBytes uint64
 }
+
+// inspectedEntity is a fakeEntity that reports its memory.
+type inspectedEntity struct {
+	*fakeEntity
+	bytes uint64
+}
+
+func (e inspectedEntity) Inspect() EntityFacts { return EntityFacts{MemoryBytes: e.bytes} }
 
 type codedErr struct{ code, msg string }
 
@@ -104,6 +115,9 @@ func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string, state []byt
 		if list != "" {
 			e.list = strings.Split(list, ",")
 		}
+	}
+	if f.memoryBytes > 0 {
+		return inspectedEntity{e, f.memoryBytes}, nil
 	}
 	return e, nil
 }
@@ -344,13 +358,17 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 	ms, msgr := m.Membership, m.Messenger
 	node := &testNode{member: m, name: name, membership: ms, messenger: msgr,
 		types: &types{known: map[string]int{"counter": 10, "other": 7}, settings: map[string]TypeSettings{
-			"idle":     {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
-			"bounded":  {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
-			"durable":  {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
-			"passive":  {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
-			"remember": {Name: "remember", NumberOfShards: 10, RememberEntities: true},
-			"history":  {Name: "history", NumberOfShards: 10, History: 5},
-			"worker":   {Name: "worker", NumberOfShards: 20, Role: "worker"},
+			"idle":           {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
+			"bounded":        {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
+			"bounded-lfu":    {Name: "bounded-lfu", NumberOfShards: 1, MaxActive: 3, PassivationStrategy: PassivationLFU},
+			"zipf-lru":       {Name: "zipf-lru", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationLRU},
+			"zipf-lfu":       {Name: "zipf-lfu", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationLFU},
+			"zipf-w-tinylfu": {Name: "zipf-w-tinylfu", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationWTinyLFU},
+			"durable":        {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
+			"passive":        {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
+			"remember":       {Name: "remember", NumberOfShards: 10, RememberEntities: true},
+			"history":        {Name: "history", NumberOfShards: 10, History: 5},
+			"worker":         {Name: "worker", NumberOfShards: 20, Role: "worker"},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()

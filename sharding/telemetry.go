@@ -28,6 +28,7 @@ const (
 const (
 	causeIdle      = "idle"
 	causeMaxActive = "max-active"
+	causeMemory    = "memory-limit"
 	causeRequested = "requested"
 	causeCommand   = "command"  // Sharding.Passivate: shardhost passivate
 	causeUndeploy  = "undeploy" // Sharding.StopType: shardhost undeploy

@@ -18,14 +18,14 @@ import (
 )
 
 func newDeployCommand(g *globals) *cobra.Command {
-	var typ, role, allocation, checkpoint string
+	var typ, role, allocation, checkpoint, strategy string
 	var shards, maxActive, maxRetries int
 	var history string
 	var passivateAfter, retention time.Duration
 	var remember, reset bool
 	var egressQuery func(url.Values)
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--reset-settings] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--reset-settings] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -81,6 +81,9 @@ deployment changed marked with * and their previous value.`,
 			if f.Changed("max-active") {
 				q.Set("max_active", strconv.Itoa(maxActive))
 			}
+			if f.Changed("passivation-strategy") {
+				q.Set("passivation_strategy", strategy)
+			}
 			if f.Changed("remember-entities") {
 				q.Set("remember_entities", strconv.FormatBool(remember))
 			}
@@ -106,7 +109,8 @@ deployment changed marked with * and their previous value.`,
 	cmd.Flags().StringVar(&typ, "type", "", "name of the entity type (default: each FILE.wasm's name without .wasm)")
 	cmd.Flags().IntVar(&shards, "shards", 0, "number of shards of a new type (default 100; fixed once deployed)")
 	cmd.Flags().DurationVar(&passivateAfter, "passivate-after", 0, "passivate an entity idle this long (0: never)")
-	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the least recently used is passivated (0: no cap)")
+	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the one --passivation-strategy chooses is passivated (0: no cap)")
+	cmd.Flags().StringVar(&strategy, "passivation-strategy", "", "whom --max-active passivates: lru (default: the least recently used), lfu (the least frequently used) or w-tinylfu (a window LRU and a frequency-filtered segmented LRU; docs/sharding.md)")
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "how entity state survives a crash: journal (default: every acknowledged message is durable), passivation, every-message or every:N (docs/sharding.md)")
 	cmd.Flags().IntVar(&maxRetries, "max-retries", 0, "attempts of a tell that keeps failing (a trap, the deadline) before its entity pauses on it (default 3; 0: never pause, a dead letter at once)")
 	cmd.Flags().DurationVar(&retention, "idempotency-retention", 0, "how long an entity remembers a message's idempotency key and reply (default 24h)")
