@@ -93,6 +93,7 @@ type MemoryStateStore struct {
 	remembered map[shardKey]map[string]bool
 	epochs     map[shardKey]uint64
 	journals   map[EntityKey]*memJournal
+	reminders  map[EntityKey][]Reminder
 	saves      int
 	appends    int
 }
@@ -133,6 +134,11 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 	for k := range m.journals {
 		if k.Type == typ {
 			delete(m.journals, k)
+		}
+	}
+	for k := range m.reminders {
+		if k.Type == typ {
+			delete(m.reminders, k)
 		}
 	}
 	return nil

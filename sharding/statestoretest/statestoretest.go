@@ -1,7 +1,8 @@
 // Package statestoretest is the contract every sharding.StateStore keeps, as tests that
 // run against each implementation (the in-memory one, the replicated one, PostgreSQL):
 // fencing, versions, remember and forget, concurrent saves, batches, and journals
-// (appends, reads, truncation, refusals of corrupt records, concurrent appends). It also builds a
+// (appends, reads, truncation, refusals of corrupt records, concurrent appends), and
+// reminders (sharding.RemindersOf). It also builds a
 // replicated store of several members on in-memory networks, for tests and benchmarks
 // outside package sharding.
 package statestoretest
@@ -51,6 +52,11 @@ func Run(t *testing.T, open Open) {
 		{"JournalRefusals", journalRefusals},
 		{"JournalConcurrent", journalConcurrent},
 		{"JournalDeleteType", journalDeleteType},
+		{"RemindersSaveLoad", remindersSaveLoad},
+		{"RemindersDue", remindersDue},
+		{"RemindersFencing", remindersFencing},
+		{"RemindersRefusals", remindersRefusals},
+		{"RemindersDeleteType", remindersDeleteType},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := open(t)
