@@ -57,7 +57,7 @@ type Harness struct {
 	// ms) of the reminder being delivered.
 	reminders map[string]*Reminder
 	due       int64
-	calls  int    // host function calls of the current message or hook
+	calls     int // host function calls of the current message or hook
 
 	// Logs holds every line the entity logged, as "LEVEL text".
 	Logs []string
