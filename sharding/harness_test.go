@@ -262,7 +262,7 @@ func (n *testNode) crash(abort bool) {
 }
 
 type testCluster struct {
-	t         *testing.T
+	t         testing.TB
 	cluster   *clustertest.Cluster
 	acts      *activations
 	nodes     []*testNode // every member started, stopped ones included, in order
@@ -330,7 +330,7 @@ func withRoles(roles func(i int) []string) clusterOption {
 
 // newTestCluster starts n members of a clustertest cluster, set up by opts, and waits
 // until they all see each other. Its members stop when the test ends.
-func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
+func newTestCluster(t testing.TB, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
 	tc := &testCluster{
 		t:         t,

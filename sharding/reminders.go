@@ -263,18 +263,22 @@ func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epo
 	if err := m.fence(shardKey{key.Type, key.Shard}, epoch); err != nil {
 		return err
 	}
+	sk := shardKey{key.Type, key.Shard}
 	if m.reminders == nil {
-		m.reminders = map[EntityKey][]Reminder{}
+		m.reminders = map[shardKey]map[string][]Reminder{}
 	}
 	if len(rs) == 0 {
-		delete(m.reminders, key)
+		delete(m.reminders[sk], key.ID)
 		return nil
+	}
+	if m.reminders[sk] == nil {
+		m.reminders[sk] = map[string][]Reminder{}
 	}
 	cp := sortedReminders(rs)
 	for i := range cp {
 		cp[i].Payload = slices.Clone(cp[i].Payload)
 	}
-	m.reminders[key] = cp
+	m.reminders[sk][key.ID] = cp
 	return nil
 }
 
@@ -290,7 +294,7 @@ func (m *MemoryStateStore) LoadReminders(ctx context.Context, key EntityKey) ([]
 			return nil, staleReadError(key, epoch, cur)
 		}
 	}
-	rs := m.reminders[key]
+	rs := m.reminders[shardKey{key.Type, key.Shard}][key.ID]
 	if len(rs) == 0 {
 		return nil, nil
 	}
@@ -314,13 +318,10 @@ func (m *MemoryStateStore) DueReminders(ctx context.Context, typ string, shard i
 		}
 	}
 	var all []EntityReminder
-	for k, rs := range m.reminders {
-		if k.Type != typ || k.Shard != shard {
-			continue
-		}
+	for id, rs := range m.reminders[shardKey{typ, shard}] {
 		for _, r := range rs {
 			r.Payload = slices.Clone(r.Payload)
-			all = append(all, EntityReminder{ID: k.ID, Reminder: r})
+			all = append(all, EntityReminder{ID: id, Reminder: r})
 		}
 	}
 	due, next := splitDue(all, before, limit)

@@ -30,6 +30,9 @@ type shardReminders struct {
 	gen      uint64 // of the timer: an older timer's firing leaves next alone
 	stopped  bool   // the shard left, or Sharding stops: no new timer
 	inflight map[reminderFiring]bool
+	// scanning: a scan of the shard runs; rescan: another was asked for meanwhile,
+	// which the running one does when it is done (one scan at a time per shard).
+	scanning, rescan bool
 }
 
 // reminderFiring names one firing: deduplicated by the entity, the reminder's name and
@@ -99,6 +102,30 @@ func (r *shardRegion) hostedEpoch(sh *shard) (uint64, bool) {
 // scanReminders reads the shard's due reminders, fires each that is not firing yet, and
 // sets the timer for the next. Run when the shard comes here, and by its timer.
 func (r *shardRegion) scanReminders(sh *shard) {
+	rem := sh.rem
+	rem.tmu.Lock()
+	if rem.scanning {
+		rem.rescan = true
+		rem.tmu.Unlock()
+		return
+	}
+	rem.scanning = true
+	rem.tmu.Unlock()
+	for {
+		r.scanRemindersOnce(sh)
+		rem.tmu.Lock()
+		if !rem.rescan {
+			rem.scanning = false
+			rem.tmu.Unlock()
+			return
+		}
+		rem.rescan = false
+		rem.tmu.Unlock()
+	}
+}
+
+// scanRemindersOnce is one scan of scanReminders.
+func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	epoch, ok := r.hostedEpoch(sh)
 	if !ok {
 		sh.stopReminders()

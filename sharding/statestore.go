@@ -93,7 +93,7 @@ type MemoryStateStore struct {
 	remembered map[shardKey]map[string]bool
 	epochs     map[shardKey]uint64
 	journals   map[EntityKey]*memJournal
-	reminders  map[EntityKey][]Reminder
+	reminders  map[shardKey]map[string][]Reminder // by shard, then entity ID
 	saves      int
 	appends    int
 }
@@ -137,7 +137,7 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 		}
 	}
 	for k := range m.reminders {
-		if k.Type == typ {
+		if k.typ == typ {
 			delete(m.reminders, k)
 		}
 	}
