@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/tetratelabs/wazero/api"
@@ -213,4 +214,29 @@ func (e *wasmEntity) releaseReminders(ctx context.Context) {
 		e.heldReminders[k] = heldReminder{}
 	}
 	e.heldReminders = e.heldReminders[:0]
+}
+
+// EntityReminders is the reply of GET /v1/entities/{type}/{id}/reminders: the entity
+// ("TYPE/ID") and its durable reminders, by name (payloads in base64).
+type EntityReminders struct {
+	Entity    string              `json:"entity"`
+	Reminders []sharding.Reminder `json:"reminders"`
+}
+
+// apiReminders is GET /v1/entities/{type}/{id}/reminders, read from the state store on
+// any member (the entity is not activated).
+func (n *Node) apiReminders(w http.ResponseWriter, r *http.Request) {
+	typ, id, ok := n.entityPath(w, r)
+	if !ok {
+		return
+	}
+	rs, err := n.sharding.Reminders(r.Context(), typ, id)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	if rs == nil {
+		rs = []sharding.Reminder{}
+	}
+	writeJSON(w, http.StatusOK, EntityReminders{Entity: typ + "/" + id, Reminders: rs})
 }
