@@ -208,3 +208,46 @@ func TestNextDueSkipsMissedIntervals(t *testing.T) {
 		}
 	}
 }
+
+func TestReminderMovesWithAGracefulLeave(t *testing.T) {
+	tc := newTestCluster(t, 3, withSharedStateStore())
+	id, home := "", (*testNode)(nil)
+	for i := 0; home == nil || home == tc.nodes[0]; i++ {
+		id = "g" + strconv.Itoa(i)
+		home = homeOf(t, tc, "counter", id)
+	}
+	key := "counter/" + id
+	setReminder(t, home, "counter", id, Reminder{Name: "after", Due: time.Now().Add(3 * time.Second).UnixMilli(), Payload: []byte("moved")})
+	tc.stop(home, true) // leaves: its shards are handed off
+	tc.waitMembers()
+	other := tc.live()[0]
+	testutil.Eventually(t, 60*time.Second, "the reminder after the handoff", func() bool { return len(tc.acts.reminders(key)) > 0 })
+	testutil.Eventually(t, 20*time.Second, "the one-shot's deletion", func() bool { return len(remindersOn(t, other, "counter", id)) == 0 })
+	got := tc.acts.reminders(key)
+	if len(got) != 1 || got[0].node == home.addr() || got[0].payload != "moved" {
+		t.Fatalf("delivered %+v: want once, not on the member that left (%s)", got, home.addr())
+	}
+}
+
+// A firing delivered again (as after a crash between its delivery and the store's
+// update) carries the same idempotency key: a journaled entity handles it once.
+func TestARepeatedFiringIsHandledOnceUnderTheJournal(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := homeOf(t, tc, "counter", "dup")
+	due := time.Now().Add(-time.Minute).UnixMilli()
+	setReminder(t, n, "counter", "dup", Reminder{Name: "once", Due: due, Payload: []byte("x")})
+	testutil.Eventually(t, 20*time.Second, "the reminder", func() bool { return len(tc.acts.reminders("counter/dup")) > 0 })
+	again := Message{EntityType: "counter", EntityID: "dup", Payload: []byte("x"), Sender: "once", Kind: KindReminder,
+		Tag: uint64(due), IdempotencyKey: reminderIdempotencyKey("once", due)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := n.sharding.AskMessage(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.acts.reminders("counter/dup"); len(got) != 1 {
+		t.Fatalf("delivered %d times: %+v", len(got), got)
+	}
+	if c := mustAsk(t, n, "counter", "dup", "get"); c != "1" {
+		t.Fatalf("count %s after a repeated firing, want 1", c)
+	}
+}
