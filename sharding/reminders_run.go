@@ -16,6 +16,16 @@ import (
 // again after a read, a delivery or a write failed.
 const reminderRetry = time.Second
 
+// reminderBatch bounds the firings under way per shard: a scan reads at most twice as
+// many due reminders (those under way among them), and past it waits for half of them
+// to finish before it reads again.
+const reminderBatch = 1000
+
+// reminderScanGap is the least time between the starts of two scans of a shard: what
+// falls due meanwhile waits for the next scan and fires with the others, so that a
+// shard whose reminders fall due one by one is read at most about 100 times a second.
+const reminderScanGap = 10 * time.Millisecond
+
 // shardReminders is what a shard's home keeps of the shard's reminders: the next due
 // time, one timer, and the firings under way. Nothing per reminder beyond the firings.
 type shardReminders struct {
@@ -33,6 +43,11 @@ type shardReminders struct {
 	// scanning: a scan of the shard runs; rescan: another was asked for meanwhile,
 	// which the running one does when it is done (one scan at a time per shard).
 	scanning, rescan bool
+	// more: due reminders were left unread (reminderBatch); the firings under way
+	// start the next scan as they finish.
+	more bool
+	// lastScan is when the last scan started (Unix ms).
+	lastScan int64
 }
 
 // reminderFiring names one firing: deduplicated by the entity, the reminder's name and
@@ -66,7 +81,8 @@ func (r *shardRegion) scheduleReminders(sh *shard, at int64) {
 	rem.gen++
 	rem.next = at
 	gen := rem.gen
-	rem.timer = time.AfterFunc(time.Duration(at-nowMillis())*time.Millisecond, func() {
+	wait := max(at, rem.lastScan+reminderScanGap.Milliseconds()) - nowMillis()
+	rem.timer = time.AfterFunc(time.Duration(wait)*time.Millisecond, func() {
 		rem.tmu.Lock()
 		if rem.gen == gen {
 			rem.next = 0
@@ -131,6 +147,17 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 		sh.stopReminders()
 		return
 	}
+	rem := sh.rem
+	rem.tmu.Lock()
+	rem.lastScan = nowMillis()
+	busy := len(rem.inflight) >= reminderBatch
+	if busy {
+		rem.more = true
+	}
+	rem.tmu.Unlock()
+	if busy {
+		return // the firings under way scan again as they finish
+	}
 	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.RequestTimeout)
 	defer cancel()
 	err := r.fenceShard(ctx, sh.id, epoch)
@@ -138,7 +165,7 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	var next int64
 	now := nowMillis()
 	if err == nil {
-		due, next, err = r.s.reminders.DueReminders(WithReadEpoch(ctx, epoch), r.settings.Name, sh.id, now, 0)
+		due, next, err = r.s.reminders.DueReminders(WithReadEpoch(ctx, epoch), r.settings.Name, sh.id, now, 2*reminderBatch)
 	}
 	if errors.Is(err, ErrStaleEpoch) {
 		r.s.log.Warn("the state store has a newer allocation of a shard hosted here", "type", r.settings.Name, "shard", sh.id, "err", err)
@@ -153,7 +180,12 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 		r.scheduleReminders(sh, now+reminderRetry.Milliseconds())
 		return
 	}
-	rem := sh.rem
+	if next != 0 && next <= now {
+		// More are due than were read: the firings under way read them as they finish.
+		rem.tmu.Lock()
+		rem.more = true
+		rem.tmu.Unlock()
+	}
 	for _, er := range due {
 		f := reminderFiring{er.ID, er.Name, er.Due}
 		rem.tmu.Lock()
@@ -169,7 +201,7 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 			return
 		}
 	}
-	if next > 0 {
+	if next > now {
 		r.scheduleReminders(sh, next)
 	}
 }
@@ -185,7 +217,14 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 	defer func() {
 		rem.tmu.Lock()
 		delete(rem.inflight, f)
+		again := rem.more && len(rem.inflight) <= reminderBatch/2
+		if again {
+			rem.more = false
+		}
 		rem.tmu.Unlock()
+		if again {
+			r.s.owner.Go(func() { r.scanReminders(sh) })
+		}
 	}()
 	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.AskTimeout)
 	_, err := r.s.AskMessage(ctx, Message{EntityType: r.settings.Name, EntityID: er.ID, Payload: er.Payload,
