@@ -16,15 +16,33 @@ import (
 
 // A wasm guest sets a durable reminder, is passivated, and the reminder activates it
 // again and delivers its payload with its due time (abi/SPEC.md, "v1: reminders"); the
-// built-in replicated store keeps the reminder.
+// built-in replicated store keeps the reminder. The Go SDK built by Go and by TinyGo.
 func TestReminderWakesAPassivatedWasmEntity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
+	for _, c := range []struct {
+		name   string
+		tinygo bool
+		wasm   func(testing.TB) []byte
+	}{
+		{"go", false, func(tb testing.TB) []byte { return testwasm.Bytes(tb, "abitest") }},
+		{"tinygo", true, func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "abitest") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, ok := testwasm.TinyGo(); c.tinygo && !ok {
+				t.Skip("no TinyGo")
+			}
+			reminderWakesAPassivatedWasmEntity(t, c.wasm(t))
+		})
+	}
+}
+
+func reminderWakesAPassivatedWasmEntity(t *testing.T, wasm []byte) {
 	nodes := startNodes(t, 2, nil)
 	ctx := context.Background()
 	const typ = "remind"
-	if _, err := nodes[0].Deploy(ctx, testwasm.Bytes(t, "abitest"), sharding.TypeSettings{Name: typ, NumberOfShards: 10}); err != nil {
+	if _, err := nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: typ, NumberOfShards: 10}); err != nil {
 		t.Fatal(err)
 	}
 	c := &conformance{t: t, nodes: nodes}
