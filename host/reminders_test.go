@@ -16,7 +16,8 @@ import (
 
 // A wasm guest sets a durable reminder, is passivated, and the reminder activates it
 // again and delivers its payload with its due time (abi/SPEC.md, "v1: reminders"); the
-// built-in replicated store keeps the reminder. The Go SDK built by Go and by TinyGo.
+// built-in replicated store keeps the reminder. The Go SDK built by Go and by TinyGo,
+// and the Rust SDK.
 func TestReminderWakesAPassivatedWasmEntity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
@@ -28,6 +29,7 @@ func TestReminderWakesAPassivatedWasmEntity(t *testing.T) {
 	}{
 		{"go", false, func(tb testing.TB) []byte { return testwasm.Bytes(tb, "abitest") }},
 		{"tinygo", true, func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "abitest") }},
+		{"rust", false, func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "abitest-rust") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, ok := testwasm.TinyGo(); c.tinygo && !ok {
