@@ -201,6 +201,12 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 			return
 		}
 	}
+	rem.tmu.Lock()
+	if rem.more && len(rem.inflight) <= reminderBatch/2 {
+		// The firings that were to read the rest finished already: read it now.
+		rem.more, rem.rescan = false, true
+	}
+	rem.tmu.Unlock()
 	if next > now {
 		r.scheduleReminders(sh, next)
 	}
