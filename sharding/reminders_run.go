@@ -240,7 +240,7 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 		if r.s.owner.Closed() {
 			return
 		}
-		r.s.log.Warn("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
+		r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
 		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
 		return
 	}
