@@ -157,6 +157,18 @@ const (
 	// body. Codes: CodeEgressDenied, CodeEgressTooLarge, CodeEgressFailed,
 	// CodeEgressRateLimited, CodeTimeout, CodeBadRequest, CodeNotAllowed.
 	ImportHTTPRequest = "http_request"
+	// ImportReminderSet is `reminder_set(name_ptr, name_len, due_unix_ms i64,
+	// interval_ms i64, payload_ptr, payload_len) -> code`: a durable reminder.
+	ImportReminderSet = "reminder_set"
+	// ImportReminderCancel is `reminder_cancel(name_ptr, name_len) -> code`: 0
+	// cancelled, CodeNotFound if the entity had no reminder of that name.
+	ImportReminderCancel = "reminder_cancel"
+	// ImportReminderList is `reminder_list() -> code`: the entity's reminders as the
+	// result, in the reminder list encoding (abi/SPEC.md, "v1: reminders").
+	ImportReminderList = "reminder_list"
+	// ImportReminderDue is `reminder_due() -> i64`: the due time of the current
+	// KindReminder message, in Unix milliseconds; 0 for other messages.
+	ImportReminderDue = "reminder_due"
 )
 
 // V0Imports are the host functions a module built for ABI version 0 may import.
@@ -174,6 +186,9 @@ const (
 	// KindChanged is the new value (JSON) of a subscribed distributed data key; the
 	// source is the key.
 	KindChanged MessageKind = 2
+	// KindReminder is a durable reminder's message; the source is the reminder's name,
+	// and ImportReminderDue gives its due time.
+	KindReminder MessageKind = 10
 )
 
 // Code is what the v1 host functions return.
@@ -227,6 +242,15 @@ const (
 	MaxHTTPURL = 8 << 10
 	// MaxHTTPHeaders is the most bytes of request headers of ImportHTTPRequest (64 KiB).
 	MaxHTTPHeaders = 64 << 10
+	// MaxReminderName is the longest reminder name, in bytes.
+	MaxReminderName = 128
+	// MaxReminderPayload is the largest reminder payload, in bytes (64 KiB).
+	MaxReminderPayload = 64 << 10
+	// MaxReminders is the most reminders one entity may have.
+	MaxReminders = 100
+	// MinReminderIntervalMs is the shortest interval of a repeating reminder, in
+	// milliseconds.
+	MinReminderIntervalMs = 1000
 )
 
 // Status is what ExportReceive returns.

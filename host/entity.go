@@ -241,6 +241,7 @@ type wasmEntity struct {
 	gated         bool
 	held          []heldTell
 	heldTimers    []*entityTimer
+	heldReminders []heldReminder
 	lastCalls     []hostRecord
 	lastReturned  bool
 	extrasChanged bool
@@ -491,7 +492,7 @@ func (e *wasmEntity) Stop(ctx context.Context) {
 	}
 	e.wg.Wait()
 	clear(e.held) // a message whose record was not durable: what it held is dropped
-	e.held, e.heldTimers = nil, nil
+	e.held, e.heldTimers, e.heldReminders = nil, nil, nil
 	if e.cp != nil {
 		e.cp.stop()
 	}

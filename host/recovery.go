@@ -103,6 +103,7 @@ const (
 var hostEffects = map[string]hostEffect{
 	abi.ImportTell: effectRecord, abi.ImportAsk: effectRecord, abi.ImportForward: effectRecord,
 	abi.ImportTellKey: effectRecord, abi.ImportAskKey: effectRecord,
+	abi.ImportReminderSet: effectRecord, abi.ImportReminderCancel: effectRecord, abi.ImportReminderList: effectRecord,
 	abi.ImportDDataGet: effectRecord, abi.ImportDDataUpdate: effectRecord, abi.ImportDDataDelete: effectRecord,
 	abi.ImportDDataSubscribe: effectRecord, abi.ImportDDataUnsubscribe: effectRecord,
 	abi.ImportTimerStart: effectRecord, abi.ImportTimerCancel: effectRecord,

@@ -26,8 +26,8 @@
 // TypeSettings, the Membership and Messenger of package cluster, and DData, the
 // distributed data the coordinator keeps its allocations in. An entity learns of the
 // message it handles from MessageInfoFrom (a MessageInfo: its sender, and whether it is
-// KindMessage, KindTimer or KindChanged; a journal's KindBase records are never
-// messages), answers with a Reply, and passes a message on
+// KindMessage, KindTimer, KindChanged or KindReminder; a journal's KindBase records are
+// never messages), answers with a Reply, and passes a message on
 // by returning a ForwardTo. ShardAllocationStrategy, with LeastShardAllocationStrategy
 // and PriorityAllocationStrategy (and ErrNoRegion, its error for no region at all), is
 // the pluggable allocation.
@@ -81,6 +81,14 @@
 // CodeStateNotSaved, CodeStateNotLoaded, CodeActivationError, CodeBackoff or
 // CodeInternal; a RemoteError carries it from another member, and errors.Is matches it
 // to the sentinel of its code.
+//
+// Durable reminders (docs/sharding.md, "Reminders"): Sharding.SetReminder,
+// CancelReminder and Reminders keep an entity's Reminder values (CheckReminder;
+// MaxReminderName, MaxReminderPayload, MaxRemindersPerEntity, MinReminderInterval;
+// ErrInvalidReminder, ErrTooManyReminders) in the state store with its shard: a
+// ReminderStore keeps them itself, and RemindersOf keeps them through any other store's
+// records (ReminderIDPrefix, IsReminderID). A due reminder comes to its entity as a
+// KindReminder message, EntityReminder lists a shard's due ones.
 //
 // Everything else is unexported: the coordinator, the regions' routing and buffers,
 // the state store's instrumentation, the wire messages between members (the envelope

@@ -35,6 +35,27 @@ type activations struct {
 	log    []string          // "node type/id" in activation order
 	double []string
 	lives  map[string]int // "node type/id" → live instances there
+	// reminded lists the reminders delivered: "node type/id name due payload".
+	reminded []firedReminder
+}
+
+// firedReminder is a reminder a fake entity got.
+type firedReminder struct {
+	node, key, name, payload string
+	due, at                  int64 // Unix ms: the due time (MessageInfo.Tag) and the delivery's
+}
+
+// reminders returns the reminders of key delivered so far.
+func (a *activations) reminders(key string) []firedReminder {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []firedReminder
+	for _, f := range a.reminded {
+		if f.key == key {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (a *activations) activate(node, key string) {
@@ -148,6 +169,14 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	if e.f.onReceive != nil {
 		e.f.onReceive(e.key, msg)
 	}
+	if mi, _ := MessageInfoFrom(ctx); mi.Kind == KindReminder {
+		e.n++
+		e.f.acts.mu.Lock()
+		e.f.acts.reminded = append(e.f.acts.reminded, firedReminder{node: e.f.node, key: e.key, name: mi.Sender,
+			payload: msg, due: int64(mi.Tag), at: time.Now().UnixMilli()})
+		e.f.acts.mu.Unlock()
+		return nil, nil
+	}
 	switch {
 	case msg == "inc":
 		e.n++
@@ -247,7 +276,7 @@ func (n *testNode) crash(abort bool) {
 }
 
 type testCluster struct {
-	t         *testing.T
+	t         testing.TB
 	cluster   *clustertest.Cluster
 	acts      *activations
 	nodes     []*testNode // every member started, stopped ones included, in order
@@ -315,7 +344,7 @@ func withRoles(roles func(i int) []string) clusterOption {
 
 // newTestCluster starts n members of a clustertest cluster, set up by opts, and waits
 // until they all see each other. Its members stop when the test ends.
-func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
+func newTestCluster(t testing.TB, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
 	tc := &testCluster{
 		t:         t,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,7 @@ type shard struct {
 	id       int
 	epoch    uint64
 	entities map[string]*entity
+	rem      *shardReminders // the shard's next reminder (reminders_run.go)
 }
 
 // shardSlot is a region's routing state of one shard. r.mu guards it.
@@ -473,6 +475,7 @@ func (r *shardRegion) dropStale(shardID int, epoch uint64) {
 func (r *shardRegion) dropStaleLocked(sh *shard) {
 	r.s.log.Warn("stale shard allocation: stopping the shard here", "type", r.settings.Name, "shard", sh.id, "epoch", sh.epoch)
 	r.slots[sh.id].hosted = nil
+	sh.stopReminders()
 	for _, e := range sh.entities {
 		e.fenced.Store(true)
 		// Soon, not now: an entity whose mailbox goroutine is still busy (its last
@@ -598,7 +601,7 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 	sl := r.slotLocked(shardID)
 	sh := sl.hosted
 	if sh == nil {
-		sh = &shard{id: shardID, epoch: epoch, entities: map[string]*entity{}}
+		sh = &shard{id: shardID, epoch: epoch, entities: map[string]*entity{}, rem: &shardReminders{inflight: map[reminderFiring]bool{}}}
 		sl.hosted, sl.home = sh, allocation{}
 		// Hosted anew: fenced anew, even at an epoch fenced from here before it left
 		// (a stale coordinator's allocation may bring it back at that epoch after a
@@ -607,6 +610,10 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID, "epoch", epoch)
 		if r.settings.RememberEntities && r.s.cfg.States != nil {
 			r.s.owner.Go(func() { r.restartRemembered(sh) })
+		}
+		if r.s.reminders != nil {
+			// The shard's reminders: those due fire now, the next sets its timer.
+			r.s.owner.Go(func() { r.scanReminders(sh) })
 		}
 	} else if epoch > sh.epoch {
 		sh.epoch = epoch
@@ -655,6 +662,7 @@ func (r *shardRegion) restartRemembered(sh *shard) {
 	if r.hostedLocked(sh.id) != sh {
 		return // handed off meanwhile
 	}
+	ids = slices.DeleteFunc(ids, IsReminderID) // a store's reminder records (RemindersOf)
 	for _, id := range ids {
 		r.entityLocked(sh, id).enqueue(delivery{start: true, ctx: context.Background()})
 	}

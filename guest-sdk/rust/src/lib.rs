@@ -84,6 +84,7 @@ mod harness;
 mod http;
 mod json;
 mod state;
+mod reminders;
 // The exports' bodies and the host's imports: only in wasm32 builds.
 #[cfg(target_arch = "wasm32")]
 mod wasm;
@@ -102,6 +103,7 @@ pub use harness::{Harness, Sent, Timer};
 pub use http::{HttpRequest, HttpResponse};
 pub use json::Json;
 pub use state::{State, StateReader, StateWriter};
+pub use reminders::Reminder;
 
 /// The host ABI version this SDK implements (its modules export `shardhost_abi_v1`).
 pub const ABI_VERSION: u32 = 1;
@@ -121,6 +123,18 @@ pub const MAX_TIMER_MESSAGE: usize = 64 << 10;
 
 /// The most timers one entity may have running.
 pub const MAX_TIMERS: usize = 1000;
+
+/// The longest reminder name, in bytes.
+pub const MAX_REMINDER_NAME: usize = 128;
+
+/// The largest reminder payload, in bytes (64 KiB).
+pub const MAX_REMINDER_PAYLOAD: usize = 64 << 10;
+
+/// The most reminders one entity may have.
+pub const MAX_REMINDERS: usize = 100;
+
+/// The shortest interval of a repeating reminder, in milliseconds.
+pub const MIN_REMINDER_INTERVAL_MS: i64 = 1000;
 
 /// The longest idempotency key of [`Context::tell_with_key`] and
 /// [`Context::ask_with_key`], in bytes.
@@ -350,6 +364,9 @@ pub enum MessageKind {
     Timer = 1,
     /// 2: the new value (JSON) of a subscribed distributed data key; the sender is the key.
     Changed = 2,
+    /// 10: a durable reminder's payload; the sender is the reminder's name, and
+    /// [`Context::reminder_due`] its due time.
+    Reminder = 10,
 }
 
 impl MessageKind {
@@ -358,6 +375,7 @@ impl MessageKind {
         match n {
             1 => MessageKind::Timer,
             2 => MessageKind::Changed,
+            10 => MessageKind::Reminder,
             _ => MessageKind::Message,
         }
     }

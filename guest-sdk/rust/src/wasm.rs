@@ -68,6 +68,14 @@ extern "C" {
     fn host_timer_start(np: *const u8, nl: u32, mp: *const u8, ml: u32, delay_ms: i64, interval_ms: i64) -> i32;
     #[link_name = "timer_cancel"]
     fn host_timer_cancel(np: *const u8, nl: u32) -> i32;
+    #[link_name = "reminder_set"]
+    fn host_reminder_set(np: *const u8, nl: u32, due_ms: i64, interval_ms: i64, pp: *const u8, pl: u32) -> i32;
+    #[link_name = "reminder_cancel"]
+    fn host_reminder_cancel(np: *const u8, nl: u32) -> i32;
+    #[link_name = "reminder_list"]
+    fn host_reminder_list() -> i32;
+    #[link_name = "reminder_due"]
+    fn host_reminder_due() -> i64;
     #[link_name = "now"]
     fn host_now(clock: i32) -> i64;
     #[link_name = "random"]
@@ -439,6 +447,23 @@ impl Host {
 
     pub fn timer_cancel(&mut self, name: &str) -> bool {
         unsafe { host_timer_cancel(name.as_ptr(), name.len() as u32) == 1 }
+    }
+
+    pub fn reminder_set(&mut self, name: &str, due_ms: i64, interval_ms: i64, payload: &[u8]) -> Result<(), Error> {
+        check(unsafe { host_reminder_set(name.as_ptr(), name.len() as u32, due_ms, interval_ms, payload.as_ptr(), payload.len() as u32) })
+    }
+
+    pub fn reminder_cancel(&mut self, name: &str) -> Result<(), Error> {
+        check(unsafe { host_reminder_cancel(name.as_ptr(), name.len() as u32) })
+    }
+
+    pub fn reminder_list(&mut self) -> Result<Vec<u8>, Error> {
+        check(unsafe { host_reminder_list() })?;
+        Ok(read_bytes(host_result))
+    }
+
+    pub fn reminder_due(&self) -> i64 {
+        unsafe { host_reminder_due() }
     }
 
     pub fn now(&mut self, clock: i32) -> i64 {
