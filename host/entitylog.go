@@ -1,0 +1,359 @@
+package host
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	otellog "go.opentelemetry.io/otel/log"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardhost/shardhost/internal/obs"
+)
+
+// Per-entity logs (docs/observability.md, "Entity logs"): what a guest writes to stdout
+// and stderr and what it passes to the log host function goes, line by line, to a
+// bounded ring per entity on the member that runs it, to the followers of that entity
+// or of its type, and to the OpenTelemetry logs pipeline when one is configured. A line
+// over the entity's rate is dropped and counted; nothing here ever blocks the guest.
+
+const (
+	// DefaultEntityLogLines is how many lines an entity's ring keeps when its type sets
+	// no other number.
+	DefaultEntityLogLines = 1000
+	// MaxEntityLogLines is the largest per-type ring size a deployment may ask for.
+	MaxEntityLogLines = 100_000
+	// DefaultEntityLogRate is how many lines per second an entity may log, on average,
+	// before lines are dropped (Config.EntityLogRate); it may log twice that in a burst.
+	DefaultEntityLogRate = 100
+	// DefaultEntityLogBytes bounds the text all the rings of a member hold, in bytes
+	// (Config.EntityLogBytes): past it, the rings written least recently are dropped.
+	DefaultEntityLogBytes = 64 << 20
+	// followBuffer is how many lines a follower may fall behind before the lines it
+	// misses are counted as lost to it.
+	followBuffer = 1024
+)
+
+// EntityLogLine is one line of an entity's log.
+type EntityLogLine struct {
+	// N numbers the entity's lines on the member that logged it, from 1; it restarts
+	// when the entity moves to another member (Member changes).
+	N uint64 `json:"n"`
+	// Time is when the host received the line.
+	Time time.Time `json:"time"`
+	// Type and ID name the entity.
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	// Member is the transport address of the member that ran the entity.
+	Member string `json:"member,omitempty"`
+	// Level is "debug", "info", "warn" or "error": stdout is info, stderr warn, and a
+	// log call's is its level.
+	Level string `json:"level"`
+	// Stream is "stdout", "stderr" or "log" (the log host function).
+	Stream string `json:"stream"`
+	// Text is the line, without its newline, cut at 4 KiB.
+	Text string `json:"text"`
+	// Seq is the sequence number of the message being handled, when the entity's
+	// journal numbered it; 0 otherwise.
+	Seq uint64 `json:"seq,omitempty"`
+	// TraceID is the W3C trace ID of the message being handled, hex; empty when it
+	// had none.
+	TraceID string `json:"trace_id,omitempty"`
+}
+
+// levelName names an slog level the way EntityLogLine.Level does.
+func levelName(l slog.Level) string {
+	switch {
+	case l < slog.LevelInfo:
+		return "debug"
+	case l < slog.LevelWarn:
+		return "info"
+	case l < slog.LevelError:
+		return "warn"
+	}
+	return "error"
+}
+
+// ParseLogLevel reads "debug", "info", "warn" or "error" (any case) as a log/slog
+// level. An empty string is debug: every line. Other text is an error wrapping
+// ErrBadRequest.
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "", "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%w: level=%q is not debug, info, warn or error", ErrBadRequest, s)
+}
+
+// entityRing is one entity's lines, oldest first from start, and its rate bucket.
+type entityRing struct {
+	name   string
+	lines  []EntityLogLine
+	start  int // index of the oldest line when the ring is full
+	next   uint64
+	bytes  int64
+	tokens float64
+	filled time.Time // when tokens was last topped up
+	elem   *list.Element
+}
+
+// add appends l, dropping the oldest line past capacity; it returns the bytes added
+// (negative when the line dropped was longer).
+func (r *entityRing) add(l EntityLogLine, capacity int) int64 {
+	size := int64(len(l.Text))
+	if len(r.lines) < capacity {
+		r.lines = append(r.lines, l)
+		r.bytes += size
+		return size
+	}
+	if len(r.lines) > capacity { // the type's setting shrank: keep the newest
+		r.lines = append(r.lines[:0:0], r.ordered()[len(r.lines)-capacity:]...)
+		r.start = 0
+		var b int64
+		for _, x := range r.lines {
+			b += int64(len(x.Text))
+		}
+		size -= r.bytes - b
+		r.bytes = b
+	}
+	old := int64(len(r.lines[r.start].Text))
+	r.lines[r.start] = l
+	r.start = (r.start + 1) % len(r.lines)
+	r.bytes += int64(len(l.Text)) - old
+	return size - old
+}
+
+// ordered returns the lines oldest first, in a new slice.
+func (r *entityRing) ordered() []EntityLogLine {
+	out := make([]EntityLogLine, 0, len(r.lines))
+	out = append(out, r.lines[r.start:]...)
+	return append(out, r.lines[:r.start]...)
+}
+
+// logFollower receives the lines of one entity (id set) or of a type (id empty), at
+// min or above, through ch; lines it has no room for are counted in lost.
+type logFollower struct {
+	typ, id string
+	min     slog.Level
+	ch      chan EntityLogLine
+	lost    atomic.Int64
+}
+
+func (f *logFollower) wants(typ, id string, level slog.Level) bool {
+	return level >= f.min && f.typ == typ && (f.id == "" || f.id == id)
+}
+
+// entityLogs holds the rings of a member's entities.
+type entityLogs struct {
+	rate     float64 // lines per second per entity; <= 0: no limit
+	maxBytes int64
+	member   string
+	clock    func() time.Time
+	otel     otellog.Logger // nil: no OpenTelemetry export
+	dropped  metric.Int64Counter
+	lines    metric.Int64Counter
+	byType   *obs.AttrCache[string]
+
+	mu        sync.Mutex
+	rings     map[string]*entityRing
+	lru       *list.List // of *entityRing, least recently written first
+	bytes     int64
+	typeLines map[string]int
+	followers map[*logFollower]struct{}
+}
+
+// entityLogsConfig configures newEntityLogs.
+type entityLogsConfig struct {
+	rate     float64
+	maxBytes int64
+	member   string
+	clock    func() time.Time
+	provider otellog.LoggerProvider
+	meter    metric.MeterProvider
+}
+
+func newEntityLogs(c entityLogsConfig) *entityLogs {
+	if c.rate == 0 {
+		c.rate = DefaultEntityLogRate
+	}
+	if c.maxBytes <= 0 {
+		c.maxBytes = DefaultEntityLogBytes
+	}
+	if c.clock == nil {
+		c.clock = time.Now
+	}
+	m := obs.Meter(c.meter, "host")
+	l := &entityLogs{rate: c.rate, maxBytes: c.maxBytes, member: c.member, clock: c.clock,
+		rings: map[string]*entityRing{}, lru: list.New(), typeLines: map[string]int{}, followers: map[*logFollower]struct{}{},
+		byType: obs.NewAttrCache(func(typ string) attribute.Set { return attribute.NewSet(obs.EntityType.String(typ)) })}
+	l.dropped = obs.Must(m.Int64Counter("shardhost.entity.log.dropped", metric.WithUnit("{line}"),
+		metric.WithDescription("Entity log lines dropped because the entity logged faster than the member's per-entity rate (--entity-log-rate). [shardhost.entity.type]")))
+	l.lines = obs.Must(m.Int64Counter("shardhost.entity.log.lines", metric.WithUnit("{line}"),
+		metric.WithDescription("Entity log lines kept: guest stdout, stderr and log calls. [shardhost.entity.type]")))
+	if c.provider != nil {
+		l.otel = c.provider.Logger("github.com/shardhost/shardhost/host/entity")
+	}
+	return l
+}
+
+// setTypeLines sets how many lines the rings of typ keep; n <= 0 restores the default.
+func (l *entityLogs) setTypeLines(typ string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n <= 0 {
+		delete(l.typeLines, typ)
+		return
+	}
+	l.typeLines[typ] = n
+}
+
+// capacityOf returns the ring size of typ; l.mu is held.
+func (l *entityLogs) capacityOf(typ string) int {
+	if n, ok := l.typeLines[typ]; ok {
+		return n
+	}
+	return DefaultEntityLogLines
+}
+
+// add keeps one line of the entity typ/id, unless the entity is over its rate (then
+// the line is counted in shardhost.entity.log.dropped). It never blocks: a follower
+// with no room loses the line. ctx is the message's (its trace ID goes with the line).
+func (l *entityLogs) add(ctx context.Context, typ, id, stream string, level slog.Level, text string, seq uint64) bool {
+	now := l.clock()
+	name := typ + "/" + id
+	l.mu.Lock()
+	r := l.rings[name]
+	if r == nil {
+		r = &entityRing{name: name, tokens: 2 * l.rate, filled: now}
+		r.elem = l.lru.PushBack(r)
+		l.rings[name] = r
+	} else {
+		l.lru.MoveToBack(r.elem)
+	}
+	if l.rate > 0 {
+		r.tokens = min(2*l.rate, r.tokens+now.Sub(r.filled).Seconds()*l.rate)
+		r.filled = now
+		if r.tokens < 1 {
+			l.mu.Unlock()
+			l.dropped.Add(context.Background(), 1, l.byType.Get(typ))
+			return false
+		}
+		r.tokens--
+	}
+	r.next++
+	line := EntityLogLine{N: r.next, Time: now, Type: typ, ID: id, Member: l.member, Level: levelName(level),
+		Stream: stream, Text: text, Seq: seq}
+	var sc trace.SpanContext
+	if ctx != nil {
+		sc = trace.SpanContextFromContext(ctx)
+		if sc.HasTraceID() {
+			line.TraceID = sc.TraceID().String()
+		}
+	}
+	l.bytes += r.add(line, l.capacityOf(typ))
+	for l.bytes > l.maxBytes && l.lru.Front() != nil && l.lru.Front().Value.(*entityRing) != r {
+		old := l.lru.Remove(l.lru.Front()).(*entityRing)
+		delete(l.rings, old.name)
+		l.bytes -= old.bytes
+	}
+	for f := range l.followers {
+		if f.wants(typ, id, level) {
+			select {
+			case f.ch <- line:
+			default:
+				f.lost.Add(1)
+			}
+		}
+	}
+	l.mu.Unlock()
+	l.lines.Add(context.Background(), 1, l.byType.Get(typ))
+	if l.otel != nil {
+		l.export(ctx, line, level, sc)
+	}
+	return true
+}
+
+// export emits line as an OpenTelemetry log record: the body is the text; the
+// attributes the entity, the stream, the member's line number and the message's seq;
+// the trace context the message's.
+func (l *entityLogs) export(ctx context.Context, line EntityLogLine, level slog.Level, sc trace.SpanContext) {
+	var rec otellog.Record
+	rec.SetTimestamp(line.Time)
+	rec.SetObservedTimestamp(line.Time)
+	rec.SetBody(attribute.StringValue(line.Text))
+	rec.SetSeverity(otellog.Severity(int(level) + int(otellog.SeverityInfo)))
+	rec.SetSeverityText(strings.ToUpper(line.Level))
+	rec.AddAttributes(
+		attribute.String("shardhost.entity.type", line.Type),
+		attribute.String("shardhost.entity.id", line.ID),
+		attribute.String("shardhost.entity", line.Type+"/"+line.ID),
+		attribute.String("shardhost.log.stream", line.Stream),
+		attribute.Int64("shardhost.log.n", int64(line.N)),
+	)
+	if line.Seq != 0 {
+		rec.AddAttributes(attribute.Int64("shardhost.message.seq", int64(line.Seq)))
+	}
+	if ctx == nil || !sc.IsValid() {
+		ctx = context.Background()
+	}
+	l.otel.Emit(ctx, rec)
+}
+
+// Tail returns the last (at most limit; 0: all kept) lines of the entity typ/id at
+// level min or above, oldest first. Nil when the member keeps none.
+func (l *entityLogs) tail(typ, id string, minLevel slog.Level, limit int) []EntityLogLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tailLocked(typ, id, minLevel, limit)
+}
+
+func (l *entityLogs) tailLocked(typ, id string, minLevel slog.Level, limit int) []EntityLogLine {
+	r := l.rings[typ+"/"+id]
+	if r == nil {
+		return nil
+	}
+	var out []EntityLogLine
+	for _, line := range r.ordered() {
+		if lv, _ := ParseLogLevel(line.Level); lv >= minLevel {
+			out = append(out, line)
+		}
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out
+}
+
+// follow registers a follower of typ/id (of the whole type when id is empty) at level
+// min or above. It returns the lines kept so far (for one entity; none for a type) and
+// the follower; the caller must call unfollow.
+func (l *entityLogs) follow(typ, id string, minLevel slog.Level, backlog int) ([]EntityLogLine, *logFollower) {
+	f := &logFollower{typ: typ, id: id, min: minLevel, ch: make(chan EntityLogLine, followBuffer)}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var past []EntityLogLine
+	if id != "" {
+		past = l.tailLocked(typ, id, minLevel, backlog)
+	}
+	l.followers[f] = struct{}{}
+	return past, f
+}
+
+func (l *entityLogs) unfollow(f *logFollower) {
+	l.mu.Lock()
+	delete(l.followers, f)
+	l.mu.Unlock()
+}
