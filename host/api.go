@@ -151,6 +151,8 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/skip", n.apiResume)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/base", n.apiBase)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/journal", n.apiJournal)
+	mux.HandleFunc("GET /v1/entities/{type}/{id}/logs", n.apiEntityLogs)
+	mux.HandleFunc("GET /v1/logs", n.apiEntityLogs)
 	mux.HandleFunc("GET /v1/modules/{digest}", n.apiModule)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
 	mux.HandleFunc("GET /v1/shards", n.apiShards)

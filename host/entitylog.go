@@ -1,13 +1,14 @@
 package host
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -36,15 +37,14 @@ const (
 	// DefaultEntityLogBytes bounds the text all the rings of a member hold, in bytes
 	// (Config.EntityLogBytes): past it, the rings written least recently are dropped.
 	DefaultEntityLogBytes = 64 << 20
-	// followBuffer is how many lines a follower may fall behind before the lines it
-	// misses are counted as lost to it.
-	followBuffer = 1024
+	// followPage is the most lines one poll of a member returns to a follower.
+	followPage = 1000
 )
 
 // EntityLogLine is one line of an entity's log.
 type EntityLogLine struct {
-	// N numbers the entity's lines on the member that logged it, from 1; it restarts
-	// when the entity moves to another member (Member changes).
+	// N numbers the lines of every entity on the member that logged it, from 1, in
+	// the order the member received them; it restarts with the member.
 	N uint64 `json:"n"`
 	// Time is when the host received the line.
 	Time time.Time `json:"time"`
@@ -103,7 +103,6 @@ type entityRing struct {
 	name   string
 	lines  []EntityLogLine
 	start  int // index of the oldest line when the ring is full
-	next   uint64
 	bytes  int64
 	tokens float64
 	filled time.Time // when tokens was last topped up
@@ -143,13 +142,12 @@ func (r *entityRing) ordered() []EntityLogLine {
 	return append(out, r.lines[:r.start]...)
 }
 
-// logFollower receives the lines of one entity (id set) or of a type (id empty), at
-// min or above, through ch; lines it has no room for are counted in lost.
+// logFollower is told through ch of a new line of one entity (id set) or of a type
+// (id empty), at min or above; a signal it has no room for is not needed (one waits).
 type logFollower struct {
 	typ, id string
 	min     slog.Level
 	ch      chan EntityLogLine
-	lost    atomic.Int64
 }
 
 func (f *logFollower) wants(typ, id string, level slog.Level) bool {
@@ -167,7 +165,10 @@ type entityLogs struct {
 	lines    metric.Int64Counter
 	byType   *obs.AttrCache[string]
 
+	epoch int64 // when l was made, in Unix nanoseconds: tells a restarted member's lines apart
+
 	mu        sync.Mutex
+	seq       uint64 // the N of the last line
 	rings     map[string]*entityRing
 	lru       *list.List // of *entityRing, least recently written first
 	bytes     int64
@@ -196,7 +197,7 @@ func newEntityLogs(c entityLogsConfig) *entityLogs {
 		c.clock = time.Now
 	}
 	m := obs.Meter(c.meter, "host")
-	l := &entityLogs{rate: c.rate, maxBytes: c.maxBytes, member: c.member, clock: c.clock,
+	l := &entityLogs{epoch: time.Now().UnixNano(), rate: c.rate, maxBytes: c.maxBytes, member: c.member, clock: c.clock,
 		rings: map[string]*entityRing{}, lru: list.New(), typeLines: map[string]int{}, followers: map[*logFollower]struct{}{},
 		byType: obs.NewAttrCache(func(typ string) attribute.Set { return attribute.NewSet(obs.EntityType.String(typ)) })}
 	l.dropped = obs.Must(m.Int64Counter("shardhost.entity.log.dropped", metric.WithUnit("{line}"),
@@ -253,8 +254,8 @@ func (l *entityLogs) add(ctx context.Context, typ, id, stream string, level slog
 		}
 		r.tokens--
 	}
-	r.next++
-	line := EntityLogLine{N: r.next, Time: now, Type: typ, ID: id, Member: l.member, Level: levelName(level),
+	l.seq++
+	line := EntityLogLine{N: l.seq, Time: now, Type: typ, ID: id, Member: l.member, Level: levelName(level),
 		Stream: stream, Text: text, Seq: seq}
 	var sc trace.SpanContext
 	if ctx != nil {
@@ -274,7 +275,6 @@ func (l *entityLogs) add(ctx context.Context, typ, id, stream string, level slog
 			select {
 			case f.ch <- line:
 			default:
-				f.lost.Add(1)
 			}
 		}
 	}
@@ -312,48 +312,65 @@ func (l *entityLogs) export(ctx context.Context, line EntityLogLine, level slog.
 	l.otel.Emit(ctx, rec)
 }
 
-// Tail returns the last (at most limit; 0: all kept) lines of the entity typ/id at
-// level min or above, oldest first. Nil when the member keeps none.
-func (l *entityLogs) tail(typ, id string, minLevel slog.Level, limit int) []EntityLogLine {
+// since returns the lines of the entity typ/id (of every entity of typ when id is
+// empty) at level min or above whose N is over after, oldest first: the last limit of
+// them when limit > 0. last is the N of the member's last line of any entity, the
+// cursor of the next call.
+func (l *entityLogs) since(typ, id string, minLevel slog.Level, after uint64, limit int) (lines []EntityLogLine, last uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tailLocked(typ, id, minLevel, limit)
-}
-
-func (l *entityLogs) tailLocked(typ, id string, minLevel slog.Level, limit int) []EntityLogLine {
-	r := l.rings[typ+"/"+id]
-	if r == nil {
-		return nil
-	}
-	var out []EntityLogLine
-	for _, line := range r.ordered() {
-		if lv, _ := ParseLogLevel(line.Level); lv >= minLevel {
-			out = append(out, line)
+	pick := func(r *entityRing) {
+		for _, line := range r.ordered() {
+			if line.N > after {
+				if lv, _ := ParseLogLevel(line.Level); lv >= minLevel {
+					lines = append(lines, line)
+				}
+			}
 		}
 	}
-	if limit > 0 && len(out) > limit {
-		out = out[len(out)-limit:]
-	}
-	return out
-}
-
-// follow registers a follower of typ/id (of the whole type when id is empty) at level
-// min or above. It returns the lines kept so far (for one entity; none for a type) and
-// the follower; the caller must call unfollow.
-func (l *entityLogs) follow(typ, id string, minLevel slog.Level, backlog int) ([]EntityLogLine, *logFollower) {
-	f := &logFollower{typ: typ, id: id, min: minLevel, ch: make(chan EntityLogLine, followBuffer)}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var past []EntityLogLine
 	if id != "" {
-		past = l.tailLocked(typ, id, minLevel, backlog)
+		if r := l.rings[typ+"/"+id]; r != nil {
+			pick(r)
+		}
+	} else {
+		prefix := typ + "/"
+		for name, r := range l.rings {
+			if strings.HasPrefix(name, prefix) {
+				pick(r)
+			}
+		}
+		slices.SortFunc(lines, func(a, b EntityLogLine) int { return cmp.Compare(a.N, b.N) })
 	}
-	l.followers[f] = struct{}{}
-	return past, f
+	if limit > 0 && len(lines) > limit {
+		lines = lines[len(lines)-limit:]
+	}
+	return lines, l.seq
 }
 
-func (l *entityLogs) unfollow(f *logFollower) {
+// waitSince is since, except that when there is no line yet it waits, up to wait or
+// until ctx is done, for the first one.
+func (l *entityLogs) waitSince(ctx context.Context, typ, id string, minLevel slog.Level, after uint64, limit int, wait time.Duration) ([]EntityLogLine, uint64) {
+	if wait <= 0 {
+		return l.since(typ, id, minLevel, after, limit)
+	}
+	f := &logFollower{typ: typ, id: id, min: minLevel, ch: make(chan EntityLogLine, 1)}
 	l.mu.Lock()
-	delete(l.followers, f)
+	l.followers[f] = struct{}{}
 	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.followers, f)
+		l.mu.Unlock()
+	}()
+	if lines, last := l.since(typ, id, minLevel, after, limit); len(lines) > 0 {
+		return lines, last
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-f.ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return l.since(typ, id, minLevel, after, limit)
 }
