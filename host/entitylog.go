@@ -32,10 +32,11 @@ const (
 	// MaxEntityLogLines is the largest per-type ring size a deployment may ask for.
 	MaxEntityLogLines = 100_000
 	// DefaultEntityLogRate is how many lines per second an entity may log, on average,
-	// before lines are dropped (Config.EntityLogRate); it may log twice that in a burst.
+	// before lines are dropped (RuntimeConfig.EntityLogRate); it may log twice that (at
+	// least one line) in a burst.
 	DefaultEntityLogRate = 100
 	// DefaultEntityLogBytes bounds the text all the rings of a member hold, in bytes
-	// (Config.EntityLogBytes): past it, the rings written least recently are dropped.
+	// (RuntimeConfig.EntityLogBytes): past it, the rings written least recently are dropped.
 	DefaultEntityLogBytes = 64 << 20
 	// followPage is the most lines one poll of a member returns to a follower.
 	followPage = 1000
@@ -210,6 +211,9 @@ func newEntityLogs(c entityLogsConfig) *entityLogs {
 	return l
 }
 
+// burst is how many lines an entity may log at once: twice its rate, at least one.
+func (l *entityLogs) burst() float64 { return max(2*l.rate, 1) }
+
 // setTypeLines sets how many lines the rings of typ keep; n <= 0 restores the default.
 func (l *entityLogs) setTypeLines(typ string, n int) {
 	l.mu.Lock()
@@ -238,14 +242,14 @@ func (l *entityLogs) add(ctx context.Context, typ, id, stream string, level slog
 	l.mu.Lock()
 	r := l.rings[name]
 	if r == nil {
-		r = &entityRing{name: name, tokens: 2 * l.rate, filled: now}
+		r = &entityRing{name: name, tokens: l.burst(), filled: now}
 		r.elem = l.lru.PushBack(r)
 		l.rings[name] = r
 	} else {
 		l.lru.MoveToBack(r.elem)
 	}
 	if l.rate > 0 {
-		r.tokens = min(2*l.rate, r.tokens+now.Sub(r.filled).Seconds()*l.rate)
+		r.tokens = min(l.burst(), r.tokens+now.Sub(r.filled).Seconds()*l.rate)
 		r.filled = now
 		if r.tokens < 1 {
 			l.mu.Unlock()

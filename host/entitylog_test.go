@@ -1,0 +1,277 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/shardhost/shardhost/internal/testutil"
+	"github.com/shardhost/shardhost/internal/testwasm"
+)
+
+// droppedLines reads shardhost.entity.log.dropped from reader, summed over types.
+func droppedLines(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "shardhost.entity.log.dropped" {
+				for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					n += p.Value
+				}
+			}
+		}
+	}
+	return n
+}
+
+// The ring keeps the newest lines up to its type's setting; lines beyond the rate are
+// dropped and counted, and come back as the rate refills.
+func TestEntityLogRingAndRate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	reader := sdkmetric.NewManualReader()
+	l := newEntityLogs(entityLogsConfig{rate: 5, clock: func() time.Time { return now },
+		meter: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	l.setTypeLines("t", 3)
+	kept := 0
+	for i := range 15 {
+		if l.add(context.Background(), "t", "a", "stdout", slog.LevelInfo, fmt.Sprint("line ", i), 0) {
+			kept++
+		}
+	}
+	if kept != 10 { // the burst: twice the rate
+		t.Fatalf("kept %d of 15 lines at once, want the burst of 10", kept)
+	}
+	if d := droppedLines(t, reader); d != 5 {
+		t.Fatalf("dropped metric %d, want 5", d)
+	}
+	lines, _ := l.since("t", "a", slog.LevelDebug, 0, 0)
+	if len(lines) != 3 || lines[0].Text != "line 7" || lines[2].Text != "line 9" {
+		t.Fatalf("ring of 3: %+v", lines)
+	}
+	now = now.Add(time.Second) // 5 more tokens
+	for i := range 6 {
+		l.add(context.Background(), "t", "a", "stderr", slog.LevelWarn, fmt.Sprint("later ", i), 0)
+	}
+	if d := droppedLines(t, reader); d != 6 {
+		t.Fatalf("dropped metric %d after a second, want 6", d)
+	}
+	warn, _ := l.since("t", "a", slog.LevelWarn, 0, 0)
+	if len(warn) != 3 || warn[2].Text != "later 4" || warn[2].Level != "warn" || warn[2].Stream != "stderr" {
+		t.Fatalf("warn lines: %+v", warn)
+	}
+	// Another entity has its own rate, and its lines are apart.
+	if !l.add(context.Background(), "t", "b", "log", slog.LevelError, "b's", 0) {
+		t.Fatal("b's first line dropped")
+	}
+	if b, _ := l.since("t", "b", slog.LevelDebug, 0, 0); len(b) != 1 || b[0].Text != "b's" {
+		t.Fatalf("b: %+v", b)
+	}
+	all, last := l.since("t", "", slog.LevelDebug, 0, 0)
+	if len(all) != 4 || all[3].N != last {
+		t.Fatalf("type t: %d lines, last %d: %+v", len(all), last, all)
+	}
+	if l.setTypeLines("t", 1); true {
+		now = now.Add(time.Second)
+		l.add(context.Background(), "t", "a", "stdout", slog.LevelInfo, "shrunk", 0)
+		if a, _ := l.since("t", "a", slog.LevelDebug, 0, 0); len(a) != 1 || a[0].Text != "shrunk" {
+			t.Fatalf("after shrinking to 1: %+v", a)
+		}
+	}
+}
+
+// The byte budget drops the rings written least recently.
+func TestEntityLogByteBudget(t *testing.T) {
+	l := newEntityLogs(entityLogsConfig{rate: -1, maxBytes: 100})
+	for i := range 5 {
+		l.add(context.Background(), "t", fmt.Sprint(i), "stdout", slog.LevelInfo, strings.Repeat("x", 40), 0)
+	}
+	all, _ := l.since("t", "", slog.LevelDebug, 0, 0)
+	if len(all) != 2 || all[0].ID != "3" || all[1].ID != "4" {
+		t.Fatalf("under a 100-byte budget: %+v", all)
+	}
+}
+
+// logLines reads GET .../logs.
+func logLines(t *testing.T, c apiClient, path string) []EntityLogLine {
+	t.Helper()
+	r := c.do("GET", path, nil)
+	if r.status != 200 {
+		t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+	}
+	var page struct {
+		Lines  []EntityLogLine `json:"lines"`
+		Errors []string        `json:"errors"`
+	}
+	if err := json.Unmarshal(r.body, &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Errors) > 0 {
+		t.Fatalf("GET %s: errors %v", path, page.Errors)
+	}
+	return page.Lines
+}
+
+// A wasm entity's stdout, stderr and log calls reach its log, readable from any
+// member; a follow (from a member that may not host it) sees the lines the entity
+// logs after a passivation and its next activation; a type's follow at warn sees only
+// warn and above; lines beyond the rate are dropped, never failing the message.
+func TestEntityLogsOfAWasmEntity(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	nodes := startNodes(t, 2, func(c *Config) { c.TracerProvider = tp })
+	c0, c1 := client(t, nodes[0]), client(t, nodes[1])
+	if r := c0.do("POST", "/v1/types/faulty", testwasm.Bytes(t, "faulty")); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	for _, msg := range []string{"print hello", "eprint oops", "log warn careful", "log debug detail"} {
+		if r := c0.ask("faulty", "x", msg); r.status != 200 {
+			t.Fatalf("%s: %d %s", msg, r.status, r.body)
+		}
+	}
+	lines := logLines(t, c1, "/v1/entities/faulty/x/logs")
+	var got []string
+	for _, l := range lines {
+		got = append(got, l.Stream+":"+l.Level+":"+l.Text)
+		if l.Type != "faulty" || l.ID != "x" || l.Member == "" || l.TraceID == "" {
+			t.Errorf("line %+v: want the entity, its member and a trace ID", l)
+		}
+	}
+	if want := "stdout:info:hello stderr:warn:oops log:warn:careful log:debug:detail"; strings.Join(got, " ") != want {
+		t.Fatalf("lines %q, want %q", strings.Join(got, " "), want)
+	}
+	if l := logLines(t, c0, "/v1/entities/faulty/x/logs?level=warn&limit=1"); len(l) != 1 || l[0].Text != "careful" {
+		t.Fatalf("level=warn&limit=1: %+v", l)
+	}
+	if r := c0.do("GET", "/v1/entities/faulty/x/logs?level=loud", nil); r.status != 400 || !strings.Contains(r.err.Error, "level") {
+		t.Fatalf("level=loud: %d %s", r.status, r.body)
+	}
+	if r := c0.do("GET", "/v1/entities/nosuch/x/logs", nil); r.status != 404 {
+		t.Fatalf("unknown type: %d %s", r.status, r.body)
+	}
+
+	// Follow the entity from the second member and the type at warn from the first.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	entity := follow(t, ctx, c1.base+"/v1/entities/faulty/x/logs?follow=1")
+	typeWarn := follow(t, ctx, c0.base+"/v1/logs?type=faulty&level=warn&follow=1")
+	for _, want := range []string{"hello", "oops", "careful", "detail"} { // the backlog
+		if l := next(t, entity); l.Text != want {
+			t.Fatalf("backlog: %q, want %q", l.Text, want)
+		}
+	}
+	if r := c0.do("POST", "/v1/passivate?type=faulty&id=x", nil); r.status != 200 {
+		t.Fatalf("passivate: %d %s", r.status, r.body)
+	}
+	if r := c1.ask("faulty", "x", "print back"); r.status != 200 {
+		t.Fatalf("after passivation: %d %s", r.status, r.body)
+	}
+	if r := c1.ask("faulty", "y", "log error from y"); r.status != 200 {
+		t.Fatalf("y: %d %s", r.status, r.body)
+	}
+	if l := next(t, entity); l.Text != "back" {
+		t.Fatalf("followed after the activation: %+v", l)
+	}
+	for _, want := range []string{"oops", "careful"} { // the type's backlog at warn
+		if l := next(t, typeWarn); l.Text != want {
+			t.Fatalf("type backlog: %q, want %q", l.Text, want)
+		}
+	}
+	if l := next(t, typeWarn); l.Text != "from y" || l.ID != "y" || l.Level != "error" {
+		t.Fatalf("type at warn: %+v, want y's error (x's info line filtered out)", l)
+	}
+}
+
+// follow opens a follow and returns its lines as they come; the stream ends with ctx.
+func follow(t *testing.T, ctx context.Context, url string) <-chan EntityLogLine {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("follow %s: %d %s", url, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	ch := make(chan EntityLogLine, 100)
+	done := make(chan struct{})
+	go func() { // owned by the test: ends when ctx closes the body
+		defer close(done)
+		defer close(ch)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			if e, ok := strings.CutPrefix(line, "event: "); ok {
+				event = e
+				continue
+			}
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			if event != "" {
+				event = ""
+				continue // an error event: a member that did not answer
+			}
+			var l EntityLogLine
+			if json.Unmarshal([]byte(data), &l) == nil {
+				ch <- l
+			}
+		}
+	}()
+	t.Cleanup(func() { <-done })
+	return ch
+}
+
+func next(t *testing.T, ch <-chan EntityLogLine) EntityLogLine {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		if !ok {
+			t.Fatal("the follow ended")
+		}
+		return l
+	case <-time.After(60 * time.Second):
+		t.Fatal("no line within 60 s")
+	}
+	return EntityLogLine{}
+}
+
+// A wasm entity over its rate keeps answering; the lines beyond are dropped.
+func TestEntityLogRateDropsWasmLines(t *testing.T) {
+	nodes := startNodes(t, 1, func(c *Config) { c.Runtime.EntityLogRate = 0.001 }) // one line, then one per 1000 s
+	c := client(t, nodes[0])
+	if r := c.do("POST", "/v1/types/faulty", testwasm.Bytes(t, "faulty")); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	for i := range 5 {
+		if r := c.ask("faulty", "x", fmt.Sprint("print ", i)); r.status != 200 || string(r.body) != "printed" {
+			t.Fatalf("print %d: %d %s", i, r.status, r.body)
+		}
+	}
+	testutil.EventuallyNil(t, 10*time.Second, "one line kept", func() error {
+		if l := logLines(t, c, "/v1/entities/faulty/x/logs"); len(l) != 1 || l[0].Text != "0" {
+			return fmt.Errorf("%+v", l)
+		}
+		return nil
+	})
+}
