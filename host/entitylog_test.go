@@ -157,6 +157,18 @@ func TestEntityLogsOfAWasmEntity(t *testing.T) {
 	if l := logLines(t, c0, "/v1/entities/faulty/x/logs?level=warn&limit=1"); len(l) != 1 || l[0].Text != "careful" {
 		t.Fatalf("level=warn&limit=1: %+v", l)
 	}
+	// Under a journal, a line carries its message's record number.
+	if r := c0.do("POST", "/v1/types/journaled?checkpoint=journal", testwasm.Bytes(t, "faulty")); r.status != 200 {
+		t.Fatalf("deploy journaled: %d %s", r.status, r.body)
+	}
+	for _, msg := range []string{"print one", "print two"} {
+		if r := c0.ask("journaled", "j", msg); r.status != 200 {
+			t.Fatalf("%s: %d %s", msg, r.status, r.body)
+		}
+	}
+	if l := logLines(t, c1, "/v1/entities/journaled/j/logs"); len(l) != 2 || l[0].Seq == 0 || l[1].Seq != l[0].Seq+1 {
+		t.Fatalf("journaled lines: %+v, want consecutive seqs", l)
+	}
 	if r := c0.do("GET", "/v1/entities/faulty/x/logs?level=loud", nil); r.status != 400 || !strings.Contains(r.err.Error, "level") {
 		t.Fatalf("level=loud: %d %s", r.status, r.body)
 	}

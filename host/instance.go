@@ -740,10 +740,10 @@ func (g *guestOutput) line(b []byte) {
 // entityLog adds a line to the entity's log ring (entitylog.go), with the trace of
 // the message in progress, if any.
 func (i *wasmInstance) entityLog(stream string, level slog.Level, text string) {
-	if i.m.rt.logs == nil || i.trial != nil || i.replaying {
+	if i.m.rt.logs == nil || i.trial != nil || i.replaying || i.msg.Replay {
 		return // a replay's output was logged when the message first ran
 	}
-	i.m.rt.logs.add(i.msgCtx, i.entityType, i.entityID, stream, level, text, 0)
+	i.m.rt.logs.add(i.msgCtx, i.entityType, i.entityID, stream, level, text, i.msg.Seq)
 }
 
 // flush logs the partial line, if any, as a line.
