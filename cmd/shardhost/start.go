@@ -160,7 +160,7 @@ func parseGossipKey(text, from string) ([]byte, error) {
 
 // observe gives a node's configuration its telemetry from the OTEL_* environment: the
 // tracer provider, the propagators, the meter provider and the Prometheus handler served
-// at /metrics. The returned function flushes and stops them.
+// at /metrics, and the logger provider of the entities' logs (OTEL_LOGS_EXPORTER). The returned function flushes and stops them.
 func observe(ctx context.Context, cfg *host.Config, node string) (func(), error) {
 	prop, err := telemetry.Propagator()
 	if err != nil {
@@ -175,13 +175,21 @@ func observe(ctx context.Context, cfg *host.Config, node string) (func(), error)
 		shutdownTracing(context.Background())
 		return nil, err
 	}
+	lp, shutdownLogs, err := telemetry.LoggerProvider(ctx, node)
+	if err != nil {
+		shutdownTracing(context.Background())
+		metrics.Shutdown(context.Background())
+		return nil, err
+	}
 	cfg.TracerProvider, cfg.Propagator = tp, prop
 	cfg.MeterProvider, cfg.MetricsHandler = metrics.Provider, metrics.Handler
+	cfg.Runtime.LoggerProvider = lp
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		shutdownTracing(ctx)
 		metrics.Shutdown(ctx)
+		shutdownLogs(ctx)
 	}, nil
 }
 
