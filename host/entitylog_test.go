@@ -8,9 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otellog "go.opentelemetry.io/otel/log"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -286,4 +290,47 @@ func TestEntityLogRateDropsWasmLines(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// recordingExporter keeps the log records it is given.
+type recordingExporter struct {
+	mu      sync.Mutex
+	records []sdklog.Record
+}
+
+func (e *recordingExporter) Export(_ context.Context, rs []sdklog.Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range rs {
+		e.records = append(e.records, r.Clone())
+	}
+	return nil
+}
+func (e *recordingExporter) Shutdown(context.Context) error   { return nil }
+func (e *recordingExporter) ForceFlush(context.Context) error { return nil }
+
+// A line goes to the OpenTelemetry logs pipeline with the entity, its seq, its level
+// and its message's trace.
+func TestEntityLogExportsOpenTelemetryRecords(t *testing.T) {
+	exp := &recordingExporter{}
+	lp := sdklog.NewLoggerProvider(sdklog.WithProcessor(sdklog.NewSimpleProcessor(exp)))
+	defer lp.Shutdown(context.Background())
+	l := newEntityLogs(entityLogsConfig{provider: lp})
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("test").Start(context.Background(), "message")
+	l.add(ctx, "t", "a", "log", slog.LevelWarn, "careful", 7)
+	span.End()
+	exp.mu.Lock()
+	defer exp.mu.Unlock()
+	if len(exp.records) != 1 {
+		t.Fatalf("%d records, want 1", len(exp.records))
+	}
+	r := exp.records[0]
+	attrs := map[string]string{}
+	r.WalkAttributes(func(kv attribute.KeyValue) bool { attrs[string(kv.Key)] = kv.Value.Emit(); return true })
+	if r.Body().AsString() != "careful" || r.Severity() != otellog.SeverityWarn || r.TraceID() != span.SpanContext().TraceID() ||
+		attrs["shardhost.entity"] != "t/a" || attrs["shardhost.message.seq"] != "7" || attrs["shardhost.log.stream"] != "log" {
+		t.Fatalf("record: body %q severity %v trace %v attrs %v", r.Body().AsString(), r.Severity(), r.TraceID(), attrs)
+	}
 }
