@@ -456,7 +456,8 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 // shards, role, allocation, passivate_after (a duration), max_active, checkpoint,
 // history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
 // duration), max_retries (attempts of a failing tell before its entity pauses; 0:
-// never) and remember_entities (true or false). On a redeploy, what the query leaves out keeps its
+// never), log_lines (log lines kept per entity, at most MaxEntityLogLines; 0: the
+// default) and remember_entities (true or false). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
@@ -477,6 +478,12 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	}
 	if st.MaxActive, err = atoi("max_active"); err != nil {
 		return st, err
+	}
+	if st.LogLines, err = atoi("log_lines"); err != nil {
+		return st, err
+	}
+	if st.LogLines > MaxEntityLogLines {
+		return st, fmt.Errorf("%w: log_lines=%d is over %d", ErrBadRequest, st.LogLines, MaxEntityLogLines)
 	}
 	if q.Has("max_retries") {
 		if st.MaxRetries, err = atoi("max_retries"); err != nil {
@@ -536,6 +543,9 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	}
 	if !q.Has("max_active") {
 		st.MaxActive = prev.MaxActive
+	}
+	if !q.Has("log_lines") {
+		st.LogLines = prev.LogLines
 	}
 	if !q.Has("remember_entities") {
 		st.RememberEntities = prev.RememberEntities

@@ -70,6 +70,9 @@ type TypeInfo struct {
 	// HistoryAgeMs, when not 0, is how long journal records stay behind a base
 	// (sharding.TypeSettings.HistoryAge), in place of History.
 	HistoryAgeMs int64 `cbor:"21,keyasint,omitempty" json:"history_age_ms,omitempty"`
+	// LogLines is how many log lines each entity of the type keeps
+	// (sharding.TypeSettings.LogLines; 0: DefaultEntityLogLines).
+	LogLines int `cbor:"50,keyasint,omitempty" json:"log_lines,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -96,7 +99,8 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
 		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History,
 		HistoryAge:           time.Duration(t.HistoryAgeMs) * time.Millisecond,
-		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries}
+		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries,
+		LogLines: t.LogLines}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -308,7 +312,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
 		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
-		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
+		LogLines: st.LogLines, Previous: previous, StateDeletedAt: prev.StateDeletedAt}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,6 +133,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"max-active", strconv.Itoa(t.MaxActive)},
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
 		{"role", t.Role},
+		{"log-lines", strconv.Itoa(cmp.Or(t.LogLines, DefaultEntityLogLines))},
 	}
 }
 
@@ -494,6 +496,7 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err
 	}
+	n.rt.logs.setTypeLines(cur.Name, cur.LogLines)
 	err = n.sharding.StartType(cur.Settings())
 	return err
 }

@@ -173,6 +173,24 @@ func TestEntityLogsOfAWasmEntity(t *testing.T) {
 	if l := logLines(t, c1, "/v1/entities/journaled/j/logs"); len(l) != 2 || l[0].Seq == 0 || l[1].Seq != l[0].Seq+1 {
 		t.Fatalf("journaled lines: %+v, want consecutive seqs", l)
 	}
+	// A type's log_lines bounds its entities' rings, on every member; a bad value
+	// changes nothing.
+	if r := c0.do("POST", "/v1/types/short?log_lines=100001", testwasm.Bytes(t, "faulty")); r.status != 400 || !strings.Contains(r.err.Error, "log_lines") {
+		t.Fatalf("log_lines=100001: %d %s", r.status, r.body)
+	}
+	if r := c0.do("POST", "/v1/types/short?log_lines=2", testwasm.Bytes(t, "faulty")); r.status != 200 || !strings.Contains(string(r.body), `"log_lines": 2`) {
+		t.Fatalf("deploy short: %d %s", r.status, r.body)
+	}
+	for _, id := range []string{"s1", "s2", "s3", "s4"} { // on either member
+		for _, msg := range []string{"print a", "print b", "print c"} {
+			if r := c0.ask("short", id, msg); r.status != 200 {
+				t.Fatalf("%s: %d %s", msg, r.status, r.body)
+			}
+		}
+		if l := logLines(t, c1, "/v1/entities/short/"+id+"/logs"); len(l) != 2 || l[0].Text != "b" || l[1].Text != "c" {
+			t.Fatalf("short/%s keeps %+v, want b and c", id, l)
+		}
+	}
 	if r := c0.do("GET", "/v1/entities/faulty/x/logs?level=loud", nil); r.status != 400 || !strings.Contains(r.err.Error, "level") {
 		t.Fatalf("level=loud: %d %s", r.status, r.body)
 	}

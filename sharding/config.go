@@ -62,6 +62,10 @@ type TypeSettings struct {
 	MaxRetries int `json:"max_retries,omitempty"`
 	// RememberEntities restarts a shard's entities wherever the shard goes.
 	RememberEntities bool `json:"remember_entities,omitempty"`
+	// LogLines is how many log lines (stdout, stderr, log calls) each entity of the
+	// type keeps on the member that runs it (the host's entity logs; sharding does not
+	// read it). 0: the host's default, 1,000.
+	LogLines int `json:"log_lines,omitempty"`
 }
 
 // Allocation strategies and checkpoint policies by name.
