@@ -56,10 +56,12 @@ func (n *Node) handleEntityLogs(req *cluster.Request) {
 		return
 	}
 	lr.WaitMs = min(lr.WaitMs, logsPollWait.Milliseconds())
-	n.owner.Go(func() {
+	if !n.owner.Go(func() {
 		b, err := json.Marshal(n.localLogs(n.owner.Context(), lr))
 		req.Reply(b, err)
-	})
+	}) {
+		req.Reply(nil, fmt.Errorf("%w: the member is stopping", ErrRuntimeClosed))
+	}
 }
 
 // pollLogs asks the member m for lines (this member without a request).
@@ -82,6 +84,16 @@ func (n *Node) pollLogs(ctx context.Context, m cluster.Member, req logsRequest) 
 		return logsReply{}, fmt.Errorf("logs of %s: %w", m.Address, err)
 	}
 	return rep, nil
+}
+
+// isMember reports whether the member at address is in this member's view.
+func (n *Node) isMember(address string) bool {
+	for _, m := range n.membership.Members() {
+		if m.Address == address {
+			return true
+		}
+	}
+	return false
 }
 
 // LogQuery selects entity log lines.
@@ -167,6 +179,7 @@ func (n *Node) FollowEntityLogs(ctx context.Context, q LogQuery, emit func(Entit
 	type batch struct {
 		lines []EntityLogLine
 		err   error
+		gone  string // a member that left the cluster: its poller ended
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel, which the pollers wait for
@@ -188,10 +201,17 @@ func (n *Node) FollowEntityLogs(ctx context.Context, q LogQuery, emit func(Entit
 				}
 				if err != nil || len(rep.Lines) > 0 {
 					select {
-					case out <- batch{rep.Lines, err}:
+					case out <- batch{lines: rep.Lines, err: err}:
 					case <-ctx.Done():
 						return
 					}
+				}
+				if err != nil && !n.isMember(m.Address) {
+					select {
+					case out <- batch{gone: m.Address}:
+					case <-ctx.Done():
+					}
+					return
 				}
 				if err != nil {
 					t := time.NewTimer(logsPollWait)
@@ -245,6 +265,10 @@ func (n *Node) FollowEntityLogs(ctx context.Context, q LogQuery, emit func(Entit
 		case <-ctx.Done():
 			return nil
 		case b := <-out:
+			if b.gone != "" {
+				delete(polling, b.gone) // started again should it come back
+				continue
+			}
 			if b.err != nil {
 				if fail != nil {
 					fail(b.err)
