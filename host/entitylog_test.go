@@ -352,3 +352,46 @@ func TestEntityLogExportsOpenTelemetryRecords(t *testing.T) {
 		t.Fatalf("record: body %q severity %v trace %v attrs %v", r.Body().AsString(), r.Severity(), r.TraceID(), attrs)
 	}
 }
+
+// A follow goes on across a handoff: the member that ran the entity leaves, and the
+// line the entity logs on its new member reaches the follower.
+func TestEntityLogFollowAcrossAHandoff(t *testing.T) {
+	nodes := startNodes(t, 3, nil)
+	c := client(t, nodes[0])
+	if r := c.do("POST", "/v1/types/faulty", testwasm.Bytes(t, "faulty")); r.status != 200 {
+		t.Fatalf("deploy: %d %s", r.status, r.body)
+	}
+	// An entity that lives on a member other than nodes[0], which the follow asks.
+	id, host := "", -1
+	for i := 0; host < 1; i++ {
+		id = fmt.Sprint("h", i)
+		r := c.ask("faulty", id, "print before")
+		if r.status != 200 {
+			t.Fatalf("ask %s: %d %s", id, r.status, r.body)
+		}
+		for k, n := range nodes {
+			if n.Self().Address == r.node {
+				host = k
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lines := follow(t, ctx, c.base+"/v1/entities/faulty/"+id+"/logs?follow=1")
+	if l := next(t, lines); l.Text != "before" || l.Member != nodes[host].Self().Address {
+		t.Fatalf("backlog: %+v", l)
+	}
+	if err := nodes[host].Close(); err != nil { // a graceful leave: its shards are handed off
+		t.Fatal(err)
+	}
+	testutil.EventuallyNil(t, 60*time.Second, "the entity answers on its new member", func() error {
+		if r := c.ask("faulty", id, "print after"); r.status != 200 {
+			return fmt.Errorf("%d %s", r.status, r.body)
+		}
+		return nil
+	})
+	l := next(t, lines)
+	if l.Text != "after" || l.Member == nodes[host].Self().Address {
+		t.Fatalf("after the handoff: %+v", l)
+	}
+}
