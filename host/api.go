@@ -152,6 +152,8 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/base", n.apiBase)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/journal", n.apiJournal)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/reminders", n.apiReminders)
+	mux.HandleFunc("GET /v1/entities/{type}/{id}/logs", n.apiEntityLogs)
+	mux.HandleFunc("GET /v1/logs", n.apiEntityLogs)
 	mux.HandleFunc("GET /v1/modules/{digest}", n.apiModule)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
 	mux.HandleFunc("GET /v1/shards", n.apiShards)
@@ -456,7 +458,8 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 // passivation_strategy (lru, lfu or w-tinylfu), checkpoint,
 // history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
 // duration), max_retries (attempts of a failing tell before its entity pauses; 0:
-// never), remember_entities (true or false) and the egress settings (egressQuery). On a redeploy, what the query leaves out keeps its
+// never), log_lines (log lines kept per entity, at most MaxEntityLogLines; 0: the
+// default), remember_entities (true or false) and the egress settings (egressQuery). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint"),
@@ -484,6 +487,12 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	}
 	if st.MaxActive, err = atoi("max_active"); err != nil {
 		return st, err
+	}
+	if st.LogLines, err = atoi("log_lines"); err != nil {
+		return st, err
+	}
+	if st.LogLines > MaxEntityLogLines {
+		return st, fmt.Errorf("%w: log_lines=%d is over %d", ErrBadRequest, st.LogLines, MaxEntityLogLines)
 	}
 	if q.Has("max_retries") {
 		if st.MaxRetries, err = atoi("max_retries"); err != nil {
@@ -549,6 +558,9 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	}
 	if !q.Has("passivation_strategy") {
 		st.PassivationStrategy = prev.PassivationStrategy
+	}
+	if !q.Has("log_lines") {
+		st.LogLines = prev.LogLines
 	}
 	if !q.Has("remember_entities") {
 		st.RememberEntities = prev.RememberEntities

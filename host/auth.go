@@ -92,6 +92,8 @@ var routeRoles = map[string]Role{
 	"GET /v1/ddata/keys":                      RoleRead,
 	"GET /v1/ddata/keys/{key...}":             RoleClient,
 	"GET /v1/entities/{type}/{id}/history":    RoleClient,
+	"GET /v1/entities/{type}/{id}/logs":       RoleClient, // what entities print may be data
+	"GET /v1/logs":                            RoleClient,
 	"GET /v1/entities":                        RoleRead,
 	"GET /v1/entities/{type}/{id}":            RoleRead,
 	// An entity's reminders, payloads with them (as history previews payloads).

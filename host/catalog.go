@@ -81,6 +81,9 @@ type TypeInfo struct {
 	// PassivationStrategy chooses whom MaxActive passivates
 	// (sharding.TypeSettings.PassivationStrategy; empty: lru).
 	PassivationStrategy string `cbor:"40,keyasint,omitempty" json:"passivation_strategy,omitempty"`
+	// LogLines is how many log lines each entity of the type keeps
+	// (sharding.TypeSettings.LogLines; 0: DefaultEntityLogLines).
+	LogLines int `cbor:"50,keyasint,omitempty" json:"log_lines,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -110,7 +113,7 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries,
 		EgressAllow: t.Egress, EgressTimeout: time.Duration(t.EgressTimeoutMs) * time.Millisecond,
 		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate,
-		PassivationStrategy: t.PassivationStrategy}
+		PassivationStrategy: t.PassivationStrategy, LogLines: t.LogLines}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -324,7 +327,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt,
 		Egress: st.EgressAllow, EgressTimeoutMs: st.EgressTimeout.Milliseconds(), EgressMaxResponse: st.EgressMaxResponse,
-		EgressRate: st.EgressRate}
+		EgressRate: st.EgressRate, LogLines: st.LogLines}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -138,6 +139,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"passivation-strategy", strategy},
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
 		{"role", t.Role},
+		{"log-lines", strconv.Itoa(cmp.Or(t.LogLines, DefaultEntityLogLines))},
 	}
 	return append(list, egressSettingList(t)...)
 }
@@ -504,6 +506,7 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err
 	}
+	n.rt.logs.setTypeLines(cur.Name, cur.LogLines)
 	err = n.sharding.StartType(cur.Settings())
 	return err
 }

@@ -46,6 +46,12 @@
 // a new module version whose shardhost_migrate fails, with ErrMigrationFailed (the
 // entity stays on its version).
 //
+// Entity logs (docs/observability.md, "Entity logs"): an entity's stdout, stderr and
+// log calls are EntityLogLine values, kept in a ring per entity (DefaultEntityLogLines,
+// up to MaxEntityLogLines per type; DefaultEntityLogRate, DefaultEntityLogBytes bound
+// them); EntityLogs reads and FollowEntityLogs follows those a LogQuery selects, at a
+// level ParseLogLevel reads.
+//
 // Local replay (the shardhost replay command): the API gives out an entity's EntityBase
 // (its saved state, and the module that runs it), its journal as JournalPage values of
 // RawRecord, and module bytes; ReplayJournal runs a ReplayInput (those, or another

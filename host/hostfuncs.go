@@ -115,6 +115,7 @@ func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 	msg := string(read(mod, ptr, n))
 	inst.m.rt.log.Log(ctx, slog.Level(level), msg, "entity", inst.name)
+	inst.entityLog("log", slog.Level(level), msg)
 }
 
 // hostPassivate is passivate(): the entity asks to be passivated after this message.

@@ -734,6 +734,16 @@ func (g *guestOutput) line(b []byte) {
 	text := string(b)
 	g.inst.lastOutput = strings.TrimSpace(text)
 	g.inst.m.rt.log.Log(context.Background(), g.level, "guest output", "entity", g.inst.name, "stream", g.stream, "text", text)
+	g.inst.entityLog(g.stream, g.level, strings.TrimRight(text, "\r"))
+}
+
+// entityLog adds a line to the entity's log ring (entitylog.go), with the trace of
+// the message in progress, if any.
+func (i *wasmInstance) entityLog(stream string, level slog.Level, text string) {
+	if i.m.rt.logs == nil || i.trial != nil || i.replaying || i.msg.Replay {
+		return // a replay's output was logged when the message first ran
+	}
+	i.m.rt.logs.add(i.msgCtx, i.entityType, i.entityID, stream, level, text, i.msg.Seq)
 }
 
 // flush logs the partial line, if any, as a line.

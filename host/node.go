@@ -379,6 +379,8 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.messenger.Handle(topicStage, n.handleStage)
 	n.messenger.Handle(topicDiscard, n.handleDiscard)
 	n.messenger.Handle(topicVersions, n.handleVersions)
+	n.messenger.Handle(topicEntityLogs, n.handleEntityLogs)
+	n.rt.logs.member = n.membership.Self().Address // before any entity logs a line
 	// The types this member knew before a restart get ready again (their modules are
 	// in the data directory); the cluster's catalog may bring newer versions.
 	if err := n.catalog.load(); err != nil {

@@ -336,7 +336,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 15 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
+	if len(res.Settings) != 16 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")
@@ -375,7 +375,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 		t.Fatalf("idempotency_retention=1h: %+v, settings %v", res.Type, res.Settings)
 	}
 	// Outbound HTTP: none by default; set, kept by a redeploy, cleared by egress=.
-	if res.Settings[11] != (Setting{"egress", ""}) || res.Settings[12] != (Setting{"egress-timeout", "10s"}) {
+	if res.Settings[12] != (Setting{"egress", ""}) || res.Settings[13] != (Setting{"egress-timeout", "10s"}) {
 		t.Fatalf("the default egress settings: %v", res.Settings)
 	}
 	res = deploy("egress=https://api.example.com,http://10.0.0.5:8080&egress_timeout=2s&egress_max_response=4096&egress_rate=0.5")

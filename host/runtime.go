@@ -21,6 +21,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	otellog "go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -76,6 +77,18 @@ type RuntimeConfig struct {
 	// per message for a Go guest). Tests whose message deadlines assume compiled code
 	// set it. Default false.
 	CompileBeforeServing bool
+	// EntityLogRate is how many log lines (stdout, stderr, log calls) per second each
+	// entity may write on average, twice that in a burst; the lines beyond are dropped
+	// and counted in shardhost.entity.log.dropped. 0: DefaultEntityLogRate; negative:
+	// no limit.
+	EntityLogRate float64
+	// EntityLogBytes bounds the text of all the entities' log rings, in bytes; past it,
+	// the rings of the entities that logged least recently are dropped. 0:
+	// DefaultEntityLogBytes.
+	EntityLogBytes int64
+	// LoggerProvider, when set, receives every entity log line as an OpenTelemetry log
+	// record (internal/telemetry.LoggerProvider, OTEL_LOGS_EXPORTER). Nil: none.
+	LoggerProvider otellog.LoggerProvider
 }
 
 // defaultRuntimeConfig returns the defaults described on RuntimeConfig.
@@ -102,6 +115,8 @@ func (c RuntimeConfig) Validate() error {
 		return fmt.Errorf("host: max message size must be positive, got %d", c.MaxMessageSize)
 	case c.CallBudget < 0:
 		return fmt.Errorf("host: host call budget must not be negative, got %d", c.CallBudget)
+	case c.EntityLogBytes < 0:
+		return fmt.Errorf("host: entity log bytes must not be negative, got %d", c.EntityLogBytes)
 	}
 	return nil
 }
@@ -146,6 +161,8 @@ type wasmRuntime struct {
 	// started is the origin of the guests' monotonic clock.
 	started time.Time
 	randMu  sync.Mutex
+	// logs are the entities' log rings (entitylog.go).
+	logs *entityLogs
 }
 
 // newWasmRuntime returns a runtime configured by cfg. Close releases it.
@@ -195,6 +212,8 @@ func newWasmRuntime(ctx context.Context, cfg RuntimeConfig) (*wasmRuntime, error
 		log:    cfg.Logger,
 		tracer: obs.Tracer(cfg.TracerProvider, "host"),
 		tel:    newRuntimeTelemetry(cfg.TracerProvider, cfg.MeterProvider),
+		logs: newEntityLogs(entityLogsConfig{rate: cfg.EntityLogRate, maxBytes: cfg.EntityLogBytes,
+			provider: cfg.LoggerProvider, meter: cfg.MeterProvider}),
 		r:      wazero.NewRuntimeWithConfig(ctx, rc),
 		interp: wazero.NewRuntimeWithConfig(ctx, ic),
 		cache:  cache,

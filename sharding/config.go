@@ -75,6 +75,10 @@ type TypeSettings struct {
 	EgressTimeout     time.Duration `json:"egress_timeout,omitempty"`
 	EgressMaxResponse int64         `json:"egress_max_response,omitempty"`
 	EgressRate        float64       `json:"egress_rate,omitempty"`
+	// LogLines is how many log lines (stdout, stderr, log calls) each entity of the
+	// type keeps on the member that runs it (the host's entity logs; sharding does not
+	// read it). 0: the host's default, 1,000.
+	LogLines int `json:"log_lines,omitempty"`
 }
 
 // Allocation strategies and checkpoint policies by name.

@@ -427,8 +427,11 @@ func (e *entity) process(d delivery) {
 	// leaves: its reply, its forward, and the tells and timers the entity holds back
 	// (MessageInfo.Gated) until ReleaseEffects.
 	gated := e.journaled
-	mctx := withMessageInfo(ctx, MessageInfo{
-		Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask, Gated: gated})
+	info := MessageInfo{Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask, Gated: gated}
+	if e.journaled {
+		info.Seq = e.seq + 1
+	}
+	mctx := withMessageInfo(ctx, info)
 	out, err := e.inst.Receive(mctx, d.env.Payload)
 	var fwd *ForwardTo
 	if err != nil {

@@ -443,7 +443,7 @@ func (e *entity) replay(ctx context.Context, entries []JournalEntry) error {
 		if en.Outcome != "" && en.Outcome != outcomeForwarded {
 			continue
 		}
-		mctx := withMessageInfo(ctx, MessageInfo{Sender: en.Sender, Kind: en.Kind, Tag: en.Tag, Ask: en.Ask})
+		mctx := withMessageInfo(ctx, MessageInfo{Sender: en.Sender, Kind: en.Kind, Tag: en.Tag, Ask: en.Ask, Seq: en.Seq, Replay: true})
 		if _, err := e.inst.Receive(mctx, en.Payload); err != nil && forwardOf(err) == nil {
 			return fmt.Errorf("replay of record %d: %w", en.Seq, err)
 		}

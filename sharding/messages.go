@@ -402,6 +402,12 @@ type MessageInfo struct {
 	// back its tells and timers until ReleaseEffects (JournaledEntity), which comes
 	// once the message's record is durable.
 	Gated bool
+	// Seq is the sequence number the message's journal record takes (or took, for a
+	// Replay) when the entity's type keeps a journal; 0 otherwise.
+	Seq uint64
+	// Replay says the message is a journal record replayed at activation: it ran
+	// before, and its output (logs) was seen then.
+	Replay bool
 }
 
 type messageInfoKey struct{}

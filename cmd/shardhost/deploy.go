@@ -19,7 +19,7 @@ import (
 
 func newDeployCommand(g *globals) *cobra.Command {
 	var typ, role, allocation, checkpoint, strategy string
-	var shards, maxActive, maxRetries int
+	var shards, maxActive, maxRetries, logLines int
 	var history string
 	var passivateAfter, retention time.Duration
 	var remember, reset bool
@@ -84,6 +84,9 @@ deployment changed marked with * and their previous value.`,
 			if f.Changed("passivation-strategy") {
 				q.Set("passivation_strategy", strategy)
 			}
+			if f.Changed("log-lines") {
+				q.Set("log_lines", strconv.Itoa(logLines))
+			}
 			if f.Changed("remember-entities") {
 				q.Set("remember_entities", strconv.FormatBool(remember))
 			}
@@ -111,6 +114,7 @@ deployment changed marked with * and their previous value.`,
 	cmd.Flags().DurationVar(&passivateAfter, "passivate-after", 0, "passivate an entity idle this long (0: never)")
 	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the one --passivation-strategy chooses is passivated (0: no cap)")
 	cmd.Flags().StringVar(&strategy, "passivation-strategy", "", "whom --max-active passivates: lru (default: the least recently used), lfu (the least frequently used) or w-tinylfu (a window LRU and a frequency-filtered segmented LRU; docs/sharding.md)")
+	cmd.Flags().IntVar(&logLines, "log-lines", 0, "log lines (stdout, stderr, log calls) each entity keeps for shardhost logs, at most 100,000 (0: 1,000)")
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "how entity state survives a crash: journal (default: every acknowledged message is durable), passivation, every-message or every:N (docs/sharding.md)")
 	cmd.Flags().IntVar(&maxRetries, "max-retries", 0, "attempts of a tell that keeps failing (a trap, the deadline) before its entity pauses on it (default 3; 0: never pause, a dead letter at once)")
 	cmd.Flags().DurationVar(&retention, "idempotency-retention", 0, "how long an entity remembers a message's idempotency key and reply (default 24h)")

@@ -56,6 +56,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newEntitiesCommand(g)),
 		g.clientFlags(newEntityCommand(g)),
 		g.clientFlags(newHistoryCommand(g)),
+		g.clientFlags(newLogsCommand(g)),
 		g.clientFlags(newRevertCommand(g)),
 		g.clientFlags(newForkCommand(g)),
 		g.clientFlags(newResumeCommand(g, false)),

@@ -26,6 +26,7 @@ type nodeFlags struct {
 	gossipProfile   string
 	memoryLimitMiB  int
 	memberMemoryMiB int
+	entityLogRate   float64
 	messageDeadline time.Duration
 	maxMessageSize  int
 	maxModuleSize   int
@@ -74,6 +75,7 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "timing profile: lan (members on a network), local (one idle machine: fast failure detection, for tests) or dev (one machine that may be busy: pauses of seconds pass); --heartbeat-interval, --acceptable-heartbeat-pause and --sbr-stable-after, whose defaults are this command's profile's, override it")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
 	cmd.Flags().IntVar(&f.memberMemoryMiB, "member-memory-limit", 0, "linear memory of all the member's active entities together, in MiB: past it, the least recently used idle ones are passivated until the rest fit (0: no cap)")
+	cmd.Flags().Float64Var(&f.entityLogRate, "entity-log-rate", host.DefaultEntityLogRate, "log lines per second each entity may write on average (twice that in a burst); the lines beyond are dropped and counted in shardhost.entity.log.dropped; negative: no limit")
 	cmd.Flags().DurationVar(&f.messageDeadline, "message-deadline", d.Runtime.MessageDeadline, "how long one message may run inside an entity")
 	cmd.Flags().IntVar(&f.maxMessageSize, "max-message-size", d.Runtime.MaxMessageSize, "cap of a message and of a reply, in bytes")
 	cmd.Flags().IntVar(&f.maxModuleSize, "max-module-size", d.MaxModuleSize, "cap of a deployed module, in bytes")
@@ -119,6 +121,10 @@ func (f *nodeFlags) config(log *slog.Logger) (host.Config, error) {
 		return cfg, fmt.Errorf("--member-memory-limit %d: want MiB, 0 for no cap", f.memberMemoryMiB)
 	}
 	cfg.Sharding.MemoryLimit = int64(f.memberMemoryMiB) << 20
+	if f.entityLogRate == 0 {
+		return cfg, fmt.Errorf("--entity-log-rate 0 would drop every line: give a positive rate, or a negative one for no limit")
+	}
+	cfg.Runtime.EntityLogRate = f.entityLogRate
 	cfg.Runtime.MessageDeadline = f.messageDeadline
 	cfg.Runtime.MaxMessageSize = f.maxMessageSize
 	cfg.MaxModuleSize = f.maxModuleSize
@@ -166,7 +172,7 @@ func parseGossipKey(text, from string) ([]byte, error) {
 
 // observe gives a node's configuration its telemetry from the OTEL_* environment: the
 // tracer provider, the propagators, the meter provider and the Prometheus handler served
-// at /metrics. The returned function flushes and stops them.
+// at /metrics, and the logger provider of the entities' logs (OTEL_LOGS_EXPORTER). The returned function flushes and stops them.
 func observe(ctx context.Context, cfg *host.Config, node string) (func(), error) {
 	prop, err := telemetry.Propagator()
 	if err != nil {
@@ -181,13 +187,21 @@ func observe(ctx context.Context, cfg *host.Config, node string) (func(), error)
 		shutdownTracing(context.Background())
 		return nil, err
 	}
+	lp, shutdownLogs, err := telemetry.LoggerProvider(ctx, node)
+	if err != nil {
+		shutdownTracing(context.Background())
+		metrics.Shutdown(context.Background())
+		return nil, err
+	}
 	cfg.TracerProvider, cfg.Propagator = tp, prop
 	cfg.MeterProvider, cfg.MetricsHandler = metrics.Provider, metrics.Handler
+	cfg.Runtime.LoggerProvider = lp
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		shutdownTracing(ctx)
 		metrics.Shutdown(ctx)
+		shutdownLogs(ctx)
 	}, nil
 }
 

@@ -226,7 +226,10 @@ func (c *Context) EntityID() string { return c.h.entityID() }
 // EntityType returns the name of the entity's type.
 func (c *Context) EntityType() string { return c.h.entityType() }
 
-// Log writes msg into the host's log at level.
+// Log writes msg into the host's log and the entity's own log at level (read with
+// shardhost logs TYPE/ID, exported through OpenTelemetry logs; the host cuts lines over
+// 4 KiB). It never fails nor blocks: the host drops and counts lines beyond the entity's
+// rate. The Harness keeps them in Harness.Logs.
 func (c *Context) Log(level LogLevel, msg string) { c.h.log(level, msg) }
 
 // Logf formats and writes a line into the host's log at level.

@@ -19,9 +19,11 @@ import (
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/attribute"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	otellog "go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -74,6 +76,31 @@ func TracerProvider(ctx context.Context, node string) (trace.TracerProvider, fun
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp, tp.Shutdown, nil
+}
+
+// LoggerProvider returns the OpenTelemetry logger provider the environment asks for,
+// which the node gives every entity log line (host.RuntimeConfig.LoggerProvider), and a
+// function that flushes and stops it. With OTEL_LOGS_EXPORTER unset or "none", or
+// OTEL_SDK_DISABLED=true, it returns nil: no export. Otherwise the exporter is
+// autoexport's choice ("otlp": OTEL_EXPORTER_OTLP_* say where, over
+// OTEL_EXPORTER_OTLP_LOGS_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, default
+// http/protobuf; "console": stdout), behind a batching processor. The resource is
+// Resource's.
+func LoggerProvider(ctx context.Context, node string) (otellog.LoggerProvider, func(context.Context) error, error) {
+	exporter := strings.TrimSpace(os.Getenv("OTEL_LOGS_EXPORTER"))
+	if exporter == "" || exporter == "none" || sdkDisabled() {
+		return nil, func(context.Context) error { return nil }, nil
+	}
+	exp, err := autoexport.NewLogExporter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("telemetry: OTEL_LOGS_EXPORTER=%s: %w", exporter, err)
+	}
+	res, err := Resource(ctx, node)
+	if err != nil {
+		return nil, nil, err
+	}
+	lp := sdklog.NewLoggerProvider(sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)), sdklog.WithResource(res))
+	return lp, lp.Shutdown, nil
 }
 
 // tracesEnabled reports whether the environment turns tracing on (TracerProvider).

@@ -2,7 +2,8 @@
 //
 // Messages: "echo X" replies X; "loop" never returns; "grow" allocates memory without
 // end; "trap" panics; "print X" writes X to stdout and "eprint X" to stderr, then
-// replies "printed"; "fail" returns an error; "read PATH" tries to read a file and
+// replies "printed"; "log LEVEL X" passes X to the log host function at LEVEL (debug,
+// info, warn or error) and replies "logged"; "fail" returns an error; "read PATH" tries to read a file and
 // "dial ADDR" to open a TCP connection, replying what happened (the sandbox gives a
 // guest no filesystem and no network, so both fail). Anything else is an error.
 //
@@ -47,6 +48,15 @@ func (f *faulty) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	case strings.HasPrefix(s, "eprint "):
 		fmt.Fprintln(os.Stderr, strings.TrimPrefix(s, "eprint "))
 		return []byte("printed"), nil
+	case strings.HasPrefix(s, "log "):
+		level, text, _ := strings.Cut(strings.TrimPrefix(s, "log "), " ")
+		lv, ok := map[string]shardhost.LogLevel{"debug": shardhost.LevelDebug, "info": shardhost.LevelInfo,
+			"warn": shardhost.LevelWarn, "error": shardhost.LevelError}[level]
+		if !ok {
+			return nil, errors.New("faulty: unknown log level " + level)
+		}
+		ctx.Log(lv, text)
+		return []byte("logged"), nil
 	case s == "fail":
 		return nil, errors.New("faulty: failure requested")
 	case strings.HasPrefix(s, "read "):

@@ -59,7 +59,10 @@ impl Context {
         &self.entity_type
     }
 
-    /// Writes `msg` into the host's log at `level` (the host cuts lines over 4 KiB).
+    /// Writes `msg` into the host's log and the entity's own log at `level` (read with
+    /// `shardhost logs TYPE/ID`, exported through OpenTelemetry logs; the host cuts lines
+    /// over 4 KiB). It never fails nor blocks: the host drops and counts lines beyond the
+    /// entity's rate. The test harness keeps them in `Harness::logs`.
     pub fn log(&mut self, level: LogLevel, msg: &str) {
         self.host.log(level, msg)
     }
