@@ -67,6 +67,7 @@ const (
 	phaseActivate
 	phasePassivate
 	phaseInit
+	phaseQuery
 )
 
 var (

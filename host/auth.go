@@ -93,6 +93,7 @@ var routeRoles = map[string]Role{
 	"GET /v1/ddata/keys/{key...}":             RoleClient,
 	"GET /v1/entities/{type}/{id}/history":    RoleClient,
 	"GET /v1/entities":                        RoleRead,
+	"POST /v1/query":                          RoleRead,
 	"GET /v1/entities/{type}/{id}":            RoleRead,
 	"POST /v1/entities/{type}/{id}/revert":    RoleAdmin,
 	"POST /v1/entities/{type}/{id}/fork":      RoleAdmin,
