@@ -235,6 +235,9 @@ const (
 	// StatusNoHook, from ExportOnPassivate only: the entity has no hook and nothing ran,
 	// so its state is as it was (the host need not save it again).
 	StatusNoHook Status = 2
+	// StatusNoQuery, from ExportQuery only: the entity answers no query (an SDK's
+	// entity without a query method); the host says how to add one.
+	StatusNoQuery Status = 2
 )
 
 // LogLevel is the level argument of ImportLog. The values are those of log/slog.

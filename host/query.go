@@ -51,9 +51,9 @@ func readOnlyGuard(name string, f api.GoModuleFunc, results []api.ValueType) api
 			return
 		}
 		inst.charge()
-		msg := fmt.Sprintf("read-only: %s would change something, and a query changes nothing (abi/SPEC.md, \"Queries\")", name)
+		msg := fmt.Sprintf("%s would change something, and a query changes nothing (abi/SPEC.md, \"Queries\")", name)
 		if !coded {
-			panic(errors.New("host: " + msg))
+			panic(errors.New("host: read-only: " + msg))
 		}
 		inst.result = append(inst.result[:0], msg...)
 		stack[0] = uint64(uint32(abi.CodeReadOnly))
@@ -65,7 +65,8 @@ func (m *wasmModule) HasQuery() bool { return m.ops.Has(wasmbin.OpQuery) }
 
 // query runs the guest's shardhost_query with payload on this instance and returns its
 // reply. Errors: ErrInstanceClosed; an *EntityError with the guest's text when it
-// answered StatusError (or another status); ErrReplyTooLarge; a *GuestError for a trap
+// answered StatusError (or another status); errNoQuery's ErrBadRequest for
+// StatusNoQuery; ErrReplyTooLarge; a *GuestError for a trap
 // or the deadline (the instance is then closed).
 func (i *wasmInstance) query(ctx context.Context, payload []byte) ([]byte, error) {
 	if i.closed {
@@ -81,6 +82,8 @@ func (i *wasmInstance) query(ctx context.Context, payload []byte) ([]byte, error
 		return reply, nil
 	case status == abi.StatusError:
 		return nil, &EntityError{Message: string(reply)}
+	case status == abi.StatusNoQuery:
+		return nil, errNoQuery(i.entityType, i.m.Digest)
 	}
 	return nil, &EntityError{Message: fmt.Sprintf("%s returned status %d", abi.ExportQuery, status)}
 }

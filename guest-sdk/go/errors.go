@@ -20,10 +20,11 @@ const (
 	CodeNotAllowed   Code = 8  // the function is not valid here
 	CodeEntityError  Code = 9  // the asked entity answered with an error
 	CodeTypeMismatch Code = 10 // the ddata key holds another type
+	CodeReadOnly     Code = 11 // the call would change something, inside a query (Querier)
 )
 
 var codeNames = [...]string{"ok", "error", "not found", "deleted", "timeout", "ask cycle",
-	"unavailable", "bad request", "not allowed", "entity error", "type mismatch"}
+	"unavailable", "bad request", "not allowed", "entity error", "type mismatch", "read-only"}
 
 // String returns the code's name, such as "timeout".
 func (c Code) String() string {
@@ -70,6 +71,7 @@ var (
 	ErrNotAllowed   = errors.New("shardhost: not allowed here")    // CodeNotAllowed
 	ErrEntityError  = errors.New("shardhost: entity error")        // CodeEntityError
 	ErrTypeMismatch = errors.New("shardhost: ddata type mismatch") // CodeTypeMismatch
+	ErrReadOnly     = errors.New("shardhost: read-only")           // CodeReadOnly
 )
 
 func sentinel(c Code) error {
@@ -94,6 +96,8 @@ func sentinel(c Code) error {
 		return ErrEntityError
 	case CodeTypeMismatch:
 		return ErrTypeMismatch
+	case CodeReadOnly:
+		return ErrReadOnly
 	}
 	return nil
 }

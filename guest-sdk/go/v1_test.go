@@ -47,7 +47,7 @@ func newProbe(p *probe) *Harness {
 }
 
 func TestHostErrorMatchesSentinels(t *testing.T) {
-	for c := CodeError; c <= CodeTypeMismatch; c++ {
+	for c := CodeError; c <= CodeReadOnly; c++ {
 		err := error(&HostError{Code: c, Text: "why"})
 		if !errors.Is(err, sentinel(c)) {
 			t.Errorf("code %d does not match its sentinel", c)
@@ -747,7 +747,7 @@ func TestConstantsMatchABI(t *testing.T) {
 		"CodeDeleted": int64(CodeDeleted), "CodeTimeout": int64(CodeTimeout), "CodeAskCycle": int64(CodeAskCycle),
 		"CodeUnavailable": int64(CodeUnavailable), "CodeBadRequest": int64(CodeBadRequest),
 		"CodeNotAllowed": int64(CodeNotAllowed), "CodeEntityError": int64(CodeEntityError),
-		"CodeTypeMismatch": int64(CodeTypeMismatch), "Version": ABIVersion, "MaxIdempotencyKey": MaxIdempotencyKey,
+		"CodeTypeMismatch": int64(CodeTypeMismatch), "CodeReadOnly": int64(CodeReadOnly), "Version": ABIVersion, "MaxIdempotencyKey": MaxIdempotencyKey,
 	}
 	for name, v := range sdk {
 		expr, ok := abi[name]
