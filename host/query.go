@@ -90,7 +90,8 @@ func (i *wasmInstance) query(ctx context.Context, payload []byte) ([]byte, error
 
 // errNoQuery says how to give a module a query export.
 func errNoQuery(typ, digest string) error {
-	return fmt.Errorf("%w: the module of type %s (%.12s…) does not export %s, so its entities answer no query: "+
+	return fmt.Errorf("%w: the entities of type %s (module %.12s…) answer no query: the module does not export %s, "+
+		"or its entity has no query method; to add one: "+
 		"Go SDK: give the entity a method Query(ctx *sdk.Context, payload []byte) ([]byte, error) (sdk.Querier); "+
 		"Rust SDK: implement Entity::query; by hand: export %s(ptr i32, len i32) -> i32 (abi/SPEC.md, \"Queries\"); "+
 		"then upgrade the type", ErrBadRequest, typ, digest, abi.ExportQuery, abi.ExportQuery)
