@@ -91,6 +91,8 @@ mod wasm;
 mod tests;
 #[cfg(test)]
 mod tests_v1;
+#[cfg(test)]
+mod tests_query;
 
 pub use context::Context;
 pub use ddata::{Consistency, Flag, GCounter, GSet, LWWMap, LWWRegister, ORMultiMap, ORSet, PNCounter, PNCounterMap};
@@ -184,6 +186,9 @@ pub enum Code {
     EntityError = 9,
     /// 10: the ddata key holds another type.
     TypeMismatch = 10,
+    /// 11: the call would change something, inside [`Entity::query`] (which changes
+    /// nothing).
+    ReadOnly = 11,
 }
 
 impl Code {
@@ -206,6 +211,7 @@ impl Code {
             8 => Code::NotAllowed,
             9 => Code::EntityError,
             10 => Code::TypeMismatch,
+            11 => Code::ReadOnly,
             _ => Code::Error,
         })
     }
@@ -223,6 +229,7 @@ impl Code {
             Code::NotAllowed => "NotAllowed",
             Code::EntityError => "EntityError",
             Code::TypeMismatch => "TypeMismatch",
+            Code::ReadOnly => "ReadOnly",
         }
     }
 }
@@ -472,6 +479,22 @@ pub trait Entity {
     fn on_passivate(&mut self, ctx: &mut Context) {
         let _ = ctx;
     }
+
+    /// Answers a read-only query (the host's `shardhost_query`, abi/SPEC.md, "Queries";
+    /// `shardhost query TYPE/ID PAYLOAD`). The host calls it on a throwaway instance made
+    /// from the entity's saved state, never on the instance that handles messages: it
+    /// never waits behind the entity's messages, never activates it, and nothing it
+    /// does is kept. [`Context`] calls that would change anything (tell, ask, forward,
+    /// distributed data updates, deletes and subscriptions, timers) fail with
+    /// [`Code::ReadOnly`]; `passivate` traps.
+    ///
+    /// - `None` (the default): the entity answers no query; the host says how to add one.
+    /// - `Some(Ok(reply))`: the answer.
+    /// - `Some(Err(e))`: the query's error, with `e`'s text.
+    fn query(&self, ctx: &mut Context, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
+        let _ = (ctx, payload);
+        None
+    }
 }
 
 impl<E: Entity + ?Sized> Entity for Box<E> {
@@ -497,6 +520,10 @@ impl<E: Entity + ?Sized> Entity for Box<E> {
 
     fn on_passivate(&mut self, ctx: &mut Context) {
         (**self).on_passivate(ctx)
+    }
+
+    fn query(&self, ctx: &mut Context, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
+        (**self).query(ctx, payload)
     }
 }
 
@@ -528,8 +555,9 @@ fn fnv1a_64(b: &[u8]) -> u64 {
 /// `shardhost_snapshot`, `shardhost_restore` and `shardhost_migrate`, which call
 /// [`Entity::snapshot`], [`Entity::restore`] and [`Entity::migrate`] (an entity that keeps
 /// their defaults gets transparent snapshots),
-/// and `shardhost_on_activate` and `shardhost_on_passivate`, which call
-/// [`Entity::on_activate`] and [`Entity::on_passivate`].
+/// `shardhost_on_activate` and `shardhost_on_passivate`, which call
+/// [`Entity::on_activate`] and [`Entity::on_passivate`], and `shardhost_query`, which
+/// calls [`Entity::query`].
 ///
 /// ```
 /// # use shardhost::{Context, Entity, Error};
@@ -600,6 +628,11 @@ macro_rules! entity {
                 pub extern "C" fn shardhost_on_passivate() -> i32 {
                     $crate::__private::on_passivate()
                 }
+
+                #[no_mangle]
+                pub extern "C" fn shardhost_query(ptr: *const u8, len: u32) -> i32 {
+                    $crate::__private::query(ptr, len, __shardhost_create)
+                }
             };
         };
     };
@@ -610,4 +643,5 @@ macro_rules! entity {
 #[cfg(target_arch = "wasm32")]
 pub mod __private {
     pub use crate::wasm::{alloc, migrate, on_activate, on_passivate, receive, restore, snapshot};
+    pub use crate::wasm::query;
 }
