@@ -122,3 +122,40 @@ func TestQueryWithoutQuerier(t *testing.T) {
 		t.Fatalf("POST /v1/query of an entity without Query: %d %q", r.status, r.body)
 	}
 }
+
+// The Rust examples answer through Entity::query, from an explicit and a transparent
+// state, active and passivated; echo-rust keeps the default and answers no query.
+func TestQueryRust(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	nodes := startNodes(t, 1, nil)
+	n, ctx := nodes[0], context.Background()
+	for name, wasm := range map[string][]byte{
+		"explicit":    testwasm.RustBytes(t, "counter-rust"),
+		"transparent": testwasm.RustBytesWith(t, "counter-rust", testwasm.RustTransparent...),
+	} {
+		if _, err := n.Deploy(ctx, wasm, sharding.TypeSettings{Name: name, NumberOfShards: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Sharding().Ask(ctx, name, "c", []byte("inc 41")); err != nil {
+			t.Fatal(err)
+		}
+		for _, passivate := range []bool{false, true} {
+			if passivate {
+				if _, err := n.Sharding().Passivate(ctx, name, "c"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if out, err := n.Query(ctx, name, "c", []byte("get")); err != nil || string(out) != "41" {
+				t.Fatalf("%s: query get (passivated %v): %q, %v", name, passivate, out, err)
+			}
+		}
+	}
+	if _, err := n.Deploy(ctx, testwasm.RustBytes(t, "echo-rust"), sharding.TypeSettings{Name: "echo", NumberOfShards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Query(ctx, "echo", "a", []byte("get")); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "Entity::query") {
+		t.Fatalf("query of echo-rust: %v", err)
+	}
+}
