@@ -159,3 +159,27 @@ func TestQueryRust(t *testing.T) {
 		t.Fatalf("query of echo-rust: %v", err)
 	}
 }
+
+// The Go examples, built by each Go compiler here (TinyGo and Go's port), answer get
+// through Query.
+func TestQueryGoExamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node")
+	}
+	nodes := startNodes(t, 1, nil)
+	n, ctx := nodes[0], context.Background()
+	for _, c := range testwasm.GoCompilers {
+		for _, ex := range []struct{ name, msg, want string }{{"counter", "inc 41", "41"}, {"bank", "deposit 41", "41"}} {
+			typ := ex.name + "-" + strings.ToLower(c.Name)
+			if _, err := n.Deploy(ctx, c.Bytes(t, ex.name), sharding.TypeSettings{Name: typ, NumberOfShards: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.Sharding().Ask(ctx, typ, "x", []byte(ex.msg)); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := n.Query(ctx, typ, "x", []byte("get")); err != nil || string(out) != ex.want {
+				t.Errorf("%s: query get: %q, %v; want %s", typ, out, err, ex.want)
+			}
+		}
+	}
+}
