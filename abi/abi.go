@@ -67,6 +67,15 @@ const (
 	// the host saves the state of an entity it stops (passivation, handoff, shutdown).
 	// StatusNoHook says nothing ran; another non-zero status is logged; the stop goes on.
 	ExportOnPassivate = "shardhost_on_passivate"
+	// ExportQuery (v1, optional) is `shardhost_query(ptr i32, len i32) -> i32`: a
+	// read-only question about the entity's state, of len bytes at ptr (written into a
+	// buffer from ExportAlloc). The guest replies with ImportReply and returns StatusOK,
+	// or StatusError with the reply as its text. The host calls it on a throwaway
+	// instance made from the entity's saved state, never on the entity's own: what the
+	// guest changes is dropped, and host functions that would change anything (tell,
+	// ask, forward, distributed data updates, timers, passivate) fail with
+	// CodeReadOnly (abi/SPEC.md, "Queries").
+	ExportQuery = "shardhost_query"
 )
 
 // ImportModule is the module name under which the host provides its functions.
@@ -214,6 +223,8 @@ const (
 	CodeEgressTooLarge    Code = 12
 	CodeEgressFailed      Code = 13
 	CodeEgressRateLimited Code = 14
+	// CodeReadOnly: the call would change something, inside shardhost_query.
+	CodeReadOnly Code = 15
 )
 
 // Clocks of ImportNow.
@@ -268,6 +279,9 @@ const (
 	// StatusNoHook, from ExportOnPassivate only: the entity has no hook and nothing ran,
 	// so its state is as it was (the host need not save it again).
 	StatusNoHook Status = 2
+	// StatusNoQuery, from ExportQuery only: the entity answers no query (an SDK's
+	// entity without a query method); the host says how to add one.
+	StatusNoQuery Status = 2
 )
 
 // LogLevel is the level argument of ImportLog. The values are those of log/slog.

@@ -70,6 +70,7 @@ const (
 	phaseActivate
 	phasePassivate
 	phaseInit
+	phaseQuery
 )
 
 var (

@@ -142,6 +142,7 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/passivate", n.apiPassivate)
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
+	mux.HandleFunc("POST /v1/query", n.apiQuery)
 	mux.HandleFunc("GET /v1/entities", n.apiListEntities)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}", n.apiDescribeEntity)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/history", n.apiHistory)

@@ -95,6 +95,7 @@ var routeRoles = map[string]Role{
 	"GET /v1/entities/{type}/{id}/logs":       RoleClient, // what entities print may be data
 	"GET /v1/logs":                            RoleClient,
 	"GET /v1/entities":                        RoleRead,
+	"POST /v1/query":                          RoleRead,
 	"GET /v1/entities/{type}/{id}":            RoleRead,
 	// An entity's reminders, payloads with them (as history previews payloads).
 	"GET /v1/entities/{type}/{id}/reminders": RoleClient,

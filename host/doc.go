@@ -30,7 +30,8 @@
 // RegionReport per member, a ShardReport per shard), Readiness (GET /ready), DDataEntry
 // (a key of the replicator), ForgetResult (the reply of ForgetStateMember's route), and
 // History's HistoryPage of HistoryRecord values (an entity's journal, read without
-// activating it), TimeTravelResult (a revert's or a fork's). IdempotencyKeyHeader names the header of an ask's or a tell's
+// activating it), TimeTravelResult (a revert's or a fork's). Query answers a read-only question on a
+// throwaway instance of an entity's saved state (POST /v1/query). IdempotencyKeyHeader names the header of an ask's or a tell's
 // idempotency key.
 //
 // Errors keep their meaning through the API's error codes and across members

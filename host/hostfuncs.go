@@ -36,7 +36,7 @@ var hostFunctionNames = func() map[string]struct{} {
 func (rt *wasmRuntime) instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(abi.ImportModule)
 	fn := func(name string, f api.GoModuleFunc, params, results []api.ValueType) {
-		b.NewFunctionBuilder().WithGoModuleFunction(replayable(name, f, len(results)), params, results).Export(name)
+		b.NewFunctionBuilder().WithGoModuleFunction(readOnlyGuard(name, replayable(name, f, len(results)), results), params, results).Export(name)
 	}
 	fn(abi.ImportReply, hostReply, []api.ValueType{i32, i32}, nil)
 	fn(abi.ImportEntityID, func(ctx context.Context, mod api.Module, stack []uint64) {

@@ -463,6 +463,8 @@ func phaseOf(op wasmbin.Op) phase {
 		return phaseActivate
 	case wasmbin.OpOnPassivate:
 		return phasePassivate
+	case wasmbin.OpQuery:
+		return phaseQuery
 	}
 	return phaseNone
 }

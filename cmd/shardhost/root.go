@@ -49,6 +49,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newPassivateCommand(g)),
 		g.clientFlags(newTellCommand(g)),
 		g.clientFlags(newAskCommand(g)),
+		g.clientFlags(newQueryCommand(g)),
 		g.clientFlags(newMembersCommand(g)),
 		g.clientFlags(newShardsCommand(g)),
 		g.clientFlags(newTypesCommand(g)),

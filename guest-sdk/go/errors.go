@@ -20,11 +20,12 @@ const (
 	CodeNotAllowed   Code = 8  // the function is not valid here
 	CodeEntityError  Code = 9  // the asked entity answered with an error
 	CodeTypeMismatch Code = 10 // the ddata key holds another type
+	CodeReadOnly     Code = 15 // the call would change something, inside a query (Querier)
 )
 
 var codeNames = [...]string{"ok", "error", "not found", "deleted", "timeout", "ask cycle",
 	"unavailable", "bad request", "not allowed", "entity error", "type mismatch",
-	"egress-denied", "egress-too-large", "egress-failed", "egress-rate-limited"}
+	"egress-denied", "egress-too-large", "egress-failed", "egress-rate-limited", "read-only"}
 
 // String returns the code's name, such as "timeout".
 func (c Code) String() string {
@@ -79,6 +80,7 @@ var (
 	ErrEgressTooLarge    = errors.New("shardhost: egress too large")    // CodeEgressTooLarge
 	ErrEgressFailed      = errors.New("shardhost: egress failed")       // CodeEgressFailed
 	ErrEgressRateLimited = errors.New("shardhost: egress rate limited") // CodeEgressRateLimited
+	ErrReadOnly          = errors.New("shardhost: read-only")           // CodeReadOnly
 )
 
 func sentinel(c Code) error {
@@ -111,6 +113,8 @@ func sentinel(c Code) error {
 		return ErrEgressFailed
 	case CodeEgressRateLimited:
 		return ErrEgressRateLimited
+	case CodeReadOnly:
+		return ErrReadOnly
 	}
 	return nil
 }

@@ -196,6 +196,7 @@ const (
 	phaseReceive         // shardhost_receive
 	phaseActivate        // shardhost_on_activate
 	phasePassivate       // shardhost_on_passivate
+	phaseQuery           // shardhost_query
 )
 
 // Status codes the exports return (abi.Status).

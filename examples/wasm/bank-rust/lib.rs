@@ -108,6 +108,21 @@ impl Entity for Account {
         Ok(a.balance.to_string().into_bytes())
     }
 
+    /// Answers "get" (or "balance") with the balance and "ops" with the deposits and
+    /// withdrawals done, without a message (`shardhost query bank-rust/ID get`), on a
+    /// throwaway copy of the account's saved state: it never waits behind the account's
+    /// messages and changes nothing.
+    fn query(&self, _ctx: &mut Context, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
+        Some(match payload {
+            b"get" | b"balance" => Ok(self.state.balance.to_string().into_bytes()),
+            b"ops" => Ok(self.state.ops.to_string().into_bytes()),
+            _ => Err(Error::new(format!(
+                "bank: unknown query {:?} (want get, balance or ops)",
+                String::from_utf8_lossy(payload)
+            ))),
+        })
+    }
+
     #[cfg(not(transparent))]
     shardhost::explicit_state!(state);
 }
@@ -137,6 +152,18 @@ mod tests {
             assert!(h.send(bad.as_bytes()).is_err(), "{:?}", bad);
         }
         assert_eq!(h.send(b"balance").unwrap(), b"10");
+    }
+
+    #[test]
+    fn query_get() {
+        let mut h = Harness::new("bank-rust", "alice", |_id: &str| Account::default());
+        h.send(b"deposit 70").unwrap();
+        h.send(b"withdraw 20").unwrap();
+        for (q, want) in [("get", "50"), ("balance", "50"), ("ops", "2")] {
+            assert_eq!(h.query(q.as_bytes()).unwrap().unwrap(), want.as_bytes(), "{}", q);
+        }
+        assert!(h.query(b"deposit 5").unwrap().is_err());
+        assert_eq!(h.send(b"balance").unwrap(), b"50");
     }
 
     /// The account survives a passivation: as explicit state, unless built with

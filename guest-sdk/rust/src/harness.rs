@@ -54,6 +54,7 @@ enum Phase {
     Receive,
     Activate,
     Passivate,
+    Query,
 }
 
 type AskHandler = Box<dyn FnMut(&str, &str, &[u8]) -> Result<Vec<u8>, Error>>;
@@ -153,6 +154,14 @@ impl Fake {
         }
     }
 
+    /// Fails a call that would change something inside a query, as the host does.
+    fn writable(&self, f: &str) -> Result<(), Error> {
+        if self.phase == Phase::Query {
+            return Err(Error::with_code(Code::ReadOnly, format!("shardhost: {} would change something, and a query changes nothing", f)));
+        }
+        Ok(())
+    }
+
     fn only_in_receive(&self, f: &str) {
         if self.phase != Phase::Receive {
             panic!("shardhost: {} is only valid during receive (the host traps)", f);
@@ -218,6 +227,7 @@ impl Fake {
 
     pub(crate) fn tell_key(&mut self, typ: &str, id: &str, msg: &[u8], key: &str) -> Result<(), Error> {
         self.coded()?;
+        self.writable("tell")?;
         self.check_messaging(typ, id, msg.len())?;
         let key = check_key(key)?;
         self.tells.push(Sent { typ: typ.to_string(), id: id.to_string(), msg: msg.to_vec(), timeout: None, key });
@@ -240,6 +250,7 @@ impl Fake {
         timeout_ms: i32,
     ) -> Result<Vec<u8>, Error> {
         self.coded()?;
+        self.writable("ask")?;
         self.check_messaging(typ, id, msg.len())?;
         let key = check_key(key)?;
         let timeout = if timeout_ms > 0 { Some(Duration::from_millis(timeout_ms as u64)) } else { None };
@@ -263,6 +274,7 @@ impl Fake {
 
     pub(crate) fn forward(&mut self, typ: &str, id: &str) -> Result<(), Error> {
         self.coded()?;
+        self.writable("forward")?;
         if self.phase != Phase::Receive || self.kind != MessageKind::Message {
             return Err(Error::with_code(Code::NotAllowed, "shardhost: forward is only valid for a message of kind 0 in receive"));
         }
@@ -279,6 +291,7 @@ impl Fake {
 
     pub(crate) fn ddata_update(&mut self, key: &str, typ: &str, op: &str, cons: &str, _timeout_ms: i32) -> Result<String, Error> {
         self.call();
+        self.writable("ddata_update")?;
         let injected = self.fail_next.take();
         if let Some(e) = &injected {
             if e.code() != Code::Timeout {
@@ -296,12 +309,14 @@ impl Fake {
 
     pub(crate) fn ddata_delete(&mut self, key: &str, cons: &str, _timeout_ms: i32) -> Result<(), Error> {
         self.coded()?;
+        self.writable("ddata_delete")?;
         check_consistency(cons)?;
         self.store.delete(key)
     }
 
     pub(crate) fn subscribe(&mut self, key: &str) -> Result<(), Error> {
         self.coded()?;
+        self.writable("ddata_subscribe")?;
         if key.is_empty() {
             return Err(bad_request("shardhost: empty ddata key"));
         }
@@ -311,12 +326,14 @@ impl Fake {
 
     pub(crate) fn unsubscribe(&mut self, key: &str) -> Result<(), Error> {
         self.coded()?;
+        self.writable("ddata_unsubscribe")?;
         self.subscriptions.remove(key);
         Ok(())
     }
 
     pub(crate) fn timer_start(&mut self, name: &str, msg: &[u8], delay_ms: i64, interval_ms: i64) -> Result<(), Error> {
         self.coded()?;
+        self.writable("timer_start")?;
         if name.is_empty() || name.len() > MAX_TIMER_NAME {
             return Err(bad_request(format!("shardhost: timer name of {} bytes (want 1 to {})", name.len(), MAX_TIMER_NAME)));
         }
@@ -380,6 +397,9 @@ impl Fake {
 
     pub(crate) fn timer_cancel(&mut self, name: &str) -> bool {
         self.call();
+        if self.phase == Phase::Query {
+            return false;
+        }
         self.timers.remove(name).is_some()
     }
 
@@ -898,6 +918,16 @@ impl<E: Entity> Harness<E> {
                 self.restore(&state)
             }
         }
+    }
+
+    /// Runs [`Entity::query`] as the host does (abi/SPEC.md, "Queries"): on the entity as
+    /// it is (created first if no message or restore has; not activated), with the calls
+    /// that would change anything failing with [`Code::ReadOnly`]. The host runs it on a
+    /// throwaway copy of the entity's saved state; `query` takes `&self`, so the entity
+    /// here is not changed either. `None` when the entity answers no query (the default
+    /// [`Entity::query`]).
+    pub fn query(&mut self, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
+        self.enter(Phase::Query, MessageKind::Message, "", |e, ctx| e.query(ctx, payload))
     }
 
     /// Whether the last message called [`Context::passivate`], asking the host to

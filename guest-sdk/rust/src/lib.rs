@@ -95,6 +95,8 @@ mod tests;
 mod tests_http;
 #[cfg(test)]
 mod tests_v1;
+#[cfg(test)]
+mod tests_query;
 
 pub use context::Context;
 pub use ddata::{Consistency, Flag, GCounter, GSet, LWWMap, LWWRegister, ORMultiMap, ORSet, PNCounter, PNCounterMap};
@@ -211,6 +213,9 @@ pub enum Code {
     EgressFailed = 13,
     /// 14: outbound HTTP: the entity made more requests than its type's rate allows.
     EgressRateLimited = 14,
+    /// 15: the call would change something, inside [`Entity::query`] (which changes
+    /// nothing).
+    ReadOnly = 15,
 }
 
 impl Code {
@@ -237,6 +242,7 @@ impl Code {
             12 => Code::EgressTooLarge,
             13 => Code::EgressFailed,
             14 => Code::EgressRateLimited,
+            15 => Code::ReadOnly,
             _ => Code::Error,
         })
     }
@@ -258,6 +264,7 @@ impl Code {
             Code::EgressTooLarge => "EgressTooLarge",
             Code::EgressFailed => "EgressFailed",
             Code::EgressRateLimited => "EgressRateLimited",
+            Code::ReadOnly => "ReadOnly",
         }
     }
 }
@@ -511,6 +518,22 @@ pub trait Entity {
     fn on_passivate(&mut self, ctx: &mut Context) {
         let _ = ctx;
     }
+
+    /// Answers a read-only query (the host's `shardhost_query`, abi/SPEC.md, "Queries";
+    /// `shardhost query TYPE/ID PAYLOAD`). The host calls it on a throwaway instance made
+    /// from the entity's saved state, never on the instance that handles messages: it
+    /// never waits behind the entity's messages, never activates it, and nothing it
+    /// does is kept. [`Context`] calls that would change anything (tell, ask, forward,
+    /// distributed data updates, deletes and subscriptions, timers) fail with
+    /// [`Code::ReadOnly`]; `passivate` traps.
+    ///
+    /// - `None` (the default): the entity answers no query; the host says how to add one.
+    /// - `Some(Ok(reply))`: the answer.
+    /// - `Some(Err(e))`: the query's error, with `e`'s text.
+    fn query(&self, ctx: &mut Context, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
+        let _ = (ctx, payload);
+        None
+    }
 }
 
 impl<E: Entity + ?Sized> Entity for Box<E> {
@@ -536,6 +559,10 @@ impl<E: Entity + ?Sized> Entity for Box<E> {
 
     fn on_passivate(&mut self, ctx: &mut Context) {
         (**self).on_passivate(ctx)
+    }
+
+    fn query(&self, ctx: &mut Context, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
+        (**self).query(ctx, payload)
     }
 }
 
@@ -567,8 +594,9 @@ fn fnv1a_64(b: &[u8]) -> u64 {
 /// `shardhost_snapshot`, `shardhost_restore` and `shardhost_migrate`, which call
 /// [`Entity::snapshot`], [`Entity::restore`] and [`Entity::migrate`] (an entity that keeps
 /// their defaults gets transparent snapshots),
-/// and `shardhost_on_activate` and `shardhost_on_passivate`, which call
-/// [`Entity::on_activate`] and [`Entity::on_passivate`].
+/// `shardhost_on_activate` and `shardhost_on_passivate`, which call
+/// [`Entity::on_activate`] and [`Entity::on_passivate`], and `shardhost_query`, which
+/// calls [`Entity::query`].
 ///
 /// ```
 /// # use shardhost::{Context, Entity, Error};
@@ -639,6 +667,11 @@ macro_rules! entity {
                 pub extern "C" fn shardhost_on_passivate() -> i32 {
                     $crate::__private::on_passivate()
                 }
+
+                #[no_mangle]
+                pub extern "C" fn shardhost_query(ptr: *const u8, len: u32) -> i32 {
+                    $crate::__private::query(ptr, len, __shardhost_create)
+                }
             };
         };
     };
@@ -649,4 +682,5 @@ macro_rules! entity {
 #[cfg(target_arch = "wasm32")]
 pub mod __private {
     pub use crate::wasm::{alloc, migrate, on_activate, on_passivate, receive, restore, snapshot};
+    pub use crate::wasm::query;
 }

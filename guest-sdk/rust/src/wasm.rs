@@ -99,6 +99,7 @@ extern "C" {
 const STATUS_OK: i32 = 0;
 const STATUS_ERROR: i32 = 1;
 const STATUS_NO_SNAPSHOT: i32 = 2;
+const STATUS_NO_QUERY: i32 = 2;
 
 type Create = fn(&str) -> Box<dyn Entity>;
 
@@ -217,6 +218,27 @@ pub fn migrate(ptr: *const u8, len: u32, create: Create) -> i32 {
         let result = g.dispatcher.migrate(u64::from_le_bytes(from), &input[8..], || start(create));
         g.inbox = Inbox::new();
         status(result.map(|()| Vec::new()))
+    })
+}
+
+/// `shardhost_query`: runs on a throwaway instance (abi/SPEC.md, "Queries").
+pub fn query(ptr: *const u8, len: u32, create: Create) -> i32 {
+    GUEST.with(|g| {
+        let g = &mut *g.borrow_mut();
+        let payload = match g.inbox.message(ptr, len) {
+            Some(m) => m,
+            None => {
+                send_reply(MSG_NOT_IN_BUFFER.as_bytes());
+                return STATUS_ERROR;
+            }
+        };
+        let (entity, ctx) = g.dispatcher.ensure(|| start(create));
+        let r = entity.query(ctx, payload);
+        ctx.host.end_message();
+        match r {
+            None => STATUS_NO_QUERY,
+            Some(r) => status(r),
+        }
     })
 }
 

@@ -44,6 +44,7 @@ const (
 	OpSnapshot
 	OpRestore
 	OpMigrate
+	OpQuery
 	numOps
 )
 
@@ -62,6 +63,7 @@ var dispatchTargets = [numOps]struct {
 	OpSnapshot:    {abi.ExportSnapshot, nil, []byte{valI32}},
 	OpRestore:     {abi.ExportRestore, []byte{valI32, valI32}, []byte{valI32}},
 	OpMigrate:     {abi.ExportMigrate, []byte{valI32, valI32}, []byte{valI32}},
+	OpQuery:       {abi.ExportQuery, []byte{valI32, valI32}, []byte{valI32}},
 }
 
 // Ops is a set of ops: bit op is set when shardhost_dispatch calls op's function.
