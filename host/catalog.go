@@ -70,6 +70,12 @@ type TypeInfo struct {
 	// HistoryAgeMs, when not 0, is how long journal records stay behind a base
 	// (sharding.TypeSettings.HistoryAge), in place of History.
 	HistoryAgeMs int64 `cbor:"21,keyasint,omitempty" json:"history_age_ms,omitempty"`
+	// RolloutRev counts the changes of the version's rollout (a promotion): at one
+	// version, the higher wins (newerThan).
+	RolloutRev uint64 `cbor:"60,keyasint,omitempty" json:"rollout_rev,omitempty"`
+	// Rollout, when not nil, is the version's canary rollout: in flight, or rolled
+	// back (this version then runs the stable version's module again; rollout.go).
+	Rollout *Rollout `cbor:"61,keyasint,omitempty" json:"rollout,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -101,7 +107,8 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
 // removal before the deployment it removes, and a removal that deleted the state (the
-// later deletion first) before one that did not; then later time, then digest, so that
+// later deletion first) before one that did not; then the later rollout change
+// (RolloutRev); then later time, then digest, so that
 // every member picks the same winner.
 func (t TypeInfo) newerThan(o TypeInfo) bool {
 	if t.Version != o.Version {
@@ -112,6 +119,9 @@ func (t TypeInfo) newerThan(o TypeInfo) bool {
 	}
 	if t.StateDeletedAt != o.StateDeletedAt {
 		return t.StateDeletedAt > o.StateDeletedAt
+	}
+	if t.RolloutRev != o.RolloutRev {
+		return t.RolloutRev > o.RolloutRev
 	}
 	if t.DeployedAt != o.DeployedAt {
 		return t.DeployedAt > o.DeployedAt
@@ -342,7 +352,8 @@ func (c *catalog) apply(entries []TypeInfo) []TypeInfo {
 	c.mu.Lock()
 	for _, t := range entries {
 		st := t.Settings()
-		if ValidateTypeName(t.Name) != nil || !validDigest(t.Digest) || st.Validate() != nil {
+		if ValidateTypeName(t.Name) != nil || !validDigest(t.Digest) || st.Validate() != nil ||
+			(t.Rollout != nil && (!validDigest(t.Rollout.StableDigest) || !validDigest(t.Rollout.CanaryDigest))) {
 			continue // not something a member writes: ignore it
 		}
 		if cur, ok := c.types[t.Name]; !ok || t.newerThan(cur) {
@@ -384,7 +395,7 @@ var (
 		return em
 	}()
 	catalogDecMode = func() cbor.DecMode {
-		dm, err := cbor.DecOptions{MaxNestedLevels: 4, MaxArrayElements: 10_000, MaxMapPairs: 16}.DecMode()
+		dm, err := cbor.DecOptions{MaxNestedLevels: 6, MaxArrayElements: 10_000, MaxMapPairs: 64}.DecMode()
 		if err != nil {
 			panic(err)
 		}

@@ -85,7 +85,7 @@ func (n *Node) Upgrade(ctx context.Context, name string, opts UpgradeOptions) (U
 	byShard := map[int][]string{}
 	for _, r := range replies {
 		for _, ev := range r.Entities {
-			if ev.Type != name || ev.Digest == info.Digest || ev.Digest == "" {
+			if ev.Type != name || ev.Digest == targetOf(info, ev.ID) || ev.Digest == "" {
 				continue
 			}
 			if ev.Transparent {
@@ -171,7 +171,7 @@ func (n *Node) upgradeEntity(ctx context.Context, typ, id string, now bool) erro
 		return fmt.Errorf("activation: %w", err)
 	}
 	digest, why, _ := strings.Cut(string(r.Payload), "\n")
-	if cur, ok := n.catalog.get(typ); ok && digest != cur.Digest {
+	if cur, ok := n.catalog.get(typ); ok && digest != targetOf(cur, id) {
 		if why == "" {
 			why = "it runs another module"
 		}
