@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -510,6 +511,15 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	}
 	if cur.Removed {
 		return n.sharding.StopType(ctx, cur.Name)
+	}
+	if r := cur.Rollout; r != nil && r.State == RolloutRolledBack {
+		// The canary's failures were its module's: its entities start afresh on the
+		// stable one (backoff).
+		prefix := cur.Name + "/"
+		n.backoff.forget(func(entity string) bool {
+			id, ok := strings.CutPrefix(entity, prefix)
+			return ok && r.inCanary(cur.Name, id)
+		})
 	}
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err

@@ -758,6 +758,17 @@ func (b *backoff) failed(entity string) bool {
 	return false
 }
 
+// forget forgets the failures of the entities ("TYPE/ID") drop reports.
+func (b *backoff) forget(drop func(entity string) bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for entity := range b.failing {
+		if drop(entity) {
+			delete(b.failing, entity)
+		}
+	}
+}
+
 // succeeded forgets the entity's failures.
 func (b *backoff) succeeded(entity string) {
 	b.mu.Lock()
