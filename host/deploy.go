@@ -67,6 +67,9 @@ type DeployResult struct {
 	// OlderErrors says why Older may be partial (members that did not answer, a state
 	// store that cannot list its states: passivated entities are not counted).
 	OlderErrors []string `json:"older_errors,omitempty"`
+	// CanaryMoved, for a canary deploy (DeployCanary), is the move of the canary's
+	// active entities to it.
+	CanaryMoved *UpgradeResult `json:"canary_moved,omitempty"`
 }
 
 // olderVersions returns the versions of usage, counted before a deploy of the module

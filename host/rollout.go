@@ -201,11 +201,24 @@ func (o CanaryOptions) rollout(prev TypeInfo, exists bool, digest string) (*Roll
 // DeployCanary deploys a new version of the existing entity type st.Name as Deploy
 // does, as a canary: the entity IDs of o's share or list activate on it, the others
 // stay on the type's current version (a canary in flight: its stable one), until
-// RolloutPromote or RolloutRollback. Errors: those of Deploy; ErrBadRequest for
+// RolloutPromote or RolloutRollback. The canary's active entities with explicit state
+// move to it at once (DeployResult.CanaryMoved). Errors: those of Deploy; ErrBadRequest for
 // options that do not parse, a type with no version deployed, or the module the
 // type's stable version runs; nothing is deployed then.
 func (n *Node) DeployCanary(ctx context.Context, wasm []byte, st sharding.TypeSettings, o CanaryOptions) (DeployResult, error) {
-	return n.deploy(ctx, wasm, st, &o)
+	res, err := n.deploy(ctx, wasm, st, &o)
+	if err != nil {
+		return res, err
+	}
+	// The canary's active entities move to it now, as shardhost upgrade --now moves
+	// them; the others stay where they are.
+	r := res.Type.Rollout
+	moved, err := n.Upgrade(ctx, st.Name, UpgradeOptions{Now: true, only: func(id, _ string) bool { return r.inCanary(st.Name, id) }})
+	if err != nil {
+		return res, err
+	}
+	res.CanaryMoved = &moved
+	return res, nil
 }
 
 // RolloutStatus is a type's rollout, with what its versions did (RolloutStatusOf).
@@ -351,7 +364,7 @@ func (n *Node) RolloutRollback(ctx context.Context, name, reason string) (Rollba
 	n.tellEveryMember(ctx, next, nil)
 	n.log.WarnContext(ctx, "canary rolled back", "type", name, "canary", r.Canary, "stable", r.Stable, "version", next.Version, "reason", reason)
 	res := RollbackResult{Type: next}
-	moved, err := n.Upgrade(ctx, name, UpgradeOptions{Now: true})
+	moved, err := n.Upgrade(ctx, name, UpgradeOptions{Now: true, only: func(_, digest string) bool { return digest == r.CanaryDigest }})
 	if err != nil {
 		return res, err
 	}
