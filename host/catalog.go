@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -155,6 +156,9 @@ type catalog struct {
 	path   string
 	log    *slog.Logger
 	saveMu sync.Mutex
+	// canaries counts the deployed types with a canary in flight (rollout.go): the
+	// cost of a message of a member without any is one atomic load.
+	canaries atomic.Int32
 }
 
 func newCatalog(changed func(TypeInfo), path string, log *slog.Logger) *catalog {
@@ -360,6 +364,15 @@ func (c *catalog) apply(entries []TypeInfo) []TypeInfo {
 			c.types[t.Name] = t
 			changed = append(changed, t)
 		}
+	}
+	if len(changed) > 0 {
+		n := int32(0)
+		for _, t := range c.types {
+			if !t.Removed && t.Rollout.inFlight() {
+				n++
+			}
+		}
+		c.canaries.Store(n)
 	}
 	c.mu.Unlock()
 	if len(changed) > 0 {

@@ -489,6 +489,9 @@ func (s *rolloutStats) outcomes(types []string) []versionOutcome {
 // module digest, when the type typ has a canary in flight, and starts the automatic
 // rollback when the canary failed too often here.
 func (n *Node) rolloutOutcome(typ, digest string, err error) {
+	if n.catalog.canaries.Load() == 0 {
+		return
+	}
 	info, ok := n.catalog.get(typ)
 	if !ok || !info.Rollout.inFlight() {
 		return
