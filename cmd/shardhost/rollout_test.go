@@ -46,6 +46,9 @@ func TestRolloutCommands(t *testing.T) {
 	if out, err := runCLI(t, "ask", "acct/c", "get"); err != nil || strings.TrimSpace(out) != "v1 1" {
 		t.Fatalf("stable entity: %v %q", err, out)
 	}
+	if out, err := runCLI(t, "types"); err != nil || !strings.Contains(out, "canary: 2 listed entities on version 2, the others on version 1") {
+		t.Fatalf("types with a canary: %v\n%s", err, out)
+	}
 	out, err = runCLI(t, "rollout", "status", "--type", "acct")
 	if err != nil || !strings.Contains(out, "canary in flight") || !strings.Contains(out, "2 active entities on the canary: a, b") ||
 		!strings.Contains(out, "canary 1 ok, 0 failed") {
