@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -319,4 +320,48 @@ func (h *recordsOf) Handle(ctx context.Context, r slog.Record) error {
 		}
 	}
 	return h.Handler.Handle(ctx, r)
+}
+
+// A rollout gossips with its entry: it survives the catalog's encoding, a promotion
+// (RolloutRev) wins over the canary at one version in any order, a rollback (the next
+// version) over both, and an entry whose rollout names a bad digest is ignored.
+func TestCatalogRolloutMerge(t *testing.T) {
+	r := &Rollout{State: RolloutCanary, Stable: 1, StableDigest: digest("aa"), Canary: 2, CanaryDigest: digest("bb"),
+		IDs: []string{"a", "b"}, MaxFailureRate: 0.1, WindowMs: 60_000, StartedAt: 7}
+	canary := TypeInfo{Name: "bank", Digest: digest("bb"), Version: 2, DeployedAt: 5, NumberOfShards: 10, Rollout: r}
+	promoted := canary
+	promoted.Rollout, promoted.RolloutRev = nil, 1
+	back := *r
+	back.State, back.Reason = RolloutRolledBack, "why"
+	rolledBack := TypeInfo{Name: "bank", Digest: digest("aa"), Version: 3, DeployedAt: 6, NumberOfShards: 10, Rollout: &back}
+	for _, order := range [][]TypeInfo{{canary, promoted}, {promoted, canary}} {
+		c := newCatalog(nil, "", nil)
+		for _, e := range order {
+			c.merge([]TypeInfo{e})
+		}
+		if got, _ := c.get("bank"); got.Rollout != nil || got.RolloutRev != 1 || c.canaries.Load() != 0 {
+			t.Fatalf("order %v: %+v", order, got)
+		}
+	}
+	src := newCatalog(nil, "", nil)
+	src.merge([]TypeInfo{canary})
+	if src.canaries.Load() != 1 {
+		t.Fatal("a canary in flight is not counted")
+	}
+	dst := newCatalog(nil, "", nil)
+	dst.MergeRemoteState(src.LocalState())
+	if got, _ := dst.get("bank"); !reflect.DeepEqual(got, canary) {
+		t.Fatalf("the rollout did not round-trip: %+v %+v", got, got.Rollout)
+	}
+	dst.merge([]TypeInfo{rolledBack, promoted})
+	if got, _ := dst.get("bank"); got.Version != 3 || got.Rollout.State != RolloutRolledBack || dst.canaries.Load() != 0 {
+		t.Fatalf("after a rollback: %+v", got)
+	}
+	bad := canary
+	bad.Name = "other"
+	bad.Rollout = &Rollout{State: RolloutCanary, StableDigest: "../x", CanaryDigest: digest("bb")}
+	dst.merge([]TypeInfo{bad})
+	if _, ok := dst.get("other"); ok {
+		t.Fatal("an entry whose rollout names a bad digest was kept")
+	}
 }
