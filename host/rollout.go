@@ -509,6 +509,9 @@ func (n *Node) rolloutOutcome(typ, digest string, err error) {
 		}
 		res, err := n.RolloutRollback(ctx, typ, reason)
 		if err != nil {
+			if cur, ok := n.catalog.get(typ); ok && !cur.Rollout.inFlight() {
+				return // another member rolled it back first, or an operator ended it
+			}
 			n.log.Warn("canary not rolled back", "type", typ, "err", err)
 			return
 		}
