@@ -26,7 +26,7 @@ TINYGO_FLAGS := -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none
 HAVE_TINYGO  := $(shell command -v $(TINYGO) >/dev/null 2>&1 && echo yes)
 TINYGO_GET   := install TinyGo >= 0.34 (https://tinygo.org/getting-started/install/)
 
-GO_EXAMPLES     := counter faulty room bank
+GO_EXAMPLES     := counter faulty room bank webhook
 GO_TEST_MODULES := abitest
 GO_SDK          := guest-sdk/go/*.go guest-sdk/go/go.mod
 ifeq ($(HAVE_TINYGO),yes)

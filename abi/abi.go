@@ -149,6 +149,26 @@ const (
 	// ImportTraceEvent is `trace_event(ptr i32, len i32) -> ()`: an event on the
 	// current message's span.
 	ImportTraceEvent = "trace_event"
+	// ImportHTTPRequest is `http_request(method_ptr, method_len, url_ptr, url_len,
+	// headers_ptr, headers_len, body_ptr, body_len, timeout_ms) -> code`: an outbound
+	// HTTP request under the entity type's egress allowlist (SPEC.md, "v1: outbound
+	// HTTP"). Headers are "Name: value" lines ended by "\n". On CodeOK the result is the
+	// response: status (u32 LE), the headers' length (u32 LE), the headers as lines, the
+	// body. Codes: CodeEgressDenied, CodeEgressTooLarge, CodeEgressFailed,
+	// CodeEgressRateLimited, CodeTimeout, CodeBadRequest, CodeNotAllowed.
+	ImportHTTPRequest = "http_request"
+	// ImportReminderSet is `reminder_set(name_ptr, name_len, due_unix_ms i64,
+	// interval_ms i64, payload_ptr, payload_len) -> code`: a durable reminder.
+	ImportReminderSet = "reminder_set"
+	// ImportReminderCancel is `reminder_cancel(name_ptr, name_len) -> code`: 0
+	// cancelled, CodeNotFound if the entity had no reminder of that name.
+	ImportReminderCancel = "reminder_cancel"
+	// ImportReminderList is `reminder_list() -> code`: the entity's reminders as the
+	// result, in the reminder list encoding (abi/SPEC.md, "v1: reminders").
+	ImportReminderList = "reminder_list"
+	// ImportReminderDue is `reminder_due() -> i64`: the due time of the current
+	// KindReminder message, in Unix milliseconds; 0 for other messages.
+	ImportReminderDue = "reminder_due"
 )
 
 // V0Imports are the host functions a module built for ABI version 0 may import.
@@ -166,6 +186,9 @@ const (
 	// KindChanged is the new value (JSON) of a subscribed distributed data key; the
 	// source is the key.
 	KindChanged MessageKind = 2
+	// KindReminder is a durable reminder's message; the source is the reminder's name,
+	// and ImportReminderDue gives its due time.
+	KindReminder MessageKind = 10
 )
 
 // Code is what the v1 host functions return.
@@ -183,6 +206,14 @@ const (
 	CodeNotAllowed   Code = 8
 	CodeEntityError  Code = 9
 	CodeTypeMismatch Code = 10
+	// Outbound HTTP (ImportHTTPRequest): the URL, or a redirect, is off the type's
+	// allowlist or reaches a private address not named in it; the response is over the
+	// type's cap; the request failed (connection, DNS, TLS, too many redirects); the
+	// entity's request rate is spent.
+	CodeEgressDenied      Code = 11
+	CodeEgressTooLarge    Code = 12
+	CodeEgressFailed      Code = 13
+	CodeEgressRateLimited Code = 14
 )
 
 // Clocks of ImportNow.
@@ -207,6 +238,19 @@ const (
 	// MaxIdempotencyKey is the longest idempotency key of ImportTellKey and
 	// ImportAskKey, in bytes.
 	MaxIdempotencyKey = 256
+	// MaxHTTPURL is the longest URL of ImportHTTPRequest, in bytes.
+	MaxHTTPURL = 8 << 10
+	// MaxHTTPHeaders is the most bytes of request headers of ImportHTTPRequest (64 KiB).
+	MaxHTTPHeaders = 64 << 10
+	// MaxReminderName is the longest reminder name, in bytes.
+	MaxReminderName = 128
+	// MaxReminderPayload is the largest reminder payload, in bytes (64 KiB).
+	MaxReminderPayload = 64 << 10
+	// MaxReminders is the most reminders one entity may have.
+	MaxReminders = 100
+	// MinReminderIntervalMs is the shortest interval of a repeating reminder, in
+	// milliseconds.
+	MinReminderIntervalMs = 1000
 )
 
 // Status is what ExportReceive returns.

@@ -47,6 +47,9 @@ type services interface {
 	unsubscribe(key string)
 	startTimer(name string, msg []byte, delay, interval time.Duration) error
 	cancelTimer(name string) bool
+	setReminder(ctx context.Context, r sharding.Reminder) error
+	cancelReminder(ctx context.Context, name string) (bool, error)
+	listReminders(ctx context.Context) ([]sharding.Reminder, error)
 }
 
 // errNoServices answers the v1 functions of an instance that runs outside a node.
@@ -95,6 +98,11 @@ var (
 		{abi.ImportTraceEvent, hostTraceEvent, []api.ValueType{i32, i32}, nil},
 		{abi.ImportTellKey, hostTellKey, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
 		{abi.ImportAskKey, hostAskKey, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+		{abi.ImportHTTPRequest, hostHTTPRequest, []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+		{abi.ImportReminderSet, hostReminderSet, []api.ValueType{i32, i32, i64, i64, i32, i32}, []api.ValueType{i32}},
+		{abi.ImportReminderCancel, hostReminderCancel, []api.ValueType{i32, i32}, []api.ValueType{i32}},
+		{abi.ImportReminderList, hostReminderList, nil, []api.ValueType{i32}},
+		{abi.ImportReminderDue, hostReminderDue, nil, []api.ValueType{i64}},
 	}
 )
 
@@ -128,6 +136,9 @@ func (i *wasmInstance) finish(stack []uint64, out []byte, err error) {
 
 // codeOf maps an error of a v1 host function to its abi.Code.
 func codeOf(err error) abi.Code {
+	if c, ok := egressCode(err); ok {
+		return c
+	}
 	switch {
 	case err == nil:
 		return abi.CodeOK
@@ -139,8 +150,10 @@ func codeOf(err error) abi.Code {
 		// Before the timeout: an ask whose deadline passed before its message left
 		// this member was not delivered.
 		return abi.CodeUnavailable
-	case errors.Is(err, ddata.ErrNotFound):
+	case errors.Is(err, ddata.ErrNotFound), errors.Is(err, errNoReminder):
 		return abi.CodeNotFound
+	case errors.Is(err, sharding.ErrStoreUnavailable):
+		return abi.CodeUnavailable
 	case errors.Is(err, ddata.ErrDataDeleted):
 		return abi.CodeDeleted
 	case errors.Is(err, ddata.ErrTypeMismatch):

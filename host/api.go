@@ -160,6 +160,7 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/skip", n.apiResume)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/base", n.apiBase)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/journal", n.apiJournal)
+	mux.HandleFunc("GET /v1/entities/{type}/{id}/reminders", n.apiReminders)
 	mux.HandleFunc("GET /v1/modules/{digest}", n.apiModule)
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Members()) })
 	mux.HandleFunc("GET /v1/shards", n.apiShards)
@@ -550,13 +551,21 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 }
 
 // deploySettings reads an entity type's settings from a deploy request's query:
-// shards, role, allocation, passivate_after (a duration), max_active, checkpoint,
+// shards, role, allocation, passivate_after (a duration), max_active,
+// passivation_strategy (lru, lfu or w-tinylfu), checkpoint,
 // history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
 // duration), max_retries (attempts of a failing tell before its entity pauses; 0:
-// never) and remember_entities (true or false). On a redeploy, what the query leaves out keeps its
+// never), remember_entities (true or false) and the egress settings (egressQuery). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
-	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint")}
+	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint"),
+		PassivationStrategy: q.Get("passivation_strategy")}
+	switch st.PassivationStrategy {
+	case "", sharding.PassivationLRU, sharding.PassivationLFU, sharding.PassivationWTinyLFU:
+	default:
+		return st, fmt.Errorf("%w: passivation_strategy=%q (want %s, %s or %s)", ErrBadRequest, st.PassivationStrategy,
+			sharding.PassivationLRU, sharding.PassivationLFU, sharding.PassivationWTinyLFU)
+	}
 	atoi := func(key string) (int, error) {
 		s := q.Get(key)
 		if s == "" {
@@ -603,6 +612,9 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 			return st, fmt.Errorf("%w: remember_entities=%q is not true or false", ErrBadRequest, s)
 		}
 	}
+	if err := egressQuery(&st, q); err != nil {
+		return st, err
+	}
 	return st, nil
 }
 
@@ -634,10 +646,13 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	if !q.Has("max_active") {
 		st.MaxActive = prev.MaxActive
 	}
+	if !q.Has("passivation_strategy") {
+		st.PassivationStrategy = prev.PassivationStrategy
+	}
 	if !q.Has("remember_entities") {
 		st.RememberEntities = prev.RememberEntities
 	}
-	return st
+	return inheritEgress(st, q, prev)
 }
 
 // target reads and checks the entity type and ID of a tell or ask.

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // FuzzAPIHandler sends arbitrary requests (method, path and query, body, Authorization
@@ -100,7 +102,8 @@ func mustTokens(tb testing.TB) *APITokens {
 // wraps ErrBadRequest.
 func FuzzDeploySettings(f *testing.F) {
 	for _, q := range []string{"shards=10&passivate_after=1m&max_active=3&remember_entities=true", "shards=-1", "passivate_after=-5s",
-		"remember_entities=yes", "shards=99999999999999999999", "checkpoint=every:0&role=%00"} {
+		"remember_entities=yes", "shards=99999999999999999999", "checkpoint=every:0&role=%00",
+		"max_active=5&passivation_strategy=w-tinylfu", "passivation_strategy=LRU"} {
 		f.Add("counter", q)
 	}
 	f.Fuzz(func(t *testing.T, name, query string) {
@@ -114,6 +117,11 @@ func FuzzDeploySettings(f *testing.F) {
 				t.Fatalf("%q: error %v is not a bad request", query, err)
 			}
 			return
+		}
+		switch st.PassivationStrategy {
+		case "", sharding.PassivationLRU, sharding.PassivationLFU, sharding.PassivationWTinyLFU:
+		default:
+			t.Fatalf("%q: passivation strategy %q accepted", query, st.PassivationStrategy)
 		}
 		if st.NumberOfShards < 0 || st.MaxActive < 0 || st.PassivateAfter < 0 || st.Name != name {
 			t.Fatalf("%q: settings %+v", query, st)

@@ -71,6 +71,17 @@ type TypeInfo struct {
 	// HistoryAgeMs, when not 0, is how long journal records stay behind a base
 	// (sharding.TypeSettings.HistoryAge), in place of History.
 	HistoryAgeMs int64 `cbor:"21,keyasint,omitempty" json:"history_age_ms,omitempty"`
+	// Outbound HTTP (sharding.TypeSettings.EgressAllow and the others; egress.go):
+	// the allowlist of scheme://host[:port] patterns (empty: entities reach nothing),
+	// the timeout of one request in milliseconds, the response cap in bytes and the
+	// requests per second per entity (0: the defaults).
+	Egress            []string `cbor:"26,keyasint,omitempty" json:"egress,omitempty"`
+	EgressTimeoutMs   int64    `cbor:"27,keyasint,omitempty" json:"egress_timeout_ms,omitempty"`
+	EgressMaxResponse int64    `cbor:"28,keyasint,omitempty" json:"egress_max_response,omitempty"`
+	EgressRate        float64  `cbor:"29,keyasint,omitempty" json:"egress_rate,omitempty"`
+	// PassivationStrategy chooses whom MaxActive passivates
+	// (sharding.TypeSettings.PassivationStrategy; empty: lru).
+	PassivationStrategy string `cbor:"40,keyasint,omitempty" json:"passivation_strategy,omitempty"`
 	// RolloutRev counts the changes of the version's rollout (a promotion): at one
 	// version, the higher wins (newerThan).
 	RolloutRev uint64 `cbor:"60,keyasint,omitempty" json:"rollout_rev,omitempty"`
@@ -103,7 +114,10 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		PassivateAfter: time.Duration(t.PassivateAfterMs) * time.Millisecond, MaxActive: t.MaxActive,
 		Checkpoint: t.Checkpoint, RememberEntities: t.RememberEntities, History: t.History,
 		HistoryAge:           time.Duration(t.HistoryAgeMs) * time.Millisecond,
-		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries}
+		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries,
+		EgressAllow: t.Egress, EgressTimeout: time.Duration(t.EgressTimeoutMs) * time.Millisecond,
+		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate,
+		PassivationStrategy: t.PassivationStrategy}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -320,9 +334,11 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 	return TypeInfo{Name: st.Name, Digest: digest, Size: size, NumberOfShards: st.NumberOfShards,
 		Version: prev.Version + 1, DeployedAt: time.Now().UnixNano(), DeployedBy: by,
 		Role: st.Role, Allocation: st.Allocation, PassivateAfterMs: st.PassivateAfter.Milliseconds(),
-		MaxActive: st.MaxActive, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
+		MaxActive: st.MaxActive, PassivationStrategy: st.PassivationStrategy, Checkpoint: st.Checkpoint, RememberEntities: st.RememberEntities,
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
-		Previous: previous, StateDeletedAt: prev.StateDeletedAt}
+		Previous: previous, StateDeletedAt: prev.StateDeletedAt,
+		Egress: st.EgressAllow, EgressTimeoutMs: st.EgressTimeout.Milliseconds(), EgressMaxResponse: st.EgressMaxResponse,
+		EgressRate: st.EgressRate}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

@@ -102,7 +102,8 @@ type Setting struct {
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
 // history, idempotency-retention, max-retries, passivate-after, max-active,
-// remember-entities and role.
+// passivation-strategy, remember-entities, role, egress, egress-timeout, egress-max-response
+// and egress-rate.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -121,11 +122,15 @@ func (t TypeInfo) SettingList() []Setting {
 	if retention == 0 {
 		retention = sharding.DefaultIdempotencyRetention
 	}
+	strategy := t.PassivationStrategy
+	if strategy == "" {
+		strategy = sharding.PassivationLRU
+	}
 	allocation := t.Allocation
 	if allocation == "" {
 		allocation = sharding.AllocationLeastShard
 	}
-	return []Setting{
+	list := []Setting{
 		{"shards", strconv.Itoa(t.NumberOfShards)},
 		{"allocation", allocation},
 		{"checkpoint", checkpoint},
@@ -134,9 +139,11 @@ func (t TypeInfo) SettingList() []Setting {
 		{"max-retries", maxRetriesSetting(t.MaxRetries)},
 		{"passivate-after", (time.Duration(t.PassivateAfterMs) * time.Millisecond).String()},
 		{"max-active", strconv.Itoa(t.MaxActive)},
+		{"passivation-strategy", strategy},
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
 		{"role", t.Role},
 	}
+	return append(list, egressSettingList(t)...)
 }
 
 // settingChanges maps the settings of next that differ from prev's to prev's values.
@@ -221,6 +228,9 @@ func (n *Node) deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	}
 	if err := st.Validate(); err != nil {
 		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if err := validateEgress(st); err != nil {
+		return DeployResult{}, err
 	}
 	self := n.membership.Self()
 	digest := moduleDigest(wasm)

@@ -56,6 +56,9 @@
 // ReplayReport: a ReplayedRecord per message beside its record, and ReplayDebug where a
 // replay stopped for a debugger.
 //
+// Durable reminders (abi/SPEC.md, "v1: reminders"): the API lists an entity's
+// reminders as EntityReminders (the shardhost reminders command).
+//
 // What the shardhost command shares with the node: TokenDigest (the form of a token in
 // a tokens file), ValidateTypeName, and NodeHeader (the response header that names the
 // member that answered).

@@ -231,6 +231,8 @@ type wasmEntity struct {
 	// moveErr is why the entity's move to its type's current module failed (nil: it
 	// did not fail): Upgrade reports it.
 	moveErr error
+	// egressRate is the entity's outbound HTTP rate (egress.go).
+	egressRate egressBucket
 
 	// The journal (journal.go). gated: the message under way is gated, so its tells
 	// wait in held and its timers in heldTimers until ReleaseEffects. lastCalls and
@@ -240,6 +242,7 @@ type wasmEntity struct {
 	gated         bool
 	held          []heldTell
 	heldTimers    []*entityTimer
+	heldReminders []heldReminder
 	lastCalls     []hostRecord
 	lastReturned  bool
 	extrasChanged bool
@@ -497,7 +500,7 @@ func (e *wasmEntity) Stop(ctx context.Context) {
 	}
 	e.wg.Wait()
 	clear(e.held) // a message whose record was not durable: what it held is dropped
-	e.held, e.heldTimers = nil, nil
+	e.held, e.heldTimers, e.heldReminders = nil, nil, nil
 	if e.cp != nil {
 		e.cp.stop()
 	}

@@ -42,7 +42,8 @@ const journalEffectsVersion = 1
 var journalCallNames = []string{
 	abi.ImportTell, abi.ImportAsk, abi.ImportForward, abi.ImportDDataGet, abi.ImportDDataUpdate, abi.ImportDDataDelete,
 	abi.ImportDDataSubscribe, abi.ImportDDataUnsubscribe, abi.ImportTimerStart, abi.ImportTimerCancel, abi.ImportNow,
-	abi.ImportRandom, abi.ImportTellKey, abi.ImportAskKey,
+	abi.ImportRandom, abi.ImportTellKey, abi.ImportAskKey, abi.ImportHTTPRequest, abi.ImportReminderSet,
+	abi.ImportReminderCancel, abi.ImportReminderList,
 }
 
 var journalCallIndex = func() map[string]byte {
@@ -203,6 +204,7 @@ func (e *wasmEntity) ReleaseEffects(ctx context.Context) {
 		e.heldTimers[k] = nil
 	}
 	e.heldTimers = e.heldTimers[:0]
+	e.releaseReminders(ctx)
 }
 
 // Replay implements sharding.JournaledEntity: each record's message runs again with its

@@ -89,7 +89,8 @@ func FuzzDecodeJournalEffects(f *testing.F) {
 // recorded has one.
 func TestJournalCallNumbersAreStable(t *testing.T) {
 	want := []string{"tell", "ask", "forward", "ddata_get", "ddata_update", "ddata_delete", "ddata_subscribe",
-		"ddata_unsubscribe", "timer_start", "timer_cancel", "now", "random", "tell_key", "ask_key"}
+		"ddata_unsubscribe", "timer_start", "timer_cancel", "now", "random", "tell_key", "ask_key", "http_request", "reminder_set",
+		"reminder_cancel", "reminder_list"}
 	if !reflect.DeepEqual(journalCallNames, want) {
 		t.Fatalf("journalCallNames %q, want %q (append, never reorder)", journalCallNames, want)
 	}

@@ -207,6 +207,7 @@ type Node struct {
 	traced     bool
 	prop       propagation.TextMapPropagator
 	tel        *nodeTelemetry
+	egress     *egressClient // entities' outbound HTTP (egress.go)
 	rt         *wasmRuntime
 	modules    *moduleStore
 	catalog    *catalog
@@ -264,6 +265,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		traced:   obs.Enabled(cfg.TracerProvider),
 		prop:     obs.Propagator(cfg.Propagator),
 		tel:      newNodeTelemetry(cfg.MeterProvider),
+		egress:   newEgressClient(cfg.MeterProvider),
 		owner:    owner.New(),
 		exited:   make(chan struct{}),
 		started:  make(chan struct{}),

@@ -336,7 +336,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 10 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
+	if len(res.Settings) != 15 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")
@@ -373,6 +373,44 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	}
 	if res = deploy("idempotency_retention=1h"); res.Type.IdempotencyRetentionMs != 3_600_000 || res.Settings[4] != (Setting{"idempotency-retention", "1h0m0s"}) {
 		t.Fatalf("idempotency_retention=1h: %+v, settings %v", res.Type, res.Settings)
+	}
+	// Outbound HTTP: none by default; set, kept by a redeploy, cleared by egress=.
+	if res.Settings[11] != (Setting{"egress", ""}) || res.Settings[12] != (Setting{"egress-timeout", "10s"}) {
+		t.Fatalf("the default egress settings: %v", res.Settings)
+	}
+	res = deploy("egress=https://api.example.com,http://10.0.0.5:8080&egress_timeout=2s&egress_max_response=4096&egress_rate=0.5")
+	if strings.Join(res.Type.Egress, " ") != "https://api.example.com http://10.0.0.5:8080" || res.Type.EgressTimeoutMs != 2000 ||
+		res.Type.EgressMaxResponse != 4096 || res.Type.EgressRate != 0.5 || res.Changed["egress"] != "" || len(res.Changed) != 4 {
+		t.Fatalf("egress: %+v, changed %v", res.Type, res.Changed)
+	}
+	if res = deploy("max_active=3"); len(res.Type.Egress) != 2 || res.Type.EgressRate != 0.5 {
+		t.Fatalf("a redeploy without egress: %+v", res.Type)
+	}
+	if res = deploy("egress="); len(res.Type.Egress) != 0 || res.Type.EgressTimeoutMs != 2000 {
+		t.Fatalf("egress= : %+v", res.Type)
+	}
+	for _, bad := range []string{"egress=ftp://x", "egress=http://x/path", "egress_timeout=x", "egress_rate=-1", "egress_max_response=99999999999"} {
+		if r := c.do("POST", "/v1/types/counter?"+bad, wasm); r.status != 400 {
+			t.Errorf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
+	// The passivation strategy: lru by default, set, kept by a redeploy; a bad one is
+	// refused and changes nothing.
+	if res.Settings[8] != (Setting{"passivation-strategy", "lru"}) {
+		t.Fatalf("the default passivation strategy: %v", res.Settings)
+	}
+	res = deploy("passivation_strategy=w-tinylfu")
+	if res.Type.PassivationStrategy != "w-tinylfu" || res.Settings[8] != (Setting{"passivation-strategy", "w-tinylfu"}) || res.Changed["passivation-strategy"] != "lru" {
+		t.Fatalf("passivation_strategy=w-tinylfu: %+v, settings %v, changed %v", res.Type, res.Settings, res.Changed)
+	}
+	if st := res.Type.Settings(); st.PassivationStrategy != sharding.PassivationWTinyLFU {
+		t.Fatalf("passivation_strategy=w-tinylfu: sharding settings %+v", st)
+	}
+	if r := c.do("POST", "/v1/types/counter?passivation_strategy=mru", wasm); r.status != 400 || !strings.Contains(string(r.body), "passivation_strategy") {
+		t.Fatalf("passivation_strategy=mru: %d %s", r.status, r.body)
+	}
+	if res = deploy("max_active=4"); res.Type.PassivationStrategy != "w-tinylfu" {
+		t.Fatalf("a redeploy without passivation_strategy: %+v", res.Type)
 	}
 }
 

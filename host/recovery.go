@@ -103,11 +103,13 @@ const (
 var hostEffects = map[string]hostEffect{
 	abi.ImportTell: effectRecord, abi.ImportAsk: effectRecord, abi.ImportForward: effectRecord,
 	abi.ImportTellKey: effectRecord, abi.ImportAskKey: effectRecord,
+	abi.ImportReminderSet: effectRecord, abi.ImportReminderCancel: effectRecord, abi.ImportReminderList: effectRecord,
 	abi.ImportDDataGet: effectRecord, abi.ImportDDataUpdate: effectRecord, abi.ImportDDataDelete: effectRecord,
 	abi.ImportDDataSubscribe: effectRecord, abi.ImportDDataUnsubscribe: effectRecord,
 	abi.ImportTimerStart: effectRecord, abi.ImportTimerCancel: effectRecord,
 	abi.ImportNow: effectRecord, abi.ImportRandom: effectRecord,
-	abi.ImportLog: effectSkip, abi.ImportTraceEvent: effectSkip, abi.ImportPassivate: effectSkip,
+	abi.ImportHTTPRequest: effectRecord,
+	abi.ImportLog:         effectSkip, abi.ImportTraceEvent: effectSkip, abi.ImportPassivate: effectSkip,
 }
 
 // replayable wraps a host function for recording and replay; results is the number of

@@ -27,9 +27,12 @@ type TypeSettings struct {
 	Allocation string `json:"allocation,omitempty"`
 	// PassivateAfter passivates an entity idle for this long; 0 never.
 	PassivateAfter time.Duration `json:"passivate_after,omitempty"`
-	// MaxActive caps the active entities of the type per region; the least recently
-	// used is passivated to make room. 0: no cap.
+	// MaxActive caps the active entities of the type per region; the one
+	// PassivationStrategy chooses is passivated to make room. 0: no cap.
 	MaxActive int `json:"max_active,omitempty"`
+	// PassivationStrategy chooses whom MaxActive passivates: PassivationLRU (the
+	// default), PassivationLFU or PassivationWTinyLFU. docs/sharding.md compares them.
+	PassivationStrategy string `json:"passivation_strategy,omitempty"`
 	// Checkpoint says how an entity's state survives a crash of its member:
 	// CheckpointJournal (the default: every handled message is journaled before its
 	// reply leaves, and a base is saved now and then), or, saving only snapshots,
@@ -62,6 +65,16 @@ type TypeSettings struct {
 	MaxRetries int `json:"max_retries,omitempty"`
 	// RememberEntities restarts a shard's entities wherever the shard goes.
 	RememberEntities bool `json:"remember_entities,omitempty"`
+	// Outbound HTTP of the type's entities (the host's http_request; docs/security.md,
+	// "Outbound HTTP"). Sharding only carries these; the host checks and applies them.
+	// EgressAllow lists the scheme://host[:port] patterns entities may reach; empty:
+	// none. EgressTimeout bounds one request (0: the host's default, 10 s), within the
+	// message deadline; EgressMaxResponse caps a response body in bytes (0: 1 MiB);
+	// EgressRate is the requests per second one entity may make (0: 10).
+	EgressAllow       []string      `json:"egress,omitempty"`
+	EgressTimeout     time.Duration `json:"egress_timeout,omitempty"`
+	EgressMaxResponse int64         `json:"egress_max_response,omitempty"`
+	EgressRate        float64       `json:"egress_rate,omitempty"`
 }
 
 // Allocation strategies and checkpoint policies by name.
@@ -96,6 +109,13 @@ func (t *TypeSettings) Validate() error {
 	case AllocationLeastShard, AllocationPriority:
 	default:
 		return fmt.Errorf("sharding: allocation %q (want %s or %s)", t.Allocation, AllocationLeastShard, AllocationPriority)
+	}
+	switch t.PassivationStrategy {
+	case "":
+		t.PassivationStrategy = PassivationLRU
+	case PassivationLRU, PassivationLFU, PassivationWTinyLFU:
+	default:
+		return fmt.Errorf("sharding: passivation strategy %q (want %s, %s or %s)", t.PassivationStrategy, PassivationLRU, PassivationLFU, PassivationWTinyLFU)
 	}
 	if t.Checkpoint == "" {
 		t.Checkpoint = CheckpointJournal
@@ -229,10 +249,15 @@ type Config struct {
 	// message carries) and AskTimeout from its arrival. Default 10 s.
 	AskTimeout time.Duration
 	// ReconcileInterval is how often membership is re-read, in case events were
-	// missed. Default 1 s.
+	// missed, and idle entities and MemoryLimit are checked. Default 1 s.
 	ReconcileInterval time.Duration
+	// MemoryLimit, when above 0, caps the linear memory of the member's active
+	// entities, every type together, in bytes (as EntityInspector reports it): past
+	// it, every ReconcileInterval, the least recently used idle entities are
+	// passivated until the rest fit. 0: no cap.
+	MemoryLimit int64
 	// Now is the clock of idle passivation (when an entity was last used, how long
-	// ago), of MaxActive's least recently used choice, of the dead letter log's rate
+	// ago), of MemoryLimit's least recently used choice, of the dead letter log's rate
 	// limit and of the durations sharding measures (queue time, activation, handoff).
 	// Deadlines (an ask's, ResolveTimeout, RequestTimeout) follow contexts and timers,
 	// in real time. Default time.Now; tests give a simulated clock.
@@ -288,6 +313,8 @@ func (c Config) Validate() error {
 		return errors.New("sharding: Membership, Messenger, Types and Factory are required")
 	case c.BufferSize <= 0 || c.MailboxSize <= 0:
 		return errors.New("sharding: buffer and mailbox sizes must be positive")
+	case c.MemoryLimit < 0:
+		return fmt.Errorf("sharding: memory limit %d bytes must not be negative", c.MemoryLimit)
 	case c.RequestTimeout <= 0 || c.ResolveTimeout <= 0 || c.AskTimeout <= 0 || c.ReconcileInterval <= 0 ||
 		c.RebalanceInterval <= 0 || c.MaxSimultaneousRebalance <= 0:
 		return errors.New("sharding: timeouts and intervals must be positive")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -98,25 +99,41 @@ func (c *coordinator) knowLocked(typ string, shard int) {
 }
 
 // allocateRemembered allocates, without waiting for a message, every known shard of the
-// types that remember entities and has no home: their regions restart the entities.
+// types that remember entities and has no home: their regions restart the entities; and
+// every known shard without a home that holds reminders in the state store: its new home
+// fires them (reminders_run.go).
 func (c *coordinator) allocateRemembered() {
 	c.mu.Lock()
 	if !c.active {
 		c.mu.Unlock()
 		return
 	}
-	var refs []shardRef
+	var refs, others []shardRef
 	for typ, shards := range c.known {
-		if !c.s.typeSettings(typ).RememberEntities {
-			continue
-		}
+		remember := c.s.typeSettings(typ).RememberEntities
 		for shard := range shards {
 			if a, ok := c.alloc[typ][shard]; !ok || a.region == "" {
-				refs = append(refs, shardRef{Type: typ, Shard: shard})
+				if remember {
+					refs = append(refs, shardRef{Type: typ, Shard: shard})
+				} else {
+					others = append(others, shardRef{Type: typ, Shard: shard})
+				}
 			}
 		}
 	}
 	c.mu.Unlock()
+	if c.s.reminders != nil {
+		for _, ref := range others {
+			ctx, cancel := context.WithTimeout(c.s.owner.Context(), c.s.cfg.RequestTimeout)
+			due, next, err := c.s.reminders.DueReminders(ctx, ref.Type, ref.Shard, math.MaxInt64, 1)
+			cancel()
+			if err != nil {
+				c.s.log.Debug("reading the reminders of a shard without home", "shard", ref.String(), "err", err)
+			} else if len(due) > 0 || next > 0 {
+				refs = append(refs, ref)
+			}
+		}
+	}
 	for _, ref := range refs {
 		c.getShardHome(context.Background(), ref, func(_ shardHome, err error) {
 			if err != nil {

@@ -17,16 +17,17 @@
 // LocalState and ClusterShardingState (a RegionState per member, a ShardState per
 // shard). A type's TypeSettings name its allocation (AllocationLeastShard,
 // AllocationPriority), its checkpoint policy (CheckpointJournal, the default,
-// CheckpointPassivation, CheckpointEveryMessage or "every:N") and the journal records
-// kept behind a base (DefaultHistory).
+// CheckpointPassivation, CheckpointEveryMessage or "every:N"), the journal records
+// kept behind a base (DefaultHistory), and whom MaxActive passivates (PassivationLRU,
+// the default, PassivationLFU or PassivationWTinyLFU).
 //
 // The embedder supplies an EntityFactory that makes Entity values (optionally
 // EntityLifecycle, EntityStopHook, EntityStateSaved and JournaledEntity), a TypeResolver of
 // TypeSettings, the Membership and Messenger of package cluster, and DData, the
 // distributed data the coordinator keeps its allocations in. An entity learns of the
 // message it handles from MessageInfoFrom (a MessageInfo: its sender, and whether it is
-// KindMessage, KindTimer or KindChanged; a journal's KindBase records are never
-// messages), answers with a Reply, and passes a message on
+// KindMessage, KindTimer, KindChanged or KindReminder; a journal's KindBase records are
+// never messages), answers with a Reply, and passes a message on
 // by returning a ForwardTo. ShardAllocationStrategy, with LeastShardAllocationStrategy
 // and PriorityAllocationStrategy (and ErrNoRegion, its error for no region at all), is
 // the pluggable allocation.
@@ -80,6 +81,14 @@
 // CodeStateNotSaved, CodeStateNotLoaded, CodeActivationError, CodeBackoff or
 // CodeInternal; a RemoteError carries it from another member, and errors.Is matches it
 // to the sentinel of its code.
+//
+// Durable reminders (docs/sharding.md, "Reminders"): Sharding.SetReminder,
+// CancelReminder and Reminders keep an entity's Reminder values (CheckReminder;
+// MaxReminderName, MaxReminderPayload, MaxRemindersPerEntity, MinReminderInterval;
+// ErrInvalidReminder, ErrTooManyReminders) in the state store with its shard: a
+// ReminderStore keeps them itself, and RemindersOf keeps them through any other store's
+// records (ReminderIDPrefix, IsReminderID). A due reminder comes to its entity as a
+// KindReminder message, EntityReminder lists a shard's due ones.
 //
 // Everything else is unexported: the coordinator, the regions' routing and buffers,
 // the state store's instrumentation, the wire messages between members (the envelope

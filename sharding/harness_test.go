@@ -35,6 +35,27 @@ type activations struct {
 	log    []string          // "node type/id" in activation order
 	double []string
 	lives  map[string]int // "node type/id" → live instances there
+	// reminded lists the reminders delivered: "node type/id name due payload".
+	reminded []firedReminder
+}
+
+// firedReminder is a reminder a fake entity got.
+type firedReminder struct {
+	node, key, name, payload string
+	due, at                  int64 // Unix ms: the due time (MessageInfo.Tag) and the delivery's
+}
+
+// reminders returns the reminders of key delivered so far.
+func (a *activations) reminders(key string) []firedReminder {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []firedReminder
+	for _, f := range a.reminded {
+		if f.key == key {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (a *activations) activate(node, key string) {
@@ -81,7 +102,18 @@ type fakeFactory struct {
 	// onReceive, if set, is called by Receive before it handles msg: a test blocks an
 	// entity there.
 	onReceive func(key, msg string)
+	// memoryBytes, when set (before any message), makes the entities
+	// EntityInspectors reporting this much memory.
+	memoryBytes uint64
 }
+
+// inspectedEntity is a fakeEntity that reports its memory.
+type inspectedEntity struct {
+	*fakeEntity
+	bytes uint64
+}
+
+func (e inspectedEntity) Inspect() EntityFacts { return EntityFacts{MemoryBytes: e.bytes} }
 
 type codedErr struct{ code, msg string }
 
@@ -104,6 +136,9 @@ func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string, state []byt
 		if list != "" {
 			e.list = strings.Split(list, ",")
 		}
+	}
+	if f.memoryBytes > 0 {
+		return inspectedEntity{e, f.memoryBytes}, nil
 	}
 	return e, nil
 }
@@ -133,6 +168,14 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	msg := string(payload)
 	if e.f.onReceive != nil {
 		e.f.onReceive(e.key, msg)
+	}
+	if mi, _ := MessageInfoFrom(ctx); mi.Kind == KindReminder {
+		e.n++
+		e.f.acts.mu.Lock()
+		e.f.acts.reminded = append(e.f.acts.reminded, firedReminder{node: e.f.node, key: e.key, name: mi.Sender,
+			payload: msg, due: int64(mi.Tag), at: time.Now().UnixMilli()})
+		e.f.acts.mu.Unlock()
+		return nil, nil
 	}
 	switch {
 	case msg == "inc":
@@ -233,7 +276,7 @@ func (n *testNode) crash(abort bool) {
 }
 
 type testCluster struct {
-	t         *testing.T
+	t         testing.TB
 	cluster   *clustertest.Cluster
 	acts      *activations
 	nodes     []*testNode // every member started, stopped ones included, in order
@@ -301,7 +344,7 @@ func withRoles(roles func(i int) []string) clusterOption {
 
 // newTestCluster starts n members of a clustertest cluster, set up by opts, and waits
 // until they all see each other. Its members stop when the test ends.
-func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
+func newTestCluster(t testing.TB, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
 	tc := &testCluster{
 		t:         t,
@@ -344,13 +387,17 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 	ms, msgr := m.Membership, m.Messenger
 	node := &testNode{member: m, name: name, membership: ms, messenger: msgr,
 		types: &types{known: map[string]int{"counter": 10, "other": 7}, settings: map[string]TypeSettings{
-			"idle":     {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
-			"bounded":  {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
-			"durable":  {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
-			"passive":  {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
-			"remember": {Name: "remember", NumberOfShards: 10, RememberEntities: true},
-			"history":  {Name: "history", NumberOfShards: 10, History: 5},
-			"worker":   {Name: "worker", NumberOfShards: 20, Role: "worker"},
+			"idle":           {Name: "idle", NumberOfShards: 5, PassivateAfter: 300 * time.Millisecond},
+			"bounded":        {Name: "bounded", NumberOfShards: 1, MaxActive: 3},
+			"bounded-lfu":    {Name: "bounded-lfu", NumberOfShards: 1, MaxActive: 3, PassivationStrategy: PassivationLFU},
+			"zipf-lru":       {Name: "zipf-lru", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationLRU},
+			"zipf-lfu":       {Name: "zipf-lfu", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationLFU},
+			"zipf-w-tinylfu": {Name: "zipf-w-tinylfu", NumberOfShards: 4, MaxActive: 50, PassivationStrategy: PassivationWTinyLFU},
+			"durable":        {Name: "durable", NumberOfShards: 10, Checkpoint: CheckpointEveryMessage},
+			"passive":        {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
+			"remember":       {Name: "remember", NumberOfShards: 10, RememberEntities: true},
+			"history":        {Name: "history", NumberOfShards: 10, History: 5},
+			"worker":         {Name: "worker", NumberOfShards: 20, Role: "worker"},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()

@@ -4,6 +4,7 @@
 package sharding
 
 import (
+	"slices"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
@@ -67,7 +68,57 @@ func (s *Sharding) passivateIdle() {
 	for _, r := range s.allRegions() {
 		r.passivateIdle(now)
 	}
+	s.shedMemory()
 	s.idleSweeps.Add(1)
+}
+
+// shedMemory passivates the least recently used idle entities of every type while the
+// linear memory of the member's active entities is over Config.MemoryLimit (the
+// memory each last reported; an entity in hand is left alone). O(n log n) in the
+// active entities, and only when over the limit. The caller holds s.owner.
+func (s *Sharding) shedMemory() {
+	limit := s.cfg.MemoryLimit
+	if limit <= 0 {
+		return
+	}
+	type candidate struct {
+		e     *entity
+		bytes int64
+		used  time.Time
+	}
+	var total int64
+	var idle []candidate
+	for _, r := range s.allRegions() {
+		r.mu.Lock()
+		r.eachHostedLocked(func(sh *shard) {
+			for _, e := range sh.entities {
+				e.mu.Lock()
+				live, quiet, used := e.live, !e.running && e.queued() == 0, e.lastUsed
+				e.mu.Unlock()
+				if !live {
+					continue
+				}
+				b := e.stats.memoryBytes.Load()
+				total += b
+				if quiet {
+					idle = append(idle, candidate{e, b, used})
+				}
+			}
+		})
+		r.mu.Unlock()
+	}
+	if total <= limit {
+		return
+	}
+	slices.SortStableFunc(idle, func(a, b candidate) int { return a.used.Compare(b.used) })
+	for _, c := range idle {
+		if total <= limit {
+			break
+		}
+		if c.e.passivate(causeMemory) {
+			total -= c.bytes
+		}
+	}
 }
 
 // hosting reports whether a member's status lets it host shards it already has: up or

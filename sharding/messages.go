@@ -143,6 +143,7 @@ func ErrorCode(err error) string {
 // outcome come before those of a message not delivered: an error that is both may
 // have been handled.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
+	ErrInvalidReminder, ErrTooManyReminders,
 	ErrEntityPaused, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority,
@@ -152,7 +153,7 @@ func codeOfSentinel(err error) string {
 	switch err {
 	case ErrUnknownEntityType:
 		return CodeUnknownType
-	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists:
+	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders:
 		return CodeBadRequest
 	case ErrBufferFull, ErrMailboxFull:
 		return CodeOverloaded
@@ -305,9 +306,13 @@ const (
 	// a revert to the record before it starts from (TypeSettings.History); never a
 	// message.
 	KindBase MessageKind = 9
+	// KindReminder is a durable reminder's message to its own entity (Reminder):
+	// Sender is the reminder's name and Tag its due time, in Unix milliseconds, which
+	// the entity compares with its clock to learn how late it comes.
+	KindReminder MessageKind = 10
 )
 
-// String names the kind: message, timer, changed, and, in a journal's history, the
+// String names the kind: message, timer, changed, reminder, and, in a journal's history, the
 // records of time travel (revert, fork).
 func (k MessageKind) String() string {
 	switch k {
@@ -331,6 +336,8 @@ func (k MessageKind) String() string {
 		return "skip"
 	case KindBase:
 		return "base"
+	case KindReminder:
+		return "reminder"
 	}
 	return "kind-" + strconv.Itoa(int(k))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,11 @@ type shardRegion struct {
 
 	tel regionTelemetry
 
+	// evictMu guards policy, which tracks the active entities for MaxActive by the
+	// type's PassivationStrategy (nil: no cap). Taken after mu when both are held.
+	evictMu sync.Mutex
+	policy  policy[*entity]
+
 	passivations atomic.Uint64 // entities passivated, for inspection and tests
 	// handoffBuffered counts the messages buffered because their shard was being handed
 	// off (here or by another region), since start.
@@ -54,6 +60,7 @@ type shard struct {
 	id       int
 	epoch    uint64
 	entities map[string]*entity
+	rem      *shardReminders // the shard's next reminder (reminders_run.go)
 }
 
 // shardSlot is a region's routing state of one shard. r.mu guards it.
@@ -191,7 +198,21 @@ func (r *shardRegion) resolveInBackground(ctx context.Context, span trace.Span, 
 func newRegion(s *Sharding, t TypeSettings) *shardRegion {
 	r := &shardRegion{s: s, settings: t, slots: map[int]*shardSlot{}, lives: map[string]*entity{}, tel: newRegionTelemetry(t.Name)}
 	r.current.Store(&t)
+	r.policy = newRegionPolicy(t)
 	return r
+}
+
+// newRegionPolicy is the policy of t's MaxActive and PassivationStrategy, or nil
+// without a cap. t was validated.
+func newRegionPolicy(t TypeSettings) policy[*entity] {
+	if t.MaxActive <= 0 {
+		return nil
+	}
+	p, err := newPolicy(t.PassivationStrategy, t.MaxActive, func(e *entity) uint64 { return fnv64(e.id) })
+	if err != nil {
+		return newLRUPolicy[*entity](t.MaxActive) // unreachable after Validate
+	}
+	return p
 }
 
 // Settings returns the region's entity type settings. It takes no lock.
@@ -205,7 +226,33 @@ func (r *shardRegion) updateSettings(t TypeSettings) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.settings.Role, r.settings.Allocation, r.settings.Checkpoint = t.Role, t.Allocation, t.Checkpoint
+	changed := r.settings.MaxActive != t.MaxActive || r.settings.PassivationStrategy != t.PassivationStrategy
 	r.settings.PassivateAfter, r.settings.MaxActive, r.settings.RememberEntities = t.PassivateAfter, t.MaxActive, t.RememberEntities
+	r.settings.PassivationStrategy = t.PassivationStrategy
+	if changed {
+		// A new policy starts from the entities active now, in no particular order of
+		// use; the ones past a lowered cap are passivated.
+		p := newRegionPolicy(t)
+		var victims []*entity
+		r.evictMu.Lock()
+		if p != nil {
+			r.eachHostedLocked(func(sh *shard) {
+				for _, e := range sh.entities {
+					e.mu.Lock()
+					live := e.live
+					e.mu.Unlock()
+					if live {
+						victims = append(victims, p.add(e)...)
+					}
+				}
+			})
+		}
+		r.policy = p
+		r.evictMu.Unlock()
+		for _, v := range victims {
+			v.passivateSoon(causeMaxActive)
+		}
+	}
 	cur := r.settings
 	r.current.Store(&cur)
 }
@@ -327,37 +374,48 @@ func (sl *shardSlot) firstPendingCtx() context.Context {
 }
 
 // activated is called on an entity's goroutine after it got an instance: over the
-// type's MaxActive, the least recently used idle entity of the region is passivated.
+// type's MaxActive, the entities its PassivationStrategy chooses are passivated (one
+// in hand finishes its message first).
 func (r *shardRegion) activated(e *entity) {
-	r.mu.Lock()
-	maxActive := r.settings.MaxActive
-	if maxActive <= 0 {
-		r.mu.Unlock()
+	r.evictMu.Lock()
+	var victims []*entity
+	if r.policy != nil {
+		victims = r.policy.add(e)
+	}
+	r.evictMu.Unlock()
+	for _, v := range victims {
+		v.passivateSoon(causeMaxActive)
+	}
+}
+
+// used counts a message e handled, for the passivation strategy.
+func (r *shardRegion) used(e *entity) {
+	if r.current.Load().MaxActive <= 0 {
 		return
 	}
-	active := 0
-	var lru *entity
-	var lruAt time.Time
-	r.eachHostedLocked(func(sh *shard) {
-		for _, other := range sh.entities {
-			other.mu.Lock()
-			// Idle: no message in hand or waiting (its goroutine may still be finishing
-			// the last one; then it passivates as soon as it is done).
-			live, idle, used := other.live, !other.busy && other.queued() == 0, other.lastUsed
-			other.mu.Unlock()
-			if !live {
-				continue
-			}
-			active++
-			if other != e && idle && (lru == nil || used.Before(lruAt)) {
-				lru, lruAt = other, used
-			}
+	r.evictMu.Lock()
+	var victims []*entity
+	if r.policy != nil {
+		e.mu.Lock()
+		live := e.live
+		e.mu.Unlock()
+		if live {
+			victims = r.policy.access(e)
 		}
-	})
-	r.mu.Unlock()
-	if active > maxActive && lru != nil {
-		lru.passivateSoon(causeMaxActive)
 	}
+	r.evictMu.Unlock()
+	for _, v := range victims {
+		v.passivateSoon(causeMaxActive)
+	}
+}
+
+// released forgets a stopped entity in the passivation strategy.
+func (r *shardRegion) released(e *entity) {
+	r.evictMu.Lock()
+	if r.policy != nil {
+		r.policy.remove(e)
+	}
+	r.evictMu.Unlock()
 }
 
 // passivateIdle passivates the entities idle for longer than the type's PassivateAfter,
@@ -417,6 +475,7 @@ func (r *shardRegion) dropStale(shardID int, epoch uint64) {
 func (r *shardRegion) dropStaleLocked(sh *shard) {
 	r.s.log.Warn("stale shard allocation: stopping the shard here", "type", r.settings.Name, "shard", sh.id, "epoch", sh.epoch)
 	r.slots[sh.id].hosted = nil
+	sh.stopReminders()
 	for _, e := range sh.entities {
 		e.fenced.Store(true)
 		// Soon, not now: an entity whose mailbox goroutine is still busy (its last
@@ -542,7 +601,7 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 	sl := r.slotLocked(shardID)
 	sh := sl.hosted
 	if sh == nil {
-		sh = &shard{id: shardID, epoch: epoch, entities: map[string]*entity{}}
+		sh = &shard{id: shardID, epoch: epoch, entities: map[string]*entity{}, rem: &shardReminders{inflight: map[reminderFiring]bool{}}}
 		sl.hosted, sl.home = sh, allocation{}
 		// Hosted anew: fenced anew, even at an epoch fenced from here before it left
 		// (a stale coordinator's allocation may bring it back at that epoch after a
@@ -551,6 +610,10 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID, "epoch", epoch)
 		if r.settings.RememberEntities && r.s.cfg.States != nil {
 			r.s.owner.Go(func() { r.restartRemembered(sh) })
+		}
+		if r.s.reminders != nil {
+			// The shard's reminders: those due fire now, the next sets its timer.
+			r.s.owner.Go(func() { r.scanReminders(sh) })
 		}
 	} else if epoch > sh.epoch {
 		sh.epoch = epoch
@@ -599,6 +662,7 @@ func (r *shardRegion) restartRemembered(sh *shard) {
 	if r.hostedLocked(sh.id) != sh {
 		return // handed off meanwhile
 	}
+	ids = slices.DeleteFunc(ids, IsReminderID) // a store's reminder records (RemindersOf)
 	for _, id := range ids {
 		r.entityLocked(sh, id).enqueue(delivery{start: true, ctx: context.Background()})
 	}

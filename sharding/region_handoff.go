@@ -147,6 +147,7 @@ func (r *shardRegion) handOffShard(ctx context.Context, id int) (err error) {
 	sh := sl.hosted
 	sl.hosted = nil
 	if sh != nil {
+		sh.stopReminders()
 		for _, e := range sh.entities {
 			// They finish what they hold; what a delivery brings them from now on
 			// waits for the shard's new home.

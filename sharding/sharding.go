@@ -32,6 +32,9 @@ type Sharding struct {
 	// there is no store: entities of types that journal then save a snapshot before
 	// each reply instead (entity.go).
 	journal JournalStore
+	// reminders keeps the entities' reminders (RemindersOf the state store), or nil
+	// without a store.
+	reminders ReminderStore
 
 	// owner owns the goroutines of s. Everything that may start one holds it (Hold)
 	// or runs on one; Stop closes it.
@@ -92,6 +95,7 @@ func New(cfg Config) (*Sharding, error) {
 		tel:           tel,
 		self:          self,
 		owner:         owner.New(),
+		reminders:     remindersOf(cfg.States),
 		regions:       map[string]*shardRegion{},
 		typeWaiters:   map[string][]delivery{},
 		deadLetterLog: obs.LogLimiter{Interval: 10 * time.Second},
@@ -163,6 +167,11 @@ func (s *Sharding) stopAll(ctx context.Context, save bool) error {
 		}
 	}
 
+	for _, r := range regions {
+		r.mu.Lock()
+		r.eachHostedLocked(func(sh *shard) { sh.stopReminders() })
+		r.mu.Unlock()
+	}
 	if err := s.owner.WaitContext(ctx); err != nil {
 		return fmt.Errorf("sharding: stopping: %w", err)
 	}

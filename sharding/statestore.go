@@ -95,6 +95,7 @@ type MemoryStateStore struct {
 	remembered map[shardKey]map[string]bool
 	epochs     map[shardKey]uint64
 	journals   map[EntityKey]*memJournal
+	reminders  map[shardKey]map[string][]Reminder // by shard, then entity ID
 	saves      int
 	appends    int
 }
@@ -136,6 +137,11 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 	for k := range m.journals {
 		if k.Type == typ {
 			delete(m.journals, k)
+		}
+	}
+	for k := range m.reminders {
+		if k.typ == typ {
+			delete(m.reminders, k)
 		}
 	}
 	return nil

@@ -28,6 +28,7 @@ const (
 const (
 	causeIdle      = "idle"
 	causeMaxActive = "max-active"
+	causeMemory    = "memory-limit"
 	causeRequested = "requested"
 	causeCommand   = "command"  // Sharding.Passivate: shardhost passivate
 	causeUndeploy  = "undeploy" // Sharding.StopType: shardhost undeploy
@@ -45,7 +46,7 @@ const (
 )
 
 // messageKindIndex numbers the kinds of handled messages for the attribute caches:
-// ask, tell, timer, changed.
+// ask, tell, timer, changed, reminder.
 type messageKindIndex uint8
 
 const (
@@ -53,10 +54,11 @@ const (
 	kindTell
 	kindTimer
 	kindChanged
+	kindReminder
 	numKinds
 )
 
-var kindNames = [numKinds]string{"ask", "tell", "timer", "changed"}
+var kindNames = [numKinds]string{"ask", "tell", "timer", "changed", "reminder"}
 
 func kindIndex(d *delivery) messageKindIndex {
 	switch d.env.Kind {
@@ -64,6 +66,8 @@ func kindIndex(d *delivery) messageKindIndex {
 		return kindTimer
 	case KindChanged:
 		return kindChanged
+	case KindReminder:
+		return kindReminder
 	}
 	if d.ask {
 		return kindAsk

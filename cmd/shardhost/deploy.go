@@ -18,7 +18,7 @@ import (
 )
 
 func newDeployCommand(g *globals) *cobra.Command {
-	var typ, role, allocation, checkpoint string
+	var typ, role, allocation, checkpoint, strategy string
 	var shards, maxActive, maxRetries int
 	var history string
 	var passivateAfter, retention time.Duration
@@ -27,8 +27,9 @@ func newDeployCommand(g *globals) *cobra.Command {
 	var canaryRate float64
 	var canaryWindow time.Duration
 	var canaryMin int
+	var egressQuery func(url.Values)
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--reset-settings] [--canary P% | --canary-ids A,B [--canary-max-failure-rate R [--canary-window D]]] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--reset-settings] [--canary P% | --canary-ids A,B [--canary-max-failure-rate R [--canary-window D]]] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -92,9 +93,13 @@ error) over --canary-window (default 1m), once --canary-min-messages (default 10
 			if f.Changed("max-active") {
 				q.Set("max_active", strconv.Itoa(maxActive))
 			}
+			if f.Changed("passivation-strategy") {
+				q.Set("passivation_strategy", strategy)
+			}
 			if f.Changed("remember-entities") {
 				q.Set("remember_entities", strconv.FormatBool(remember))
 			}
+			egressQuery(q)
 			if reset {
 				q.Set("reset_settings", "true")
 			}
@@ -139,7 +144,8 @@ error) over --canary-window (default 1m), once --canary-min-messages (default 10
 	cmd.Flags().StringVar(&typ, "type", "", "name of the entity type (default: each FILE.wasm's name without .wasm)")
 	cmd.Flags().IntVar(&shards, "shards", 0, "number of shards of a new type (default 100; fixed once deployed)")
 	cmd.Flags().DurationVar(&passivateAfter, "passivate-after", 0, "passivate an entity idle this long (0: never)")
-	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the least recently used is passivated (0: no cap)")
+	cmd.Flags().IntVar(&maxActive, "max-active", 0, "active entities per member at most; the one --passivation-strategy chooses is passivated (0: no cap)")
+	cmd.Flags().StringVar(&strategy, "passivation-strategy", "", "whom --max-active passivates: lru (default: the least recently used), lfu (the least frequently used) or w-tinylfu (a window LRU and a frequency-filtered segmented LRU; docs/sharding.md)")
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "how entity state survives a crash: journal (default: every acknowledged message is durable), passivation, every-message or every:N (docs/sharding.md)")
 	cmd.Flags().IntVar(&maxRetries, "max-retries", 0, "attempts of a tell that keeps failing (a trap, the deadline) before its entity pauses on it (default 3; 0: never pause, a dead letter at once)")
 	cmd.Flags().DurationVar(&retention, "idempotency-retention", 0, "how long an entity remembers a message's idempotency key and reply (default 24h)")
@@ -152,6 +158,7 @@ error) over --canary-window (default 1m), once --canary-min-messages (default 10
 	cmd.Flags().Float64Var(&canaryRate, "canary-max-failure-rate", 0, "roll the canary back by itself when more than this share (0 to 1) of its messages fail over --canary-window (0: never)")
 	cmd.Flags().DurationVar(&canaryWindow, "canary-window", 0, "the window of --canary-max-failure-rate (default 1m)")
 	cmd.Flags().IntVar(&canaryMin, "canary-min-messages", 0, "messages the canary must have run in the window before it can roll back by itself (default 10)")
+	egressQuery = addEgressFlags(cmd)
 	cmd.Flags().BoolVar(&reset, "reset-settings", false, "on a redeploy, start from the default settings instead of the type's current ones")
 	return cmd
 }

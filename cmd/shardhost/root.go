@@ -60,6 +60,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newRevertCommand(g)),
 		g.clientFlags(newForkCommand(g)),
 		g.clientFlags(newResumeCommand(g, false)),
+		g.clientFlags(newRemindersCommand(g)),
 		g.clientFlags(newResumeCommand(g, true)),
 		g.clientFlags(newReplayCommand(g)),
 		g.clientFlags(newDownCommand(g)),

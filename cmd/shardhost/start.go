@@ -25,6 +25,7 @@ import (
 type nodeFlags struct {
 	gossipProfile   string
 	memoryLimitMiB  int
+	memberMemoryMiB int
 	messageDeadline time.Duration
 	maxMessageSize  int
 	maxModuleSize   int
@@ -72,6 +73,7 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().StringVar(&f.gossipKey, "gossip-key", "", "the gossip key itself: deprecated, as ps shows it to every user of the machine (use --gossip-key-file)")
 	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "timing profile: lan (members on a network), local (one idle machine: fast failure detection, for tests) or dev (one machine that may be busy: pauses of seconds pass); --heartbeat-interval, --acceptable-heartbeat-pause and --sbr-stable-after, whose defaults are this command's profile's, override it")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
+	cmd.Flags().IntVar(&f.memberMemoryMiB, "member-memory-limit", 0, "linear memory of all the member's active entities together, in MiB: past it, the least recently used idle ones are passivated until the rest fit (0: no cap)")
 	cmd.Flags().DurationVar(&f.messageDeadline, "message-deadline", d.Runtime.MessageDeadline, "how long one message may run inside an entity")
 	cmd.Flags().IntVar(&f.maxMessageSize, "max-message-size", d.Runtime.MaxMessageSize, "cap of a message and of a reply, in bytes")
 	cmd.Flags().IntVar(&f.maxModuleSize, "max-module-size", d.MaxModuleSize, "cap of a deployed module, in bytes")
@@ -113,6 +115,10 @@ func (f *nodeFlags) config(log *slog.Logger) (host.Config, error) {
 	}
 	cfg.GossipKey = key
 	cfg.Runtime.MemoryLimit = uint64(f.memoryLimitMiB) << 20
+	if f.memberMemoryMiB < 0 {
+		return cfg, fmt.Errorf("--member-memory-limit %d: want MiB, 0 for no cap", f.memberMemoryMiB)
+	}
+	cfg.Sharding.MemoryLimit = int64(f.memberMemoryMiB) << 20
 	cfg.Runtime.MessageDeadline = f.messageDeadline
 	cfg.Runtime.MaxMessageSize = f.maxMessageSize
 	cfg.MaxModuleSize = f.maxModuleSize

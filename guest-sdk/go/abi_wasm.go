@@ -72,6 +72,18 @@ func hostTimerStart(namePtr unsafe.Pointer, nameLen uint32, msgPtr unsafe.Pointe
 //go:wasmimport shardhost timer_cancel
 func hostTimerCancel(namePtr unsafe.Pointer, nameLen uint32) int32
 
+//go:wasmimport shardhost reminder_set
+func hostReminderSet(namePtr unsafe.Pointer, nameLen uint32, dueMS int64, intervalMS int64, payloadPtr unsafe.Pointer, payloadLen uint32) int32
+
+//go:wasmimport shardhost reminder_cancel
+func hostReminderCancel(namePtr unsafe.Pointer, nameLen uint32) int32
+
+//go:wasmimport shardhost reminder_list
+func hostReminderList() int32
+
+//go:wasmimport shardhost reminder_due
+func hostReminderDue() int64
+
 //go:wasmimport shardhost now
 func hostNow(clock int32) int64
 
@@ -314,6 +326,19 @@ func (w *wasmHost) timerStart(name string, msg []byte, delayMS, intervalMS int64
 func (w *wasmHost) timerCancel(name string) bool {
 	return hostTimerCancel(strPtr(name), uint32(len(name))) == 1
 }
+
+func (w *wasmHost) reminderSet(name string, dueMS, intervalMS int64, payload []byte) (Code, []byte) {
+	code := hostReminderSet(strPtr(name), uint32(len(name)), dueMS, intervalMS, bytesPtr(payload), uint32(len(payload)))
+	return w.result(code, false)
+}
+
+func (w *wasmHost) reminderCancel(name string) (Code, []byte) {
+	return w.result(hostReminderCancel(strPtr(name), uint32(len(name))), false)
+}
+
+func (w *wasmHost) reminderList() (Code, []byte) { return w.result(hostReminderList(), true) }
+
+func (w *wasmHost) reminderDue() int64 { return hostReminderDue() }
 
 func (w *wasmHost) now(clock int32) int64 { return hostNow(clock) }
 

@@ -23,7 +23,8 @@ const (
 )
 
 var codeNames = [...]string{"ok", "error", "not found", "deleted", "timeout", "ask cycle",
-	"unavailable", "bad request", "not allowed", "entity error", "type mismatch"}
+	"unavailable", "bad request", "not allowed", "entity error", "type mismatch",
+	"egress-denied", "egress-too-large", "egress-failed", "egress-rate-limited"}
 
 // String returns the code's name, such as "timeout".
 func (c Code) String() string {
@@ -45,10 +46,13 @@ type HostError struct {
 	Text string
 }
 
-// Error returns "shardhost: CODE: TEXT".
+// Error returns "shardhost: CODE: TEXT", or "shardhost: TEXT" when TEXT starts with "CODE:".
 func (e *HostError) Error() string {
 	if e.Text == "" {
 		return "shardhost: " + e.Code.String()
+	}
+	if name := e.Code.String(); len(e.Text) > len(name) && e.Text[:len(name)+1] == name+":" {
+		return "shardhost: " + e.Text // the host's text names the code already (egress-denied: ...)
 	}
 	return "shardhost: " + e.Code.String() + ": " + e.Text
 }
@@ -70,6 +74,11 @@ var (
 	ErrNotAllowed   = errors.New("shardhost: not allowed here")    // CodeNotAllowed
 	ErrEntityError  = errors.New("shardhost: entity error")        // CodeEntityError
 	ErrTypeMismatch = errors.New("shardhost: ddata type mismatch") // CodeTypeMismatch
+
+	ErrEgressDenied      = errors.New("shardhost: egress denied")       // CodeEgressDenied
+	ErrEgressTooLarge    = errors.New("shardhost: egress too large")    // CodeEgressTooLarge
+	ErrEgressFailed      = errors.New("shardhost: egress failed")       // CodeEgressFailed
+	ErrEgressRateLimited = errors.New("shardhost: egress rate limited") // CodeEgressRateLimited
 )
 
 func sentinel(c Code) error {
@@ -94,6 +103,14 @@ func sentinel(c Code) error {
 		return ErrEntityError
 	case CodeTypeMismatch:
 		return ErrTypeMismatch
+	case CodeEgressDenied:
+		return ErrEgressDenied
+	case CodeEgressTooLarge:
+		return ErrEgressTooLarge
+	case CodeEgressFailed:
+		return ErrEgressFailed
+	case CodeEgressRateLimited:
+		return ErrEgressRateLimited
 	}
 	return nil
 }

@@ -20,6 +20,8 @@ import (
 //     which tests read and change with Data and UpdateData; DeliverChanged delivers a
 //     subscribed key's value as a message of KindChanged, and DDataFault injects errors;
 //   - timers: recorded (Timers, Timer) and fired by FireTimer or, after Advance, FireDue;
+//   - durable reminders: recorded (Reminders) and fired by FireReminder, kept across
+//     Restart as the state store keeps them;
 //   - time and randomness: a settable clock (SetTime, Advance) that stands still between
 //     calls, and random bytes from a seeded generator (Seed);
 //   - lifecycle: the entity is activated (Activator) before its first message; Restart
@@ -53,7 +55,11 @@ type Harness struct {
 	subs   map[string]bool
 	timers map[string]*Timer
 	seq    uint64 // orders timers that are due at the same time
-	calls  int    // host function calls of the current message or hook
+	// reminders are the entity's durable reminders, by name; due is the due time (Unix
+	// ms) of the reminder being delivered.
+	reminders map[string]*Reminder
+	due       int64
+	calls     int // host function calls of the current message or hook
 
 	// Logs holds every line the entity logged, as "LEVEL text".
 	Logs []string
@@ -88,6 +94,14 @@ type Harness struct {
 	// Asker's errors do (return &HostError{Code: CodeTimeout} for an update that was not
 	// acknowledged in time: it is applied, as on a real host).
 	DDataFault func(op, key string) error
+	// HTTP answers the entity's outbound HTTP requests (Context.HTTPDo), standing for the
+	// outside services and the type's egress settings: an error that is a *HostError
+	// gives its code (ErrEgressDenied, ErrTimeout ...), any other error is
+	// ErrEgressFailed with its text. A nil HTTP refuses every request with
+	// ErrEgressDenied, as a type deployed without --egress. HTTPRequests holds every
+	// request that reached it, in order.
+	HTTP         func(req *HTTPRequest) (*HTTPResponse, error)
+	HTTPRequests []HTTPRequest
 }
 
 // Envelope is a message the entity sent: to Type/ID, with the sender the receiver sees
@@ -621,6 +635,97 @@ func (h *Harness) timerStart(name string, msg []byte, delayMS, intervalMS int64)
 	h.timers[name] = &Timer{Name: name, Msg: append([]byte(nil), msg...), Delay: delay,
 		Interval: time.Duration(intervalMS) * time.Millisecond, Due: h.wall.Add(delay), seq: h.seq}
 	return CodeOK, nil
+}
+
+// Reminders returns the entity's durable reminders, by name.
+func (h *Harness) Reminders() []Reminder {
+	out := make([]Reminder, 0, len(h.reminders))
+	for _, r := range h.reminders {
+		out = append(out, *r)
+	}
+	sortReminders(out)
+	return out
+}
+
+func sortReminders(rs []Reminder) {
+	for i := 1; i < len(rs); i++ {
+		for k := i; k > 0 && rs[k].Name < rs[k-1].Name; k-- {
+			rs[k], rs[k-1] = rs[k-1], rs[k]
+		}
+	}
+}
+
+// ErrNoReminder is returned by FireReminder for a reminder the entity does not have.
+var ErrNoReminder = errors.New("shardhost: harness: no such reminder")
+
+// FireReminder delivers the reminder name now, whenever it is due, as a message of
+// KindReminder (ReminderDue gives its due time), and returns the entity's reply or
+// error; then, as the host does after a delivery, a repeating reminder moves on to its
+// first due after the harness's clock and a one-shot is deleted (unless the entity set
+// it anew meanwhile).
+func (h *Harness) FireReminder(name string) ([]byte, error) {
+	r, ok := h.reminders[name]
+	if !ok {
+		return nil, ErrNoReminder
+	}
+	due := r.Due
+	h.due = due.UnixMilli()
+	out, err := h.deliver(KindReminder, name, append([]byte(nil), r.Payload...))
+	h.due = 0
+	if cur, ok := h.reminders[name]; ok && cur.Due.Equal(due) {
+		if cur.Interval > 0 {
+			next := due.Add(cur.Interval)
+			for !next.After(h.wall) {
+				next = next.Add(cur.Interval)
+			}
+			cur.Due = next
+		} else {
+			delete(h.reminders, name)
+		}
+	}
+	return out, err
+}
+
+func (h *Harness) reminderSet(name string, dueMS, intervalMS int64, payload []byte) (Code, []byte) {
+	h.call()
+	_, set := h.reminders[name]
+	switch {
+	case name == "" || len(name) > MaxReminderName:
+		return CodeBadRequest, []byte("a reminder name has 1 to 128 bytes")
+	case dueMS < 0:
+		return CodeBadRequest, []byte("negative due time")
+	case intervalMS < 0 || intervalMS > 0 && intervalMS < MinReminderInterval.Milliseconds():
+		return CodeBadRequest, []byte("a reminder interval is 0 or at least 1000 ms")
+	case len(payload) > MaxReminderPayload:
+		return CodeBadRequest, []byte("reminder payload over 64 KiB")
+	case !set && len(h.reminders) >= MaxReminders:
+		return CodeBadRequest, []byte("too many reminders")
+	}
+	if h.reminders == nil {
+		h.reminders = map[string]*Reminder{}
+	}
+	h.reminders[name] = &Reminder{Name: name, Due: time.UnixMilli(dueMS), Interval: time.Duration(intervalMS) * time.Millisecond,
+		Payload: append([]byte(nil), payload...)}
+	return CodeOK, nil
+}
+
+func (h *Harness) reminderCancel(name string) (Code, []byte) {
+	h.call()
+	if _, ok := h.reminders[name]; !ok {
+		return CodeNotFound, []byte("no reminder " + quote(name))
+	}
+	delete(h.reminders, name)
+	return CodeOK, nil
+}
+
+func (h *Harness) reminderList() (Code, []byte) {
+	h.call()
+	return CodeOK, encodeReminders(h.Reminders())
+}
+
+func (h *Harness) reminderDue() int64 {
+	h.call()
+	return h.due
 }
 
 func (h *Harness) timerCancel(name string) bool {

@@ -17,9 +17,12 @@ const (
 	// KindChanged is the new value, as JSON, of a distributed data key the entity
 	// subscribed to; Sender is the key.
 	KindChanged MessageKind = 2
+	// KindReminder is the message of a durable reminder of the entity (SetReminder);
+	// Sender is its name, and ReminderDue its due time.
+	KindReminder MessageKind = 10
 )
 
-// String returns "message", "timer" or "changed".
+// String returns "message", "timer", "changed" or "reminder".
 func (k MessageKind) String() string {
 	switch k {
 	case KindMessage:
@@ -28,6 +31,8 @@ func (k MessageKind) String() string {
 		return "timer"
 	case KindChanged:
 		return "changed"
+	case KindReminder:
+		return "reminder"
 	}
 	return "kind " + itoa(int64(k))
 }

@@ -179,6 +179,10 @@ type host interface {
 	ddataUnsubscribe(key string) (Code, []byte)
 	timerStart(name string, msg []byte, delayMS, intervalMS int64) (Code, []byte)
 	timerCancel(name string) bool
+	reminderSet(name string, dueMS, intervalMS int64, payload []byte) (Code, []byte)
+	reminderCancel(name string) (Code, []byte)
+	reminderList() (Code, []byte)
+	reminderDue() int64
 	now(clock int32) int64
 	random(b []byte)
 	traceEvent(name string)

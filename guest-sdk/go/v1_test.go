@@ -47,7 +47,7 @@ func newProbe(p *probe) *Harness {
 }
 
 func TestHostErrorMatchesSentinels(t *testing.T) {
-	for c := CodeError; c <= CodeTypeMismatch; c++ {
+	for c := CodeError; c <= CodeEgressRateLimited; c++ {
 		err := error(&HostError{Code: c, Text: "why"})
 		if !errors.Is(err, sentinel(c)) {
 			t.Errorf("code %d does not match its sentinel", c)
@@ -748,6 +748,8 @@ func TestConstantsMatchABI(t *testing.T) {
 		"CodeUnavailable": int64(CodeUnavailable), "CodeBadRequest": int64(CodeBadRequest),
 		"CodeNotAllowed": int64(CodeNotAllowed), "CodeEntityError": int64(CodeEntityError),
 		"CodeTypeMismatch": int64(CodeTypeMismatch), "Version": ABIVersion, "MaxIdempotencyKey": MaxIdempotencyKey,
+		"CodeEgressDenied": int64(CodeEgressDenied), "CodeEgressTooLarge": int64(CodeEgressTooLarge),
+		"CodeEgressFailed": int64(CodeEgressFailed), "CodeEgressRateLimited": int64(CodeEgressRateLimited),
 	}
 	for name, v := range sdk {
 		expr, ok := abi[name]

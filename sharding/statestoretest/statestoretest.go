@@ -2,7 +2,8 @@
 // run against each implementation (the in-memory one, the replicated one, PostgreSQL):
 // fencing, versions, remember and forget, concurrent saves, batches, and journals
 // (appends, reads, truncation, refusals of corrupt records, concurrent appends), and
-// the listing of a store that keeps an index (sharding.StateLister). It also builds a
+// the listing of a store that keeps an index (sharding.StateLister), and reminders
+// (sharding.RemindersOf). It also builds a
 // replicated store of several members on in-memory networks, for tests and benchmarks
 // outside package sharding.
 package statestoretest
@@ -53,6 +54,11 @@ func Run(t *testing.T, open Open) {
 		{"JournalConcurrent", journalConcurrent},
 		{"JournalDeleteType", journalDeleteType},
 		{"Listing", listing},
+		{"RemindersSaveLoad", remindersSaveLoad},
+		{"RemindersDue", remindersDue},
+		{"RemindersFencing", remindersFencing},
+		{"RemindersRefusals", remindersRefusals},
+		{"RemindersDeleteType", remindersDeleteType},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := open(t)

@@ -4,8 +4,9 @@
 //! commands; an error reply is an entity error whose text is given there (a host function's
 //! failure is "code N: TEXT", N the ABI code).
 //!
-//! Messages of kind 1 (timer) and 2 (changed) are not commands: each is recorded as the line
-//! "KIND SOURCE PAYLOAD" in an event list ("events" replies it) and gets no reply.
+//! Messages of kind 1 (timer), 2 (changed) and 10 (reminder) are not commands: each is
+//! recorded as the line "KIND SOURCE PAYLOAD" (a reminder's with " due=DUEMS" after it) in
+//! an event list ("events" replies it) and gets no reply.
 //!
 //! Its state (count, events, activations, passivations) is a guest-level snapshot: a version
 //! byte (1), count, activations and passivations as 8 bytes little-endian each, the number
@@ -79,6 +80,9 @@ impl Entity for AbiTest {
         if kind != MessageKind::Message {
             let mut line = format!("{} {} ", kind.number(), ctx.sender()).into_bytes();
             line.extend_from_slice(msg);
+            if let Some(due) = ctx.reminder_due() {
+                line.extend_from_slice(format!(" due={}", due).as_bytes());
+            }
             self.events.push(line);
             return Ok(Vec::new());
         }
@@ -169,6 +173,28 @@ impl Entity for AbiTest {
                 Ok(OK.to_vec())
             }
             b"cancel" => Ok(if ctx.cancel_timer(text(rest)?) { b"1".to_vec() } else { b"0".to_vec() }),
+            b"remind" => {
+                let (name, rest) = split(rest);
+                let (inms, rest) = split(rest);
+                let (interval, m) = split(rest);
+                let (name, inms, interval) = (text(name)?, number(inms)?, number(interval)?);
+                let due = ctx.now_wall() / 1_000_000 + inms;
+                ctx.set_reminder(name, due, interval, m).map_err(coded)?;
+                Ok(OK.to_vec())
+            }
+            b"unremind" => Ok(if ctx.cancel_reminder(text(rest)?).map_err(coded)? { b"1".to_vec() } else { b"0".to_vec() }),
+            b"reminders" => {
+                let rs = ctx.reminders().map_err(coded)?;
+                let lines: Vec<Vec<u8>> = rs
+                    .iter()
+                    .map(|r| {
+                        let mut l = format!("{} {} {} ", r.name, r.due_unix_ms, r.interval_ms).into_bytes();
+                        l.extend_from_slice(&r.payload);
+                        l
+                    })
+                    .collect();
+                Ok(lines.join(&b'\n'))
+            }
             b"events" => Ok(self.events.join(&b'\n')),
             b"now" => {
                 let wall = ctx.now_wall();

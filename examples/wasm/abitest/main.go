@@ -22,8 +22,13 @@
 //	sub KEY / unsub KEY          ok
 //	timer NAME DELAYMS INTERVALMS MSG...   ok
 //	cancel NAME                  1 or 0
-//	events                       the lines "KIND SOURCE PAYLOAD" of the timer (1) and
-//	                             changed (2) messages received, joined by \n
+//	remind NAME INMS INTERVALMS MSG...     ok, after a durable reminder due INMS from now
+//	unremind NAME                1 or 0
+//	reminders                    the lines "NAME DUEMS INTERVALMS PAYLOAD", by name
+//	events                       the lines "KIND SOURCE PAYLOAD" of the timer (1),
+//	                             changed (2) and reminder (10) messages received, joined
+//	                             by \n; a reminder's line ends with " due=DUEMS"
+//	                             (its due time, Unix milliseconds)
 //	now                          WALL MONO (nanoseconds, decimal)
 //	random N                     N random bytes in lowercase hex
 //	trace X                      ok, after a trace event X
@@ -148,7 +153,11 @@ func words(s string, n int) (w []string, rest string, ok bool) {
 func (a *abitest) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	s := &a.State
 	if kind := ctx.Kind(); kind != shardhost.KindMessage {
-		s.events = append(s.events, strconv.Itoa(int(kind))+" "+ctx.Sender()+" "+string(msg))
+		line := strconv.Itoa(int(kind)) + " " + ctx.Sender() + " " + string(msg)
+		if due, ok := ctx.ReminderDue(); ok {
+			line += " due=" + strconv.FormatInt(due.UnixMilli(), 10)
+		}
+		s.events = append(s.events, line)
 		return nil, nil
 	}
 	verb, rest, _ := strings.Cut(string(msg), " ")
@@ -276,6 +285,39 @@ func (a *abitest) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 			return []byte("1"), nil
 		}
 		return []byte("0"), nil
+	case "remind":
+		w, m, ok2 := words(rest, 3)
+		if !ok2 {
+			break
+		}
+		in, err1 := strconv.ParseInt(w[1], 10, 64)
+		interval, err2 := strconv.ParseInt(w[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			break
+		}
+		if err := ctx.SetReminder(w[0], ctx.Now().Add(time.Duration(in)*time.Millisecond), time.Duration(interval)*time.Millisecond, []byte(m)); err != nil {
+			return nil, codeErr(err)
+		}
+		return ok, nil
+	case "unremind":
+		found, err := ctx.CancelReminder(rest)
+		if err != nil {
+			return nil, codeErr(err)
+		}
+		if found {
+			return []byte("1"), nil
+		}
+		return []byte("0"), nil
+	case "reminders":
+		rs, err := ctx.Reminders()
+		if err != nil {
+			return nil, codeErr(err)
+		}
+		var lines []string
+		for _, r := range rs {
+			lines = append(lines, r.Name+" "+strconv.FormatInt(r.Due.UnixMilli(), 10)+" "+strconv.FormatInt(r.Interval.Milliseconds(), 10)+" "+string(r.Payload))
+		}
+		return []byte(strings.Join(lines, "\n")), nil
 	case "events":
 		if rest == "" {
 			return []byte(strings.Join(s.events, "\n")), nil

@@ -1,11 +1,13 @@
 //! The Context: what an entity may ask of the host.
 
 use crate::{Error, Flag, GCounter, GSet, LWWMap, LWWRegister, LogLevel, MessageKind, ORMultiMap, ORSet, PNCounter};
-use crate::{PNCounterMap, MAX_RANDOM};
+use crate::{Code, PNCounterMap, Reminder, MAX_RANDOM};
 use std::fmt;
 use std::time::Duration;
 #[cfg(doc)] // names the docs link to
-use crate::{Code, Consistency, Entity, Harness, MAX_IDEMPOTENCY_KEY, MAX_TIMERS, MAX_TIMER_MESSAGE, MAX_TIMER_NAME};
+use crate::{Consistency, Entity, Harness, MAX_IDEMPOTENCY_KEY, MAX_TIMERS, MAX_TIMER_MESSAGE, MAX_TIMER_NAME};
+#[cfg(doc)]
+use crate::{MAX_REMINDERS, MAX_REMINDER_NAME, MAX_REMINDER_PAYLOAD, MIN_REMINDER_INTERVAL_MS};
 
 /// The host a Context calls: on wasm32 the real one, through the ABI's imports
 /// (`wasm.rs`); natively the fake host of a [`Harness`](crate::Harness) (`harness.rs`).
@@ -212,6 +214,43 @@ impl Context {
     /// queued is not delivered.
     pub fn cancel_timer(&mut self, name: &str) -> bool {
         self.host.timer_cancel(name)
+    }
+
+    /// Sets the durable reminder `name`: at `due_unix_ms` (Unix milliseconds; in the past:
+    /// at once) the host delivers `payload` to this entity as a message of kind
+    /// [`MessageKind::Reminder`] with the name as sender, even if the entity is passivated
+    /// or its member died meanwhile; with `interval_ms` > 0 again every interval after
+    /// (missed intervals are skipped). Setting a name that is set replaces it. Delivery is
+    /// at least once, with the same due time ([`reminder_due`](Context::reminder_due)).
+    /// Errors: [`Code::BadRequest`] (a name empty or over [`MAX_REMINDER_NAME`] bytes, an
+    /// interval under [`MIN_REMINDER_INTERVAL_MS`], a payload over
+    /// [`MAX_REMINDER_PAYLOAD`], more than [`MAX_REMINDERS`]), [`Code::Unavailable`].
+    pub fn set_reminder(&mut self, name: &str, due_unix_ms: i64, interval_ms: i64, payload: &[u8]) -> Result<(), Error> {
+        self.host.reminder_set(name, due_unix_ms, interval_ms, payload)
+    }
+
+    /// Deletes the reminder `name`: `Ok(true)` if the entity had it, `Ok(false)` if not.
+    pub fn cancel_reminder(&mut self, name: &str) -> Result<bool, Error> {
+        match self.host.reminder_cancel(name) {
+            Ok(()) => Ok(true),
+            Err(e) if e.code() == Code::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The entity's reminders, by name.
+    pub fn reminders(&mut self) -> Result<Vec<Reminder>, Error> {
+        let b = self.host.reminder_list()?;
+        crate::reminders::decode(&b).ok_or_else(|| Error::with_code(Code::Error, "shardhost: malformed reminder list from the host"))
+    }
+
+    /// The due time (Unix milliseconds) of the current message if it is a reminder's;
+    /// compare it with [`now_wall`](Context::now_wall) to learn how late it comes.
+    pub fn reminder_due(&self) -> Option<i64> {
+        if self.kind() != MessageKind::Reminder {
+            return None;
+        }
+        Some(self.host.reminder_due())
     }
 
     /// The host's wall clock: nanoseconds since 1970-01-01 UTC.

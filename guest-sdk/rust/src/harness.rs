@@ -3,6 +3,7 @@
 use crate::dispatch::Dispatcher;
 use crate::{Code, Context, Entity, Error, Json, LogLevel, MessageKind};
 use crate::{DEFAULT_CALL_BUDGET, MAX_IDEMPOTENCY_KEY, MAX_MESSAGE_SIZE, MAX_TIMERS, MAX_TIMER_MESSAGE, MAX_TIMER_NAME};
+use crate::{Reminder, MAX_REMINDERS, MAX_REMINDER_NAME, MAX_REMINDER_PAYLOAD, MIN_REMINDER_INTERVAL_MS};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -56,6 +57,7 @@ enum Phase {
 }
 
 type AskHandler = Box<dyn FnMut(&str, &str, &[u8]) -> Result<Vec<u8>, Error>>;
+type HttpHandler = Box<dyn FnMut(&crate::HttpRequest) -> Result<crate::HttpResponse, Error>>;
 
 /// The fake host of a [`Harness`]: what the entity's [`Context`] calls natively. Its
 /// methods are those of the wasm32 host (`wasm.rs`), one per host function.
@@ -81,10 +83,16 @@ pub(crate) struct Fake {
     store: Store,
     subscriptions: std::collections::BTreeSet<String>,
     timers: BTreeMap<String, Timer>,
+    /// The entity's durable reminders, by name, and the due time of the one being
+    /// delivered (0 for none).
+    reminders: BTreeMap<String, Reminder>,
+    due: i64,
     wall: i64,
     mono: i64,
     rng: u64,
     traces: Vec<String>,
+    http_handler: Option<HttpHandler>,
+    http_requests: Vec<crate::HttpRequest>,
 }
 
 impl Default for Fake {
@@ -107,10 +115,14 @@ impl Default for Fake {
             store: Store::default(),
             subscriptions: Default::default(),
             timers: BTreeMap::new(),
+            reminders: BTreeMap::new(),
+            due: 0,
             wall: Harness::<()>::DEFAULT_WALL,
             mono: Harness::<()>::DEFAULT_MONOTONIC,
             rng: 0,
             traces: Vec::new(),
+            http_handler: None,
+            http_requests: Vec::new(),
         }
     }
 }
@@ -170,6 +182,34 @@ impl Fake {
             return Err(bad_request(format!("shardhost: message of {} bytes is over the cap of {}", msg_len, MAX_MESSAGE_SIZE)));
         }
         Ok(())
+    }
+
+    /// http_request, as the host: decoded, handed to the handler, the answer encoded.
+    pub(crate) fn http_request(&mut self, method: &str, url: &str, headers: &[u8], body: &[u8], timeout_ms: i32) -> Result<Vec<u8>, Error> {
+        self.coded()?;
+        if self.phase != Phase::Receive && self.phase != Phase::Activate {
+            return Err(Error::with_code(Code::NotAllowed, "http_request outside a message or on_activate"));
+        }
+        let req = crate::HttpRequest {
+            method: if method.is_empty() { "GET".to_string() } else { method.to_string() },
+            url: url.to_string(),
+            headers: crate::http::decode_headers(headers),
+            body: body.to_vec(),
+            timeout: if timeout_ms > 0 { Some(std::time::Duration::from_millis(timeout_ms as u64)) } else { None },
+        };
+        let mut handler = match self.http_handler.take() {
+            Some(h) => h,
+            None => {
+                return Err(Error::with_code(
+                    Code::EgressDenied,
+                    format!("egress-denied: {} is not on the entity type's egress allowlist (no Harness::on_http)", url),
+                ))
+            }
+        };
+        self.http_requests.push(req.clone());
+        let res = handler(&req);
+        self.http_handler = Some(handler);
+        res.map(|r| crate::http::encode_response(&r))
     }
 
     pub(crate) fn tell(&mut self, typ: &str, id: &str, msg: &[u8]) -> Result<(), Error> {
@@ -295,6 +335,47 @@ impl Fake {
         };
         self.timers.insert(name.to_string(), timer);
         Ok(())
+    }
+
+    pub(crate) fn reminder_set(&mut self, name: &str, due_ms: i64, interval_ms: i64, payload: &[u8]) -> Result<(), Error> {
+        self.coded()?;
+        if name.is_empty() || name.len() > MAX_REMINDER_NAME {
+            return Err(bad_request(format!("shardhost: reminder name of {} bytes (want 1 to {})", name.len(), MAX_REMINDER_NAME)));
+        }
+        if due_ms < 0 {
+            return Err(bad_request(format!("shardhost: negative due time {}", due_ms)));
+        }
+        if interval_ms < 0 || (interval_ms > 0 && interval_ms < MIN_REMINDER_INTERVAL_MS) {
+            return Err(bad_request(format!("shardhost: an interval of {} ms (0 or at least {})", interval_ms, MIN_REMINDER_INTERVAL_MS)));
+        }
+        if payload.len() > MAX_REMINDER_PAYLOAD {
+            return Err(bad_request(format!("shardhost: reminder payload of {} bytes is over {}", payload.len(), MAX_REMINDER_PAYLOAD)));
+        }
+        if self.reminders.len() >= MAX_REMINDERS && !self.reminders.contains_key(name) {
+            return Err(bad_request(format!("shardhost: too many reminders (at most {})", MAX_REMINDERS)));
+        }
+        let r = Reminder { name: name.to_string(), due_unix_ms: due_ms, interval_ms, payload: payload.to_vec() };
+        self.reminders.insert(name.to_string(), r);
+        Ok(())
+    }
+
+    pub(crate) fn reminder_cancel(&mut self, name: &str) -> Result<(), Error> {
+        self.coded()?;
+        match self.reminders.remove(name) {
+            Some(_) => Ok(()),
+            None => Err(Error::with_code(Code::NotFound, format!("shardhost: no reminder {:?}", name))),
+        }
+    }
+
+    pub(crate) fn reminder_list(&mut self) -> Result<Vec<u8>, Error> {
+        self.coded()?;
+        let rs: Vec<Reminder> = self.reminders.values().cloned().collect();
+        Ok(crate::reminders::encode(&rs))
+    }
+
+    pub(crate) fn reminder_due(&self) -> i64 {
+        self.call();
+        self.due
     }
 
     pub(crate) fn timer_cancel(&mut self, name: &str) -> bool {
@@ -737,6 +818,43 @@ impl<E: Entity> Harness<E> {
         self.deliver(MessageKind::Timer, name, &t.msg)
     }
 
+    /// The entity's durable reminders, by name.
+    pub fn reminders(&self) -> Vec<Reminder> {
+        self.fake.reminders.values().cloned().collect()
+    }
+
+    /// Delivers the reminder `name` (kind [`MessageKind::Reminder`], the name as sender,
+    /// [`Context::reminder_due`] its due time), whenever it is due; then, as the host does
+    /// after a delivery, a repeating reminder moves on to its first due after the harness's
+    /// wall clock and a one-shot is deleted (unless the entity set it anew meanwhile).
+    ///
+    /// # Panics
+    /// If the entity has no reminder of that name.
+    pub fn fire_reminder(&mut self, name: &str) -> Result<Vec<u8>, Error> {
+        let r = match self.fake.reminders.get(name) {
+            Some(r) => r.clone(),
+            None => panic!("shardhost: no reminder {:?} (reminders: {:?})", name, self.fake.reminders.keys().collect::<Vec<_>>()),
+        };
+        self.fake.due = r.due_unix_ms;
+        let out = self.deliver(MessageKind::Reminder, name, &r.payload);
+        self.fake.due = 0;
+        let now_ms = self.fake.wall / 1_000_000;
+        if let Some(cur) = self.fake.reminders.get_mut(name) {
+            if cur.due_unix_ms == r.due_unix_ms {
+                if cur.interval_ms > 0 {
+                    let mut next = r.due_unix_ms + cur.interval_ms;
+                    while next <= now_ms {
+                        next += cur.interval_ms;
+                    }
+                    cur.due_unix_ms = next;
+                } else {
+                    self.fake.reminders.remove(name);
+                }
+            }
+        }
+        out
+    }
+
     /// Delivers the current value of `key` as a message of kind [`MessageKind::Changed`]
     /// with the key as sender, as a host does for a subscription (whether or not the entity
     /// subscribed).
@@ -848,6 +966,21 @@ impl<E: Entity> Harness<E> {
     /// such a repeat with its first reply.
     pub fn on_ask(&mut self, f: impl FnMut(&str, &str, &[u8]) -> Result<Vec<u8>, Error> + 'static) {
         self.fake.ask_handler = Some(Box::new(f));
+    }
+
+    /// Answers the entity's outbound HTTP requests ([`Context::http`]) with `f`, which
+    /// stands for the outside services and the type's egress settings (return
+    /// `Err(Error::with_code(Code::EgressDenied, ...))` and the like for the host's
+    /// refusals). Without it every request fails with [`Code::EgressDenied`], as for a
+    /// type deployed without `--egress`.
+    pub fn on_http(&mut self, f: impl FnMut(&crate::HttpRequest) -> Result<crate::HttpResponse, Error> + 'static) {
+        self.fake.http_handler = Some(Box::new(f));
+    }
+
+    /// The outbound HTTP requests that reached the handler of [`on_http`](Self::on_http),
+    /// oldest first.
+    pub fn http_requests(&self) -> &[crate::HttpRequest] {
+        &self.fake.http_requests
     }
 
     /// The messages the entity told, oldest first.

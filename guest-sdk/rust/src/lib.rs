@@ -81,8 +81,10 @@ mod dispatch;
 // The Harness: everything native builds have and wasm32 builds do not.
 #[cfg(not(target_arch = "wasm32"))]
 mod harness;
+mod http;
 mod json;
 mod state;
+mod reminders;
 // The exports' bodies and the host's imports: only in wasm32 builds.
 #[cfg(target_arch = "wasm32")]
 mod wasm;
@@ -90,14 +92,18 @@ mod wasm;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_http;
+#[cfg(test)]
 mod tests_v1;
 
 pub use context::Context;
 pub use ddata::{Consistency, Flag, GCounter, GSet, LWWMap, LWWRegister, ORMultiMap, ORSet, PNCounter, PNCounterMap};
 #[cfg(not(target_arch = "wasm32"))]
 pub use harness::{Harness, Sent, Timer};
+pub use http::{HttpRequest, HttpResponse};
 pub use json::Json;
 pub use state::{State, StateReader, StateWriter};
+pub use reminders::Reminder;
 
 /// The host ABI version this SDK implements (its modules export `shardhost_abi_v1`).
 pub const ABI_VERSION: u32 = 1;
@@ -117,6 +123,18 @@ pub const MAX_TIMER_MESSAGE: usize = 64 << 10;
 
 /// The most timers one entity may have running.
 pub const MAX_TIMERS: usize = 1000;
+
+/// The longest reminder name, in bytes.
+pub const MAX_REMINDER_NAME: usize = 128;
+
+/// The largest reminder payload, in bytes (64 KiB).
+pub const MAX_REMINDER_PAYLOAD: usize = 64 << 10;
+
+/// The most reminders one entity may have.
+pub const MAX_REMINDERS: usize = 100;
+
+/// The shortest interval of a repeating reminder, in milliseconds.
+pub const MIN_REMINDER_INTERVAL_MS: i64 = 1000;
 
 /// The longest idempotency key of [`Context::tell_with_key`] and
 /// [`Context::ask_with_key`], in bytes.
@@ -184,6 +202,15 @@ pub enum Code {
     EntityError = 9,
     /// 10: the ddata key holds another type.
     TypeMismatch = 10,
+    /// 11: outbound HTTP: the URL, or a redirect, is off the type's egress allowlist, or
+    /// at a non-public address it does not name.
+    EgressDenied = 11,
+    /// 12: outbound HTTP: the response is over the type's cap.
+    EgressTooLarge = 12,
+    /// 13: outbound HTTP: the request failed (connection, DNS, TLS, too many redirects).
+    EgressFailed = 13,
+    /// 14: outbound HTTP: the entity made more requests than its type's rate allows.
+    EgressRateLimited = 14,
 }
 
 impl Code {
@@ -206,6 +233,10 @@ impl Code {
             8 => Code::NotAllowed,
             9 => Code::EntityError,
             10 => Code::TypeMismatch,
+            11 => Code::EgressDenied,
+            12 => Code::EgressTooLarge,
+            13 => Code::EgressFailed,
+            14 => Code::EgressRateLimited,
             _ => Code::Error,
         })
     }
@@ -223,6 +254,10 @@ impl Code {
             Code::NotAllowed => "NotAllowed",
             Code::EntityError => "EntityError",
             Code::TypeMismatch => "TypeMismatch",
+            Code::EgressDenied => "EgressDenied",
+            Code::EgressTooLarge => "EgressTooLarge",
+            Code::EgressFailed => "EgressFailed",
+            Code::EgressRateLimited => "EgressRateLimited",
         }
     }
 }
@@ -329,6 +364,9 @@ pub enum MessageKind {
     Timer = 1,
     /// 2: the new value (JSON) of a subscribed distributed data key; the sender is the key.
     Changed = 2,
+    /// 10: a durable reminder's payload; the sender is the reminder's name, and
+    /// [`Context::reminder_due`] its due time.
+    Reminder = 10,
 }
 
 impl MessageKind {
@@ -337,6 +375,7 @@ impl MessageKind {
         match n {
             1 => MessageKind::Timer,
             2 => MessageKind::Changed,
+            10 => MessageKind::Reminder,
             _ => MessageKind::Message,
         }
     }

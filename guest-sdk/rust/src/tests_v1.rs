@@ -596,3 +596,45 @@ fn sends_with_keys_are_not_allowed_in_on_passivate() {
     h.stop();
     assert_eq!(*got.borrow(), vec![Code::NotAllowed, Code::NotAllowed]);
 }
+
+#[test]
+fn reminders_in_the_harness() {
+    let (mut h, _) = scripted(|ctx, msg| {
+        if ctx.kind() == MessageKind::Reminder {
+            let late = ctx.now_wall() / 1_000_000 - ctx.reminder_due().unwrap();
+            return Ok(format!("{} {} late {}", ctx.sender(), String::from_utf8_lossy(msg), late).into_bytes());
+        }
+        assert_eq!(ctx.reminder_due(), None);
+        let now_ms = ctx.now_wall() / 1_000_000;
+        match msg {
+            b"set" => {
+                ctx.set_reminder("once", now_ms + 60_000, 0, b"p")?;
+                ctx.set_reminder("every", now_ms + 1000, 3_600_000, b"")?;
+                Ok(Vec::new())
+            }
+            b"list" => {
+                let rs = ctx.reminders()?;
+                Ok(rs.iter().map(|r| format!("{}+{}/{}", r.name, r.due_unix_ms - now_ms, r.interval_ms)).collect::<Vec<_>>().join(" ").into_bytes())
+            }
+            b"cancel" => Ok(format!("{} {}", ctx.cancel_reminder("every")?, ctx.cancel_reminder("every")?).into_bytes()),
+            b"short" => ctx.set_reminder("s", now_ms, 999, b"").map(|_| Vec::new()),
+            b"long" => ctx.set_reminder(&"n".repeat(MAX_REMINDER_NAME + 1), now_ms, 0, b"").map(|_| Vec::new()),
+            b"big" => ctx.set_reminder("b", now_ms, 0, &vec![0u8; MAX_REMINDER_PAYLOAD + 1]).map(|_| Vec::new()),
+            _ => Err("unknown".into()),
+        }
+    });
+    assert_eq!(text(h.send(b"set")), "");
+    assert_eq!(text(h.send(b"list")), "every+1000/3600000 once+60000/0");
+    h.advance(Duration::from_secs(90));
+    assert_eq!(text(h.fire_reminder("once")), "once p late 30000");
+    assert_eq!(text(h.fire_reminder("every")), "every  late 89000");
+    // The one-shot is gone; the interval moved on to its first due after the clock.
+    assert_eq!(text(h.send(b"list")), "every+3511000/3600000");
+    assert_eq!(h.reminders().len(), 1);
+    assert_eq!(text(h.send(b"cancel")), "true false");
+    for bad in [&b"short"[..], b"long", b"big"] {
+        assert!(text(h.send(bad)).starts_with("error 7: "), "{:?}", String::from_utf8_lossy(bad));
+    }
+    assert!(h.reminders().is_empty());
+    assert_eq!(MessageKind::from_number(10), MessageKind::Reminder);
+}

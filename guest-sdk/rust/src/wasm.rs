@@ -68,6 +68,14 @@ extern "C" {
     fn host_timer_start(np: *const u8, nl: u32, mp: *const u8, ml: u32, delay_ms: i64, interval_ms: i64) -> i32;
     #[link_name = "timer_cancel"]
     fn host_timer_cancel(np: *const u8, nl: u32) -> i32;
+    #[link_name = "reminder_set"]
+    fn host_reminder_set(np: *const u8, nl: u32, due_ms: i64, interval_ms: i64, pp: *const u8, pl: u32) -> i32;
+    #[link_name = "reminder_cancel"]
+    fn host_reminder_cancel(np: *const u8, nl: u32) -> i32;
+    #[link_name = "reminder_list"]
+    fn host_reminder_list() -> i32;
+    #[link_name = "reminder_due"]
+    fn host_reminder_due() -> i64;
     #[link_name = "now"]
     fn host_now(clock: i32) -> i64;
     #[link_name = "random"]
@@ -441,6 +449,23 @@ impl Host {
         unsafe { host_timer_cancel(name.as_ptr(), name.len() as u32) == 1 }
     }
 
+    pub fn reminder_set(&mut self, name: &str, due_ms: i64, interval_ms: i64, payload: &[u8]) -> Result<(), Error> {
+        check(unsafe { host_reminder_set(name.as_ptr(), name.len() as u32, due_ms, interval_ms, payload.as_ptr(), payload.len() as u32) })
+    }
+
+    pub fn reminder_cancel(&mut self, name: &str) -> Result<(), Error> {
+        check(unsafe { host_reminder_cancel(name.as_ptr(), name.len() as u32) })
+    }
+
+    pub fn reminder_list(&mut self) -> Result<Vec<u8>, Error> {
+        check(unsafe { host_reminder_list() })?;
+        Ok(read_bytes(host_result))
+    }
+
+    pub fn reminder_due(&self) -> i64 {
+        unsafe { host_reminder_due() }
+    }
+
     pub fn now(&mut self, clock: i32) -> i64 {
         unsafe { host_now(clock) }
     }
@@ -451,5 +476,42 @@ impl Host {
 
     pub fn trace_event(&mut self, name: &str) {
         unsafe { host_trace_event(name.as_ptr(), name.len() as u32) }
+    }
+}
+
+// Outbound HTTP (http.rs).
+#[link(wasm_import_module = "shardhost")]
+extern "C" {
+    #[link_name = "http_request"]
+    fn host_http_request(
+        mp: *const u8,
+        ml: u32,
+        up: *const u8,
+        ul: u32,
+        hp: *const u8,
+        hl: u32,
+        bp: *const u8,
+        bl: u32,
+        timeout_ms: i32,
+    ) -> i32;
+}
+
+impl Host {
+    /// http_request: the response as the host encodes it.
+    pub fn http_request(&mut self, method: &str, url: &str, headers: &[u8], body: &[u8], timeout_ms: i32) -> Result<Vec<u8>, Error> {
+        check(unsafe {
+            host_http_request(
+                method.as_ptr(),
+                method.len() as u32,
+                url.as_ptr(),
+                url.len() as u32,
+                headers.as_ptr(),
+                headers.len() as u32,
+                body.as_ptr(),
+                body.len() as u32,
+                timeout_ms,
+            )
+        })?;
+        Ok(read_bytes(host_result))
     }
 }

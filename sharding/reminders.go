@@ -1,0 +1,329 @@
+package sharding
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// Durable reminders (docs/sharding.md, "Reminders"): an entity's reminders are kept in
+// the state store with its shard, fenced by the shard's allocation epoch like its state.
+// The shard's home keeps only the next due time of each shard it hosts, with one timer
+// per shard; when it fires, the home reads the reminders then due and delivers each to
+// its entity (activating it if it is passivated) as a KindReminder ask, then moves the
+// reminder on (an interval's next due) or deletes it (a one-shot), at least once.
+
+// Limits of reminders (CheckReminder).
+const (
+	// MaxReminderName is the longest reminder name, in bytes.
+	MaxReminderName = 128
+	// MaxReminderPayload is the largest reminder payload, in bytes (64 KiB).
+	MaxReminderPayload = 64 << 10
+	// MaxRemindersPerEntity is the most reminders one entity may have.
+	MaxRemindersPerEntity = 100
+	// MinReminderInterval is the shortest interval of a repeating reminder.
+	MinReminderInterval = time.Second
+)
+
+var (
+	// ErrInvalidReminder: a reminder with an empty name, a name over MaxReminderName
+	// bytes or not UTF-8, a negative due time, an interval that is negative or under
+	// MinReminderInterval, or a payload over MaxReminderPayload.
+	ErrInvalidReminder = errors.New("sharding: invalid reminder")
+	// ErrTooManyReminders: setting the reminder would give the entity more than
+	// MaxRemindersPerEntity.
+	ErrTooManyReminders = errors.New("sharding: too many reminders")
+)
+
+// Reminder is a durable reminder of an entity: at Due (Unix milliseconds) its Payload is
+// delivered to the entity as a KindReminder message whose Sender is Name and whose Tag
+// is Due; with Interval (milliseconds) > 0 it comes again every Interval after that,
+// until cancelled.
+type Reminder struct {
+	Name     string `cbor:"1,keyasint" json:"name"`
+	Due      int64  `cbor:"2,keyasint" json:"due_unix_ms"`
+	Interval int64  `cbor:"3,keyasint,omitempty" json:"interval_ms,omitempty"`
+	Payload  []byte `cbor:"4,keyasint,omitempty" json:"payload,omitempty"`
+}
+
+// EntityReminder is a reminder with the ID of its entity, in a shard's listing.
+type EntityReminder struct {
+	ID string
+	Reminder
+}
+
+// CheckReminder reports, with an error wrapping ErrInvalidReminder, a reminder no
+// entity may set: see ErrInvalidReminder. A due time in the past is valid: the
+// reminder fires at once.
+func CheckReminder(r Reminder) error {
+	switch {
+	case r.Name == "":
+		return fmt.Errorf("%w: empty name", ErrInvalidReminder)
+	case len(r.Name) > MaxReminderName:
+		return fmt.Errorf("%w: a name of %d bytes (at most %d)", ErrInvalidReminder, len(r.Name), MaxReminderName)
+	case !utf8.ValidString(r.Name):
+		return fmt.Errorf("%w: the name is not UTF-8", ErrInvalidReminder)
+	case r.Due < 0:
+		return fmt.Errorf("%w: negative due time %d", ErrInvalidReminder, r.Due)
+	case r.Interval < 0:
+		return fmt.Errorf("%w: negative interval %d ms", ErrInvalidReminder, r.Interval)
+	case r.Interval > 0 && r.Interval < MinReminderInterval.Milliseconds():
+		return fmt.Errorf("%w: an interval of %d ms (at least %d)", ErrInvalidReminder, r.Interval, MinReminderInterval.Milliseconds())
+	case len(r.Payload) > MaxReminderPayload:
+		return fmt.Errorf("%w: a payload of %d bytes (at most %d)", ErrInvalidReminder, len(r.Payload), MaxReminderPayload)
+	}
+	return nil
+}
+
+// ReminderStore is a StateStore that keeps reminders itself (a table of its own, an
+// index on due times). A store without it keeps them through its StateStore methods
+// (RemindersOf): one record per entity with reminders beside its snapshot, and its ID
+// among the shard's remembered ones, both under ReminderIDPrefix.
+type ReminderStore interface {
+	StateStore
+	// SaveReminders replaces the entity's reminders with rs (each valid, CheckReminder;
+	// names unique); an empty rs deletes them. Fenced as Save is. Errors: ErrStaleEpoch,
+	// ErrStoreUnavailable, ErrInvalidStateKey, ErrInvalidReminder.
+	SaveReminders(ctx context.Context, key EntityKey, epoch uint64, rs []Reminder) error
+	// LoadReminders returns the entity's reminders sorted by name (nil: none). A read
+	// epoch in ctx (WithReadEpoch) is honoured as Load honours it. Errors:
+	// ErrStaleEpoch, ErrStoreUnavailable, ErrInvalidStateKey.
+	LoadReminders(ctx context.Context, key EntityKey) ([]Reminder, error)
+	// DueReminders returns the shard's reminders whose Due is at or before before
+	// (Unix milliseconds), earliest first (then by ID and name), at most limit of them
+	// (limit > 0), and next: the earliest Due among the shard's reminders it did not
+	// return (0: none). Errors: ErrStaleEpoch (read epoch), ErrStoreUnavailable,
+	// ErrInvalidStateKey.
+	DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) (due []EntityReminder, next int64, err error)
+}
+
+// ReminderIDPrefix begins the IDs under which a store without ReminderStore keeps
+// reminders (RemindersOf): U+FFFE, which no entity ID holds, then "reminders:", then the
+// entity's ID.
+const ReminderIDPrefix = "\ufffereminders:"
+
+// RemindersOf returns the store's own ReminderStore (StateStoreAs), or one that keeps
+// reminders through the store's StateStore methods.
+func RemindersOf(s StateStore) ReminderStore {
+	if rs, ok := StateStoreAs[ReminderStore](s); ok {
+		return rs
+	}
+	return recordReminders{s}
+}
+
+// recordReminders keeps reminders in a StateStore's own records: an entity's reminders
+// are the snapshot of ID ReminderIDPrefix+ID (CBOR), remembered in its shard while it
+// has any. Its writes are read-modify-writes of the shard's home, which serialises them
+// per shard (shardReminders.mu).
+type recordReminders struct{ StateStore }
+
+func (s recordReminders) Unwrap() StateStore { return s.StateStore }
+
+func reminderKey(key EntityKey) EntityKey {
+	return EntityKey{Type: key.Type, Shard: key.Shard, ID: ReminderIDPrefix + key.ID}
+}
+
+// checkReminders checks a set of reminders as SaveReminders takes it.
+func checkReminders(rs []Reminder) error {
+	if len(rs) > MaxRemindersPerEntity {
+		return fmt.Errorf("%w: %d reminders (at most %d per entity)", ErrTooManyReminders, len(rs), MaxRemindersPerEntity)
+	}
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		if err := CheckReminder(r); err != nil {
+			return err
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("%w: the name %q twice", ErrInvalidReminder, r.Name)
+		}
+		seen[r.Name] = true
+	}
+	return nil
+}
+
+func sortedReminders(rs []Reminder) []Reminder {
+	out := slices.Clone(rs)
+	slices.SortFunc(out, func(a, b Reminder) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (s recordReminders) SaveReminders(ctx context.Context, key EntityKey, epoch uint64, rs []Reminder) error {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	if err := checkReminders(rs); err != nil {
+		return err
+	}
+	rk := reminderKey(key)
+	if len(rs) == 0 {
+		// Forgotten first: a shard's listing may name an entity without record, never
+		// hold a record it does not name.
+		if err := s.Remember(ctx, rk, epoch, false); err != nil {
+			return err
+		}
+		return s.Save(ctx, rk, epoch, nil)
+	}
+	b, err := cbor.Marshal(sortedReminders(rs))
+	if err != nil {
+		return err
+	}
+	if err := s.Save(ctx, rk, epoch, b); err != nil {
+		return err
+	}
+	return s.Remember(ctx, rk, epoch, true)
+}
+
+func (s recordReminders) LoadReminders(ctx context.Context, key EntityKey) ([]Reminder, error) {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return nil, err
+	}
+	b, err := s.Load(ctx, reminderKey(key))
+	if errors.Is(err, ErrNoState) || err == nil && len(b) == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rs []Reminder
+	if err := cbor.Unmarshal(b, &rs); err != nil {
+		return nil, fmt.Errorf("sharding: the reminders of %s/%s: %w", key.Type, key.ID, err)
+	}
+	return rs, nil
+}
+
+func (s recordReminders) DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) ([]EntityReminder, int64, error) {
+	if err := CheckStateKey(typ, shard, "", false); err != nil {
+		return nil, 0, err
+	}
+	ids, err := s.Remembered(ctx, typ, shard)
+	if err != nil {
+		return nil, 0, err
+	}
+	var all []EntityReminder
+	for _, rid := range ids {
+		id, ok := strings.CutPrefix(rid, ReminderIDPrefix)
+		if !ok {
+			continue
+		}
+		rs, err := s.LoadReminders(ctx, EntityKey{Type: typ, Shard: shard, ID: id})
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, r := range rs {
+			all = append(all, EntityReminder{ID: id, Reminder: r})
+		}
+	}
+	due, next := splitDue(all, before, limit)
+	return due, next, nil
+}
+
+// splitDue sorts reminders by due time (then ID and name) and returns those due at or
+// before before, at most limit, and the earliest due of the rest (0: none).
+func splitDue(all []EntityReminder, before int64, limit int) ([]EntityReminder, int64) {
+	slices.SortFunc(all, func(a, b EntityReminder) int {
+		return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.ID, b.ID), strings.Compare(a.Name, b.Name))
+	})
+	n := 0
+	for n < len(all) && all[n].Due <= before && (limit <= 0 || n < limit) {
+		n++
+	}
+	var next int64
+	if n < len(all) {
+		next = all[n].Due
+	}
+	if n == 0 {
+		return nil, next
+	}
+	return all[:n:n], next
+}
+
+// IsReminderID reports whether a remembered ID or snapshot ID is a reminder record's
+// (ReminderIDPrefix), not an entity's.
+func IsReminderID(id string) bool { return strings.HasPrefix(id, ReminderIDPrefix) }
+
+var _ ReminderStore = (*MemoryStateStore)(nil)
+
+// SaveReminders implements ReminderStore.
+func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epoch uint64, rs []Reminder) error {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	if err := checkReminders(rs); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.fence(shardKey{key.Type, key.Shard}, epoch); err != nil {
+		return err
+	}
+	sk := shardKey{key.Type, key.Shard}
+	if m.reminders == nil {
+		m.reminders = map[shardKey]map[string][]Reminder{}
+	}
+	if len(rs) == 0 {
+		delete(m.reminders[sk], key.ID)
+		return nil
+	}
+	if m.reminders[sk] == nil {
+		m.reminders[sk] = map[string][]Reminder{}
+	}
+	cp := sortedReminders(rs)
+	for i := range cp {
+		cp[i].Payload = slices.Clone(cp[i].Payload)
+	}
+	m.reminders[sk][key.ID] = cp
+	return nil
+}
+
+// LoadReminders implements ReminderStore.
+func (m *MemoryStateStore) LoadReminders(ctx context.Context, key EntityKey) ([]Reminder, error) {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if epoch, ok := ReadEpoch(ctx); ok {
+		if cur := m.epochs[shardKey{key.Type, key.Shard}]; cur > epoch {
+			return nil, staleReadError(key, epoch, cur)
+		}
+	}
+	rs := m.reminders[shardKey{key.Type, key.Shard}][key.ID]
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	out := slices.Clone(rs)
+	for i := range out {
+		out[i].Payload = slices.Clone(out[i].Payload)
+	}
+	return out, nil
+}
+
+// DueReminders implements ReminderStore.
+func (m *MemoryStateStore) DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) ([]EntityReminder, int64, error) {
+	if err := CheckStateKey(typ, shard, "", false); err != nil {
+		return nil, 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if epoch, ok := ReadEpoch(ctx); ok {
+		if cur := m.epochs[shardKey{typ, shard}]; cur > epoch {
+			return nil, 0, staleReadError(EntityKey{Type: typ, Shard: shard}, epoch, cur)
+		}
+	}
+	var all []EntityReminder
+	for id, rs := range m.reminders[shardKey{typ, shard}] {
+		for _, r := range rs {
+			r.Payload = slices.Clone(r.Payload)
+			all = append(all, EntityReminder{ID: id, Reminder: r})
+		}
+	}
+	due, next := splitDue(all, before, limit)
+	return due, next, nil
+}

@@ -1,0 +1,439 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/abi"
+)
+
+// reminderRetry is how long a shard's home waits before it reads its due reminders
+// again after a read, a delivery or a write failed.
+const reminderRetry = time.Second
+
+// reminderBatch bounds the firings under way per shard: a scan reads at most twice as
+// many due reminders (those under way among them), and past it waits for half of them
+// to finish before it reads again.
+const reminderBatch = 1000
+
+// reminderScanGap is the least time between the starts of two scans of a shard: what
+// falls due meanwhile waits for the next scan and fires with the others, so that a
+// shard whose reminders fall due one by one is read at most about 100 times a second.
+const reminderScanGap = 10 * time.Millisecond
+
+// shardReminders is what a shard's home keeps of the shard's reminders: the next due
+// time, one timer, and the firings under way. Nothing per reminder beyond the firings.
+type shardReminders struct {
+	// mu serialises the read-modify-writes of the shard's reminders from here (a set,
+	// a cancel, a firing's advance): the store's records of an entity are rewritten
+	// whole.
+	mu sync.Mutex
+
+	tmu      sync.Mutex // guards what follows
+	timer    *time.Timer
+	next     int64  // Unix ms the timer is set for (0: none)
+	gen      uint64 // of the timer: an older timer's firing leaves next alone
+	stopped  bool   // the shard left, or Sharding stops: no new timer
+	inflight map[reminderFiring]bool
+	// scanning: a scan of the shard runs; rescan: another was asked for meanwhile,
+	// which the running one does when it is done (one scan at a time per shard).
+	scanning, rescan bool
+	// more: due reminders were left unread (reminderBatch); the firings under way
+	// start the next scan as they finish.
+	more bool
+	// lastScan is when the last scan started (Unix ms).
+	lastScan int64
+}
+
+// reminderFiring names one firing: deduplicated by the entity, the reminder's name and
+// its due time.
+type reminderFiring struct {
+	id, name string
+	due      int64
+}
+
+// reminderIdempotencyKey is the idempotency key of a firing, so that an entity whose
+// type journals handles a firing delivered twice (after a crash between the delivery
+// and the store's advance) once: NUL, "reminder:", the due time, ":", the name.
+func reminderIdempotencyKey(name string, due int64) string {
+	return "\x00reminder:" + strconv.FormatInt(due, 10) + ":" + name
+}
+
+func nowMillis() int64 { return time.Now().UnixMilli() }
+
+// scheduleReminders sets the shard's timer to fire at at (Unix ms) unless it fires
+// sooner already. at in the past fires at once.
+func (r *shardRegion) scheduleReminders(sh *shard, at int64) {
+	rem := sh.rem
+	rem.tmu.Lock()
+	defer rem.tmu.Unlock()
+	if rem.stopped || (rem.next != 0 && rem.next <= at) {
+		return
+	}
+	if rem.timer != nil {
+		rem.timer.Stop()
+	}
+	rem.gen++
+	rem.next = at
+	gen := rem.gen
+	wait := max(at, rem.lastScan+reminderScanGap.Milliseconds()) - nowMillis()
+	rem.timer = time.AfterFunc(time.Duration(wait)*time.Millisecond, func() {
+		rem.tmu.Lock()
+		if rem.gen == gen {
+			rem.next = 0
+		}
+		rem.tmu.Unlock()
+		r.s.owner.Go(func() { r.scanReminders(sh) })
+	})
+}
+
+// stopReminders stops the shard's timer for good (the shard left, or Sharding stops).
+func (sh *shard) stopReminders() {
+	if sh.rem == nil {
+		return
+	}
+	sh.rem.tmu.Lock()
+	defer sh.rem.tmu.Unlock()
+	sh.rem.stopped = true
+	if sh.rem.timer != nil {
+		sh.rem.timer.Stop()
+	}
+}
+
+// hostedEpoch returns the shard's epoch if it is still hosted here as sh.
+func (r *shardRegion) hostedEpoch(sh *shard) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hostedLocked(sh.id) != sh {
+		return 0, false
+	}
+	return sh.epoch, true
+}
+
+// scanReminders reads the shard's due reminders, fires each that is not firing yet, and
+// sets the timer for the next. Run when the shard comes here, and by its timer.
+func (r *shardRegion) scanReminders(sh *shard) {
+	rem := sh.rem
+	rem.tmu.Lock()
+	if rem.scanning {
+		rem.rescan = true
+		rem.tmu.Unlock()
+		return
+	}
+	rem.scanning = true
+	rem.tmu.Unlock()
+	for {
+		r.scanRemindersOnce(sh)
+		rem.tmu.Lock()
+		if !rem.rescan {
+			rem.scanning = false
+			rem.tmu.Unlock()
+			return
+		}
+		rem.rescan = false
+		rem.tmu.Unlock()
+	}
+}
+
+// scanRemindersOnce is one scan of scanReminders.
+func (r *shardRegion) scanRemindersOnce(sh *shard) {
+	epoch, ok := r.hostedEpoch(sh)
+	if !ok {
+		sh.stopReminders()
+		return
+	}
+	rem := sh.rem
+	rem.tmu.Lock()
+	rem.lastScan = nowMillis()
+	busy := len(rem.inflight) >= reminderBatch
+	if busy {
+		rem.more = true
+	}
+	rem.tmu.Unlock()
+	if busy {
+		return // the firings under way scan again as they finish
+	}
+	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.RequestTimeout)
+	defer cancel()
+	err := r.fenceShard(ctx, sh.id, epoch)
+	var due []EntityReminder
+	var next int64
+	now := nowMillis()
+	if err == nil {
+		due, next, err = r.s.reminders.DueReminders(WithReadEpoch(ctx, epoch), r.settings.Name, sh.id, now, 2*reminderBatch)
+	}
+	if errors.Is(err, ErrStaleEpoch) {
+		r.s.log.Warn("the state store has a newer allocation of a shard hosted here", "type", r.settings.Name, "shard", sh.id, "err", err)
+		r.dropStale(sh.id, epoch+1)
+		return
+	}
+	if err != nil {
+		if r.s.owner.Closed() {
+			return
+		}
+		r.s.log.Warn("cannot read the due reminders of a shard", "type", r.settings.Name, "shard", sh.id, "err", err)
+		r.scheduleReminders(sh, now+reminderRetry.Milliseconds())
+		return
+	}
+	if next != 0 && next <= now {
+		// More are due than were read: the firings under way read them as they finish.
+		rem.tmu.Lock()
+		rem.more = true
+		rem.tmu.Unlock()
+	}
+	for _, er := range due {
+		f := reminderFiring{er.ID, er.Name, er.Due}
+		rem.tmu.Lock()
+		firing := rem.inflight[f]
+		if !firing && !rem.stopped {
+			rem.inflight[f] = true
+		}
+		rem.tmu.Unlock()
+		if firing {
+			continue
+		}
+		if !r.s.owner.Go(func() { r.fireReminder(sh, er) }) {
+			return
+		}
+	}
+	rem.tmu.Lock()
+	if rem.more && len(rem.inflight) <= reminderBatch/2 {
+		// The firings that were to read the rest finished already: read it now.
+		rem.more, rem.rescan = false, true
+	}
+	rem.tmu.Unlock()
+	if next > now {
+		r.scheduleReminders(sh, next)
+	}
+}
+
+// fireReminder delivers a due reminder to its entity (an ask of KindReminder, which
+// activates it if needed), then moves the reminder on in the store: an interval's next
+// due after now, a one-shot's deletion; a reminder set anew meanwhile (another due) is
+// left as it is. A delivery that failed before the entity handled it is tried again
+// after reminderRetry; an entity's error answer counts as delivered.
+func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
+	rem := sh.rem
+	f := reminderFiring{er.ID, er.Name, er.Due}
+	defer func() {
+		rem.tmu.Lock()
+		delete(rem.inflight, f)
+		again := rem.more && len(rem.inflight) <= reminderBatch/2
+		if again {
+			rem.more = false
+		}
+		rem.tmu.Unlock()
+		if again {
+			r.s.owner.Go(func() { r.scanReminders(sh) })
+		}
+	}()
+	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.AskTimeout)
+	_, err := r.s.AskMessage(ctx, Message{EntityType: r.settings.Name, EntityID: er.ID, Payload: er.Payload,
+		Sender: er.Name, Kind: KindReminder, Tag: uint64(er.Due), IdempotencyKey: reminderIdempotencyKey(er.Name, er.Due)})
+	cancel()
+	if err != nil && !handledError(err) {
+		if r.s.owner.Closed() {
+			return
+		}
+		r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
+		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
+		return
+	}
+	next, err := r.advanceReminder(sh, er)
+	if err != nil {
+		if r.s.owner.Closed() {
+			return
+		}
+		r.s.log.Warn("reminder delivered but not moved on; it may come again", "type", r.settings.Name, "id", er.ID,
+			"reminder", er.Name, "err", err)
+		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
+		return
+	}
+	if next > 0 {
+		r.scheduleReminders(sh, next)
+	}
+}
+
+// handledError reports whether a failed ask reached its entity's code, which answered
+// with an error: the reminder was delivered.
+func handledError(err error) bool {
+	switch ErrorCode(err) {
+	case CodeEntityError, CodeGuestTrap, CodeGuestDeadline, CodeReplyTooLarge:
+		return true
+	}
+	return false
+}
+
+// nextDue is the first due of an interval reminder after now: due plus as many whole
+// intervals as it takes (missed ones are skipped, not delivered one by one).
+func nextDue(due, interval, now int64) int64 {
+	if due > now {
+		return due + interval
+	}
+	return due + ((now-due)/interval+1)*interval
+}
+
+// advanceReminder moves a fired reminder on in the store; it returns the new due time (0:
+// none).
+func (r *shardRegion) advanceReminder(sh *shard, er EntityReminder) (int64, error) {
+	var next int64
+	err := r.updateReminders(context.Background(), sh, er.ID, func(rs []Reminder) ([]Reminder, error) {
+		i := slices.IndexFunc(rs, func(x Reminder) bool { return x.Name == er.Name })
+		if i < 0 || rs[i].Due != er.Due {
+			return nil, errUnchanged // cancelled or set anew meanwhile
+		}
+		if rs[i].Interval > 0 {
+			rs[i].Due = nextDue(er.Due, rs[i].Interval, nowMillis())
+			next = rs[i].Due
+			return rs, nil
+		}
+		return slices.Delete(rs, i, i+1), nil
+	})
+	if errors.Is(err, errUnchanged) {
+		return 0, nil
+	}
+	return next, err
+}
+
+// errUnchanged: an update that has nothing to write.
+var errUnchanged = errors.New("sharding: unchanged")
+
+// updateReminders reads the entity's reminders, changes them with f and writes them
+// back, fenced at the shard's epoch here, serialised with the shard's other updates
+// from here. The shard must be hosted here as sh: ErrShardUnavailable otherwise.
+func (r *shardRegion) updateReminders(ctx context.Context, sh *shard, id string, f func([]Reminder) ([]Reminder, error)) error {
+	epoch, ok := r.hostedEpoch(sh)
+	if !ok {
+		return fmt.Errorf("%w: %s/%d left this member", ErrShardUnavailable, r.settings.Name, sh.id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.RequestTimeout)
+	defer cancel()
+	if err := r.fenceShard(ctx, sh.id, epoch); err != nil {
+		return err
+	}
+	sh.rem.mu.Lock()
+	defer sh.rem.mu.Unlock()
+	key := EntityKey{Type: r.settings.Name, Shard: sh.id, ID: id}
+	rs, err := r.s.reminders.LoadReminders(WithReadEpoch(ctx, epoch), key)
+	if err != nil {
+		return err
+	}
+	rs, err = f(rs)
+	if err != nil {
+		return err
+	}
+	return r.s.reminders.SaveReminders(ctx, key, epoch, rs)
+}
+
+// homeShard returns the shard of typ/id if it is hosted here, or ErrShardUnavailable:
+// an entity's reminders are changed on its home (by the entity, as it handles a
+// message). Errors also: ErrUnknownEntityType (no region of the type here),
+// ErrStoreUnavailable (no state store).
+func (s *Sharding) homeShard(ctx context.Context, typ, id string) (*shardRegion, *shard, error) {
+	if s.reminders == nil {
+		return nil, nil, fmt.Errorf("%w: no state store keeps reminders", ErrStoreUnavailable)
+	}
+	if id == "" {
+		return nil, nil, ErrEmptyEntityID
+	}
+	r, err := s.ensureRegion(ctx, typ)
+	if err != nil {
+		return nil, nil, err
+	}
+	shardID := abi.ShardID(id, r.settings.NumberOfShards)
+	r.mu.Lock()
+	sh := r.hostedLocked(shardID)
+	r.mu.Unlock()
+	if sh == nil {
+		return nil, nil, fmt.Errorf("%w: %s/%s is not hosted on this member (reminders are set by their entity)", ErrShardUnavailable, typ, id)
+	}
+	return r, sh, nil
+}
+
+// SetReminder sets the reminder of the entity typ/id named r.Name, replacing one of that
+// name: at r.Due (Unix ms; in the past: at once) the entity gets r.Payload as a
+// KindReminder message, and with r.Interval (ms) > 0 again every interval after. The
+// entity's shard must be hosted on this member (the entity sets its reminders as it
+// handles a message). It returns once the state store holds the reminder. Errors:
+// ErrInvalidReminder, ErrTooManyReminders (over MaxRemindersPerEntity), ErrEmptyEntityID,
+// ErrUnknownEntityType, ErrShardUnavailable (not hosted here), the store's
+// (ErrStaleEpoch, ErrStoreUnavailable); on an error nothing changed.
+func (s *Sharding) SetReminder(ctx context.Context, typ, id string, rem Reminder) error {
+	if err := CheckReminder(rem); err != nil {
+		return err
+	}
+	r, sh, err := s.homeShard(ctx, typ, id)
+	if err != nil {
+		return err
+	}
+	rem.Payload = slices.Clone(rem.Payload)
+	err = r.updateReminders(ctx, sh, id, func(rs []Reminder) ([]Reminder, error) {
+		if i := slices.IndexFunc(rs, func(x Reminder) bool { return x.Name == rem.Name }); i >= 0 {
+			rs[i] = rem
+			return rs, nil
+		}
+		if len(rs) >= MaxRemindersPerEntity {
+			return nil, fmt.Errorf("%w: %s/%s has %d (at most %d per entity)", ErrTooManyReminders, typ, id, len(rs), MaxRemindersPerEntity)
+		}
+		return append(rs, rem), nil
+	})
+	if err != nil {
+		return err
+	}
+	r.scheduleReminders(sh, rem.Due)
+	return nil
+}
+
+// CancelReminder deletes the reminder of the entity typ/id named name, and reports
+// whether there was one. A firing under way may still be delivered. Errors: those of
+// SetReminder.
+func (s *Sharding) CancelReminder(ctx context.Context, typ, id, name string) (bool, error) {
+	r, sh, err := s.homeShard(ctx, typ, id)
+	if err != nil {
+		return false, err
+	}
+	found := false
+	err = r.updateReminders(ctx, sh, id, func(rs []Reminder) ([]Reminder, error) {
+		i := slices.IndexFunc(rs, func(x Reminder) bool { return x.Name == name })
+		if i < 0 {
+			return nil, errUnchanged
+		}
+		found = true
+		return slices.Delete(rs, i, i+1), nil
+	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	return found, err
+}
+
+// Reminders returns the reminders of the entity typ/id, sorted by name, from the state
+// store, on any member. Errors: ErrEmptyEntityID, ErrUnknownEntityType,
+// ErrStoreUnavailable, ErrInvalidStateKey.
+func (s *Sharding) Reminders(ctx context.Context, typ, id string) ([]Reminder, error) {
+	if s.reminders == nil {
+		return nil, fmt.Errorf("%w: no state store keeps reminders", ErrStoreUnavailable)
+	}
+	if id == "" {
+		return nil, ErrEmptyEntityID
+	}
+	r, err := s.ensureRegion(ctx, typ)
+	if err != nil {
+		return nil, err
+	}
+	shardID := abi.ShardID(id, r.settings.NumberOfShards)
+	return s.reminders.LoadReminders(ctx, EntityKey{Type: typ, Shard: shardID, ID: id})
+}
+
+// remindersOf is RemindersOf, or nil without a store.
+func remindersOf(s StateStore) ReminderStore {
+	if s == nil {
+		return nil
+	}
+	return RemindersOf(s)
+}

@@ -1,0 +1,253 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
+)
+
+// homeOf activates typ/id with an ask and returns the member that hosts it.
+func homeOf(t *testing.T, tc *testCluster, typ, id string) *testNode {
+	t.Helper()
+	r, err := ask(t, tc.live()[0], typ, id, "get")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range tc.live() {
+		if n.addr() == r.Node {
+			return n
+		}
+	}
+	t.Fatalf("%s/%s answered from %s, no live member", typ, id, r.Node)
+	return nil
+}
+
+func setReminder(t *testing.T, n *testNode, typ, id string, r Reminder) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.sharding.SetReminder(ctx, typ, id, r); err != nil {
+		t.Fatalf("SetReminder %s/%s %+v on %s: %v", typ, id, r, n.name, err)
+	}
+}
+
+func remindersOn(t *testing.T, n *testNode, typ, id string) []Reminder {
+	t.Helper()
+	rs, err := n.sharding.Reminders(context.Background(), typ, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+func TestReminderWakesAPassivatedEntity(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := homeOf(t, tc, "counter", "w")
+	setReminder(t, n, "counter", "w", Reminder{Name: "wake", Due: time.Now().Add(300 * time.Millisecond).UnixMilli(), Payload: []byte("hello")})
+	if rs := remindersOn(t, n, "counter", "w"); len(rs) != 1 || rs[0].Name != "wake" {
+		t.Fatalf("reminders = %+v, want wake", rs)
+	}
+	if ok, err := n.sharding.Passivate(context.Background(), "counter", "w"); err != nil || !ok {
+		t.Fatalf("passivate: %v %v", ok, err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the reminder", func() bool { return len(tc.acts.reminders("counter/w")) > 0 })
+	// Delivered, then deleted (a one-shot): it cannot come again.
+	testutil.Eventually(t, 20*time.Second, "the one-shot's deletion", func() bool { return len(remindersOn(t, n, "counter", "w")) == 0 })
+	got := tc.acts.reminders("counter/w")
+	if len(got) != 1 || got[0].name != "wake" || got[0].payload != "hello" {
+		t.Fatalf("delivered %+v, want one wake with hello", got)
+	}
+	if activationsOf(tc, "counter/w") < 2 {
+		t.Fatalf("the entity was not activated again by its reminder: %d activations", activationsOf(tc, "counter/w"))
+	}
+	// The reminder's message counted in the entity's state: get sees it.
+	if c := mustAsk(t, n, "counter", "w", "get"); c != "1" {
+		t.Fatalf("count after the reminder = %s, want 1", c)
+	}
+}
+
+func TestIntervalReminderFiresOncePerDue(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := homeOf(t, tc, "counter", "i")
+	first := time.Now().UnixMilli() + 100
+	setReminder(t, n, "counter", "i", Reminder{Name: "tick", Due: first, Interval: 1000})
+	testutil.Eventually(t, 30*time.Second, "three ticks", func() bool { return len(tc.acts.reminders("counter/i")) >= 3 })
+	if ok, err := n.sharding.CancelReminder(context.Background(), "counter", "i", "tick"); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	got := tc.acts.reminders("counter/i")
+	seen := map[int64]bool{}
+	for k, f := range got {
+		if seen[f.due] {
+			t.Fatalf("due %d delivered twice: %+v", f.due, got)
+		}
+		seen[f.due] = true
+		if (f.due-first)%1000 != 0 || f.due < first {
+			t.Fatalf("firing %d due at %d, not on the interval from %d", k, f.due, first)
+		}
+		if k > 0 && f.due <= got[k-1].due {
+			t.Fatalf("dues out of order: %+v", got)
+		}
+		if f.at < f.due {
+			t.Fatalf("delivered at %d before its due %d", f.at, f.due)
+		}
+	}
+	if ok, err := n.sharding.CancelReminder(context.Background(), "counter", "i", "tick"); err != nil || ok {
+		t.Fatalf("second cancel: %v %v, want false", ok, err)
+	}
+}
+
+func TestReminderDueInThePastFiresLate(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := homeOf(t, tc, "counter", "late")
+	due := time.Now().Add(-time.Hour).UnixMilli()
+	setReminder(t, n, "counter", "late", Reminder{Name: "overdue", Due: due})
+	testutil.Eventually(t, 20*time.Second, "the overdue reminder", func() bool { return len(tc.acts.reminders("counter/late")) > 0 })
+	f := tc.acts.reminders("counter/late")[0]
+	if f.due != due || f.at-f.due < time.Hour.Milliseconds() {
+		t.Fatalf("delivered %+v: want due %d, about an hour late", f, due)
+	}
+}
+
+func TestReminderSurvivesACrashOfItsMember(t *testing.T) {
+	tc := newTestCluster(t, 3, withSharedStateStore(), withFastFailureDetection())
+	// An entity away from the oldest member, which runs the coordinator: its crash
+	// is not the point here.
+	id, home := "", (*testNode)(nil)
+	for i := 0; home == nil || home == tc.nodes[0]; i++ {
+		id = "c" + strconv.Itoa(i)
+		home = homeOf(t, tc, "counter", id)
+	}
+	key := "counter/" + id
+	setReminder(t, home, "counter", id, Reminder{Name: "later", Due: time.Now().Add(2 * time.Second).UnixMilli(), Payload: []byte("p")})
+	home.crash(true)
+	tc.waitMembers()
+	// The coordinator allocates the shard again, no message asking for it, since the
+	// store holds a reminder of it; its new home finds the reminder there.
+	var other *testNode
+	for _, n := range tc.live() {
+		if n != home {
+			other = n
+			break
+		}
+	}
+	testutil.Eventually(t, 60*time.Second, "the reminder on another member", func() bool {
+		return len(tc.acts.reminders(key)) > 0
+	})
+	testutil.Eventually(t, 20*time.Second, "the one-shot's deletion", func() bool { return len(remindersOn(t, other, "counter", id)) == 0 })
+	got := tc.acts.reminders(key)
+	if len(got) != 1 || got[0].node == home.addr() {
+		t.Fatalf("delivered %+v: want once, not on the crashed %s", got, home.addr())
+	}
+}
+
+func TestReminderBadInputChangesNothing(t *testing.T) {
+	tc := newTestCluster(t, 2, withSharedStateStore())
+	n := homeOf(t, tc, "counter", "bad")
+	now := time.Now().Add(time.Hour).UnixMilli()
+	ctx := context.Background()
+	for _, c := range []struct {
+		r    Reminder
+		want error
+		text string
+	}{
+		{Reminder{Due: now}, ErrInvalidReminder, "empty name"},
+		{Reminder{Name: strings.Repeat("n", MaxReminderName+1), Due: now}, ErrInvalidReminder, "at most 128"},
+		{Reminder{Name: "x", Due: now, Interval: 999}, ErrInvalidReminder, "at least 1000"},
+		{Reminder{Name: "x", Due: now, Interval: -1}, ErrInvalidReminder, "negative interval"},
+		{Reminder{Name: "x", Due: -5}, ErrInvalidReminder, "negative due"},
+		{Reminder{Name: "x", Due: now, Payload: make([]byte, MaxReminderPayload+1)}, ErrInvalidReminder, "payload"},
+		{Reminder{Name: "bad\xff", Due: now}, ErrInvalidReminder, "UTF-8"},
+	} {
+		err := n.sharding.SetReminder(ctx, "counter", "bad", c.r)
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.text) || ErrorCode(err) != CodeBadRequest {
+			t.Errorf("SetReminder(%.40q, interval %d, %d bytes) = %v (code %s), want %v naming %q", c.r.Name, c.r.Interval, len(c.r.Payload), err, ErrorCode(err), c.want, c.text)
+		}
+	}
+	for i := 0; i < MaxRemindersPerEntity; i++ {
+		setReminder(t, n, "counter", "bad", Reminder{Name: "r" + string(rune('a'+i%26)) + strings.Repeat("x", i/26), Due: now})
+	}
+	err := n.sharding.SetReminder(ctx, "counter", "bad", Reminder{Name: "one-more", Due: now})
+	if !errors.Is(err, ErrTooManyReminders) || ErrorCode(err) != CodeBadRequest {
+		t.Fatalf("reminder %d: %v, want ErrTooManyReminders", MaxRemindersPerEntity+1, err)
+	}
+	// Replacing one by name is no new one.
+	setReminder(t, n, "counter", "bad", Reminder{Name: "ra", Due: now + 1})
+	if rs := remindersOn(t, n, "counter", "bad"); len(rs) != MaxRemindersPerEntity {
+		t.Fatalf("%d reminders, want %d", len(rs), MaxRemindersPerEntity)
+	}
+	// Not on the entity's home: refused.
+	for _, o := range tc.live() {
+		if o != n {
+			err := o.sharding.SetReminder(ctx, "counter", "bad", Reminder{Name: "elsewhere", Due: now})
+			if !errors.Is(err, ErrShardUnavailable) {
+				t.Fatalf("SetReminder away from the home: %v, want ErrShardUnavailable", err)
+			}
+		}
+	}
+	if rs := remindersOn(t, n, "counter", "bad"); len(rs) != MaxRemindersPerEntity {
+		t.Fatalf("%d reminders after refusals, want %d", len(rs), MaxRemindersPerEntity)
+	}
+}
+
+func TestNextDueSkipsMissedIntervals(t *testing.T) {
+	for _, c := range []struct{ due, interval, now, want int64 }{
+		{1000, 100, 500, 1100},
+		{1000, 100, 1000, 1100},
+		{1000, 100, 1050, 1100},
+		{1000, 100, 1100, 1200},
+		{1000, 100, 1999, 2000},
+	} {
+		if got := nextDue(c.due, c.interval, c.now); got != c.want {
+			t.Errorf("nextDue(%d, %d, %d) = %d, want %d", c.due, c.interval, c.now, got, c.want)
+		}
+	}
+}
+
+func TestReminderMovesWithAGracefulLeave(t *testing.T) {
+	tc := newTestCluster(t, 3, withSharedStateStore())
+	id, home := "", (*testNode)(nil)
+	for i := 0; home == nil || home == tc.nodes[0]; i++ {
+		id = "g" + strconv.Itoa(i)
+		home = homeOf(t, tc, "counter", id)
+	}
+	key := "counter/" + id
+	setReminder(t, home, "counter", id, Reminder{Name: "after", Due: time.Now().Add(3 * time.Second).UnixMilli(), Payload: []byte("moved")})
+	tc.stop(home, true) // leaves: its shards are handed off
+	tc.waitMembers()
+	other := tc.live()[0]
+	testutil.Eventually(t, 60*time.Second, "the reminder after the handoff", func() bool { return len(tc.acts.reminders(key)) > 0 })
+	testutil.Eventually(t, 20*time.Second, "the one-shot's deletion", func() bool { return len(remindersOn(t, other, "counter", id)) == 0 })
+	got := tc.acts.reminders(key)
+	if len(got) != 1 || got[0].node == home.addr() || got[0].payload != "moved" {
+		t.Fatalf("delivered %+v: want once, not on the member that left (%s)", got, home.addr())
+	}
+}
+
+// A firing delivered again (as after a crash between its delivery and the store's
+// update) carries the same idempotency key: a journaled entity handles it once.
+func TestARepeatedFiringIsHandledOnceUnderTheJournal(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore())
+	n := homeOf(t, tc, "counter", "dup")
+	due := time.Now().Add(-time.Minute).UnixMilli()
+	setReminder(t, n, "counter", "dup", Reminder{Name: "once", Due: due, Payload: []byte("x")})
+	testutil.Eventually(t, 20*time.Second, "the reminder", func() bool { return len(tc.acts.reminders("counter/dup")) > 0 })
+	again := Message{EntityType: "counter", EntityID: "dup", Payload: []byte("x"), Sender: "once", Kind: KindReminder,
+		Tag: uint64(due), IdempotencyKey: reminderIdempotencyKey("once", due)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := n.sharding.AskMessage(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.acts.reminders("counter/dup"); len(got) != 1 {
+		t.Fatalf("delivered %d times: %+v", len(got), got)
+	}
+	if c := mustAsk(t, n, "counter", "dup", "get"); c != "1" {
+		t.Fatalf("count %s after a repeated firing, want 1", c)
+	}
+}
