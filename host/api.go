@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,11 @@ import (
 //	GET  /v1/types                       → [TypeStatus]: each type with its entities by version
 //	GET  /v1/modules                     → [ModuleInfo]: every type's versions, newest first, with their entities
 //	POST /v1/types/{name}/upgrade[?dry_run=true&now=true] → UpgradeResult (upgrade.go)
+//	  a deploy with canary=P% or canary_ids=A,B[&canary_max_failure_rate=R&canary_window=D
+//	  &canary_min_messages=N] is a canary (DeployCanary, rollout.go)
+//	GET  /v1/types/{name}/rollout          → RolloutStatus
+//	POST /v1/types/{name}/rollout/promote  → TypeInfo
+//	POST /v1/types/{name}/rollout/rollback → RollbackResult
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
 //	  (both take an Idempotency-Key header: a retry with the key gets the first reply)
@@ -135,6 +141,9 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/types/{name}", n.apiDeploy)
 	mux.HandleFunc("DELETE /v1/types/{name}", n.apiUndeploy)
 	mux.HandleFunc("POST /v1/types/{name}/upgrade", n.apiUpgrade)
+	mux.HandleFunc("GET /v1/types/{name}/rollout", n.apiRolloutStatus)
+	mux.HandleFunc("POST /v1/types/{name}/rollout/promote", n.apiRolloutPromote)
+	mux.HandleFunc("POST /v1/types/{name}/rollout/rollback", n.apiRolloutRollback)
 	mux.HandleFunc("GET /v1/types", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.TypeReport(r.Context())) })
 	mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, n.ModuleReport(r.Context()))
@@ -377,6 +386,11 @@ func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("%w: reset_settings=%q is not true or false", ErrBadRequest, q.Get("reset_settings")), 0)
 		return
 	}
+	canary, err := canaryOptions(q)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
 	if prev, ok := n.catalog.get(st.Name); ok && !reset {
 		st = inheritSettings(st, q, prev)
 	}
@@ -387,7 +401,92 @@ func (n *Node) apiDeploy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	trace.SpanFromContext(r.Context()).SetAttributes(obs.EntityType.String(name))
-	res, err := n.Deploy(r.Context(), wasm, st)
+	var res DeployResult
+	if canary != nil {
+		res, err = n.DeployCanary(r.Context(), wasm, st, *canary)
+	} else {
+		res, err = n.Deploy(r.Context(), wasm, st)
+	}
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// canaryOptions reads a deploy's canary options: nil when it has none. Errors:
+// ErrBadRequest.
+func canaryOptions(q url.Values) (*CanaryOptions, error) {
+	keys := []string{"canary", "canary_ids", "canary_max_failure_rate", "canary_window", "canary_min_messages"}
+	if !slices.ContainsFunc(keys, q.Has) {
+		return nil, nil
+	}
+	o := &CanaryOptions{Share: q.Get("canary")}
+	if ids := q.Get("canary_ids"); ids != "" {
+		o.IDs = strings.Split(ids, ",")
+	}
+	if v := q.Get("canary_max_failure_rate"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: canary_max_failure_rate=%q is not a number", ErrBadRequest, v)
+		}
+		o.MaxFailureRate = f
+	}
+	if v := q.Get("canary_window"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: canary_window=%q is not a duration", ErrBadRequest, v)
+		}
+		o.Window = d
+	}
+	if v := q.Get("canary_min_messages"); v != "" {
+		m, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: canary_min_messages=%q is not a number", ErrBadRequest, v)
+		}
+		o.MinMessages = m
+	}
+	return o, nil
+}
+
+// apiRolloutStatus is GET /v1/types/{name}/rollout: RolloutStatusOf.
+func (n *Node) apiRolloutStatus(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidateTypeName(name); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	res, err := n.RolloutStatusOf(r.Context(), name)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// apiRolloutPromote is POST /v1/types/{name}/rollout/promote: RolloutPromote.
+func (n *Node) apiRolloutPromote(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidateTypeName(name); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	res, err := n.RolloutPromote(r.Context(), name)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// apiRolloutRollback is POST /v1/types/{name}/rollout/rollback: RolloutRollback.
+func (n *Node) apiRolloutRollback(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidateTypeName(name); err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	res, err := n.RolloutRollback(r.Context(), name, "rolled back by an operator (shardhost rollout rollback)")
 	if err != nil {
 		writeError(w, r, err, 0)
 		return

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -84,6 +85,12 @@ type TypeInfo struct {
 	// LogLines is how many log lines each entity of the type keeps
 	// (sharding.TypeSettings.LogLines; 0: DefaultEntityLogLines).
 	LogLines int `cbor:"50,keyasint,omitempty" json:"log_lines,omitempty"`
+	// RolloutRev counts the changes of the version's rollout (a promotion): at one
+	// version, the higher wins (newerThan).
+	RolloutRev uint64 `cbor:"60,keyasint,omitempty" json:"rollout_rev,omitempty"`
+	// Rollout, when not nil, is the version's canary rollout: in flight, or rolled
+	// back (this version then runs the stable version's module again; rollout.go).
+	Rollout *Rollout `cbor:"61,keyasint,omitempty" json:"rollout,omitempty"`
 }
 
 // ModuleVersion is one deployed version of an entity type's module.
@@ -118,7 +125,8 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
 // removal before the deployment it removes, and a removal that deleted the state (the
-// later deletion first) before one that did not; then later time, then digest, so that
+// later deletion first) before one that did not; then the later rollout change
+// (RolloutRev); then later time, then digest, so that
 // every member picks the same winner.
 func (t TypeInfo) newerThan(o TypeInfo) bool {
 	if t.Version != o.Version {
@@ -129,6 +137,9 @@ func (t TypeInfo) newerThan(o TypeInfo) bool {
 	}
 	if t.StateDeletedAt != o.StateDeletedAt {
 		return t.StateDeletedAt > o.StateDeletedAt
+	}
+	if t.RolloutRev != o.RolloutRev {
+		return t.RolloutRev > o.RolloutRev
 	}
 	if t.DeployedAt != o.DeployedAt {
 		return t.DeployedAt > o.DeployedAt
@@ -162,6 +173,9 @@ type catalog struct {
 	path   string
 	log    *slog.Logger
 	saveMu sync.Mutex
+	// canaries counts the deployed types with a canary in flight (rollout.go): the
+	// cost of a message of a member without any is one atomic load.
+	canaries atomic.Int32
 }
 
 func newCatalog(changed func(TypeInfo), path string, log *slog.Logger) *catalog {
@@ -361,13 +375,23 @@ func (c *catalog) apply(entries []TypeInfo) []TypeInfo {
 	c.mu.Lock()
 	for _, t := range entries {
 		st := t.Settings()
-		if ValidateTypeName(t.Name) != nil || !validDigest(t.Digest) || st.Validate() != nil {
+		if ValidateTypeName(t.Name) != nil || !validDigest(t.Digest) || st.Validate() != nil ||
+			(t.Rollout != nil && (!validDigest(t.Rollout.StableDigest) || !validDigest(t.Rollout.CanaryDigest))) {
 			continue // not something a member writes: ignore it
 		}
 		if cur, ok := c.types[t.Name]; !ok || t.newerThan(cur) {
 			c.types[t.Name] = t
 			changed = append(changed, t)
 		}
+	}
+	if len(changed) > 0 {
+		n := int32(0)
+		for _, t := range c.types {
+			if !t.Removed && t.Rollout.inFlight() {
+				n++
+			}
+		}
+		c.canaries.Store(n)
 	}
 	c.mu.Unlock()
 	if len(changed) > 0 {
@@ -403,7 +427,7 @@ var (
 		return em
 	}()
 	catalogDecMode = func() cbor.DecMode {
-		dm, err := cbor.DecOptions{MaxNestedLevels: 4, MaxArrayElements: 10_000, MaxMapPairs: 16}.DecMode()
+		dm, err := cbor.DecOptions{MaxNestedLevels: 6, MaxArrayElements: 10_000, MaxMapPairs: 64}.DecMode()
 		if err != nil {
 			panic(err)
 		}

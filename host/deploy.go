@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,6 +68,9 @@ type DeployResult struct {
 	// OlderErrors says why Older may be partial (members that did not answer, a state
 	// store that cannot list its states: passivated entities are not counted).
 	OlderErrors []string `json:"older_errors,omitempty"`
+	// CanaryMoved, for a canary deploy (DeployCanary), is the move of the canary's
+	// active entities to it.
+	CanaryMoved *UpgradeResult `json:"canary_moved,omitempty"`
 }
 
 // olderVersions returns the versions of usage, counted before a deploy of the module
@@ -186,6 +190,11 @@ type MemberDeployment struct {
 // of a module that this member refuses. Errors: ErrBadRequest (name, settings),
 // ErrModuleTooLarge, ErrInvalidModule, ErrShardsChanged.
 func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings) (res DeployResult, err error) {
+	return n.deploy(ctx, wasm, st, nil)
+}
+
+// deploy is Deploy, and with canary DeployCanary.
+func (n *Node) deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings, canary *CanaryOptions) (res DeployResult, err error) {
 	name := st.Name
 	span := noopSpan
 	if n.traced {
@@ -227,7 +236,16 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	}
 	self := n.membership.Self()
 	digest := moduleDigest(wasm)
-	if exists && prev.Digest == digest && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address, nil))) == 0 {
+	var rollout *Rollout
+	if canary != nil {
+		if prev.Name == "" {
+			prev.Name = name
+		}
+		if rollout, err = canary.rollout(prev, exists, digest); err != nil {
+			return DeployResult{}, err
+		}
+	}
+	if exists && rollout == nil && prev.Digest == digest && len(settingChanges(prev, n.catalog.next(st, prev.Digest, prev.Size, self.Address, nil))) == 0 {
 		// The same module with the same settings: nothing to deploy, no new version.
 		span.SetAttributes(attrModuleVer.Int64(int64(prev.Version)), attrModuleDigest.String(prev.Digest))
 		return DeployResult{Type: prev, Unchanged: true, Members: []MemberDeployment{}, Settings: prev.SettingList()}, nil
@@ -259,8 +277,14 @@ func (n *Node) Deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	counted.Wait()
 	// An old version goes from the history only when no entity runs it and no saved
 	// state needs it, as far as the count knows: when it is partial, none goes.
-	keep := func(d string) bool { return usage.Type == "" || usage.PassivatedUnknown || usage.uses(d) }
+	keep := func(d string) bool {
+		return usage.Type == "" || usage.PassivatedUnknown || usage.uses(d) || (rollout != nil && d == rollout.StableDigest)
+	}
 	info := n.catalog.next(st, mod.Digest, mod.Size, self.Address, keep)
+	if rollout != nil {
+		rollout.Canary = info.Version
+		info.Rollout = rollout
+	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
 		info.DeployTrace = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 	}
@@ -502,6 +526,15 @@ func (n *Node) prepare(ctx context.Context, info TypeInfo) (err error) {
 	}
 	if cur.Removed {
 		return n.sharding.StopType(ctx, cur.Name)
+	}
+	if r := cur.Rollout; r != nil && r.State == RolloutRolledBack {
+		// The canary's failures were its module's: its entities start afresh on the
+		// stable one (backoff).
+		prefix := cur.Name + "/"
+		n.backoff.forget(func(entity string) bool {
+			id, ok := strings.CutPrefix(entity, prefix)
+			return ok && r.inCanary(cur.Name, id)
+		})
 	}
 	if _, err := n.modules.get(ctx, cur.Digest, n.moduleSources(cur)); err != nil {
 		return err

@@ -26,7 +26,10 @@
 // type as the catalog holds it, with each ModuleVersion), ModuleInfo, the versions in
 // view (VersionUsage, TypeReport's TypeStatus with its TypeUsage, ModuleReport: each
 // version's active and passivated entities), Upgrade's UpgradeResult (with its
-// UpgradeOptions and each UpgradeEntity), ShardsReport (a
+// UpgradeOptions and each UpgradeEntity), the canary rollouts of DeployCanary
+// (CanaryOptions, ParseCanaryShare, a TypeInfo's Rollout in state RolloutCanary or
+// RolloutRolledBack; RolloutStatusOf's RolloutStatus with each version's
+// VersionOutcomes, RolloutPromote, RolloutRollback's RollbackResult), ShardsReport (a
 // RegionReport per member, a ShardReport per shard), Readiness (GET /ready), DDataEntry
 // (a key of the replicator), ForgetResult (the reply of ForgetStateMember's route), and
 // History's HistoryPage of HistoryRecord values (an entity's journal, read without

@@ -58,7 +58,8 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	if !ok {
 		return nil, n.unknownType(typ)
 	}
-	mod, err := n.modules.get(ctx, info.Digest, n.moduleSources(info))
+	target := targetOf(info, id) // the current version's module, or a canary's stable one
+	mod, err := n.modules.get(ctx, target, n.moduleSources(info))
 	if err != nil {
 		return nil, withCode(err)
 	}
@@ -113,7 +114,7 @@ func (n *Node) newEntity(ctx context.Context, typ, id string, state []byte) (*wa
 	// failing starts set: the first handled message forgets the failures of earlier
 	// incarnations (backoff).
 	e := &wasmEntity{n: n, mod: mod, typ: typ, id: id, inst: inst, timers: map[string]*entityTimer{}, subs: map[string]*entitySub{},
-		failing: true, fresh: state == nil, journalModule: extras.Module, target: info.Digest,
+		failing: true, fresh: state == nil, journalModule: extras.Module, target: target,
 		version: moduleVersionOf(info, mod.Digest)}
 	if kind := stateKind(state); kind != 0 && kind != stateGuest {
 		e.journalModule = inst.m.Digest // a transparent snapshot's module
@@ -367,15 +368,21 @@ func (e *wasmEntity) toCompiled(ctx context.Context) {
 	e.n.log.Debug("entity moved to its compiled module", "entity", e.name(), "took", time.Since(start))
 }
 
-// outcome counts a message's guest failure, or its success, towards the backoff.
+// outcome counts a message's guest failure, or its success, towards the backoff, and
+// for a canary in flight by module (rolloutOutcome).
 func (e *wasmEntity) outcome(err error) {
 	switch {
 	case isGuestError(err):
 		e.n.guestFailed(e.typ, e.id, err)
 		e.failing = true
+		e.n.rolloutOutcome(e.typ, e.mod.Digest, err)
+		return
 	case err == nil && e.failing:
 		e.n.backoff.succeeded(e.name())
 		e.failing = false
+	}
+	if err == nil {
+		e.n.rolloutOutcome(e.typ, e.mod.Digest, nil)
 	}
 }
 
@@ -471,10 +478,11 @@ func (e *wasmEntity) BeforeStop(ctx context.Context) bool {
 	return hooked || e.outdated()
 }
 
-// outdated reports whether the entity's module is not its type's current one.
+// outdated reports whether the entity's module is not the one its type's current
+// version gives it (a canary's stable one outside the canary: rollout.go).
 func (e *wasmEntity) outdated() bool {
 	info, ok := e.n.catalog.get(e.typ)
-	return ok && e.mod != nil && info.Digest != e.mod.Digest
+	return ok && e.mod != nil && targetOf(info, e.id) != e.mod.Digest
 }
 
 // Stop ends the entity's timers and subscriptions (they are in its saved state) and
@@ -751,6 +759,17 @@ func (b *backoff) failed(entity string) bool {
 		return true
 	}
 	return false
+}
+
+// forget forgets the failures of the entities ("TYPE/ID") drop reports.
+func (b *backoff) forget(drop func(entity string) bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for entity := range b.failing {
+		if drop(entity) {
+			delete(b.failing, entity)
+		}
+	}
 }
 
 // succeeded forgets the entity's failures.

@@ -220,6 +220,7 @@ type Node struct {
 	sharding   *sharding.Sharding
 	backoff    *backoff
 	active     *activeVersions // this member's active entities by module version (versions.go)
+	rollouts   *rolloutStats   // this member's message outcomes of canaries in flight (rollout.go)
 	keys       *cluster.KeyManager
 	api        *http.Server
 	apiLn      net.Listener
@@ -257,19 +258,20 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("host: data directory: %w", err)
 	}
 	n := &Node{
-		cfg:     cfg,
-		events:  events,
-		log:     cfg.Logger,
-		tracer:  obs.Tracer(cfg.TracerProvider, "host"),
-		traced:  obs.Enabled(cfg.TracerProvider),
-		prop:    obs.Propagator(cfg.Propagator),
-		tel:     newNodeTelemetry(cfg.MeterProvider),
-		egress:  newEgressClient(cfg.MeterProvider),
-		owner:   owner.New(),
-		exited:  make(chan struct{}),
-		started: make(chan struct{}),
-		backoff: newBackoff(time.Now),
-		active:  newActiveVersions(),
+		cfg:      cfg,
+		events:   events,
+		log:      cfg.Logger,
+		tracer:   obs.Tracer(cfg.TracerProvider, "host"),
+		traced:   obs.Enabled(cfg.TracerProvider),
+		prop:     obs.Propagator(cfg.Propagator),
+		tel:      newNodeTelemetry(cfg.MeterProvider),
+		egress:   newEgressClient(cfg.MeterProvider),
+		owner:    owner.New(),
+		exited:   make(chan struct{}),
+		started:  make(chan struct{}),
+		backoff:  newBackoff(time.Now),
+		active:   newActiveVersions(),
+		rollouts: newRolloutStats(),
 		auth: &apiAuth{tokens: cfg.API.Tokens, authAll: cfg.API.AuthAll,
 			clientCerts: cfg.API.TLS != nil && cfg.API.TLS.ClientCAs != nil},
 	}

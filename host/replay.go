@@ -98,8 +98,9 @@ func (n *Node) entityBase(ctx context.Context, typ, id string) (EntityBase, erro
 		return EntityBase{}, n.unknownType(typ)
 	}
 	key := sharding.EntityKey{Type: typ, Shard: abi.ShardID(id, info.NumberOfShards), ID: id}
-	b := EntityBase{Entity: typ + "/" + id, Shard: key.Shard, StateKind: "none", Module: info.Digest, ModuleFrom: "type",
-		ModuleVersion: info.Version}
+	target := targetOf(info, id) // a canary's stable module outside the canary
+	b := EntityBase{Entity: typ + "/" + id, Shard: key.Shard, StateKind: "none", Module: target, ModuleFrom: "type",
+		ModuleVersion: moduleVersionOf(info, target)}
 	raw, err := newDeltaStates(n.states).Load(ctx, key)
 	switch {
 	case errors.Is(err, sharding.ErrNoState):

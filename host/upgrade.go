@@ -30,6 +30,9 @@ type UpgradeOptions struct {
 	// Now activates each passivated entity again at once (on the current version),
 	// instead of at its next message.
 	Now bool
+	// only, when set, limits the upgrade to the entities it reports (by ID and the
+	// module digest they run): a canary's (rollout.go).
+	only func(id, digest string) bool
 }
 
 // UpgradeResult is what Upgrade did, or with DryRun would do.
@@ -85,7 +88,8 @@ func (n *Node) Upgrade(ctx context.Context, name string, opts UpgradeOptions) (U
 	byShard := map[int][]string{}
 	for _, r := range replies {
 		for _, ev := range r.Entities {
-			if ev.Type != name || ev.Digest == info.Digest || ev.Digest == "" {
+			if ev.Type != name || ev.Digest == targetOf(info, ev.ID) || ev.Digest == "" ||
+				(opts.only != nil && !opts.only(ev.ID, ev.Digest)) {
 				continue
 			}
 			if ev.Transparent {
@@ -171,7 +175,7 @@ func (n *Node) upgradeEntity(ctx context.Context, typ, id string, now bool) erro
 		return fmt.Errorf("activation: %w", err)
 	}
 	digest, why, _ := strings.Cut(string(r.Payload), "\n")
-	if cur, ok := n.catalog.get(typ); ok && digest != cur.Digest {
+	if cur, ok := n.catalog.get(typ); ok && digest != targetOf(cur, id) {
 		if why == "" {
 			why = "it runs another module"
 		}

@@ -137,6 +137,9 @@ type versionsRequest struct {
 	// List asks for the entities too (versionsReply.Entities): the active ones of
 	// Types, and with Scan the passivated ones whose state is transparent.
 	List bool `cbor:"4,keyasint,omitempty"`
+	// Outcomes asks for the message outcomes of canaries in flight
+	// (versionsReply.Outcomes; rollout.go).
+	Outcomes bool `cbor:"5,keyasint,omitempty"`
 }
 
 // entityVersion is one entity in a versionsReply's list.
@@ -159,6 +162,8 @@ type versionsReply struct {
 	// Entities is the list of versionsRequest.List (passivated ones: at most
 	// maxListedPassivated).
 	Entities []entityVersion `cbor:"3,keyasint,omitempty"`
+	// Outcomes are the member's counts of versionsRequest.Outcomes.
+	Outcomes []versionOutcome `cbor:"4,keyasint,omitempty"`
 }
 
 // versionsDecMode decodes versions requests and replies: lists of entity IDs, bounded
@@ -198,6 +203,9 @@ func (n *Node) localVersions(req versionsRequest) versionsReply {
 		}
 	}
 	var rep versionsReply
+	if req.Outcomes {
+		rep.Outcomes = n.rollouts.outcomes(req.Types)
+	}
 	if req.List {
 		for _, typ := range req.Types {
 			for id, k := range n.active.list(typ) {
@@ -229,6 +237,9 @@ func (n *Node) localVersions(req versionsRequest) versionsReply {
 					return true // a delta (its base names the module), or an active entity
 				}
 				digest, transparent := savedModule(state)
+				if info, ok := n.catalog.get(typ); digest == "" && ok && info.Rollout.inFlight() {
+					digest = targetOf(info, id) // an explicit state takes its entity's version of the canary
+				}
 				at(activeKey{typ: typ, digest: digest, transparent: transparent}).Passivated++
 				if req.List && transparent && listed < maxListedPassivated {
 					listed++

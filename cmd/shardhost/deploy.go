@@ -23,9 +23,13 @@ func newDeployCommand(g *globals) *cobra.Command {
 	var history string
 	var passivateAfter, retention time.Duration
 	var remember, reset bool
+	var canary, canaryIDs string
+	var canaryRate float64
+	var canaryWindow time.Duration
+	var canaryMin int
 	var egressQuery func(url.Values)
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--reset-settings] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--reset-settings] [--canary P% | --canary-ids A,B [--canary-max-failure-rate R [--canary-window D]]] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -40,7 +44,15 @@ shell deploys several modules with one command.
 
 A redeploy of a type keeps the settings not given on the command line (--reset-settings
 starts from the defaults instead). The output lists every setting, the ones this
-deployment changed marked with * and their previous value.`,
+deployment changed marked with * and their previous value.
+
+--canary 10% (or --canary-ids a,b,c) deploys a new version of a type as a canary: a
+stable share of the entity IDs, by hash (or the IDs listed), activate on it; the others
+stay on the type's current version until 'shardhost rollout promote' or 'rollout
+rollback'. With --canary-max-failure-rate R, a member rolls the canary back by itself
+when more than that share (0 to 1) of the canary's messages fail (trap, deadline, guest
+error) over --canary-window (default 1m), once --canary-min-messages (default 10) ran
+(docs/sharding.md, "Canary rollouts").`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if typ != "" && len(args) > 1 {
@@ -94,6 +106,29 @@ deployment changed marked with * and their previous value.`,
 			if reset {
 				q.Set("reset_settings", "true")
 			}
+			canaryFlags := map[string]func(){
+				"canary":                  func() { q.Set("canary", canary) },
+				"canary-ids":              func() { q.Set("canary_ids", canaryIDs) },
+				"canary-max-failure-rate": func() { q.Set("canary_max_failure_rate", strconv.FormatFloat(canaryRate, 'g', -1, 64)) },
+				"canary-window":           func() { q.Set("canary_window", canaryWindow.String()) },
+				"canary-min-messages":     func() { q.Set("canary_min_messages", strconv.Itoa(canaryMin)) },
+			}
+			for name, set := range canaryFlags {
+				if f.Changed(name) {
+					set()
+				}
+			}
+			if (f.Changed("canary") || f.Changed("canary-ids")) && len(args) > 1 {
+				return fmt.Errorf("a canary is of one entity type: give one FILE.wasm")
+			}
+			if f.Changed("canary") && f.Changed("canary-ids") {
+				return fmt.Errorf("--canary and --canary-ids exclude each other")
+			}
+			if f.Changed("canary") {
+				if _, err := host.ParseCanaryShare(canary); err != nil {
+					return fmt.Errorf("--canary %q: want a percentage above 0 and at most 100, such as 10%%", canary)
+				}
+			}
 			for _, file := range args {
 				name := typ
 				if name == "" {
@@ -122,6 +157,11 @@ deployment changed marked with * and their previous value.`,
 	cmd.Flags().BoolVar(&remember, "remember-entities", false, "restart a shard's entities wherever the shard goes")
 	cmd.Flags().StringVar(&role, "role", "", "only members with this role host the type (others route its messages)")
 	cmd.Flags().StringVar(&allocation, "allocation", "", "shard allocation: least-shard (default) or priority")
+	cmd.Flags().StringVar(&canary, "canary", "", "deploy as a canary for this share of the entity IDs, by hash (such as 10%)")
+	cmd.Flags().StringVar(&canaryIDs, "canary-ids", "", "deploy as a canary for these entity IDs (comma-separated)")
+	cmd.Flags().Float64Var(&canaryRate, "canary-max-failure-rate", 0, "roll the canary back by itself when more than this share (0 to 1) of its messages fail over --canary-window (0: never)")
+	cmd.Flags().DurationVar(&canaryWindow, "canary-window", 0, "the window of --canary-max-failure-rate (default 1m)")
+	cmd.Flags().IntVar(&canaryMin, "canary-min-messages", 0, "messages the canary must have run in the window before it can roll back by itself (default 10)")
 	egressQuery = addEgressFlags(cmd)
 	cmd.Flags().BoolVar(&reset, "reset-settings", false, "on a redeploy, start from the default settings instead of the type's current ones")
 	return cmd
@@ -151,6 +191,16 @@ func deployModule(out io.Writer, c *client, name, file string, q url.Values) err
 	}
 	fmt.Fprintf(out, "deployed %s version %d (%d bytes, sha256 %s)\n",
 		res.Type.Name, res.Type.Version, res.Type.Size, res.Type.Digest[:16])
+	if r := res.Type.Rollout; r != nil {
+		fmt.Fprintf(out, "canary: %s on version %d, the others stay on version %d (shardhost rollout status|promote|rollback --type %s)\n",
+			canaryShare(*r), r.Canary, r.Stable, res.Type.Name)
+		if m := res.CanaryMoved; m != nil {
+			fmt.Fprintf(out, "  %d of %d active entities of the canary moved to it\n", m.Upgraded, m.Upgradable)
+			for _, e := range append(m.Failed, m.Cannot...) {
+				fmt.Fprintf(out, "  stays on version %d: %s: %s\n", e.Version, e.ID, oneLine(e.Reason))
+			}
+		}
+	}
 	printSettings(out, res)
 	printOlder(out, res)
 	if failed := printMembers(out, res.Members, "ready", "NOT READY"); failed > 0 {

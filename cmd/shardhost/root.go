@@ -46,6 +46,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newDeployCommand(g)),
 		g.clientFlags(newUndeployCommand(g)),
 		g.clientFlags(newUpgradeCommand(g)),
+		newRolloutCommand(g),
 		g.clientFlags(newPassivateCommand(g)),
 		g.clientFlags(newTellCommand(g)),
 		g.clientFlags(newAskCommand(g)),

@@ -46,6 +46,9 @@ or the state store cannot list its states).`,
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\n", t.Name, t.Version, t.NumberOfShards, t.Size, t.Digest[:16], t.DeployedBy,
 					active, countOrUnknown(passivated, t.Usage.PassivatedUnknown))
+				if r := t.Rollout; r != nil && r.State == host.RolloutCanary {
+					fmt.Fprintf(tw, "  canary: %s on version %d, the others on version %d\t\t\t\t\t\t\t\n", canaryShare(*r), r.Canary, r.Stable)
+				}
 				for _, v := range t.Usage.Versions {
 					if v.Active == 0 && v.Passivated == 0 {
 						continue

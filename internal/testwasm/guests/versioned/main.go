@@ -8,6 +8,7 @@
 //	-ldflags='-X main.migrate=x100'      explicit state only: a Migrator that takes up
 //	                                     another version's count times 100 ("fail":
 //	                                     refuses it, "trap": panics)
+//	-ldflags='-X main.receive=trap'      "inc" traps (a broken version)
 //
 // Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT".
 //
@@ -27,10 +28,14 @@ var (
 	state   = "explicit"
 	step    = "1"
 	migrate = ""
+	receive = ""
 )
 
-// inc is what "inc" adds: step, parsed.
+// inc is what "inc" adds: step, parsed; it traps with receive=trap.
 func inc() int64 {
+	if receive == "trap" {
+		panic("versioned: inc traps in this version")
+	}
 	n, err := strconv.ParseInt(step, 10, 64)
 	if err != nil {
 		panic("versioned: step " + step)
