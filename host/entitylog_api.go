@@ -115,17 +115,9 @@ func (n *Node) EntityLogs(ctx context.Context, q LogQuery) ([]EntityLogLine, []s
 		return nil, nil, err
 	}
 	members := n.membership.Members()
-	replies := make([]logsReply, len(members))
-	errs := make([]error, len(members))
-	var wg sync.WaitGroup
-	for i, m := range members {
-		wg.Add(1)
-		go func() { // no owner: it lives one request, which the call waits for
-			defer wg.Done()
-			replies[i], errs[i] = n.pollLogs(ctx, m, logsRequest{Type: q.Type, ID: q.ID, Level: q.Level, Limit: q.Limit})
-		}()
-	}
-	wg.Wait()
+	replies, errs := askEveryMember(members, func(m cluster.Member) (logsReply, error) {
+		return n.pollLogs(ctx, m, logsRequest{Type: q.Type, ID: q.ID, Level: q.Level, Limit: q.Limit})
+	})
 	var lines []EntityLogLine
 	var failed []string
 	for i, r := range replies {
@@ -228,17 +220,9 @@ func (n *Node) FollowEntityLogs(ctx context.Context, q LogQuery, emit func(Entit
 	// The backlog: each member's kept lines, merged; each member's poller then starts
 	// from the cursor its backlog reply gave, so no line falls between.
 	members := n.membership.Members()
-	first := make([]logsReply, len(members))
-	ferrs := make([]error, len(members))
-	var fwg sync.WaitGroup
-	for i, m := range members {
-		fwg.Add(1)
-		go func() { // no owner: it lives one request, which the call waits for
-			defer fwg.Done()
-			first[i], ferrs[i] = n.pollLogs(ctx, m, logsRequest{Type: q.Type, ID: q.ID, Level: q.Level, Limit: q.Limit})
-		}()
-	}
-	fwg.Wait()
+	first, ferrs := askEveryMember(members, func(m cluster.Member) (logsReply, error) {
+		return n.pollLogs(ctx, m, logsRequest{Type: q.Type, ID: q.ID, Level: q.Level, Limit: q.Limit})
+	})
 	var backlog []EntityLogLine
 	for i := range members {
 		if ferrs[i] != nil && fail != nil {

@@ -451,27 +451,20 @@ func (n *Node) askVersions(ctx context.Context, req versionsRequest, infos map[s
 	}
 	self := n.membership.Self()
 	members := n.membership.Members()
-	replies = make([]versionsReply, len(members))
-	rerrs := make([]error, len(members))
-	var wg sync.WaitGroup
-	for i, m := range members {
+	replies, rerrs := askEveryMember(members, func(m cluster.Member) (versionsReply, error) {
 		if m.Address == self.Address {
-			replies[i] = n.localVersions(req)
-			continue
+			return n.localVersions(req), nil
 		}
-		wg.Add(1)
-		go func() { // no owner: it lives one request, which the call waits for
-			defer wg.Done()
-			b, err := n.messenger.Request(ctx, m.TransportAddr, topicVersions, body)
-			if err == nil {
-				err = versionsDecMode.Unmarshal(b, &replies[i])
-			}
-			if err != nil {
-				rerrs[i] = fmt.Errorf("versions of %s: %w", m.Address, err)
-			}
-		}()
-	}
-	wg.Wait()
+		var rep versionsReply
+		b, err := n.messenger.Request(ctx, m.TransportAddr, topicVersions, body)
+		if err == nil {
+			err = versionsDecMode.Unmarshal(b, &rep)
+		}
+		if err != nil {
+			return rep, fmt.Errorf("versions of %s: %w", m.Address, err)
+		}
+		return rep, nil
+	})
 	for i, r := range replies {
 		if rerrs[i] != nil {
 			errs = append(errs, rerrs[i].Error())
