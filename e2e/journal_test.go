@@ -160,8 +160,8 @@ func TestIdempotentRetryAfterAKillReturnsTheFirstReply(t *testing.T) {
 // TinyGo and in Rust, with the default settings: its history lists its deposits; a
 // revert of the last two takes its balance back, and is a record of its own; a fork at
 // the revert's record starts a new account with that balance; what cannot be done (a
-// record past the journal's end, or before the last base, which the revert saved; a
-// fork onto an account that exists) is refused, naming why.
+// record past the journal's end, a fork onto an account that exists) is refused, naming
+// why; a revert behind the base the first one saved reaches back through the history.
 func TestBankHistoryRevertAndForkThroughTheCLI(t *testing.T) {
 	hosts := startCluster(t, 3)
 	modules := []struct{ typ, path string }{
@@ -206,11 +206,18 @@ func TestBankHistoryRevertAndForkThroughTheCLI(t *testing.T) {
 			}
 			// Refusals: nothing changes.
 			mustFail(t, hosts[0], nil, "past the journal's last", "revert", acct, "--to", "99")
-			mustFail(t, hosts[0], nil, "before the entity's last base", "revert", acct, "--to", "2")
 			mustFail(t, hosts[0], nil, "entity exists", "fork", acct, "alice-copy")
 			mustFail(t, hosts[0], nil, "one of them", "revert", acct)
 			if out, _, _ := cli(t, hosts[2], nil, "ask", acct, "balance"); strings.TrimSpace(out) != "10" {
 				t.Fatalf("balance after the refusals: %q, want 10", out)
+			}
+			// Behind the base the first revert saved, within the history: from the
+			// journal's first record.
+			if out, errText, ok = cli(t, hosts[1], nil, "revert", acct, "--to", "2"); !ok || !strings.Contains(out, "reverted "+acct) {
+				t.Fatalf("revert to record 2: %s%s", out, errText)
+			}
+			if out, _, _ := cli(t, hosts[2], nil, "ask", acct, "balance"); strings.TrimSpace(out) != "30" {
+				t.Fatalf("balance after a revert to record 2: %q, want 30", out)
 			}
 		})
 	}
