@@ -8,9 +8,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testutil"
 
 	"go.uber.org/goleak"
 
@@ -44,23 +45,7 @@ func TestMain(m *testing.M) {
 		}))
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.SyncBuffer
 
 func newTestRuntime(t testing.TB, mutate func(*RuntimeConfig)) (*wasmRuntime, *syncBuffer) {
 	t.Helper()

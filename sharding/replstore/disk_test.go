@@ -1,7 +1,6 @@
 package replstore
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -10,27 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
+
 	"github.com/shardhost/shardhost/cluster"
 	bolt "go.etcd.io/bbolt"
 )
 
-// syncBuffer is a log sink safe for the disk's writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // TestDockerFullDataDirectory (e2e) found that a member whose data directory was full
 // refused every replica write without a word: the writers' majorities hid it. Here the
