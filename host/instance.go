@@ -119,6 +119,9 @@ type wasmInstance struct {
 	stop    api.MutableGlobal
 	stopped atomic.Bool
 	lm      *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
+	// lastGrow is what the guest's last memory.grow returned (wasmbin.LastGrowExport):
+	// -1 when its memory could not grow.
+	lastGrow api.Global
 	// dispatch is the module's shardhost_dispatch (wasmbin.DispatchExport): the host calls
 	// every export through it, so an instance holds one wazero call engine.
 	dispatch    api.Function
@@ -265,6 +268,7 @@ func (m *wasmModule) instantiate(ctx context.Context, entityType, entityID strin
 	}
 	inst.mod = mod
 	inst.stop, _ = mod.ExportedGlobal(wasmbin.StopGlobalExport).(api.MutableGlobal)
+	inst.lastGrow = mod.ExportedGlobal(wasmbin.LastGrowExport)
 	inst.dispatch = mod.ExportedFunction(wasmbin.DispatchExport)
 	if inst.stop == nil || inst.dispatch == nil {
 		inst.mod.Close(context.Background())
@@ -659,8 +663,11 @@ func (i *wasmInstance) guestError(err error, fired bool, deadline, ran time.Dura
 	default:
 		ge.Detail = strings.TrimSuffix(firstLine(err.Error()), " (recovered by wazero)")
 	}
+	// The runtime said so (Go, TinyGo, the SDK's allocator), or it said nothing but its
+	// last memory.grow failed (a Rust guest aborts on a failed allocation silently).
 	if ge.Cause == ErrGuestTrap && (strings.Contains(ge.Detail, "out of memory") ||
-		strings.Contains(ge.Stderr, "out of memory") || strings.Contains(ge.LastOutput, "out of memory")) {
+		strings.Contains(ge.Stderr, "out of memory") || strings.Contains(ge.LastOutput, "out of memory") ||
+		(i.lastGrow != nil && int32(uint32(i.lastGrow.Get())) == -1)) {
 		ge.MemoryLimit = i.m.rt.cfg.MemoryLimit >> 16 << 16
 	}
 	return ge

@@ -289,3 +289,28 @@ func TestRustAllocOutOfMemoryFailsTheMessage(t *testing.T) {
 		t.Fatalf("after out of memory: %q %v", out, err)
 	}
 }
+
+// A Rust memory bomb aborts without a word (std's allocation error handler prints
+// nowhere on wasm32-unknown-unknown): the error still says the cap was hit, from the
+// guest's last memory.grow, which failed.
+func TestRustSilentMemoryBombNamesTheCap(t *testing.T) {
+	const limit = 16 << 20
+	rt, _ := newTestRuntime(t, func(c *RuntimeConfig) { c.MemoryLimit = limit })
+	m := compileRust(t, rt, "abitest-rust")
+	ctx := context.Background()
+	inst := mustInstantiate(t, m, "abitest-rust", "b")
+	_, err := inst.Receive(ctx, []byte("bomb"))
+	var ge *GuestError
+	if !errors.As(err, &ge) || !errors.Is(err, ErrGuestTrap) {
+		t.Fatalf("bomb: %v", err)
+	}
+	if ge.MemoryLimit != limit || !strings.Contains(err.Error(), "memory cap hit") || !strings.Contains(err.Error(), "the cap is 16 MiB") {
+		t.Fatalf("the error does not say the 16 MiB cap was hit (MemoryLimit %d): %v", ge.MemoryLimit, err)
+	}
+	// A panic that is not about memory, after grows that all succeeded, claims no cap.
+	inst2 := mustInstantiate(t, m, "abitest-rust", "p")
+	_, err = inst2.Receive(ctx, []byte("trap"))
+	if !errors.As(err, &ge) || ge.MemoryLimit != 0 || strings.Contains(err.Error(), "memory cap") {
+		t.Fatalf("a plain panic: %v (MemoryLimit %d)", err, ge.MemoryLimit)
+	}
+}

@@ -253,6 +253,12 @@ impl Entity for AbiTest {
                 }
                 self.hoard.push(chunk);
             },
+            // A memory bomb as Rust code usually is one: an allocation that cannot be
+            // made ends in std's allocation error handler, which aborts (a trap) without
+            // a word on wasm32-unknown-unknown.
+            b"bomb" => loop {
+                self.hoard.push(vec![1u8; 1 << 20]);
+            },
             _ => Err(Error::new("unknown command")),
         }
     }

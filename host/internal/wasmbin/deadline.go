@@ -12,13 +12,15 @@ import "fmt"
 // echo message: about 0.6 µs without it, 2–4 µs with it on a loaded 2-core machine), and
 // a compute loop pays an exit to Go per iteration.
 //
-// addDeadlineChecks instead adds to the module two mutable i32 globals, stop (exported
-// as StopGlobalExport) and a loop counter, and at the head of every loop a check
+// addDeadlineChecks instead adds to the module mutable i32 globals, stop (exported as
+// StopGlobalExport) and a loop counter, and at the head of every loop a check
 // (loopCheck) that counts the iteration in machine code and, every loopFuel iterations,
 // visits Go and traps if stop is set. The host sets stop from the deadline timer (or
 // when the runtime closes the module under a call): the guest traps within loopFuel
 // iterations, and the host reports the deadline. Code without a
-// loop runs for a bounded time (recursion ends in a stack overflow). The module's start
+// loop runs for a bounded time (recursion ends in a stack overflow). A third global,
+// exported as LastGrowExport, keeps what the guest's last memory.grow returned. The
+// module's start
 // section, which wazero would run inside instantiation before the host can reach the
 // global, is removed and its function exported as startExport: the host calls it first,
 // under the activation deadline, as instantiation would have.
@@ -34,6 +36,12 @@ import "fmt"
 const (
 	// StopGlobalExport is the export of the global the host sets to stop the guest.
 	StopGlobalExport = "shardhost_stop"
+	// LastGrowExport is the export of the global that holds what the guest's last
+	// memory.grow returned: the old size in pages, or -1 (as an i32) when the memory
+	// could not grow. A trap that follows a failed grow is the guest running out of
+	// memory under the cap, whether or not its runtime said so (a Rust guest aborts on
+	// a failed allocation without a word).
+	LastGrowExport = "shardhost_last_grow"
 	// startExport is the export of the module's start function, when it had one.
 	startExport = "shardhost_start"
 )
@@ -42,6 +50,7 @@ const (
 // whether the module had a start function (now exported as startExport).
 type deadlineRewrite struct {
 	stopGlobal uint32
+	growGlobal uint32 // LastGrowExport's global
 	hasStart   bool
 	loops      int // loop heads checked
 	ops        Ops // the functions shardhost_dispatch calls
@@ -85,12 +94,14 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	}
 	dr.stopGlobal = importedGlobals + definedGlobals
 	fuel := dr.stopGlobal + 1
-	newGlobals := appendU32(nil, definedGlobals+2)
+	dr.growGlobal = dr.stopGlobal + 2
+	newGlobals := appendU32(nil, definedGlobals+3)
 	newGlobals = append(newGlobals, globalEntries...)
 	newGlobals = append(newGlobals, valI32, 1, 0x41, 0, 0x0b) // stop: mut i32 = 0
 	newGlobals = append(newGlobals, valI32, 1, 0x41)          // fuel: mut i32 = loopFuel
 	newGlobals = appendS32(newGlobals, loopFuel)
 	newGlobals = append(newGlobals, 0x0b)
+	newGlobals = append(newGlobals, valI32, 1, 0x41, 0, 0x0b) // last grow: mut i32 = 0
 
 	// Exports: the old ones, the stop global, the start function and the dispatch
 	// function (dispatch.go).
@@ -117,7 +128,7 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 			if err != nil {
 				return nil, dr, fmt.Errorf("%w: export %d: %v", ErrInvalidModule, i, err)
 			}
-			if name == StopGlobalExport || name == startExport || name == DispatchExport {
+			if name == StopGlobalExport || name == LastGrowExport || name == startExport || name == DispatchExport {
 				return nil, dr, fmt.Errorf("%w: export name %q is reserved for the host", ErrInvalidModule, name)
 			}
 			if kind == kindFunc {
@@ -128,7 +139,10 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	add := appendName(nil, StopGlobalExport)
 	add = append(add, kindGlobal)
 	add = appendU32(add, dr.stopGlobal)
-	added := uint32(1)
+	add = appendName(add, LastGrowExport)
+	add = append(add, kindGlobal)
+	add = appendU32(add, dr.growGlobal)
+	added := uint32(2)
 	start := int64(-1)
 	if sec := content(secStart); sec != nil {
 		sr := reader{b: sec}
@@ -155,12 +169,12 @@ func addDeadlineChecks(wasm []byte) ([]byte, deadlineRewrite, error) {
 	newExports = append(newExports, exportEntries...)
 	newExports = append(newExports, add...)
 
-	// Code: the check at every loop head.
-	// Code: the check at every loop head, and the dispatch function's body last.
+	// Code: the check at every loop head, the last grow's result kept after every
+	// memory.grow, and the dispatch function's body last.
 	check := loopCheck(dr.stopGlobal, fuel, content(secMemory) != nil)
 	bodies, entries := uint32(0), []byte(nil)
 	if sec := content(secCode); sec != nil {
-		code, loops, err := instrumentCode(sec, check, dr.stopGlobal)
+		code, loops, err := instrumentCode(sec, check, growRecord(dr.growGlobal), dr.stopGlobal)
 		if err != nil {
 			return nil, dr, fmt.Errorf("%w: code section: %v", ErrInvalidModule, err)
 		}
@@ -252,6 +266,16 @@ func loopCheck(stop, fuel uint32, memory bool) []byte {
 	return appendU32(b, fuel)
 }
 
+// growRecord is the code after every memory.grow of the guest's: it keeps the result in
+// the last-grow global and leaves it on the stack, as it was.
+//
+//	global.set $last_grow
+//	global.get $last_grow
+func growRecord(grow uint32) []byte {
+	b := appendU32([]byte{0x24}, grow)
+	return appendU32(append(b, 0x23), grow)
+}
+
 // appendS32 appends v as a signed LEB128.
 func appendS32(b []byte, v int32) []byte {
 	for {
@@ -278,11 +302,12 @@ func (r *reader) refType() (byte, error) {
 }
 
 // instrumentCode returns a code section with check inserted after the block type of
-// every loop instruction, and how many it inserted. The module's own code may only name
+// every loop instruction and afterGrow after every memory.grow, and how many loops it
+// checked. The module's own code may only name
 // the globals it defines or imports (fewer than globals): one that names the host's
 // globals, which do not exist before the rewrite, is refused, as validation would have
 // refused it, rather than let the guest reset its own stop or counter.
-func instrumentCode(sec, check []byte, globals uint32) ([]byte, int, error) {
+func instrumentCode(sec, check, afterGrow []byte, globals uint32) ([]byte, int, error) {
 	r := reader{b: sec}
 	n, err := r.u32()
 	if err != nil {
@@ -333,6 +358,11 @@ func instrumentCode(sec, check []byte, globals uint32) ([]byte, int, error) {
 				body = append(body, check...)
 				copied = fb.off
 				loops++
+			}
+			if op == 0x40 { // memory.grow
+				body = append(body, fb.b[copied:fb.off]...)
+				body = append(body, afterGrow...)
+				copied = fb.off
 			}
 		}
 		body = append(body, fb.b[copied:]...)

@@ -65,7 +65,7 @@ func loopModuleWith(t testing.TB, spin bool, extraExport string, receive []byte)
 	return append(b, section(secCode, code)...)
 }
 
-// The rewrite adds two globals and an export, exports the start function in place of the
+// The rewrite adds three globals and two exports, exports the start function in place of the
 // start section, and puts a check at the head of every loop; wazero accepts the result.
 func TestAddDeadlineChecks(t *testing.T) {
 	in := loopModule(t, true, "")
@@ -106,5 +106,44 @@ func TestAddDeadlineChecks(t *testing.T) {
 		if _, _, err := addDeadlineChecks(in[:n]); err == nil {
 			t.Fatalf("the module cut to %d of %d bytes was rewritten", n, len(in))
 		}
+	}
+}
+
+// The guest's memory.grow leaves its result in the exported last-grow global: -1 after
+// a grow the memory cannot make, the old size after one it can. The result stays on the
+// stack for the guest, unchanged.
+func TestLastGrowRecordsAFailedGrow(t *testing.T) {
+	for _, c := range []struct {
+		pages int32
+		want  int32
+	}{{100000, -1}, {1, 1}} {
+		// receive: (i32.const pages) memory.grow; returned as the result.
+		receive := appendS32([]byte{0, 0x41}, c.pages)
+		receive = append(receive, 0x40, 0x00, 0x0b)
+		out, _, err := addDeadlineChecks(loopModuleWith(t, false, "", receive))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		r := wazero.NewRuntime(ctx)
+		defer r.Close(ctx)
+		mod, err := r.Instantiate(ctx, out)
+		if err != nil {
+			t.Fatalf("wazero refuses the rewritten module: %v", err)
+		}
+		g := mod.ExportedGlobal(LastGrowExport)
+		if g == nil || g.Get() != 0 {
+			t.Fatalf("no %s global, or not 0 before any grow: %v", LastGrowExport, g)
+		}
+		res, err := mod.ExportedFunction(abi.ExportReceive).Call(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int32(uint32(res[0])) != c.want || int32(uint32(g.Get())) != c.want {
+			t.Fatalf("memory.grow %d: the guest got %d and the global holds %d; want %d for both", c.pages, int32(uint32(res[0])), int32(uint32(g.Get())), c.want)
+		}
+	}
+	if _, _, err := addDeadlineChecks(loopModule(t, false, LastGrowExport)); !errors.Is(err, ErrInvalidModule) {
+		t.Fatalf("a module exporting %s: %v, want ErrInvalidModule", LastGrowExport, err)
 	}
 }
