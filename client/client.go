@@ -79,12 +79,16 @@ func WithToken(token string) Option {
 	}
 }
 
-// WithTLSConfig uses tc for HTTPS: its RootCAs verify the members' certificates and its
-// Certificates are the client certificate. Bare HOST:PORT endpoints are then HTTPS.
-// WithCAFile and WithClientCertificate add to it.
+// WithTLSConfig uses tc for HTTPS (nil: the system's roots, no client certificate):
+// its RootCAs verify the members' certificates and its Certificates are the client
+// certificate. Bare HOST:PORT endpoints are then HTTPS. WithCAFile and
+// WithClientCertificate add to it.
 func WithTLSConfig(tc *tls.Config) Option {
 	return func(s *settings) error {
 		s.tlsConfig = tc.Clone()
+		if s.tlsConfig == nil {
+			s.tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
 		return nil
 	}
 }
@@ -351,8 +355,8 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, cl *c
 			break
 		}
 	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%w (last failure: %w)", ctx.Err(), last)
+	if err := ctx.Err(); err != nil && !errors.Is(last, err) {
+		return nil, fmt.Errorf("%w (last failure: %w)", err, last)
 	}
 	return nil, last
 }
