@@ -38,7 +38,8 @@ const (
 )
 
 // Client talks to a shardhost cluster's HTTP API through the members given to New. It
-// is safe for concurrent use; it holds no goroutine of its own.
+// is safe for concurrent use. It starts no goroutine of its own; its HTTP transport
+// keeps idle connections open (CloseIdleConnections closes them).
 type Client struct {
 	endpoints  []string // base URLs, no trailing slash
 	http       *http.Client
@@ -199,6 +200,11 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	}
 	return c, nil
 }
+
+// CloseIdleConnections closes the connections to members that are kept open for the
+// next calls (and the goroutines of the HTTP transport that serve them). The Client
+// stays usable: later calls open new ones.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // Endpoints returns the base URLs of the members the client calls, in order.
 func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }

@@ -9,8 +9,9 @@
 // New takes the API addresses of one or more members, as HOST:PORT or URLs, and
 // Options: WithToken (a bearer token), WithCAFile, WithClientCertificate or
 // WithTLSConfig (HTTPS, mutual TLS), WithHTTPClient, WithRetry, WithPropagator and
-// WithUserAgent. A Client is safe for concurrent use and holds no goroutine: it needs no
-// Close.
+// WithUserAgent. A Client is safe for concurrent use and starts no goroutine of its
+// own: it needs no Close (CloseIdleConnections closes the connections its HTTP
+// transport keeps open; Endpoints lists the members it calls).
 //
 // # Deadlines
 //
