@@ -371,10 +371,11 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, cl *c
 // Retry-After of the last reply if longer. It fails without sleeping when the context's
 // deadline would pass first.
 func (c *Client) wait(ctx context.Context, try int, last error) error {
-	ceil := c.maxBackoff
-	if shift := try - 1; shift < 30 && c.backoff<<shift < c.maxBackoff {
-		ceil = c.backoff << shift
+	ceil := c.backoff
+	for i := 1; i < try && ceil < c.maxBackoff; i++ {
+		ceil *= 2
 	}
+	ceil = min(ceil, c.maxBackoff)
 	d := time.Duration(0)
 	if ceil > 0 {
 		d = rand.N(ceil + 1)
