@@ -52,7 +52,8 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		// A deploy compiles the module before it serves: minutes on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
 		if _, err := c.Deploy(ctx, "counter", counterWasm, nil); err != nil {
 			fmt.Fprintln(os.Stderr, "deploying counter:", err)
@@ -71,13 +72,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildExample builds examples/wasm/NAME with Go's wasip1 port into dir, as
-// internal/testwasm does for tests that have a testing.TB.
+// buildExample builds examples/wasm/NAME into dir, as internal/testwasm does for tests
+// that have a testing.TB: with TinyGo when it is here (a small module, quick to
+// compile), else with Go's wasip1 port.
 func buildExample(dir, name string) ([]byte, error) {
 	out := filepath.Join(dir, name+".wasm")
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
-	cmd.Dir = filepath.Join(testwasm.RepoRoot(), "examples", "wasm")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=-mod=mod")
+	if tinygo, ok := testwasm.TinyGo(); ok {
+		cmd = exec.Command(tinygo, append(append([]string{"build"}, testwasm.TinyGoFlags...), "-o", out, "./"+name)...)
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	}
+	cmd.Dir = filepath.Join(testwasm.RepoRoot(), "examples", "wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building %s.wasm: %v\n%s", name, err, b)
 	}
