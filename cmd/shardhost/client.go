@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -9,44 +9,35 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	shclient "github.com/shardhost/shardhost/client"
 	"github.com/shardhost/shardhost/internal/pki"
 	"github.com/shardhost/shardhost/sharding"
 )
 
-// client talks to a node's management API.
+// client talks to a node's management API through the client library (package
+// client at the module's root), one member, no retries: the CLI's commands say what a
+// failure means and let the user decide. It keeps the CLI's own explanations of
+// failures (explain) and the hints it adds to error replies.
 type client struct {
 	base  string
 	http  *http.Client
 	token string // the bearer token, "" for none
 	cert  bool   // a client certificate is given
+	lc    *shclient.Client
 }
 
 // client returns a client of the API at --api: a bare HOST:PORT is http, or https when a
 // CA or a client certificate is given.
 func (g *globals) client() (*client, error) {
-	base := g.api
-	if !strings.Contains(base, "://") {
-		scheme := "http://"
-		if g.caFile != "" || g.certFile != "" {
-			scheme = "https://"
-		}
-		base = scheme + base
-	}
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("--api %q is not an http(s) URL or HOST:PORT", g.api)
-	}
 	token, err := g.token()
 	if err != nil {
 		return nil, err
@@ -57,8 +48,29 @@ func (g *globals) client() (*client, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tc
-	return &client{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 2 * time.Minute, Transport: tr}, token: token,
-		cert: tc != nil && len(tc.Certificates) > 0}, nil
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: tr}
+	opts := []shclient.Option{shclient.WithHTTPClient(hc), shclient.WithToken(token), shclient.WithRetry(1, 0, 0)}
+	if tc != nil {
+		opts = append(opts, shclient.WithTLSConfig(tc)) // a bare HOST:PORT is https
+	}
+	lc, err := shclient.New([]string{g.api}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--api %q is not an http(s) URL or HOST:PORT", g.api)
+	}
+	return &client{base: lc.Endpoints()[0], http: hc, token: token, cert: tc != nil && len(tc.Certificates) > 0, lc: lc}, nil
+}
+
+// lib returns the library's client of c: the one g.client made, or one made now for a
+// client built by hand (base, http and token set).
+func (c *client) lib() (*shclient.Client, error) {
+	if c.lc != nil {
+		return c.lc, nil
+	}
+	hc := c.http
+	if hc == nil {
+		hc = httpClient()
+	}
+	return shclient.New([]string{c.base}, shclient.WithHTTPClient(hc), shclient.WithToken(c.token), shclient.WithRetry(1, 0, 0))
 }
 
 // tlsConfig returns the client's TLS settings from --ca-file, --cert-file and
@@ -131,14 +143,23 @@ type response struct {
 }
 
 // apiError is an error reply of the API: its HTTP status, its code (sharding.Code*;
-// "" when the reply had none) and its text.
+// "" when the reply had none) and its text, with the CLI's hints. It unwraps to the
+// library's *client.APIError, so that errors.Is(err, client.ErrUnknownType) holds.
 type apiError struct {
 	status int
 	code   string
 	msg    string
+	lib    *shclient.APIError
 }
 
 func (e *apiError) Error() string { return e.msg }
+
+func (e *apiError) Unwrap() error {
+	if e.lib == nil {
+		return nil
+	}
+	return e.lib
+}
 
 // requestError is a request to the API that failed before its whole answer came:
 // sent says some of it was written to the API's connection, so that the API may have
@@ -160,55 +181,49 @@ func (c *client) do(method, path string, body []byte) (response, error) {
 
 // doWith is do with these request headers too.
 func (c *client) doWith(method, path string, body []byte, header http.Header) (response, error) {
-	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(body))
+	lc, err := c.lib()
 	if err != nil {
 		return response{}, err
 	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	var sent atomic.Bool
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteHeaders: func() { sent.Store(true) },
-	}))
-	resp, err := c.http.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
+	var opts []shclient.CallOption
+	for k, vs := range header {
+		for _, v := range vs {
+			opts = append(opts, shclient.WithHeader(k, v))
 		}
-		return response{}, &requestError{err: c.explain(err), sent: sent.Load()}
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, &requestError{err: fmt.Errorf("reading the API's reply: %v", err), sent: true}
+	r, err := lc.Do(context.Background(), method, path, body, opts...)
+	var re *shclient.RequestError
+	var ae *shclient.APIError
+	switch {
+	case errors.As(err, &re):
+		return response{}, &requestError{err: c.explain(re.Err), sent: re.Sent}
+	case errors.As(err, &ae):
+		return response{header: ae.Header}, c.apiError(ae)
+	case err != nil:
+		return response{}, err
 	}
-	if resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(c.base, "http://") && bytes.Contains(b, []byte("HTTP request to an HTTPS server")) {
-		return response{}, fmt.Errorf("the API at %s serves HTTPS, not plain HTTP: use --api https://%s and give the cluster's CA with --ca-file (or SHARDHOST_CA_FILE)",
+	return response{body: r.Body, header: r.Header}, nil
+}
+
+// apiError gives an error reply the CLI's hints: plain HTTP sent to an HTTPS API, the
+// token to give, how to deploy an unknown type.
+func (c *client) apiError(ae *shclient.APIError) error {
+	if ae.Status == http.StatusBadRequest && strings.HasPrefix(c.base, "http://") && strings.Contains(ae.Message, "HTTP request to an HTTPS server") {
+		return fmt.Errorf("the API at %s serves HTTPS, not plain HTTP: use --api https://%s and give the cluster's CA with --ca-file (or SHARDHOST_CA_FILE)",
 			c.base, strings.TrimPrefix(c.base, "http://"))
 	}
-	if resp.StatusCode >= 400 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			if resp.StatusCode == http.StatusUnauthorized && c.token == "" && !c.cert {
-				e.Error += " (give the API token in SHARDHOST_TOKEN or --token-file)"
-			}
-			if e.Code == sharding.CodeUnknownType {
-				e.Error += deployAdvice(e.Error)
-			}
-			return response{header: resp.Header}, &apiError{status: resp.StatusCode, code: e.Code, msg: e.Error}
-		}
-		return response{header: resp.Header}, &apiError{status: resp.StatusCode,
-			msg: fmt.Sprintf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))}
+	if ae.Code == "" {
+		return &apiError{status: ae.Status, lib: ae,
+			msg: fmt.Sprintf("API replied %d %s: %s", ae.Status, http.StatusText(ae.Status), ae.Message)}
 	}
-	return response{body: b, header: resp.Header}, nil
+	msg := ae.Message
+	if ae.Status == http.StatusUnauthorized && c.token == "" && !c.cert {
+		msg += " (give the API token in SHARDHOST_TOKEN or --token-file)"
+	}
+	if ae.Code == sharding.CodeUnknownType {
+		msg += deployAdvice(msg)
+	}
+	return &apiError{status: ae.Status, code: ae.Code, msg: msg, lib: ae}
 }
 
 // traceID returns the trace ID of the request's server span, from the traceparent
