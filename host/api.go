@@ -193,6 +193,9 @@ func (n *Node) routes() *http.ServeMux {
 		mux.Handle("GET /metrics", n.cfg.MetricsHandler)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if n.serveRoute(w, r) {
+			return
+		}
 		writeError(w, r, fmt.Errorf("%w: no such endpoint %s %s", ErrBadRequest, r.Method, r.URL.Path), http.StatusNotFound)
 	})
 	return mux
@@ -332,6 +335,12 @@ func statusOf(err error) (int, string) {
 	case sharding.CodeOverloaded, sharding.CodeBackoff, sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded,
 		sharding.CodeUnavailable, sharding.CodeEntityPaused:
 		return http.StatusServiceUnavailable, code
+	case codeNoHTTPHandler:
+		return http.StatusNotImplemented, code
+	case codeRateLimited:
+		return http.StatusTooManyRequests, code
+	case codeBadHTTPResponse:
+		return http.StatusBadGateway, code
 	case sharding.CodeNotDelivered:
 		// The message never reached its entity: sending it again is safe (Retry-After).
 		return http.StatusServiceUnavailable, code
@@ -625,6 +634,9 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	if err := egressQuery(&st, q); err != nil {
 		return st, err
 	}
+	if err := httpRouteQuery(&st, q); err != nil {
+		return st, err
+	}
 	return st, nil
 }
 
@@ -665,7 +677,7 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	if !q.Has("remember_entities") {
 		st.RememberEntities = prev.RememberEntities
 	}
-	return inheritEgress(st, q, prev)
+	return inheritHTTPRoutes(inheritEgress(st, q, prev), q, prev)
 }
 
 // target reads and checks the entity type and ID of a tell or ask.
