@@ -76,7 +76,7 @@ var (
 // errNoHTTP is the error of an HTTP request to an entity whose module serves none.
 func errNoHTTP(entity string) error {
 	return &codedError{codeNoHTTPHandler, fmt.Errorf("%s has no HTTP handler (its module exports no %s, or its SDK entity defines none): "+
-		"add one (guest-sdk/go: HTTPHandler; Rust: Entity::http) and deploy the type again", entity, abi.ExportHTTP)}
+		"add one (Go SDK: HTTPHandler; Rust SDK: Entity::serve_http) and deploy the type again", entity, abi.ExportHTTP)}
 }
 
 // httpRoute is a parsed route pattern: "/" lits... "/{id}" and, with rest, "/...".
