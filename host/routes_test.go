@@ -162,7 +162,7 @@ func TestHTTPRoutesCart(t *testing.T) {
 
 	// The requests are the entity's messages: journaled, of kind http.
 	h := c.do("GET", "/v1/entities/cart/alice/history", nil)
-	if h.status != 200 || strings.Count(string(h.body), `"kind": "http"`) != 4 {
+	if h.status != 200 || strings.Count(string(h.body), `"kind": "http"`) != 5 {
 		t.Fatalf("history: %d %s", h.status, h.body)
 	}
 
@@ -186,7 +186,7 @@ func TestHTTPRoutesCart(t *testing.T) {
 		!strings.Contains(body, codeRateLimited) {
 		t.Fatalf("over the rate: %d %s", resp.StatusCode, body)
 	}
-	askWant(t, c, "echo", "e1", "still here", 200, "still here")
+	askWant(t, c, "echo", "e1", "echo still here", 200, "still here")
 
 	fams := scrape(t, nodes[1])
 	for k, want := range map[[2]string]float64{{"cart", "ok"}: 3, {"cart", "4xx"}: 0, {"cart", "too-large"}: 1,
