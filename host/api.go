@@ -63,6 +63,7 @@ import (
 //	GET  /alive                          → 200 {"status":"alive","node":A} while the process serves
 //	GET  /ready                          → 200 {"status":"ready",...} or 503 {"status":"not-ready","reason":R,...}
 //	GET  /metrics                        → the metrics in the Prometheus text format
+//	ANY  /PREFIX/{id}[/...]               → an entity type's HTTP route: the entity's own response (routes.go)
 //
 // Every request has an HTTP server span (otelhttp, named by route: "POST /v1/ask"), and
 // every response a traceparent header (W3C Trace Context) naming its trace: the span's
