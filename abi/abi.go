@@ -76,6 +76,13 @@ const (
 	// ask, forward, distributed data updates, timers, passivate) fail with
 	// CodeReadOnly (abi/SPEC.md, "Queries").
 	ExportQuery = "shardhost_query"
+	// ExportHTTP (v1, optional) is `shardhost_http(ptr i32, len i32) -> i32`: an HTTP
+	// request routed to the entity (a type's HTTP routes), of len bytes at ptr in the
+	// HTTP request encoding (abi/SPEC.md, "HTTP routes"). The guest replies with
+	// ImportReply in the HTTP response encoding and returns StatusOK, StatusError with
+	// the reply as its text, or StatusNoHTTP. It runs as ExportReceive does: the request
+	// is the entity's message, of KindHTTP, journaled and replayed like any other.
+	ExportHTTP = "shardhost_http"
 )
 
 // ImportModule is the module name under which the host provides its functions.
@@ -198,6 +205,9 @@ const (
 	// KindReminder is a durable reminder's message; the source is the reminder's name,
 	// and ImportReminderDue gives its due time.
 	KindReminder MessageKind = 10
+	// KindHTTP is an HTTP request routed to the entity, handled by ExportHTTP (never by
+	// ExportReceive); the source is empty.
+	KindHTTP MessageKind = 11
 )
 
 // Code is what the v1 host functions return.
@@ -282,6 +292,9 @@ const (
 	// StatusNoQuery, from ExportQuery only: the entity answers no query (an SDK's
 	// entity without a query method); the host says how to add one.
 	StatusNoQuery Status = 2
+	// StatusNoHTTP, from ExportHTTP only: the entity serves no HTTP (an SDK's entity
+	// without an HTTP handler); the caller gets 501 Not Implemented.
+	StatusNoHTTP Status = 2
 )
 
 // LogLevel is the level argument of ImportLog. The values are those of log/slog.

@@ -63,6 +63,7 @@ import (
 //	GET  /alive                          → 200 {"status":"alive","node":A} while the process serves
 //	GET  /ready                          → 200 {"status":"ready",...} or 503 {"status":"not-ready","reason":R,...}
 //	GET  /metrics                        → the metrics in the Prometheus text format
+//	ANY  /PREFIX/{id}[/...]               → an entity type's HTTP route: the entity's own response (routes.go)
 //
 // Every request has an HTTP server span (otelhttp, named by route: "POST /v1/ask"), and
 // every response a traceparent header (W3C Trace Context) naming its trace: the span's
@@ -193,6 +194,9 @@ func (n *Node) routes() *http.ServeMux {
 		mux.Handle("GET /metrics", n.cfg.MetricsHandler)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if n.serveRoute(w, r) {
+			return
+		}
 		writeError(w, r, fmt.Errorf("%w: no such endpoint %s %s", ErrBadRequest, r.Method, r.URL.Path), http.StatusNotFound)
 	})
 	return mux
@@ -332,6 +336,12 @@ func statusOf(err error) (int, string) {
 	case sharding.CodeOverloaded, sharding.CodeBackoff, sharding.CodeStateNotSaved, sharding.CodeStateNotLoaded,
 		sharding.CodeUnavailable, sharding.CodeEntityPaused:
 		return http.StatusServiceUnavailable, code
+	case codeNoHTTPHandler:
+		return http.StatusNotImplemented, code
+	case codeRateLimited:
+		return http.StatusTooManyRequests, code
+	case codeBadHTTPResponse:
+		return http.StatusBadGateway, code
 	case sharding.CodeNotDelivered:
 		// The message never reached its entity: sending it again is safe (Retry-After).
 		return http.StatusServiceUnavailable, code
@@ -625,6 +635,9 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	if err := egressQuery(&st, q); err != nil {
 		return st, err
 	}
+	if err := httpRouteQuery(&st, q); err != nil {
+		return st, err
+	}
 	return st, nil
 }
 
@@ -665,7 +678,7 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	if !q.Has("remember_entities") {
 		st.RememberEntities = prev.RememberEntities
 	}
-	return inheritEgress(st, q, prev)
+	return inheritHTTPRoutes(inheritEgress(st, q, prev), q, prev)
 }
 
 // target reads and checks the entity type and ID of a tell or ask.

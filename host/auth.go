@@ -339,6 +339,16 @@ func (n *Node) authorize(mux *http.ServeMux, next http.Handler) http.Handler {
 		}
 		_, pattern := mux.Handler(r)
 		need := routeRole(pattern, a.authAll)
+		if pattern == "/" {
+			// An entity type's HTTP route (routes.go): the client role, as an ask,
+			// or none for a route deployed public.
+			if m, ok := n.matchRoute(r.URL.EscapedPath()); ok {
+				need, pattern = RoleClient, m.route.pattern
+				if m.public {
+					need = RoleNone
+				}
+			}
+		}
 		if need == RoleNone {
 			next.ServeHTTP(w, r)
 			return

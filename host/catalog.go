@@ -79,6 +79,14 @@ type TypeInfo struct {
 	EgressTimeoutMs   int64    `cbor:"27,keyasint,omitempty" json:"egress_timeout_ms,omitempty"`
 	EgressMaxResponse int64    `cbor:"28,keyasint,omitempty" json:"egress_max_response,omitempty"`
 	EgressRate        float64  `cbor:"29,keyasint,omitempty" json:"egress_rate,omitempty"`
+	// HTTP routes to the type's entities (sharding.TypeSettings.HTTPRoutes and the
+	// others; routes.go): the path patterns, those of them served without
+	// authentication, the request body cap in bytes and the requests per second each
+	// member admits per route (0: the defaults).
+	HTTPRoutes  []string `cbor:"30,keyasint,omitempty" json:"http_routes,omitempty"`
+	HTTPPublic  []string `cbor:"31,keyasint,omitempty" json:"http_public,omitempty"`
+	HTTPMaxBody int64    `cbor:"32,keyasint,omitempty" json:"http_max_body,omitempty"`
+	HTTPRate    float64  `cbor:"33,keyasint,omitempty" json:"http_rate,omitempty"`
 	// PassivationStrategy chooses whom MaxActive passivates
 	// (sharding.TypeSettings.PassivationStrategy; empty: lru).
 	PassivationStrategy string `cbor:"40,keyasint,omitempty" json:"passivation_strategy,omitempty"`
@@ -120,6 +128,7 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		IdempotencyRetention: time.Duration(t.IdempotencyRetentionMs) * time.Millisecond, MaxRetries: t.MaxRetries,
 		EgressAllow: t.Egress, EgressTimeout: time.Duration(t.EgressTimeoutMs) * time.Millisecond,
 		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate,
+		HTTPRoutes: t.HTTPRoutes, HTTPPublic: t.HTTPPublic, HTTPMaxBody: t.HTTPMaxBody, HTTPRate: t.HTTPRate,
 		PassivationStrategy: t.PassivationStrategy, LogLines: t.LogLines}
 }
 
@@ -341,7 +350,8 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt,
 		Egress: st.EgressAllow, EgressTimeoutMs: st.EgressTimeout.Milliseconds(), EgressMaxResponse: st.EgressMaxResponse,
-		EgressRate: st.EgressRate, LogLines: st.LogLines}
+		EgressRate: st.EgressRate, LogLines: st.LogLines,
+		HTTPRoutes: st.HTTPRoutes, HTTPPublic: st.HTTPPublic, HTTPMaxBody: st.HTTPMaxBody, HTTPRate: st.HTTPRate}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

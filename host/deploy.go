@@ -103,8 +103,8 @@ type Setting struct {
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
 // history, idempotency-retention, max-retries, passivate-after, max-active,
-// passivation-strategy, remember-entities, role, egress, egress-timeout, egress-max-response
-// and egress-rate.
+// passivation-strategy, remember-entities, role, egress, egress-timeout, egress-max-response,
+// egress-rate, http-route, public, http-max-body and http-rate.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -145,7 +145,8 @@ func (t TypeInfo) SettingList() []Setting {
 		{"role", t.Role},
 		{"log-lines", strconv.Itoa(cmp.Or(t.LogLines, DefaultEntityLogLines))},
 	}
-	return append(list, egressSettingList(t)...)
+	list = append(list, egressSettingList(t)...)
+	return append(list, httpRouteSettingList(t)...)
 }
 
 // settingChanges maps the settings of next that differ from prev's to prev's values.
@@ -232,6 +233,9 @@ func (n *Node) deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 		return DeployResult{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	if err := validateEgress(st); err != nil {
+		return DeployResult{}, err
+	}
+	if err := n.checkHTTPRoutes(st); err != nil {
 		return DeployResult{}, err
 	}
 	self := n.membership.Self()

@@ -364,11 +364,19 @@ var noopSpan = trace.SpanFromContext(context.Background())
 
 func (i *wasmInstance) call(msg []byte) ([]byte, error) {
 	i.forward = nil
-	status, reply, err := i.invoke(wasmbin.OpReceive, msg, true, i.m.rt.cfg.MaxMessageSize)
+	op := receiveOp(i.msg)
+	if op == wasmbin.OpHTTP && !i.m.ops.Has(op) {
+		return nil, errNoHTTP(i.name)
+	}
+	status, reply, err := i.invoke(op, msg, true, i.m.rt.cfg.MaxMessageSize)
 	fwd := i.forward
 	i.forward = nil
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case op == wasmbin.OpHTTP && status == abi.StatusNoHTTP:
+		return nil, errNoHTTP(i.name)
 	}
 	switch status {
 	case abi.StatusOK:
@@ -454,10 +462,19 @@ func (i *wasmInstance) invoke(op wasmbin.Op, arg []byte, withArg bool, replyCap 
 	return abi.Status(int32(uint32(i.stack[0]))), reply, nil
 }
 
+// receiveOp is the export that handles a message of info's kind: shardhost_http for
+// an HTTP request (routes.go), shardhost_receive for every other.
+func receiveOp(info sharding.MessageInfo) wasmbin.Op {
+	if info.Kind == sharding.KindHTTP {
+		return wasmbin.OpHTTP
+	}
+	return wasmbin.OpReceive
+}
+
 // phaseOf names the phase a call of op's export is.
 func phaseOf(op wasmbin.Op) phase {
 	switch op {
-	case wasmbin.OpReceive:
+	case wasmbin.OpReceive, wasmbin.OpHTTP:
 		return phaseReceive
 	case wasmbin.OpSnapshot:
 		return phaseSnapshot

@@ -10,7 +10,6 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/shardhost/shardhost/abi"
-	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/internal/binread"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -232,7 +231,7 @@ func (e *wasmEntity) Replay(ctx context.Context, entries []sharding.JournalEntry
 		e.fresh = false
 		info := sharding.MessageInfo{Sender: en.Sender, Kind: en.Kind, Tag: en.Tag, Ask: en.Ask}
 		start := time.Now()
-		if err := e.inst.replay(wasmbin.OpReceive, en.Payload, info, calls); err != nil {
+		if err := e.inst.replay(receiveOp(info), en.Payload, info, calls); err != nil {
 			return fmt.Errorf("record %d: %w", en.Seq, err)
 		}
 		if e.inst.Closed() {

@@ -207,7 +207,9 @@ type Node struct {
 	traced     bool
 	prop       propagation.TextMapPropagator
 	tel        *nodeTelemetry
-	egress     *egressClient // entities' outbound HTTP (egress.go)
+	egress     *egressClient   // entities' outbound HTTP (egress.go)
+	routeTel   *routeTelemetry // the HTTP routes to entities (routes.go)
+	routeLimit routeLimiter
 	rt         *wasmRuntime
 	modules    *moduleStore
 	catalog    *catalog
@@ -266,6 +268,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		prop:     obs.Propagator(cfg.Propagator),
 		tel:      newNodeTelemetry(cfg.MeterProvider),
 		egress:   newEgressClient(cfg.MeterProvider),
+		routeTel: newRouteTelemetry(cfg.MeterProvider),
 		owner:    owner.New(),
 		exited:   make(chan struct{}),
 		started:  make(chan struct{}),

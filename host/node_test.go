@@ -336,7 +336,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 16 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
+	if len(res.Settings) != 20 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")

@@ -220,7 +220,7 @@ func (i *wasmInstance) replay(op wasmbin.Op, payload []byte, info sharding.Messa
 	}
 	i.replaying, i.replayCalls, i.replayPos = true, calls, 0
 	i.msg, i.forward = info, nil
-	_, _, err := i.invoke(op, payload, op == wasmbin.OpReceive, i.m.rt.cfg.MaxMessageSize)
+	_, _, err := i.invoke(op, payload, op == wasmbin.OpReceive || op == wasmbin.OpHTTP, i.m.rt.cfg.MaxMessageSize)
 	i.replaying, i.replayCalls = false, nil
 	i.disarmCallTimer() // set for the replay's longer deadline
 	i.msg, i.forward, i.passivate = sharding.MessageInfo{}, nil, false
@@ -336,7 +336,7 @@ func (e *wasmEntity) recover(ctx context.Context, cause error) bool {
 	}
 	for k := 0; err == nil && k < len(r.log); k++ {
 		payload, info, calls := r.logged(k)
-		err = inst.replay(wasmbin.OpReceive, payload, info, calls)
+		err = inst.replay(receiveOp(info), payload, info, calls)
 	}
 	if err == nil && inst.Closed() {
 		err = ErrInstanceClosed

@@ -10,7 +10,6 @@ import (
 	"strconv"
 
 	"github.com/shardhost/shardhost/abi"
-	"github.com/shardhost/shardhost/host/internal/wasmbin"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -446,7 +445,7 @@ func ReplayJournal(ctx context.Context, in ReplayInput) (ReplayReport, error) {
 	inst.trial = &trialCalls{}
 	var earlier []sharding.JournalEntry
 	for _, en := range entries {
-		if en.Kind != sharding.KindMessage && en.Kind != sharding.KindTimer && en.Kind != sharding.KindChanged {
+		if en.Kind != sharding.KindMessage && en.Kind != sharding.KindTimer && en.Kind != sharding.KindChanged && en.Kind != sharding.KindHTTP {
 			if fresh && en.Kind != sharding.KindBase {
 				return report, fmt.Errorf("%w: record %d is a %s, whose state the journal does not hold: a replay from a new entity cannot go past it", ErrBadRequest, en.Seq, en.Kind)
 			}
@@ -608,7 +607,13 @@ func (i *wasmInstance) replayMessage(payload []byte, info sharding.MessageInfo, 
 	i.trial.differs = ""
 	i.replaying, i.replayCalls, i.replayPos = true, calls, 0
 	i.msg, i.forward = info, nil
-	status, reply, err := i.invoke(wasmbin.OpReceive, payload, true, i.m.rt.cfg.MaxMessageSize)
+	op := receiveOp(info)
+	if !i.m.ops.Has(op) {
+		i.replaying, i.replayCalls = false, nil
+		i.msg = sharding.MessageInfo{}
+		return replayedMessage{err: errNoHTTP(i.name)}
+	}
+	status, reply, err := i.invoke(op, payload, true, i.m.rt.cfg.MaxMessageSize)
 	res := replayedMessage{forwarded: i.forward != nil, calls: i.trial.differs}
 	for _, c := range calls[:i.replayPos] {
 		if c.fn == abi.ImportForward && c.ret == uint64(uint32(abi.CodeOK)) {

@@ -641,6 +641,7 @@ var (
 		{abi.ExportOnActivate, nil, []api.ValueType{i32}},
 		{abi.ExportOnPassivate, nil, []api.ValueType{i32}},
 		{abi.ExportQuery, []api.ValueType{i32, i32}, []api.ValueType{i32}},
+		{abi.ExportHTTP, []api.ValueType{i32, i32}, []api.ValueType{i32}},
 	}
 	// abiVersions are the versions this host speaks: a module declares one.
 	abiVersions = []int{0, 1}

@@ -75,6 +75,16 @@ type TypeSettings struct {
 	EgressTimeout     time.Duration `json:"egress_timeout,omitempty"`
 	EgressMaxResponse int64         `json:"egress_max_response,omitempty"`
 	EgressRate        float64       `json:"egress_rate,omitempty"`
+	// HTTP routes to the type's entities (the host's routes; docs/http-routes.md).
+	// Sharding only carries these; the host checks and applies them. HTTPRoutes are
+	// path patterns such as "/shop/{id}/..."; HTTPPublic those of them served without
+	// authentication; HTTPMaxBody caps a request body in bytes (0: the host's default,
+	// 1 MiB less the request's encoding); HTTPRate is the requests per second each
+	// member admits per route (0: the host's default, 100).
+	HTTPRoutes  []string `json:"http_routes,omitempty"`
+	HTTPPublic  []string `json:"http_public,omitempty"`
+	HTTPMaxBody int64    `json:"http_max_body,omitempty"`
+	HTTPRate    float64  `json:"http_rate,omitempty"`
 	// LogLines is how many log lines (stdout, stderr, log calls) each entity of the
 	// type keeps on the member that runs it (the host's entity logs; sharding does not
 	// read it). 0: the host's default, 1,000.

@@ -26,7 +26,7 @@
 // TypeSettings, the Membership and Messenger of package cluster, and DData, the
 // distributed data the coordinator keeps its allocations in. An entity learns of the
 // message it handles from MessageInfoFrom (a MessageInfo: its sender, and whether it is
-// KindMessage, KindTimer, KindChanged or KindReminder; a journal's KindBase records are
+// KindMessage, KindTimer, KindChanged, KindReminder or KindHTTP; a journal's KindBase records are
 // never messages), answers with a Reply, and passes a message on
 // by returning a ForwardTo. ShardAllocationStrategy, with LeastShardAllocationStrategy
 // and PriorityAllocationStrategy (and ErrNoRegion, its error for no region at all), is

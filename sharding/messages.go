@@ -310,6 +310,11 @@ const (
 	// Sender is the reminder's name and Tag its due time, in Unix milliseconds, which
 	// the entity compares with its clock to learn how late it comes.
 	KindReminder MessageKind = 10
+	// KindHTTP is an HTTP request routed to its entity (a type's HTTP routes, in host):
+	// the payload is the request in abi/SPEC.md's HTTP request encoding and the reply the
+	// response. The entity handles it as any message it is asked: journaled, replayed,
+	// with an idempotency key if the request has one.
+	KindHTTP MessageKind = 11
 )
 
 // String names the kind: message, timer, changed, reminder, and, in a journal's history, the
@@ -338,6 +343,8 @@ func (k MessageKind) String() string {
 		return "base"
 	case KindReminder:
 		return "reminder"
+	case KindHTTP:
+		return "http"
 	}
 	return "kind-" + strconv.Itoa(int(k))
 }

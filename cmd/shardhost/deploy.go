@@ -27,9 +27,9 @@ func newDeployCommand(g *globals) *cobra.Command {
 	var canaryRate float64
 	var canaryWindow time.Duration
 	var canaryMin int
-	var egressQuery func(url.Values)
+	var egressQuery, routeQuery func(url.Values)
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--reset-settings] [--canary P% | --canary-ids A,B [--canary-max-failure-rate R [--canary-window D]]] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--history N|DURATION] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--http-route /PREFIX/{id}/... [--public /PREFIX/{id}/...]] [--http-max-body BYTES] [--http-rate R] [--reset-settings] [--canary P% | --canary-ids A,B [--canary-max-failure-rate R [--canary-window D]]] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -103,6 +103,7 @@ error) over --canary-window (default 1m), once --canary-min-messages (default 10
 				q.Set("remember_entities", strconv.FormatBool(remember))
 			}
 			egressQuery(q)
+			routeQuery(q)
 			if reset {
 				q.Set("reset_settings", "true")
 			}
@@ -163,6 +164,7 @@ error) over --canary-window (default 1m), once --canary-min-messages (default 10
 	cmd.Flags().DurationVar(&canaryWindow, "canary-window", 0, "the window of --canary-max-failure-rate (default 1m)")
 	cmd.Flags().IntVar(&canaryMin, "canary-min-messages", 0, "messages the canary must have run in the window before it can roll back by itself (default 10)")
 	egressQuery = addEgressFlags(cmd)
+	routeQuery = addHTTPRouteFlags(cmd)
 	cmd.Flags().BoolVar(&reset, "reset-settings", false, "on a redeploy, start from the default settings instead of the type's current ones")
 	return cmd
 }

@@ -22,7 +22,7 @@ const (
 	KindReminder MessageKind = 10
 )
 
-// String returns "message", "timer", "changed" or "reminder".
+// String returns "message", "timer", "changed", "reminder" or "http".
 func (k MessageKind) String() string {
 	switch k {
 	case KindMessage:
@@ -33,6 +33,8 @@ func (k MessageKind) String() string {
 		return "changed"
 	case KindReminder:
 		return "reminder"
+	case KindHTTP:
+		return "http"
 	}
 	return "kind " + itoa(int64(k))
 }

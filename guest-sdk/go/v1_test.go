@@ -741,7 +741,7 @@ func TestConstantsMatchABI(t *testing.T) {
 	sdk := map[string]int64{
 		"MaxTimerName": MaxTimerName, "MaxTimerMessage": MaxTimerMessage, "MaxTimers": MaxTimers,
 		"MaxRandom": MaxRandom, "DefaultCallBudget": DefaultCallBudget, "MaxMessageSize": maxMessageSize,
-		"KindMessage": int64(KindMessage), "KindTimer": int64(KindTimer), "KindChanged": int64(KindChanged),
+		"KindMessage": int64(KindMessage), "KindTimer": int64(KindTimer), "KindChanged": int64(KindChanged), "KindHTTP": int64(KindHTTP),
 		"ClockWall": int64(clockWall), "ClockMonotonic": int64(clockMonotonic),
 		"CodeOK": int64(CodeOK), "CodeError": int64(CodeError), "CodeNotFound": int64(CodeNotFound),
 		"CodeDeleted": int64(CodeDeleted), "CodeTimeout": int64(CodeTimeout), "CodeAskCycle": int64(CodeAskCycle),

@@ -5,6 +5,11 @@
 //! replies "ok"; "remove ITEM" takes it out and replies "ok"; "list" replies the items as a
 //! JSON array of strings, sorted. Anything else is an error.
 //!
+//! Over HTTP, deployed with `--http-route /shop/{id}/...` (docs/http-routes.md):
+//! `GET /shop/ID/` answers the items as that JSON array (`application/json`), and
+//! `POST /shop/ID/items` with an item as its body adds it and answers 201 with the
+//! items. Another path is 404, another method 405.
+//!
 //! Distributed data, written with WriteMajority ("majority"):
 //! - `carts` (orset): the IDs of the carts that have items. A cart adds its ID when it goes
 //!   from empty to non-empty and removes it when it becomes empty.
@@ -23,7 +28,7 @@
 //!
 //! Build: make bin/wasm/cart.wasm (see README.md).
 
-use shardhost::{Code, Consistency, Context, Entity, Error, Json, LogLevel};
+use shardhost::{Code, Consistency, Context, Entity, Error, HttpResponse, IncomingRequest, Json, LogLevel};
 use std::collections::BTreeSet;
 
 /// The orset of the IDs of carts that have items.
@@ -122,6 +127,22 @@ impl Entity for Cart {
         )))
     }
 
+    fn serve_http(&mut self, ctx: &mut Context, req: &IncomingRequest) -> Option<Result<HttpResponse, Error>> {
+        let items = |c: &Cart, status: u16| {
+            HttpResponse::new(status, Json::string_array(&c.items).to_string().into_bytes()).with_header("Content-Type", "application/json")
+        };
+        let text = |status: u16, body: &str| HttpResponse::new(status, body.as_bytes().to_vec()).with_header("Content-Type", "text/plain");
+        Some(match (req.method.as_str(), req.rest.as_str()) {
+            ("GET", "") | ("GET", "/") | ("HEAD", "") | ("HEAD", "/") => Ok(items(self, 200)),
+            ("POST", "/items") => match item(&req.body) {
+                Ok(it) => self.add(ctx, it).map(|()| items(self, 201)),
+                Err(e) => Ok(text(400, e.message())),
+            },
+            (_, "") | (_, "/") | (_, "/items") => Ok(text(405, "cart: GET /shop/ID/ or POST /shop/ID/items").with_header("Allow", "GET, HEAD, POST")),
+            (_, rest) => Ok(text(404, &format!("cart: no {} here", rest))),
+        })
+    }
+
     fn snapshot(&self) -> Option<Result<Vec<u8>, Error>> {
         let mut state = vec![STATE_V1];
         for item in &self.items {
@@ -162,7 +183,7 @@ shardhost::entity!(Cart, |id: &str| Cart::new(id));
 #[cfg(test)]
 mod tests {
     use super::{Cart, CARTS_KEY, ITEMS_KEY};
-    use shardhost::{Code, Error, Harness};
+    use shardhost::{Code, Error, Harness, IncomingRequest};
 
     fn cart(id: &str) -> Harness<Cart> {
         Harness::new("cart", id, |id: &str| Cart::new(id))
@@ -263,6 +284,33 @@ mod tests {
         ] {
             assert_eq!(h.send(msg).unwrap_err().message(), want);
         }
+    }
+
+    fn request(method: &str, rest: &str, body: &[u8]) -> IncomingRequest {
+        IncomingRequest {
+            method: method.into(),
+            path: format!("/shop/alice{}", rest),
+            rest: rest.into(),
+            body: body.to_vec(),
+            ..IncomingRequest::default()
+        }
+    }
+
+    #[test]
+    fn over_http() {
+        let mut h = cart("alice");
+        let r = h.serve_http(&request("GET", "/", b"")).unwrap().unwrap();
+        assert_eq!((r.status, r.body.as_slice(), r.header("content-type")), (200, &b"[]"[..], Some("application/json")));
+        let r = h.serve_http(&request("POST", "/items", b"apple")).unwrap().unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (201, &br#"["apple"]"#[..]));
+        assert_eq!(list(&mut h), r#"["apple"]"#, "the same cart as the messages'");
+        assert_eq!(h.ddata_value(ITEMS_KEY).unwrap(), "1");
+        let r = h.serve_http(&request("POST", "/items", b"  ")).unwrap().unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (400, &b"cart: empty item"[..]));
+        let r = h.serve_http(&request("DELETE", "/items", b"")).unwrap().unwrap();
+        assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, POST")));
+        let r = h.serve_http(&request("GET", "/other", b"")).unwrap().unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (404, &b"cart: no /other here"[..]));
     }
 
     #[test]

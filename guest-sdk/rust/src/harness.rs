@@ -822,6 +822,27 @@ impl<E: Entity> Harness<E> {
         self.enter(Phase::Receive, kind, source, |e, ctx| e.receive(ctx, msg))
     }
 
+    /// Delivers `req` as one of the type's HTTP routes does (a message of kind
+    /// [`MessageKind::Http`] handled by [`Entity::serve_http`](crate::Entity::serve_http))
+    /// and returns the response as the host would send it: `None` when the entity serves
+    /// no HTTP (the host answers 501), an error when it fails or answers a header with a
+    /// CR, LF or NUL (or when `req` has one).
+    pub fn serve_http(&mut self, req: &crate::IncomingRequest) -> Option<Result<crate::HttpResponse, Error>> {
+        let payload = match crate::http::encode_request(req) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        if !self.active || self.dispatcher.live.is_none() {
+            if let Err(e) = self.activate() {
+                return Some(Err(e));
+            }
+        }
+        self.fake.passivate = false;
+        self.fake.forward = None;
+        let r = self.enter(Phase::Receive, MessageKind::Http, "", |e, ctx| crate::http::serve(e, ctx, &payload))?;
+        Some(r.and_then(|out| crate::http::decode_response(&out)))
+    }
+
     /// Delivers the message of the timer `name` (kind [`MessageKind::Timer`], the name as
     /// sender), whenever it is due; a timer that does not repeat is done then.
     ///

@@ -133,3 +133,104 @@ pub(crate) fn encode_response(r: &HttpResponse) -> Vec<u8> {
     out.extend_from_slice(&r.body);
     out
 }
+
+/// An HTTP request that one of the entity type's routes sent the entity (abi/SPEC.md,
+/// "HTTP routes"; deploy `--http-route /shop/{id}/...`), for [`Entity::serve_http`](crate::Entity::serve_http).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct IncomingRequest {
+    /// The method, such as "GET".
+    pub method: String,
+    /// The whole path, percent-encoded as sent ("/shop/alice/items").
+    pub path: String,
+    /// The part of the path after the entity's ID: "" or "/" and more ("/items").
+    pub rest: String,
+    /// The query string without its '?', percent-encoded as sent.
+    pub query: String,
+    /// The headers as (name, value), names in canonical form and sorted, less the
+    /// hop-by-hop ones and, on a route that is not public, `Authorization`.
+    pub headers: Vec<(String, String)>,
+    /// The body, at most the type's `--http-max-body` bytes.
+    pub body: Vec<u8>,
+}
+
+impl IncomingRequest {
+    /// The first value of the header `name` (compared without regard to case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+impl HttpResponse {
+    /// A response with `status` and `body`, without headers.
+    pub fn new(status: u16, body: Vec<u8>) -> HttpResponse {
+        HttpResponse { status, headers: Vec::new(), body }
+    }
+
+    /// Adds the header `name: value`.
+    pub fn with_header(mut self, name: &str, value: &str) -> HttpResponse {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+}
+
+/// Parses the HTTP request encoding: method, path, rest, query and headers, each as a
+/// u32 little-endian length and its bytes, then the body.
+pub(crate) fn decode_request(mut b: &[u8]) -> Result<IncomingRequest, Error> {
+    let mut fields: Vec<&[u8]> = Vec::with_capacity(5);
+    for _ in 0..5 {
+        if b.len() < 4 {
+            return Err(Error::new("shardhost: a truncated HTTP request"));
+        }
+        let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        if n > b.len() - 4 {
+            return Err(Error::new("shardhost: an HTTP request whose fields overrun it"));
+        }
+        fields.push(&b[4..4 + n]);
+        b = &b[4 + n..];
+    }
+    let text = |f: &[u8]| String::from_utf8_lossy(f).into_owned();
+    Ok(IncomingRequest {
+        method: text(fields[0]),
+        path: text(fields[1]),
+        rest: text(fields[2]),
+        query: text(fields[3]),
+        headers: decode_headers(fields[4]),
+        body: b.to_vec(),
+    })
+}
+
+/// Encodes a request as the host does (the Harness sends it).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn encode_request(r: &IncomingRequest) -> Result<Vec<u8>, Error> {
+    let hdr = encode_headers(&r.headers)?;
+    let mut out = Vec::new();
+    for f in [r.method.as_bytes(), r.path.as_bytes(), r.rest.as_bytes(), r.query.as_bytes(), &hdr] {
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    out.extend_from_slice(&r.body);
+    Ok(out)
+}
+
+/// Encodes the entity's answer as `shardhost_http`'s reply (a status of 0 is 200); a
+/// header name that is not a token, or a CR, LF or NUL in a value, is an error.
+pub(crate) fn encode_reply(r: &HttpResponse) -> Result<Vec<u8>, Error> {
+    let hdr = encode_headers(&r.headers)?;
+    let status = if r.status == 0 { 200 } else { r.status };
+    let mut out = Vec::with_capacity(8 + hdr.len() + r.body.len());
+    out.extend_from_slice(&u32::from(status).to_le_bytes());
+    out.extend_from_slice(&(hdr.len() as u32).to_le_bytes());
+    out.extend_from_slice(&hdr);
+    out.extend_from_slice(&r.body);
+    Ok(out)
+}
+
+/// Runs `entity`'s [`serve_http`](crate::Entity::serve_http) on the encoded request
+/// `payload`: `None` when it serves no HTTP, else the encoded reply or the error.
+pub(crate) fn serve<E: crate::Entity + ?Sized>(entity: &mut E, ctx: &mut Context, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
+    let req = match decode_request(payload) {
+        Ok(req) => req,
+        Err(e) => return Some(Err(e)),
+    };
+    Some(entity.serve_http(ctx, &req)?.and_then(|r| encode_reply(&r)))
+}

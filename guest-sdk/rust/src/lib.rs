@@ -94,6 +94,8 @@ mod tests;
 #[cfg(test)]
 mod tests_http;
 #[cfg(test)]
+mod tests_serve_http;
+#[cfg(test)]
 mod tests_v1;
 #[cfg(test)]
 mod tests_query;
@@ -102,7 +104,7 @@ pub use context::Context;
 pub use ddata::{Consistency, Flag, GCounter, GSet, LWWMap, LWWRegister, ORMultiMap, ORSet, PNCounter, PNCounterMap};
 #[cfg(not(target_arch = "wasm32"))]
 pub use harness::{Harness, Sent, Timer};
-pub use http::{HttpRequest, HttpResponse};
+pub use http::{HttpRequest, HttpResponse, IncomingRequest};
 pub use json::Json;
 pub use state::{State, StateReader, StateWriter};
 pub use reminders::Reminder;
@@ -374,6 +376,9 @@ pub enum MessageKind {
     /// 10: a durable reminder's payload; the sender is the reminder's name, and
     /// [`Context::reminder_due`] its due time.
     Reminder = 10,
+    /// 11: an HTTP request one of the type's routes sent the entity, handled by
+    /// [`Entity::serve_http`] (never by `receive`); the sender is empty.
+    Http = 11,
 }
 
 impl MessageKind {
@@ -383,6 +388,7 @@ impl MessageKind {
             1 => MessageKind::Timer,
             2 => MessageKind::Changed,
             10 => MessageKind::Reminder,
+            11 => MessageKind::Http,
             _ => MessageKind::Message,
         }
     }
@@ -534,6 +540,24 @@ pub trait Entity {
         let _ = (ctx, payload);
         None
     }
+
+    /// Serves an HTTP request that one of the type's routes sent the entity (the host's
+    /// `shardhost_http`, abi/SPEC.md, "HTTP routes"; deploy `--http-route
+    /// /shop/{id}/...`). It is the entity's message, of kind [`MessageKind::Http`]: it
+    /// runs as [`receive`](Entity::receive) does, with the same [`Context`], one at a time
+    /// with the entity's other messages, and is journaled and replayed like them.
+    ///
+    /// - `None` (the default): the entity serves no HTTP; the caller gets 501.
+    /// - `Some(Ok(response))`: the answer (a status of 0 is 200). Header values may not
+    ///   hold a CR, LF or NUL (the request then fails as an error of the entity's), and
+    ///   the host refuses the headers it sets itself (`Content-Length`,
+    ///   `Transfer-Encoding`, `Connection` and the other hop-by-hop ones, `traceparent`,
+    ///   `Shardhost-Node`) with 502.
+    /// - `Some(Err(e))`: the entity's error, as an ask's (HTTP 422 with its text).
+    fn serve_http(&mut self, ctx: &mut Context, req: &IncomingRequest) -> Option<Result<HttpResponse, Error>> {
+        let _ = (ctx, req);
+        None
+    }
 }
 
 impl<E: Entity + ?Sized> Entity for Box<E> {
@@ -563,6 +587,10 @@ impl<E: Entity + ?Sized> Entity for Box<E> {
 
     fn query(&self, ctx: &mut Context, payload: &[u8]) -> Option<Result<Vec<u8>, Error>> {
         (**self).query(ctx, payload)
+    }
+
+    fn serve_http(&mut self, ctx: &mut Context, req: &IncomingRequest) -> Option<Result<HttpResponse, Error>> {
+        (**self).serve_http(ctx, req)
     }
 }
 
@@ -595,8 +623,8 @@ fn fnv1a_64(b: &[u8]) -> u64 {
 /// [`Entity::snapshot`], [`Entity::restore`] and [`Entity::migrate`] (an entity that keeps
 /// their defaults gets transparent snapshots),
 /// `shardhost_on_activate` and `shardhost_on_passivate`, which call
-/// [`Entity::on_activate`] and [`Entity::on_passivate`], and `shardhost_query`, which
-/// calls [`Entity::query`].
+/// [`Entity::on_activate`] and [`Entity::on_passivate`], `shardhost_query`, which
+/// calls [`Entity::query`], and `shardhost_http`, which calls [`Entity::serve_http`].
 ///
 /// ```
 /// # use shardhost::{Context, Entity, Error};
@@ -672,6 +700,11 @@ macro_rules! entity {
                 pub extern "C" fn shardhost_query(ptr: *const u8, len: u32) -> i32 {
                     $crate::__private::query(ptr, len, __shardhost_create)
                 }
+
+                #[no_mangle]
+                pub extern "C" fn shardhost_http(ptr: *const u8, len: u32) -> i32 {
+                    $crate::__private::http(ptr, len, __shardhost_create)
+                }
             };
         };
     };
@@ -682,5 +715,5 @@ macro_rules! entity {
 #[cfg(target_arch = "wasm32")]
 pub mod __private {
     pub use crate::wasm::{alloc, migrate, on_activate, on_passivate, receive, restore, snapshot};
-    pub use crate::wasm::query;
+    pub use crate::wasm::{http, query};
 }

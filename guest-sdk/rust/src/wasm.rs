@@ -100,6 +100,7 @@ const STATUS_OK: i32 = 0;
 const STATUS_ERROR: i32 = 1;
 const STATUS_NO_SNAPSHOT: i32 = 2;
 const STATUS_NO_QUERY: i32 = 2;
+const STATUS_NO_HTTP: i32 = 2;
 
 type Create = fn(&str) -> Box<dyn Entity>;
 
@@ -237,6 +238,26 @@ pub fn query(ptr: *const u8, len: u32, create: Create) -> i32 {
         ctx.host.end_message();
         match r {
             None => STATUS_NO_QUERY,
+            Some(r) => status(r),
+        }
+    })
+}
+
+pub fn http(ptr: *const u8, len: u32, create: Create) -> i32 {
+    GUEST.with(|g| {
+        let g = &mut *g.borrow_mut();
+        let payload = match g.inbox.message(ptr, len) {
+            Some(m) => m,
+            None => {
+                send_reply(b"shardhost: HTTP request not in the buffer shardhost_alloc returned");
+                return STATUS_ERROR;
+            }
+        };
+        let (entity, ctx) = g.dispatcher.ensure(|| start(create));
+        let r = crate::http::serve(entity, ctx, payload);
+        ctx.host.end_message();
+        match r {
+            None => STATUS_NO_HTTP,
             Some(r) => status(r),
         }
     })

@@ -45,6 +45,7 @@ const (
 	OpRestore
 	OpMigrate
 	OpQuery
+	OpHTTP
 	numOps
 )
 
@@ -64,6 +65,7 @@ var dispatchTargets = [numOps]struct {
 	OpRestore:     {abi.ExportRestore, []byte{valI32, valI32}, []byte{valI32}},
 	OpMigrate:     {abi.ExportMigrate, []byte{valI32, valI32}, []byte{valI32}},
 	OpQuery:       {abi.ExportQuery, []byte{valI32, valI32}, []byte{valI32}},
+	OpHTTP:        {abi.ExportHTTP, []byte{valI32, valI32}, []byte{valI32}},
 }
 
 // Ops is a set of ops: bit op is set when shardhost_dispatch calls op's function.
