@@ -167,7 +167,7 @@ func (n *Node) Query(ctx context.Context, typ, id string, payload []byte) ([]byt
 	}
 	inst.trial = &trialCalls{} // host calls past the record run as outside a node
 	for _, en := range entries {
-		if en.Kind != sharding.KindMessage && en.Kind != sharding.KindTimer && en.Kind != sharding.KindChanged && en.Kind != sharding.KindHTTP {
+		if !en.Kind.Handled() {
 			continue // a time travel's record (the base holds its state), or a base's copy
 		}
 		calls, _, err := decodeEffects(en.Effects)

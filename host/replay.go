@@ -445,7 +445,7 @@ func ReplayJournal(ctx context.Context, in ReplayInput) (ReplayReport, error) {
 	inst.trial = &trialCalls{}
 	var earlier []sharding.JournalEntry
 	for _, en := range entries {
-		if en.Kind != sharding.KindMessage && en.Kind != sharding.KindTimer && en.Kind != sharding.KindChanged && en.Kind != sharding.KindHTTP {
+		if !en.Kind.Handled() {
 			if fresh && en.Kind != sharding.KindBase {
 				return report, fmt.Errorf("%w: record %d is a %s, whose state the journal does not hold: a replay from a new entity cannot go past it", ErrBadRequest, en.Seq, en.Kind)
 			}

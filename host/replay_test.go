@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/abi"
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -322,5 +323,37 @@ func TestReplayRoutes(t *testing.T) {
 		if r := c.do("GET", c2.path, nil); r.status != c2.status || !strings.Contains(string(r.body), c2.want) {
 			t.Errorf("GET %s: %d %s, want %d with %q", c2.path, r.status, r.body, c2.status, c2.want)
 		}
+	}
+}
+
+// A reminder's message is in the journal like any other, and a replay runs it: the
+// events the entity lists after it come out the same. (A replay that passed over the
+// reminder's record would diverge at the "events" ask.)
+func TestReplayJournalRunsAReminderRecord(t *testing.T) {
+	n := replayNode(t)
+	replayAsk(t, n, "abi", "r", "remind soon 0 0 hi")
+	var events string
+	testutil.EventuallyNil(t, 60*time.Second, "the reminder's firing", func() error {
+		if events = replayAsk(t, n, "abi", "r", "events")[0]; events == "" {
+			return errors.New("no events yet")
+		}
+		return nil
+	})
+	if !strings.HasPrefix(events, "10 soon hi due=") {
+		t.Fatalf("events %q, want the reminder's", events)
+	}
+	_, in := replayInput(t, n, "abi", "r", 1)
+	rep, err := ReplayJournal(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reminders := 0
+	for _, r := range rep.Records {
+		if r.Kind == sharding.KindReminder.String() {
+			reminders++
+		}
+	}
+	if rep.Diverged() || rep.Failed != "" || reminders != 1 {
+		t.Fatalf("replay: %d reminder records run, diverged %v, failed %q: %+v", reminders, rep.Diverged(), rep.Failed, rep.Records)
 	}
 }

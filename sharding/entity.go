@@ -324,7 +324,7 @@ func (e *entity) process(d delivery) {
 		if d.start {
 			return
 		}
-		if d.env.Kind <= KindChanged || d.env.Kind == KindHTTP {
+		if d.env.Kind.Handled() {
 			e.stats.handledOne(e, now, err)
 			e.r.used(e)
 		}

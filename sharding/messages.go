@@ -317,6 +317,18 @@ const (
 	KindHTTP MessageKind = 11
 )
 
+// Handled reports whether k is a message its entity handles, and so a journal record
+// that a replay runs again: message, timer, changed, reminder, http. The others are
+// never delivered to an entity (passivate) or are a journal's records of time travel
+// and its bases.
+func (k MessageKind) Handled() bool {
+	switch k {
+	case KindMessage, KindTimer, KindChanged, KindReminder, KindHTTP:
+		return true
+	}
+	return false
+}
+
 // String names the kind: message, timer, changed, reminder, and, in a journal's history, the
 // records of time travel (revert, fork).
 func (k MessageKind) String() string {
