@@ -286,6 +286,13 @@ type envelope struct {
 	TimeLeft uint64 `cbor:"13,keyasint,omitempty"`
 	// IdempotencyKey is the message's key (Message.IdempotencyKey), if any.
 	IdempotencyKey string `cbor:"14,keyasint,omitempty"`
+	// SenderSeq is the message's sender sequence (Message.SenderSeq), if any.
+	SenderSeq uint64 `cbor:"15,keyasint,omitempty"`
+	// Acked makes an ask of a tell: the entity handles it as a tell (MessageInfo.Ask
+	// is false), and its empty reply acknowledges it to the sender's outbox once it
+	// counts (delivery.go).
+	// (1; 0: an ordinary tell or ask).
+	Acked uint8 `cbor:"16,keyasint,omitempty"`
 }
 
 // MessageKind says where a message comes from (abi.MessageKind).
@@ -372,6 +379,12 @@ type Message struct {
 	// handling it again, across crashes and handoffs. At most MaxIdempotencyKeyLen
 	// bytes of UTF-8 (ErrInvalidIdempotencyKey).
 	IdempotencyKey string
+	// SenderSeq, when not 0, is the message's place in its sender's sequence: an entity
+	// of a type with DeliveryEffectivelyOnce numbers what it sends (delivery.go), and
+	// the receiver handles each (Sender, SenderSeq) once. Set by sharding, not callers.
+	SenderSeq uint64
+	// acked: sent by an outbox, as an ask whose reply acknowledges a tell.
+	acked bool
 }
 
 // MaxIdempotencyKeyLen caps Message.IdempotencyKey, in bytes.
