@@ -102,7 +102,7 @@ type Setting struct {
 }
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
-// history, idempotency-retention, max-retries, passivate-after, max-active,
+// delivery, history, idempotency-retention, max-retries, passivate-after, max-active,
 // passivation-strategy, remember-entities, role, egress, egress-timeout, egress-max-response
 // and egress-rate.
 func (t TypeInfo) SettingList() []Setting {
@@ -131,10 +131,15 @@ func (t TypeInfo) SettingList() []Setting {
 	if allocation == "" {
 		allocation = sharding.AllocationLeastShard
 	}
+	delivery := t.Delivery
+	if delivery == "" {
+		delivery = sharding.DeliveryEffectivelyOnce
+	}
 	list := []Setting{
 		{"shards", strconv.Itoa(t.NumberOfShards)},
 		{"allocation", allocation},
 		{"checkpoint", checkpoint},
+		{"delivery", delivery},
 		{"history", history},
 		{"idempotency-retention", retention.String()},
 		{"max-retries", maxRetriesSetting(t.MaxRetries)},
