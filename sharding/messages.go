@@ -143,8 +143,8 @@ func ErrorCode(err error) string {
 // outcome come before those of a message not delivered: an error that is both may
 // have been handled.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
-	ErrInvalidReminder, ErrTooManyReminders,
-	ErrEntityPaused, ErrBufferFull, ErrMailboxFull,
+	ErrInvalidReminder, ErrTooManyReminders, ErrRepeatForgotten,
+	ErrEntityPaused, ErrBufferFull, ErrMailboxFull, ErrOutboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority,
 	ErrNotDelivered, ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrStopped, errLeaving, errExpired}
@@ -153,9 +153,10 @@ func codeOfSentinel(err error) string {
 	switch err {
 	case ErrUnknownEntityType:
 		return CodeUnknownType
-	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders:
+	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders,
+		ErrRepeatForgotten:
 		return CodeBadRequest
-	case ErrBufferFull, ErrMailboxFull:
+	case ErrBufferFull, ErrMailboxFull, ErrOutboxFull:
 		return CodeOverloaded
 	case ErrEntityPaused:
 		return CodeEntityPaused
