@@ -102,9 +102,9 @@ type Setting struct {
 }
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
-// delivery, history, idempotency-retention, max-retries, passivate-after, max-active,
-// passivation-strategy, remember-entities, role, egress, egress-timeout, egress-max-response
-// and egress-rate.
+// history, idempotency-retention, max-retries, passivate-after, max-active,
+// passivation-strategy, remember-entities, role, log-lines, egress, egress-timeout,
+// egress-max-response, egress-rate and delivery.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -139,7 +139,6 @@ func (t TypeInfo) SettingList() []Setting {
 		{"shards", strconv.Itoa(t.NumberOfShards)},
 		{"allocation", allocation},
 		{"checkpoint", checkpoint},
-		{"delivery", delivery},
 		{"history", history},
 		{"idempotency-retention", retention.String()},
 		{"max-retries", maxRetriesSetting(t.MaxRetries)},
@@ -150,7 +149,8 @@ func (t TypeInfo) SettingList() []Setting {
 		{"role", t.Role},
 		{"log-lines", strconv.Itoa(cmp.Or(t.LogLines, DefaultEntityLogLines))},
 	}
-	return append(list, egressSettingList(t)...)
+	list = append(list, egressSettingList(t)...)
+	return append(list, Setting{"delivery", delivery})
 }
 
 // settingChanges maps the settings of next that differ from prev's to prev's values.
