@@ -358,6 +358,9 @@ func (s *Sharding) forward(d delivery, f *ForwardTo) {
 	env := d.env
 	env.EntityType, env.EntityID = f.EntityType, f.EntityID
 	env.Hops, env.Epoch, env.Origin = 0, 0, s.self
+	// Its sender's number belongs to the entity that passed it on, whose mark holds it:
+	// the entity it goes to might also hear from that sender directly, in another order.
+	env.SenderSeq = 0
 	env.Forwards++
 	d.env = env
 	if d.ask && !d.deadline.IsZero() && time.Now().After(d.deadline) {

@@ -192,6 +192,11 @@ func (e *entity) answerRepeat(d delivery, m *senderMark, done func(error)) {
 		err := fmt.Errorf("%w: %s #%d (the last handled is #%d)", ErrRepeatForgotten, d.env.Sender, d.env.SenderSeq, m.seq)
 		done(nil)
 		d.fail(err)
+	case m.outcome == outcomeForwarded:
+		// Its reply came from the entity it was passed on to, and is not kept.
+		err := fmt.Errorf("%w: %s #%d was passed on to another entity", ErrRepeatForgotten, d.env.Sender, d.env.SenderSeq)
+		done(nil)
+		d.fail(err)
 	case m.outcome == "":
 		done(nil)
 		d.answer(Reply{Payload: m.reply, Node: s.self}, nil)

@@ -520,7 +520,11 @@ func (e *entity) process(d delivery) {
 	if key := d.env.IdempotencyKey; key != "" {
 		e.rememberOutcome(key, 0, out, fwd)
 	}
-	e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), "", markReply(d, out, nil))
+	if fwd != nil {
+		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), outcomeForwarded, nil)
+	} else {
+		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), "", markReply(d, out, nil))
+	}
 	// The checkpoint policy: with every-message, the state is saved before the reply,
 	// so an acknowledged message survives a crash of this member.
 	if every := e.saveEvery(); every > 0 && s.cfg.States != nil && e.unsaved >= every {
