@@ -444,11 +444,12 @@ func (e *entity) process(d delivery) {
 	if e.journaled {
 		info.Seq = e.seq + 1
 	}
-	mctx := withMessageInfo(ctx, info)
+	mc := &messageCtx{Context: ctx, info: info}
 	e.sendSeqMoved = false
 	if e.sendsOnce() {
-		mctx = context.WithValue(mctx, senderEntityKey{}, e)
+		mc.sender = e
 	}
+	mctx := context.Context(mc)
 	out, err := e.inst.Receive(mctx, d.env.Payload)
 	var fwd *ForwardTo
 	if err != nil {

@@ -432,11 +432,19 @@ type messageInfoKey struct{}
 type messageCtx struct {
 	context.Context
 	info MessageInfo
+	// sender, if set, is the entity whose message this is, when it numbers its sends
+	// (delivery.go: WithSender, numberAsk).
+	sender *entity
 }
 
 func (c *messageCtx) Value(key any) any {
-	if key == (messageInfoKey{}) {
+	switch key {
+	case messageInfoKey{}:
 		return &c.info
+	case senderEntityKey{}:
+		if c.sender != nil {
+			return c.sender
+		}
 	}
 	return c.Context.Value(key)
 }
