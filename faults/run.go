@@ -139,7 +139,11 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 		final.do(ctx, t[0], history.Op{Kind: opSum, Key: ddataKey})
 	}
 	if o.Transfers {
-		res.Failures = append(res.Failures, c.checkTransfers(ctx, tr)...)
+		violations, trouble := c.checkTransfers(ctx, tr)
+		res.Failures = append(res.Failures, violations...)
+		if trouble != "" {
+			res.Errors = append(res.Errors, trouble)
+		}
 		res.Transfers = tr.summary()
 	}
 	c.stopAll()
