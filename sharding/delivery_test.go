@@ -386,3 +386,34 @@ func TestDeliveryFieldsRoundTrip(t *testing.T) {
 		t.Fatalf("delivery twice: %v", err)
 	}
 }
+
+// An outbox's tell that keeps failing pauses its receiver as a tell does (the outbox
+// sends it again meanwhile and is refused); once skipped, it counts as handled: the
+// outbox's next attempt is a repeat, acknowledged, and the receiver does not pause
+// again, also after a passivation (the skip's record keeps the mark).
+func TestAPoisonTellFromAnOutboxPausesAndASkipAcknowledgesIt(t *testing.T) {
+	store := newDeliveryStore()
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	mustAsk(t, n, "sender", "s", "tell counter/p crash")
+	testutil.Eventually(t, 30*time.Second, "the receiver paused", func() bool {
+		_, err := ask(t, n, "counter", "p", "get")
+		return errors.Is(err, ErrEntityPaused)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ok, err := n.sharding.Skip(ctx, "counter", "p"); err != nil || !ok {
+		t.Fatalf("skip: %v %v", ok, err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained", func() bool { return outboxLen(n, "sender", "s") == 0 })
+	if _, err := ask(t, n, "counter", "p", "get"); err != nil {
+		t.Fatalf("the receiver after the skip: %v", err)
+	}
+	mustAsk(t, n, "counter", "p", "passivate")
+	mustAsk(t, n, "sender", "s", "passivate")
+	mustAsk(t, n, "sender", "s", "get") // sends its record's tell again
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained again", func() bool { return outboxLen(n, "sender", "s") == 0 })
+	if _, err := ask(t, n, "counter", "p", "get"); err != nil {
+		t.Fatalf("the receiver after the sender's redelivery: %v (the skipped tell ran again)", err)
+	}
+}

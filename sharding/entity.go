@@ -743,8 +743,8 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 		if en := &entries[k]; en.IdempotencyKey != "" && a.from == nil {
 			e.remember(en.IdempotencyKey, en.Seq, en.Time, en.Outcome, en.Reply)
 		}
-		if a.from == nil && !isControlRecord(entries[k].Kind) {
-			e.learnDelivery(&entries[k])
+		if en := &entries[k]; a.from == nil && (!isControlRecord(en.Kind) || en.Kind == kindSkip) {
+			e.learnDelivery(en) // a skip's: the mark of the numbered tell it skipped
 		}
 	}
 	e.addSends(nil)          // the outbox the base and the records hold leaves again
