@@ -22,6 +22,11 @@ const (
 	// typeRegister: "write V" sets the value and replies "ok", "read" replies it.
 	// Least-shard allocation.
 	typeRegister = "register"
+	// typeAccount: the transfer workload's (transfer.go). "send ID" moves one unit to
+	// account ID: it counts one sent and tells "credit" to it from its outbox
+	// (effectively once, the default delivery); "credit" counts one received; "get"
+	// replies "SENT RECEIVED". Journaled.
+	typeAccount = "account"
 )
 
 // types is the TypeResolver of every member.
@@ -34,6 +39,8 @@ func (types) EntityType(ctx context.Context, name string) (sharding.TypeSettings
 			Checkpoint: sharding.CheckpointJournal}, nil
 	case typeRegister:
 		return sharding.TypeSettings{Name: name, NumberOfShards: 12, Checkpoint: sharding.CheckpointEveryMessage}, nil
+	case typeAccount:
+		return sharding.TypeSettings{Name: name, NumberOfShards: 12, Checkpoint: sharding.CheckpointJournal}, nil
 	}
 	return sharding.TypeSettings{}, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, name)
 }
@@ -54,6 +61,16 @@ var _ sharding.EntityFactory = (*factory)(nil)
 
 func (f *factory) NewEntity(ctx context.Context, typ, id string, state []byte) (sharding.Entity, error) {
 	e := &entity{typ: typ, value: string(state)}
+	if typ == typeAccount {
+		a := &account{}
+		if state != nil {
+			if _, err := fmt.Sscanf(string(state), "%d %d", &a.sent, &a.received); err != nil {
+				return nil, &codedErr{sharding.CodeActivationError, "bad account state " + strconv.Quote(string(state))}
+			}
+		}
+		a.life = f.reg.Activate(f.member, typ+"/"+id)
+		return a, nil
+	}
 	if typ == typeCounter && state != nil {
 		n, err := strconv.Atoi(string(state))
 		if err != nil {
@@ -183,3 +200,45 @@ func (r *Registry) Doubles() ([]string, int) {
 	defer r.mu.Unlock()
 	return append([]string(nil), r.doubles...), r.all
 }
+
+// account is an entity of typeAccount.
+type account struct {
+	sent, received int
+	held           []sharding.Message // the tells of the message under way
+	life           *Life
+}
+
+var _ sharding.OutboxEntity = (*account)(nil)
+
+func (a *account) Receive(ctx context.Context, payload []byte) ([]byte, error) {
+	msg := string(payload)
+	info, _ := sharding.MessageInfoFrom(ctx)
+	switch {
+	case strings.HasPrefix(msg, "send "):
+		a.sent++
+		if !info.Replay { // a replayed message's tells are in its record, for the outbox
+			a.held = append(a.held, sharding.Message{EntityType: typeAccount, EntityID: strings.TrimPrefix(msg, "send "),
+				Payload: []byte("credit"), Sender: typeAccount + "/" + a.life.Key[len(typeAccount)+1:]})
+		}
+		return []byte("ok"), nil
+	case msg == "credit":
+		a.received++
+		return []byte("ok"), nil
+	case msg == "get":
+		return []byte(fmt.Sprintf("%d %d", a.sent, a.received)), nil
+	}
+	return nil, &codedErr{sharding.CodeEntityError, "unknown message " + strconv.Quote(msg)}
+}
+
+// TakeTells implements sharding.OutboxEntity.
+func (a *account) TakeTells() []sharding.Message {
+	t := a.held
+	a.held = nil
+	return t
+}
+
+func (a *account) Snapshot(ctx context.Context) ([]byte, error) {
+	return []byte(fmt.Sprintf("%d %d", a.sent, a.received)), nil
+}
+
+func (a *account) Stop(ctx context.Context) { a.life.End() }

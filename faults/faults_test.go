@@ -30,16 +30,17 @@ import (
 //	-failure-logs=DIR  every failing schedule leaves its members' debug logs in DIR
 //	               (seed-N.log)
 var (
-	seedFlag     = flag.Uint64("seed", 0, "run only the schedule of this seed")
-	keepFlag     = flag.String("keep", "", "with -seed: the indexes of the faults to keep (a shrunk schedule)")
-	seedsFlag    = flag.Int("seeds", 200, "number of schedules")
-	baseFlag     = flag.Uint64("base", 1, "first seed")
-	parallelFlag = flag.Int("parallel-runs", 12, "schedules run at once")
-	kindsFlag    = flag.String("kinds", "", "comma-separated kinds of faults to draw (default all)")
-	verboseFlag  = flag.Bool("schedules-verbose", false, "log every schedule's outcome")
-	logFlag      = flag.String("members-log", "", "with -seed: write the members' logs (debug) to this file")
-	failLogsFlag = flag.String("failure-logs", "", "a directory where every failing schedule leaves its members' logs (debug), as seed-N.log")
-	sideFlag     = flag.Int("max-side", 1, "members on the smaller side of a partition, at most (1 to 3)")
+	seedFlag      = flag.Uint64("seed", 0, "run only the schedule of this seed")
+	keepFlag      = flag.String("keep", "", "with -seed: the indexes of the faults to keep (a shrunk schedule)")
+	seedsFlag     = flag.Int("seeds", 200, "number of schedules")
+	baseFlag      = flag.Uint64("base", 1, "first seed")
+	parallelFlag  = flag.Int("parallel-runs", 12, "schedules run at once")
+	kindsFlag     = flag.String("kinds", "", "comma-separated kinds of faults to draw (default all)")
+	verboseFlag   = flag.Bool("schedules-verbose", false, "log every schedule's outcome")
+	logFlag       = flag.String("members-log", "", "with -seed: write the members' logs (debug) to this file")
+	failLogsFlag  = flag.String("failure-logs", "", "a directory where every failing schedule leaves its members' logs (debug), as seed-N.log")
+	sideFlag      = flag.Int("max-side", 1, "members on the smaller side of a partition, at most (1 to 3)")
+	transfersFlag = flag.Bool("transfers", false, "add the transfer workload: entities moving units between accounts, effectively once, whose total is checked (transfer.go)")
 )
 
 // flagSet reports whether the flag was given on the command line.
@@ -84,6 +85,9 @@ func reproLine(s Schedule, keep []int) string {
 	if *sideFlag != 1 {
 		line += fmt.Sprintf(" -max-side=%d", *sideFlag)
 	}
+	if *transfersFlag {
+		line += " -transfers"
+	}
 	return line
 }
 
@@ -102,7 +106,7 @@ func runSchedule(t *testing.T, s Schedule) Result {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o := Options{Dir: dir}
+	o := Options{Dir: dir, Transfers: *transfersFlag}
 	logPath := ""
 	switch {
 	case *logFlag != "" && *seedFlag != 0:
@@ -273,9 +277,9 @@ func report(t *testing.T, res Result, verbose bool) {
 	if !verbose && !res.Failed() {
 		return
 	}
-	t.Logf("seed %d (%v): %s\n  applied: %s\n  ops %d acked %d ambiguous %d lives %d errors %v unknown %v\n  failures:\n  %s",
+	t.Logf("seed %d (%v): %s\n  applied: %s\n  ops %d acked %d ambiguous %d lives %d errors %v unknown %v %s\n  failures:\n  %s",
 		res.Schedule.Seed, res.Took.Round(time.Millisecond), res.Schedule, strings.Join(res.Applied, "; "),
-		res.Ops, res.Acked, res.Ambiguous, res.Lives, res.Errors, res.Unknown, strings.Join(res.Failures, "\n  "))
+		res.Ops, res.Acked, res.Ambiguous, res.Lives, res.Errors, res.Unknown, res.Transfers, strings.Join(res.Failures, "\n  "))
 }
 
 // regression runs a schedule several times at once and fails on any violation: a run

@@ -23,6 +23,9 @@ type Options struct {
 	Clients int
 	// Logger receives the members' logs; nil discards them.
 	Logger *slog.Logger
+	// Transfers adds the transfer workload (transfer.go): a client moving units
+	// between accounts, and the check that the units are conserved.
+	Transfers bool
 }
 
 // Result is what a run saw.
@@ -51,6 +54,8 @@ type Result struct {
 	Lives int
 	// Took is the run's wall time.
 	Took time.Duration
+	// Transfers says what the transfer workload did (empty without it).
+	Transfers string
 }
 
 // Failed reports whether the run found a violation.
@@ -98,6 +103,15 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 			cl.run(wctx)
 		}()
 	}
+	tr := &transfers{}
+	if o.Transfers {
+		r := rand.New(rand.NewPCG(s.Seed, uint64(o.Clients)+1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.runTransfers(wctx, r, tr)
+		}()
+	}
 	sleep(ctx, 300*time.Millisecond)
 	for _, f := range s.Faults {
 		o.Logger.Info("faults: applying", "fault", f.String())
@@ -123,6 +137,14 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 			final.do(ctx, t[i%len(t)], history.Op{Kind: history.Read, Key: typeRegister + "/" + id})
 		}
 		final.do(ctx, t[0], history.Op{Kind: opSum, Key: ddataKey})
+	}
+	if o.Transfers {
+		violations, trouble := c.checkTransfers(ctx, tr)
+		res.Failures = append(res.Failures, violations...)
+		if trouble != "" {
+			res.Errors = append(res.Errors, trouble)
+		}
+		res.Transfers = tr.summary()
 	}
 	c.stopAll()
 

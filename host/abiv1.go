@@ -205,6 +205,7 @@ func (i *wasmInstance) callCtx(timeoutMs int32) (context.Context, context.Cancel
 		if b := baggage.FromContext(i.msgCtx); b.Len() > 0 {
 			ctx = baggage.ContextWithBaggage(ctx, b)
 		}
+		ctx = sharding.WithSender(ctx, i.msgCtx) // an ask takes the entity's sender sequence
 	}
 	t := defaultHostCallTimeout
 	if timeoutMs > 0 {

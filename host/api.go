@@ -565,7 +565,8 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 
 // deploySettings reads an entity type's settings from a deploy request's query:
 // shards, role, allocation, passivate_after (a duration), max_active,
-// passivation_strategy (lru, lfu or w-tinylfu), checkpoint,
+// passivation_strategy (lru, lfu or w-tinylfu), checkpoint, delivery (effectively-once
+// or at-most-once),
 // history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
 // duration), max_retries (attempts of a failing tell before its entity pauses; 0:
 // never), log_lines (log lines kept per entity, at most MaxEntityLogLines; 0: the
@@ -573,7 +574,13 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint"),
-		PassivationStrategy: q.Get("passivation_strategy")}
+		PassivationStrategy: q.Get("passivation_strategy"), Delivery: q.Get("delivery")}
+	switch st.Delivery {
+	case "", sharding.DeliveryEffectivelyOnce, sharding.DeliveryAtMostOnce:
+	default:
+		return st, fmt.Errorf("%w: delivery=%q (want %s or %s)", ErrBadRequest, st.Delivery,
+			sharding.DeliveryEffectivelyOnce, sharding.DeliveryAtMostOnce)
+	}
 	switch st.PassivationStrategy {
 	case "", sharding.PassivationLRU, sharding.PassivationLFU, sharding.PassivationWTinyLFU:
 	default:
@@ -653,6 +660,9 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	}
 	if !q.Has("checkpoint") {
 		st.Checkpoint = prev.Checkpoint
+	}
+	if !q.Has("delivery") {
+		st.Delivery = prev.Delivery
 	}
 	if !q.Has("history") {
 		st.History, st.HistoryAge = prev.History, time.Duration(prev.HistoryAgeMs)*time.Millisecond

@@ -90,6 +90,9 @@ type TypeInfo struct {
 	// PassivationStrategy chooses whom MaxActive passivates
 	// (sharding.TypeSettings.PassivationStrategy; empty: lru).
 	PassivationStrategy string `cbor:"40,keyasint,omitempty" json:"passivation_strategy,omitempty"`
+	// Delivery is how the type's entities send to other entities
+	// (sharding.TypeSettings.Delivery; empty: effectively-once).
+	Delivery string `cbor:"44,keyasint,omitempty" json:"delivery,omitempty"`
 	// LogLines is how many log lines each entity of the type keeps
 	// (sharding.TypeSettings.LogLines; 0: DefaultEntityLogLines).
 	LogLines int `cbor:"50,keyasint,omitempty" json:"log_lines,omitempty"`
@@ -129,7 +132,7 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		EgressAllow: t.Egress, EgressTimeout: time.Duration(t.EgressTimeoutMs) * time.Millisecond,
 		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate,
 		HTTPRoutes: t.HTTPRoutes, HTTPPublic: t.HTTPPublic, HTTPMaxBody: t.HTTPMaxBody, HTTPRate: t.HTTPRate,
-		PassivationStrategy: t.PassivationStrategy, LogLines: t.LogLines}
+		PassivationStrategy: t.PassivationStrategy, LogLines: t.LogLines, Delivery: t.Delivery}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -351,7 +354,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt,
 		Egress: st.EgressAllow, EgressTimeoutMs: st.EgressTimeout.Milliseconds(), EgressMaxResponse: st.EgressMaxResponse,
 		EgressRate: st.EgressRate, LogLines: st.LogLines,
-		HTTPRoutes: st.HTTPRoutes, HTTPPublic: st.HTTPPublic, HTTPMaxBody: st.HTTPMaxBody, HTTPRate: st.HTTPRate}
+		HTTPRoutes: st.HTTPRoutes, HTTPPublic: st.HTTPPublic, HTTPMaxBody: st.HTTPMaxBody, HTTPRate: st.HTTPRate, Delivery: st.Delivery}
 }
 
 // stateDeleted returns the entry that records the deletion, at at, of the removed type

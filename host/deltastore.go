@@ -160,7 +160,7 @@ func (s deltaStates) Load(ctx context.Context, key sharding.EntityKey) ([]byte, 
 			// Under a journal, each is a base after a record, with the keys remembered
 			// then: the chain is the delta's (the later) base.
 			return sharding.EncodeBase(sharding.Base{Seq: max(bb.Seq, db.Seq), Keys: db.Keys, History: db.History,
-				HistoryAt: db.HistoryAt, State: encodeChain(baseState, deltaState)}), nil
+				HistoryAt: db.HistoryAt, Delivery: db.Delivery, State: encodeChain(baseState, deltaState)}), nil
 		case dn.Gen < bn.Gen:
 			return base, nil // a delta of an earlier base: the base holds what it did
 		}

@@ -103,8 +103,9 @@ type Setting struct {
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
 // history, idempotency-retention, max-retries, passivate-after, max-active,
-// passivation-strategy, remember-entities, role, egress, egress-timeout, egress-max-response,
-// egress-rate, http-route, public, http-max-body and http-rate.
+// passivation-strategy, remember-entities, role, log-lines, egress, egress-timeout,
+// egress-max-response, egress-rate, delivery, http-route, public, http-max-body and
+// http-rate.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -131,6 +132,10 @@ func (t TypeInfo) SettingList() []Setting {
 	if allocation == "" {
 		allocation = sharding.AllocationLeastShard
 	}
+	delivery := t.Delivery
+	if delivery == "" {
+		delivery = sharding.DeliveryEffectivelyOnce
+	}
 	list := []Setting{
 		{"shards", strconv.Itoa(t.NumberOfShards)},
 		{"allocation", allocation},
@@ -146,6 +151,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"log-lines", strconv.Itoa(cmp.Or(t.LogLines, DefaultEntityLogLines))},
 	}
 	list = append(list, egressSettingList(t)...)
+	list = append(list, Setting{"delivery", delivery})
 	return append(list, httpRouteSettingList(t)...)
 }
 

@@ -185,6 +185,23 @@ func (e *wasmEntity) JournalEffects() ([]byte, bool) {
 	return b, true
 }
 
+var _ sharding.OutboxEntity = (*wasmEntity)(nil)
+
+// TakeTells implements sharding.OutboxEntity: the held tells, which sharding's outbox
+// then delivers (effectively once) instead of ReleaseEffects.
+func (e *wasmEntity) TakeTells() []sharding.Message {
+	if len(e.held) == 0 {
+		return nil
+	}
+	tells := make([]sharding.Message, len(e.held))
+	for k, h := range e.held {
+		tells[k] = h.m
+		e.held[k] = heldTell{}
+	}
+	e.held = e.held[:0]
+	return tells
+}
+
 // ReleaseEffects implements sharding.JournaledEntity: the held tells leave, in the
 // order the guest made them, and the held timers are armed. A tell that fails now is a
 // dead letter of the sharding layer (logged), no longer the guest's error.

@@ -336,7 +336,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 20 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
+	if len(res.Settings) != 21 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")
@@ -393,6 +393,21 @@ func TestRedeployKeepsSettings(t *testing.T) {
 		if r := c.do("POST", "/v1/types/counter?"+bad, wasm); r.status != 400 {
 			t.Errorf("%s: %d %s", bad, r.status, r.body)
 		}
+	}
+	// Delivery: effectively-once by default; at-most-once set, kept by a redeploy; a bad
+	// one refused.
+	if res.Settings[16] != (Setting{"delivery", "effectively-once"}) {
+		t.Fatalf("the default delivery: %v", res.Settings)
+	}
+	if res = deploy("delivery=at-most-once"); res.Type.Delivery != "at-most-once" || res.Type.Settings().Delivery != sharding.DeliveryAtMostOnce ||
+		res.Changed["delivery"] != "effectively-once" {
+		t.Fatalf("delivery=at-most-once: %+v, changed %v", res.Type, res.Changed)
+	}
+	if res = deploy("max_active=4"); res.Type.Delivery != "at-most-once" {
+		t.Fatalf("a redeploy without delivery: %+v", res.Type)
+	}
+	if r := c.do("POST", "/v1/types/counter?delivery=twice", wasm); r.status != 400 || !strings.Contains(string(r.body), "at-most-once") {
+		t.Errorf("delivery=twice: %d %s", r.status, r.body)
 	}
 	// The passivation strategy: lru by default, set, kept by a redeploy; a bad one is
 	// refused and changes nothing.

@@ -250,6 +250,9 @@ func (s *Sharding) AskMessage(ctx context.Context, m Message) (Reply, error) {
 			return Reply{}, err
 		}
 	}
+	if err := numberAsk(ctx, &m); err != nil {
+		return Reply{}, err
+	}
 	start := time.Now()
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -337,7 +340,8 @@ func (w *askWaiter) put(gen uint64, r Reply, err error) {
 // envelope is the envelope of a message first routed by the member self.
 func (m Message) envelope(self string) envelope {
 	return envelope{EntityType: m.EntityType, EntityID: m.EntityID, Payload: m.Payload, Origin: self,
-		Sender: m.Sender, Kind: m.Kind, Tag: m.Tag, Chain: m.Chain, IdempotencyKey: m.IdempotencyKey}
+		Sender: m.Sender, Kind: m.Kind, Tag: m.Tag, Chain: m.Chain, IdempotencyKey: m.IdempotencyKey,
+		SenderSeq: m.SenderSeq, Acked: boolByte(m.acked)}
 }
 
 // forward passes d on to the entity f names, as Entity.Receive asked: the same payload,
@@ -354,6 +358,9 @@ func (s *Sharding) forward(d delivery, f *ForwardTo) {
 	env := d.env
 	env.EntityType, env.EntityID = f.EntityType, f.EntityID
 	env.Hops, env.Epoch, env.Origin = 0, 0, s.self
+	// Its sender's number belongs to the entity that passed it on, whose mark holds it:
+	// the entity it goes to might also hear from that sender directly, in another order.
+	env.SenderSeq = 0
 	env.Forwards++
 	d.env = env
 	if d.ask && !d.deadline.IsZero() && time.Now().After(d.deadline) {

@@ -56,6 +56,13 @@ type TypeSettings struct {
 	// DefaultIdempotencyRetention (24 h); at most a year. An entity remembers at most
 	// 10,000 keys and 4 MiB of replies, forgetting the oldest first past that.
 	IdempotencyRetention time.Duration `json:"idempotency_retention,omitempty"`
+	// Delivery is how the type's entities send to other entities (delivery.go):
+	// DeliveryEffectivelyOnce (the default: under the journal a tell leaves from an
+	// outbox once its message's record is durable and is retried until the receiver
+	// acknowledges it, and every tell and ask carries a sender sequence the receiver
+	// deduplicates by), or DeliveryAtMostOnce (no sequence, no retry: a tell lost with
+	// a crash is lost). docs/delivery.md says what holds on a crash.
+	Delivery string `json:"delivery,omitempty"`
 	// MaxRetries is how many times in a row a message no one waits for (a tell, a
 	// timer's, a change's) may fail the same way, a trap or the deadline, before its
 	// entity pauses on it (pause.go; Sharding.Resume, Sharding.Skip) instead of
@@ -133,6 +140,13 @@ func (t *TypeSettings) Validate() error {
 	}
 	if t.Checkpoint == "" {
 		t.Checkpoint = CheckpointJournal
+	}
+	switch t.Delivery {
+	case "":
+		t.Delivery = DeliveryEffectivelyOnce
+	case DeliveryEffectivelyOnce, DeliveryAtMostOnce:
+	default:
+		return fmt.Errorf("sharding: delivery %q (want %s or %s)", t.Delivery, DeliveryEffectivelyOnce, DeliveryAtMostOnce)
 	}
 	if _, err := checkpointEvery(t.Checkpoint); err != nil {
 		return err

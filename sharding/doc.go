@@ -59,6 +59,14 @@
 // attempts: asks to it fail with ErrEntityPaused (CodeEntityPaused) until Resume
 // (ResumeDone, ResumeNotPaused) or Skip (SkipDone); a factory that rests failing
 // entities is an EntityForgiver, told when one resumes.
+// Sends between entities are effectively once under a type's Delivery
+// (DeliveryEffectivelyOnce, the default, or DeliveryAtMostOnce; docs/delivery.md): an
+// entity's numbered sends (Message.SenderSeq, JournalEntry.SendSeq) and its tells'
+// outbox (Send values in JournalEntry.Sends, taken from an OutboxEntity) are journaled
+// with its message, an ask made with WithSender's context takes the next number, and a
+// receiver keeps its senders' marks (JournalEntry.SenderSeq, Base.Delivery), answering
+// a repeat under its mark whose reply it no longer keeps with ErrRepeatForgotten; an
+// outbox holds at most so many sends (ErrOutboxFull).
 //
 // ListEntities lists entities without activating any (a ListQuery, validated by
 // Validate, failing with ErrInvalidListQuery; pages of at most MaxListLimit rows,

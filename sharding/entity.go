@@ -71,6 +71,13 @@ type entity struct {
 	histAt   int64
 	// keys are the idempotency keys the entity remembers (idempotency.go).
 	keys idemTable
+	// sendSeq is the entity's sender sequence (delivery.go), sendSeqMoved set when the
+	// message under way numbered a send, and marks its senders' high-water marks.
+	sendSeq      uint64
+	sendSeqMoved bool
+	marks        senderMarks
+	// ob is the entity's outbox (delivery.go), shared with its goroutine.
+	ob *outbox
 	// failures counts the failures in a row of the message at the head of the mailbox
 	// that no one waits for (pause.go).
 	failures int
@@ -86,7 +93,7 @@ type entity struct {
 
 // newEntity returns the mailbox of entity id of the region's shard at epoch.
 func newEntity(r *shardRegion, shard int, id string, epoch uint64) *entity {
-	e := &entity{r: r, shard: shard, id: id, epoch: epoch}
+	e := &entity{r: r, shard: shard, id: id, epoch: epoch, ob: &outbox{}}
 	e.drain = e.drainLoop
 	return e
 }
@@ -423,15 +430,26 @@ func (e *entity) process(d delivery) {
 			return
 		}
 	}
+	if m, ok := e.marks.repeat(&d); ok {
+		// Its sender's high-water mark covers it: handled already (delivery.go).
+		e.answerRepeat(d, m, done)
+		return
+	}
 	// Under the journal, the message's record is durable before anything it caused
 	// leaves: its reply, its forward, and the tells and timers the entity holds back
 	// (MessageInfo.Gated) until ReleaseEffects.
 	gated := e.journaled
-	info := MessageInfo{Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain, Ask: d.ask, Gated: gated}
+	info := MessageInfo{Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain,
+		Ask: d.ask && d.env.Acked == 0, Gated: gated}
 	if e.journaled {
 		info.Seq = e.seq + 1
 	}
-	mctx := withMessageInfo(ctx, info)
+	mc := &messageCtx{Context: ctx, info: info}
+	e.sendSeqMoved = false
+	if e.sendsOnce() {
+		mc.sender = e
+	}
+	mctx := context.Context(mc)
 	out, err := e.inst.Receive(mctx, d.env.Payload)
 	var fwd *ForwardTo
 	if err != nil {
@@ -502,6 +520,11 @@ func (e *entity) process(d delivery) {
 	e.unsaved++
 	if key := d.env.IdempotencyKey; key != "" {
 		e.rememberOutcome(key, 0, out, fwd)
+	}
+	if fwd != nil {
+		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), outcomeForwarded, nil)
+	} else {
+		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), "", markReply(d, out, nil))
 	}
 	// The checkpoint policy: with every-message, the state is saved before the reply,
 	// so an acknowledged message survives a crash of this member.
@@ -577,6 +600,7 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 	var entries []JournalEntry
 	e.journaled = e.journals()
 	e.seq, e.baseSeq, e.keys = 0, 0, idemTable{}
+	e.sendSeq, e.marks = 0, nil
 	e.histBase, e.histAt = 0, 0
 	defer func() {
 		st := "fresh"
@@ -639,6 +663,13 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 				if e.keys, err = decodeIdemTable(base.Keys, s.cfg.Now(), e.r.Settings().IdempotencyRetention); err != nil {
 					return wrapCause(ErrStateNotLoaded, e.name(), err)
 				}
+				// Nor its sender sequence, outbox and marks (delivery.go).
+				seq, pending, marks, err := decodeDelivery(base.Delivery)
+				if err != nil {
+					return wrapCause(ErrStateNotLoaded, e.name(), err)
+				}
+				e.sendSeq, e.marks = seq, marks
+				e.learnDelivery(&JournalEntry{Sends: pending})
 			}
 			if entries, err = e.loadJournal(ctx, epoch, e.seq, a.from); err != nil {
 				if errors.Is(err, ErrStaleEpoch) {
@@ -712,7 +743,11 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 		if en := &entries[k]; en.IdempotencyKey != "" && a.from == nil {
 			e.remember(en.IdempotencyKey, en.Seq, en.Time, en.Outcome, en.Reply)
 		}
+		if en := &entries[k]; a.from == nil && (!isControlRecord(en.Kind) || en.Kind == kindSkip) {
+			e.learnDelivery(en) // a skip's: the mark of the numbered tell it skipped
+		}
 	}
+	e.addSends(nil)          // the outbox the base and the records hold leaves again
 	e.unsaved = len(entries) // what a passivation's base would save the next activation
 	e.mu.Lock()
 	e.live = true

@@ -62,9 +62,16 @@ func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, er
 	if !journal {
 		return false, nil
 	}
+	sends, serr := e.takeSends()
+	if serr != nil {
+		return false, serr
+	}
 	entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: d.env.Kind, Sender: d.env.Sender, Tag: d.env.Tag,
-		Ask: d.ask, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out),
-		IdempotencyKey: d.env.IdempotencyKey}
+		Ask: d.ask && d.env.Acked == 0, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out),
+		IdempotencyKey: d.env.IdempotencyKey, SenderSeq: d.env.SenderSeq, Sends: sends}
+	if e.sendSeqMoved {
+		entry.SendSeq = e.sendSeq
+	}
 	switch {
 	case fwd != nil:
 		entry.Outcome, entry.ReplyDigest = outcomeForwarded, 0
@@ -73,6 +80,8 @@ func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, er
 	}
 	if entry.IdempotencyKey != "" {
 		entry.Reply = rememberedReply(out, err, fwd)
+	} else if entry.SenderSeq != 0 {
+		entry.Reply = markReply(*d, out, err)
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		entry.TraceID = sc.TraceID()
@@ -83,6 +92,14 @@ func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, er
 	if entry.IdempotencyKey != "" {
 		e.remember(entry.IdempotencyKey, entry.Seq, entry.Time, entry.Outcome, entry.Reply)
 	}
+	if entry.SenderSeq != 0 {
+		reply := entry.Reply
+		if entry.IdempotencyKey != "" {
+			reply = markReply(*d, out, err)
+		}
+		e.markSender(entry.Sender, entry.SenderSeq, entry.Payload, entry.Time, entry.Outcome, reply)
+	}
+	e.addSends(sends)
 	if je != nil {
 		je.ReleaseEffects(ctx)
 	}
@@ -217,7 +234,8 @@ func (e *entity) snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil || state == nil || e.r.s.journal == nil {
 		return state, err
 	}
-	return EncodeBase(Base{Seq: e.seq, Keys: e.keys.encode(), State: state, History: e.histBase, HistoryAt: e.histAt}), nil
+	return EncodeBase(Base{Seq: e.seq, Keys: e.keys.encode(), State: state, History: e.histBase, HistoryAt: e.histAt,
+		Delivery: e.encodeDelivery()}), nil
 }
 
 // based notes that the base after record e.seq is saved: without a history, the

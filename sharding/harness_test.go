@@ -105,6 +105,9 @@ type fakeFactory struct {
 	// memoryBytes, when set (before any message), makes the entities
 	// EntityInspectors reporting this much memory.
 	memoryBytes uint64
+	// s is the member's sharding, which the entities of types "sender*" send through
+	// (delivery_test.go).
+	s *Sharding
 }
 
 // inspectedEntity is a fakeEntity that reports its memory.
@@ -139,6 +142,9 @@ func (f *fakeFactory) NewEntity(ctx context.Context, typ, id string, state []byt
 	}
 	if f.memoryBytes > 0 {
 		return inspectedEntity{e, f.memoryBytes}, nil
+	}
+	if strings.HasPrefix(typ, "sender") {
+		return &sendingEntity{fakeEntity: e}, nil
 	}
 	return e, nil
 }
@@ -398,6 +404,8 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 			"remember":       {Name: "remember", NumberOfShards: 10, RememberEntities: true},
 			"history":        {Name: "history", NumberOfShards: 10, History: 5},
 			"worker":         {Name: "worker", NumberOfShards: 20, Role: "worker"},
+			"sender":         {Name: "sender", NumberOfShards: 10},
+			"sender-amo":     {Name: "sender-amo", NumberOfShards: 10, Delivery: DeliveryAtMostOnce},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()
@@ -425,6 +433,7 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 		t.Fatal(err)
 	}
 	node.sharding = sh
+	node.factory.s = sh
 	m.OnStop(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()

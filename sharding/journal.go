@@ -101,10 +101,31 @@ type JournalEntry struct {
 	// with a key, the reply a retry of the message gets.
 	IdempotencyKey string
 	Reply          []byte
+	// SenderSeq is the message's sender sequence (Message.SenderSeq; 0: none): the
+	// receiver's high-water mark of its Sender after the message (delivery.go). With
+	// it, Reply keeps the reply of an ask, or the error text of a failed message.
+	SenderSeq uint64
+	// SendSeq is the entity's own sender sequence after the message, when the message
+	// numbered a send (0: unchanged), and Sends the tells it made that its outbox
+	// delivers once the record is durable.
+	SendSeq uint64
+	Sends   []Send
 }
 
-// journalVersion is the encoding's version, its first byte.
-const journalVersion = 1
+// journalVersion is the encoding's version, its first byte; journalVersion2 adds a
+// second byte of flags (jf2*), written only by a record that uses them, so that a
+// record without them stays readable by members that know version 1 only.
+const (
+	journalVersion  = 1
+	journalVersion2 = 2
+)
+
+// Flags of the second flags byte (journalVersion2).
+const (
+	jf2SenderSeq = 1 << iota
+	jf2SendSeq
+	jf2Sends
+)
 
 // Flags of an encoded entry.
 const (
@@ -134,8 +155,25 @@ const (
 // its payload and at most 20 bytes.
 func (e *JournalEntry) Encode(key EntityKey) []byte {
 	n := 24 + len(e.Payload) + len(e.Sender) + len(e.Effects) + len(e.Outcome) + len(e.IdempotencyKey) + len(e.Reply)
+	for _, sd := range e.Sends {
+		n += 24 + len(sd.EntityType) + len(sd.EntityID) + len(sd.Payload) + len(sd.IdempotencyKey)
+	}
+	var flags2 byte
+	if e.SenderSeq != 0 {
+		flags2 |= jf2SenderSeq
+	}
+	if e.SendSeq != 0 {
+		flags2 |= jf2SendSeq
+	}
+	if len(e.Sends) > 0 {
+		flags2 |= jf2Sends
+	}
 	b := make([]byte, 0, n+32)
-	b = append(b, journalVersion)
+	if flags2 != 0 {
+		b = append(b, journalVersion2)
+	} else {
+		b = append(b, journalVersion)
+	}
 	b = binary.AppendVarint(b, e.Time.UnixMilli())
 	b = append(b, byte(e.Kind))
 	var flags byte
@@ -164,6 +202,9 @@ func (e *JournalEntry) Encode(key EntityKey) []byte {
 		flags |= jfIdempotency
 	}
 	b = append(b, flags)
+	if flags2 != 0 {
+		b = append(b, flags2)
+	}
 	b = binary.AppendUvarint(b, uint64(len(e.Payload)))
 	b = append(b, e.Payload...)
 	if flags&jfSender != 0 {
@@ -189,6 +230,19 @@ func (e *JournalEntry) Encode(key EntityKey) []byte {
 		b = appendString(b, e.IdempotencyKey)
 		b = binary.AppendUvarint(b, uint64(len(e.Reply)))
 		b = append(b, e.Reply...)
+	}
+	if flags2&jf2SenderSeq != 0 {
+		b = binary.AppendUvarint(b, e.SenderSeq)
+		if flags&jfIdempotency == 0 {
+			b = binary.AppendUvarint(b, uint64(len(e.Reply)))
+			b = append(b, e.Reply...)
+		}
+	}
+	if flags2&jf2SendSeq != 0 {
+		b = binary.AppendUvarint(b, e.SendSeq)
+	}
+	if flags2&jf2Sends != 0 {
+		b = appendSends(b, e.Sends)
 	}
 	return binary.LittleEndian.AppendUint32(b, journalChecksum(key, e.Seq, b))
 }
@@ -216,8 +270,8 @@ func VerifyJournalRecord(key EntityKey, rec JournalRecord) error {
 	if len(d) < 5 {
 		return fmt.Errorf("%w: %s/%s #%d: %d bytes", ErrCorruptRecord, key.Type, key.ID, rec.Seq, len(d))
 	}
-	if d[0] != journalVersion {
-		return fmt.Errorf("%w: %s/%s #%d: version %d (this member reads %d)", ErrCorruptRecord, key.Type, key.ID, rec.Seq, d[0], journalVersion)
+	if d[0] != journalVersion && d[0] != journalVersion2 {
+		return fmt.Errorf("%w: %s/%s #%d: version %d (this member reads up to %d)", ErrCorruptRecord, key.Type, key.ID, rec.Seq, d[0], journalVersion2)
 	}
 	body := d[:len(d)-4]
 	if got, want := binary.LittleEndian.Uint32(d[len(d)-4:]), journalChecksum(key, rec.Seq, body); got != want {
@@ -237,6 +291,10 @@ func DecodeJournalEntry(key EntityKey, rec JournalRecord) (JournalEntry, error) 
 	e.Time = time.UnixMilli(r.Varint())
 	e.Kind = MessageKind(r.Byte())
 	flags := r.Byte()
+	var flags2 byte
+	if rec.Data[0] == journalVersion2 {
+		flags2 = r.Byte()
+	}
 	e.Ask = flags&jfAsk != 0
 	e.Payload = r.Bytes(maxJournalBytes)
 	if flags&jfSender != 0 {
@@ -262,6 +320,20 @@ func DecodeJournalEntry(key EntityKey, rec JournalRecord) (JournalEntry, error) 
 		if reply := r.Bytes(maxJournalBytes); len(reply) > 0 {
 			e.Reply = reply
 		}
+	}
+	if flags2&jf2SenderSeq != 0 {
+		e.SenderSeq = r.Uvarint()
+		if flags&jfIdempotency == 0 {
+			if reply := r.Bytes(maxJournalBytes); len(reply) > 0 {
+				e.Reply = reply
+			}
+		}
+	}
+	if flags2&jf2SendSeq != 0 {
+		e.SendSeq = r.Uvarint()
+	}
+	if flags2&jf2Sends != 0 {
+		e.Sends = readSends(r)
 	}
 	if err := r.Done(); err != nil {
 		return JournalEntry{}, fmt.Errorf("%w: %s/%s #%d: %w", ErrCorruptRecord, key.Type, key.ID, rec.Seq, err)
@@ -297,19 +369,33 @@ type Base struct {
 	State     []byte
 	History   uint64
 	HistoryAt int64
+	// Delivery is the entity's delivery state after record Seq (delivery.go, sharding's
+	// own encoding): its sender sequence, its outbox, and the high-water marks of the
+	// senders it heard from. nil: none.
+	Delivery []byte
 }
 
 // The magics of a framed base: without History, and with it.
 var (
 	baseMagic        = [4]byte{0xff, 'S', 'J', 'B'}
 	baseHistoryMagic = [4]byte{0xff, 'S', 'J', 'H'}
+	// baseDeliveryMagic: with History, HistoryAt and Delivery, written only when
+	// Delivery is not empty.
+	baseDeliveryMagic = [4]byte{0xff, 'S', 'J', 'D'}
 )
 
 // EncodeBase frames b: a magic, Seq, History and HistoryAt when History is not 0,
 // Keys (with its length), then State.
 func EncodeBase(b Base) []byte {
-	out := make([]byte, 0, len(b.State)+len(b.Keys)+40)
-	if b.History == 0 {
+	out := make([]byte, 0, len(b.State)+len(b.Keys)+len(b.Delivery)+48)
+	if len(b.Delivery) > 0 {
+		out = append(out, baseDeliveryMagic[:]...)
+		out = binary.AppendUvarint(out, b.Seq)
+		out = binary.AppendUvarint(out, b.History)
+		out = binary.AppendUvarint(out, uint64(max(b.HistoryAt, 0)))
+		out = binary.AppendUvarint(out, uint64(len(b.Delivery)))
+		out = append(out, b.Delivery...)
+	} else if b.History == 0 {
 		out = append(out, baseMagic[:]...)
 		out = binary.AppendUvarint(out, b.Seq)
 	} else {
@@ -331,14 +417,19 @@ func DecodeBase(data []byte) (Base, error) {
 		return Base{State: data}, nil
 	}
 	magic := [4]byte(data[:4])
-	if magic != baseMagic && magic != baseHistoryMagic {
+	if magic != baseMagic && magic != baseHistoryMagic && magic != baseDeliveryMagic {
 		return Base{State: data}, nil
 	}
 	r := binread.New(data[4:])
 	b := Base{Seq: r.Uvarint()}
-	if magic == baseHistoryMagic {
+	if magic == baseHistoryMagic || magic == baseDeliveryMagic {
 		b.History = r.Uvarint()
 		b.HistoryAt = int64(min(r.Uvarint(), math.MaxInt64))
+	}
+	if magic == baseDeliveryMagic {
+		if d := r.Bytes(maxJournalBytes); len(d) > 0 {
+			b.Delivery = d
+		}
 	}
 	if keys := r.Bytes(maxJournalBytes); len(keys) > 0 {
 		b.Keys = keys

@@ -143,8 +143,8 @@ func ErrorCode(err error) string {
 // outcome come before those of a message not delivered: an error that is both may
 // have been handled.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
-	ErrInvalidReminder, ErrTooManyReminders,
-	ErrEntityPaused, ErrBufferFull, ErrMailboxFull,
+	ErrInvalidReminder, ErrTooManyReminders, ErrRepeatForgotten,
+	ErrEntityPaused, ErrBufferFull, ErrMailboxFull, ErrOutboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority,
 	ErrNotDelivered, ErrShardUnavailable, errNotCoordinator, ErrRoutingLoop, ErrStopped, errLeaving, errExpired}
@@ -153,9 +153,10 @@ func codeOfSentinel(err error) string {
 	switch err {
 	case ErrUnknownEntityType:
 		return CodeUnknownType
-	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders:
+	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders,
+		ErrRepeatForgotten:
 		return CodeBadRequest
-	case ErrBufferFull, ErrMailboxFull:
+	case ErrBufferFull, ErrMailboxFull, ErrOutboxFull:
 		return CodeOverloaded
 	case ErrEntityPaused:
 		return CodeEntityPaused
@@ -286,6 +287,13 @@ type envelope struct {
 	TimeLeft uint64 `cbor:"13,keyasint,omitempty"`
 	// IdempotencyKey is the message's key (Message.IdempotencyKey), if any.
 	IdempotencyKey string `cbor:"14,keyasint,omitempty"`
+	// SenderSeq is the message's sender sequence (Message.SenderSeq), if any.
+	SenderSeq uint64 `cbor:"15,keyasint,omitempty"`
+	// Acked makes an ask of a tell: the entity handles it as a tell (MessageInfo.Ask
+	// is false), and its empty reply acknowledges it to the sender's outbox once it
+	// counts (delivery.go).
+	// (1; 0: an ordinary tell or ask).
+	Acked uint8 `cbor:"16,keyasint,omitempty"`
 }
 
 // MessageKind says where a message comes from (abi.MessageKind).
@@ -391,6 +399,12 @@ type Message struct {
 	// handling it again, across crashes and handoffs. At most MaxIdempotencyKeyLen
 	// bytes of UTF-8 (ErrInvalidIdempotencyKey).
 	IdempotencyKey string
+	// SenderSeq, when not 0, is the message's place in its sender's sequence: an entity
+	// of a type with DeliveryEffectivelyOnce numbers what it sends (delivery.go), and
+	// the receiver handles each (Sender, SenderSeq) once. Set by sharding, not callers.
+	SenderSeq uint64
+	// acked: sent by an outbox, as an ask whose reply acknowledges a tell.
+	acked bool
 }
 
 // MaxIdempotencyKeyLen caps Message.IdempotencyKey, in bytes.
@@ -437,11 +451,19 @@ type messageInfoKey struct{}
 type messageCtx struct {
 	context.Context
 	info MessageInfo
+	// sender, if set, is the entity whose message this is, when it numbers its sends
+	// (delivery.go: WithSender, numberAsk).
+	sender *entity
 }
 
 func (c *messageCtx) Value(key any) any {
-	if key == (messageInfoKey{}) {
+	switch key {
+	case messageInfoKey{}:
 		return &c.info
+	case senderEntityKey{}:
+		if c.sender != nil {
+			return c.sender
+		}
 	}
 	return c.Context.Value(key)
 }

@@ -27,7 +27,8 @@ func encodeEnvelope(e *envelope) []byte {
 func appendEnvelope(b []byte, e *envelope) []byte {
 	n := uint64(2)
 	for _, set := range [...]bool{len(e.Payload) > 0, e.Hops != 0, e.Origin != "", e.Epoch != 0,
-		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0, e.TimeLeft != 0, e.IdempotencyKey != ""} {
+		e.Sender != "", e.Kind != 0, e.Tag != 0, len(e.Chain) > 0, e.Forwards != 0, e.TimeLeft != 0, e.IdempotencyKey != "",
+		e.SenderSeq != 0, e.Acked != 0} {
 		if set {
 			n++
 		}
@@ -71,6 +72,12 @@ func appendEnvelope(b []byte, e *envelope) []byte {
 	if e.IdempotencyKey != "" {
 		b = wirecbor.AppendText(append(b, 14), e.IdempotencyKey)
 	}
+	if e.SenderSeq != 0 {
+		b = wirecbor.AppendUint(append(b, 15), e.SenderSeq)
+	}
+	if e.Acked != 0 {
+		b = wirecbor.AppendUint(append(b, 16), uint64(e.Acked))
+	}
 	return b
 }
 
@@ -89,7 +96,7 @@ func decodeEnvelope(b []byte, e *envelope) error {
 func decodeEnvelopeFast(b []byte, e *envelope) bool {
 	r := wirecbor.NewReader(b)
 	n, ok := r.MapHead()
-	if !ok || n > 14 {
+	if !ok || n > 16 {
 		return false
 	}
 	*e = envelope{}
@@ -142,6 +149,10 @@ func decodeEnvelopeFast(b []byte, e *envelope) bool {
 			e.TimeLeft, ok = r.Uint()
 		case 14:
 			e.IdempotencyKey, ok = r.Text()
+		case 15:
+			e.SenderSeq, ok = r.Uint()
+		case 16:
+			e.Acked, ok = small()
 		default:
 			return false
 		}

@@ -29,7 +29,8 @@ func randomUint(rng *rand.Rand) uint64 {
 func randomEnvelope(rng *rand.Rand) envelope {
 	e := envelope{EntityType: randomText(rng), EntityID: randomText(rng), Hops: uint8(randomUint(rng)),
 		Origin: randomText(rng), Epoch: randomUint(rng), Sender: randomText(rng), Kind: MessageKind(rng.IntN(4)),
-		Tag: randomUint(rng), Forwards: uint8(randomUint(rng)), TimeLeft: randomUint(rng)}
+		Tag: randomUint(rng), Forwards: uint8(randomUint(rng)), TimeLeft: randomUint(rng),
+		SenderSeq: randomUint(rng), Acked: uint8(rng.IntN(2))}
 	if rng.IntN(2) == 0 {
 		e.IdempotencyKey = randomText(rng)
 	}
@@ -170,7 +171,7 @@ func TestCodecKnowsEveryField(t *testing.T) {
 		v    any
 		want string
 	}{
-		{envelope{}, "1,keyasint 2,keyasint 3,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty 8,keyasint,omitempty 9,keyasint,omitempty 10,keyasint,omitempty 11,keyasint,omitempty 12,keyasint,omitempty 13,keyasint,omitempty 14,keyasint,omitempty"},
+		{envelope{}, "1,keyasint 2,keyasint 3,keyasint,omitempty 5,keyasint,omitempty 6,keyasint,omitempty 7,keyasint,omitempty 8,keyasint,omitempty 9,keyasint,omitempty 10,keyasint,omitempty 11,keyasint,omitempty 12,keyasint,omitempty 13,keyasint,omitempty 14,keyasint,omitempty 15,keyasint,omitempty 16,keyasint,omitempty"},
 		{wireReply{}, "1,keyasint,omitempty 2,keyasint,omitempty 3,keyasint,omitempty 4,keyasint,omitempty"},
 	} {
 		typ := reflect.TypeOf(tc.v)

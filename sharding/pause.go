@@ -99,7 +99,8 @@ func guestFailure(err error) bool {
 // pauses reports whether a failed delivery counts towards a pause: a message no one
 // waits for, of a type that pauses.
 func (e *entity) pauses(d *delivery) bool {
-	return !d.ask && !d.start && e.r.Settings().MaxRetries > 0
+	// An outbox's tell (Acked) is a tell: its sender waits only for it to count.
+	return (!d.ask || d.env.Acked != 0) && !d.start && e.r.Settings().MaxRetries > 0
 }
 
 // EntityForgiver is implemented by an EntityFactory that rests entities which keep
@@ -151,7 +152,8 @@ func (e *entity) pause(ctx context.Context, d delivery, err error) {
 	s := e.r.s
 	if e.journaled {
 		entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: kindPause, Sender: d.env.Sender, Tag: d.env.Tag,
-			Payload: d.env.Payload, Effects: []byte{byte(d.env.Kind)}, Outcome: ErrorCode(err)}
+			Payload: d.env.Payload, Effects: []byte{byte(d.env.Kind)}, Outcome: ErrorCode(err),
+			SenderSeq: d.env.SenderSeq} // not a mark (a control record): the poison's number, for a skip
 		if aerr := e.appendRecords(ctx, entry); aerr != nil {
 			s.log.WarnContext(ctx, "the record of a pause was not appended: the pause lasts while this instance does", "entity", e.name(), "err", aerr)
 		}
@@ -227,6 +229,11 @@ func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done func(error))
 	if poison != nil {
 		if e.journaled {
 			entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: d.env.Kind}
+			if d.env.Kind == kindSkip && poison.env.SenderSeq != 0 {
+				// A skipped numbered tell counts as handled: its sender's outbox,
+				// which sends it again, is answered from the mark.
+				entry.Sender, entry.SenderSeq, entry.Payload = poison.env.Sender, poison.env.SenderSeq, poison.env.Payload
+			}
 			if err := e.appendRecords(ctx, entry); err != nil {
 				err = wrapCause(ErrStateNotSaved, e.name(), err)
 				done(err)
@@ -245,6 +252,7 @@ func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done func(error))
 			s.log.InfoContext(ctx, "entity resumed: its paused message is tried again", "entity", e.name())
 		} else {
 			out = SkipDone
+			e.markSender(poison.env.Sender, poison.env.SenderSeq, poison.env.Payload, s.cfg.Now(), "", nil)
 			s.countDeadLetter(ctx, poison.env, errSkipped)
 			s.log.InfoContext(ctx, "entity resumed: its paused message was skipped (a dead letter)", "entity", e.name())
 		}
@@ -294,5 +302,5 @@ func pausedAfter(entries []JournalEntry, typ, id string) *delivery {
 		kind = MessageKind(last.Effects[0])
 	}
 	return &delivery{ctx: context.Background(), env: envelope{EntityType: typ, EntityID: id, Payload: last.Payload,
-		Sender: last.Sender, Tag: last.Tag, Kind: kind}}
+		Sender: last.Sender, Tag: last.Tag, Kind: kind, SenderSeq: last.SenderSeq}}
 }

@@ -95,6 +95,7 @@ type shardingTelemetry struct {
 	handoffDur      metric.Float64Histogram
 	buffered        metric.Int64Counter
 	deadLetters     metric.Int64Counter
+	repeats         metric.Int64Counter
 	messageFailure  *obs.AttrCache[messageKey]
 	byTypeAnd       *obs.AttrCache[typeAndKey]
 	activationAttrs *obs.AttrCache[activationKey]
@@ -140,6 +141,8 @@ func newShardingTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *sha
 		metric.WithDescription("Duration of shard handoffs, from the begin message to the coordinator's acknowledgement, by entity type. [shardhost.entity.type]")))
 	t.buffered = obs.Must(m.Int64Counter("shardhost.messages.buffered", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages buffered by this member's regions, by entity type and reason (resolving: the shard's home; handoff; entity-type: the type being resolved). [shardhost.entity.type, shardhost.buffer.reason]")))
+	t.repeats = obs.Must(m.Int64Counter("shardhost.messages.repeats", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages answered from their sender's high-water mark without being handled: repeats of effectively-once sends between entities, by entity type. [shardhost.entity.type]")))
 	t.deadLetters = obs.Must(m.Int64Counter("shardhost.dead_letters", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages dropped as dead letters, by entity type and reason: buffer-full, mailbox-full, expired (its deadline passed before its entity took it), or for a tell that failed after it left its sender the failure's code (entity-error, guest-trap, guest-deadline, activation-failed, not-delivered, outcome-unknown, ...). [shardhost.entity.type, shardhost.dead_letter.reason]")))
 	t.messageFailure = obs.NewAttrCache(func(k messageKey) attribute.Set {
