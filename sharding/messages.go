@@ -143,7 +143,7 @@ func ErrorCode(err error) string {
 // outcome come before those of a message not delivered: an error that is both may
 // have been handled.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
-	ErrInvalidReminder, ErrTooManyReminders,
+	ErrInvalidReminder, ErrTooManyReminders, ErrInvalidScheduled, ErrTooManyScheduled, ErrScheduledNotFound,
 	ErrEntityPaused, ErrBufferFull, ErrMailboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority,
@@ -153,8 +153,11 @@ func codeOfSentinel(err error) string {
 	switch err {
 	case ErrUnknownEntityType:
 		return CodeUnknownType
-	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders:
+	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders,
+		ErrInvalidScheduled, ErrTooManyScheduled:
 		return CodeBadRequest
+	case ErrScheduledNotFound:
+		return CodeNotFound
 	case ErrBufferFull, ErrMailboxFull:
 		return CodeOverloaded
 	case ErrEntityPaused:
@@ -338,6 +341,10 @@ func (k MessageKind) String() string {
 		return "base"
 	case KindReminder:
 		return "reminder"
+	case kindSchedule:
+		return "schedule"
+	case kindUnschedule:
+		return "unschedule"
 	}
 	return "kind-" + strconv.Itoa(int(k))
 }
