@@ -73,7 +73,9 @@ func TestAPIScheduledTell(t *testing.T) {
 		t.Fatalf("the entity's own reminders: %d %s, want none", r.status, r.body)
 	}
 	path := "/v1/scheduled/" + url.PathEscape(res.ID)
-	if r := c.do("DELETE", path, nil); r.status != 200 || !strings.Contains(string(r.body), `"status":"cancelled"`) {
+	var gone ScheduledCancelResult
+	if r := c.do("DELETE", path, nil); r.status != 200 || json.Unmarshal(r.body, &gone) != nil || gone.Status != "cancelled" ||
+		gone.Scheduled.ID != res.ID || gone.Scheduled.DeliverAtUnixMS != later {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
 	}
 	if r := c.do("DELETE", path, nil); r.status != 404 || r.err.Code != sharding.CodeNotFound || !strings.Contains(r.err.Error, res.ID) {
