@@ -223,9 +223,10 @@ func remindersWithScheduled(t *testing.T, h []sharding.StateStore) {
 	}
 	for _, s := range rs {
 		mustLoadReminders(t, s, key, want...)
-		due, _, err := s.DueReminders(ctx, "timed", 1, 600, 0)
-		if err != nil || len(due) != 101 || !sharding.IsScheduledName(due[0].Name) || due[0].Due != 500 {
-			t.Fatalf("due by 600: %d, %v; want the 101 scheduled messages due by then, earliest first", len(due), err)
+		due, next, err := s.DueReminders(ctx, "timed", 1, 999, 0)
+		if err != nil || len(due) != sharding.MaxScheduledPerEntity || due[0].Due != 500 || next != 1000 ||
+			slices.ContainsFunc(due, func(r sharding.EntityReminder) bool { return !sharding.IsScheduledName(r.Name) }) {
+			t.Fatalf("due by 999: %d, next %d, %v; want the %d scheduled messages, earliest first, then 1000", len(due), next, err, sharding.MaxScheduledPerEntity)
 		}
 	}
 }
