@@ -49,6 +49,8 @@ type Result struct {
 	MajorityPairsChecked, MajorityPairsSkipped int
 	// Lives is the number of entity activations.
 	Lives int
+	// Scheduled messages (scheduled.go): scheduled, and acknowledged.
+	Scheduled, ScheduledAcked int
 	// Took is the run's wall time.
 	Took time.Duration
 }
@@ -98,6 +100,14 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 			cl.run(wctx)
 		}()
 	}
+	// The scheduled messages' workload, on a random stream of its own so that the
+	// clients' operations stay what each seed drew before it.
+	sched := &scheduler{c: c, r: rand.New(rand.NewPCG(s.Seed, 1<<32)), sent: map[string]scheduledOutcome{}}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sched.run(wctx)
+	}()
 	sleep(ctx, 300*time.Millisecond)
 	for _, f := range s.Faults {
 		o.Logger.Info("faults: applying", "fault", f.String())
@@ -124,6 +134,9 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 		}
 		final.do(ctx, t[0], history.Op{Kind: opSum, Key: ddataKey})
 	}
+	schedFailures, scheduled, schedAcked := sched.check(ctx)
+	res.Failures = append(res.Failures, schedFailures...)
+	res.Scheduled, res.ScheduledAcked = scheduled, schedAcked
 	c.stopAll()
 
 	ops := h.Ops()
