@@ -249,7 +249,7 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
 		return
 	}
-	if late := nowMillis() - er.Due; IsScheduledName(er.Name) && late > LateScheduledAfter {
+	if late := nowMillis() - er.Due; IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
 		r.s.log.Warn("scheduled message delivered late", "type", r.settings.Name, "id", er.ID,
 			"scheduled", ScheduledID(r.settings.Name, er.ID, er.Name), "due", time.UnixMilli(er.Due).UTC(),
 			"late", (time.Duration(late) * time.Millisecond).String())

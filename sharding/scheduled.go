@@ -12,6 +12,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/shardhost/shardhost/abi"
@@ -38,7 +39,7 @@ const (
 	MaxScheduledPerEntity = 100
 	// LateScheduledAfter is how late a scheduled message may be delivered before its
 	// delivery is logged as late (at warning level, with its lateness).
-	LateScheduledAfter = 5 * 1000 // ms
+	LateScheduledAfter = 5 * time.Second
 )
 
 // ScheduledNamePrefix begins the reminder names under which scheduled messages are
