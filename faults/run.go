@@ -134,8 +134,11 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 		}
 		final.do(ctx, t[0], history.Op{Kind: opSum, Key: ddataKey})
 	}
-	schedFailures, scheduled, schedAcked := sched.check(ctx)
+	schedFailures, schedUnknown, scheduled, schedAcked := sched.check(ctx)
 	res.Failures = append(res.Failures, schedFailures...)
+	if schedUnknown != "" {
+		res.Unknown = append(res.Unknown, schedUnknown)
+	}
 	res.Scheduled, res.ScheduledAcked = scheduled, schedAcked
 	c.stopAll()
 
@@ -145,7 +148,7 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	res.MajorityOps, res.MajorityAcked, res.MinorityOps, res.MinorityAcked = n.MajorityOps, n.MajorityAcked, n.MinorityOps, n.MinorityAcked
 	violations, unknown := history.CheckEntities(ops, checkTimeout)
 	res.Failures = append(res.Failures, violations...)
-	res.Unknown = unknown
+	res.Unknown = append(res.Unknown, unknown...)
 	mc := checkMajority(ops)
 	res.Failures = append(res.Failures, mc.Failures...)
 	res.MajorityPairsChecked, res.MajorityPairsSkipped = mc.Checked, mc.Skipped

@@ -93,8 +93,9 @@ func (s *scheduler) step(ctx context.Context) {
 
 // check waits until every acknowledged message came (at most scheduledWait), then
 // returns the violations, and how many were scheduled and acknowledged. It reads the
-// inboxes through the running members.
-func (s *scheduler) check(ctx context.Context) (failures []string, scheduled, acked int) {
+// inboxes through the running members; if no read succeeded by then (no member runs,
+// the cluster never came back), it returns unknown instead of violations.
+func (s *scheduler) check(ctx context.Context) (failures []string, unknown string, scheduled, acked int) {
 	s.mu.Lock()
 	sent := make(map[string]scheduledOutcome, len(s.sent))
 	for k, v := range s.sent {
@@ -116,9 +117,12 @@ func (s *scheduler) check(ctx context.Context) (failures []string, scheduled, ac
 		return out
 	}
 	deadline := time.Now().Add(scheduledWait)
+	var readErr error
+	read := false
 	for {
-		if got, err := s.readInboxes(ctx); err == nil {
-			seen = got
+		got, err := s.readInboxes(ctx)
+		if readErr = err; err == nil {
+			seen, read = got, true
 			if len(missing()) == 0 {
 				break
 			}
@@ -127,6 +131,9 @@ func (s *scheduler) check(ctx context.Context) (failures []string, scheduled, ac
 			break
 		}
 		sleep(ctx, 200*time.Millisecond)
+	}
+	if !read {
+		return nil, fmt.Sprintf("scheduled messages: the inboxes could not be read within %v: %v", scheduledWait, readErr), len(sent), acked
 	}
 	for _, k := range missing() {
 		failures = append(failures, fmt.Sprintf("scheduled message %s acknowledged, never delivered within %v (lost)", k, scheduledWait))
@@ -142,7 +149,7 @@ func (s *scheduler) check(ctx context.Context) (failures []string, scheduled, ac
 		}
 	}
 	slices.Sort(failures)
-	return failures, len(sent), acked
+	return failures, "", len(sent), acked
 }
 
 // readInboxes asks every inbox for its deliveries ("inbox-ID X" → count).
