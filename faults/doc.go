@@ -14,7 +14,11 @@
 //   - a majority read of distributed data sees every majority write acknowledged before
 //     it started;
 //   - no two lives of one entity overlap, by a registry of the activations and stops
-//     the members' entity factories see (Akka's sharding spec's GlobalRegistry).
+//     the members' entity factories see (Akka's sharding spec's GlobalRegistry);
+//   - scheduled messages (scheduled.go; kept and fired as durable reminders are),
+//     scheduled through random members while the faults happen, due up to 1.5 s later:
+//     once every fault is healed, each one acknowledged reaches its inbox's durable
+//     state once (none lost, none doubled), and none answered not-delivered does.
 //
 // With -transfers (Options.Transfers) a client also moves units between accounts,
 // entities whose "send" tells its destination "credit" effectively once (an outbox

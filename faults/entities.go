@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,9 @@ const (
 	// (effectively once, the default delivery); "credit" counts one received; "get"
 	// replies "SENT RECEIVED". Journaled.
 	typeAccount = "account"
+	// typeInbox: "deliver X" (a scheduled message, scheduled.go) counts X, "seen"
+	// replies "X=N ..." sorted by X. The journal, as the counter.
+	typeInbox = "inbox"
 )
 
 // types is the TypeResolver of every member.
@@ -41,6 +45,8 @@ func (types) EntityType(ctx context.Context, name string) (sharding.TypeSettings
 		return sharding.TypeSettings{Name: name, NumberOfShards: 12, Checkpoint: sharding.CheckpointEveryMessage}, nil
 	case typeAccount:
 		return sharding.TypeSettings{Name: name, NumberOfShards: 12, Checkpoint: sharding.CheckpointJournal}, nil
+	case typeInbox:
+		return sharding.TypeSettings{Name: name, NumberOfShards: 6, Checkpoint: sharding.CheckpointJournal}, nil
 	}
 	return sharding.TypeSettings{}, fmt.Errorf("%w: %q", sharding.ErrUnknownEntityType, name)
 }
@@ -78,6 +84,17 @@ func (f *factory) NewEntity(ctx context.Context, typ, id string, state []byte) (
 		}
 		e.n = n
 	}
+	if typ == typeInbox {
+		e.seen = map[string]int{}
+		for _, kv := range strings.Fields(string(state)) {
+			x, n, _ := strings.Cut(kv, "=")
+			c, err := strconv.Atoi(n)
+			if err != nil {
+				return nil, &codedErr{sharding.CodeActivationError, "bad inbox state " + strconv.Quote(string(state))}
+			}
+			e.seen[x] = c
+		}
+	}
 	e.life = f.reg.Activate(f.member, typ+"/"+id)
 	return e, nil
 }
@@ -87,6 +104,7 @@ type entity struct {
 	typ   string
 	n     int
 	value string
+	seen  map[string]int // an inbox's deliveries
 	life  *Life
 }
 
@@ -105,6 +123,11 @@ func (e *entity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
 		return []byte("ok"), nil
 	case e.typ == typeRegister && msg == "read":
 		return []byte(e.value), nil
+	case e.typ == typeInbox && strings.HasPrefix(msg, "deliver "):
+		e.seen[strings.TrimPrefix(msg, "deliver ")]++
+		return nil, nil
+	case e.typ == typeInbox && msg == "seen":
+		return []byte(inboxText(e.seen)), nil
 	}
 	return nil, &codedErr{sharding.CodeEntityError, "unknown message " + strconv.Quote(msg)}
 }
@@ -112,6 +135,9 @@ func (e *entity) Receive(ctx context.Context, payload []byte) ([]byte, error) {
 func (e *entity) Snapshot(ctx context.Context) ([]byte, error) {
 	if e.typ == typeCounter {
 		return []byte(strconv.Itoa(e.n)), nil
+	}
+	if e.typ == typeInbox {
+		return []byte(inboxText(e.seen)), nil
 	}
 	return []byte(e.value), nil
 }
@@ -242,3 +268,20 @@ func (a *account) Snapshot(ctx context.Context) ([]byte, error) {
 }
 
 func (a *account) Stop(ctx context.Context) { a.life.End() }
+
+// inboxText is an inbox's deliveries as "X=N ...", sorted by X.
+func inboxText(seen map[string]int) string {
+	keys := make([]string, 0, len(seen))
+	for x := range seen {
+		keys = append(keys, x)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for i, x := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(x + "=" + strconv.Itoa(seen[x]))
+	}
+	return b.String()
+}

@@ -277,9 +277,9 @@ func report(t *testing.T, res Result, verbose bool) {
 	if !verbose && !res.Failed() {
 		return
 	}
-	t.Logf("seed %d (%v): %s\n  applied: %s\n  ops %d acked %d ambiguous %d lives %d errors %v unknown %v %s\n  failures:\n  %s",
+	t.Logf("seed %d (%v): %s\n  applied: %s\n  ops %d acked %d ambiguous %d lives %d scheduled %d (acked %d) errors %v unknown %v %s\n  failures:\n  %s",
 		res.Schedule.Seed, res.Took.Round(time.Millisecond), res.Schedule, strings.Join(res.Applied, "; "),
-		res.Ops, res.Acked, res.Ambiguous, res.Lives, res.Errors, res.Unknown, res.Transfers, strings.Join(res.Failures, "\n  "))
+		res.Ops, res.Acked, res.Ambiguous, res.Lives, res.Scheduled, res.ScheduledAcked, res.Errors, res.Unknown, res.Transfers, strings.Join(res.Failures, "\n  "))
 }
 
 // regression runs a schedule several times at once and fails on any violation: a run

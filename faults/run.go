@@ -52,6 +52,8 @@ type Result struct {
 	MajorityPairsChecked, MajorityPairsSkipped int
 	// Lives is the number of entity activations.
 	Lives int
+	// Scheduled messages (scheduled.go): scheduled, and acknowledged.
+	Scheduled, ScheduledAcked int
 	// Took is the run's wall time.
 	Took time.Duration
 	// Transfers says what the transfer workload did (empty without it).
@@ -112,6 +114,14 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 			c.runTransfers(wctx, r, tr)
 		}()
 	}
+	// The scheduled messages' workload, on a random stream of its own so that the
+	// clients' operations stay what each seed drew before it.
+	sched := &scheduler{c: c, r: rand.New(rand.NewPCG(s.Seed, 1<<32)), sent: map[string]scheduledOutcome{}}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sched.run(wctx)
+	}()
 	sleep(ctx, 300*time.Millisecond)
 	for _, f := range s.Faults {
 		o.Logger.Info("faults: applying", "fault", f.String())
@@ -146,6 +156,12 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 		}
 		res.Transfers = tr.summary()
 	}
+	schedFailures, schedUnknown, scheduled, schedAcked := sched.check(ctx)
+	res.Failures = append(res.Failures, schedFailures...)
+	if schedUnknown != "" {
+		res.Unknown = append(res.Unknown, schedUnknown)
+	}
+	res.Scheduled, res.ScheduledAcked = scheduled, schedAcked
 	c.stopAll()
 
 	ops := h.Ops()
@@ -154,7 +170,7 @@ func Run(ctx context.Context, s Schedule, o Options) (res Result) {
 	res.MajorityOps, res.MajorityAcked, res.MinorityOps, res.MinorityAcked = n.MajorityOps, n.MajorityAcked, n.MinorityOps, n.MinorityAcked
 	violations, unknown := history.CheckEntities(ops, checkTimeout)
 	res.Failures = append(res.Failures, violations...)
-	res.Unknown = unknown
+	res.Unknown = append(res.Unknown, unknown...)
 	mc := checkMajority(ops)
 	res.Failures = append(res.Failures, mc.Failures...)
 	res.MajorityPairsChecked, res.MajorityPairsSkipped = mc.Checked, mc.Skipped

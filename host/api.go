@@ -42,6 +42,9 @@ import (
 //	POST /v1/types/{name}/rollout/promote  → TypeInfo
 //	POST /v1/types/{name}/rollout/rollback → RollbackResult
 //	POST /v1/tell?type=T&id=ID           body: payload → 202 {"status":"accepted"}
+//	POST /v1/tell?type=T&id=ID&deliver_at=TIME|deliver_in=D → 202 ScheduledTellResult (scheduled.go)
+//	GET  /v1/scheduled[?type=T[&id=ID]][&limit=N] → ScheduledList
+//	DELETE /v1/scheduled/{id}            → ScheduledCancelResult; 404 {"code":"not-found"}
 //	POST /v1/ask?type=T&id=ID[&timeout=D] body: payload → 200 reply bytes; header Shardhost-Node
 //	  (both take an Idempotency-Key header: a retry with the key gets the first reply)
 //	GET  /v1/entities/{type}/{id}/history[?since=SEQ&limit=N] → HistoryPage (history.go)
@@ -151,6 +154,8 @@ func (n *Node) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("POST /v1/passivate", n.apiPassivate)
 	mux.HandleFunc("POST /v1/tell", n.apiTell)
+	mux.HandleFunc("GET /v1/scheduled", n.apiScheduledList)
+	mux.HandleFunc("DELETE /v1/scheduled/{id}", n.apiScheduledCancel)
 	mux.HandleFunc("POST /v1/ask", n.apiAsk)
 	mux.HandleFunc("POST /v1/query", n.apiQuery)
 	mux.HandleFunc("GET /v1/entities", n.apiListEntities)
@@ -323,7 +328,7 @@ func statusOf(err error) (int, string) {
 	}
 	code := sharding.ErrorCode(withCode(err))
 	switch code {
-	case sharding.CodeUnknownType:
+	case sharding.CodeUnknownType, sharding.CodeNotFound:
 		return http.StatusNotFound, code
 	case sharding.CodeBadRequest:
 		return http.StatusBadRequest, code
@@ -804,6 +809,14 @@ func (n *Node) apiTell(w http.ResponseWriter, r *http.Request) {
 	key, err := idempotencyKey(r)
 	if err != nil {
 		writeError(w, r, err, 0)
+		return
+	}
+	if due, ok, err := scheduledDue(r); err != nil || ok {
+		if err != nil {
+			writeError(w, r, err, 0)
+			return
+		}
+		n.apiScheduleTell(w, r, typ, id, payload, key, due)
 		return
 	}
 	if err := n.sharding.TellMessage(r.Context(), sharding.Message{EntityType: typ, EntityID: id, Payload: payload,

@@ -84,6 +84,8 @@ var routeRoles = map[string]Role{
 	"GET /v1/types":                           RoleRead,
 	"GET /v1/modules":                         RoleRead,
 	"POST /v1/tell":                           RoleClient,
+	"GET /v1/scheduled":                       RoleClient,
+	"DELETE /v1/scheduled/{id}":               RoleClient,
 	"POST /v1/ask":                            RoleClient,
 	"GET /v1/members":                         RoleRead,
 	"GET /v1/shards":                          RoleRead,

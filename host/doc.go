@@ -64,7 +64,11 @@
 // replay stopped for a debugger.
 //
 // Durable reminders (abi/SPEC.md, "v1: reminders"): the API lists an entity's
-// reminders as EntityReminders (the shardhost reminders command).
+// reminders as EntityReminders (the shardhost reminders command). Scheduled messages
+// (docs/sharding.md, "Scheduled messages"): POST /v1/tell with deliver_at (ParseDeliverAt)
+// or deliver_in answers ScheduledTellResult, GET /v1/scheduled a ScheduledList of
+// ScheduledInfo (DefaultScheduledListLimit, MaxScheduledListLimit), DELETE
+// /v1/scheduled/{id} a ScheduledCancelResult.
 //
 // What the shardhost command shares with the node: TokenDigest (the form of a token in
 // a tokens file), ValidateTypeName, and NodeHeader (the response header that names the

@@ -98,6 +98,14 @@
 // records (ReminderIDPrefix, IsReminderID). A due reminder comes to its entity as a
 // KindReminder message, EntityReminder lists a shard's due ones.
 //
+// Scheduled messages (docs/sharding.md, "Scheduled messages"): Sharding.Schedule keeps
+// a message from outside for a later time with the entity's reminders (under
+// ScheduledNamePrefix; IsScheduledName), CancelScheduled deletes one by its ID
+// (ScheduledID, ParseScheduledID), ScheduledOf and ScheduledOfType list ScheduledMessage
+// values. Limits: MaxScheduledPayload, MaxScheduledPerEntity; a delivery later than
+// LateScheduledAfter is logged. Errors: ErrInvalidScheduled, ErrTooManyScheduled, and
+// ErrScheduledNotFound, whose code is CodeNotFound.
+//
 // Everything else is unexported: the coordinator, the regions' routing and buffers,
 // the state store's instrumentation, the wire messages between members (the envelope
 // of a message, its reply, the coordinator's and the handoff's messages). Only

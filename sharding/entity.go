@@ -176,7 +176,7 @@ func (e *entity) enqueue(d delivery) {
 		e.r.deliver(d)
 		return
 	}
-	if e.pausedLocked() && !d.start && !isPauseControl(d.env.Kind) && d.env.Kind != kindPassivate &&
+	if e.pausedLocked() && !d.start && !isPauseControl(d.env.Kind) && d.env.Kind != kindPassivate && !isScheduleControl(d.env.Kind) &&
 		(d.ask || e.queued() >= e.r.s.cfg.MailboxSize) {
 		// Paused: an ask is refused at once, a tell beyond the mailbox's size too.
 		e.mu.Unlock()
@@ -248,7 +248,8 @@ func (e *entity) drainLoop() {
 			// Paused: only a resume, a skip or a passivation is taken, from wherever
 			// it waits; the rest waits behind the poison.
 			k := e.head
-			for k < len(e.queue) && !isPauseControl(e.queue[k].env.Kind) && e.queue[k].env.Kind != kindPassivate {
+			for k < len(e.queue) && !isPauseControl(e.queue[k].env.Kind) && e.queue[k].env.Kind != kindPassivate &&
+				!isScheduleControl(e.queue[k].env.Kind) {
 				k++
 			}
 			if k == len(e.queue) {
@@ -353,6 +354,14 @@ func (e *entity) process(d delivery) {
 		if d.ask {
 			d.answer(Reply{Payload: out, Node: s.self}, nil)
 		}
+		return
+	}
+	if isScheduleControl(d.env.Kind) {
+		// A scheduled message kept or cancelled (Sharding.Schedule): in the store,
+		// with the entity's reminders; the entity is not activated.
+		out, err := e.scheduleControl(ctx, d)
+		done(err)
+		d.answer(out, err)
 		return
 	}
 	if err := s.awaitLease(d.deadline); err != nil {

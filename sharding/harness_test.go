@@ -37,6 +37,9 @@ type activations struct {
 	lives  map[string]int // "node type/id" → live instances there
 	// reminded lists the reminders delivered: "node type/id name due payload".
 	reminded []firedReminder
+	// scheduled lists the scheduled messages delivered (KindMessage with a Tag):
+	// name is empty, due the Tag.
+	scheduled []firedReminder
 }
 
 // firedReminder is a reminder a fake entity got.
@@ -51,6 +54,19 @@ func (a *activations) reminders(key string) []firedReminder {
 	defer a.mu.Unlock()
 	var out []firedReminder
 	for _, f := range a.reminded {
+		if f.key == key {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// scheduledTo returns the scheduled messages delivered to key so far.
+func (a *activations) scheduledTo(key string) []firedReminder {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []firedReminder
+	for _, f := range a.scheduled {
 		if f.key == key {
 			out = append(out, f)
 		}
@@ -182,6 +198,12 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 			payload: msg, due: int64(mi.Tag), at: time.Now().UnixMilli()})
 		e.f.acts.mu.Unlock()
 		return nil, nil
+	}
+	if mi, _ := MessageInfoFrom(ctx); mi.Kind == KindMessage && mi.Tag != 0 {
+		e.f.acts.mu.Lock()
+		e.f.acts.scheduled = append(e.f.acts.scheduled, firedReminder{node: e.f.node, key: e.key, payload: msg,
+			due: int64(mi.Tag), at: time.Now().UnixMilli()})
+		e.f.acts.mu.Unlock()
 	}
 	switch {
 	case msg == "inc":

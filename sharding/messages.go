@@ -143,7 +143,7 @@ func ErrorCode(err error) string {
 // outcome come before those of a message not delivered: an error that is both may
 // have been handled.
 var sentinels = []error{ErrUnknownEntityType, ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists,
-	ErrInvalidReminder, ErrTooManyReminders, ErrRepeatForgotten,
+	ErrInvalidReminder, ErrTooManyReminders, ErrInvalidScheduled, ErrTooManyScheduled, ErrScheduledNotFound, ErrRepeatForgotten,
 	ErrEntityPaused, ErrBufferFull, ErrMailboxFull, ErrOutboxFull,
 	ErrStateNotSaved, ErrStateNotLoaded,
 	ErrOutcomeUnknown, ErrAskTimeout, ErrNoMajority,
@@ -154,8 +154,10 @@ func codeOfSentinel(err error) string {
 	case ErrUnknownEntityType:
 		return CodeUnknownType
 	case ErrEmptyEntityID, ErrInvalidIdempotencyKey, ErrNotInHistory, ErrEntityExists, ErrInvalidReminder, ErrTooManyReminders,
-		ErrRepeatForgotten:
+		ErrRepeatForgotten, ErrInvalidScheduled, ErrTooManyScheduled:
 		return CodeBadRequest
+	case ErrScheduledNotFound:
+		return CodeNotFound
 	case ErrBufferFull, ErrMailboxFull, ErrOutboxFull:
 		return CodeOverloaded
 	case ErrEntityPaused:
@@ -365,6 +367,10 @@ func (k MessageKind) String() string {
 		return "reminder"
 	case KindHTTP:
 		return "http"
+	case kindSchedule:
+		return "schedule"
+	case kindUnschedule:
+		return "unschedule"
 	}
 	return "kind-" + strconv.Itoa(int(k))
 }

@@ -60,9 +60,19 @@ type EntityReminder struct {
 }
 
 // CheckReminder reports, with an error wrapping ErrInvalidReminder, a reminder no
-// entity may set: see ErrInvalidReminder. A due time in the past is valid: the
+// entity may set: see ErrInvalidReminder, and a name that begins with U+FFFE (those
+// of scheduled messages, ScheduledNamePrefix). A due time in the past is valid: the
 // reminder fires at once.
 func CheckReminder(r Reminder) error {
+	if strings.HasPrefix(r.Name, "\ufffe") {
+		return fmt.Errorf("%w: a name that begins with U+FFFE (kept for scheduled messages)", ErrInvalidReminder)
+	}
+	return checkReminder(r)
+}
+
+// checkReminder is CheckReminder for a record in the store, whose names may be
+// scheduled messages'.
+func checkReminder(r Reminder) error {
 	switch {
 	case r.Name == "":
 		return fmt.Errorf("%w: empty name", ErrInvalidReminder)
@@ -130,14 +140,25 @@ func reminderKey(key EntityKey) EntityKey {
 	return EntityKey{Type: key.Type, Shard: key.Shard, ID: ReminderIDPrefix + key.ID}
 }
 
-// checkReminders checks a set of reminders as SaveReminders takes it.
+// checkReminders checks a set of reminders as SaveReminders takes it: an entity's own
+// (at most MaxRemindersPerEntity) and its scheduled messages (IsScheduledName, at most
+// MaxScheduledPerEntity).
 func checkReminders(rs []Reminder) error {
-	if len(rs) > MaxRemindersPerEntity {
-		return fmt.Errorf("%w: %d reminders (at most %d per entity)", ErrTooManyReminders, len(rs), MaxRemindersPerEntity)
+	scheduled := 0
+	for _, r := range rs {
+		if IsScheduledName(r.Name) {
+			scheduled++
+		}
+	}
+	if own := len(rs) - scheduled; own > MaxRemindersPerEntity {
+		return fmt.Errorf("%w: %d reminders (at most %d per entity)", ErrTooManyReminders, own, MaxRemindersPerEntity)
+	}
+	if scheduled > MaxScheduledPerEntity {
+		return fmt.Errorf("%w: %d scheduled messages (at most %d per entity)", ErrTooManyScheduled, scheduled, MaxScheduledPerEntity)
 	}
 	seen := make(map[string]bool, len(rs))
 	for _, r := range rs {
-		if err := CheckReminder(r); err != nil {
+		if err := checkReminder(r); err != nil {
 			return err
 		}
 		if seen[r.Name] {

@@ -233,8 +233,13 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 		}
 	}()
 	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.AskTimeout)
-	_, err := r.s.AskMessage(ctx, Message{EntityType: r.settings.Name, EntityID: er.ID, Payload: er.Payload,
-		Sender: er.Name, Kind: KindReminder, Tag: uint64(er.Due), IdempotencyKey: reminderIdempotencyKey(er.Name, er.Due)})
+	m := Message{EntityType: r.settings.Name, EntityID: er.ID, Payload: er.Payload,
+		Sender: er.Name, Kind: KindReminder, Tag: uint64(er.Due), IdempotencyKey: reminderIdempotencyKey(er.Name, er.Due)}
+	if IsScheduledName(er.Name) {
+		// A scheduled message: a message from outside, its due time as its Tag.
+		m.Sender, m.Kind, m.IdempotencyKey = "", KindMessage, scheduledIdempotencyKey(er.Name)
+	}
+	_, err := r.s.AskMessage(ctx, m)
 	cancel()
 	if err != nil && !handledError(err) {
 		if r.s.owner.Closed() {
@@ -243,6 +248,11 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 		r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
 		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
 		return
+	}
+	if late := nowMillis() - er.Due; IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
+		r.s.log.Warn("scheduled message delivered late", "type", r.settings.Name, "id", er.ID,
+			"scheduled", ScheduledID(r.settings.Name, er.ID, er.Name), "due", time.UnixMilli(er.Due).UTC(),
+			"late", (time.Duration(late) * time.Millisecond).String())
 	}
 	next, err := r.advanceReminder(sh, er)
 	if err != nil {
@@ -377,8 +387,8 @@ func (s *Sharding) SetReminder(ctx context.Context, typ, id string, rem Reminder
 			rs[i] = rem
 			return rs, nil
 		}
-		if len(rs) >= MaxRemindersPerEntity {
-			return nil, fmt.Errorf("%w: %s/%s has %d (at most %d per entity)", ErrTooManyReminders, typ, id, len(rs), MaxRemindersPerEntity)
+		if own := ownReminders(rs); own >= MaxRemindersPerEntity {
+			return nil, fmt.Errorf("%w: %s/%s has %d (at most %d per entity)", ErrTooManyReminders, typ, id, own, MaxRemindersPerEntity)
 		}
 		return append(rs, rem), nil
 	})
@@ -393,6 +403,9 @@ func (s *Sharding) SetReminder(ctx context.Context, typ, id string, rem Reminder
 // whether there was one. A firing under way may still be delivered. Errors: those of
 // SetReminder.
 func (s *Sharding) CancelReminder(ctx context.Context, typ, id, name string) (bool, error) {
+	if IsScheduledName(name) {
+		return false, nil // a scheduled message's: not the entity's (CancelScheduled)
+	}
 	r, sh, err := s.homeShard(ctx, typ, id)
 	if err != nil {
 		return false, err
@@ -413,21 +426,31 @@ func (s *Sharding) CancelReminder(ctx context.Context, typ, id, name string) (bo
 }
 
 // Reminders returns the reminders of the entity typ/id, sorted by name, from the state
-// store, on any member. Errors: ErrEmptyEntityID, ErrUnknownEntityType,
-// ErrStoreUnavailable, ErrInvalidStateKey.
+// store, on any member: its own, not the scheduled messages waiting for it
+// (ScheduledOf). Errors: ErrEmptyEntityID, ErrUnknownEntityType, ErrStoreUnavailable,
+// ErrInvalidStateKey.
 func (s *Sharding) Reminders(ctx context.Context, typ, id string) ([]Reminder, error) {
-	if s.reminders == nil {
-		return nil, fmt.Errorf("%w: no state store keeps reminders", ErrStoreUnavailable)
-	}
-	if id == "" {
-		return nil, ErrEmptyEntityID
-	}
-	r, err := s.ensureRegion(ctx, typ)
+	rs, err := s.allReminders(ctx, typ, id)
 	if err != nil {
 		return nil, err
 	}
-	shardID := abi.ShardID(id, r.settings.NumberOfShards)
-	return s.reminders.LoadReminders(ctx, EntityKey{Type: typ, Shard: shardID, ID: id})
+	rs = slices.DeleteFunc(rs, func(r Reminder) bool { return IsScheduledName(r.Name) })
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	return rs, nil
+}
+
+// ownReminders counts the entity's own reminders among rs (not its scheduled
+// messages).
+func ownReminders(rs []Reminder) int {
+	n := 0
+	for _, r := range rs {
+		if !IsScheduledName(r.Name) {
+			n++
+		}
+	}
+	return n
 }
 
 // remindersOf is RemindersOf, or nil without a store.

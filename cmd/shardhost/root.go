@@ -63,6 +63,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newForkCommand(g)),
 		g.clientFlags(newResumeCommand(g, false)),
 		g.clientFlags(newRemindersCommand(g)),
+		newScheduledCommand(g),
 		g.clientFlags(newResumeCommand(g, true)),
 		g.clientFlags(newReplayCommand(g)),
 		g.clientFlags(newDownCommand(g)),

@@ -183,6 +183,54 @@ func remindersRefusals(t *testing.T, h []sharding.StateStore) {
 	}
 }
 
+// remindersWithScheduled: an entity's record holds its own reminders and its scheduled
+// messages (names under sharding.ScheduledNamePrefix), each up to its own limit; one
+// over either limit is refused and the record stays as it was.
+func remindersWithScheduled(t *testing.T, h []sharding.StateStore) {
+	rs := remindersOf(h)
+	ctx := ctxOf(t)
+	key := sharding.EntityKey{Type: "timed", Shard: 1, ID: "both"}
+	var full []sharding.Reminder
+	for i := range sharding.MaxRemindersPerEntity {
+		full = append(full, sharding.Reminder{Name: fmt.Sprintf("own%03d", i), Due: int64(1000 + i)})
+	}
+	for i := range sharding.MaxScheduledPerEntity {
+		full = append(full, sharding.Reminder{Name: fmt.Sprintf("%s%016x", sharding.ScheduledNamePrefix, i), Due: int64(500 + i), Payload: []byte("m")})
+	}
+	if err := rs[0].SaveReminders(ctx, key, 1, full); err != nil {
+		t.Fatalf("save of %d reminders and %d scheduled messages: %v", sharding.MaxRemindersPerEntity, sharding.MaxScheduledPerEntity, err)
+	}
+	want := slices.Clone(full)
+	slices.SortFunc(want, func(a, b sharding.Reminder) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	for _, extra := range []struct {
+		r    sharding.Reminder
+		want error
+	}{
+		{sharding.Reminder{Name: "own-more", Due: 1}, sharding.ErrTooManyReminders},
+		{sharding.Reminder{Name: sharding.ScheduledNamePrefix + "ffffffffffffffff", Due: 1}, sharding.ErrTooManyScheduled},
+	} {
+		if err := rs[1].SaveReminders(ctx, key, 1, append(slices.Clone(full), extra.r)); !errors.Is(err, extra.want) {
+			t.Fatalf("one more (%q): %v, want %v", extra.r.Name, err, extra.want)
+		}
+	}
+	for _, s := range rs {
+		mustLoadReminders(t, s, key, want...)
+		due, next, err := s.DueReminders(ctx, "timed", 1, 999, 0)
+		if err != nil || len(due) != sharding.MaxScheduledPerEntity || due[0].Due != 500 || next != 1000 ||
+			slices.ContainsFunc(due, func(r sharding.EntityReminder) bool { return !sharding.IsScheduledName(r.Name) }) {
+			t.Fatalf("due by 999: %d, next %d, %v; want the %d scheduled messages, earliest first, then 1000", len(due), next, err, sharding.MaxScheduledPerEntity)
+		}
+	}
+}
+
 // remindersDeleteType: deleting a type's state deletes its reminders.
 func remindersDeleteType(t *testing.T, h []sharding.StateStore) {
 	del, ok := sharding.StateStoreAs[sharding.TypeStateDeleter](h[0])

@@ -58,6 +58,7 @@ func Run(t *testing.T, open Open) {
 		{"RemindersDue", remindersDue},
 		{"RemindersFencing", remindersFencing},
 		{"RemindersRefusals", remindersRefusals},
+		{"RemindersWithScheduled", remindersWithScheduled},
 		{"RemindersDeleteType", remindersDeleteType},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,183 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// The scheduled-message workload: a scheduler schedules "deliver S<n>" for the inboxes,
+// due up to scheduleAhead later, through random members, while the faults happen; at the
+// end of the run, once every fault is healed, the check waits for the messages to come
+// and fails a run in which a message the cluster acknowledged never came (lost), came
+// twice to its inbox's durable state (doubled), or one it answered not-delivered came
+// at all. Scheduled messages are kept and fired as durable reminders are, so this is the
+// reminders' workload too.
+
+// The inboxes the scheduler sends to.
+var inboxIDs = []string{"i0", "i1", "i2"}
+
+// scheduleAhead bounds how far ahead a message is due.
+const scheduleAhead = 1500 * time.Millisecond
+
+// scheduledWait bounds the final check's wait for the messages acknowledged.
+const scheduledWait = 60 * time.Second
+
+// scheduledOutcome is what the cluster answered to one Schedule.
+type scheduledOutcome int
+
+const (
+	scheduledAcked     scheduledOutcome = iota // kept: must come once
+	scheduledRefused                           // not delivered: must never come
+	scheduledAmbiguous                         // may come, at most once
+)
+
+// scheduler schedules messages until ctx ends, and records what each got.
+type scheduler struct {
+	c *Cluster
+	r *rand.Rand
+	n int
+
+	mu   sync.Mutex
+	sent map[string]scheduledOutcome // "inbox/ID S<n>" → its outcome
+}
+
+func (s *scheduler) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.step(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(20+s.r.IntN(40)) * time.Millisecond):
+		}
+	}
+}
+
+func (s *scheduler) step(ctx context.Context) {
+	targets := s.c.targets()
+	if len(targets) == 0 {
+		return
+	}
+	m := targets[s.r.IntN(len(targets))]
+	id := inboxIDs[s.r.IntN(len(inboxIDs))]
+	s.n++
+	x := "S" + strconv.Itoa(s.n)
+	due := time.Now().Add(time.Duration(s.r.Int64N(int64(scheduleAhead)))).UnixMilli()
+	s.c.mu.Lock()
+	sh, running := m.sh, m.state == stateRunning
+	s.c.mu.Unlock()
+	if !running {
+		return
+	}
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	_, _, err := sh.Schedule(octx, typeInbox, id, due, []byte("deliver "+x), "")
+	cancel()
+	out := scheduledAcked
+	switch {
+	case err != nil && errors.Is(err, sharding.ErrNotDelivered):
+		out = scheduledRefused
+	case err != nil:
+		out = scheduledAmbiguous
+	}
+	s.mu.Lock()
+	s.sent[id+" "+x] = out
+	s.mu.Unlock()
+}
+
+// check waits until every acknowledged message came (at most scheduledWait), then
+// returns the violations, and how many were scheduled and acknowledged. It reads the
+// inboxes through the running members; if no read succeeded by then (no member runs,
+// the cluster never came back), it returns unknown instead of violations.
+func (s *scheduler) check(ctx context.Context) (failures []string, unknown string, scheduled, acked int) {
+	s.mu.Lock()
+	sent := make(map[string]scheduledOutcome, len(s.sent))
+	for k, v := range s.sent {
+		sent[k] = v
+		if v == scheduledAcked {
+			acked++
+		}
+	}
+	s.mu.Unlock()
+	seen := map[string]int{}
+	missing := func() []string {
+		var out []string
+		for k, v := range sent {
+			if v == scheduledAcked && seen[k] == 0 {
+				out = append(out, k)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	deadline := time.Now().Add(scheduledWait)
+	var readErr error
+	read := false
+	for {
+		got, err := s.readInboxes(ctx)
+		if readErr = err; err == nil {
+			seen, read = got, true
+			if len(missing()) == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+	if !read {
+		return nil, fmt.Sprintf("scheduled messages: the inboxes could not be read within %v: %v", scheduledWait, readErr), len(sent), acked
+	}
+	for _, k := range missing() {
+		failures = append(failures, fmt.Sprintf("scheduled message %s acknowledged, never delivered within %v (lost)", k, scheduledWait))
+	}
+	for k, n := range seen {
+		switch out, ok := sent[k]; {
+		case n > 1:
+			failures = append(failures, fmt.Sprintf("scheduled message %s delivered %d times (doubled)", k, n))
+		case !ok:
+			failures = append(failures, fmt.Sprintf("inbox delivery %s that no one scheduled", k))
+		case out == scheduledRefused:
+			failures = append(failures, fmt.Sprintf("scheduled message %s answered not-delivered, delivered all the same", k))
+		}
+	}
+	slices.Sort(failures)
+	return failures, "", len(sent), acked
+}
+
+// readInboxes asks every inbox for its deliveries ("inbox-ID X" → count).
+func (s *scheduler) readInboxes(ctx context.Context) (map[string]int, error) {
+	targets := s.c.targets()
+	if len(targets) == 0 {
+		return nil, errors.New("no member runs")
+	}
+	seen := map[string]int{}
+	for i, id := range inboxIDs {
+		m := targets[i%len(targets)]
+		s.c.mu.Lock()
+		sh, running := m.sh, m.state == stateRunning
+		s.c.mu.Unlock()
+		if !running {
+			return nil, errors.New("member not running")
+		}
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		r, err := sh.Ask(octx, typeInbox, id, []byte("seen"))
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range strings.Fields(string(r.Payload)) {
+			x, n, _ := strings.Cut(kv, "=")
+			c, _ := strconv.Atoi(n)
+			seen[id+" "+x] = c
+		}
+	}
+	return seen, nil
+}
