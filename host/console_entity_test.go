@@ -53,7 +53,7 @@ func TestConsoleEntityPageInABrowser(t *testing.T) {
 		t.Fatalf("the entity page from the listing: %v", err)
 	}
 	desc := pageText(t, ctx, "#describe")
-	for _, want := range []string{"status\tactive", "messages handled\t3", "journal records\t3", "member\t" + nodes[1].Self().Address} {
+	for _, want := range []string{"status\tactive", "messages handled\t3", "journal records\t3", "member\t127.0.0.1:"} {
 		if !strings.Contains(desc, want) {
 			t.Errorf("the description lacks %q:\n%s", want, desc)
 		}
