@@ -30,12 +30,11 @@ func consoleLogIn(t *testing.T, ctx context.Context, base, token string) {
 // query sees the reverted count), forks the entity, and follows another entity's log
 // lines live as the entity prints them.
 func TestConsoleEntityPageInABrowser(t *testing.T) {
-	modules := map[string][]byte{"counter": testwasm.Bytes(t, "counter"), "faulty": testwasm.Bytes(t, "faulty")}
-	ctx := browser(t)
+	chromiumPath(t)
 	nodes := startNodes(t, 2, func(c *Config) { c.API.Tokens = testTokens(t) })
 	bg := context.Background()
-	for typ, wasm := range modules {
-		if _, err := nodes[0].Deploy(bg, wasm, sharding.TypeSettings{Name: typ, NumberOfShards: 4}); err != nil {
+	for _, typ := range []string{"counter", "faulty"} {
+		if _, err := nodes[0].Deploy(bg, testwasm.Bytes(t, typ), sharding.TypeSettings{Name: typ, NumberOfShards: 4}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -44,6 +43,9 @@ func TestConsoleEntityPageInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The browser's time (browser) starts after the modules' compilation, which takes
+	// minutes on a loaded machine.
+	ctx := browser(t)
 	base := "http://" + nodes[0].APIAddr()
 	consoleLogIn(t, ctx, base, "admin-token-0123456789")
 
@@ -135,10 +137,12 @@ func TestConsoleEntityPageInABrowser(t *testing.T) {
 
 	// The charts: once a member sampled the counter's messages, its line is drawn.
 	testutil.Eventually(t, time.Minute, "a sample with counter messages", func() bool {
-		for _, s := range nodes[1].samples.samples() {
-			for _, ts := range s.Types {
-				if ts.Type == "counter" && ts.Handled > 0 {
-					return true
+		for _, n := range nodes {
+			for _, s := range n.samples.samples() {
+				for _, ts := range s.Types {
+					if ts.Type == "counter" && ts.Handled > 0 {
+						return true
+					}
 				}
 			}
 		}
