@@ -301,16 +301,20 @@ func svgChart(from, to int64, lines []*series, sparse bool) template.HTML {
 	}
 	for i, l := range lines {
 		color := chartColors[i%len(chartColors)]
-		var pts strings.Builder
+		var pts, dots strings.Builder
 		for at := from + 1; at <= to; at++ {
 			v, ok := l.Values[at]
 			if !ok && sparse {
 				continue
 			}
 			fmt.Fprintf(&pts, "%.1f,%.1f ", x(at), y(v))
+			if sparse {
+				// A second alone between gaps: a dot, as a line needs two.
+				fmt.Fprintf(&dots, `<circle cx="%.1f" cy="%.1f" r="2" fill="%s"/>`, x(at), y(v), color)
+			}
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"><title>%s</title></polyline>`,
-			color, strings.TrimSpace(pts.String()), template.HTMLEscapeString(l.Name))
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"><title>%s</title></polyline>%s`,
+			color, strings.TrimSpace(pts.String()), template.HTMLEscapeString(l.Name), dots.String())
 		lx, ly := chartLeft+(i%4)*(chartPlotW/4), chartH+18*(i/4)
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="4" fill="%s"/><text x="%d" y="%d" font-size="12" fill="#1d2330" class="legend">%s</text>`,
 			lx, ly-4, color, lx+16, ly+1, template.HTMLEscapeString(l.Name))

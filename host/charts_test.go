@@ -112,6 +112,9 @@ func TestBuildCharts(t *testing.T) {
 	if pts := between(svg["chart-p99"], `points="`, `"`); strings.Count(pts, ",") != 1 {
 		t.Errorf("the p99 line's points: %q, want one", pts)
 	}
+	if n := strings.Count(svg["chart-p99"], "<circle"); n != 1 {
+		t.Errorf("the p99 chart has %d dots, want one (a second alone)", n)
+	}
 	if empty := svgChart(0, 900, nil, false); !strings.Contains(string(empty), "no data yet") {
 		t.Errorf("a chart without lines: %s", empty)
 	}
