@@ -36,7 +36,7 @@ func chromiumPath(t *testing.T) string {
 }
 
 // browser returns a chromedp context on a headless Debian chromium, or skips the test
-// without one (chromiumPath). The context ends 3 minutes after this call.
+// without one (chromiumPath). The context ends 8 minutes after this call (a deploy through a form compiles the module, which takes minutes on a loaded machine).
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := chromiumPath(t)
@@ -44,7 +44,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 8*time.Minute)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
 	return ctx
 }
