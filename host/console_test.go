@@ -36,7 +36,8 @@ func chromiumPath(t *testing.T) string {
 }
 
 // browser returns a chromedp context on a headless Debian chromium, or skips the test
-// without one (chromiumPath). The context ends 8 minutes after this call (a deploy through a form compiles the module, which takes minutes on a loaded machine).
+// without one (chromiumPath). The context ends 8 minutes after this call: a deploy
+// through a form compiles the module, which takes minutes on a loaded machine.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := chromiumPath(t)
