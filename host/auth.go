@@ -129,8 +129,12 @@ var routeRoles = map[string]Role{
 	"GET /ui/shards":                         RoleRead,
 	"GET /ui/data":                           RoleClient,
 	"GET /ui/activity":                       RoleRead,
+	"GET /ui/charts":                         RoleRead,
 	"GET /ui/entities":                       RoleRead,
 	"POST /ui/entities/{type}/{id}/{action}": RoleAdmin,
+	"GET /ui/entities/{type}/{id}":           RoleRead,
+	"POST /ui/entities/{type}/{id}/query":    RoleRead,
+	"GET /ui/entities/{type}/{id}/logs":      RoleClient,
 	"POST /ui/deploy":                        RoleAdmin,
 	"POST /ui/members/{address}/{action}":    RoleAdmin,
 	// What a local replay downloads (replay.go): every message's payload and the

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +46,8 @@ var consoleTemplates = template.Must(template.New("console").Funcs(template.Func
 		b, _ := json.Marshal(v)
 		return string(b)
 	},
-	"list": func(v ...string) []string { return v },
+	"list":       func(v ...string) []string { return v },
+	"entityPath": entityPagePath,
 }).ParseFS(consoleFiles, "console/*.html"))
 
 // console holds what the activity page compares with: the message counts of the last
@@ -77,6 +79,11 @@ type consolePage struct {
 	Filter   entityFilter
 	Entities sharding.EntityPage
 	NextPage string
+	// The entity page (console_entity.go); nil for a bad entity.
+	Entity *entityView
+	// The charts page (charts.go); Live reloads it.
+	Charts []chart
+	Live   bool
 }
 
 // entityFilter is the entities page's form: a listing's type, status and ID prefix.
@@ -133,7 +140,11 @@ func (n *Node) consoleRoutes(mux *http.ServeMux) {
 		})
 	})
 	mux.HandleFunc("GET /ui/entities", n.consoleEntities)
+	mux.HandleFunc("GET /ui/charts", n.consoleCharts)
 	mux.HandleFunc("POST /ui/entities/{type}/{id}/{action}", n.consoleEntityAction)
+	mux.HandleFunc("GET /ui/entities/{type}/{id}", n.consoleEntity)
+	mux.HandleFunc("POST /ui/entities/{type}/{id}/query", n.consoleEntityQuery)
+	mux.HandleFunc("GET /ui/entities/{type}/{id}/logs", n.apiEntityLogs)
 	mux.HandleFunc("POST /ui/deploy", n.consoleDeploy)
 	mux.HandleFunc("POST /ui/members/{address}/{action}", n.consoleMemberAction)
 }
@@ -405,14 +416,26 @@ func (n *Node) consoleEntities(w http.ResponseWriter, r *http.Request) {
 // consoleEntityRows is the most rows the entities page shows at once.
 const consoleEntityRows = 200
 
-// consoleEntityAction is an action on one entity from the entities page: resume or
-// skip (a paused entity), or passivate.
+// consoleEntityAction is an action on one entity from the entities page or its own
+// (form field from=entity: back to the entity page): resume or skip (a paused entity),
+// passivate, revert (form field to=SEQ, a journal record) or fork (new=ID, at=SEQ).
 func (n *Node) consoleEntityAction(w http.ResponseWriter, r *http.Request) {
 	typ, id, action := r.PathValue("type"), r.PathValue("id"), r.PathValue("action")
 	back := "/ui/entities?" + url.Values{"type": {typ}}.Encode()
+	if r.FormValue("from") == "entity" {
+		back = entityPagePath(typ, id)
+	}
 	what := action + " " + typ + "/" + id
-	var done bool
+	done := true
 	var err error
+	var flash string
+	seq := func(name string) uint64 {
+		v, perr := strconv.ParseUint(r.FormValue(name), 10, 64)
+		if perr != nil && err == nil {
+			err = fmt.Errorf("%w: %s=%q is not a journal record number", ErrBadRequest, name, r.FormValue(name))
+		}
+		return v
+	}
 	switch action {
 	case "resume":
 		done, err = n.sharding.Resume(r.Context(), typ, id)
@@ -420,12 +443,38 @@ func (n *Node) consoleEntityAction(w http.ResponseWriter, r *http.Request) {
 		done, err = n.sharding.Skip(r.Context(), typ, id)
 	case "passivate":
 		done, err = n.sharding.Passivate(r.Context(), typ, id)
+	case "revert":
+		to := seq("to")
+		what += " to record " + r.FormValue("to")
+		if err == nil {
+			var rec uint64
+			if rec, err = n.sharding.Revert(r.Context(), typ, id, to); err == nil {
+				flash = fmt.Sprintf("%s: done (record %d)", what, rec)
+			}
+		}
+	case "fork":
+		at, newID := uint64(0), r.FormValue("new")
+		if r.FormValue("at") != "" {
+			at = seq("at")
+		}
+		if err == nil {
+			err = checkEntityID(newID)
+		}
+		what += " as " + typ + "/" + newID
+		if err == nil {
+			if err = n.sharding.Fork(r.Context(), typ, id, newID, at); err == nil {
+				consoleRedirect(w, r, entityPagePath(typ, newID), what+": done", false)
+				return
+			}
+		}
 	default:
-		err = fmt.Errorf("%w: no action %q (resume, skip or passivate)", ErrBadRequest, action)
+		err = fmt.Errorf("%w: no action %q (resume, skip, passivate, revert or fork)", ErrBadRequest, action)
 	}
 	switch {
 	case err != nil:
 		consoleRedirect(w, r, back, what+": "+err.Error(), true)
+	case flash != "":
+		consoleRedirect(w, r, back, flash, false)
 	case !done && action == "passivate":
 		consoleRedirect(w, r, back, what+": not active, nothing done", false)
 	case !done:

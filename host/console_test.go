@@ -18,28 +18,34 @@ import (
 	"github.com/shardhost/shardhost/sharding"
 )
 
-// browser returns a chromedp context on a headless Debian chromium, or skips the test
-// without one (fails it with SHARDHOST_REQUIRE_CHROMIUM=1, as CI sets).
-func browser(t *testing.T) context.Context {
+// chromiumPath returns the path of Debian's chromium (or another Chrome), or skips the
+// test without one (fails it with SHARDHOST_REQUIRE_CHROMIUM=1, as CI sets): a test
+// calls it before a slow setup that browser follows.
+func chromiumPath(t *testing.T) string {
 	t.Helper()
-	path := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
+			return p
 		}
 	}
-	if path == "" {
-		if os.Getenv("SHARDHOST_REQUIRE_CHROMIUM") == "1" {
-			t.Fatal("chromium is required (SHARDHOST_REQUIRE_CHROMIUM=1): apt-get install chromium")
-		}
-		t.Skip("no chromium: the console's browser test is skipped (apt-get install chromium)")
+	if os.Getenv("SHARDHOST_REQUIRE_CHROMIUM") == "1" {
+		t.Fatal("chromium is required (SHARDHOST_REQUIRE_CHROMIUM=1): apt-get install chromium")
 	}
+	t.Skip("no chromium: the console's browser test is skipped (apt-get install chromium)")
+	return ""
+}
+
+// browser returns a chromedp context on a headless Debian chromium, or skips the test
+// without one (chromiumPath). The context ends 8 minutes after this call: a deploy
+// through a form compiles the module, which takes minutes on a loaded machine.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromiumPath(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 8*time.Minute)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
 	return ctx
 }

@@ -202,6 +202,7 @@ type Node struct {
 	cfg        Config
 	events     *eventRing // recent events, for the console
 	console    console
+	samples    sampler // the console's charts (charts.go)
 	log        *slog.Logger
 	tracer     trace.Tracer
 	traced     bool
@@ -385,6 +386,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.messenger.Handle(topicDiscard, n.handleDiscard)
 	n.messenger.Handle(topicVersions, n.handleVersions)
 	n.messenger.Handle(topicEntityLogs, n.handleEntityLogs)
+	n.messenger.Handle(topicSamples, n.handleSamples)
 	n.rt.logs.member = n.membership.Self().Address // before any entity logs a line
 	// The types this member knew before a restart get ready again (their modules are
 	// in the data directory); the cluster's catalog may bring newer versions.
@@ -393,6 +395,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 
 	n.owner.Go(func() { n.watchExit(exits) })
+	n.owner.Go(n.sample)
 	jctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	err = n.membership.Join(jctx)
 	cancel()

@@ -74,7 +74,9 @@
 // StatusActive, StatusPassivated or StatusPaused), from the members' live tables and a
 // store that is a StateLister (a StateListing of StoredEntity values); DescribeEntity
 // tells one (an EntityDescription). An entity that is an EntityInspector reports its
-// EntityFacts (module version, memory, timers) to them.
+// EntityFacts (module version, memory, timers) to them. Counters gives each region's
+// running TypeCounters (messages handled and failed, their latencies in LatencyBounds
+// buckets, active entities and shards), which a caller samples to chart them.
 //
 // The errors of messages keep their meaning across members: ErrUnknownEntityType,
 // ErrEmptyEntityID, ErrBufferFull, ErrMailboxFull, ErrShardUnavailable,

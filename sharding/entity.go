@@ -334,6 +334,7 @@ func (e *entity) process(d delivery) {
 		}
 		if d.env.Kind.Handled() {
 			e.stats.handledOne(e, now, err)
+			e.r.counters.count(now.Sub(arrived), err)
 			e.r.used(e)
 		}
 		if s.tel.metered {

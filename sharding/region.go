@@ -50,6 +50,8 @@ type shardRegion struct {
 	policy  policy[*entity]
 
 	passivations atomic.Uint64 // entities passivated, for inspection and tests
+	// counters counts the messages its entities handled (Sharding.Counters).
+	counters regionCounters
 	// handoffBuffered counts the messages buffered because their shard was being handed
 	// off (here or by another region), since start.
 	handoffBuffered atomic.Uint64

@@ -211,6 +211,16 @@ BEGIN
 	RETURN cur;
 END $$;
 `},
+	{3, "byte-ordered keys", `
+-- The key columns compare bytes (COLLATE "C"), as Go's strings and the other stores
+-- do, whatever the database's collation: the primary key indexes then serve the
+-- listing's keyset pages in their order, rather than a sort of every row per page.
+ALTER TABLE shardhost_shard_epochs ALTER COLUMN entity_type TYPE text COLLATE "C";
+ALTER TABLE shardhost_snapshots ALTER COLUMN entity_type TYPE text COLLATE "C", ALTER COLUMN entity_id TYPE text COLLATE "C";
+ALTER TABLE shardhost_remembered ALTER COLUMN entity_type TYPE text COLLATE "C", ALTER COLUMN entity_id TYPE text COLLATE "C";
+ALTER TABLE shardhost_journal ALTER COLUMN entity_type TYPE text COLLATE "C", ALTER COLUMN entity_id TYPE text COLLATE "C";
+ALTER TABLE shardhost_journal_floors ALTER COLUMN entity_type TYPE text COLLATE "C", ALTER COLUMN entity_id TYPE text COLLATE "C";
+`},
 }
 
 // migrate applies the steps (migrations, or the first of them in tests) the database

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/shardhost/shardhost/internal/pgtest"
 	"github.com/shardhost/shardhost/internal/testutil"
@@ -231,5 +234,59 @@ func TestServerKilledAndBack(t *testing.T) {
 		if err != nil || string(got) != want {
 			t.Fatalf("%s after the restart: %q %v", id, got, err)
 		}
+	}
+}
+
+// TestKeysAreByteOrderedUnderALocaleCollation: on a database whose collation is not
+// byte order (ICU's root locale puts "a" before "B"), the key columns and their primary
+// key indexes compare bytes, and the listing pages through IDs in Go's byte order.
+func TestKeysAreByteOrderedUnderALocaleCollation(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.Options{})
+	if err := srv.SQL("postgres", `CREATE DATABASE test_icu TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'und' LOCALE 'C'`); err != nil {
+		t.Skipf("this PostgreSQL has no ICU collations: %v", err)
+	}
+	s := open(t, srv.URL("test_icu"))
+	ctx := pgtest.WithTimeout(t, 60*time.Second)
+	var localeFirst bool
+	if err := s.Pool().QueryRow(ctx, `SELECT 'a'::text < 'B'::text`).Scan(&localeFirst); err != nil || !localeFirst {
+		t.Fatalf("the database's collation puts \"a\" before \"B\": %v %v (the test's premise)", localeFirst, err)
+	}
+	var notC []string
+	rows, err := s.Pool().Query(ctx, `
+SELECT c.relname || '.' || a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+WHERE c.relname LIKE 'shardhost\_%' AND c.relkind IN ('r', 'i') AND a.attnum > 0 AND a.atttypid = 'text'::regtype
+  AND c.relname <> 'shardhost_schema_migrations' AND a.attcollation <> 'pg_catalog."C"'::regcollation
+ORDER BY 1`)
+	if err == nil {
+		notC, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || len(notC) != 0 {
+		t.Fatalf("key columns and index columns not in byte order: %v %v", notC, err)
+	}
+	ids := []string{"b", "B", "a", "_x", "Z9", "é", "A-1", "a0"}
+	for _, id := range ids {
+		if err := s.Save(ctx, sharding.EntityKey{Type: "lst", Shard: 0, ID: id}, 1, []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := slices.Sorted(slices.Values(ids))
+	var got []string
+	q := sharding.StateListing{Type: "lst", Limit: 3}
+	for {
+		page, more, err := s.ListStates(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			got = append(got, e.Key.ID)
+		}
+		if !more {
+			break
+		}
+		last := page[len(page)-1].Key
+		q.After = &last
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %q, want byte order %q", got, want)
 	}
 }
