@@ -226,7 +226,7 @@ test-go: | rust-toolchain
 # its seed. About 5 minutes on 2 cores.
 FAULT_SEEDS ?= 200
 test-faults:
-	$(GO) test ./faults -run 'TestFaultSchedules$$' -count=1 -timeout 30m -seeds=$(FAULT_SEEDS) -base=1 -parallel-runs=12 -v
+	$(GO) test ./faults -run 'TestFaultSchedules$$' -count=1 -timeout 30m -seeds=$(FAULT_SEEDS) -base=1 -parallel-runs=12 -transfers -v
 
 # The fault schedules (faults/): SEEDS of them from seed BASE (a
 # new BASE each time by default, so that soaks explore), without the race detector,

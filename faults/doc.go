@@ -20,9 +20,10 @@
 //     once every fault is healed, each one acknowledged reaches its inbox's durable
 //     state once (none lost, none doubled), and none answered not-delivered does.
 //
-// With -transfers (Options.Transfers) a client also moves units between accounts,
-// entities whose "send" tells its destination "credit" effectively once (an outbox
-// after the record, a high-water mark at the receiver: docs/delivery.md); after the
+// With -transfers (Options.Transfers; `make test-faults` sets it) a client also moves
+// units between accounts, entities whose "send" tells its destination "credit"
+// effectively once (an outbox after the record, a high-water mark at the receiver:
+// docs/delivery.md); after the
 // heal the run reads every account until the outboxes drain and checks that every unit
 // sent was received once, and that the units sent lie between the acknowledged
 // transfers and the acknowledged and ambiguous ones (transfer.go).
