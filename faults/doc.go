@@ -23,10 +23,10 @@
 // With -transfers (Options.Transfers; `make test-faults` sets it) a client also moves
 // units between accounts, entities whose "send" tells its destination "credit"
 // effectively once (an outbox after the record, a high-water mark at the receiver:
-// docs/delivery.md); after the
-// heal the run reads every account until the outboxes drain and checks that every unit
-// sent was received once, and that the units sent lie between the acknowledged
-// transfers and the acknowledged and ambiguous ones (transfer.go).
+// docs/delivery.md); after the heal the run reads every account until the outboxes
+// drain and checks that every unit sent was received once, and that the units sent lie
+// between the acknowledged transfers and the acknowledged and ambiguous ones
+// (transfer.go).
 //
 // Time. Each member has a simulated clock (clustertest.Clock): real time moved by an
 // offset (ClockSkew steps it) and running at a rate (ClockDrift, 0.9 to 1.1: a lease
