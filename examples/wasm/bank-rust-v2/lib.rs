@@ -11,9 +11,6 @@
 //! 1's code refuses format 2, so moving an account back to version 1 fails, and the
 //! account stays on version 2 with its balance.
 //!
-//! Built with `--cfg bank_trap`, every deposit traps: a broken version 2, the canary
-//! that e2e/bank_upgrade_test.go rolls back.
-//!
 //! Build: as examples/wasm/counter-rust (make examples writes bin/wasm/v2/bank-rust.wasm).
 
 use std::collections::BTreeMap;
@@ -27,9 +24,6 @@ pub const TOTAL_KEY: &str = "bank-total";
 /// ops) and version 2's (a map of named integers).
 const FORMAT_V1: u64 = 1;
 const FORMAT_V2: u64 = 2;
-
-/// Whether every deposit traps: only in the broken build (`--cfg bank_trap`).
-const TRAP_DEPOSITS: bool = cfg!(bank_trap);
 
 /// What an account keeps across incarnations.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -89,9 +83,6 @@ impl Entity for Account {
                     _ => return Err(Error::new(format!("bank: {} wants a positive integer, got {:?}", op, n))),
                 };
                 if *op == "deposit" {
-                    if TRAP_DEPOSITS {
-                        panic!("bank: this build traps on every deposit");
-                    }
                     ctx.pn_counter(TOTAL_KEY)
                         .incr(n as u64, Consistency::Majority)
                         .map_err(|e| Error::new(format!("bank: {} not updated: {}", TOTAL_KEY, e.message())))?;
@@ -156,7 +147,7 @@ fn unknown(msg: &[u8]) -> Error {
 
 shardhost::entity!(Account, |_id: &str| Account::default());
 
-#[cfg(all(test, not(bank_trap)))]
+#[cfg(test)]
 mod tests {
     use super::Account;
     use shardhost::Harness;

@@ -17,9 +17,6 @@
 // which reads either format. Version 1's code refuses format 2, so moving an account
 // back to version 1 fails, and the account stays on version 2 with its balance.
 //
-// Built with -tags banktrap (trap_on.go), every deposit traps: a broken version 2, the
-// canary that e2e/bank_upgrade_test.go rolls back.
-//
 // Build: tinygo build -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none -o bank.wasm .
 // (make examples writes bin/wasm/v2/bank.wasm).
 package main
@@ -123,9 +120,6 @@ func (acc *account) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) 
 		}
 		total := ctx.PNCounter(TotalKey)
 		if f[0] == "deposit" {
-			if trapDeposits {
-				panic("bank: this build traps on every deposit")
-			}
 			if _, err := total.Incr(n, shardhost.Majority); err != nil {
 				return nil, errors.New("bank: " + TotalKey + " not updated: " + err.Error())
 			}

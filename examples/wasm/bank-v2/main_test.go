@@ -7,13 +7,6 @@ import (
 	shardhost "github.com/shardhost/shardhost/guest-sdk/go"
 )
 
-// skipIfTrapping skips a test that deposits, in the build whose deposits trap.
-func skipIfTrapping(t *testing.T) {
-	if trapDeposits {
-		t.Skip("built with -tags banktrap: every deposit traps")
-	}
-}
-
 func newHarness() *shardhost.Harness {
 	return shardhost.NewHarness("bank", "alice", func(string) shardhost.Entity { return &account{} })
 }
@@ -21,7 +14,6 @@ func newHarness() *shardhost.Harness {
 // TestMigrateFromV1: version 1's state (format 1: balance 42, 2 ops) migrates to
 // version 2 with its balance and ops, which it then saves in format 2.
 func TestMigrateFromV1(t *testing.T) {
-	skipIfTrapping(t)
 	h := newHarness()
 	if err := h.Migrate(1, []byte{1, 84, 4}); err != nil {
 		t.Fatal(err)
@@ -75,7 +67,6 @@ func TestRefusedStates(t *testing.T) {
 }
 
 func TestBankV2(t *testing.T) {
-	skipIfTrapping(t)
 	h := newHarness()
 	for _, step := range []struct{ msg, want string }{
 		{"balance", "0"}, {"deposit 5", "5"}, {"withdraw 2", "3"},
