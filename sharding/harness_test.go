@@ -397,6 +397,7 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 			"passive":        {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
 			"remember":       {Name: "remember", NumberOfShards: 10, RememberEntities: true},
 			"history":        {Name: "history", NumberOfShards: 10, History: 5},
+			"history-all":    {Name: "history-all", NumberOfShards: 10, History: HistoryAll},
 			"worker":         {Name: "worker", NumberOfShards: 20, Role: "worker"},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}

@@ -1,5 +1,5 @@
 // Command versioned is a test guest of module upgrades: a counter that says which
-// version of its module answers. Two variables, set at build time, make its versions:
+// version of its module answers. Variables set at build time make its versions:
 //
 //	-ldflags='-X main.version=v2'        the version it names in its replies (default v1)
 //	-ldflags='-X main.state=transparent' its state is a transparent snapshot of its
@@ -9,8 +9,11 @@
 //	                                     another version's count times 100 ("fail":
 //	                                     refuses it, "trap": panics)
 //	-ldflags='-X main.receive=trap'      "inc" traps (a broken version)
+//	-ldflags='-X main.build=two'         what "build" replies (default one): a module
+//	                                     whose other replies are its version's
 //
-// Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT".
+// Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT". "build" replies
+// build and changes nothing.
 //
 // Build (testwasm.GuestPath does): GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
 // -ldflags='-X main.version=v2' -o versioned.wasm ./versioned
@@ -29,6 +32,7 @@ var (
 	step    = "1"
 	migrate = ""
 	receive = ""
+	build   = "one"
 )
 
 // inc is what "inc" adds: step, parsed; it traps with receive=trap.
@@ -47,7 +51,7 @@ func reply(n int64, msg []byte) ([]byte, error) {
 	return []byte(version + " " + strconv.FormatInt(n, 10)), nil
 }
 
-var errUnknown = errors.New("versioned: want inc or get")
+var errUnknown = errors.New("versioned: want inc, get or build")
 
 // explicit keeps its count in explicit state.
 type explicit struct {
@@ -59,6 +63,8 @@ func (e *explicit) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	case "inc":
 		e.State += shardhost.Int64(inc())
 	case "get":
+	case "build":
+		return []byte(build), nil
 	default:
 		return nil, errUnknown
 	}
@@ -90,6 +96,8 @@ func (t *transparent) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error
 	case "inc":
 		t.n += inc()
 	case "get":
+	case "build":
+		return []byte(build), nil
 	default:
 		return nil, errUnknown
 	}
