@@ -279,3 +279,80 @@ func TestBankCanaryThatTrapsRollsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestBankTransparentUpgradeByReplay: the Go and the Rust bank built with transparent
+// state, deployed with --history all, take a version that refuses deposits over 1,000
+// (-tags banklimit, --cfg bank_limit) by a replay of each account's journal: an account
+// whose deposits were all within the limit replays the same and moves, with its
+// balance; one that took a larger deposit replays differently, and the dry run and the
+// upgrade say so, with the message where, and it stays on version 1 with its balance.
+func TestBankTransparentUpgradeByReplay(t *testing.T) {
+	goTransparent := testwasm.GoTransparentCompilers[1]
+	if _, err := exec.LookPath("tinygo"); err == nil || os.Getenv("TINYGO") != "" || os.Getenv(testwasm.RequireTinyGoEnv) == "1" {
+		goTransparent = testwasm.GoTransparentCompilers[0]
+	}
+	goV2 := testwasm.PathWith(t, "bank", testwasm.TransparentTag+",banklimit")
+	if goTransparent.Name == "tinygo" {
+		goV2 = testwasm.TinyGoPathWith(t, "bank", append(append([]string(nil), testwasm.TinyGoFlags...), testwasm.TransparentTag+",banklimit"))
+	}
+	builds := []bankBuild{
+		{typ: "bank-go", v1: goTransparent.Path(t, "bank"), v2: goV2},
+		{typ: "bank-rust", v1: testwasm.RustPathWith(t, "bank-rust", testwasm.RustTransparent...),
+			v2: testwasm.RustPathWith(t, "bank-rust", append(append([]string(nil), testwasm.RustTransparent...), "--cfg", "bank_limit")...)},
+	}
+	a := startHost(t, "")
+	b := startHost(t, a.bind)
+	hosts := []*host{a, b}
+	waitForCluster(t, hosts)
+	ask := func(h *host, target, msg, want string) {
+		t.Helper()
+		out, errText, ok := cli(t, h, nil, "ask", target, msg)
+		if !ok || strings.TrimSpace(out) != want {
+			t.Fatalf("ask %s %q: %s%s, want %s", target, msg, out, errText, want)
+		}
+	}
+	for _, m := range builds {
+		if out, errText, ok := cli(t, a, nil, "deploy", "--type", m.typ, "--history", "all", m.v1); !ok || !regexpLine(out, "history", "all") {
+			t.Fatalf("deploy %s with --history all: %s%s", m.typ, out, errText)
+		}
+		small, large := m.typ+"/small", m.typ+"/large"
+		ask(a, small, "deposit 400", "400")
+		ask(b, small, "withdraw 100", "300")
+		ask(a, small, "deposit 1000", "1300")
+		ask(b, large, "deposit 30", "30")
+		ask(a, large, "deposit 5000", "5030")
+		ask(b, large, "balance", "5030")
+		if out, errText, ok := cli(t, b, nil, "deploy", "--type", m.typ, m.v2); !ok || !strings.Contains(out, "version 2") {
+			t.Fatalf("deploy %s v2: %s%s", m.typ, out, errText)
+		}
+		out, errText, ok := cli(t, a, nil, "upgrade", "--type", m.typ, "--dry-run")
+		if !ok || !strings.Contains(out, "dry run: 1 active entities") || !strings.Contains(out, "1 entities cannot upgrade") ||
+			!regexpLine(out, "large", "1") ||
+			!strings.Contains(out, `its journal does not replay on version 2's module: message 2 (journal record 2, "deposit 5000") differs: outcome entity-error, the record's ok`) {
+			t.Fatalf("dry run of %s:\n%s%s", m.typ, out, errText)
+		}
+		out, errText, ok = cli(t, b, nil, "upgrade", "--type", m.typ, "--now")
+		if ok || !strings.Contains(out, "upgraded 1 of 2") || !regexpLine(out, "FAILED", "large") ||
+			!strings.Contains(out, `stays on version 1: message 2 (journal record 2, "deposit 5000") differs`) {
+			t.Fatalf("upgrade of %s: ok=%v\n%s%s", m.typ, ok, out, errText)
+		}
+		// small runs version 2 (it refuses a deposit over 1,000) with its balance;
+		// large runs version 1 with its own.
+		ask(a, small, "balance", "1300")
+		if out, errText, ok := cli(t, b, nil, "ask", small, "deposit 1001"); ok || !strings.Contains(errText, "at most 1000") {
+			t.Fatalf("small on version 2 took a deposit over the limit: %s%s", out, errText)
+		}
+		ask(a, large, "deposit 2000", "7030")
+		// A passivation saves small's state on version 2, and large's on version 1.
+		for _, id := range []string{small, large} {
+			if out, errText, ok := cli(t, a, nil, "passivate", id); !ok {
+				t.Fatalf("passivate %s: %s%s", id, out, errText)
+			}
+		}
+		ask(b, small, "deposit 1", "1301")
+		ask(b, large, "balance", "7030")
+		if out, errText, ok := cli(t, a, nil, "ask", small, "deposit 1001"); ok || !strings.Contains(errText, "at most 1000") {
+			t.Fatalf("small after a passivation took a deposit over the limit: %s%s", out, errText)
+		}
+	}
+}

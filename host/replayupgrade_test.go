@@ -1,11 +1,15 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
 
@@ -115,4 +119,56 @@ func TestTransparentUpgradeByReplay(t *testing.T) {
 		t.Fatalf("tr2 dry run: %d %s", r.status, r.body)
 	}
 	ask2("build", "one")
+}
+
+// An entity whose transparent state moved by replay and then handled messages on the
+// new module comes back after its member is killed (no stop, no base of the new
+// module): its activation restores the old module's state, and the records made on the
+// new module switch it there by the same replay, so it answers from the new module with
+// every acknowledged message.
+func TestTransparentReplayUpgradeSurvivesAKill(t *testing.T) {
+	nodes := startNodes(t, 3, nil)
+	c := client(t, nodes[0])
+	v1 := testwasm.GuestBytes(t, "versioned", "-ldflags=-X main.state=transparent")
+	v2 := testwasm.GuestBytes(t, "versioned", "-ldflags=-X main.state=transparent -X main.build=two -X main.step=10")
+	deployAs(t, c, "tr", v1, url.Values{"history": {"all"}})
+	id := entityOn(t, nodes[0], nodes[2], "tr", "get")
+	ask := func(msg, want string) {
+		t.Helper()
+		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := nodes[0].Sharding().Ask(actx, "tr", id, []byte(msg))
+		if err != nil || string(r.Payload) != want {
+			t.Fatalf("%s tr/%s: %q %v, want %q", msg, id, r.Payload, err, want)
+		}
+	}
+	ask("get", "v1 0")
+	deployAs(t, c, "tr", v2, nil)
+	r := c.do("POST", "/v1/types/tr/upgrade?now=true", nil)
+	var res UpgradeResult
+	if err := json.Unmarshal(r.body, &res); r.status != 200 || err != nil || len(res.Failed) != 0 || res.Upgraded == 0 {
+		t.Fatalf("upgrade: %d %s", r.status, r.body)
+	}
+	ask("inc", "v1 10")
+	ask("inc", "v1 20")
+	ask("build", "two")
+	if err := nodes[2].Kill(); err != nil {
+		t.Logf("kill: %v", err)
+	}
+	testutil.EventuallyNil(t, 60*time.Second, "the entity served after the kill", func() error {
+		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := nodes[0].Sharding().Ask(actx, "tr", id, []byte("get"))
+		switch {
+		case err != nil:
+			return err
+		case r.Node == nodes[2].Self().Address:
+			return fmt.Errorf("answered by the killed member")
+		case string(r.Payload) != "v1 20":
+			return fmt.Errorf("get: %q, want v1 20", r.Payload)
+		}
+		return nil
+	})
+	ask("build", "two")
+	ask("inc", "v1 30")
 }

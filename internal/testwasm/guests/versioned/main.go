@@ -7,7 +7,8 @@
 //	-ldflags='-X main.step=10'           what "inc" adds (default 1)
 //	-ldflags='-X main.migrate=x100'      explicit state only: a Migrator that takes up
 //	                                     another version's count times 100 ("fail":
-//	                                     refuses it, "trap": panics)
+//	                                     refuses it, "trap": panics, "garbage": accepts
+//	                                     it and is left with a state it cannot save)
 //	-ldflags='-X main.receive=trap'      "inc" traps (a broken version)
 //	-ldflags='-X main.build=two'         what "build" replies (default one): a module
 //	                                     whose other replies are its version's
@@ -71,8 +72,11 @@ func (e *explicit) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	return reply(int64(e.State), msg)
 }
 
-// migrating is explicit with a Migrator (migrate).
-type migrating struct{ explicit }
+// migrating is explicit with a Migrator (migrate); garbage: its state cannot be saved.
+type migrating struct {
+	explicit
+	garbage bool
+}
 
 func (m *migrating) Migrate(from uint64, state []byte) error {
 	switch migrate {
@@ -80,12 +84,23 @@ func (m *migrating) Migrate(from uint64, state []byte) error {
 		return errors.New("versioned: no migration from version " + strconv.FormatUint(from, 10))
 	case "trap":
 		panic("versioned: migration trap")
+	case "garbage":
+		m.garbage = true
+		return nil
 	}
 	if err := m.State.UnmarshalBinary(state); err != nil {
 		return err
 	}
 	m.State *= 100
 	return nil
+}
+
+// Snapshot fails after a "garbage" migration.
+func (m *migrating) Snapshot() ([]byte, error) {
+	if m.garbage {
+		return nil, errors.New("versioned: the migrated state is garbage")
+	}
+	return m.explicit.Snapshot()
 }
 
 // transparent keeps its count in a plain field: its state is a memory snapshot.
