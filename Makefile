@@ -27,6 +27,10 @@ HAVE_TINYGO  := $(shell command -v $(TINYGO) >/dev/null 2>&1 && echo yes)
 TINYGO_GET   := install TinyGo >= 0.34 (https://tinygo.org/getting-started/install/)
 
 GO_EXAMPLES     := counter faulty room bank webhook
+# Second versions of examples, examples/wasm/NAME-v2, built to bin/wasm/v2/NAME.wasm: a
+# redeploy of the type NAME (docs/state.md, "Changing the state's encoding"). In a
+# directory of their own, so that `shardhost dev` (every bin/wasm/*.wasm) leaves them out.
+GO_V2_EXAMPLES  := bank
 GO_TEST_MODULES := abitest
 GO_SDK          := guest-sdk/go/*.go guest-sdk/go/go.mod
 ifeq ($(HAVE_TINYGO),yes)
@@ -42,6 +46,7 @@ endif
 RUSTC         ?= /usr/bin/rustc
 RUSTDOC       ?= /usr/bin/rustdoc
 RUST_EXAMPLES := echo-rust cart counter-rust bank-rust
+RUST_V2_EXAMPLES := bank-rust
 RUST_TEST_MODULES := abitest-rust
 RUST_SDK      := guest-sdk/rust/src/lib.rs
 RUST_SDK_SRC  := $(wildcard guest-sdk/rust/src/*.rs)
@@ -78,7 +83,8 @@ image: build examples
 		--label org.opencontainers.image.revision=$(COMMIT) $(BIN)/image
 	@echo "built $(IMAGE): docker run --rm $(IMAGE) version"
 
-examples: $(GO_EXAMPLE_WASM) $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm)
+examples: $(GO_EXAMPLE_WASM) $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) \
+	$(GO_V2_EXAMPLES:%=$(BIN)/wasm/v2/%.wasm) $(RUST_V2_EXAMPLES:%=$(BIN)/wasm/v2/%.wasm)
 	@rm -f $(GO_TEST_MODULES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(BIN)/wasm/%.wasm)
 ifneq ($(HAVE_TINYGO),yes)
 	@echo "TinyGo not found ($(TINYGO)): the Go examples in $(BIN)/wasm are built with Go's wasip1 port (2.7 MB each, slow to start); for TinyGo builds, $(TINYGO_GET) and make again."
@@ -112,6 +118,16 @@ $(GO_EXAMPLES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: $(GO_EXAMPLE_SOURCES) $
 	$(go-wasm)
 endif
 
+# The second versions: examples/wasm/NAME-v2, by the same compiler.
+GO_V2_SOURCES = $$(wildcard examples/wasm/$$*-v2/*.go) examples/wasm/go.mod $(wildcard $(GO_SDK))
+$(GO_V2_EXAMPLES:%=$(BIN)/wasm/v2/%.wasm): $(BIN)/wasm/v2/%.wasm: $(GO_V2_SOURCES) $(BIN)/wasm/.go-compiler
+	@mkdir -p $(@D)
+ifeq ($(HAVE_TINYGO),yes)
+	cd examples/wasm && $(TINYGO) build $(TINYGO_FLAGS) -o $(CURDIR)/$@ ./$*-v2
+else
+	cd examples/wasm && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o $(CURDIR)/$@ ./$*-v2
+endif
+
 # A Rust guest is a cdylib for wasm32-unknown-unknown with the SDK as an rlib: panic=abort
 # (a panic traps), LTO, and a 64 KiB stack (the default 1 MiB makes every instance 1 MiB).
 $(RUST_SDK_WASM): $(RUST_SDK_SRC) | rust-toolchain
@@ -124,6 +140,10 @@ RUST_CDYLIB = $(RUSTC) --edition 2021 --crate-type cdylib --crate-name $(subst -
 	--extern shardhost=$(RUST_SDK_WASM) -L $(dir $(RUST_SDK_WASM)) -o $@ $<
 
 $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm): $(BIN)/wasm/%.wasm: examples/wasm/%/lib.rs $(RUST_SDK_WASM) | rust-toolchain
+	@mkdir -p $(@D)
+	$(RUST_CDYLIB)
+
+$(RUST_V2_EXAMPLES:%=$(BIN)/wasm/v2/%.wasm): $(BIN)/wasm/v2/%.wasm: examples/wasm/%-v2/lib.rs $(RUST_SDK_WASM) | rust-toolchain
 	@mkdir -p $(@D)
 	$(RUST_CDYLIB)
 
@@ -196,13 +216,13 @@ endif
 # The Rust SDK's unit tests (with the shard ID vectors) and doc examples, and the Rust
 # examples' tests, run natively against the SDK's Harness; the examples must also build
 # for wasm32.
-test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_TEST_MODULES:%=$(TEST_WASM)/%.wasm) | rust-toolchain
+test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_V2_EXAMPLES:%=$(BIN)/wasm/v2/%.wasm) $(RUST_TEST_MODULES:%=$(TEST_WASM)/%.wasm) | rust-toolchain
 	@mkdir -p $(dir $(RUST_SDK_HOST))
 	$(RUSTC) --edition 2021 --crate-name shardhost --test -D warnings -o $(BIN)/rust/native/shardhost-test $(RUST_SDK)
 	$(BIN)/rust/native/shardhost-test -q
 	$(RUSTC) --edition 2021 --crate-type rlib --crate-name shardhost -D warnings -o $(RUST_SDK_HOST) $(RUST_SDK)
 	$(RUSTDOC) --edition 2021 --test --crate-name shardhost -L $(dir $(RUST_SDK_HOST)) $(RUST_SDK)
-	set -e; for ex in $(RUST_EXAMPLES) $(RUST_TEST_MODULES); do \
+	set -e; for ex in $(RUST_EXAMPLES) $(RUST_V2_EXAMPLES:%=%-v2) $(RUST_TEST_MODULES); do \
 		$(RUSTC) --edition 2021 --crate-name $$(echo $$ex | tr - _) --test -D warnings \
 			--extern shardhost=$(RUST_SDK_HOST) -L $(dir $(RUST_SDK_HOST)) \
 			-o $(BIN)/rust/native/$$ex-test examples/wasm/$$ex/lib.rs; \

@@ -913,11 +913,14 @@ func newUnsampledSpanContext() trace.SpanContext {
 }
 
 // parseHistory reads a deploy's history setting: a number of records ("1000"; "0" or
-// "none" keeps none) or a duration ("24h"), as sharding.TypeSettings.History and
-// HistoryAge take them. Errors: ErrBadRequest.
+// "none" keeps none; "all" keeps every one), or a duration ("24h"), as
+// sharding.TypeSettings.History and HistoryAge take them. Errors: ErrBadRequest.
 func parseHistory(v string) (records int, age time.Duration, err error) {
-	if v == "none" || v == "0" {
+	switch v {
+	case "none", "0":
 		return -1, 0, nil // none kept (0 is the default in TypeSettings)
+	case "all":
+		return sharding.HistoryAll, 0, nil
 	}
 	if n, err := strconv.Atoi(v); err == nil && n > 0 {
 		return n, 0, nil
@@ -925,5 +928,5 @@ func parseHistory(v string) (records int, age time.Duration, err error) {
 	if d, err := time.ParseDuration(v); err == nil && d > 0 {
 		return 0, d, nil
 	}
-	return 0, 0, fmt.Errorf("%w: history=%q is neither a number of records (1000; 0 or none keeps none) nor a duration (24h)", ErrBadRequest, v)
+	return 0, 0, fmt.Errorf("%w: history=%q is neither a number of records (1000; 0 or none keeps none; all keeps every one) nor a duration (24h)", ErrBadRequest, v)
 }

@@ -214,6 +214,7 @@ func (e *wasmEntity) deltaState(extras entityExtras) ([]byte, error) {
 // returned is in the store. A base becomes the one deltas chain to.
 func (e *wasmEntity) StateSaved() {
 	e.sinceBaseCost = 0 // a base: the journal's replay starts after it
+	e.replayMoved = false
 	if e.inst != nil {
 		e.journalModule = e.inst.m.Digest // the base names it (entityExtras.Module)
 	}

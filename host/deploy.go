@@ -117,6 +117,8 @@ func (t TypeInfo) SettingList() []Setting {
 		history = (time.Duration(t.HistoryAgeMs) * time.Millisecond).String()
 	case t.History == 0:
 		history = strconv.Itoa(sharding.DefaultHistory)
+	case t.History == sharding.HistoryAll:
+		history = "all"
 	case t.History < 0:
 		history = "0"
 	}

@@ -48,7 +48,9 @@
 // ErrBadSnapshot, ErrRestoreFailed (which matches ErrSnapshotFailed) or
 // ErrNotSnapshottable when a saved state does not restore or cannot be taken; a move to
 // a new module version whose shardhost_migrate fails, with ErrMigrationFailed (the
-// entity stays on its version).
+// entity stays on its version); a transparent state's move by a replay of its journal
+// (under sharding.HistoryAll) that does not match it, with ErrReplayUpgrade, a
+// *ReplayDivergence saying where.
 //
 // Entity logs (docs/observability.md, "Entity logs"): an entity's stdout, stderr and
 // log calls are EntityLogLine values, kept in a ring per entity (DefaultEntityLogLines,

@@ -231,6 +231,10 @@ type wasmEntity struct {
 	// moveErr is why the entity's move to its type's current module failed (nil: it
 	// did not fail): Upgrade reports it.
 	moveErr error
+	// replayMoved: the entity's transparent state moved to another module by a replay
+	// of its journal (replayupgrade.go) since its last saved state, which is the old
+	// module's: its next stop saves a base (BeforeStop), and BaseDue says one is due.
+	replayMoved bool
 	// egressRate is the entity's outbound HTTP rate (egress.go).
 	egressRate egressBucket
 
@@ -475,7 +479,7 @@ func (e *wasmEntity) BeforeStop(ctx context.Context) bool {
 		return false
 	}
 	hooked := e.inst.BeforeStop(ctx)
-	return hooked || e.outdated()
+	return hooked || e.outdated() || e.replayMoved
 }
 
 // outdated reports whether the entity's module is not the one its type's current

@@ -606,7 +606,8 @@ func (m *wasmModule) RestoreGuest(ctx context.Context, entityType, entityID stri
 // "State: migrations"); a module that does not export it gets the state through
 // shardhost_restore. Nothing of a failed migration stays: the new instance is closed.
 // Errors: those of RestoreGuest; ErrMigrationFailed when the guest refused the state,
-// returned another status, or trapped (its text, or the trap, is in the error).
+// returned another status, or trapped (its text, or the trap, is in the error), or
+// when its state after the migration does not snapshot (shardhost_snapshot fails).
 func (m *wasmModule) MigrateGuest(ctx context.Context, entityType, entityID string, fromVersion uint64, state []byte) (*wasmInstance, error) {
 	if !m.guestMigrate {
 		return m.RestoreGuest(ctx, entityType, entityID, state)
@@ -628,6 +629,16 @@ func (m *wasmModule) MigrateGuest(ctx context.Context, entityType, entityID stri
 			return nil, fmt.Errorf("%w: %s refused the state of version %d: %s", ErrMigrationFailed, inst.name, fromVersion, reply)
 		}
 		return nil, fmt.Errorf("%w: %s: %s returned status %d", ErrMigrationFailed, inst.name, abi.ExportMigrate, status)
+	}
+	// The state the migration left must be one the module can save: a migration that
+	// accepted what it could not take up fails now, not at the entity's next save.
+	if _, ok, err := inst.GuestSnapshot(); err != nil || !ok {
+		inst.Close(ctx)
+		if err == nil {
+			err = errors.New("it gave no state")
+		}
+		return nil, fmt.Errorf("%w: %s accepted the state of version %d, but its state after the migration cannot be saved: %w",
+			ErrMigrationFailed, inst.name, fromVersion, err)
 	}
 	return inst, nil
 }

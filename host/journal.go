@@ -239,7 +239,7 @@ func (e *wasmEntity) Replay(ctx context.Context, entries []sharding.JournalEntry
 		if x != nil && x.Module != "" {
 			if x.Module != e.inst.m.Digest {
 				// Made by another module than the instance's: replayed on it.
-				if err := e.switchModule(ctx, x.Module); err != nil {
+				if err := e.switchModule(ctx, x.Module, en.Seq-1); err != nil {
 					return fmt.Errorf("record %d: %w", en.Seq, err)
 				}
 			}
@@ -272,6 +272,9 @@ func (e *wasmEntity) Replay(ctx context.Context, entries []sharding.JournalEntry
 // BaseDue implements sharding.JournaledEntity: the guest time of the messages since the
 // last saved base is past recoveryReplayFactor snapshots.
 func (e *wasmEntity) BaseDue() bool {
+	if e.replayMoved {
+		return true // the saved state is another module's (replayupgrade.go)
+	}
 	snap := time.Duration(0)
 	if e.rec != nil {
 		snap = e.rec.snapCost
@@ -319,11 +322,14 @@ func (e *wasmEntity) resetExtras(ctx context.Context, x entityExtras) {
 // state was made by. Records saved before modules were named are replayed on the
 // module the entity activated on.
 
-// switchModule puts the entity on the module digest before a record that module made:
-// a new instance of it when no message ran yet (the journal's first records), else the
-// entity's explicit state moved to it (a transparent one cannot move). Errors: the
-// module is unavailable; the state cannot move (ErrNotSnapshottable); the guest's.
-func (e *wasmEntity) switchModule(ctx context.Context, digest string) error {
+// switchModule puts the entity on the module digest before a record that module made
+// (the records through upTo were made by others): a new instance of it when no message
+// ran yet (the journal's first records), else the entity's explicit state moved to it,
+// or a transparent one rebuilt on it by replaying the journal through upTo, when the
+// type keeps all of it (replayupgrade.go: the module was given the state so before
+// those records). Errors: the module is unavailable; the state cannot move
+// (ErrNotSnapshottable, ErrReplayUpgrade); the guest's.
+func (e *wasmEntity) switchModule(ctx context.Context, digest string, upTo uint64) error {
 	info, _ := e.n.catalog.entry(e.typ)
 	mod, err := e.n.modules.get(ctx, digest, e.n.moduleSources(info))
 	if err != nil {
@@ -331,14 +337,17 @@ func (e *wasmEntity) switchModule(ctx context.Context, digest string) error {
 	}
 	mod.CompileInBackground()
 	var inst *wasmInstance
-	if e.fresh {
+	switch {
+	case e.fresh:
 		if inst, err = mod.Instantiate(ctx, e.typ, e.id); err == nil {
 			inst.svc = e
 			if err = inst.Activate(ctx); err != nil {
 				inst.Close(ctx)
 			}
 		}
-	} else {
+	case e.ver.transparent:
+		inst, err = e.replayMovedInstance(ctx, mod, upTo)
+	default:
 		inst, err = e.movedInstance(ctx, mod)
 	}
 	if err != nil {
@@ -403,19 +412,28 @@ func (e *wasmEntity) replaceInstance(ctx context.Context, inst *wasmInstance) {
 	e.countAs(inst.m.Digest, e.ver.transparent)
 }
 
-// moveTo moves an entity with explicit state to the type's module of its activation
-// (target), once, before its first message. When that fails the entity goes on on its
-// module, logged and counted there (versions.go), and moves at a later activation.
+// moveTo moves an entity to the type's module of its activation (target), once, before
+// its first message: its explicit state, or a transparent one rebuilt by a replay of
+// its journal when the type keeps all of it (replayupgrade.go). When that fails the
+// entity goes on on its module, logged and counted there (versions.go), and moves at a
+// later activation.
 func (e *wasmEntity) moveTo(ctx context.Context) {
 	target := e.target
 	e.target = ""
-	if e.inst == nil || e.inst.Closed() || e.inst.m.Digest == target || e.ver.transparent {
+	if e.inst == nil || e.inst.Closed() || e.inst.m.Digest == target {
 		return
 	}
 	info, _ := e.n.catalog.entry(e.typ)
+	if e.ver.transparent && !info.Settings().KeepsAllHistory() {
+		return // its state belongs to its module (docs/state.md)
+	}
 	mod, err := e.n.modules.get(ctx, target, e.n.moduleSources(info))
 	var inst *wasmInstance
-	if err == nil {
+	switch {
+	case err != nil:
+	case e.ver.transparent:
+		inst, err = e.replayMovedInstance(ctx, mod, 0)
+	default:
 		inst, err = e.movedInstance(ctx, mod)
 	}
 	if err != nil {

@@ -40,8 +40,9 @@ type UpgradeResult struct {
 	Type    string `json:"type"`
 	Version uint64 `json:"version"`
 	DryRun  bool   `json:"dry_run,omitempty"`
-	// Upgradable counts the active entities with explicit state on older versions:
-	// those the upgrade passivates.
+	// Upgradable counts the active entities on older versions that can move (with
+	// explicit state, or a transparent one under --history all): those the upgrade
+	// passivates.
 	Upgradable int `json:"upgradable"`
 	// Upgraded counts those it passivated (with Now: and activated again); Failed
 	// lists those it could not, with why (they stay as they were).
@@ -49,7 +50,9 @@ type UpgradeResult struct {
 	Failed   []UpgradeEntity `json:"failed,omitempty"`
 	// Cannot lists the entities that cannot upgrade, with the reason: those whose
 	// state is a transparent snapshot of an older module, active ones and (from the
-	// state store, at most 1,000 per member) passivated ones.
+	// state store, at most 1,000 per member) passivated ones; under --history all,
+	// those whose journal does not replay on the new module (for active ones, in a
+	// dry run only: an upgrade reports them in Failed), with where it differs.
 	Cannot []UpgradeEntity `json:"cannot"`
 	// Remaining is the type's entities by version after the upgrade (VersionUsage).
 	Remaining TypeUsage `json:"remaining"`
@@ -85,6 +88,7 @@ func (n *Node) Upgrade(ctx context.Context, name string, opts UpgradeOptions) (U
 	replies, errs, _ := n.askVersions(ctx, versionsRequest{Types: []string{name}, Scan: true, List: true},
 		map[string]TypeInfo{name: info})
 	res := UpgradeResult{Type: name, Version: info.Version, DryRun: opts.DryRun, Cannot: []UpgradeEntity{}, Errors: errs}
+	allHistory := info.Settings().KeepsAllHistory()
 	byShard := map[int][]string{}
 	for _, r := range replies {
 		for _, ev := range r.Entities {
@@ -93,9 +97,24 @@ func (n *Node) Upgrade(ctx context.Context, name string, opts UpgradeOptions) (U
 				continue
 			}
 			if ev.Transparent {
-				res.Cannot = append(res.Cannot, UpgradeEntity{ID: ev.ID, Version: versionOf[ev.Digest], Digest: ev.Digest, Active: ev.Active,
-					Reason: "its state is a transparent snapshot of its module's memory, which another module cannot read"})
-				continue
+				// Under --history all, a replay of its journal on the new module moves
+				// it (replayupgrade.go): tried here first for a dry run, and for a
+				// passivated entity, which moves at its next activation.
+				reason := ""
+				switch {
+				case !allHistory:
+					reason = "its state is a transparent snapshot of its module's memory, which another module cannot read " +
+						"(a type that keeps every journal record, deploy --history all, upgrades it by a replay)"
+				case opts.DryRun || !ev.Active:
+					if err := n.trialReplayUpgrade(ctx, name, ev.ID, targetOf(info, ev.ID)); err != nil {
+						reason = fmt.Sprintf("its journal does not replay on version %d's module: %v", info.Version, err)
+					}
+				}
+				if reason != "" {
+					res.Cannot = append(res.Cannot, UpgradeEntity{ID: ev.ID, Version: versionOf[ev.Digest], Digest: ev.Digest, Active: ev.Active,
+						Reason: reason})
+					continue
+				}
 			}
 			if ev.Active {
 				res.Upgradable++

@@ -322,15 +322,17 @@ func TestMigrationAtUpgrade(t *testing.T) {
 	ask("a", "inc", "v1 2")
 	ask("b", "inc", "v1 1")
 
-	// Version 2's migration fails: both stay on version 1 with their state.
-	for _, failing := range []string{"fail", "trap"} {
+	// Version 2's migration fails (refused, a trap, or accepted into a state that cannot
+	// be saved): both stay on version 1 with their state.
+	for _, failing := range []string{"fail", "trap", "garbage"} {
 		deployAs(t, c, "bank", guest("v2-"+failing, failing), nil)
 		res := upgrade()
 		if res.Upgradable != 2 || res.Upgraded != 0 || len(res.Failed) != 2 || !strings.Contains(res.Failed[0].Reason, "stays on version 1") {
 			t.Fatalf("upgrade to a failing migration (%s): %+v", failing, res)
 		}
-		if failing == "fail" && !strings.Contains(res.Failed[0].Reason, "no migration from version 1") {
-			t.Fatalf("the guest's refusal is not reported: %+v", res.Failed)
+		if failing == "fail" && !strings.Contains(res.Failed[0].Reason, "no migration from version 1") ||
+			failing == "garbage" && (!strings.Contains(res.Failed[0].Reason, "cannot be saved") || !strings.Contains(res.Failed[0].Reason, "the migrated state is garbage")) {
+			t.Fatalf("the guest's failure is not reported: %+v", res.Failed)
 		}
 		vs := map[uint64]VersionUsage{}
 		for _, v := range res.Remaining.Versions {
@@ -341,17 +343,17 @@ func TestMigrationAtUpgrade(t *testing.T) {
 		}
 		ask("a", "get", "v1 2")
 	}
-	// Version 4 converts: the entities reach it with their state converted.
-	deployAs(t, c, "bank", guest("v4", "x100"), nil)
+	// Version 5 converts: the entities reach it with their state converted.
+	deployAs(t, c, "bank", guest("v5", "x100"), nil)
 	res := upgrade()
 	if res.Upgraded != 2 || len(res.Failed) != 0 {
 		t.Fatalf("upgrade to a converting migration: %+v", res)
 	}
-	ask("a", "get", "v4 200")
-	ask("b", "inc", "v4 101")
+	ask("a", "get", "v5 200")
+	ask("b", "inc", "v5 101")
 	// Its records replay on their own modules: passivated and active again, the same.
 	if r := c.do("POST", "/v1/passivate?type=bank&id=a", nil); r.status != 200 {
 		t.Fatalf("passivate: %d %s", r.status, r.body)
 	}
-	ask("a", "get", "v4 200")
+	ask("a", "get", "v5 200")
 }

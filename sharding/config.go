@@ -45,7 +45,9 @@ type TypeSettings struct {
 	// last base: what `shardhost history` shows, and how far back a revert or a fork
 	// reaches. Every record of at least the last History stays, from a copy of a base
 	// (a KindBase record) that a revert starts from. Default DefaultHistory; -1 keeps
-	// none. HistoryAge, when set, counts instead.
+	// none; HistoryAll keeps every record from the entity's first (a transparent
+	// state's upgrade replays them on the new module: docs/state.md). HistoryAge, when
+	// set, counts instead.
 	History int `json:"history,omitempty"`
 	// HistoryAge, when not 0, keeps the records of at least the last HistoryAge (and
 	// History does not count): `--history 24h`. At most a year.
@@ -111,6 +113,11 @@ const (
 // base.
 const DefaultHistory = 1000
 
+// HistoryAll is TypeSettings.History for a journal that keeps every record from the
+// entity's first: its bases are still copied into it every DefaultHistory records, for
+// reverts, and nothing is truncated.
+const HistoryAll = -2
+
 // maxHistory caps TypeSettings.History.
 const maxHistory = 10_000_000
 
@@ -166,8 +173,8 @@ func (t *TypeSettings) Validate() error {
 	switch {
 	case t.History == 0:
 		t.History = DefaultHistory
-	case t.History < -1 || t.History > maxHistory:
-		return fmt.Errorf("sharding: history of %d records (want -1 for none, or 1 to %d)", t.History, maxHistory)
+	case t.History < HistoryAll || t.History > maxHistory:
+		return fmt.Errorf("sharding: history of %d records (want -1 for none, -2 for all, or 1 to %d)", t.History, maxHistory)
 	}
 	if t.HistoryAge < 0 || t.HistoryAge > 365*24*time.Hour {
 		return fmt.Errorf("sharding: history of %v (want up to a year)", t.HistoryAge)
@@ -176,13 +183,22 @@ func (t *TypeSettings) Validate() error {
 }
 
 // keepsHistory reports whether the type keeps records behind its bases.
-func (t TypeSettings) keepsHistory() bool { return t.HistoryAge > 0 || t.History > 0 }
+func (t TypeSettings) keepsHistory() bool {
+	return t.HistoryAge > 0 || t.History > 0 || t.History == HistoryAll
+}
+
+// KeepsAllHistory reports whether the type's journals keep every record from each
+// entity's first (History is HistoryAll, and no HistoryAge counts instead).
+func (t TypeSettings) KeepsAllHistory() bool { return t.History == HistoryAll && t.HistoryAge == 0 }
 
 // historyPassed reports whether records (a count) and age (a duration) behind the
 // entity's last record are past what the type's history keeps.
 func (t TypeSettings) historyPassed(records uint64, age time.Duration) bool {
-	if t.HistoryAge > 0 {
+	switch {
+	case t.HistoryAge > 0:
 		return age >= t.HistoryAge
+	case t.History == HistoryAll:
+		return records >= DefaultHistory // a copy of the base every so often, for reverts
 	}
 	return t.History > 0 && records >= uint64(t.History)
 }
@@ -194,6 +210,8 @@ func (t TypeSettings) historyLimit() string {
 		return "the last " + t.HistoryAge.String()
 	case t.History > 0:
 		return "the last " + strconv.Itoa(t.History) + " records"
+	case t.History == HistoryAll:
+		return "every record"
 	}
 	return "none"
 }

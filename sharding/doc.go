@@ -18,7 +18,8 @@
 // shard). A type's TypeSettings name its allocation (AllocationLeastShard,
 // AllocationPriority), its checkpoint policy (CheckpointJournal, the default,
 // CheckpointPassivation, CheckpointEveryMessage or "every:N"), the journal records
-// kept behind a base (DefaultHistory), and whom MaxActive passivates (PassivationLRU,
+// kept behind a base (DefaultHistory; HistoryAll keeps every one, KeepsAllHistory
+// says so), and whom MaxActive passivates (PassivationLRU,
 // the default, PassivationLFU or PassivationWTinyLFU).
 //
 // The embedder supplies an EntityFactory that makes Entity values (optionally

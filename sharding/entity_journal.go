@@ -253,8 +253,8 @@ func (e *entity) based(ctx context.Context) {
 // last such copy (a KindBase record) is as far back as the history reaches (or force:
 // after a time travel, whose state no replay makes), the base is copied to the
 // journal as a new one, and, in the first case, the records before the previous copy
-// go. So a journal holds at most about twice its history, and each of its records can
-// be reverted to (historyAt). A copy that fails is tried again at the next base.
+// go (under HistoryAll, none goes). So a journal holds at most about twice its
+// history, and each of its records can be reverted to (historyAt). A copy that fails is tried again at the next base.
 func (e *entity) keepHistory(ctx context.Context, force bool) {
 	s := e.r.s
 	st := e.r.Settings()
@@ -292,7 +292,7 @@ func (e *entity) keepHistory(ctx context.Context, force bool) {
 			if st.History > 0 {
 				keep = uint64(st.History)
 			}
-			if e.seq+1 > keep {
+			if e.seq+1 > keep && !st.KeepsAllHistory() {
 				e.truncate(ctx, e.seq+1-keep)
 			}
 			return
@@ -301,7 +301,7 @@ func (e *entity) keepHistory(ctx context.Context, force bool) {
 		return
 	}
 	e.histBase, e.histAt = entry.Seq, entry.Time.UnixMilli()
-	if prev != 0 && due {
+	if prev != 0 && due && !st.KeepsAllHistory() {
 		e.truncate(ctx, prev)
 	}
 }

@@ -151,6 +151,43 @@ func TestBasesTruncateTheJournalButForTheHistory(t *testing.T) {
 	}
 }
 
+// Under HistoryAll, bases are saved and copied into the journal as under any history,
+// but no record goes: the journal holds every one from the entity's first.
+func TestHistoryAllKeepsEveryRecord(t *testing.T) {
+	store := NewMemoryStateStore()
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	// Three bases: under a history of DefaultHistory records, the second copy of a
+	// base would truncate the journal before the first.
+	total := 3*journalBaseEvery + 10
+	for i := 1; i <= total; i++ {
+		if got := mustAsk(t, n, "history-all", "a", "inc"); got != strconv.Itoa(i) {
+			t.Fatalf("inc %d: %s", i, got)
+		}
+	}
+	key := EntityKey{Type: "history-all", Shard: abiShard("a", 10), ID: "a"}
+	recs, err := store.ReadJournal(context.Background(), key, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := 0
+	for k, r := range recs {
+		if r.Seq != uint64(k+1) {
+			t.Fatalf("record %d where record %d should be: the journal was truncated", r.Seq, k+1)
+		}
+		if e, err := DecodeJournalEntry(key, r); err != nil {
+			t.Fatal(err)
+		} else if e.Kind == KindBase {
+			bases++
+		}
+	}
+	// Every message's record, and the copies of the bases (two at least: a revert
+	// starts from one).
+	if len(recs) != total+bases || bases < 2 {
+		t.Fatalf("%d records with %d copies of a base, want %d messages' and a copy at least", len(recs), bases, total)
+	}
+}
+
 // A journal with a corrupt record does not activate its entity: the record is not
 // replayed, and the entity does not start without it either.
 func TestACorruptRecordIsNeverReplayed(t *testing.T) {

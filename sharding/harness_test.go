@@ -425,6 +425,7 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 			"passive":        {Name: "passive", NumberOfShards: 10, Checkpoint: CheckpointPassivation},
 			"remember":       {Name: "remember", NumberOfShards: 10, RememberEntities: true},
 			"history":        {Name: "history", NumberOfShards: 10, History: 5},
+			"history-all":    {Name: "history-all", NumberOfShards: 10, History: HistoryAll},
 			"worker":         {Name: "worker", NumberOfShards: 20, Role: "worker"},
 			"sender":         {Name: "sender", NumberOfShards: 10},
 			"sender-amo":     {Name: "sender-amo", NumberOfShards: 10, Delivery: DeliveryAtMostOnce},

@@ -202,7 +202,7 @@ func TestHistorySettings(t *testing.T) {
 		st   TypeSettings
 		want string
 	}{
-		{TypeSettings{Name: "a", NumberOfShards: 1, History: -2}, "history of -2 records"},
+		{TypeSettings{Name: "a", NumberOfShards: 1, History: -3}, "history of -3 records"},
 		{TypeSettings{Name: "a", NumberOfShards: 1, HistoryAge: -time.Second}, "history of -1s"},
 		{TypeSettings{Name: "a", NumberOfShards: 1, HistoryAge: 366 * 24 * time.Hour}, "up to a year"},
 	} {
@@ -213,6 +213,10 @@ func TestHistorySettings(t *testing.T) {
 	byCount := TypeSettings{History: 5}
 	byAge := TypeSettings{History: 5, HistoryAge: time.Hour}
 	none := TypeSettings{History: -1}
+	all := TypeSettings{History: HistoryAll}
+	if err := (&TypeSettings{Name: "a", NumberOfShards: 1, History: HistoryAll}).Validate(); err != nil {
+		t.Errorf("history all: %v", err)
+	}
 	for _, c := range []struct {
 		st      TypeSettings
 		records uint64
@@ -222,6 +226,7 @@ func TestHistorySettings(t *testing.T) {
 		{byCount, 4, 10 * time.Hour, false}, {byCount, 5, 0, true},
 		{byAge, 1000, 59 * time.Minute, false}, {byAge, 1, time.Hour, true},
 		{none, 1000, time.Hour, false},
+		{all, DefaultHistory - 1, time.Hour, false}, {all, DefaultHistory, 0, true},
 	} {
 		if got := c.st.historyPassed(c.records, c.age); got != c.passed {
 			t.Errorf("%+v after %d records and %v: passed %v, want %v", c.st, c.records, c.age, got, c.passed)
@@ -229,6 +234,11 @@ func TestHistorySettings(t *testing.T) {
 	}
 	if byAge.historyLimit() != "the last 1h0m0s" || none.keepsHistory() {
 		t.Errorf("limit %q, none keeps %v", byAge.historyLimit(), none.keepsHistory())
+	}
+	if !all.keepsHistory() || !all.KeepsAllHistory() || all.historyLimit() != "every record" || byCount.KeepsAllHistory() ||
+		(TypeSettings{History: HistoryAll, HistoryAge: time.Hour}).KeepsAllHistory() {
+		t.Errorf("all: keeps %v, all %v, limit %q; by count: all %v", all.keepsHistory(), all.KeepsAllHistory(), all.historyLimit(),
+			byCount.KeepsAllHistory())
 	}
 }
 

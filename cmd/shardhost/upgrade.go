@@ -24,7 +24,11 @@ module, and keep explicit state, to the current version: it passivates them, a s
 a time (their state saved; messages that arrive meanwhile wait, no ask fails), so that
 each takes the current version at its next message with its state; with --now it
 activates each again at once. Entities whose state is a transparent snapshot cannot
-move: their state belongs to their module. --dry-run lists those, with the reason, and
+move: their state belongs to their module; but for a type deployed with --history all,
+each replays its whole journal on the new module at its activation, and moves when
+every message does what its record says (the same outcome, reply and host calls), or
+stays, with the message where it differed. --dry-run lists those that cannot move, with
+the reason (it tries the replays), and
 what an upgrade would move, and changes nothing. The output ends with the type's entities
 by version (docs/sharding.md, "Upgrading running entities").`,
 		Args: cobra.NoArgs,
@@ -74,9 +78,9 @@ by version (docs/sharding.md, "Upgrading running entities").`,
 // printUpgrade renders an UpgradeResult.
 func printUpgrade(out io.Writer, res host.UpgradeResult) {
 	if res.DryRun {
-		fmt.Fprintf(out, "dry run: %d active entities of %s with explicit state would move to version %d\n", res.Upgradable, res.Type, res.Version)
+		fmt.Fprintf(out, "dry run: %d active entities of %s would move to version %d\n", res.Upgradable, res.Type, res.Version)
 	} else {
-		fmt.Fprintf(out, "upgraded %d of %d active entities of %s with explicit state to version %d\n", res.Upgraded, res.Upgradable, res.Type, res.Version)
+		fmt.Fprintf(out, "upgraded %d of %d active entities of %s to version %d\n", res.Upgraded, res.Upgradable, res.Type, res.Version)
 	}
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	for _, f := range res.Failed {

@@ -19,7 +19,8 @@
 //! Build: as examples/wasm/counter-rust (make examples writes bin/wasm/bank-rust.wasm).
 //! Built with `--cfg bank_limit`, the bank refuses deposits over 1,000: a changed
 //! version to try on an account's real history with `shardhost replay --module`
-//! (docs/cli.md, "Replay and trial upgrades").
+//! (docs/cli.md, "Replay and trial upgrades"). Built with `--cfg bank_trap`, every
+//! deposit traps: a broken version, the canary that e2e/bank_upgrade_test.go rolls back.
 
 use shardhost::{Consistency, Context, Entity, Error, State, StateReader, StateWriter};
 
@@ -33,6 +34,10 @@ const MAX_DEPOSIT: i64 = 0;
 /// bank whose trial upgrade e2e/replay_test.go runs.
 #[cfg(bank_limit)]
 const MAX_DEPOSIT: i64 = 1000;
+
+/// Whether every deposit traps: only in the broken build (`--cfg bank_trap`), the canary
+/// that e2e/bank_upgrade_test.go rolls back.
+const TRAP_DEPOSITS: bool = cfg!(bank_trap);
 
 /// The version of the state's encoding, its first field.
 const STATE_VERSION: u64 = 1;
@@ -81,6 +86,9 @@ impl Entity for Account {
                     return Err(Error::new(format!("bank: a deposit is at most {}", MAX_DEPOSIT)));
                 }
                 if *op == "deposit" {
+                    if TRAP_DEPOSITS {
+                        panic!("bank: this build traps on every deposit");
+                    }
                     ctx.pn_counter(TOTAL_KEY)
                         .incr(n as u64, Consistency::Majority)
                         .map_err(|e| Error::new(format!("bank: {} not updated: {}", TOTAL_KEY, e.message())))?;

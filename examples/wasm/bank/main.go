@@ -17,6 +17,9 @@
 // changed version to try on an account's real history with shardhost replay --module
 // (docs/cli.md, "Replay and trial upgrades").
 //
+// Built with -tags banktrap (trap_on.go), every deposit traps: a broken version, the
+// canary that e2e/bank_upgrade_test.go rolls back.
+//
 // The balance changes only after bank-total took the amount, so the two agree as long
 // as no acknowledged message is lost.
 //
@@ -86,6 +89,9 @@ func (acc *account) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) 
 		}
 		total := ctx.PNCounter(TotalKey)
 		if f[0] == "deposit" {
+			if trapDeposits {
+				panic("bank: this build traps on every deposit")
+			}
 			if _, err := total.Incr(n, shardhost.Majority); err != nil {
 				return nil, errors.New("bank: " + TotalKey + " not updated: " + err.Error())
 			}

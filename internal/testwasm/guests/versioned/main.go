@@ -1,5 +1,5 @@
 // Command versioned is a test guest of module upgrades: a counter that says which
-// version of its module answers. Two variables, set at build time, make its versions:
+// version of its module answers. Variables set at build time make its versions:
 //
 //	-ldflags='-X main.version=v2'        the version it names in its replies (default v1)
 //	-ldflags='-X main.state=transparent' its state is a transparent snapshot of its
@@ -7,10 +7,14 @@
 //	-ldflags='-X main.step=10'           what "inc" adds (default 1)
 //	-ldflags='-X main.migrate=x100'      explicit state only: a Migrator that takes up
 //	                                     another version's count times 100 ("fail":
-//	                                     refuses it, "trap": panics)
+//	                                     refuses it, "trap": panics, "garbage": accepts
+//	                                     it and is left with a state it cannot save)
 //	-ldflags='-X main.receive=trap'      "inc" traps (a broken version)
+//	-ldflags='-X main.build=two'         what "build" replies (default one): a module
+//	                                     whose other replies are its version's
 //
-// Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT".
+// Messages: "inc" adds step, "get" reads; both reply "VERSION COUNT". "build" replies
+// build and changes nothing.
 //
 // Build (testwasm.GuestPath does): GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
 // -ldflags='-X main.version=v2' -o versioned.wasm ./versioned
@@ -29,6 +33,7 @@ var (
 	step    = "1"
 	migrate = ""
 	receive = ""
+	build   = "one"
 )
 
 // inc is what "inc" adds: step, parsed; it traps with receive=trap.
@@ -47,7 +52,7 @@ func reply(n int64, msg []byte) ([]byte, error) {
 	return []byte(version + " " + strconv.FormatInt(n, 10)), nil
 }
 
-var errUnknown = errors.New("versioned: want inc or get")
+var errUnknown = errors.New("versioned: want inc, get or build")
 
 // explicit keeps its count in explicit state.
 type explicit struct {
@@ -59,14 +64,19 @@ func (e *explicit) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 	case "inc":
 		e.State += shardhost.Int64(inc())
 	case "get":
+	case "build":
+		return []byte(build), nil
 	default:
 		return nil, errUnknown
 	}
 	return reply(int64(e.State), msg)
 }
 
-// migrating is explicit with a Migrator (migrate).
-type migrating struct{ explicit }
+// migrating is explicit with a Migrator (migrate); garbage: its state cannot be saved.
+type migrating struct {
+	explicit
+	garbage bool
+}
 
 func (m *migrating) Migrate(from uint64, state []byte) error {
 	switch migrate {
@@ -74,12 +84,23 @@ func (m *migrating) Migrate(from uint64, state []byte) error {
 		return errors.New("versioned: no migration from version " + strconv.FormatUint(from, 10))
 	case "trap":
 		panic("versioned: migration trap")
+	case "garbage":
+		m.garbage = true
+		return nil
 	}
 	if err := m.State.UnmarshalBinary(state); err != nil {
 		return err
 	}
 	m.State *= 100
 	return nil
+}
+
+// Snapshot fails after a "garbage" migration.
+func (m *migrating) Snapshot() ([]byte, error) {
+	if m.garbage {
+		return nil, errors.New("versioned: the migrated state is garbage")
+	}
+	return m.explicit.Snapshot()
 }
 
 // transparent keeps its count in a plain field: its state is a memory snapshot.
@@ -90,6 +111,8 @@ func (t *transparent) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error
 	case "inc":
 		t.n += inc()
 	case "get":
+	case "build":
+		return []byte(build), nil
 	default:
 		return nil, errUnknown
 	}
