@@ -26,7 +26,7 @@ TINYGO_FLAGS := -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none
 HAVE_TINYGO  := $(shell command -v $(TINYGO) >/dev/null 2>&1 && echo yes)
 TINYGO_GET   := install TinyGo >= 0.34 (https://tinygo.org/getting-started/install/)
 
-GO_EXAMPLES     := counter faulty room bank webhook
+GO_EXAMPLES     := counter faulty room bank webhook subscription
 GO_TEST_MODULES := abitest
 GO_SDK          := guest-sdk/go/*.go guest-sdk/go/go.mod
 ifeq ($(HAVE_TINYGO),yes)
@@ -41,7 +41,7 @@ endif
 # a rustup toolchain earlier in PATH usually lacks that target, hence the full path.
 RUSTC         ?= /usr/bin/rustc
 RUSTDOC       ?= /usr/bin/rustdoc
-RUST_EXAMPLES := echo-rust cart counter-rust bank-rust
+RUST_EXAMPLES := echo-rust cart counter-rust bank-rust ledger
 RUST_TEST_MODULES := abitest-rust
 RUST_SDK      := guest-sdk/rust/src/lib.rs
 RUST_SDK_SRC  := $(wildcard guest-sdk/rust/src/*.rs)
