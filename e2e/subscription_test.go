@@ -138,6 +138,7 @@ func TestSubscriptionsBillEachPeriodOnceThroughSIGKILLs(t *testing.T) {
 		}
 	}
 	last := progress(hosts, "every subscription to bill 2 periods")
+	t.Logf("started: last periods charged %v", last)
 
 	current := append([]*host(nil), hosts...)
 	for i := range current {
@@ -154,6 +155,7 @@ func TestSubscriptionsBillEachPeriodOnceThroughSIGKILLs(t *testing.T) {
 				last[k] = max(last[k], p)
 			}
 		}
+		t.Logf("member %d killed and started again: last periods charged %v", i+1, last)
 		progressPast(current, last, fmt.Sprintf("every subscription to bill 2 more periods after member %d started again", i+1))
 	}
 
