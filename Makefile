@@ -26,7 +26,7 @@ TINYGO_FLAGS := -target=wasip1 -buildmode=c-shared -no-debug -scheduler=none
 HAVE_TINYGO  := $(shell command -v $(TINYGO) >/dev/null 2>&1 && echo yes)
 TINYGO_GET   := install TinyGo >= 0.34 (https://tinygo.org/getting-started/install/)
 
-GO_EXAMPLES     := counter faulty room bank webhook
+GO_EXAMPLES     := counter faulty room bank webhook subscription
 # Second versions of examples, examples/wasm/NAME-v2, built to bin/wasm/v2/NAME.wasm: a
 # redeploy of the type NAME (docs/state.md, "Changing the state's encoding"). In a
 # directory of their own, so that `shardhost dev` (every bin/wasm/*.wasm) leaves them out.
@@ -45,7 +45,7 @@ endif
 # a rustup toolchain earlier in PATH usually lacks that target, hence the full path.
 RUSTC         ?= /usr/bin/rustc
 RUSTDOC       ?= /usr/bin/rustdoc
-RUST_EXAMPLES := echo-rust cart counter-rust bank-rust
+RUST_EXAMPLES := echo-rust cart counter-rust bank-rust ledger
 RUST_V2_EXAMPLES := bank-rust
 RUST_TEST_MODULES := abitest-rust
 RUST_SDK      := guest-sdk/rust/src/lib.rs
