@@ -66,6 +66,7 @@ import (
 //	GET  /alive                          → 200 {"status":"alive","node":A} while the process serves
 //	GET  /ready                          → 200 {"status":"ready",...} or 503 {"status":"not-ready","reason":R,...}
 //	GET  /metrics                        → the metrics in the Prometheus text format
+//	GET  /v1/openapi.json                → this API's OpenAPI 3.1 description (openapi.go)
 //	ANY  /PREFIX/{id}[/...]               → an entity type's HTTP route: the entity's own response (routes.go)
 //
 // Every request has an HTTP server span (otelhttp, named by route: "POST /v1/ask"), and
@@ -187,6 +188,7 @@ func (n *Node) routes() *http.ServeMux {
 	n.ddataRoutes(mux)
 	n.consoleRoutes(mux)
 	n.keyRoutes(mux)
+	n.openAPIRoutes(mux)
 	// /v1/health predates the probes: it stays, as an alias of /alive.
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.Self().Address})

@@ -41,8 +41,9 @@ type APIConfig struct {
 	// client or read); ClientAuth should then be tls.VerifyClientCertIfGiven so that
 	// token callers need no certificate.
 	TLS *tls.Config
-	// AuthAll requires a role (read) for /alive, /ready, /metrics and /v1/health too,
-	// which are otherwise open so that orchestrators and scrapers need no credentials.
+	// AuthAll requires a role (read) for /alive, /ready, /metrics, /v1/health and
+	// /v1/openapi.json too, which are otherwise open so that orchestrators, scrapers and
+	// client generators need no credentials.
 	AuthAll bool
 	// MaxConcurrentRequests caps the requests being handled at once (the probes and
 	// /metrics not counted); past it a request is answered 503 with Retry-After: 1 at

@@ -116,6 +116,8 @@ var routeRoles = map[string]Role{
 	"GET /alive":                             RoleNone,
 	"GET /ready":                             RoleNone,
 	"GET /metrics":                           RoleNone,
+	// The API's description: the repository's file, nothing about the cluster (openapi.go).
+	"GET /v1/openapi.json": RoleNone,
 	// The web console (console.go): pages need read (distributed data values client,
 	// as their route does), actions admin; logging in needs nothing.
 	"GET /ui":                                RoleRead,

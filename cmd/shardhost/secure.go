@@ -33,7 +33,7 @@ func (f *secureFlags) add(cmd *cobra.Command) {
 	d := host.DefaultAPIConfig()
 	fl := cmd.Flags()
 	fl.StringVar(&f.apiTokensFile, "api-tokens-file", "", "file of API bearer tokens, one \"ROLE TOKEN\" or \"ROLE sha256:HEX\" a line (roles admin, client, read); required for a non-loopback --api")
-	fl.BoolVar(&f.apiAuthAll, "api-auth-all", false, "require a token for /alive, /ready and /metrics too")
+	fl.BoolVar(&f.apiAuthAll, "api-auth-all", false, "require a token for /alive, /ready, /metrics and /v1/openapi.json too")
 	fl.BoolVar(&f.apiInsecure, "api-insecure", false, "serve a non-loopback --api without authentication: anyone who reaches it can deploy code")
 	fl.StringVar(&f.apiTLSCert, "api-tls-cert", "", "certificate (PEM) the API serves HTTPS with, e.g. member.crt of shardhost certs")
 	fl.StringVar(&f.apiTLSKey, "api-tls-key", "", "the key of --api-tls-cert (PEM)")
