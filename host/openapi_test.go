@@ -359,6 +359,20 @@ func TestOpenAPIValidatesRealTraffic(t *testing.T) {
 		contentType: "text/plain", token: client})
 	c.want(400, openAPICall{method: "POST", path: "/v1/tell", query: q("type", "counter"), body: []byte("get"),
 		contentType: "text/plain", token: client, badRequest: true})
+	// Scheduled messages: one scheduled an hour ahead, listed, cancelled; an unknown ID.
+	var sched ScheduledTellResult
+	r = c.want(202, openAPICall{method: "POST", path: "/v1/tell", query: q("type", "counter", "id", "a", "deliver_in", "1h"),
+		body: []byte("inc 1"), contentType: "application/octet-stream", token: client})
+	if err := json.Unmarshal(r.body, &sched); err != nil || sched.Status != "scheduled" || sched.ID == "" {
+		t.Fatalf("scheduled tell: %s %v", r.body, err)
+	}
+	c.want(400, openAPICall{method: "POST", path: "/v1/tell", query: q("type", "counter", "id", "a", "deliver_at", "noon"),
+		body: []byte("inc 1"), contentType: "text/plain", token: client})
+	c.want(200, openAPICall{method: "GET", path: "/v1/scheduled", query: q("type", "counter", "id", "a"), token: client})
+	c.want(200, openAPICall{method: "GET", path: "/v1/scheduled", query: q("limit", "10"), token: client})
+	c.want(400, openAPICall{method: "GET", path: "/v1/scheduled", query: q("limit", "0"), token: client, badRequest: true})
+	c.want(200, openAPICall{method: "DELETE", path: "/v1/scheduled/" + sched.ID, token: client})
+	c.want(404, openAPICall{method: "DELETE", path: "/v1/scheduled/" + sched.ID, token: client})
 	c.want(200, openAPICall{method: "POST", path: "/v1/passivate", query: q("type", "counter", "id", "a"), token: admin})
 	if r := c.want(200, openAPICall{method: "POST", path: "/v1/query", query: q("type", "counter", "id", "a"), body: []byte("get"),
 		contentType: "application/octet-stream", token: read}); string(r.body) != "6" {
