@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -114,6 +115,8 @@ var (
 //	    -args -remind-reminders 1000000 -remind-entities 100000 -remind-rate 30000
 func BenchmarkReminderSteadyState(b *testing.B) {
 	const members = 3
+	// The figures go out as they come (b.Logf's wait for the end, after the stop).
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	const typ = "remind"
 	nRem, nEnt := *remindN, *remindE
 	if nEnt <= 0 || nRem < nEnt || nRem%nEnt != 0 || nRem/nEnt > MaxRemindersPerEntity || *remindRate <= 0 {
@@ -183,7 +186,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 			hosted[home[s].name]++
 		}
 	}
-	b.Logf("%d reminders, %d entities, %d shards (per member: %v), interval %d ms (%d/s due)",
+	logf("%d reminders, %d entities, %d shards (per member: %v), interval %d ms (%d/s due)",
 		nRem, nEnt, shards, hosted, interval, *remindRate)
 
 	// The sets, far ahead, on 8 goroutines.
@@ -221,7 +224,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perReminder := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(nRem)
-	b.Logf("set: %v, %.0f sets/s; heap %.1f → %.1f MiB, %.0f B/reminder",
+	logf("set: %v, %.0f sets/s; heap %.1f → %.1f MiB, %.0f B/reminder",
 		setTime.Round(time.Millisecond), float64(nRem)/setTime.Seconds(),
 		float64(before.HeapAlloc)/(1<<20), float64(after.HeapAlloc)/(1<<20), perReminder)
 
@@ -281,14 +284,14 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 		return time.Duration(late[min(len(late)-1, int(p*float64(len(late))))]) * time.Microsecond
 	}
 	rate := float64(len(late)) / took.Seconds()
-	b.Logf("steady state, %v: %d fired, %.0f/s (%.0f/s due), per member %v; lateness p50 %v p99 %v max %v",
+	logf("steady state, %v: %d fired, %.0f/s (%.0f/s due), per member %v; lateness p50 %v p99 %v max %v",
 		took.Round(time.Millisecond), len(late), rate, float64(nRem)*1000/float64(interval), byMember,
 		pct(0.50), pct(0.99), pct(1))
 	if haveCPU && len(late) > 0 {
 		// The process's CPU time (user and system, the 3 members together) per firing:
 		// what a firing costs whatever else shares the machine.
 		perFiring := (cpu1 - cpu0) / time.Duration(len(late))
-		b.Logf("CPU time of the process: %v in the measurement (%.2f cores), %v per firing",
+		logf("CPU time of the process: %v in the measurement (%.2f cores), %v per firing",
 			(cpu1 - cpu0).Round(time.Millisecond), (cpu1-cpu0).Seconds()/took.Seconds(), perFiring)
 		b.ReportMetric(float64(perFiring.Nanoseconds())/1000, "cpu-µs/firing")
 	}
