@@ -135,7 +135,12 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 		byMember map[string]int
 	}
 	rec.byMember = map[string]int{}
-	tc := newTestCluster(b, members, withSharedStateStore(), withConfig(func(c *Config) { c.AskTimeout = time.Minute }))
+	tc := newTestCluster(b, members, withSharedStateStore(), withConfig(func(c *Config) {
+		c.AskTimeout = time.Minute
+		// The default, not the tests' 50 ms: each member's idle sweep walks all its
+		// active entities every ReconcileInterval.
+		c.ReconcileInterval = DefaultConfig().ReconcileInterval
+	}))
 	for _, n := range tc.nodes {
 		n.factory.onReminder = func(node string, due int64, at time.Time) {
 			rec.Lock()
