@@ -118,6 +118,10 @@ type fakeFactory struct {
 	// onReceive, if set, is called by Receive before it handles msg: a test blocks an
 	// entity there.
 	onReceive func(key, msg string)
+	// onReminder, if set (before any message), is called by Receive for each reminder
+	// delivered, with its due time (Unix ms) and the delivery's time, instead of
+	// recording it in acts.reminded (BenchmarkReminderSteadyState).
+	onReminder func(node string, due int64, at time.Time)
 	// memoryBytes, when set (before any message), makes the entities
 	// EntityInspectors reporting this much memory.
 	memoryBytes uint64
@@ -193,6 +197,10 @@ func (e *fakeEntity) Receive(ctx context.Context, payload []byte) ([]byte, error
 	}
 	if mi, _ := MessageInfoFrom(ctx); mi.Kind == KindReminder {
 		e.n++
+		if e.f.onReminder != nil {
+			e.f.onReminder(e.f.node, int64(mi.Tag), time.Now())
+			return nil, nil
+		}
 		e.f.acts.mu.Lock()
 		e.f.acts.reminded = append(e.f.acts.reminded, firedReminder{node: e.f.node, key: e.key, name: mi.Sender,
 			payload: msg, due: int64(mi.Tag), at: time.Now().UnixMilli()})
@@ -429,6 +437,7 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 			"worker":         {Name: "worker", NumberOfShards: 20, Role: "worker"},
 			"sender":         {Name: "sender", NumberOfShards: 10},
 			"sender-amo":     {Name: "sender-amo", NumberOfShards: 10, Delivery: DeliveryAtMostOnce},
+			"remind":         {Name: "remind", NumberOfShards: abi.DefaultNumberOfShards},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()

@@ -338,13 +338,28 @@ func (m *MemoryStateStore) DueReminders(ctx context.Context, typ string, shard i
 			return nil, 0, staleReadError(EntityKey{Type: typ, Shard: shard}, epoch, cur)
 		}
 	}
-	var all []EntityReminder
+	// One pass: the due ones are gathered (and only they sorted and copied), the
+	// earliest of the others kept; a shard's home reads its due reminders up to about
+	// 100 times a second, and a shard may hold many more reminders than are due.
+	var due []EntityReminder
+	var next int64
 	for id, rs := range m.reminders[shardKey{typ, shard}] {
 		for _, r := range rs {
-			r.Payload = slices.Clone(r.Payload)
-			all = append(all, EntityReminder{ID: id, Reminder: r})
+			if r.Due > before {
+				if next == 0 || r.Due < next {
+					next = r.Due
+				}
+				continue
+			}
+			due = append(due, EntityReminder{ID: id, Reminder: r})
 		}
 	}
-	due, next := splitDue(all, before, limit)
+	due, rest := splitDue(due, before, limit)
+	if rest != 0 && (next == 0 || rest < next) {
+		next = rest
+	}
+	for i := range due {
+		due[i].Payload = slices.Clone(due[i].Payload)
+	}
 	return due, next, nil
 }
