@@ -93,15 +93,16 @@ func shopCall(t *testing.T, hc *http.Client, method, url, body string) (int, sho
 }
 
 // TestShopOverTheClientLibrary runs the example shop (examples/app/shop) against three
-// members with the cart entity: carts are filled, viewed and checked out through the
-// shop, which calls the carts with the client library. Then the member the shop talks
-// to first is SIGKILLed, and every cart, wherever it was hosted, is still viewed and
-// checked out through the shop: the client library sends each message again, with its
-// idempotency key, through the other members until the dead member's shards have
-// moved. No request to the shop fails.
+// members with the cart entity, deployed with its HTTP route: carts are filled, viewed
+// and checked out through the shop, which calls the carts with the client library, and a
+// cart the shop filled is read through the route on every member. Then the member the
+// shop talks to first is SIGKILLed, and every cart, wherever it was hosted, is still
+// viewed and checked out through the shop: the client library sends each message again,
+// with its idempotency key, through the other members until the dead member's shards
+// have moved. No request to the shop fails.
 func TestShopOverTheClientLibrary(t *testing.T) {
 	hosts := startCluster(t, 3, fast...)
-	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "cart", testwasm.RustPath(t, "cart")); !ok {
+	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "cart", "--http-route", "/shop/{id}/...", testwasm.RustPath(t, "cart")); !ok {
 		t.Fatalf("deploy cart: %s%s", out, errText)
 	}
 	shop := "http://" + startShop(t, []string{hosts[0].api, hosts[1].api, hosts[2].api})
@@ -114,6 +115,12 @@ func TestShopOverTheClientLibrary(t *testing.T) {
 	}
 	if status, c := shopCall(t, hc, "GET", shop+"/carts/alice", ""); status != 200 || !slices.Equal(c.Items, []string{"apple", "pear"}) || c.TotalCents != 125 {
 		t.Fatalf("view alice: %d %+v, want apple and pear for 125 cents", status, c)
+	}
+	// The cart's own HTTP route, served by every member, shows what the shop put in it.
+	for _, h := range hosts {
+		if status, body, _ := routeRequest(t, h, "GET", "/shop/alice/", ""); status != 200 || body != `["apple","pear"]` {
+			t.Fatalf("GET /shop/alice/ via %s: %d %s, want the shop's apple and pear", h.api, status, body)
+		}
 	}
 	if status, c := shopCall(t, hc, "POST", shop+"/carts/alice/items", "caviar"); status != 400 || !strings.Contains(c.Error, `no product "caviar"`) {
 		t.Fatalf("add an unknown product: %d %+v, want 400", status, c)
