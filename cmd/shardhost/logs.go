@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	shclient "github.com/shardhost/shardhost/client"
 	"github.com/shardhost/shardhost/host"
 )
 
@@ -153,61 +151,22 @@ func formatLogLine(l host.EntityLogLine) string {
 
 // events reads the server-sent events of a GET of path, calling f with each event's
 // name ("" for a plain one) and data, until the stream ends, ctx is done (nil is
-// returned) or f fails.
+// returned) or f fails: the library's Events, with the CLI's explanations of failures.
 func (c *client) events(ctx context.Context, path string, f func(event, data string) error) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
+	lc, err := c.lib()
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "text/event-stream")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	err = lc.Events(ctx, path, f)
+	var re *shclient.RequestError
+	var ae *shclient.APIError
+	switch {
+	case errors.As(err, &re):
+		return c.explain(re.Err)
+	case errors.As(err, &ae):
+		return c.apiError(ae)
+	case errors.Is(err, shclient.ErrStreamEnded):
+		return errors.New("the follow stopped: the member closed the stream")
 	}
-	hc := *c.http
-	hc.Timeout = 0 // a follow lasts until it is stopped
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return c.explain(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		b, _ := io.ReadAll(resp.Body)
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return &apiError{status: resp.StatusCode, code: e.Code, msg: e.Error}
-		}
-		return &apiError{status: resp.StatusCode, msg: fmt.Sprintf("API replied %s: %s", resp.Status, strings.TrimSpace(string(b)))}
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	event := ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			if err := f(event, strings.TrimPrefix(line, "data: ")); err != nil {
-				return err
-			}
-			event = ""
-		}
-	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("the follow stopped: %v", err)
-	}
-	return errors.New("the follow stopped: the member closed the stream")
+	return err
 }
