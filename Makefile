@@ -238,7 +238,7 @@ test-rust: $(RUST_EXAMPLES:%=$(BIN)/wasm/%.wasm) $(RUST_V2_EXAMPLES:%=$(BIN)/was
 # The Go tests build their modules themselves (internal/testwasm), with the same TinyGo.
 # The fault schedules (faults/) run apart, in test-faults.
 test-go: | rust-toolchain
-	TINYGO=$(TINYGO) $(GO) test -race -count=1 -timeout 30m ./...
+	TINYGO=$(TINYGO) $(GO) test -race -count=1 -timeout 60m ./...
 
 # 200 fault schedules (faults/doc.go), seeds 1 to 200, 12 at once, without the race
 # detector (which slows the members past their failure detectors' deadlines; the
