@@ -99,7 +99,7 @@ func TestReminderDueDuringAFullStopFiresOnceLate(t *testing.T) {
 	if out, errText, ok := cli(t, hosts[0], nil, "deploy", "--type", "remind", testwasm.Path(t, "abitest")); !ok {
 		t.Fatalf("deploy: %s%s", out, errText)
 	}
-	if status, body, _, err := api(hosts[0], "ask", "remind", "late", "remind wake 8000 0 hello"); err != nil || status != 200 || body != "ok" {
+	if status, body, _, err := api(hosts[0], "ask", "remind", "late", "remind wake 30000 0 hello"); err != nil || status != 200 || body != "ok" {
 		t.Fatalf("remind: %d %q %v", status, body, err)
 	}
 	var due int64
