@@ -660,7 +660,7 @@ func TestDockerFullDataDirectory(t *testing.T) {
 			}
 		}()
 	}
-	line := dc.waitLog(full, begin, 3*time.Minute, noSpaceRE)
+	line := dc.waitLog(full, begin, 5*time.Minute, noSpaceRE)
 	// A little more of the same on the full disk, then the checked counters once more.
 	fillMu.Lock()
 	more := next + 50
@@ -695,4 +695,4 @@ func TestDockerFullDataDirectory(t *testing.T) {
 
 // fullDiskSize is the tmpfs of TestDockerFullDataDirectory's member: room for the
 // module, its compilation and a few hundred counters' state.
-const fullDiskSize = "4m"
+const fullDiskSize = "3m"

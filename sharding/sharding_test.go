@@ -523,7 +523,7 @@ func TestRebalanceAfterAJoinKeepsOrderAndSingleActivation(t *testing.T) {
 	for _, id := range ids {
 		want := strconv.Itoa(sent[id] - 1)
 		var list string
-		testutil.Eventually(t, 10*time.Second, id+"'s last message", func() bool {
+		testutil.Eventually(t, 60*time.Second, id+"'s last message", func() bool {
 			r, err := ask(t, tc.nodes[1], "counter", id, "list")
 			list = string(r.Payload)
 			return err == nil && strings.HasSuffix(list, ","+want) || list == want
