@@ -192,17 +192,29 @@ func (c *client) doWith(method, path string, body []byte, header http.Header) (r
 		}
 	}
 	r, err := lc.Do(context.Background(), method, path, body, opts...)
+	if err != nil {
+		var ae *shclient.APIError
+		if errors.As(err, &ae) {
+			return response{header: ae.Header}, c.libError(err)
+		}
+		return response{}, c.libError(err)
+	}
+	return response{body: r.Body, header: r.Header}, nil
+}
+
+// libError gives a failure of the library the CLI's explanations: a request no member
+// answered is a *requestError saying what to do, an error reply an *apiError with the
+// CLI's hints; any other error is returned as it is.
+func (c *client) libError(err error) error {
 	var re *shclient.RequestError
 	var ae *shclient.APIError
 	switch {
 	case errors.As(err, &re):
-		return response{}, &requestError{err: c.explain(re.Err), sent: re.Sent}
+		return &requestError{err: c.explain(re.Err), sent: re.Sent}
 	case errors.As(err, &ae):
-		return response{header: ae.Header}, c.apiError(ae)
-	case err != nil:
-		return response{}, err
+		return c.apiError(ae)
 	}
-	return response{body: r.Body, header: r.Header}, nil
+	return err
 }
 
 // apiError gives an error reply the CLI's hints: plain HTTP sent to an HTTPS API, the

@@ -157,16 +157,8 @@ func (c *client) events(ctx context.Context, path string, f func(event, data str
 	if err != nil {
 		return err
 	}
-	err = lc.Events(ctx, path, f)
-	var re *shclient.RequestError
-	var ae *shclient.APIError
-	switch {
-	case errors.As(err, &re):
-		return c.explain(re.Err)
-	case errors.As(err, &ae):
-		return c.apiError(ae)
-	case errors.Is(err, shclient.ErrStreamEnded):
+	if err = lc.Events(ctx, path, f); errors.Is(err, shclient.ErrStreamEnded) {
 		return errors.New("the follow stopped: the member closed the stream")
 	}
-	return err
+	return c.libError(err)
 }
