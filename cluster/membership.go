@@ -465,7 +465,7 @@ func (m *Membership) publishDiff(prev, next View) {
 	}
 	for _, e := range events {
 		if e.Kind != SelfExited && e.Kind != ConvergenceChanged {
-			m.log.Info("membership: "+e.Kind.String(), "member", e.Member.Address, "uid", e.Member.UID, "status", e.Member.Status)
+			m.log.Info("membership: "+e.Kind.String(), memberEventAttrs(e)...)
 		}
 	}
 	m.subMu.Lock()
@@ -475,6 +475,16 @@ func (m *Membership) publishDiff(prev, next View) {
 			s.deliver(e)
 		}
 	}
+}
+
+// memberEventAttrs are the attributes of e's log record: its member's address, UID
+// and status, or leader=none for a LeaderChanged to no leader (a zero Member, whose
+// UID and status would print as 0000000000000000 and status(0)).
+func memberEventAttrs(e MemberEvent) []any {
+	if e.Kind == LeaderChanged && e.Member.Address == "" {
+		return []any{"leader", "none"}
+	}
+	return []any{"member", e.Member.Address, "uid", e.Member.UID, "status", e.Member.Status}
 }
 
 func (m *Membership) selfIn(v View) (Member, bool) {

@@ -195,8 +195,8 @@ func TestPriorityIsTheSameEverywhere(t *testing.T) {
 }
 
 // TestSpreadAfterAFailureForEachStrategy: 100 shards on four regions, one fails; the
-// spread of shards per surviving region, for each strategy (a figure of the issue's
-// report: go test -v -run SpreadAfter ./sharding).
+// spread of shards per surviving region, for each strategy (the figures it logs:
+// go test -v -run SpreadAfter ./sharding).
 func TestSpreadAfterAFailureForEachStrategy(t *testing.T) {
 	for _, s := range []ShardAllocationStrategy{LeastShardAllocationStrategy{}, PriorityAllocationStrategy{Type: "counter"}} {
 		current := allocateAll(t, s, []string{"a", "b", "c", "d"}, 100)

@@ -121,9 +121,9 @@ func TestDevDemoUnderCPULoad(t *testing.T) {
 
 	stopLoad := busyLoops(t)
 	g := owner.New()
-	defer g.Wait()
+	defer func() { g.Close(); g.Wait() }() // closed too: Wait alone leaves the group's idle goroutine
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // before g.Wait: it ends dev's run
+	defer cancel() // before g.Close: it ends dev's run
 	done := make(chan error, 1)
 	g.Go(func() { done <- d.run(ctx) })
 

@@ -35,9 +35,9 @@ func TestStartLeaveLogsAtInfo(t *testing.T) {
 	root.SetArgs([]string{"start", "--bind", "127.0.0.1:0", "--transport", "127.0.0.1:0", "--api", api,
 		"--data-dir", t.TempDir(), "--log-format", "json"})
 	g := owner.New()
-	defer g.Wait()
+	defer func() { g.Close(); g.Wait() }() // closed too: Wait alone leaves the group's idle goroutine
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // before g.Wait: it stops the member
+	defer cancel() // before g.Close: it stops the member
 	done := make(chan error, 1)
 	g.Go(func() { done <- root.ExecuteContext(ctx) })
 

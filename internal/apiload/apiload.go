@@ -88,6 +88,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
+	// The load's goroutines have no owner.Group: they live one Run, which ends them (ctx)
+	// and waits for them (wg) before it returns.
 	var wg sync.WaitGroup
 
 	// The member's memory, sampled every 50 ms.

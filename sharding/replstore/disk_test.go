@@ -11,7 +11,7 @@ import (
 
 	"github.com/shardhost/shardhost/internal/testutil"
 
-	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -99,7 +99,7 @@ func TestAStateDirectoryIsNewUntilItsMemberSeesAnother(t *testing.T) {
 		t.Fatal("a directory opened before by a process that took no part in a cluster is not new")
 	}
 
-	c := &ssCluster{tb: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: ssTolerant()}
+	c := &ssCluster{tb: t, network: clustertest.NewNetwork(), lc: clustertest.Tolerant()}
 	t.Cleanup(c.stopAll)
 	a := c.start(dir)
 	if !a.store.newFile() {

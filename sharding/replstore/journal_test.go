@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/sharding"
 	bolt "go.etcd.io/bbolt"
@@ -132,7 +133,7 @@ func flipByte(v []byte) []byte {
 // disk then holds intact. With no intact copy anywhere, the read fails with
 // sharding.ErrCorruptRecord and returns nothing.
 func TestJournalCorruptCopyIsRepaired(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
 	key := sharding.EntityKey{Type: "counter", Shard: 3, ID: "spoilt"}
 	ssAppend(t, c.nodes[0], key, 1, jrecs(key, 1, 4, "r")...)
 	all := []string{"1:r1", "2:r2", "3:r3", "4:r4"}
@@ -146,9 +147,9 @@ func TestJournalCorruptCopyIsRepaired(t *testing.T) {
 	}
 	// Read through the spoilt replica, cut off from y: the majority is x and the one
 	// other replica.
-	c.net.Disconnect(x.transport, y.transport)
+	c.network.Frames.Disconnect(x.transport, y.transport)
 	ssJournal(t, x, key, 1, all...)
-	c.net.Reconnect(x.transport, y.transport)
+	c.network.Frames.Reconnect(x.transport, y.transport)
 	waitDiskJournal(t, c.nodes, key, 0, all...)
 
 	// Spoilt on every replica: no read returns it.
@@ -174,7 +175,7 @@ func TestJournalCorruptCopyIsRepaired(t *testing.T) {
 // A replica refuses a write of a corrupt journal record with a reply code that is
 // sharding.ErrCorruptRecord on the writer, and writes none of the write's records.
 func TestJournalReplicaRefusesACorruptRecord(t *testing.T) {
-	c := newSSCluster(t, 2, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	c := newSSCluster(t, 2, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
 	key := sharding.EntityKey{Type: "counter", Shard: 1, ID: "refused"}
 	good, bad := jrec(key, 1, "good"), jrec(key, 2, "bad")
 	bad.Data[4] ^= 1
@@ -202,13 +203,13 @@ func TestJournalReplicaRefusesACorruptRecord(t *testing.T) {
 // a read that returns it has first written it to a majority, so that every later read
 // returns it too.
 func TestJournalRecordOfAMinorityIsReturnedOnlyOnceDurable(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
 	key := sharding.EntityKey{Type: "counter", Shard: 4, ID: "minority"}
 	ssAppend(t, c.nodes[0], key, 1, jrec(key, 1, "acked"))
 	waitDiskJournal(t, c.nodes, key, 0, "1:acked")
 	w, a, b := c.nodes[0], c.nodes[1], c.nodes[2]
-	c.net.Disconnect(w.transport, a.transport)
-	c.net.Disconnect(w.transport, b.transport)
+	c.network.Frames.Disconnect(w.transport, a.transport)
+	c.network.Frames.Disconnect(w.transport, b.transport)
 	if err := w.store.AppendJournal(ssCtx(t), key, 1, []sharding.JournalRecord{jrec(key, 2, "unacked")}); !errors.Is(err, sharding.ErrStoreUnavailable) {
 		t.Fatalf("an append that reached one replica of three: %v, want ErrStoreUnavailable", err)
 	}
@@ -223,7 +224,7 @@ func TestJournalRecordOfAMinorityIsReturnedOnlyOnceDurable(t *testing.T) {
 	}
 	// w and a, a majority with w (w is cut off from b): the read returns the record,
 	// having written it to a majority.
-	c.net.Reconnect(w.transport, a.transport)
+	c.network.Frames.Reconnect(w.transport, a.transport)
 	ssJournal(t, w, key, 1, "1:acked", "2:unacked")
 	holders := 0
 	for _, n := range c.nodes {
@@ -234,7 +235,7 @@ func TestJournalRecordOfAMinorityIsReturnedOnlyOnceDurable(t *testing.T) {
 	if holders < 2 {
 		t.Fatalf("a read returned a record that %d replica(s) of 3 hold", holders)
 	}
-	c.net.Reconnect(w.transport, b.transport)
+	c.network.Frames.Reconnect(w.transport, b.transport)
 	for _, n := range c.nodes {
 		ssJournal(t, n, key, 1, "1:acked", "2:unacked")
 	}
@@ -244,20 +245,20 @@ func TestJournalRecordOfAMinorityIsReturnedOnlyOnceDurable(t *testing.T) {
 // does not bring the records below the floor back to the others, and gives it the
 // floor, whereupon it drops them; a read through it does not return them.
 func TestJournalTruncationIsNotUndoneByAReplicaThatMissedIt(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
 	key := sharding.EntityKey{Type: "counter", Shard: 6, ID: "truncated"}
 	ssAppend(t, c.nodes[0], key, 1, jrecs(key, 1, 6, "r")...)
 	waitDiskJournal(t, c.nodes, key, 0, "1:r1", "2:r2", "3:r3", "4:r4", "5:r5", "6:r6")
 	a, b, missed := c.nodes[0], c.nodes[1], c.nodes[2]
-	c.net.Disconnect(missed.transport, a.transport)
-	c.net.Disconnect(missed.transport, b.transport)
+	c.network.Frames.Disconnect(missed.transport, a.transport)
+	c.network.Frames.Disconnect(missed.transport, b.transport)
 	if err := a.store.TruncateJournal(ssCtx(t), key, 1, 4); err != nil {
 		t.Fatal(err)
 	}
 	kept := []string{"4:r4", "5:r5", "6:r6"}
 	waitDiskJournal(t, []*ssNode{a, b}, key, 4, kept...)
-	c.net.Reconnect(missed.transport, a.transport)
-	c.net.Reconnect(missed.transport, b.transport)
+	c.network.Frames.Reconnect(missed.transport, a.transport)
+	c.network.Frames.Reconnect(missed.transport, b.transport)
 	if texts, _, floor := ssDiskJournal(t, missed, key); len(texts) != 6 || floor != 0 {
 		t.Fatalf("the cut-off replica holds %v, floor %d", texts, floor)
 	}
@@ -288,20 +289,20 @@ func TestJournalTruncationIsNotUndoneByAReplicaThatMissedIt(t *testing.T) {
 // (its majority: itself and one that has the floor) leaves out what lies below the
 // floor, and writes the floor to it.
 func TestJournalReadAppliesTheHighestFloor(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
 	key := sharding.EntityKey{Type: "counter", Shard: 8, ID: "floored"}
 	ssAppend(t, c.nodes[0], key, 1, jrecs(key, 1, 5, "r")...)
 	waitDiskJournal(t, c.nodes, key, 0, "1:r1", "2:r2", "3:r3", "4:r4", "5:r5")
 	a, b, missed := c.nodes[0], c.nodes[1], c.nodes[2]
-	c.net.Disconnect(missed.transport, a.transport)
-	c.net.Disconnect(missed.transport, b.transport)
+	c.network.Frames.Disconnect(missed.transport, a.transport)
+	c.network.Frames.Disconnect(missed.transport, b.transport)
 	if err := a.store.TruncateJournal(ssCtx(t), key, 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	c.net.Reconnect(missed.transport, b.transport)
+	c.network.Frames.Reconnect(missed.transport, b.transport)
 	ssJournal(t, missed, key, 1, "3:r3", "4:r4", "5:r5")
 	ssJournal(t, missed, key, 4, "4:r4", "5:r5")
-	c.net.Reconnect(missed.transport, a.transport)
+	c.network.Frames.Reconnect(missed.transport, a.transport)
 	waitDiskJournal(t, c.nodes, key, 3, "3:r3", "4:r4", "5:r5")
 }
 
@@ -361,7 +362,7 @@ func TestJournalReplicaDownDuringAppendsCatchesUp(t *testing.T) {
 // take the journals of the shards that now rank them among the first K, members pushed
 // out drop them, and reads through the new members return them.
 func TestJournalsMoveWithTheirShards(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = 200 * time.Millisecond })
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = 200 * time.Millisecond })
 	type journal struct {
 		floor uint64
 		texts []string
@@ -417,7 +418,7 @@ func TestJournalsMoveWithTheirShards(t *testing.T) {
 // (appends of one shard's entities to one replica can share a request). ns/op is the
 // wall time per append over all goroutines; appends/s the throughput.
 func BenchmarkAppendJournal(b *testing.B) {
-	c := newSSCluster(b, 3, ssTolerant(), func(cfg *Config) {
+	c := newSSCluster(b, 3, clustertest.Tolerant(), func(cfg *Config) {
 		cfg.RequestTimeout = 10 * time.Second
 		cfg.RepairInterval = time.Hour // appends alone: no pass over the journals they grow
 	})
@@ -475,7 +476,7 @@ func BenchmarkAppendJournal(b *testing.B) {
 // its write alone, the others land. Many appends at once through one replica's pipe all
 // land.
 func TestCoalescedWritesKeepTheirOwnOutcomes(t *testing.T) {
-	c := newSSCluster(t, 2, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	c := newSSCluster(t, 2, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
 	from, to := c.nodes[0], c.nodes[1]
 	a := sharding.EntityKey{Type: "counter", Shard: 1, ID: "a"}
 	b := sharding.EntityKey{Type: "counter", Shard: 2, ID: "b"}
@@ -563,7 +564,7 @@ func TestCoalescedWritesKeepTheirOwnOutcomes(t *testing.T) {
 // the replicas' pages end apart (one replica lacks records the others hold); from and
 // limit hold across pages; a record over ChunkSize is refused.
 func TestJournalReadsInPages(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) {
 		cfg.RepairInterval = time.Hour
 		cfg.ChunkSize = 1 << 10 // three of these records a page
 	})
@@ -587,19 +588,19 @@ func TestJournalReadsInPages(t *testing.T) {
 	a, b, lag := c.nodes[0], c.nodes[1], c.nodes[2]
 	ssAppend(t, a, key, 1, padded(1, 10)...) // in four writes of ChunkSize
 	waitDiskJournal(t, c.nodes, key, 0, want(1, 10)...)
-	c.net.Disconnect(a.transport, lag.transport)
+	c.network.Frames.Disconnect(a.transport, lag.transport)
 	for seq := uint64(11); seq <= 20; seq++ {
 		ssAppend(t, a, key, 1, padded(seq, seq)...)
 	}
-	c.net.Reconnect(a.transport, lag.transport)
+	c.network.Frames.Reconnect(a.transport, lag.transport)
 	// Through the lagging replica and a (not b): its pages stop at 10, a's go on.
-	c.net.Disconnect(lag.transport, b.transport)
+	c.network.Frames.Disconnect(lag.transport, b.transport)
 	ssJournal(t, lag, key, 1, want(1, 20)...)
 	// The read wrote what it returned from a alone to a majority: lag has it now.
 	if texts, _, _ := ssDiskJournal(t, lag, key); !slices.Equal(texts, want(1, 20)) {
 		t.Fatalf("the lagging replica holds %d records after the read", len(texts))
 	}
-	c.net.Reconnect(lag.transport, b.transport)
+	c.network.Frames.Reconnect(lag.transport, b.transport)
 	got, err := b.store.ReadJournal(ssCtx(t), key, 5, 7)
 	if err != nil || !slices.Equal(journalText(t, key, got), want(5, 11)) {
 		t.Fatalf("read from 5, limit 7: %d records, %v", len(got), err)
@@ -622,12 +623,12 @@ func TestJournalReadsInPages(t *testing.T) {
 // replica behind carry copies, so the lagging replica gets them intact even though the
 // caller overwrote what it got at once.
 func TestJournalReadRepairOutlivesTheCallersBuffers(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
 	key := sharding.EntityKey{Type: "counter", Shard: 2, ID: "mine"}
 	w, lag := c.nodes[0], c.nodes[2]
-	c.net.Disconnect(w.transport, lag.transport)
+	c.network.Frames.Disconnect(w.transport, lag.transport)
 	ssAppend(t, w, key, 1, jrecs(key, 1, 5, "r")...)
-	c.net.Reconnect(w.transport, lag.transport)
+	c.network.Frames.Reconnect(w.transport, lag.transport)
 	got, err := w.store.ReadJournal(ssCtx(t), key, 1, 0)
 	if err != nil || len(got) != 5 {
 		t.Fatalf("read: %d records, %v", len(got), err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -111,7 +112,7 @@ func TestReplicaSetIsJointWhileTheRingChanges(t *testing.T) {
 // stopped. It does not wait for the rings: the members may retain the others.
 func restartSSMembers(tb testing.TB, old *ssCluster, nodes ...*ssNode) *ssCluster {
 	tb.Helper()
-	c := &ssCluster{tb: tb, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: old.lc, mutate: old.mutate}
+	c := &ssCluster{tb: tb, network: clustertest.NewNetwork(), lc: old.lc, mutate: old.mutate}
 	tb.Cleanup(c.stopAll)
 	for _, n := range nodes {
 		c.startAt(n.dir, n.gossipAddr, n.transport)
@@ -277,7 +278,7 @@ func TestRingStartsFromTheSavedRing(t *testing.T) {
 // majority of the others until a handover round has given it the shard and admits
 // it.
 func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) {
 		cfg.RepairInterval = time.Hour // only membership changes and handover retries start passes
 	})
 	c.waitRing()
@@ -288,7 +289,7 @@ func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
 	c.waitPlaced(key, []byte("v1"))
 
 	// v2 is acknowledged by a and b: b's link to the third replica is cut.
-	c.net.Disconnect(b.transport, third.transport)
+	c.network.Frames.Disconnect(b.transport, third.transport)
 	ssSave(t, b, key, 1, []byte("v2"))
 	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
 		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
@@ -297,7 +298,7 @@ func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
 
 	// a restarts at once, at its address, on an empty directory; b stays cut off from
 	// it too, so that nothing brings v2 to a or the third.
-	c.net.Disconnect(b.transport, a.transport)
+	c.network.Frames.Disconnect(b.transport, a.transport)
 	c.kill(a)
 	if err := os.RemoveAll(a.dir); err != nil {
 		t.Fatal(err)
@@ -334,8 +335,8 @@ func TestAWipedMemberDoesNotCountAsItsFormerReplica(t *testing.T) {
 
 	// Once b is back, its repair pass gives a the shard, a handover round admits a's
 	// new directory, and every member serves v2.
-	c.net.Reconnect(b.transport, third.transport)
-	c.net.Reconnect(b.transport, a.transport)
+	c.network.Frames.Reconnect(b.transport, third.transport)
+	c.network.Frames.Reconnect(b.transport, a.transport)
 	c.waitRing()
 	for _, n := range c.live() {
 		if r := n.store.Ring(); len(r.Replaced) > 0 {
@@ -674,7 +675,7 @@ func TestSeed2227AFirstMemberBackAloneWaitsForTheMembersThatJoinedIt(t *testing.
 // unconfirmed, and its rounds admit nobody until a member with a confirmed ring is up
 // (nor does a member on a new directory that joins them confirm it).
 func TestSeed82074MembersWithoutARingDoNotFormOne(t *testing.T) {
-	c := &ssCluster{tb: t, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: ssTolerant(),
+	c := &ssCluster{tb: t, network: clustertest.NewNetwork(), lc: clustertest.Tolerant(),
 		mutate: func(cfg *Config) { cfg.RepairInterval = 200 * time.Millisecond }}
 	t.Cleanup(c.stopAll)
 	for range 2 {

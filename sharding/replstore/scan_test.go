@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -15,7 +16,7 @@ import (
 // journal records but no state, is listed once, by the first replica of its shard; other
 // types are not; a stop from fn ends the listing.
 func TestLocalStatesListsEachShardOnce(t *testing.T) {
-	c := newSSCluster(t, 4, ssTolerant(), nil)
+	c := newSSCluster(t, 4, clustertest.Tolerant(), nil)
 	want := map[string]string{}
 	for i := 0; i < 12; i++ {
 		key := sharding.EntityKey{Type: "counter", Shard: i % 6, ID: fmt.Sprint("e-", i)}

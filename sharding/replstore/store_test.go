@@ -16,6 +16,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/cluster/clustertest"
 	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/sharding"
 	"go.uber.org/goleak"
@@ -35,30 +36,24 @@ type ssNode struct {
 
 func (n *ssNode) addr() string { return n.ms.Self().Address }
 
+// ssCluster is a test's members, each with a replicated state store, started on one
+// clustertest.Network (Network.Start builds each member's membership and messenger).
+// Its members use clustertest.Tolerant unless a test gives another lifecycle: a
+// loaded machine must not make a member look crashed, and a killed member stays in
+// the replica sets for seconds.
 type ssCluster struct {
-	tb     testing.TB
-	gossip *cluster.InmemGossipNetwork
-	net    *cluster.InmemNetwork
-	lc     cluster.CoreConfig
-	mutate func(*Config)
-	nodes  []*ssNode
-}
-
-// ssTolerant forms a cluster quickly but is slow to find a member unreachable (and
-// slower to down it): a loaded machine must not make a member look crashed, and a
-// killed member stays in the replica sets for seconds.
-func ssTolerant() cluster.CoreConfig {
-	lc := cluster.DefaultLocalCoreConfig()
-	lc.FailureDetector.AcceptableHeartbeatPause = 5 * time.Second
-	lc.SBRStableAfter = 10 * time.Second
-	return lc
+	tb      testing.TB
+	network *clustertest.Network
+	lc      cluster.CoreConfig
+	mutate  func(*Config)
+	nodes   []*ssNode
 }
 
 // newSSCluster starts n members, each on a fresh directory, and waits until they are
 // all up.
 func newSSCluster(tb testing.TB, n int, lc cluster.CoreConfig, mutate func(*Config)) *ssCluster {
 	tb.Helper()
-	c := &ssCluster{tb: tb, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: lc, mutate: mutate}
+	c := &ssCluster{tb: tb, network: clustertest.NewNetwork(), lc: lc, mutate: mutate}
 	tb.Cleanup(c.stopAll)
 	for i := 0; i < n; i++ {
 		c.start(filepath.Join(tb.TempDir(), "state"))
@@ -72,10 +67,10 @@ func newSSCluster(tb testing.TB, n int, lc cluster.CoreConfig, mutate func(*Conf
 // addresses are taken first, which shifts every member to another address.
 func restartSSCluster(tb testing.TB, old *ssCluster, skip int) *ssCluster {
 	tb.Helper()
-	c := &ssCluster{tb: tb, gossip: cluster.NewInmemGossipNetwork(), net: cluster.NewInmemNetwork(), lc: old.lc, mutate: old.mutate}
+	c := &ssCluster{tb: tb, network: clustertest.NewNetwork(), lc: old.lc, mutate: old.mutate}
 	tb.Cleanup(c.stopAll)
 	for i := 0; i < skip; i++ {
-		c.gossip.NewTransport()
+		c.network.Gossip.NewTransport()
 	}
 	for _, n := range old.nodes {
 		c.start(n.dir)
@@ -104,29 +99,18 @@ func (c *ssCluster) restart(n *ssNode) *ssNode {
 func (c *ssCluster) startAt(dir, gossipAddr, transport string) *ssNode {
 	tb := c.tb
 	tb.Helper()
-	msgr, err := cluster.NewMessenger(func(h cluster.FrameHandler) (cluster.Transport, error) {
-		return c.net.NewTransport(transport, h)
-	}, quiet)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	mcfg := cluster.DefaultMembershipConfig()
-	if gossipAddr == "" {
-		mcfg.Transport = c.gossip.NewTransport()
-	} else if mcfg.Transport, err = c.gossip.NewTransportAt(gossipAddr); err != nil {
-		tb.Fatal(err)
-	}
-	mcfg.TransportAddr = transport
 	mcfg.Profile = "local"
 	mcfg.Lifecycle = c.lc
 	mcfg.Logger = quiet
 	if live := c.live(); len(live) > 0 {
 		mcfg.Seeds = []string{live[0].addr()}
 	}
-	ms, err := cluster.NewMembership(mcfg)
+	m, err := c.network.Start(clustertest.Addr{Gossip: gossipAddr, Transport: transport}, mcfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	ms, msgr := m.Membership, m.Messenger
 	scfg := DefaultLocalConfig()
 	scfg.Membership, scfg.Messenger, scfg.Dir, scfg.Logger = ms, msgr, dir, quiet
 	scfg.RequestTimeout = 500 * time.Millisecond
@@ -356,7 +340,7 @@ func ssRemembered(tb testing.TB, n *ssNode, typ string, shard int, want ...strin
 // runs only when the cluster forms: what these subtests see is the work of writes,
 // reads and read repair.
 func TestReplicatedStateStore(t *testing.T) {
-	c := newSSCluster(t, 5, ssTolerant(), func(cfg *Config) {
+	c := newSSCluster(t, 5, clustertest.Tolerant(), func(cfg *Config) {
 		cfg.RepairInterval = time.Hour
 		cfg.ChunkSize = 64 << 10
 		cfg.MaxStateSize = 1 << 20
@@ -469,19 +453,19 @@ func TestReplicatedStateStore(t *testing.T) {
 			}
 			return true
 		})
-		c.net.Disconnect(w.transport, reps[2].transport)
+		c.network.Frames.Disconnect(w.transport, reps[2].transport)
 		if err := w.store.Remember(ctx, key, 1, false); err != nil {
 			t.Fatal(err)
 		}
-		c.net.Reconnect(w.transport, reps[2].transport)
+		c.network.Frames.Reconnect(w.transport, reps[2].transport)
 		if rec, _ := ssLocalRecord(t, reps[2], stateKindRemember, key); !rec.Remember {
 			t.Fatal("the cut-off replica got the forget")
 		}
 		// Read through the stale replica: w cannot reach reps[1], so its majority is
 		// reps[0] (the tombstone) and reps[2] (the stale mark).
-		c.net.Disconnect(w.transport, reps[1].transport)
+		c.network.Frames.Disconnect(w.transport, reps[1].transport)
 		ssRemembered(t, w, typ, shard, "a", "c")
-		c.net.Reconnect(w.transport, reps[1].transport)
+		c.network.Frames.Reconnect(w.transport, reps[1].transport)
 		// Read repair gave the stale replica the tombstone.
 		testutil.Eventually(t, 5*time.Second, "read repair of the forget", func() bool {
 			rec, ok := ssLocalRecord(t, reps[2], stateKindRemember, key)
@@ -496,9 +480,9 @@ func TestReplicatedStateStore(t *testing.T) {
 		w := c.others(reps...)[0]
 		ssSave(t, w, key, 1, []byte("old"))
 		c.waitPlaced(key, []byte("old"))
-		c.net.Disconnect(w.transport, reps[2].transport)
+		c.network.Frames.Disconnect(w.transport, reps[2].transport)
 		ssSave(t, w, key, 1, []byte("new"))
-		c.net.Reconnect(w.transport, reps[2].transport)
+		c.network.Frames.Reconnect(w.transport, reps[2].transport)
 		if rec, _ := ssLocalRecord(t, reps[2], stateKindSnapshot, key); string(rec.Data) != "old" {
 			t.Fatalf("the cut-off replica has %q", rec.Data)
 		}
@@ -646,7 +630,7 @@ func TestReplicatedStateStore(t *testing.T) {
 // TestReplicatedStateStoreMajority: a write and a read need a majority of the K
 // replicas, and only that.
 func TestReplicatedStateStoreMajority(t *testing.T) {
-	c := newSSCluster(t, 5, ssTolerant(), nil)
+	c := newSSCluster(t, 5, clustertest.Tolerant(), nil)
 	ctx := ssCtx(t)
 	key := sharding.EntityKey{Type: "counter", Shard: 3, ID: "majority"}
 	reps := c.replicas(key, 3)
@@ -685,7 +669,7 @@ func TestReplicatedStateStoreMajority(t *testing.T) {
 // directories (and so, on fresh networks, the same addresses) have the state back,
 // epochs included.
 func TestReplicatedStateStoreDurability(t *testing.T) {
-	c := newSSCluster(t, 5, ssTolerant(), nil)
+	c := newSSCluster(t, 5, clustertest.Tolerant(), nil)
 	ctx := ssCtx(t)
 	states := map[sharding.EntityKey][]byte{}
 	for i := 0; i < 10; i++ {
@@ -742,7 +726,7 @@ func TestReplicatedStateStoreDurability(t *testing.T) {
 // differently; repair moves the data they hold to the shards' new replicas.
 func TestReplicatedStateStoreRestartElsewhere(t *testing.T) {
 	mutate := func(cfg *Config) { cfg.RepairInterval = 200 * time.Millisecond }
-	c := newSSCluster(t, 4, ssTolerant(), mutate)
+	c := newSSCluster(t, 4, clustertest.Tolerant(), mutate)
 	states := map[sharding.EntityKey][]byte{}
 	for i := 0; i < 8; i++ {
 		key := sharding.EntityKey{Type: "counter", Shard: i, ID: fmt.Sprint("m-", i)}
@@ -800,7 +784,7 @@ func TestReplicatedStateStoreRereplication(t *testing.T) {
 // TestReplicatedStateStoreJoin: members that join take the shards that now rank them
 // among the first K; members pushed out of the first K drop them.
 func TestReplicatedStateStoreJoin(t *testing.T) {
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) {
 		cfg.RepairInterval = 200 * time.Millisecond
 	})
 	states := map[sharding.EntityKey][]byte{}
@@ -839,7 +823,7 @@ func TestReplicatedStateStoreJoin(t *testing.T) {
 // store refuses calls.
 func TestReplicatedStateStoreCloseLeavesNothing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	c := newSSCluster(t, 3, ssTolerant(), func(cfg *Config) {
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) {
 		cfg.RepairInterval = 50 * time.Millisecond
 		cfg.ChunkSize = 1 << 10
 	})
@@ -875,7 +859,7 @@ func TestReplicatedStateStoreCloseLeavesNothing(t *testing.T) {
 // full, a read does not block but drops the repair and counts it (anti-entropy makes up
 // for it).
 func TestReadRepairQueueDropsAndCounts(t *testing.T) {
-	c := newSSCluster(t, 1, ssTolerant(), nil)
+	c := newSSCluster(t, 1, clustertest.Tolerant(), nil)
 	n := c.nodes[0]
 	c.stopAll() // the repair loops stop: nothing takes jobs from the queue any more
 	if got := n.store.ReadRepairsDropped(); got != 0 {
@@ -891,7 +875,7 @@ func TestReadRepairQueueDropsAndCounts(t *testing.T) {
 }
 
 func TestReplicatedStateStoreOpenTwice(t *testing.T) {
-	c := newSSCluster(t, 1, ssTolerant(), nil)
+	c := newSSCluster(t, 1, clustertest.Tolerant(), nil)
 	n := c.nodes[0]
 	cfg := n.store.cfg
 	cfg.Messenger = c.nodes[0].msgr
@@ -987,7 +971,7 @@ func TestStateWireFormats(t *testing.T) {
 // BenchmarkReplicatedStateStoreSave saves 64 KiB snapshots on 3 replicas (three members
 // on the in-memory network, each replica on its own bbolt file, fsynced).
 func BenchmarkReplicatedStateStoreSave(b *testing.B) {
-	c := newSSCluster(b, 3, ssTolerant(), func(cfg *Config) { cfg.RequestTimeout = 10 * time.Second })
+	c := newSSCluster(b, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RequestTimeout = 10 * time.Second })
 	state := bytes.Repeat([]byte("s"), 64<<10)
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
@@ -1121,9 +1105,9 @@ func twoReplicasGoneWithTheLastWrite(t *testing.T) (c *ssCluster, key sharding.E
 	w := c.others(reps...)[0]
 	ssSave(t, w, key, 1, []byte("v1"))
 	c.waitPlaced(key, []byte("v1"))
-	c.net.Disconnect(w.transport, third.transport)
+	c.network.Frames.Disconnect(w.transport, third.transport)
 	ssSave(t, w, key, 1, []byte("v2"))
-	c.net.Reconnect(w.transport, third.transport)
+	c.network.Frames.Reconnect(w.transport, third.transport)
 	if got := c.holders(key, []byte("v2")); !slices.Equal(got, sortedAddrs(a, b)) {
 		t.Fatalf("v2 is on %v, want on %v only", got, sortedAddrs(a, b))
 	}
