@@ -58,7 +58,8 @@
 // IdempotencyRetention (DefaultIdempotencyRetention). A message no one waits for that
 // keeps failing pauses its entity after the type's MaxRetries (DefaultMaxRetries)
 // attempts: asks to it fail with ErrEntityPaused (CodeEntityPaused) until Resume
-// (ResumeDone, ResumeNotPaused) or Skip (SkipDone); a factory that rests failing
+// (ResumeDone, ResumeNotPaused) or Skip (SkipDone); an operator pauses one on no
+// message with Pause (PauseDone, PauseAlready), ended the same way; a factory that rests failing
 // entities is an EntityForgiver, told when one resumes.
 // Sends between entities are effectively once under a type's Delivery
 // (DeliveryEffectivelyOnce, the default, or DeliveryAtMostOnce; docs/delivery.md): an

@@ -183,7 +183,9 @@ func (e *entity) enqueue(d delivery) {
 		e.r.s.deadLetter(d, e.pausedError())
 		return
 	}
-	if e.queued() >= e.r.s.cfg.MailboxSize {
+	if e.queued() >= e.r.s.cfg.MailboxSize && !isPauseControl(d.env.Kind) {
+		// A resume, skip or pause passes a full mailbox: a paused entity's mailbox
+		// fills up with what waits for its resume.
 		e.mu.Unlock()
 		e.r.s.deadLetter(d, ErrMailboxFull)
 		return
@@ -746,7 +748,11 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 	}
 	if a.from == nil && a.upTo == 0 {
 		if p := pausedAfter(entries, e.r.settings.Name, e.id); p != nil {
-			e.setPaused(p, fmt.Errorf("paused before this activation (its journal says so); resume or skip it"))
+			cause := fmt.Errorf("paused before this activation (its journal says so); resume or skip it")
+			if p.env.Kind == kindHold {
+				cause = fmt.Errorf("%w before this activation (its journal says so)", errHeld)
+			}
+			e.setPaused(p, cause)
 		}
 	}
 	for k := range entries {
