@@ -36,8 +36,9 @@
 // StateStore is the pluggable entity state store, keyed by EntityKey: MemoryStateStore
 // (NewMemoryStateStore) is its in-memory twin, package replstore the built-in one,
 // package pgstore the PostgreSQL one, and statestoretest the contract every store
-// passes. BatchStateStore (with StateSave), ShardFencer, ExternalStateStore and
-// TypeStateDeleter are what a store may also do, and StateStoreAs finds them through
+// passes. BatchStateStore (with StateSave), ShardFencer, ExternalStateStore,
+// TypeStateDeleter and EntityStateDeleter (one entity's delete, fenced) are what a
+// store may also do, and StateStoreAs finds them through
 // decorators. A load carries the reader's epoch (WithReadEpoch, ReadEpoch). A store
 // refuses what CheckStateKey refuses (longer than MaxStateTypeLen or MaxStateIDLen,
 // ErrInvalidStateKey), and fails with ErrStaleEpoch, ErrNoState, ErrStateTooLarge and
