@@ -137,8 +137,8 @@ func TestAnOperatorPausesAnEntity(t *testing.T) {
 		}
 	}
 	testutil.EventuallyNil(t, 30*time.Second, "the tell beyond the mailbox refused", func() error {
-		if n.sharding.DeadLetters() == dead {
-			return errors.New("no dead letter")
+		if got := n.sharding.DeadLetters() - dead; got != 1 {
+			return fmt.Errorf("%d dead letters, want 1", got)
 		}
 		return nil
 	})
