@@ -127,6 +127,40 @@ func (c *Client) Undeploy(ctx context.Context, typ string, deleteState bool) (*U
 	return &res, decode(r, &res)
 }
 
+// Pause pauses entity typ/id at the operator's request (POST
+// /v1/entities/{typ}/{id}/pause; the admin role): asks to it then fail with
+// ErrEntityPaused and tells queue, up to its mailbox's size, until Resume. paused is
+// false when it was already paused. Not retried once sent. Errors: ErrUnknownType,
+// ErrBadRequest (a bad ID), ErrForbidden, *APIError, *RequestError, the context's
+// error.
+func (c *Client) Pause(ctx context.Context, typ, id string) (paused bool, err error) {
+	status, err := c.entityAction(ctx, typ, id, "pause")
+	return status == "paused", err
+}
+
+// Resume resumes entity typ/id if it is paused (POST /v1/entities/{typ}/{id}/resume;
+// the admin role): paused on a message that kept failing, that message is tried again;
+// paused by Pause, what queued is handled. resumed is false when it was not paused.
+// Not retried once sent. Errors: as Pause's.
+func (c *Client) Resume(ctx context.Context, typ, id string) (resumed bool, err error) {
+	status, err := c.entityAction(ctx, typ, id, "resume")
+	return status == "resumed", err
+}
+
+// entityAction posts an action on an entity and returns the status of its reply,
+// {"entity":"T/ID","status":S}.
+func (c *Client) entityAction(ctx context.Context, typ, id, action string) (string, error) {
+	path := "/v1/entities/" + url.PathEscape(typ) + "/" + url.PathEscape(id) + "/" + action
+	r, err := c.do(ctx, http.MethodPost, path, nil, &call{})
+	if err != nil {
+		return "", err
+	}
+	var res struct {
+		Status string `json:"status"`
+	}
+	return res.Status, decode(r, &res)
+}
+
 // Members returns the cluster's members as the member that answers sees them (GET
 // /v1/members).
 func (c *Client) Members(ctx context.Context) ([]Member, error) {

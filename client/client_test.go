@@ -141,6 +141,37 @@ func TestDeployAndUndeploy(t *testing.T) {
 	}
 }
 
+// Pause holds an entity: asks fail with ErrEntityPaused until Resume; a second pause
+// or resume says it did nothing.
+func TestPauseAndResume(t *testing.T) {
+	ctx := testCtx(t)
+	c := newClient(t, []string{api})
+	if got, err := c.Ask(ctx, "counter", "paused", []byte("inc")); err != nil || string(got) != "1" {
+		t.Fatalf("ask: %q, %v", got, err)
+	}
+	if paused, err := c.Pause(ctx, "counter", "paused"); err != nil || !paused {
+		t.Fatalf("pause: %v, %v", paused, err)
+	}
+	if paused, err := c.Pause(ctx, "counter", "paused"); err != nil || paused {
+		t.Fatalf("pause again: %v, %v; want false", paused, err)
+	}
+	if _, err := c.Ask(ctx, "counter", "paused", []byte("inc")); !errors.Is(err, client.ErrEntityPaused) {
+		t.Fatalf("ask of a paused entity: %v, want ErrEntityPaused", err)
+	}
+	if resumed, err := c.Resume(ctx, "counter", "paused"); err != nil || !resumed {
+		t.Fatalf("resume: %v, %v", resumed, err)
+	}
+	if resumed, err := c.Resume(ctx, "counter", "paused"); err != nil || resumed {
+		t.Fatalf("resume again: %v, %v; want false", resumed, err)
+	}
+	if got, err := c.Ask(ctx, "counter", "paused", []byte("inc")); err != nil || string(got) != "2" {
+		t.Fatalf("ask after the resume: %q, %v; want 2", got, err)
+	}
+	if _, err := c.Pause(ctx, "nosuchtype", "x"); !errors.Is(err, client.ErrUnknownType) {
+		t.Fatalf("pause of an unknown type: %v, want ErrUnknownType", err)
+	}
+}
+
 func TestErrorsAreTypedWithTheirCodes(t *testing.T) {
 	ctx := testCtx(t)
 	c := newClient(t, []string{api})

@@ -1,6 +1,6 @@
 // Package client is the Go client of a shardhost cluster's HTTP API: it sends messages
 // to entities (Ask, Tell), asks them read-only questions (Query), deploys and removes
-// entity types (Deploy, Undeploy), and reads the cluster (Members, Shards, Entities,
+// entity types (Deploy, Undeploy), pauses and resumes entities (Pause, Resume), and reads the cluster (Members, Shards, Entities,
 // AllEntities, Describe), and follows streams such as an entity's logs (Events). Do
 // sends any other request of the API (docs/client.md lists the routes).
 //

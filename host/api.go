@@ -161,6 +161,7 @@ func (n *Node) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/history", n.apiHistory)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/revert", n.apiRevert)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/fork", n.apiFork)
+	mux.HandleFunc("POST /v1/entities/{type}/{id}/pause", n.apiPause)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/resume", n.apiResume)
 	mux.HandleFunc("POST /v1/entities/{type}/{id}/skip", n.apiResume)
 	mux.HandleFunc("GET /v1/entities/{type}/{id}/base", n.apiBase)

@@ -106,6 +106,7 @@ var routeRoles = map[string]Role{
 	"GET /v1/entities/{type}/{id}/reminders": RoleClient,
 	"POST /v1/entities/{type}/{id}/revert":   RoleAdmin,
 	"POST /v1/entities/{type}/{id}/fork":     RoleAdmin,
+	"POST /v1/entities/{type}/{id}/pause":    RoleAdmin,
 	"POST /v1/entities/{type}/{id}/resume":   RoleAdmin,
 	"POST /v1/entities/{type}/{id}/skip":     RoleAdmin,
 	"POST /v1/ddata/keys/{key...}":           RoleAdmin,

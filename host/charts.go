@@ -39,8 +39,13 @@ type typeSample struct {
 	Handled uint64 `json:"handled,omitempty"`
 	Failed  uint64 `json:"failed,omitempty"`
 	// P99 is the upper bound (sharding.LatencyBounds) of the bucket that holds the
-	// 99th percentile of their latencies, in seconds; 0 without a message.
+	// 99th percentile of their latencies, in seconds; 0 without a message. The charts
+	// use Latency; P99 is for a member that sends no Latency (an older version).
 	P99 float64 `json:"p99,omitempty"`
+	// Latency counts their latencies by bucket: Latency[i] ended within
+	// sharding.LatencyBounds[i] (the last index past every bound); trailing zeros are
+	// left out, nil without a message. The p99 chart merges these across members.
+	Latency []uint64 `json:"latency,omitempty"`
 	// Active and Shards are its active entities and hosted shards at the sample.
 	Active int `json:"active,omitempty"`
 	Shards int `json:"shards,omitempty"`
@@ -94,6 +99,13 @@ func (s *sampler) add(at time.Time, counters []sharding.TypeCounters, deadLetter
 			total += buckets[i]
 		}
 		ts.P99 = percentile(buckets[:], total, 0.99)
+		if total > 0 {
+			last := len(buckets)
+			for buckets[last-1] == 0 {
+				last--
+			}
+			ts.Latency = append([]uint64(nil), buckets[:last]...)
+		}
 		ms.Types = append(ms.Types, ts)
 	}
 	s.ring[s.next] = ms
@@ -226,13 +238,33 @@ func (ss seriesSet) sorted() []*series {
 // sampleRing seconds up to now.
 func buildCharts(byMember map[string][]memberSample, now time.Time) []chart {
 	rates, p99, active, shards, trouble := seriesSet{}, seriesSet{}, seriesSet{}, seriesSet{}, seriesSet{}
+	// The p99 of a type at a second is that of the latencies every member counted in
+	// it: their buckets merged, not the slowest member's p99 (one slow message on an
+	// idle member would otherwise hide a thousand fast ones elsewhere).
+	type typeSecond struct {
+		typ string
+		at  int64
+	}
+	merged := map[typeSecond]*[len(sharding.LatencyBounds) + 1]uint64{}
 	for member, samples := range byMember {
 		for _, s := range samples {
 			var a, sh float64
 			var failed uint64
 			for _, t := range s.Types {
 				rates.get(t.Type).add(s.At, float64(t.Handled+t.Failed))
-				if t.Handled+t.Failed > 0 {
+				switch {
+				case len(t.Latency) > 0:
+					k := typeSecond{t.Type, s.At}
+					b := merged[k]
+					if b == nil {
+						b = new([len(sharding.LatencyBounds) + 1]uint64)
+						merged[k] = b
+					}
+					for i, n := range t.Latency[:min(len(t.Latency), len(b))] {
+						b[i] += n
+					}
+				case t.Handled+t.Failed > 0:
+					// A member that sends no buckets: its own p99, at most.
 					p99.get(t.Type).max(s.At, t.P99*1000)
 				}
 				a += float64(t.Active)
@@ -245,11 +277,18 @@ func buildCharts(byMember map[string][]memberSample, now time.Time) []chart {
 			trouble.get("failures").add(s.At, float64(failed))
 		}
 	}
+	for k, b := range merged {
+		var total uint64
+		for _, n := range b {
+			total += n
+		}
+		p99.get(k.typ).max(k.at, percentile(b[:], total, 0.99)*1000)
+	}
 	to := now.Unix()
 	from := to - sampleRing
 	return []chart{
 		{ID: "chart-rate", Title: "Messages per second, by type", SVG: svgChart(from, to, rates.sorted(), false)},
-		{ID: "chart-p99", Title: "p99 latency (ms, at most; the slowest member's), by type", SVG: svgChart(from, to, p99.sorted(), true)},
+		{ID: "chart-p99", Title: "p99 latency (ms, at most; of all members' messages), by type", SVG: svgChart(from, to, p99.sorted(), true)},
 		{ID: "chart-active", Title: "Active entities, by member", SVG: svgChart(from, to, active.sorted(), false)},
 		{ID: "chart-shards", Title: "Shards, by member", SVG: svgChart(from, to, shards.sorted(), false)},
 		{ID: "chart-trouble", Title: "Dead letters and failed messages per second", SVG: svgChart(from, to, trouble.sorted(), false)},

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,10 @@ func TestSamplerTakesDifferences(t *testing.T) {
 	if a.Type != "a" || a.Handled != 95 || a.Failed != 5 || a.Active != 3 || a.Shards != 2 || a.P99 != sharding.LatencyBounds[8].Seconds() {
 		t.Fatalf("a's sample: %+v (want p99 %v)", a, sharding.LatencyBounds[8].Seconds())
 	}
-	if b := got[0].Types[1]; b.Type != "b" || b.Handled != 0 || b.P99 != 0 || b.Shards != 1 {
+	if want := []uint64{98, 0, 0, 0, 0, 0, 0, 0, 2}; !slices.Equal(a.Latency, want) {
+		t.Fatalf("a's latency buckets: %v, want %v (trailing zeros left out)", a.Latency, want)
+	}
+	if b := got[0].Types[1]; b.Type != "b" || b.Handled != 0 || b.P99 != 0 || b.Latency != nil || b.Shards != 1 {
 		t.Fatalf("b's sample: %+v", b)
 	}
 	// A region made anew: its counts restart.
@@ -71,7 +75,39 @@ func TestSamplerKeepsFifteenMinutes(t *testing.T) {
 	}
 }
 
-// TestBuildCharts: rates add up over members, the p99 is the slowest member's, active
+// TestChartP99MergesMembers: the p99 of a type at a second is computed from the latency
+// buckets of every member merged. m1 handled 100 messages within 50 µs, m2 one within
+// 50 ms: the merged p99 is 0.05 ms, where the slowest member's p99 would be 50 ms.
+func TestChartP99MergesMembers(t *testing.T) {
+	now := time.Unix(3_000_000, 0)
+	at := now.Unix() - 10
+	slow := make([]uint64, 10)
+	slow[9] = 1
+	byMember := map[string][]memberSample{
+		"m1:1": {{At: at, Types: []typeSample{{Type: "counter", Handled: 100, P99: 0.00005, Latency: []uint64{100}}}}},
+		"m2:1": {{At: at, Types: []typeSample{{Type: "counter", Handled: 1, P99: 0.05, Latency: slow}}}},
+	}
+	var svg string
+	for _, c := range buildCharts(byMember, now) {
+		if c.ID == "chart-p99" {
+			svg = string(c.SVG)
+		}
+	}
+	// The axis top is the largest value, rounded up: 0.05 (ms) merged, 50 the slowest's.
+	if !strings.Contains(svg, ">0.05</text>") || strings.Contains(svg, ">50</text>") {
+		t.Fatalf("the p99 chart's axis is not topped at the merged p99, 0.05 ms:\n%s", svg)
+	}
+	// With 3 slow messages out of 103 the merged p99 is in the slow bucket: 50 ms.
+	slow[9] = 3
+	for _, c := range buildCharts(byMember, now) {
+		if c.ID == "chart-p99" && !strings.Contains(string(c.SVG), ">50</text>") {
+			t.Fatalf("3 slow messages of 103: the p99 chart's axis is not topped at 50 ms:\n%s", c.SVG)
+		}
+	}
+}
+
+// TestBuildCharts: rates add up over members, the p99 is the slowest member's (for
+// members that send no latency buckets: an older version), active
 // entities and shards are per member, and names are escaped in the SVG.
 func TestBuildCharts(t *testing.T) {
 	now := time.Unix(3_000_000, 0)

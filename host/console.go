@@ -417,7 +417,7 @@ func (n *Node) consoleEntities(w http.ResponseWriter, r *http.Request) {
 const consoleEntityRows = 200
 
 // consoleEntityAction is an action on one entity from the entities page or its own
-// (form field from=entity: back to the entity page): resume or skip (a paused entity),
+// (form field from=entity: back to the entity page): pause, resume or skip (a paused entity),
 // passivate, revert (form field to=SEQ, a journal record) or fork (new=ID, at=SEQ).
 func (n *Node) consoleEntityAction(w http.ResponseWriter, r *http.Request) {
 	typ, id, action := r.PathValue("type"), r.PathValue("id"), r.PathValue("action")
@@ -437,6 +437,8 @@ func (n *Node) consoleEntityAction(w http.ResponseWriter, r *http.Request) {
 		return v
 	}
 	switch action {
+	case "pause":
+		done, err = n.sharding.Pause(r.Context(), typ, id)
 	case "resume":
 		done, err = n.sharding.Resume(r.Context(), typ, id)
 	case "skip":
@@ -468,7 +470,7 @@ func (n *Node) consoleEntityAction(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	default:
-		err = fmt.Errorf("%w: no action %q (resume, skip, passivate, revert or fork)", ErrBadRequest, action)
+		err = fmt.Errorf("%w: no action %q (pause, resume, skip, passivate, revert or fork)", ErrBadRequest, action)
 	}
 	switch {
 	case err != nil:
@@ -477,6 +479,8 @@ func (n *Node) consoleEntityAction(w http.ResponseWriter, r *http.Request) {
 		consoleRedirect(w, r, back, flash, false)
 	case !done && action == "passivate":
 		consoleRedirect(w, r, back, what+": not active, nothing done", false)
+	case !done && action == "pause":
+		consoleRedirect(w, r, back, what+": already paused, nothing done", false)
 	case !done:
 		consoleRedirect(w, r, back, what+": not paused, nothing done", false)
 	default:

@@ -238,4 +238,29 @@ func TestConsoleEntityPageRoles(t *testing.T) {
 	if out, err := nodes[0].Query(bg, "counter", "c1", []byte("get")); err != nil || string(out) != "1" {
 		t.Fatalf("after refused reverts: %q %v, want 1", out, err)
 	}
+	// Pause (admin): the page offers it, the entity is then paused and offers resume.
+	if status, _ = get("POST", "/ui/entities/counter/c1/pause", read, "from=entity"); status != http.StatusForbidden {
+		t.Errorf("read's pause: %d, want 403", status)
+	}
+	if _, page = get("GET", "/ui/entities/counter/c1", admin, ""); !strings.Contains(page, `action="/ui/entities/counter/c1/pause"`) {
+		t.Fatalf("the admin's page lacks pause:\n%s", page)
+	}
+	if status, to := get("POST", "/ui/entities/counter/c1/pause", admin, "from=entity"); status != http.StatusSeeOther || strings.Contains(to, "err=1") || !strings.Contains(to, "done") {
+		t.Fatalf("pause: %d to %s", status, to)
+	}
+	if _, err := nodes[0].Sharding().Ask(bg, "counter", "c1", []byte("inc")); sharding.ErrorCode(err) != sharding.CodeEntityPaused {
+		t.Fatalf("ask after the console's pause: %v, want entity-paused", err)
+	}
+	if _, page = get("GET", "/ui/entities/counter/c1", admin, ""); !strings.Contains(page, `action="/ui/entities/counter/c1/resume"`) || strings.Contains(page, `/c1/pause"`) {
+		t.Fatalf("a paused entity's page offers resume, not pause:\n%s", page)
+	}
+	if status, to := get("POST", "/ui/entities/counter/c1/pause", admin, "from=entity"); status != http.StatusSeeOther || !strings.Contains(to, "already+paused") {
+		t.Fatalf("pause again: %d to %s", status, to)
+	}
+	if status, to := get("POST", "/ui/entities/counter/c1/resume", admin, "from=entity"); status != http.StatusSeeOther || strings.Contains(to, "err=1") {
+		t.Fatalf("resume: %d to %s", status, to)
+	}
+	if out, err := nodes[0].Sharding().Ask(bg, "counter", "c1", []byte("inc")); err != nil || string(out.Payload) != "2" {
+		t.Fatalf("ask after the resume: %q %v, want 2", out, err)
+	}
 }

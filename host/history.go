@@ -251,6 +251,25 @@ func (n *Node) entityPath(w http.ResponseWriter, r *http.Request) (typ, id strin
 	return typ, id, true
 }
 
+// apiPause is POST /v1/entities/{type}/{id}/pause: the operator pauses the entity
+// (sharding.Sharding.Pause) until a resume; {"entity":E,"status":"paused"|"already-paused"}.
+func (n *Node) apiPause(w http.ResponseWriter, r *http.Request) {
+	typ, id, ok := n.entityPath(w, r)
+	if !ok {
+		return
+	}
+	done, err := n.sharding.Pause(r.Context(), typ, id)
+	if err != nil {
+		writeError(w, r, err, 0)
+		return
+	}
+	status := sharding.PauseDone
+	if !done {
+		status = sharding.PauseAlready
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"entity": typ + "/" + id, "status": status})
+}
+
 // apiResume is POST /v1/entities/{type}/{id}/resume (and /skip): a paused entity tries
 // its failing message again (or drops it, a dead letter) and goes on;
 // {"entity":E,"status":"resumed"|"skipped"|"not-paused"}.

@@ -189,6 +189,28 @@ func TestAPIPausedEntityResumesAfterASkip(t *testing.T) {
 	if r := c.do("POST", "/v1/entities/faulty/x/skip", nil); r.status != 200 || !strings.Contains(string(r.body), `"not-paused"`) {
 		t.Fatalf("skip of an entity not paused: %d %s", r.status, r.body)
 	}
+	// The operator's pause: asks refused, tells queued, until a resume.
+	if r := c.do("POST", "/v1/entities/faulty/x/pause", nil); r.status != 200 || !strings.Contains(string(r.body), `"paused"`) {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	if r := c.do("POST", "/v1/entities/faulty/x/pause", nil); r.status != 200 || !strings.Contains(string(r.body), `"already-paused"`) {
+		t.Fatalf("pause of a paused entity: %d %s", r.status, r.body)
+	}
+	if r := c.ask("faulty", "x", "echo ok"); r.status != 503 || r.err.Code != "entity-paused" || !strings.Contains(r.err.Error, "paused by an operator") {
+		t.Fatalf("ask of an entity paused by the operator: %d %s", r.status, r.body)
+	}
+	if r := c.tell("faulty", "x", "echo queued"); r.status != 202 {
+		t.Fatalf("tell to a paused entity: %d %s", r.status, r.body)
+	}
+	if r := c.do("POST", "/v1/entities/faulty/x/resume", nil); r.status != 200 || !strings.Contains(string(r.body), `"resumed"`) {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	if r := c.ask("faulty", "x", "echo ok"); r.status != 200 {
+		t.Fatalf("ok after the resume: %d %s", r.status, r.body)
+	}
+	if r := c.do("POST", "/v1/entities/nosuch/x/pause", nil); r.status != 404 {
+		t.Fatalf("pause of an unknown type: %d %s", r.status, r.body)
+	}
 }
 
 func TestParseHistory(t *testing.T) {

@@ -400,6 +400,8 @@ func TestOpenAPIValidatesRealTraffic(t *testing.T) {
 	c.want(200, openAPICall{method: "GET", path: "/v1/logs", query: q("type", "counter", "limit", "5"), token: client})
 	c.want(200, openAPICall{method: "POST", path: "/v1/entities/counter/a/revert", query: q("messages", "1"), token: admin})
 	c.want(200, openAPICall{method: "POST", path: "/v1/entities/counter/a/fork", query: q("new", "b"), token: admin})
+	c.want(200, openAPICall{method: "POST", path: "/v1/entities/counter/a/pause", token: admin})
+	c.want(403, openAPICall{method: "POST", path: "/v1/entities/counter/a/pause", token: client})
 	c.want(200, openAPICall{method: "POST", path: "/v1/entities/counter/a/resume", token: admin})
 	c.want(200, openAPICall{method: "POST", path: "/v1/entities/counter/a/skip", token: admin})
 

@@ -44,10 +44,11 @@ func tellRoutingError(err error) bool {
 
 // tellFailed makes a tell that failed after it left its sender (the entity refused it,
 // trapped, could not be activated, its shard had no home...) a dead letter with the
-// failure's code as its reason. A dropped one (buffer or mailbox full) is counted where
-// it was dropped, as is an expired one (entity.dropExpired).
+// failure's code as its reason. A dropped one (buffer or mailbox full, or refused by a
+// paused entity) is counted where it was dropped, as is an expired one
+// (entity.dropExpired).
 func (s *Sharding) tellFailed(ctx context.Context, env envelope, err error) {
-	if errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) || errors.Is(err, errExpired) {
+	if errors.Is(err, ErrBufferFull) || errors.Is(err, ErrMailboxFull) || errors.Is(err, ErrEntityPaused) || errors.Is(err, errExpired) {
 		return
 	}
 	s.countDeadLetter(ctx, env, err)

@@ -36,8 +36,9 @@
 // StateStore is the pluggable entity state store, keyed by EntityKey: MemoryStateStore
 // (NewMemoryStateStore) is its in-memory twin, package replstore the built-in one,
 // package pgstore the PostgreSQL one, and statestoretest the contract every store
-// passes. BatchStateStore (with StateSave), ShardFencer, ExternalStateStore and
-// TypeStateDeleter are what a store may also do, and StateStoreAs finds them through
+// passes. BatchStateStore (with StateSave), ShardFencer, ExternalStateStore,
+// TypeStateDeleter and EntityStateDeleter (one entity's delete, fenced) are what a
+// store may also do, and StateStoreAs finds them through
 // decorators. A load carries the reader's epoch (WithReadEpoch, ReadEpoch). A store
 // refuses what CheckStateKey refuses (longer than MaxStateTypeLen or MaxStateIDLen,
 // ErrInvalidStateKey), and fails with ErrStaleEpoch, ErrNoState, ErrStateTooLarge and
@@ -58,7 +59,8 @@
 // IdempotencyRetention (DefaultIdempotencyRetention). A message no one waits for that
 // keeps failing pauses its entity after the type's MaxRetries (DefaultMaxRetries)
 // attempts: asks to it fail with ErrEntityPaused (CodeEntityPaused) until Resume
-// (ResumeDone, ResumeNotPaused) or Skip (SkipDone); a factory that rests failing
+// (ResumeDone, ResumeNotPaused) or Skip (SkipDone); an operator pauses one on no
+// message with Pause (PauseDone, PauseAlready), ended the same way; a factory that rests failing
 // entities is an EntityForgiver, told when one resumes.
 // Sends between entities are effectively once under a type's Delivery
 // (DeliveryEffectivelyOnce, the default, or DeliveryAtMostOnce; docs/delivery.md): an

@@ -181,7 +181,9 @@ func (e *entity) enqueue(d delivery) {
 		e.r.s.deadLetter(d, e.pausedError())
 		return
 	}
-	if e.queued() >= e.r.s.cfg.MailboxSize {
+	if e.queued() >= e.r.s.cfg.MailboxSize && !isPauseControl(d.env.Kind) {
+		// A resume, skip or pause passes a full mailbox: a paused entity's mailbox
+		// fills up with what waits for its resume.
 		e.mu.Unlock()
 		e.r.s.deadLetter(d, ErrMailboxFull)
 		return

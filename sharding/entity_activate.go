@@ -181,7 +181,11 @@ func (e *entity) activateFrom(ctx context.Context, deadline time.Time, a *activa
 	}
 	if a.from == nil && a.upTo == 0 {
 		if p := pausedAfter(entries, e.r.settings.Name, e.id); p != nil {
-			e.setPaused(p, fmt.Errorf("paused before this activation (its journal says so); resume or skip it"))
+			cause := fmt.Errorf("paused before this activation (its journal says so); resume or skip it")
+			if p.env.Kind == kindHold {
+				cause = fmt.Errorf("%w before this activation (its journal says so)", errHeld)
+			}
+			e.setPaused(p, cause)
 		}
 	}
 	for k := range entries {

@@ -361,6 +361,8 @@ func (k MessageKind) String() string {
 		return "resume"
 	case kindSkip:
 		return "skip"
+	case kindHold:
+		return "hold"
 	case KindBase:
 		return "base"
 	case KindReminder:

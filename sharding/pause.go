@@ -7,6 +7,10 @@
 // poison (after a fixed module is deployed, say); Skip drops it, a dead letter with
 // reason "skipped". Under the journal the pause, the resume and the skip are records,
 // so a paused entity is paused again wherever and whenever it is activated next.
+//
+// An operator may pause an entity too (Pause): it is paused as on a poison, but on no
+// message (a hold); messages queue and are refused the same way. Resume (or Skip, which
+// has nothing to drop) ends the hold, and what queued is handled in order.
 
 package sharding
 
@@ -23,6 +27,8 @@ var (
 	// or a tell beyond its mailbox, is refused. Nothing was handled: send it again
 	// once the entity is resumed (Resume) or its poison skipped (Skip).
 	ErrEntityPaused = errors.New("sharding: the entity is paused")
+	// errHeld: the cause of an operator's pause (Pause).
+	errHeld = errors.New("paused by an operator")
 	// errSkipped: the poison of a paused entity was skipped (Skip): its dead letter.
 	errSkipped = errors.New("sharding: a paused entity's failing message was skipped")
 )
@@ -35,6 +41,9 @@ const (
 	kindPause  MessageKind = 6 // a record: the entity paused on the poison it holds
 	kindResume MessageKind = 7 // a message and a record: resume the entity
 	kindSkip   MessageKind = 8 // a message and a record: skip its poison
+	// kindHold is an operator's pause (Pause): a message, and the kind of the poison
+	// of a pause on no message (its kindPause record's Effects hold it).
+	kindHold MessageKind = 18
 )
 
 // DefaultMaxRetries is TypeSettings.MaxRetries's default.
@@ -51,7 +60,25 @@ const (
 	ResumeDone      = "resumed"
 	SkipDone        = "skipped"
 	ResumeNotPaused = "not-paused"
+	PauseDone       = "paused"
+	PauseAlready    = "already-paused"
 )
+
+// Pause pauses entity typ/id at the operator's request, activating it if it is not
+// active: once the messages ahead of the request are handled, asks are refused with
+// ErrEntityPaused (code entity-paused) and tells queue up to the mailbox's size
+// (Config.MailboxSize; beyond it they are refused the same way) until Resume or
+// Skip. paused is false when it was already paused (on a poison or by an operator).
+// Under the journal the pause is a record, so it lasts across passivations and
+// handoffs; without it, it lasts as long as the entity's instance (a passivation ends
+// it). Errors: those of AskMessage.
+func (s *Sharding) Pause(ctx context.Context, typ, id string) (paused bool, err error) {
+	r, err := s.AskMessage(ctx, Message{EntityType: typ, EntityID: id, Kind: kindHold})
+	if err != nil {
+		return false, err
+	}
+	return string(r.Payload) == PauseDone, nil
+}
 
 // Resume resumes entity typ/id if it is paused: its poison is handled again first (with
 // MaxRetries attempts again), then what queued behind it. resumed is false when it was
@@ -75,9 +102,9 @@ func (s *Sharding) Skip(ctx context.Context, typ, id string) (skipped bool, err 
 	return string(r.Payload) == SkipDone, nil
 }
 
-// isPauseControl reports whether a message is Resume's or Skip's: handled while the
-// entity is paused.
-func isPauseControl(k MessageKind) bool { return k == kindResume || k == kindSkip }
+// isPauseControl reports whether a message is Resume's, Skip's or Pause's: handled
+// while the entity is paused.
+func isPauseControl(k MessageKind) bool { return k == kindResume || k == kindSkip || k == kindHold }
 
 // isControlRecord reports whether a journal record is the entity's own (a time
 // travel's, a pause's), not a message: never replayed.
@@ -219,8 +246,41 @@ func (e *entity) pausedError() error {
 	return wrapCause(ErrEntityPaused, e.name()+" (resume or skip it)", cause)
 }
 
-// resumeOrSkip handles Resume's and Skip's message (process).
+// hold handles Pause's message (process): the entity pauses on no message.
+func (e *entity) hold(ctx context.Context, d delivery, done func(error)) {
+	s := e.r.s
+	e.mu.Lock()
+	was := e.poison != nil
+	e.mu.Unlock()
+	out := PauseAlready
+	if !was {
+		if e.journaled {
+			entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: kindPause, Effects: []byte{byte(kindHold)}}
+			if err := e.appendRecords(ctx, entry); err != nil {
+				err = wrapCause(ErrStateNotSaved, e.name(), err)
+				done(err)
+				d.fail(err)
+				return
+			}
+		}
+		e.setPaused(&delivery{ctx: context.Background(), env: envelope{EntityType: e.r.settings.Name, EntityID: e.id, Kind: kindHold}}, errHeld)
+		s.log.InfoContext(ctx, "entity paused by an operator; resume it (shardhost resume)", "entity", e.name())
+		e.failQueuedAsks()
+		out = PauseDone
+	}
+	done(nil)
+	if d.ask {
+		d.answer(Reply{Payload: []byte(out), Node: s.self}, nil)
+	}
+}
+
+// resumeOrSkip handles Resume's, Skip's and Pause's message (process). A skip of an
+// operator's pause drops nothing: it resumes.
 func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done func(error)) {
+	if d.env.Kind == kindHold {
+		e.hold(ctx, d, done)
+		return
+	}
 	s := e.r.s
 	e.mu.Lock()
 	poison := e.poison
@@ -246,11 +306,18 @@ func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done func(error))
 		if f, ok := s.cfg.Factory.(EntityForgiver); ok {
 			f.Forgive(e.r.settings.Name, e.id)
 		}
-		if d.env.Kind == kindResume {
+		switch {
+		case poison.env.Kind == kindHold:
+			out = ResumeDone
+			if d.env.Kind == kindSkip {
+				out = SkipDone
+			}
+			s.log.InfoContext(ctx, "entity resumed from an operator's pause", "entity", e.name())
+		case d.env.Kind == kindResume:
 			out = ResumeDone
 			e.requeue(*poison)
 			s.log.InfoContext(ctx, "entity resumed: its paused message is tried again", "entity", e.name())
-		} else {
+		default:
 			out = SkipDone
 			e.markSender(poison.env.Sender, poison.env.SenderSeq, poison.env.Payload, s.cfg.Now(), "", nil)
 			s.countDeadLetter(ctx, poison.env, errSkipped)
@@ -273,7 +340,9 @@ func (e *entity) unpauseAtStop(ctx context.Context) {
 	if poison == nil {
 		return
 	}
-	if !e.journaled {
+	if !e.journaled && poison.env.Kind == kindHold {
+		e.r.s.log.InfoContext(ctx, "an entity paused by an operator stopped: without the journal, the pause ends with the instance", "entity", e.name())
+	} else if !e.journaled {
 		s := e.r.s
 		s.log.WarnContext(ctx, "a paused entity stopped: the message it was paused on is dropped (without the journal, a pause lasts as long as the instance)",
 			"entity", e.name(), "err", cause)

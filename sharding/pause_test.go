@@ -3,6 +3,8 @@ package sharding
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +96,88 @@ func TestATellThatKeepsFailingPausesItsEntity(t *testing.T) {
 		}
 	}
 	if want := "[pause skip pause resume pause skip]"; fmtList(kinds) != want {
+		t.Fatalf("control records %v, want %s", kinds, want)
+	}
+}
+
+// An operator's pause holds an entity on no message: asks are refused with
+// entity-paused, tells queue up to the mailbox's size and beyond it are refused; the
+// pause outlives a passivation under the journal; a resume handles what queued, in
+// order, and drops nothing.
+func TestAnOperatorPausesAnEntity(t *testing.T) {
+	store := NewMemoryStateStore()
+	const mailbox = 4
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States, c.MailboxSize = store, mailbox }))
+	n := tc.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mustAsk(t, n, "counter", "h", "inc") // 1
+	if paused, err := n.sharding.Pause(ctx, "counter", "h"); err != nil || !paused {
+		t.Fatalf("pause: %v %v", paused, err)
+	}
+	if paused, err := n.sharding.Pause(ctx, "counter", "h"); err != nil || paused {
+		t.Fatalf("pause of a paused entity: %v %v, want false", paused, err)
+	}
+	refused := func() {
+		t.Helper()
+		_, err := ask(t, n, "counter", "h", "get")
+		if !errors.Is(err, ErrEntityPaused) || ErrorCode(err) != CodeEntityPaused || !strings.Contains(err.Error(), "paused by an operator") {
+			t.Fatalf("ask of a paused entity: %v, want entity-paused by an operator", err)
+		}
+	}
+	refused()
+	if _, err := n.sharding.Passivate(ctx, "counter", "h"); err != nil {
+		t.Fatal(err)
+	}
+	refused() // the journal's pause record pauses the next activation
+	dead := n.sharding.DeadLetters()
+	for range mailbox + 1 {
+		if err := n.sharding.Tell(ctx, "counter", "h", []byte("inc")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.EventuallyNil(t, 30*time.Second, "the tell beyond the mailbox refused", func() error {
+		if got := n.sharding.DeadLetters() - dead; got != 1 {
+			return fmt.Errorf("%d dead letters, want 1", got)
+		}
+		return nil
+	})
+	dead = n.sharding.DeadLetters()
+	if resumed, err := n.sharding.Resume(ctx, "counter", "h"); err != nil || !resumed {
+		t.Fatalf("resume: %v %v", resumed, err)
+	}
+	testutil.EventuallyNil(t, 30*time.Second, "the queued tells handled", func() error {
+		if got := mustAsk(t, n, "counter", "h", "get"); got != fmt.Sprint(1+mailbox) {
+			return errors.New("count " + got)
+		}
+		return nil
+	})
+	if got := n.sharding.DeadLetters() - dead; got != 0 {
+		t.Fatalf("%d dead letters after the resume, want none (it drops nothing)", got)
+	}
+	// A skip of an operator's pause resumes too, and drops nothing.
+	if paused, err := n.sharding.Pause(ctx, "counter", "h"); err != nil || !paused {
+		t.Fatalf("pause: %v %v", paused, err)
+	}
+	if skipped, err := n.sharding.Skip(ctx, "counter", "h"); err != nil || !skipped {
+		t.Fatalf("skip: %v %v", skipped, err)
+	}
+	if got := mustAsk(t, n, "counter", "h", "get"); got != fmt.Sprint(1+mailbox) {
+		t.Fatalf("count %s after the skip, want %d", got, 1+mailbox)
+	}
+	key := EntityKey{Type: "counter", Shard: abiShard("h", 10), ID: "h"}
+	recs, err := store.ReadJournal(ctx, key, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range recs {
+		e, _ := DecodeJournalEntry(key, r)
+		if isControlRecord(e.Kind) {
+			kinds = append(kinds, e.Kind.String())
+		}
+	}
+	if want := "[pause resume pause skip]"; fmtList(kinds) != want {
 		t.Fatalf("control records %v, want %s", kinds, want)
 	}
 }

@@ -147,6 +147,27 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 	return nil
 }
 
+var _ EntityStateDeleter = (*MemoryStateStore)(nil)
+
+// DeleteEntity implements EntityStateDeleter: the store holds one copy, so its fence
+// is the tombstone.
+func (m *MemoryStateStore) DeleteEntity(ctx context.Context, key EntityKey, epoch uint64) error {
+	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := shardKey{key.Type, key.Shard}
+	if err := m.fence(k, epoch); err != nil {
+		return err
+	}
+	delete(m.state, key)
+	delete(m.savedAt, key)
+	delete(m.journals, key)
+	delete(m.remembered[k], key.ID)
+	return nil
+}
+
 // readEpochKey is the context key of WithReadEpoch.
 type readEpochKey struct{}
 

@@ -65,6 +65,24 @@ type TypeStateDeleter interface {
 	DeleteType(ctx context.Context, typ string) error
 }
 
+// EntityStateDeleter is a StateStore that can delete one entity's durable state: a
+// type's state TTL (TypeSettings) uses it to drop the state of entities idle too long.
+type EntityStateDeleter interface {
+	StateStore
+	// DeleteEntity deletes the snapshot, the journal and the remember mark of key,
+	// fenced as a Save at epoch is: with ErrStaleEpoch when the shard has a newer epoch,
+	// and nothing deleted. Once it returns, Load gives ErrNoState, ReadJournal no
+	// record, Remembered and a listing (StateLister) leave the entity out, and no write
+	// acknowledged before it, nor any write of an older epoch after it, brings the
+	// state back (the stores with one copy, in memory and PostgreSQL, have it from
+	// their fence; a replicated store keeps a versioned tombstone until every replica
+	// has it). A Save or an append at epoch or newer after it starts the entity anew.
+	// The entity's reminders (ReminderStore) stay: they are its appointments, not its
+	// state. Call it for an entity no member hosts. Errors: ErrStaleEpoch,
+	// ErrStoreUnavailable, ErrInvalidStateKey.
+	DeleteEntity(ctx context.Context, key EntityKey, epoch uint64) error
+}
+
 // ExternalStateStore is a StateStore whose data may outlive the cluster's own: a
 // database kept while the members' data directories (and with them the shard
 // coordinator's durable state) are new, or state imported into one. The coordinator

@@ -42,3 +42,33 @@ func TestQueryCommand(t *testing.T) {
 		t.Fatalf("query of a module without a query handler: %v %q", err, out)
 	}
 }
+
+// pause holds an entity: asks are refused with entity-paused until resume; a second
+// pause says so and changes nothing.
+func TestPauseCommand(t *testing.T) {
+	startCLIMember(t)
+	if out, err := runCLI(t, "deploy", "--type", "counter", testwasm.Path(t, "counter")); err != nil {
+		t.Fatalf("deploy: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "ask", "counter/p", "inc 4"); err != nil || strings.TrimSpace(out) != "4" {
+		t.Fatalf("ask: %v %q", err, out)
+	}
+	if out, err := runCLI(t, "pause", "counter/p"); err != nil || !strings.HasPrefix(out, "paused counter/p") {
+		t.Fatalf("pause: %v %q", err, out)
+	}
+	if out, err := runCLI(t, "pause", "counter/p"); err != nil || !strings.Contains(out, "already paused") {
+		t.Fatalf("pause again: %v %q", err, out)
+	}
+	if out, err := runCLI(t, "ask", "counter/p", "inc"); err == nil || !strings.Contains(err.Error(), "paused") {
+		t.Fatalf("ask of a paused entity: %v %q, want refused as paused", err, out)
+	}
+	if out, err := runCLI(t, "resume", "counter/p"); err != nil || out != "resumed counter/p\n" {
+		t.Fatalf("resume: %v %q", err, out)
+	}
+	if out, err := runCLI(t, "ask", "counter/p", "inc"); err != nil || strings.TrimSpace(out) != "5" {
+		t.Fatalf("ask after the resume: %v %q", err, out)
+	}
+	if out, err := runCLI(t, "pause", "counter"); err == nil {
+		t.Fatalf("pause without an ID: %q, want an error", out)
+	}
+}

@@ -61,6 +61,7 @@ Talk to it:                                                  shardhost ask count
 		g.clientFlags(newLogsCommand(g)),
 		g.clientFlags(newRevertCommand(g)),
 		g.clientFlags(newForkCommand(g)),
+		g.clientFlags(newPauseCommand(g)),
 		g.clientFlags(newResumeCommand(g, false)),
 		g.clientFlags(newRemindersCommand(g)),
 		newScheduledCommand(g),

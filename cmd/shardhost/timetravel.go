@@ -110,15 +110,55 @@ func timeTravel(cmd *cobra.Command, g *globals, path, did string) error {
 	return nil
 }
 
+func newPauseCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause TYPE/ID",
+		Short: "Pause an entity until 'shardhost resume'",
+		Long: `pause holds an entity, activating it if it is not active: once the messages ahead of
+the request are handled, asks to it are refused with entity-paused (503: send them again
+once it resumes) and tells queue, up to its mailbox's size (beyond it they are refused
+the same way, dead letters). 'shardhost resume TYPE/ID' ends the pause and what queued
+is handled in order. Under the journal the pause is a record of the entity's journal
+and lasts across passivations, handoffs and crashes; under the other policies it ends
+when the entity's instance stops. Admin role.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			typ, id, err := entityArg(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.do("POST", entityPath(typ, id, "pause"), nil)
+			if err != nil {
+				return err
+			}
+			var res struct{ Entity, Status string }
+			if err := json.Unmarshal(r.body, &res); err != nil {
+				return fmt.Errorf("the API's reply: %w", err)
+			}
+			if res.Status == "already-paused" {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s is already paused: nothing done\n", res.Entity)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "paused %s (shardhost resume %s ends it)\n", res.Entity, res.Entity)
+			return nil
+		},
+	}
+}
+
 func newResumeCommand(g *globals, skip bool) *cobra.Command {
-	use, short, long := "resume TYPE/ID", "Resume an entity paused on a message that kept failing",
+	use, short, long := "resume TYPE/ID", "Resume a paused entity (on a message that kept failing, or by 'shardhost pause')",
 		`resume makes an entity that is paused try its failing message again: a tell, a timer's or
 a change's message that failed the same way (a trap, the deadline) --max-retries times in
 a row (3 by default), on which the entity paused instead of dropping it. Deploy a fixed
 module first. The message gets its attempts again; if it fails as many times, the entity
 pauses again. What queued behind it follows. While an entity is paused, asks to it are
 refused with entity-paused (503: send them again once it resumes) and tells queue, up to
-its mailbox's size. 'shardhost skip' drops the message instead.`
+its mailbox's size. 'shardhost skip' drops the message instead. An entity paused by
+'shardhost pause' has no such message: resume goes on with what queued.`
 	if skip {
 		use, short, long = "skip TYPE/ID", "Drop the message a paused entity is paused on, and resume it",
 			`skip drops the message a paused entity is paused on (a dead letter, with reason

@@ -549,3 +549,46 @@ func (s *Store) DeleteType(ctx context.Context, typ string) error {
 	}
 	return nil
 }
+
+var _ sharding.EntityStateDeleter = (*Store)(nil)
+
+// DeleteEntity implements sharding.EntityStateDeleter: in one transaction,
+// shardhost_fence at epoch (a writer of an older epoch is refused from then on, and
+// one under way is waited for), then the entity's rows of snapshots, remember marks,
+// journal records and journal floor are deleted. The database is the one copy, so its
+// fence is the tombstone. Errors: sharding.ErrStaleEpoch, ErrStoreUnavailable,
+// ErrInvalidStateKey.
+func (s *Store) DeleteEntity(ctx context.Context, key sharding.EntityKey, epoch uint64) error {
+	if err := checkKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	if err := checkEpoch(epoch); err != nil {
+		return err
+	}
+	var cur int64
+	err := retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, "SELECT shardhost_fence($1, $2, $3)", key.Type, int32(key.Shard), int64(epoch)).Scan(&cur); err != nil {
+				return err
+			}
+			if uint64(cur) > epoch {
+				return nil
+			}
+			for _, table := range []string{"shardhost_snapshots", "shardhost_remembered", "shardhost_journal", "shardhost_journal_floors"} {
+				if _, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE entity_type = $1 AND shard = $2 AND entity_id = $3",
+					key.Type, int32(key.Shard), key.ID); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: delete the state of %s/%d/%q: %w", key.Type, key.Shard, key.ID, s.fail("delete", err))
+	}
+	if uint64(cur) > epoch {
+		return fmt.Errorf("pgstore: delete the state of %s/%d/%q: %w: epoch %d is older than the shard's %d",
+			key.Type, key.Shard, key.ID, sharding.ErrStaleEpoch, epoch, cur)
+	}
+	return nil
+}

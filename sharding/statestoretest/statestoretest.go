@@ -1,6 +1,7 @@
 // Package statestoretest is the contract every sharding.StateStore keeps, as tests that
 // run against each implementation (the in-memory one, the replicated one, PostgreSQL):
-// fencing, versions, remember and forget, concurrent saves, batches, and journals
+// fencing, versions, remember and forget, concurrent saves, batches, one entity's
+// delete (sharding.EntityStateDeleter), and journals
 // (appends, reads, truncation, refusals of corrupt records, concurrent appends), and
 // the listing of a store that keeps an index (sharding.StateLister), and reminders
 // (sharding.RemindersOf). It also builds a
@@ -47,6 +48,7 @@ func Run(t *testing.T, open Open) {
 		{"FenceShard", fenceShard},
 		{"InvalidKeys", invalidKeys},
 		{"DeleteType", deleteType},
+		{"DeleteEntity", deleteEntity},
 		{"JournalAppendRead", journalAppendRead},
 		{"JournalFencing", journalFencing},
 		{"JournalTruncate", journalTruncate},
