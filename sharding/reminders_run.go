@@ -186,20 +186,27 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 		rem.more = true
 		rem.tmu.Unlock()
 	}
+	// One batch per entity (its due reminders in due order), of those not firing yet.
+	var batches []firingBatch
+	at := map[string]int{}
+	rem.tmu.Lock()
 	for _, er := range due {
 		f := reminderFiring{er.ID, er.Name, er.Due}
-		rem.tmu.Lock()
-		firing := rem.inflight[f]
-		if !firing && !rem.stopped {
-			rem.inflight[f] = true
-		}
-		rem.tmu.Unlock()
-		if firing {
+		if rem.stopped || rem.inflight[f] {
 			continue
 		}
-		if !r.s.owner.Go(func() { r.fireReminder(sh, er) }) {
-			return
+		rem.inflight[f] = true
+		i, ok := at[er.ID]
+		if !ok {
+			i = len(batches)
+			at[er.ID] = i
+			batches = append(batches, firingBatch{r: r, sh: sh, id: er.ID})
 		}
+		batches[i].due = append(batches[i].due, er)
+	}
+	rem.tmu.Unlock()
+	if !r.s.firer.enqueue(r.s, batches) {
+		return
 	}
 	rem.tmu.Lock()
 	if rem.more && len(rem.inflight) <= reminderBatch/2 {
@@ -212,17 +219,113 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	}
 }
 
-// fireReminder delivers a due reminder to its entity (an ask of KindReminder, which
-// activates it if needed), then moves the reminder on in the store: an interval's next
-// due after now, a one-shot's deletion; a reminder set anew meanwhile (another due) is
-// left as it is. A delivery that failed before the entity handled it is tried again
-// after reminderRetry; an entity's error answer counts as delivered.
-func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
+// reminderWorkers is how many firings a member has under way at most: its workers
+// (reminderFirer), each delivering one batch at a time.
+const reminderWorkers = 128
+
+// firingBatch is one entity's due reminders from one scan of its shard, earliest
+// first.
+type firingBatch struct {
+	r   *shardRegion
+	sh  *shard
+	id  string
+	due []EntityReminder
+}
+
+// reminderFirer delivers the due reminders of the shards hosted on a member: a queue
+// of batches, first in first out, and reminderWorkers goroutines of the member's owner
+// that take them in turn, started with the first batch. A backlog is batches in the
+// queue (each shard's bounded by reminderBatch), not goroutines.
+type reminderFirer struct {
+	mu      sync.Mutex
+	queue   []firingBatch
+	head    int // queue[head:] waits
+	started bool
+	wake    chan struct{} // a token per batch queued, up to reminderWorkers
+}
+
+func newReminderFirer() *reminderFirer {
+	return &reminderFirer{wake: make(chan struct{}, reminderWorkers)}
+}
+
+// enqueue queues the batches and wakes workers for them. It reports false once s
+// stops (the batches are dropped: the store keeps their reminders).
+func (f *reminderFirer) enqueue(s *Sharding, bs []firingBatch) bool {
+	if len(bs) == 0 {
+		return true
+	}
+	f.mu.Lock()
+	start := !f.started
+	f.started = true
+	f.queue = append(f.queue, bs...)
+	f.mu.Unlock()
+	if start {
+		for range reminderWorkers {
+			if !s.owner.Go(func() { f.work(s) }) {
+				return false
+			}
+		}
+	}
+	for range bs {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+			return true // every worker has a token to wake with already
+		}
+	}
+	return true
+}
+
+// take returns the next batch, if any.
+func (f *reminderFirer) take() (firingBatch, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.head == len(f.queue) {
+		return firingBatch{}, false
+	}
+	b := f.queue[f.head]
+	f.queue[f.head] = firingBatch{}
+	f.head++
+	if f.head == len(f.queue) {
+		f.queue, f.head = f.queue[:0], 0
+	} else if f.head >= 1024 && f.head*2 >= len(f.queue) {
+		// Mostly taken: the waiting ones move to the front.
+		n := copy(f.queue, f.queue[f.head:])
+		clear(f.queue[n:])
+		f.queue, f.head = f.queue[:n], 0
+	}
+	return b, true
+}
+
+// work is a worker: it fires the queued batches until s stops.
+func (f *reminderFirer) work(s *Sharding) {
+	done := s.owner.Done()
+	for {
+		if b, ok := f.take(); ok {
+			b.r.fireBatch(b.sh, b.id, b.due)
+			continue
+		}
+		select {
+		case <-f.wake:
+		case <-done:
+			return
+		}
+	}
+}
+
+// fireBatch delivers an entity's due reminders, in order, each as an ask of
+// KindReminder (which activates the entity if needed), then moves those delivered on
+// in the store in one write: an interval's next due after now, a one-shot's deletion;
+// a reminder set anew meanwhile (another due) is left as it is. A delivery that failed
+// before the entity handled it ends the batch, and the rest are tried again after
+// reminderRetry; an entity's error answer counts as delivered.
+func (r *shardRegion) fireBatch(sh *shard, id string, due []EntityReminder) {
 	rem := sh.rem
-	f := reminderFiring{er.ID, er.Name, er.Due}
 	defer func() {
 		rem.tmu.Lock()
-		delete(rem.inflight, f)
+		for _, er := range due {
+			delete(rem.inflight, reminderFiring{er.ID, er.Name, er.Due})
+		}
 		again := rem.more && len(rem.inflight) <= reminderBatch/2
 		if again {
 			rem.more = false
@@ -232,6 +335,38 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 			r.s.owner.Go(func() { r.scanReminders(sh) })
 		}
 	}()
+	delivered := due
+	for i, er := range due {
+		if !r.deliverReminder(er) {
+			if r.s.owner.Closed() {
+				return
+			}
+			delivered = due[:i]
+			r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
+			break
+		}
+	}
+	if len(delivered) == 0 {
+		return
+	}
+	next, err := r.advanceReminders(sh, id, delivered)
+	if err != nil {
+		if r.s.owner.Closed() {
+			return
+		}
+		r.s.log.Warn("reminders delivered but not moved on; they may come again", "type", r.settings.Name, "id", id,
+			"reminders", len(delivered), "err", err)
+		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
+		return
+	}
+	if next > 0 {
+		r.scheduleReminders(sh, next)
+	}
+}
+
+// deliverReminder delivers one due reminder to its entity, and reports whether the
+// entity handled it.
+func (r *shardRegion) deliverReminder(er EntityReminder) bool {
 	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.AskTimeout)
 	m := Message{EntityType: r.settings.Name, EntityID: er.ID, Payload: er.Payload,
 		Sender: er.Name, Kind: KindReminder, Tag: uint64(er.Due), IdempotencyKey: reminderIdempotencyKey(er.Name, er.Due)}
@@ -242,31 +377,17 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 	_, err := r.s.AskMessage(ctx, m)
 	cancel()
 	if err != nil && !handledError(err) {
-		if r.s.owner.Closed() {
-			return
+		if !r.s.owner.Closed() {
+			r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
 		}
-		r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
-		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
-		return
+		return false
 	}
 	if late := nowMillis() - er.Due; IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
 		r.s.log.Warn("scheduled message delivered late", "type", r.settings.Name, "id", er.ID,
 			"scheduled", ScheduledID(r.settings.Name, er.ID, er.Name), "due", time.UnixMilli(er.Due).UTC(),
 			"late", (time.Duration(late) * time.Millisecond).String())
 	}
-	next, err := r.advanceReminder(sh, er)
-	if err != nil {
-		if r.s.owner.Closed() {
-			return
-		}
-		r.s.log.Warn("reminder delivered but not moved on; it may come again", "type", r.settings.Name, "id", er.ID,
-			"reminder", er.Name, "err", err)
-		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
-		return
-	}
-	if next > 0 {
-		r.scheduleReminders(sh, next)
-	}
+	return true
 }
 
 // handledError reports whether a failed ask reached its entity's code, which answered
@@ -288,21 +409,32 @@ func nextDue(due, interval, now int64) int64 {
 	return due + ((now-due)/interval+1)*interval
 }
 
-// advanceReminder moves a fired reminder on in the store; it returns the new due time (0:
-// none).
-func (r *shardRegion) advanceReminder(sh *shard, er EntityReminder) (int64, error) {
+// advanceReminders moves an entity's fired reminders on in the store, in one write;
+// it returns the earliest new due time among them (0: none).
+func (r *shardRegion) advanceReminders(sh *shard, id string, fired []EntityReminder) (int64, error) {
 	var next int64
-	err := r.updateReminders(context.Background(), sh, er.ID, func(rs []Reminder) ([]Reminder, error) {
-		i := slices.IndexFunc(rs, func(x Reminder) bool { return x.Name == er.Name })
-		if i < 0 || rs[i].Due != er.Due {
-			return nil, errUnchanged // cancelled or set anew meanwhile
+	err := r.updateReminders(context.Background(), sh, id, func(rs []Reminder) ([]Reminder, error) {
+		changed := false
+		now := nowMillis()
+		for _, er := range fired {
+			i := slices.IndexFunc(rs, func(x Reminder) bool { return x.Name == er.Name })
+			if i < 0 || rs[i].Due != er.Due {
+				continue // cancelled or set anew meanwhile
+			}
+			changed = true
+			if rs[i].Interval > 0 {
+				rs[i].Due = nextDue(er.Due, rs[i].Interval, now)
+				if next == 0 || rs[i].Due < next {
+					next = rs[i].Due
+				}
+				continue
+			}
+			rs = slices.Delete(rs, i, i+1)
 		}
-		if rs[i].Interval > 0 {
-			rs[i].Due = nextDue(er.Due, rs[i].Interval, nowMillis())
-			next = rs[i].Due
-			return rs, nil
+		if !changed {
+			return nil, errUnchanged
 		}
-		return slices.Delete(rs, i, i+1), nil
+		return rs, nil
 	})
 	if errors.Is(err, errUnchanged) {
 		return 0, nil
