@@ -141,9 +141,14 @@ func reminderKey(key EntityKey) EntityKey {
 	return EntityKey{Type: key.Type, Shard: key.Shard, ID: ReminderIDPrefix + key.ID}
 }
 
-// checkReminders checks a set of reminders as SaveReminders takes it: an entity's own
-// (at most MaxRemindersPerEntity) and its scheduled messages (IsScheduledName, at most
-// MaxScheduledPerEntity).
+// CheckReminderSet checks an entity's set of reminders as ReminderStore.SaveReminders
+// takes it, for a store that implements it: its own reminders (at most
+// MaxRemindersPerEntity) and its scheduled messages (IsScheduledName, at most
+// MaxScheduledPerEntity), each valid, with unique names. Errors: ErrInvalidReminder,
+// ErrTooManyReminders, ErrTooManyScheduled.
+func CheckReminderSet(rs []Reminder) error { return checkReminders(rs) }
+
+// checkReminders is CheckReminderSet.
 func checkReminders(rs []Reminder) error {
 	scheduled := 0
 	for _, r := range rs {
@@ -280,14 +285,16 @@ type memShardReminders struct {
 	due  *btree.BTreeG[dueEntry]
 }
 
-// dueEntry is one reminder in a due-time index.
+// dueEntry is one reminder in a due-time index: its due time, its entity, and the
+// reminder itself, in the entity's slice of byID (replaced whole by each save).
 type dueEntry struct {
-	due      int64
-	id, name string
+	due int64
+	id  string
+	r   *Reminder
 }
 
 func lessDue(a, b dueEntry) bool {
-	return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id), strings.Compare(a.name, b.name)) < 0
+	return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id), strings.Compare(a.r.Name, b.r.Name)) < 0
 }
 
 // SaveReminders implements ReminderStore.
@@ -315,8 +322,9 @@ func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epo
 		sr = &memShardReminders{byID: map[string][]Reminder{}, due: btree.NewG(32, lessDue)}
 		m.reminders[sk] = sr
 	}
-	for _, r := range sr.byID[key.ID] {
-		sr.due.Delete(dueEntry{r.Due, key.ID, r.Name})
+	old := sr.byID[key.ID]
+	for i := range old {
+		sr.due.Delete(dueEntry{old[i].Due, key.ID, &old[i]})
 	}
 	if len(rs) == 0 {
 		delete(sr.byID, key.ID)
@@ -328,7 +336,7 @@ func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epo
 	cp := sortedReminders(rs)
 	for i := range cp {
 		cp[i].Payload = slices.Clone(cp[i].Payload)
-		sr.due.ReplaceOrInsert(dueEntry{cp[i].Due, key.ID, cp[i].Name})
+		sr.due.ReplaceOrInsert(dueEntry{cp[i].Due, key.ID, &cp[i]})
 	}
 	sr.byID[key.ID] = cp
 	return nil
@@ -381,9 +389,7 @@ func (m *MemoryStateStore) DueReminders(ctx context.Context, typ string, shard i
 			next = e.due
 			return false
 		}
-		rs := sr.byID[e.id]
-		i, _ := slices.BinarySearchFunc(rs, e.name, func(r Reminder, name string) int { return strings.Compare(r.Name, name) })
-		r := rs[i]
+		r := *e.r
 		r.Payload = slices.Clone(r.Payload)
 		due = append(due, EntityReminder{ID: e.id, Reminder: r})
 		return true

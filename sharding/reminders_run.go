@@ -16,10 +16,14 @@ import (
 // again after a read, a delivery or a write failed.
 const reminderRetry = time.Second
 
-// reminderBatch bounds the firings under way per shard: a scan reads at most twice as
-// many due reminders (those under way among them), and past it waits for half of them
-// to finish before it reads again.
-const reminderBatch = 1000
+// reminderBatch bounds the firings under way per shard: a scan reads at most that many
+// due reminders beyond those under way, and with more than reminderLowWater under way
+// the shard is not read again until the firings under way are down to it (the firings
+// under way are the earliest due, which each read would return again).
+const (
+	reminderBatch    = 1000
+	reminderLowWater = reminderBatch / 4
+)
 
 // reminderScanGap is the least time between the starts of two scans of a shard: what
 // falls due meanwhile waits for the next scan and fires with the others, so that a
@@ -150,7 +154,8 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	rem := sh.rem
 	rem.tmu.Lock()
 	rem.lastScan = nowMillis()
-	busy := len(rem.inflight) >= reminderBatch
+	inflight := len(rem.inflight)
+	busy := inflight > reminderLowWater
 	if busy {
 		rem.more = true
 	}
@@ -165,7 +170,7 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	var next int64
 	now := nowMillis()
 	if err == nil {
-		due, next, err = r.s.reminders.DueReminders(WithReadEpoch(ctx, epoch), r.settings.Name, sh.id, now, 2*reminderBatch)
+		due, next, err = r.s.reminders.DueReminders(WithReadEpoch(ctx, epoch), r.settings.Name, sh.id, now, inflight+reminderBatch)
 	}
 	if errors.Is(err, ErrStaleEpoch) {
 		r.s.log.Warn("the state store has a newer allocation of a shard hosted here", "type", r.settings.Name, "shard", sh.id, "err", err)
@@ -209,7 +214,7 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 		return
 	}
 	rem.tmu.Lock()
-	if rem.more && len(rem.inflight) <= reminderBatch/2 {
+	if rem.more && len(rem.inflight) <= reminderLowWater {
 		// The firings that were to read the rest finished already: read it now.
 		rem.more, rem.rescan = false, true
 	}
@@ -235,7 +240,7 @@ type firingBatch struct {
 // reminderFirer delivers the due reminders of the shards hosted on a member: a queue
 // of batches, first in first out, and reminderWorkers goroutines of the member's owner
 // that take them in turn, started with the first batch. A backlog is batches in the
-// queue (each shard's bounded by reminderBatch), not goroutines.
+// queue (each shard's at most reminderLowWater+reminderBatch), not goroutines.
 type reminderFirer struct {
 	mu      sync.Mutex
 	queue   []firingBatch
@@ -326,7 +331,7 @@ func (r *shardRegion) fireBatch(sh *shard, id string, due []EntityReminder) {
 		for _, er := range due {
 			delete(rem.inflight, reminderFiring{er.ID, er.Name, er.Due})
 		}
-		again := rem.more && len(rem.inflight) <= reminderBatch/2
+		again := rem.more && len(rem.inflight) <= reminderLowWater
 		if again {
 			rem.more = false
 		}
