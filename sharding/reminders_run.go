@@ -30,6 +30,11 @@ const (
 // shard whose reminders fall due one by one is read at most about 100 times a second.
 const reminderScanGap = 10 * time.Millisecond
 
+// reminderStall is how long a shard whose firings are under way is not read again
+// for what fell due meanwhile (they would be read again with it), unless they finish
+// sooner: how late a slow entity's firing may make the shard's others.
+const reminderStall = time.Second
+
 // shardReminders is what a shard's home keeps of the shard's reminders: the next due
 // time, one timer, and the firings under way. Nothing per reminder beyond the firings.
 type shardReminders struct {
@@ -48,8 +53,12 @@ type shardReminders struct {
 	// which the running one does when it is done (one scan at a time per shard).
 	scanning, rescan bool
 	// more: due reminders were left unread (reminderBatch); the firings under way
-	// start the next scan as they finish.
-	more bool
+	// start the next scan when they are down to reminderLowWater, a refill, which reads
+	// with firings under way.
+	more, refill bool
+	// waiting: a scan was deferred because firings were under way; the last of them
+	// to finish starts it.
+	waiting bool
 	// lastScan is when the last scan started (Unix ms).
 	lastScan int64
 }
@@ -153,15 +162,28 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	}
 	rem := sh.rem
 	rem.tmu.Lock()
-	rem.lastScan = nowMillis()
 	inflight := len(rem.inflight)
-	busy := inflight > reminderLowWater
-	if busy {
-		rem.more = true
+	var stall int64 // when to read all the same, firings under way or not
+	deferred := true
+	switch {
+	case inflight > reminderLowWater:
+		rem.more = true // read again once they are down to it
+	case inflight > 0 && !rem.refill && nowMillis()-rem.lastScan < reminderStall.Milliseconds():
+		// What the firings under way were read with would be read again: the shard is
+		// read once they are done (or after reminderStall).
+		rem.waiting = true
+		stall = rem.lastScan + reminderStall.Milliseconds()
+	default:
+		deferred = false
+		rem.lastScan = nowMillis()
 	}
+	rem.refill = false
 	rem.tmu.Unlock()
-	if busy {
-		return // the firings under way scan again as they finish
+	if deferred {
+		if stall > 0 {
+			r.scheduleReminders(sh, stall)
+		}
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.RequestTimeout)
 	defer cancel()
@@ -216,7 +238,7 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	rem.tmu.Lock()
 	if rem.more && len(rem.inflight) <= reminderLowWater {
 		// The firings that were to read the rest finished already: read it now.
-		rem.more, rem.rescan = false, true
+		rem.more, rem.rescan, rem.refill = false, true, true
 	}
 	rem.tmu.Unlock()
 	if next > now {
@@ -331,9 +353,10 @@ func (r *shardRegion) fireBatch(sh *shard, id string, due []EntityReminder) {
 		for _, er := range due {
 			delete(rem.inflight, reminderFiring{er.ID, er.Name, er.Due})
 		}
-		again := rem.more && len(rem.inflight) <= reminderLowWater
+		again := rem.more && len(rem.inflight) <= reminderLowWater || rem.waiting && len(rem.inflight) == 0
 		if again {
-			rem.more = false
+			rem.refill = rem.more
+			rem.more, rem.waiting = false, false
 		}
 		rem.tmu.Unlock()
 		if again {
