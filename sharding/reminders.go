@@ -323,6 +323,24 @@ func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epo
 		m.reminders[sk] = sr
 	}
 	old := sr.byID[key.ID]
+	cp := sortedReminders(rs)
+	if len(cp) > 0 && slices.EqualFunc(old, cp, func(a, b Reminder) bool { return a.Name == b.Name }) {
+		// The same names (a firing's advance, a set that replaces one): the entries
+		// stay where they point, and only the reminders whose due changed move in
+		// the index.
+		for i := range old {
+			moved := old[i].Due != cp[i].Due
+			if moved {
+				sr.due.Delete(dueEntry{old[i].Due, key.ID, &old[i]})
+			}
+			old[i] = cp[i]
+			old[i].Payload = slices.Clone(cp[i].Payload)
+			if moved {
+				sr.due.ReplaceOrInsert(dueEntry{old[i].Due, key.ID, &old[i]})
+			}
+		}
+		return nil
+	}
 	for i := range old {
 		sr.due.Delete(dueEntry{old[i].Due, key.ID, &old[i]})
 	}
@@ -333,7 +351,6 @@ func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epo
 		}
 		return nil
 	}
-	cp := sortedReminders(rs)
 	for i := range cp {
 		cp[i].Payload = slices.Clone(cp[i].Payload)
 		sr.due.ReplaceOrInsert(dueEntry{cp[i].Due, key.ID, &cp[i]})
