@@ -395,7 +395,9 @@ func (r *shardRegion) fireBatch(sh *shard, id string, due []EntityReminder) {
 // deliverReminder delivers one due reminder to its entity, and reports whether the
 // entity handled it.
 func (r *shardRegion) deliverReminder(er EntityReminder) bool {
-	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.AskTimeout)
+	// Without a deadline of its own: the ask keeps Config.AskTimeout (AskMessage)
+	// without the allocations of a context.WithTimeout per firing.
+	ctx := r.s.owner.Context()
 	m := Message{EntityType: r.settings.Name, EntityID: er.ID, Payload: er.Payload,
 		Sender: er.Name, Kind: KindReminder, Tag: uint64(er.Due), IdempotencyKey: reminderIdempotencyKey(er.Name, er.Due)}
 	if IsScheduledName(er.Name) {
@@ -403,7 +405,6 @@ func (r *shardRegion) deliverReminder(er EntityReminder) bool {
 		m.Sender, m.Kind, m.IdempotencyKey = "", KindMessage, scheduledIdempotencyKey(er.Name)
 	}
 	_, err := r.s.AskMessage(ctx, m)
-	cancel()
 	if err != nil && !handledError(err) {
 		if !r.s.owner.Closed() {
 			r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
