@@ -281,6 +281,9 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	rec.on = false
 	took := time.Since(start)
 	cpu1, haveCPU := processCPU()
+	goroutines := runtime.NumGoroutine()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
 	if *remindProfile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -298,6 +301,9 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	logf("steady state, %v: %d fired, %.0f/s (%.0f/s due), per member %v; lateness p50 %v p99 %v max %v",
 		took.Round(time.Millisecond), len(late), rate, float64(nRem)*1000/float64(interval), byMember,
 		pct(0.50), pct(0.99), pct(1))
+	// A backlog (a rate over what the members fire) is due reminders queued, not
+	// goroutines: their count and the heap say what it costs.
+	logf("at the end of the measurement: %d goroutines, heap %.1f MiB", goroutines, float64(ms.HeapAlloc)/(1<<20))
 	if haveCPU && len(late) > 0 {
 		// The process's CPU time (user and system, the 3 members together) per firing:
 		// what a firing costs whatever else shares the machine.
