@@ -53,34 +53,54 @@ func (s *Store) SaveReminders(ctx context.Context, key sharding.EntityKey, epoch
 	return nil
 }
 
-// checkReadEpoch fails with sharding.ErrStaleEpoch if ctx carries a read epoch
-// (sharding.WithReadEpoch) older than the shard's: run in the transaction that reads.
-func checkReadEpoch(ctx context.Context, tx pgx.Tx, typ string, shard int) error {
-	readEpoch, ok := sharding.ReadEpoch(ctx)
-	if !ok {
-		return nil
-	}
+// withEpoch wraps a query of reminder rows (entity_id, name, due, interval_ms,
+// payload; $1 the type, $2 the shard) so that one statement, one snapshot and one round
+// trip, returns them with the shard's epoch: one row each, or one row of NULLs but the
+// epoch when there are none. order sorts them (columns of r).
+func withEpoch(query, order string) string {
+	return `SELECT (SELECT epoch FROM shardhost_shard_epochs WHERE entity_type = $1 AND shard = $2),
+	r.entity_id, r.name, r.due, r.interval_ms, r.payload
+FROM (SELECT 1) AS one LEFT JOIN (` + query + `) AS r ON true
+ORDER BY ` + order
+}
+
+// readReminders runs a query of withEpoch and calls fn with each reminder, in order.
+// With a read epoch in ctx (sharding.WithReadEpoch) older than the shard's it fails
+// with sharding.ErrStaleEpoch. fn is called again from the start if the query is
+// retried (retry): it must reset what it gathers when first is true.
+func (s *Store) readReminders(ctx context.Context, query string, args []any, fn func(first bool, id string, r sharding.Reminder)) error {
 	var cur *int64
-	if err := tx.QueryRow(ctx, "SELECT (SELECT epoch FROM shardhost_shard_epochs WHERE entity_type = $1 AND shard = $2)",
-		typ, int32(shard)).Scan(&cur); err != nil {
+	err := retry(ctx, func() error {
+		rows, err := s.pool.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		first := true
+		fn(true, "", sharding.Reminder{})
+		var id, name *string
+		var due, interval *int64
+		var payload []byte
+		_, err = pgx.ForEachRow(rows, []any{&cur, &id, &name, &due, &interval, &payload}, func() error {
+			if id != nil {
+				r := sharding.Reminder{Name: *name, Due: *due, Interval: *interval}
+				if len(payload) > 0 {
+					r.Payload = payload
+				}
+				fn(first, *id, r)
+				first = false
+			}
+			payload = nil // ForEachRow scans into the same variables: the next row gets its own bytes
+			return nil
+		})
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	if cur != nil && uint64(*cur) > readEpoch {
+	if readEpoch, ok := sharding.ReadEpoch(ctx); ok && cur != nil && uint64(*cur) > readEpoch {
 		return fmt.Errorf("%w: read at epoch %d, and the shard is at %d", sharding.ErrStaleEpoch, readEpoch, *cur)
 	}
 	return nil
-}
-
-// readReminders runs read in a read-only transaction after the read epoch's check.
-func (s *Store) readReminders(ctx context.Context, typ string, shard int, read func(tx pgx.Tx) error) error {
-	return retry(ctx, func() error {
-		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-			if err := checkReadEpoch(ctx, tx, typ, shard); err != nil {
-				return err
-			}
-			return read(tx)
-		})
-	})
 }
 
 // scanReminder returns the ForEachRow targets of a reminder row (name, due, interval,
@@ -105,19 +125,13 @@ func (s *Store) LoadReminders(ctx context.Context, key sharding.EntityKey) ([]sh
 		return nil, err
 	}
 	var out []sharding.Reminder
-	err := s.readReminders(ctx, key.Type, key.Shard, func(tx pgx.Tx) error {
-		out = nil
-		rows, err := tx.Query(ctx, `SELECT name, due, interval_ms, payload FROM shardhost_reminders
-WHERE entity_type = $1 AND shard = $2 AND entity_id = $3 ORDER BY name`, key.Type, int32(key.Shard), key.ID)
-		if err != nil {
-			return err
+	err := s.readReminders(ctx, loadRemindersSQL, []any{key.Type, int32(key.Shard), key.ID}, func(first bool, _ string, r sharding.Reminder) {
+		if first {
+			out = nil
 		}
-		targets, take := scanReminder()
-		_, err = pgx.ForEachRow(rows, targets, func() error {
-			out = append(out, take())
-			return nil
-		})
-		return err
+		if r.Name != "" {
+			out = append(out, r)
+		}
 	})
 	if errors.Is(err, sharding.ErrStaleEpoch) {
 		return nil, fmt.Errorf("pgstore: load the reminders of %s/%d/%q: %w", key.Type, key.Shard, key.ID, err)
@@ -129,17 +143,20 @@ WHERE entity_type = $1 AND shard = $2 AND entity_id = $3 ORDER BY name`, key.Typ
 }
 
 // dueRemindersSQL reads a shard's ($1, $2) reminders due by $3, earliest first, at
-// most $4 (NULL: all), and the first not due after them.
-const dueRemindersSQL = `(SELECT entity_id, name, due, interval_ms, payload FROM shardhost_reminders
+// most $4 (NULL: all), and the first not due after them (withEpoch).
+var dueRemindersSQL = withEpoch(`(SELECT entity_id, name, due, interval_ms, payload FROM shardhost_reminders
 	WHERE entity_type = $1 AND shard = $2 AND due <= $3 ORDER BY due, entity_id, name LIMIT $4)
 UNION ALL
 (SELECT entity_id, name, due, interval_ms, payload FROM shardhost_reminders
-	WHERE entity_type = $1 AND shard = $2 AND due > $3 ORDER BY due, entity_id, name LIMIT 1)
-ORDER BY 3, 1, 2`
+	WHERE entity_type = $1 AND shard = $2 AND due > $3 ORDER BY due, entity_id, name LIMIT 1)`, "r.due, r.entity_id, r.name")
 
-// DueReminders implements sharding.ReminderStore: one statement on the index on due
-// times (shardhost_reminders_due), which reads the due rows and one more (for next),
-// whatever the shard holds. Errors: sharding.ErrStaleEpoch (a read epoch older than the
+// loadRemindersSQL reads an entity's ($1, $2, $3) reminders by name (withEpoch).
+var loadRemindersSQL = withEpoch(`SELECT entity_id, name, due, interval_ms, payload FROM shardhost_reminders
+	WHERE entity_type = $1 AND shard = $2 AND entity_id = $3`, "r.name")
+
+// DueReminders implements sharding.ReminderStore: one statement (and round trip) on
+// the index on due times (shardhost_reminders_due), which reads the due rows and one
+// more (for next), whatever the shard holds, and the shard's epoch. Errors: sharding.ErrStaleEpoch (a read epoch older than the
 // shard's), sharding.ErrStoreUnavailable, sharding.ErrInvalidStateKey.
 func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) ([]sharding.EntityReminder, int64, error) {
 	if err := checkKey(typ, shard, "", false); err != nil {
@@ -152,26 +169,19 @@ func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before 
 	}
 	var due []sharding.EntityReminder
 	var next int64
-	err := s.readReminders(ctx, typ, shard, func(tx pgx.Tx) error {
-		due, next = nil, 0
-		rows, err := tx.Query(ctx, dueRemindersSQL, typ, int32(shard), before, lim)
-		if err != nil {
-			return err
+	err := s.readReminders(ctx, dueRemindersSQL, []any{typ, int32(shard), before, lim}, func(first bool, id string, r sharding.Reminder) {
+		if first {
+			due, next = nil, 0
 		}
-		var id string
-		targets, take := scanReminder()
-		_, err = pgx.ForEachRow(rows, append([]any{&id}, targets...), func() error {
-			r := take()
-			if next != 0 || r.Due > before || (limit > 0 && len(due) >= limit) {
-				if next == 0 {
-					next = r.Due
-				}
-				return nil
+		switch {
+		case r.Name == "":
+		case next != 0 || r.Due > before || (limit > 0 && len(due) >= limit):
+			if next == 0 {
+				next = r.Due
 			}
+		default:
 			due = append(due, sharding.EntityReminder{ID: id, Reminder: r})
-			return nil
-		})
-		return err
+		}
 	})
 	if errors.Is(err, sharding.ErrStaleEpoch) {
 		return nil, 0, fmt.Errorf("pgstore: the due reminders of %s/%d: %w", typ, shard, err)

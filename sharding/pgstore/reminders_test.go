@@ -167,6 +167,7 @@ SELECT 't', 1, 'e' || (i / 10), 'r' || (i % 10), 1000 + i, 0, '', 1 FROM generat
 		t.Fatal(err)
 	}
 	text := strings.Join(plan, "\n")
+	t.Log(text)
 	if strings.Contains(text, "Seq Scan") || !strings.Contains(text, "shardhost_reminders_due") {
 		t.Fatalf("the plan of the due reminders' read:\n%s", text)
 	}
