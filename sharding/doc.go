@@ -99,7 +99,7 @@
 // CancelReminder and Reminders keep an entity's Reminder values (CheckReminder;
 // MaxReminderName, MaxReminderPayload, MaxRemindersPerEntity, MinReminderInterval;
 // ErrInvalidReminder, ErrTooManyReminders) in the state store with its shard: a
-// ReminderStore keeps them itself, and RemindersOf keeps them through any other store's
+// ReminderStore keeps them itself (CheckReminderSet checks what it is given), and RemindersOf keeps them through any other store's
 // records (ReminderIDPrefix, IsReminderID). A due reminder comes to its entity as a
 // KindReminder message, EntityReminder lists a shard's due ones.
 //

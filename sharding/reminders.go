@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fxamacker/cbor/v2"
+	"github.com/google/btree"
 )
 
 // Durable reminders (docs/sharding.md, "Reminders"): an entity's reminders are kept in
@@ -140,9 +141,14 @@ func reminderKey(key EntityKey) EntityKey {
 	return EntityKey{Type: key.Type, Shard: key.Shard, ID: ReminderIDPrefix + key.ID}
 }
 
-// checkReminders checks a set of reminders as SaveReminders takes it: an entity's own
-// (at most MaxRemindersPerEntity) and its scheduled messages (IsScheduledName, at most
-// MaxScheduledPerEntity).
+// CheckReminderSet checks an entity's set of reminders as ReminderStore.SaveReminders
+// takes it, for a store that implements it: its own reminders (at most
+// MaxRemindersPerEntity) and its scheduled messages (IsScheduledName, at most
+// MaxScheduledPerEntity), each valid, with unique names. Errors: ErrInvalidReminder,
+// ErrTooManyReminders, ErrTooManyScheduled.
+func CheckReminderSet(rs []Reminder) error { return checkReminders(rs) }
+
+// checkReminders is CheckReminderSet.
 func checkReminders(rs []Reminder) error {
 	scheduled := 0
 	for _, r := range rs {
@@ -271,6 +277,26 @@ func IsReminderID(id string) bool { return strings.HasPrefix(id, ReminderIDPrefi
 
 var _ ReminderStore = (*MemoryStateStore)(nil)
 
+// memShardReminders is a shard's reminders in a MemoryStateStore: each entity's, sorted
+// by name, and an index of them all ordered by due time (then ID and name), so that
+// DueReminders costs what it returns, not the shard's size.
+type memShardReminders struct {
+	byID map[string][]Reminder
+	due  *btree.BTreeG[dueEntry]
+}
+
+// dueEntry is one reminder in a due-time index: its due time, its entity, and the
+// reminder itself, in the entity's slice of byID (replaced whole by each save).
+type dueEntry struct {
+	due int64
+	id  string
+	r   *Reminder
+}
+
+func lessDue(a, b dueEntry) bool {
+	return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id), strings.Compare(a.r.Name, b.r.Name)) < 0
+}
+
 // SaveReminders implements ReminderStore.
 func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epoch uint64, rs []Reminder) error {
 	if err := CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
@@ -286,20 +312,50 @@ func (m *MemoryStateStore) SaveReminders(ctx context.Context, key EntityKey, epo
 	}
 	sk := shardKey{key.Type, key.Shard}
 	if m.reminders == nil {
-		m.reminders = map[shardKey]map[string][]Reminder{}
+		m.reminders = map[shardKey]*memShardReminders{}
 	}
-	if len(rs) == 0 {
-		delete(m.reminders[sk], key.ID)
+	sr := m.reminders[sk]
+	if sr == nil {
+		if len(rs) == 0 {
+			return nil
+		}
+		sr = &memShardReminders{byID: map[string][]Reminder{}, due: btree.NewG(32, lessDue)}
+		m.reminders[sk] = sr
+	}
+	old := sr.byID[key.ID]
+	cp := sortedReminders(rs)
+	if len(cp) > 0 && slices.EqualFunc(old, cp, func(a, b Reminder) bool { return a.Name == b.Name }) {
+		// The same names (a firing's advance, a set that replaces one): the entries
+		// stay where they point, and only the reminders whose due changed move in
+		// the index.
+		for i := range old {
+			moved := old[i].Due != cp[i].Due
+			if moved {
+				sr.due.Delete(dueEntry{old[i].Due, key.ID, &old[i]})
+			}
+			old[i] = cp[i]
+			old[i].Payload = slices.Clone(cp[i].Payload)
+			if moved {
+				sr.due.ReplaceOrInsert(dueEntry{old[i].Due, key.ID, &old[i]})
+			}
+		}
 		return nil
 	}
-	if m.reminders[sk] == nil {
-		m.reminders[sk] = map[string][]Reminder{}
+	for i := range old {
+		sr.due.Delete(dueEntry{old[i].Due, key.ID, &old[i]})
 	}
-	cp := sortedReminders(rs)
+	if len(rs) == 0 {
+		delete(sr.byID, key.ID)
+		if len(sr.byID) == 0 {
+			delete(m.reminders, sk)
+		}
+		return nil
+	}
 	for i := range cp {
 		cp[i].Payload = slices.Clone(cp[i].Payload)
+		sr.due.ReplaceOrInsert(dueEntry{cp[i].Due, key.ID, &cp[i]})
 	}
-	m.reminders[sk][key.ID] = cp
+	sr.byID[key.ID] = cp
 	return nil
 }
 
@@ -315,18 +371,19 @@ func (m *MemoryStateStore) LoadReminders(ctx context.Context, key EntityKey) ([]
 			return nil, staleReadError(key, epoch, cur)
 		}
 	}
-	rs := m.reminders[shardKey{key.Type, key.Shard}][key.ID]
-	if len(rs) == 0 {
+	sr := m.reminders[shardKey{key.Type, key.Shard}]
+	if sr == nil || len(sr.byID[key.ID]) == 0 {
 		return nil, nil
 	}
-	out := slices.Clone(rs)
+	out := slices.Clone(sr.byID[key.ID])
 	for i := range out {
 		out[i].Payload = slices.Clone(out[i].Payload)
 	}
 	return out, nil
 }
 
-// DueReminders implements ReminderStore.
+// DueReminders implements ReminderStore: a walk of the shard's due-time index from its
+// earliest, as long as what it returns (and one more, for next).
 func (m *MemoryStateStore) DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) ([]EntityReminder, int64, error) {
 	if err := CheckStateKey(typ, shard, "", false); err != nil {
 		return nil, 0, err
@@ -338,28 +395,21 @@ func (m *MemoryStateStore) DueReminders(ctx context.Context, typ string, shard i
 			return nil, 0, staleReadError(EntityKey{Type: typ, Shard: shard}, epoch, cur)
 		}
 	}
-	// One pass: the due ones are gathered (and only they sorted and copied), the
-	// earliest of the others kept; a shard's home reads its due reminders up to about
-	// 100 times a second, and a shard may hold many more reminders than are due.
+	sr := m.reminders[shardKey{typ, shard}]
+	if sr == nil {
+		return nil, 0, nil
+	}
 	var due []EntityReminder
 	var next int64
-	for id, rs := range m.reminders[shardKey{typ, shard}] {
-		for _, r := range rs {
-			if r.Due > before {
-				if next == 0 || r.Due < next {
-					next = r.Due
-				}
-				continue
-			}
-			due = append(due, EntityReminder{ID: id, Reminder: r})
+	sr.due.Ascend(func(e dueEntry) bool {
+		if e.due > before || (limit > 0 && len(due) >= limit) {
+			next = e.due
+			return false
 		}
-	}
-	due, rest := splitDue(due, before, limit)
-	if rest != 0 && (next == 0 || rest < next) {
-		next = rest
-	}
-	for i := range due {
-		due[i].Payload = slices.Clone(due[i].Payload)
-	}
+		r := *e.r
+		r.Payload = slices.Clone(r.Payload)
+		due = append(due, EntityReminder{ID: e.id, Reminder: r})
+		return true
+	})
 	return due, next, nil
 }

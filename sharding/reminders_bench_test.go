@@ -98,6 +98,7 @@ var (
 	remindWarm    = flag.Duration("remind-warmup", 2*time.Second, "BenchmarkReminderSteadyState: firing before the measurement")
 	remindMeasure = flag.Duration("remind-measure", 3*time.Second, "BenchmarkReminderSteadyState: the measurement")
 	remindProfile = flag.String("remind-cpuprofile", "", "BenchmarkReminderSteadyState: write a CPU profile of the measurement here")
+	remindLead    = flag.Duration("remind-lead", time.Second, "BenchmarkReminderSteadyState: how long after the sets the first reminder falls due (time to write the due times)")
 )
 
 // BenchmarkReminderSteadyState sets -remind-reminders interval reminders over
@@ -106,7 +107,9 @@ var (
 // shard's home as an entity sets it. It reports the rate of the sets and the heap per
 // stored reminder (after a collection, before and after the sets: the store's records
 // and whatever the members keep). Then it makes their due times fall evenly, -remind-rate
-// a second over the cluster (the interval is reminders/rate), and after -remind-warmup
+// a second over the cluster (the interval is reminders/rate) from -remind-lead after
+// the sets (writing the due times must take less, or the first are late from the
+// start: it says so), and after -remind-warmup
 // measures for -remind-measure the firings delivered per second on each member and
 // their lateness (delivery time minus due time). With a rate over what the members
 // fire, the delivered rate is their capacity and the lateness grows. Run once:
@@ -235,7 +238,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 
 	// Spread their due times evenly over one interval from t0, in the store itself (each
 	// entity's reminders in one write at its shard's epoch), then wake each shard's home.
-	t0 := time.Now().Add(time.Second).UnixMilli()
+	t0 := time.Now().Add(*remindLead).UnixMilli()
 	for e, id := range ids {
 		s := abi.ShardID(id, shards)
 		rs := make([]Reminder, perEntity)
@@ -247,6 +250,9 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 		if err := tc.states.SaveReminders(ctx, EntityKey{Type: typ, Shard: s, ID: id}, epochs[s], rs); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if late := time.Since(time.UnixMilli(t0)); late > 0 {
+		logf("the due times were written %v after the first fell due: a larger -remind-lead", late.Round(time.Millisecond))
 	}
 	for s, n := range home {
 		if n != nil {
@@ -275,6 +281,9 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	rec.on = false
 	took := time.Since(start)
 	cpu1, haveCPU := processCPU()
+	goroutines := runtime.NumGoroutine()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
 	if *remindProfile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -292,6 +301,9 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	logf("steady state, %v: %d fired, %.0f/s (%.0f/s due), per member %v; lateness p50 %v p99 %v max %v",
 		took.Round(time.Millisecond), len(late), rate, float64(nRem)*1000/float64(interval), byMember,
 		pct(0.50), pct(0.99), pct(1))
+	// A backlog (a rate over what the members fire) is due reminders queued, not
+	// goroutines: their count and the heap say what it costs.
+	logf("at the end of the measurement: %d goroutines, heap %.1f MiB", goroutines, float64(ms.HeapAlloc)/(1<<20))
 	if haveCPU && len(late) > 0 {
 		// The process's CPU time (user and system, the 3 members together) per firing:
 		// what a firing costs whatever else shares the machine.

@@ -16,15 +16,24 @@ import (
 // again after a read, a delivery or a write failed.
 const reminderRetry = time.Second
 
-// reminderBatch bounds the firings under way per shard: a scan reads at most twice as
-// many due reminders (those under way among them), and past it waits for half of them
-// to finish before it reads again.
-const reminderBatch = 1000
+// reminderBatch bounds the firings under way per shard: a scan reads at most that many
+// due reminders beyond those under way, and with more than reminderLowWater under way
+// the shard is not read again until the firings under way are down to it (the firings
+// under way are the earliest due, which each read would return again).
+const (
+	reminderBatch    = 1000
+	reminderLowWater = reminderBatch / 4
+)
 
 // reminderScanGap is the least time between the starts of two scans of a shard: what
 // falls due meanwhile waits for the next scan and fires with the others, so that a
 // shard whose reminders fall due one by one is read at most about 100 times a second.
 const reminderScanGap = 10 * time.Millisecond
+
+// reminderStall is how long a shard whose firings are under way is not read again
+// for what fell due meanwhile (they would be read again with it), unless they finish
+// sooner: how late a slow entity's firing may make the shard's others.
+const reminderStall = time.Second
 
 // shardReminders is what a shard's home keeps of the shard's reminders: the next due
 // time, one timer, and the firings under way. Nothing per reminder beyond the firings.
@@ -44,8 +53,12 @@ type shardReminders struct {
 	// which the running one does when it is done (one scan at a time per shard).
 	scanning, rescan bool
 	// more: due reminders were left unread (reminderBatch); the firings under way
-	// start the next scan as they finish.
-	more bool
+	// start the next scan when they are down to reminderLowWater, a refill, which reads
+	// with firings under way.
+	more, refill bool
+	// waiting: a scan was deferred because firings were under way; the last of them
+	// to finish starts it.
+	waiting bool
 	// lastScan is when the last scan started (Unix ms).
 	lastScan int64
 }
@@ -149,14 +162,28 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	}
 	rem := sh.rem
 	rem.tmu.Lock()
-	rem.lastScan = nowMillis()
-	busy := len(rem.inflight) >= reminderBatch
-	if busy {
-		rem.more = true
+	inflight := len(rem.inflight)
+	var stall int64 // when to read all the same, firings under way or not
+	deferred := true
+	switch {
+	case inflight > reminderLowWater:
+		rem.more = true // read again once they are down to it
+	case inflight > 0 && !rem.refill && nowMillis()-rem.lastScan < reminderStall.Milliseconds():
+		// What the firings under way were read with would be read again: the shard is
+		// read once they are done (or after reminderStall).
+		rem.waiting = true
+		stall = rem.lastScan + reminderStall.Milliseconds()
+	default:
+		deferred = false
+		rem.lastScan = nowMillis()
 	}
+	rem.refill = false
 	rem.tmu.Unlock()
-	if busy {
-		return // the firings under way scan again as they finish
+	if deferred {
+		if stall > 0 {
+			r.scheduleReminders(sh, stall)
+		}
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.RequestTimeout)
 	defer cancel()
@@ -165,7 +192,7 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	var next int64
 	now := nowMillis()
 	if err == nil {
-		due, next, err = r.s.reminders.DueReminders(WithReadEpoch(ctx, epoch), r.settings.Name, sh.id, now, 2*reminderBatch)
+		due, next, err = r.s.reminders.DueReminders(WithReadEpoch(ctx, epoch), r.settings.Name, sh.id, now, inflight+reminderBatch)
 	}
 	if errors.Is(err, ErrStaleEpoch) {
 		r.s.log.Warn("the state store has a newer allocation of a shard hosted here", "type", r.settings.Name, "shard", sh.id, "err", err)
@@ -186,25 +213,32 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 		rem.more = true
 		rem.tmu.Unlock()
 	}
+	// One batch per entity (its due reminders in due order), of those not firing yet.
+	var batches []firingBatch
+	at := map[string]int{}
+	rem.tmu.Lock()
 	for _, er := range due {
 		f := reminderFiring{er.ID, er.Name, er.Due}
-		rem.tmu.Lock()
-		firing := rem.inflight[f]
-		if !firing && !rem.stopped {
-			rem.inflight[f] = true
-		}
-		rem.tmu.Unlock()
-		if firing {
+		if rem.stopped || rem.inflight[f] {
 			continue
 		}
-		if !r.s.owner.Go(func() { r.fireReminder(sh, er) }) {
-			return
+		rem.inflight[f] = true
+		i, ok := at[er.ID]
+		if !ok {
+			i = len(batches)
+			at[er.ID] = i
+			batches = append(batches, firingBatch{r: r, sh: sh, id: er.ID})
 		}
+		batches[i].due = append(batches[i].due, er)
+	}
+	rem.tmu.Unlock()
+	if !r.s.firer.enqueue(r.s, batches) {
+		return
 	}
 	rem.tmu.Lock()
-	if rem.more && len(rem.inflight) <= reminderBatch/2 {
+	if rem.more && len(rem.inflight) <= reminderLowWater {
 		// The firings that were to read the rest finished already: read it now.
-		rem.more, rem.rescan = false, true
+		rem.more, rem.rescan, rem.refill = false, true, true
 	}
 	rem.tmu.Unlock()
 	if next > now {
@@ -212,27 +246,158 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	}
 }
 
-// fireReminder delivers a due reminder to its entity (an ask of KindReminder, which
-// activates it if needed), then moves the reminder on in the store: an interval's next
-// due after now, a one-shot's deletion; a reminder set anew meanwhile (another due) is
-// left as it is. A delivery that failed before the entity handled it is tried again
-// after reminderRetry; an entity's error answer counts as delivered.
-func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
+// reminderWorkers is how many firings a member has under way at most: its workers
+// (reminderFirer), each delivering one batch at a time.
+const reminderWorkers = 128
+
+// firingBatch is one entity's due reminders from one scan of its shard, earliest
+// first.
+type firingBatch struct {
+	r   *shardRegion
+	sh  *shard
+	id  string
+	due []EntityReminder
+}
+
+// reminderFirer delivers the due reminders of the shards hosted on a member: a queue
+// of batches, first in first out, and reminderWorkers goroutines of the member's owner
+// that take them in turn, started with the first batch. A backlog is batches in the
+// queue (each shard's at most reminderLowWater+reminderBatch), not goroutines.
+type reminderFirer struct {
+	mu      sync.Mutex
+	queue   []firingBatch
+	head    int // queue[head:] waits
+	started bool
+	wake    chan struct{} // a token per batch queued, up to reminderWorkers
+}
+
+func newReminderFirer() *reminderFirer {
+	return &reminderFirer{wake: make(chan struct{}, reminderWorkers)}
+}
+
+// enqueue queues the batches and wakes workers for them. It reports false once s
+// stops (the batches are dropped: the store keeps their reminders).
+func (f *reminderFirer) enqueue(s *Sharding, bs []firingBatch) bool {
+	if len(bs) == 0 {
+		return true
+	}
+	f.mu.Lock()
+	start := !f.started
+	f.started = true
+	f.queue = append(f.queue, bs...)
+	f.mu.Unlock()
+	if start {
+		for range reminderWorkers {
+			if !s.owner.Go(func() { f.work(s) }) {
+				return false
+			}
+		}
+	}
+	for range bs {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+			return true // every worker has a token to wake with already
+		}
+	}
+	return true
+}
+
+// take returns the next batch, if any.
+func (f *reminderFirer) take() (firingBatch, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.head == len(f.queue) {
+		return firingBatch{}, false
+	}
+	b := f.queue[f.head]
+	f.queue[f.head] = firingBatch{}
+	f.head++
+	if f.head == len(f.queue) {
+		f.queue, f.head = f.queue[:0], 0
+	} else if f.head >= 1024 && f.head*2 >= len(f.queue) {
+		// Mostly taken: the waiting ones move to the front.
+		n := copy(f.queue, f.queue[f.head:])
+		clear(f.queue[n:])
+		f.queue, f.head = f.queue[:n], 0
+	}
+	return b, true
+}
+
+// work is a worker: it fires the queued batches until s stops.
+func (f *reminderFirer) work(s *Sharding) {
+	done := s.owner.Done()
+	for {
+		if b, ok := f.take(); ok {
+			b.r.fireBatch(b.sh, b.id, b.due)
+			continue
+		}
+		select {
+		case <-f.wake:
+		case <-done:
+			return
+		}
+	}
+}
+
+// fireBatch delivers an entity's due reminders, in order, each as an ask of
+// KindReminder (which activates the entity if needed), then moves those delivered on
+// in the store in one write: an interval's next due after now, a one-shot's deletion;
+// a reminder set anew meanwhile (another due) is left as it is. A delivery that failed
+// before the entity handled it ends the batch, and the rest are tried again after
+// reminderRetry; an entity's error answer counts as delivered.
+func (r *shardRegion) fireBatch(sh *shard, id string, due []EntityReminder) {
 	rem := sh.rem
-	f := reminderFiring{er.ID, er.Name, er.Due}
 	defer func() {
 		rem.tmu.Lock()
-		delete(rem.inflight, f)
-		again := rem.more && len(rem.inflight) <= reminderBatch/2
+		for _, er := range due {
+			delete(rem.inflight, reminderFiring{er.ID, er.Name, er.Due})
+		}
+		again := rem.more && len(rem.inflight) <= reminderLowWater || rem.waiting && len(rem.inflight) == 0
 		if again {
-			rem.more = false
+			rem.refill = rem.more
+			rem.more, rem.waiting = false, false
 		}
 		rem.tmu.Unlock()
 		if again {
 			r.s.owner.Go(func() { r.scanReminders(sh) })
 		}
 	}()
-	ctx, cancel := context.WithTimeout(r.s.owner.Context(), r.s.cfg.AskTimeout)
+	delivered := due
+	for i, er := range due {
+		if !r.deliverReminder(er) {
+			if r.s.owner.Closed() {
+				return
+			}
+			delivered = due[:i]
+			r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
+			break
+		}
+	}
+	if len(delivered) == 0 {
+		return
+	}
+	next, err := r.advanceReminders(sh, id, delivered)
+	if err != nil {
+		if r.s.owner.Closed() {
+			return
+		}
+		r.s.log.Warn("reminders delivered but not moved on; they may come again", "type", r.settings.Name, "id", id,
+			"reminders", len(delivered), "err", err)
+		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
+		return
+	}
+	if next > 0 {
+		r.scheduleReminders(sh, next)
+	}
+}
+
+// deliverReminder delivers one due reminder to its entity, and reports whether the
+// entity handled it.
+func (r *shardRegion) deliverReminder(er EntityReminder) bool {
+	// Without a deadline of its own: the ask keeps Config.AskTimeout (AskMessage)
+	// without the allocations of a context.WithTimeout per firing.
+	ctx := r.s.owner.Context()
 	m := Message{EntityType: r.settings.Name, EntityID: er.ID, Payload: er.Payload,
 		Sender: er.Name, Kind: KindReminder, Tag: uint64(er.Due), IdempotencyKey: reminderIdempotencyKey(er.Name, er.Due)}
 	if IsScheduledName(er.Name) {
@@ -240,33 +405,18 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 		m.Sender, m.Kind, m.IdempotencyKey = "", KindMessage, scheduledIdempotencyKey(er.Name)
 	}
 	_, err := r.s.AskMessage(ctx, m)
-	cancel()
 	if err != nil && !handledError(err) {
-		if r.s.owner.Closed() {
-			return
+		if !r.s.owner.Closed() {
+			r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
 		}
-		r.s.log.Debug("reminder not delivered; retrying", "type", r.settings.Name, "id", er.ID, "reminder", er.Name, "err", err)
-		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
-		return
+		return false
 	}
 	if late := nowMillis() - er.Due; IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
 		r.s.log.Warn("scheduled message delivered late", "type", r.settings.Name, "id", er.ID,
 			"scheduled", ScheduledID(r.settings.Name, er.ID, er.Name), "due", time.UnixMilli(er.Due).UTC(),
 			"late", (time.Duration(late) * time.Millisecond).String())
 	}
-	next, err := r.advanceReminder(sh, er)
-	if err != nil {
-		if r.s.owner.Closed() {
-			return
-		}
-		r.s.log.Warn("reminder delivered but not moved on; it may come again", "type", r.settings.Name, "id", er.ID,
-			"reminder", er.Name, "err", err)
-		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
-		return
-	}
-	if next > 0 {
-		r.scheduleReminders(sh, next)
-	}
+	return true
 }
 
 // handledError reports whether a failed ask reached its entity's code, which answered
@@ -288,21 +438,32 @@ func nextDue(due, interval, now int64) int64 {
 	return due + ((now-due)/interval+1)*interval
 }
 
-// advanceReminder moves a fired reminder on in the store; it returns the new due time (0:
-// none).
-func (r *shardRegion) advanceReminder(sh *shard, er EntityReminder) (int64, error) {
+// advanceReminders moves an entity's fired reminders on in the store, in one write;
+// it returns the earliest new due time among them (0: none).
+func (r *shardRegion) advanceReminders(sh *shard, id string, fired []EntityReminder) (int64, error) {
 	var next int64
-	err := r.updateReminders(context.Background(), sh, er.ID, func(rs []Reminder) ([]Reminder, error) {
-		i := slices.IndexFunc(rs, func(x Reminder) bool { return x.Name == er.Name })
-		if i < 0 || rs[i].Due != er.Due {
-			return nil, errUnchanged // cancelled or set anew meanwhile
+	err := r.updateReminders(context.Background(), sh, id, func(rs []Reminder) ([]Reminder, error) {
+		changed := false
+		now := nowMillis()
+		for _, er := range fired {
+			i := slices.IndexFunc(rs, func(x Reminder) bool { return x.Name == er.Name })
+			if i < 0 || rs[i].Due != er.Due {
+				continue // cancelled or set anew meanwhile
+			}
+			changed = true
+			if rs[i].Interval > 0 {
+				rs[i].Due = nextDue(er.Due, rs[i].Interval, now)
+				if next == 0 || rs[i].Due < next {
+					next = rs[i].Due
+				}
+				continue
+			}
+			rs = slices.Delete(rs, i, i+1)
 		}
-		if rs[i].Interval > 0 {
-			rs[i].Due = nextDue(er.Due, rs[i].Interval, nowMillis())
-			next = rs[i].Due
-			return rs, nil
+		if !changed {
+			return nil, errUnchanged
 		}
-		return slices.Delete(rs, i, i+1), nil
+		return rs, nil
 	})
 	if errors.Is(err, errUnchanged) {
 		return 0, nil

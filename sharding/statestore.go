@@ -95,7 +95,7 @@ type MemoryStateStore struct {
 	remembered map[shardKey]map[string]bool
 	epochs     map[shardKey]uint64
 	journals   map[EntityKey]*memJournal
-	reminders  map[shardKey]map[string][]Reminder // by shard, then entity ID
+	reminders  map[shardKey]*memShardReminders
 	saves      int
 	appends    int
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
+	"github.com/fxamacker/cbor/v2"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -29,7 +32,8 @@ SELECT t.entity_type, t.shard, coalesce(e.epoch, 0)
 FROM (SELECT entity_type, shard FROM shardhost_snapshots
       UNION SELECT entity_type, shard FROM shardhost_remembered
       UNION SELECT entity_type, shard FROM shardhost_journal
-      UNION SELECT entity_type, shard FROM shardhost_journal_floors) AS t
+      UNION SELECT entity_type, shard FROM shardhost_journal_floors
+      UNION SELECT entity_type, shard FROM shardhost_reminders) AS t
 LEFT JOIN shardhost_shard_epochs e USING (entity_type, shard)
 ORDER BY t.entity_type COLLATE "C", t.shard`)
 	if err != nil {
@@ -78,12 +82,61 @@ WHERE entity_type = $1 AND shard = $2`, r.typ, r.shard)
 		if sh.Journals, err = s.exportJournals(ctx, tx, r.typ, r.shard); err != nil {
 			return err
 		}
+		if err := s.exportReminders(ctx, tx, sh); err != nil {
+			return err
+		}
 		sh.Sort()
 		if err := fn(sh); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// exportReminders adds the reminders of a shard to sh as a store without its own
+// reminders keeps them (sharding.RemindersOf): each entity's as the snapshot of
+// sharding.ReminderIDPrefix and its ID (the reminders by name, CBOR), at the newest
+// epoch of its rows, and that ID remembered. ImportShard takes them back into
+// shardhost_reminders; any other store's import keeps them as they come.
+func (s *Store) exportReminders(ctx context.Context, tx pgx.Tx, sh *sharding.StoredShard) error {
+	rows, err := tx.Query(ctx, `SELECT entity_id, epoch, name, due, interval_ms, payload FROM shardhost_reminders
+WHERE entity_type = $1 AND shard = $2 ORDER BY entity_id, name`, sh.Type, int32(sh.Shard))
+	if err != nil {
+		return s.fail("export: reminders", err)
+	}
+	var id, last string
+	var epoch, maxEpoch int64
+	var set []sharding.Reminder
+	flush := func() error {
+		if len(set) == 0 {
+			return nil
+		}
+		b, err := cbor.Marshal(set)
+		if err != nil {
+			return err
+		}
+		rid := sharding.ReminderIDPrefix + last
+		sh.Snapshots = append(sh.Snapshots, sharding.StoredSnapshot{ID: rid, Epoch: uint64(maxEpoch), Seq: 1, State: b})
+		sh.Remembered = append(sh.Remembered, rid)
+		set, maxEpoch = nil, 0
+		return nil
+	}
+	targets, take := scanReminder()
+	if _, err := pgx.ForEachRow(rows, append([]any{&id, &epoch}, targets...), func() error {
+		r := take()
+		if id != last {
+			if err := flush(); err != nil {
+				return err
+			}
+			last = id
+		}
+		set = append(set, r)
+		maxEpoch = max(maxEpoch, epoch)
+		return nil
+	}); err != nil {
+		return s.fail("export: reminders", err)
+	}
+	return flush()
 }
 
 // exportJournals reads the journals of a shard: each entity's floor and its records
@@ -149,29 +202,76 @@ func (s *Store) Import(ctx context.Context) (*Importer, error) {
 	}
 	// Other writers wait until the import commits or rolls back.
 	if _, err := tx.Exec(ctx, `LOCK TABLE shardhost_snapshots, shardhost_remembered, shardhost_shard_epochs,
-	shardhost_journal, shardhost_journal_floors IN EXCLUSIVE MODE`); err != nil {
+	shardhost_journal, shardhost_journal_floors, shardhost_reminders IN EXCLUSIVE MODE`); err != nil {
 		tx.Rollback(ctx)
 		return nil, s.fail("import: lock the tables", err)
 	}
-	var snaps, remembered, journals int64
+	var snaps, remembered, journals, reminders int64
 	if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM shardhost_snapshots), (SELECT count(*) FROM shardhost_remembered),
 	(SELECT count(*) FROM (SELECT entity_type, shard, entity_id FROM shardhost_journal
-		UNION SELECT entity_type, shard, entity_id FROM shardhost_journal_floors) AS j)`).Scan(&snaps, &remembered, &journals); err != nil {
+		UNION SELECT entity_type, shard, entity_id FROM shardhost_journal_floors) AS j),
+	(SELECT count(*) FROM shardhost_reminders)`).Scan(&snaps, &remembered, &journals, &reminders); err != nil {
 		tx.Rollback(ctx)
 		return nil, s.fail("import", err)
 	}
-	if snaps+remembered+journals > 0 {
+	if snaps+remembered+journals+reminders > 0 {
 		tx.Rollback(ctx)
-		return nil, fmt.Errorf("%w (%s: %d snapshots, %d remembered entities, %d journals): import into an empty database",
-			ErrNotEmpty, s.target, snaps, remembered, journals)
+		return nil, fmt.Errorf("%w (%s: %d snapshots, %d remembered entities, %d journals, %d reminders): import into an empty database",
+			ErrNotEmpty, s.target, snaps, remembered, journals, reminders)
 	}
 	return &Importer{s: s, tx: tx}, nil
 }
 
-// ImportShard adds a shard to the import.
+// ImportShard adds a shard to the import. The reminders a store without its own keeps
+// as records (sharding.IsReminderID: a snapshot of the entity's reminders, remembered)
+// go into shardhost_reminders. Errors: those of sharding.StoredShard.Validate,
+// sharding.ErrInvalidStateKey, sharding.ErrStateTooLarge, sharding.ErrInvalidReminder
+// (a reminder record that does not decode or check), sharding.ErrStoreUnavailable.
 func (im *Importer) ImportShard(ctx context.Context, sh *sharding.StoredShard) error {
 	if err := sh.Validate(); err != nil {
 		return err
+	}
+	var reminders [][]any
+	if slices.ContainsFunc(sh.Snapshots, func(sn sharding.StoredSnapshot) bool { return sharding.IsReminderID(sn.ID) }) {
+		rest := *sh
+		rest.Snapshots, rest.Remembered = nil, nil
+		for _, sn := range sh.Snapshots {
+			if !sharding.IsReminderID(sn.ID) {
+				rest.Snapshots = append(rest.Snapshots, sn)
+				continue
+			}
+			id := strings.TrimPrefix(sn.ID, sharding.ReminderIDPrefix)
+			if err := checkKey(sh.Type, sh.Shard, id, true); err != nil {
+				return err
+			}
+			var rs []sharding.Reminder
+			if err := cbor.Unmarshal(sn.State, &rs); err != nil {
+				return fmt.Errorf("%w: the reminders of %s/%d/%q: %v", sharding.ErrInvalidReminder, sh.Type, sh.Shard, id, err)
+			}
+			if err := sharding.CheckReminderSet(rs); err != nil {
+				return fmt.Errorf("the reminders of %s/%d/%q: %w", sh.Type, sh.Shard, id, err)
+			}
+			for _, r := range rs {
+				p := r.Payload
+				if p == nil {
+					p = []byte{}
+				}
+				reminders = append(reminders, []any{sh.Type, int32(sh.Shard), id, r.Name, r.Due, r.Interval, p, int64(0)})
+			}
+		}
+		for _, id := range sh.Remembered {
+			if !sharding.IsReminderID(id) {
+				rest.Remembered = append(rest.Remembered, id)
+			}
+		}
+		sh = &rest
+	}
+	if len(reminders) > 0 {
+		_, err := im.tx.CopyFrom(ctx, pgx.Identifier{"shardhost_reminders"},
+			[]string{"entity_type", "shard", "entity_id", "name", "due", "interval_ms", "payload", "epoch"}, pgx.CopyFromRows(reminders))
+		if err != nil {
+			return im.s.fail(fmt.Sprintf("import: reminders of %s/%d", sh.Type, sh.Shard), err)
+		}
 	}
 	for _, sn := range sh.Snapshots {
 		if err := checkKey(sh.Type, sh.Shard, sn.ID, true); err != nil {

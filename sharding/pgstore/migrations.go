@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/fxamacker/cbor/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // migration is one step of the schema, applied once, in order, in its own
@@ -15,6 +19,9 @@ type migration struct {
 	version int
 	name    string
 	sql     string
+	// then, if set, runs after sql in the same transaction: a change of data SQL
+	// cannot make (decoding CBOR).
+	then func(ctx context.Context, tx pgx.Tx) error
 }
 
 // migrationLockKey is the advisory lock (pg_advisory_lock, session level) held while
@@ -125,7 +132,7 @@ BEGIN
 	END IF;
 	RETURN cur;
 END $$;
-`},
+`, nil},
 	{2, "entity journals", `
 CREATE TABLE shardhost_journal (
 	entity_type text    NOT NULL,
@@ -210,7 +217,7 @@ BEGIN
 		WHERE entity_type = p_type AND shard = p_shard AND entity_id = p_id AND seq < fl;
 	RETURN cur;
 END $$;
-`},
+`, nil},
 	{3, "byte-ordered keys", `
 -- The key columns compare bytes (COLLATE "C"), as Go's strings and the other stores
 -- do, whatever the database's collation: the primary key indexes then serve the
@@ -220,7 +227,91 @@ ALTER TABLE shardhost_snapshots ALTER COLUMN entity_type TYPE text COLLATE "C", 
 ALTER TABLE shardhost_remembered ALTER COLUMN entity_type TYPE text COLLATE "C", ALTER COLUMN entity_id TYPE text COLLATE "C";
 ALTER TABLE shardhost_journal ALTER COLUMN entity_type TYPE text COLLATE "C", ALTER COLUMN entity_id TYPE text COLLATE "C";
 ALTER TABLE shardhost_journal_floors ALTER COLUMN entity_type TYPE text COLLATE "C", ALTER COLUMN entity_id TYPE text COLLATE "C";
-`},
+`, nil},
+	{4, "reminders with an index on due times", `
+CREATE TABLE shardhost_reminders (
+	entity_type text COLLATE "C" NOT NULL,
+	shard       integer NOT NULL CHECK (shard >= 0),
+	entity_id   text COLLATE "C" NOT NULL,
+	name        text COLLATE "C" NOT NULL,
+	due         bigint  NOT NULL CHECK (due >= 0),
+	interval_ms bigint  NOT NULL CHECK (interval_ms >= 0),
+	payload     bytea   NOT NULL,
+	epoch       bigint  NOT NULL CHECK (epoch >= 0),
+	PRIMARY KEY (entity_type, shard, entity_id, name)
+);
+COMMENT ON TABLE shardhost_reminders IS 'shardhost: each entity''s durable reminders and scheduled messages (sharding.Reminder; due and interval in Unix ms)';
+-- A shard's home reads its due reminders, earliest first, up to 100 times a second: the
+-- index makes a read cost what it returns, not the shard's reminders.
+CREATE INDEX shardhost_reminders_due ON shardhost_reminders (entity_type, shard, due, entity_id, name);
+
+-- shardhost_save_reminders fences the shard, then replaces the entity's reminders with
+-- the rows given (row i: p_names[i], p_dues[i], p_intervals[i], p_payloads[i]; none
+-- deletes them); it returns the shard's epoch as shardhost_save does.
+CREATE FUNCTION shardhost_save_reminders(p_type text, p_shard integer, p_epoch bigint, p_id text,
+	p_names text[], p_dues bigint[], p_intervals bigint[], p_payloads bytea[])
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	cur bigint;
+BEGIN
+	cur := shardhost_fence(p_type, p_shard, p_epoch);
+	IF cur > p_epoch THEN
+		RETURN cur;
+	END IF;
+	DELETE FROM shardhost_reminders WHERE entity_type = p_type AND shard = p_shard AND entity_id = p_id
+		AND NOT (name = ANY (p_names));
+	INSERT INTO shardhost_reminders AS r (entity_type, shard, entity_id, name, due, interval_ms, payload, epoch)
+		SELECT p_type, p_shard, p_id, u.n, u.d, u.i, u.p, p_epoch FROM unnest(p_names, p_dues, p_intervals, p_payloads) AS u(n, d, i, p)
+		ON CONFLICT (entity_type, shard, entity_id, name) DO UPDATE
+			SET due = EXCLUDED.due, interval_ms = EXCLUDED.interval_ms, payload = EXCLUDED.payload, epoch = EXCLUDED.epoch;
+	RETURN cur;
+END $$;
+`, moveReminderRecords},
+}
+
+// moveReminderRecords moves the reminders a store before migration 4 kept as records
+// (a snapshot under sharding.ReminderIDPrefix holding the entity's reminders in CBOR,
+// and a remembered row of that ID) into shardhost_reminders, at their snapshot's
+// epoch.
+func moveReminderRecords(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT entity_type, shard, entity_id, epoch, state FROM shardhost_snapshots
+WHERE starts_with(entity_id, $1)`, sharding.ReminderIDPrefix)
+	if err != nil {
+		return err
+	}
+	var batch pgx.Batch
+	var typ, id string
+	var shard int32
+	var epoch int64
+	var state []byte
+	if _, err := pgx.ForEachRow(rows, []any{&typ, &shard, &id, &epoch, &state}, func() error {
+		var rs []sharding.Reminder
+		if err := cbor.Unmarshal(state, &rs); err != nil {
+			return fmt.Errorf("the reminders of %s/%d/%q: %w", typ, shard, id, err)
+		}
+		for _, r := range rs {
+			p := r.Payload
+			if p == nil {
+				p = []byte{}
+			}
+			batch.Queue(`INSERT INTO shardhost_reminders (entity_type, shard, entity_id, name, due, interval_ms, payload, epoch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, typ, shard, strings.TrimPrefix(id, sharding.ReminderIDPrefix), r.Name, r.Due, r.Interval, p, epoch)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if batch.Len() > 0 {
+		if err := tx.SendBatch(ctx, &batch).Close(); err != nil {
+			return err
+		}
+	}
+	for _, table := range []string{"shardhost_snapshots", "shardhost_remembered"} {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE starts_with(entity_id, $1)", sharding.ReminderIDPrefix); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // migrate applies the steps (migrations, or the first of them in tests) the database
@@ -264,6 +355,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, steps []migration) (int, e
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return err
+			}
+			if m.then != nil {
+				if err := m.then(ctx, tx); err != nil {
+					return err
+				}
 			}
 			_, err := tx.Exec(ctx, "INSERT INTO shardhost_schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
 			return err

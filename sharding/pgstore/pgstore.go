@@ -5,7 +5,8 @@
 // `shardhost start --state-store postgres://…` (docs/state-stores.md, "Choosing a state store").
 //
 // Fencing is in SQL: every write calls a function (shardhost_save,
-// shardhost_remember, shardhost_append, shardhost_truncate_journal) that raises or
+// shardhost_remember, shardhost_append, shardhost_truncate_journal,
+// shardhost_save_reminders) that raises or
 // checks the shard's epoch row and writes in the same transaction, one statement and
 // one round trip; a write with an older epoch than the shard's writes nothing and fails
 // with sharding.ErrStaleEpoch. FenceShard raises the epoch row alone (shardhost_fence),
@@ -21,6 +22,10 @@
 // record cannot be repaired from another replica: reading it fails with
 // sharding.ErrCorruptRecord until the row is restored from a backup or the journal is
 // truncated past it.
+//
+// Reminders (sharding.ReminderStore) are rows of shardhost_reminders, one per reminder,
+// with an index on (type, shard, due time): a shard's home reads its due reminders at
+// the cost of what it gets, whatever the shard holds.
 package pgstore
 
 import (
@@ -501,12 +506,14 @@ func (s *Store) MaxEpochs(ctx context.Context) (map[string]uint64, error) {
 	return out, nil
 }
 
-// RememberedShards implements sharding.ExternalStateStore.
+// RememberedShards implements sharding.ExternalStateStore: the shards with remembered
+// entities or with reminders (which a new home fires).
 func (s *Store) RememberedShards(ctx context.Context) (map[string][]int, error) {
 	out := map[string][]int{}
 	err := retry(ctx, func() error {
 		clear(out)
-		rows, err := s.pool.Query(ctx, "SELECT DISTINCT entity_type, shard FROM shardhost_remembered ORDER BY 1, 2")
+		rows, err := s.pool.Query(ctx, `SELECT entity_type, shard FROM shardhost_remembered
+UNION SELECT entity_type, shard FROM shardhost_reminders ORDER BY 1, 2`)
 		if err != nil {
 			return err
 		}
@@ -527,8 +534,8 @@ func (s *Store) RememberedShards(ctx context.Context) (map[string][]int, error) 
 var _ sharding.TypeStateDeleter = (*Store)(nil)
 
 // DeleteType implements sharding.TypeStateDeleter: the type's rows of
-// shardhost_snapshots, shardhost_remembered, shardhost_journal and
-// shardhost_journal_floors go, in one transaction; its rows of shardhost_shard_epochs
+// shardhost_snapshots, shardhost_remembered, shardhost_journal,
+// shardhost_journal_floors and shardhost_reminders go, in one transaction; its rows of shardhost_shard_epochs
 // stay (fencing). Errors: ErrStoreUnavailable, ErrInvalidStateKey.
 func (s *Store) DeleteType(ctx context.Context, typ string) error {
 	if err := checkKey(typ, 0, "", false); err != nil {
@@ -536,7 +543,7 @@ func (s *Store) DeleteType(ctx context.Context, typ string) error {
 	}
 	err := retry(ctx, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			for _, table := range []string{"shardhost_snapshots", "shardhost_remembered", "shardhost_journal", "shardhost_journal_floors"} {
+			for _, table := range []string{"shardhost_snapshots", "shardhost_remembered", "shardhost_journal", "shardhost_journal_floors", "shardhost_reminders"} {
 				if _, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE entity_type = $1", typ); err != nil {
 					return err
 				}

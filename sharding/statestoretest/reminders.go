@@ -1,9 +1,12 @@
 package statestoretest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -255,6 +258,80 @@ func remindersDeleteType(t *testing.T, h []sharding.StateStore) {
 		mustLoadReminders(t, s, kept, r)
 		if due, next, err := s.DueReminders(ctx, "gone", 1, 1<<62, 0); err != nil || len(due) != 0 || next != 0 {
 			t.Fatalf("due reminders of a deleted type: %+v next %d, %v", due, next, err)
+		}
+	}
+}
+
+// remindersDueIndex: a store's due reminders follow every change of the shard's
+// reminders, as an index on due times must (one that is not updated when a reminder
+// moves, is deleted or its entity's set shrinks returns stale ones): rounds of random
+// saves through every handle, each followed by reads at several due times and limits,
+// checked against a model of the shard's reminders.
+func remindersDueIndex(t *testing.T, h []sharding.StateStore) {
+	rs := remindersOf(h)
+	ctx := ctxOf(t)
+	const (
+		typ      = "indexed"
+		shard    = 4
+		entities = 12
+	)
+	rng := rand.New(rand.NewPCG(35, 1))
+	model := map[string][]sharding.Reminder{}
+	// Another shard of the type, whose reminders are always due, and never this shard's.
+	other := sharding.EntityKey{Type: typ, Shard: shard + 1, ID: "e0"}
+	if err := rs[0].SaveReminders(ctx, other, 1, []sharding.Reminder{{Name: "x", Due: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 8 {
+		for e := range entities {
+			if rng.IntN(2) == 0 && round > 0 {
+				continue // left as it was
+			}
+			id := fmt.Sprint("e", e)
+			var set []sharding.Reminder
+			for k := range rng.IntN(4) { // 0 (a deletion) to 3
+				// Few distinct due times: ties are ordered by ID, then name.
+				set = append(set, sharding.Reminder{Name: fmt.Sprint("r", k), Due: int64(100 * (1 + rng.IntN(10))),
+					Payload: []byte(fmt.Sprint(round, id, k))})
+			}
+			if err := rs[(round+e)%len(rs)].SaveReminders(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: id}, 1, set); err != nil {
+				t.Fatal(err)
+			}
+			model[id] = set
+		}
+		var all []sharding.EntityReminder
+		for id, set := range model {
+			for _, r := range set {
+				all = append(all, sharding.EntityReminder{ID: id, Reminder: r})
+			}
+		}
+		slices.SortFunc(all, func(a, b sharding.EntityReminder) int {
+			return cmp.Or(cmp.Compare(a.Due, b.Due), strings.Compare(a.ID, b.ID), strings.Compare(a.Name, b.Name))
+		})
+		for _, before := range []int64{50, 100, 450, 500, 1000, 1 << 62} {
+			for _, limit := range []int{0, 1, 3, 1000} {
+				var want []sharding.EntityReminder
+				var wantNext int64
+				for _, r := range all {
+					if r.Due > before || (limit > 0 && len(want) == limit) {
+						wantNext = r.Due
+						break
+					}
+					want = append(want, r)
+				}
+				for i, s := range rs {
+					got, next, err := s.DueReminders(ctx, typ, shard, before, limit)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.EqualFunc(got, want, func(a, b sharding.EntityReminder) bool {
+						return a.ID == b.ID && equalReminder(a.Reminder, b.Reminder)
+					}) || next != wantNext {
+						t.Fatalf("round %d, handle %d, due by %d, at most %d: %v next %d; want %v next %d",
+							round, i, before, limit, got, next, want, wantNext)
+					}
+				}
+			}
 		}
 	}
 }

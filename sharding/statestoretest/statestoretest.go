@@ -58,6 +58,7 @@ func Run(t *testing.T, open Open) {
 		{"Listing", listing},
 		{"RemindersSaveLoad", remindersSaveLoad},
 		{"RemindersDue", remindersDue},
+		{"RemindersDueIndex", remindersDueIndex},
 		{"RemindersFencing", remindersFencing},
 		{"RemindersRefusals", remindersRefusals},
 		{"RemindersWithScheduled", remindersWithScheduled},
