@@ -28,6 +28,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -292,6 +293,16 @@ type outbox struct {
 	running bool
 	// changed is closed, and replaced, whenever a send is acknowledged.
 	changed chan struct{}
+	// dirty: the outbox held sends since the entity's mark was last cleared (or its
+	// shard's home found the mark), so the store may hold a mark to clear once it
+	// drains.
+	dirty bool
+
+	// markMu serialises the writes of the entity's outbox mark (markOutbox,
+	// clearOutboxMark); marked (under it): this mailbox wrote the mark and has not
+	// cleared it.
+	markMu sync.Mutex
+	marked bool
 }
 
 func (o *outbox) len() int {
@@ -346,6 +357,9 @@ func (e *entity) addSends(sends []Send) {
 		}
 		o.pending = append(o.pending, s)
 	}
+	if len(o.pending) > 0 {
+		o.dirty = true
+	}
 	start := !o.running && len(o.pending) > 0
 	if start {
 		o.running = true
@@ -370,11 +384,15 @@ func (e *entity) runOutbox() {
 		hosted := e.stillHosted(epoch)
 		o.mu.Lock()
 		if len(o.pending) == 0 || s.owner.Closed() || !hosted {
-			if len(o.pending) > 0 {
+			drained := len(o.pending) == 0
+			if !drained {
 				s.log.Debug("outbox left to the entity's next activation", "entity", e.name(), "sends", len(o.pending))
 			}
 			o.running = false
 			o.mu.Unlock()
+			if drained && hosted && !e.active() {
+				e.clearOutboxMark() // drained after the entity's passivation
+			}
 			return
 		}
 		heads := map[[2]string]Send{}
@@ -566,4 +584,92 @@ func markReply(d delivery, out []byte, err error) []byte {
 		return out
 	}
 	return nil
+}
+
+// outboxMarkPrefix begins the remembered ID that marks an entity whose outbox holds
+// unacknowledged tells (U+FFFE, which no entity ID holds, then "outbox:", then the
+// entity's ID), among its shard's remembered IDs in the state store: a shard's new
+// home (after a handoff, a crash or a restart) activates the entities its marks name,
+// whose activation sends their outbox again (restartShard). An entity writes its mark
+// before the record of its first tell since the mark was last cleared, and clears it
+// once its outbox drained and it is not active (passivated, or stopped): so a mark
+// may outlive its outbox (the entity was active when its member crashed), never the
+// reverse, but for a mark that could not be written (logged; the outbox then waits for
+// the entity's next activation, as it did without marks).
+const outboxMarkPrefix = "\ufffeoutbox:"
+
+// isOutboxMark reports whether a remembered ID is an outbox mark (outboxMarkPrefix).
+func isOutboxMark(id string) bool { return strings.HasPrefix(id, outboxMarkPrefix) }
+
+// isMark reports whether a remembered ID is not an entity's own: a reminder record's
+// (IsReminderID) or an outbox mark.
+func isMark(id string) bool { return IsReminderID(id) || isOutboxMark(id) }
+
+func (e *entity) outboxMarkKey() EntityKey {
+	return EntityKey{Type: e.r.settings.Name, Shard: e.shard, ID: outboxMarkPrefix + e.id}
+}
+
+// markOutbox writes the entity's outbox mark unless this mailbox wrote it already:
+// called before the record of a message with tells is appended. A failure is logged
+// and leaves the outbox unmarked (its tells wait for the entity's next activation if
+// its shard leaves before they are acknowledged).
+func (e *entity) markOutbox(ctx context.Context) {
+	s, o := e.r.s, e.ob
+	o.markMu.Lock()
+	defer o.markMu.Unlock()
+	if o.marked || s.cfg.States == nil {
+		return
+	}
+	left := s.leaseLeft()
+	if left <= 0 {
+		return
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.RequestTimeout, left))
+	defer cancel()
+	if err := s.cfg.States.Remember(mctx, e.outboxMarkKey(), e.currentEpoch(), true); err != nil {
+		s.log.WarnContext(ctx, "outbox not marked: if the entity's shard leaves before its receivers acknowledge, its tells wait for its next activation",
+			"entity", e.name(), "err", err)
+		return
+	}
+	o.marked = true
+	o.mu.Lock()
+	o.dirty = true
+	o.mu.Unlock()
+}
+
+// clearOutboxMark clears the entity's outbox mark, in the background, if its outbox
+// held sends since the mark was last cleared and holds none now, and the entity is not
+// active (whose next message could send more): called when the entity stops and when
+// its outbox drains after.
+func (e *entity) clearOutboxMark() {
+	o := e.ob
+	o.mu.Lock()
+	dirty := o.dirty && len(o.pending) == 0
+	o.mu.Unlock()
+	if !dirty || e.r.s.cfg.States == nil || e.fenced.Load() {
+		return
+	}
+	e.r.s.owner.Go(func() {
+		s := e.r.s
+		o.markMu.Lock()
+		defer o.markMu.Unlock()
+		o.mu.Lock()
+		drained := o.dirty && len(o.pending) == 0
+		o.mu.Unlock()
+		if !drained || e.active() || e.fenced.Load() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.owner.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		if err := s.cfg.States.Remember(ctx, e.outboxMarkKey(), e.currentEpoch(), false); err != nil {
+			s.log.Debug("outbox mark not cleared (the entity's shard's next home activates it)", "entity", e.name(), "err", err)
+			return
+		}
+		o.marked = false
+		o.mu.Lock()
+		if len(o.pending) == 0 {
+			o.dirty = false
+		}
+		o.mu.Unlock()
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -416,4 +417,84 @@ func TestAPoisonTellFromAnOutboxPausesAndASkipAcknowledgesIt(t *testing.T) {
 	if _, err := ask(t, n, "counter", "p", "get"); err != nil {
 		t.Fatalf("the receiver after the sender's redelivery: %v (the skipped tell ran again)", err)
 	}
+}
+
+// outboxMarked reports whether the store holds typ/id's outbox mark.
+func outboxMarked(t *testing.T, st StateStore, typ, id string) bool {
+	t.Helper()
+	ids, err := st.Remembered(context.Background(), typ, abiShard(id, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(ids, outboxMarkPrefix+id)
+}
+
+// activatedOn lists the members key was activated on, in order.
+func (a *activations) activatedOn(key string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, l := range a.log {
+		if node, k, _ := strings.Cut(l, " "); k == key {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+// A passivated sender whose tell its receiver could not take when the sender's member
+// crashed: the shard's new home finds the sender's outbox mark, activates it without
+// any message for it, and the tell is delivered, once. Another sender of the shard,
+// whose outbox drained before it passivated, has no mark and is not activated.
+func TestAShardsNewHomeSendsTheOutboxesItsMarksName(t *testing.T) {
+	store := newDeliveryStore()
+	tc := newTestCluster(t, 3, withConfig(func(c *Config) { c.States = store }), withFastFailureDetection())
+	victim, id := crashVictim(t, tc, "sender", "s")
+	quietID := ""
+	for i := 0; quietID == ""; i++ {
+		if c := "q" + strconv.Itoa(i); abiShard(c, 10) == abiShard(id, 10) {
+			quietID = c
+		}
+	}
+	// The quiet sender's tell is acknowledged; once it passivates its mark goes.
+	mustAsk(t, victim, "sender", quietID, "tell counter/z inc")
+	testutil.Eventually(t, 30*time.Second, "the quiet sender's outbox drained", func() bool { return outboxLen(victim, "sender", quietID) == 0 })
+	mustAsk(t, victim, "sender", quietID, "passivate")
+	testutil.Eventually(t, 30*time.Second, "the quiet sender's mark cleared", func() bool {
+		return !outboxMarked(t, store.MemoryStateStore, "sender", quietID)
+	})
+	// The other's tell cannot be taken: its outbox goes on after its passivation.
+	store.set(func() { store.refuse["counter/x"] = true })
+	mustAsk(t, victim, "sender", id, "tell counter/x inc")
+	mustAsk(t, victim, "sender", id, "passivate")
+	if !outboxMarked(t, store.MemoryStateStore, "sender", id) {
+		t.Fatal("the sender's outbox holds an unacknowledged tell, and the store no mark of it")
+	}
+	records := len(journalOf(t, store.MemoryStateStore, "sender", id, 10))
+	victim.crash(true)
+	tc.waitMembers()
+	store.set(func() { store.refuse["counter/x"] = false })
+	live := tc.live()[0]
+	testutil.Eventually(t, 60*time.Second, "the tell at the receiver", func() bool { return countOf(t, live, "counter", "x") == 1 })
+	if n := len(journalOf(t, store.MemoryStateStore, "sender", id, 10)); n != records {
+		t.Fatalf("the sender's journal holds %d records, %d before the crash: it got a message", n, records)
+	}
+	on := tc.acts.activatedOn("sender/" + id)
+	if len(on) < 2 || on[len(on)-1] == victim.addr() {
+		t.Fatalf("the sender was activated on %v, want its last activation off the crashed %s", on, victim.addr())
+	}
+	for _, node := range tc.acts.activatedOn("sender/" + quietID) {
+		if node != victim.addr() {
+			t.Fatalf("the quiet sender, whose outbox had drained, was activated on %s", node)
+		}
+	}
+	home := hostOf(t, tc, live, "sender", id)
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained", func() bool { return outboxLen(home, "sender", id) == 0 })
+	if got := countOf(t, live, "counter", "x"); got != 1 {
+		t.Fatalf("receiver = %d, want 1", got)
+	}
+	mustAsk(t, home, "sender", id, "passivate")
+	testutil.Eventually(t, 30*time.Second, "the sender's mark cleared", func() bool {
+		return !outboxMarked(t, store.MemoryStateStore, "sender", id)
+	})
 }

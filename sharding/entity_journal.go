@@ -66,6 +66,9 @@ func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, er
 	if serr != nil {
 		return false, serr
 	}
+	if len(sends) > 0 {
+		e.markOutbox(ctx) // before the record: a shard's next home finds the outbox
+	}
 	entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: d.env.Kind, Sender: d.env.Sender, Tag: d.env.Tag,
 		Ask: d.ask && d.env.Acked == 0, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out),
 		IdempotencyKey: d.env.IdempotencyKey, SenderSeq: d.env.SenderSeq, Sends: sends}
