@@ -28,6 +28,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -293,6 +295,12 @@ type outbox struct {
 	running bool
 	// changed is closed, and replaced, whenever a send is acknowledged.
 	changed chan struct{}
+	// acked are the sends acknowledged since this mailbox was made (at most maxAcked,
+	// the oldest forgotten first; those of records before the last base dropped): an
+	// activation here does not put them back (learnDelivery). A send forgotten is sent
+	// again, and its receiver answers it as a repeat.
+	acked     map[ackedSend]struct{}
+	ackedFIFO []ackedSend
 	// dirty: the outbox held sends since the entity's mark was last cleared (or its
 	// shard's home found the mark), so the store may hold a mark to clear once it
 	// drains.
@@ -303,6 +311,55 @@ type outbox struct {
 	// cleared it.
 	markMu sync.Mutex
 	marked bool
+}
+
+// ackedSend names an acknowledged send: its sequence number, receiver and payload (a
+// hash): after a revert, a send of the same number to another receiver or with another
+// payload is another send.
+type ackedSend struct {
+	seq    uint64
+	to     string
+	digest uint64
+}
+
+// maxAcked bounds what an outbox remembers of acknowledged sends.
+const maxAcked = maxOutbox
+
+func ackedOf(sd Send) ackedSend {
+	h := fnv.New64a()
+	h.Write(sd.Payload)
+	return ackedSend{seq: sd.Seq, to: sd.EntityType + "/" + sd.EntityID, digest: h.Sum64()}
+}
+
+// ackLocked remembers sd acknowledged; o.mu is held.
+func (o *outbox) ackLocked(sd Send) {
+	if o.acked == nil {
+		o.acked = map[ackedSend]struct{}{}
+	}
+	k := ackedOf(sd)
+	if _, ok := o.acked[k]; ok {
+		return
+	}
+	o.acked[k] = struct{}{}
+	o.ackedFIFO = append(o.ackedFIFO, k)
+	if len(o.ackedFIFO) > maxAcked {
+		delete(o.acked, o.ackedFIFO[0])
+		o.ackedFIFO = slices.Delete(o.ackedFIFO, 0, 1)
+	}
+}
+
+// forgetAckedUpTo forgets the acknowledged sends numbered up to seq: the records that
+// held them are behind a base now, whose pending sends are the unacknowledged ones.
+func (o *outbox) forgetAckedUpTo(seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ackedFIFO = slices.DeleteFunc(o.ackedFIFO, func(k ackedSend) bool {
+		if k.seq <= seq {
+			delete(o.acked, k)
+			return true
+		}
+		return false
+	})
 }
 
 func (o *outbox) len() int {
@@ -428,6 +485,7 @@ func (e *entity) runOutbox() {
 					break
 				}
 			}
+			o.ackLocked(sd)
 		}
 		if o.changed != nil {
 			close(o.changed)
@@ -566,6 +624,9 @@ func (e *entity) learnDelivery(en *JournalEntry) {
 		}
 		e.ob.mu.Lock()
 		for _, sd := range sends {
+			if _, acked := e.ob.acked[ackedOf(sd)]; acked {
+				continue // acknowledged since this mailbox was made: not sent again
+			}
 			if n := len(e.ob.pending); n == 0 || sd.Seq > e.ob.pending[n-1].Seq {
 				e.ob.pending = append(e.ob.pending, sd)
 			}
@@ -672,4 +733,11 @@ func (e *entity) clearOutboxMark() {
 		}
 		o.mu.Unlock()
 	})
+}
+
+// busy reports whether the outbox's goroutine runs.
+func (o *outbox) busy() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.running
 }

@@ -498,3 +498,46 @@ func TestAShardsNewHomeSendsTheOutboxesItsMarksName(t *testing.T) {
 		return !outboxMarked(t, store.MemoryStateStore, "sender", id)
 	})
 }
+
+// An activation puts back in the outbox only the sends not acknowledged yet: those its
+// mailbox saw acknowledged since are not sent again (here, their receiver could not
+// answer them: they would stay pending), and a mailbox whose outbox still sends after
+// its entity passivated is kept, so that the next activation does not start a second
+// outbox beside it.
+func TestAnActivationSendsAgainOnlyWhatIsNotAcknowledged(t *testing.T) {
+	store := newDeliveryStore()
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	for i := 1; i <= 3; i++ {
+		mustAsk(t, n, "sender", "s", "tell counter/c inc")
+	}
+	testutil.Eventually(t, 20*time.Second, "the sender's outbox drained", func() bool { return outboxLen(n, "sender", "s") == 0 })
+	mustAsk(t, n, "counter", "c", "passivate")
+	store.set(func() { store.noLoad["counter/c"] = true }) // a redelivery would stay pending
+	mustAsk(t, n, "sender", "s", "passivate")
+	mustAsk(t, n, "sender", "s", "get") // replays the three records with sends
+	if got := outboxLen(n, "sender", "s"); got != 0 {
+		t.Fatalf("after the activation the outbox holds %d sends, acknowledged before: want 0", got)
+	}
+	store.set(func() { store.noLoad["counter/c"] = false })
+
+	// In flight: a passivated sender's outbox goes on; the idle sweep keeps its mailbox.
+	store.set(func() { store.refuse["counter/w"] = true })
+	mustAsk(t, n, "sender", "t", "tell counter/w inc")
+	mustAsk(t, n, "sender", "t", "passivate")
+	r := n.sharding.region("sender")
+	r.passivateIdle(time.Now())
+	if got := outboxLen(n, "sender", "t"); got != 1 {
+		t.Fatalf("after the idle sweep the sender's mailbox holds %d pending sends (-1: forgotten), want 1", got)
+	}
+	mustAsk(t, n, "sender", "t", "get")
+	if got := outboxLen(n, "sender", "t"); got != 1 {
+		t.Fatalf("after the activation the outbox holds %d sends, want the 1 in flight", got)
+	}
+	store.set(func() { store.refuse["counter/w"] = false })
+	testutil.Eventually(t, 30*time.Second, "the tell at the receiver", func() bool { return countOf(t, n, "counter", "w") == 1 })
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained", func() bool { return outboxLen(n, "sender", "t") == 0 })
+	if got := countOf(t, n, "counter", "w"); got != 1 {
+		t.Fatalf("receiver = %d, want 1", got)
+	}
+}

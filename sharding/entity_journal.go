@@ -245,6 +245,7 @@ func (e *entity) snapshot(ctx context.Context) ([]byte, error) {
 // journal before it goes (with one, keepHistory decides).
 func (e *entity) based(ctx context.Context) {
 	e.baseSeq = e.seq
+	e.ob.forgetAckedUpTo(e.sendSeq) // their records are behind the base
 	if e.r.s.journal != nil && e.seq > 0 && (!e.journaled || !e.r.Settings().keepsHistory()) {
 		e.truncate(ctx, e.seq+1)
 	}

@@ -432,8 +432,9 @@ func (r *shardRegion) passivateIdle(now time.Time) {
 		for id, e := range sh.entities {
 			e.mu.Lock()
 			quiet := !e.running && e.queued() == 0
-			if quiet && !e.live {
-				// Nothing to keep: a new message makes a new one.
+			if quiet && !e.live && !e.ob.busy() {
+				// Nothing to keep: a new message makes a new one. (A mailbox whose
+				// outbox still sends is kept: a new one would send it again beside it.)
 				e.gone = true
 				delete(sh.entities, id)
 			} else if quiet && after > 0 && now.Sub(e.lastUsed) > after {
