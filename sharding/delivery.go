@@ -8,8 +8,10 @@
 //     holds them (JournalEntry.Sends), and only once that record is durable does the
 //     outbox send them, each as an ask whose empty reply acknowledges it (envelope.Acked),
 //     again and again until acknowledged. An activation puts the sends of its base and of
-//     the records it replays back in the outbox, so a crash of the sender's member after
-//     the record and before the acknowledgment sends them again from the next activation.
+//     the records it replays back in the outbox (but those this mailbox saw
+//     acknowledged), so a crash of the sender's member after the record and before the
+//     acknowledgment sends them again from the next activation; an outbox mark in the
+//     store (outboxMarkPrefix) has the shard's new home make that activation at once.
 //   - Its asks take the next number when made (the guest waits for the reply, so they
 //     cannot wait for the record); a message that runs again after a crash asks again
 //     under the same number, since the number it took was not durable.
