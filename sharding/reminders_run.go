@@ -239,6 +239,7 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 		// A scheduled message: a message from outside, its due time as its Tag.
 		m.Sender, m.Kind, m.IdempotencyKey = "", KindMessage, scheduledIdempotencyKey(er.Name)
 	}
+	at := nowMillis()
 	_, err := r.s.AskMessage(ctx, m)
 	cancel()
 	if err != nil && !handledError(err) {
@@ -249,7 +250,9 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 		r.scheduleReminders(sh, nowMillis()+reminderRetry.Milliseconds())
 		return
 	}
-	if late := nowMillis() - er.Due; IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
+	late := max(at-er.Due, 0)
+	r.recordLateness(IsScheduledName(er.Name), late)
+	if IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
 		r.s.log.Warn("scheduled message delivered late", "type", r.settings.Name, "id", er.ID,
 			"scheduled", ScheduledID(r.settings.Name, er.ID, er.Name), "due", time.UnixMilli(er.Due).UTC(),
 			"late", (time.Duration(late) * time.Millisecond).String())
@@ -266,6 +269,26 @@ func (r *shardRegion) fireReminder(sh *shard, er EntityReminder) {
 	}
 	if next > 0 {
 		r.scheduleReminders(sh, next)
+	}
+}
+
+// lateFiringAfter is how late a firing is delivered before it counts as late
+// (shardhost.reminders.late): LateScheduledAfter, for reminders too.
+const lateFiringAfter = LateScheduledAfter
+
+// recordLateness records a delivered firing's lateness (ms, from its due time to the
+// start of its delivery) in shardhost.reminders.lateness, and counts it in
+// shardhost.reminders.late past lateFiringAfter.
+func (r *shardRegion) recordLateness(scheduled bool, late int64) {
+	kind := "reminder"
+	if scheduled {
+		kind = "scheduled"
+	}
+	tel := r.s.tel
+	attrs := tel.typeAttr(r.settings.Name, attrReminderKind, kind)
+	tel.lateness.Record(context.Background(), float64(late)/1000, attrs)
+	if late > lateFiringAfter.Milliseconds() {
+		tel.late.Add(context.Background(), 1, attrs)
 	}
 }
 
