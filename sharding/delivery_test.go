@@ -541,3 +541,29 @@ func TestAnActivationSendsAgainOnlyWhatIsNotAcknowledged(t *testing.T) {
 		t.Fatalf("receiver = %d, want 1", got)
 	}
 }
+
+// A member leaves, its shards handed off, while a passivated sender's tell waits for
+// its receiver: the shard's new home activates the sender, whose outbox sends the tell,
+// once, with no message for the sender.
+func TestAHandedOffShardsNewHomeSendsItsOutboxes(t *testing.T) {
+	store := newDeliveryStore()
+	tc := newTestCluster(t, 3, withConfig(func(c *Config) { c.States = store }))
+	leaver, id := crashVictim(t, tc, "sender", "h")
+	store.set(func() { store.refuse["counter/h"] = true })
+	mustAsk(t, leaver, "sender", id, "tell counter/h inc")
+	mustAsk(t, leaver, "sender", id, "passivate")
+	records := len(journalOf(t, store.MemoryStateStore, "sender", id, 10))
+	tc.stop(leaver, true)
+	tc.waitMembers()
+	store.set(func() { store.refuse["counter/h"] = false })
+	live := tc.live()[0]
+	testutil.Eventually(t, 60*time.Second, "the tell at the receiver", func() bool { return countOf(t, live, "counter", "h") == 1 })
+	if n := len(journalOf(t, store.MemoryStateStore, "sender", id, 10)); n != records {
+		t.Fatalf("the sender's journal holds %d records, %d before the handoff: it got a message", n, records)
+	}
+	home := hostOf(t, tc, live, "sender", id)
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained", func() bool { return outboxLen(home, "sender", id) == 0 })
+	if got := countOf(t, live, "counter", "h"); got != 1 {
+		t.Fatalf("receiver = %d, want 1", got)
+	}
+}
