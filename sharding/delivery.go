@@ -319,9 +319,9 @@ type outbox struct {
 // hash): after a revert, a send of the same number to another receiver or with another
 // payload is another send.
 type ackedSend struct {
-	seq    uint64
-	to     string
-	digest uint64
+	seq     uint64
+	typ, id string
+	digest  uint64
 }
 
 // maxAcked bounds what an outbox remembers of acknowledged sends.
@@ -330,7 +330,7 @@ const maxAcked = maxOutbox
 func ackedOf(sd Send) ackedSend {
 	h := fnv.New64a()
 	h.Write(sd.Payload)
-	return ackedSend{seq: sd.Seq, to: sd.EntityType + "/" + sd.EntityID, digest: h.Sum64()}
+	return ackedSend{seq: sd.Seq, typ: sd.EntityType, id: sd.EntityID, digest: h.Sum64()}
 }
 
 // ackLocked remembers sd acknowledged; o.mu is held.
@@ -346,7 +346,7 @@ func (o *outbox) ackLocked(sd Send) {
 	o.ackedFIFO = append(o.ackedFIFO, k)
 	if len(o.ackedFIFO) > maxAcked {
 		delete(o.acked, o.ackedFIFO[0])
-		o.ackedFIFO = slices.Delete(o.ackedFIFO, 0, 1)
+		o.ackedFIFO = o.ackedFIFO[1:]
 	}
 }
 
@@ -653,7 +653,7 @@ func markReply(d delivery, out []byte, err error) []byte {
 // unacknowledged tells (U+FFFE, which no entity ID holds, then "outbox:", then the
 // entity's ID), among its shard's remembered IDs in the state store: a shard's new
 // home (after a handoff, a crash or a restart) activates the entities its marks name,
-// whose activation sends their outbox again (restartShard). An entity writes its mark
+// whose activation sends their outbox again (restartRemembered). An entity writes its mark
 // before the record of its first tell since the mark was last cleared, and clears it
 // once its outbox drained and it is not active (passivated, or stopped): so a mark
 // may outlive its outbox (the entity was active when its member crashed), never the
@@ -663,10 +663,6 @@ const outboxMarkPrefix = "\ufffeoutbox:"
 
 // isOutboxMark reports whether a remembered ID is an outbox mark (outboxMarkPrefix).
 func isOutboxMark(id string) bool { return strings.HasPrefix(id, outboxMarkPrefix) }
-
-// isMark reports whether a remembered ID is not an entity's own: a reminder record's
-// (IsReminderID) or an outbox mark.
-func isMark(id string) bool { return IsReminderID(id) || isOutboxMark(id) }
 
 func (e *entity) outboxMarkKey() EntityKey {
 	return EntityKey{Type: e.r.settings.Name, Shard: e.shard, ID: outboxMarkPrefix + e.id}

@@ -567,3 +567,35 @@ func TestAHandedOffShardsNewHomeSendsItsOutboxes(t *testing.T) {
 		t.Fatalf("receiver = %d, want 1", got)
 	}
 }
+
+// What an outbox remembers of acknowledged sends skips only the same send (number,
+// receiver and payload: after a revert a number may come again for another), and goes
+// with the records a base leaves behind.
+func TestAcknowledgedSendsAreKnownByNumberReceiverAndPayload(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	e := newEntity(tc.nodes[0].sharding.region("sender"), 1, "a", 1)
+	sent := Send{Seq: 4, EntityType: "counter", EntityID: "c", Payload: []byte("inc")}
+	e.ob.mu.Lock()
+	e.ob.ackLocked(sent)
+	e.ob.mu.Unlock()
+	other := sent
+	other.Payload = []byte("dec")
+	elsewhere := sent
+	elsewhere.EntityID = "d"
+	e.learnDelivery(&JournalEntry{Sends: []Send{sent, other}})
+	e.learnDelivery(&JournalEntry{Sends: []Send{{Seq: 5, EntityType: "counter", EntityID: "c", Payload: []byte("inc")}}})
+	if got := e.ob.snapshot(); len(got) != 2 || string(got[0].Payload) != "dec" || got[1].Seq != 5 {
+		t.Fatalf("pending %+v, want #4 dec (another send under an acknowledged number) and #5", got)
+	}
+	e.ob.pending = nil
+	e.learnDelivery(&JournalEntry{Sends: []Send{elsewhere}})
+	if got := e.ob.snapshot(); len(got) != 1 || got[0].EntityID != "d" {
+		t.Fatalf("pending %+v, want #4 to counter/d", got)
+	}
+	e.ob.pending = nil
+	e.ob.forgetAckedUpTo(4)
+	e.learnDelivery(&JournalEntry{Sends: []Send{sent}})
+	if got := e.ob.snapshot(); len(got) != 1 {
+		t.Fatalf("pending %+v after the acknowledgment was forgotten, want #4 again", got)
+	}
+}
