@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,7 +102,8 @@ func (c *coordinator) knowLocked(typ string, shard int) {
 // allocateRemembered allocates, without waiting for a message, every known shard of the
 // types that remember entities and has no home: their regions restart the entities; and
 // every known shard without a home that holds reminders in the state store: its new home
-// fires them (reminders_run.go).
+// fires them (reminders_run.go); or outbox marks: its new home activates their
+// entities, which send their unacknowledged tells again (delivery.go).
 func (c *coordinator) allocateRemembered() {
 	c.mu.Lock()
 	if !c.active {
@@ -122,14 +124,27 @@ func (c *coordinator) allocateRemembered() {
 		}
 	}
 	c.mu.Unlock()
-	if c.s.reminders != nil {
-		for _, ref := range others {
+	for _, ref := range others {
+		if c.s.reminders != nil {
 			ctx, cancel := context.WithTimeout(c.s.owner.Context(), c.s.cfg.RequestTimeout)
 			due, next, err := c.s.reminders.DueReminders(ctx, ref.Type, ref.Shard, math.MaxInt64, 1)
 			cancel()
 			if err != nil {
 				c.s.log.Debug("reading the reminders of a shard without home", "shard", ref.String(), "err", err)
 			} else if len(due) > 0 || next > 0 {
+				refs = append(refs, ref)
+				continue
+			}
+		}
+		if c.s.journal != nil {
+			// Outboxes with unacknowledged tells (outboxMarkPrefix): the shard's new
+			// home activates their entities, which send them again.
+			ctx, cancel := context.WithTimeout(c.s.owner.Context(), c.s.cfg.RequestTimeout)
+			ids, err := c.s.cfg.States.Remembered(ctx, ref.Type, ref.Shard)
+			cancel()
+			if err != nil {
+				c.s.log.Debug("reading the outbox marks of a shard without home", "shard", ref.String(), "err", err)
+			} else if slices.ContainsFunc(ids, isOutboxMark) {
 				refs = append(refs, ref)
 			}
 		}

@@ -8,8 +8,10 @@
 //     holds them (JournalEntry.Sends), and only once that record is durable does the
 //     outbox send them, each as an ask whose empty reply acknowledges it (envelope.Acked),
 //     again and again until acknowledged. An activation puts the sends of its base and of
-//     the records it replays back in the outbox, so a crash of the sender's member after
-//     the record and before the acknowledgment sends them again from the next activation.
+//     the records it replays back in the outbox (but those this mailbox saw
+//     acknowledged), so a crash of the sender's member after the record and before the
+//     acknowledgment sends them again from the next activation; an outbox mark in the
+//     store (outboxMarkPrefix) has the shard's new home make that activation at once.
 //   - Its asks take the next number when made (the guest waits for the reply, so they
 //     cannot wait for the record); a message that runs again after a crash asks again
 //     under the same number, since the number it took was not durable.
@@ -28,6 +30,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -292,6 +297,71 @@ type outbox struct {
 	running bool
 	// changed is closed, and replaced, whenever a send is acknowledged.
 	changed chan struct{}
+	// acked are the sends acknowledged since this mailbox was made (at most maxAcked,
+	// the oldest forgotten first; those of records before the last base dropped): an
+	// activation here does not put them back (learnDelivery). A send forgotten is sent
+	// again, and its receiver answers it as a repeat.
+	acked     map[ackedSend]struct{}
+	ackedFIFO []ackedSend
+	// dirty: the outbox held sends since the entity's mark was last cleared (or its
+	// shard's home found the mark), so the store may hold a mark to clear once it
+	// drains.
+	dirty bool
+
+	// markMu serialises the writes of the entity's outbox mark (markOutbox,
+	// clearOutboxMark); marked (under it): this mailbox wrote the mark and has not
+	// cleared it.
+	markMu sync.Mutex
+	marked bool
+}
+
+// ackedSend names an acknowledged send: its sequence number, receiver and payload (a
+// hash): after a revert, a send of the same number to another receiver or with another
+// payload is another send.
+type ackedSend struct {
+	seq     uint64
+	typ, id string
+	digest  uint64
+}
+
+// maxAcked bounds what an outbox remembers of acknowledged sends.
+const maxAcked = maxOutbox
+
+func ackedOf(sd Send) ackedSend {
+	h := fnv.New64a()
+	h.Write(sd.Payload)
+	return ackedSend{seq: sd.Seq, typ: sd.EntityType, id: sd.EntityID, digest: h.Sum64()}
+}
+
+// ackLocked remembers sd acknowledged; o.mu is held.
+func (o *outbox) ackLocked(sd Send) {
+	if o.acked == nil {
+		o.acked = map[ackedSend]struct{}{}
+	}
+	k := ackedOf(sd)
+	if _, ok := o.acked[k]; ok {
+		return
+	}
+	o.acked[k] = struct{}{}
+	o.ackedFIFO = append(o.ackedFIFO, k)
+	if len(o.ackedFIFO) > maxAcked {
+		delete(o.acked, o.ackedFIFO[0])
+		o.ackedFIFO = o.ackedFIFO[1:]
+	}
+}
+
+// forgetAckedUpTo forgets the acknowledged sends numbered up to seq: the records that
+// held them are behind a base now, whose pending sends are the unacknowledged ones.
+func (o *outbox) forgetAckedUpTo(seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ackedFIFO = slices.DeleteFunc(o.ackedFIFO, func(k ackedSend) bool {
+		if k.seq <= seq {
+			delete(o.acked, k)
+			return true
+		}
+		return false
+	})
 }
 
 func (o *outbox) len() int {
@@ -346,6 +416,9 @@ func (e *entity) addSends(sends []Send) {
 		}
 		o.pending = append(o.pending, s)
 	}
+	if len(o.pending) > 0 {
+		o.dirty = true
+	}
 	start := !o.running && len(o.pending) > 0
 	if start {
 		o.running = true
@@ -370,11 +443,15 @@ func (e *entity) runOutbox() {
 		hosted := e.stillHosted(epoch)
 		o.mu.Lock()
 		if len(o.pending) == 0 || s.owner.Closed() || !hosted {
-			if len(o.pending) > 0 {
+			drained := len(o.pending) == 0
+			if !drained {
 				s.log.Debug("outbox left to the entity's next activation", "entity", e.name(), "sends", len(o.pending))
 			}
 			o.running = false
 			o.mu.Unlock()
+			if drained && hosted && !e.active() {
+				e.clearOutboxMark() // drained after the entity's passivation
+			}
 			return
 		}
 		heads := map[[2]string]Send{}
@@ -410,6 +487,7 @@ func (e *entity) runOutbox() {
 					break
 				}
 			}
+			o.ackLocked(sd)
 		}
 		if o.changed != nil {
 			close(o.changed)
@@ -548,6 +626,9 @@ func (e *entity) learnDelivery(en *JournalEntry) {
 		}
 		e.ob.mu.Lock()
 		for _, sd := range sends {
+			if _, acked := e.ob.acked[ackedOf(sd)]; acked {
+				continue // acknowledged since this mailbox was made: not sent again
+			}
 			if n := len(e.ob.pending); n == 0 || sd.Seq > e.ob.pending[n-1].Seq {
 				e.ob.pending = append(e.ob.pending, sd)
 			}
@@ -566,4 +647,95 @@ func markReply(d delivery, out []byte, err error) []byte {
 		return out
 	}
 	return nil
+}
+
+// outboxMarkPrefix begins the remembered ID that marks an entity whose outbox holds
+// unacknowledged tells (U+FFFE, which no entity ID holds, then "outbox:", then the
+// entity's ID), among its shard's remembered IDs in the state store: a shard's new
+// home (after a handoff, a crash or a restart) activates the entities its marks name,
+// whose activation sends their outbox again (restartRemembered). An entity writes its mark
+// before the record of its first tell since the mark was last cleared, and clears it
+// once its outbox drained and it is not active (passivated, or stopped): so a mark
+// may outlive its outbox (the entity was active when its member crashed), never the
+// reverse, but for a mark that could not be written (logged; the outbox then waits for
+// the entity's next activation, as it did without marks).
+const outboxMarkPrefix = "\ufffeoutbox:"
+
+// isOutboxMark reports whether a remembered ID is an outbox mark (outboxMarkPrefix).
+func isOutboxMark(id string) bool { return strings.HasPrefix(id, outboxMarkPrefix) }
+
+func (e *entity) outboxMarkKey() EntityKey {
+	return EntityKey{Type: e.r.settings.Name, Shard: e.shard, ID: outboxMarkPrefix + e.id}
+}
+
+// markOutbox writes the entity's outbox mark unless this mailbox wrote it already:
+// called before the record of a message with tells is appended. A failure is logged
+// and leaves the outbox unmarked (its tells wait for the entity's next activation if
+// its shard leaves before they are acknowledged).
+func (e *entity) markOutbox(ctx context.Context) {
+	s, o := e.r.s, e.ob
+	o.markMu.Lock()
+	defer o.markMu.Unlock()
+	if o.marked || s.cfg.States == nil {
+		return
+	}
+	left := s.leaseLeft()
+	if left <= 0 {
+		return
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.RequestTimeout, left))
+	defer cancel()
+	if err := s.cfg.States.Remember(mctx, e.outboxMarkKey(), e.currentEpoch(), true); err != nil {
+		s.log.WarnContext(ctx, "outbox not marked: if the entity's shard leaves before its receivers acknowledge, its tells wait for its next activation",
+			"entity", e.name(), "err", err)
+		return
+	}
+	o.marked = true
+	o.mu.Lock()
+	o.dirty = true
+	o.mu.Unlock()
+}
+
+// clearOutboxMark clears the entity's outbox mark, in the background, if its outbox
+// held sends since the mark was last cleared and holds none now, and the entity is not
+// active (whose next message could send more): called when the entity stops and when
+// its outbox drains after.
+func (e *entity) clearOutboxMark() {
+	o := e.ob
+	o.mu.Lock()
+	dirty := o.dirty && len(o.pending) == 0
+	o.mu.Unlock()
+	if !dirty || e.r.s.cfg.States == nil || e.fenced.Load() {
+		return
+	}
+	e.r.s.owner.Go(func() {
+		s := e.r.s
+		o.markMu.Lock()
+		defer o.markMu.Unlock()
+		o.mu.Lock()
+		drained := o.dirty && len(o.pending) == 0
+		o.mu.Unlock()
+		if !drained || e.active() || e.fenced.Load() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.owner.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		if err := s.cfg.States.Remember(ctx, e.outboxMarkKey(), e.currentEpoch(), false); err != nil {
+			s.log.Debug("outbox mark not cleared (the entity's shard's next home activates it)", "entity", e.name(), "err", err)
+			return
+		}
+		o.marked = false
+		o.mu.Lock()
+		if len(o.pending) == 0 {
+			o.dirty = false
+		}
+		o.mu.Unlock()
+	})
+}
+
+// busy reports whether the outbox's goroutine runs.
+func (o *outbox) busy() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.running
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -415,5 +416,186 @@ func TestAPoisonTellFromAnOutboxPausesAndASkipAcknowledgesIt(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained again", func() bool { return outboxLen(n, "sender", "s") == 0 })
 	if _, err := ask(t, n, "counter", "p", "get"); err != nil {
 		t.Fatalf("the receiver after the sender's redelivery: %v (the skipped tell ran again)", err)
+	}
+}
+
+// outboxMarked reports whether the store holds typ/id's outbox mark.
+func outboxMarked(t *testing.T, st StateStore, typ, id string) bool {
+	t.Helper()
+	ids, err := st.Remembered(context.Background(), typ, abiShard(id, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(ids, outboxMarkPrefix+id)
+}
+
+// activatedOn lists the members key was activated on, in order.
+func (a *activations) activatedOn(key string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, l := range a.log {
+		if node, k, _ := strings.Cut(l, " "); k == key {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+// A passivated sender whose tell its receiver could not take when the sender's member
+// crashed: the shard's new home finds the sender's outbox mark, activates it without
+// any message for it, and the tell is delivered, once. Another sender of the shard,
+// whose outbox drained before it passivated, has no mark and is not activated.
+func TestAShardsNewHomeSendsTheOutboxesItsMarksName(t *testing.T) {
+	store := newDeliveryStore()
+	tc := newTestCluster(t, 3, withConfig(func(c *Config) { c.States = store }), withFastFailureDetection())
+	victim, id := crashVictim(t, tc, "sender", "s")
+	quietID := ""
+	for i := 0; quietID == ""; i++ {
+		if c := "q" + strconv.Itoa(i); abiShard(c, 10) == abiShard(id, 10) {
+			quietID = c
+		}
+	}
+	// The quiet sender's tell is acknowledged; once it passivates its mark goes.
+	mustAsk(t, victim, "sender", quietID, "tell counter/z inc")
+	testutil.Eventually(t, 30*time.Second, "the quiet sender's outbox drained", func() bool { return outboxLen(victim, "sender", quietID) == 0 })
+	mustAsk(t, victim, "sender", quietID, "passivate")
+	testutil.Eventually(t, 30*time.Second, "the quiet sender's mark cleared", func() bool {
+		return !outboxMarked(t, store.MemoryStateStore, "sender", quietID)
+	})
+	// The other's tell cannot be taken: its outbox goes on after its passivation.
+	store.set(func() { store.refuse["counter/x"] = true })
+	mustAsk(t, victim, "sender", id, "tell counter/x inc")
+	mustAsk(t, victim, "sender", id, "passivate")
+	if !outboxMarked(t, store.MemoryStateStore, "sender", id) {
+		t.Fatal("the sender's outbox holds an unacknowledged tell, and the store no mark of it")
+	}
+	records := len(journalOf(t, store.MemoryStateStore, "sender", id, 10))
+	victim.crash(true)
+	tc.waitMembers()
+	store.set(func() { store.refuse["counter/x"] = false })
+	live := tc.live()[0]
+	testutil.Eventually(t, 60*time.Second, "the tell at the receiver", func() bool { return countOf(t, live, "counter", "x") == 1 })
+	if n := len(journalOf(t, store.MemoryStateStore, "sender", id, 10)); n != records {
+		t.Fatalf("the sender's journal holds %d records, %d before the crash: it got a message", n, records)
+	}
+	on := tc.acts.activatedOn("sender/" + id)
+	if len(on) < 2 || on[len(on)-1] == victim.addr() {
+		t.Fatalf("the sender was activated on %v, want its last activation off the crashed %s", on, victim.addr())
+	}
+	for _, node := range tc.acts.activatedOn("sender/" + quietID) {
+		if node != victim.addr() {
+			t.Fatalf("the quiet sender, whose outbox had drained, was activated on %s", node)
+		}
+	}
+	home := hostOf(t, tc, live, "sender", id)
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained", func() bool { return outboxLen(home, "sender", id) == 0 })
+	if got := countOf(t, live, "counter", "x"); got != 1 {
+		t.Fatalf("receiver = %d, want 1", got)
+	}
+	mustAsk(t, home, "sender", id, "passivate")
+	testutil.Eventually(t, 30*time.Second, "the sender's mark cleared", func() bool {
+		return !outboxMarked(t, store.MemoryStateStore, "sender", id)
+	})
+}
+
+// An activation puts back in the outbox only the sends not acknowledged yet: those its
+// mailbox saw acknowledged since are not sent again (here, their receiver could not
+// answer them: they would stay pending), and a mailbox whose outbox still sends after
+// its entity passivated is kept, so that the next activation does not start a second
+// outbox beside it.
+func TestAnActivationSendsAgainOnlyWhatIsNotAcknowledged(t *testing.T) {
+	store := newDeliveryStore()
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	for i := 1; i <= 3; i++ {
+		mustAsk(t, n, "sender", "s", "tell counter/c inc")
+	}
+	testutil.Eventually(t, 20*time.Second, "the sender's outbox drained", func() bool { return outboxLen(n, "sender", "s") == 0 })
+	mustAsk(t, n, "counter", "c", "passivate")
+	store.set(func() { store.noLoad["counter/c"] = true }) // a redelivery would stay pending
+	mustAsk(t, n, "sender", "s", "passivate")
+	mustAsk(t, n, "sender", "s", "get") // replays the three records with sends
+	if got := outboxLen(n, "sender", "s"); got != 0 {
+		t.Fatalf("after the activation the outbox holds %d sends, acknowledged before: want 0", got)
+	}
+	store.set(func() { store.noLoad["counter/c"] = false })
+
+	// In flight: a passivated sender's outbox goes on; the idle sweep keeps its mailbox.
+	store.set(func() { store.refuse["counter/w"] = true })
+	mustAsk(t, n, "sender", "t", "tell counter/w inc")
+	mustAsk(t, n, "sender", "t", "passivate")
+	r := n.sharding.region("sender")
+	r.passivateIdle(time.Now())
+	if got := outboxLen(n, "sender", "t"); got != 1 {
+		t.Fatalf("after the idle sweep the sender's mailbox holds %d pending sends (-1: forgotten), want 1", got)
+	}
+	mustAsk(t, n, "sender", "t", "get")
+	if got := outboxLen(n, "sender", "t"); got != 1 {
+		t.Fatalf("after the activation the outbox holds %d sends, want the 1 in flight", got)
+	}
+	store.set(func() { store.refuse["counter/w"] = false })
+	testutil.Eventually(t, 30*time.Second, "the tell at the receiver", func() bool { return countOf(t, n, "counter", "w") == 1 })
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained", func() bool { return outboxLen(n, "sender", "t") == 0 })
+	if got := countOf(t, n, "counter", "w"); got != 1 {
+		t.Fatalf("receiver = %d, want 1", got)
+	}
+}
+
+// A member leaves, its shards handed off, while a passivated sender's tell waits for
+// its receiver: the shard's new home activates the sender, whose outbox sends the tell,
+// once, with no message for the sender.
+func TestAHandedOffShardsNewHomeSendsItsOutboxes(t *testing.T) {
+	store := newDeliveryStore()
+	tc := newTestCluster(t, 3, withConfig(func(c *Config) { c.States = store }))
+	leaver, id := crashVictim(t, tc, "sender", "h")
+	store.set(func() { store.refuse["counter/h"] = true })
+	mustAsk(t, leaver, "sender", id, "tell counter/h inc")
+	mustAsk(t, leaver, "sender", id, "passivate")
+	records := len(journalOf(t, store.MemoryStateStore, "sender", id, 10))
+	tc.stop(leaver, true)
+	tc.waitMembers()
+	store.set(func() { store.refuse["counter/h"] = false })
+	live := tc.live()[0]
+	testutil.Eventually(t, 60*time.Second, "the tell at the receiver", func() bool { return countOf(t, live, "counter", "h") == 1 })
+	if n := len(journalOf(t, store.MemoryStateStore, "sender", id, 10)); n != records {
+		t.Fatalf("the sender's journal holds %d records, %d before the handoff: it got a message", n, records)
+	}
+	home := hostOf(t, tc, live, "sender", id)
+	testutil.Eventually(t, 30*time.Second, "the sender's outbox drained", func() bool { return outboxLen(home, "sender", id) == 0 })
+	if got := countOf(t, live, "counter", "h"); got != 1 {
+		t.Fatalf("receiver = %d, want 1", got)
+	}
+}
+
+// What an outbox remembers of acknowledged sends skips only the same send (number,
+// receiver and payload: after a revert a number may come again for another), and goes
+// with the records a base leaves behind.
+func TestAcknowledgedSendsAreKnownByNumberReceiverAndPayload(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	e := newEntity(tc.nodes[0].sharding.region("sender"), 1, "a", 1)
+	sent := Send{Seq: 4, EntityType: "counter", EntityID: "c", Payload: []byte("inc")}
+	e.ob.mu.Lock()
+	e.ob.ackLocked(sent)
+	e.ob.mu.Unlock()
+	other := sent
+	other.Payload = []byte("dec")
+	elsewhere := sent
+	elsewhere.EntityID = "d"
+	e.learnDelivery(&JournalEntry{Sends: []Send{sent, other}})
+	e.learnDelivery(&JournalEntry{Sends: []Send{{Seq: 5, EntityType: "counter", EntityID: "c", Payload: []byte("inc")}}})
+	if got := e.ob.snapshot(); len(got) != 2 || string(got[0].Payload) != "dec" || got[1].Seq != 5 {
+		t.Fatalf("pending %+v, want #4 dec (another send under an acknowledged number) and #5", got)
+	}
+	e.ob.pending = nil
+	e.learnDelivery(&JournalEntry{Sends: []Send{elsewhere}})
+	if got := e.ob.snapshot(); len(got) != 1 || got[0].EntityID != "d" {
+		t.Fatalf("pending %+v, want #4 to counter/d", got)
+	}
+	e.ob.pending = nil
+	e.ob.forgetAckedUpTo(4)
+	e.learnDelivery(&JournalEntry{Sends: []Send{sent}})
+	if got := e.ob.snapshot(); len(got) != 1 {
+		t.Fatalf("pending %+v after the acknowledgment was forgotten, want #4 again", got)
 	}
 }

@@ -66,6 +66,9 @@ func (e *entity) journalMessage(ctx context.Context, d *delivery, out []byte, er
 	if serr != nil {
 		return false, serr
 	}
+	if len(sends) > 0 {
+		e.markOutbox(ctx) // before the record: a shard's next home finds the outbox
+	}
 	entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: d.env.Kind, Sender: d.env.Sender, Tag: d.env.Tag,
 		Ask: d.ask && d.env.Acked == 0, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out),
 		IdempotencyKey: d.env.IdempotencyKey, SenderSeq: d.env.SenderSeq, Sends: sends}
@@ -242,6 +245,7 @@ func (e *entity) snapshot(ctx context.Context) ([]byte, error) {
 // journal before it goes (with one, keepHistory decides).
 func (e *entity) based(ctx context.Context) {
 	e.baseSeq = e.seq
+	e.ob.forgetAckedUpTo(e.sendSeq) // their records are behind the base
 	if e.r.s.journal != nil && e.seq > 0 && (!e.journaled || !e.r.Settings().keepsHistory()) {
 		e.truncate(ctx, e.seq+1)
 	}

@@ -128,4 +128,5 @@ func (e *entity) release(ctx context.Context, saved bool) {
 	e.releaseLife()
 	e.r.s.tel.active.Add(context.Background(), -1, e.r.tel.typeOnly)
 	e.r.s.log.DebugContext(ctx, "entity stopped", "entity", e.r.settings.Name+"/"+e.id, "shard", e.shard, "saved", saved)
+	e.clearOutboxMark()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -431,8 +432,9 @@ func (r *shardRegion) passivateIdle(now time.Time) {
 		for id, e := range sh.entities {
 			e.mu.Lock()
 			quiet := !e.running && e.queued() == 0
-			if quiet && !e.live {
-				// Nothing to keep: a new message makes a new one.
+			if quiet && !e.live && !e.ob.busy() {
+				// Nothing to keep: a new message makes a new one. (A mailbox whose
+				// outbox still sends is kept: a new one would send it again beside it.)
 				e.gone = true
 				delete(sh.entities, id)
 			} else if quiet && after > 0 && now.Sub(e.lastUsed) > after {
@@ -610,7 +612,7 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 		// newer owner fenced it: faults seed 2204).
 		sl.fence = nil
 		r.s.log.Debug("hosting shard", "type", r.settings.Name, "shard", shardID, "epoch", epoch)
-		if r.settings.RememberEntities && r.s.cfg.States != nil {
+		if r.s.cfg.States != nil && (r.settings.RememberEntities || r.s.journal != nil) {
 			r.s.owner.Go(func() { r.restartRemembered(sh) })
 		}
 		if r.s.reminders != nil {
@@ -631,7 +633,9 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 	return sh
 }
 
-// restartRemembered starts the remembered entities of a shard that came here.
+// restartRemembered starts the remembered entities of a shard that came here, if its
+// type remembers them, and, if the store keeps journals, the entities whose outbox
+// marks it holds (outboxMarkPrefix), whose activations send their outboxes again.
 func (r *shardRegion) restartRemembered(sh *shard) {
 	r.mu.Lock()
 	epoch := sh.epoch
@@ -664,12 +668,38 @@ func (r *shardRegion) restartRemembered(sh *shard) {
 	if r.hostedLocked(sh.id) != sh {
 		return // handed off meanwhile
 	}
-	ids = slices.DeleteFunc(ids, IsReminderID) // a store's reminder records (RemindersOf)
+	var remembered, outboxes []string
 	for _, id := range ids {
+		switch {
+		case isOutboxMark(id):
+			if r.s.journal != nil {
+				outboxes = append(outboxes, strings.TrimPrefix(id, outboxMarkPrefix))
+			}
+		case IsReminderID(id): // a store's reminder records (RemindersOf)
+		case r.settings.RememberEntities:
+			remembered = append(remembered, id)
+		}
+	}
+	for _, id := range remembered {
 		r.entityLocked(sh, id).enqueue(delivery{start: true, ctx: context.Background()})
 	}
-	if len(ids) > 0 {
-		r.s.log.Info("restarting remembered entities", "type", r.settings.Name, "shard", sh.id, "entities", len(ids))
+	for _, id := range outboxes {
+		e := r.entityLocked(sh, id)
+		// The store holds its mark: cleared once the outbox its activation finds
+		// drains and the entity passivates.
+		e.ob.mu.Lock()
+		e.ob.dirty = true
+		e.ob.mu.Unlock()
+		if _, started := slices.BinarySearch(remembered, id); !started {
+			e.enqueue(delivery{start: true, ctx: context.Background()})
+		}
+	}
+	if len(remembered) > 0 {
+		r.s.log.Info("restarting remembered entities", "type", r.settings.Name, "shard", sh.id, "entities", len(remembered))
+	}
+	if len(outboxes) > 0 {
+		r.s.log.Info("restarting entities whose outboxes hold unacknowledged tells", "type", r.settings.Name, "shard", sh.id,
+			"entities", len(outboxes))
 	}
 }
 

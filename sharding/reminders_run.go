@@ -404,6 +404,7 @@ func (r *shardRegion) deliverReminder(er EntityReminder) bool {
 		// A scheduled message: a message from outside, its due time as its Tag.
 		m.Sender, m.Kind, m.IdempotencyKey = "", KindMessage, scheduledIdempotencyKey(er.Name)
 	}
+	at := nowMillis()
 	_, err := r.s.AskMessage(ctx, m)
 	if err != nil && !handledError(err) {
 		if !r.s.owner.Closed() {
@@ -411,12 +412,34 @@ func (r *shardRegion) deliverReminder(er EntityReminder) bool {
 		}
 		return false
 	}
-	if late := nowMillis() - er.Due; IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
+	late := max(at-er.Due, 0)
+	r.recordLateness(IsScheduledName(er.Name), late)
+	if IsScheduledName(er.Name) && late > LateScheduledAfter.Milliseconds() {
 		r.s.log.Warn("scheduled message delivered late", "type", r.settings.Name, "id", er.ID,
 			"scheduled", ScheduledID(r.settings.Name, er.ID, er.Name), "due", time.UnixMilli(er.Due).UTC(),
 			"late", (time.Duration(late) * time.Millisecond).String())
 	}
 	return true
+}
+
+// lateFiringAfter is how late a firing is delivered before it counts as late
+// (shardhost.reminders.late): LateScheduledAfter, for reminders too.
+const lateFiringAfter = LateScheduledAfter
+
+// recordLateness records a delivered firing's lateness (ms, from its due time to the
+// start of its delivery) in shardhost.reminders.lateness, and counts it in
+// shardhost.reminders.late past lateFiringAfter.
+func (r *shardRegion) recordLateness(scheduled bool, late int64) {
+	kind := "reminder"
+	if scheduled {
+		kind = "scheduled"
+	}
+	tel := r.s.tel
+	attrs := tel.typeAttr(r.settings.Name, attrReminderKind, kind)
+	tel.lateness.Record(context.Background(), float64(late)/1000, attrs)
+	if late > lateFiringAfter.Milliseconds() {
+		tel.late.Add(context.Background(), 1, attrs)
+	}
 }
 
 // handledError reports whether a failed ask reached its entity's code, which answered

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/shardhost/shardhost/internal/testutil"
 )
 
@@ -249,5 +253,78 @@ func TestARepeatedFiringIsHandledOnceUnderTheJournal(t *testing.T) {
 	}
 	if c := mustAsk(t, n, "counter", "dup", "get"); c != "1" {
 		t.Fatalf("count %s after a repeated firing, want 1", c)
+	}
+}
+
+// firingLateness reads shardhost.reminders.lateness and shardhost.reminders.late for
+// kind: the firings recorded, those over 5 s by the histogram's buckets, the counter,
+// and the histogram's largest value (s).
+func firingLateness(t *testing.T, reader *sdkmetric.ManualReader, kind string) (count, over5, late uint64, maxSec float64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	want := attribute.String("shardhost.reminder.kind", kind)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case "shardhost.reminders.lateness":
+				for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+					if v, ok := p.Attributes.Value(want.Key); !ok || v != want.Value {
+						continue
+					}
+					count += p.Count
+					for i, b := range p.Bounds {
+						if b == 5 {
+							for _, c := range p.BucketCounts[i+1:] {
+								over5 += c
+							}
+						}
+					}
+					if mx, ok := p.Max.Value(); ok {
+						maxSec = max(maxSec, mx)
+					}
+				}
+			case "shardhost.reminders.late":
+				for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					if v, ok := p.Attributes.Value(want.Key); ok && v == want.Value {
+						late += uint64(p.Value)
+					}
+				}
+			}
+		}
+	}
+	return count, over5, late, maxSec
+}
+
+// Each firing's lateness is recorded by kind, and those over 5 s are counted late: a
+// reminder and a scheduled message due an hour ago, a reminder due in a moment.
+func TestLateFiringsAreMeasured(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	tc := newTestCluster(t, 1, withSharedStateStore(), withConfig(func(c *Config) {
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	}))
+	n := homeOf(t, tc, "counter", "m")
+	hourAgo := time.Now().Add(-time.Hour).UnixMilli()
+	setReminder(t, n, "counter", "m", Reminder{Name: "overdue", Due: hourAgo})
+	setReminder(t, n, "counter", "m", Reminder{Name: "soon", Due: time.Now().Add(200 * time.Millisecond).UnixMilli()})
+	schedule(t, n, "counter", "m", hourAgo, "append late", "")
+	testutil.Eventually(t, 30*time.Second, "both reminders and the scheduled message", func() bool {
+		return len(tc.acts.reminders("counter/m")) == 2 && len(tc.acts.scheduledTo("counter/m")) == 1
+	})
+	testutil.Eventually(t, 30*time.Second, "the firings recorded", func() bool {
+		r, _, _, _ := firingLateness(t, reader, "reminder")
+		s, _, _, _ := firingLateness(t, reader, "scheduled")
+		return r == 2 && s == 1
+	})
+	count, over5, late, maxSec := firingLateness(t, reader, "reminder")
+	if count != 2 || late < 1 || late != over5 || maxSec < 3600 {
+		t.Fatalf("reminders: %d recorded, %d over 5 s by the histogram, %d counted late, max %.0f s; want 2, the hour-late one among the late, the counter as the histogram",
+			count, over5, late, maxSec)
+	}
+	count, over5, late, maxSec = firingLateness(t, reader, "scheduled")
+	if count != 1 || late != 1 || over5 != 1 || maxSec < 3600 {
+		t.Fatalf("scheduled: %d recorded, %d over 5 s, %d late, max %.0f s; want one an hour late", count, over5, late, maxSec)
 	}
 }

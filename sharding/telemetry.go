@@ -17,6 +17,7 @@ const (
 	attrPassivationCause = attribute.Key("shardhost.passivation.cause")
 	attrBufferReason     = attribute.Key("shardhost.buffer.reason") // resolving, handoff, entity-type
 	attrDeadLetterReason = attribute.Key("shardhost.dead_letter.reason")
+	attrReminderKind     = attribute.Key("shardhost.reminder.kind") // reminder, scheduled
 	attrEntitiesStopped  = attribute.Key("shardhost.handoff.entities_stopped")
 	attrMessagesBuffered = attribute.Key("shardhost.handoff.messages_buffered")
 	attrHops             = attribute.Key("shardhost.hops")
@@ -96,6 +97,8 @@ type shardingTelemetry struct {
 	buffered        metric.Int64Counter
 	deadLetters     metric.Int64Counter
 	repeats         metric.Int64Counter
+	lateness        metric.Float64Histogram
+	late            metric.Int64Counter
 	messageFailure  *obs.AttrCache[messageKey]
 	byTypeAnd       *obs.AttrCache[typeAndKey]
 	activationAttrs *obs.AttrCache[activationKey]
@@ -143,6 +146,11 @@ func newShardingTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *sha
 		metric.WithDescription("Messages buffered by this member's regions, by entity type and reason (resolving: the shard's home; handoff; entity-type: the type being resolved). [shardhost.entity.type, shardhost.buffer.reason]")))
 	t.repeats = obs.Must(m.Int64Counter("shardhost.messages.repeats", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages answered from their sender's high-water mark without being handled: repeats of effectively-once sends between entities, by entity type. [shardhost.entity.type]")))
+	t.lateness = obs.Must(m.Float64Histogram("shardhost.reminders.lateness", metric.WithUnit("s"),
+		metric.WithDescription("Reminders and scheduled messages delivered by the shards hosted here (its count), and how late each was: from its due time to its delivery (0 when on time), by entity type and kind (reminder, scheduled). [shardhost.entity.type, shardhost.reminder.kind]"),
+		metric.WithExplicitBucketBoundaries(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)))
+	t.late = obs.Must(m.Int64Counter("shardhost.reminders.late", metric.WithUnit("{firing}"),
+		metric.WithDescription("Reminders and scheduled messages delivered more than 5 s after their due time (a member or the cluster was down, or the shard's home fell behind), by entity type and kind (reminder, scheduled). [shardhost.entity.type, shardhost.reminder.kind]")))
 	t.deadLetters = obs.Must(m.Int64Counter("shardhost.dead_letters", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages dropped as dead letters, by entity type and reason: buffer-full, mailbox-full, expired (its deadline passed before its entity took it), or for a tell that failed after it left its sender the failure's code (entity-error, guest-trap, guest-deadline, activation-failed, not-delivered, outcome-unknown, ...). [shardhost.entity.type, shardhost.dead_letter.reason]")))
 	t.messageFailure = obs.NewAttrCache(func(k messageKey) attribute.Set {
