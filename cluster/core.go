@@ -874,6 +874,7 @@ func (c *Core) View() View {
 	v.Leader, v.HasLeader = c.gossip.leader(c.self())
 	v.Converged = c.gossip.converged(c.self())
 	v.MajorityContact = c.majorityContact()
+	unreachable := c.gossip.unreachableSet() // once, not a scan of every record per member
 	for _, m := range c.gossip.sortedMembers() {
 		v.Members = append(v.Members, Member{
 			Address:       m.Node.Address,
@@ -883,7 +884,7 @@ func (c *Core) View() View {
 			Roles:         append([]string{}, m.Roles...),
 			Status:        m.Status,
 			UpNumber:      m.UpNumber,
-			Reachable:     m.Node == c.self() || c.gossip.isReachable(m.Node),
+			Reachable:     m.Node == c.self() || !unreachable[m.Node],
 			Leader:        v.HasLeader && m.Node == v.Leader,
 		})
 	}
