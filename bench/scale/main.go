@@ -89,6 +89,7 @@ func run() error {
 	out := flag.String("out", "docs/scale", "directory of the CSVs and plots")
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
 	seed := flag.Int64("seed", 1, "seed of the simulation")
+	churnMax := flag.Int("churn-max", 300, "largest membership size that also runs the leave and partition phases")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -156,7 +157,7 @@ func run() error {
 	var memRows []memRow
 	for _, n := range sizes {
 		lc := cluster.DefaultCoreConfig()
-		row, err := runMembership(n, lc, *seed, logf)
+		row, err := runMembership(n, lc, *seed, *churnMax, logf)
 		if err != nil {
 			return fmt.Errorf("membership of %d: %w", n, err)
 		}

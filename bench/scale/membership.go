@@ -249,7 +249,9 @@ func heapInUse() uint64 {
 
 // runMembership runs the phases for n members with the lifecycle lc and logs progress
 // with logf.
-func runMembership(n int, lc cluster.CoreConfig, seed int64, logf func(string, ...any)) (memRow, error) {
+// Above churnMax members the leave and partition phases are not run (notRun): their
+// simulated minutes cost too much CPU on a small machine.
+func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf func(string, ...any)) (memRow, error) {
 	wall := time.Now()
 	row := memRow{N: n}
 	base := heapInUse()
@@ -320,7 +322,12 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, logf func(string, .
 	logf("n=%d crash: unreachable %v, downed %v, removed %v", n, row.Unreachable, row.Downed, row.Removed)
 
 	// A graceful leave of the second to last member, once the view has settled again.
-	row.LeaveRemoved = -1
+	row.LeaveRemoved, row.PartitionSplit = -1, -1
+	if n > churnMax {
+		row.LeaveRemoved, row.PartitionSplit = notRun, notRun
+		row.Wall = time.Since(wall)
+		return row, nil
+	}
 	if n >= 3 && removed >= 0 {
 		if _, err := s.waitFor(phaseLimit, func() bool {
 			return allSee(live, func(v cluster.View) bool { return upView(v, n-1) })
@@ -341,7 +348,6 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, logf func(string, .
 
 	// A partition that cuts off a third: the majority side (keep-majority) downs and
 	// removes the others.
-	row.PartitionSplit = -1
 	rest := s.live()
 	if len(rest) >= 3 && row.LeaveRemoved >= 0 {
 		if _, err := s.waitFor(phaseLimit, func() bool {
@@ -365,6 +371,9 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, logf func(string, .
 	row.Wall = time.Since(wall)
 	return row, nil
 }
+
+// notRun marks a phase not run.
+const notRun = -2
 
 func secondsOrNaN(d time.Duration) float64 {
 	if d < 0 {

@@ -203,6 +203,9 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 }
 
 func dur(d time.Duration) string {
+	if d == notRun {
+		return "not run"
+	}
 	if d < 0 {
 		return "not reached"
 	}
