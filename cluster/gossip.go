@@ -368,29 +368,32 @@ func (g gossipState) unreachableSet() map[UniqueAddress]bool {
 // leader is simply the first node in sorted order that is able to take the leadership
 // role, where the preferred member states for a leader are up and leaving".
 //
-// The unreachable set is computed once, and the first reachable up or leaving member
-// ends the search: asking isReachable of each member scanned every observer's record for
-// each, O(members²) on every tick (docs/scale.md).
+// One pass over the members with the unreachable set computed once: asking isReachable
+// of each member of a sorted copy scanned every observer's record for each, O(members²)
+// on every tick (leaderActions and View call it; docs/scale.md).
 func (g gossipState) leader(self UniqueAddress) (UniqueAddress, bool) {
 	unreachable := g.unreachableSet()
-	var fallback *gossipMember
-	for _, m := range g.sortedMembers() {
+	var best, fallback UniqueAddress
+	var haveBest, haveFallback bool
+	for _, m := range g.members {
 		if m.Node != self && unreachable[m.Node] {
 			continue
 		}
 		switch m.Status {
 		case StatusUp, StatusLeaving:
-			return m.Node, true
+			if !haveBest || m.Node.Less(best) {
+				best, haveBest = m.Node, true
+			}
 		case StatusJoining:
-			if fallback == nil {
-				fallback = &m
+			if !haveFallback || m.Node.Less(fallback) {
+				fallback, haveFallback = m.Node, true
 			}
 		}
 	}
-	if fallback != nil {
-		return fallback.Node, true
+	if haveBest {
+		return best, true
 	}
-	return UniqueAddress{}, false
+	return fallback, haveFallback
 }
 
 // converged reports gossip convergence as self sees it: every unreachable member is
