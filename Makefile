@@ -290,7 +290,7 @@ SHARDS ?= 1000,10000,100000
 scale:
 	cd bench/scale && nice -n 10 $(GO) run -mod=mod . -sizes $(SIZES) -shards $(SHARDS) -out $(CURDIR)/docs/scale
 
-# The same at small sizes (10 and 30 members, 1k and 10k shards, 5 real members for the
+# The same at small sizes (10 and 30 members, 1k and 5k shards, 3 real members for the
 # state), into a temporary directory: under a minute alone, about 2 minutes on a loaded
 # 2-core machine. A phase that does not end fails it. make test runs it.
 scale-smoke:

@@ -8,6 +8,7 @@
 //	go run . -out ../../docs/scale                          # make scale
 //	go run . -smoke -out /tmp/scale                         # make scale-smoke
 //	go run . -sizes 10,100,3000 -shards 1000 -out /tmp/s    # other sizes
+//	go run . -replot -out ../../docs/scale                  # plots and summary from the CSVs
 //
 // Sizes whose estimated memory exceeds what the machine has available are refused
 // before anything runs, with the estimate.
@@ -91,7 +92,19 @@ func run() error {
 	seed := flag.Int64("seed", 1, "seed of the simulation")
 	churnMax := flag.Int("churn-max", 300, "largest membership size that also runs the leave and partition phases")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	replotOnly := flag.Bool("replot", false, "run nothing: read the CSVs in -out, draw the plots and print the summary again")
 	flag.Parse()
+	if *replotOnly {
+		mem, sh, st, err := replot(*out)
+		if err != nil {
+			return err
+		}
+		if err := plotAll(*out, mem, sh, st); err != nil {
+			return err
+		}
+		summary(os.Stdout, mem, sh, st)
+		return nil
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -104,7 +117,7 @@ func run() error {
 		defer pprof.StopCPUProfile()
 	}
 	if *smoke {
-		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,10000", "10,100", "5"
+		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
 	}
 	sizes, err := ints(*sizesF)
 	if err != nil {
@@ -262,8 +275,10 @@ func growth(xs, ys []float64) (float64, string) {
 	}
 	k := num / den
 	switch {
-	case k < 0.3:
+	case k < 0.25:
 		return k, "constant or log n"
+	case k < 0.75:
+		return k, "sublinear (between log n and linear)"
 	case k < 1.15:
 		return k, "linear"
 	case k < 1.5:

@@ -150,9 +150,13 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 		}
 	}
 	if len(sh) > 0 {
-		var ss []series
-		for _, strat := range []string{"least", "priority"} {
-			for _, metric := range []string{"allocate", "rebalance"} {
+		for _, metric := range []struct{ name, title string }{
+			{"allocate", "Shard coordinator: one allocation decision"},
+			{"rebalance", "Shard coordinator: one rebalance round after a member joined"},
+			{"replace", "Shard coordinator: re-placing a crashed member's shards"},
+		} {
+			var ss []series
+			for _, strat := range []string{"least", "priority"} {
 				byMembers := map[int]*series{}
 				var order []int
 				for _, r := range sh {
@@ -161,14 +165,17 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 					}
 					s := byMembers[r.Members]
 					if s == nil {
-						s = &series{name: fmt.Sprintf("%s %s, %d members", strat, metric, r.Members)}
+						s = &series{name: fmt.Sprintf("%s, %d members", strat, r.Members)}
 						byMembers[r.Members] = s
 						order = append(order, r.Members)
 					}
 					s.xs = append(s.xs, float64(r.Shards))
 					v := r.Allocate
-					if metric == "rebalance" {
+					switch metric.name {
+					case "rebalance":
 						v = r.Rebalance
+					case "replace":
+						v = r.Replace
 					}
 					s.ys = append(s.ys, v.Seconds()*1e3)
 				}
@@ -176,10 +183,10 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 					ss = append(ss, *byMembers[m])
 				}
 			}
-		}
-		if err := logPlot(filepath.Join(dir, "coordinator.png"), "Shard coordinator: one decision", "shards",
-			"milliseconds", ss); err != nil {
-			return err
+			if err := logPlot(filepath.Join(dir, "coordinator_"+metric.name+".png"), metric.title, "shards",
+				"milliseconds", ss); err != nil {
+				return err
+			}
 		}
 	}
 	if len(st) > 0 {
@@ -251,7 +258,7 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 		fmt.Fprintln(w, "\n| strategy | shards | members | allocate | rebalance (moves) | re-place a crashed member's shards |\n|---|---:|---:|---:|---:|---:|")
 		for _, r := range sh {
 			fmt.Fprintf(w, "| %s | %d | %d | %v | %v (%d) | %v |\n", r.Strategy, r.Shards, r.Members, r.Allocate.Round(time.Microsecond),
-				r.Rebalance.Round(time.Microsecond), r.Moves, r.Replace.Round(time.Millisecond))
+				r.Rebalance.Round(time.Microsecond), r.Moves, r.Replace.Round(time.Microsecond))
 		}
 		fmt.Fprintln(w, "\n| coordinator curve (over shards) | members | log-log slope | growth |\n|---|---:|---:|---|")
 		type key struct {
