@@ -239,11 +239,14 @@ func (c *stateCluster) close() {
 func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 	members := len(c.members)
 	row := stateRow{Shards: shards, Members: members}
-	// The state, 1000 shards to a writer. LWWMap.Put copies the whole map (ddata's
+	// The state, a batch of shards to a writer. LWWMap.Put copies the whole map (ddata's
 	// ORMap.set clones its entries), so one writer's puts cost O(shards²) to build the
 	// state; a writer per batch (as if successive coordinators had written them) keeps
 	// each batch's puts on a small map, and the batches merge in O(shards) each.
-	const batch = 1000
+	// Updates of 1,000 shards, or of a tenth of them above 10,000: each write costs every
+	// replica O(shards) (it encodes the whole value for its digest), so 100 writes of a
+	// 100k-shard state cost hours on a small machine (docs/scale.md).
+	batch := max(1000, shards/10)
 	var batches []ddata.ReplicatedData
 	var full ddata.ReplicatedData = ddata.LWWMap{}
 	for from := 0; from < shards; from += batch {
