@@ -296,11 +296,15 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 		}
 	}
 	if len(st) > 0 {
-		fmt.Fprintln(w, "\n| shards | members | state | one Put (per allocation) | write (WriteMajority, 1000 a batch) | read back (ReadMajority) | error |\n|---:|---:|---:|---:|---:|---:|---|")
+		fmt.Fprintln(w, "\n| shards | members | state | one Put (per allocation) | write (WriteMajority, 1,000 a batch, a tenth above 10k) | read back (ReadMajority) | error |\n|---:|---:|---:|---:|---:|---:|---|")
 		var xs, bs, rs []float64
 		for _, r := range st {
-			fmt.Fprintf(w, "| %d | %d | %d KB | %v | %v | %v | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.Put.Round(time.Microsecond), r.Write.Round(time.Millisecond),
-				r.ReadBack.Round(time.Millisecond), r.Err)
+			write, read := r.Write.Round(time.Millisecond).String(), r.ReadBack.Round(time.Millisecond).String()
+			if r.Err != "" {
+				write, read = "—", "—"
+			}
+			fmt.Fprintf(w, "| %d | %d | %d KB | %v | %s | %s | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.Put.Round(time.Microsecond),
+				write, read, r.Err)
 			xs, bs = append(xs, float64(r.Shards)), append(bs, float64(r.Bytes))
 			v := r.ReadBack.Seconds()
 			if r.Err != "" {
