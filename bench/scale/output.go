@@ -39,12 +39,20 @@ func ff(v float64) string {
 	return strconv.FormatFloat(v, 'g', 6, 64)
 }
 
+// fd is a phase's simulated seconds for a CSV: empty when not reached, "not run".
+func fd(d time.Duration) string {
+	if d == notRun {
+		return "not run"
+	}
+	return ff(secondsOrNaN(d))
+}
+
 func writeMembership(dir string, rows []memRow) error {
 	var out [][]string
 	for _, r := range rows {
-		out = append(out, []string{strconv.Itoa(r.N), ff(secondsOrNaN(r.Converge)), ff(secondsOrNaN(r.Unreachable)),
-			ff(secondsOrNaN(r.Downed)), ff(secondsOrNaN(r.Removed)), ff(secondsOrNaN(r.LeaveRemoved)),
-			ff(secondsOrNaN(r.PartitionSplit)), ff(r.RestBytes), ff(r.RestMsgs), ff(r.RestCPU), ff(r.HeapPerMember),
+		out = append(out, []string{strconv.Itoa(r.N), fd(r.Converge), fd(r.Unreachable),
+			fd(r.Downed), fd(r.Removed), fd(r.LeaveRemoved),
+			fd(r.PartitionSplit), ff(r.RestBytes), ff(r.RestMsgs), ff(r.RestCPU), ff(r.HeapPerMember),
 			ff(r.Wall.Seconds())})
 	}
 	return writeCSV(filepath.Join(dir, "membership.csv"), []string{"members", "converge_s", "crash_unreachable_s",

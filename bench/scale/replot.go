@@ -39,6 +39,9 @@ func replot(dir string) ([]memRow, []shardRow, []stateRow, error) {
 		return v
 	}
 	secs := func(s string) time.Duration {
+		if s == "not run" {
+			return notRun
+		}
 		v := num(s)
 		if math.IsNaN(v) {
 			return -1
