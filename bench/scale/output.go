@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -321,7 +322,24 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 			rs = append(rs, v)
 		}
 		k1, n1 := growth(xs, bs)
-		k2, n2 := growth(xs, rs)
-		fmt.Fprintf(w, "\nstate size: slope %.2f (%s); read back: slope %.2f (%s)\n", k1, n1, k2, n2)
+		fmt.Fprintf(w, "\nstate size: slope %.2f (%s)", k1, n1)
+		// The read back per member count: runs on different members do not make a curve.
+		var counts []int
+		for _, r := range st {
+			if !slices.Contains(counts, r.Members) {
+				counts = append(counts, r.Members)
+			}
+		}
+		for _, m := range counts {
+			var mx, my []float64
+			for i, r := range st {
+				if r.Members == m {
+					mx, my = append(mx, xs[i]), append(my, rs[i])
+				}
+			}
+			k, name := growth(mx, my)
+			fmt.Fprintf(w, "; read back on %d members: slope %.2f (%s)", m, k, name)
+		}
+		fmt.Fprintln(w)
 	}
 }
