@@ -60,7 +60,7 @@ TEST_WASM := $(BIN)/testwasm
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: all build image examples run test soak test-go test-faults test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench bench-peers figures fmt-check fresh-check clean FORCE
+.PHONY: all build image examples run test soak test-go test-faults test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench bench-peers scale scale-smoke figures fmt-check fresh-check clean FORCE
 
 all: build examples
 
@@ -185,13 +185,14 @@ endif
 run: build examples
 	$(BIN)/shardhost dev
 
-test: toolchains fmt-check tinygo-check test-guest test-rust test-go test-faults
+test: toolchains fmt-check tinygo-check test-guest test-rust test-go test-faults scale-smoke
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd bench/peers && $(GO) vet -mod=mod .
+	cd bench/scale && $(GO) vet -mod=mod .
 
 # The guest SDK and the examples are their own modules: tested natively, vetted for
 # wasip1; the SDK's tests also run compiled to wasm by Go's port and by TinyGo, under
@@ -276,6 +277,24 @@ bench:
 PEERS_FLAGS ?=
 bench-peers: examples
 	cd bench/peers && $(GO) run -mod=mod . -wasm $(CURDIR)/$(BIN)/wasm $(PEERS_FLAGS)
+
+# How costs grow with members and shards (docs/scale.md): the membership protocol on a
+# simulated network and clock, the shard coordinator's decisions and its state in
+# distributed data; CSVs and PNG plots into docs/scale/, a markdown summary on stdout.
+# Not part of make test (hours on a busy 2-core machine, most of it 1,000 members). SIZES are
+# the membership sizes, SHARDS the shard counts; sizes the machine cannot hold are
+# refused before anything runs, with the estimated memory. bench/scale is a module of its
+# own, so that the plotting library stays out of this one's dependencies.
+SIZES  ?= 10,30,100,300,1000
+SHARDS ?= 1000,10000,100000
+scale:
+	cd bench/scale && nice -n 10 $(GO) run -mod=mod . -sizes $(SIZES) -shards $(SHARDS) -out $(CURDIR)/docs/scale
+
+# The same at small sizes (10 and 30 members, 1k and 5k shards, 3 real members for the
+# state), into a temporary directory: under a minute alone, about 2 minutes on a loaded
+# 2-core machine. A phase that does not end fails it. make test runs it.
+scale-smoke:
+	out=$$(mktemp -d) && cd bench/scale && $(GO) run -mod=mod . -smoke -out $$out >/dev/null && rm -rf $$out
 
 # bench/README.md's table of the counter built by TinyGo, by Go's port and in Rust (each
 # sub-benchmark does a fixed amount of work: run once, without the race detector).

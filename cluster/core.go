@@ -544,10 +544,6 @@ func (c *Core) exit(reason string) {
 // gossipRound picks a member and sends it the state (or, while converged, only the
 // state's version), following the spec's speed-up rules.
 func (c *Core) gossipRound(now time.Time) []Outbound {
-	targets := c.gossipTargets()
-	if len(targets) == 0 {
-		return nil
-	}
 	seen := 0
 	for _, m := range c.gossip.members {
 		if c.gossip.seen[m.Node] {
@@ -559,6 +555,12 @@ func (c *Core) gossipRound(now time.Time) []Outbound {
 		interval /= 3
 	}
 	if !c.lastGossip.IsZero() && now.Sub(c.lastGossip) < interval {
+		return nil
+	}
+	// The targets (a sorted copy of the members) only once the round is due, not on
+	// every tick (docs/scale.md).
+	targets := c.gossipTargets()
+	if len(targets) == 0 {
 		return nil
 	}
 	c.lastGossip = now
@@ -874,6 +876,7 @@ func (c *Core) View() View {
 	v.Leader, v.HasLeader = c.gossip.leader(c.self())
 	v.Converged = c.gossip.converged(c.self())
 	v.MajorityContact = c.majorityContact()
+	unreachable := c.gossip.unreachableSet() // once, not a scan of every record per member
 	for _, m := range c.gossip.sortedMembers() {
 		v.Members = append(v.Members, Member{
 			Address:       m.Node.Address,
@@ -883,7 +886,7 @@ func (c *Core) View() View {
 			Roles:         append([]string{}, m.Roles...),
 			Status:        m.Status,
 			UpNumber:      m.UpNumber,
-			Reachable:     m.Node == c.self() || c.gossip.isReachable(m.Node),
+			Reachable:     m.Node == c.self() || !unreachable[m.Node],
 			Leader:        v.HasLeader && m.Node == v.Leader,
 		})
 	}

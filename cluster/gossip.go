@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -22,11 +24,14 @@ type UniqueAddress struct {
 func (u UniqueAddress) String() string { return uniqueAddress(u.Address, u.UID) }
 
 // Less orders unique addresses: by address, then UID.
-func (u UniqueAddress) Less(o UniqueAddress) bool {
-	if u.Address != o.Address {
-		return u.Address < o.Address
+func (u UniqueAddress) Less(o UniqueAddress) bool { return u.compare(o) < 0 }
+
+// compare orders u and o as Less does: -1, 0 or 1.
+func (u UniqueAddress) compare(o UniqueAddress) int {
+	if c := strings.Compare(u.Address, o.Address); c != 0 {
+		return c
 	}
-	return u.UID < o.UID
+	return cmp.Compare(u.UID, o.UID)
 }
 
 // statusRank orders statuses for merging: a later lifecycle step wins. removed > down >
@@ -291,7 +296,9 @@ func (g gossipState) sortedMembers() []gossipMember {
 	for _, m := range g.members {
 		out = append(out, m)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node.Less(out[j].Node) })
+	// slices.SortFunc, not sort.Slice: the members are large structs, which sort.Slice
+	// swaps through reflection (a third of a tick's CPU at 100 members, docs/scale.md).
+	slices.SortFunc(out, func(a, b gossipMember) int { return a.Node.compare(b.Node) })
 	return out
 }
 
@@ -360,31 +367,33 @@ func (g gossipState) unreachableSet() map[UniqueAddress]bool {
 // first reachable member of any other status but down and exiting. The spec: "the
 // leader is simply the first node in sorted order that is able to take the leadership
 // role, where the preferred member states for a leader are up and leaving".
+//
+// One pass over the members with the unreachable set computed once: asking isReachable
+// of each member of a sorted copy scanned every observer's record for each, O(members²)
+// on every tick (leaderActions and View call it; docs/scale.md).
 func (g gossipState) leader(self UniqueAddress) (UniqueAddress, bool) {
-	var best, fallback *gossipMember
-	for _, m := range g.sortedMembers() {
-		m := m
-		if m.Node != self && !g.isReachable(m.Node) {
+	unreachable := g.unreachableSet()
+	var best, fallback UniqueAddress
+	var haveBest, haveFallback bool
+	for _, m := range g.members {
+		if m.Node != self && unreachable[m.Node] {
 			continue
 		}
 		switch m.Status {
 		case StatusUp, StatusLeaving:
-			if best == nil {
-				best = &m
+			if !haveBest || m.Node.Less(best) {
+				best, haveBest = m.Node, true
 			}
 		case StatusJoining:
-			if fallback == nil {
-				fallback = &m
+			if !haveFallback || m.Node.Less(fallback) {
+				fallback, haveFallback = m.Node, true
 			}
 		}
 	}
-	if best != nil {
-		return best.Node, true
+	if haveBest {
+		return best, true
 	}
-	if fallback != nil {
-		return fallback.Node, true
-	}
-	return UniqueAddress{}, false
+	return fallback, haveFallback
 }
 
 // converged reports gossip convergence as self sees it: every unreachable member is

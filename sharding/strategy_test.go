@@ -229,3 +229,23 @@ func TestSpreadAfterAFailureForEachStrategy(t *testing.T) {
 		}
 	}
 }
+
+// first, which AllocateShard and Rebalance use, picks the region Order puts first, for
+// shards and region sets of every size, ties included (a region named twice).
+func TestPriorityFirstIsTheHeadOfTheOrder(t *testing.T) {
+	s := PriorityAllocationStrategy{Type: "t"}
+	for n := 1; n <= 40; n += 3 {
+		regions := make([]string, n)
+		for i := range regions {
+			regions[i] = fmt.Sprintf("10.0.0.%d:7946", (i*7)%n)
+		}
+		if n > 2 {
+			regions[n-1] = regions[0] // equal priorities: the lower name, as Order breaks ties
+		}
+		for shard := range 200 {
+			if got, want := s.first(shard, regions), s.Order(shard, regions)[0]; got != want {
+				t.Fatalf("shard %d over %d regions: first %s, Order starts with %s", shard, n, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,291 @@
+// Command scale measures how shardhost's costs grow with the cluster (docs/scale.md):
+// the membership protocol for n members on a simulated network and clock, the shard
+// coordinator's decisions for S shards over M members, and the coordinator's state in
+// distributed data read back through real replicators on in-memory networks. It writes
+// one CSV per experiment and PNG plots into -out, and prints a markdown summary with
+// each curve's fitted growth.
+//
+//	go run . -out ../../docs/scale                          # make scale
+//	go run . -smoke -out /tmp/scale                         # make scale-smoke
+//	go run . -sizes 10,100,3000 -shards 1000 -out /tmp/s    # other sizes
+//	go run . -replot -out ../../docs/scale                  # plots and summary from the CSVs
+//
+// Sizes whose estimated memory exceeds what the machine has available are refused
+// before anything runs, with the estimate.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive size", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Memory estimates, from the heap measured at 10-300 members and 1k-100k shards
+// (docs/scale.md), with a margin: a member's core holds the whole membership state, so
+// the simulation holds n² member records, and full states in flight during the join.
+func membershipBytes(n int) float64 { return float64(n) * (64<<10 + float64(n)*1200) }
+
+// The coordinator state experiment holds the LWWMap on each of the members' replicas,
+// its encoding, and the harness's copies.
+func stateBytes(shards, members int) float64 {
+	return float64(shards) * 400 * float64(members+4)
+}
+
+func memAvailable() (float64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var kb float64
+		if _, err := fmt.Sscanf(sc.Text(), "MemAvailable: %f kB", &kb); err == nil {
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
+}
+
+func gib(b float64) string { return fmt.Sprintf("%.1f GiB", b/(1<<30)) }
+
+func run() error {
+	sizesF := flag.String("sizes", "10,30,100,300,1000", "membership sizes (members)")
+	shardsF := flag.String("shards", "1000,10000,100000", "shard counts of the coordinator experiments")
+	shardMembersF := flag.String("shard-members", "10,100,300", "member counts of the coordinator's decisions")
+	stateMembersF := flag.String("state-members", "10", "member counts of the state read-back (real members on in-memory networks)")
+	out := flag.String("out", "docs/scale", "directory of the CSVs and plots")
+	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
+	seed := flag.Int64("seed", 1, "seed of the simulation")
+	churnMax := flag.Int("churn-max", 300, "largest membership size that also runs the leave and partition phases")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	replotOnly := flag.Bool("replot", false, "run nothing: read the CSVs in -out, draw the plots and print the summary again")
+	flag.Parse()
+	if *replotOnly {
+		mem, sh, st, err := replot(*out)
+		if err != nil {
+			return err
+		}
+		if err := plotAll(*out, mem, sh, st); err != nil {
+			return err
+		}
+		summary(os.Stdout, mem, sh, st)
+		return nil
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *smoke {
+		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
+	}
+	sizes, err := ints(*sizesF)
+	if err != nil {
+		return err
+	}
+	shards, err := ints(*shardsF)
+	if err != nil {
+		return err
+	}
+	shardMembers, err := ints(*shardMembersF)
+	if err != nil {
+		return err
+	}
+	stateMembers, err := ints(*stateMembersF)
+	if err != nil {
+		return err
+	}
+
+	// Refuse up front what the machine cannot hold.
+	avail, err := memAvailable()
+	if err != nil {
+		return err
+	}
+	budget := 0.7 * avail
+	var refused []string
+	for _, n := range sizes {
+		if need := membershipBytes(n); need > budget {
+			refused = append(refused, fmt.Sprintf("%d members need about %s", n, gib(need)))
+		}
+	}
+	for _, s := range shards {
+		for _, m := range stateMembers {
+			if need := stateBytes(s, m); need > budget {
+				refused = append(refused, fmt.Sprintf("%d shards on %d members need about %s", s, m, gib(need)))
+			}
+		}
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("refused before starting: %s; this machine has %s available, of which the harness uses at most 70%% (%s)",
+			strings.Join(refused, "; "), gib(avail), gib(budget))
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	logf := func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "%s "+f+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+	}
+
+	// Membership.
+	var memRows []memRow
+	for _, n := range sizes {
+		lc := cluster.DefaultCoreConfig()
+		row, err := runMembership(n, lc, *seed, *churnMax, logf)
+		if err != nil {
+			return fmt.Errorf("membership of %d: %w", n, err)
+		}
+		if *smoke && (row.Converge < 0 || row.Removed < 0 || row.LeaveRemoved < 0 || row.PartitionSplit < 0) {
+			return fmt.Errorf("membership of %d: a phase did not end within %v simulated: %+v", n, phaseLimit, row)
+		}
+		memRows = append(memRows, row)
+		if err := writeMembership(*out, memRows); err != nil {
+			return err
+		}
+	}
+
+	// The coordinator's decisions.
+	var shardRows []shardRow
+	for _, s := range shards {
+		for _, m := range shardMembers {
+			for _, st := range []struct {
+				name  string
+				strat sharding.ShardAllocationStrategy
+			}{
+				{"least", sharding.LeastShardAllocationStrategy{}},
+				{"priority", sharding.PriorityAllocationStrategy{Type: "scale"}},
+			} {
+				row, err := runStrategy(st.name, st.strat, s, m)
+				if err != nil {
+					return fmt.Errorf("coordinator %s, %d shards, %d members: %w", st.name, s, m, err)
+				}
+				logf("coordinator %s %d shards %d members: allocate %v, rebalance %v (%d moves), replace a member's shards %v",
+					st.name, s, m, row.Allocate, row.Rebalance, row.Moves, row.Replace)
+				shardRows = append(shardRows, row)
+			}
+		}
+		if err := writeCoordinator(*out, shardRows); err != nil {
+			return err
+		}
+	}
+
+	// The coordinator's state in distributed data.
+	var stateRows []stateRow
+	for _, m := range stateMembers {
+		if len(shards) == 0 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		c, err := startStateCluster(ctx, m)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("%d members for the state: %w", m, err)
+		}
+		for _, s := range shards {
+			row := runState(ctx, c, s)
+			logf("coordinator state %d shards on %d members: %d bytes, written in %v, read back in %v %s",
+				s, m, row.Bytes, row.Write, row.ReadBack, row.Err)
+			stateRows = append(stateRows, row)
+			if *smoke && row.Err != "" {
+				c.close()
+				cancel()
+				return fmt.Errorf("coordinator state of %d shards on %d members: %s", s, m, row.Err)
+			}
+		}
+		c.close()
+		cancel()
+		if err := writeState(*out, stateRows); err != nil {
+			return err
+		}
+	}
+
+	if err := plotAll(*out, memRows, shardRows, stateRows); err != nil {
+		return err
+	}
+	summary(os.Stdout, memRows, shardRows, stateRows)
+	fmt.Fprintf(os.Stderr, "wrote %s\n", filepath.Clean(*out))
+	return nil
+}
+
+// growth fits log y = a + k log x by least squares over the points with y > 0 and
+// names the growth k suggests.
+func growth(xs, ys []float64) (float64, string) {
+	var lx, ly []float64
+	for i := range xs {
+		if ys[i] > 0 && !math.IsNaN(ys[i]) && !math.IsInf(ys[i], 0) {
+			lx, ly = append(lx, math.Log(xs[i])), append(ly, math.Log(ys[i]))
+		}
+	}
+	if len(lx) < 2 {
+		return math.NaN(), "too few points"
+	}
+	var mx, my float64
+	for i := range lx {
+		mx += lx[i]
+		my += ly[i]
+	}
+	mx /= float64(len(lx))
+	my /= float64(len(ly))
+	var num, den float64
+	for i := range lx {
+		num += (lx[i] - mx) * (ly[i] - my)
+		den += (lx[i] - mx) * (lx[i] - mx)
+	}
+	if den == 0 {
+		return math.NaN(), "one size only"
+	}
+	k := num / den
+	switch {
+	case k < 0.25:
+		return k, "constant or log n"
+	case k < 0.75:
+		return k, "sublinear (between log n and linear)"
+	case k < 1.15:
+		return k, "linear"
+	case k < 1.5:
+		return k, "n log n"
+	case k < 2.3:
+		return k, "quadratic"
+	default:
+		return k, "cubic or worse"
+	}
+}
