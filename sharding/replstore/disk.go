@@ -64,6 +64,35 @@ type stateDisk struct {
 	// last. Nil: none (the offline tools). Set before the first write.
 	log      *slog.Logger
 	writeLog obs.LogLimiter
+
+	// The write-ahead log (wal.go) and the writer's state: its open transaction (nil:
+	// none) and its buckets, the logged writes it holds (pending, in order, to apply
+	// again when the transaction has to be rebuilt), their bytes, when the first came,
+	// the log entries of the current batch not written yet (walBuf) and the number of
+	// the last entry. Only the writer's goroutine touches them once it runs.
+	wal          *stateWAL
+	tx           *bolt.Tx
+	txEB, txRB   *bolt.Bucket
+	pending      []*stateWriteReq
+	pendingBytes int
+	pendingSince time.Time
+	walBuf       []byte
+	lsn          uint64
+	// batchLogged are the ops of the current batch applied in the open transaction
+	// since its last commit, and acknowledged only once walBuf is written; batchFrom is
+	// the first of d.pending they added.
+	batchLogged []int
+	batchFrom   int
+	// dirty is set while the open transaction holds writes that no commit has: a read
+	// first has the writer commit them (barrier).
+	dirty atomic.Bool
+	// broken is set when the writer could not rebuild its transaction: it refuses
+	// every write from then on (the log holds what it acknowledged; an open replays it).
+	broken error
+	// noFlushAtClose is set by the tests to leave the log as a crash does.
+	noFlushAtClose bool
+	// flushEvery is walFlushInterval; the tests set it before the first write.
+	flushEvery time.Duration
 }
 
 // stateDiskWriteLogInterval is the least time between two log lines of refused writes.
@@ -74,7 +103,12 @@ const stateDiskWriteLogInterval = 10 * time.Second
 // outcome goes to done, or to notify (called once, on the writer's goroutine or
 // close's: it must not block).
 type stateDiskOp struct {
-	fn     func(eb, rb *bolt.Bucket) (changed bool, err error)
+	fn func(eb, rb *bolt.Bucket) (changed bool, err error)
+	// req, when not nil, is the write request fn applies: the op goes through the
+	// write-ahead log. flush: an op without fn that commits the open transaction (a
+	// read's barrier).
+	req    *stateWriteReq
+	flush  bool
 	size   int
 	done   chan error
 	notify func(error)
@@ -139,12 +173,18 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	if err == nil && errors.Is(statErr, os.ErrNotExist) {
 		err = boltfile.SyncDir(dir)
 	}
+	var wal *stateWAL
+	var lsn uint64
+	if err == nil {
+		wal, lsn, err = replayWAL(db, dir)
+	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: state store: open %s: %w", sharding.ErrStoreUnavailable, path, err)
 	}
 	d := &stateDisk{path: path, db: db, storeID: storeID, created: created, ops: make(chan *stateDiskOp, stateDiskQueue),
-		stop: make(chan struct{}), done: make(chan struct{}), writeLog: obs.LogLimiter{Interval: stateDiskWriteLogInterval}}
+		stop: make(chan struct{}), done: make(chan struct{}), writeLog: obs.LogLimiter{Interval: stateDiskWriteLogInterval},
+		wal: wal, lsn: lsn, flushEvery: walFlushInterval}
 	d.inCluster.Store(!created)
 	go d.run()
 	return d, nil
@@ -196,8 +236,9 @@ func (d *stateDisk) close() error {
 			}
 		}
 		d.submitMu.Unlock()
-		if err := d.db.Close(); err != nil {
-			d.err = fmt.Errorf("%w: state store %s: close: %w", sharding.ErrStoreUnavailable, d.path, err)
+		werr := d.wal.close()
+		if err := d.db.Close(); err != nil || werr != nil {
+			d.err = fmt.Errorf("%w: state store %s: close: %w", sharding.ErrStoreUnavailable, d.path, errors.Join(err, werr))
 		}
 	})
 	return d.err
@@ -205,11 +246,27 @@ func (d *stateDisk) close() error {
 
 func (d *stateDisk) run() {
 	defer close(d.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	defer timer.Stop()
 	for {
 		var first *stateDiskOp
 		select {
 		case first = <-d.ops:
+		case <-timer.C:
+			armed = false
+			d.refused(d.flush())
+			continue
 		case <-d.stop:
+			if d.tx != nil {
+				if d.noFlushAtClose {
+					_ = d.tx.Rollback() // as a crash leaves it: the log holds the writes
+					d.tx = nil
+				} else {
+					d.refused(d.flush())
+				}
+			}
 			return
 		}
 		batch, size := []*stateDiskOp{first}, first.size
@@ -223,20 +280,252 @@ func (d *stateDisk) run() {
 				break fill
 			}
 		}
-		err := d.commit(batch)
-		if err != nil && len(batch) > 1 {
-			for _, op := range batch { // one op's failure must not fail the others
-				err := d.commit([]*stateDiskOp{op})
-				d.refused(err)
-				op.finish(err)
-			}
-			continue
+		d.runBatch(batch)
+		if d.tx != nil && (d.pendingBytes >= walFlushBytes || time.Since(d.pendingSince) >= d.flushEvery) {
+			d.refused(d.flush())
 		}
-		d.refused(err)
-		for _, op := range batch {
-			op.finish(err)
+		switch {
+		case d.tx != nil && !armed:
+			timer.Reset(d.flushEvery)
+			armed = true
+		case d.tx == nil && armed:
+			timer.Stop()
+			armed = false
 		}
 	}
+}
+
+// runBatch runs a batch of ops: the logged writes are applied in the open transaction
+// and written to the log together (one write, one fdatasync), the others committed to
+// bbolt after it; then each op gets its outcome.
+func (d *stateDisk) runBatch(batch []*stateDiskOp) {
+	results := make([]error, len(batch))
+	d.batchLogged, d.batchFrom = d.batchLogged[:0], len(d.pending)
+	for i, op := range batch {
+		switch {
+		case op.flush:
+			results[i] = d.flush()
+		case op.req != nil:
+			results[i] = d.applyLogged(i, op)
+		default:
+			// Not logged: committed now, after what the open transaction holds.
+			if err := d.flush(); err != nil {
+				results[i] = err
+				continue
+			}
+			results[i] = d.commit([]*stateDiskOp{op})
+		}
+	}
+	if len(d.walBuf) > 0 {
+		err := d.wal.write(d.walBuf)
+		d.walBuf = d.walBuf[:0]
+		if err != nil {
+			// Not durable: the batch's logged writes are undone, and refused.
+			err = fmt.Errorf("write-ahead log: %w", err)
+			d.pending = d.pending[:d.batchFrom]
+			if rerr := d.rebuild(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			for _, i := range d.batchLogged {
+				results[i] = err
+			}
+		}
+	}
+	d.batchLogged = d.batchLogged[:0]
+	for i, op := range batch {
+		d.refused(results[i])
+		op.finish(results[i])
+	}
+}
+
+// begin opens the writer's transaction if none is open.
+func (d *stateDisk) begin() error {
+	if d.broken != nil {
+		return d.broken
+	}
+	if d.tx != nil {
+		return nil
+	}
+	return boltfile.Guard(func() error {
+		tx, err := d.db.Begin(true)
+		if err != nil {
+			return err
+		}
+		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+		if eb == nil || rb == nil {
+			_ = tx.Rollback()
+			return errors.New("buckets missing")
+		}
+		d.tx, d.txEB, d.txRB = tx, eb, rb
+		return nil
+	})
+}
+
+// applyLogged applies a logged write (batch[i]) in the open transaction, and adds its
+// entry to the batch's part of the log if it changed anything.
+func (d *stateDisk) applyLogged(i int, op *stateDiskOp) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	var changed bool
+	err := boltfile.Guard(func() (err error) {
+		changed, err = op.fn(d.txEB, d.txRB)
+		return err
+	})
+	if err != nil {
+		// The transaction may hold part of the write: rebuilt without it.
+		if rerr := d.rebuild(); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	d.batchLogged = append(d.batchLogged, i)
+	if !changed {
+		return nil
+	}
+	if len(d.pending) == 0 {
+		d.pendingSince = time.Now()
+	}
+	d.lsn++
+	d.pending = append(d.pending, op.req)
+	d.pendingBytes += op.size
+	d.walBuf = appendWALEntry(d.walBuf, d.lsn, encodeState(op.req))
+	d.dirty.Store(true)
+	return nil
+}
+
+// rebuild rolls the open transaction back and applies the pending writes again in a
+// new one. When that fails the writer is broken: it refuses every write (the log keeps
+// what it acknowledged, for the next open).
+func (d *stateDisk) rebuild() error {
+	if d.tx != nil {
+		_ = d.tx.Rollback()
+		d.tx = nil
+	}
+	if len(d.pending) == 0 {
+		d.dirty.Store(false)
+		return nil
+	}
+	err := d.begin()
+	for _, req := range d.pending {
+		if err != nil {
+			break
+		}
+		err = boltfile.Guard(func() error {
+			_, err := applyReq(req, d.txEB, d.txRB)
+			return err
+		})
+	}
+	if err != nil {
+		d.broken = fmt.Errorf("%w: state store %s: the writer's transaction could not be rebuilt (the store needs a restart): %w",
+			sharding.ErrStoreUnavailable, d.path, err)
+		if d.tx != nil {
+			_ = d.tx.Rollback()
+			d.tx = nil
+		}
+		return d.broken
+	}
+	return nil
+}
+
+// flush commits the open transaction (fsynced) with the number of the last log entry
+// it holds, then empties the log: the commit holds its entries, and those of the
+// current batch not written yet, which need no entry any more.
+func (d *stateDisk) flush() error {
+	if d.tx == nil {
+		return nil
+	}
+	if len(d.pending) == 0 {
+		_ = d.tx.Rollback()
+		d.tx = nil
+		return nil
+	}
+	err := boltfile.Guard(func() error {
+		ring := d.tx.Bucket(stateBucketRing)
+		if ring == nil {
+			return errors.New("ring bucket missing")
+		}
+		if err := ring.Put(stateWALKey, binary.BigEndian.AppendUint64(nil, d.lsn)); err != nil {
+			return err
+		}
+		return d.tx.Commit()
+	})
+	if err != nil {
+		// bbolt rolled it back (or it is unusable): the writes stay acknowledged, in
+		// the log, and in a new transaction.
+		_ = d.tx.Rollback()
+		d.tx = nil
+		if rerr := d.rebuild(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return fmt.Errorf("commit: %w", err)
+	}
+	d.tx = nil
+	d.pending, d.pendingBytes = d.pending[:0], 0
+	d.walBuf = d.walBuf[:0]
+	d.batchLogged, d.batchFrom = d.batchLogged[:0], 0
+	d.dirty.Store(false)
+	if err := d.wal.reset(); err != nil {
+		return fmt.Errorf("write-ahead log: %w", err)
+	}
+	return nil
+}
+
+// barrier has the writer commit what its open transaction holds, so that a read sees
+// every write acknowledged before it.
+func (d *stateDisk) barrier() error {
+	if !d.dirty.Load() {
+		return nil
+	}
+	op := &stateDiskOp{flush: true, done: make(chan error, 1)}
+	select {
+	case d.ops <- op:
+	case <-d.stop:
+		return nil // the writer commits at its stop
+	}
+	return d.await(op)
+}
+
+// replayWAL opens the log in dir and applies to db, in one commit, its entries after
+// the last that db holds; then it empties the log. It returns the log and the number
+// of its last entry.
+func replayWAL(db *bolt.DB, dir string) (*stateWAL, uint64, error) {
+	wal, err := openWAL(dir)
+	if err != nil {
+		return nil, 0, fmt.Errorf("write-ahead log: %w", err)
+	}
+	var after uint64
+	err = boltfile.View(db, func(tx *bolt.Tx) error {
+		if v := tx.Bucket(stateBucketRing).Get(stateWALKey); len(v) == 8 {
+			after = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = wal.close()
+		return nil, 0, err
+	}
+	entries, _, last, err := wal.readWAL(after)
+	if err == nil && len(entries) > 0 {
+		err = boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
+			eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+			for i := range entries {
+				if _, err := applyReq(&entries[i].req, eb, rb); err != nil {
+					return false, err
+				}
+			}
+			return true, tx.Bucket(stateBucketRing).Put(stateWALKey, binary.BigEndian.AppendUint64(nil, last))
+		})
+	}
+	if err == nil {
+		wal.off = 1 // the log may hold bytes: emptied
+		err = wal.reset()
+	}
+	if err != nil {
+		_ = wal.close()
+		return nil, 0, fmt.Errorf("write-ahead log: replay: %w", err)
+	}
+	return wal, max(after, last), nil
 }
 
 // finish hands the op its outcome.
@@ -298,11 +587,19 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 // transaction and its fsync when the writer finds them queued together.
 func (d *stateDisk) submit(size int, fn func(eb, rb *bolt.Bucket) (bool, error)) (*stateDiskOp, error) {
 	op := &stateDiskOp{fn: fn, size: size, done: make(chan error, 1)}
+	if err := d.queue(op); err != nil {
+		return nil, err
+	}
+	return op, nil
+}
+
+// queue queues an op whose outcome goes to its done channel.
+func (d *stateDisk) queue(op *stateDiskOp) error {
 	select {
 	case d.ops <- op:
-		return op, nil
+		return nil
 	case <-d.stop:
-		return nil, errStateClosed
+		return errStateClosed
 	}
 }
 
@@ -311,7 +608,11 @@ func (d *stateDisk) submit(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 // (notify not called) when the queue is full. Errors: errStateClosed (notify not
 // called).
 func (d *stateDisk) trySubmit(size int, fn func(eb, rb *bolt.Bucket) (bool, error), notify func(error)) (bool, error) {
-	op := &stateDiskOp{fn: fn, size: size, notify: notify}
+	return d.tryQueue(&stateDiskOp{fn: fn, size: size, notify: notify})
+}
+
+// tryQueue queues an op with a callback, as trySubmit does.
+func (d *stateDisk) tryQueue(op *stateDiskOp) (bool, error) {
 	d.submitMu.Lock()
 	defer d.submitMu.Unlock()
 	if d.closed {
@@ -394,6 +695,9 @@ func (d *stateDisk) loadRing() (*stateRingRecord, error) {
 
 // view runs fn in a read transaction. Errors wrap sharding.ErrStoreUnavailable.
 func (d *stateDisk) view(fn func(eb, rb *bolt.Bucket) error) error {
+	if err := d.barrier(); err != nil {
+		return fmt.Errorf("%w: state store %s: read: %w", sharding.ErrStoreUnavailable, d.path, err)
+	}
 	err := boltfile.View(d.db, func(tx *bolt.Tx) error {
 		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
 		if eb == nil || rb == nil {
@@ -451,7 +755,12 @@ func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
 		w.err = err
 		return w
 	}
-	w.op, w.err = d.submit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) })
+	w.op = &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
+		done: make(chan error, 1)}
+	if size <= walMaxWrite {
+		w.op.req = req
+	}
+	w.err = d.queue(w.op)
 	if w.err != nil {
 		w.err = fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, w.err)
 	}
@@ -471,8 +780,12 @@ func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err err
 		return true
 	}
 	prefix := stateShardPrefix(req.Type, req.Shard)
-	queued, err := d.trySubmit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) },
-		func(err error) { done(w.outcome(err)) })
+	op := &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
+		notify: func(err error) { done(w.outcome(err)) }}
+	if size <= walMaxWrite {
+		op.req = req
+	}
+	queued, err := d.tryQueue(op)
 	if err != nil {
 		done(0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err))
 		return true
@@ -594,6 +907,13 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		changed = true
 	}
 	return changed, nil
+}
+
+// applyReq applies a write request as its writer's op does: the replay of a logged
+// write.
+func applyReq(req *stateWriteReq, eb, rb *bolt.Bucket) (bool, error) {
+	w := &stateWrite{req: req}
+	return w.apply(stateShardPrefix(req.Type, req.Shard), eb, rb)
 }
 
 // verifyStateJournal checks a journal record of the shard typ/shard

@@ -1,0 +1,142 @@
+// The write-ahead log in front of a member's bbolt file. A bbolt commit rewrites every
+// page it touches and fsyncs twice: done for each batch of writes, it was most of a
+// journal append's cost (bench/README.md, "The journal"). Instead, the disk's writer
+// applies the writes of a batch to a write transaction it keeps open, appends them to
+// the log (one write, one fdatasync) and acknowledges them; it commits the transaction
+// (fsynced, as every bbolt commit) only now and then: after walFlushInterval, past
+// walFlushBytes of writes, before a write that does not go through the log, and before
+// a read, which must see what was acknowledged. So a commit carries the writes of many
+// batches, and the file on disk is always one bbolt committed whole. The commit records
+// the number of the last log entry it holds (the ring bucket's "wal" key) and empties
+// the log. An open replays the log's entries after that number (the writes are
+// deterministic, so a replay gives what the writer had), commits them and empties it.
+//
+// The log's entries: length (4 bytes, little-endian, of the request), CRC-32C of the
+// entry's number and request (4), number (8, little-endian, strictly increasing), and
+// the write request (CBOR, as on the wire). A replay stops at the first entry that is
+// incomplete (a torn write: the process died during the append, which was never
+// acknowledged), fails its checksum, does not decode, or whose number does not follow
+// (bytes of an earlier log left after its end): what follows is dropped, and the
+// other replicas hold it (repair brings it back).
+
+package replstore
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// WALFileName is the name of the write-ahead log in a store's directory, beside FileName.
+const WALFileName = "state.wal"
+
+const (
+	// walFlushInterval is the longest a write waits in the writer's open transaction
+	// for its bbolt commit (it is durable in the log meanwhile).
+	walFlushInterval = 50 * time.Millisecond
+	// walFlushBytes: the writer commits once its open transaction holds this many bytes
+	// of writes.
+	walFlushBytes = 8 << 20
+	// walMaxWrite: a write request larger than this is not logged: it is committed to
+	// bbolt (after the open transaction), as before the log.
+	walMaxWrite = 256 << 10
+	// walHeader is the bytes of an entry before its request.
+	walHeader = 16
+)
+
+var walCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// stateWAL is the open log file. Used by the disk's writer only (and by open and the
+// tests, before and after it runs).
+type stateWAL struct {
+	f   *os.File
+	off int64
+}
+
+// openWAL opens (or creates) the log in dir.
+func openWAL(dir string) (*stateWAL, error) {
+	f, err := os.OpenFile(filepath.Join(dir, WALFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &stateWAL{f: f}, nil
+}
+
+// appendWALEntry appends an entry of number lsn holding the encoded request to buf.
+func appendWALEntry(buf []byte, lsn uint64, req []byte) []byte {
+	var h [walHeader]byte
+	binary.LittleEndian.PutUint32(h[0:], uint32(len(req)))
+	binary.LittleEndian.PutUint64(h[8:], lsn)
+	c := crc32.Update(0, walCRC, h[8:16])
+	c = crc32.Update(c, walCRC, req)
+	binary.LittleEndian.PutUint32(h[4:], c)
+	buf = append(buf, h[:]...)
+	return append(buf, req...)
+}
+
+// walEntry is a decoded entry of the log.
+type walEntry struct {
+	lsn uint64
+	req stateWriteReq
+}
+
+// readWAL reads the log's intact entries from its start, and the offset where they end
+// (what follows is torn, corrupt or left from an earlier log). after is the number of
+// the last entry the bbolt file holds: entries up to it are read (to check the order)
+// but not returned.
+func (w *stateWAL) readWAL(after uint64) (entries []walEntry, end int64, last uint64, err error) {
+	data, err := io.ReadAll(io.NewSectionReader(w.f, 0, 1<<62))
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	off := 0
+	for len(data)-off >= walHeader {
+		h := data[off : off+walHeader]
+		n := int(binary.LittleEndian.Uint32(h[0:]))
+		lsn := binary.LittleEndian.Uint64(h[8:])
+		if n > walMaxWrite+(64<<10) || len(data)-off-walHeader < n || lsn <= last {
+			break
+		}
+		req := data[off+walHeader : off+walHeader+n]
+		c := crc32.Update(0, walCRC, h[8:16])
+		if crc32.Update(c, walCRC, req) != binary.LittleEndian.Uint32(h[4:]) {
+			break
+		}
+		var e walEntry
+		if lsn > after {
+			if decodeState(req, &e.req) != nil {
+				break
+			}
+			e.lsn = lsn
+			entries = append(entries, e)
+		}
+		last = lsn
+		off += walHeader + n
+	}
+	return entries, int64(off), last, nil
+}
+
+// write appends buf to the log and fdatasyncs it.
+func (w *stateWAL) write(buf []byte) error {
+	if _, err := w.f.WriteAt(buf, w.off); err != nil {
+		return err
+	}
+	w.off += int64(len(buf))
+	return fdatasync(w.f)
+}
+
+// reset empties the log: the bbolt file holds its entries. Not synced: an entry left
+// behind after a crash is one the bbolt file holds, or, after the log's new entries,
+// one whose number does not follow theirs.
+func (w *stateWAL) reset() error {
+	if w.off == 0 {
+		return nil
+	}
+	w.off = 0
+	return w.f.Truncate(0)
+}
+
+func (w *stateWAL) close() error { return w.f.Close() }

@@ -1,0 +1,234 @@
+package replstore
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	bolt "go.etcd.io/bbolt"
+)
+
+// walDisk opens a disk in dir whose writer commits only at a read's barrier or a
+// write that the log does not take (never on its timer during the test).
+func walDisk(t *testing.T, dir string) *stateDisk {
+	t.Helper()
+	d, err := openStateDisk(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.flushEvery = time.Hour
+	return d
+}
+
+// walAppend writes journal record seq of key at epoch, fenced, as one write (one log
+// entry).
+func walAppend(t *testing.T, d *stateDisk, key sharding.EntityKey, epoch, seq uint64) error {
+	t.Helper()
+	r := jrec(key, seq, "m")
+	_, err := d.applyWrite(&stateWriteReq{Type: key.Type, Shard: key.Shard, Epoch: epoch, Fence: true,
+		Records: []stateRecord{{Kind: stateKindJournal, ID: key.ID, JSeq: seq, Epoch: epoch, Seq: seq, Data: r.Data}}})
+	return err
+}
+
+// crash stops the disk as a kill does: its open transaction is not committed, its
+// log stays.
+func crash(t *testing.T, d *stateDisk) {
+	t.Helper()
+	d.noFlushAtClose = true
+	if err := d.close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// diskJournal lists the JSeqs of key's intact records on d, and its corrupt ones.
+func diskJournal(t *testing.T, d *stateDisk, key sharding.EntityKey) (seqs, corrupt []uint64) {
+	t.Helper()
+	p, err := d.journalPage(key, 0, 0, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range p.records {
+		seqs = append(seqs, r.JSeq)
+	}
+	for _, r := range p.corrupt {
+		corrupt = append(corrupt, r.JSeq)
+	}
+	return seqs, corrupt
+}
+
+// boltJournal lists the JSeqs of key's records and the shard's epoch in the bbolt file
+// of dir alone (no log replayed).
+func boltJournal(t *testing.T, dir string, key sharding.EntityKey) (seqs []uint64, epoch uint64) {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	prefix := stateShardPrefix(key.Type, key.Shard)
+	err = viewState(db, func(eb, rb *bolt.Bucket) error {
+		epoch, _ = stateEpochOf(eb, prefix)
+		jp := stateJournalPrefix(prefix, key.ID)
+		c := rb.Cursor()
+		for k, _ := c.Seek(jp); k != nil && len(k) == len(jp)+8 && string(k[:len(jp)]) == string(jp); k, _ = c.Next() {
+			_, _, jseq, _ := splitStateRecordKey(prefix, k)
+			seqs = append(seqs, jseq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seqs, epoch
+}
+
+func walSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(dir, WALFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// Acknowledged writes that only the write-ahead log holds (the writer's transaction
+// not committed when the process dies) are in the store after it opens again: the
+// journal's records, the epoch a fence raised; a stale write stays refused, and the
+// log is emptied once its entries are committed.
+func TestWALReplaysAcknowledgedWritesAfterACrash(t *testing.T) {
+	dir := t.TempDir()
+	key := sharding.EntityKey{Type: "t", Shard: 3, ID: "e"}
+	d := walDisk(t, dir)
+	for seq := uint64(1); seq <= 3; seq++ {
+		if err := walAppend(t, d, key, 1, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := walAppend(t, d, key, 2, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := walAppend(t, d, key, 1, 5); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("a write at epoch 1 after one at 2: %v, want ErrStaleEpoch", err)
+	}
+	crash(t, d)
+	if seqs, epoch := boltJournal(t, dir, key); len(seqs) != 0 || epoch != 0 {
+		t.Fatalf("the bbolt file holds records %v, epoch %d before the replay: the writes did not wait in the log", seqs, epoch)
+	}
+	if walSize(t, dir) == 0 {
+		t.Fatal("the log is empty after acknowledged writes")
+	}
+
+	d = walDisk(t, dir)
+	defer d.close()
+	if walSize(t, dir) != 0 {
+		t.Fatal("the log is not emptied after its replay")
+	}
+	if d.dirty.Load() {
+		t.Fatal("the replayed writes wait in the writer's transaction: the open did not commit them")
+	}
+	var epoch uint64
+	if err := d.view(func(eb, rb *bolt.Bucket) error {
+		epoch, _ = stateEpochOf(eb, stateShardPrefix(key.Type, key.Shard))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if seqs, _ := diskJournal(t, d, key); !slices.Equal(seqs, []uint64{1, 2, 3, 4}) || epoch != 2 {
+		t.Fatalf("after the replay the file holds %v, epoch %d; want 1..4, epoch 2", seqs, epoch)
+	}
+	if err := walAppend(t, d, key, 1, 5); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("a write at epoch 1 after the replay: %v, want ErrStaleEpoch", err)
+	}
+	// The entries' numbers go on after the replayed ones.
+	if err := walAppend(t, d, key, 2, 5); err != nil {
+		t.Fatal(err)
+	}
+	if seqs, corrupt := diskJournal(t, d, key); !slices.Equal(seqs, []uint64{1, 2, 3, 4, 5}) || len(corrupt) > 0 {
+		t.Fatalf("journal %v, corrupt %v; want 1..5", seqs, corrupt)
+	}
+}
+
+// A log whose last entry is torn (the process died during its append, which was never
+// acknowledged) or whose entry fails its checksum (a flipped bit) replays the entries
+// before it and drops the rest; the store opens.
+func TestWALTornOrCorruptTailIsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(data []byte) []byte
+		want  []uint64
+	}{
+		{"torn", func(data []byte) []byte { return data[:len(data)-5] }, []uint64{1, 2}},
+		{"half a header", func(data []byte) []byte { return data[:len(data)-walEntryLen(t, data, 2)+7] }, []uint64{1, 2}},
+		{"flipped bit", func(data []byte) []byte {
+			at := walEntryLen(t, data, 0) + walHeader + 3 // in the second entry's request
+			data[at] ^= 0x20
+			return data
+		}, []uint64{1}},
+		{"garbage after", func(data []byte) []byte { return append(data, 0xff, 0xee, 0, 0, 7, 7, 7, 7, 1) }, []uint64{1, 2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			key := sharding.EntityKey{Type: "t", Shard: 1, ID: "e"}
+			d := walDisk(t, dir)
+			for seq := uint64(1); seq <= 3; seq++ {
+				if err := walAppend(t, d, key, 1, seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			crash(t, d)
+			path := filepath.Join(dir, WALFileName)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, tc.spoil(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d = walDisk(t, dir)
+			defer d.close()
+			if seqs, corrupt := diskJournal(t, d, key); !slices.Equal(seqs, tc.want) || len(corrupt) > 0 {
+				t.Fatalf("journal %v, corrupt %v; want %v", seqs, corrupt, tc.want)
+			}
+		})
+	}
+}
+
+// walEntryLen returns the length of entry k (from 0) of a log.
+func walEntryLen(t *testing.T, data []byte, k int) int {
+	t.Helper()
+	off := 0
+	for i := 0; ; i++ {
+		if len(data)-off < walHeader {
+			t.Fatalf("the log has no entry %d", k)
+		}
+		n := walHeader + int(uint32(data[off])|uint32(data[off+1])<<8|uint32(data[off+2])<<16|uint32(data[off+3])<<24)
+		if i == k {
+			return n
+		}
+		off += n
+	}
+}
+
+// A read sees every acknowledged write though the writer has not committed it: it has
+// the writer commit first.
+func TestWALReadSeesAcknowledgedWrites(t *testing.T) {
+	dir := t.TempDir()
+	key := sharding.EntityKey{Type: "t", Shard: 1, ID: "e"}
+	d := walDisk(t, dir)
+	defer d.close()
+	for seq := uint64(1); seq <= 2; seq++ {
+		if err := walAppend(t, d, key, 1, seq); err != nil {
+			t.Fatal(err)
+		}
+		if seqs, _ := diskJournal(t, d, key); len(seqs) != int(seq) {
+			t.Fatalf("after write %d the journal reads %v", seq, seqs)
+		}
+	}
+	if walSize(t, dir) != 0 {
+		t.Fatal("the log is not emptied by the read's commit")
+	}
+}
