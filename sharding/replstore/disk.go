@@ -73,7 +73,7 @@ type stateDisk struct {
 	wal          *stateWAL
 	tx           *bolt.Tx
 	txEB, txRB   *bolt.Bucket
-	pending      []*stateWriteReq
+	pending      [][]byte // encoded write requests
 	pendingBytes int
 	pendingSince time.Time
 	walBuf       []byte
@@ -387,9 +387,10 @@ func (d *stateDisk) applyLogged(i int, op *stateDiskOp) error {
 		d.pendingSince = time.Now()
 	}
 	d.lsn++
-	d.pending = append(d.pending, op.req)
+	enc := encodeState(op.req)
+	d.pending = append(d.pending, enc)
 	d.pendingBytes += op.size
-	d.walBuf = appendWALEntry(d.walBuf, d.lsn, encodeState(op.req))
+	d.walBuf = appendWALEntry(d.walBuf, d.lsn, enc)
 	d.dirty.Store(true)
 	return nil
 }
@@ -407,12 +408,16 @@ func (d *stateDisk) rebuild() error {
 		return nil
 	}
 	err := d.begin()
-	for _, req := range d.pending {
+	for _, enc := range d.pending {
 		if err != nil {
 			break
 		}
+		var req stateWriteReq
+		if err = decodeState(enc, &req); err != nil {
+			break
+		}
 		err = boltfile.Guard(func() error {
-			_, err := applyReq(req, d.txEB, d.txRB)
+			_, err := applyReq(&req, d.txEB, d.txRB)
 			return err
 		})
 	}
@@ -461,6 +466,7 @@ func (d *stateDisk) flush() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	d.tx = nil
+	clear(d.pending)
 	d.pending, d.pendingBytes = d.pending[:0], 0
 	d.walBuf = d.walBuf[:0]
 	d.batchLogged, d.batchFrom = d.batchLogged[:0], 0
