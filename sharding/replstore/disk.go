@@ -471,9 +471,7 @@ func (d *stateDisk) flush() error {
 	d.walBuf = d.walBuf[:0]
 	d.batchLogged, d.batchFrom = d.batchLogged[:0], 0
 	d.dirty.Store(false)
-	if err := d.wal.reset(); err != nil {
-		return fmt.Errorf("write-ahead log: %w", err)
-	}
+	d.wal.reset()
 	return nil
 }
 
@@ -524,8 +522,8 @@ func replayWAL(db *bolt.DB, dir string) (*stateWAL, uint64, error) {
 		})
 	}
 	if err == nil {
-		wal.off = 1 // the log may hold bytes: emptied
-		err = wal.reset()
+		wal.reset()
+		err = wal.preallocate()
 	}
 	if err != nil {
 		_ = wal.close()

@@ -11,12 +11,14 @@
 // the log. An open replays the log's entries after that number (the writes are
 // deterministic, so a replay gives what the writer had), commits them and empties it.
 //
-// The log's entries: length (4 bytes, little-endian, of the request), CRC-32C of the
+// The log's file is preallocated (walPrealloc) and written from its start again after
+// each commit. Its entries: length (4 bytes, little-endian, of the request), CRC-32C of the
 // entry's number and request (4), number (8, little-endian, strictly increasing), and
 // the write request (CBOR, as on the wire). A replay stops at the first entry that is
 // incomplete (a torn write: the process died during the append, which was never
-// acknowledged), fails its checksum, does not decode, or whose number does not follow
-// (bytes of an earlier log left after its end): what follows is dropped, and the
+// acknowledged), fails its checksum, does not decode, or whose number does not exceed the one before
+// (the zeros of the preallocated file, or an entry of an earlier log left after the
+// new ones): what follows is dropped, and the
 // other replicas hold it (repair brings it back).
 
 package replstore
@@ -45,6 +47,10 @@ const (
 	walMaxWrite = 256 << 10
 	// walHeader is the bytes of an entry before its request.
 	walHeader = 16
+	// walPrealloc is the size the log's file is given at open, in zeros: an append
+	// within it overwrites allocated blocks, so that its fdatasync writes the data
+	// alone, not the file's new size (a journal commit of the file system).
+	walPrealloc = 4 << 20
 )
 
 var walCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -128,15 +134,21 @@ func (w *stateWAL) write(buf []byte) error {
 	return fdatasync(w.f)
 }
 
-// reset empties the log: the bbolt file holds its entries. Not synced: an entry left
-// behind after a crash is one the bbolt file holds, or, after the log's new entries,
-// one whose number does not follow theirs.
-func (w *stateWAL) reset() error {
-	if w.off == 0 {
-		return nil
+// reset empties the log: the bbolt file holds its entries. The next entries overwrite
+// them from the file's start; those left behind the new ones are not read again, their
+// numbers being lower.
+func (w *stateWAL) reset() { w.off = 0 }
+
+// preallocate gives the file walPrealloc bytes (zeros) if it has fewer, and syncs it.
+func (w *stateWAL) preallocate() error {
+	fi, err := w.f.Stat()
+	if err != nil || fi.Size() >= walPrealloc {
+		return err
 	}
-	w.off = 0
-	return w.f.Truncate(0)
+	if _, err := w.f.WriteAt(make([]byte, walPrealloc-fi.Size()), fi.Size()); err != nil {
+		return err
+	}
+	return w.f.Sync()
 }
 
 func (w *stateWAL) close() error { return w.f.Close() }
