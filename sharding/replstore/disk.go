@@ -1,5 +1,5 @@
 // A Store's replica data on this member: one bbolt file, written by one
-// goroutine with group commit.
+// goroutine with group commit through a write-ahead log (wal.go).
 
 package replstore
 
@@ -28,9 +28,12 @@ import (
 )
 
 // stateDisk is a member's replica data: a bbolt file (layout in wire.go).
-// One goroutine writes: it commits the writes waiting in its queue together, in one
-// transaction and one fsync (group commit), and acknowledges each after the fsync.
-// Reads run beside it, each in a read transaction. Safe for concurrent use.
+// One goroutine writes: it takes the writes waiting in its queue together, appends
+// them to the write-ahead log in one write and one fdatasync (group commit), and
+// acknowledges each after it; the bbolt transaction that holds them is committed later
+// (wal.go). Writes the log does not take are committed at once, in a transaction and
+// an fsync of their own. Reads run beside it, each in a read transaction, once the
+// writer has committed what it acknowledged. Safe for concurrent use.
 type stateDisk struct {
 	path string
 	db   *bolt.DB

@@ -48,7 +48,7 @@ func ExportDirs(dirs []string, fn func(*sharding.StoredShard) error) error {
 		if _, err := os.Stat(path); err != nil {
 			return fmt.Errorf("replstore: state export: %w", err)
 		}
-		if fi, err := os.Stat(filepath.Join(dir, WALFileName)); err == nil && fi.Size() > 0 {
+		if fi, err := os.Stat(filepath.Join(dir, walFileName)); err == nil && fi.Size() > 0 {
 			// A member stopped without committing its write-ahead log (killed): an
 			// open replays it into the file.
 			d, err := openStateDisk(dir)

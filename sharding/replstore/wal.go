@@ -32,8 +32,8 @@ import (
 	"time"
 )
 
-// WALFileName is the name of the write-ahead log in a store's directory, beside FileName.
-const WALFileName = "state.wal"
+// walFileName is the name of the write-ahead log in a store's directory, beside FileName.
+const walFileName = "state.wal"
 
 const (
 	// walFlushInterval is the longest a write waits in the writer's open transaction
@@ -64,7 +64,7 @@ type stateWAL struct {
 
 // openWAL opens (or creates) the log in dir.
 func openWAL(dir string) (*stateWAL, error) {
-	f, err := os.OpenFile(filepath.Join(dir, WALFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, walFileName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}

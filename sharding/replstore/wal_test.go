@@ -195,7 +195,7 @@ func TestWALTornOrCorruptTailIsDropped(t *testing.T) {
 				}
 			}
 			crash(t, d)
-			path := filepath.Join(dir, WALFileName)
+			path := filepath.Join(dir, walFileName)
 			data, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
