@@ -38,7 +38,7 @@ const walFileName = "state.wal"
 const (
 	// walFlushInterval is the longest a write waits in the writer's open transaction
 	// for its bbolt commit (it is durable in the log meanwhile).
-	walFlushInterval = 50 * time.Millisecond
+	walFlushInterval = 250 * time.Millisecond
 	// walFlushBytes: the writer commits once its open transaction holds this many bytes
 	// of writes.
 	walFlushBytes = 8 << 20
