@@ -87,7 +87,7 @@ type stateDisk struct {
 	batchLogged []int
 	batchFrom   int
 	// dirty is set while the open transaction holds writes that no commit has: a read
-	// first has the writer commit them (barrier).
+	// is then served by the writer, from that transaction (view).
 	dirty atomic.Bool
 	// broken is set when the writer could not rebuild its transaction: it refuses
 	// every write from then on (the log holds what it acknowledged; an open replays it).
@@ -108,10 +108,10 @@ const stateDiskWriteLogInterval = 10 * time.Second
 type stateDiskOp struct {
 	fn func(eb, rb *bolt.Bucket) (changed bool, err error)
 	// req, when not nil, is the write request fn applies: the op goes through the
-	// write-ahead log. flush: an op without fn that commits the open transaction (a
-	// read's barrier).
+	// write-ahead log. read, instead of fn: a read the writer serves from its open
+	// transaction, once the batch's log entries are written (view).
 	req    *stateWriteReq
-	flush  bool
+	read   func(eb, rb *bolt.Bucket) error
 	size   int
 	done   chan error
 	notify func(error)
@@ -304,10 +304,11 @@ func (d *stateDisk) run() {
 func (d *stateDisk) runBatch(batch []*stateDiskOp) {
 	results := make([]error, len(batch))
 	d.batchLogged, d.batchFrom = d.batchLogged[:0], len(d.pending)
+	var reads []int
 	for i, op := range batch {
 		switch {
-		case op.flush:
-			results[i] = d.flush()
+		case op.read != nil:
+			reads = append(reads, i)
 		case op.req != nil:
 			results[i] = d.applyLogged(i, op)
 		default:
@@ -335,8 +336,19 @@ func (d *stateDisk) runBatch(batch []*stateDiskOp) {
 		}
 	}
 	d.batchLogged = d.batchLogged[:0]
+	// The reads see every write acknowledged before them, and those of this batch once
+	// durable.
+	for _, i := range reads {
+		if d.tx == nil {
+			results[i] = d.viewDB(batch[i].read)
+			continue
+		}
+		results[i] = boltfile.Guard(func() error { return batch[i].read(d.txEB, d.txRB) })
+	}
 	for i, op := range batch {
-		d.refused(results[i])
+		if op.read == nil {
+			d.refused(results[i])
+		}
 		op.finish(results[i])
 	}
 }
@@ -476,21 +488,6 @@ func (d *stateDisk) flush() error {
 	d.dirty.Store(false)
 	d.wal.reset()
 	return nil
-}
-
-// barrier has the writer commit what its open transaction holds, so that a read sees
-// every write acknowledged before it.
-func (d *stateDisk) barrier() error {
-	if !d.dirty.Load() {
-		return nil
-	}
-	op := &stateDiskOp{flush: true, done: make(chan error, 1)}
-	select {
-	case d.ops <- op:
-	case <-d.stop:
-		return nil // the writer commits at its stop
-	}
-	return d.await(op)
 }
 
 // replayWAL opens the log in dir and applies to db, in one commit, its entries after
@@ -701,21 +698,33 @@ func (d *stateDisk) loadRing() (*stateRingRecord, error) {
 }
 
 // view runs fn in a read transaction. Errors wrap sharding.ErrStoreUnavailable.
+// While the writer holds acknowledged writes no commit has (dirty), fn runs on the
+// writer's goroutine, in its open transaction, after the writes queued before it.
 func (d *stateDisk) view(fn func(eb, rb *bolt.Bucket) error) error {
-	if err := d.barrier(); err != nil {
+	var err error
+	if d.dirty.Load() {
+		op := &stateDiskOp{read: fn, done: make(chan error, 1)}
+		if err = d.queue(op); err == nil {
+			err = d.await(op)
+		}
+	} else {
+		err = d.viewDB(fn)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: state store %s: read: %w", sharding.ErrStoreUnavailable, d.path, err)
 	}
-	err := boltfile.View(d.db, func(tx *bolt.Tx) error {
+	return nil
+}
+
+// viewDB runs fn in a read transaction of the bbolt file.
+func (d *stateDisk) viewDB(fn func(eb, rb *bolt.Bucket) error) error {
+	return boltfile.View(d.db, func(tx *bolt.Tx) error {
 		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
 		if eb == nil || rb == nil {
 			return errors.New("buckets missing")
 		}
 		return fn(eb, rb)
 	})
-	if err != nil {
-		return fmt.Errorf("%w: state store %s: read: %w", sharding.ErrStoreUnavailable, d.path, err)
-	}
-	return nil
 }
 
 // stateEpochOf returns the epoch stored for a shard, and whether there is an entry.

@@ -4,8 +4,9 @@
 // applies the writes of a batch to a write transaction it keeps open, appends them to
 // the log (one write, one fdatasync) and acknowledges them; it commits the transaction
 // (fsynced, as every bbolt commit) only now and then: after walFlushInterval, past
-// walFlushBytes of writes, before a write that does not go through the log, and before
-// a read, which must see what was acknowledged. So a commit carries the writes of many
+// walFlushBytes of writes, and before a write that does not go through the log. A read
+// meanwhile, which must see what was acknowledged, is served by the writer from its
+// open transaction. So a commit carries the writes of many
 // batches, and the file on disk is always one bbolt committed whole. The commit records
 // the number of the last log entry it holds (the ring bucket's "wal" key) and empties
 // the log. An open replays the log's entries after that number (the writes are
