@@ -46,6 +46,9 @@ const (
 	// walMaxWrite: a write request larger than this is not logged: it is committed to
 	// bbolt (after the open transaction), as before the log.
 	walMaxWrite = 256 << 10
+	// walMaxEntry bounds the request of an entry a replay reads (a logged write's data
+	// is at most walMaxWrite, its encoding a little more): a larger length is garbage.
+	walMaxEntry = 4 * walMaxWrite
 	// walHeader is the bytes of an entry before its request.
 	walHeader = 16
 	// walPrealloc is the size the log's file is given at open, in zeros: an append
@@ -104,7 +107,7 @@ func (w *stateWAL) readWAL(after uint64) (entries []walEntry, end int64, last ui
 		h := data[off : off+walHeader]
 		n := int(binary.LittleEndian.Uint32(h[0:]))
 		lsn := binary.LittleEndian.Uint64(h[8:])
-		if n > walMaxWrite+(64<<10) || len(data)-off-walHeader < n || lsn <= last {
+		if n > walMaxEntry || len(data)-off-walHeader < n || lsn <= last {
 			break
 		}
 		req := data[off+walHeader : off+walHeader+n]

@@ -248,3 +248,26 @@ func TestWALReadSeesAcknowledgedWrites(t *testing.T) {
 		t.Fatal("a read committed the writer's transaction")
 	}
 }
+
+// A write too large for the log is committed to the bbolt file at once, after the
+// logged writes the writer's transaction holds: a crash then needs no replay for them.
+func TestWALLargeWriteCommitsWhatWasLoggedBeforeIt(t *testing.T) {
+	dir := t.TempDir()
+	key := sharding.EntityKey{Type: "t", Shard: 2, ID: "e"}
+	d := walDisk(t, dir)
+	if err := walAppend(t, d, key, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, walMaxWrite+1)
+	if _, err := d.applyWrite(&stateWriteReq{Type: key.Type, Shard: key.Shard, Epoch: 1, Fence: true,
+		Records: []stateRecord{{Kind: stateKindSnapshot, ID: key.ID, Epoch: 1, Seq: 9, Data: big}}}); err != nil {
+		t.Fatal(err)
+	}
+	if d.dirty.Load() {
+		t.Fatal("the logged write waits in the writer's transaction after a write committed at once")
+	}
+	crash(t, d)
+	if seqs, epoch := boltJournal(t, dir, key); !slices.Equal(seqs, []uint64{1}) || epoch != 1 {
+		t.Fatalf("the bbolt file holds records %v, epoch %d; want 1, epoch 1", seqs, epoch)
+	}
+}
