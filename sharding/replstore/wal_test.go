@@ -271,3 +271,31 @@ func TestWALLargeWriteCommitsWhatWasLoggedBeforeIt(t *testing.T) {
 		t.Fatalf("the bbolt file holds records %v, epoch %d; want 1, epoch 1", seqs, epoch)
 	}
 }
+
+// The export of a killed member's directory holds the writes its log alone held: the
+// export replays the log first.
+func TestWALExportOfAKilledMembersDirectory(t *testing.T) {
+	dir := t.TempDir()
+	key := sharding.EntityKey{Type: "t", Shard: 4, ID: "e"}
+	d := walDisk(t, dir)
+	for seq := uint64(1); seq <= 2; seq++ {
+		if err := walAppend(t, d, key, 1, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crash(t, d)
+	var got []uint64
+	if err := ExportDirs([]string{dir}, func(sh *sharding.StoredShard) error {
+		for _, j := range sh.Journals {
+			for _, r := range j.Records {
+				got = append(got, r.Seq)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("exported records %v, want 1 and 2", got)
+	}
+}
