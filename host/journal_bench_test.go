@@ -16,7 +16,9 @@ import (
 // policy (no write per message) in one run: three members with the built-in store (3
 // replicas per shard, a majority fsyncing each record), 1,000 warm Rust counters
 // (counter-rust) of each policy. Each reports asks/s and p50-µs (the median ask's wall
-// time) and p99-µs beside ns/op.
+// time), p99-µs, and cpu-µs/op (the process's CPU time per ask, the three members'
+// together, which a machine shared with other jobs disturbs less than the rates)
+// beside ns/op.
 //
 //   - serial: one "inc" ask at a time into one counter hosted by the asking member.
 //   - concurrent: 64 goroutines asking "inc" of the 1,000 counters through the first
@@ -69,6 +71,7 @@ func benchDurableAsk(b *testing.B, stateStore string) {
 	for _, p := range policies {
 		b.Run("serial/"+p.name, func(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
+			cpu := reportCPU(b)
 			b.ResetTimer()
 			for b.Loop() {
 				start := time.Now()
@@ -78,6 +81,7 @@ func benchDurableAsk(b *testing.B, stateStore string) {
 				lat = append(lat, time.Since(start))
 			}
 			b.StopTimer()
+			cpu()
 			reportRate(b)
 			reportLatency(b, lat)
 		})
@@ -89,6 +93,7 @@ func benchDurableAsk(b *testing.B, stateStore string) {
 			}
 			var mu sync.Mutex
 			lat := make([]time.Duration, 0, b.N)
+			cpu := reportCPU(b)
 			b.ResetTimer()
 			parallelOps(b, askers, func(a int, _ int64) error {
 				k := next[a]
@@ -102,6 +107,7 @@ func benchDurableAsk(b *testing.B, stateStore string) {
 				return err
 			})
 			b.StopTimer()
+			cpu()
 			reportRate(b)
 			reportLatency(b, lat)
 		})

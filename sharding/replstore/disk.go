@@ -1,10 +1,9 @@
 // A Store's replica data on this member: one bbolt file, written by one
-// goroutine with group commit.
+// goroutine with group commit through a write-ahead log (wal.go).
 
 package replstore
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -26,9 +25,12 @@ import (
 )
 
 // stateDisk is a member's replica data: a bbolt file (layout in wire.go).
-// One goroutine writes: it commits the writes waiting in its queue together, in one
-// transaction and one fsync (group commit), and acknowledges each after the fsync.
-// Reads run beside it, each in a read transaction. Safe for concurrent use.
+// One goroutine writes: it takes the writes waiting in its queue together, appends
+// them to the write-ahead log in one write and one fdatasync (group commit), and
+// acknowledges each after it; the bbolt transaction that holds them is committed later
+// (wal.go). Writes the log does not take are committed at once, in a transaction and
+// an fsync of their own. Reads run beside it, each in a read transaction, once the
+// writer has committed what it acknowledged. Safe for concurrent use.
 type stateDisk struct {
 	path string
 	db   *bolt.DB
@@ -64,6 +66,35 @@ type stateDisk struct {
 	// last. Nil: none (the offline tools). Set before the first write.
 	log      *slog.Logger
 	writeLog obs.LogLimiter
+
+	// The write-ahead log (wal.go) and the writer's state: its open transaction (nil:
+	// none) and its buckets, the logged writes it holds (pending, in order, to apply
+	// again when the transaction has to be rebuilt), their bytes, when the first came,
+	// the log entries of the current batch not written yet (walBuf) and the number of
+	// the last entry. Only the writer's goroutine touches them once it runs.
+	wal          *stateWAL
+	tx           *bolt.Tx
+	txEB, txRB   *bolt.Bucket
+	pending      [][]byte // encoded write requests
+	pendingBytes int
+	pendingSince time.Time
+	walBuf       []byte
+	lsn          uint64
+	// batchLogged are the ops of the current batch applied in the open transaction
+	// since its last commit, and acknowledged only once walBuf is written; batchFrom is
+	// the first of d.pending they added.
+	batchLogged []int
+	batchFrom   int
+	// dirty is set while the open transaction holds writes that no commit has: a read
+	// is then served by the writer, from that transaction (view).
+	dirty atomic.Bool
+	// broken is set when the writer could not rebuild its transaction: it refuses
+	// every write from then on (the log holds what it acknowledged; an open replays it).
+	broken error
+	// noFlushAtClose is set by the tests to leave the log as a crash does.
+	noFlushAtClose bool
+	// flushEvery is walFlushInterval; the tests set it before the first write.
+	flushEvery time.Duration
 }
 
 // stateDiskWriteLogInterval is the least time between two log lines of refused writes.
@@ -74,7 +105,12 @@ const stateDiskWriteLogInterval = 10 * time.Second
 // outcome goes to done, or to notify (called once, on the writer's goroutine or
 // close's: it must not block).
 type stateDiskOp struct {
-	fn     func(eb, rb *bolt.Bucket) (changed bool, err error)
+	fn func(eb, rb *bolt.Bucket) (changed bool, err error)
+	// req, when not nil, is the write request fn applies: the op goes through the
+	// write-ahead log. read, instead of fn: a read the writer serves from its open
+	// transaction, once the batch's log entries are written (view).
+	req    *stateWriteReq
+	read   func(eb, rb *bolt.Bucket) error
 	size   int
 	done   chan error
 	notify func(error)
@@ -139,12 +175,18 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	if err == nil && errors.Is(statErr, os.ErrNotExist) {
 		err = boltfile.SyncDir(dir)
 	}
+	var wal *stateWAL
+	var lsn uint64
+	if err == nil {
+		wal, lsn, err = replayWAL(db, dir)
+	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: state store: open %s: %w", sharding.ErrStoreUnavailable, path, err)
 	}
 	d := &stateDisk{path: path, db: db, storeID: storeID, created: created, ops: make(chan *stateDiskOp, stateDiskQueue),
-		g: owner.New(), done: make(chan struct{}), writeLog: obs.LogLimiter{Interval: stateDiskWriteLogInterval}}
+		g: owner.New(), done: make(chan struct{}), writeLog: obs.LogLimiter{Interval: stateDiskWriteLogInterval},
+		wal: wal, lsn: lsn, flushEvery: walFlushInterval}
 	d.inCluster.Store(!created)
 	d.g.Go(d.run)
 	return d, nil
@@ -196,8 +238,9 @@ func (d *stateDisk) close() error {
 			}
 		}
 		d.submitMu.Unlock()
-		if err := d.db.Close(); err != nil {
-			d.err = fmt.Errorf("%w: state store %s: close: %w", sharding.ErrStoreUnavailable, d.path, err)
+		werr := d.wal.close()
+		if err := d.db.Close(); err != nil || werr != nil {
+			d.err = fmt.Errorf("%w: state store %s: close: %w", sharding.ErrStoreUnavailable, d.path, errors.Join(err, werr))
 		}
 	})
 	return d.err
@@ -205,11 +248,27 @@ func (d *stateDisk) close() error {
 
 func (d *stateDisk) run() {
 	defer close(d.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	defer timer.Stop()
 	for {
 		var first *stateDiskOp
 		select {
 		case first = <-d.ops:
+		case <-timer.C:
+			armed = false
+			d.refused(d.flush())
+			continue
 		case <-d.g.Done():
+			if d.tx != nil {
+				if d.noFlushAtClose {
+					_ = d.tx.Rollback() // as a crash leaves it: the log holds the writes
+					d.tx = nil
+				} else {
+					d.refused(d.flush())
+				}
+			}
 			return
 		}
 		batch, size := []*stateDiskOp{first}, first.size
@@ -223,20 +282,253 @@ func (d *stateDisk) run() {
 				break fill
 			}
 		}
-		err := d.commit(batch)
-		if err != nil && len(batch) > 1 {
-			for _, op := range batch { // one op's failure must not fail the others
-				err := d.commit([]*stateDiskOp{op})
-				d.refused(err)
-				op.finish(err)
-			}
-			continue
+		d.runBatch(batch)
+		if d.tx != nil && (d.pendingBytes >= walFlushBytes || time.Since(d.pendingSince) >= d.flushEvery) {
+			d.refused(d.flush())
 		}
-		d.refused(err)
-		for _, op := range batch {
-			op.finish(err)
+		switch {
+		case d.tx != nil && !armed:
+			timer.Reset(d.flushEvery)
+			armed = true
+		case d.tx == nil && armed:
+			timer.Stop()
+			armed = false
 		}
 	}
+}
+
+// runBatch runs a batch of ops: the logged writes are applied in the open transaction
+// and written to the log together (one write, one fdatasync), the others committed to
+// bbolt after it; then each op gets its outcome.
+func (d *stateDisk) runBatch(batch []*stateDiskOp) {
+	results := make([]error, len(batch))
+	d.batchLogged, d.batchFrom = d.batchLogged[:0], len(d.pending)
+	var reads []int
+	for i, op := range batch {
+		switch {
+		case op.read != nil:
+			reads = append(reads, i)
+		case op.req != nil:
+			results[i] = d.applyLogged(i, op)
+		default:
+			// Not logged: committed now, after what the open transaction holds.
+			if err := d.flush(); err != nil {
+				results[i] = err
+				continue
+			}
+			results[i] = d.commit([]*stateDiskOp{op})
+		}
+	}
+	if len(d.walBuf) > 0 {
+		err := d.wal.write(d.walBuf)
+		d.walBuf = d.walBuf[:0]
+		if err != nil {
+			// Not durable: the batch's logged writes are undone, and refused.
+			err = fmt.Errorf("write-ahead log: %w", err)
+			d.pending = d.pending[:d.batchFrom]
+			if rerr := d.rebuild(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			for _, i := range d.batchLogged {
+				results[i] = err
+			}
+		}
+	}
+	d.batchLogged = d.batchLogged[:0]
+	// The reads see every write acknowledged before them, and those of this batch once
+	// durable.
+	for _, i := range reads {
+		if d.tx == nil {
+			results[i] = d.viewDB(batch[i].read)
+			continue
+		}
+		results[i] = boltfile.Guard(func() error { return batch[i].read(d.txEB, d.txRB) })
+	}
+	for i, op := range batch {
+		if op.read == nil {
+			d.refused(results[i])
+		}
+		op.finish(results[i])
+	}
+}
+
+// begin opens the writer's transaction if none is open.
+func (d *stateDisk) begin() error {
+	if d.broken != nil {
+		return d.broken
+	}
+	if d.tx != nil {
+		return nil
+	}
+	return boltfile.Guard(func() error {
+		tx, err := d.db.Begin(true)
+		if err != nil {
+			return err
+		}
+		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+		if eb == nil || rb == nil {
+			_ = tx.Rollback()
+			return errors.New("buckets missing")
+		}
+		d.tx, d.txEB, d.txRB = tx, eb, rb
+		return nil
+	})
+}
+
+// applyLogged applies a logged write (batch[i]) in the open transaction, and adds its
+// entry to the batch's part of the log if it changed anything.
+func (d *stateDisk) applyLogged(i int, op *stateDiskOp) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	var changed bool
+	err := boltfile.Guard(func() (err error) {
+		changed, err = op.fn(d.txEB, d.txRB)
+		return err
+	})
+	if err != nil {
+		// The transaction may hold part of the write: rebuilt without it.
+		if rerr := d.rebuild(); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	d.batchLogged = append(d.batchLogged, i)
+	if !changed {
+		return nil
+	}
+	if len(d.pending) == 0 {
+		d.pendingSince = time.Now()
+	}
+	d.lsn++
+	enc := encodeState(op.req)
+	d.pending = append(d.pending, enc)
+	d.pendingBytes += op.size
+	d.walBuf = appendWALEntry(d.walBuf, d.lsn, enc)
+	d.dirty.Store(true)
+	return nil
+}
+
+// rebuild rolls the open transaction back and applies the pending writes again in a
+// new one. When that fails the writer is broken: it refuses every write (the log keeps
+// what it acknowledged, for the next open).
+func (d *stateDisk) rebuild() error {
+	if d.tx != nil {
+		_ = d.tx.Rollback()
+		d.tx = nil
+	}
+	if len(d.pending) == 0 {
+		d.dirty.Store(false)
+		return nil
+	}
+	err := d.begin()
+	for _, enc := range d.pending {
+		if err != nil {
+			break
+		}
+		var req stateWriteReq
+		if err = decodeState(enc, &req); err != nil {
+			break
+		}
+		err = boltfile.Guard(func() error {
+			_, err := applyReq(&req, d.txEB, d.txRB)
+			return err
+		})
+	}
+	if err != nil {
+		d.broken = fmt.Errorf("%w: state store %s: the writer's transaction could not be rebuilt (the store needs a restart): %w",
+			sharding.ErrStoreUnavailable, d.path, err)
+		if d.tx != nil {
+			_ = d.tx.Rollback()
+			d.tx = nil
+		}
+		return d.broken
+	}
+	return nil
+}
+
+// flush commits the open transaction (fsynced) with the number of the last log entry
+// it holds, then empties the log: the commit holds its entries, and those of the
+// current batch not written yet, which need no entry any more.
+func (d *stateDisk) flush() error {
+	if d.tx == nil {
+		return nil
+	}
+	if len(d.pending) == 0 {
+		_ = d.tx.Rollback()
+		d.tx = nil
+		return nil
+	}
+	err := boltfile.Guard(func() error {
+		ring := d.tx.Bucket(stateBucketRing)
+		if ring == nil {
+			return errors.New("ring bucket missing")
+		}
+		if err := ring.Put(stateWALKey, binary.BigEndian.AppendUint64(nil, d.lsn)); err != nil {
+			return err
+		}
+		return d.tx.Commit()
+	})
+	if err != nil {
+		// bbolt rolled it back (or it is unusable): the writes stay acknowledged, in
+		// the log, and in a new transaction.
+		_ = d.tx.Rollback()
+		d.tx = nil
+		if rerr := d.rebuild(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return fmt.Errorf("commit: %w", err)
+	}
+	d.tx = nil
+	clear(d.pending)
+	d.pending, d.pendingBytes = d.pending[:0], 0
+	d.walBuf = d.walBuf[:0]
+	d.batchLogged, d.batchFrom = d.batchLogged[:0], 0
+	d.dirty.Store(false)
+	d.wal.reset()
+	return nil
+}
+
+// replayWAL opens the log in dir and applies to db, in one commit, its entries after
+// the last that db holds; then it empties the log. It returns the log and the number
+// of its last entry.
+func replayWAL(db *bolt.DB, dir string) (*stateWAL, uint64, error) {
+	wal, err := openWAL(dir)
+	if err != nil {
+		return nil, 0, fmt.Errorf("write-ahead log: %w", err)
+	}
+	var after uint64
+	err = boltfile.View(db, func(tx *bolt.Tx) error {
+		if v := tx.Bucket(stateBucketRing).Get(stateWALKey); len(v) == 8 {
+			after = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = wal.close()
+		return nil, 0, err
+	}
+	entries, _, last, err := wal.readWAL(after)
+	if err == nil && len(entries) > 0 {
+		err = boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
+			eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
+			for i := range entries {
+				if _, err := applyReq(&entries[i].req, eb, rb); err != nil {
+					return false, err
+				}
+			}
+			return true, tx.Bucket(stateBucketRing).Put(stateWALKey, binary.BigEndian.AppendUint64(nil, last))
+		})
+	}
+	if err == nil {
+		wal.reset()
+		err = wal.preallocate()
+	}
+	if err != nil {
+		_ = wal.close()
+		return nil, 0, fmt.Errorf("write-ahead log: replay: %w", err)
+	}
+	return wal, max(after, last), nil
 }
 
 // finish hands the op its outcome.
@@ -298,11 +590,19 @@ func (d *stateDisk) update(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 // transaction and its fsync when the writer finds them queued together.
 func (d *stateDisk) submit(size int, fn func(eb, rb *bolt.Bucket) (bool, error)) (*stateDiskOp, error) {
 	op := &stateDiskOp{fn: fn, size: size, done: make(chan error, 1)}
+	if err := d.queue(op); err != nil {
+		return nil, err
+	}
+	return op, nil
+}
+
+// queue queues an op whose outcome goes to its done channel.
+func (d *stateDisk) queue(op *stateDiskOp) error {
 	select {
 	case d.ops <- op:
-		return op, nil
+		return nil
 	case <-d.g.Done():
-		return nil, errStateClosed
+		return errStateClosed
 	}
 }
 
@@ -311,7 +611,11 @@ func (d *stateDisk) submit(size int, fn func(eb, rb *bolt.Bucket) (bool, error))
 // (notify not called) when the queue is full. Errors: errStateClosed (notify not
 // called).
 func (d *stateDisk) trySubmit(size int, fn func(eb, rb *bolt.Bucket) (bool, error), notify func(error)) (bool, error) {
-	op := &stateDiskOp{fn: fn, size: size, notify: notify}
+	return d.tryQueue(&stateDiskOp{fn: fn, size: size, notify: notify})
+}
+
+// tryQueue queues an op with a callback, as trySubmit does.
+func (d *stateDisk) tryQueue(op *stateDiskOp) (bool, error) {
 	d.submitMu.Lock()
 	defer d.submitMu.Unlock()
 	if d.closed {
@@ -393,18 +697,33 @@ func (d *stateDisk) loadRing() (*stateRingRecord, error) {
 }
 
 // view runs fn in a read transaction. Errors wrap sharding.ErrStoreUnavailable.
+// While the writer holds acknowledged writes no commit has (dirty), fn runs on the
+// writer's goroutine, in its open transaction, after the writes queued before it.
 func (d *stateDisk) view(fn func(eb, rb *bolt.Bucket) error) error {
-	err := boltfile.View(d.db, func(tx *bolt.Tx) error {
+	var err error
+	if d.dirty.Load() {
+		op := &stateDiskOp{read: fn, done: make(chan error, 1)}
+		if err = d.queue(op); err == nil {
+			err = d.await(op)
+		}
+	} else {
+		err = d.viewDB(fn)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: state store %s: read: %w", sharding.ErrStoreUnavailable, d.path, err)
+	}
+	return nil
+}
+
+// viewDB runs fn in a read transaction of the bbolt file.
+func (d *stateDisk) viewDB(fn func(eb, rb *bolt.Bucket) error) error {
+	return boltfile.View(d.db, func(tx *bolt.Tx) error {
 		eb, rb := tx.Bucket(stateBucketEpochs), tx.Bucket(stateBucketRecords)
 		if eb == nil || rb == nil {
 			return errors.New("buckets missing")
 		}
 		return fn(eb, rb)
 	})
-	if err != nil {
-		return fmt.Errorf("%w: state store %s: read: %w", sharding.ErrStoreUnavailable, d.path, err)
-	}
-	return nil
 }
 
 // stateEpochOf returns the epoch stored for a shard, and whether there is an entry.
@@ -417,316 +736,4 @@ func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) {
 		return 0, true
 	}
 	return binary.BigEndian.Uint64(v), true
-}
-
-// applyWrite applies a write request (see stateWriteReq) and returns the shard's epoch
-// after it. Journal records are checked first (sharding.VerifyJournalRecord): one that
-// fails refuses the whole write. A journal record below its entity's floor is dropped;
-// a floor deletes the entity's journal records below it. Errors:
-// sharding.ErrStaleEpoch (a fenced write older than the shard's epoch: nothing
-// written), sharding.ErrCorruptRecord (nothing written), sharding.ErrStoreUnavailable
-// (the disk failed).
-func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
-	return d.startWrite(req).wait()
-}
-
-// stateWrite is a write request submitted to the disk's writer (startWrite).
-type stateWrite struct {
-	d     *stateDisk
-	req   *stateWriteReq
-	op    *stateDiskOp
-	err   error // a refusal before the op was submitted
-	epoch uint64
-	stale bool
-}
-
-// startWrite checks and submits a write request (applyWrite without the wait): the
-// writes started one after the other, then waited for, share the writer's transaction
-// and fsync.
-func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
-	w := &stateWrite{d: d, req: req}
-	prefix := stateShardPrefix(req.Type, req.Shard)
-	size, err := w.check()
-	if err != nil {
-		w.err = err
-		return w
-	}
-	w.op, w.err = d.submit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) })
-	if w.err != nil {
-		w.err = fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, w.err)
-	}
-	return w
-}
-
-// tryWrite checks and queues a write request, as startWrite does, if the writer's
-// queue has room, and calls done with its outcome (as applyWrite returns it) once it
-// is on disk, or at once if it is refused before. done runs on the writer's goroutine
-// (or the caller's, or close's) and must not block. It reports false, done not
-// called, when the queue is full.
-func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err error)) bool {
-	w := &stateWrite{d: d, req: req}
-	size, err := w.check()
-	if err != nil {
-		done(0, err)
-		return true
-	}
-	prefix := stateShardPrefix(req.Type, req.Shard)
-	queued, err := d.trySubmit(size, func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) },
-		func(err error) { done(w.outcome(err)) })
-	if err != nil {
-		done(0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err))
-		return true
-	}
-	return queued
-}
-
-// check verifies the write's journal records (sharding.VerifyJournalRecord) and
-// returns its size, in bytes.
-func (w *stateWrite) check() (int, error) {
-	req := w.req
-	size := 0
-	for i := range req.Records {
-		r := &req.Records[i]
-		size += len(r.ID) + len(r.Data)
-		if r.Kind == stateKindJournal {
-			key := sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: r.ID}
-			if err := sharding.VerifyJournalRecord(key, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data}); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return size, nil
-}
-
-// wait returns the write's outcome once it is on disk (see applyWrite).
-func (w *stateWrite) wait() (uint64, error) {
-	if w.err != nil {
-		return 0, w.err
-	}
-	return w.outcome(w.d.await(w.op))
-}
-
-// outcome is the write's outcome, its op's being err.
-func (w *stateWrite) outcome(err error) (uint64, error) {
-	req := w.req
-	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, w.d.path, err)
-	}
-	if w.stale {
-		return w.epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", sharding.ErrStaleEpoch, req.Epoch, w.epoch, req.Type, req.Shard)
-	}
-	return w.epoch, nil
-}
-
-// apply applies the write in the writer's transaction; it may run twice (stateDiskOp).
-func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
-	req := w.req
-	cur, has := stateEpochOf(eb, prefix)
-	if req.Fence && req.Epoch < cur {
-		w.epoch, w.stale = cur, true
-		return false, nil
-	}
-	epoch := max(cur, req.Epoch)
-	w.epoch, w.stale = epoch, false
-	var deletedMark uint64
-	if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
-		deletedMark = binary.BigEndian.Uint64(v)
-	}
-	changed := false
-	if !has || epoch != cur {
-		if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
-			return false, err
-		}
-		changed = true
-	}
-	var floors map[string]uint64 // the journals' floors met in this write
-	floorOf := func(id string) uint64 {
-		f, ok := floors[id]
-		if !ok {
-			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, id))); ok {
-				f = fr.Floor
-			}
-			if floors == nil {
-				floors = map[string]uint64{}
-			}
-			floors[id] = f
-		}
-		return f
-	}
-	for i := range req.Records {
-		r := &req.Records[i]
-		if r.Seq <= deletedMark {
-			continue // a copy from before the type's state was deleted (deleteType)
-		}
-		k := r.key(prefix)
-		switch r.Kind {
-		case stateKindJournal:
-			if r.JSeq < floorOf(r.ID) {
-				continue // below the journal's floor: a base holds it
-			}
-			if old := rb.Get(k); old != nil {
-				o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, old)
-				if ok && !r.newer(&o) && verifyStateJournal(req.Type, req.Shard, &o) == nil {
-					continue // the replica's is as new or newer, and intact
-				}
-			}
-		case stateKindFloor:
-			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rb.Get(k)); ok && !r.newer(&o) {
-				continue
-			}
-			if err := truncateJournal(rb, prefix, r.ID, r.Floor); err != nil {
-				return false, err
-			}
-			if floors == nil {
-				floors = map[string]uint64{}
-			}
-			floors[r.ID] = max(floors[r.ID], r.Floor)
-		default:
-			if old := rb.Get(k); old != nil {
-				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
-					continue // the replica's is as new or newer
-				}
-			}
-		}
-		if err := rb.Put(k, encodeStateValue(r)); err != nil {
-			return false, err
-		}
-		changed = true
-	}
-	return changed, nil
-}
-
-// verifyStateJournal checks a journal record of the shard typ/shard
-// (sharding.VerifyJournalRecord).
-func verifyStateJournal(typ string, shard int, r *stateRecord) error {
-	return sharding.VerifyJournalRecord(sharding.EntityKey{Type: typ, Shard: shard, ID: r.ID}, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data})
-}
-
-// truncateJournal deletes the entity's journal records below floor: a range of keys.
-func truncateJournal(rb *bolt.Bucket, prefix []byte, id string, floor uint64) error {
-	jp := stateJournalPrefix(prefix, id)
-	end := stateJournalKey(prefix, id, floor)
-	var keys [][]byte
-	c := rb.Cursor()
-	for k, _ := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp) && bytes.Compare(k, end) < 0; k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
-	}
-	for _, k := range keys {
-		if err := rb.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// stateDeletedKey is the epochs bucket's key of a type's deletion mark: a zero length
-// byte (no shard prefix starts so) and the type.
-func stateDeletedKey(typ string) []byte { return append([]byte{0}, typ...) }
-
-// deleteType deletes every record of the type typ, in every shard, keeping the shards'
-// epochs, and marks the type deleted up to at least at: an unfenced write (a repair
-// from a replica that has not deleted yet, an import) of a record not newer than the
-// mark is dropped from then on. It returns the mark, the newest Seq deleted or at, and
-// how many records it deleted.
-func (d *stateDisk) deleteType(typ string, at uint64) (mark uint64, deleted int, err error) {
-	err = d.update(0, func(eb, rb *bolt.Bucket) (bool, error) {
-		mark, deleted = at, 0
-		if v := eb.Get(stateDeletedKey(typ)); len(v) == 8 {
-			mark = max(mark, binary.BigEndian.Uint64(v))
-		}
-		var prefixes [][]byte
-		if err := eb.ForEach(func(k, _ []byte) error {
-			if t, _, ok := parseStateShardPrefix(k); ok && t == typ {
-				prefixes = append(prefixes, bytes.Clone(k))
-			}
-			return nil
-		}); err != nil {
-			return false, err
-		}
-		for _, prefix := range prefixes {
-			c := rb.Cursor()
-			var keys [][]byte
-			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-				if ver, _, _, ok := decodeStateValue(v); ok {
-					mark = max(mark, ver.Seq)
-				}
-				keys = append(keys, bytes.Clone(k))
-			}
-			for _, k := range keys {
-				if err := rb.Delete(k); err != nil {
-					return false, err
-				}
-			}
-			deleted += len(keys)
-		}
-		return true, eb.Put(stateDeletedKey(typ), binary.BigEndian.AppendUint64(nil, mark))
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("%w: state store %s: delete %s: %w", sharding.ErrStoreUnavailable, d.path, typ, err)
-	}
-	return mark, deleted, nil
-}
-
-// raiseEpoch makes the shard's epoch at least epoch (creating its entry) and returns
-// it; it writes only if that changes something.
-func (d *stateDisk) raiseEpoch(prefix []byte, epoch uint64) (uint64, error) {
-	var cur uint64
-	var has bool
-	if err := d.view(func(eb, rb *bolt.Bucket) error {
-		cur, has = stateEpochOf(eb, prefix)
-		return nil
-	}); err != nil {
-		return 0, err
-	}
-	if has && cur >= epoch {
-		return cur, nil
-	}
-	err := d.update(8, func(eb, rb *bolt.Bucket) (bool, error) {
-		c, has := stateEpochOf(eb, prefix)
-		if has && c >= epoch {
-			cur = c
-			return false, nil
-		}
-		cur = max(c, epoch)
-		return true, eb.Put(prefix, binary.BigEndian.AppendUint64(nil, cur))
-	})
-	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err)
-	}
-	return cur, nil
-}
-
-// dropSynced deletes the listed records that still have the listed versions, and the
-// shard's epoch entry if no record of it is left. It returns how many it deleted.
-func (d *stateDisk) dropSynced(prefix []byte, entries []stateRecord) (int, error) {
-	dropped := 0
-	err := d.update(0, func(eb, rb *bolt.Bucket) (bool, error) {
-		dropped = 0
-		for i := range entries {
-			e := &entries[i]
-			k := e.key(prefix)
-			v := rb.Get(k)
-			if v == nil {
-				continue
-			}
-			if r, ok := decodeStateRecord(e.Kind, e.ID, e.JSeq, v); ok && !r.sameAs(e) {
-				continue // written since the replicas acknowledged
-			}
-			if err := rb.Delete(k); err != nil {
-				return false, err
-			}
-			dropped++
-		}
-		if k, _ := rb.Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
-			return dropped > 0, nil
-		}
-		if eb.Get(prefix) == nil {
-			return dropped > 0, nil
-		}
-		return true, eb.Delete(prefix)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("%w: state store %s: drop: %w", sharding.ErrStoreUnavailable, d.path, err)
-	}
-	return dropped, nil
 }

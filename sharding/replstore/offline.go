@@ -48,6 +48,17 @@ func ExportDirs(dirs []string, fn func(*sharding.StoredShard) error) error {
 		if _, err := os.Stat(path); err != nil {
 			return fmt.Errorf("replstore: state export: %w", err)
 		}
+		if fi, err := os.Stat(filepath.Join(dir, walFileName)); err == nil && fi.Size() > 0 {
+			// A member stopped without committing its write-ahead log (killed): an
+			// open replays it into the file.
+			d, err := openStateDisk(dir)
+			if err != nil {
+				return fmt.Errorf("replstore: state export: %w", err)
+			}
+			if err := d.close(); err != nil {
+				return fmt.Errorf("replstore: state export: %w", err)
+			}
+		}
 		var db *bolt.DB
 		err := boltfile.Guard(func() (err error) {
 			db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})

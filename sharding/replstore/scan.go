@@ -23,7 +23,8 @@ var errStopScan = errors.New("replstore: scan stopped")
 // aliases the file and is valid only during fn, which must not call the Store. An
 // entity with journal records and no saved state is listed with a nil state. fn
 // returning false stops the scan. It reads this member's disk only: no replica is
-// asked, so a write this replica missed is not seen. Errors: sharding.ErrStoreUnavailable
+// asked, so a write this replica missed is not seen, nor one its disk's writer has not
+// committed yet (wal.go: at most about 250 ms). Errors: sharding.ErrStoreUnavailable
 // (no ring yet, or a store without a disk), the disk's.
 func (s *Store) LocalStates(typ string, fn func(shard int, id string, state []byte) bool) error {
 	if s.disk == nil {
@@ -49,7 +50,9 @@ func (s *Store) LocalStates(typ string, fn func(shard int, id string, state []by
 		prefix := append(bytes.Clone(shardPrefix), stateKindSnapshot)
 		jprefix := append(bytes.Clone(shardPrefix), stateKindJournal)
 		stopped := false
-		err = s.disk.view(func(eb, rb *bolt.Bucket) error {
+		// The committed file: fn is not run on the disk's writer, and may miss the
+		// writes of its last commit interval, as it may miss those this replica missed.
+		err = s.disk.viewDB(func(eb, rb *bolt.Bucket) error {
 			c := rb.Cursor()
 			saved := map[string]bool{}
 			for k, val := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, val = c.Next() {

@@ -430,7 +430,8 @@ func decodeState(b []byte, v any) error {
 //	         shard prefix | 3 | uvarint(len(entity ID)) | entity ID | JSeq (8 bytes,
 //	         big-endian) → value (journal records)
 //	ring:    "ring" → stateRingRecord (CBOR): the ring of ring.go;
-//	         "store" → the file's store ID (16 hex digits, stateDisk.storeID)
+//	         "store" → the file's store ID (16 hex digits, stateDisk.storeID);
+//	         "wal" → the number of the last write-ahead log entry it holds (wal.go)
 //
 // shard prefix = uvarint(len(type)) | type | shard (8 bytes, big-endian), so that one
 // shard's records are contiguous and no type's prefix is another's. value =
@@ -450,6 +451,9 @@ var (
 	// stateNewKey, in the ring bucket, is present while the file has answered no
 	// member's request (stateDisk.created).
 	stateNewKey = []byte("new")
+	// stateWALKey, in the ring bucket: the number of the last write-ahead log entry
+	// the file holds (8 bytes, big-endian; wal.go).
+	stateWALKey = []byte("wal")
 )
 
 // stateRingRecord is the ring as this member last saw it (ring.go): the

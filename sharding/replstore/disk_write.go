@@ -1,0 +1,341 @@
+// How a write request changes a replica's bbolt buckets: fencing, journal floors,
+// a type's deletion and anti-entropy's synced records (the writer in disk.go runs them).
+
+package replstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/shardhost/shardhost/sharding"
+	bolt "go.etcd.io/bbolt"
+)
+
+// applyWrite applies a write request (see stateWriteReq) and returns the shard's epoch
+// after it. Journal records are checked first (sharding.VerifyJournalRecord): one that
+// fails refuses the whole write. A journal record below its entity's floor is dropped;
+// a floor deletes the entity's journal records below it. Errors:
+// sharding.ErrStaleEpoch (a fenced write older than the shard's epoch: nothing
+// written), sharding.ErrCorruptRecord (nothing written), sharding.ErrStoreUnavailable
+// (the disk failed).
+func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
+	return d.startWrite(req).wait()
+}
+
+// stateWrite is a write request submitted to the disk's writer (startWrite).
+type stateWrite struct {
+	d     *stateDisk
+	req   *stateWriteReq
+	op    *stateDiskOp
+	err   error // a refusal before the op was submitted
+	epoch uint64
+	stale bool
+}
+
+// startWrite checks and submits a write request (applyWrite without the wait): the
+// writes started one after the other, then waited for, share the writer's transaction
+// and fsync.
+func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
+	w := &stateWrite{d: d, req: req}
+	prefix := stateShardPrefix(req.Type, req.Shard)
+	size, err := w.check()
+	if err != nil {
+		w.err = err
+		return w
+	}
+	w.op = &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
+		done: make(chan error, 1)}
+	if size <= walMaxWrite {
+		w.op.req = req
+	}
+	w.err = d.queue(w.op)
+	if w.err != nil {
+		w.err = fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, w.err)
+	}
+	return w
+}
+
+// tryWrite checks and queues a write request, as startWrite does, if the writer's
+// queue has room, and calls done with its outcome (as applyWrite returns it) once it
+// is on disk, or at once if it is refused before. done runs on the writer's goroutine
+// (or the caller's, or close's) and must not block. It reports false, done not
+// called, when the queue is full.
+func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err error)) bool {
+	w := &stateWrite{d: d, req: req}
+	size, err := w.check()
+	if err != nil {
+		done(0, err)
+		return true
+	}
+	prefix := stateShardPrefix(req.Type, req.Shard)
+	op := &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
+		notify: func(err error) { done(w.outcome(err)) }}
+	if size <= walMaxWrite {
+		op.req = req
+	}
+	queued, err := d.tryQueue(op)
+	if err != nil {
+		done(0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err))
+		return true
+	}
+	return queued
+}
+
+// check verifies the write's journal records (sharding.VerifyJournalRecord) and
+// returns its size, in bytes.
+func (w *stateWrite) check() (int, error) {
+	req := w.req
+	size := 0
+	for i := range req.Records {
+		r := &req.Records[i]
+		size += len(r.ID) + len(r.Data)
+		if r.Kind == stateKindJournal {
+			key := sharding.EntityKey{Type: req.Type, Shard: req.Shard, ID: r.ID}
+			if err := sharding.VerifyJournalRecord(key, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data}); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return size, nil
+}
+
+// wait returns the write's outcome once it is on disk (see applyWrite).
+func (w *stateWrite) wait() (uint64, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	return w.outcome(w.d.await(w.op))
+}
+
+// outcome is the write's outcome, its op's being err.
+func (w *stateWrite) outcome(err error) (uint64, error) {
+	req := w.req
+	if err != nil {
+		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, w.d.path, err)
+	}
+	if w.stale {
+		return w.epoch, fmt.Errorf("%w: epoch %d is older than the replica's %d for %s/%d", sharding.ErrStaleEpoch, req.Epoch, w.epoch, req.Type, req.Shard)
+	}
+	return w.epoch, nil
+}
+
+// apply applies the write in the writer's transaction; it may run twice (stateDiskOp).
+func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
+	req := w.req
+	cur, has := stateEpochOf(eb, prefix)
+	if req.Fence && req.Epoch < cur {
+		w.epoch, w.stale = cur, true
+		return false, nil
+	}
+	epoch := max(cur, req.Epoch)
+	w.epoch, w.stale = epoch, false
+	var deletedMark uint64
+	if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
+		deletedMark = binary.BigEndian.Uint64(v)
+	}
+	changed := false
+	if !has || epoch != cur {
+		if err := eb.Put(prefix, binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
+			return false, err
+		}
+		changed = true
+	}
+	var floors map[string]uint64 // the journals' floors met in this write
+	floorOf := func(id string) uint64 {
+		f, ok := floors[id]
+		if !ok {
+			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, id))); ok {
+				f = fr.Floor
+			}
+			if floors == nil {
+				floors = map[string]uint64{}
+			}
+			floors[id] = f
+		}
+		return f
+	}
+	for i := range req.Records {
+		r := &req.Records[i]
+		if r.Seq <= deletedMark {
+			continue // a copy from before the type's state was deleted (deleteType)
+		}
+		k := r.key(prefix)
+		switch r.Kind {
+		case stateKindJournal:
+			if r.JSeq < floorOf(r.ID) {
+				continue // below the journal's floor: a base holds it
+			}
+			if old := rb.Get(k); old != nil {
+				o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, old)
+				if ok && !r.newer(&o) && verifyStateJournal(req.Type, req.Shard, &o) == nil {
+					continue // the replica's is as new or newer, and intact
+				}
+			}
+		case stateKindFloor:
+			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rb.Get(k)); ok && !r.newer(&o) {
+				continue
+			}
+			if err := truncateJournal(rb, prefix, r.ID, r.Floor); err != nil {
+				return false, err
+			}
+			if floors == nil {
+				floors = map[string]uint64{}
+			}
+			floors[r.ID] = max(floors[r.ID], r.Floor)
+		default:
+			if old := rb.Get(k); old != nil {
+				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
+					continue // the replica's is as new or newer
+				}
+			}
+		}
+		if err := rb.Put(k, encodeStateValue(r)); err != nil {
+			return false, err
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
+// applyReq applies a write request as its writer's op does: the replay of a logged
+// write.
+func applyReq(req *stateWriteReq, eb, rb *bolt.Bucket) (bool, error) {
+	w := &stateWrite{req: req}
+	return w.apply(stateShardPrefix(req.Type, req.Shard), eb, rb)
+}
+
+// verifyStateJournal checks a journal record of the shard typ/shard
+// (sharding.VerifyJournalRecord).
+func verifyStateJournal(typ string, shard int, r *stateRecord) error {
+	return sharding.VerifyJournalRecord(sharding.EntityKey{Type: typ, Shard: shard, ID: r.ID}, sharding.JournalRecord{Seq: r.JSeq, Data: r.Data})
+}
+
+// truncateJournal deletes the entity's journal records below floor: a range of keys.
+func truncateJournal(rb *bolt.Bucket, prefix []byte, id string, floor uint64) error {
+	jp := stateJournalPrefix(prefix, id)
+	end := stateJournalKey(prefix, id, floor)
+	var keys [][]byte
+	c := rb.Cursor()
+	for k, _ := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp) && bytes.Compare(k, end) < 0; k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := rb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stateDeletedKey is the epochs bucket's key of a type's deletion mark: a zero length
+// byte (no shard prefix starts so) and the type.
+func stateDeletedKey(typ string) []byte { return append([]byte{0}, typ...) }
+
+// deleteType deletes every record of the type typ, in every shard, keeping the shards'
+// epochs, and marks the type deleted up to at least at: an unfenced write (a repair
+// from a replica that has not deleted yet, an import) of a record not newer than the
+// mark is dropped from then on. It returns the mark, the newest Seq deleted or at, and
+// how many records it deleted.
+func (d *stateDisk) deleteType(typ string, at uint64) (mark uint64, deleted int, err error) {
+	err = d.update(0, func(eb, rb *bolt.Bucket) (bool, error) {
+		mark, deleted = at, 0
+		if v := eb.Get(stateDeletedKey(typ)); len(v) == 8 {
+			mark = max(mark, binary.BigEndian.Uint64(v))
+		}
+		var prefixes [][]byte
+		if err := eb.ForEach(func(k, _ []byte) error {
+			if t, _, ok := parseStateShardPrefix(k); ok && t == typ {
+				prefixes = append(prefixes, bytes.Clone(k))
+			}
+			return nil
+		}); err != nil {
+			return false, err
+		}
+		for _, prefix := range prefixes {
+			c := rb.Cursor()
+			var keys [][]byte
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				if ver, _, _, ok := decodeStateValue(v); ok {
+					mark = max(mark, ver.Seq)
+				}
+				keys = append(keys, bytes.Clone(k))
+			}
+			for _, k := range keys {
+				if err := rb.Delete(k); err != nil {
+					return false, err
+				}
+			}
+			deleted += len(keys)
+		}
+		return true, eb.Put(stateDeletedKey(typ), binary.BigEndian.AppendUint64(nil, mark))
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: state store %s: delete %s: %w", sharding.ErrStoreUnavailable, d.path, typ, err)
+	}
+	return mark, deleted, nil
+}
+
+// raiseEpoch makes the shard's epoch at least epoch (creating its entry) and returns
+// it; it writes only if that changes something.
+func (d *stateDisk) raiseEpoch(prefix []byte, epoch uint64) (uint64, error) {
+	var cur uint64
+	var has bool
+	if err := d.view(func(eb, rb *bolt.Bucket) error {
+		cur, has = stateEpochOf(eb, prefix)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	if has && cur >= epoch {
+		return cur, nil
+	}
+	err := d.update(8, func(eb, rb *bolt.Bucket) (bool, error) {
+		c, has := stateEpochOf(eb, prefix)
+		if has && c >= epoch {
+			cur = c
+			return false, nil
+		}
+		cur = max(c, epoch)
+		return true, eb.Put(prefix, binary.BigEndian.AppendUint64(nil, cur))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err)
+	}
+	return cur, nil
+}
+
+// dropSynced deletes the listed records that still have the listed versions, and the
+// shard's epoch entry if no record of it is left. It returns how many it deleted.
+func (d *stateDisk) dropSynced(prefix []byte, entries []stateRecord) (int, error) {
+	dropped := 0
+	err := d.update(0, func(eb, rb *bolt.Bucket) (bool, error) {
+		dropped = 0
+		for i := range entries {
+			e := &entries[i]
+			k := e.key(prefix)
+			v := rb.Get(k)
+			if v == nil {
+				continue
+			}
+			if r, ok := decodeStateRecord(e.Kind, e.ID, e.JSeq, v); ok && !r.sameAs(e) {
+				continue // written since the replicas acknowledged
+			}
+			if err := rb.Delete(k); err != nil {
+				return false, err
+			}
+			dropped++
+		}
+		if k, _ := rb.Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
+			return dropped > 0, nil
+		}
+		if eb.Get(prefix) == nil {
+			return dropped > 0, nil
+		}
+		return true, eb.Delete(prefix)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: state store %s: drop: %w", sharding.ErrStoreUnavailable, d.path, err)
+	}
+	return dropped, nil
+}
