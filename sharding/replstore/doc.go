@@ -11,9 +11,9 @@
 // replicas.go (its requests to replicas and their majorities), coalesce.go (the journal
 // writes to one replica sent together), serve.go (a replica's side of the protocol),
 // wire.go (the protocol's messages and the records on disk), disk.go (the bbolt file
-// and its group commit; disk_read.go its reads, disk_write.go what a write changes), wal.go (the write-ahead log in front of
-// it), repair.go (read repair and anti-entropy), ring.go (the ring a
-// shard's replicas are ranked over, and its views), handover.go (the rounds that end a
+// and its group commit; disk_read.go its reads, disk_write.go what a write changes),
+// wal.go (the write-ahead log in front of it), repair.go (read repair and
+// anti-entropy), ring.go (the ring a shard's replicas are ranked over, and its views), handover.go (the rounds that end a
 // change of the ring), forget.go (an operator's ForgetMember), offline.go (the files of
 // a stopped cluster).
 //
