@@ -110,7 +110,7 @@ func TestPreInitializedExamplesMatchFreshInstances(t *testing.T) {
 	}
 	var builds []build
 	for _, c := range testwasm.GoCompilers {
-		for _, ex := range []string{"counter", "bank", "room", "ledger", "subscription", "webhook", "abitest", "faulty"} {
+		for _, ex := range []string{"counter", "bank", "room", "subscription", "webhook", "abitest", "faulty"} {
 			builds = append(builds, build{c.Name + "/" + ex, func(tb testing.TB) []byte { return c.Bytes(tb, ex) }})
 		}
 	}
