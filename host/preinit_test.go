@@ -114,7 +114,7 @@ func TestPreInitializedExamplesMatchFreshInstances(t *testing.T) {
 			builds = append(builds, build{c.Name + "/" + ex, func(tb testing.TB) []byte { return c.Bytes(tb, ex) }})
 		}
 	}
-	for _, ex := range []string{"counter-rust", "echo-rust", "bank-rust", "cart", "abitest-rust"} {
+	for _, ex := range []string{"counter-rust", "echo-rust", "bank-rust", "cart", "ledger", "abitest-rust"} {
 		builds = append(builds, build{"rust/" + ex, func(tb testing.TB) []byte { return testwasm.RustBytes(tb, ex) }})
 	}
 	rt := preinitRuntime(t, nil)
