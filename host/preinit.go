@@ -118,6 +118,10 @@ func (m *wasmModule) capturePreImage(inst *wasmInstance) {
 
 func (m *wasmModule) preImageOf(inst *wasmInstance) (*preImage, string) {
 	switch {
+	case len(m.start) == 0:
+		// Nothing runs at instantiation but the data segments, which wazero applies
+		// as fast as an image is written (a Rust cdylib: BenchmarkPreInitActivation).
+		return nil, "it has no start function or _initialize to run ahead"
 	case m.snap == nil || !m.snap.sound:
 		return nil, "its code may change tables or data segments, which an image does not hold"
 	case inst.calls > 0:
