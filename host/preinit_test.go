@@ -212,6 +212,10 @@ func FuzzPreInitializedImage(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{2, 2, 2, 2, 0, 0xff, 0xff, 0x10, 1, 3, 3, 5, 5})
 	f.Add([]byte{4, 3, 0x80, 0x40, 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x7f})
+	// Three globals (i32, i64, f64) that _initialize sets, and a random read.
+	f.Add([]byte{0, 3, 0, 1, 2, 3, 4, 1, 5, 6, 7, 8, 3, 9, 10, 11, 12, 0,
+		1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 0, 1, 0, 0, 0, 7, 7, 7, 7, 7, 7, 1, 1, 0, 0, 0, 9, 9, 9, 9, 9, 9, 2,
+		3, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 20})
 	rt := preinitRuntime(f, func(c *RuntimeConfig) { c.MemoryLimit = 6 << 16 })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		spec := specFromBytes(data)
