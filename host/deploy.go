@@ -71,6 +71,13 @@ type DeployResult struct {
 	// CanaryMoved, for a canary deploy (DeployCanary), is the move of the canary's
 	// active entities to it.
 	CanaryMoved *UpgradeResult `json:"canary_moved,omitempty"`
+	// Activation says how new instances of the module are made, the same on every
+	// member: "pre-initialized image" (its state after _initialize, written into each
+	// new instance), or "initialised at each activation (REASON)" when its
+	// initialisation is not the same for every instance (it calls host functions of
+	// the shardhost module or writes output) or its code may change tables or data
+	// segments.
+	Activation string `json:"activation,omitempty"`
 }
 
 // olderVersions returns the versions of usage, counted before a deploy of the module
@@ -308,7 +315,8 @@ func (n *Node) deploy(ctx context.Context, wasm []byte, st sharding.TypeSettings
 	if err != nil {
 		return DeployResult{}, err
 	}
-	res = DeployResult{Type: info, Members: n.tellEveryMember(ctx, info, staged), Settings: info.SettingList()}
+	res = DeployResult{Type: info, Members: n.tellEveryMember(ctx, info, staged), Settings: info.SettingList(),
+		Activation: mod.Activation()}
 	// Compiled once every member has validated it, so that on a shared machine the
 	// compilations do not slow the others' validations; asks run on the interpreter
 	// meanwhile.

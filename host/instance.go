@@ -232,8 +232,17 @@ func (m *wasmModule) instantiate(ctx context.Context, entityType, entityID strin
 	defer span.End()
 	inst.clock.reset(snapshotClock{Wall: fakeEpochNanos})
 	code, start := m.code.Load(), m.start
+	var img *preImage
 	if plan != nil {
 		code, start = plan.code, plan.start
+	} else if img = m.pre.image.Load(); img != nil {
+		// A new instance of compiled code starts from the module's pre-initialized
+		// image (preinit.go) once its restore image is compiled.
+		if c := m.snap.readyImage(rt); c != nil && !code.interpreted && !m.pre.off.Load() {
+			code, start = &moduleCode{r: rt.r, compiled: c}, nil
+		} else {
+			img = nil
+		}
 	}
 	inst.code = code
 	// Not derived from rt.ctx: every instance would register with (and lock) that one
@@ -309,7 +318,14 @@ func (m *wasmModule) instantiate(ctx context.Context, entityType, entityID strin
 		}
 		return nil, fmt.Errorf("%w: exports missing after instantiation", ErrInvalidModule)
 	}
-	if plan != nil {
+	if img != nil {
+		if err := inst.loadImage(img); err != nil {
+			inst.Close(context.Background())
+			obs.Fail(span, err, guestOutcome(err))
+			return nil, err
+		}
+	}
+	if plan != nil && plan.snap != nil {
 		if err := inst.load(plan); err != nil {
 			inst.Close(context.Background())
 			obs.Fail(span, err, guestOutcome(err))
@@ -757,7 +773,9 @@ func (h *head) String() string { return string(h.buf) }
 // start is also kept for the error of a failing call, and the last non-empty line of
 // either stream for a trap's error.
 type guestOutput struct {
-	inst    *wasmInstance
+	inst *wasmInstance
+	// wrote is set at the first write.
+	wrote   bool
 	stream  string
 	level   slog.Level
 	partial []byte
@@ -792,6 +810,7 @@ func (g *guestOutput) flush() {
 }
 
 func (g *guestOutput) Write(p []byte) (int, error) {
+	g.wrote = true
 	if g.stream == "stderr" {
 		g.inst.stderr.Write(p)
 	}

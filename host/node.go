@@ -539,6 +539,9 @@ type ModuleInfo struct {
 	Engine string `json:"engine,omitempty"`
 	// CompileError says why this member's compilation of the module failed.
 	CompileError string `json:"compile_error,omitempty"`
+	// Activation says how this member makes new instances of the module
+	// (DeployResult.Activation); empty when it has not loaded the module.
+	Activation string `json:"activation,omitempty"`
 	// The entities on this version (VersionUsage), filled by ModuleReport: Active and
 	// ActiveTransparent running it, Passivated and PassivatedTransparent whose saved
 	// state takes it at their next activation; PassivatedUnknown when the passivated
@@ -642,6 +645,7 @@ func (n *Node) Modules() []ModuleInfo {
 			mi := ModuleInfo{Type: t.Name, ModuleVersion: v, Current: i == 0, Local: n.modules.has(v.Digest)}
 			if mod := n.modules.loaded(v.Digest); mod != nil {
 				mi.Engine = mod.Engine()
+				mi.Activation = mod.Activation()
 				if err := mod.CompileError(); err != nil {
 					mi.CompileError = err.Error()
 				}

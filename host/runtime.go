@@ -291,6 +291,7 @@ type wasmModule struct {
 	// since instances made from it may still run.
 	interpreted *moduleCode
 	snap        *moduleSnapshots // snapshot.go
+	pre         moduleImage      // preinit.go
 	// bg is the background compilation's state.
 	bg moduleCompilation
 	// Digest is the SHA-256 of the module's bytes, in hex.
@@ -497,7 +498,15 @@ func (rt *wasmRuntime) load(ctx context.Context, wasm []byte, digest string, int
 		compiled.Close(ctx)
 		return nil, fmt.Errorf("%w: instantiation failed: %v", ErrInvalidModule, err)
 	}
+	m.capturePreImage(inst)
 	inst.Close(ctx)
+	if ok, why := m.PreInitialized(); ok {
+		img := m.pre.image.Load()
+		rt.log.Debug("module pre-initialized: new instances start from its image", "digest", digest[:12],
+			"pages", img.pages, "image_bytes", img.bytes())
+	} else {
+		rt.log.Info("module not pre-initialized: new instances run its initialisation", "digest", digest[:12], "reason", why)
+	}
 	return m, nil
 }
 

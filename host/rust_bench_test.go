@@ -122,70 +122,86 @@ func BenchmarkActivationChurn(b *testing.B) {
 // the first "inc"), with every shard already homed: "alone" asks one new entity at a time
 // (the activation latency), "16askers" asks from 16 goroutines (b.SetParallelism), each
 // to an entity not active yet (the activation rate). It reports activations/s, the asks'
-// p50/p99 and the process's CPU time per activation (cpu-µs/op), which the load of a
-// shared machine moves less than the latencies.
+// p50/p99, the process's CPU time per activation (cpu-µs/op), which the load of a
+// shared machine moves less than the latencies, and its minor page faults (minflt/op).
+// Each runs with new instances from the module's pre-initialized image ("image") and
+// with the module's initialisation run at every activation ("fresh").
 func BenchmarkMemberActivation(b *testing.B) {
 	for _, mod := range []counterBuild{tinygoCounter, rustCounter} {
 		for _, parallel := range []bool{false, true} {
-			name := mod.name + "/alone"
-			if parallel {
-				name = mod.name + "/16askers"
-			}
-			b.Run(name, func(b *testing.B) {
-				ctx := context.Background()
-				n := startBenchNodes(b, 1, nil)[0]
-				if err := n.Membership().WaitUp(ctx); err != nil {
-					b.Fatal(err)
+			for _, path := range []string{"fresh", "image"} {
+				name := mod.name + "/alone/" + path
+				if parallel {
+					name = mod.name + "/16askers/" + path
 				}
-				if _, err := n.Deploy(ctx, mod.wasm(b), sharding.TypeSettings{Name: "counter"}); err != nil {
-					b.Fatal(err)
-				}
-				for i := 0; i < 200; i++ { // home every shard
-					if _, err := n.Sharding().Ask(ctx, "counter", "warmup-"+strconv.Itoa(i), []byte("inc")); err != nil {
+				b.Run(name, func(b *testing.B) {
+					ctx := context.Background()
+					n := startBenchNodes(b, 1, nil)[0]
+					if err := n.Membership().WaitUp(ctx); err != nil {
 						b.Fatal(err)
 					}
-				}
-				var next atomic.Int64
-				var mu sync.Mutex
-				samples := make([]time.Duration, 0, b.N)
-				ask := func(local []time.Duration) ([]time.Duration, bool) {
-					id := "a" + strconv.FormatInt(next.Add(1), 10)
-					start := time.Now()
-					if _, err := n.Sharding().Ask(ctx, "counter", id, []byte("inc")); err != nil {
-						b.Error(err)
-						return local, false
+					wasm := mod.wasm(b)
+					if _, err := n.Deploy(ctx, wasm, sharding.TypeSettings{Name: "counter"}); err != nil {
+						b.Fatal(err)
 					}
-					return append(local, time.Since(start)), true
-				}
-				b.ResetTimer()
-				done := reportCPU(b)
-				if parallel {
-					b.SetParallelism(8) // 16 askers on 2 cores
-					b.RunParallel(func(pb *testing.PB) {
-						local := make([]time.Duration, 0, 1024)
-						for pb.Next() {
+					// "fresh" runs the module's initialisation at every activation, as
+					// before pre-initialized images (preinit.go).
+					m := n.modules.loaded(moduleDigest(wasm))
+					if err := m.PrepareRestore(ctx); err != nil {
+						b.Fatal(err)
+					}
+					m.pre.off.Store(path == "fresh")
+					for i := 0; i < 200; i++ { // home every shard
+						if _, err := n.Sharding().Ask(ctx, "counter", "warmup-"+strconv.Itoa(i), []byte("inc")); err != nil {
+							b.Fatal(err)
+						}
+					}
+					var next atomic.Int64
+					var mu sync.Mutex
+					samples := make([]time.Duration, 0, b.N)
+					ask := func(local []time.Duration) ([]time.Duration, bool) {
+						id := "a" + strconv.FormatInt(next.Add(1), 10)
+						start := time.Now()
+						if _, err := n.Sharding().Ask(ctx, "counter", id, []byte("inc")); err != nil {
+							b.Error(err)
+							return local, false
+						}
+						return append(local, time.Since(start)), true
+					}
+					b.ResetTimer()
+					faults := minorFaults()
+					done := reportCPU(b)
+					if parallel {
+						b.SetParallelism(8) // 16 askers on 2 cores
+						b.RunParallel(func(pb *testing.PB) {
+							local := make([]time.Duration, 0, 1024)
+							for pb.Next() {
+								var ok bool
+								if local, ok = ask(local); !ok {
+									break
+								}
+							}
+							mu.Lock()
+							samples = append(samples, local...)
+							mu.Unlock()
+						})
+					} else {
+						for i := 0; i < b.N; i++ {
 							var ok bool
-							if local, ok = ask(local); !ok {
+							if samples, ok = ask(samples); !ok {
 								break
 							}
 						}
-						mu.Lock()
-						samples = append(samples, local...)
-						mu.Unlock()
-					})
-				} else {
-					for i := 0; i < b.N; i++ {
-						var ok bool
-						if samples, ok = ask(samples); !ok {
-							break
-						}
 					}
-				}
-				b.StopTimer()
-				done()
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "activations/s")
-				reportLatency(b, samples)
-			})
+					b.StopTimer()
+					done()
+					if f := minorFaults(); f >= 0 && faults >= 0 {
+						b.ReportMetric(float64(f-faults)/float64(b.N), "minflt/op")
+					}
+					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "activations/s")
+					reportLatency(b, samples)
+				})
+			}
 		}
 	}
 }

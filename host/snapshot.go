@@ -133,6 +133,8 @@ type moduleSnapshots struct {
 	// imageWasm is the restore image (see wasmbin.RestoreImage) until it is compiled; nil when
 	// the image is unsound for this module.
 	imageWasm []byte
+	// sound: the module has a restore image (wasmbin.RestoreImage).
+	sound     bool
 	image     wazero.CompiledModule
 	imageErr  error         // the image did not compile
 	compiling chan struct{} // closed when the image's compilation ends
@@ -148,7 +150,7 @@ func newModuleSnapshots(wasm []byte, globals []wasmbin.Global) (*moduleSnapshots
 	if !sound {
 		image = nil
 	}
-	return &moduleSnapshots{globals: globals, imageWasm: image}, nil
+	return &moduleSnapshots{globals: globals, imageWasm: image, sound: sound}, nil
 }
 
 // restoreImage returns the compiled restore image, compiling it (or waiting for the

@@ -209,6 +209,9 @@ func deployModule(out io.Writer, c *client, name, file string, q url.Values) err
 	}
 	printSettings(out, res)
 	printOlder(out, res)
+	if res.Activation != "" {
+		fmt.Fprintf(out, "activation: %s\n", res.Activation)
+	}
 	if failed := printMembers(out, res.Members, "ready", "NOT READY"); failed > 0 {
 		return fmt.Errorf("%d of %d members are not ready; they retry when they learn of the type by gossip", failed, len(res.Members))
 	}

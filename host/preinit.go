@@ -1,0 +1,182 @@
+package host
+
+import (
+	"bytes"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/shardhost/shardhost/abi"
+)
+
+// Pre-initialized instance images.
+//
+// A new instance used to run the module's whole initialisation at every activation:
+// wazero applies the data segments (Go's port: 770 KB), then the host calls the start
+// function and _initialize (a Go guest starts its runtime there: milliseconds; TinyGo
+// initialises its heap and packages). Load already makes one instance of every module,
+// the probe that shows it links and initialises; its state once _initialize has
+// returned is the image: the linear memory's non-zero 4 KiB pages, every mutable
+// global, the guest's clocks and how far it read its random stream. A new instance is
+// then made from the module's restore image (wasmbin.RestoreImage: the module without
+// data segments and start function, compiled once and shared with the restores of
+// snapshots), and the image is written over it: the non-zero pages copied into the
+// slot, which reads as zero, the globals set and the clocks and random stream moved to
+// where the probe left them. No guest code runs and no data segment is applied.
+//
+// The result is the instance a fresh instantiation makes, because everything the
+// initialisation reads is the same for every instance: the module's bytes, WASI's
+// clocks and random source (deterministic fakes here, kept per instance and carried
+// over: abi/SPEC.md), and no preopened file or environment. What would differ is kept
+// out: a module whose initialisation calls a host function of the shardhost module
+// (its entity's ID or type, the host's clock or random source, a log line), or writes
+// to stdout or stderr (which every activation would log), keeps the path that runs the
+// initialisation, and so does a module whose code could change what memory and globals
+// do not hold (tables, data segments: RestoreImage's scan). Module.PreInitialized says
+// which path a module takes and why (deploy's log and `shardhost modules`).
+//
+// Copying was chosen over mapping an image file copy-on-write (a memfd mapped
+// MAP_PRIVATE over the slot): a copy-on-write page is a fresh page at its first write,
+// which costs what every activation pays now (bench/pagecost: 1.3 to 13 µs a page on
+// this kind of machine), while a copy into a recycled slot (linearmem_prefault.go)
+// writes pages that are backed already (zeroing or writing a backed page: about
+// 0.3 µs). BenchmarkPreInitActivation and BenchmarkMemberActivation measure activations
+// with and without the image in one run.
+
+// imageRun is a run of an image's non-zero 4 KiB pages: its bytes from off.
+type imageRun struct {
+	off  int
+	data []byte
+}
+
+// preImage is a module's state after its initialisation, which new instances start
+// from.
+type preImage struct {
+	// pages is the memory's size in wasm pages.
+	pages uint32
+	// runs are the non-zero 4 KiB pages of memory, in ascending order.
+	runs    []imageRun
+	globals []snapshotGlobal
+	clock   snapshotClock
+	// randOff is how many bytes of WASI's random stream the initialisation read.
+	randOff int
+}
+
+// bytes returns how many bytes of memory the image writes.
+func (p *preImage) bytes() int {
+	n := 0
+	for _, r := range p.runs {
+		n += len(r.data)
+	}
+	return n
+}
+
+// moduleImage is what a wasmModule knows of its pre-initialized image: the image, or
+// why it has none.
+type moduleImage struct {
+	image  atomic.Pointer[preImage]
+	reason atomic.Pointer[string]
+	// off, set by tests, makes new instances run the initialisation.
+	off atomic.Bool
+}
+
+// PreInitialized reports whether new instances of the module start from its
+// pre-initialized image; if not, why (a sentence), or "" before Load has made the
+// probe instance.
+func (m *wasmModule) PreInitialized() (bool, string) {
+	if m.pre.image.Load() != nil {
+		return true, ""
+	}
+	if r := m.pre.reason.Load(); r != nil {
+		return false, *r
+	}
+	return false, ""
+}
+
+// Activation names how the module's new instances are made: "pre-initialized image"
+// or "initialised at each activation (REASON)".
+func (m *wasmModule) Activation() string {
+	ok, why := m.PreInitialized()
+	switch {
+	case ok:
+		return "pre-initialized image"
+	case why == "":
+		return ""
+	}
+	return "initialised at each activation (" + why + ")"
+}
+
+// capturePreImage makes the module's image from inst, its probe instance, whose start
+// functions have just returned; or records why there is none.
+func (m *wasmModule) capturePreImage(inst *wasmInstance) {
+	img, why := m.preImageOf(inst)
+	if img == nil {
+		m.pre.reason.Store(&why)
+		return
+	}
+	m.pre.image.Store(img)
+}
+
+func (m *wasmModule) preImageOf(inst *wasmInstance) (*preImage, string) {
+	switch {
+	case len(m.start) == 0:
+		// Nothing runs at instantiation but the data segments, which wazero applies
+		// as fast as an image is written (a Rust cdylib: BenchmarkPreInitActivation).
+		return nil, "it has no start function or _initialize to run ahead"
+	case m.snap == nil || !m.snap.sound:
+		return nil, "its code may change tables or data segments, which an image does not hold"
+	case inst.calls > 0:
+		return nil, fmt.Sprintf("its initialisation calls host functions of the %s module (%d calls)", abi.ImportModule, inst.calls)
+	case inst.stdout.wrote || inst.stderrOut.wrote:
+		return nil, "its initialisation writes to stdout or stderr"
+	}
+	s, err := inst.Snapshot()
+	if err != nil {
+		return nil, "its state cannot be captured: " + err.Error()
+	}
+	img := &preImage{pages: s.MemoryPages, globals: s.Globals, clock: s.Clock, randOff: inst.wasiRand.off}
+	for _, p := range s.Pages {
+		base := int(p.Index) * wasmPageSize
+		for off := 0; off < wasmPageSize; off += pageSize {
+			b := p.Data[off : off+pageSize]
+			if isZeroPage4K(b) {
+				continue
+			}
+			if k := len(img.runs) - 1; k >= 0 && img.runs[k].off+len(img.runs[k].data) == base+off {
+				img.runs[k].data = append(img.runs[k].data, b...)
+			} else {
+				img.runs = append(img.runs, imageRun{off: base + off, data: append([]byte(nil), b...)})
+			}
+		}
+	}
+	return img, ""
+}
+
+func isZeroPage4K(b []byte) bool { return bytes.Equal(b, zeroPage[:pageSize]) }
+
+// loadImage writes the image into a new instance of the restore image, whose memory
+// reads as zero: grows the memory, copies the non-zero pages, sets the globals, the
+// clocks and the random stream's position.
+func (i *wasmInstance) loadImage(img *preImage) error {
+	if err := i.bindGlobals(); err != nil {
+		return err
+	}
+	have := i.mem.Size() / wasmPageSize
+	if img.pages > have {
+		if _, ok := i.mem.Grow(img.pages - have); !ok {
+			return fmt.Errorf("host: memory cannot grow to the image's %d pages", img.pages)
+		}
+	}
+	mem, ok := i.mem.Read(0, i.mem.Size())
+	if !ok {
+		return fmt.Errorf("host: memory of %d bytes cannot be read", i.mem.Size())
+	}
+	for _, r := range img.runs {
+		copy(mem[r.off:], r.data)
+	}
+	for k, g := range img.globals {
+		i.snapGlobals[k].Set(g.Bits)
+	}
+	i.clock.reset(img.clock)
+	i.wasiRand.off = img.randOff
+	return nil
+}
