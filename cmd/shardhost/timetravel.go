@@ -123,21 +123,9 @@ and lasts across passivations, handoffs and crashes; under the other policies it
 when the entity's instance stops. Admin role.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, id, err := entityArg(args[0])
+			res, err := postEntityAction(g, args[0], "pause")
 			if err != nil {
 				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			r, err := c.do("POST", entityPath(typ, id, "pause"), nil)
-			if err != nil {
-				return err
-			}
-			var res struct{ Entity, Status string }
-			if err := json.Unmarshal(r.body, &res); err != nil {
-				return fmt.Errorf("the API's reply: %w", err)
 			}
 			if res.Status == "already-paused" {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s is already paused: nothing done\n", res.Entity)
@@ -171,25 +159,13 @@ message again instead.`
 		Long:  long,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			typ, id, err := entityArg(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			action := "resume"
 			if skip {
 				action = "skip"
 			}
-			r, err := c.do("POST", entityPath(typ, id, action), nil)
+			res, err := postEntityAction(g, args[0], action)
 			if err != nil {
 				return err
-			}
-			var res struct{ Entity, Status string }
-			if err := json.Unmarshal(r.body, &res); err != nil {
-				return fmt.Errorf("the API's reply: %w", err)
 			}
 			if res.Status == "not-paused" {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s is not paused: nothing done\n", res.Entity)
@@ -199,4 +175,29 @@ message again instead.`
 			return nil
 		},
 	}
+}
+
+// entityAction is the API's answer to an entity's pause, resume or skip.
+type entityAction struct{ Entity, Status string }
+
+// postEntityAction posts action (pause, resume or skip) for arg (TYPE/ID) and returns
+// the API's answer.
+func postEntityAction(g *globals, arg, action string) (entityAction, error) {
+	var res entityAction
+	typ, id, err := entityArg(arg)
+	if err != nil {
+		return res, err
+	}
+	c, err := g.client()
+	if err != nil {
+		return res, err
+	}
+	r, err := c.do("POST", entityPath(typ, id, action), nil)
+	if err != nil {
+		return res, err
+	}
+	if err := json.Unmarshal(r.body, &res); err != nil {
+		return res, fmt.Errorf("the API's reply: %w", err)
+	}
+	return res, nil
 }
