@@ -92,7 +92,7 @@ install_mod coredns "github.com/coredns/coredns@$COREDNS_VERSION"
 here=$(cd "$(dirname "$0")" && pwd)
 if [ ! -f "$CACHE/pause.tar" ] || [ ! -x "$BIN/pause" ]; then
 	(cd "$here/pause" && nice -n 19 go build -ldflags "-s -w" -o "$BIN/pause" .) || die "building the pause binary failed"
-	go run "$here/ocitar" -binary "$BIN/pause" -name "$PAUSE_IMAGE" -entrypoint /pause -o "$CACHE/pause.tar" ||
+	(cd "$here/ocitar" && go run . -binary "$BIN/pause" -name "$PAUSE_IMAGE" -entrypoint /pause -o "$CACHE/pause.tar") ||
 		die "writing the pause image failed"
 fi
 echo "$PAUSE_IMAGE" >"$CACHE/pause.name"
