@@ -75,11 +75,18 @@ start() { # name command...: runs it in its own session, its log under logs/, it
 	setsid "$@" >"$D/logs/$name.log" 2>&1 </dev/null &
 	echo $! >"$D/pids/$name"
 }
-wait_for() { # what seconds log command...: polls command until it succeeds
-	local what=$1 secs=$2 log=$3 i
+wait_for() { # what seconds log command...: polls command until it succeeds, while
+	# the process whose log is log (logs/NAME.log, pids/NAME) runs
+	local what=$1 secs=$2 log=$3 i name
 	shift 3
+	name=$(basename "$log" .log)
 	for ((i = 0; i < secs * 2; i++)); do
 		"$@" >/dev/null 2>&1 && return 0
+		if [ -f "$D/pids/$name" ] && ! kill -0 "$(cat "$D/pids/$name")" 2>/dev/null; then
+			echo "kube up: $name exited; the end of $log:" >&2
+			tail -20 "$log" >&2 || true
+			exit 1
+		fi
 		sleep 0.5
 	done
 	echo "kube up: $what not ready after ${secs}s; the end of $log:" >&2
