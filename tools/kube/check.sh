@@ -43,8 +43,13 @@ cleanup() {
 		cp -r "$D/logs" "$D"/*.txt /tmp/shardhost-kube-logs/ 2>/dev/null
 		say "logs kept in /tmp/shardhost-kube-logs"
 	fi
-	[ -f "$D/env" ] && "$here/down.sh" "$D"
-	rm -rf "$D"
+	[ -f "$D/pids/events" ] && kill "$(cat "$D/pids/events")" 2>/dev/null
+	rm -f "$D/pids/events"
+	if [ -f "$D/env" ]; then
+		"$here/down.sh" "$D" || { say "tools/kube/down.sh $D failed: see above"; rc=1; }
+	else
+		rm -rf "$D" # up.sh started nothing
+	fi
 	exit "$rc"
 }
 trap cleanup EXIT
