@@ -55,7 +55,11 @@ D=${1:-$(mktemp -d /tmp/shardhost-kube.XXXXXX)}
 mkdir -p "$D"/{pki,logs,pids,etcd,containerd/root,containerd/state,cni/net.d,cni/ipam,kubelet,pv}
 D=$(cd "$D" && pwd)
 ok=no
-trap '[ "$ok" = yes ] || "$here/down.sh" "$D"' EXIT
+keep_logs() { # on a failure: the components' logs outlive DIR
+	rm -rf "${D}-logs"
+	cp -r "$D/logs" "${D}-logs" 2>/dev/null && echo "kube up: the components' logs are in ${D}-logs" >&2
+}
+trap '[ "$ok" = yes ] || { keep_logs; "$here/down.sh" "$D"; }' EXIT
 trap 'exit 130' INT TERM
 
 cat >"$D/env" <<ENV
@@ -157,7 +161,8 @@ start kube-apiserver "$BIN/kube-apiserver" --etcd-servers http://127.0.0.1:2379 
 	--service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
 	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
 	--allow-privileged --profiling=false
-wait_for kube-apiserver 180 "$D/logs/kube-apiserver.log" kubectl get --raw /readyz
+wait_for kube-apiserver 180 "$D/logs/kube-apiserver.log" \
+	curl -sf --cacert "$P/ca.crt" --cert "$P/admin.crt" --key "$P/admin.key" "https://$NODE_IP:6443/readyz"
 start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$D/admin.kubeconfig" \
 	--authentication-kubeconfig "$D/admin.kubeconfig" --authorization-kubeconfig "$D/admin.kubeconfig" \
 	--bind-address 127.0.0.1 --leader-elect=false \
