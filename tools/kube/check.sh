@@ -37,13 +37,14 @@ D=$(mktemp -d /tmp/shardhost-kube.XXXXXX)
 LOADPID=
 cleanup() {
 	rc=$?
-	[ -n "$LOADPID" ] && kill -TERM "$LOADPID" 2>/dev/null
+	set +e # every step of the teardown runs, whatever fails
+	if [ -n "$LOADPID" ]; then kill -TERM "$LOADPID" 2>/dev/null; fi
 	if [ "$rc" -ne 0 ] && [ -d "$D/logs" ]; then
 		mkdir -p /tmp/shardhost-kube-logs
 		cp -r "$D/logs" "$D"/*.txt /tmp/shardhost-kube-logs/ 2>/dev/null
 		say "logs kept in /tmp/shardhost-kube-logs"
 	fi
-	[ -f "$D/pids/events" ] && kill "$(cat "$D/pids/events")" 2>/dev/null
+	if [ -f "$D/pids/events" ]; then kill "$(cat "$D/pids/events")" 2>/dev/null; fi
 	rm -f "$D/pids/events"
 	if [ -f "$D/env" ]; then
 		"$here/down.sh" "$D" || { say "tools/kube/down.sh $D failed: see above"; rc=1; }
