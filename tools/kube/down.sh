@@ -82,11 +82,21 @@ done
 # The network: the bridge, kube-proxy's rules (it removes its own), the CNI's NAT chains.
 ip link show "$BRIDGE" >/dev/null 2>&1 && ip link delete "$BRIDGE"
 [ -x "$BIN/kube-proxy" ] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1
-for t in filter nat; do
-	for chain in $(iptables -t $t -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}'); do
-		iptables -t $t -S | grep -- "-j $chain" | sed 's/^-A/-D/' | while read -r rule; do eval iptables -t $t "$rule"; done
-		iptables -t $t -F "$chain" 2>/dev/null
-		iptables -t $t -X "$chain" 2>/dev/null
+# Left then: the CNI's chains and the kubelet's (KUBE-FIREWALL, KUBE-KUBELET-CANARY);
+# no one else on the machine makes KUBE-* or CNI-* chains.
+for ipt in iptables ip6tables; do
+	command -v $ipt >/dev/null || continue
+	for t in filter nat mangle; do
+		for chain in $($ipt -t $t -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(CNI-|KUBE-)/ {print $2}'); do
+			$ipt -t $t -S 2>/dev/null | grep -- "-j $chain\( \|$\)" | grep -v "^-N" | sed 's/^-A/-D/' |
+				while read -r rule; do eval $ipt -t $t "$rule" 2>/dev/null; done
+		done
+		for chain in $($ipt -t $t -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(CNI-|KUBE-)/ {print $2}'); do
+			$ipt -t $t -F "$chain" 2>/dev/null
+		done
+		for chain in $($ipt -t $t -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(CNI-|KUBE-)/ {print $2}'); do
+			$ipt -t $t -X "$chain" 2>/dev/null
+		done
 	done
 done
 
