@@ -160,6 +160,7 @@ start kube-apiserver "$BIN/kube-apiserver" --etcd-servers http://127.0.0.1:2379 
 	--service-account-issuer https://kubernetes.default.svc.cluster.local \
 	--service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
 	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+	--kubelet-preferred-address-types InternalIP \
 	--allow-privileged --profiling=false
 wait_for kube-apiserver 180 "$D/logs/kube-apiserver.log" \
 	curl -sf --cacert "$P/ca.crt" --cert "$P/admin.crt" --key "$P/admin.key" "https://$NODE_IP:6443/readyz"
@@ -188,6 +189,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   netns_mounts_under_state_dir = true
+  # A container here may not lower its oom_score_adj below the machine's (the pause
+  # sandbox asks for -998: runc fails "failed to update /proc/self/oom_score_adj:
+  # Permission denied"): keep every container's at containerd's or above.
+  restrict_oom_score_adj = true
   enable_unprivileged_ports = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN"
@@ -201,6 +206,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         BinaryName = "$(command -v runc)"
         SystemdCgroup = false
 TOML
+# The firewall plugin accepts the pods' traffic in FORWARD: Docker's policy there is DROP,
+# which, with bridge-nf-call-iptables, dropped even pod-to-pod traffic on the bridge.
 cat >"$D/cni/net.d/10-shardhost-kube.conflist" <<CNI
 {
   "cniVersion": "0.4.0",
@@ -219,7 +226,8 @@ cat >"$D/cni/net.d/10-shardhost-kube.conflist" <<CNI
         "dataDir": "$D/cni/ipam"
       }
     },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "firewall"}
   ]
 }
 CNI
@@ -269,6 +277,7 @@ containerRuntimeEndpoint: "unix://$D/containerd.sock"
 clusterDomain: cluster.local
 clusterDNS: ["$NODE_IP"]
 resolvConf: /etc/resolv.conf
+podLogsDir: "$D/pod-logs"
 readOnlyPort: 0
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
