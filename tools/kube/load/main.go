@@ -134,29 +134,37 @@ func run(stop context.Context, c *client.Client, typ, prefix string, senders, en
 	<-stop.Done()
 	g.Wait()
 	g.Close()
-	// The counters read back: each must hold every acknowledged increment.
+	// The counters read back, all at once (a store that refuses them costs one
+	// timeout, not one per entity): each must hold every acknowledged increment.
+	reads := owner.New()
 	for id, n := range acked {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
-		reply, err := c.Ask(ctx, typ, id, []byte("get"), client.WithIdempotencyKey(fmt.Sprintf("%s-final-%d", id, time.Now().UnixNano())))
-		cancel()
-		if err != nil {
-			logf("%s: the final read failed: %v", id, err)
-			total.failed++
-			continue
-		}
-		v, err := strconv.Atoi(string(reply))
-		switch {
-		case err != nil:
-			logf("%s: the final read answered %q", id, reply)
-			total.lost += n
-		case v < n:
-			logf("%s: holds %d, %d increments acknowledged: %d lost", id, v, n, n-v)
-			total.lost += n - v
-		case v > n+unknown[id]:
-			logf("%s: holds %d, more than the %d acknowledged and %d failed increments", id, v, n, unknown[id])
-			total.extra += v - n - unknown[id]
-		}
+		reads.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			reply, err := c.Ask(ctx, typ, id, []byte("get"), client.WithIdempotencyKey(fmt.Sprintf("%s-final-%d", id, time.Now().UnixNano())))
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				logf("%s: the final read failed: %v", id, err)
+				total.failed++
+				return
+			}
+			v, err := strconv.Atoi(string(reply))
+			switch {
+			case err != nil:
+				logf("%s: the final read answered %q", id, reply)
+				total.lost += n
+			case v < n:
+				logf("%s: holds %d, %d increments acknowledged: %d lost", id, v, n, n-v)
+				total.lost += n - v
+			case v > n+unknown[id]:
+				logf("%s: holds %d, more than the %d acknowledged and %d failed increments", id, v, n, unknown[id])
+				total.extra += v - n - unknown[id]
+			}
+		})
 	}
+	reads.Wait()
+	reads.Close()
 	if total.extra > 0 {
 		logf("%d increments counted that were never sent", total.extra)
 	}
