@@ -60,7 +60,7 @@ TEST_WASM := $(BIN)/testwasm
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: all build image examples run test soak test-go test-faults test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench bench-peers scale scale-smoke figures fmt-check fresh-check clean FORCE
+.PHONY: all build image examples run test soak test-go test-faults test-guest test-guest-tinygo test-rust toolchains rust-toolchain tinygo-check bench bench-peers scale scale-smoke figures fmt-check fresh-check kube-check clean FORCE
 
 all: build examples
 
@@ -305,6 +305,15 @@ figures:
 # most of an hour; not part of make test).
 fresh-check:
 	.ci/fresh-check
+
+# deploy/kubernetes applied to a single-node Kubernetes built here (tools/kube: etcd,
+# containerd, runc and the CNI plugins from Debian, the Kubernetes components, kubectl,
+# kustomize and CoreDNS from the Go module proxy), then rolled, scaled, drained under
+# load (docs/kubernetes.md). Root and docker; the first run builds the components for
+# most of an hour on 2 cores (cached in ~/.cache/shardhost/kube-VERSION). Not part of
+# make test or CI.
+kube-check:
+	tools/kube/check.sh
 
 clean:
 	rm -rf $(BIN) .shardhost
