@@ -520,14 +520,12 @@ func replayWAL(db *bolt.DB, dir string) (*stateWAL, uint64, error) {
 			return true, tx.Bucket(stateBucketRing).Put(stateWALKey, binary.BigEndian.AppendUint64(nil, last))
 		})
 	}
-	if err == nil {
-		wal.reset()
-		err = wal.preallocate()
-	}
 	if err != nil {
 		_ = wal.close()
 		return nil, 0, fmt.Errorf("write-ahead log: replay: %w", err)
 	}
+	wal.reset()
+	wal.preallocErr = wal.preallocate()
 	return wal, max(after, last), nil
 }
 

@@ -260,6 +260,10 @@ func New(cfg Config) (*Store, error) {
 	}
 	log := cfg.Logger.With("component", "sharding.statestore")
 	disk.log = log
+	if err := disk.wal.preallocErr; err != nil {
+		log.Warn("state store: the write-ahead log could not be preallocated; its appends grow the file instead, each fdatasync writing its size too",
+			"dir", cfg.Dir, "bytes", walPrealloc, "err", err)
+	}
 	restored, err := disk.loadRing()
 	if err != nil {
 		_ = disk.close()

@@ -26,6 +26,7 @@ package replstore
 
 import (
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"io"
 	"os"
@@ -64,6 +65,9 @@ var walCRC = crc32.MakeTable(crc32.Castagnoli)
 type stateWAL struct {
 	f   *os.File
 	off int64
+	// preallocErr is why the file could not be preallocated at open (nil: it was);
+	// the store logs it.
+	preallocErr error
 }
 
 // openWAL opens (or creates) the log in dir.
@@ -144,13 +148,17 @@ func (w *stateWAL) write(buf []byte) error {
 func (w *stateWAL) reset() { w.off = 0 }
 
 // preallocate gives the file walPrealloc bytes (zeros) if it has fewer, and syncs it.
+// A disk without room for them (a small volume) keeps the file at its size (what was
+// written of the zeros is cut off again, to leave the room to the bbolt file) and
+// returns the error: the log works without preallocation, its appends growing the
+// file, and each of their fdatasyncs then writes the file's size too.
 func (w *stateWAL) preallocate() error {
 	fi, err := w.f.Stat()
 	if err != nil || fi.Size() >= walPrealloc {
 		return err
 	}
 	if _, err := w.f.WriteAt(make([]byte, walPrealloc-fi.Size()), fi.Size()); err != nil {
-		return err
+		return errors.Join(err, w.f.Truncate(fi.Size()))
 	}
 	return w.f.Sync()
 }
