@@ -42,7 +42,7 @@ cleanup() {
 	if [ -n "$LOADPID" ]; then kill -TERM "$LOADPID" 2>/dev/null; fi
 	if [ "$rc" -ne 0 ] && [ -d "$D/logs" ]; then
 		mkdir -p /tmp/shardhost-kube-logs
-		cp -r "$D/logs" "$D"/*.txt /tmp/shardhost-kube-logs/ 2>/dev/null
+		cp -r "$D/logs" "$D"/*.txt "$D"/load.out /tmp/shardhost-kube-logs/ 2>/dev/null
 		say "logs kept in /tmp/shardhost-kube-logs"
 	fi
 	if [ -f "$D/pids/events" ]; then kill "$(cat "$D/pids/events")" 2>/dev/null; fi
@@ -163,9 +163,14 @@ settled() { # every pod's state store ring settled (/ready?state=settled), withi
 	for ((i = 0; i < 300; i++)); do
 		out=
 		for p in $(kubectl get pods -l app.kubernetes.io/component=member -o name); do
-			ip=$(kubectl get "$p" -o jsonpath='{.status.podIP}')
-			curl -sf -o /dev/null "http://$ip:8080/ready?state=settled" 2>/dev/null ||
-				out="$out ${p#pod/}: $(curl -s "http://$ip:8080/ready?state=settled" 2>/dev/null | jq -r .reason 2>/dev/null);"
+			# Each command may fail (a pod without an IP yet, an API not listening yet):
+			# that pod is not settled, and the loop goes on (set -e, pipefail).
+			ip=$(kubectl get "$p" -o jsonpath='{.status.podIP}' 2>/dev/null || true)
+			if [ -z "$ip" ]; then
+				out="$out ${p#pod/}: no pod IP;"
+			elif ! curl -sf -o /dev/null "http://$ip:8080/ready?state=settled" 2>/dev/null; then
+				out="$out ${p#pod/}: $(curl -s "http://$ip:8080/ready?state=settled" 2>/dev/null | jq -r .reason 2>/dev/null || echo "no answer");"
+			fi
 		done
 		[ -z "$out" ] && return 0
 		sleep 1
