@@ -260,7 +260,8 @@ kill "$(cat "$D/pids/events")" 2>/dev/null || true
 rm -f "$D/pids/events"
 jq -rs '[.[] | (.items // [.])[]] | group_by(.metadata.uid) | map(last) | .[] | select(.involvedObject.kind == "Pod") | "\(.count // 1)\t\(.reason)\t\(.involvedObject.name)\t\(.message)"' "$D/events.json" >"$D/events.txt" 2>/dev/null || true
 sum() { # REGEX: the events whose "REASON<tab>MESSAGE" matches
-	grep -E "$1" "$D/events.txt" 2>/dev/null | awk -F'\t' '{s += $1} END {print s + 0}'
+	# grep finds none: 0, not a failed pipeline (pipefail) ending the run under set -e.
+	{ grep -E "$1" "$D/events.txt" 2>/dev/null || true; } | awk -F'\t' '{s += $1} END {print s + 0}'
 }
 liveness=$(sum $'\tUnhealthy\t.*\tLiveness probe failed')
 readiness=$(sum $'\tUnhealthy\t.*\tReadiness probe failed')
