@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,7 +62,8 @@ import (
 //	GET  /v1/keys, POST /v1/keys/{install,use,remove} → gossip keys, cluster-wide (keys.go)
 //	GET  /v1/health                      → {"status":"ok","node":A}: an alias of /alive
 //	GET  /alive                          → 200 {"status":"alive","node":A} while the process serves
-//	GET  /ready                          → 200 {"status":"ready",...} or 503 {"status":"not-ready","reason":R,...}
+//	GET  /ready[?state=admitted|settled] → 200 {"status":"ready",...} or 503 {"status":"not-ready","reason":R,...}
+//	  (state= adds a condition on the state store's ring: readyState)
 //	GET  /metrics                        → the metrics in the Prometheus text format
 //	GET  /v1/openapi.json                → this API's OpenAPI 3.1 description (openapi.go)
 //	ANY  /PREFIX/{id}[/...]               → an entity type's HTTP route: the entity's own response (routes.go)
@@ -257,8 +259,74 @@ func (n *Node) Ready() Readiness {
 	return rd
 }
 
+// Conditions GET /ready?state=C adds to Ready's (readyState).
+const (
+	// readyAdmitted: the built-in state store's ring admits this member with its
+	// data directory: it is neither joining (up, not admitted yet) nor replaced (admitted
+	// with a data directory it no longer has). A member that comes up at a new address,
+	// or on a new directory, is so from the handover round that admits it, which also
+	// lets go of the members gone since the last round (replstore: handover rounds).
+	readyAdmitted = "admitted"
+	// readySettled: the ring is settled as this member sees it: it admits exactly
+	// the members up, each with its data directory (no member retained, joining or
+	// replaced; replstore.Ring.Settled).
+	readySettled = "settled"
+)
+
+// readyState adds the state store's condition state (readyAdmitted or
+// readySettled; "" adds none) to rd, a member ready by Ready's conditions: rd with
+// Status not-ready and Reason saying why if the condition does not hold. A state store
+// without a ring (PostgreSQL) always meets both. An unknown condition is
+// ErrBadRequest.
+func (n *Node) readyState(rd Readiness, state string) (Readiness, error) {
+	switch state {
+	case "", readyAdmitted, readySettled:
+	default:
+		return rd, fmt.Errorf("%w: state=%q: want %s or %s", ErrBadRequest, state, readyAdmitted, readySettled)
+	}
+	if state == "" || rd.Status != "ready" {
+		return rd, nil
+	}
+	ring, ok := n.StateRing()
+	if !ok {
+		return rd, nil // no ring: nothing to hand over between members
+	}
+	self := n.Self().Address
+	var joining []string
+	for _, a := range ring.Live {
+		if !slices.Contains(ring.Admitted, a) {
+			joining = append(joining, a)
+		}
+	}
+	switch {
+	case slices.Contains(ring.Replaced, self):
+		rd.Reason = "the state store's ring has admitted this member with another data directory: a handover round admits its new one"
+	case !slices.Contains(ring.Admitted, self):
+		rd.Reason = "the state store's ring has not admitted this member yet: a handover round admits it"
+	case state == readySettled && !ring.Settled:
+		rd.Reason = fmt.Sprintf("the state store's ring is not settled (retained: %s; joining: %s; replaced: %s): a handover round settles it",
+			addrList(ring.Retained), addrList(joining), addrList(ring.Replaced))
+	default:
+		return rd, nil
+	}
+	rd.Status = "not-ready"
+	return rd, nil
+}
+
+// addrList is addrs comma-separated, or "none".
+func addrList(addrs []string) string {
+	if len(addrs) == 0 {
+		return "none"
+	}
+	return strings.Join(addrs, ",")
+}
+
 func (n *Node) apiReady(w http.ResponseWriter, r *http.Request) {
-	rd := n.Ready()
+	rd, err := n.readyState(n.Ready(), r.URL.Query().Get("state"))
+	if err != nil {
+		writeError(w, r, err, http.StatusBadRequest)
+		return
+	}
 	status := http.StatusOK
 	if rd.Status != "ready" {
 		status = http.StatusServiceUnavailable

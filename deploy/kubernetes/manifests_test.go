@@ -116,10 +116,15 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 	if ports["api"] != 8080 || ports["gossip"] != 7946 || ports["transport"] != 7947 {
 		t.Errorf("container ports %v", ports)
 	}
-	for probe, want := range map[*corev1.Probe]string{c.ReadinessProbe: "/ready", c.LivenessProbe: "/alive", c.StartupProbe: "/alive"} {
+	for probe, want := range map[*corev1.Probe]string{c.ReadinessProbe: "/ready?state=admitted", c.LivenessProbe: "/alive", c.StartupProbe: "/alive"} {
 		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || probe.HTTPGet.Port.String() != "api" {
 			t.Errorf("probe %+v, want GET %s on the api port", probe, want)
 		}
+	}
+	// Clients reach ready members only: a member back at a new pod IP gets traffic once
+	// the state store's ring admits it (the readiness probe's state=admitted).
+	if m.api.Spec.PublishNotReadyAddresses {
+		t.Errorf("the API Service publishes not-ready addresses")
 	}
 	if m.api.Spec.Ports[0].TargetPort.String() != "api" {
 		t.Errorf("the API Service targets %v", m.api.Spec.Ports[0].TargetPort)

@@ -7,8 +7,9 @@
 #   2. the examples deployed through the API Service;
 #   3. under load from two senders asking counters through the API Service
 #      (tools/kube/load, the journal checkpoint policy): a rollout restart, a scale to 5
-#      and back to 3, the coordinator's pod deleted, and a drain of the node, which the
-#      PodDisruptionBudget must block after one eviction;
+#      and back to 3 one member at a time, the coordinator's pod deleted, and a drain of
+#      the node, which the PodDisruptionBudget must block after one eviction; after each
+#      step every member's state store ring must settle (/ready?state=settled);
 #   4. what the probes, the preStop leave and the grace period did, from the events.
 #
 # The last line: kube-check: N acked, N lost, N failed, p99 D. Exits non-zero when a step
@@ -41,7 +42,7 @@ cleanup() {
 	if [ -n "$LOADPID" ]; then kill -TERM "$LOADPID" 2>/dev/null; fi
 	if [ "$rc" -ne 0 ] && [ -d "$D/logs" ]; then
 		mkdir -p /tmp/shardhost-kube-logs
-		cp -r "$D/logs" "$D"/*.txt /tmp/shardhost-kube-logs/ 2>/dev/null
+		cp -r "$D/logs" "$D"/*.txt "$D"/load.out /tmp/shardhost-kube-logs/ 2>/dev/null
 		say "logs kept in /tmp/shardhost-kube-logs"
 	fi
 	if [ -f "$D/pids/events" ]; then kill "$(cat "$D/pids/events")" 2>/dev/null; fi
@@ -157,9 +158,30 @@ one_cluster() { # N: every pod sees the same N members up
 	die "the pods do not see one cluster of $n members"
 }
 
+settled() { # every pod's state store ring settled (/ready?state=settled), within 300 s
+	local i p ip out
+	for ((i = 0; i < 300; i++)); do
+		out=
+		for p in $(kubectl get pods -l app.kubernetes.io/component=member -o name); do
+			# Each command may fail (a pod without an IP yet, an API not listening yet):
+			# that pod is not settled, and the loop goes on (set -e, pipefail).
+			ip=$(kubectl get "$p" -o jsonpath='{.status.podIP}' 2>/dev/null || true)
+			if [ -z "$ip" ]; then
+				out="$out ${p#pod/}: no pod IP;"
+			elif ! curl -sf -o /dev/null "http://$ip:8080/ready?state=settled" 2>/dev/null; then
+				out="$out ${p#pod/}: $(curl -s "http://$ip:8080/ready?state=settled" 2>/dev/null | jq -r .reason 2>/dev/null || echo "no answer");"
+			fi
+		done
+		[ -z "$out" ] && return 0
+		sleep 1
+	done
+	die "the state store's ring did not settle in 300 s:$out"
+}
+
 start=$(date +%s)
 ready 3
 one_cluster 3
+settled
 say "3 pods ready, one cluster of 3 through DNS discovery, in $(($(date +%s) - start)) s"
 kubectl logs shardhost-0 | grep -i 'dns\|discover\|contact' | head -5 >"$D/discovery.txt" || true
 
@@ -178,6 +200,7 @@ kubectl rollout restart statefulset/shardhost >/dev/null
 kubectl rollout status statefulset/shardhost --timeout=900s >/dev/null || die "the rollout restart did not finish"
 ready 3
 one_cluster 3
+settled
 say "rollout restart done in $(($(date +%s) - t0)) s"
 
 say "kubectl scale --replicas=5"
@@ -185,11 +208,17 @@ t0=$(date +%s)
 kubectl scale statefulset/shardhost --replicas=5 >/dev/null
 ready 5
 one_cluster 5
-say "kubectl scale --replicas=3"
-kubectl scale statefulset/shardhost --replicas=3 >/dev/null
-ready 3
-one_cluster 3
-say "scaled 3 -> 5 -> 3 in $(($(date +%s) - t0)) s"
+settled
+# One at a time: podManagementPolicy Parallel removes every condemned pod at once, and a
+# handover round lets go of one gone member of three replicas only (statefulset.yaml).
+for n in 4 3; do
+	say "kubectl scale --replicas=$n"
+	kubectl scale statefulset/shardhost --replicas=$n >/dev/null
+	ready $n
+	one_cluster $n
+	settled
+done
+say "scaled 3 -> 5 -> 4 -> 3 in $(($(date +%s) - t0)) s"
 
 # The shard coordinator is a singleton on the oldest member up (docs/sharding.md).
 oldest=$(curl -sf -H "Authorization: Bearer $admin" "http://$(kubectl get pod shardhost-0 -o jsonpath='{.status.podIP}'):8080/v1/cluster" |
@@ -202,6 +231,7 @@ kubectl delete pod "$coord" >/dev/null
 sleep 2
 ready 3
 one_cluster 3
+settled
 say "the coordinator's pod deleted and back in $(($(date +%s) - t0)) s"
 
 say "kubectl drain $KUBE_NODE --disable-eviction=false (the PDB must block it after one eviction)"
@@ -216,6 +246,7 @@ say "drain blocked by the PDB after $evicted eviction(s) in $(($(date +%s) - t0)
 kubectl uncordon "$KUBE_NODE" >/dev/null
 ready 3
 one_cluster 3
+settled
 [ "$evicted" = 1 ] || die "the drain evicted $evicted pods, the PDB allows 1"
 sleep 10
 
@@ -229,7 +260,8 @@ kill "$(cat "$D/pids/events")" 2>/dev/null || true
 rm -f "$D/pids/events"
 jq -rs '[.[] | (.items // [.])[]] | group_by(.metadata.uid) | map(last) | .[] | select(.involvedObject.kind == "Pod") | "\(.count // 1)\t\(.reason)\t\(.involvedObject.name)\t\(.message)"' "$D/events.json" >"$D/events.txt" 2>/dev/null || true
 sum() { # REGEX: the events whose "REASON<tab>MESSAGE" matches
-	grep -E "$1" "$D/events.txt" 2>/dev/null | awk -F'\t' '{s += $1} END {print s + 0}'
+	# grep finds none: 0, not a failed pipeline (pipefail) ending the run under set -e.
+	{ grep -E "$1" "$D/events.txt" 2>/dev/null || true; } | awk -F'\t' '{s += $1} END {print s + 0}'
 }
 liveness=$(sum $'\tUnhealthy\t.*\tLiveness probe failed')
 readiness=$(sum $'\tUnhealthy\t.*\tReadiness probe failed')
