@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"time"
 
@@ -172,6 +173,12 @@ type Core struct {
 	// have been delayed). MajorityContact is computed from them.
 	hbSent  map[uint64]time.Time
 	contact map[UniqueAddress]time.Time
+	// ring is the heartbeat ring of the members in ringSet (heartbeatRing).
+	ring    heartbeatRing
+	ringSet map[UniqueAddress]struct{}
+	// nodes are the members of nodeSet in order (sortedNodes).
+	nodes   []UniqueAddress
+	nodeSet map[UniqueAddress]struct{}
 	// lastNow is the time of the latest Tick or Step: self's own contact.
 	lastNow    time.Time
 	lastGossip time.Time
@@ -277,12 +284,37 @@ func (c *Core) gossipTargets() []UniqueAddress {
 		mine[s] = true
 	}
 	var out []UniqueAddress
-	for _, m := range c.gossip.sortedMembers() {
-		if m.Node != c.self() && !mine[m.Node] {
-			out = append(out, m.Node)
+	for _, n := range c.sortedNodes() {
+		if n != c.self() && !mine[n] {
+			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// sortedNodes returns the members' unique addresses in order, sorted again only when
+// the set of members has changed (a sorted copy of the members on every gossip round
+// was most of a round's CPU, docs/scale.md). The caller must not change the slice.
+func (c *Core) sortedNodes() []UniqueAddress {
+	same := c.nodeSet != nil && len(c.nodeSet) == len(c.gossip.members)
+	if same {
+		for n := range c.gossip.members {
+			if _, same = c.nodeSet[n]; !same {
+				break
+			}
+		}
+	}
+	if same {
+		return c.nodes
+	}
+	c.nodes = make([]UniqueAddress, 0, len(c.gossip.members))
+	c.nodeSet = make(map[UniqueAddress]struct{}, len(c.gossip.members))
+	for n := range c.gossip.members {
+		c.nodes = append(c.nodes, n)
+		c.nodeSet[n] = struct{}{}
+	}
+	slices.SortFunc(c.nodes, UniqueAddress.compare)
+	return c.nodes
 }
 
 func (c *Core) heartbeats(now time.Time) []Outbound {
@@ -290,14 +322,8 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 		return nil
 	}
 	c.lastHeartbeat = now
-	var nodes []UniqueAddress
-	for _, m := range c.gossip.members {
-		if m.Status != StatusDown {
-			nodes = append(nodes, m.Node)
-		}
-	}
 	unreachable := c.gossip.unreachableSet()
-	receivers := newHeartbeatRing(nodes).receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
+	receivers := c.heartbeatRing().receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
 	keep := map[UniqueAddress]bool{}
 	c.hbSeq++
 	c.hbSent[c.hbSeq] = now
@@ -325,6 +351,35 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 		}
 	}
 	return out
+}
+
+// heartbeatRing returns the ring of the members that are not down, built again only
+// when that set has changed: sorting it on every heartbeat round cost each member
+// O(n log n) a second (docs/scale.md).
+func (c *Core) heartbeatRing() heartbeatRing {
+	count, same := 0, c.ringSet != nil
+	for n, m := range c.gossip.members {
+		if m.Status == StatusDown {
+			continue
+		}
+		count++
+		if same {
+			_, same = c.ringSet[n]
+		}
+	}
+	if same && count == len(c.ringSet) {
+		return c.ring
+	}
+	nodes := make([]UniqueAddress, 0, count)
+	set := make(map[UniqueAddress]struct{}, count)
+	for n, m := range c.gossip.members {
+		if m.Status != StatusDown {
+			nodes = append(nodes, n)
+			set[n] = struct{}{}
+		}
+	}
+	c.ring, c.ringSet = newHeartbeatRing(nodes), set
+	return c.ring
 }
 
 // checkReachability updates self's reachability record from the failure detectors.
@@ -742,10 +797,15 @@ func (c *Core) onStatus(m Message) []Outbound {
 	for _, s := range m.Seen {
 		remoteSeen[s] = true
 	}
+	// One copy for all the additions, not one per member seen (docs/scale.md).
 	g := c.gossip
+	copied := false
 	for s := range remoteSeen {
 		if _, ok := g.members[s]; ok && !g.seen[s] {
-			g = g.seenBy(s)
+			if !copied {
+				g, copied = g.clone(), true
+			}
+			g.seen[s] = true
 		}
 	}
 	c.gossip = g.seenBy(c.self())

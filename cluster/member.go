@@ -70,7 +70,21 @@ type Member struct {
 // UID identifies one incarnation of a member. Its text form is 16 hex digits.
 type UID uint64
 
-func (u UID) String() string { return fmt.Sprintf("%016x", uint64(u)) }
+func (u UID) String() string {
+	var b [16]byte
+	u.appendHex(b[:0])
+	return string(b[:])
+}
+
+// appendHex appends the 16 hex digits of u to b (String without fmt: the vector clock
+// and the heartbeat ring name members by it on every change, docs/scale.md).
+func (u UID) appendHex(b []byte) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[(uint64(u)>>shift)&0xf])
+	}
+	return b
+}
 
 // MarshalText writes the UID as 16 hex digits.
 func (u UID) MarshalText() ([]byte, error) { return []byte(u.String()), nil }

@@ -1,6 +1,9 @@
 package cluster
 
-import "sort"
+import (
+	"cmp"
+	"slices"
+)
 
 // heartbeatRing orders members on a ring by a hash of their unique address, the same on
 // every member (the spec: "the nodes to monitor are picked out of neighbors in a hashed
@@ -9,9 +12,16 @@ type heartbeatRing struct {
 	nodes []UniqueAddress // sorted by ringHash
 }
 
+// ringHash is FNV-1a of u.String() ("address#uid"), computed without building the
+// string: every member must order the ring the same way, across versions too.
 func ringHash(u UniqueAddress) uint64 {
 	h := fnvOffset
-	for _, b := range []byte(u.String()) {
+	for i := 0; i < len(u.Address); i++ {
+		h ^= uint64(u.Address[i])
+		h *= fnvPrime
+	}
+	var buf [17]byte
+	for _, b := range u.UID.appendHex(append(buf[:0], '#')) {
 		h ^= uint64(b)
 		h *= fnvPrime
 	}
@@ -24,14 +34,25 @@ const (
 )
 
 func newHeartbeatRing(nodes []UniqueAddress) heartbeatRing {
-	out := append([]UniqueAddress(nil), nodes...)
-	sort.Slice(out, func(i, j int) bool {
-		hi, hj := ringHash(out[i]), ringHash(out[j])
-		if hi != hj {
-			return hi < hj
+	// Each hash once, not twice per comparison (docs/scale.md).
+	type hashed struct {
+		h uint64
+		n UniqueAddress
+	}
+	hs := make([]hashed, len(nodes))
+	for i, n := range nodes {
+		hs[i] = hashed{ringHash(n), n}
+	}
+	slices.SortFunc(hs, func(a, b hashed) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
 		}
-		return out[i].Less(out[j])
+		return a.n.compare(b.n)
 	})
+	out := make([]UniqueAddress, len(hs))
+	for i, x := range hs {
+		out[i] = x.n
+	}
 	return heartbeatRing{nodes: out}
 }
 
