@@ -142,6 +142,13 @@ type Message struct {
 	Seen    []UniqueAddress `cbor:"6,keyasint,omitempty"`
 	// Seq numbers heartbeats.
 	Seq uint64 `cbor:"7,keyasint,omitempty"`
+	// SeenBits is the seen set of a status as one bit per member of the state, in
+	// address order (bit i of byte i/8, lowest first), sent instead of Seen: it means
+	// something only to a member whose state has the same version, which holds the
+	// same members. n/8 bytes rather than every seen member's address: the status is
+	// most of the gossip at rest (docs/scale.md). Members that know only Seen ignore
+	// it and answer with their own status.
+	SeenBits []byte `cbor:"8,keyasint,omitempty"`
 }
 
 // Outbound is a message a Core asks its caller to send: to a member's address
@@ -599,14 +606,8 @@ func (c *Core) exit(reason string) {
 // gossipRound picks a member and sends it the state (or, while converged, only the
 // state's version), following the spec's speed-up rules.
 func (c *Core) gossipRound(now time.Time) []Outbound {
-	seen := 0
-	for _, m := range c.gossip.members {
-		if c.gossip.seen[m.Node] {
-			seen++
-		}
-	}
 	interval := c.cfg.GossipInterval
-	if seen*2 < len(c.gossip.members) {
+	if c.speedUp() {
 		interval /= 3
 	}
 	if !c.lastGossip.IsZero() && now.Sub(c.lastGossip) < interval {
@@ -632,10 +633,31 @@ func (c *Core) gossipRound(now time.Time) []Outbound {
 			target = unseen[c.rng.Intn(len(unseen))]
 		}
 	}
-	if converged {
+	if converged || c.gossip.seen[target] {
+		// A member that has seen the current version needs only the seen set (Akka's
+		// gossipTo: a status to a member in the seen set, the state to the others).
 		return []Outbound{c.statusTo(target)}
 	}
 	return []Outbound{c.gossipTo(target)}
+}
+
+// speedUp reports whether gossip rounds come three times as often: while a member that
+// self reaches (and that is not down or exiting) has not seen the current version.
+// Akka speeds up only while fewer than half have seen it; the second half then took a
+// round a second for each doubling of the seen set, and a join at 300 members two such
+// tails (docs/scale.md). At rest every member has seen it, and rounds are at the
+// interval.
+func (c *Core) speedUp() bool {
+	mine := c.gossip.reachability[c.self()].Unreachable
+	for n, m := range c.gossip.members {
+		if c.gossip.seen[n] || m.Status == StatusDown || m.Status == StatusExiting {
+			continue
+		}
+		if !slices.Contains(mine, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // gossipToAll returns the state for every reachable member: what a member that left
@@ -654,7 +676,38 @@ func (c *Core) gossipTo(to UniqueAddress) Outbound {
 }
 
 func (c *Core) statusTo(to UniqueAddress) Outbound {
-	return Outbound{To: to, Msg: Message{Kind: msgGossipStatus, From: c.self(), Version: c.gossip.version, Seen: sortedSet(c.gossip.seen)}}
+	nodes := c.sortedNodes()
+	bits := make([]byte, (len(nodes)+7)/8)
+	for i, n := range nodes {
+		if c.gossip.seen[n] {
+			bits[i/8] |= 1 << (i % 8)
+		}
+	}
+	return Outbound{To: to, Msg: Message{Kind: msgGossipStatus, From: c.self(), Version: c.gossip.version, SeenBits: bits}}
+}
+
+// statusSeen returns the seen set a status carries, read against this member's state,
+// which has the status's version: from SeenBits, or from Seen (a member that sends
+// only that). Bits that do not fit the state's members count as nothing seen: the
+// answer then carries this member's whole seen set.
+func (c *Core) statusSeen(m Message) map[UniqueAddress]bool {
+	out := map[UniqueAddress]bool{}
+	for _, s := range m.Seen {
+		out[s] = true
+	}
+	if m.SeenBits == nil {
+		return out
+	}
+	nodes := c.sortedNodes()
+	if len(m.SeenBits) != (len(nodes)+7)/8 {
+		return out
+	}
+	for i, n := range nodes {
+		if m.SeenBits[i/8]&(1<<(i%8)) != 0 {
+			out[n] = true
+		}
+	}
+	return out
 }
 
 // EncodeMessage encodes a Core's message for the wire (CBOR).
@@ -776,8 +829,14 @@ func (c *Core) onGossip(from UniqueAddress, remote gossipState, welcome bool) []
 		return nil
 	case c.gossip.version.Compare(remote.version) != orderSame:
 		return []Outbound{c.gossipTo(from)}
-	case !remote.seen[c.self()]:
-		return []Outbound{c.statusTo(from)}
+	}
+	// The same version: the sender lacks at least self in its seen set, or another
+	// member this one knows has seen it; the union goes back, so that one exchange
+	// leaves both with it (push-pull: the seen set then fills in about half the rounds).
+	for s := range c.gossip.seen {
+		if !remote.seen[s] {
+			return []Outbound{c.statusTo(from)}
+		}
 	}
 	return nil
 }
@@ -793,10 +852,7 @@ func (c *Core) onStatus(m Message) []Outbound {
 		return []Outbound{c.statusTo(m.From)} // the sender answers with its newer state
 	}
 	// Same version: unite the seen sets, and tell the sender if it lacks something.
-	remoteSeen := map[UniqueAddress]bool{}
-	for _, s := range m.Seen {
-		remoteSeen[s] = true
-	}
+	remoteSeen := c.statusSeen(m)
 	// One copy for all the additions, not one per member seen (docs/scale.md).
 	g := c.gossip
 	copied := false
