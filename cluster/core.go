@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math/rand"
+	"reflect"
 	"slices"
 	"sort"
 	"time"
@@ -183,9 +184,13 @@ type Core struct {
 	// ring is the heartbeat ring of the members in ringSet (heartbeatRing).
 	ring    heartbeatRing
 	ringSet map[UniqueAddress]struct{}
-	// nodes are the members of nodeSet in order (sortedNodes).
+	// nodes are the members of nodeSet in order (sortedNodes); nodesOf is the members
+	// map they were last found equal to.
 	nodes   []UniqueAddress
 	nodeSet map[UniqueAddress]struct{}
+	nodesOf map[UniqueAddress]gossipMember
+	// derived holds what is computed from the state on every tick (derivedState).
+	derived derived
 	// lastNow is the time of the latest Tick or Step: self's own contact.
 	lastNow    time.Time
 	lastGossip time.Time
@@ -303,6 +308,10 @@ func (c *Core) gossipTargets() []UniqueAddress {
 // the set of members has changed (a sorted copy of the members on every gossip round
 // was most of a round's CPU, docs/scale.md). The caller must not change the slice.
 func (c *Core) sortedNodes() []UniqueAddress {
+	if c.nodesOf != nil && sameMap(c.nodesOf, c.gossip.members) {
+		return c.nodes
+	}
+	c.nodesOf = c.gossip.members
 	same := c.nodeSet != nil && len(c.nodeSet) == len(c.gossip.members)
 	if same {
 		for n := range c.gossip.members {
@@ -329,7 +338,7 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 		return nil
 	}
 	c.lastHeartbeat = now
-	unreachable := c.gossip.unreachableSet()
+	unreachable := c.derivedState().unreachable
 	receivers := c.heartbeatRing().receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
 	keep := map[UniqueAddress]bool{}
 	c.hbSeq++
@@ -358,6 +367,42 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 		}
 	}
 	return out
+}
+
+// derived is what Tick and View compute from the state: the unreachable set, the
+// leader and convergence as self sees them, for the state whose maps it names.
+type derived struct {
+	members      map[UniqueAddress]gossipMember
+	reachability map[UniqueAddress]observerRecord
+	seen         map[UniqueAddress]bool
+
+	unreachable map[UniqueAddress]bool // read only
+	leader      UniqueAddress
+	hasLeader   bool
+	converged   bool
+}
+
+// derivedState returns the unreachable set, the leader and convergence of the current
+// state, computed again only when the state has changed. States are never changed in
+// place (every change makes new maps), so the same maps are the same state; the cache
+// holds them, so their memory is not reused for another state. Each is O(members),
+// and every tick asked for them several times: at 300 members the leader alone was a
+// seventh of the CPU (docs/scale.md).
+func (c *Core) derivedState() *derived {
+	d := &c.derived
+	g := c.gossip
+	if d.members != nil && sameMap(d.members, g.members) && sameMap(d.reachability, g.reachability) && sameMap(d.seen, g.seen) {
+		return d
+	}
+	*d = derived{members: g.members, reachability: g.reachability, seen: g.seen, unreachable: g.unreachableSet()}
+	d.leader, d.hasLeader = g.leaderGiven(c.self(), d.unreachable)
+	d.converged = g.convergedGiven(c.self(), d.unreachable)
+	return d
+}
+
+// sameMap reports whether a and b are the same map (not merely equal).
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // heartbeatRing returns the ring of the members that are not down, built again only
@@ -428,8 +473,8 @@ func (c *Core) checkReachability(now time.Time) {
 // the minimum number of members is there), leaving → exiting, exiting → removed and
 // down → removed.
 func (c *Core) leaderActions(now time.Time) {
-	leader, ok := c.gossip.leader(c.self())
-	if !ok || leader != c.self() || !c.gossip.converged(c.self()) {
+	d := c.derivedState()
+	if !d.hasLeader || d.leader != c.self() || !d.converged {
 		return
 	}
 	g := c.gossip
@@ -522,8 +567,7 @@ func (c *Core) resolveSplitBrain(now time.Time) {
 	if sig == "" || now.Sub(c.sbrSince) < c.cfg.SBRStableAfter {
 		return
 	}
-	leader, ok := c.gossip.leader(c.self())
-	if !ok || leader != c.self() {
+	if d := c.derivedState(); !d.hasLeader || d.leader != c.self() {
 		return
 	}
 	// Decide only on a state every member counted on this side has seen (Akka's
@@ -620,7 +664,7 @@ func (c *Core) gossipRound(now time.Time) []Outbound {
 		return nil
 	}
 	c.lastGossip = now
-	converged := c.gossip.converged(c.self())
+	converged := c.derivedState().converged
 	target := targets[c.rng.Intn(len(targets))]
 	if !converged && c.rng.Float64() < c.cfg.GossipDifferentViewProbability {
 		var unseen []UniqueAddress
@@ -989,10 +1033,10 @@ func (c *Core) View() View {
 	if !c.joined {
 		return v
 	}
-	v.Leader, v.HasLeader = c.gossip.leader(c.self())
-	v.Converged = c.gossip.converged(c.self())
+	d := c.derivedState()
+	v.Leader, v.HasLeader, v.Converged = d.leader, d.hasLeader, d.converged
 	v.MajorityContact = c.majorityContact()
-	unreachable := c.gossip.unreachableSet() // once, not a scan of every record per member
+	unreachable := d.unreachable // once, not a scan of every record per member
 	for _, m := range c.gossip.sortedMembers() {
 		v.Members = append(v.Members, Member{
 			Address:       m.Node.Address,

@@ -372,7 +372,11 @@ func (g gossipState) unreachableSet() map[UniqueAddress]bool {
 // of each member of a sorted copy scanned every observer's record for each, O(members²)
 // on every tick (leaderActions and View call it; docs/scale.md).
 func (g gossipState) leader(self UniqueAddress) (UniqueAddress, bool) {
-	unreachable := g.unreachableSet()
+	return g.leaderGiven(self, g.unreachableSet())
+}
+
+// leaderGiven is leader with the unreachable set already computed.
+func (g gossipState) leaderGiven(self UniqueAddress, unreachable map[UniqueAddress]bool) (UniqueAddress, bool) {
 	var best, fallback UniqueAddress
 	var haveBest, haveFallback bool
 	for _, m := range g.members {
@@ -399,7 +403,12 @@ func (g gossipState) leader(self UniqueAddress) (UniqueAddress, bool) {
 // converged reports gossip convergence as self sees it: every unreachable member is
 // down or exiting, and every up or leaving member has seen the current version.
 func (g gossipState) converged(self UniqueAddress) bool {
-	for node := range g.unreachableSet() {
+	return g.convergedGiven(self, g.unreachableSet())
+}
+
+// convergedGiven is converged with the unreachable set already computed.
+func (g gossipState) convergedGiven(self UniqueAddress, unreachable map[UniqueAddress]bool) bool {
+	for node := range unreachable {
 		if node == self {
 			continue
 		}
