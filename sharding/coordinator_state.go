@@ -133,7 +133,8 @@ func (c *coordinator) recover(gen uint64) {
 		c.mu.Unlock()
 		return
 	}
-	c.alloc, c.maxEpoch, c.known = alloc, maxEpoch, known
+	c.setAllAllocLocked(alloc)
+	c.maxEpoch, c.known = maxEpoch, known
 	c.incarnation = map[string]cluster.UID{}
 	for _, shardsOf := range alloc {
 		for _, a := range shardsOf {
