@@ -47,6 +47,8 @@ type coordinator struct {
 	leaving     map[string]bool     // regions that said they are leaving
 	rebalancing map[string]map[int]bool
 	typesSaved  map[string]bool // types recorded in coordinatorTypesKey
+	// bucketsSaved holds, per type, the buckets recorded in coordinatorBucketsKey.
+	bucketsSaved map[string]map[int]bool
 	// known holds every shard ever allocated, per type: the shards of types that
 	// remember entities are allocated again at once when they lose their home.
 	known map[string]map[int]bool
@@ -93,6 +95,7 @@ func (c *coordinator) reset() {
 	c.leaving = map[string]bool{}
 	c.rebalancing = map[string]map[int]bool{}
 	c.typesSaved = map[string]bool{}
+	c.bucketsSaved = map[string]map[int]bool{}
 	c.known = map[string]map[int]bool{}
 	c.incarnation = map[string]cluster.UID{}
 }
