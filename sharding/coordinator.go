@@ -32,17 +32,23 @@ type allocation struct {
 type coordinator struct {
 	s *Sharding
 
-	mu          sync.Mutex
-	active      bool
-	recovering  bool
-	gen         uint64 // bumped whenever activity changes; stale work is dropped
-	alloc       map[string]map[int]allocation
+	mu         sync.Mutex
+	active     bool
+	recovering bool
+	gen        uint64 // bumped whenever activity changes; stale work is dropped
+	alloc      map[string]map[int]allocation
+	// index counts, per type and region, the shards of alloc and tentative there
+	// (coordinator_index.go); changed only through setAllocLocked, deleteAllocLocked,
+	// setAllAllocLocked and the tentative's helpers.
+	index       shardIndex
 	maxEpoch    map[string]uint64
 	inflight    map[shardRef][]func(shardHome, error)
 	tentative   map[shardRef]string // decided, not yet hosted: counted by the strategy
 	leaving     map[string]bool     // regions that said they are leaving
 	rebalancing map[string]map[int]bool
 	typesSaved  map[string]bool // types recorded in coordinatorTypesKey
+	// bucketsSaved holds, per type, the buckets recorded in coordinatorBucketsKey.
+	bucketsSaved map[string]map[int]bool
 	// known holds every shard ever allocated, per type: the shards of types that
 	// remember entities are allocated again at once when they lose their home.
 	known map[string]map[int]bool
@@ -82,12 +88,14 @@ func newCoordinator(s *Sharding) *coordinator {
 
 func (c *coordinator) reset() {
 	c.alloc = map[string]map[int]allocation{}
+	c.index = shardIndex{}
 	c.maxEpoch = map[string]uint64{}
 	c.inflight = map[shardRef][]func(shardHome, error){}
 	c.tentative = map[shardRef]string{}
 	c.leaving = map[string]bool{}
 	c.rebalancing = map[string]map[int]bool{}
 	c.typesSaved = map[string]bool{}
+	c.bucketsSaved = map[string]map[int]bool{}
 	c.known = map[string]map[int]bool{}
 	c.incarnation = map[string]cluster.UID{}
 }
@@ -242,17 +250,10 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 	}
 	c.inflight[ref] = []func(shardHome, error){cb}
 	settings := c.s.typeSettings(ref.Type)
+	// Every candidate with the shards allocated there, tentative ones included, from the
+	// index: O(members) a decision, not O(shards).
 	current := c.candidatesLocked(members, settings)
-	for shardID, a := range c.alloc[ref.Type] {
-		if _, ok := current[a.region]; ok {
-			current[a.region] = append(current[a.region], shardID)
-		}
-	}
-	for other, home := range c.tentative {
-		if _, ok := current[home]; other.Type == ref.Type && ok {
-			current[home] = append(current[home], other.Shard)
-		}
-	}
+	c.index.fill(ref.Type, current, c.s.cfg.Strategy != nil)
 	gen := c.gen
 	region, err := strategyFor(settings, c.s.cfg.Strategy, c.s.cfg.MaxSimultaneousRebalance).AllocateShard(requester, ref.Shard, current)
 	var epoch uint64
@@ -262,6 +263,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 	}
 	if err == nil {
 		c.tentative[ref] = region
+		c.index.add(ref.Type, region, indexSlot{shard: ref.Shard, tentative: true})
 		epoch = nextEpoch(c.maxEpoch[ref.Type], c.s.cfg.Membership.Self().UID)
 		c.maxEpoch[ref.Type] = epoch
 	}
@@ -314,10 +316,7 @@ func (c *coordinator) getShardHome(ctx context.Context, ref shardRef, cb func(sh
 			if err == nil || unknown {
 				c.mu.Lock()
 				if gen == c.gen {
-					if c.alloc[ref.Type] == nil {
-						c.alloc[ref.Type] = map[int]allocation{}
-					}
-					c.alloc[ref.Type][ref.Shard] = allocation{region, epoch}
+					c.setAllocLocked(ref.Type, ref.Shard, allocation{region, epoch})
 					c.knowLocked(ref.Type, ref.Shard)
 					if unknown {
 						c.noteIncarnationLocked(region, members) // no answer: no proof of the process there
@@ -342,7 +341,10 @@ func (c *coordinator) finish(ref shardRef, home shardHome, err error) {
 	c.mu.Lock()
 	waiters := c.inflight[ref]
 	delete(c.inflight, ref)
-	delete(c.tentative, ref)
+	if region, ok := c.tentative[ref]; ok {
+		c.index.remove(ref.Type, region, indexSlot{shard: ref.Shard, tentative: true})
+		delete(c.tentative, ref)
+	}
 	c.mu.Unlock()
 	if err != nil {
 		home = shardHome{}
@@ -449,7 +451,7 @@ func (c *coordinator) shardStopped(ref shardRef) {
 	a, ok := c.alloc[ref.Type][ref.Shard]
 	drop := ok && (ref.Requester == "" || a.region == ref.Requester)
 	if drop {
-		delete(c.alloc[ref.Type], ref.Shard)
+		c.deleteAllocLocked(ref.Type, ref.Shard)
 		c.s.log.Debug("shard handed off", "shard", ref.String(), "from", a.region)
 	}
 	active := c.active
@@ -507,7 +509,7 @@ func (c *coordinator) hostedByLocked(region string, uid cluster.UID, ref shardRe
 	for typ, shards := range c.alloc {
 		for id, a := range shards {
 			if a.region == region && (typ != ref.Type || id != ref.Shard) {
-				delete(shards, id)
+				c.deleteAllocLocked(typ, id)
 				dropped++
 			}
 		}
@@ -584,10 +586,10 @@ func (c *coordinator) forgetReplacedLocked(members []cluster.Member) {
 		}
 		delete(c.incarnation, region)
 		dropped := 0
-		for _, shards := range c.alloc {
+		for typ, shards := range c.alloc {
 			for id, a := range shards {
 				if a.region == region {
-					delete(shards, id)
+					c.deleteAllocLocked(typ, id)
 					dropped++
 				}
 			}
@@ -641,10 +643,10 @@ func (c *coordinator) forgetRegions(gone func(region string, incarnation cluster
 		}
 	}
 	dropped := false
-	for _, shards := range c.alloc {
+	for typ, shards := range c.alloc {
 		for id, a := range shards {
 			if isGone(a.region) {
-				delete(shards, id)
+				c.deleteAllocLocked(typ, id)
 				dropped = true
 			}
 		}

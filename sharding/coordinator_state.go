@@ -26,11 +26,54 @@ type DData interface {
 }
 
 // Keys of the coordinator's state in distributed data: the set of entity types with
-// allocations, and per type an LWWMap shard → "region|epoch" (region empty: not
-// allocated). Entries are never removed, so the highest epoch is always known.
-const coordinatorTypesKey = "sharding-coordinator-types"
+// allocations (coordinatorTypesKey); per type, the set of its buckets with allocations
+// (coordinatorBucketsKey), and per bucket of coordinatorBucketShards shards an LWWMap
+// shard → "region|epoch" (region empty: not allocated; coordinatorBucketKey). Entries
+// are never removed, so the highest epoch is always known.
+//
+// One map per type held every shard before: about 82 bytes a shard encoded, so 100,000
+// shards came to 98.8% of the transport's frame limit, and every write cost each replica
+// O(shards) (the map copied, its whole encoding digested). A bucket keeps both at
+// O(coordinatorBucketShards) and is read back in parallel with the others
+// (docs/scale.md). The map of the former layout (coordinatorKey) is still read, and
+// merged with the buckets by epoch (mergeAllocation), so that the state written before
+// is recovered; it is no longer written.
+const (
+	coordinatorTypesKey     = "sharding-coordinator-types"
+	coordinatorBucketShards = 1000
+	// coordinatorReadParallel bounds the buckets read at once by a recovering coordinator.
+	coordinatorReadParallel = 16
+)
 
+// coordinatorKey is the former layout's map of every shard of a type: read, not written.
 func coordinatorKey(typ string) string { return "sharding-coordinator:" + typ }
+
+// coordinatorBucketsKey is the GSet of a type's buckets (decimal numbers) with allocations.
+func coordinatorBucketsKey(typ string) string { return "sharding-coordinator-buckets:" + typ }
+
+// coordinatorBucketKey is the LWWMap of the shards of typ in bucket (shard /
+// coordinatorBucketShards).
+func coordinatorBucketKey(typ string, bucket int) string {
+	return "sharding-coordinator@" + strconv.Itoa(bucket) + ":" + typ
+}
+
+// mergeAllocation returns which of two records of one shard's allocation stands: the
+// higher epoch, and at one epoch the record without region (a handoff recorded after
+// the allocation it ends, which keeps the allocation's epoch).
+func mergeAllocation(a, b allocation) allocation {
+	switch {
+	case a.epoch != b.epoch:
+		if a.epoch > b.epoch {
+			return a
+		}
+		return b
+	case a.region == "" || b.region == "":
+		return allocation{"", a.epoch}
+	case a.region < b.region: // not expected: one epoch is given once; decided alike everywhere
+		return a
+	}
+	return b
+}
 
 // recover rebuilds the allocations: from distributed data (ReadMajority; retried until
 // it succeeds, as a coordinator that cannot read its state must not allocate), then
@@ -133,7 +176,8 @@ func (c *coordinator) recover(gen uint64) {
 		c.mu.Unlock()
 		return
 	}
-	c.alloc, c.maxEpoch, c.known = alloc, maxEpoch, known
+	c.setAllAllocLocked(alloc)
+	c.maxEpoch, c.known = maxEpoch, known
 	c.incarnation = map[string]cluster.UID{}
 	for _, shardsOf := range alloc {
 		for _, a := range shardsOf {
@@ -197,7 +241,9 @@ func (c *coordinator) retryRead(gen uint64, what string, read func() error) bool
 	}
 }
 
-// readState reads the coordinator's state from distributed data with ReadMajority.
+// readState reads the coordinator's state from distributed data with ReadMajority: the
+// types, each type's buckets (in parallel, at most coordinatorReadParallel at once) and
+// the former layout's map of the type, merged by mergeAllocation.
 func (c *coordinator) readState() (map[string]map[int]allocation, map[string]uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
 	defer cancel()
@@ -215,60 +261,138 @@ func (c *coordinator) readState() (map[string]map[int]allocation, map[string]uin
 		return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorTypesKey, d.Type())
 	}
 	for _, typ := range types.Elements() {
-		d, err := c.s.cfg.DData.Get(ctx, coordinatorKey(typ), ddata.ReadMajority(0))
-		if errors.Is(err, ddata.ErrNotFound) {
-			continue
+		keys := []string{coordinatorKey(typ)}
+		d, err := c.s.cfg.DData.Get(ctx, coordinatorBucketsKey(typ), ddata.ReadMajority(0))
+		switch {
+		case errors.Is(err, ddata.ErrNotFound):
+		case err != nil:
+			return nil, nil, err
+		default:
+			buckets, ok := d.(ddata.GSet)
+			if !ok {
+				return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorBucketsKey(typ), d.Type())
+			}
+			for _, b := range buckets.Elements() {
+				n, err := strconv.Atoi(b)
+				if err != nil || n < 0 {
+					return nil, nil, fmt.Errorf("sharding: %s holds %q, not a bucket", coordinatorBucketsKey(typ), b)
+				}
+				keys = append(keys, coordinatorBucketKey(typ, n))
+			}
 		}
+		maps, err := c.readMaps(ctx, keys)
 		if err != nil {
 			return nil, nil, err
 		}
-		m, ok := d.(ddata.LWWMap)
-		if !ok {
-			return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorKey(typ), d.Type())
-		}
-		alloc[typ] = map[int]allocation{}
-		for key, v := range m.Entries() {
-			shard, err1 := strconv.Atoi(key)
-			region, epochStr, _ := strings.Cut(string(v), "|")
-			epoch, err2 := strconv.ParseUint(epochStr, 10, 64)
-			if err1 != nil || err2 != nil {
-				continue
+		shards := map[int]allocation{}
+		buckets := map[int]bool{}
+		for i, m := range maps {
+			for key, v := range m.Entries() {
+				shard, err1 := strconv.Atoi(key)
+				region, epochStr, _ := strings.Cut(string(v), "|")
+				epoch, err2 := strconv.ParseUint(epochStr, 10, 64)
+				if err1 != nil || err2 != nil {
+					continue
+				}
+				maxEpoch[typ] = max(maxEpoch[typ], epoch)
+				a := allocation{region, epoch}
+				if cur, ok := shards[shard]; ok {
+					a = mergeAllocation(cur, a)
+				}
+				shards[shard] = a
+				if i > 0 {
+					buckets[shard/coordinatorBucketShards] = true
+				}
 			}
-			maxEpoch[typ] = max(maxEpoch[typ], epoch)
-			alloc[typ][shard] = allocation{region, epoch}
 		}
+		alloc[typ] = shards
 		c.mu.Lock()
 		c.typesSaved[typ] = true
+		if c.bucketsSaved[typ] == nil {
+			c.bucketsSaved[typ] = map[int]bool{}
+		}
+		for b := range buckets {
+			c.bucketsSaved[typ][b] = true
+		}
 		c.mu.Unlock()
 	}
 	return alloc, maxEpoch, nil
 }
 
+// readMaps reads the LWWMaps at keys with ReadMajority, at most coordinatorReadParallel
+// at once: an empty map for a key not found, the first error otherwise.
+func (c *coordinator) readMaps(ctx context.Context, keys []string) ([]ddata.LWWMap, error) {
+	out := make([]ddata.LWWMap, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, coordinatorReadParallel)
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() { // no owner: it lives one read, which the call waits for
+			defer func() { <-sem; wg.Done() }()
+			d, err := c.s.cfg.DData.Get(ctx, key, ddata.ReadMajority(0))
+			switch {
+			case errors.Is(err, ddata.ErrNotFound):
+			case err != nil:
+				errs[i] = err
+			default:
+				m, ok := d.(ddata.LWWMap)
+				if !ok {
+					errs[i] = fmt.Errorf("sharding: %s holds %s", key, d.Type())
+				}
+				out[i] = m
+			}
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
 // persist records a shard's allocation (region "" when it has none) in distributed data
-// with WriteMajority.
+// with WriteMajority, in its bucket; the type and the bucket are recorded first, once.
 func (c *coordinator) persist(ctx context.Context, typ string, shard int, a allocation) error {
 	dd := c.s.cfg.DData
 	if dd == nil {
 		return nil
 	}
+	if shard < 0 {
+		return fmt.Errorf("sharding: shard %d of %s: negative", shard, typ)
+	}
 	node := dd.SelfNodeID()
+	bucket := shard / coordinatorBucketShards
 	c.mu.Lock()
-	saved := c.typesSaved[typ]
+	saved, bucketSaved := c.typesSaved[typ], c.bucketsSaved[typ][bucket]
 	c.mu.Unlock()
-	if !saved {
-		if _, err := dd.Update(ctx, coordinatorTypesKey, ddata.GSet{}, ddata.WriteMajority(0),
+	add := func(key, element string) error {
+		_, err := dd.Update(ctx, key, ddata.GSet{}, ddata.WriteMajority(0),
 			func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
-				s, delta := d.(ddata.GSet).Add(typ)
+				s, delta := d.(ddata.GSet).Add(element)
 				return s, delta, nil
-			}); err != nil {
+			})
+		return err
+	}
+	if !saved {
+		if err := add(coordinatorTypesKey, typ); err != nil {
 			return err
 		}
 		c.mu.Lock()
 		c.typesSaved[typ] = true
 		c.mu.Unlock()
 	}
+	if !bucketSaved {
+		if err := add(coordinatorBucketsKey(typ), strconv.Itoa(bucket)); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.bucketsSaved[typ] == nil {
+			c.bucketsSaved[typ] = map[int]bool{}
+		}
+		c.bucketsSaved[typ][bucket] = true
+		c.mu.Unlock()
+	}
 	value := []byte(a.region + "|" + strconv.FormatUint(a.epoch, 10))
-	_, err := dd.Update(ctx, coordinatorKey(typ), ddata.LWWMap{}, ddata.WriteMajority(0),
+	_, err := dd.Update(ctx, coordinatorBucketKey(typ, bucket), ddata.LWWMap{}, ddata.WriteMajority(0),
 		func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
 			m, delta := d.(ddata.LWWMap).Put(node, strconv.Itoa(shard), value, ddata.DefaultClock(func() int64 { return c.s.cfg.Now().UnixMilli() }))
 			return m, delta, nil

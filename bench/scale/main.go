@@ -64,6 +64,10 @@ func stateBytes(shards, members int) float64 {
 	return float64(shards) * 400 * float64(members+4)
 }
 
+// The distributed data experiment holds every key on each member's replica (a GCounter
+// with its envelope and digest, a few hundred bytes), and the messages in flight.
+func ddataBytes(keys, members int) float64 { return float64(keys) * 2000 * float64(members+2) }
+
 func memAvailable() (float64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
@@ -87,6 +91,8 @@ func run() error {
 	shardsF := flag.String("shards", "1000,10000,100000", "shard counts of the coordinator experiments")
 	shardMembersF := flag.String("shard-members", "10,100,300", "member counts of the coordinator's decisions")
 	stateMembersF := flag.String("state-members", "10", "member counts of the state read-back (real members on in-memory networks)")
+	ddataKeysF := flag.String("ddata-keys", "1000,10000,100000", "top-level key counts of the distributed data experiment")
+	ddataMembersF := flag.String("ddata-members", "10", "member counts of the distributed data experiment (real members on in-memory networks)")
 	out := flag.String("out", "docs/scale", "directory of the CSVs and plots")
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
 	seed := flag.Int64("seed", 1, "seed of the simulation")
@@ -103,6 +109,14 @@ func run() error {
 			return err
 		}
 		summary(os.Stdout, mem, sh, st)
+		dd, err := replotDData(*out)
+		if err != nil {
+			return err
+		}
+		if err := plotDData(*out, dd); err != nil {
+			return err
+		}
+		summaryDData(os.Stdout, dd)
 		return nil
 	}
 	if *cpuprofile != "" {
@@ -118,6 +132,7 @@ func run() error {
 	}
 	if *smoke {
 		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
+		*ddataKeysF, *ddataMembersF = "100,1000", "3"
 	}
 	sizes, err := ints(*sizesF)
 	if err != nil {
@@ -132,6 +147,14 @@ func run() error {
 		return err
 	}
 	stateMembers, err := ints(*stateMembersF)
+	if err != nil {
+		return err
+	}
+	ddataKeys, err := ints(*ddataKeysF)
+	if err != nil {
+		return err
+	}
+	ddataMembers, err := ints(*ddataMembersF)
 	if err != nil {
 		return err
 	}
@@ -152,6 +175,13 @@ func run() error {
 		for _, m := range stateMembers {
 			if need := stateBytes(s, m); need > budget {
 				refused = append(refused, fmt.Sprintf("%d shards on %d members need about %s", s, m, gib(need)))
+			}
+		}
+	}
+	for _, k := range ddataKeys {
+		for _, m := range ddataMembers {
+			if need := ddataBytes(k, m); need > budget {
+				refused = append(refused, fmt.Sprintf("%d keys on %d members need about %s", k, m, gib(need)))
 			}
 		}
 	}
@@ -238,10 +268,37 @@ func run() error {
 		}
 	}
 
+	// Distributed data alone.
+	var ddataRows []ddataRow
+	rest := 10 * time.Second
+	if *smoke {
+		rest = 2 * time.Second
+	}
+	for _, m := range ddataMembers {
+		for _, k := range ddataKeys {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			row := runDData(ctx, k, m, rest)
+			cancel()
+			logf("distributed data %d keys on %d members: spread %v (%.0f delta B/key), at rest %.0f B/s/member, full state %.0f B in %v, majority write %v, pruned in %v %s",
+				k, m, row.Spread, row.DeltaPerKey, row.RestBytes, row.FullStateBytes, row.FullStateTime, row.MajorityWrite, row.Prune, row.Err)
+			ddataRows = append(ddataRows, row)
+			if *smoke && row.Err != "" {
+				return fmt.Errorf("distributed data, %d keys on %d members: %s", k, m, row.Err)
+			}
+			if err := writeDData(*out, ddataRows); err != nil {
+				return err
+			}
+		}
+	}
+
 	if err := plotAll(*out, memRows, shardRows, stateRows); err != nil {
 		return err
 	}
+	if err := plotDData(*out, ddataRows); err != nil {
+		return err
+	}
 	summary(os.Stdout, memRows, shardRows, stateRows)
+	summaryDData(os.Stdout, ddataRows)
 	fmt.Fprintf(os.Stderr, "wrote %s\n", filepath.Clean(*out))
 	return nil
 }

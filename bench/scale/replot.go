@@ -88,7 +88,11 @@ func replot(dir string) ([]memRow, []shardRow, []stateRow, error) {
 		s, _ := strconv.Atoi(r[0])
 		m, _ := strconv.Atoi(r[1])
 		b, _ := strconv.Atoi(r[2])
-		st = append(st, stateRow{Shards: s, Members: m, Bytes: b, Put: secs(r[3]), Write: secs(r[4]), ReadBack: secs(r[5]), Err: r[6]})
+		row := stateRow{Shards: s, Members: m, Bytes: b, Put: secs(r[3]), Write: secs(r[4]), ReadBack: secs(r[5]), Err: r[6]}
+		if len(r) > 7 {
+			row.MaxKey, _ = strconv.Atoi(r[7])
+		}
+		st = append(st, row)
 	}
 	return mem, sh, st, nil
 }

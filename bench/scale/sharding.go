@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
@@ -17,14 +18,17 @@ import (
 
 // The coordinator experiments time the shard coordinator's decisions with S shards
 // over M regions. The coordinator itself is unexported (sharding/coordinator.go); its
-// decision is: build the map region → shards from every recorded allocation of the
-// type (getShardHome and rebalanceRound do this on every call), then ask the type's
-// allocation strategy. The harness builds that map the same way and calls the real,
-// exported strategies (sharding.LeastShardAllocationStrategy, the default, and
+// decision is: take region → shards from its index, kept as allocations change
+// (sharding/coordinator_index.go), then ask the type's allocation strategy; a rebalance
+// round builds region → shards from every recorded allocation of the type. The harness
+// keeps the same index, builds the same map, and calls the real, exported strategies
+// (sharding.LeastShardAllocationStrategy, the default, and
 // sharding.PriorityAllocationStrategy). The state in distributed data is the real
-// ddata.LWWMap the coordinator writes (shard → "region|epoch"), encoded by ddata.Encode,
-// and read back with ReadMajority through real replicators on clustertest's in-memory
-// networks.
+// ddata.LWWMap the coordinator writes (shard → "region|epoch"), one per bucket of 1,000
+// shards with a GSet of the buckets (sharding/coordinator_state.go), encoded by
+// ddata.Encode, and read back with ReadMajority through real replicators on
+// clustertest's in-memory networks, the buckets 16 at a time as the coordinator reads
+// them.
 
 type shardRow struct {
 	Strategy  string
@@ -38,7 +42,7 @@ type shardRow struct {
 
 func regionName(i int) string { return fmt.Sprintf("10.0.%d.%d:7946", i/256, i%256) }
 
-// currentMap is what the coordinator builds per decision: every candidate region with
+// currentMap is what the coordinator builds per rebalance round: every candidate region with
 // the shards allocated to it.
 func currentMap(regions []string, alloc []int) map[string][]int {
 	current := make(map[string][]int, len(regions))
@@ -53,6 +57,47 @@ func currentMap(regions []string, alloc []int) map[string][]int {
 		}
 	}
 	return current
+}
+
+// regionIndex is the coordinator's index (sharding/coordinator_index.go): region → its
+// shards, changed one shard at a time.
+type regionIndex struct {
+	ids map[string][]int
+	pos map[int]int // shard → its position in its region's ids
+}
+
+func newRegionIndex(regions []string, alloc []int) *regionIndex {
+	x := &regionIndex{ids: map[string][]int{}, pos: map[int]int{}}
+	for shard, r := range alloc {
+		if r >= 0 {
+			x.add(regions[r], shard)
+		}
+	}
+	return x
+}
+
+func (x *regionIndex) add(region string, shard int) {
+	x.pos[shard] = len(x.ids[region])
+	x.ids[region] = append(x.ids[region], shard)
+}
+
+func (x *regionIndex) remove(region string, shard int) {
+	ids := x.ids[region]
+	i, last := x.pos[shard], len(ids)-1
+	ids[i] = ids[last]
+	x.pos[ids[i]] = i
+	x.ids[region] = ids[:last]
+	delete(x.pos, shard)
+}
+
+// current is the map of a decision: every candidate with its shards, the index's own
+// slices.
+func (x *regionIndex) current(candidates []string) map[string][]int {
+	out := make(map[string][]int, len(candidates))
+	for _, r := range candidates {
+		out[r] = slices.Clip(x.ids[r])
+	}
+	return out
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -95,17 +140,20 @@ func runStrategy(name string, strat sharding.ShardAllocationStrategy, shards, me
 	// Allocation: the last shard unallocated, decided anew (median of several).
 	reps := 9
 	var ds []time.Duration
+	idx := newRegionIndex(regions, alloc)
 	for range reps {
-		last := alloc[shards-1]
+		idx.remove(regions[alloc[shards-1]], shards-1)
 		alloc[shards-1] = -1
 		t := time.Now()
-		r, err := strat.AllocateShard(regions[0], shards-1, currentMap(regions, alloc))
+		r, err := strat.AllocateShard(regions[0], shards-1, idx.current(regions))
+		if err == nil {
+			idx.add(r, shards-1)
+		}
 		ds = append(ds, time.Since(t))
 		if err != nil {
 			return row, err
 		}
 		alloc[shards-1] = index[r]
-		_ = last
 	}
 	row.Allocate = median(ds)
 
@@ -132,21 +180,25 @@ func runStrategy(name string, strat sharding.ShardAllocationStrategy, shards, me
 	// A member crashes: each of its shards is asked for and allocated anew, one
 	// decision each (the coordinator's CPU only; the writes to distributed data and the
 	// HostShard requests come on top).
+	// The coordinator forgets the crashed member's allocations once (forgetRegions, a
+	// pass over them), then decides each shard from its index.
 	crashed := members - 1
-	survivors := regions[:crashed]
+	survivors := regions[:max(crashed, 1)]
+	t := time.Now()
 	var orphans []int
 	for s, r := range alloc {
 		if r == crashed {
 			orphans = append(orphans, s)
+			idx.remove(regions[r], s)
 			alloc[s] = -1
 		}
 	}
-	t := time.Now()
 	for _, s := range orphans {
-		r, err := strat.AllocateShard(survivors[0], s, currentMap(survivors, alloc))
+		r, err := strat.AllocateShard(survivors[0], s, idx.current(survivors))
 		if err != nil {
 			return row, err
 		}
+		idx.add(r, s)
 		alloc[s] = index[r]
 	}
 	row.Replace = time.Since(t)
@@ -156,17 +208,22 @@ func runStrategy(name string, strat sharding.ShardAllocationStrategy, shards, me
 type stateRow struct {
 	Shards   int
 	Members  int
-	Bytes    int           // the LWWMap's encoding (ddata.Encode)
-	Put      time.Duration // one LWWMap.Put on the whole state: the coordinator's CPU per recorded allocation
-	Write    time.Duration // writing it (batches of 1000 entries, WriteMajority)
-	ReadBack time.Duration // Get with ReadMajority from another member, as a new coordinator does
+	Bytes    int           // the state's encoding (ddata.Encode), every bucket
+	MaxKey   int           // the largest key's encoding: what one message carries
+	Put      time.Duration // one LWWMap.Put on a full bucket: the coordinator's CPU per recorded allocation
+	Write    time.Duration // writing it (one Update a bucket, WriteMajority)
+	ReadBack time.Duration // the buckets' GSet, then every bucket, with ReadMajority from another member, as a new coordinator does
 	Err      string        // what failed, if something did
 }
 
-// coordinatorState returns the LWWMap the coordinator keeps for one type with shards
-// allocated over members, written by node.
-func coordinatorState(node ddata.NodeID, shards, members int, from, to int, m ddata.LWWMap) ddata.LWWMap {
+// stateBucket is the coordinator's bucket size (sharding/coordinator_state.go).
+const stateBucket = 1000
+
+// coordinatorState returns the LWWMap the coordinator keeps for the shards [from, to)
+// of one type allocated over members, written by node.
+func coordinatorState(node ddata.NodeID, members int, from, to int) ddata.LWWMap {
 	clock := ddata.DefaultClock(func() int64 { return time.Now().UnixMilli() })
+	var m ddata.LWWMap
 	for s := from; s < to; s++ {
 		value := []byte(regionName(s%members) + "|" + strconv.FormatUint(uint64(1<<40+s), 10))
 		m, _ = m.Put(node, strconv.Itoa(s), value, clock)
@@ -239,64 +296,90 @@ func (c *stateCluster) close() {
 func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 	members := len(c.members)
 	row := stateRow{Shards: shards, Members: members}
-	// The state, a batch of shards to a writer. LWWMap.Put copies the whole map (ddata's
-	// ORMap.set clones its entries), so one writer's puts cost O(shards²) to build the
-	// state; a writer per batch (as if successive coordinators had written them) keeps
-	// each batch's puts on a small map, and the batches merge in O(shards) each.
-	// Updates of 1,000 shards, or of a tenth of them above 10,000: each write costs every
-	// replica O(shards) (it encodes the whole value for its digest), so 100 writes of a
-	// 100k-shard state cost hours on a small machine (docs/scale.md).
-	batch := max(1000, shards/10)
-	var batches []ddata.ReplicatedData
-	var full ddata.ReplicatedData = ddata.LWWMap{}
-	for from := 0; from < shards; from += batch {
-		b := coordinatorState(ddata.NodeID("coordinator-"+strconv.Itoa(from/batch)), shards, members, from, min(from+batch, shards), ddata.LWWMap{})
-		batches = append(batches, b)
-		var err error
-		if full, err = full.Merge(b); err != nil {
+	// The state: one LWWMap a bucket of 1,000 shards, each written by a coordinator of
+	// its own (as if successive coordinators had written them).
+	var buckets []ddata.LWWMap
+	for from := 0; from < shards; from += stateBucket {
+		b := coordinatorState(ddata.NodeID("coordinator-"+strconv.Itoa(from/stateBucket)), members, from, min(from+stateBucket, shards))
+		enc, err := ddata.Encode(b)
+		if err != nil {
 			row.Err = err.Error()
 			return row
 		}
+		row.Bytes += len(enc)
+		row.MaxKey = max(row.MaxKey, len(enc))
+		buckets = append(buckets, b)
 	}
-	// The coordinator's persist: one Put on the whole map (median of 5).
+	// The coordinator's persist: one Put on a full bucket (median of 5).
 	var ds []time.Duration
 	clock := ddata.DefaultClock(func() int64 { return time.Now().UnixMilli() })
 	for i := range 5 {
 		t := time.Now()
-		full.(ddata.LWWMap).Put("coordinator-x", strconv.Itoa(i), []byte(regionName(0)+"|1"), clock)
+		buckets[0].Put("coordinator-x", strconv.Itoa(i), []byte(regionName(0)+"|1"), clock)
 		ds = append(ds, time.Since(t))
 	}
 	row.Put = median(ds)
-	b, err := ddata.Encode(full)
-	if err != nil {
-		row.Err = err.Error()
-		return row
-	}
-	row.Bytes = len(b)
-	key := "sharding-coordinator:scale-" + strconv.Itoa(shards)
+	typ := "scale-" + strconv.Itoa(shards)
+	bucketKey := func(b int) string { return "sharding-coordinator@" + strconv.Itoa(b) + ":" + typ }
+	listKey := "sharding-coordinator-buckets:" + typ
 	w := c.repls[0]
 	t := time.Now()
-	for from := 0; from < shards; from += batch {
-		_, err := w.Update(ctx, key, ddata.LWWMap{}, ddata.WriteMajority(0),
+	for i, b := range buckets {
+		_, err := w.Update(ctx, listKey, ddata.GSet{}, ddata.WriteMajority(0),
 			func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
-				merged, err := d.Merge(batches[from/batch])
-				return merged, batches[from/batch], err
+				s, delta := d.(ddata.GSet).Add(strconv.Itoa(i))
+				return s, delta, nil
 			})
+		if err == nil {
+			_, err = w.Update(ctx, bucketKey(i), ddata.LWWMap{}, ddata.WriteMajority(0),
+				func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
+					merged, err := d.Merge(b)
+					return merged, b, err
+				})
+		}
 		if err != nil {
 			row.Err = "write: " + err.Error()
 			return row
 		}
 	}
 	row.Write = time.Since(t)
-	// A new coordinator on another member reads it back with ReadMajority.
+	// A new coordinator on another member reads it back with ReadMajority: the list of
+	// buckets, then the buckets, 16 at a time (sharding/coordinator_state.go).
+	r := c.repls[members-1]
 	t = time.Now()
-	d, err := c.repls[members-1].Get(ctx, key, ddata.ReadMajority(0))
-	row.ReadBack = time.Since(t)
+	d, err := r.Get(ctx, listKey, ddata.ReadMajority(0))
 	if err != nil {
 		row.Err = "read: " + err.Error()
 		return row
 	}
-	if got := d.(ddata.LWWMap).Len(); got != shards {
+	list := d.(ddata.GSet).Elements()
+	var mu sync.Mutex
+	got, errs := 0, []error{}
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, e := range list {
+		b, _ := strconv.Atoi(e)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			d, err := r.Get(ctx, bucketKey(b), ddata.ReadMajority(0))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			got += d.(ddata.LWWMap).Len()
+		}()
+	}
+	wg.Wait()
+	row.ReadBack = time.Since(t)
+	if err := errors.Join(errs...); err != nil {
+		row.Err = "read: " + err.Error()
+		return row
+	}
+	if got != shards {
 		row.Err = fmt.Sprintf("read %d entries of %d", got, shards)
 	}
 	return row
