@@ -579,8 +579,8 @@ type stateReadAnswer struct {
 	found bool
 	ver   stateVersion
 	size  int
-	data  []byte // the whole snapshot from the local disk, its first chunk from a peer
-	shard uint64 // the replica's epoch of the shard
+	data  []byte       // the whole snapshot from the local disk, its first chunk from a peer
+	shard uint64       // the replica's epoch of the shard
 	gone  stateVersion // the version of the entity's tombstone (zero: none)
 	err   error
 }
