@@ -45,6 +45,7 @@ type stateJournalPage struct {
 	records []stateRecord // intact, with their data (copies)
 	corrupt []stateRecord // versions only
 	floor   *stateRecord
+	gone    *stateRecord // the entity's tombstone (stateKindGone), if any
 	more    bool
 	through uint64
 	shard   uint64 // the replica's epoch of the shard
@@ -64,6 +65,9 @@ func (d *stateDisk) journalPage(key sharding.EntityKey, from uint64, limit, budg
 		if fr, ok := decodeStateRecord(stateKindFloor, key.ID, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, key.ID))); ok {
 			p.floor = &fr
 			start = max(start, fr.Floor)
+		}
+		if gr, ok := decodeStateRecord(stateKindGone, key.ID, 0, rb.Get(stateRecordKey(prefix, stateKindGone, key.ID))); ok {
+			p.gone = &gr
 		}
 		jp := stateJournalPrefix(prefix, key.ID)
 		n, size := 0, 0
@@ -98,8 +102,16 @@ func (d *stateDisk) journalPage(key sharding.EntityKey, from uint64, limit, budg
 // read returns a snapshot's version and size and a copy of at most max bytes of it
 // from off (none if off is past its end), and the shard's epoch (0 if none).
 func (d *stateDisk) read(prefix []byte, id string, off, maxBytes int) (ver stateVersion, size int, data []byte, found bool, shardEpoch uint64, err error) {
+	ver, size, data, found, shardEpoch, _, err = d.readGone(prefix, id, off, maxBytes)
+	return
+}
+
+// readGone is read, with the version of the entity's tombstone (stateKindGone; zero if
+// none).
+func (d *stateDisk) readGone(prefix []byte, id string, off, maxBytes int) (ver stateVersion, size int, data []byte, found bool, shardEpoch uint64, gone stateVersion, err error) {
 	err = d.view(func(eb, rb *bolt.Bucket) error {
 		shardEpoch, _ = stateEpochOf(eb, prefix)
+		gone, _, _, _ = decodeStateValue(rb.Get(stateRecordKey(prefix, stateKindGone, id)))
 		v, _, all, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, stateKindSnapshot, id)))
 		if !ok {
 			return nil
@@ -147,7 +159,9 @@ func (d *stateDisk) rememberedPage(prefix []byte, after string, budget, limit in
 // entitiesPage returns the entities of a shard whose IDs begin with idPrefix and sort
 // after after, in ID order, stopping before limit records or budget bytes (at least
 // one): a stateKindSnapshot record with its Size for an entity with a snapshot, a
-// stateKindJournal record for one with journal records only. The host's delta records
+// stateKindJournal record (its first record's version) for one with journal records
+// only, a stateKindGone record (the tombstone's version) for one deleted with nothing
+// written since. The host's delta records
 // (sharding.DeltaIDPrefix) are not entities. more: some are left.
 func (d *stateDisk) entitiesPage(prefix []byte, after, idPrefix string, budget, limit int) (recs []stateRecord, more bool, err error) {
 	err = d.view(func(eb, rb *bolt.Bucket) error {
@@ -174,37 +188,54 @@ func (d *stateDisk) entitiesPage(prefix []byte, after, idPrefix string, budget, 
 			snaps = append(snaps, stateRecord{Kind: stateKindSnapshot, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Size: uint64(len(data))})
 		}
 		// Journals, keyed by ID length first: every ID once (a seek past its records),
-		// then sorted.
-		var journals []string
+		// with its first record's version, then sorted. (A replica holds no record of an
+		// entity older than its tombstone, so any one record's version tells whether the
+		// journal is older or newer than another replica's tombstone.)
+		var journals []stateRecord
 		jp := append(bytes.Clone(prefix), stateKindJournal)
-		for k, _ := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp); {
+		for k, v := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp); {
 			_, id, _, ok := splitStateRecordKey(prefix, k)
 			if !ok {
-				k, _ = c.Next()
+				k, v = c.Next()
 				continue
 			}
 			if wanted(id) {
-				journals = append(journals, id)
+				ver, _, _, _ := decodeStateValue(v)
+				journals = append(journals, stateRecord{Kind: stateKindJournal, ID: id, Epoch: ver.Epoch, Seq: ver.Seq})
 			}
 			past := binary.AppendUvarint(bytes.Clone(jp), uint64(len(id)))
 			past = append(append(past, id...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
-			k, _ = c.Seek(past)
+			k, v = c.Seek(past)
 		}
-		slices.Sort(journals)
+		slices.SortFunc(journals, func(a, b stateRecord) int { return strings.Compare(a.ID, b.ID) })
+		// Tombstones of entities with nothing written since: at most limit+1 of them.
+		var gones []stateRecord
+		gp := append(bytes.Clone(prefix), stateKindGone)
+		for k, v := c.Seek(append(bytes.Clone(gp), max(after, idPrefix)...)); k != nil && bytes.HasPrefix(k, gp) && len(gones) <= limit; k, v = c.Next() {
+			id := string(k[len(gp):])
+			if !strings.HasPrefix(id, idPrefix) && id > idPrefix {
+				break
+			}
+			if !wanted(id) || rb.Get(stateRecordKey(prefix, stateKindSnapshot, id)) != nil {
+				continue
+			}
+			if jk, _ := rb.Cursor().Seek(stateJournalPrefix(prefix, id)); jk != nil && bytes.HasPrefix(jk, stateJournalPrefix(prefix, id)) &&
+				len(jk) == len(stateJournalPrefix(prefix, id))+8 {
+				continue
+			}
+			if ver, _, _, ok := decodeStateValue(v); ok {
+				gones = append(gones, stateRecord{Kind: stateKindGone, ID: id, Epoch: ver.Epoch, Seq: ver.Seq})
+			}
+		}
+		all := make([]stateRecord, 0, len(snaps)+len(journals)+len(gones))
+		all = append(append(append(all, snaps...), journals...), gones...)
+		// By ID, a snapshot before a journal of the same entity (which it stands for).
+		slices.SortStableFunc(all, func(a, b stateRecord) int { return strings.Compare(a.ID, b.ID) })
 		size := 0
-		i, j := 0, 0
-		for i < len(snaps) || j < len(journals) {
-			var r stateRecord
-			switch {
-			case j == len(journals) || i < len(snaps) && snaps[i].ID <= journals[j]:
-				r = snaps[i]
-				if j < len(journals) && journals[j] == r.ID {
-					j++
-				}
-				i++
-			default:
-				r = stateRecord{Kind: stateKindJournal, ID: journals[j]}
-				j++
+		for i := range all {
+			r := all[i]
+			if i > 0 && all[i-1].ID == r.ID {
+				continue
 			}
 			if len(recs) > 0 && (len(recs) >= limit || size+r.listedSize() > budget) {
 				more = true
@@ -271,7 +302,8 @@ func (d *stateDisk) summary(prefix []byte, withEntries bool) (stateSummary, erro
 }
 
 // needs returns the indexes of the records this member lacks or holds older: a journal
-// record below its entity's floor here is not needed, and one whose copy here is
+// record below its entity's floor here is not needed, nor a record older than its
+// entity's tombstone here (stateKindGone), and a journal record whose copy here is
 // corrupt is.
 func (d *stateDisk) needs(typ string, shard int, recs []stateRecord) ([]int, error) {
 	prefix := stateShardPrefix(typ, shard)
@@ -280,6 +312,11 @@ func (d *stateDisk) needs(typ string, shard int, recs []stateRecord) ([]int, err
 		need = nil
 		for i := range recs {
 			r := &recs[i]
+			if r.Kind != stateKindGone {
+				if g, _, _, ok := decodeStateValue(rb.Get(stateRecordKey(prefix, stateKindGone, r.ID))); ok && r.version().less(g) {
+					continue // older than the entity's tombstone: deleted here
+				}
+			}
 			if r.Kind == stateKindJournal {
 				if fr, ok := decodeStateRecord(stateKindFloor, r.ID, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, r.ID))); ok && r.JSeq < fr.Floor {
 					continue

@@ -155,10 +155,47 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		}
 		return f
 	}
+	var gones map[string]stateVersion // the entities' tombstones met in this write
+	goneOf := func(id string) stateVersion {
+		g, ok := gones[id]
+		if !ok {
+			if gr, ok := decodeStateRecord(stateKindGone, id, 0, rb.Get(stateRecordKey(prefix, stateKindGone, id))); ok {
+				g = gr.version()
+			}
+			if gones == nil {
+				gones = map[string]stateVersion{}
+			}
+			gones[id] = g
+		}
+		return g
+	}
+	// Tombstones first: a repair write carries its records in key order, and a journal
+	// record written after a deletion must not meet the floor the deletion removes.
+	for i := range req.Records {
+		r := &req.Records[i]
+		if r.Kind != stateKindGone || r.Seq <= deletedMark || !goneOf(r.ID).less(r.version()) {
+			continue
+		}
+		if err := deleteEntityBefore(rb, prefix, r.ID, r.version()); err != nil {
+			return false, err
+		}
+		if err := rb.Put(r.key(prefix), encodeStateValue(r)); err != nil {
+			return false, err
+		}
+		gones[r.ID] = r.version()
+		delete(floors, r.ID)
+		changed = true
+	}
 	for i := range req.Records {
 		r := &req.Records[i]
 		if r.Seq <= deletedMark {
 			continue // a copy from before the type's state was deleted (deleteType)
+		}
+		if r.Kind == stateKindGone {
+			continue // applied above
+		}
+		if r.version().less(goneOf(r.ID)) {
+			continue // a copy from before the entity was deleted (stateKindGone)
 		}
 		k := r.key(prefix)
 		switch r.Kind {
@@ -219,6 +256,36 @@ func truncateJournal(rb *bolt.Bucket, prefix []byte, id string, floor uint64) er
 	c := rb.Cursor()
 	for k, _ := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp) && bytes.Compare(k, end) < 0; k, _ = c.Next() {
 		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := rb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteEntityBefore deletes the records of the entity id older than ver: its
+// snapshot, remember mark, journal floor and journal records (a tombstone at ver,
+// stateKindGone, is being applied).
+func deleteEntityBefore(rb *bolt.Bucket, prefix []byte, id string, ver stateVersion) error {
+	var keys [][]byte
+	for _, kind := range []uint8{stateKindSnapshot, stateKindRemember, stateKindFloor} {
+		k := stateRecordKey(prefix, kind, id)
+		if ov, _, _, ok := decodeStateValue(rb.Get(k)); ok && ov.less(ver) {
+			keys = append(keys, k)
+		}
+	}
+	jp := stateJournalPrefix(prefix, id)
+	c := rb.Cursor()
+	for k, v := c.Seek(jp); k != nil && bytes.HasPrefix(k, jp); k, v = c.Next() {
+		if len(k) != len(jp)+8 {
+			continue
+		}
+		// A value that does not decode (a torn copy) has no version: it goes too.
+		if ov, _, _, ok := decodeStateValue(v); !ok || ov.less(ver) {
+			keys = append(keys, bytes.Clone(k))
+		}
 	}
 	for _, k := range keys {
 		if err := rb.Delete(k); err != nil {

@@ -7,7 +7,7 @@
 // read repair and anti-entropy bring replicas up to date. Store says how.
 //
 // The files: store.go (the store: Save, Load, Remember, Remembered, FenceShard,
-// DeleteType), journal.go (its journals: AppendJournal, ReadJournal, TruncateJournal),
+// DeleteType, DeleteEntity), journal.go (its journals: AppendJournal, ReadJournal, TruncateJournal),
 // replicas.go (its requests to replicas and their majorities), coalesce.go (the journal
 // writes to one replica sent together), serve.go (a replica's side of the protocol),
 // wire.go (the protocol's messages and the records on disk), disk.go (the bbolt file

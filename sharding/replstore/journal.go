@@ -241,7 +241,7 @@ func (s *Store) journalRound(ctx context.Context, key sharding.EntityKey, reps s
 	// What a majority holds already goes, later, to the replicas that lack it (behind).
 	groups := reps.groups()
 	var weak []stateRecord
-	behind := stateJournalMerge{floor: m.floor}
+	behind := stateJournalMerge{floor: m.floor, gone: m.gone}
 	for i := range m.records {
 		r := &m.records[i]
 		if heldByQuorum(groups, answers, func(p *stateJournalPage) bool { return p.holds(r) }) {
@@ -272,7 +272,7 @@ func (s *Store) journalRound(ctx context.Context, key sharding.EntityKey, reps s
 			s.queueJournalRepair(key, a.rep, behind.lacking(&a.page))
 		}
 	}
-	if pending := len(reps.reps) - len(answers); pending > 0 && (len(behind.records) > 0 || behind.floor != nil) {
+	if pending := len(reps.reps) - len(answers); pending > 0 && (len(behind.records) > 0 || behind.floor != nil || behind.gone != nil) {
 		behind.records = cloneRecords(behind.records)
 		s.owner.Go(func() { s.finishJournal(key, behind, pending, results) })
 	}
@@ -321,6 +321,7 @@ func (s *Store) finishJournal(key sharding.EntityKey, m stateJournalMerge, pendi
 type stateJournalMerge struct {
 	records []stateRecord // the newest version of each record in range, intact
 	floor   *stateRecord  // the highest floor
+	gone    *stateRecord  // the newest tombstone (stateKindGone): older records are gone
 	more    bool
 	through uint64 // with more: the last JSeq in range
 	lost    uint64 // a JSeq whose newest version no answer holds intact (0: none)
@@ -332,6 +333,15 @@ type stateJournalMerge struct {
 // corrupt copies hold), at or above the highest floor.
 func mergeJournal(answers []stateJournalAnswer, from uint64) stateJournalMerge {
 	var m stateJournalMerge
+	var gone stateVersion
+	for i := range answers {
+		if g := answers[i].page.gone; answers[i].err == nil && g != nil && (m.gone == nil || m.gone.version().less(g.version())) {
+			m.gone, gone = g, g.version()
+		}
+	}
+	// dead reports whether r is older than the newest tombstone: an answer of a replica
+	// that missed the entity's deletion.
+	dead := func(r *stateRecord) bool { return m.gone != nil && r.version().less(gone) }
 	for i := range answers {
 		p := &answers[i].page
 		if answers[i].err != nil {
@@ -340,7 +350,7 @@ func mergeJournal(answers []stateJournalAnswer, from uint64) stateJournalMerge {
 		if p.more && (!m.more || p.through < m.through) {
 			m.more, m.through = true, p.through
 		}
-		if p.floor != nil && (m.floor == nil || p.floor.newer(m.floor)) {
+		if p.floor != nil && !dead(p.floor) && (m.floor == nil || p.floor.newer(m.floor)) {
 			m.floor = p.floor
 		}
 	}
@@ -358,7 +368,7 @@ func mergeJournal(answers []stateJournalAnswer, from uint64) stateJournalMerge {
 		}
 		for j := range p.records {
 			r := &p.records[j]
-			if !inRange(r.JSeq) {
+			if !inRange(r.JSeq) || dead(r) {
 				continue
 			}
 			if b := best[r.JSeq]; b == nil || r.newer(b) {
@@ -370,7 +380,7 @@ func mergeJournal(answers []stateJournalAnswer, from uint64) stateJournalMerge {
 		}
 		for j := range p.corrupt {
 			r := &p.corrupt[j]
-			if !inRange(r.JSeq) {
+			if !inRange(r.JSeq) || dead(r) {
 				continue
 			}
 			if v, ok := newest[r.JSeq]; !ok || v.less(r.version()) {
@@ -415,6 +425,9 @@ func (m *stateJournalMerge) lacking(p *stateJournalPage) []stateRecord {
 	if m.floor != nil && (p.floor == nil || p.floor.Floor < m.floor.Floor) {
 		out = append(out, *m.floor)
 	}
+	if m.gone != nil && (p.gone == nil || p.gone.version().less(m.gone.version())) {
+		out = append(out, *m.gone)
+	}
 	return out
 }
 
@@ -455,9 +468,12 @@ func (s *Store) journalFrom(ctx context.Context, r stateReplica, key sharding.En
 		a.err = fmt.Errorf("%w: replica %s: bad journal page: %s", sharding.ErrStoreUnavailable, r.addr, fmt.Sprintf(what, args...))
 		return a
 	}
-	p := stateJournalPage{floor: reply.Floor, more: reply.More, through: reply.Through, shard: reply.Shard}
+	p := stateJournalPage{floor: reply.Floor, gone: reply.Gone, more: reply.More, through: reply.Through, shard: reply.Shard}
 	if p.floor != nil && (p.floor.Kind != stateKindFloor || p.floor.ID != key.ID || p.floor.Floor == 0) {
 		return bad("floor %+v", *p.floor)
+	}
+	if p.gone != nil && (p.gone.Kind != stateKindGone || p.gone.ID != key.ID || len(p.gone.Data) > 0) {
+		return bad("tombstone %+v", *p.gone)
 	}
 	if p.more && p.through < from {
 		return bad("more after %d, from %d", p.through, from)

@@ -87,12 +87,31 @@ func (a stateEntitiesAnswer) failure() error { return a.err }
 // with prefix, in ID order: the union of what a majority of its replicas hold, up to
 // the last ID every replica that had more gave; more: some are left.
 func (s *Store) shardEntities(ctx context.Context, typ string, shard int, after, prefix string, want int) ([]stateRecord, bool, error) {
+	var out []stateRecord
+	for {
+		page, more, bound, err := s.shardEntitiesPage(ctx, typ, shard, after, prefix, want-len(out))
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, page...)
+		// A page the replicas' tombstones thinned (stateKindGone) goes on from where
+		// every replica that had more stopped.
+		if !more || len(out) >= want || bound <= after {
+			return out, more, nil
+		}
+		after = bound
+	}
+}
+
+// shardEntitiesPage is a round of shardEntities: bound is the last ID every replica
+// that had more gave ("" if none had more).
+func (s *Store) shardEntitiesPage(ctx context.Context, typ string, shard int, after, prefix string, want int) ([]stateRecord, bool, string, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, false, fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
+		return nil, false, "", fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
 	}
 	reps, err := s.replicaSet(typ, shard)
 	if err != nil {
-		return nil, false, err
+		return nil, false, "", err
 	}
 	results := make(chan stateEntitiesAnswer, len(reps.reps))
 	for _, r := range reps.reps {
@@ -105,16 +124,27 @@ func (s *Store) shardEntities(ctx context.Context, typ string, shard int, after,
 	}
 	answers, err := awaitMajority(ctx, reps, results)
 	if err != nil {
-		return nil, false, fmt.Errorf("replstore: entities of %s/%d: %w", typ, shard, err)
+		return nil, false, "", fmt.Errorf("replstore: entities of %s/%d: %w", typ, shard, err)
 	}
 	recordReplicas(ctx, len(reps.reps), answeredOK(answers))
 	merged := map[string]stateRecord{}
+	gones := map[string]stateVersion{} // the newest tombstone of each entity
 	bound, bounded := "", false
+	for _, a := range answers {
+		for _, r := range a.records {
+			if g, ok := gones[r.ID]; a.err == nil && r.Kind == stateKindGone && (!ok || g.less(r.version())) {
+				gones[r.ID] = r.version()
+			}
+		}
+	}
 	for _, a := range answers {
 		if a.err != nil {
 			continue
 		}
 		for _, r := range a.records {
+			if g, ok := gones[r.ID]; r.Kind == stateKindGone || ok && !g.less(r.version()) {
+				continue // deleted since: a replica that missed the deletion lists it
+			}
 			if cur, ok := merged[r.ID]; !ok || cur.Kind != stateKindSnapshot || r.Kind == stateKindSnapshot && cur.version().less(r.version()) {
 				merged[r.ID] = r
 			}
@@ -144,7 +174,7 @@ func (s *Store) shardEntities(ctx context.Context, typ string, shard int, after,
 	if len(out) > want {
 		out, more = out[:want], true
 	}
-	return out, more, nil
+	return out, more, bound, nil
 }
 
 // entitiesFrom reads at most want entities of a shard from one replica, page by page.
@@ -160,7 +190,7 @@ func (s *Store) entitiesFrom(ctx context.Context, r stateReplica, typ string, sh
 		}
 		for i, rec := range reply.Records {
 			// IDs must ascend: a peer cannot make us loop.
-			if rec.Kind != stateKindSnapshot && rec.Kind != stateKindJournal || rec.ID <= after || len(rec.ID) > sharding.MaxStateIDLen {
+			if rec.Kind != stateKindSnapshot && rec.Kind != stateKindJournal && rec.Kind != stateKindGone || rec.ID <= after || len(rec.ID) > sharding.MaxStateIDLen {
 				return nil, false, fmt.Errorf("%w: replica %s: bad entities page (record %q after %q)", sharding.ErrStoreUnavailable, r.addr, rec.ID, after)
 			}
 			after = rec.ID

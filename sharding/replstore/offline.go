@@ -135,6 +135,7 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, e
 	journal := map[jkey]stateRecord{}  // the newest intact copy
 	newest := map[jkey]stateVersion{}  // the newest version, intact or not
 	floors := map[string]stateRecord{} // the highest floor
+	gones := map[string]stateVersion{} // the newest tombstone (stateKindGone)
 	var epoch uint64
 	for _, db := range dbs {
 		err := viewState(db, func(eb, rb *bolt.Bucket) error {
@@ -172,6 +173,11 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, e
 						}
 					}
 					continue
+				case stateKindGone:
+					if ver, _, _, ok := decodeStateValue(v); ok && gones[id].less(ver) {
+						gones[id] = ver
+					}
+					continue
 				}
 				ver, remember, data, ok := decodeStateValue(v)
 				if !ok {
@@ -191,6 +197,23 @@ func mergeShard(dbs []*bolt.DB, typ string, shard int) (*sharding.StoredShard, e
 		})
 		if err != nil {
 			return nil, err
+		}
+	}
+	// What a file that missed an entity's deletion holds of it is gone.
+	for id, g := range gones {
+		if r, ok := snaps[id]; ok && r.ver.less(g) {
+			delete(snaps, id)
+		}
+		if r, ok := marks[id]; ok && r.ver.less(g) {
+			delete(marks, id)
+		}
+		if f, ok := floors[id]; ok && f.version().less(g) {
+			delete(floors, id)
+		}
+	}
+	for jk, v := range newest {
+		if v.less(gones[jk.id]) {
+			delete(newest, jk)
 		}
 	}
 	sh := &sharding.StoredShard{Type: typ, Shard: shard, Epoch: epoch}

@@ -368,7 +368,7 @@ func (s *Store) sendChunks(ctx context.Context, r stateReplica, data []byte) (ui
 func (s *Store) readFrom(ctx context.Context, r stateReplica, key sharding.EntityKey) stateReadAnswer {
 	a := stateReadAnswer{rep: r}
 	if r.local {
-		a.ver, a.size, a.data, a.found, a.shard, a.err = s.disk.read(stateShardPrefix(key.Type, key.Shard), key.ID, 0, math.MaxInt)
+		a.ver, a.size, a.data, a.found, a.shard, a.gone, a.err = s.disk.readGone(stateShardPrefix(key.Type, key.Shard), key.ID, 0, math.MaxInt)
 		return a
 	}
 	var reply stateReadReply
@@ -380,6 +380,7 @@ func (s *Store) readFrom(ctx context.Context, r stateReplica, key sharding.Entit
 		return a
 	}
 	a.found, a.ver, a.size, a.data, a.shard = reply.Found, stateVersion{reply.Epoch, reply.Seq}, reply.Size, reply.Data, reply.Shard
+	a.gone = stateVersion{reply.GoneEpoch, reply.GoneSeq}
 	return a
 }
 

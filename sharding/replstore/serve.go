@@ -97,6 +97,10 @@ func (s *Store) checkWrite(req *stateWriteReq) error {
 			if len(r.Data) > 0 || r.Xfer != 0 {
 				return fmt.Errorf("%w: remember record %q with data", sharding.ErrMalformedMessage, r.ID)
 			}
+		case stateKindGone:
+			if len(r.Data) > 0 || r.Xfer != 0 || r.Remember {
+				return fmt.Errorf("%w: tombstone %q with data", sharding.ErrMalformedMessage, r.ID)
+			}
 		default:
 			return fmt.Errorf("%w: record kind %d", sharding.ErrMalformedMessage, r.Kind)
 		}
@@ -269,7 +273,7 @@ func (s *Store) serveRead(from string, body []byte) []byte {
 	if req.Offset < 0 {
 		return stateFail(fmt.Errorf("%w: read at offset %d", sharding.ErrMalformedMessage, req.Offset))
 	}
-	ver, size, data, found, shardEpoch, err := s.disk.read(stateShardPrefix(req.Type, req.Shard), req.ID, req.Offset, s.cfg.ChunkSize)
+	ver, size, data, found, shardEpoch, gone, err := s.disk.readGone(stateShardPrefix(req.Type, req.Shard), req.ID, req.Offset, s.cfg.ChunkSize)
 	switch {
 	case err != nil:
 		return stateFail(err)
@@ -278,7 +282,8 @@ func (s *Store) serveRead(from string, body []byte) []byte {
 	case found && req.Offset > size:
 		return stateFail(fmt.Errorf("%w: read at offset %d of %d bytes", sharding.ErrMalformedMessage, req.Offset, size))
 	}
-	return s.encodeReply(&stateReadReply{Found: found, Epoch: ver.Epoch, Seq: ver.Seq, Size: size, Data: data, Shard: shardEpoch})
+	return s.encodeReply(&stateReadReply{Found: found, Epoch: ver.Epoch, Seq: ver.Seq, Size: size, Data: data, Shard: shardEpoch,
+		GoneEpoch: gone.Epoch, GoneSeq: gone.Seq})
 }
 
 func (s *Store) serveRemembered(from string, body []byte) []byte {
@@ -320,7 +325,7 @@ func (s *Store) serveJournal(from string, body []byte) []byte {
 	if err != nil {
 		return stateFail(err)
 	}
-	return s.encodeReply(&stateJournalReply{Records: p.records, Corrupt: p.corrupt, Floor: p.floor, More: p.more, Through: p.through, Shard: p.shard})
+	return s.encodeReply(&stateJournalReply{Records: p.records, Corrupt: p.corrupt, Floor: p.floor, Gone: p.gone, More: p.more, Through: p.through, Shard: p.shard})
 }
 
 func (s *Store) serveSummary(from string, body []byte) []byte {
@@ -358,7 +363,7 @@ func (s *Store) serveDiff(from string, body []byte) []byte {
 		if err := sharding.CheckStateKey(req.Type, req.Shard, r.ID, true); err != nil {
 			return stateFail(err)
 		}
-		if r.Kind < stateKindSnapshot || r.Kind > stateKindFloor || len(r.Data) > 0 || r.Xfer != 0 ||
+		if r.Kind < stateKindSnapshot || r.Kind > stateKindGone || len(r.Data) > 0 || r.Xfer != 0 ||
 			(r.Kind == stateKindJournal) != (r.JSeq != 0) || (r.Kind == stateKindFloor) != (r.Floor != 0) {
 			return stateFail(fmt.Errorf("%w: diff entry %q of kind %d", sharding.ErrMalformedMessage, r.ID, r.Kind))
 		}

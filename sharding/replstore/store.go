@@ -191,7 +191,8 @@ const (
 // Limits. A write that failed (sharding.ErrStoreUnavailable, or sharding.ErrStaleEpoch
 // from some replicas while others had accepted it) may remain on a minority of
 // replicas; a later read sees it if it is the entity's newest version, and repair then
-// spreads it, as in other quorum stores. Tombstones (forget marks) are kept for good.
+// spreads it, as in other quorum stores. Tombstones (forget marks, and an entity's
+// deletion: DeleteEntity) are kept for good.
 //
 // Membership changes. Replicas are ranked over a ring (ring.go) that keeps members gone
 // (down, left, removed) until a handover round has confirmed that every member up sent
@@ -398,6 +399,38 @@ func (s *Store) ForgetType(typ string, at uint64) error {
 	return nil
 }
 
+var _ sharding.EntityStateDeleter = (*Store)(nil)
+
+// DeleteEntity implements sharding.EntityStateDeleter: a fenced write, as Save's, of
+// the entity's tombstone (stateKindGone) and a forget mark, both at one new version.
+// Each replica that applies the tombstone deletes the entity's snapshot, remember mark,
+// journal records and journal floor older than it, and drops older copies that arrive
+// later (a repair or anti-entropy copy from a replica that missed the delete, a write
+// of an older epoch that it did not refuse). Readers take the newest tombstone of the
+// majority that answers and leave out what is older, so a replica that missed the
+// delete brings nothing back; read repair and anti-entropy bring it the tombstone.
+// Records written later (newer versions) start the entity anew: its journal from
+// record 1. The tombstone is kept for good, as forget marks are (a few dozen bytes per
+// entity deleted). Reminders are not state records here; they stay. Errors:
+// sharding.ErrStaleEpoch (nothing deleted on the replica that refused; others may
+// have applied it, as with any write refused by some), sharding.ErrStoreUnavailable
+// (fewer than a majority acknowledged: the delete may have landed on some, and
+// spreads by repair if it is the entity's newest write), sharding.ErrInvalidStateKey.
+func (s *Store) DeleteEntity(ctx context.Context, key sharding.EntityKey, epoch uint64) error {
+	if err := sharding.CheckStateKey(key.Type, key.Shard, key.ID, true); err != nil {
+		return err
+	}
+	seq := s.nextSeq()
+	recs := []stateRecord{
+		{Kind: stateKindGone, ID: key.ID, Epoch: epoch, Seq: seq},
+		{Kind: stateKindRemember, ID: key.ID, Epoch: epoch, Seq: seq},
+	}
+	if err := s.write(ctx, key.Type, key.Shard, epoch, recs); err != nil {
+		return fmt.Errorf("replstore: delete the state of %s/%d/%q at epoch %d: %w", key.Type, key.Shard, key.ID, epoch, err)
+	}
+	return nil
+}
+
 // Close stops the repair loop, waits for the requests under way (its own, bounded by
 // RequestTimeout, are cancelled) and closes the disk. Later calls fail with
 // sharding.ErrStoreUnavailable; peers' requests are answered as failed. Idempotent. The
@@ -546,8 +579,9 @@ type stateReadAnswer struct {
 	found bool
 	ver   stateVersion
 	size  int
-	data  []byte // the whole snapshot from the local disk, its first chunk from a peer
-	shard uint64 // the replica's epoch of the shard
+	data  []byte       // the whole snapshot from the local disk, its first chunk from a peer
+	shard uint64       // the replica's epoch of the shard
+	gone  stateVersion // the version of the entity's tombstone (zero: none)
 	err   error
 }
 
@@ -653,14 +687,25 @@ func (s *Store) load(ctx context.Context, key sharding.EntityKey) ([]byte, error
 	return data, nil
 }
 
-// newestAnswer returns the answer with the newest snapshot, or nil if none found one.
+// newestAnswer returns the answer with the newest snapshot, or nil if none found one
+// newer than the newest tombstone (stateKindGone) any answer has.
 func newestAnswer(answers []stateReadAnswer) *stateReadAnswer {
 	var best *stateReadAnswer
+	var gone stateVersion
 	for i := range answers {
 		a := &answers[i]
-		if a.err == nil && a.found && (best == nil || best.ver.less(a.ver)) {
+		if a.err != nil {
+			continue
+		}
+		if gone.less(a.gone) {
+			gone = a.gone
+		}
+		if a.found && (best == nil || best.ver.less(a.ver)) {
 			best = a
 		}
+	}
+	if best != nil && !gone.less(best.ver) {
+		return nil // the entity was deleted since: a replica that missed it answered
 	}
 	return best
 }

@@ -91,6 +91,14 @@ const (
 	// it are gone, and a replica drops those it is sent. Floors only rise: the highest
 	// wins, then the newest version (stateRecord.newer).
 	stateKindFloor uint8 = 4
+	// stateKindGone: an entity's deletion (Store.DeleteEntity), a tombstone at its
+	// version: every record of the entity older than it (its snapshot, remember mark,
+	// journal records and floor) is deleted when the tombstone is applied and dropped when
+	// it arrives later (a repair from a replica that missed the delete), and readers
+	// leave out what an answer older than another answer's tombstone holds. Records
+	// written after it (newer versions) start the entity anew. Kept for good, as forget
+	// marks are.
+	stateKindGone uint8 = 5
 )
 
 // stateVersion orders the writes of one record: allocation epoch first, then the
@@ -272,7 +280,11 @@ type stateReadReply struct {
 	Size  int    `cbor:"6,keyasint,omitempty"`
 	Data  []byte `cbor:"7,keyasint,omitempty"`
 	Shard uint64 `cbor:"8,keyasint,omitempty"`
-	Store string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
+	// GoneEpoch and GoneSeq: the version of the entity's tombstone (stateKindGone), if
+	// the replica has one: a snapshot not newer than it is gone.
+	GoneEpoch uint64 `cbor:"9,keyasint,omitempty"`
+	GoneSeq   uint64 `cbor:"10,keyasint,omitempty"`
+	Store     string `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateRememberedReq asks for the remember records of a shard whose IDs sort after
@@ -283,7 +295,9 @@ type stateRememberedReq struct {
 	After string `cbor:"3,keyasint,omitempty"`
 	// Entities, when set, asks for the shard's entities instead (StateLister): those
 	// with a snapshot (a stateKindSnapshot record with its Size) or only journal
-	// records (a stateKindJournal record), whose IDs begin with Prefix.
+	// records (a stateKindJournal record, with its newest record's version), whose IDs
+	// begin with Prefix, and those deleted with nothing written since (a stateKindGone
+	// record: the tombstone, which cancels what an older replica lists).
 	Entities bool   `cbor:"4,keyasint,omitempty"`
 	Prefix   string `cbor:"5,keyasint,omitempty"`
 }
@@ -337,7 +351,10 @@ type stateJournalReply struct {
 	More    bool          `cbor:"6,keyasint,omitempty"`
 	Through uint64        `cbor:"7,keyasint,omitempty"`
 	Shard   uint64        `cbor:"8,keyasint,omitempty"`
-	Store   string        `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
+	// Gone: the entity's tombstone (stateKindGone, a version), if the replica has one:
+	// records and a floor not newer than it are gone.
+	Gone  *stateRecord `cbor:"9,keyasint,omitempty"`
+	Store string       `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateSummaryReq: the sender holds Count records of the shard whose versions hash to
