@@ -45,6 +45,9 @@ type shardRegion struct {
 
 	tel regionTelemetry
 
+	// firer delivers the due reminders of the type's shards hosted here.
+	firer reminderFirer
+
 	// evictMu guards policy, which tracks the active entities for MaxActive by the
 	// type's PassivationStrategy (nil: no cap). Taken after mu when both are held.
 	evictMu sync.Mutex

@@ -232,7 +232,7 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 		batches[i].due = append(batches[i].due, er)
 	}
 	rem.tmu.Unlock()
-	if !r.s.firer.enqueue(r.s, batches) {
+	if !r.firer.enqueue(r.s, batches) {
 		return
 	}
 	rem.tmu.Lock()
@@ -246,8 +246,9 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	}
 }
 
-// reminderWorkers is how many firings a member has under way at most: its workers
-// (reminderFirer), each delivering one batch at a time.
+// reminderWorkers is how many firings of one type a member has under way at most:
+// the workers of the type's region (reminderFirer), each delivering one batch at a
+// time.
 const reminderWorkers = 128
 
 // firingBatch is one entity's due reminders from one scan of its shard, earliest
@@ -259,55 +260,51 @@ type firingBatch struct {
 	due []EntityReminder
 }
 
-// reminderFirer delivers the due reminders of the shards hosted on a member: a queue
-// of batches, first in first out, and reminderWorkers goroutines of the member's owner
-// that take them in turn, started with the first batch. A backlog is batches in the
-// queue (each shard's at most reminderLowWater+reminderBatch), not goroutines.
+// reminderFirer delivers the due reminders of a type's shards hosted on a member (one
+// per region, so that a type whose entities hang, each firing an ask held for the ask
+// timeout, holds its own workers only: the other types' reminders fire beside it). A
+// queue of batches, first in first out, and up to reminderWorkers goroutines of the
+// member's owner that take them in turn: started as batches come, each returns once
+// the queue is empty. A backlog is batches in the queue (each shard's at most
+// reminderLowWater+reminderBatch), not goroutines.
 type reminderFirer struct {
 	mu      sync.Mutex
 	queue   []firingBatch
 	head    int // queue[head:] waits
-	started bool
-	wake    chan struct{} // a token per batch queued, up to reminderWorkers
+	workers int // running
 }
 
-func newReminderFirer() *reminderFirer {
-	return &reminderFirer{wake: make(chan struct{}, reminderWorkers)}
-}
-
-// enqueue queues the batches and wakes workers for them. It reports false once s
-// stops (the batches are dropped: the store keeps their reminders).
+// enqueue queues the batches and starts workers for them, up to reminderWorkers. It
+// reports false once s stops (the batches are dropped: the store keeps their
+// reminders).
 func (f *reminderFirer) enqueue(s *Sharding, bs []firingBatch) bool {
 	if len(bs) == 0 {
 		return true
 	}
 	f.mu.Lock()
-	start := !f.started
-	f.started = true
 	f.queue = append(f.queue, bs...)
+	start := min(reminderWorkers-f.workers, len(f.queue)-f.head)
+	f.workers += start
 	f.mu.Unlock()
-	if start {
-		for range reminderWorkers {
-			if !s.owner.Go(func() { f.work(s) }) {
-				return false
-			}
-		}
-	}
-	for range bs {
-		select {
-		case f.wake <- struct{}{}:
-		default:
-			return true // every worker has a token to wake with already
+	for i := range start {
+		if !s.owner.Go(func() { f.work(s) }) {
+			f.mu.Lock()
+			f.workers -= start - i
+			f.queue, f.head = nil, 0
+			f.mu.Unlock()
+			return false
 		}
 	}
 	return true
 }
 
-// take returns the next batch, if any.
+// take returns the next batch, if any; with none the calling worker ends (it is no
+// longer counted).
 func (f *reminderFirer) take() (firingBatch, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.head == len(f.queue) {
+		f.workers--
 		return firingBatch{}, false
 	}
 	b := f.queue[f.head]
@@ -324,19 +321,15 @@ func (f *reminderFirer) take() (firingBatch, bool) {
 	return b, true
 }
 
-// work is a worker: it fires the queued batches until s stops.
+// work is a worker: it fires the queued batches until none is left (or s stops: the
+// rest fail at once, and the store keeps them).
 func (f *reminderFirer) work(s *Sharding) {
-	done := s.owner.Done()
 	for {
-		if b, ok := f.take(); ok {
-			b.r.fireBatch(b.sh, b.id, b.due)
-			continue
-		}
-		select {
-		case <-f.wake:
-		case <-done:
+		b, ok := f.take()
+		if !ok {
 			return
 		}
+		b.r.fireBatch(b.sh, b.id, b.due)
 	}
 }
 

@@ -328,3 +328,44 @@ func TestLateFiringsAreMeasured(t *testing.T) {
 		t.Fatalf("scheduled: %d recorded, %d over 5 s, %d late, max %.0f s; want one an hour late", count, over5, late, maxSec)
 	}
 }
+
+// A type whose entities hang (each firing an ask held for the ask timeout) holds its own
+// firing workers only: another type's reminders fire beside it. With the workers shared
+// by all types, the hanging type's firings took every one and the other type's reminder
+// waited for the hanging asks' timeout.
+func TestAHangingTypeDoesNotStopAnotherTypesReminders(t *testing.T) {
+	tc := newTestCluster(t, 1, withSharedStateStore(), withConfig(func(c *Config) { c.AskTimeout = 10 * time.Minute }))
+	n := tc.live()[0]
+	release := make(chan struct{})
+	entered := make(chan string, 4*reminderWorkers)
+	n.factory.onReceive = func(key, msg string) {
+		if msg == "hang" {
+			entered <- key
+			<-release
+		}
+	}
+	t.Cleanup(func() { close(release) }) // before the cluster stops (cleanups run last first)
+	now := time.Now().UnixMilli()
+	const hanging = 2 * reminderWorkers
+	for i := range hanging {
+		id := "h" + strconv.Itoa(i)
+		mustAsk(t, n, "other", id, "get") // its shard hosted here
+		setReminder(t, n, "other", id, Reminder{Name: "r", Due: now, Payload: []byte("hang")})
+	}
+	// Every firing worker of the type holds a hanging entity.
+	seen := map[string]bool{}
+	for len(seen) < reminderWorkers {
+		select {
+		case key := <-entered:
+			seen[key] = true
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of the hanging type's firings started, want %d", len(seen), reminderWorkers)
+		}
+	}
+	mustAsk(t, n, "counter", "free", "get")
+	setReminder(t, n, "counter", "free", Reminder{Name: "r", Due: time.Now().UnixMilli(), Payload: []byte("go")})
+	testutil.Eventually(t, time.Minute, "the other type's reminder", func() bool { return len(tc.acts.reminders("counter/free")) == 1 })
+	if extra := len(entered); extra > 0 {
+		t.Fatalf("%d firings of one type under way at once, at most %d", reminderWorkers+extra, reminderWorkers)
+	}
+}

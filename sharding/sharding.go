@@ -35,8 +35,6 @@ type Sharding struct {
 	// reminders keeps the entities' reminders (RemindersOf the state store), or nil
 	// without a store.
 	reminders ReminderStore
-	// firer delivers the due reminders of the shards hosted here.
-	firer *reminderFirer
 
 	// owner owns the goroutines of s. Everything that may start one holds it (Hold)
 	// or runs on one; Stop closes it.
@@ -98,7 +96,6 @@ func New(cfg Config) (*Sharding, error) {
 		self:          self,
 		owner:         owner.New(),
 		reminders:     remindersOf(cfg.States),
-		firer:         newReminderFirer(),
 		regions:       map[string]*shardRegion{},
 		typeWaiters:   map[string][]delivery{},
 		deadLetterLog: obs.LogLimiter{Interval: 10 * time.Second},
