@@ -119,6 +119,9 @@ type wasmInstance struct {
 	stop    api.MutableGlobal
 	stopped atomic.Bool
 	lm      *linearMemory // mem's slot in the runtime's arena; nil when on the Go heap
+	// fromImage: the instance is made from its module's pre-initialized image, so that
+	// a resident slot, which holds the image, serves (residentslots.go).
+	fromImage bool
 	// lastGrow is what the guest's last memory.grow returned (wasmbin.LastGrowExport):
 	// -1 when its memory could not grow.
 	lastGrow api.Global
@@ -245,6 +248,7 @@ func (m *wasmModule) instantiate(ctx context.Context, entityType, entityID strin
 		}
 	}
 	inst.code = code
+	inst.fromImage = img != nil
 	// Not derived from rt.ctx: every instance would register with (and lock) that one
 	// parent, which activations on all cores contended on. wasmRuntime.Close cancels the
 	// live instances' contexts itself, and this one below if it closed meanwhile.

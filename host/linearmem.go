@@ -59,6 +59,12 @@ type memArena struct {
 	// warmSlots are slots with a module's activation pages backed
 	// (linearmem_prefault.go).
 	warmSlots
+	// resident are the closed instances' slots kept re-imaged (residentslots.go).
+	resident residentState
+	// pagemap is /proc/self/pagemap, opened at its first use (backedPages); -1 when
+	// it cannot be.
+	pagemap     int
+	pagemapOpen bool
 }
 
 // writeProtection returns the arena's write tracking, opening it at the first call.
@@ -71,10 +77,13 @@ func (a *memArena) writeProtection() (*writeProtect, error) {
 	return a.wp, a.wpErr
 }
 
-func newMemArena(slotBytes uint64) *memArena {
+// newMemArena returns an arena of slots of slotBytes whose resident slots
+// (residentslots.go) keep up to poolBytes backed.
+func newMemArena(slotBytes uint64, poolBytes int64) *memArena {
 	per := int(arenaChunkBytes / slotBytes)
 	per = min(max(per, 1), arenaMaxChunkSlots)
-	return &memArena{slot: int(slotBytes), perChunk: per, warmSlots: warmSlots{fillers: owner.New()}}
+	return &memArena{slot: int(slotBytes), perChunk: per, warmSlots: warmSlots{fillers: owner.New()},
+		resident: residentState{budget: max(poolBytes, 0)}, pagemap: -1}
 }
 
 // get returns a free slot, len and cap slot bytes, reserving a chunk when none is free;
@@ -127,6 +136,7 @@ func (a *memArena) close() {
 	a.mu.Lock()
 	a.closed = true
 	a.closeWarm()
+	a.closeResident()
 	a.unmapIfDone()
 	a.mu.Unlock()
 	a.fillers.Close()
@@ -145,6 +155,10 @@ func (a *memArena) unmapIfDone() {
 		a.wp.close()
 		a.wp = nil
 	}
+	if a.pagemap >= 0 {
+		closePagemap(a.pagemap)
+		a.pagemap = -1
+	}
 }
 
 // linearMemory is an instance's linear memory in an arena slot: wazero's
@@ -162,6 +176,11 @@ type linearMemory struct {
 	// track is the kernel's write tracking of the slot while it runs: stopped before
 	// the slot goes back to the arena.
 	track writeTracker
+	// resident is the module's resident slots (residentslots.go), which Free re-images
+	// the slot into when they have room; imaged is set when the slot came from them,
+	// holding the module's image.
+	resident *residentPool
+	imaged   bool
 }
 
 var _ experimental.LinearMemory = (*linearMemory)(nil)
@@ -176,15 +195,21 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 	return m.slot[:size:size]
 }
 
-// Free gives the slot to the module's warm slots, or back to the arena. A slot whose
-// writes were tracked goes back to the arena.
+// Free gives the slot to the module's resident slots, re-imaged, or to its warm slots,
+// or back to the arena. A slot whose writes were tracked goes back to the arena.
 func (m *linearMemory) Free() {
 	tracked := m.track != nil
 	if tracked {
 		m.track.stop()
 	}
 	if m.slot != nil {
-		if tracked || !m.arena.recycle(m.slot, m.used, m.hot) {
+		// A module with resident slots keeps no warm ones: the pool's budget bounds
+		// what its closed instances keep.
+		kept := !tracked && m.arena.keepResident(m.resident, m.slot, m.used)
+		if !kept && !tracked && m.resident == nil {
+			kept = m.arena.recycle(m.slot, m.used, m.hot)
+		}
+		if !kept {
 			m.arena.put(m.slot, m.used)
 		}
 		m.slot = nil
@@ -224,14 +249,25 @@ func (a *memoryAllocator) Allocate(capacity, maxBytes uint64) experimental.Linea
 	i := (*wasmInstance)(a)
 	arena := i.m.rt.arena
 	if arena != nil && maxBytes <= uint64(arena.slot) {
-		// A warm slot has the pages the module's activations touch backed already; its
-		// used bytes cover them, so that Free releases them.
-		slot, used := arena.getWarm(&i.m.hot)
+		// A resident slot holds the module's image already, for an instance made from
+		// it; a warm slot has the pages the module's activations touch backed. Their
+		// used bytes cover what is backed, so that Free releases it.
+		pool := i.m.resident.Load()
+		imaged := false
+		var slot []byte
+		used := 0
+		if i.fromImage {
+			slot, used = arena.getResident(pool)
+			imaged = slot != nil
+		}
+		if slot == nil && pool == nil {
+			slot, used = arena.getWarm(&i.m.hot)
+		}
 		if slot == nil {
 			slot, used = arena.get(), 0
 		}
 		if slot != nil {
-			i.lm = &linearMemory{arena: arena, slot: slot, used: used, hot: &i.m.hot}
+			i.lm = &linearMemory{arena: arena, slot: slot, used: used, hot: &i.m.hot, resident: pool, imaged: imaged}
 			return i.lm
 		}
 	}

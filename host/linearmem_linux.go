@@ -1,6 +1,7 @@
 package host
 
 import (
+	"encoding/binary"
 	"syscall"
 	"unsafe"
 )
@@ -71,4 +72,59 @@ func residentRuns(b []byte, max int) []pageRun {
 		total++
 	}
 	return runs
+}
+
+// backedPages reports, for each 4 KiB page of b, whether it is backed by memory:
+// present, or swapped out (/proc/self/pagemap, Documentation/admin-guide/mm/pagemap.rst);
+// nil when the system does not say. b starts on a page boundary and is in one of a's
+// slots, handed out.
+func (a *memArena) backedPages(b []byte) []bool {
+	a.mu.Lock()
+	if !a.pagemapOpen && !a.closed {
+		a.pagemapOpen = true
+		if fd, err := syscall.Open("/proc/self/pagemap", syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+			a.pagemap = fd
+		}
+	}
+	fd := a.pagemap
+	a.mu.Unlock()
+	pages := len(b) / pageSize
+	backed := make([]bool, pages)
+	if fd < 0 {
+		return nil
+	}
+	if pages == 0 {
+		return backed
+	}
+	const (
+		present = 1 << 63
+		swapped = 1 << 62
+		batch   = 512
+	)
+	var buf [batch * 8]byte
+	first := int64(addrOf(b) / pageSize)
+	for p := 0; p < pages; {
+		n := min(batch, pages-p)
+		got, err := syscall.Pread(fd, buf[:n*8], (first+int64(p))*8)
+		if err != nil || got != n*8 {
+			return nil
+		}
+		for k := 0; k < n; k++ {
+			e := binary.LittleEndian.Uint64(buf[k*8:])
+			backed[p+k] = e&(present|swapped) != 0
+		}
+		p += n
+	}
+	return backed
+}
+
+func closePagemap(fd int) { syscall.Close(fd) }
+
+// physicalMemory returns the machine's physical memory in bytes; 0 when unknown.
+func physicalMemory() uint64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return uint64(si.Totalram) * uint64(si.Unit)
 }

@@ -16,3 +16,9 @@ func unreserveMemory([]byte) {}
 func populateMemory([]byte) error { return errors.New("host: no page population on this system") }
 
 func residentRuns([]byte, int) []pageRun { return []pageRun{} }
+
+func (a *memArena) backedPages([]byte) []bool { return nil }
+
+func closePagemap(int) {}
+
+func physicalMemory() uint64 { return 0 }

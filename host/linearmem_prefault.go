@@ -45,6 +45,9 @@ type pageRun struct{ off, n int }
 type moduleHotPages struct {
 	learning atomic.Bool               // an instance has taken the learning
 	runs     atomic.Pointer[[]pageRun] // set once learned; empty when nothing to back
+	// size is the bytes of memory the learning instance had by the end of its first
+	// message (residentslots.go).
+	size atomic.Int64
 }
 
 // learn records, once per module, the pages of m's slot that are backed now.
@@ -53,6 +56,7 @@ func (h *moduleHotPages) learn(m *linearMemory) {
 		return
 	}
 	runs := residentRuns(m.slot[:m.used], maxHotPages)
+	h.size.Store(int64(m.used))
 	h.runs.Store(&runs)
 }
 

@@ -31,7 +31,7 @@ func TestArenaSlotsComeBackZeroed(t *testing.T) {
 	if _, err := reserveMemory(1 << 16); err != nil {
 		t.Skipf("no linear-memory arena here: %v", err)
 	}
-	a := newMemArena(2 << 16)
+	a := newMemArena(2<<16, 0)
 	s := a.get()
 	if len(s) != 2<<16 {
 		t.Fatalf("slot of %d bytes, want %d", len(s), 2<<16)

@@ -77,6 +77,9 @@ type moduleImage struct {
 	reason atomic.Pointer[string]
 	// off, set by tests, makes new instances run the initialisation.
 	off atomic.Bool
+	// noPool says why closed instances keep no resident slot (residentslots.go), when
+	// the pool is too small for one.
+	noPool atomic.Pointer[string]
 }
 
 // PreInitialized reports whether new instances of the module start from its
@@ -98,6 +101,9 @@ func (m *wasmModule) Activation() string {
 	ok, why := m.PreInitialized()
 	switch {
 	case ok:
+		if np := m.pre.noPool.Load(); np != nil {
+			return "pre-initialized image; " + *np
+		}
 		return "pre-initialized image"
 	case why == "":
 		return ""
@@ -114,6 +120,14 @@ func (m *wasmModule) capturePreImage(inst *wasmInstance) {
 		return
 	}
 	m.pre.image.Store(img)
+	if why := m.rt.arena.poolTooSmall(img); why != "" {
+		m.pre.noPool.Store(&why)
+		m.rt.log.Warn("instance pool too small for one instance of a module", "digest", m.Digest[:min(12, len(m.Digest))], "reason", why)
+	} else if m.rt.arena != nil {
+		if p := m.rt.arena.newResidentPool(img, &m.hot); p != nil {
+			m.resident.Store(p)
+		}
+	}
 }
 
 func (m *wasmModule) preImageOf(inst *wasmInstance) (*preImage, string) {
@@ -170,8 +184,10 @@ func (i *wasmInstance) loadImage(img *preImage) error {
 	if !ok {
 		return fmt.Errorf("host: memory of %d bytes cannot be read", i.mem.Size())
 	}
-	for _, r := range img.runs {
-		copy(mem[r.off:], r.data)
+	if i.lm == nil || !i.lm.imaged { // a resident slot holds the image already
+		for _, r := range img.runs {
+			copy(mem[r.off:], r.data)
+		}
 	}
 	for k, g := range img.globals {
 		i.snapGlobals[k].Set(g.Bits)

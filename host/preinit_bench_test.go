@@ -10,17 +10,23 @@ import (
 )
 
 // BenchmarkPreInitActivation is an entity's activation in the runtime, from the
-// module's pre-initialized image ("image") and by running its initialisation ("fresh"),
-// interleaved in one run so that the load and the price of a page weigh on both alike:
+// module's pre-initialized image into a resident slot of a closed instance ("slots",
+// residentslots.go) or into a slot the kernel backs anew ("image", no instance pool),
+// and by running its initialisation ("fresh", no pool), in one run so that the load
+// and the price of a page weigh on all alike:
 // a new instance of the counter example (TinyGo, Go's port, Rust) and its first "inc",
 // then its close, as an entity passivated and activated again. It reports the
 // activation's p50/p99 (instance and first message), the process's CPU time and minor
 // page faults (/proc/self/stat) per activation, close included.
 func BenchmarkPreInitActivation(b *testing.B) {
 	for _, mod := range []counterBuild{tinygoCounter, rustCounter, goCounter} {
-		for _, path := range []string{"fresh", "image"} {
+		for _, path := range []string{"fresh", "image", "slots"} {
 			b.Run(mod.name+"/"+path, func(b *testing.B) {
-				rt, _ := newTestRuntime(b, nil)
+				rt, _ := newTestRuntime(b, func(c *RuntimeConfig) {
+					if path != "slots" {
+						c.InstancePoolBytes = -1
+					}
+				})
 				ctx := context.Background()
 				m, err := rt.Compile(ctx, mod.wasm(b))
 				if err != nil {
@@ -29,7 +35,7 @@ func BenchmarkPreInitActivation(b *testing.B) {
 				if err := m.PrepareRestore(ctx); err != nil {
 					b.Fatal(err)
 				}
-				if ok, why := m.PreInitialized(); !ok && path == "image" {
+				if ok, why := m.PreInitialized(); !ok && path != "fresh" {
 					b.Skip("not pre-initialized: " + why)
 				}
 				m.pre.off.Store(path == "fresh")

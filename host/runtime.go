@@ -89,6 +89,23 @@ type RuntimeConfig struct {
 	// LoggerProvider, when set, receives every entity log line as an OpenTelemetry log
 	// record (internal/telemetry.LoggerProvider, OTEL_LOGS_EXPORTER). Nil: none.
 	LoggerProvider otellog.LoggerProvider
+	// InstancePoolBytes bounds the memory that closed instances of pre-initialized
+	// modules keep, re-imaged, for the next instances of their module to start in
+	// without a page fault (host/residentslots.go): the backed bytes of all kept
+	// memories together. Idle kept memories are given back within 20 s. 0:
+	// DefaultInstancePoolBytes (1/16 of physical memory); negative: none kept.
+	InstancePoolBytes int64
+}
+
+// poolBytes is InstancePoolBytes with its default applied; 0 for none.
+func (c RuntimeConfig) poolBytes() int64 {
+	switch {
+	case c.InstancePoolBytes < 0:
+		return 0
+	case c.InstancePoolBytes == 0:
+		return DefaultInstancePoolBytes()
+	}
+	return c.InstancePoolBytes
 }
 
 // defaultRuntimeConfig returns the defaults described on RuntimeConfig.
@@ -117,6 +134,8 @@ func (c RuntimeConfig) Validate() error {
 		return fmt.Errorf("host: host call budget must not be negative, got %d", c.CallBudget)
 	case c.EntityLogBytes < 0:
 		return fmt.Errorf("host: entity log bytes must not be negative, got %d", c.EntityLogBytes)
+	case c.InstancePoolBytes > 0 && c.InstancePoolBytes < pageSize:
+		return fmt.Errorf("host: instance pool of %d bytes is under one 4 KiB page, too small for any instance: give a larger one, or a negative one for no pool", c.InstancePoolBytes)
 	}
 	return nil
 }
@@ -218,7 +237,7 @@ func newWasmRuntime(ctx context.Context, cfg RuntimeConfig) (*wasmRuntime, error
 		interp: wazero.NewRuntimeWithConfig(ctx, ic),
 		cache:  cache,
 		marks:  marks,
-		arena:  newMemArena(cfg.MemoryLimit >> 16 << 16),
+		arena:  newMemArena(cfg.MemoryLimit>>16<<16, cfg.poolBytes()),
 	}
 	rt.live = map[*wasmInstance]struct{}{}
 	rt.bg = owner.New()
@@ -314,6 +333,9 @@ type wasmModule struct {
 	// hot are the pages of a slot its instances touch by the end of their first
 	// message, which the arena keeps backed in a few slots (linearmem_prefault.go).
 	hot moduleHotPages
+	// resident are the closed instances' slots kept holding the image
+	// (residentslots.go); nil without an image or a pool.
+	resident atomic.Pointer[residentPool]
 }
 
 // moduleCode is a module compiled by one of the runtime's engines, and that runtime,
@@ -624,6 +646,7 @@ func (m *wasmModule) Close(ctx context.Context) error {
 	}
 	if m.rt.arena != nil {
 		m.rt.arena.dropWarm(&m.hot)
+		m.rt.arena.dropResident(m.resident.Swap(nil))
 	}
 	return err
 }

@@ -26,6 +26,7 @@ type nodeFlags struct {
 	gossipProfile   string
 	memoryLimitMiB  int
 	memberMemoryMiB int
+	poolBytes       int64
 	entityLogRate   float64
 	messageDeadline time.Duration
 	maxMessageSize  int
@@ -75,6 +76,7 @@ func (f *nodeFlags) add(cmd *cobra.Command, profile string) {
 	cmd.Flags().StringVar(&f.gossipProfile, "gossip-profile", profile, "timing profile: lan (members on a network), local (one idle machine: fast failure detection, for tests) or dev (one machine that may be busy: pauses of seconds pass); --heartbeat-interval, --acceptable-heartbeat-pause and --sbr-stable-after, whose defaults are this command's profile's, override it")
 	cmd.Flags().IntVar(&f.memoryLimitMiB, "memory-limit", int(d.Runtime.MemoryLimit>>20), "linear memory cap of each entity instance, in MiB")
 	cmd.Flags().IntVar(&f.memberMemoryMiB, "member-memory-limit", 0, "linear memory of all the member's active entities together, in MiB: past it, the least recently used idle ones are passivated until the rest fit (0: no cap)")
+	cmd.Flags().Int64Var(&f.poolBytes, "instance-pool-bytes", host.DefaultInstancePoolBytes(), "memory that closed entity instances keep, re-imaged, so that the next activations of their module take no page fault, in bytes of all together (default: 1/16 of physical memory); idle ones are given back within 20 s (0: none kept)")
 	cmd.Flags().Float64Var(&f.entityLogRate, "entity-log-rate", host.DefaultEntityLogRate, "log lines per second each entity may write on average (twice that in a burst); the lines beyond are dropped and counted in shardhost.entity.log.dropped; negative: no limit")
 	cmd.Flags().DurationVar(&f.messageDeadline, "message-deadline", d.Runtime.MessageDeadline, "how long one message may run inside an entity")
 	cmd.Flags().IntVar(&f.maxMessageSize, "max-message-size", d.Runtime.MaxMessageSize, "cap of a message and of a reply, in bytes")
@@ -121,6 +123,14 @@ func (f *nodeFlags) config(log *slog.Logger) (host.Config, error) {
 		return cfg, fmt.Errorf("--member-memory-limit %d: want MiB, 0 for no cap", f.memberMemoryMiB)
 	}
 	cfg.Sharding.MemoryLimit = int64(f.memberMemoryMiB) << 20
+	switch {
+	case f.poolBytes < 0:
+		return cfg, fmt.Errorf("--instance-pool-bytes %d: want bytes, 0 for no pool", f.poolBytes)
+	case f.poolBytes == 0:
+		cfg.Runtime.InstancePoolBytes = -1
+	default:
+		cfg.Runtime.InstancePoolBytes = f.poolBytes
+	}
 	if f.entityLogRate == 0 {
 		return cfg, fmt.Errorf("--entity-log-rate 0 would drop every line: give a positive rate, or a negative one for no limit")
 	}

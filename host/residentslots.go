@@ -1,0 +1,288 @@
+package host
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+)
+
+// Resident slots: closed instances' memories kept, re-imaged in place.
+//
+// An instance made from its module's pre-initialized image (preinit.go) in a slot the
+// kernel has not backed takes a page fault for every page the image writes and every
+// page its first message touches: the price of a fresh page, which on a virtual machine
+// is what an activation costs (bench/pagecost). So when an instance of a module with an
+// image is closed, its slot goes to the module's resident slots instead of back to the
+// operating system: still backed, and re-imaged in place. The pages the image holds are
+// compared with it and rewritten where they differ, the other backed pages are zeroed
+// where they are not zero, and the backed pages past the module's usual extent (the
+// image's memory, or what its first instance had grown to by the end of its first
+// message, whichever is larger) are given back to the operating system: a tenant that
+// grew its memory and wrote over all of it leaves no more behind than a usual one. The
+// next instance of the module takes the slot with its memory already the image: no
+// page is copied and none faults.
+//
+// Which pages to look at comes from the kernel (mincore: the backed pages), not from a
+// record of writes, which would cost a fault per written page (dirtypages.go); pages
+// never backed read as zero and are left alone. Re-imaging runs when the instance is
+// closed, on the caller's goroutine: a passivation pays it, not the next activation.
+//
+// The slots of all modules are bounded together by RuntimeConfig.InstancePoolBytes
+// (the backed bytes each slot keeps). A closed instance whose slot does not fit is
+// given back as before (linearmem.go, linearmem_prefault.go), and a module one of whose
+// instances is larger than the whole budget says so in its Activation. A goroutine the
+// arena owns trims the pools every residentTrimEvery: the slots that stayed in a pool
+// for a whole period (its low-water mark) are given back to the operating system, so
+// an idle member returns the memory within two periods.
+
+// residentTrimEvery is how often the resident slots are trimmed.
+const residentTrimEvery = 10 * time.Second
+
+// DefaultInstancePoolFraction is the share of the machine's physical memory that
+// RuntimeConfig.InstancePoolBytes defaults to: 1/16.
+const DefaultInstancePoolFraction = 16
+
+// DefaultInstancePoolBytes returns the default of RuntimeConfig.InstancePoolBytes: the
+// machine's physical memory divided by DefaultInstancePoolFraction, in bytes; 0 where
+// the system does not say (no pool).
+func DefaultInstancePoolBytes() int64 {
+	return int64(physicalMemory() / DefaultInstancePoolFraction)
+}
+
+// residentSlot is a closed instance's slot, holding its module's image.
+type residentSlot struct {
+	slot []byte
+	// extent is how many bytes from the slot's start may be backed.
+	extent int
+	// charge is the backed bytes the slot keeps, counted against the budget.
+	charge int64
+}
+
+// residentPool is a module's resident slots. Its fields are under memArena.mu.
+type residentPool struct {
+	img   *preImage
+	hot   *moduleHotPages
+	slots []residentSlot
+	// low is the fewest slots the pool held since the last trim.
+	low int
+	// dropped is set when the module is closed: slots freed later go back to the arena.
+	dropped bool
+}
+
+// residentState is the arena's part in resident slots (a memArena field).
+type residentState struct {
+	// budget is the backed bytes all resident slots may keep; 0: none kept.
+	budget int64
+	// charged is what they keep now.
+	charged int64
+	// pools are the pools with slots or created since, for trimming.
+	pools map[*residentPool]struct{}
+	// trimming: the trim goroutine runs.
+	trimming bool
+}
+
+// newResidentPool returns the resident slots of a module with image img, registered
+// with the arena; nil when the arena keeps none.
+func (a *memArena) newResidentPool(img *preImage, hot *moduleHotPages) *residentPool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.resident.budget <= 0 || a.closed || a.failed {
+		return nil
+	}
+	p := &residentPool{img: img, hot: hot}
+	if a.resident.pools == nil {
+		a.resident.pools = map[*residentPool]struct{}{}
+	}
+	a.resident.pools[p] = struct{}{}
+	if !a.resident.trimming {
+		a.resident.trimming = a.fillers.Go(func() { a.trimLoop(a.fillers.Done()) })
+	}
+	return p
+}
+
+// getResident returns one of p's slots, holding p's image, and its extent; nil when
+// p has none.
+func (a *memArena) getResident(p *residentPool) ([]byte, int) {
+	if p == nil {
+		return nil, 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := len(p.slots)
+	if n == 0 || a.closed {
+		return nil, 0
+	}
+	s := p.slots[n-1]
+	p.slots = p.slots[:n-1]
+	p.low = min(p.low, len(p.slots))
+	a.resident.charged -= s.charge
+	return s.slot, s.extent
+}
+
+// keepResident re-images the slot of a freed instance (its first used bytes handed
+// out) into p and keeps it, if its backed bytes fit the budget. It reports whether it
+// took the slot; if not, the slot is untouched and the caller gives it back.
+func (a *memArena) keepResident(p *residentPool, slot []byte, used int) bool {
+	if p == nil {
+		return false
+	}
+	extent := min(max(int(p.img.pages)*wasmPageSize, int(p.hot.size.Load())), used)
+	extent = (extent + pageSize - 1) / pageSize * pageSize
+	backed := a.backedPages(slot[:extent])
+	if backed == nil {
+		return false
+	}
+	charge := int64(0)
+	for _, b := range backed {
+		if b {
+			charge += pageSize
+		}
+	}
+	charge = max(charge, int64(p.img.bytes()))
+	a.mu.Lock()
+	ok := !p.dropped && !a.closed && a.resident.charged+charge <= a.resident.budget
+	if ok {
+		a.resident.charged += charge // reserved while re-imaging
+	}
+	a.mu.Unlock()
+	if !ok {
+		return false
+	}
+	err := reimage(slot, extent, used, backed, p.img)
+	a.mu.Lock()
+	kept := err == nil && !p.dropped && !a.closed
+	if kept {
+		p.slots = append(p.slots, residentSlot{slot: slot, extent: extent, charge: charge})
+	} else {
+		a.resident.charged -= charge
+	}
+	a.mu.Unlock()
+	if !kept {
+		a.put(slot, used)
+	}
+	return true
+}
+
+// reimage makes slot's first extent bytes img's memory: the image's pages are written
+// where they differ, the other backed pages zeroed where they are not zero (backed
+// says which pages of the extent are backed), and the bytes from extent to used are
+// given back to the operating system.
+func reimage(slot []byte, extent, used int, backed []bool, img *preImage) error {
+	if used > extent {
+		if err := releaseMemory(slot[extent:used]); err != nil {
+			return err
+		}
+	}
+	run, k := 0, 0 // the image run at or after the page, and its page
+	for p := 0; p < extent/pageSize; p++ {
+		off := p * pageSize
+		page := slot[off : off+pageSize]
+		for run < len(img.runs) && img.runs[run].off+len(img.runs[run].data) <= off {
+			run++
+		}
+		if run < len(img.runs) && img.runs[run].off <= off {
+			k = off - img.runs[run].off
+			want := img.runs[run].data[k : k+pageSize]
+			if !backed[p] || !bytes.Equal(page, want) {
+				copy(page, want)
+			}
+			continue
+		}
+		if backed[p] && !isZeroPage4K(page) {
+			clear(page)
+		}
+	}
+	return nil
+}
+
+// dropResident gives p's slots back to the arena and keeps no more: the module is
+// closed.
+func (a *memArena) dropResident(p *residentPool) {
+	if p == nil {
+		return
+	}
+	a.mu.Lock()
+	p.dropped = true
+	slots := p.slots
+	p.slots = nil
+	for _, s := range slots {
+		a.resident.charged -= s.charge
+	}
+	delete(a.resident.pools, p)
+	a.mu.Unlock()
+	for _, s := range slots {
+		a.put(s.slot, s.extent)
+	}
+}
+
+// trimLoop trims the pools every residentTrimEvery until the arena is closed.
+func (a *memArena) trimLoop(done <-chan struct{}) {
+	t := time.NewTicker(residentTrimEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			a.trimResident()
+		}
+	}
+}
+
+// trimResident gives back the slots each pool held through the whole period since the
+// last trim, the oldest first.
+func (a *memArena) trimResident() (released int) {
+	a.mu.Lock()
+	var back []residentSlot
+	for p := range a.resident.pools {
+		n := min(p.low, len(p.slots))
+		back = append(back, p.slots[:n]...)
+		p.slots = append(p.slots[:0], p.slots[n:]...)
+		p.low = len(p.slots)
+		if len(p.slots) == 0 && p.dropped {
+			delete(a.resident.pools, p)
+		}
+	}
+	for _, s := range back {
+		a.resident.charged -= s.charge
+	}
+	a.mu.Unlock()
+	for _, s := range back {
+		a.put(s.slot, s.extent)
+	}
+	return len(back)
+}
+
+// closeResident, under a.mu with a.closed set, forgets the resident slots: the chunks
+// they are in are about to be unmapped.
+func (a *memArena) closeResident() {
+	for p := range a.resident.pools {
+		a.live -= len(p.slots)
+		p.slots = nil
+		p.dropped = true
+	}
+	a.resident.pools = nil
+	a.resident.charged = 0
+}
+
+// residentCounts returns the slots all pools hold and the bytes charged for them.
+func (a *memArena) residentCounts() (slots int, charged int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for p := range a.resident.pools {
+		slots += len(p.slots)
+	}
+	return slots, a.resident.charged
+}
+
+// poolTooSmall returns why the arena keeps no resident slot for a module with image
+// img, a sentence; "" when it may.
+func (a *memArena) poolTooSmall(img *preImage) string {
+	if a == nil || a.resident.budget <= 0 {
+		return ""
+	}
+	if need := int64(img.bytes()); need > a.resident.budget {
+		return fmt.Sprintf("the instance pool's %d bytes (--instance-pool-bytes) are under one instance's %d: closed instances' memory goes back to the operating system", a.resident.budget, need)
+	}
+	return ""
+}
