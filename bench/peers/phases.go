@@ -174,9 +174,11 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		rates := rateTable{}
 		err := turns(o, sides, func(r int, s side) error {
 			n := o.tells / o.rounds
-			d, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
-			rates.add(s.sys.key, int64(n), d)
-			return err
+			return profiled(o.profileDir, s.sys.key+"-tells-r"+strconv.Itoa(r), func() error {
+				d, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
+				rates.add(s.sys.key, int64(n), d)
+				return err
+			})
 		})
 		if err != nil {
 			return err
