@@ -112,7 +112,7 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 			as := quietActorSystem()
 			s.c, s.stop = newProtoCounters(as), as.Shutdown
 		} else {
-			cl, err := startShardCluster(ctx, 1, sys.wasm, cache, o.recovery)
+			cl, err := startShardCluster(ctx, 1, sys.wasm, cache, o.recovery, o.checkpoint)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
@@ -236,7 +236,7 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
 		} else {
-			cl, err := startShardCluster(ctx, 2, sys.wasm, cache, o.recovery)
+			cl, err := startShardCluster(ctx, 2, sys.wasm, cache, o.recovery, o.checkpoint)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
