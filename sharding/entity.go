@@ -253,6 +253,7 @@ func (e *entity) drainLoop() {
 			if cap(e.queue) > keptQueue {
 				e.queue = nil
 			}
+			e.batch = nil // an idle entity keeps no batch's array
 			e.mu.Unlock()
 			return
 		}

@@ -13,10 +13,11 @@ import (
 // message: the replies, the tells and the timers of its messages leave only once every
 // record of the batch is durable, in the order the messages were handled.
 //
-// A message joins the batch only when nothing about it needs its record before the next
-// message is handled: a KindMessage without idempotency key or sender sequence (whose
-// marks a later message of the batch would read), handled without error, forward,
-// termination or a passivation request. Anything else first appends the batch, then
+// A message (a tell or an ask) joins the batch only when nothing about it needs its
+// record before the next message is handled: a KindMessage without idempotency key or
+// sender sequence (whose marks a later message of the batch would read), handled
+// without error, forward, termination or a passivation request. An ask's reply waits
+// for the batch's append. Anything else first appends the batch, then
 // goes its usual way, so records keep the order of the messages.
 
 // maxBatch is the most messages whose records one append takes.
@@ -38,7 +39,7 @@ type batched struct {
 // batchable reports whether d may join the entity's batch (or be handled while one
 // waits) as far as can be told before it runs. Owned by the drain goroutine.
 func (e *entity) batchable(d *delivery) bool {
-	return e.inst != nil && e.journaled && e.poison == nil && !d.start && !d.ask && d.env.Kind == KindMessage &&
+	return e.inst != nil && e.journaled && e.poison == nil && !d.start && d.env.Kind == KindMessage &&
 		d.env.IdempotencyKey == "" && d.env.SenderSeq == 0 && !e.fenced.Load()
 }
 
@@ -48,9 +49,13 @@ func (e *entity) nextSeq() uint64 { return e.seq + uint64(len(e.batch)) + 1 }
 
 // joinBatch takes a message just handled without error into the batch, or appends the
 // batch with it when no other message waits or the batch is full. It reports false,
-// having changed nothing, when the message's record is not to be journaled (the entity
-// says it left its state as it was); the caller then handles it as a single message.
+// having changed nothing, when the message is alone (no batch, nothing behind it) or
+// its record is not to be journaled (the entity says it left its state as it was); the
+// caller then handles it as a single message.
 func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done func(error), lc EntityLifecycle, span trace.Span) bool {
+	if len(e.batch) == 0 && !e.more {
+		return false // alone: a single message's append, as before
+	}
 	var effects []byte
 	je, _ := e.inst.(JournaledEntity)
 	if je != nil {
@@ -74,7 +79,7 @@ func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done fun
 		e.markOutbox(ctx) // before the record: a shard's next home finds the outbox
 	}
 	entry := JournalEntry{Seq: e.nextSeq(), Time: e.r.s.cfg.Now(), Kind: d.env.Kind, Sender: d.env.Sender, Tag: d.env.Tag,
-		Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out), Sends: sends}
+		Ask: d.ask && d.env.Acked == 0, Payload: d.env.Payload, Effects: effects, ReplyDigest: ReplyDigest(out), Sends: sends}
 	if e.sendSeqMoved {
 		entry.SendSeq = e.sendSeq
 	}
@@ -82,6 +87,9 @@ func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done fun
 		entry.TraceID = sc.TraceID()
 	}
 	e.failures = 0
+	if e.batch == nil {
+		e.batch = make([]batched, 0, 8)
+	}
 	e.batch = append(e.batch, batched{ctx: ctx, d: d, out: out, entry: entry, sends: sends, done: done, lc: lc, span: span})
 	if e.more && len(e.batch) < maxBatch {
 		return true // the drain loop takes the next message

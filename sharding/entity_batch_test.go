@@ -189,3 +189,53 @@ func TestATrapInABatchPausesItsEntityAsBefore(t *testing.T) {
 		return nil
 	})
 }
+
+// An ask queued among tells joins their batch: its reply shows the tells before it and
+// none after, and comes once the batch's records are durable.
+func TestAnAskInABatchSeesTheTellsBeforeIt(t *testing.T) {
+	store := &countingStore{MemoryStateStore: NewMemoryStateStore()}
+	tc := newTestCluster(t, 1, withConfig(func(c *Config) { c.States = store }))
+	n := tc.nodes[0]
+	release := blockedEntity(t, n, "a")
+	tell := func(msg string) {
+		t.Helper()
+		if err := n.sharding.Tell(context.Background(), "counter", "a", []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := n.sharding.region("counter")
+	reg.mu.Lock()
+	e := reg.hostedLocked(abiShard("a", 10)).entities["a"]
+	reg.mu.Unlock()
+	queued := func(want int) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, "the ask in the mailbox", func() bool {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return e.queued() == want
+		})
+	}
+	tell("append 1")
+	tell("append 2")
+	replied := make(chan string, 1)
+	go func() {
+		r, err := ask(t, n, "counter", "a", "list")
+		if err != nil {
+			replied <- err.Error()
+			return
+		}
+		replied <- string(r.Payload)
+	}()
+	queued(3)
+	tell("append 3")
+	release()
+	if got := <-replied; got != "1,2" {
+		t.Fatalf("the ask's reply %q, want 1,2", got)
+	}
+	if got := mustAsk(t, n, "counter", "a", "list"); got != "1,2,3" {
+		t.Fatalf("list %q, want 1,2,3", got)
+	}
+	if most := store.largestAppend(); most < 3 {
+		t.Fatalf("the largest journal append carried %d records, want the batch of 4", most)
+	}
+}
