@@ -76,6 +76,11 @@ type entity struct {
 	marks        senderMarks
 	// ob is the entity's outbox (delivery.go), shared with its goroutine.
 	ob *outbox
+	// batch holds the journaled messages handled whose records wait for one append
+	// (entity_batch.go); more is set when the message in hand was taken with others
+	// behind it in the mailbox.
+	batch []batched
+	more  bool
 	// failures counts the failures in a row of the message at the head of the mailbox
 	// that no one waits for (pause.go).
 	failures int
@@ -212,6 +217,13 @@ func (e *entity) enqueue(d delivery) {
 func (e *entity) drainLoop() {
 	for {
 		e.mu.Lock()
+		if len(e.batch) > 0 && (e.queued() == 0 || e.pausedLocked() || e.passivateWhenIdle != "" || e.r.s.aborting.Load()) {
+			// The batch's records go to the journal before the mailbox goroutine does
+			// anything else.
+			e.mu.Unlock()
+			e.flushBatch(context.Background())
+			continue
+		}
 		if e.r.s.aborting.Load() {
 			// The member is out of the cluster (or crashing): what waits here is not
 			// handled, so that the entity stops with the message it is on, before its
@@ -241,6 +253,7 @@ func (e *entity) drainLoop() {
 			if cap(e.queue) > keptQueue {
 				e.queue = nil
 			}
+			e.batch = nil // an idle entity keeps no batch's array
 			e.mu.Unlock()
 			return
 		}
@@ -270,6 +283,7 @@ func (e *entity) drainLoop() {
 			e.queue, e.head = e.queue[:0], 0
 		}
 		e.busy = true
+		e.more = e.head > 0
 		e.mu.Unlock()
 		e.process(d)
 	}
@@ -289,6 +303,10 @@ func (e *entity) failQueued(err error) {
 
 func (e *entity) process(d delivery) {
 	s := e.r.s
+	if len(e.batch) > 0 && (!e.batchable(&d) || !s.hostingAllowed() || d.expired(time.Now())) {
+		// It goes another way than the batch's messages: their records first.
+		e.flushBatch(d.ctx)
+	}
 	if e.fenced.Load() {
 		e.rerouteFenced(d)
 		return
@@ -452,7 +470,7 @@ func (e *entity) process(d delivery) {
 	info := MessageInfo{Sender: d.env.Sender, Kind: d.env.Kind, Tag: d.env.Tag, Chain: d.env.Chain,
 		Ask: d.ask && d.env.Acked == 0, Gated: gated}
 	if e.journaled {
-		info.Seq = e.seq + 1
+		info.Seq = e.nextSeq()
 	}
 	mc := &messageCtx{Context: ctx, info: info}
 	e.sendSeqMoved = false
@@ -469,6 +487,21 @@ func (e *entity) process(d delivery) {
 	}
 	journaled := false
 	if gated {
+		if lc, _ := e.inst.(EntityLifecycle); err == nil && fwd == nil && e.batchable(&d) &&
+			(lc == nil || !lc.Terminated() && !lc.PassivationRequested()) {
+			if e.joinBatch(ctx, d, out, done, lc, span) {
+				return
+			}
+		}
+		if len(e.batch) > 0 {
+			// Its record follows the batch's: they go first.
+			if jerr := e.flushBatch(ctx); jerr != nil {
+				// The instance that handled it stopped unsaved with them.
+				done(jerr)
+				d.fail(jerr)
+				return
+			}
+		}
 		var jerr error
 		if journaled, jerr = e.journalMessage(ctx, &d, out, err, fwd); jerr != nil {
 			// Not durable: nothing the message did leaves, and the instance, which

@@ -97,8 +97,10 @@ type JournaledEntity interface {
 	// journaled at all: false when it left the entity's state as it was (a trap, after
 	// which the entity was restored without it).
 	JournalEffects() (effects []byte, journal bool)
-	// ReleaseEffects releases what the last gated Receive held back (its tells and its
-	// timers): its record is durable. After a failed append no call comes: the entity
+	// ReleaseEffects releases what the gated Receives since the last release held back
+	// (their tells and their timers), in the order they were made: their records are
+	// durable. Several messages may be handled before one release, when their records
+	// are appended together. After a failed append no call comes: the entity
 	// is stopped without saving, and what it held is dropped.
 	ReleaseEffects(ctx context.Context)
 	// Replay brings an entity just made by NewEntity from its base to the state after

@@ -39,6 +39,7 @@ type options struct {
 	rateMax     int
 	remote      bool
 	recovery    bool
+	checkpoint  string
 	rounds      int
 	rssSizes    []int
 	rssMemFrac  float64
@@ -67,8 +68,9 @@ func main() {
 	flag.IntVar(&o.rateMax, "activation-rate-max", 20_000, "most activations in the activation-rate workload (it also stops after -dur)")
 	flag.BoolVar(&o.remote, "remote", true, "run the two-member workloads")
 	flag.BoolVar(&o.recovery, "recovery", true, "shardhost members keep in-memory recovery on (host.Config.Recovery, on by default)")
+	flag.StringVar(&o.checkpoint, "checkpoint", "", "the counter type's checkpoint policy (deploy --checkpoint: journal, passivation, every-message, every-N; empty: the default, journal)")
 	flag.Float64Var(&o.rssMemFrac, "rss-mem-frac", 0.5, "skip an RSS size whose estimate (from the smaller sizes) exceeds this fraction of MemAvailable")
-	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU and allocation profiles of the serial, concurrent, activation and remote workloads here (SYSTEM-WORKLOAD-rROUND.*.pprof)")
+	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU and allocation profiles of the serial, concurrent, tells, activation and remote workloads here (SYSTEM-WORKLOAD-rROUND.*.pprof)")
 	flag.StringVar(&o.childRSS, "child-rss", "", "internal: measure RSS per entity of this system in this process")
 	flag.IntVar(&o.childN, "child-n", 0, "internal: entities for -child-rss")
 	flag.StringVar(&o.childWasm, "child-wasm", "", "internal: module for -child-rss")

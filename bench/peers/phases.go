@@ -112,7 +112,7 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 			as := quietActorSystem()
 			s.c, s.stop = newProtoCounters(as), as.Shutdown
 		} else {
-			cl, err := startShardCluster(ctx, 1, sys.wasm, cache, o.recovery)
+			cl, err := startShardCluster(ctx, 1, sys.wasm, cache, o.recovery, o.checkpoint)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
@@ -174,9 +174,11 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		rates := rateTable{}
 		err := turns(o, sides, func(r int, s side) error {
 			n := o.tells / o.rounds
-			d, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
-			rates.add(s.sys.key, int64(n), d)
-			return err
+			return profiled(o.profileDir, s.sys.key+"-tells-r"+strconv.Itoa(r), func() error {
+				d, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
+				rates.add(s.sys.key, int64(n), d)
+				return err
+			})
 		})
 		if err != nil {
 			return err
@@ -234,7 +236,7 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
 		} else {
-			cl, err := startShardCluster(ctx, 2, sys.wasm, cache, o.recovery)
+			cl, err := startShardCluster(ctx, 2, sys.wasm, cache, o.recovery, o.checkpoint)
 			if err != nil {
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}

@@ -38,7 +38,7 @@ func runRSS(o options, s system, cache string, res results, progress func(string
 		}
 		progress("%s: RSS at %d entities", s.name, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		cmd := exec.CommandContext(ctx, self, "-child-rss", s.key, "-child-n", strconv.Itoa(n), "-child-wasm", s.wasmFile, "-child-cache", cache, "-recovery="+strconv.FormatBool(o.recovery))
+		cmd := exec.CommandContext(ctx, self, "-child-rss", s.key, "-child-n", strconv.Itoa(n), "-child-wasm", s.wasmFile, "-child-cache", cache, "-recovery="+strconv.FormatBool(o.recovery), "-checkpoint="+o.checkpoint)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		cancel()
@@ -70,7 +70,7 @@ func rssChild(o options) error {
 		if err != nil {
 			return err
 		}
-		cl, err := startShardCluster(ctx, 1, wasm, o.childCache, o.recovery)
+		cl, err := startShardCluster(ctx, 1, wasm, o.childCache, o.recovery, o.checkpoint)
 		if err != nil {
 			return err
 		}

@@ -47,8 +47,10 @@ type shardCluster struct {
 
 // startShardCluster starts count members with the host's defaults except for fast
 // local gossip, no API, quiet logs, a compilation cache shared by the run (cacheDir) and
-// in-memory recovery as the run asks (on by default, as in host.DefaultConfig).
-func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir string, recovery bool) (*shardCluster, error) {
+// in-memory recovery as the run asks (on by default, as in host.DefaultConfig). The
+// counter type is deployed with checkpoint as its policy (empty: the default, the
+// journal).
+func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir string, recovery bool, checkpoint string) (*shardCluster, error) {
 	dir, err := os.MkdirTemp("", "peers-shardhost-")
 	if err != nil {
 		return nil, err
@@ -92,7 +94,7 @@ func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir str
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if _, err := c.nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: counterType}); err != nil {
+	if _, err := c.nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: counterType, Checkpoint: checkpoint}); err != nil {
 		c.stop()
 		return nil, err
 	}

@@ -83,8 +83,13 @@ func printTable(w io.Writer, o options, m machine, fl floors, systems []system, 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "(×N) is the shardhost figure divided by Proto.Actor's in the same row: above 1 is slower (or costlier) for latencies, CPU time and memory, below 1 is slower for rates.")
 	fmt.Fprintf(w, "Each timed workload ran for %v per system, in %d rounds in which the systems took turns; the counters take \"inc\" (add one, reply with the count as text) and \"get\".\n", o.dur, o.rounds)
-	fmt.Fprintln(w, "Proto.Actor: github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9, native Go actors spawned by name at their first message; remote over its gRPC transport (protobuf BytesValue messages). shardhost: host.Start members with their defaults (checkpoints at passivation only), the remote pair over its TCP transport.")
+	fmt.Fprintln(w, "Proto.Actor: github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9, native Go actors spawned by name at their first message; remote over its gRPC transport (protobuf BytesValue messages). shardhost: host.Start members with their defaults, the remote pair over its TCP transport.")
 	fmt.Fprintf(w, "shardhost's in-memory recovery (host.Config.Recovery): %v.\n", map[bool]string{true: "on, the default", false: "off (-recovery=false)"}[o.recovery])
+	if o.checkpoint == "" {
+		fmt.Fprintln(w, "The counter type's checkpoint policy: the journal, the default (each message's record durable before its reply or effects leave; the records of messages queued together appended together).")
+	} else {
+		fmt.Fprintf(w, "The counter type's checkpoint policy: %s (-checkpoint).\n", o.checkpoint)
+	}
 	fmt.Fprintln(w, "Hollywood (github.com/anthdm/hollywood) and Ergo (ergo.services/ergo) are not measured: neither is on the Go module proxy this build uses.")
 	for _, s := range systems {
 		if s.wasm != nil {
