@@ -18,6 +18,9 @@ type CoreConfig struct {
 	Roles         []string
 	TransportAddr string
 	APIAddr       string
+	// Name is this member's stable name (Member.Name); "" for none. A member that joins
+	// with the name of a member not down downs that member: a new incarnation of it.
+	Name string
 	// Seeds are addresses to send Join to. None: this member starts a new cluster by
 	// joining itself.
 	Seeds []string
@@ -226,7 +229,7 @@ func (c *Core) self() UniqueAddress { return c.cfg.Self }
 
 func (c *Core) selfMember() gossipMember {
 	return gossipMember{Node: c.cfg.Self, Status: StatusJoining, Roles: append([]string(nil), c.cfg.Roles...),
-		TransportAddr: c.cfg.TransportAddr, APIAddr: c.cfg.APIAddr}
+		TransportAddr: c.cfg.TransportAddr, APIAddr: c.cfg.APIAddr, Name: c.cfg.Name}
 }
 
 // Tick advances the core to now: joining, heartbeats and reachability, leader actions,
@@ -828,8 +831,11 @@ func (c *Core) onJoin(now time.Time, m Message) []Outbound {
 	}
 	g := c.gossip.changed(c.self())
 	for _, old := range g.sortedMembers() {
-		if old.Node.Address == joiner.Node.Address && old.Node.UID != joiner.Node.UID && old.Status != StatusDown {
-			// A new incarnation on the same address: the old process is gone.
+		sameName := joiner.Name != "" && old.Name == joiner.Name
+		if (old.Node.Address == joiner.Node.Address || sameName) && old.Node.UID != joiner.Node.UID && old.Status != StatusDown {
+			// A new incarnation on the same address, or of the same name at another
+			// address (a pod recreated at a new IP): the old process is gone (Akka downs
+			// the old incarnation of an address that joins again).
 			old.Status = StatusDown
 			g.members[old.Node] = old
 		}
@@ -1043,6 +1049,7 @@ func (c *Core) View() View {
 			UID:           m.Node.UID,
 			TransportAddr: m.TransportAddr,
 			APIAddr:       m.APIAddr,
+			Name:          m.Name,
 			Roles:         append([]string{}, m.Roles...),
 			Status:        m.Status,
 			UpNumber:      m.UpNumber,

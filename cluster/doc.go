@@ -44,8 +44,9 @@
 // MemberJoined, MemberUp, MemberLeft, MemberExited, MemberDowned, MemberRemoved,
 // UnreachableMember, ReachableMember, LeaderChanged, ConvergenceChanged or SelfExited;
 // an exit's reason is ReasonLeft, ReasonDowned or ReasonRemoved. A StateDelegate shares
-// a layer's state through gossip; a LeaveHook runs as the member leaves. Errors:
-// ErrJoinFailed, ErrMembershipClosed, ErrExited, ErrNoSuchMember, ErrBadGossipKey.
+// a layer's state through gossip; a LeaveHook runs as the member leaves. A member's stable name (Member.Name, checked by
+// CheckMemberName) survives its restarts at other addresses. Errors: ErrJoinFailed,
+// ErrMembershipClosed, ErrExited, ErrNoSuchMember, ErrBadGossipKey, ErrBadMemberName.
 //
 // The cluster singleton: NewSingleton runs a SingletonService on the member that
 // SingletonHost names, following a SingletonMembership (a Membership has one); a

@@ -67,6 +67,8 @@ type gossipMember struct {
 	// ReadyToExit is set by a leaving member once its leave hooks (shard handoff) are
 	// done; the leader moves it to exiting only then. It never goes back to false.
 	ReadyToExit bool `cbor:"7,keyasint,omitempty"`
+	// Name is the member's stable name (Member.Name), "" for none.
+	Name string `cbor:"8,keyasint,omitempty"`
 }
 
 // higher reports whether m wins over o in a merge: later status, then lower up-number,

@@ -54,6 +54,11 @@ type Member struct {
 	TransportAddr string `json:"transport"`
 	// APIAddr is the member's management API, host:port (empty if it serves none).
 	APIAddr string `json:"api,omitempty"`
+	// Name is the member's stable name, given at start (MembershipConfig.Name), kept
+	// across its restarts at other addresses: a StatefulSet pod's DNS name, say. Empty:
+	// none; what ranks replicas by member (the built-in state store's ring) then uses
+	// Address.
+	Name string `json:"name,omitempty"`
 	// Roles are the member's roles.
 	Roles []string `json:"roles"`
 	// Status is the member's lifecycle status.

@@ -28,6 +28,8 @@ var (
 	ErrExited           = errors.New("cluster: this member is out of the cluster")
 	ErrNoSuchMember     = errors.New("cluster: no such member")
 	ErrBadGossipKey     = errors.New("cluster: gossip key must be 16, 24 or 32 bytes")
+	// ErrBadMemberName: a MembershipConfig.Name that CheckMemberName refuses.
+	ErrBadMemberName = errors.New("cluster: bad member name")
 )
 
 // StateDelegate lets a layer above membership share small state through memberlist.
@@ -186,7 +188,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	lc := cfg.Lifecycle
 	lc.Self = m.self
 	lc.Roles = append([]string(nil), cfg.Roles...)
-	lc.TransportAddr, lc.APIAddr = cfg.TransportAddr, cfg.APIAddr
+	lc.TransportAddr, lc.APIAddr, lc.Name = cfg.TransportAddr, cfg.APIAddr, cfg.Name
 	lc.Seeds = append([]string(nil), cfg.Seeds...)
 	lc.WaitForLeaveHooks = true
 	if lc.RandomSeed == 0 {
@@ -536,7 +538,7 @@ func (m *Membership) Self() Member {
 	if mem, ok := m.selfIn(*m.view.Load()); ok {
 		return mem
 	}
-	return Member{Address: m.self.Address, UID: m.self.UID, TransportAddr: m.cfg.TransportAddr, APIAddr: m.cfg.APIAddr,
+	return Member{Address: m.self.Address, UID: m.self.UID, TransportAddr: m.cfg.TransportAddr, APIAddr: m.cfg.APIAddr, Name: m.cfg.Name,
 		Roles: append([]string{}, m.cfg.Roles...), Status: StatusJoining, Reachable: true}
 }
 

@@ -24,6 +24,13 @@ type MembershipConfig struct {
 	AdvertiseAddr string
 	// UID identifies this incarnation; 0 picks a random one.
 	UID UID
+	// Name is the member's stable name (Member.Name), published to the other members:
+	// 1-253 characters of letters, digits, '.', '-' and '_' (a DNS name fits), or ""
+	// for none. Give each member its own, the same across its restarts: a member that
+	// joins with the name of one not down downs it (a new incarnation of it), and the
+	// built-in state store ranks replicas by name, so a member restarted at another
+	// address with its data keeps the replicas it held. ErrBadMemberName if malformed.
+	Name string
 	// TransportAddr and APIAddr are published to the other members.
 	TransportAddr string
 	APIAddr       string
@@ -92,6 +99,9 @@ func (c MembershipConfig) Validate() error {
 			return fmt.Errorf("cluster: advertise address: %w", err)
 		}
 	}
+	if err := CheckMemberName(c.Name); err != nil {
+		return err
+	}
 	if c.Profile != "lan" && c.Profile != "local" {
 		return fmt.Errorf("cluster: unknown gossip profile %q (want lan or local)", c.Profile)
 	}
@@ -117,4 +127,20 @@ func splitHostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("bad port in %q", addr)
 	}
 	return host, port, nil
+}
+
+// CheckMemberName reports a malformed member name (MembershipConfig.Name): empty is
+// none, else 1-253 characters of ASCII letters, digits, '.', '-' and '_'. Errors:
+// ErrBadMemberName.
+func CheckMemberName(name string) error {
+	if len(name) > 253 {
+		return fmt.Errorf("%w: %d characters, more than 253", ErrBadMemberName, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return fmt.Errorf("%w: %q has %q at %d (letters, digits, '.', '-' and '_' only)", ErrBadMemberName, name, c, i)
+		}
+	}
+	return nil
 }

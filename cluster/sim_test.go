@@ -55,7 +55,14 @@ func (s *sim) add(seeds ...string) *simNode {
 
 func (s *sim) addAt(addr string, uid UID, seeds ...string) *simNode {
 	s.t.Helper()
+	return s.addNamed(addr, uid, "", seeds...)
+}
+
+// addNamed starts a member at addr with the stable name name (CoreConfig.Name).
+func (s *sim) addNamed(addr string, uid UID, name string, seeds ...string) *simNode {
+	s.t.Helper()
 	cfg := DefaultCoreConfig()
+	cfg.Name = name
 	cfg.Self = UniqueAddress{Address: addr, UID: uid}
 	cfg.TransportAddr = addr
 	cfg.Seeds = seeds
@@ -489,6 +496,44 @@ func TestSimPausedMemberComesBackAfterBeingRemoved(t *testing.T) {
 	s.run(5 * time.Second)
 	if !s.allSee(rest, StatusUp, rest...) {
 		t.Fatalf("the others were disturbed:\n%s", s.describe())
+	}
+}
+
+// TestSimNewIncarnationOfANameDownsTheOld: a member that joins at a new address with
+// the stable name of a member not down (a pod recreated at a new IP) downs that member
+// at once, as a new incarnation of one address does; members without a name, or with
+// another, are left alone.
+func TestSimNewIncarnationOfANameDownsTheOld(t *testing.T) {
+	s := newSim(t, nil)
+	first := s.addNamed("10.0.0.1:7946", 1, "m-0")
+	nodes := []*simNode{first, s.addNamed("10.0.0.2:7946", 2, "m-1", first.addr), s.addNamed("10.0.0.3:7946", 3, "", first.addr)}
+	s.until(30*time.Second, "all up", func() bool { return s.allSee(nodes, StatusUp, nodes...) })
+	for _, m := range first.core.View().Members {
+		if want := map[string]string{"10.0.0.1:7946": "m-0", "10.0.0.2:7946": "m-1"}[m.Address]; m.Name != want {
+			t.Fatalf("%s is named %q, want %q", m.Address, m.Name, want)
+		}
+	}
+	old := nodes[1]
+	// The new incarnation's join reaches the first member while the old one still runs
+	// and answers heartbeats: nothing but its name says that it replaced it.
+	again := s.addNamed("10.0.0.9:7946", 9, "m-1")
+	joiner := again.core.selfMember()
+	first.core.Step(s.now, Message{Kind: msgJoin, From: again.core.self(), Joiner: &joiner})
+	status := map[string]MemberStatus{}
+	for _, m := range first.core.View().Members {
+		status[m.Address] = m.Status
+	}
+	if status[old.addr] != StatusDown || status[again.addr] != StatusJoining || status[nodes[2].addr] != StatusUp || status[first.addr] != StatusUp {
+		t.Fatalf("after the join of m-1's new incarnation: %v; want %s down, %s joining, the others up", status, old.addr, again.addr)
+	}
+	// A joiner with another name, or none, downs nobody.
+	other := s.addNamed("10.0.0.10:7946", 10, "m-9")
+	joiner = other.core.selfMember()
+	first.core.Step(s.now, Message{Kind: msgJoin, From: other.core.self(), Joiner: &joiner})
+	for _, m := range first.core.View().Members {
+		if m.Address != old.addr && m.Status == StatusDown {
+			t.Fatalf("%s downed by the join of a member of another name", m.Address)
+		}
 	}
 }
 

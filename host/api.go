@@ -291,7 +291,10 @@ func (n *Node) readyState(rd Readiness, state string) (Readiness, error) {
 	if !ok {
 		return rd, nil // no ring: nothing to hand over between members
 	}
-	self := n.Self().Address
+	self := n.Self().Address // the ring names a member by its stable name, if it has one
+	if name := n.Self().Name; name != "" {
+		self = name
+	}
 	var joining []string
 	for _, a := range ring.Live {
 		if !slices.Contains(ring.Admitted, a) {

@@ -36,6 +36,12 @@ const catalogState = "catalog"
 type Config struct {
 	// BindAddr is the gossip address, host:port; the member's address.
 	BindAddr string
+	// MemberName is the member's stable name (cluster.MembershipConfig.Name): "" for
+	// none, else one of its own, the same across restarts, such as a StatefulSet pod's
+	// DNS name. The built-in state store ranks replicas by it instead of BindAddr, so
+	// a member restarted at another address with its DataDir holds the replicas it held
+	// (docs/kubernetes.md); a member joining with it downs its old incarnation.
+	MemberName string
 	// TransportAddr is where node-to-node frames arrive, host:port. Default: BindAddr's
 	// host and port + 1.
 	TransportAddr string
@@ -147,6 +153,9 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
 		return &ConfigError{Field: "BindAddr", Value: c.BindAddr, Err: err}
 	}
+	if err := cluster.CheckMemberName(c.MemberName); err != nil {
+		return &ConfigError{Field: "MemberName", Value: c.MemberName, Err: err}
+	}
 	if c.TransportAddr != "" {
 		if _, _, err := net.SplitHostPort(c.TransportAddr); err != nil {
 			return &ConfigError{Field: "TransportAddr", Value: c.TransportAddr, Err: err}
@@ -172,7 +181,7 @@ func (c Config) Validate() error {
 // ConfigError is a Config field whose value cannot work. Its text names the field; a
 // command line that set the field from a flag can name the flag instead.
 type ConfigError struct {
-	Field string // the Config field: "BindAddr", "TransportAddr", "APIAddr", "StateStore"
+	Field string // the Config field: "BindAddr", "MemberName", "TransportAddr", "APIAddr", "StateStore"
 	Value string
 	Err   error
 }
@@ -330,6 +339,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 
 	if n.membership, err = cluster.NewMembership(cluster.MembershipConfig{
 		BindAddr:      cfg.BindAddr,
+		Name:          cfg.MemberName,
 		TransportAddr: n.messenger.LocalAddr(),
 		APIAddr:       apiAddr,
 		Roles:         cfg.Roles,
@@ -379,6 +389,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	sc.Logger, sc.TracerProvider, sc.MeterProvider = cfg.Logger, cfg.TracerProvider, cfg.MeterProvider
 	if n.sharding, err = sharding.New(sc); err != nil {
 		return nil, err
+	}
+	if rs, ok := sharding.StateStoreAs[*replstore.Store](n.states); ok {
+		// After sharding's handoff, which still saves state: a leaving member stays
+		// until the state store's ring lets go of it (docs/state-stores.md).
+		n.membership.RegisterLeaveHook(rs.AwaitHandover)
 	}
 	n.messenger.Handle(topicModule, n.handleModule)
 	n.messenger.Handle(topicPrepare, n.handlePrepare)

@@ -13,12 +13,19 @@ import (
 // scratch). It exits 0 when the probe answers 200, 1 otherwise.
 func newHealthCommand(g *globals) *cobra.Command {
 	var ready bool
+	var state string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "health [--ready]",
+		Use:   "health [--ready [--state admitted|settled]]",
 		Short: "Probe the member behind --api: /alive, or /ready with --ready; exit 1 unless it answers 200",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case state != "" && !ready:
+				return fmt.Errorf("--state %q is a condition of readiness: give --ready too", state)
+			case state != "" && state != "admitted" && state != "settled":
+				return fmt.Errorf("--state %q: want admitted or settled", state)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -27,6 +34,9 @@ func newHealthCommand(g *globals) *cobra.Command {
 			path := "/alive"
 			if ready {
 				path = "/ready"
+			}
+			if state != "" {
+				path += "?state=" + state
 			}
 			r, err := c.do("GET", path, nil)
 			if err != nil {
@@ -44,6 +54,7 @@ func newHealthCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&ready, "ready", false, "probe readiness (/ready: up, converged, every type running, not leaving) instead of liveness (/alive)")
+	cmd.Flags().StringVar(&state, "state", "", "with --ready, a condition on the built-in state store's ring too (/ready?state=): admitted (its ring admits this member with its data directory) or settled (it admits exactly the members up, none retained, joining or replaced; docs/observability.md, "Health probes")")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
 	return cmd
 }

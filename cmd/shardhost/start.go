@@ -216,7 +216,7 @@ func observe(ctx context.Context, cfg *host.Config, node string) (func(), error)
 }
 
 func newStartCommand(g *globals) *cobra.Command {
-	var bind, api, transport, dataDir string
+	var bind, api, transport, dataDir, memberName string
 	var seedTimeout, shutdownTimeout time.Duration
 	var configPath string
 	var printCfg bool
@@ -276,6 +276,7 @@ func newStartCommand(g *globals) *cobra.Command {
 				log.Info("discovery: joining through the contact points, the lowest first", "points", join)
 			}
 			cfg.BindAddr, cfg.APIAddr, cfg.TransportAddr, cfg.Join = bind, api, transport, join
+			cfg.MemberName = memberName
 			selfSeed := len(join) > 0 && isSelf(join[0], bind)
 			if selfSeed {
 				cfg.Join = join[1:]
@@ -331,6 +332,7 @@ func newStartCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&bind, "bind", "127.0.0.1:7946", "gossip address, HOST:PORT: the member's address (a host name is resolved once, at start, to its first IPv4 address)")
+	cmd.Flags().StringVar(&memberName, "member-name", "", "the member's stable name, kept across restarts at other addresses (a StatefulSet pod's DNS name): the built-in state store ranks replicas by it, so a member back at a new --bind with its --data-dir holds the replicas it held, and a member joining with it downs its old incarnation; letters, digits, '.', '-', '_' (default: none, replicas ranked by --bind)")
 	cmd.Flags().StringVar(&api, "api", "127.0.0.1:8080", "management API listen address, HOST:PORT")
 	cmd.Flags().StringVar(&transport, "transport", "", "node-to-node address, HOST:PORT (default: the bind port + 1)")
 	cmd.Flags().StringSliceVar(&join, "join", nil, "gossip addresses of members to join, HOST:PORT,... (none: start a new cluster)")

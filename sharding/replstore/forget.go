@@ -29,7 +29,8 @@ func hasKey[V any](m map[string]V, k string) bool {
 	return ok
 }
 
-// ForgetMember makes every live member stop retaining the member at addr (its gossip
+// ForgetMember makes every live member stop retaining the member addr (as the ring
+// names it: its stable name, cluster.Member.Name, if it had one, else its gossip
 // address, as the membership lists it): an operator's way out when a member is gone
 // for good with its data (see the file comment). Each live member drops addr from its
 // ring, a new generation, saved; a handover round then admits the members up once few
@@ -90,17 +91,18 @@ func (s *Store) ForgetMember(ctx context.Context, addr string) ([]string, error)
 	return retainedBy, nil
 }
 
-// forgettable reports whether addr may be forgotten: not this member, and every
-// incarnation of addr the membership lists is gone (down, exiting, removed).
+// forgettable reports whether addr (a name or an address: memberKey) may be forgotten:
+// not this member, and every incarnation of addr the membership lists is gone (down,
+// exiting, removed).
 func (s *Store) forgettable(addr string) error {
 	if addr == "" {
 		return fmt.Errorf("%w: no member address", ErrMemberNotGone)
 	}
-	if addr == s.cfg.Membership.Self().Address {
+	if addr == memberKey(s.cfg.Membership.Self()) {
 		return fmt.Errorf("%w: %s is this member", ErrMemberNotGone, addr)
 	}
 	for _, m := range s.cfg.Membership.Members() {
-		if m.Address == addr && m.Status != cluster.StatusDown && m.Status != cluster.StatusExiting && m.Status != cluster.StatusRemoved {
+		if memberKey(m) == addr && m.Status != cluster.StatusDown && m.Status != cluster.StatusExiting && m.Status != cluster.StatusRemoved {
 			return fmt.Errorf("%w: %s is %v; only a member gone for good can be forgotten (down it first)", ErrMemberNotGone, addr, m.Status)
 		}
 	}

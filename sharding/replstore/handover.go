@@ -12,6 +12,15 @@
 // alone serves. A member in the joint state and one that has admitted the live set
 // agree, since the joint state needs a majority of the new set too. Members exchange
 // their rings in each round (ring.go: generations).
+//
+// A leaving member is live (it answers, and its repair passes send what it holds) but
+// not up: the new set ranks over the members up alone, and a round admits them, so
+// that the ring lets go of a leaving member while it can still hand its replicas over.
+// Its leave hook (AwaitHandover) holds it until then. Members that leave together (a
+// StatefulSet scaled from 5 to 3 deletes two pods at once) are thus never retained,
+// though more of them go than a round allows retained; only when every live member is
+// leaving (a whole cluster stopping) does the ring keep them, to rank over them again
+// when they come back.
 
 package replstore
 
@@ -23,6 +32,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -207,8 +217,11 @@ func (s *Store) handoverRound(ctx context.Context) (bool, error) {
 			sharding.ErrStoreUnavailable, key)
 	}
 	now := map[string]string{}
-	for _, a := range v.live {
-		now[a] = v.stores[a] // every live member answered with the same key: all known
+	for _, a := range v.up {
+		// Every live member answered with the same key: all known. The leaving ones
+		// synced what they hold to the members up: the ring lets go of them now, so that
+		// members leaving together (a scale-down) are not retained once gone.
+		now[a] = v.stores[a]
 	}
 	s.ring.admitted = now
 	s.ring.gen++
@@ -283,4 +296,48 @@ func sameGenLearned(v stateRingView, reply stateHandoverReply) map[string]string
 		}
 	}
 	return out
+}
+
+// AwaitHandover is a leave hook (cluster.LeaveHook; register it after the hooks that
+// still write state, such as sharding's handoff): it returns once this member's ring
+// no longer admits it, that is once a handover round has admitted the members up
+// without it (every live member's repair pass having sent what it holds to them), so
+// that it is not retained once gone. It returns nil at once if the ring never started,
+// or if no member is up but leaving ones (a cluster stopping whole keeps its ring).
+// It checks again each time a repair pass may have moved the ring, at most every
+// RequestTimeout/4.
+//
+// Errors: sharding.ErrStoreUnavailable if more admitted members are gone than a round
+// allows (none can run: the member leaves retained, as a crashed one would), or if ctx
+// ends or the store closes first, naming what the last round lacked.
+func (s *Store) AwaitHandover(ctx context.Context) error {
+	if !s.owner.Enter() {
+		return closedError()
+	}
+	defer s.owner.Leave()
+	tick := time.NewTicker(max(s.cfg.RequestTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		v := s.ringView()
+		_, admitted := v.ids[v.self]
+		if !v.started || !admitted || slices.Equal(v.up, v.live) {
+			return nil
+		}
+		if retained, limit := retainedCount(v), s.handoverLimit(v); retained > limit {
+			return fmt.Errorf("%w: leaving with %d members retained (%s), more than %d: no handover round can run; this member stays in the ring until it returns or an operator forgets it",
+				sharding.ErrStoreUnavailable, retained, ringKey(retainedMembers(v)), limit)
+		}
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: leaving before a handover round let go of this member (members %s; admitted %s): %w",
+				sharding.ErrStoreUnavailable, v.liveKey(), ringKey(v.admitted), ctx.Err())
+		case <-s.owner.Done():
+			return closedError()
+		case <-tick.C:
+		}
+	}
 }

@@ -150,9 +150,14 @@ type stateRing struct {
 // included; "" if not known yet), and the live members whose data directory is not
 // the one they were admitted with (replaced, sorted).
 type stateRingView struct {
-	self     string
-	members  map[string]cluster.Member
-	live     []string
+	self    string
+	members map[string]cluster.Member
+	live    []string
+	// up are the live members that are up, not leaving (sorted): the members a shard's
+	// new configuration ranks over, so that a member that leaves hands its replicas
+	// over while it still answers (the live set when every live member is leaving: a
+	// whole cluster stopping keeps its ring).
+	up       []string
 	admitted []string
 	ids      map[string]string
 	stores   map[string]string
@@ -161,9 +166,10 @@ type stateRingView struct {
 	started  bool // the ring has started (this member was up in a view); else the ranking is the view's guess
 }
 
-// liveKey is the live set with each member's store ID ("addr=store,..."): a repair
-// pass is complete for it, and a handover round admits it, only if every live member
-// sees the same members with the same data directories.
+// liveKey is the live set with each member's store ID ("addr=store,...", a leaving
+// member's marked "addr=store/leaving" while others are up): a repair pass is complete
+// for it, and a handover round admits it, only if every live member sees the same
+// members with the same data directories, leaving the same.
 func (v stateRingView) liveKey() string {
 	var b strings.Builder
 	for i, a := range v.live {
@@ -173,8 +179,21 @@ func (v stateRingView) liveKey() string {
 		b.WriteString(a)
 		b.WriteByte('=')
 		b.WriteString(v.stores[a])
+		if len(v.up) < len(v.live) && !slices.Contains(v.up, a) {
+			b.WriteString("/leaving")
+		}
 	}
 	return b.String()
+}
+
+// memberKey is what the ring names member m by: its stable name (cluster.Member.Name)
+// if it has one, so that a member restarted at another address with its data directory
+// is the replica it was; else its address.
+func memberKey(m cluster.Member) string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return m.Address
 }
 
 // mayDropReplicas reports whether a member may drop a shard it does not rank for: only
@@ -190,13 +209,14 @@ func (v stateRingView) mayDropReplicas() bool { return v.started && v.settled() 
 // ring admitted it with.
 func (v stateRingView) isReplaced(a string) bool { return slices.Contains(v.replaced, a) }
 
-// settled reports whether the ring needs no handover round: it admits the live
-// members, each with the data directory it answers from (as far as known).
+// settled reports whether the ring needs no handover round: it admits the members up
+// (v.up: the live ones but those leaving), each with the data directory it answers from
+// (as far as known).
 func (v stateRingView) settled() bool {
-	if !slices.Equal(v.admitted, v.live) || len(v.replaced) > 0 {
+	if !slices.Equal(v.admitted, v.up) || len(v.replaced) > 0 {
 		return false
 	}
-	for _, a := range v.live {
+	for _, a := range v.up {
 		if v.ids[a] == "" && v.stores[a] != "" {
 			return false // admitted before its store ID was known: a round binds it
 		}
@@ -219,14 +239,14 @@ func liveStatus(s cluster.MemberStatus) bool {
 // so that no change of the membership or the ring can be missed. Its maps and slices
 // are shared by the callers: they read them and never change them.
 func (s *Store) ringView() stateRingView {
-	self := s.cfg.Membership.Self().Address
+	self := memberKey(s.cfg.Membership.Self())
 	members := s.cfg.Membership.Members()
 	own := s.storeID()
 	r := &s.ring
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.view; c != nil && c.current(self, own, members, r) {
-		s.noteJoiningLocked(c.view.live) // as a build does (a no-op: nothing changed)
+		s.noteJoiningLocked(c.view.up) // as a build does (a no-op: nothing changed)
 		return c.view
 	}
 	v := s.buildRingViewLocked(self, own, members)
@@ -266,7 +286,7 @@ func (c *ringViewCache) current(self, own string, members []cluster.Member, r *s
 
 // sameMember reports whether a and b are the same in every field.
 func sameMember(a, b cluster.Member) bool {
-	return a.Address == b.Address && a.UID == b.UID && a.TransportAddr == b.TransportAddr &&
+	return a.Address == b.Address && a.Name == b.Name && a.UID == b.UID && a.TransportAddr == b.TransportAddr &&
 		a.APIAddr == b.APIAddr && slices.Equal(a.Roles, b.Roles) && a.Status == b.Status &&
 		a.UpNumber == b.UpNumber && a.Reachable == b.Reachable && a.Leader == b.Leader
 }
@@ -276,18 +296,31 @@ func sameMember(a, b cluster.Member) bool {
 func (s *Store) buildRingViewLocked(self, own string, members []cluster.Member) stateRingView {
 	v := stateRingView{self: self, members: map[string]cluster.Member{}}
 	for _, m := range members {
-		old, dup := v.members[m.Address]
+		k := memberKey(m)
+		old, dup := v.members[k]
 		if dup && (liveStatus(old.Status) || !liveStatus(m.Status)) {
-			continue // two incarnations: keep the live one
+			continue // two incarnations (of an address, or of a name): keep the live one
 		}
-		v.members[m.Address] = m
+		v.members[k] = m
 	}
+	var leaving bool
 	for a, m := range v.members {
 		if liveStatus(m.Status) {
 			v.live = append(v.live, a)
+			if m.Status == cluster.StatusUp {
+				v.up = append(v.up, a)
+			} else {
+				leaving = true
+			}
 		}
 	}
 	sort.Strings(v.live)
+	sort.Strings(v.up)
+	if len(v.up) == 0 || !leaving {
+		// Every live member leaving (a cluster stopping whole keeps its ring), or none
+		// (the same list: one to compare and share).
+		v.up = v.live
+	}
 	r := &s.ring
 	v.stores = map[string]string{v.self: own}
 	for _, a := range v.live {
@@ -298,14 +331,14 @@ func (s *Store) buildRingViewLocked(self, own string, members []cluster.Member) 
 	if r.admitted == nil {
 		me, ok := v.members[v.self]
 		if !ok || !liveStatus(me.Status) {
-			v.admitted = v.live // not in the cluster yet: rank as the members up do
+			v.admitted = v.up // not in the cluster yet: rank as the members up do
 			v.ids = map[string]string{}
 			return v
 		}
 		s.startRingLocked(v)
 	}
 	v.started = true
-	s.noteJoiningLocked(v.live)
+	s.noteJoiningLocked(v.up)
 	v.ids = maps.Clone(r.admitted)
 	v.admitted = slices.Sorted(maps.Keys(r.admitted))
 	v.markReplaced()
@@ -313,8 +346,8 @@ func (s *Store) buildRingViewLocked(self, own string, members []cluster.Member) 
 	return v
 }
 
-// noteJoiningLocked saves the ring when the live members it has not admitted (joining,
-// besides this member) differ from those saved with it. A ring that admits only this
+// noteJoiningLocked saves the ring when the members up it has not admitted (joining,
+// besides this member; up is sorted) differ from those saved with it. A ring that admits only this
 // member (the first member of a new cluster) and that members joined is saved with
 // them, so that if this member stops before a handover round admits them, it does not
 // take itself for the whole cluster when it comes back first, alone: the members that
@@ -322,7 +355,7 @@ func (s *Store) buildRingViewLocked(self, own string, members []cluster.Member) 
 // (fault seed 2227, -max-side=2). The caller holds ring.mu.
 func (s *Store) noteJoiningLocked(live []string) {
 	r := &s.ring
-	self := s.cfg.Membership.Self().Address
+	self := memberKey(s.cfg.Membership.Self())
 	n := 0
 	for _, a := range live {
 		if _, ok := r.admitted[a]; !ok && a != self {
@@ -444,7 +477,7 @@ func (s *Store) saveRingLocked() {
 	if s.disk == nil {
 		return
 	}
-	rec := s.ring.recordLocked(s.cfg.Membership.Self().Address)
+	rec := s.ring.recordLocked(memberKey(s.cfg.Membership.Self()))
 	if err := s.disk.saveRing(rec); err != nil && !errors.Is(err, errStateClosed) {
 		s.log.Error("state store: saving the ring failed; a restart may not find it", "err", err)
 	}
@@ -527,7 +560,8 @@ func (v stateRingView) lostReplica(a string) stateReplica {
 }
 
 // replicaSet returns the shard's replicas: the first K admitted members of the shard's
-// priority order (old) and the first K live ones (new); one set when they agree.
+// priority order (old) and the first K members up (new: v.up, the live ones but those
+// leaving); one set when they agree.
 func (s *Store) replicaSet(typ string, shard int) (stateReplicas, error) {
 	return s.replicaSetIn(s.ringView(), typ, shard)
 }
@@ -541,7 +575,7 @@ func (s *Store) replicaSetIn(v stateRingView, typ string, shard int) (stateRepli
 		order := strategy.Order(shard, addrs)
 		return order[:min(s.cfg.Replicas, len(order))]
 	}
-	newSet := top(v.live)
+	newSet := top(v.up)
 	oldSet := newSet
 	if len(v.admitted) > 0 {
 		oldSet = top(v.admitted)

@@ -36,6 +36,9 @@ type ssNode struct {
 
 func (n *ssNode) addr() string { return n.ms.Self().Address }
 
+// key is what the rings name n by: its stable name if it has one, else its address.
+func (n *ssNode) key() string { return memberKey(n.ms.Self()) }
+
 // ssCluster is a test's members, each with a replicated state store, started on one
 // clustertest.Network (Network.Start builds each member's membership and messenger).
 // Its members use clustertest.Tolerant unless a test gives another lifecycle: a
@@ -97,9 +100,18 @@ func (c *ssCluster) restart(n *ssNode) *ssNode {
 // startAt starts a member on dir at the gossip address gossipAddr (a fresh one if
 // empty) and the transport address transport.
 func (c *ssCluster) startAt(dir, gossipAddr, transport string) *ssNode {
+	c.tb.Helper()
+	return c.startNamed(dir, gossipAddr, transport, "")
+}
+
+// startNamed starts a member as startAt does, with the stable name name
+// (cluster.MembershipConfig.Name; "" for none). Its store's AwaitHandover is its
+// membership's leave hook, as a host's is.
+func (c *ssCluster) startNamed(dir, gossipAddr, transport, name string) *ssNode {
 	tb := c.tb
 	tb.Helper()
 	mcfg := cluster.DefaultMembershipConfig()
+	mcfg.Name = name
 	mcfg.Profile = "local"
 	mcfg.Lifecycle = c.lc
 	mcfg.Logger = quiet
@@ -121,6 +133,7 @@ func (c *ssCluster) startAt(dir, gossipAddr, transport string) *ssNode {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	ms.RegisterLeaveHook(store.AwaitHandover)
 	n := &ssNode{ms: ms, msgr: msgr, store: store, dir: dir, transport: transport, gossipAddr: ms.Self().Address}
 	c.nodes = append(c.nodes, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -197,7 +210,7 @@ func (c *ssCluster) waitRing() {
 	testutil.EventuallyNil(c.tb, 60*time.Second, "state store rings", func() error {
 		var want []string
 		for _, n := range c.live() {
-			want = append(want, n.addr())
+			want = append(want, n.key())
 		}
 		sort.Strings(want)
 		for _, n := range c.live() {
