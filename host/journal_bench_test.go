@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/abi"
 	"github.com/shardhost/shardhost/internal/pgtest"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
@@ -110,8 +111,37 @@ func benchDurableAsk(b *testing.B, stateStore string) {
 			cpu()
 			reportRate(b)
 			reportLatency(b, lat)
+			if p.checkpoint == "" {
+				reportRecordOverhead(b, nodes[0], p.typ, all[0])
+			}
 		})
 	}
+}
+
+// reportRecordOverhead reports the bytes of the records of id's journal beyond their
+// payloads and host-call answers (JournalEntry.Effects, the reply an idempotency key
+// keeps), on average, as rec-overhead-B.
+func reportRecordOverhead(b *testing.B, n *Node, typ, id string) {
+	b.Helper()
+	journal, ok := sharding.StateStoreAs[sharding.JournalStore](n.states)
+	info, found := n.catalog.get(typ)
+	if !ok || !found {
+		b.Fatalf("no journal store, or no type %s", typ)
+	}
+	key := sharding.EntityKey{Type: typ, Shard: abi.ShardID(id, info.NumberOfShards), ID: id}
+	recs, err := journal.ReadJournal(context.Background(), key, 1, 0)
+	if err != nil || len(recs) == 0 {
+		b.Fatalf("journal of %s/%s: %d records, %v", typ, id, len(recs), err)
+	}
+	over := 0
+	for _, r := range recs {
+		e, err := sharding.DecodeJournalEntry(key, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		over += len(r.Data) - len(e.Payload) - len(e.Effects) - len(e.Reply)
+	}
+	b.ReportMetric(float64(over)/float64(len(recs)), "rec-overhead-B")
 }
 
 // reportRate reports the operations per second over the benchmark's time, as asks/s.

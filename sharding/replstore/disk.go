@@ -75,7 +75,7 @@ type stateDisk struct {
 	wal          *stateWAL
 	tx           *bolt.Tx
 	txEB, txRB   *bolt.Bucket
-	pending      [][]byte // encoded write requests
+	pending      []*stateWriteReq
 	pendingBytes int
 	pendingSince time.Time
 	walBuf       []byte
@@ -401,10 +401,9 @@ func (d *stateDisk) applyLogged(i int, op *stateDiskOp) error {
 		d.pendingSince = time.Now()
 	}
 	d.lsn++
-	enc := encodeState(op.req)
-	d.pending = append(d.pending, enc)
+	d.pending = append(d.pending, op.req)
 	d.pendingBytes += op.size
-	d.walBuf = appendWALEntry(d.walBuf, d.lsn, enc)
+	d.walBuf = appendWALReqEntry(d.walBuf, d.lsn, op.req)
 	d.dirty.Store(true)
 	return nil
 }
@@ -422,16 +421,12 @@ func (d *stateDisk) rebuild() error {
 		return nil
 	}
 	err := d.begin()
-	for _, enc := range d.pending {
+	for _, req := range d.pending {
 		if err != nil {
 			break
 		}
-		var req stateWriteReq
-		if err = decodeState(enc, &req); err != nil {
-			break
-		}
 		err = boltfile.Guard(func() error {
-			_, err := applyReq(&req, d.txEB, d.txRB)
+			_, err := applyReq(req, d.txEB, d.txRB)
 			return err
 		})
 	}

@@ -15,7 +15,8 @@
 // The log's file is preallocated (walPrealloc) and written from its start again after
 // each commit. Its entries: length (4 bytes, little-endian, of the request), CRC-32C of the
 // entry's number and request (4), number (8, little-endian, strictly increasing), and
-// the write request (CBOR, as on the wire). A replay stops at the first entry that is
+// the write request (walcodec.go; CBOR, as on the wire, in logs
+// written before it). A replay stops at the first entry that is
 // incomplete (a torn write: the process died during the append, which was never
 // acknowledged), fails its checksum, does not decode, or whose number does not exceed the one before
 // (the zeros of the preallocated file, or an entry of an earlier log left after the
@@ -31,6 +32,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -79,16 +81,18 @@ func openWAL(dir string) (*stateWAL, error) {
 	return &stateWAL{f: f}, nil
 }
 
-// appendWALEntry appends an entry of number lsn holding the encoded request to buf.
-func appendWALEntry(buf []byte, lsn uint64, req []byte) []byte {
-	var h [walHeader]byte
-	binary.LittleEndian.PutUint32(h[0:], uint32(len(req)))
+// appendWALReqEntry appends an entry of number lsn holding req (appendWALReq) to buf.
+func appendWALReqEntry(buf []byte, lsn uint64, req *stateWriteReq) []byte {
+	start := len(buf)
+	buf = slices.Grow(buf, walHeader+walReqSize(req))
+	buf = append(buf, make([]byte, walHeader)...)
+	buf = appendWALReq(buf, req)
+	h, body := buf[start:start+walHeader], buf[start+walHeader:]
+	binary.LittleEndian.PutUint32(h[0:], uint32(len(body)))
 	binary.LittleEndian.PutUint64(h[8:], lsn)
 	c := crc32.Update(0, walCRC, h[8:16])
-	c = crc32.Update(c, walCRC, req)
-	binary.LittleEndian.PutUint32(h[4:], c)
-	buf = append(buf, h[:]...)
-	return append(buf, req...)
+	binary.LittleEndian.PutUint32(h[4:], crc32.Update(c, walCRC, body))
+	return buf
 }
 
 // walEntry is a decoded entry of the log.
@@ -121,7 +125,7 @@ func (w *stateWAL) readWAL(after uint64) (entries []walEntry, end int64, last ui
 		}
 		var e walEntry
 		if lsn > after {
-			if decodeState(req, &e.req) != nil {
+			if decodeWALReq(req, &e.req) != nil {
 				break
 			}
 			e.lsn = lsn
