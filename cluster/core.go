@@ -377,9 +377,11 @@ type derived struct {
 	seen         map[UniqueAddress]bool
 
 	unreachable map[UniqueAddress]bool // read only
-	leader      UniqueAddress
-	hasLeader   bool
-	converged   bool
+	// unreachableFor is unreachableSetFor(self), computed when first asked; read only.
+	unreachableFor map[UniqueAddress]bool
+	leader         UniqueAddress
+	hasLeader      bool
+	converged      bool
 }
 
 // derivedState returns the unreachable set, the leader and convergence of the current
@@ -553,7 +555,11 @@ func (c *Core) minMembersFulfilled() bool {
 // resolveSplitBrain runs the split brain resolver on the leader once the unreachable
 // set has been stable for SBRStableAfter. Only it (or an operator) ever downs a member.
 func (c *Core) resolveSplitBrain(now time.Time) {
-	unreachable := c.gossip.unreachableSetFor(c.self())
+	d := c.derivedState()
+	if d.unreachableFor == nil {
+		d.unreachableFor = c.gossip.unreachableSetFor(c.self())
+	}
+	unreachable := d.unreachableFor
 	sig := ""
 	for _, n := range sortedSet(unreachable) {
 		if s := c.gossip.members[n].Status; s != StatusDown {
@@ -567,7 +573,7 @@ func (c *Core) resolveSplitBrain(now time.Time) {
 	if sig == "" || now.Sub(c.sbrSince) < c.cfg.SBRStableAfter {
 		return
 	}
-	if d := c.derivedState(); !d.hasLeader || d.leader != c.self() {
+	if !d.hasLeader || d.leader != c.self() {
 		return
 	}
 	// Decide only on a state every member counted on this side has seen (Akka's
