@@ -150,9 +150,9 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 			}); err != nil {
 			return err
 		}
-		if err := logPlot(filepath.Join(dir, "membership_cost.png"), "Membership at rest, per member", "members",
+		if err := logPlot(filepath.Join(dir, "membership_cost.png"), "Membership: gossip (at rest, n joining, after a crash) and cost at rest, per member", "members",
 			"per member", []series{
-				{"gossip bytes/s", xs, get(func(r memRow) float64 { return r.RestBytes })},
+				{"gossip bytes/s at rest", xs, get(func(r memRow) float64 { return r.RestBytes })},
 				{"gossip bytes/s, n joining", xs, get(func(r memRow) float64 { return r.JoinBytes })},
 				{"gossip bytes/s, after a crash", xs, get(func(r memRow) float64 { return r.CrashBytes })},
 				{"heap bytes / 100", xs, get(func(r memRow) float64 { return r.HeapPerMember / 100 })},
