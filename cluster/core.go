@@ -380,9 +380,11 @@ type derived struct {
 	seen         map[UniqueAddress]bool
 
 	unreachable map[UniqueAddress]bool // read only
-	leader      UniqueAddress
-	hasLeader   bool
-	converged   bool
+	// unreachableFor is unreachableSetFor(self), computed when first asked; read only.
+	unreachableFor map[UniqueAddress]bool
+	leader         UniqueAddress
+	hasLeader      bool
+	converged      bool
 }
 
 // derivedState returns the unreachable set, the leader and convergence of the current
@@ -556,7 +558,11 @@ func (c *Core) minMembersFulfilled() bool {
 // resolveSplitBrain runs the split brain resolver on the leader once the unreachable
 // set has been stable for SBRStableAfter. Only it (or an operator) ever downs a member.
 func (c *Core) resolveSplitBrain(now time.Time) {
-	unreachable := c.gossip.unreachableSetFor(c.self())
+	d := c.derivedState()
+	if d.unreachableFor == nil {
+		d.unreachableFor = c.gossip.unreachableSetFor(c.self())
+	}
+	unreachable := d.unreachableFor
 	sig := ""
 	for _, n := range sortedSet(unreachable) {
 		if s := c.gossip.members[n].Status; s != StatusDown {
@@ -570,7 +576,7 @@ func (c *Core) resolveSplitBrain(now time.Time) {
 	if sig == "" || now.Sub(c.sbrSince) < c.cfg.SBRStableAfter {
 		return
 	}
-	if d := c.derivedState(); !d.hasLeader || d.leader != c.self() {
+	if !d.hasLeader || d.leader != c.self() {
 		return
 	}
 	// Decide only on a state every member counted on this side has seen (Akka's
@@ -722,7 +728,15 @@ func (c *Core) gossipTo(to UniqueAddress) Outbound {
 	return Outbound{To: to, Msg: Message{Kind: msgGossip, From: c.self(), Gossip: &w}, Reliable: true}
 }
 
-func (c *Core) statusTo(to UniqueAddress) Outbound {
+func (c *Core) statusTo(to UniqueAddress) Outbound { return c.statusFor(to, false) }
+
+// statusFor is statusTo, with the seen set as the list of addresses (Seen) when legacy:
+// the answer to a member that sent only the list, which would not read the bits and
+// would answer again with its own list as long as this member's seen set had more.
+func (c *Core) statusFor(to UniqueAddress, legacy bool) Outbound {
+	if legacy {
+		return Outbound{To: to, Msg: Message{Kind: msgGossipStatus, From: c.self(), Version: c.gossip.version, Seen: sortedSet(c.gossip.seen)}}
+	}
 	nodes := c.sortedNodes()
 	bits := make([]byte, (len(nodes)+7)/8)
 	for i, n := range nodes {
@@ -895,11 +909,13 @@ func (c *Core) onStatus(m Message) []Outbound {
 	if !c.joined {
 		return nil
 	}
+	legacy := m.SeenBits == nil // a member that sends the seen set only as a list
+
 	switch c.gossip.version.Compare(m.Version) {
 	case orderAfter, orderConcurrent:
 		return []Outbound{c.gossipTo(m.From)}
 	case orderBefore:
-		return []Outbound{c.statusTo(m.From)} // the sender answers with its newer state
+		return []Outbound{c.statusFor(m.From, legacy)} // the sender answers with its newer state
 	}
 	// Same version: unite the seen sets, and tell the sender if it lacks something.
 	remoteSeen := c.statusSeen(m)
@@ -917,7 +933,7 @@ func (c *Core) onStatus(m Message) []Outbound {
 	c.gossip = g.seenBy(c.self())
 	for s := range c.gossip.seen {
 		if !remoteSeen[s] {
-			return []Outbound{c.statusTo(m.From)}
+			return []Outbound{c.statusFor(m.From, legacy)}
 		}
 	}
 	return nil

@@ -374,19 +374,28 @@ func (r *run) asks(before, after time.Duration, kill int) string {
 	close(stopAsk)
 	wg.Wait()
 	survivors := r.members[:len(r.members)-kill]
-	removed, err := r.waitConverged(survivors, 5*time.Minute)
+	r.logf("asks ended: acked %d (%d after the kill), failed through the members that stayed %d, in flight through the killed %d",
+		ok.Load(), okAfter.Load(), failedLive.Load(), failedKilled.Load())
+	removed, err := r.waitConverged(survivors, 3*time.Minute)
 	removal := fmt.Sprintf("the survivors removed the killed %.1f s after the asks ended", removed.Seconds())
 	if err != nil {
 		removal = "the survivors did not remove the killed: " + err.Error()
 	}
-	// Read every counter back through the first member.
+	// Read every counter back through the first member, each once (no retries: a
+	// cluster that cannot host would otherwise take an hour to say so).
+	reader, err := client.New([]string{survivors[0].api}, client.WithRetry(1, time.Millisecond, time.Millisecond))
+	if err != nil {
+		return err.Error()
+	}
 	lost, extra, unread := 0, 0, 0
+	var unreadErr string
 	for id := range counters {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		out, err := survivors[0].cl.Ask(ctx, "counter", "c"+strconv.Itoa(id), []byte("get"))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := reader.Ask(ctx, "counter", "c"+strconv.Itoa(id), []byte("get"))
 		cancel()
 		if err != nil {
 			unread++
+			unreadErr = err.Error()
 			continue
 		}
 		v, err := strconv.Atoi(string(out))
@@ -408,7 +417,7 @@ func (r *run) asks(before, after time.Duration, kill int) string {
 	sort.Strings(errLines)
 	return fmt.Sprintf("asks through all %d members, %d SIGKILLed together after %v, %v more:\n"+
 		"  acked %d (%d after the kill); failed through the members that stayed: %d; failed in flight through the killed: %d\n"+
-		"  %s; counters read back: lost %d acked increments, %d more than acked (failed asks that took effect), %d counters unreadable\n%s",
+		"  %s; counters read back: lost %d acked increments, %d more than acked (failed asks that took effect), %d counters unreadable (%s)\n%s",
 		len(r.members), kill, before, after, ok.Load(), okAfter.Load(), failedLive.Load(), failedKilled.Load(),
-		removal, lost, extra, unread, strings.Join(errLines, "\n"))
+		removal, lost, extra, unread, unreadErr, strings.Join(errLines, "\n"))
 }

@@ -96,7 +96,7 @@ func run() error {
 	out := flag.String("out", "docs/scale", "directory of the CSVs and plots")
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
 	seed := flag.Int64("seed", 1, "seed of the simulation")
-	churnMax := flag.Int("churn-max", 300, "largest membership size that also runs the leave and partition phases")
+	churnMax := flag.Int("churn-max", 1000, "largest membership size that also runs the leave and partition phases")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	replotOnly := flag.Bool("replot", false, "run nothing: read the CSVs in -out, draw the plots and print the summary again")
 	flag.Parse()

@@ -238,6 +238,8 @@ type memRow struct {
 	LeaveRemoved   time.Duration // after a graceful leave: no live member lists it
 	PartitionSplit time.Duration // after cutting off a third: the two thirds list only themselves
 	RestBytes      float64       // gossip bytes per member per second at rest
+	JoinBytes      float64       // gossip bytes per member per second from the start until converged (churn: n joining)
+	CrashBytes     float64       // ... from one crash until it is removed everywhere (churn: a failure)
 	RestMsgs       float64       // messages per member per second at rest
 	RestCPU        float64       // CPU seconds per member per simulated second at rest (this process, the codec included)
 	HeapPerMember  float64       // bytes of heap per member after convergence
@@ -280,7 +282,8 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf 
 	}); err != nil || row.Converge < 0 {
 		return row, err
 	}
-	logf("n=%d converged in %v simulated (%v real)", n, row.Converge, time.Since(wall).Round(time.Millisecond))
+	row.JoinBytes = float64(s.bytes) / float64(n) / math.Max(row.Converge.Seconds(), tickInterval.Seconds())
+	logf("n=%d converged in %v simulated (%v real), %.0f B/s per member while joining", n, row.Converge, time.Since(wall).Round(time.Millisecond), row.JoinBytes)
 	row.HeapPerMember = float64(int64(heapInUse())-int64(base)) / float64(n)
 
 	// At rest: bytes, messages and CPU over a window.
@@ -298,6 +301,7 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf 
 	victim.crashed = true
 	live := s.live()
 	t0 := s.now
+	cb0 := s.bytes
 	var tU, tD time.Duration = -1, -1
 	// The three conditions are checked in turn, each with allSee: a member that no
 	// longer lists the victim has seen it unreachable and down too.
@@ -323,6 +327,9 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf 
 		return row, err
 	}
 	row.Unreachable, row.Downed, row.Removed = tU, tD, removed
+	if removed > 0 {
+		row.CrashBytes = float64(s.bytes-cb0) / float64(len(live)) / removed.Seconds()
+	}
 	if tD < 0 && removed >= 0 {
 		row.Downed = removed
 	}

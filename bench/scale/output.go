@@ -54,11 +54,12 @@ func writeMembership(dir string, rows []memRow) error {
 		out = append(out, []string{strconv.Itoa(r.N), fd(r.Converge), fd(r.Unreachable),
 			fd(r.Downed), fd(r.Removed), fd(r.LeaveRemoved),
 			fd(r.PartitionSplit), ff(r.RestBytes), ff(r.RestMsgs), ff(r.RestCPU), ff(r.HeapPerMember),
-			ff(r.Wall.Seconds())})
+			ff(r.Wall.Seconds()), ff(r.JoinBytes), ff(r.CrashBytes)})
 	}
 	return writeCSV(filepath.Join(dir, "membership.csv"), []string{"members", "converge_s", "crash_unreachable_s",
 		"crash_downed_s", "crash_removed_s", "leave_removed_s", "partition_third_s", "rest_gossip_bytes_per_member_s",
-		"rest_msgs_per_member_s", "rest_cpu_s_per_member_s", "heap_bytes_per_member", "wall_s"}, out)
+		"rest_msgs_per_member_s", "rest_cpu_s_per_member_s", "heap_bytes_per_member", "wall_s",
+		"join_gossip_bytes_per_member_s", "crash_gossip_bytes_per_member_s"}, out)
 }
 
 func writeCoordinator(dir string, rows []shardRow) error {
@@ -149,9 +150,11 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 			}); err != nil {
 			return err
 		}
-		if err := logPlot(filepath.Join(dir, "membership_cost.png"), "Membership at rest, per member", "members",
+		if err := logPlot(filepath.Join(dir, "membership_cost.png"), "Membership: gossip (at rest, n joining, after a crash) and cost at rest, per member", "members",
 			"per member", []series{
-				{"gossip bytes/s", xs, get(func(r memRow) float64 { return r.RestBytes })},
+				{"gossip bytes/s at rest", xs, get(func(r memRow) float64 { return r.RestBytes })},
+				{"gossip bytes/s, n joining", xs, get(func(r memRow) float64 { return r.JoinBytes })},
+				{"gossip bytes/s, after a crash", xs, get(func(r memRow) float64 { return r.CrashBytes })},
 				{"heap bytes / 100", xs, get(func(r memRow) float64 { return r.HeapPerMember / 100 })},
 				{"CPU µs per simulated s", xs, get(func(r memRow) float64 { return r.RestCPU * 1e6 })},
 			}); err != nil {
@@ -231,12 +234,12 @@ func dur(d time.Duration) string {
 // summary prints the figures and each curve's fitted growth as markdown.
 func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 	if len(mem) > 0 {
-		fmt.Fprintln(w, "| members | converge | crash: unreachable | down | removed | leave: removed | 1/3 partition | gossip B/s/member | CPU µs/s/member | heap/member | wall |")
-		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| members | converge | crash: unreachable | down | removed | leave: removed | 1/3 partition | gossip B/s/member at rest | while joining | after a crash | CPU µs/s/member | heap/member | wall |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, r := range mem {
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f KB | %s |\n", r.N, dur(r.Converge),
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f KB | %s |\n", r.N, dur(r.Converge),
 				dur(r.Unreachable), dur(r.Downed), dur(r.Removed), dur(r.LeaveRemoved), dur(r.PartitionSplit),
-				r.RestBytes, r.RestCPU*1e6, r.HeapPerMember/1024, r.Wall.Round(time.Second))
+				r.RestBytes, r.JoinBytes, r.CrashBytes, r.RestCPU*1e6, r.HeapPerMember/1024, r.Wall.Round(time.Second))
 		}
 		var xs []float64
 		for _, r := range mem {
@@ -252,6 +255,8 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 			{"leave: removed everywhere", func(r memRow) float64 { return secondsOrNaN(r.LeaveRemoved) }},
 			{"1/3 partition: majority alone", func(r memRow) float64 { return secondsOrNaN(r.PartitionSplit) }},
 			{"gossip bytes/s per member", func(r memRow) float64 { return r.RestBytes }},
+			{"gossip bytes/s per member while joining", func(r memRow) float64 { return r.JoinBytes }},
+			{"gossip bytes/s per member after a crash", func(r memRow) float64 { return r.CrashBytes }},
 			{"CPU per member", func(r memRow) float64 { return r.RestCPU }},
 			{"heap per member", func(r memRow) float64 { return r.HeapPerMember }},
 		} {

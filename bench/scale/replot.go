@@ -60,7 +60,10 @@ func replot(dir string) ([]memRow, []shardRow, []stateRow, error) {
 		n, _ := strconv.Atoi(r[0])
 		row := memRow{N: n, Converge: secs(r[1]), Unreachable: secs(r[2]), Downed: secs(r[3]), Removed: secs(r[4]),
 			LeaveRemoved: secs(r[5]), PartitionSplit: secs(r[6]), RestBytes: num(r[7]), RestMsgs: num(r[8]),
-			RestCPU: num(r[9]), HeapPerMember: num(r[10]), Wall: secs(r[11])}
+			RestCPU: num(r[9]), HeapPerMember: num(r[10]), Wall: secs(r[11]), JoinBytes: math.NaN(), CrashBytes: math.NaN()}
+		if len(r) >= 14 {
+			row.JoinBytes, row.CrashBytes = num(r[12]), num(r[13])
+		}
 		mem = append(mem, row)
 	}
 	var sh []shardRow
