@@ -75,10 +75,10 @@ func writeState(dir string, rows []stateRow) error {
 	var out [][]string
 	for _, r := range rows {
 		out = append(out, []string{strconv.Itoa(r.Shards), strconv.Itoa(r.Members), strconv.Itoa(r.Bytes),
-			ff(r.Put.Seconds()), ff(r.Write.Seconds()), ff(r.ReadBack.Seconds()), r.Err, strconv.Itoa(r.MaxKey)})
+			ff(r.Put.Seconds()), ff(r.Write.Seconds()), ff(r.ReadBack.Seconds()), r.Err, strconv.Itoa(r.MaxKey), ff(r.ReadCPU.Seconds())})
 	}
 	return writeCSV(filepath.Join(dir, "coordinator_state.csv"), []string{"shards", "members", "state_bytes", "put_s", "write_s",
-		"read_majority_s", "error", "largest_key_bytes"}, out)
+		"read_majority_s", "error", "largest_key_bytes", "read_cpu_s"}, out)
 }
 
 type series struct {
@@ -305,15 +305,15 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 		}
 	}
 	if len(st) > 0 {
-		fmt.Fprintln(w, "\n| shards | members | state | largest key | one Put (per allocation) | write (WriteMajority, a bucket an Update) | read back (ReadMajority) | error |\n|---:|---:|---:|---:|---:|---:|---:|---|")
+		fmt.Fprintln(w, "\n| shards | members | state | largest key | one Put (per allocation) | write (WriteMajority, a bucket an Update) | read back (ReadMajority) | CPU during read back | error |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 		var xs, bs, rs []float64
 		for _, r := range st {
 			write, read := r.Write.Round(time.Millisecond).String(), r.ReadBack.Round(time.Millisecond).String()
 			if r.Err != "" {
 				write, read = "—", "—"
 			}
-			fmt.Fprintf(w, "| %d | %d | %d KB | %d KB | %v | %s | %s | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.MaxKey/1000, r.Put.Round(time.Microsecond),
-				write, read, r.Err)
+			fmt.Fprintf(w, "| %d | %d | %d KB | %d KB | %v | %s | %s | %v | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.MaxKey/1000, r.Put.Round(time.Microsecond),
+				write, read, r.ReadCPU.Round(time.Millisecond), r.Err)
 			xs, bs = append(xs, float64(r.Shards)), append(bs, float64(r.Bytes))
 			v := r.ReadBack.Seconds()
 			if r.Err != "" {
