@@ -309,11 +309,15 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 		var xs, bs, rs []float64
 		for _, r := range st {
 			write, read := r.Write.Round(time.Millisecond).String(), r.ReadBack.Round(time.Millisecond).String()
+			cpu := "—" // not measured (a run before the column)
+			if r.ReadCPU > 0 {
+				cpu = r.ReadCPU.Round(time.Millisecond).String()
+			}
 			if r.Err != "" {
 				write, read = "—", "—"
 			}
 			fmt.Fprintf(w, "| %d | %d | %d KB | %d KB | %v | %s | %s | %v | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.MaxKey/1000, r.Put.Round(time.Microsecond),
-				write, read, r.ReadCPU.Round(time.Millisecond), r.Err)
+				write, read, cpu, r.Err)
 			xs, bs = append(xs, float64(r.Shards)), append(bs, float64(r.Bytes))
 			v := r.ReadBack.Seconds()
 			if r.Err != "" {
