@@ -199,19 +199,30 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 		}
 	}
 	if len(st) > 0 {
-		var xs, bytes, read, write []float64
+		// One curve per member count: runs on different members do not make one.
+		var ss []series
+		idx := map[int]int{}
 		for _, r := range st {
-			xs = append(xs, float64(r.Shards))
-			bytes = append(bytes, float64(r.Bytes)/1e3)
-			rb, wr := r.ReadBack.Seconds()*1e3, r.Write.Seconds()*1e3
-			if r.Err != "" {
-				rb, wr = math.NaN(), math.NaN()
+			i, ok := idx[r.Members]
+			if !ok {
+				i = len(ss)
+				idx[r.Members] = i
+				ss = append(ss, series{name: fmt.Sprintf("state KB (%d members)", r.Members)},
+					series{name: fmt.Sprintf("read back ms, %d members", r.Members)},
+					series{name: fmt.Sprintf("write ms, %d members", r.Members)},
+					series{name: fmt.Sprintf("CPU during read back ms, %d members", r.Members)})
 			}
-			read, write = append(read, rb), append(write, wr)
+			rb, wr, cpu := r.ReadBack.Seconds()*1e3, r.Write.Seconds()*1e3, r.ReadCPU.Seconds()*1e3
+			if r.Err != "" {
+				rb, wr, cpu = math.NaN(), math.NaN(), math.NaN()
+			}
+			x := float64(r.Shards)
+			for j, y := range []float64{float64(r.Bytes) / 1e3, rb, wr, cpu} {
+				ss[i+j].xs, ss[i+j].ys = append(ss[i+j].xs, x), append(ss[i+j].ys, y)
+			}
 		}
-		if err := logPlot(filepath.Join(dir, "coordinator_state.png"), "Coordinator state in distributed data", "shards",
-			"KB / ms", []series{{"state KB", xs, bytes}, {"read back (ReadMajority) ms", xs, read},
-				{"write (a bucket an Update, WriteMajority) ms", xs, write}}); err != nil {
+		if err := logPlot(filepath.Join(dir, "coordinator_state.png"), "Coordinator state in distributed data (buckets of 1,000 shards)",
+			"shards", "KB / ms", ss); err != nil {
 			return err
 		}
 	}
