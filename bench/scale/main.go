@@ -132,7 +132,7 @@ func run() error {
 	}
 	if *smoke {
 		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
-		*ddataKeysF, *ddataMembersF = "100,1000", "3"
+		*ddataKeysF, *ddataMembersF = "100", "3"
 	}
 	sizes, err := ints(*sizesF)
 	if err != nil {

@@ -76,10 +76,10 @@ func writeState(dir string, rows []stateRow) error {
 	var out [][]string
 	for _, r := range rows {
 		out = append(out, []string{strconv.Itoa(r.Shards), strconv.Itoa(r.Members), strconv.Itoa(r.Bytes),
-			ff(r.Put.Seconds()), ff(r.Write.Seconds()), ff(r.ReadBack.Seconds()), r.Err, strconv.Itoa(r.MaxKey)})
+			ff(r.Put.Seconds()), ff(r.Write.Seconds()), ff(r.ReadBack.Seconds()), r.Err, strconv.Itoa(r.MaxKey), ff(r.ReadCPU.Seconds())})
 	}
 	return writeCSV(filepath.Join(dir, "coordinator_state.csv"), []string{"shards", "members", "state_bytes", "put_s", "write_s",
-		"read_majority_s", "error", "largest_key_bytes"}, out)
+		"read_majority_s", "error", "largest_key_bytes", "read_cpu_s"}, out)
 }
 
 type series struct {
@@ -202,19 +202,30 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 		}
 	}
 	if len(st) > 0 {
-		var xs, bytes, read, write []float64
+		// One curve per member count: runs on different members do not make one.
+		var ss []series
+		idx := map[int]int{}
 		for _, r := range st {
-			xs = append(xs, float64(r.Shards))
-			bytes = append(bytes, float64(r.Bytes)/1e3)
-			rb, wr := r.ReadBack.Seconds()*1e3, r.Write.Seconds()*1e3
-			if r.Err != "" {
-				rb, wr = math.NaN(), math.NaN()
+			i, ok := idx[r.Members]
+			if !ok {
+				i = len(ss)
+				idx[r.Members] = i
+				ss = append(ss, series{name: fmt.Sprintf("state KB (%d members)", r.Members)},
+					series{name: fmt.Sprintf("read back ms, %d members", r.Members)},
+					series{name: fmt.Sprintf("write ms, %d members", r.Members)},
+					series{name: fmt.Sprintf("CPU during read back ms, %d members", r.Members)})
 			}
-			read, write = append(read, rb), append(write, wr)
+			rb, wr, cpu := r.ReadBack.Seconds()*1e3, r.Write.Seconds()*1e3, r.ReadCPU.Seconds()*1e3
+			if r.Err != "" {
+				rb, wr, cpu = math.NaN(), math.NaN(), math.NaN()
+			}
+			x := float64(r.Shards)
+			for j, y := range []float64{float64(r.Bytes) / 1e3, rb, wr, cpu} {
+				ss[i+j].xs, ss[i+j].ys = append(ss[i+j].xs, x), append(ss[i+j].ys, y)
+			}
 		}
-		if err := logPlot(filepath.Join(dir, "coordinator_state.png"), "Coordinator state in distributed data", "shards",
-			"KB / ms", []series{{"state KB", xs, bytes}, {"read back (ReadMajority) ms", xs, read},
-				{"write (a bucket an Update, WriteMajority) ms", xs, write}}); err != nil {
+		if err := logPlot(filepath.Join(dir, "coordinator_state.png"), "Coordinator state in distributed data (buckets of 1,000 shards)",
+			"shards", "KB / ms", ss); err != nil {
 			return err
 		}
 	}
@@ -310,15 +321,19 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 		}
 	}
 	if len(st) > 0 {
-		fmt.Fprintln(w, "\n| shards | members | state | largest key | one Put (per allocation) | write (WriteMajority, a bucket an Update) | read back (ReadMajority) | error |\n|---:|---:|---:|---:|---:|---:|---:|---|")
+		fmt.Fprintln(w, "\n| shards | members | state | largest key | one Put (per allocation) | write (WriteMajority, a bucket an Update) | read back (ReadMajority) | CPU during read back | error |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 		var xs, bs, rs []float64
 		for _, r := range st {
 			write, read := r.Write.Round(time.Millisecond).String(), r.ReadBack.Round(time.Millisecond).String()
+			cpu := "—" // not measured (a run before the column)
+			if r.ReadCPU > 0 {
+				cpu = r.ReadCPU.Round(time.Millisecond).String()
+			}
 			if r.Err != "" {
 				write, read = "—", "—"
 			}
-			fmt.Fprintf(w, "| %d | %d | %d KB | %d KB | %v | %s | %s | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.MaxKey/1000, r.Put.Round(time.Microsecond),
-				write, read, r.Err)
+			fmt.Fprintf(w, "| %d | %d | %d KB | %d KB | %v | %s | %s | %v | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.MaxKey/1000, r.Put.Round(time.Microsecond),
+				write, read, cpu, r.Err)
 			xs, bs = append(xs, float64(r.Shards)), append(bs, float64(r.Bytes))
 			v := r.ReadBack.Seconds()
 			if r.Err != "" {

@@ -95,6 +95,9 @@ func replot(dir string) ([]memRow, []shardRow, []stateRow, error) {
 		if len(r) > 7 {
 			row.MaxKey, _ = strconv.Atoi(r[7])
 		}
+		if len(r) > 8 {
+			row.ReadCPU = secs(r[8])
+		}
 		st = append(st, row)
 	}
 	return mem, sh, st, nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
@@ -213,6 +214,7 @@ type stateRow struct {
 	Put      time.Duration // one LWWMap.Put on a full bucket: the coordinator's CPU per recorded allocation
 	Write    time.Duration // writing it (one Update a bucket, WriteMajority)
 	ReadBack time.Duration // the buckets' GSet, then every bucket, with ReadMajority from another member, as a new coordinator does
+	ReadCPU  time.Duration // this process's CPU time (user and system) during ReadBack: every replica's share, the gossip's too
 	Err      string        // what failed, if something did
 }
 
@@ -346,6 +348,7 @@ func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 	// A new coordinator on another member reads it back with ReadMajority: the list of
 	// buckets, then the buckets, 16 at a time (sharding/coordinator_state.go).
 	r := c.repls[members-1]
+	cpu0 := processCPU()
 	t = time.Now()
 	d, err := r.Get(ctx, listKey, ddata.ReadMajority(0))
 	if err != nil {
@@ -375,6 +378,7 @@ func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 	}
 	wg.Wait()
 	row.ReadBack = time.Since(t)
+	row.ReadCPU = processCPU() - cpu0
 	if err := errors.Join(errs...); err != nil {
 		row.Err = "read: " + err.Error()
 		return row
@@ -383,4 +387,13 @@ func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 		row.Err = fmt.Sprintf("read %d entries of %d", got, shards)
 	}
 	return row
+}
+
+// processCPU returns the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
