@@ -314,6 +314,11 @@ type Config struct {
 	// it, every ReconcileInterval, the least recently used idle entities are
 	// passivated until the rest fit. 0: no cap.
 	MemoryLimit int64
+	// StateTTLInterval is the time between two state TTL sweeps (TypeSettings.StateTTL,
+	// statettl.go), each of which reads the store's index of every type with a TTL
+	// that this member hosts shards of. Default 1 minute: an entity's state outlives
+	// its TTL by up to this much. 0 or less: the default.
+	StateTTLInterval time.Duration
 	// Now is the clock of idle passivation (when an entity was last used, how long
 	// ago), of MemoryLimit's least recently used choice, of the dead letter log's rate
 	// limit and of the durations sharding measures (queue time, activation, handoff).
@@ -341,6 +346,7 @@ func DefaultConfig() Config {
 		ResolveTimeout:    10 * time.Second,
 		AskTimeout:        10 * time.Second,
 		ReconcileInterval: time.Second,
+		StateTTLInterval:  time.Minute,
 		RebalanceInterval: 10 * time.Second,
 		DownRemovalMargin: 5 * time.Second,
 
