@@ -93,7 +93,7 @@ func (c *Client) Query(ctx context.Context, typ, id string, payload []byte, opts
 // in the whole cluster (POST /v1/types/{typ}), with the settings given as the API's
 // query parameters (nil: the defaults, or on a redeploy the type's current ones):
 // shards, role, allocation, checkpoint, history, passivate_after, max_active,
-// passivation_strategy, max_retries, idempotency_retention, log_lines,
+// passivation_strategy, max_retries, idempotency_retention, log_lines, state_ttl,
 // remember_entities, egress, egress_timeout, egress_max_response, egress_rate,
 // reset_settings, canary, canary_ids, ... (docs/cli.md, "deploy"). Deploying the same
 // module with the same settings again changes nothing (DeployResult.Unchanged), so a

@@ -204,7 +204,8 @@ func (n *Node) entityRequest(r *http.Request) (typ, id string, payload []byte, e
 // history (journal records kept behind a base; 0 keeps none), idempotency_retention (a
 // duration), max_retries (attempts of a failing tell before its entity pauses; 0:
 // never), log_lines (log lines kept per entity, at most MaxEntityLogLines; 0: the
-// default), remember_entities (true or false) and the egress settings (egressQuery). On a redeploy, what the query leaves out keeps its
+// default), state_ttl (a duration of at least sharding.MinStateTTL: the state of an
+// entity idle this long is deleted; 0: never), remember_entities (true or false) and the egress settings (egressQuery). On a redeploy, what the query leaves out keeps its
 // value (inheritSettings) unless reset_settings=true.
 func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 	st := sharding.TypeSettings{Name: name, Role: q.Get("role"), Allocation: q.Get("allocation"), Checkpoint: q.Get("checkpoint"),
@@ -263,6 +264,11 @@ func deploySettings(name string, q url.Values) (sharding.TypeSettings, error) {
 			return st, fmt.Errorf("%w: passivate_after=%q is not a duration", ErrBadRequest, s)
 		}
 	}
+	if s := q.Get("state_ttl"); s != "" {
+		if st.StateTTL, err = time.ParseDuration(s); err != nil || st.StateTTL < 0 || st.StateTTL > 0 && st.StateTTL < sharding.MinStateTTL {
+			return st, fmt.Errorf("%w: state_ttl=%q is not 0 (keep state for good) or a duration of at least %v", ErrBadRequest, s, sharding.MinStateTTL)
+		}
+	}
 	if s := q.Get("idempotency_retention"); s != "" {
 		if st.IdempotencyRetention, err = time.ParseDuration(s); err != nil || st.IdempotencyRetention <= 0 {
 			return st, fmt.Errorf("%w: idempotency_retention=%q is not a positive duration", ErrBadRequest, s)
@@ -318,6 +324,9 @@ func inheritSettings(st sharding.TypeSettings, q url.Values, prev TypeInfo) shar
 	}
 	if !q.Has("log_lines") {
 		st.LogLines = prev.LogLines
+	}
+	if !q.Has("state_ttl") {
+		st.StateTTL = time.Duration(prev.StateTTLMs) * time.Millisecond
 	}
 	if !q.Has("remember_entities") {
 		st.RememberEntities = prev.RememberEntities

@@ -96,6 +96,9 @@ type TypeInfo struct {
 	// LogLines is how many log lines each entity of the type keeps
 	// (sharding.TypeSettings.LogLines; 0: DefaultEntityLogLines).
 	LogLines int `cbor:"50,keyasint,omitempty" json:"log_lines,omitempty"`
+	// StateTTLMs, when not 0, deletes the state of an entity idle this long, in
+	// milliseconds (sharding.TypeSettings.StateTTL).
+	StateTTLMs int64 `cbor:"51,keyasint,omitempty" json:"state_ttl_ms,omitempty"`
 	// RolloutRev counts the changes of the version's rollout (a promotion): at one
 	// version, the higher wins (newerThan).
 	RolloutRev uint64 `cbor:"60,keyasint,omitempty" json:"rollout_rev,omitempty"`
@@ -132,7 +135,8 @@ func (t TypeInfo) Settings() sharding.TypeSettings {
 		EgressAllow: t.Egress, EgressTimeout: time.Duration(t.EgressTimeoutMs) * time.Millisecond,
 		EgressMaxResponse: t.EgressMaxResponse, EgressRate: t.EgressRate,
 		HTTPRoutes: t.HTTPRoutes, HTTPPublic: t.HTTPPublic, HTTPMaxBody: t.HTTPMaxBody, HTTPRate: t.HTTPRate,
-		PassivationStrategy: t.PassivationStrategy, LogLines: t.LogLines, Delivery: t.Delivery}
+		PassivationStrategy: t.PassivationStrategy, LogLines: t.LogLines, Delivery: t.Delivery,
+		StateTTL: time.Duration(t.StateTTLMs) * time.Millisecond}
 }
 
 // newerThan orders the catalog entries of one type: higher version; at one version, a
@@ -353,7 +357,7 @@ func (c *catalog) next(st sharding.TypeSettings, digest string, size int, by str
 		History: st.History, HistoryAgeMs: st.HistoryAge.Milliseconds(), IdempotencyRetentionMs: st.IdempotencyRetention.Milliseconds(), MaxRetries: st.MaxRetries,
 		Previous: previous, StateDeletedAt: prev.StateDeletedAt,
 		Egress: st.EgressAllow, EgressTimeoutMs: st.EgressTimeout.Milliseconds(), EgressMaxResponse: st.EgressMaxResponse,
-		EgressRate: st.EgressRate, LogLines: st.LogLines,
+		EgressRate: st.EgressRate, LogLines: st.LogLines, StateTTLMs: st.StateTTL.Milliseconds(),
 		HTTPRoutes: st.HTTPRoutes, HTTPPublic: st.HTTPPublic, HTTPMaxBody: st.HTTPMaxBody, HTTPRate: st.HTTPRate, Delivery: st.Delivery}
 }
 

@@ -110,7 +110,7 @@ type Setting struct {
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
 // history, idempotency-retention, max-retries, passivate-after, max-active,
-// passivation-strategy, remember-entities, role, log-lines, egress, egress-timeout,
+// passivation-strategy, remember-entities, role, log-lines, state-ttl, egress, egress-timeout,
 // egress-max-response, egress-rate, delivery, http-route, public, http-max-body and
 // http-rate.
 func (t TypeInfo) SettingList() []Setting {
@@ -158,6 +158,7 @@ func (t TypeInfo) SettingList() []Setting {
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
 		{"role", t.Role},
 		{"log-lines", strconv.Itoa(cmp.Or(t.LogLines, DefaultEntityLogLines))},
+		{"state-ttl", (time.Duration(t.StateTTLMs) * time.Millisecond).String()},
 	}
 	list = append(list, egressSettingList(t)...)
 	list = append(list, Setting{"delivery", delivery})

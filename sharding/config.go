@@ -33,6 +33,12 @@ type TypeSettings struct {
 	// PassivationStrategy chooses whom MaxActive passivates: PassivationLRU (the
 	// default), PassivationLFU or PassivationWTinyLFU. docs/sharding.md compares them.
 	PassivationStrategy string `json:"passivation_strategy,omitempty"`
+	// StateTTL, when not 0, deletes the durable state (snapshot, journal, remember
+	// mark; not its reminders) of an entity that has handled no message for this long:
+	// the state TTL sweep (statettl.go), through a store that can delete one entity's
+	// state (EntityStateDeleter; every built-in store can). At least MinStateTTL. 0
+	// (the default): kept for good. docs/state.md says what is deleted and when.
+	StateTTL time.Duration `json:"state_ttl,omitempty"`
 	// Checkpoint says how an entity's state survives a crash of its member:
 	// CheckpointJournal (the default: every handled message is journaled before its
 	// reply leaves, and a base is saved now and then), or, saving only snapshots,
@@ -118,6 +124,10 @@ const DefaultHistory = 1000
 // reverts, and nothing is truncated.
 const HistoryAll = -2
 
+// MinStateTTL is the shortest TypeSettings.StateTTL: shorter would delete the state of
+// entities between two messages of an ordinary conversation.
+const MinStateTTL = time.Minute
+
 // maxHistory caps TypeSettings.History.
 const maxHistory = 10_000_000
 
@@ -130,6 +140,8 @@ func (t *TypeSettings) Validate() error {
 		return fmt.Errorf("sharding: number of shards %d (want 1 to 100000)", t.NumberOfShards)
 	case t.PassivateAfter < 0 || t.MaxActive < 0:
 		return fmt.Errorf("sharding: passivate-after and max-active must not be negative")
+	case t.StateTTL < 0 || t.StateTTL > 0 && t.StateTTL < MinStateTTL:
+		return fmt.Errorf("sharding: state TTL %v (want 0, for none, or at least %v)", t.StateTTL, MinStateTTL)
 	}
 	switch t.Allocation {
 	case "":
@@ -302,6 +314,11 @@ type Config struct {
 	// it, every ReconcileInterval, the least recently used idle entities are
 	// passivated until the rest fit. 0: no cap.
 	MemoryLimit int64
+	// StateTTLInterval is the time between two state TTL sweeps (TypeSettings.StateTTL,
+	// statettl.go), each of which reads the store's index of every type with a TTL
+	// that this member hosts shards of. Default 1 minute: an entity's state outlives
+	// its TTL by up to this much. 0 or less: the default.
+	StateTTLInterval time.Duration
 	// Now is the clock of idle passivation (when an entity was last used, how long
 	// ago), of MemoryLimit's least recently used choice, of the dead letter log's rate
 	// limit and of the durations sharding measures (queue time, activation, handoff).
@@ -329,6 +346,7 @@ func DefaultConfig() Config {
 		ResolveTimeout:    10 * time.Second,
 		AskTimeout:        10 * time.Second,
 		ReconcileInterval: time.Second,
+		StateTTLInterval:  time.Minute,
 		RebalanceInterval: 10 * time.Second,
 		DownRemovalMargin: 5 * time.Second,
 

@@ -19,8 +19,9 @@
 // AllocationPriority), its checkpoint policy (CheckpointJournal, the default,
 // CheckpointPassivation, CheckpointEveryMessage or "every:N"), the journal records
 // kept behind a base (DefaultHistory; HistoryAll keeps every one, KeepsAllHistory
-// says so), and whom MaxActive passivates (PassivationLRU,
-// the default, PassivationLFU or PassivationWTinyLFU).
+// says so), whom MaxActive passivates (PassivationLRU,
+// the default, PassivationLFU or PassivationWTinyLFU), and a state TTL (StateTTL, at
+// least MinStateTTL) after which an idle entity's state is deleted.
 //
 // The embedder supplies an EntityFactory that makes Entity values (optionally
 // EntityLifecycle, EntityStopHook, EntityStateSaved and JournaledEntity), a TypeResolver of

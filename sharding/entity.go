@@ -179,7 +179,7 @@ func (e *entity) enqueue(d delivery) {
 		e.r.deliver(d)
 		return
 	}
-	if e.pausedLocked() && !d.start && !isPauseControl(d.env.Kind) && d.env.Kind != kindPassivate && !isScheduleControl(d.env.Kind) &&
+	if e.pausedLocked() && !d.start && !isPauseControl(d.env.Kind) && d.env.Kind != kindPassivate && d.env.Kind != kindExpire && !isScheduleControl(d.env.Kind) &&
 		(d.ask || e.queued() >= e.r.s.cfg.MailboxSize) {
 		// Paused: an ask is refused at once, a tell beyond the mailbox's size too.
 		e.mu.Unlock()
@@ -261,7 +261,7 @@ func (e *entity) drainLoop() {
 			// Paused: only a resume, a skip or a passivation is taken, from wherever
 			// it waits; the rest waits behind the poison.
 			k := e.head
-			for k < len(e.queue) && !isPauseControl(e.queue[k].env.Kind) && e.queue[k].env.Kind != kindPassivate &&
+			for k < len(e.queue) && !isPauseControl(e.queue[k].env.Kind) && e.queue[k].env.Kind != kindPassivate && e.queue[k].env.Kind != kindExpire &&
 				!isScheduleControl(e.queue[k].env.Kind) {
 				k++
 			}
@@ -394,6 +394,14 @@ func (e *entity) process(d delivery) {
 	}
 	if d.env.Kind == kindRevert || d.env.Kind == kindFork {
 		e.timeTravel(ctx, d, done)
+		return
+	}
+	if d.env.Kind == kindExpire {
+		// The state TTL sweep (statettl.go): after the messages before it, and
+		// without an activation.
+		out, err := e.expire(ctx)
+		done(err)
+		d.answer(Reply{Payload: []byte(out), Node: s.self}, err)
 		return
 	}
 	if e.inst == nil {

@@ -671,7 +671,9 @@ type StoredEntity struct {
 	Key EntityKey
 	// Bytes is the size of its snapshot, in bytes (0 when it has only a journal).
 	Bytes int64
-	// SavedAt is when its snapshot was saved; zero when the store does not keep it.
+	// SavedAt is when it was last written: its snapshot saved or, in the stores that
+	// date them (the in-memory and the replicated ones), a journal record appended; zero
+	// when the store does not keep it. The state TTL (TypeSettings.StateTTL) reads it.
 	SavedAt time.Time
 	// JournalRecords is the number of its journal records (StatOne only).
 	JournalRecords int
@@ -723,7 +725,9 @@ func (m *MemoryStateStore) ListStates(ctx context.Context, q StateListing) ([]St
 	}
 	for k, j := range m.journals {
 		if len(j.records) > 0 {
-			add(k)
+			if e := add(k); e != nil {
+				e.SavedAt = m.savedAt[k]
+			}
 		}
 	}
 	out := make([]StoredEntity, 0, len(seen))

@@ -369,6 +369,8 @@ func (k MessageKind) String() string {
 		return "reminder"
 	case KindHTTP:
 		return "http"
+	case kindExpire:
+		return "expire"
 	case kindSchedule:
 		return "schedule"
 	case kindUnschedule:

@@ -54,6 +54,7 @@ type shardRegion struct {
 	policy  policy[*entity]
 
 	passivations atomic.Uint64 // entities passivated, for inspection and tests
+	expired      atomic.Uint64 // entities whose state the state TTL deleted (statettl.go)
 	// counters counts the messages its entities handled (Sharding.Counters).
 	counters regionCounters
 	// handoffBuffered counts the messages buffered because their shard was being handed

@@ -120,6 +120,7 @@ func New(cfg Config) (*Sharding, error) {
 	s.singleton = cluster.NewSingleton(cfg.Membership, "", s.coord, cfg.Logger.With("singleton", "shard-coordinator"))
 	cfg.Membership.RegisterLeaveHook(s.handOffAll)
 	s.owner.Go(s.followMembership)
+	s.owner.Go(s.expireLoop)
 	if s.lease > 0 {
 		s.owner.Go(s.watchLease)
 	}

@@ -98,6 +98,16 @@ type MemoryStateStore struct {
 	reminders  map[shardKey]*memShardReminders
 	saves      int
 	appends    int
+	// now dates savedAt (nil: time.Now); tests give sharding's simulated clock.
+	now func() time.Time
+}
+
+// clock returns the time savedAt records.
+func (m *MemoryStateStore) clock() time.Time {
+	if m.now != nil {
+		return m.now()
+	}
+	return time.Now()
 }
 
 // memJournal is an entity's journal in a MemoryStateStore: its records by Seq, and its
@@ -137,6 +147,7 @@ func (m *MemoryStateStore) DeleteType(ctx context.Context, typ string) error {
 	for k := range m.journals {
 		if k.Type == typ {
 			delete(m.journals, k)
+			delete(m.savedAt, k)
 		}
 	}
 	for k := range m.reminders {
@@ -220,7 +231,7 @@ func (m *MemoryStateStore) Save(ctx context.Context, key EntityKey, epoch uint64
 		return err
 	}
 	m.state[key] = append([]byte(nil), state...)
-	m.savedAt[key] = time.Now()
+	m.savedAt[key] = m.clock()
 	m.saves++
 	return nil
 }
@@ -321,6 +332,9 @@ func (m *MemoryStateStore) AppendJournal(ctx context.Context, key EntityKey, epo
 		if r.Seq >= j.floor {
 			j.records[r.Seq] = append([]byte(nil), r.Data...)
 		}
+	}
+	if len(recs) > 0 {
+		m.savedAt[key] = m.clock() // its last write (StoredEntity.SavedAt)
 	}
 	m.appends++
 	return nil

@@ -37,6 +37,7 @@ const (
 	causeShutdown  = "shutdown"
 	causeStale     = "stale-allocation"
 	causeLease     = "lease-lapsed" // the hosting lease lapsed (Config.HostingLease)
+	causeStateTTL  = "state-ttl"    // idle longer than TypeSettings.StateTTL: its state is deleted next
 )
 
 // Reasons a message was buffered (shardhost.buffer.reason).
@@ -90,6 +91,7 @@ type shardingTelemetry struct {
 	activations     metric.Int64Counter
 	activationDur   metric.Float64Histogram
 	passivations    metric.Int64Counter
+	expired         metric.Int64Counter
 	active          metric.Int64UpDownCounter
 	paused          metric.Int64UpDownCounter
 	handoffs        metric.Int64Counter
@@ -134,6 +136,8 @@ func newShardingTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *sha
 		metric.WithDescription("Duration of entity activations (state load, instantiation or restore, on_activate), by entity type and state. [shardhost.entity.type, shardhost.activation.state]")))
 	t.passivations = obs.Must(m.Int64Counter("shardhost.entity.passivations", metric.WithUnit("{passivation}"),
 		metric.WithDescription("Entities stopped with their state saved, by entity type and cause (idle, max-active, requested, handoff, shutdown, stale-allocation). [shardhost.entity.type, shardhost.passivation.cause]")))
+	t.expired = obs.Must(m.Int64Counter("shardhost.entities.expired", metric.WithUnit("{entity}"),
+		metric.WithDescription("Entities whose state was deleted for being idle longer than their type's state TTL (TypeSettings.StateTTL), by entity type. [shardhost.entity.type]")))
 	t.active = obs.Must(m.Int64UpDownCounter("shardhost.entities.active", metric.WithUnit("{entity}"),
 		metric.WithDescription("Active entities (with an instance) hosted here, by entity type. [shardhost.entity.type]")))
 	t.paused = obs.Must(m.Int64UpDownCounter("shardhost.entities.paused", metric.WithUnit("{entity}"),

@@ -15,13 +15,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardhost/shardhost/host"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 func newDeployCommand(g *globals) *cobra.Command {
 	var typ, role, allocation, checkpoint, strategy, delivery string
 	var shards, maxActive, maxRetries, logLines int
 	var history string
-	var passivateAfter, retention time.Duration
+	var passivateAfter, retention, stateTTL time.Duration
 	var remember, reset bool
 	var canary, canaryIDs string
 	var canaryRate float64
@@ -29,7 +30,7 @@ func newDeployCommand(g *globals) *cobra.Command {
 	var canaryMin int
 	var egressQuery, routeQuery func(url.Values)
 	cmd := &cobra.Command{
-		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--delivery D] [--history N|DURATION|all] [--idempotency-retention D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--http-route /PREFIX/{id}/... [--public /PREFIX/{id}/...]] [--http-max-body BYTES] [--http-rate R] [--reset-settings] [--canary P% | --canary-ids A,B [--canary-max-failure-rate R [--canary-window D]]] FILE.wasm...",
+		Use:   "deploy [--type NAME] [--shards N] [--passivate-after D] [--max-active N] [--passivation-strategy S] [--checkpoint P] [--delivery D] [--history N|DURATION|all] [--idempotency-retention D] [--state-ttl D] [--max-retries N] [--remember-entities] [--role R] [--allocation A] [--egress PATTERN,...] [--egress-timeout D] [--egress-max-response BYTES] [--egress-rate R] [--http-route /PREFIX/{id}/... [--public /PREFIX/{id}/...]] [--http-max-body BYTES] [--http-rate R] [--reset-settings] [--canary P% | --canary-ids A,B [--canary-max-failure-rate R [--canary-window D]]] FILE.wasm...",
 		Short: "Deploy an entity module as an entity type, on every member",
 		Long: `deploy sends FILE.wasm to a member, which gives it to every member.
 
@@ -99,6 +100,12 @@ error) over --canary-window (default 1m), once --canary-min-messages (default 10
 			if f.Changed("passivation-strategy") {
 				q.Set("passivation_strategy", strategy)
 			}
+			if f.Changed("state-ttl") {
+				if stateTTL < 0 || stateTTL > 0 && stateTTL < sharding.MinStateTTL {
+					return fmt.Errorf("--state-ttl %v: want 0 (keep state for good) or at least %v", stateTTL, sharding.MinStateTTL)
+				}
+				q.Set("state_ttl", stateTTL.String())
+			}
 			if f.Changed("log-lines") {
 				q.Set("log_lines", strconv.Itoa(logLines))
 			}
@@ -157,6 +164,7 @@ error) over --canary-window (default 1m), once --canary-min-messages (default 10
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "how entity state survives a crash: journal (default: every acknowledged message is durable), passivation, every-message or every:N (docs/sharding.md)")
 	cmd.Flags().StringVar(&delivery, "delivery", "", "how the type's entities send to other entities: effectively-once (default: under the journal, tells leave from an outbox after their record, retried until acknowledged, and receivers drop repeats) or at-most-once (docs/delivery.md)")
 	cmd.Flags().IntVar(&maxRetries, "max-retries", 0, "attempts of a tell that keeps failing (a trap, the deadline) before its entity pauses on it (default 3; 0: never pause, a dead letter at once)")
+	cmd.Flags().DurationVar(&stateTTL, "state-ttl", 0, "delete the state (snapshot, journal; not reminders) of an entity that handled no message for this long, such as 720h; at least 1m (0: keep it for good; docs/state.md)")
 	cmd.Flags().DurationVar(&retention, "idempotency-retention", 0, "how long an entity remembers a message's idempotency key and reply (default 24h)")
 	cmd.Flags().StringVar(&history, "history", "", "journal history kept behind each base, for history, revert and fork: N records, a DURATION such as 24h, or all (every record from each entity's first; a transparent state upgrades by replaying them) (default 1000 records; 0 keeps none)")
 	cmd.Flags().BoolVar(&remember, "remember-entities", false, "restart a shard's entities wherever the shard goes")

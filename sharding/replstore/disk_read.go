@@ -185,7 +185,7 @@ func (d *stateDisk) entitiesPage(prefix []byte, after, idPrefix string, budget, 
 			if !ok {
 				continue
 			}
-			snaps = append(snaps, stateRecord{Kind: stateKindSnapshot, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Size: uint64(len(data))})
+			snaps = append(snaps, stateRecord{Kind: stateKindSnapshot, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Size: uint64(len(data)), Last: ver.Seq})
 		}
 		// Journals, keyed by ID length first: every ID once (a seek past its records),
 		// with its first record's version, then sorted. (A replica holds no record of an
@@ -199,13 +199,24 @@ func (d *stateDisk) entitiesPage(prefix []byte, after, idPrefix string, budget, 
 				k, v = c.Next()
 				continue
 			}
-			if wanted(id) {
-				ver, _, _, _ := decodeStateValue(v)
-				journals = append(journals, stateRecord{Kind: stateKindJournal, ID: id, Epoch: ver.Epoch, Seq: ver.Seq})
-			}
 			past := binary.AppendUvarint(bytes.Clone(jp), uint64(len(id)))
 			past = append(append(past, id...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
-			k, v = c.Seek(past)
+			if !wanted(id) {
+				k, v = c.Seek(past)
+				continue
+			}
+			ver, _, _, _ := decodeStateValue(v)
+			// Its last record (the highest JSeq, the newest written): the one before
+			// the next entity's first.
+			var lv []byte
+			if k, v = c.Seek(past); k == nil {
+				_, lv = c.Last()
+			} else {
+				_, lv = c.Prev()
+				k, v = c.Next()
+			}
+			last, _, _, _ := decodeStateValue(lv)
+			journals = append(journals, stateRecord{Kind: stateKindJournal, ID: id, Epoch: ver.Epoch, Seq: ver.Seq, Last: max(ver.Seq, last.Seq)})
 		}
 		slices.SortFunc(journals, func(a, b stateRecord) int { return strings.Compare(a.ID, b.ID) })
 		// Tombstones of entities with nothing written since: at most limit+1 of them.
@@ -236,6 +247,9 @@ func (d *stateDisk) entitiesPage(prefix []byte, after, idPrefix string, budget, 
 			r := all[i]
 			if i > 0 && all[i-1].ID == r.ID {
 				continue
+			}
+			if i+1 < len(all) && all[i+1].ID == r.ID {
+				r.Last = max(r.Last, all[i+1].Last) // a snapshot's entity's journal
 			}
 			if len(recs) > 0 && (len(recs) >= limit || size+r.listedSize() > budget) {
 				more = true

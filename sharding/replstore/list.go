@@ -3,7 +3,9 @@ package replstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -45,7 +47,7 @@ func (s *Store) ListStates(ctx context.Context, q sharding.StateListing) ([]shar
 			return nil, false, err
 		}
 		for _, r := range recs {
-			out = append(out, sharding.StoredEntity{Key: sharding.EntityKey{Type: q.Type, Shard: shard, ID: r.ID}, Bytes: int64(r.Size)})
+			out = append(out, sharding.StoredEntity{Key: sharding.EntityKey{Type: q.Type, Shard: shard, ID: r.ID}, Bytes: int64(r.Size), SavedAt: lastWritten(r)})
 		}
 		if more || len(out) == q.Limit && shard+1 < q.Shards {
 			return out, true, nil
@@ -69,7 +71,16 @@ func (s *Store) StatOne(ctx context.Context, key sharding.EntityKey) (sharding.S
 	if len(recs) == 0 || recs[0].ID != key.ID {
 		return sharding.StoredEntity{}, fmt.Errorf("%w: %s/%d/%s", sharding.ErrNoState, key.Type, key.Shard, key.ID)
 	}
-	return sharding.StoredEntity{Key: key, Bytes: int64(recs[0].Size)}, nil
+	return sharding.StoredEntity{Key: key, Bytes: int64(recs[0].Size), SavedAt: lastWritten(recs[0])}, nil
+}
+
+// lastWritten is when a listed entity was last written (sharding.StoredEntity.SavedAt):
+// its newest record's Seq, the writer's clock; zero if not known.
+func lastWritten(r stateRecord) time.Time {
+	if r.Last == 0 || r.Last > math.MaxInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(r.Last))
 }
 
 type stateEntitiesAnswer struct {
@@ -145,8 +156,14 @@ func (s *Store) shardEntitiesPage(ctx context.Context, typ string, shard int, af
 			if g, ok := gones[r.ID]; r.Kind == stateKindGone || ok && !g.less(r.version()) {
 				continue // deleted since: a replica that missed the deletion lists it
 			}
-			if cur, ok := merged[r.ID]; !ok || cur.Kind != stateKindSnapshot || r.Kind == stateKindSnapshot && cur.version().less(r.version()) {
+			cur, ok := merged[r.ID]
+			if !ok || cur.Kind != stateKindSnapshot || r.Kind == stateKindSnapshot && cur.version().less(r.version()) {
 				merged[r.ID] = r
+			}
+			if ok {
+				m := merged[r.ID]
+				m.Last = max(cur.Last, r.Last)
+				merged[r.ID] = m
 			}
 		}
 		if a.more && len(a.records) > 0 {
@@ -194,7 +211,7 @@ func (s *Store) entitiesFrom(ctx context.Context, r stateReplica, typ string, sh
 				return nil, false, fmt.Errorf("%w: replica %s: bad entities page (record %q after %q)", sharding.ErrStoreUnavailable, r.addr, rec.ID, after)
 			}
 			after = rec.ID
-			out = append(out, stateRecord{Kind: rec.Kind, ID: rec.ID, Epoch: rec.Epoch, Seq: rec.Seq, Size: rec.Size})
+			out = append(out, stateRecord{Kind: rec.Kind, ID: rec.ID, Epoch: rec.Epoch, Seq: rec.Seq, Size: rec.Size, Last: rec.Last})
 			if len(out) == want {
 				return out, reply.More || i+1 < len(reply.Records), nil
 			}

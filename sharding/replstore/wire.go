@@ -135,6 +135,10 @@ type stateRecord struct {
 	Floor uint64 `cbor:"9,keyasint,omitempty"`
 	// Size is a snapshot's size in bytes, in an entity listing (stateEntitiesKind).
 	Size uint64 `cbor:"10,keyasint,omitempty"`
+	// Last is the Seq (the writer's clock, Unix nanoseconds) of the entity's newest
+	// record, its snapshot or a journal record, in an entity listing: when it was last
+	// written (sharding.StoredEntity.SavedAt).
+	Last uint64 `cbor:"11,keyasint,omitempty"`
 }
 
 func (r *stateRecord) version() stateVersion { return stateVersion{r.Epoch, r.Seq} }
