@@ -223,13 +223,15 @@ func (s *Store) LoadReminders(ctx context.Context, key sharding.EntityKey) ([]sh
 // earlier (a replica's stale entry: the caller reads again for nothing). Its cost is
 // the due reminders', not the shard's. Errors: sharding.ErrInvalidStateKey,
 // sharding.ErrStaleEpoch (a read epoch in ctx older than a replica's), and
-// sharding.ErrStoreUnavailable.
+// sharding.ErrStoreUnavailable. A limit under 1 (none) or over 65,536 reads 65,536
+// at most.
 func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) ([]sharding.EntityReminder, int64, error) {
 	if err := sharding.CheckStateKey(typ, shard, "", false); err != nil {
 		return nil, 0, err
 	}
-	if limit < 1 {
-		return nil, 0, fmt.Errorf("%w: due reminders with limit %d", sharding.ErrInvalidStateKey, limit)
+	if limit < 1 || limit > stateMaxListLen {
+		// No limit: as many as a replica's page holds; next says what is left.
+		limit = stateMaxListLen
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)

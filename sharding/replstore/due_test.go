@@ -6,8 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fxamacker/cbor/v2"
+	"github.com/shardhost/shardhost/cluster"
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/sharding"
 	bolt "go.etcd.io/bbolt"
 )
@@ -186,5 +189,79 @@ func TestDueIndexFollowsTheRecords(t *testing.T) {
 	}
 	for addr, id := range im.disks {
 		checkDueIndex(t, "after an import on "+addr, id, 2)
+	}
+}
+
+// Across members: the due read answers from the replicas' indexes, and each member's
+// index agrees with its records after a write, after a replica's crash (the next member
+// of the shard's order gets the records by repair, a handover round settles the ring)
+// and after the type's deletion.
+func TestDueRemindersThroughRepairHandoverAndDeletion(t *testing.T) {
+	c := newSSCluster(t, 5, cluster.DefaultLocalCoreConfig(), func(cfg *Config) {
+		cfg.RepairInterval = 300 * time.Millisecond
+	})
+	const typ, shard = "remind", 5
+	ids := []string{"a", "b", "c"}
+	recKey := sharding.EntityKey{Type: typ, Shard: shard, ID: sharding.ReminderIDPrefix + "a"}
+	reps := c.replicas(recKey, 3)
+	w := c.others(reps...)[0]
+	for i, id := range ids {
+		rs := []sharding.Reminder{{Name: "x", Due: int64(100 * (i + 1))}, {Name: "y", Due: 10_000 + int64(i)}}
+		if err := w.store.SaveReminders(ssCtx(t), sharding.EntityKey{Type: typ, Shard: shard, ID: id}, 1, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every member reads the same due reminders; every replica's index agrees with its
+	// records and holds the 6 dues.
+	check := func(what string, wantKeys int) {
+		t.Helper()
+		for _, n := range c.live() {
+			due, next, err := n.store.DueReminders(ssCtx(t), typ, shard, 250, 10)
+			if err != nil {
+				t.Fatalf("%s: DueReminders via %s: %v", what, n.addr(), err)
+			}
+			var got []string
+			for _, er := range due {
+				got = append(got, fmt.Sprintf("%s/%s@%d", er.ID, er.Name, er.Due))
+			}
+			if want := "a/x@100 b/x@200"; strings.Join(got, " ") != want || next != 300 {
+				t.Fatalf("%s: due via %s: %v next %d, want %s next 300", what, n.addr(), got, next, want)
+			}
+		}
+		testutil.EventuallyNil(t, 60*time.Second, what+": the indexes of the shard's replicas", func() error {
+			held := 0
+			for _, n := range c.live() {
+				diff, keys := dueIndexMismatch(t, n.store.disk)
+				if diff != "" {
+					return fmt.Errorf("%s: %s", n.addr(), diff)
+				}
+				if keys > 0 {
+					held++
+					if keys != wantKeys {
+						return fmt.Errorf("%s holds %d keys, want %d", n.addr(), keys, wantKeys)
+					}
+				}
+			}
+			if held != 3 {
+				return fmt.Errorf("%d members hold the shard's index, want 3", held)
+			}
+			return nil
+		})
+	}
+	check("after the writes", 6)
+
+	c.kill(reps[0])
+	c.waitGone(reps[0].addr())
+	check("after a replica's crash", 6)
+
+	if err := w.store.DeleteType(ssCtx(t), typ); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.live() {
+		checkDueIndex(t, "after the type's deletion on "+n.addr(), n.store.disk, 0)
+		due, next, err := n.store.DueReminders(ssCtx(t), typ, shard, 1<<40, 10)
+		if err != nil || len(due) != 0 || next != 0 {
+			t.Fatalf("after the type's deletion, via %s: %v next %d %v, want none", n.addr(), due, next, err)
+		}
 	}
 }
