@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/shardhost/shardhost/sharding"
 	bolt "go.etcd.io/bbolt"
@@ -215,16 +216,16 @@ func (s *Store) LoadReminders(ctx context.Context, key sharding.EntityKey) ([]sh
 // DueReminders implements sharding.ReminderStore from the replicas' due indexes: each
 // reachable replica of the shard returns the entities with a reminder due by before (at
 // most limit entries, from the earliest), a majority at least; the entities any of them
-// names are read as Load reads (the newest version of a majority), and their due
-// reminders returned, at most limit, earliest first (then by ID and name). A write a
-// majority acknowledged is in the index of one replica of any majority, so no due
-// reminder is missed; a replica's stale entry costs a read, and returns nothing once
-// the record is read. next is the earliest due among what it did not return, or
-// earlier (a replica's stale entry: the caller reads again for nothing). Its cost is
-// the due reminders', not the shard's. Errors: sharding.ErrInvalidStateKey,
+// names are read as Load reads (the newest version of a majority; dueLoaders at a
+// time), and their due reminders returned, at most limit, earliest first (then by ID
+// and name). A write a majority acknowledged is in the index of one replica of any
+// majority, so no due reminder is missed; a replica's stale entry costs a read, and
+// returns nothing once the record is read. next is the earliest due among what it did
+// not return, or earlier (a replica's stale entry: the caller reads again for nothing).
+// Its cost is the due reminders', not the shard's. Errors: sharding.ErrInvalidStateKey,
 // sharding.ErrStaleEpoch (a read epoch in ctx older than a replica's), and
-// sharding.ErrStoreUnavailable. A limit under 1 (none) or over 65,536 reads 65,536
-// at most.
+// sharding.ErrStoreUnavailable. A limit under 1 (none) or over 65,536 reads 65,536 at
+// most.
 func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) ([]sharding.EntityReminder, int64, error) {
 	if err := sharding.CheckStateKey(typ, shard, "", false); err != nil {
 		return nil, 0, err
@@ -278,13 +279,13 @@ func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before 
 		}
 	}
 	slices.Sort(ids)
+	loaded, err := s.loadRemindersOf(ctx, typ, shard, ids)
+	if err != nil {
+		return nil, 0, err
+	}
 	var due []sharding.EntityReminder
-	for _, id := range ids {
-		rs, err := s.LoadReminders(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: id})
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, r := range rs {
+	for i, id := range ids {
+		for _, r := range loaded[i] {
 			if r.Due <= before {
 				due = append(due, sharding.EntityReminder{ID: id, Reminder: r})
 			} else if next == 0 || r.Due < next {
@@ -302,4 +303,36 @@ func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before 
 		due = due[:limit:limit]
 	}
 	return due, next, nil
+}
+
+// dueLoaders bounds the reads of a due read's entities under way at once.
+const dueLoaders = 16
+
+// loadRemindersOf reads the reminders of the shard's entities ids (LoadReminders),
+// dueLoaders at a time; the first error fails them all.
+func (s *Store) loadRemindersOf(ctx context.Context, typ string, shard int, ids []string) ([][]sharding.Reminder, error) {
+	out := make([][]sharding.Reminder, len(ids))
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, dueLoaders)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		if !s.owner.Go(func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i], errs[i] = s.LoadReminders(ctx, sharding.EntityKey{Type: typ, Shard: shard, ID: id})
+		}) {
+			<-sem
+			wg.Done()
+			errs[i] = closedError()
+			break
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
