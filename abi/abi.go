@@ -183,7 +183,8 @@ const (
 	// result, in the reminder list encoding (abi/SPEC.md, "v1: reminders").
 	ImportReminderList = "reminder_list"
 	// ImportReminderDue is `reminder_due() -> i64`: the due time of the current
-	// KindReminder message, in Unix milliseconds; 0 for other messages.
+	// KindReminder message, or of a scheduled KindMessage from outside (its source
+	// empty), in Unix milliseconds; 0 for other messages.
 	ImportReminderDue = "reminder_due"
 )
 

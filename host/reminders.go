@@ -105,13 +105,19 @@ func hostReminderList(ctx context.Context, mod api.Module, stack []uint64) {
 	}
 }
 
-// hostReminderDue is reminder_due() -> i64: the current reminder message's due time.
+// hostReminderDue is reminder_due() -> i64: the due time of the current message if it
+// is a reminder's (its Tag) or a scheduled message's (a KindMessage from outside, whose
+// Tag only a scheduled delivery sets: sharding.Schedule), else 0.
 func hostReminderDue(ctx context.Context, mod api.Module, stack []uint64) {
 	inst := mustInstance(ctx)
 	inst.charge()
 	stack[0] = 0
-	if inst.phase == phaseReceive && inst.msg.Kind == sharding.KindReminder {
-		stack[0] = inst.msg.Tag
+	if inst.phase != phaseReceive {
+		return
+	}
+	switch m := inst.msg; {
+	case m.Kind == sharding.KindReminder, m.Kind == sharding.KindMessage && m.Sender == "":
+		stack[0] = m.Tag
 	}
 }
 

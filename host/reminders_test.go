@@ -87,3 +87,45 @@ func reminderWakesAPassivatedWasmEntity(t *testing.T, wasm []byte) {
 	c.want(typ, "r", "unremind tick", "1")
 	c.eventually(typ, "r", "reminders", func(s string) bool { return s == "" })
 }
+
+// A scheduled message due in the past is delivered at once with its due time, which the
+// guest reads (reminder_due; the Go SDK's ScheduledDue, the Rust SDK's scheduled_due) to
+// learn how late it came; an ordinary message from outside has none.
+func TestScheduledMessageGivesTheGuestItsDueTime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	for _, c := range []struct {
+		name   string
+		tinygo bool
+		wasm   func(testing.TB) []byte
+	}{
+		{"go", false, func(tb testing.TB) []byte { return testwasm.Bytes(tb, "abitest") }},
+		{"tinygo", true, func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "abitest") }},
+		{"rust", false, func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "abitest-rust") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, ok := testwasm.TinyGo(); c.tinygo && !ok {
+				t.Skip("no TinyGo")
+			}
+			nodes := startNodes(t, 2, nil)
+			ctx := context.Background()
+			const typ = "sched"
+			if _, err := nodes[0].Deploy(ctx, c.wasm(t), sharding.TypeSettings{Name: typ, NumberOfShards: 10}); err != nil {
+				t.Fatal(err)
+			}
+			cf := &conformance{t: t, nodes: nodes}
+			due := time.Now().Add(-time.Hour).UnixMilli()
+			if _, _, err := nodes[1].Sharding().Schedule(ctx, typ, "s", due, []byte("late one"), ""); err != nil {
+				t.Fatal(err)
+			}
+			events := cf.eventually(typ, "s", "events", func(s string) bool { return s != "" })
+			if want := "0 scheduled late one due=" + strconv.FormatInt(due, 10); events != want {
+				t.Fatalf("events %q, want %q", events, want)
+			}
+			// Ordinary messages from outside carry no due time: they run as commands.
+			cf.want(typ, "s", "echo x", "x")
+			cf.want(typ, "s", "events", "0 scheduled late one due="+strconv.FormatInt(due, 10))
+		})
+	}
+}

@@ -137,6 +137,27 @@ type recordReminders struct{ StateStore }
 
 func (s recordReminders) Unwrap() StateStore { return s.StateStore }
 
+// RecordReminders keeps reminders through s's StateStore methods as RemindersOf does for
+// a store without ReminderStore (one record per entity with reminders, under
+// ReminderIDPrefix), whether or not s implements ReminderStore: for a store that keeps
+// those records and answers DueReminders itself from an index of their due times
+// (package replstore), and whose SaveReminders and LoadReminders are these.
+func RecordReminders(s StateStore) ReminderStore { return recordReminders{s} }
+
+// DecodeReminderRecord reads the data of a reminder record (the snapshot of a
+// ReminderIDPrefix ID, RecordReminders) back: the entity's reminders, by name. An empty
+// record has none. Errors: a record that does not decode (CBOR).
+func DecodeReminderRecord(b []byte) ([]Reminder, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var rs []Reminder
+	if err := cbor.Unmarshal(b, &rs); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
 func reminderKey(key EntityKey) EntityKey {
 	return EntityKey{Type: key.Type, Shard: key.Shard, ID: ReminderIDPrefix + key.ID}
 }
@@ -218,8 +239,8 @@ func (s recordReminders) LoadReminders(ctx context.Context, key EntityKey) ([]Re
 	if err != nil {
 		return nil, err
 	}
-	var rs []Reminder
-	if err := cbor.Unmarshal(b, &rs); err != nil {
+	rs, err := DecodeReminderRecord(b)
+	if err != nil {
 		return nil, fmt.Errorf("sharding: the reminders of %s/%s: %w", key.Type, key.ID, err)
 	}
 	return rs, nil

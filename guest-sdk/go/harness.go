@@ -167,6 +167,16 @@ func (h *Harness) SendFrom(sender string, msg []byte) ([]byte, error) {
 	return h.deliver(KindMessage, sender, msg)
 }
 
+// SendScheduled delivers msg as Send does, as the scheduled message due at due (one
+// sent with a delivery time: ScheduledDue gives due), and returns its reply or error.
+// The harness delivers it now, whatever its clock says: a due before the clock is a
+// late delivery, as after an outage.
+func (h *Harness) SendScheduled(msg []byte, due time.Time) ([]byte, error) {
+	h.due = due.UnixMilli()
+	defer func() { h.due = 0 }()
+	return h.deliver(KindMessage, "", msg)
+}
+
 // Activate activates the entity as the host does before its first message: it creates
 // the entity (if no Restore did) and calls its OnActivate. Send calls it when needed. On
 // an error the entity is dropped, and the next message tries again with a fresh one (from

@@ -70,6 +70,19 @@ func (c *Context) ReminderDue() (time.Time, bool) {
 	return time.UnixMilli(ms), ms != 0
 }
 
+// ScheduledDue returns the due time of the current message if it is a scheduled message
+// (a KindMessage from outside, sent with a delivery time: shardhost tell --at/--in,
+// POST /v1/tell with deliver_at), and false for other messages. Compare it with Now to
+// learn how late it comes: after an outage it is delivered at once, with its original
+// due time.
+func (c *Context) ScheduledDue() (time.Time, bool) {
+	if c.Kind() != KindMessage || c.Sender() != "" {
+		return time.Time{}, false
+	}
+	ms := c.h.reminderDue()
+	return time.UnixMilli(ms), ms != 0
+}
+
 // decodeReminders reads reminder_list's encoding: per reminder, little-endian, u32
 // name length, name, i64 due ms, i64 interval ms, u32 payload length, payload.
 func decodeReminders(b []byte) ([]Reminder, error) {

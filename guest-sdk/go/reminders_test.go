@@ -104,3 +104,42 @@ func TestDecodeRemindersRefusesTruncatedLists(t *testing.T) {
 		}
 	}
 }
+
+// A scheduled message reports its due time (ScheduledDue), so the entity learns how
+// late it comes; ordinary messages, from outside or from an entity, and reminders have
+// none.
+func TestScheduledDue(t *testing.T) {
+	var seen []string
+	p := &probe{receive: func(ctx *Context, msg []byte) ([]byte, error) {
+		due, ok := ctx.ScheduledDue()
+		line := string(msg) + " " + strconv.FormatBool(ok)
+		if ok {
+			line += " late " + ctx.Now().Sub(due).String()
+		}
+		seen = append(seen, line)
+		if string(msg) == "set" {
+			return nil, ctx.SetReminder("r", ctx.Now(), 0, []byte("rem"))
+		}
+		return nil, nil
+	}}
+	h := newProbe(p)
+	if _, err := h.SendScheduled([]byte("charge"), h.Now().Add(-90*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Send([]byte("plain")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.SendFrom("other/x", []byte("from")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Send([]byte("set")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.FireReminder("r"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"charge true late 1m30s", "plain false", "from false", "set false", "rem false"}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Fatalf("seen %q, want %q", seen, want)
+	}
+}

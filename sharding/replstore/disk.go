@@ -4,6 +4,7 @@
 package replstore
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -147,7 +148,7 @@ func openStateDisk(dir string) (*stateDisk, error) {
 	created := false
 	err = boltfile.Update(db, func(tx *bolt.Tx) (bool, error) {
 		changed := false
-		for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords, stateBucketRing} {
+		for _, b := range [][]byte{stateBucketEpochs, stateBucketRecords, stateBucketRing, stateBucketDue} {
 			if tx.Bucket(b) != nil {
 				continue
 			}
@@ -155,6 +156,12 @@ func openStateDisk(dir string) (*stateDisk, error) {
 				return false, err
 			}
 			changed = true
+			if bytes.Equal(b, stateBucketDue) {
+				// A file from before the due index (due.go): built from its records.
+				if err := buildDueIndex(tx); err != nil {
+					return false, err
+				}
+			}
 		}
 		rb := tx.Bucket(stateBucketRing)
 		if v := rb.Get(stateStoreIDKey); len(v) > 0 {

@@ -221,11 +221,21 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 			}
 			floors[r.ID] = max(floors[r.ID], r.Floor)
 		default:
-			if old := rb.Get(k); old != nil {
+			old := rb.Get(k)
+			if old != nil {
 				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
 					continue // the replica's is as new or newer
 				}
 			}
+			v := encodeStateValue(r)
+			if err := reindexDue(rb, prefix, r.Kind, r.ID, old, v); err != nil {
+				return false, err
+			}
+			if err := rb.Put(k, v); err != nil {
+				return false, err
+			}
+			changed = true
+			continue
 		}
 		if err := rb.Put(k, encodeStateValue(r)); err != nil {
 			return false, err
@@ -333,6 +343,9 @@ func (d *stateDisk) deleteType(typ string, at uint64) (mark uint64, deleted int,
 					return false, err
 				}
 			}
+			if err := dropDueShard(rb.Tx(), prefix); err != nil {
+				return false, err
+			}
 			deleted += len(keys)
 		}
 		return true, eb.Put(stateDeletedKey(typ), binary.BigEndian.AppendUint64(nil, mark))
@@ -387,6 +400,9 @@ func (d *stateDisk) dropSynced(prefix []byte, entries []stateRecord) (int, error
 			}
 			if r, ok := decodeStateRecord(e.Kind, e.ID, e.JSeq, v); ok && !r.sameAs(e) {
 				continue // written since the replicas acknowledged
+			}
+			if err := reindexDue(rb, prefix, e.Kind, e.ID, v, nil); err != nil {
+				return false, err
 			}
 			if err := rb.Delete(k); err != nil {
 				return false, err

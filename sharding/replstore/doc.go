@@ -8,6 +8,8 @@
 //
 // The files: store.go (the store: Save, Load, Remember, Remembered, FenceShard,
 // DeleteType, DeleteEntity), journal.go (its journals: AppendJournal, ReadJournal, TruncateJournal),
+// due.go (its reminders, a sharding.ReminderStore: SaveReminders, LoadReminders, and
+// DueReminders from each replica's index of due times),
 // replicas.go (its requests to replicas and their majorities), coalesce.go (the journal
 // writes to one replica sent together), serve.go (a replica's side of the protocol),
 // wire.go (the protocol's messages and the records on disk), disk.go (the bbolt file

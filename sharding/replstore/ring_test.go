@@ -194,6 +194,22 @@ func TestRetainedMembersSurviveAWholeClusterRestart(t *testing.T) {
 	for _, n := range r.nodes {
 		ssLoad(t, n, key, []byte("v1"))
 	}
+	// The entity's reminder too, from the due indexes, which agree with the records on
+	// every member once repair has placed them.
+	for _, n := range r.nodes {
+		due, next, err := n.store.DueReminders(ssCtx(t), key.Type, key.Shard, 1000, 10)
+		if err != nil || len(due) != 1 || due[0].ID != key.ID || due[0].Name != "r" || due[0].Due != 500 || next != 0 {
+			t.Fatalf("due reminders via %s after the forgetting: %+v next %d %v, want %s's r at 500", n.addr(), due, next, err, key.ID)
+		}
+	}
+	testutil.EventuallyNil(t, 60*time.Second, "the due indexes after the forgetting", func() error {
+		for _, n := range r.nodes {
+			if diff, _ := dueIndexMismatch(t, n.store.disk); diff != "" {
+				return fmt.Errorf("%s: %s", n.addr(), diff)
+			}
+		}
+		return nil
+	})
 
 	// The forgetting is kept too: a member restarted alone ranks over the two others
 	// (and waits for them; itself it counts once a round admits it), not over a or b.

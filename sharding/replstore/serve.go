@@ -297,6 +297,16 @@ func (s *Store) serveRemembered(from string, body []byte) []byte {
 	if len(req.Prefix) > sharding.MaxStateIDLen {
 		return stateFail(fmt.Errorf("%w: entity ID prefix of %d bytes", sharding.ErrInvalidStateKey, len(req.Prefix)))
 	}
+	if req.Due {
+		if req.Limit < 1 || req.Limit > stateMaxListLen {
+			return stateFail(fmt.Errorf("%w: due page with limit %d", sharding.ErrMalformedMessage, req.Limit))
+		}
+		entries, next, epoch, err := s.disk.duePage(stateShardPrefix(req.Type, req.Shard), req.Before, req.Limit)
+		if err != nil {
+			return stateFail(err)
+		}
+		return s.encodeReply(&stateRememberedReply{Due: entries, Next: next, Shard: epoch})
+	}
 	page := s.disk.rememberedPage
 	if req.Entities {
 		page = func(prefix []byte, after string, budget, limit int) ([]stateRecord, bool, error) {

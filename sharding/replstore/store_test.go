@@ -1118,6 +1118,11 @@ func twoReplicasGoneWithTheLastWrite(t *testing.T) (c *ssCluster, key sharding.E
 	w := c.others(reps...)[0]
 	ssSave(t, w, key, 1, []byte("v1"))
 	c.waitPlaced(key, []byte("v1"))
+	// A reminder of the entity, on the three replicas too (due.go's index follows it).
+	if err := w.store.SaveReminders(ssCtx(t), key, 1, []sharding.Reminder{{Name: "r", Due: 500}}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitPlaced(sharding.EntityKey{Type: key.Type, Shard: key.Shard, ID: sharding.ReminderIDPrefix + key.ID}, nil)
 	c.network.Frames.Disconnect(w.transport, third.transport)
 	ssSave(t, w, key, 1, []byte("v2"))
 	c.network.Frames.Reconnect(w.transport, third.transport)

@@ -304,6 +304,11 @@ type stateRememberedReq struct {
 	// record: the tombstone, which cancels what an older replica lists).
 	Entities bool   `cbor:"4,keyasint,omitempty"`
 	Prefix   string `cbor:"5,keyasint,omitempty"`
+	// Due, when set, asks for the shard's due index instead (due.go): its entries due
+	// at or before Before (Unix ms), at most Limit of them, from the earliest.
+	Due    bool  `cbor:"6,keyasint,omitempty"`
+	Before int64 `cbor:"7,keyasint,omitempty"`
+	Limit  int   `cbor:"8,keyasint,omitempty"`
 }
 
 // stateRememberedReply: a page of remember records in ID order; More: there are more.
@@ -312,7 +317,12 @@ type stateRememberedReply struct {
 	Msg     string        `cbor:"2,keyasint,omitempty"`
 	Records []stateRecord `cbor:"3,keyasint,omitempty"`
 	More    bool          `cbor:"4,keyasint,omitempty"`
-	Store   string        `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
+	// Due, Next and Shard answer a due request: the entries, the due time of the
+	// first entry not returned (0: none), and the replica's epoch of the shard.
+	Due   []stateDueEntry `cbor:"5,keyasint,omitempty"`
+	Next  int64           `cbor:"6,keyasint,omitempty"`
+	Shard uint64          `cbor:"7,keyasint,omitempty"`
+	Store string          `cbor:"15,keyasint,omitempty"` // the replier's store ID (stateDisk.storeID)
 }
 
 // stateWritesReq carries several write requests (none with chunked data: Xfer is 0).
@@ -467,8 +477,10 @@ var (
 	stateBucketEpochs  = []byte("epochs")
 	stateBucketRecords = []byte("records")
 	stateBucketRing    = []byte("ring")
-	stateRingKey       = []byte("ring")
-	stateStoreIDKey    = []byte("store") // in the ring bucket: the file's store ID (stateDisk.storeID)
+	// stateBucketDue is the due index of the reminder records (due.go).
+	stateBucketDue  = []byte("due")
+	stateRingKey    = []byte("ring")
+	stateStoreIDKey = []byte("store") // in the ring bucket: the file's store ID (stateDisk.storeID)
 	// stateNewKey, in the ring bucket, is present while the file has answered no
 	// member's request (stateDisk.created).
 	stateNewKey = []byte("new")

@@ -6,7 +6,8 @@
 //!
 //! Messages of kind 1 (timer), 2 (changed) and 10 (reminder) are not commands: each is
 //! recorded as the line "KIND SOURCE PAYLOAD" (a reminder's with " due=DUEMS" after it) in
-//! an event list ("events" replies it) and gets no reply.
+//! an event list ("events" replies it) and gets no reply. Nor is a scheduled message (from
+//! outside, with a due time): its line is "0 scheduled PAYLOAD due=DUEMS".
 //!
 //! Its state (count, events, activations, passivations) is a guest-level snapshot: a version
 //! byte (1), count, activations and passivations as 8 bytes little-endian each, the number
@@ -83,6 +84,14 @@ impl Entity for AbiTest {
             if let Some(due) = ctx.reminder_due() {
                 line.extend_from_slice(format!(" due={}", due).as_bytes());
             }
+            self.events.push(line);
+            return Ok(Vec::new());
+        }
+        if let Some(due) = ctx.scheduled_due() {
+            // A scheduled message: kept as an event with its due time, not run.
+            let mut line = b"0 scheduled ".to_vec();
+            line.extend_from_slice(msg);
+            line.extend_from_slice(format!(" due={}", due).as_bytes());
             self.events.push(line);
             return Ok(Vec::new());
         }

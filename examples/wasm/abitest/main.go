@@ -28,7 +28,10 @@
 //	events                       the lines "KIND SOURCE PAYLOAD" of the timer (1),
 //	                             changed (2) and reminder (10) messages received, joined
 //	                             by \n; a reminder's line ends with " due=DUEMS"
-//	                             (its due time, Unix milliseconds)
+//	                             (its due time, Unix milliseconds); a scheduled
+//	                             message (from outside, with a due time) is not a
+//	                             command either: its line is "0 scheduled PAYLOAD
+//	                             due=DUEMS"
 //	now                          WALL MONO (nanoseconds, decimal)
 //	random N                     N random bytes in lowercase hex
 //	trace X                      ok, after a trace event X
@@ -158,6 +161,11 @@ func (a *abitest) Receive(ctx *shardhost.Context, msg []byte) ([]byte, error) {
 			line += " due=" + strconv.FormatInt(due.UnixMilli(), 10)
 		}
 		s.events = append(s.events, line)
+		return nil, nil
+	}
+	if due, ok := ctx.ScheduledDue(); ok {
+		// A scheduled message: kept as an event with its due time, not run.
+		s.events = append(s.events, "0 scheduled "+string(msg)+" due="+strconv.FormatInt(due.UnixMilli(), 10))
 		return nil, nil
 	}
 	verb, rest, _ := strings.Cut(string(msg), " ")

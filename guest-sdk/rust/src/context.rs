@@ -256,6 +256,21 @@ impl Context {
         Some(self.host.reminder_due())
     }
 
+    /// The due time (Unix milliseconds) of the current message if it is a scheduled
+    /// message: one from outside the cluster's entities (an empty sender) sent with a
+    /// delivery time (`shardhost tell --at`/`--in`, `POST /v1/tell` with `deliver_at`).
+    /// Compare it with [`now_wall`](Context::now_wall) to learn how late it comes: after
+    /// an outage it is delivered at once, with its original due time.
+    pub fn scheduled_due(&self) -> Option<i64> {
+        if self.kind() != MessageKind::Message || !self.sender().is_empty() {
+            return None;
+        }
+        match self.host.reminder_due() {
+            0 => None,
+            due => Some(due),
+        }
+    }
+
     /// The host's wall clock: nanoseconds since 1970-01-01 UTC.
     pub fn now_wall(&mut self) -> i64 {
         self.host.now(0)

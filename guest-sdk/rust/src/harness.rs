@@ -807,6 +807,17 @@ impl<E: Entity> Harness<E> {
         self.deliver(MessageKind::Message, "", msg)
     }
 
+    /// Delivers `msg` as the scheduled message due at `due_unix_ms` (sent from outside
+    /// with a delivery time: [`Context::scheduled_due`] gives its due time), now,
+    /// whatever the harness's clock says: a due before it is a late delivery, as after
+    /// an outage.
+    pub fn send_scheduled(&mut self, msg: &[u8], due_unix_ms: i64) -> Result<Vec<u8>, Error> {
+        self.fake.due = due_unix_ms;
+        let out = self.deliver(MessageKind::Message, "", msg);
+        self.fake.due = 0;
+        out
+    }
+
     /// Delivers `msg` as sent by the entity `sender` (`"TYPE/ID"`).
     pub fn send_from(&mut self, sender: &str, msg: &[u8]) -> Result<Vec<u8>, Error> {
         self.deliver(MessageKind::Message, sender, msg)

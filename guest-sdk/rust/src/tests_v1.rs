@@ -638,3 +638,24 @@ fn reminders_in_the_harness() {
     assert!(h.reminders().is_empty());
     assert_eq!(MessageKind::from_number(10), MessageKind::Reminder);
 }
+
+#[test]
+fn scheduled_due_in_the_harness() {
+    let (mut h, _) = scripted(|ctx, msg| {
+        let line = match ctx.scheduled_due() {
+            Some(due) => format!("{} late {}", String::from_utf8_lossy(msg), ctx.now_wall() / 1_000_000 - due),
+            None => format!("{} none", String::from_utf8_lossy(msg)),
+        };
+        if msg == b"set" {
+            let now_ms = ctx.now_wall() / 1_000_000;
+            ctx.set_reminder("r", now_ms, 0, b"rem")?;
+        }
+        Ok(line.into_bytes())
+    });
+    let now_ms = Harness::<()>::DEFAULT_WALL / 1_000_000;
+    assert_eq!(text(h.send_scheduled(b"charge", now_ms - 90_000)), "charge late 90000");
+    assert_eq!(text(h.send(b"plain")), "plain none");
+    assert_eq!(text(h.send_from("other/x", b"from")), "from none");
+    assert_eq!(text(h.send(b"set")), "set none");
+    assert_eq!(text(h.fire_reminder("r")), "rem none");
+}
