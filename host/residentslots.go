@@ -78,8 +78,10 @@ type residentState struct {
 	charged int64
 	// pools are the pools with slots or created since, for trimming.
 	pools map[*residentPool]struct{}
-	// trimming: the trim goroutine runs.
-	trimming bool
+	// trimming: the trim goroutine runs; trimEvery is its period (residentTrimEvery;
+	// tests set it before the first pool).
+	trimming  bool
+	trimEvery time.Duration
 	// rewritten counts the pages re-imaging has written (copied from the image or
 	// zeroed): the pages the instances wrote, as the benchmarks report them.
 	rewritten atomic.Int64
@@ -99,7 +101,8 @@ func (a *memArena) newResidentPool(img *preImage, hot *moduleHotPages) *resident
 	}
 	a.resident.pools[p] = struct{}{}
 	if !a.resident.trimming {
-		a.resident.trimming = a.fillers.Go(func() { a.trimLoop(a.fillers.Done()) })
+		every := a.resident.trimEvery
+		a.resident.trimming = a.fillers.Go(func() { a.trimLoop(every, a.fillers.Done()) })
 	}
 	return p
 }
@@ -225,9 +228,9 @@ func (a *memArena) dropResident(p *residentPool) {
 	}
 }
 
-// trimLoop trims the pools every residentTrimEvery until the arena is closed.
-func (a *memArena) trimLoop(done <-chan struct{}) {
-	t := time.NewTicker(residentTrimEvery)
+// trimLoop trims the pools every period until the arena is closed.
+func (a *memArena) trimLoop(every time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
