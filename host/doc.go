@@ -16,7 +16,8 @@
 // work) returns a running Node: Deploy and Undeploy, Sharding (Tell and Ask to
 // entities), Replicator, Ready, the API's Handler, Close (a graceful leave) and Kill.
 // Config.Runtime is a RuntimeConfig (the wasm sandbox: memory cap, deadlines, message
-// size); Config.API an APIConfig (DefaultAPIConfig), with APITokens (LoadAPITokens,
+// size; the instance pool, DefaultInstancePoolBytes, 1/DefaultInstancePoolFraction of
+// physical memory); Config.API an APIConfig (DefaultAPIConfig), with APITokens (LoadAPITokens,
 // which fails with ErrBadTokens) and a Role for each caller (ParseRole: RoleNone,
 // RoleRead, RoleClient, RoleAdmin); Config.StateStore names a StateStoreKind
 // (ParseStateStore: StateStoreBuiltin, StateStorePostgres).

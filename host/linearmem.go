@@ -83,7 +83,7 @@ func newMemArena(slotBytes uint64, poolBytes int64) *memArena {
 	per := int(arenaChunkBytes / slotBytes)
 	per = min(max(per, 1), arenaMaxChunkSlots)
 	return &memArena{slot: int(slotBytes), perChunk: per, warmSlots: warmSlots{fillers: owner.New()},
-		resident: residentState{budget: max(poolBytes, 0)}, pagemap: -1}
+		resident: residentState{budget: max(poolBytes, 0), trimEvery: residentTrimEvery}, pagemap: -1}
 }
 
 // get returns a free slot, len and cap slot bytes, reserving a chunk when none is free;

@@ -59,7 +59,7 @@ func BenchmarkPreInitActivation(b *testing.B) {
 				samples := make([]time.Duration, 0, b.N)
 				b.ReportAllocs()
 				b.ResetTimer()
-				faults := minorFaults()
+				faults, rewritten := minorFaults(), rt.arena.resident.rewritten.Load()
 				done := reportCPU(b)
 				for i := 0; i < b.N; i++ {
 					samples = append(samples, activate())
@@ -68,6 +68,15 @@ func BenchmarkPreInitActivation(b *testing.B) {
 				done()
 				if f := minorFaults(); f >= 0 && faults >= 0 {
 					b.ReportMetric(float64(f-faults)/float64(b.N), "minflt/op")
+				}
+				if path == "slots" {
+					// The pages an activation wrote: what it would keep of its own were
+					// the image mapped copy-on-write.
+					b.ReportMetric(float64(rt.arena.resident.rewritten.Load()-rewritten)/float64(b.N), "written-pages/op")
+					// The backed memory a closed instance keeps: an active entity's.
+					if n, charged := rt.arena.residentCounts(); n > 0 {
+						b.ReportMetric(float64(charged)/float64(n)/1024, "slot-KiB")
+					}
 				}
 				reportLatency(b, samples)
 			})

@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -77,8 +78,13 @@ type residentState struct {
 	charged int64
 	// pools are the pools with slots or created since, for trimming.
 	pools map[*residentPool]struct{}
-	// trimming: the trim goroutine runs.
-	trimming bool
+	// trimming: the trim goroutine runs; trimEvery is its period (residentTrimEvery;
+	// tests set it before the first pool).
+	trimming  bool
+	trimEvery time.Duration
+	// rewritten counts the pages re-imaging has written (copied from the image or
+	// zeroed): the pages the instances wrote, as the benchmarks report them.
+	rewritten atomic.Int64
 }
 
 // newResidentPool returns the resident slots of a module with image img, registered
@@ -95,7 +101,8 @@ func (a *memArena) newResidentPool(img *preImage, hot *moduleHotPages) *resident
 	}
 	a.resident.pools[p] = struct{}{}
 	if !a.resident.trimming {
-		a.resident.trimming = a.fillers.Go(func() { a.trimLoop(a.fillers.Done()) })
+		every := a.resident.trimEvery
+		a.resident.trimming = a.fillers.Go(func() { a.trimLoop(every, a.fillers.Done()) })
 	}
 	return p
 }
@@ -126,8 +133,11 @@ func (a *memArena) keepResident(p *residentPool, slot []byte, used int) bool {
 	if p == nil {
 		return false
 	}
-	extent := min(max(int(p.img.pages)*wasmPageSize, int(p.hot.size.Load())), used)
-	extent = (extent + pageSize - 1) / pageSize * pageSize
+	// The extent covers the image even when the instance's memory did not (its
+	// instantiation failed): the pages past what it used are not backed, and read as
+	// zero.
+	extent := max(int(p.img.pages)*wasmPageSize, int(p.hot.size.Load()))
+	extent = min((extent+pageSize-1)/pageSize*pageSize, len(slot))
 	backed := a.backedPages(slot[:extent])
 	if backed == nil {
 		return false
@@ -148,7 +158,8 @@ func (a *memArena) keepResident(p *residentPool, slot []byte, used int) bool {
 	if !ok {
 		return false
 	}
-	err := reimage(slot, extent, used, backed, p.img)
+	n, err := reimage(slot, extent, used, backed, p.img)
+	a.resident.rewritten.Add(int64(n))
 	a.mu.Lock()
 	kept := err == nil && !p.dropped && !a.closed
 	if kept {
@@ -166,11 +177,11 @@ func (a *memArena) keepResident(p *residentPool, slot []byte, used int) bool {
 // reimage makes slot's first extent bytes img's memory: the image's pages are written
 // where they differ, the other backed pages zeroed where they are not zero (backed
 // says which pages of the extent are backed), and the bytes from extent to used are
-// given back to the operating system.
-func reimage(slot []byte, extent, used int, backed []bool, img *preImage) error {
+// given back to the operating system. It returns how many pages it wrote.
+func reimage(slot []byte, extent, used int, backed []bool, img *preImage) (written int, err error) {
 	if used > extent {
 		if err := releaseMemory(slot[extent:used]); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	run, k := 0, 0 // the image run at or after the page, and its page
@@ -185,14 +196,16 @@ func reimage(slot []byte, extent, used int, backed []bool, img *preImage) error 
 			want := img.runs[run].data[k : k+pageSize]
 			if !backed[p] || !bytes.Equal(page, want) {
 				copy(page, want)
+				written++
 			}
 			continue
 		}
 		if backed[p] && !isZeroPage4K(page) {
 			clear(page)
+			written++
 		}
 	}
-	return nil
+	return written, nil
 }
 
 // dropResident gives p's slots back to the arena and keeps no more: the module is
@@ -215,9 +228,9 @@ func (a *memArena) dropResident(p *residentPool) {
 	}
 }
 
-// trimLoop trims the pools every residentTrimEvery until the arena is closed.
-func (a *memArena) trimLoop(done <-chan struct{}) {
-	t := time.NewTicker(residentTrimEvery)
+// trimLoop trims the pools every period until the arena is closed.
+func (a *memArena) trimLoop(every time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardhost/shardhost/internal/testwasm"
 )
@@ -18,6 +19,17 @@ func residentPoolOf(t *testing.T, m *wasmModule) *residentPool {
 		t.Fatalf("no resident slots (activation: %s)", m.Activation())
 	}
 	return p
+}
+
+// slotsRuntime is preinitRuntime with an instance pool of 256 MiB that is trimmed
+// only when a test says so.
+func slotsRuntime(t *testing.T) (*wasmRuntime, *memArena) {
+	rt := preinitRuntime(t, func(c *RuntimeConfig) { c.InstancePoolBytes = 256 << 20 })
+	a := arenaOrSkip(t, rt)
+	a.mu.Lock()
+	a.resident.trimEvery = 24 * time.Hour
+	a.mu.Unlock()
+	return rt, a
 }
 
 // poolSlots returns how many slots p holds.
@@ -52,8 +64,7 @@ func scribble(t *testing.T, inst *wasmInstance, grow uint32, seed uint64) {
 // memory, globals, clocks and random stream, and the replies to the same messages and
 // the state they leave, for every Go and TinyGo example.
 func TestResidentSlotsMatchFreshInstances(t *testing.T) {
-	rt := preinitRuntime(t, func(c *RuntimeConfig) { c.InstancePoolBytes = 256 << 20 })
-	arenaOrSkip(t, rt)
+	rt, _ := slotsRuntime(t)
 	for _, c := range testwasm.GoCompilers {
 		for _, ex := range []string{"counter", "bank", "room", "subscription", "webhook", "abitest", "faulty"} {
 			t.Run(c.Name+"/"+ex, func(t *testing.T) {
@@ -71,16 +82,16 @@ func TestResidentSlotsMatchFreshInstances(t *testing.T) {
 					// The tenant: from the image (or, the first round, the pool's
 					// first slot), messages, then garbage everywhere.
 					tenant := imageInstance(t, m, "ex", "tenant")
+					slot := tenant.lm.slot
 					for _, msg := range exampleMessages[:4] {
 						tenant.Receive(ctx, []byte(msg))
 					}
 					if !tenant.Closed() {
 						scribble(t, tenant, uint32(1+round*7), uint64(round))
 					}
-					slot := tenant.lm.slot
-					tenant.Close(ctx)
-					if n := rt.arena.poolSlots(pool); n != 1 {
-						t.Fatalf("round %d: %d resident slots after a close, want 1", round, n)
+					tenant.Close(ctx) // if a message did not close it (faulty's trap)
+					if rt.arena.poolSlots(pool) == 0 {
+						t.Fatalf("round %d: no resident slot after a close", round)
 					}
 					fresh := freshInstance(t, m, "ex", "e1")
 					reused := imageInstance(t, m, "ex", "e1")
@@ -111,8 +122,7 @@ func TestResidentSlotsMatchFreshInstances(t *testing.T) {
 // back to the operating system at once, and trimming gives back the rest when the
 // pool sits idle.
 func TestResidentSlotsStayWithinTheBudgetAndAreTrimmed(t *testing.T) {
-	rt := preinitRuntime(t, func(c *RuntimeConfig) { c.InstancePoolBytes = 256 << 20 })
-	a := arenaOrSkip(t, rt)
+	rt, a := slotsRuntime(t)
 	ctx := context.Background()
 	m, err := rt.Compile(ctx, testwasm.TinyGoBytes(t, "counter"))
 	if err != nil {
@@ -182,8 +192,7 @@ func TestResidentSlotsStayWithinTheBudgetAndAreTrimmed(t *testing.T) {
 			t.Fatalf("a slot beyond the budget keeps %d bytes backed", got)
 		}
 	}
-	// The two sat in the pool through a whole period: the second trim gives them back
-	// (the trim goroutine may have run one meanwhile).
+	// The two sat in the pool through a whole period: the second trim gives them back.
 	a.trimResident()
 	a.trimResident()
 	if n, charged := a.residentCounts(); n != 0 || charged != 0 {
