@@ -156,6 +156,14 @@ func (e *entity) active() bool {
 // keptQueue is the most deliveries whose mailbox array an idle entity keeps.
 const keptQueue = 4
 
+// pooledQueue is the size of the mailbox arrays in queuePool: a mailbox that outgrows
+// the array it kept takes one, and gives it back when it goes idle, so that a burst of
+// messages to an idle entity does not grow a new array from a few deliveries up (an
+// allocation and a copy at each doubling).
+const pooledQueue = 64
+
+var queuePool = sync.Pool{New: func() any { return new([pooledQueue]delivery) }}
+
 // queued is the number of messages in the mailbox; e.mu is held.
 func (e *entity) queued() int { return len(e.queue) - e.head }
 
@@ -201,6 +209,12 @@ func (e *entity) enqueue(d delivery) {
 		n := copy(e.queue, e.queue[e.head:])
 		clear(e.queue[n:])
 		e.queue, e.head = e.queue[:n], 0
+	}
+	if len(e.queue) == cap(e.queue) && cap(e.queue) >= keptQueue && cap(e.queue) < pooledQueue {
+		a := queuePool.Get().(*[pooledQueue]delivery)
+		n := copy(a[:], e.queue)
+		clear(e.queue)
+		e.queue = a[:n]
 	}
 	e.queue = append(e.queue, d)
 	if e.running {
@@ -250,6 +264,10 @@ func (e *entity) drainLoop() {
 		}
 		if e.queued() == 0 {
 			e.running = false
+			if cap(e.queue) == pooledQueue {
+				// Every delivery in it was cleared as it was taken.
+				queuePool.Put((*[pooledQueue]delivery)(e.queue[:pooledQueue]))
+			}
 			if cap(e.queue) > keptQueue {
 				e.queue = nil
 			}
@@ -272,6 +290,7 @@ func (e *entity) drainLoop() {
 			}
 			d := e.queue[k]
 			e.queue = append(e.queue[:k], e.queue[k+1:]...)
+			e.queue[:len(e.queue)+1][len(e.queue)] = delivery{} // the copy the shift left behind
 			e.busy = true
 			e.mu.Unlock()
 			e.process(d)
@@ -335,22 +354,24 @@ func (e *entity) process(d delivery) {
 	}
 	// done ends the message's span and records it; it comes before the reply, so that
 	// the reply's server span (the asker's wait) covers everything here.
+	// It reads copies of d's fields, not d, which would move d to the heap.
 	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
+	start, handled := d.start, d.env.Kind.Handled()
 	done := func(err error) {
 		var now time.Time
-		if !d.start {
+		if !start {
 			now = s.cfg.Now()
 		}
 		e.mu.Lock()
 		e.busy = false
-		if !d.start {
+		if !start {
 			e.lastUsed = now
 		}
 		e.mu.Unlock()
-		if d.start {
+		if start {
 			return
 		}
-		if d.env.Kind.Handled() {
+		if handled {
 			e.stats.handledOne(e, now, err)
 			e.r.counters.count(now.Sub(arrived), err)
 			e.r.used(e)
@@ -494,10 +515,12 @@ func (e *entity) process(d delivery) {
 		}
 	}
 	journaled := false
+	// passivateAsked: the entity asked for its passivation, as read (and cleared) below,
+	// where a message that asked stays out of a batch.
+	passivateAsked := false
 	if gated {
-		if lc, _ := e.inst.(EntityLifecycle); err == nil && fwd == nil && e.batchable(&d) &&
-			(lc == nil || !lc.Terminated() && !lc.PassivationRequested()) {
-			if e.joinBatch(ctx, d, out, done, lc, span) {
+		if lc, _ := e.inst.(EntityLifecycle); err == nil && fwd == nil && e.batchable(&d) && (lc == nil || !lc.Terminated()) {
+			if passivateAsked = lc != nil && lc.PassivationRequested(); !passivateAsked && e.joinBatch(ctx, d, out, done, span) {
 				return
 			}
 		}
@@ -550,7 +573,7 @@ func (e *entity) process(d delivery) {
 		return
 	}
 	if journaled {
-		e.finishJournaled(ctx, d, out, done, lc, span)
+		e.finishJournaled(ctx, d, out, done, lc, span, passivateAsked)
 		return
 	}
 	if !s.hostingAllowed() {
@@ -602,7 +625,7 @@ func (e *entity) process(d delivery) {
 	if d.ask {
 		d.answer(Reply{Payload: out, Node: s.self}, nil)
 	}
-	if lc != nil && lc.PassivationRequested() {
+	if lc != nil && (passivateAsked || lc.PassivationRequested()) {
 		// Passivation the entity asked for: the mailbox is ours (this is its drain), so
 		// messages that arrive meanwhile wait for the next incarnation. The asker has
 		// its reply and may cancel its context: the save must not depend on it. Its

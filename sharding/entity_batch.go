@@ -32,7 +32,6 @@ type batched struct {
 	entry JournalEntry
 	sends []Send
 	done  func(error)
-	lc    EntityLifecycle
 	span  trace.Span
 }
 
@@ -52,7 +51,7 @@ func (e *entity) nextSeq() uint64 { return e.seq + uint64(len(e.batch)) + 1 }
 // having changed nothing, when the message is alone (no batch, nothing behind it) or
 // its record is not to be journaled (the entity says it left its state as it was); the
 // caller then handles it as a single message.
-func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done func(error), lc EntityLifecycle, span trace.Span) bool {
+func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done func(error), span trace.Span) bool {
 	if len(e.batch) == 0 && !e.more {
 		return false // alone: a single message's append, as before
 	}
@@ -90,7 +89,7 @@ func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done fun
 	if e.batch == nil {
 		e.batch = make([]batched, 0, 8)
 	}
-	e.batch = append(e.batch, batched{ctx: ctx, d: d, out: out, entry: entry, sends: sends, done: done, lc: lc, span: span})
+	e.batch = append(e.batch, batched{ctx: ctx, d: d, out: out, entry: entry, sends: sends, done: done, span: span})
 	if e.more && len(e.batch) < maxBatch {
 		return true // the drain loop takes the next message
 	}
@@ -130,7 +129,8 @@ func (e *entity) flushBatch(ctx context.Context) error {
 		je.ReleaseEffects(ctx)
 	}
 	for k := range b {
-		e.finishJournaled(b[k].ctx, b[k].d, b[k].out, b[k].done, b[k].lc, b[k].span)
+		// It asked for no passivation (such a message stays out of a batch).
+		e.finishJournaled(b[k].ctx, b[k].d, b[k].out, b[k].done, nil, b[k].span, false)
 	}
 	return nil
 }

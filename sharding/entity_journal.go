@@ -190,7 +190,7 @@ func (e *entity) appendRecords(ctx context.Context, entries ...JournalEntry) err
 
 // finishJournaled answers a journaled message (its record durable), saves a base when
 // one is due, and passivates the entity if it asked to be.
-func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, done func(error), lc EntityLifecycle, span trace.Span) {
+func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, done func(error), lc EntityLifecycle, span trace.Span, passivateAsked bool) {
 	s := e.r.s
 	e.unsaved++
 	if e.inst != nil && !s.hostingAllowed() {
@@ -215,7 +215,7 @@ func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, do
 			e.keepHistory(ctx, false)
 		}
 	}
-	if lc != nil && lc.PassivationRequested() {
+	if lc != nil && (passivateAsked || lc.PassivationRequested()) {
 		e.passivateNow(context.WithoutCancel(ctx), causeRequested, span.SpanContext())
 	}
 }
