@@ -25,7 +25,7 @@ import (
 // ringTestView is a view of members at addresses "m0".."m5": those in live are up, those
 // in gone are down; admitted is the ring.
 func ringTestView(self string, live, gone, admitted []string) stateRingView {
-	v := stateRingView{self: self, members: map[string]cluster.Member{}, live: live, admitted: admitted}
+	v := stateRingView{self: self, members: map[string]cluster.Member{}, live: live, up: live, admitted: admitted}
 	for _, a := range live {
 		v.members[a] = cluster.Member{Address: a, TransportAddr: "t-" + a, Status: cluster.StatusUp, Reachable: true}
 	}
