@@ -54,7 +54,7 @@ func newHealthCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&ready, "ready", false, "probe readiness (/ready: up, converged, every type running, not leaving) instead of liveness (/alive)")
-	cmd.Flags().StringVar(&state, "state", "", "with --ready, a condition on the built-in state store's ring too (/ready?state=): admitted (its ring admits this member with its data directory) or settled (it admits exactly the members up, none retained, joining or replaced; docs/observability.md, "Health probes")")
+	cmd.Flags().StringVar(&state, "state", "", "with --ready, a condition on the built-in state store's ring too (/ready?state=): admitted (its ring admits this member with its data directory) or settled (it admits exactly the members up, none retained, joining or replaced; docs/observability.md)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
 	return cmd
 }

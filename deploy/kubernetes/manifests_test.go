@@ -173,9 +173,25 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 		t.Errorf("preStop %+v: want /shardhost leave with the Secret's leave-token", pre)
 	}
 
+	// The member's stable name is the pod's: its name (stable in a StatefulSet) under
+	// the headless Service, from the downward API.
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env["POD_IP"] != "status.podIP" || env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("env %v: want POD_IP, POD_NAME and POD_NAMESPACE from the downward API", env)
+	}
+
 	// The settings, as the shardhost binary reads them (--print-config, with the
-	// pod's --bind): every key a start flag, and the values the manifests rely on.
+	// pod's --bind and --member-name): every key a start flag, and the values the
+	// manifests rely on.
 	settings := printConfig(t, cfgFile, c.Args)
+	if want := m.sts.Name + "-0." + m.headless.Name + ".default"; settings["member-name"] != want {
+		t.Errorf("member-name %q, want the pod's stable DNS name %q", settings["member-name"], want)
+	}
 	if settings["api"] != "0.0.0.0:8080" || settings["data-dir"] != mounts["data"].MountPath ||
 		settings["discovery"] != "dns:"+m.headless.Name ||
 		settings["api-tokens-file"] != mounts["secret"].MountPath+"/tokens" {
@@ -191,7 +207,8 @@ func TestManifestsDecodeStrictlyAndAgree(t *testing.T) {
 }
 
 // printConfig runs shardhost start --print-config with the ConfigMap's file and the
-// container's arguments (POD_IP set) and returns the settings.
+// container's arguments (POD_IP, POD_NAME and POD_NAMESPACE set, as for pod 0 of
+// the StatefulSet in namespace default) and returns the settings.
 func printConfig(t *testing.T, cfgFile string, args []string) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
@@ -207,7 +224,7 @@ func printConfig(t *testing.T, cfgFile string, args []string) map[string]string 
 	os.WriteFile(file, []byte(cfgFile), 0o644)
 	var run []string
 	for _, a := range args {
-		a = strings.ReplaceAll(a, "$(POD_IP)", "10.1.2.3")
+		a = strings.NewReplacer("$(POD_IP)", "10.1.2.3", "$(POD_NAME)", "shardhost-0", "$(POD_NAMESPACE)", "default").Replace(a)
 		if a == "/etc/shardhost/shardhost.yaml" {
 			a = file
 		}

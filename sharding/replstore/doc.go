@@ -26,7 +26,9 @@
 //
 // Store, opened by New with a Config (DefaultConfig, or DefaultLocalConfig, a fast
 // profile for one machine and tests), is the store; Store.Ring returns a Ring, a look
-// at its ring of members, and Store.ForgetMember fails with ErrMemberNotGone for a
+// at its ring of members (named by cluster.Member.Name where members have one, else by
+// address), Store.AwaitHandover is the leave hook that holds a leaving member until
+// the ring has let go of it, and Store.ForgetMember fails with ErrMemberNotGone for a
 // member that is not gone. The offline files of a stopped cluster (FileName in each
 // member's state directory) serve the shardhost command's state export and import:
 // ExportDirs reads them, and DirImporter (NewDirImporter, with a MemberDir per member)

@@ -25,7 +25,7 @@ import (
 // ringTestView is a view of members at addresses "m0".."m5": those in live are up, those
 // in gone are down; admitted is the ring.
 func ringTestView(self string, live, gone, admitted []string) stateRingView {
-	v := stateRingView{self: self, members: map[string]cluster.Member{}, live: live, admitted: admitted}
+	v := stateRingView{self: self, members: map[string]cluster.Member{}, live: live, up: live, admitted: admitted}
 	for _, a := range live {
 		v.members[a] = cluster.Member{Address: a, TransportAddr: "t-" + a, Status: cluster.StatusUp, Reachable: true}
 	}
@@ -766,7 +766,7 @@ func (m *listMembership) Members() []cluster.Member {
 
 // freshRingView builds the view without the kept one: what ringView must return.
 func freshRingView(s *Store) stateRingView {
-	self, members, own := s.cfg.Membership.Self().Address, s.cfg.Membership.Members(), s.storeID()
+	self, members, own := memberKey(s.cfg.Membership.Self()), s.cfg.Membership.Members(), s.storeID()
 	s.ring.mu.Lock()
 	defer s.ring.mu.Unlock()
 	return s.buildRingViewLocked(self, own, members)
@@ -802,6 +802,12 @@ func TestRingViewFollowsEveryChange(t *testing.T) {
 			ms.mu.Lock()
 			i := rng.IntN(len(ms.members))
 			ms.members[i].Reachable = !ms.members[i].Reachable
+			ms.mu.Unlock()
+		}},
+		{"a member's name", func() {
+			ms.mu.Lock()
+			i := 1 + rng.IntN(len(ms.members)-1)
+			ms.members[i].Name = []string{"", "n1", "n2"}[rng.IntN(3)]
 			ms.mu.Unlock()
 		}},
 		{"a member's transport address", func() {
@@ -873,5 +879,64 @@ func TestRingViewIsKeptWhileNothingChanges(t *testing.T) {
 	// One allocation: the members as Membership.Members returns them.
 	if n := testing.AllocsPerRun(100, func() { s.ringView() }); n > 1 {
 		t.Fatalf("ringView allocates %v times with nothing changed, want at most 1: it builds a new view", n)
+	}
+}
+
+// TestALeavingMemberIsLiveButNotUp: members leaving are live (they answer, a handover
+// round asks them, none is retained) but the shards' new replica sets rank over the
+// members up alone, so a round lets go of them, however many leave at once; the key a
+// round agrees on says who is leaving. When every live member is leaving (a whole
+// cluster stopping) the ring keeps them.
+func TestALeavingMemberIsLiveButNotUp(t *testing.T) {
+	all := []string{"m0", "m1", "m2", "m3", "m4"}
+	ms := &listMembership{}
+	for _, a := range all {
+		ms.members = append(ms.members, cluster.Member{Address: a, UID: 1, TransportAddr: "t-" + a, Status: cluster.StatusUp, Reachable: true})
+	}
+	s := &Store{cfg: Config{Replicas: 3, Membership: ms}, log: quiet}
+	s.ring.admitted = map[string]string{}
+	for _, a := range all {
+		s.ring.admitted[a] = ""
+	}
+	if v := freshRingView(s); !v.settled() || !slices.Equal(v.up, all) {
+		t.Fatalf("all up: settled %v, up %v", v.settled(), v.up)
+	}
+	ms.members[3].Status, ms.members[4].Status = cluster.StatusLeaving, cluster.StatusLeaving
+	v := freshRingView(s)
+	if !slices.Equal(v.live, all) || !slices.Equal(v.up, all[:3]) || v.settled() {
+		t.Fatalf("two leaving: live %v, up %v, settled %v; want all live, m0-m2 up, not settled", v.live, v.up, v.settled())
+	}
+	if n, limit := retainedCount(v), s.handoverLimit(v); n != 0 || n > limit {
+		t.Fatalf("two leaving: %d retained (limit %d), want none: a round may run", n, limit)
+	}
+	if key := v.liveKey(); key != "m0=,m1=,m2=,m3=/leaving,m4=/leaving" {
+		t.Fatalf("liveKey %q", key)
+	}
+	joint := 0
+	for shard := range 20 {
+		rs, err := s.replicaSetIn(v, "counter", shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs.reps {
+			if r.in&2 != 0 && (r.addr == "m3" || r.addr == "m4") {
+				t.Fatalf("shard %d: leaving %s in the new replica set %+v", shard, r.addr, rs)
+			}
+			if r.retained {
+				t.Fatalf("shard %d: %s counted as gone", shard, r.addr)
+			}
+		}
+		if rs.joint() {
+			joint++
+		}
+	}
+	if joint == 0 {
+		t.Fatal("no shard's replica set is joint while two of five members leave")
+	}
+	for i := range ms.members {
+		ms.members[i].Status = cluster.StatusLeaving
+	}
+	if v := freshRingView(s); !v.settled() || !slices.Equal(v.up, all) || strings.Contains(v.liveKey(), "leaving") {
+		t.Fatalf("all leaving: settled %v, up %v, key %q; want the ring kept", v.settled(), v.up, v.liveKey())
 	}
 }

@@ -31,6 +31,7 @@ type ssNode struct {
 	dir        string
 	transport  string
 	gossipAddr string
+	name       string // its stable name (cluster.MembershipConfig.Name), "" for none
 	down       bool
 }
 
@@ -134,7 +135,7 @@ func (c *ssCluster) startNamed(dir, gossipAddr, transport, name string) *ssNode 
 		tb.Fatal(err)
 	}
 	ms.RegisterLeaveHook(store.AwaitHandover)
-	n := &ssNode{ms: ms, msgr: msgr, store: store, dir: dir, transport: transport, gossipAddr: ms.Self().Address}
+	n := &ssNode{ms: ms, msgr: msgr, store: store, dir: dir, transport: transport, gossipAddr: ms.Self().Address, name: name}
 	c.nodes = append(c.nodes, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
