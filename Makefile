@@ -280,8 +280,8 @@ bench-peers: examples
 
 # How costs grow with members and shards (docs/scale.md): the membership protocol on a
 # simulated network and clock, the shard coordinator's decisions and its state in
-# distributed data, distributed data alone; CSVs and PNG plots into docs/scale/, a
-# markdown summary on stdout.
+# distributed data, distributed data alone, the state store's ring; CSVs and PNG plots
+# into docs/scale/, a markdown summary on stdout.
 # Not part of make test (hours on a busy 2-core machine, most of it 1,000 members). SIZES are
 # the membership sizes, SHARDS the shard counts; sizes the machine cannot hold are
 # refused before anything runs, with the estimated memory. bench/scale is a module of its

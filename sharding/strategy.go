@@ -162,6 +162,42 @@ func (s PriorityAllocationStrategy) Order(shard int, regions []string) []string 
 	return out
 }
 
+// Top returns the first k regions of shard's order (Order(shard, regions)[:k], all of
+// them if there are fewer than k; none if k < 1) in a new slice, with one Priority per
+// region and a selection of k: O(regions × k) instead of a sort with two hashes a
+// comparison. The state store's ring asks it for each request's replica set
+// (docs/scale.md).
+func (s PriorityAllocationStrategy) Top(shard int, regions []string, k int) []string {
+	if k < 1 || len(regions) == 0 {
+		return nil
+	}
+	type ranked struct {
+		region string
+		p      uint64
+	}
+	before := func(a, b ranked) bool { return a.p > b.p || a.p == b.p && a.region < b.region }
+	best := make([]ranked, 0, min(k, len(regions)))
+	for _, r := range regions {
+		c := ranked{r, s.Priority(r, shard)}
+		if len(best) == k && !before(c, best[k-1]) {
+			continue
+		}
+		if len(best) < k {
+			best = append(best, c)
+		} else {
+			best[k-1] = c
+		}
+		for i := len(best) - 1; i > 0 && before(best[i], best[i-1]); i-- {
+			best[i], best[i-1] = best[i-1], best[i]
+		}
+	}
+	out := make([]string, len(best))
+	for i, b := range best {
+		out[i] = b.region
+	}
+	return out
+}
+
 // first returns the first region of shard's order (Order(shard, regions)[0]) without
 // sorting them all: one Priority per region instead of two per comparison of a sort.
 // Rebalance asks it of every shard, so a full sort cost O(shards × regions log regions)

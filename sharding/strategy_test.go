@@ -3,6 +3,7 @@ package sharding
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -245,6 +246,30 @@ func TestPriorityFirstIsTheHeadOfTheOrder(t *testing.T) {
 		for shard := range 200 {
 			if got, want := s.first(shard, regions), s.Order(shard, regions)[0]; got != want {
 				t.Fatalf("shard %d over %d regions: first %s, Order starts with %s", shard, n, got, want)
+			}
+		}
+	}
+}
+
+// TestPriorityTopIsTheHeadOfTheOrder: Top(shard, regions, k) is Order(shard,
+// regions)[:k] for every k, duplicates (equal priorities) included.
+func TestPriorityTopIsTheHeadOfTheOrder(t *testing.T) {
+	s := PriorityAllocationStrategy{Type: "t"}
+	for n := 1; n <= 40; n += 3 {
+		regions := make([]string, n)
+		for i := range regions {
+			regions[i] = fmt.Sprintf("10.0.0.%d:7946", (i*7)%n)
+		}
+		if n > 2 {
+			regions[n-1] = regions[0]
+		}
+		for shard := range 100 {
+			order := s.Order(shard, regions)
+			for k := 0; k <= n+1; k++ {
+				got, want := s.Top(shard, regions, k), order[:min(max(k, 0), n)]
+				if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+					t.Fatalf("shard %d over %d regions, k %d: Top %v, Order starts with %v", shard, n, k, got, want)
+				}
 			}
 		}
 	}

@@ -338,15 +338,12 @@ func replotDData(dir string) ([]ddataRow, error) {
 	return out, nil
 }
 
-// ddataSeries returns, per member count, the curve of f over keys (rows with an error
-// left out).
+// ddataSeries returns, per member count, the curve of f over keys (a phase a row did not
+// reach is 0, which the plots and fits leave out).
 func ddataSeries(rows []ddataRow, name string, f func(ddataRow) float64) []series {
 	var out []series
 	idx := map[int]int{}
 	for _, r := range rows {
-		if r.Err != "" {
-			continue
-		}
 		i, ok := idx[r.Members]
 		if !ok {
 			i = len(out)
@@ -383,9 +380,13 @@ func summaryDData(w io.Writer, rows []ddataRow) {
 	}
 	fmt.Fprintln(w, "\n| keys | members | spread from one member | delta B/key | at rest B/s/member | full state to a new member | majority write | pruned after a removal | error |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %d | %d | %v | %.0f | %.0f | %.0f KB in %v | %v | %v | %s |\n", r.Keys, r.Members, r.Spread.Round(time.Millisecond),
+		prune := "—"
+		if r.Prune > 0 {
+			prune = r.Prune.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "| %d | %d | %v | %.0f | %.0f | %.0f KB in %v | %v | %s | %s |\n", r.Keys, r.Members, r.Spread.Round(time.Millisecond),
 			r.DeltaPerKey, r.RestBytes, r.FullStateBytes/1e3, r.FullStateTime.Round(time.Millisecond),
-			r.MajorityWrite.Round(time.Microsecond), r.Prune.Round(time.Millisecond), r.Err)
+			r.MajorityWrite.Round(time.Microsecond), prune, r.Err)
 	}
 	fmt.Fprintln(w, "\n| distributed data curve (over keys) | members | log-log slope | growth |\n|---|---:|---:|---|")
 	for _, c := range []struct {

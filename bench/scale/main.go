@@ -92,6 +92,9 @@ func run() error {
 	shardMembersF := flag.String("shard-members", "10,100,300", "member counts of the coordinator's decisions")
 	stateMembersF := flag.String("state-members", "10", "member counts of the state read-back (real members on in-memory networks)")
 	ddataKeysF := flag.String("ddata-keys", "1000,10000,100000", "top-level key counts of the distributed data experiment")
+	ringMembersF := flag.String("ring-members", "10,100,300", "member counts of the state store ring")
+	ringShards := flag.Int("ring-shards", 1000, "shards of the state store ring's type")
+	ringSnapshots := flag.Int("ring-snapshots", 1_000_000, "snapshots spread over the ring's shards")
 	ddataMembersF := flag.String("ddata-members", "10", "member counts of the distributed data experiment (real members on in-memory networks)")
 	out := flag.String("out", "docs/scale", "directory of the CSVs and plots")
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
@@ -133,6 +136,7 @@ func run() error {
 	if *smoke {
 		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
 		*ddataKeysF, *ddataMembersF = "100", "3"
+		*ringMembersF, *ringSnapshots = "10,30", 10_000
 	}
 	sizes, err := ints(*sizesF)
 	if err != nil {
@@ -157,6 +161,13 @@ func run() error {
 	ddataMembers, err := ints(*ddataMembersF)
 	if err != nil {
 		return err
+	}
+	ringMembers, err := ints(*ringMembersF)
+	if err != nil {
+		return err
+	}
+	if *ringShards < 1 || *ringSnapshots < 0 {
+		return fmt.Errorf("-ring-shards %d, -ring-snapshots %d: want at least one shard and no negative count", *ringShards, *ringSnapshots)
 	}
 
 	// Refuse up front what the machine cannot hold.
@@ -268,6 +279,21 @@ func run() error {
 		}
 	}
 
+	// The state store ring.
+	var ringRows []ringRow
+	for _, m := range ringMembers {
+		row := runRing(m, *ringShards, *ringSnapshots)
+		logf("state store ring on %d members: lookup %v, a replaced member repairs %d shards, %d snapshots",
+			m, row.Lookup, row.Shards2, row.Repair)
+		ringRows = append(ringRows, row)
+	}
+	if err := writeRing(*out, ringRows); err != nil {
+		return err
+	}
+	if err := plotRing(*out, ringRows); err != nil {
+		return err
+	}
+
 	// Distributed data alone.
 	var ddataRows []ddataRow
 	rest := 10 * time.Second
@@ -299,6 +325,7 @@ func run() error {
 	}
 	summary(os.Stdout, memRows, shardRows, stateRows)
 	summaryDData(os.Stdout, ddataRows)
+	summaryRing(os.Stdout, ringRows)
 	fmt.Fprintf(os.Stderr, "wrote %s\n", filepath.Clean(*out))
 	return nil
 }

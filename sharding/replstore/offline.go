@@ -345,8 +345,7 @@ func NewDirImporter(members []MemberDir, replicas int) (*DirImporter, error) {
 
 // Replicas returns the members (addresses) that hold the shard's data.
 func (im *DirImporter) Replicas(typ string, shard int) []string {
-	order := sharding.PriorityAllocationStrategy{Type: typ}.Order(shard, im.addrs)
-	return order[:min(im.replicas, len(order))]
+	return sharding.PriorityAllocationStrategy{Type: typ}.Top(shard, im.addrs, im.replicas)
 }
 
 // ImportShard writes the shard on its replicas, durably (fsynced) before it returns.

@@ -571,10 +571,7 @@ func (s *Store) replicaSetIn(v stateRingView, typ string, shard int) (stateRepli
 		return stateReplicas{}, fmt.Errorf("%w: no member is up", sharding.ErrStoreUnavailable)
 	}
 	strategy := sharding.PriorityAllocationStrategy{Type: typ}
-	top := func(addrs []string) []string {
-		order := strategy.Order(shard, addrs)
-		return order[:min(s.cfg.Replicas, len(order))]
-	}
+	top := func(addrs []string) []string { return strategy.Top(shard, addrs, s.cfg.Replicas) }
 	newSet := top(v.up)
 	oldSet := newSet
 	if len(v.admitted) > 0 {
