@@ -76,10 +76,16 @@
 // the first member up, alone,
 // still ranks over the members it retained and serves none of their shards until they
 // return, or until an operator forgets them (forget.go). A member restarted at another
-// address does not restore its ring (the saved ring names its old address as a member
+// address, and without a name (below), does not restore its ring (the saved ring names its old address as a member
 // of its own, which now looks gone): it starts as a new directory would.
 //
-// Store IDs. Rings name members by address, and a member restarted at its address on
+// Names. Rings name members by memberKey: a member's stable name (cluster.Member.Name,
+// shardhost start --member-name) if it has one, else its address. A named member
+// restarted at another address with its directory restores its ring and answers with
+// its store ID: the replica it was. (The membership downs its old incarnation when it
+// joins.)
+//
+// Store IDs. A member restarted under its name or at its address on
 // an empty directory (its disk lost) would otherwise count as the replica it was: a
 // write acknowledged by it and one other replica, then held by that other alone, would
 // be missed by a read whose majority is the wiped member and a third replica that
