@@ -35,6 +35,15 @@ import (
 // arena owns trims the pools every residentTrimEvery: the slots that stayed in a pool
 // for a whole period (its low-water mark) are given back to the operating system, so
 // an idle member returns the memory within two periods.
+//
+// BenchmarkPreInitActivation, one run on a 2-core machine under a load average of
+// 40-70, with bench/pagecost at 15-26 µs a fresh page (fresh / image into a new slot /
+// image in a resident slot): TinyGo's counter 1.05 / 2.06 / 1.56 page faults, p50
+// 14.5 / 14.2 / 13.3 µs, 35 / 43 / 31 µs of CPU per activation; Go's port 404 / 328 /
+// 3.9 page faults, p50 27,344 / 1,512 / 414 µs, 3,603 / 1,347 / 744 µs of CPU. A
+// kept slot of Go's port holds 1,556 KiB (TinyGo's: 20 KiB), of which an activation
+// writes 17 pages (TinyGo's: 4): mapped copy-on-write from the image, an active
+// entity of Go's port would keep about 68 KiB of its own.
 
 // residentTrimEvery is how often the resident slots are trimmed.
 const residentTrimEvery = 10 * time.Second
