@@ -75,7 +75,7 @@ type stateDisk struct {
 	wal          *stateWAL
 	tx           *bolt.Tx
 	txEB, txRB   *bolt.Bucket
-	pending      []*stateWriteReq
+	pending      []*stateWriteReq // not changed by their senders: bbolt keeps their values until the commit too
 	pendingBytes int
 	pendingSince time.Time
 	walBuf       []byte
