@@ -75,7 +75,7 @@ type stateDisk struct {
 	wal          *stateWAL
 	tx           *bolt.Tx
 	txEB, txRB   *bolt.Bucket
-	pending      []*stateWriteReq // not changed by their senders: bbolt keeps their values until the commit too
+	pending      []*stateWriteReq // unchanged once queued: Save and AppendJournal copy their callers' bytes, a peer's are decoded
 	pendingBytes int
 	pendingSince time.Time
 	walBuf       []byte
