@@ -19,7 +19,8 @@ import (
 // (counter-rust) of each policy. Each reports asks/s and p50-µs (the median ask's wall
 // time), p99-µs, and cpu-µs/op (the process's CPU time per ask, the three members'
 // together, which a machine shared with other jobs disturbs less than the rates)
-// beside ns/op.
+// beside ns/op; the concurrent journal run also reports rec-overhead-B
+// (reportRecordOverhead).
 //
 //   - serial: one "inc" ask at a time into one counter hosted by the asking member.
 //   - concurrent: 64 goroutines asking "inc" of the 1,000 counters through the first

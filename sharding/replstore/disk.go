@@ -76,7 +76,7 @@ type stateDisk struct {
 	wal          *stateWAL
 	tx           *bolt.Tx
 	txEB, txRB   *bolt.Bucket
-	pending      []*stateWriteReq
+	pending      []*stateWriteReq // unchanged once queued: Save and AppendJournal copy their callers' bytes, a peer's are decoded
 	pendingBytes int
 	pendingSince time.Time
 	walBuf       []byte

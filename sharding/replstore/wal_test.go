@@ -299,3 +299,43 @@ func TestWALExportOfAKilledMembersDirectory(t *testing.T) {
 		t.Fatalf("exported records %v, want 1 and 2", got)
 	}
 }
+
+// TestWALFailedAppendRebuildsTheTransaction: a batch whose log append fails is refused
+// and undone, and the writer's transaction is rebuilt from the writes it had
+// acknowledged: they stay readable, the next write is taken, and a crash then loses
+// none of the acknowledged ones.
+func TestWALFailedAppendRebuildsTheTransaction(t *testing.T) {
+	dir := t.TempDir()
+	d := walDisk(t, dir)
+	key := sharding.EntityKey{Type: "counter", Shard: 3, ID: "e"}
+	for seq := uint64(1); seq <= 3; seq++ {
+		if err := walAppend(t, d, key, 1, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The log's file swapped for one opened read-only: the next append fails. The
+	// write request's channel orders these assignments before the writer reads them.
+	good := d.wal.f
+	ro, err := os.Open(filepath.Join(dir, walFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	d.wal.f = ro
+	if err := walAppend(t, d, key, 1, 4); err == nil {
+		t.Fatal("a write whose log append failed was acknowledged")
+	}
+	d.wal.f = good
+	if err := walAppend(t, d, key, 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if seqs, corrupt := diskJournal(t, d, key); !slices.Equal(seqs, []uint64{1, 2, 3, 5}) || len(corrupt) > 0 {
+		t.Fatalf("after the failed append: records %v, corrupt %v; want [1 2 3 5]", seqs, corrupt)
+	}
+	crash(t, d)
+	d = walDisk(t, dir)
+	defer d.close()
+	if seqs, _ := diskJournal(t, d, key); !slices.Equal(seqs, []uint64{1, 2, 3, 5}) {
+		t.Fatalf("after a crash and the log's replay: records %v, want [1 2 3 5]", seqs)
+	}
+}
