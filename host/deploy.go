@@ -110,9 +110,9 @@ type Setting struct {
 
 // SettingList returns the type's settings, by deploy flag: shards, allocation, checkpoint,
 // history, idempotency-retention, max-retries, passivate-after, max-active,
-// passivation-strategy, remember-entities, role, log-lines, state-ttl, egress, egress-timeout,
-// egress-max-response, egress-rate, delivery, http-route, public, http-max-body and
-// http-rate.
+// passivation-strategy, remember-entities, role, log-lines, egress, egress-timeout,
+// egress-max-response, egress-rate, delivery, http-route, public, http-max-body,
+// http-rate and state-ttl.
 func (t TypeInfo) SettingList() []Setting {
 	checkpoint := t.Checkpoint
 	if checkpoint == "" {
@@ -158,11 +158,11 @@ func (t TypeInfo) SettingList() []Setting {
 		{"remember-entities", strconv.FormatBool(t.RememberEntities)},
 		{"role", t.Role},
 		{"log-lines", strconv.Itoa(cmp.Or(t.LogLines, DefaultEntityLogLines))},
-		{"state-ttl", (time.Duration(t.StateTTLMs) * time.Millisecond).String()},
 	}
 	list = append(list, egressSettingList(t)...)
 	list = append(list, Setting{"delivery", delivery})
-	return append(list, httpRouteSettingList(t)...)
+	list = append(list, httpRouteSettingList(t)...)
+	return append(list, Setting{"state-ttl", (time.Duration(t.StateTTLMs) * time.Millisecond).String()})
 }
 
 // settingChanges maps the settings of next that differ from prev's to prev's values.

@@ -336,7 +336,7 @@ func TestRedeployKeepsSettings(t *testing.T) {
 	if len(res.Changed) != 1 || res.Changed["max-active"] != "7" {
 		t.Fatalf("changed %v, want max-active (was 7)", res.Changed)
 	}
-	if len(res.Settings) != 21 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
+	if len(res.Settings) != 22 || res.Settings[2] != (Setting{"checkpoint", "every-message"}) || res.Settings[3] != (Setting{"history", "1000"}) {
 		t.Fatalf("settings %v", res.Settings)
 	}
 	res = deploy("passivate_after=0s")
@@ -393,6 +393,26 @@ func TestRedeployKeepsSettings(t *testing.T) {
 		if r := c.do("POST", "/v1/types/counter?"+bad, wasm); r.status != 400 {
 			t.Errorf("%s: %d %s", bad, r.status, r.body)
 		}
+	}
+	// The state TTL: off by default; set, kept by a redeploy, cleared by 0; too short,
+	// negative or not a duration refused.
+	if res.Settings[21] != (Setting{"state-ttl", "0s"}) || res.Type.Settings().StateTTL != 0 {
+		t.Fatalf("the default state TTL: %v", res.Settings)
+	}
+	if res = deploy("state_ttl=720h"); res.Type.StateTTLMs != 720*3_600_000 || res.Settings[21] != (Setting{"state-ttl", "720h0m0s"}) ||
+		res.Changed["state-ttl"] != "0s" || res.Type.Settings().StateTTL != 720*time.Hour {
+		t.Fatalf("state_ttl=720h: %+v, settings %v, changed %v", res.Type, res.Settings, res.Changed)
+	}
+	if res = deploy("max_active=4"); res.Type.StateTTLMs != 720*3_600_000 {
+		t.Fatalf("a redeploy without state_ttl: %+v", res.Type)
+	}
+	for _, bad := range []string{"state_ttl=30s", "state_ttl=-1h", "state_ttl=soon"} {
+		if r := c.do("POST", "/v1/types/counter?"+bad, wasm); r.status != 400 || !strings.Contains(string(r.body), "state_ttl") {
+			t.Errorf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
+	if res = deploy("state_ttl=0"); res.Type.StateTTLMs != 0 || res.Changed["state-ttl"] != "720h0m0s" {
+		t.Fatalf("state_ttl=0: %+v, changed %v", res.Type, res.Changed)
 	}
 	// Delivery: effectively-once by default; at-most-once set, kept by a redeploy; a bad
 	// one refused.

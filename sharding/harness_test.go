@@ -438,6 +438,7 @@ func (tc *testCluster) run(m *clustertest.Member, name string) *testNode {
 			"sender":         {Name: "sender", NumberOfShards: 10},
 			"sender-amo":     {Name: "sender-amo", NumberOfShards: 10, Delivery: DeliveryAtMostOnce},
 			"remind":         {Name: "remind", NumberOfShards: abi.DefaultNumberOfShards},
+			"ttl":            {Name: "ttl", NumberOfShards: 4, StateTTL: time.Hour},
 		}}}
 	node.factory = &fakeFactory{node: ms.Self().Address, acts: tc.acts}
 	cfg := DefaultConfig()

@@ -138,6 +138,26 @@ func (e *entity) lastActive() time.Time {
 	return time.Unix(0, last)
 }
 
+// lastJournalTime returns the time of the newest record of the entity's journal (zero
+// if none), read from the store.
+func (e *entity) lastJournalTime(ctx context.Context) (time.Time, error) {
+	js, ok := StateStoreAs[JournalStore](e.r.s.cfg.States)
+	if !ok {
+		return time.Time{}, nil
+	}
+	recs, err := js.ReadJournal(ctx, e.key(), 1, 0)
+	if err != nil || len(recs) == 0 {
+		return time.Time{}, err
+	}
+	var last time.Time
+	for _, r := range recs {
+		if en, err := DecodeJournalEntry(e.key(), r); err == nil && en.Time.After(last) {
+			last = en.Time
+		}
+	}
+	return last, nil
+}
+
 // expire handles a kindExpire delivery on the entity's mailbox goroutine: it deletes
 // the entity's state (EntityStateDeleter, fenced at the shard's epoch here) if the
 // entity is idle longer than its type's StateTTL, passivating it first if it is
@@ -180,6 +200,17 @@ func (e *entity) expire(ctx context.Context) (string, error) {
 			return "", err
 		case st.SavedAt.IsZero() || now.Sub(st.SavedAt) <= ttl:
 			return expireKept, nil
+		}
+		if st.JournalRecords > 0 {
+			// A store that counts journal records may date only snapshots (PostgreSQL):
+			// the journal's newest record tells when the entity last handled a message.
+			last, err := e.lastJournalTime(ctx)
+			if err != nil {
+				return "", err
+			}
+			if now.Sub(last) <= ttl {
+				return expireKept, nil
+			}
 		}
 	} else {
 		e.passivateNow(ctx, causeStateTTL, trace.SpanContext{})

@@ -579,7 +579,7 @@ func TestReplicatedStateStore(t *testing.T) {
 				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindJournal, ID: "x", JSeq: 1, Floor: 2}}},
 				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindFloor, ID: "x"}}},
 				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindSnapshot, ID: "x", JSeq: 1}}},
-				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: 5, ID: "x"}}},
+				stateDiffReq{Type: "counter", Shard: 1, Records: []stateRecord{{Kind: stateKindGone + 1, ID: "x"}}},
 			},
 			topicStateJournal: {
 				stateJournalReq{Type: "counter", Shard: 1},
