@@ -359,6 +359,9 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 		}
 		out = append(out, Outbound{To: r, Msg: Message{Kind: msgHeartbeat, From: c.self(), Seq: c.hbSeq}})
 	}
+	for _, r := range c.contactReceivers(receivers, unreachable) {
+		out = append(out, Outbound{To: r, Msg: Message{Kind: msgHeartbeat, From: c.self(), Seq: c.hbSeq}})
+	}
 	for n := range c.detectors {
 		if !keep[n] {
 			delete(c.detectors, n)
@@ -1017,28 +1020,77 @@ type View struct {
 // round trip for MajorityContact.
 const maxHeartbeatRounds = 16
 
+// countsForContact reports whether a member in status st counts towards
+// View.MajorityContact's majority: members up or leaving.
+func countsForContact(st MemberStatus) bool { return st == StatusUp || st == StatusLeaving }
+
+// contactNeeded is how many members other than self must have answered a heartbeat for
+// View.MajorityContact: self and that many others are a majority of the members up or
+// leaving (self counted even when not up yet).
+func (c *Core) contactNeeded() int {
+	n, selfCounts := 0, false
+	for _, m := range c.gossip.members {
+		if countsForContact(m.Status) {
+			n++
+			selfCounts = selfCounts || m.Node == c.self()
+		}
+	}
+	if !selfCounts {
+		n++
+	}
+	return n / 2
+}
+
+// contactReceivers returns the members that get a heartbeat for contact only (no
+// failure detector watches their answers) besides the monitored receivers: with more
+// than 2×MonitoredByNrOfMembers+1 members, the monitored ones are fewer than
+// View.MajorityContact needs, and without these no member would ever have majority
+// contact (nor host under sharding's lease). They are the next members up or leaving
+// and reachable along the heartbeat ring, until one more than needed answers a round
+// (a slow answer then does not age the contact by a round). Cost: about members/2
+// heartbeats a round for each member above that size, O(members) a member and
+// O(members²) for the cluster (docs/scale.md, "Membership").
+func (c *Core) contactReceivers(monitored []UniqueAddress, unreachable map[UniqueAddress]bool) []UniqueAddress {
+	need := c.contactNeeded()
+	have := 0
+	inMonitored := make(map[UniqueAddress]bool, len(monitored))
+	for _, r := range monitored {
+		inMonitored[r] = true
+		if m, ok := c.gossip.members[r]; ok && countsForContact(m.Status) && !unreachable[r] {
+			have++
+		}
+	}
+	if have > need {
+		return nil
+	}
+	ring := c.heartbeatRing()
+	var out []UniqueAddress
+	for _, r := range ring.receivers(c.self(), len(ring.nodes), unreachable) {
+		if have > need {
+			break
+		}
+		if m, ok := c.gossip.members[r]; inMonitored[r] || unreachable[r] || !ok || !countsForContact(m.Status) {
+			continue
+		}
+		out = append(out, r)
+		have++
+	}
+	return out
+}
+
 // majorityContact computes View.MajorityContact: the k-th newest contact among the
 // counting members other than self, where self and k others are a majority.
 func (c *Core) majorityContact() time.Time {
-	n, selfCounts := 0, false
 	var others []time.Time
 	for _, m := range c.gossip.members {
-		if m.Status != StatusUp && m.Status != StatusLeaving {
-			continue
-		}
-		n++
-		if m.Node == c.self() {
-			selfCounts = true
+		if !countsForContact(m.Status) || m.Node == c.self() {
 			continue
 		}
 		if t, ok := c.contact[m.Node]; ok {
 			others = append(others, t)
 		}
 	}
-	if !selfCounts {
-		n++
-	}
-	need := n / 2 // others needed: self and n/2 others are a majority of n
+	need := c.contactNeeded() // others needed: self and need others are a majority
 	if need == 0 {
 		return c.lastNow
 	}

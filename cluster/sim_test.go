@@ -672,6 +672,41 @@ func TestSimMajorityContact(t *testing.T) {
 	})
 }
 
+// With more members than the monitored ones can make a majority of (here 15, each
+// monitoring 5, a majority needing 7 others), members still have majority contact, from
+// heartbeats for contact only; and a side of 7 cut off from 8 loses it while the 8 keep
+// it. Without the contact heartbeats no member of 15 ever had it (no shard could be
+// hosted under sharding's lease).
+func TestSimMajorityContactBeyondTheMonitoredMembers(t *testing.T) {
+	s := newSim(t, nil)
+	nodes := s.startCluster(15)
+	s.until(30*time.Second, "majority contact everywhere", func() bool {
+		for _, n := range nodes {
+			if !s.fresh(n, 2*time.Second) {
+				return false
+			}
+		}
+		return true
+	})
+	// The majority side's contact heartbeats go along the ring, partly to the cut-off
+	// side until the failure detectors mark it unreachable: it may lapse for that while.
+	s.partition(nodes[:7], nodes[7:])
+	s.until(30*time.Second, "the 8 with contact, the 7 without", func() bool {
+		for i, n := range nodes {
+			if s.fresh(n, 3*time.Second) != (i >= 7) {
+				return false
+			}
+		}
+		return true
+	})
+	s.run(5 * time.Second)
+	for i, n := range nodes[:7] {
+		if s.fresh(n, 3*time.Second) {
+			t.Fatalf("%s (cut off, %d) has majority contact %v at %v", n.addr, i, n.core.View().MajorityContact, s.now)
+		}
+	}
+}
+
 // Faults seed 11214: a member paused past the failure detector was downed by the
 // others; when it resumed, they still answered its heartbeats, so it had majority
 // contact again, in a view it still saw converged, and hosted an entity and
