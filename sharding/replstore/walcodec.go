@@ -18,6 +18,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+
+	"github.com/shardhost/shardhost/internal/binread"
 )
 
 // walReqFormat is the first byte of a hand-encoded request.
@@ -75,93 +77,53 @@ func decodeWALReq(b []byte, req *stateWriteReq) error {
 	if len(b) == 0 || b[0] != walReqFormat {
 		return decodeState(b, req)
 	}
-	d := walReader{b: b[1:]}
-	req.Type = d.str()
-	shard := d.uvarint()
+	d := binread.New(b[1:])
+	req.Type = string(d.Bytes(math.MaxInt))
+	shard := d.Uvarint()
 	if shard > math.MaxInt {
-		d.bad = true
+		d.Fail("a value out of range")
 	}
 	req.Shard = int(shard)
-	req.Epoch = d.uvarint()
-	switch d.byte() {
+	req.Epoch = d.Uvarint()
+	switch d.Byte() {
 	case 0:
 		req.Fence = false
 	case 1:
 		req.Fence = true
 	default:
-		d.bad = true
+		d.Fail("a value out of range")
 	}
-	n := d.uvarint()
-	if n > stateMaxListLen || n > uint64(len(d.b)) {
+	n := d.Uvarint()
+	if n > stateMaxListLen || n > uint64(len(d.B)) {
 		return errWALReq
 	}
 	req.Records = make([]stateRecord, n)
 	for i := range req.Records {
 		r := &req.Records[i]
-		r.Kind = d.byte()
-		switch d.byte() {
+		r.Kind = d.Byte()
+		switch d.Byte() {
 		case 0:
 		case 1:
 			r.Remember = true
 		default:
-			d.bad = true
+			d.Fail("a value out of range")
 		}
-		r.ID = d.str()
-		r.Epoch = d.uvarint()
-		r.Seq = d.uvarint()
-		r.JSeq = d.uvarint()
-		r.Floor = d.uvarint()
-		r.Xfer = d.uvarint()
-		r.Size = d.uvarint()
-		if data := d.bytes(); len(data) > 0 {
+		r.ID = string(d.Bytes(math.MaxInt))
+		r.Epoch = d.Uvarint()
+		r.Seq = d.Uvarint()
+		r.JSeq = d.Uvarint()
+		r.Floor = d.Uvarint()
+		r.Xfer = d.Uvarint()
+		r.Size = d.Uvarint()
+		if data := d.Bytes(math.MaxInt); len(data) > 0 {
 			r.Data = data
 		}
-		if d.bad {
+		if d.Err() != nil {
 			return errWALReq
 		}
 	}
-	if d.bad || len(d.b) != 0 {
+	if d.Done() != nil {
 		return errWALReq
 	}
 	return nil
 }
-
-// walReader reads the fields of a hand-encoded request; bad is set by the first that
-// does not fit.
-type walReader struct {
-	b   []byte
-	bad bool
-}
-
-func (d *walReader) byte() byte {
-	if len(d.b) == 0 {
-		d.bad = true
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *walReader) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.bad = true
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *walReader) bytes() []byte {
-	n := d.uvarint()
-	if d.bad || n > uint64(len(d.b)) {
-		d.bad = true
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *walReader) str() string { return string(d.bytes()) }
