@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -305,15 +303,7 @@ func writeDData(dir string, rows []ddataRow) error {
 }
 
 func replotDData(dir string) ([]ddataRow, error) {
-	f, err := os.Open(filepath.Join(dir, "ddata.csv"))
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
+	recs, err := readCSV(dir, "ddata.csv")
 	if err != nil {
 		return nil, err
 	}
@@ -326,8 +316,8 @@ func replotDData(dir string) ([]ddataRow, error) {
 	}
 	secs := func(s string) time.Duration { return time.Duration(num(s) * float64(time.Second)) }
 	var out []ddataRow
-	for i, r := range recs {
-		if i == 0 || len(r) < 10 {
+	for _, r := range recs {
+		if len(r) < 10 {
 			continue
 		}
 		k, _ := strconv.Atoi(r[0])

@@ -9,25 +9,28 @@ import (
 	"time"
 )
 
+// readCSV reads the rows of dir/name after its header; none if the file does not exist.
+func readCSV(dir, name string) ([][]string, error) {
+	f, err := os.Open(filepath.Join(dir, name))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if len(recs) > 0 {
+		recs = recs[1:]
+	}
+	return recs, err
+}
+
 // replot reads the CSVs in dir back (each optional) for plotAll and summary, so that
 // plots and tables can be made again, or from runs of different sizes whose rows were
 // put into one file.
 func replot(dir string) ([]memRow, []shardRow, []stateRow, error) {
-	read := func(name string) ([][]string, error) {
-		f, err := os.Open(filepath.Join(dir, name))
-		if os.IsNotExist(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		recs, err := csv.NewReader(f).ReadAll()
-		if len(recs) > 0 {
-			recs = recs[1:]
-		}
-		return recs, err
-	}
+	read := func(name string) ([][]string, error) { return readCSV(dir, name) }
 	num := func(s string) float64 {
 		if s == "" {
 			return math.NaN()
