@@ -22,22 +22,7 @@ func TestReminderWakesAPassivatedWasmEntity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	for _, c := range []struct {
-		name   string
-		tinygo bool
-		wasm   func(testing.TB) []byte
-	}{
-		{"go", false, func(tb testing.TB) []byte { return testwasm.Bytes(tb, "abitest") }},
-		{"tinygo", true, func(tb testing.TB) []byte { return testwasm.TinyGoBytes(tb, "abitest") }},
-		{"rust", false, func(tb testing.TB) []byte { return testwasm.RustBytes(tb, "abitest-rust") }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if _, ok := testwasm.TinyGo(); c.tinygo && !ok {
-				t.Skip("no TinyGo")
-			}
-			reminderWakesAPassivatedWasmEntity(t, c.wasm(t))
-		})
-	}
+	forEachAbitest(t, reminderWakesAPassivatedWasmEntity)
 }
 
 func reminderWakesAPassivatedWasmEntity(t *testing.T, wasm []byte) {
@@ -95,6 +80,31 @@ func TestScheduledMessageGivesTheGuestItsDueTime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
+	forEachAbitest(t, func(t *testing.T, wasm []byte) {
+		nodes := startNodes(t, 2, nil)
+		ctx := context.Background()
+		const typ = "sched"
+		if _, err := nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: typ, NumberOfShards: 10}); err != nil {
+			t.Fatal(err)
+		}
+		cf := &conformance{t: t, nodes: nodes}
+		due := time.Now().Add(-time.Hour).UnixMilli()
+		if _, _, err := nodes[1].Sharding().Schedule(ctx, typ, "s", due, []byte("late one"), ""); err != nil {
+			t.Fatal(err)
+		}
+		events := cf.eventually(typ, "s", "events", func(s string) bool { return s != "" })
+		if want := "0 scheduled late one due=" + strconv.FormatInt(due, 10); events != want {
+			t.Fatalf("events %q, want %q", events, want)
+		}
+		// Ordinary messages from outside carry no due time: they run as commands.
+		cf.want(typ, "s", "echo x", "x")
+		cf.want(typ, "s", "events", "0 scheduled late one due="+strconv.FormatInt(due, 10))
+	})
+}
+
+// forEachAbitest runs f as a subtest on the abitest module built by Go, by TinyGo (skipped
+// without it) and from its Rust twin.
+func forEachAbitest(t *testing.T, f func(t *testing.T, wasm []byte)) {
 	for _, c := range []struct {
 		name   string
 		tinygo bool
@@ -108,24 +118,7 @@ func TestScheduledMessageGivesTheGuestItsDueTime(t *testing.T) {
 			if _, ok := testwasm.TinyGo(); c.tinygo && !ok {
 				t.Skip("no TinyGo")
 			}
-			nodes := startNodes(t, 2, nil)
-			ctx := context.Background()
-			const typ = "sched"
-			if _, err := nodes[0].Deploy(ctx, c.wasm(t), sharding.TypeSettings{Name: typ, NumberOfShards: 10}); err != nil {
-				t.Fatal(err)
-			}
-			cf := &conformance{t: t, nodes: nodes}
-			due := time.Now().Add(-time.Hour).UnixMilli()
-			if _, _, err := nodes[1].Sharding().Schedule(ctx, typ, "s", due, []byte("late one"), ""); err != nil {
-				t.Fatal(err)
-			}
-			events := cf.eventually(typ, "s", "events", func(s string) bool { return s != "" })
-			if want := "0 scheduled late one due=" + strconv.FormatInt(due, 10); events != want {
-				t.Fatalf("events %q, want %q", events, want)
-			}
-			// Ordinary messages from outside carry no due time: they run as commands.
-			cf.want(typ, "s", "echo x", "x")
-			cf.want(typ, "s", "events", "0 scheduled late one due="+strconv.FormatInt(due, 10))
+			f(t, c.wasm(t))
 		})
 	}
 }
