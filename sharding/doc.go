@@ -101,7 +101,7 @@
 // MaxReminderName, MaxReminderPayload, MaxRemindersPerEntity, MinReminderInterval;
 // ErrInvalidReminder, ErrTooManyReminders) in the state store with its shard: a
 // ReminderStore keeps them itself (CheckReminderSet checks what it is given), and RemindersOf keeps them through any other store's
-// records (ReminderIDPrefix, IsReminderID; RecordReminders, DecodeReminderRecord for a
+// records (ReminderIDPrefix, IsReminderID, under PlatformIDPrefix; RecordReminders, DecodeReminderRecord for a
 // store that indexes those records itself). A due reminder comes to its entity as a
 // KindReminder message, EntityReminder lists a shard's due ones.
 //

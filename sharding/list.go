@@ -681,7 +681,8 @@ type StoredEntity struct {
 
 // StateLister is a StateStore that lists the entities it holds state of from its
 // index, without loading a state: listings and describe (shardhost entities, shardhost
-// entity). The host's delta records (DeltaIDPrefix) are not entities and are left out.
+// entity). The platform's own records (IDs beginning with PlatformIDPrefix: the host's
+// deltas, reminders kept as records, outbox marks) are not entities and are left out.
 type StateLister interface {
 	StateStore
 	// ListStates returns at most q.Limit entities that have a snapshot or journal
@@ -705,7 +706,7 @@ func (m *MemoryStateStore) ListStates(ctx context.Context, q StateListing) ([]St
 	defer m.mu.Unlock()
 	seen := map[EntityKey]*StoredEntity{}
 	add := func(k EntityKey) *StoredEntity {
-		if q.Type != "" && k.Type != q.Type || !strings.HasPrefix(k.ID, q.Prefix) || strings.HasPrefix(k.ID, DeltaIDPrefix) {
+		if q.Type != "" && k.Type != q.Type || !strings.HasPrefix(k.ID, q.Prefix) || strings.HasPrefix(k.ID, PlatformIDPrefix) {
 			return nil
 		}
 		if q.After != nil && (listKey{k.Type, k.Shard, k.ID}).compare(listKey{q.After.Type, q.After.Shard, q.After.ID}) <= 0 {

@@ -115,6 +115,11 @@ type ReminderStore interface {
 	DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) (due []EntityReminder, next int64, err error)
 }
 
+// PlatformIDPrefix (U+FFFE, which no entity ID holds) begins the IDs of the platform's
+// own records in a state store: ReminderIDPrefix, ScheduledNamePrefix, DeltaIDPrefix and
+// the outbox marks. They are not entities: listings leave them out.
+const PlatformIDPrefix = "\ufffe"
+
 // ReminderIDPrefix begins the IDs under which a store without ReminderStore keeps
 // reminders (RemindersOf): U+FFFE, which no entity ID holds, then "reminders:", then the
 // entity's ID.

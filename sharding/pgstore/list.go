@@ -34,7 +34,7 @@ func (s *Store) ListStates(ctx context.Context, q sharding.StateListing) ([]shar
 		afterType, afterShard, afterID = q.After.Type, int32(q.After.Shard), q.After.ID
 	}
 	// One condition for both tables: $1 the type ("" every one), $2 the prefix, $3 the
-	// delta records' prefix, $4-$7 the key to start after.
+	// prefix of the platform's own records (sharding.PlatformIDPrefix), $4-$7 the key to start after.
 	const where = `($1 = '' OR entity_type = $1) AND starts_with(entity_id, $2) AND NOT starts_with(entity_id, $3)
   AND (NOT $4 OR (entity_type COLLATE "C", shard, entity_id COLLATE "C") > ($5 COLLATE "C", $6, $7 COLLATE "C"))`
 	var out []sharding.StoredEntity
@@ -48,7 +48,7 @@ SELECT entity_type, shard, entity_id, max(bytes), max(saved_at) FROM (
 ) AS e
 GROUP BY entity_type, shard, entity_id
 ORDER BY entity_type COLLATE "C", shard, entity_id COLLATE "C"
-LIMIT $8`, q.Type, q.Prefix, sharding.DeltaIDPrefix, hasAfter, afterType, afterShard, afterID, q.Limit+1)
+LIMIT $8`, q.Type, q.Prefix, sharding.PlatformIDPrefix, hasAfter, afterType, afterShard, afterID, q.Limit+1)
 		if err != nil {
 			return err
 		}

@@ -161,13 +161,13 @@ func (d *stateDisk) rememberedPage(prefix []byte, after string, budget, limit in
 // one): a stateKindSnapshot record with its Size for an entity with a snapshot, a
 // stateKindJournal record (its first record's version) for one with journal records
 // only, a stateKindGone record (the tombstone's version) for one deleted with nothing
-// written since. The host's delta records
-// (sharding.DeltaIDPrefix) are not entities. more: some are left.
+// written since. The platform's own records (sharding.PlatformIDPrefix: deltas,
+// reminders' records, outbox marks) are not entities. more: some are left.
 func (d *stateDisk) entitiesPage(prefix []byte, after, idPrefix string, budget, limit int) (recs []stateRecord, more bool, err error) {
 	err = d.view(func(eb, rb *bolt.Bucket) error {
 		recs, more = nil, false
 		wanted := func(id string) bool {
-			return id > after && strings.HasPrefix(id, idPrefix) && !strings.HasPrefix(id, sharding.DeltaIDPrefix)
+			return id > after && strings.HasPrefix(id, idPrefix) && !strings.HasPrefix(id, sharding.PlatformIDPrefix)
 		}
 		c := rb.Cursor()
 		// Snapshots, in ID order: at most limit+1 of them.
