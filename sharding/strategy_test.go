@@ -236,13 +236,7 @@ func TestSpreadAfterAFailureForEachStrategy(t *testing.T) {
 func TestPriorityFirstIsTheHeadOfTheOrder(t *testing.T) {
 	s := PriorityAllocationStrategy{Type: "t"}
 	for n := 1; n <= 40; n += 3 {
-		regions := make([]string, n)
-		for i := range regions {
-			regions[i] = fmt.Sprintf("10.0.0.%d:7946", (i*7)%n)
-		}
-		if n > 2 {
-			regions[n-1] = regions[0] // equal priorities: the lower name, as Order breaks ties
-		}
+		regions := tiedRegions(n)
 		for shard := range 200 {
 			if got, want := s.first(shard, regions), s.Order(shard, regions)[0]; got != want {
 				t.Fatalf("shard %d over %d regions: first %s, Order starts with %s", shard, n, got, want)
@@ -256,13 +250,7 @@ func TestPriorityFirstIsTheHeadOfTheOrder(t *testing.T) {
 func TestPriorityTopIsTheHeadOfTheOrder(t *testing.T) {
 	s := PriorityAllocationStrategy{Type: "t"}
 	for n := 1; n <= 40; n += 3 {
-		regions := make([]string, n)
-		for i := range regions {
-			regions[i] = fmt.Sprintf("10.0.0.%d:7946", (i*7)%n)
-		}
-		if n > 2 {
-			regions[n-1] = regions[0]
-		}
+		regions := tiedRegions(n)
 		for shard := range 100 {
 			order := s.Order(shard, regions)
 			for k := 0; k <= n+1; k++ {
@@ -273,4 +261,17 @@ func TestPriorityTopIsTheHeadOfTheOrder(t *testing.T) {
 			}
 		}
 	}
+}
+
+// tiedRegions returns n region addresses in a shuffled order, the last one naming the
+// first again when n > 2: equal priorities, which Order breaks by the lower name.
+func tiedRegions(n int) []string {
+	regions := make([]string, n)
+	for i := range regions {
+		regions[i] = fmt.Sprintf("10.0.0.%d:7946", (i*7)%n)
+	}
+	if n > 2 {
+		regions[n-1] = regions[0]
+	}
+	return regions
 }
