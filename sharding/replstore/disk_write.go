@@ -123,7 +123,8 @@ func (w *stateWrite) outcome(err error) (uint64, error) {
 // apply applies the write in the writer's transaction; it may run twice (stateDiskOp).
 func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 	req := w.req
-	cur, has := stateEpochOf(eb, prefix)
+	eg, rg := boltGetter{b: eb}, boltGetter{b: rb}
+	cur, has := epochValue(eg.get(prefix))
 	if req.Fence && req.Epoch < cur {
 		w.epoch, w.stale = cur, true
 		return false, nil
@@ -134,7 +135,7 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 	kb = append(kb, 0)
 	kb = append(kb, req.Type...)
 	var deletedMark uint64
-	if v := eb.Get(kb); len(v) == 8 && !req.Fence { // stateDeletedKey
+	if v := eg.get(kb); len(v) == 8 && !req.Fence { // stateDeletedKey
 		deletedMark = binary.BigEndian.Uint64(v)
 	}
 	changed := false
@@ -151,7 +152,7 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		m := marks.of(id)
 		if !m.floorRead {
 			kb = appendStateRecordKey(kb[:0], prefix, stateKindFloor, id)
-			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rb.Get(kb)); ok {
+			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rg.get(kb)); ok {
 				m.floor = fr.Floor
 			}
 			m.floorRead = true
@@ -162,7 +163,7 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		m := marks.of(id)
 		if !m.goneRead {
 			kb = appendStateRecordKey(kb[:0], prefix, stateKindGone, id)
-			if gr, ok := decodeStateRecord(stateKindGone, id, 0, rb.Get(kb)); ok {
+			if gr, ok := decodeStateRecord(stateKindGone, id, 0, rg.get(kb)); ok {
 				m.gone = gr.version()
 			}
 			m.goneRead = true
@@ -204,14 +205,14 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		k := kb
 		switch r.Kind {
 		case stateKindJournal:
-			if old := rb.Get(k); old != nil {
+			if old := rg.get(k); old != nil {
 				o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, old)
 				if ok && !r.newer(&o) && verifyStateJournal(req.Type, req.Shard, &o) == nil {
 					continue // the replica's is as new or newer, and intact
 				}
 			}
 		case stateKindFloor:
-			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rb.Get(k)); ok && !r.newer(&o) {
+			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rg.get(k)); ok && !r.newer(&o) {
 				continue
 			}
 			if err := truncateJournal(rb, prefix, r.ID, r.Floor); err != nil {
@@ -220,7 +221,7 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 			m := marks.of(r.ID) // the floor is r's once it is put below
 			m.floor, m.floorRead = max(m.floor, r.Floor), true
 		default:
-			old := rb.Get(k)
+			old := rg.get(k)
 			if old != nil {
 				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
 					continue // the replica's is as new or newer
@@ -242,6 +243,28 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		changed = true
 	}
 	return changed, nil
+}
+
+// boltGetter is a bucket's Get through one cursor, moved by each lookup: bbolt's Get
+// makes a cursor each time, and its stack, allocations that were most of a write's
+// (a journal record's write looks up its shard's epoch, its type's deletion mark, its
+// entity's floor and tombstone, and its own key). A Put meanwhile is fine: each lookup
+// seeks from the bucket's root.
+type boltGetter struct {
+	b *bolt.Bucket
+	c *bolt.Cursor
+}
+
+// get returns the value of key k, nil if there is none (as Bucket.Get).
+func (g *boltGetter) get(k []byte) []byte {
+	if g.c == nil {
+		g.c = g.b.Cursor()
+	}
+	ck, v := g.c.Seek(k)
+	if !bytes.Equal(ck, k) {
+		return nil
+	}
+	return v
 }
 
 // stateEntityMark is what a write has read of an entity's journal floor and tombstone.
