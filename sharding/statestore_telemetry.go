@@ -120,7 +120,7 @@ type instrumentedJournal struct {
 var _ JournalStore = (*instrumentedJournal)(nil)
 
 func (s *instrumentedJournal) AppendJournal(ctx context.Context, key EntityKey, epoch uint64, recs []JournalRecord) error {
-	ctx, span, start := s.start(ctx, stateOpAppend, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)), attrJournalRecords.Int(len(recs)))...)
+	ctx, span, start := s.startKey(ctx, stateOpAppend, key, attrEpoch.Int64(int64(epoch)), attrJournalRecords.Int(len(recs)))
 	err := s.journal.AppendJournal(ctx, key, epoch, recs)
 	n := 0
 	if err == nil {
@@ -133,7 +133,7 @@ func (s *instrumentedJournal) AppendJournal(ctx context.Context, key EntityKey, 
 }
 
 func (s *instrumentedJournal) ReadJournal(ctx context.Context, key EntityKey, from uint64, limit int) ([]JournalRecord, error) {
-	ctx, span, start := s.start(ctx, stateOpRead, s.keyAttrs(key)...)
+	ctx, span, start := s.startKey(ctx, stateOpRead, key)
 	recs, err := s.journal.ReadJournal(ctx, key, from, limit)
 	n := 0
 	for _, r := range recs {
@@ -147,7 +147,7 @@ func (s *instrumentedJournal) ReadJournal(ctx context.Context, key EntityKey, fr
 }
 
 func (s *instrumentedJournal) TruncateJournal(ctx context.Context, key EntityKey, epoch uint64, before uint64) error {
-	ctx, span, start := s.start(ctx, stateOpTruncate, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)))...)
+	ctx, span, start := s.startKey(ctx, stateOpTruncate, key, attrEpoch.Int64(int64(epoch)))
 	err := s.journal.TruncateJournal(ctx, key, epoch, before)
 	s.done(stateOpTruncate, span, start, 0, err)
 	return err
@@ -239,13 +239,21 @@ func (s *instrumentedStateStore) done(op stateOp, span trace.Span, start time.Ti
 	span.End()
 }
 
+// startKey is start with the attributes of key and more, made only for a span.
+func (s *instrumentedStateStore) startKey(ctx context.Context, op stateOp, key EntityKey, more ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
+	if !s.traced || !obs.Traced(ctx) {
+		return ctx, nil, time.Now()
+	}
+	return s.start(ctx, op, s.keyAttrs(key, more...)...)
+}
+
 func (s *instrumentedStateStore) keyAttrs(key EntityKey, more ...attribute.KeyValue) []attribute.KeyValue {
 	return append([]attribute.KeyValue{obs.EntityType.String(key.Type), obs.EntityID.String(key.ID),
 		obs.ShardID.Int(key.Shard), obs.Node.String(s.self)}, more...)
 }
 
 func (s *instrumentedStateStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
-	ctx, span, start := s.start(ctx, stateOpSave, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)))...)
+	ctx, span, start := s.startKey(ctx, stateOpSave, key, attrEpoch.Int64(int64(epoch)))
 	err := s.store.Save(ctx, key, epoch, state)
 	n := 0
 	if err == nil {
@@ -256,14 +264,14 @@ func (s *instrumentedStateStore) Save(ctx context.Context, key EntityKey, epoch 
 }
 
 func (s *instrumentedStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
-	ctx, span, start := s.start(ctx, stateOpLoad, s.keyAttrs(key)...)
+	ctx, span, start := s.startKey(ctx, stateOpLoad, key)
 	b, err := s.store.Load(ctx, key)
 	s.done(stateOpLoad, span, start, len(b), err)
 	return b, err
 }
 
 func (s *instrumentedStateStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
-	ctx, span, start := s.start(ctx, stateOpRemember, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)), attrStateRemember.Bool(remember))...)
+	ctx, span, start := s.startKey(ctx, stateOpRemember, key, attrEpoch.Int64(int64(epoch)), attrStateRemember.Bool(remember))
 	err := s.store.Remember(ctx, key, epoch, remember)
 	s.done(stateOpRemember, span, start, 0, err)
 	return err

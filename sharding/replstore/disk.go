@@ -727,8 +727,10 @@ func (d *stateDisk) viewDB(fn func(eb, rb *bolt.Bucket) error) error {
 }
 
 // stateEpochOf returns the epoch stored for a shard, and whether there is an entry.
-func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) {
-	v := eb.Get(prefix)
+func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) { return epochValue(eb.Get(prefix)) }
+
+// epochValue reads an epochs entry's value v (nil: none).
+func epochValue(v []byte) (uint64, bool) {
 	if v == nil {
 		return 0, false
 	}
