@@ -20,6 +20,9 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -100,7 +103,9 @@ func run() error {
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
 	seed := flag.Int64("seed", 1, "seed of the simulation")
 	churnMax := flag.Int("churn-max", 1000, "largest membership size that also runs the leave and partition phases")
+	skipF := flag.String("skip", "", "membership phases not to run, of crash,leave (the partition then starts from the cluster as joined)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address (localhost:6060) while running: profiles of a phase that does not end")
 	replotOnly := flag.Bool("replot", false, "run nothing: read the CSVs in -out, draw the plots and print the summary again")
 	flag.Parse()
 	if *replotOnly {
@@ -132,6 +137,15 @@ func run() error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *pprofAddr != "" {
+		ln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln) //nolint:errcheck // ends with the process
+		defer srv.Close()
 	}
 	if *smoke {
 		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
@@ -168,6 +182,17 @@ func run() error {
 	}
 	if *ringShards < 1 || *ringSnapshots < 0 {
 		return fmt.Errorf("-ring-shards %d, -ring-snapshots %d: want at least one shard and no negative count", *ringShards, *ringSnapshots)
+	}
+
+	skip := map[string]bool{}
+	for _, p := range strings.Split(*skipF, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "":
+		case "crash", "leave":
+			skip[p] = true
+		default:
+			return fmt.Errorf("-skip %q: want phases of crash,leave", p)
+		}
 	}
 
 	// Refuse up front what the machine cannot hold.
@@ -211,7 +236,7 @@ func run() error {
 	var memRows []memRow
 	for _, n := range sizes {
 		lc := cluster.DefaultCoreConfig()
-		row, err := runMembership(n, lc, *seed, *churnMax, logf)
+		row, err := runMembership(n, lc, *seed, *churnMax, skip, logf)
 		if err != nil {
 			return fmt.Errorf("membership of %d: %w", n, err)
 		}
