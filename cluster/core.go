@@ -1121,6 +1121,31 @@ type View struct {
 	MajorityContact time.Time `json:"majority_contact"`
 }
 
+// Member returns the member at a gossip address in v. If two incarnations are listed
+// (a restarted process whose old incarnation is not removed yet), the one in the
+// earlier lifecycle status is returned: the live one. O(log members): a binary search
+// of Members, which are sorted by address (sharding looks up the member of a shard's
+// home for every message it forwards, docs/scale.md).
+func (v View) Member(address string) (Member, bool) {
+	i, _ := slices.BinarySearchFunc(v.Members, address, func(m Member, a string) int {
+		switch {
+		case m.Address < a:
+			return -1
+		case m.Address > a:
+			return 1
+		}
+		return 0
+	})
+	var found Member
+	ok := false
+	for ; i < len(v.Members) && v.Members[i].Address == address; i++ {
+		if mem := v.Members[i]; !ok || statusRank(mem.Status) < statusRank(found.Status) {
+			found, ok = mem, true
+		}
+	}
+	return found, ok
+}
+
 // maxHeartbeatRounds is how many heartbeat rounds back a response still counts as a
 // round trip for MajorityContact.
 const maxHeartbeatRounds = 16
