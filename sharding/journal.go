@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"hash/fnv"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/internal/binread"
@@ -252,15 +253,25 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// journalChecksum is the CRC-32C of the entity's key, seq and body.
+// journalChecksum is the CRC-32C of the entity's key, seq and body: of the type, a
+// zero byte, the ID and seq (a uvarint), then of the body.
 func journalChecksum(key EntityKey, seq uint64, body []byte) uint32 {
-	var hdr [10]byte
-	c := crc32.Update(0, journalCRC, []byte(key.Type))
-	c = crc32.Update(c, journalCRC, []byte{0})
-	c = crc32.Update(c, journalCRC, []byte(key.ID))
-	c = crc32.Update(c, journalCRC, hdr[:binary.PutUvarint(hdr[:], seq)])
+	// The key's bytes go to crc32 from a pooled buffer: crc32.Update keeps its argument
+	// to the heap, so a conversion of each string was an allocation of every record
+	// written and read.
+	bp := checksumBufs.Get().(*[]byte)
+	b := append((*bp)[:0], key.Type...)
+	b = append(b, 0)
+	b = append(b, key.ID...)
+	b = binary.AppendUvarint(b, seq)
+	c := crc32.Update(0, journalCRC, b)
+	*bp = b
+	checksumBufs.Put(bp)
 	return crc32.Update(c, journalCRC, body)
 }
+
+// checksumBufs are journalChecksum's buffers.
+var checksumBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
 
 // VerifyJournalRecord checks that rec is an intact record of key's journal: a known
 // version, and a checksum that matches the entity, the Seq and the bytes. Stores call
