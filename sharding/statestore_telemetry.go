@@ -93,8 +93,7 @@ func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider
 	}
 	if f, ok := StateStoreAs[ShardFencer](store); ok {
 		fence = func(ctx context.Context, typ string, shard int, epoch uint64) error {
-			ctx, span, start := s.start(ctx, stateOpFence, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self),
-				attrEpoch.Int64(int64(epoch)))
+			ctx, span, start := s.startShard(ctx, stateOpFence, typ, shard, attrEpoch.Int64(int64(epoch)))
 			err := f.FenceShard(ctx, typ, shard, epoch)
 			s.done(stateOpFence, span, start, 0, err)
 			return err
@@ -171,8 +170,7 @@ type instrumentedBatchStateStore struct {
 var _ BatchStateStore = (*instrumentedBatchStateStore)(nil)
 
 func (s *instrumentedBatchStateStore) SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []StateSave) error {
-	ctx, span, start := s.start(ctx, stateOpSaveBatch, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self),
-		attrEpoch.Int64(int64(epoch)), attrStateEntities.Int(len(saves)))
+	ctx, span, start := s.startShard(ctx, stateOpSaveBatch, typ, shard, attrEpoch.Int64(int64(epoch)), attrStateEntities.Int(len(saves)))
 	err := s.batch.SaveBatch(ctx, typ, shard, epoch, saves)
 	n := 0
 	if err == nil {
@@ -205,11 +203,25 @@ func stateOutcome(err error) string {
 	return "_OTHER"
 }
 
-func (s *instrumentedStateStore) start(ctx context.Context, op stateOp, attrs ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
+// startKey starts an operation on an entity's key: its start time, and in a traced
+// context its span, with the key's attributes and more. The attributes are made only
+// for a span: an operation untraced allocates none.
+func (s *instrumentedStateStore) startKey(ctx context.Context, op stateOp, key EntityKey, more ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
 	start := time.Now()
 	if !s.traced || !obs.Traced(ctx) {
 		return ctx, nil, start
 	}
+	ctx, span := s.tracer.Start(ctx, stateSpanNames[op], trace.WithAttributes(s.keyAttrs(key, more...)...))
+	return ctx, span, start
+}
+
+// startShard is startKey for an operation on a shard.
+func (s *instrumentedStateStore) startShard(ctx context.Context, op stateOp, typ string, shard int, more ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
+	start := time.Now()
+	if !s.traced || !obs.Traced(ctx) {
+		return ctx, nil, start
+	}
+	attrs := append([]attribute.KeyValue{obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self)}, more...)
 	ctx, span := s.tracer.Start(ctx, stateSpanNames[op], trace.WithAttributes(attrs...))
 	return ctx, span, start
 }
@@ -237,14 +249,6 @@ func (s *instrumentedStateStore) done(op stateOp, span trace.Span, start time.Ti
 		obs.Fail(span, err, outcome)
 	}
 	span.End()
-}
-
-// startKey is start with the attributes of key and more, made only for a span.
-func (s *instrumentedStateStore) startKey(ctx context.Context, op stateOp, key EntityKey, more ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
-	if !s.traced || !obs.Traced(ctx) {
-		return ctx, nil, time.Now()
-	}
-	return s.start(ctx, op, s.keyAttrs(key, more...)...)
 }
 
 func (s *instrumentedStateStore) keyAttrs(key EntityKey, more ...attribute.KeyValue) []attribute.KeyValue {
@@ -278,7 +282,7 @@ func (s *instrumentedStateStore) Remember(ctx context.Context, key EntityKey, ep
 }
 
 func (s *instrumentedStateStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
-	ctx, span, start := s.start(ctx, stateOpRemembered, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self))
+	ctx, span, start := s.startShard(ctx, stateOpRemembered, typ, shard)
 	ids, err := s.store.Remembered(ctx, typ, shard)
 	if span != nil {
 		span.SetAttributes(attrStateEntities.Int(len(ids)))
