@@ -23,33 +23,43 @@ func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 	return d.startWrite(req).wait()
 }
 
-// stateWrite is a write request submitted to the disk's writer (startWrite).
+// stateWrite is a write request submitted to the disk's writer (startWrite), with
+// its op (one allocation for both: op.write is the stateWrite, whose apply the writer
+// runs).
 type stateWrite struct {
-	d     *stateDisk
-	req   *stateWriteReq
-	op    *stateDiskOp
+	d      *stateDisk
+	req    *stateWriteReq
+	prefix []byte // the shard's (stateShardPrefix)
+	op     stateDiskOp
+	// done, for a write queued by tryWrite, gets its outcome.
+	done  func(epoch uint64, err error)
 	err   error // a refusal before the op was submitted
 	epoch uint64
 	stale bool
+}
+
+// newStateWrite returns the write of req and its op, of size bytes (op.done or w.done
+// are the caller's to set).
+func (d *stateDisk) newStateWrite(req *stateWriteReq, size int) *stateWrite {
+	w := &stateWrite{d: d, req: req, prefix: stateShardPrefix(req.Type, req.Shard)}
+	w.op = stateDiskOp{write: w, size: size}
+	if size <= walMaxWrite {
+		w.op.req = req
+	}
+	return w
 }
 
 // startWrite checks and submits a write request (applyWrite without the wait): the
 // writes started one after the other, then waited for, share the writer's transaction
 // and fsync.
 func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
-	w := &stateWrite{d: d, req: req}
-	prefix := stateShardPrefix(req.Type, req.Shard)
-	size, err := w.check()
+	size, err := checkWrite(req)
 	if err != nil {
-		w.err = err
-		return w
+		return &stateWrite{d: d, req: req, err: err}
 	}
-	w.op = &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
-		done: make(chan error, 1)}
-	if size <= walMaxWrite {
-		w.op.req = req
-	}
-	w.err = d.queue(w.op)
+	w := d.newStateWrite(req, size)
+	w.op.done = make(chan error, 1)
+	w.err = d.queue(&w.op)
 	if w.err != nil {
 		w.err = fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, w.err)
 	}
@@ -62,19 +72,14 @@ func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
 // (or the caller's, or close's) and must not block. It reports false, done not
 // called, when the queue is full.
 func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err error)) bool {
-	w := &stateWrite{d: d, req: req}
-	size, err := w.check()
+	size, err := checkWrite(req)
 	if err != nil {
 		done(0, err)
 		return true
 	}
-	prefix := stateShardPrefix(req.Type, req.Shard)
-	op := &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
-		notify: func(err error) { done(w.outcome(err)) }}
-	if size <= walMaxWrite {
-		op.req = req
-	}
-	queued, err := d.tryQueue(op)
+	w := d.newStateWrite(req, size)
+	w.done = done
+	queued, err := d.tryQueue(&w.op)
 	if err != nil {
 		done(0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err))
 		return true
@@ -82,10 +87,9 @@ func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err err
 	return queued
 }
 
-// check verifies the write's journal records (sharding.VerifyJournalRecord) and
+// checkWrite verifies the write's journal records (sharding.VerifyJournalRecord) and
 // returns its size, in bytes.
-func (w *stateWrite) check() (int, error) {
-	req := w.req
+func checkWrite(req *stateWriteReq) (int, error) {
 	size := 0
 	for i := range req.Records {
 		r := &req.Records[i]
@@ -105,7 +109,7 @@ func (w *stateWrite) wait() (uint64, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	return w.outcome(w.d.await(w.op))
+	return w.outcome(w.d.await(&w.op))
 }
 
 // outcome is the write's outcome, its op's being err.
@@ -121,8 +125,8 @@ func (w *stateWrite) outcome(err error) (uint64, error) {
 }
 
 // apply applies the write in the writer's transaction; it may run twice (stateDiskOp).
-func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
-	req := w.req
+func (w *stateWrite) apply(eb, rb *bolt.Bucket) (bool, error) {
+	req, prefix := w.req, w.prefix
 	eg, rg := boltGetter{b: eb}, boltGetter{b: rb}
 	cur, has := epochValue(eg.get(prefix))
 	if req.Fence && req.Epoch < cur {
@@ -307,8 +311,8 @@ func (m *stateEntityMarks) of(id string) *stateEntityMark {
 // applyReq applies a write request as its writer's op does: the replay of a logged
 // write.
 func applyReq(req *stateWriteReq, eb, rb *bolt.Bucket) (bool, error) {
-	w := &stateWrite{req: req}
-	return w.apply(stateShardPrefix(req.Type, req.Shard), eb, rb)
+	w := &stateWrite{req: req, prefix: stateShardPrefix(req.Type, req.Shard)}
+	return w.apply(eb, rb)
 }
 
 // verifyStateJournal checks a journal record of the shard typ/shard
