@@ -187,14 +187,22 @@ func (m EpochMap) MarshalCBOR() ([]byte, error) {
 // its distance to the previous key minus one), the index of its value in the table,
 // and its epoch. decodeCompact reads it.
 func (m EpochMap) appendCompact(b []byte) []byte {
-	values := make([]string, 0, 8)
-	for _, e := range m.entries {
-		if len(values) == 0 || values[len(values)-1] != e.Value { // runs of one value are common
-			values = append(values, e.Value)
+	values := make([]string, 0, 8) // distinct, sorted as they come
+	last := ""
+	for i, e := range m.entries {
+		if i > 0 && e.Value == last { // runs of one value are common
+			continue
+		}
+		last = e.Value
+		if j, found := slices.BinarySearch(values, e.Value); !found {
+			values = slices.Insert(values, j, e.Value)
 		}
 	}
-	slices.Sort(values)
-	values = slices.Compact(values)
+	size := 1 + 3*binary.MaxVarintLen64 + len(m.entries)*12
+	for _, v := range values {
+		size += binary.MaxVarintLen64 + len(v)
+	}
+	b = slices.Grow(b, size)
 	b = append(b, epochMapFormat)
 	b = binary.AppendUvarint(b, uint64(len(values)))
 	for _, v := range values {
@@ -202,7 +210,7 @@ func (m EpochMap) appendCompact(b []byte) []byte {
 		b = append(b, v...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.entries)))
-	last := -1
+	at := -1
 	var prev uint64
 	for i, e := range m.entries {
 		gap := e.Key
@@ -211,10 +219,10 @@ func (m EpochMap) appendCompact(b []byte) []byte {
 		}
 		prev = e.Key
 		b = binary.AppendUvarint(b, gap)
-		if last < 0 || values[last] != e.Value {
-			last, _ = slices.BinarySearch(values, e.Value)
+		if at < 0 || values[at] != e.Value {
+			at, _ = slices.BinarySearch(values, e.Value)
 		}
-		b = binary.AppendUvarint(b, uint64(last))
+		b = binary.AppendUvarint(b, uint64(at))
 		b = binary.AppendUvarint(b, e.Epoch)
 	}
 	return b

@@ -264,18 +264,35 @@ func FuzzEpochMapCompact(f *testing.F) {
 }
 
 // BenchmarkEpochMapDecode decodes a bucket of 1,000 keys over 10 values through Decode,
-// as a replica's read reply is decoded.
+// as a replica's read reply is decoded; beside it, the same content in an LWWMap of
+// "value|epoch" strings (the shard coordinator's layout before EpochMap).
 func BenchmarkEpochMapDecode(b *testing.B) {
 	var m EpochMap
+	var l LWWMap
+	clock := DefaultClock(func() int64 { return 1 })
 	for k := range uint64(1000) {
-		m, _ = m.Put(k, (100_000+k)<<24|0xabcdef, fmt.Sprintf("10.0.0.%d:7946", k%10))
+		region, epoch := fmt.Sprintf("10.0.0.%d:7946", k%10), (100_000+k)<<24|0xabcdef
+		m, _ = m.Put(k, epoch, region)
+		l, _ = l.Put(nodes[0], fmt.Sprint(k), fmt.Appendf(nil, "%s|%d", region, epoch), clock)
 	}
-	enc := mustEncode(b, m)
-	b.SetBytes(int64(len(enc)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Decode(enc); err != nil {
-			b.Fatal(err)
-		}
+	for _, v := range []ReplicatedData{m, l} {
+		enc := mustEncode(b, v)
+		b.Run(string(v.Type()), func(b *testing.B) {
+			b.SetBytes(int64(len(enc)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Decode(enc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(string(v.Type())+"-encode", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Encode(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
