@@ -78,6 +78,12 @@ func stateBytes(layout string, shards, members int) float64 {
 // with its envelope and digest, a few hundred bytes), and the messages in flight.
 func ddataBytes(keys, members int) float64 { return float64(keys) * 2000 * float64(members+2) }
 
+// The routing experiment holds an active entity per shard, with its mailbox and the
+// regions' slots, and M members' sharding and messenger.
+func routeBytes(shards, members int) float64 {
+	return float64(shards)*4000 + float64(members)*(2<<20)
+}
+
 func memAvailable() (float64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
@@ -106,6 +112,8 @@ func run() error {
 	ringMembersF := flag.String("ring-members", "10,100,300", "member counts of the state store ring")
 	ringShards := flag.Int("ring-shards", 1000, "shards of the state store ring's type")
 	ringSnapshots := flag.Int("ring-snapshots", 1_000_000, "snapshots spread over the ring's shards")
+	routeMembersF := flag.String("route-members", "10,100,300", "member counts of the routing experiment (its shard counts are -shards)")
+	routeWarm := flag.Int("route-warm", 100_000, "messages of the routing experiment's warm phase (at least one per shard)")
 	ddataMembersF := flag.String("ddata-members", "10", "member counts of the distributed data experiment (real members on in-memory networks)")
 	out := flag.String("out", "docs/scale", "directory of the CSVs and plots")
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
@@ -114,6 +122,7 @@ func run() error {
 	skipF := flag.String("skip", "", "membership phases not to run, of crash,leave (the partition then starts from the cluster as joined)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address (localhost:6060) while running: profiles of a phase that does not end")
+	phasesF := flag.String("phases", "membership,coordinator,state,ring,ddata,routing", "the phases to run, of membership, coordinator, state, ring, ddata and routing")
 	replotOnly := flag.Bool("replot", false, "run nothing: read the CSVs in -out, draw the plots and print the summary again")
 	flag.Parse()
 	if *replotOnly {
@@ -133,6 +142,12 @@ func run() error {
 			return err
 		}
 		summaryDData(os.Stdout, dd)
+		if rr, err := replotRouting(*out); err == nil {
+			if err := plotRouting(*out, rr); err != nil {
+				return err
+			}
+			summaryRouting(os.Stdout, rr)
+		}
 		return nil
 	}
 	if *cpuprofile != "" {
@@ -159,6 +174,7 @@ func run() error {
 		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
 		*ddataKeysF, *ddataMembersF = "100", "3"
 		*ringMembersF, *ringSnapshots = "10,30", 10_000
+		*routeMembersF, *routeWarm = "10", 10_000
 	}
 	sizes, err := ints(*sizesF)
 	if err != nil {
@@ -187,6 +203,35 @@ func run() error {
 	ringMembers, err := ints(*ringMembersF)
 	if err != nil {
 		return err
+	}
+	routeMembers, err := ints(*routeMembersF)
+	if err != nil {
+		return err
+	}
+	phases := map[string]bool{}
+	for _, p := range strings.Split(*phasesF, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "membership", "coordinator", "state", "ring", "ddata", "routing":
+			phases[p] = true
+		case "":
+		default:
+			return fmt.Errorf("-phases: %q is no phase (membership, coordinator, state, ring, ddata, routing)", p)
+		}
+	}
+	if !phases["membership"] {
+		sizes = nil
+	}
+	if !phases["state"] {
+		stateMembers = nil
+	}
+	if !phases["ring"] {
+		ringMembers = nil
+	}
+	if !phases["ddata"] {
+		ddataMembers = nil
+	}
+	if !phases["routing"] {
+		routeMembers = nil
 	}
 	if *ringShards < 1 || *ringSnapshots < 0 {
 		return fmt.Errorf("-ring-shards %d, -ring-snapshots %d: want at least one shard and no negative count", *ringShards, *ringSnapshots)
@@ -233,6 +278,13 @@ func run() error {
 			}
 		}
 	}
+	for _, m := range routeMembers {
+		for _, s := range shards {
+			if need := routeBytes(s, m); need > budget {
+				refused = append(refused, fmt.Sprintf("routing %d shards over %d members needs about %s", s, m, gib(need)))
+			}
+		}
+	}
 	if len(refused) > 0 {
 		return fmt.Errorf("refused before starting: %s; this machine has %s available, of which the harness uses at most 70%% (%s)",
 			strings.Join(refused, "; "), gib(avail), gib(budget))
@@ -264,6 +316,9 @@ func run() error {
 	// The coordinator's decisions.
 	var shardRows []shardRow
 	for _, s := range shards {
+		if !phases["coordinator"] {
+			break
+		}
 		for _, m := range shardMembers {
 			for _, st := range []struct {
 				name  string
@@ -335,11 +390,13 @@ func run() error {
 			m, row.Lookup, row.Shards2, row.Repair)
 		ringRows = append(ringRows, row)
 	}
-	if err := writeRing(*out, ringRows); err != nil {
-		return err
-	}
-	if err := plotRing(*out, ringRows); err != nil {
-		return err
+	if len(ringRows) > 0 {
+		if err := writeRing(*out, ringRows); err != nil {
+			return err
+		}
+		if err := plotRing(*out, ringRows); err != nil {
+			return err
+		}
 	}
 
 	// Distributed data alone.
@@ -365,6 +422,29 @@ func run() error {
 		}
 	}
 
+	// Routing.
+	var routeRows []routeRow
+	for _, m := range routeMembers {
+		if len(shards) == 0 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		rows := runRouting(ctx, m, shards, *routeWarm, logf)
+		cancel()
+		routeRows = append(routeRows, rows...)
+		if err := writeRouting(*out, routeRows); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if *smoke && r.Err != "" {
+				return fmt.Errorf("routing, %d shards on %d members: %s", r.Shards, r.Members, r.Err)
+			}
+		}
+	}
+	if err := plotRouting(*out, routeRows); err != nil {
+		return err
+	}
+
 	if err := plotAll(*out, memRows, shardRows, stateRows); err != nil {
 		return err
 	}
@@ -374,6 +454,7 @@ func run() error {
 	summary(os.Stdout, memRows, shardRows, stateRows)
 	summaryDData(os.Stdout, ddataRows)
 	summaryRing(os.Stdout, ringRows)
+	summaryRouting(os.Stdout, routeRows)
 	fmt.Fprintf(os.Stderr, "wrote %s\n", filepath.Clean(*out))
 	return nil
 }
