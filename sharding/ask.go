@@ -62,6 +62,16 @@ func (d delivery) fail(err error) { d.answer(Reply{}, err) }
 // expired reports whether d has a deadline and it passed at now.
 func (d *delivery) expired(now time.Time) bool { return !d.deadline.IsZero() && now.After(d.deadline) }
 
+// expiredNow reports whether d has a deadline and it has passed, and the time it read
+// to tell; without a deadline it reads no clock (a tell's usual case).
+func (d *delivery) expiredNow() (time.Time, bool) {
+	if d.deadline.IsZero() {
+		return time.Time{}, false
+	}
+	now := time.Now()
+	return now, now.After(d.deadline)
+}
+
 // timeLeft is envelope.TimeLeft for d sent at now: 0 without a deadline, else what is
 // left of it, at least 1 ns (an expired message is dropped where it is taken).
 func (d *delivery) timeLeft(now time.Time) uint64 {

@@ -330,7 +330,7 @@ func (e *entity) process(d delivery) {
 		e.rerouteFenced(d)
 		return
 	}
-	if now := time.Now(); !d.start && d.expired(now) {
+	if now, ok := d.expiredNow(); !d.start && ok {
 		// Its deadline passed while it waited (behind a slow message, or for its
 		// shard): whoever waited for it gave up, and it must not hold the entity.
 		e.mu.Lock()
@@ -448,7 +448,7 @@ func (e *entity) process(d delivery) {
 		done.finish(nil)
 		return // a remembered entity restarted: no message
 	}
-	if now := time.Now(); d.expired(now) {
+	if now, ok := d.expiredNow(); ok {
 		// Its deadline passed while the entity activated.
 		done.finish(errExpired)
 		s.dropExpired(d, now)
@@ -569,9 +569,12 @@ func (e *entity) process(d delivery) {
 	if key := d.env.IdempotencyKey; key != "" {
 		e.rememberOutcome(key, 0, out, fwd)
 	}
-	if fwd != nil {
+	switch {
+	case d.env.SenderSeq == 0 || d.env.Sender == "":
+		// No sender's mark to keep (markSender): no clock read, no reply to copy.
+	case fwd != nil:
 		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), outcomeForwarded, nil)
-	} else {
+	default:
 		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), "", markReply(d, out, nil))
 	}
 	// The checkpoint policy: with every-message, the state is saved before the reply,
