@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/obs"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -174,7 +175,7 @@ func (e *entity) appendRecords(ctx context.Context, entries ...JournalEntry) err
 	for k := range entries {
 		recs[k] = JournalRecord{Seq: entries[k].Seq, Data: entries[k].Encode(key)}
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.RequestTimeout, left))
+	actx, cancel := s.writeContext(ctx, min(s.cfg.RequestTimeout, left), left)
 	defer cancel()
 	epoch := e.currentEpoch()
 	if err := s.journal.AppendJournal(actx, key, epoch, recs); err != nil {
@@ -475,3 +476,38 @@ func (e *entity) replay(ctx context.Context, entries []JournalEntry) error {
 	}
 	return nil
 }
+
+// sharedDeadline is a context with a deadline that store writes share
+// (Sharding.writeContext).
+type sharedDeadline struct {
+	ctx      context.Context
+	deadline time.Time
+	// cancel is not called: the context's timer ends it at its deadline, since writes
+	// still under way may share it until then.
+	cancel context.CancelFunc
+}
+
+// writeContext returns the context of a store write made under ctx that must end
+// within limit from now, and no later than left from now (what is left of the hosting
+// lease), whatever ctx's cancellation, and the function to call once the write is done.
+// Untraced, it is a context shared with other writes, made for an earlier one, while its
+// deadline is within both bounds and at least limit/2 away; else a new one, which later
+// writes share (a context.WithTimeout of each journal append was a timer and four
+// allocations of every journaled message). In a traced ctx, the write's own (ctx's
+// values without its cancellation), so that the store's span is the message's child.
+func (s *Sharding) writeContext(ctx context.Context, limit, left time.Duration) (context.Context, context.CancelFunc) {
+	if s.tel.traced && obs.Traced(ctx) {
+		return context.WithTimeout(context.WithoutCancel(ctx), limit)
+	}
+	now := time.Now()
+	if sd := s.writeCtx.Load(); sd != nil && !sd.deadline.After(now.Add(left)) && sd.deadline.Sub(now) >= limit/2 {
+		return sd.ctx, noCancel
+	}
+	deadline := now.Add(limit)
+	c, cancel := context.WithDeadline(context.Background(), deadline)
+	s.writeCtx.Store(&sharedDeadline{ctx: c, deadline: deadline, cancel: cancel})
+	return c, noCancel
+}
+
+// noCancel is the cancel function of a shared context: nothing to release.
+func noCancel() {}

@@ -243,3 +243,42 @@ func (p *plainStore) Remember(ctx context.Context, key EntityKey, epoch uint64, 
 func (p *plainStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
 	return p.m.Remembered(ctx, typ, shard)
 }
+
+// TestWriteContextSharesADeadlineWithinItsBounds: untraced journal appends share a
+// context while its deadline is within the request timeout and the lease from now and
+// at least half the timeout away; otherwise a new one is made, within both bounds.
+func TestWriteContextSharesADeadlineWithinItsBounds(t *testing.T) {
+	s := &Sharding{tel: &shardingTelemetry{}}
+	within := func(ctx context.Context, left time.Duration) {
+		t.Helper()
+		d, ok := ctx.Deadline()
+		if !ok || d.After(time.Now().Add(left)) {
+			t.Fatalf("deadline %v (set: %v), want one within %v from now", d, ok, left)
+		}
+	}
+	c1, cancel := s.writeContext(context.Background(), time.Hour, time.Hour)
+	cancel()
+	within(c1, time.Hour)
+	c2, cancel := s.writeContext(context.Background(), time.Hour, 2*time.Hour)
+	cancel()
+	if c2 != c1 {
+		t.Fatal("a second append within the bounds did not share the first's context")
+	}
+	// The lease ends sooner than the shared deadline: a context of its own, within it.
+	c3, cancel := s.writeContext(context.Background(), time.Second, time.Second)
+	cancel()
+	if c3 == c1 {
+		t.Fatal("an append with a second of lease left shared a deadline an hour away")
+	}
+	within(c3, time.Second)
+	// Less than half the timeout is left of the shared one: a new one.
+	c4, cancel := s.writeContext(context.Background(), time.Hour, time.Hour)
+	cancel()
+	if c4 == c3 {
+		t.Fatal("an append shared a deadline under half its timeout away")
+	}
+	within(c4, time.Hour)
+	if err := c4.Err(); err != nil {
+		t.Fatalf("a shared context ended with its append's cancel: %v", err)
+	}
+}

@@ -115,6 +115,23 @@ type ReminderStore interface {
 	DueReminders(ctx context.Context, typ string, shard int, before int64, limit int) (due []EntityReminder, next int64, err error)
 }
 
+// ReminderAdvancer is a ReminderStore that moves delivered reminders on itself, those
+// of many entities of a shard in one call, without a LoadReminders and a
+// SaveReminders of each entity's whole set. A shard's home uses it when its
+// ReminderStore implements it; otherwise it reads and rewrites each entity's set.
+type ReminderAdvancer interface {
+	ReminderStore
+	// AdvanceReminders moves on each fired reminder of the shard (its ID, Name and Due,
+	// the due time it fired at; the rest is not read) whose Due is still that one: an
+	// interval's Due becomes its first due after now (Unix ms: due plus as many whole
+	// intervals as it takes to pass now), a one-shot is deleted; one cancelled or set
+	// anew meanwhile (another due, or none) is left as it is. Fenced at epoch as
+	// SaveReminders is. It returns the earliest new due time among those it
+	// moved (0: none). Errors: ErrStaleEpoch, ErrStoreUnavailable, ErrInvalidStateKey;
+	// on an error nothing changed.
+	AdvanceReminders(ctx context.Context, typ string, shard int, epoch uint64, fired []EntityReminder, now int64) (next int64, err error)
+}
+
 // PlatformIDPrefix (U+FFFE, which no entity ID holds) begins the IDs of the platform's
 // own records in a state store: ReminderIDPrefix, ScheduledNamePrefix, DeltaIDPrefix and
 // the outbox marks. They are not entities: listings leave them out.
@@ -301,7 +318,7 @@ func splitDue(all []EntityReminder, before int64, limit int) ([]EntityReminder, 
 // (ReminderIDPrefix), not an entity's.
 func IsReminderID(id string) bool { return strings.HasPrefix(id, ReminderIDPrefix) }
 
-var _ ReminderStore = (*MemoryStateStore)(nil)
+var _ ReminderAdvancer = (*MemoryStateStore)(nil)
 
 // memShardReminders is a shard's reminders in a MemoryStateStore: each entity's, sorted
 // by name, and an index of them all ordered by due time (then ID and name), so that
@@ -438,4 +455,63 @@ func (m *MemoryStateStore) DueReminders(ctx context.Context, typ string, shard i
 		return true
 	})
 	return due, next, nil
+}
+
+// AdvanceReminders implements ReminderAdvancer: under the store's lock, each fired
+// interval reminder's due time changes in place and moves in the shard's index; a fired
+// one-shot's entity has its set rewritten without it.
+func (m *MemoryStateStore) AdvanceReminders(ctx context.Context, typ string, shard int, epoch uint64, fired []EntityReminder, now int64) (int64, error) {
+	if err := CheckStateKey(typ, shard, "", false); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sk := shardKey{typ, shard}
+	if err := m.fence(sk, epoch); err != nil {
+		return 0, err
+	}
+	sr := m.reminders[sk]
+	if sr == nil {
+		return 0, nil
+	}
+	var next int64
+	for _, f := range fired {
+		rs := sr.byID[f.ID]
+		i, ok := slices.BinarySearchFunc(rs, f.Name, func(r Reminder, name string) int { return strings.Compare(r.Name, name) })
+		if !ok || rs[i].Due != f.Due {
+			continue // cancelled or set anew meanwhile
+		}
+		if rs[i].Interval > 0 {
+			sr.due.Delete(dueEntry{rs[i].Due, f.ID, &rs[i]})
+			rs[i].Due = nextDue(f.Due, rs[i].Interval, now)
+			sr.due.ReplaceOrInsert(dueEntry{rs[i].Due, f.ID, &rs[i]})
+			if next == 0 || rs[i].Due < next {
+				next = rs[i].Due
+			}
+			continue
+		}
+		// A one-shot goes: the index's entries point into the entity's slice, so the
+		// entity's entries are made anew over a new slice without it.
+		for k := range rs {
+			sr.due.Delete(dueEntry{rs[k].Due, f.ID, &rs[k]})
+		}
+		if len(rs) == 1 {
+			delete(sr.byID, f.ID)
+			if len(sr.byID) == 0 {
+				delete(m.reminders, sk)
+				sr = nil
+			}
+		} else {
+			left := make([]Reminder, 0, len(rs)-1)
+			left = append(append(left, rs[:i]...), rs[i+1:]...)
+			for k := range left {
+				sr.due.ReplaceOrInsert(dueEntry{left[k].Due, f.ID, &left[k]})
+			}
+			sr.byID[f.ID] = left
+		}
+		if sr == nil {
+			break // the shard has no reminders left: none of the rest is there
+		}
+	}
+	return next, nil
 }

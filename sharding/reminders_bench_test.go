@@ -110,13 +110,27 @@ var (
 // a second over the cluster (the interval is reminders/rate) from -remind-lead after
 // the sets (writing the due times must take less, or the first are late from the
 // start: it says so), and after -remind-warmup
-// measures for -remind-measure the firings delivered per second on each member and
-// their lateness (delivery time minus due time). With a rate over what the members
+// measures for -remind-measure the firings delivered per second on each member, their
+// lateness (delivery time minus due time), and the process's CPU time (cpu-µs/firing)
+// and allocations (allocs/firing, B/firing) per firing, the 3 members together. With a rate over what the members
 // fire, the delivered rate is their capacity and the lateness grows. Run once:
 //
 //	go test -run '^$' -bench BenchmarkReminderSteadyState -benchtime 1x ./sharding/ \
 //	    -args -remind-reminders 1000000 -remind-entities 100000 -remind-rate 30000
 func BenchmarkReminderSteadyState(b *testing.B) {
+	benchReminderSteadyState(b, withSharedStateStore())
+}
+
+// RunReminderSteadyState is BenchmarkReminderSteadyState with a state store of each
+// member's own, made by newStore (package replstore's: replstore_test.go), so that the
+// firings' reads, journal records and write backs go through that store's replicas.
+func RunReminderSteadyState(b *testing.B, newStore MemberStateStore) {
+	benchReminderSteadyState(b, withMemberStateStores(newStore))
+}
+
+// benchReminderSteadyState runs BenchmarkReminderSteadyState on the store that store
+// gives the members.
+func benchReminderSteadyState(b *testing.B, store clusterOption) {
 	const members = 3
 	// The figures go out as they come (b.Logf's wait for the end, after the stop).
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
@@ -138,7 +152,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 		byMember map[string]int
 	}
 	rec.byMember = map[string]int{}
-	tc := newTestCluster(b, members, withSharedStateStore(), withConfig(func(c *Config) {
+	tc := newTestCluster(b, members, store, withConfig(func(c *Config) {
 		c.AskTimeout = time.Minute
 		// The default, not the tests' 50 ms: each member's idle sweep walks all its
 		// active entities every ReconcileInterval.
@@ -247,7 +261,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 			due := t0 + int64(k*nEnt+e)*interval/int64(nRem)
 			rs[k] = Reminder{Name: "r" + strconv.Itoa(k), Due: due, Interval: interval, Payload: payload}
 		}
-		if err := tc.states.SaveReminders(ctx, EntityKey{Type: typ, Shard: s, ID: id}, epochs[s], rs); err != nil {
+		if err := home[s].sharding.reminders.SaveReminders(ctx, EntityKey{Type: typ, Shard: s, ID: id}, epochs[s], rs); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -274,6 +288,14 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	rec.Lock()
 	rec.on = true
 	rec.Unlock()
+	activations := func() int {
+		tc.acts.mu.Lock()
+		defer tc.acts.mu.Unlock()
+		return len(tc.acts.log)
+	}
+	act0 := activations()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	cpu0, _ := processCPU()
 	start := time.Now()
 	time.Sleep(*remindMeasure)
@@ -289,6 +311,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	}
 	late, byMember := rec.late, rec.byMember
 	rec.Unlock()
+	act1 := activations()
 	b.StopTimer()
 	slices.Sort(late)
 	pct := func(p float64) time.Duration {
@@ -301,6 +324,9 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 	logf("steady state, %v: %d fired, %.0f/s (%.0f/s due), per member %v; lateness p50 %v p99 %v max %v",
 		took.Round(time.Millisecond), len(late), rate, float64(nRem)*1000/float64(interval), byMember,
 		pct(0.50), pct(0.99), pct(1))
+	// The first firing of an entity activates it (none is active after the sets, but
+	// one a shard); the later ones find it active.
+	logf("activations in the measurement: %d (%.0f%% of the firings)", act1-act0, 100*float64(act1-act0)/float64(max(len(late), 1)))
 	// A backlog (a rate over what the members fire) is due reminders queued, not
 	// goroutines: their count and the heap say what it costs.
 	logf("at the end of the measurement: %d goroutines, heap %.1f MiB", goroutines, float64(ms.HeapAlloc)/(1<<20))
@@ -311,6 +337,16 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 		logf("CPU time of the process: %v in the measurement (%.2f cores), %v per firing",
 			(cpu1 - cpu0).Round(time.Millisecond), (cpu1-cpu0).Seconds()/took.Seconds(), perFiring)
 		b.ReportMetric(float64(perFiring.Nanoseconds())/1000, "cpu-µs/firing")
+	}
+	if len(late) > 0 {
+		// What the process allocated per firing (the 3 members together), which the
+		// collector pays for; and its cycles in the measurement.
+		allocs := float64(ms.Mallocs-ms0.Mallocs) / float64(len(late))
+		bytes := float64(ms.TotalAlloc-ms0.TotalAlloc) / float64(len(late))
+		logf("allocated per firing: %.0f allocations, %.0f B; %d collections in the measurement",
+			allocs, bytes, ms.NumGC-ms0.NumGC)
+		b.ReportMetric(allocs, "allocs/firing")
+		b.ReportMetric(bytes, "B/firing")
 	}
 	b.ReportMetric(perReminder, "B/reminder")
 	b.ReportMetric(float64(nRem)/setTime.Seconds(), "sets/s")

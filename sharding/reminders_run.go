@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +75,16 @@ type reminderFiring struct {
 // type journals handles a firing delivered twice (after a crash between the delivery
 // and the store's advance) once: NUL, "reminder:", the due time, ":", the name.
 func reminderIdempotencyKey(name string, due int64) string {
-	return "\x00reminder:" + strconv.FormatInt(due, 10) + ":" + name
+	const prefix = "\x00reminder:"
+	var num [20]byte
+	d := strconv.AppendInt(num[:0], due, 10)
+	var b strings.Builder // one allocation
+	b.Grow(len(prefix) + len(d) + 1 + len(name))
+	b.WriteString(prefix)
+	b.Write(d)
+	b.WriteByte(':')
+	b.WriteString(name)
+	return b.String()
 }
 
 func nowMillis() int64 { return time.Now().UnixMilli() }
@@ -215,9 +225,9 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	}
 	// One batch per entity (its due reminders in due order), of those not firing yet.
 	var batches []firingBatch
-	at := map[string]int{}
+	at := make(map[string]int, len(due))
 	rem.tmu.Lock()
-	for _, er := range due {
+	for k, er := range due {
 		f := reminderFiring{er.ID, er.Name, er.Due}
 		if rem.stopped || rem.inflight[f] {
 			continue
@@ -225,9 +235,11 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 		rem.inflight[f] = true
 		i, ok := at[er.ID]
 		if !ok {
-			i = len(batches)
-			at[er.ID] = i
-			batches = append(batches, firingBatch{r: r, sh: sh, id: er.ID})
+			// Most entities have one reminder due in a scan: its batch is a slice of
+			// due itself (capped, so that a second one copies it out).
+			at[er.ID] = len(batches)
+			batches = append(batches, firingBatch{r: r, sh: sh, id: er.ID, due: due[k : k+1 : k+1]})
+			continue
 		}
 		batches[i].due = append(batches[i].due, er)
 	}
@@ -324,12 +336,47 @@ func (f *reminderFirer) take() (firingBatch, bool) {
 // work is a worker: it fires the queued batches until none is left (or s stops: the
 // rest fail at once, and the store keeps them).
 func (f *reminderFirer) work(s *Sharding) {
+	var wctx workerContext
+	defer wctx.stop()
 	for {
 		b, ok := f.take()
 		if !ok {
 			return
 		}
-		b.r.fireBatch(b.sh, b.id, b.due)
+		b.r.fireBatch(wctx.get(s), b.sh, b.id, b.due)
+	}
+}
+
+// workerContext is the context of a firing worker's store writes: one
+// context.WithTimeout of Config.RequestTimeout for many writes (a timer and its
+// allocations per firing were a tenth of a firing's CPU), made anew once less than
+// half of it is left, so that each write has between half of RequestTimeout and all of
+// it.
+type workerContext struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+}
+
+// get returns the worker's context, made anew if less than half of RequestTimeout is
+// left of it.
+func (w *workerContext) get(s *Sharding) context.Context {
+	now := time.Now()
+	if w.ctx == nil || w.deadline.Sub(now) < s.cfg.RequestTimeout/2 {
+		w.stop()
+		w.deadline = now.Add(s.cfg.RequestTimeout)
+		// Not the member's context, as before: a write under way when the member stops
+		// is not cut short.
+		w.ctx, w.cancel = context.WithDeadline(context.Background(), w.deadline)
+	}
+	return w.ctx
+}
+
+// stop releases the worker's context.
+func (w *workerContext) stop() {
+	if w.cancel != nil {
+		w.cancel()
+		w.ctx, w.cancel = nil, nil
 	}
 }
 
@@ -339,7 +386,10 @@ func (f *reminderFirer) work(s *Sharding) {
 // a reminder set anew meanwhile (another due) is left as it is. A delivery that failed
 // before the entity handled it ends the batch, and the rest are tried again after
 // reminderRetry; an entity's error answer counts as delivered.
-func (r *shardRegion) fireBatch(sh *shard, id string, due []EntityReminder) {
+//
+// ctx bounds the store's write (a deadline of at most Config.RequestTimeout), not the
+// deliveries (each ask keeps Config.AskTimeout).
+func (r *shardRegion) fireBatch(ctx context.Context, sh *shard, id string, due []EntityReminder) {
 	rem := sh.rem
 	defer func() {
 		rem.tmu.Lock()
@@ -370,7 +420,7 @@ func (r *shardRegion) fireBatch(sh *shard, id string, due []EntityReminder) {
 	if len(delivered) == 0 {
 		return
 	}
-	next, err := r.advanceReminders(sh, id, delivered)
+	next, err := r.advanceReminders(ctx, sh, id, delivered)
 	if err != nil {
 		if r.s.owner.Closed() {
 			return
@@ -454,11 +504,21 @@ func nextDue(due, interval, now int64) int64 {
 	return due + ((now-due)/interval+1)*interval
 }
 
-// advanceReminders moves an entity's fired reminders on in the store, in one write;
-// it returns the earliest new due time among them (0: none).
-func (r *shardRegion) advanceReminders(sh *shard, id string, fired []EntityReminder) (int64, error) {
+// advanceReminders moves an entity's fired reminders on in the store, in one write (the
+// store's ReminderAdvancer, or a read and a write of the entity's set), within ctx
+// (which has a deadline); it returns the earliest new due time among them (0: none).
+func (r *shardRegion) advanceReminders(ctx context.Context, sh *shard, id string, fired []EntityReminder) (int64, error) {
+	if adv, ok := r.s.reminders.(ReminderAdvancer); ok {
+		epoch, err := r.fencedHere(ctx, sh)
+		if err != nil {
+			return 0, err
+		}
+		sh.rem.mu.Lock()
+		defer sh.rem.mu.Unlock()
+		return adv.AdvanceReminders(ctx, r.settings.Name, sh.id, epoch, fired, nowMillis())
+	}
 	var next int64
-	err := r.updateReminders(context.Background(), sh, id, func(rs []Reminder) ([]Reminder, error) {
+	err := r.updateRemindersIn(ctx, sh, id, func(rs []Reminder) ([]Reminder, error) {
 		changed := false
 		now := nowMillis()
 		for _, er := range fired {
@@ -492,15 +552,18 @@ var errUnchanged = errors.New("sharding: unchanged")
 
 // updateReminders reads the entity's reminders, changes them with f and writes them
 // back, fenced at the shard's epoch here, serialised with the shard's other updates
-// from here. The shard must be hosted here as sh: ErrShardUnavailable otherwise.
+// from here, within Config.RequestTimeout. The shard must be hosted here as sh:
+// ErrShardUnavailable otherwise.
 func (r *shardRegion) updateReminders(ctx context.Context, sh *shard, id string, f func([]Reminder) ([]Reminder, error)) error {
-	epoch, ok := r.hostedEpoch(sh)
-	if !ok {
-		return fmt.Errorf("%w: %s/%d left this member", ErrShardUnavailable, r.settings.Name, sh.id)
-	}
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.RequestTimeout)
 	defer cancel()
-	if err := r.fenceShard(ctx, sh.id, epoch); err != nil {
+	return r.updateRemindersIn(ctx, sh, id, f)
+}
+
+// updateRemindersIn is updateReminders within ctx, which has a deadline.
+func (r *shardRegion) updateRemindersIn(ctx context.Context, sh *shard, id string, f func([]Reminder) ([]Reminder, error)) error {
+	epoch, err := r.fencedHere(ctx, sh)
+	if err != nil {
 		return err
 	}
 	sh.rem.mu.Lock()
@@ -515,6 +578,20 @@ func (r *shardRegion) updateReminders(ctx context.Context, sh *shard, id string,
 		return err
 	}
 	return r.s.reminders.SaveReminders(ctx, key, epoch, rs)
+}
+
+// fencedHere returns the epoch of the shard hosted here as sh, once its fence at that
+// epoch is in the store (fenceShard). Errors: ErrShardUnavailable (not hosted here as
+// sh), the fence's.
+func (r *shardRegion) fencedHere(ctx context.Context, sh *shard) (uint64, error) {
+	epoch, ok := r.hostedEpoch(sh)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s/%d left this member", ErrShardUnavailable, r.settings.Name, sh.id)
+	}
+	if err := r.fenceShard(ctx, sh.id, epoch); err != nil {
+		return 0, err
+	}
+	return epoch, nil
 }
 
 // homeShard returns the shard of typ/id if it is hosted here, or ErrShardUnavailable:

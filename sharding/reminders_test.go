@@ -369,3 +369,75 @@ func TestAHangingTypeDoesNotStopAnotherTypesReminders(t *testing.T) {
 		t.Fatalf("%d firings of one type under way at once, at most %d", reminderWorkers+extra, reminderWorkers)
 	}
 }
+
+// TestMemoryStoreAdvanceReminders moves fired reminders on in the in-memory store
+// (ReminderAdvancer): an interval's due moves past now, a one-shot goes (the others of
+// its entity stay, and its entity and shard go with their last), a reminder whose due
+// changed since it fired stays; the due-time index agrees with the records after it;
+// an older epoch is refused and changes nothing.
+func TestMemoryStoreAdvanceReminders(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemoryStateStore()
+	key := func(id string) EntityKey { return EntityKey{Type: "t", Shard: 1, ID: id} }
+	save := func(id string, rs ...Reminder) {
+		t.Helper()
+		if err := m.SaveReminders(ctx, key(id), 2, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save("a", Reminder{Name: "r1", Due: 100, Interval: 1000}, Reminder{Name: "r2", Due: 100, Payload: []byte("p")},
+		Reminder{Name: "r3", Due: 500})
+	save("b", Reminder{Name: "r1", Due: 200, Interval: 1000})
+	save("c", Reminder{Name: "only", Due: 50})
+	fired := []EntityReminder{
+		{ID: "c", Reminder: Reminder{Name: "only", Due: 50}},
+		{ID: "a", Reminder: Reminder{Name: "r1", Due: 100}},
+		{ID: "a", Reminder: Reminder{Name: "r2", Due: 100}},
+		{ID: "b", Reminder: Reminder{Name: "r1", Due: 150}},   // set anew since: stays
+		{ID: "a", Reminder: Reminder{Name: "gone", Due: 100}}, // cancelled since
+	}
+	if _, err := m.AdvanceReminders(ctx, "t", 1, 1, fired, 2150); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("an older epoch: %v, want ErrStaleEpoch", err)
+	}
+	if rs, _ := m.LoadReminders(ctx, key("a")); len(rs) != 3 || rs[0].Due != 100 {
+		t.Fatalf("after a refused advance: %+v, want the three as they were", rs)
+	}
+	next, err := m.AdvanceReminders(ctx, "t", 1, 2, fired, 2150)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != 3100 { // 100 + 3 intervals: the first due after 2150
+		t.Fatalf("next = %d, want 3100", next)
+	}
+	a, _ := m.LoadReminders(ctx, key("a"))
+	if len(a) != 2 || a[0].Name != "r1" || a[0].Due != 3100 || a[1].Name != "r3" || a[1].Due != 500 {
+		t.Fatalf("a's reminders: %+v, want r1 at 3100 and r3 at 500", a)
+	}
+	if b, _ := m.LoadReminders(ctx, key("b")); len(b) != 1 || b[0].Due != 200 {
+		t.Fatalf("b's reminders: %+v, want r1 at 200 as it was", b)
+	}
+	if c, _ := m.LoadReminders(ctx, key("c")); c != nil {
+		t.Fatalf("c's reminders: %+v, want none", c)
+	}
+	due, nextDue, err := m.DueReminders(ctx, "t", 1, 5000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, er := range due {
+		got = append(got, er.ID+"/"+er.Name+"@"+strconv.FormatInt(er.Due, 10))
+	}
+	if want := "b/r1@200 a/r3@500 a/r1@3100"; strings.Join(got, " ") != want || nextDue != 0 {
+		t.Fatalf("due: %v (next %d), want %s", got, nextDue, want)
+	}
+	// The last reminder of a shard goes: so does the shard's index.
+	if err := m.SaveReminders(ctx, EntityKey{Type: "t", Shard: 2, ID: "x"}, 2, []Reminder{{Name: "once", Due: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AdvanceReminders(ctx, "t", 2, 2, []EntityReminder{{ID: "x", Reminder: Reminder{Name: "once", Due: 10}}}, 600); err != nil {
+		t.Fatal(err)
+	}
+	if sr := m.reminders[shardKey{"t", 2}]; sr != nil {
+		t.Fatalf("the store keeps shard 2's reminders: %d entities, want none", len(sr.byID))
+	}
+}

@@ -56,6 +56,8 @@ type Sharding struct {
 	// view, cleared (by checkLease) when the contact lapses.
 	lease     time.Duration
 	leaseHeld atomic.Bool
+	// writeCtx is the deadline that journal appends share (writeContext).
+	writeCtx atomic.Pointer[sharedDeadline]
 	// downed holds when this member saw each downed member (by address) downed, for
 	// DownRemovalMargin (on Membership.Now); guarded by downedMu.
 	downedMu sync.Mutex

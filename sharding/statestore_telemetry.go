@@ -93,8 +93,7 @@ func instrumentStateStore(store StateStore, self string, tp trace.TracerProvider
 	}
 	if f, ok := StateStoreAs[ShardFencer](store); ok {
 		fence = func(ctx context.Context, typ string, shard int, epoch uint64) error {
-			ctx, span, start := s.start(ctx, stateOpFence, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self),
-				attrEpoch.Int64(int64(epoch)))
+			ctx, span, start := s.startShard(ctx, stateOpFence, typ, shard, attrEpoch.Int64(int64(epoch)))
 			err := f.FenceShard(ctx, typ, shard, epoch)
 			s.done(stateOpFence, span, start, 0, err)
 			return err
@@ -120,7 +119,7 @@ type instrumentedJournal struct {
 var _ JournalStore = (*instrumentedJournal)(nil)
 
 func (s *instrumentedJournal) AppendJournal(ctx context.Context, key EntityKey, epoch uint64, recs []JournalRecord) error {
-	ctx, span, start := s.start(ctx, stateOpAppend, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)), attrJournalRecords.Int(len(recs)))...)
+	ctx, span, start := s.startKey(ctx, stateOpAppend, key, attrEpoch.Int64(int64(epoch)), attrJournalRecords.Int(len(recs)))
 	err := s.journal.AppendJournal(ctx, key, epoch, recs)
 	n := 0
 	if err == nil {
@@ -133,7 +132,7 @@ func (s *instrumentedJournal) AppendJournal(ctx context.Context, key EntityKey, 
 }
 
 func (s *instrumentedJournal) ReadJournal(ctx context.Context, key EntityKey, from uint64, limit int) ([]JournalRecord, error) {
-	ctx, span, start := s.start(ctx, stateOpRead, s.keyAttrs(key)...)
+	ctx, span, start := s.startKey(ctx, stateOpRead, key)
 	recs, err := s.journal.ReadJournal(ctx, key, from, limit)
 	n := 0
 	for _, r := range recs {
@@ -147,7 +146,7 @@ func (s *instrumentedJournal) ReadJournal(ctx context.Context, key EntityKey, fr
 }
 
 func (s *instrumentedJournal) TruncateJournal(ctx context.Context, key EntityKey, epoch uint64, before uint64) error {
-	ctx, span, start := s.start(ctx, stateOpTruncate, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)))...)
+	ctx, span, start := s.startKey(ctx, stateOpTruncate, key, attrEpoch.Int64(int64(epoch)))
 	err := s.journal.TruncateJournal(ctx, key, epoch, before)
 	s.done(stateOpTruncate, span, start, 0, err)
 	return err
@@ -171,8 +170,7 @@ type instrumentedBatchStateStore struct {
 var _ BatchStateStore = (*instrumentedBatchStateStore)(nil)
 
 func (s *instrumentedBatchStateStore) SaveBatch(ctx context.Context, typ string, shard int, epoch uint64, saves []StateSave) error {
-	ctx, span, start := s.start(ctx, stateOpSaveBatch, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self),
-		attrEpoch.Int64(int64(epoch)), attrStateEntities.Int(len(saves)))
+	ctx, span, start := s.startShard(ctx, stateOpSaveBatch, typ, shard, attrEpoch.Int64(int64(epoch)), attrStateEntities.Int(len(saves)))
 	err := s.batch.SaveBatch(ctx, typ, shard, epoch, saves)
 	n := 0
 	if err == nil {
@@ -205,11 +203,25 @@ func stateOutcome(err error) string {
 	return "_OTHER"
 }
 
-func (s *instrumentedStateStore) start(ctx context.Context, op stateOp, attrs ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
+// startKey starts an operation on an entity's key: its start time, and in a traced
+// context its span, with the key's attributes and more. The attributes are made only
+// for a span: an operation untraced allocates none.
+func (s *instrumentedStateStore) startKey(ctx context.Context, op stateOp, key EntityKey, more ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
 	start := time.Now()
 	if !s.traced || !obs.Traced(ctx) {
 		return ctx, nil, start
 	}
+	ctx, span := s.tracer.Start(ctx, stateSpanNames[op], trace.WithAttributes(s.keyAttrs(key, more...)...))
+	return ctx, span, start
+}
+
+// startShard is startKey for an operation on a shard.
+func (s *instrumentedStateStore) startShard(ctx context.Context, op stateOp, typ string, shard int, more ...attribute.KeyValue) (context.Context, trace.Span, time.Time) {
+	start := time.Now()
+	if !s.traced || !obs.Traced(ctx) {
+		return ctx, nil, start
+	}
+	attrs := append([]attribute.KeyValue{obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self)}, more...)
 	ctx, span := s.tracer.Start(ctx, stateSpanNames[op], trace.WithAttributes(attrs...))
 	return ctx, span, start
 }
@@ -245,7 +257,7 @@ func (s *instrumentedStateStore) keyAttrs(key EntityKey, more ...attribute.KeyVa
 }
 
 func (s *instrumentedStateStore) Save(ctx context.Context, key EntityKey, epoch uint64, state []byte) error {
-	ctx, span, start := s.start(ctx, stateOpSave, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)))...)
+	ctx, span, start := s.startKey(ctx, stateOpSave, key, attrEpoch.Int64(int64(epoch)))
 	err := s.store.Save(ctx, key, epoch, state)
 	n := 0
 	if err == nil {
@@ -256,21 +268,21 @@ func (s *instrumentedStateStore) Save(ctx context.Context, key EntityKey, epoch 
 }
 
 func (s *instrumentedStateStore) Load(ctx context.Context, key EntityKey) ([]byte, error) {
-	ctx, span, start := s.start(ctx, stateOpLoad, s.keyAttrs(key)...)
+	ctx, span, start := s.startKey(ctx, stateOpLoad, key)
 	b, err := s.store.Load(ctx, key)
 	s.done(stateOpLoad, span, start, len(b), err)
 	return b, err
 }
 
 func (s *instrumentedStateStore) Remember(ctx context.Context, key EntityKey, epoch uint64, remember bool) error {
-	ctx, span, start := s.start(ctx, stateOpRemember, s.keyAttrs(key, attrEpoch.Int64(int64(epoch)), attrStateRemember.Bool(remember))...)
+	ctx, span, start := s.startKey(ctx, stateOpRemember, key, attrEpoch.Int64(int64(epoch)), attrStateRemember.Bool(remember))
 	err := s.store.Remember(ctx, key, epoch, remember)
 	s.done(stateOpRemember, span, start, 0, err)
 	return err
 }
 
 func (s *instrumentedStateStore) Remembered(ctx context.Context, typ string, shard int) ([]string, error) {
-	ctx, span, start := s.start(ctx, stateOpRemembered, obs.EntityType.String(typ), obs.ShardID.Int(shard), obs.Node.String(s.self))
+	ctx, span, start := s.startShard(ctx, stateOpRemembered, typ, shard)
 	ids, err := s.store.Remembered(ctx, typ, shard)
 	if span != nil {
 		span.SetAttributes(attrStateEntities.Int(len(ids)))

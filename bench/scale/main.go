@@ -20,6 +20,9 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -58,10 +61,17 @@ func ints(s string) ([]int, error) {
 // the simulation holds n² member records, and full states in flight during the join.
 func membershipBytes(n int) float64 { return float64(n) * (64<<10 + float64(n)*1200) }
 
-// The coordinator state experiment holds the LWWMap on each of the members' replicas,
-// its encoding, and the harness's copies.
-func stateBytes(shards, members int) float64 {
-	return float64(shards) * 400 * float64(members+4)
+// The coordinator state experiment holds the state on each of the members' replicas,
+// its encoding, and the harness's copies: about 400 bytes a shard a replica with the
+// LWWMap layout, 100 with the EpochMap's (32 bytes an entry, its encoding of about 10,
+// the replies of a read back in flight). Each real member (memberlist, messenger,
+// replicator) takes about 4 MiB besides.
+func stateBytes(layout string, shards, members int) float64 {
+	perShard := 100.0
+	if layout == stateLWWMap {
+		perShard = 400
+	}
+	return float64(shards)*perShard*float64(members+4) + float64(members)*(4<<20)
 }
 
 // The distributed data experiment holds every key on each member's replica (a GCounter
@@ -91,6 +101,7 @@ func run() error {
 	shardsF := flag.String("shards", "1000,10000,100000", "shard counts of the coordinator experiments")
 	shardMembersF := flag.String("shard-members", "10,100,300", "member counts of the coordinator's decisions")
 	stateMembersF := flag.String("state-members", "10", "member counts of the state read-back (real members on in-memory networks)")
+	lwwMapMembers := flag.Int("state-lwwmap-members", 10, "largest member count that also runs the state's previous layout (an LWWMap a bucket)")
 	ddataKeysF := flag.String("ddata-keys", "1000,10000,100000", "top-level key counts of the distributed data experiment")
 	ringMembersF := flag.String("ring-members", "10,100,300", "member counts of the state store ring")
 	ringShards := flag.Int("ring-shards", 1000, "shards of the state store ring's type")
@@ -100,7 +111,9 @@ func run() error {
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
 	seed := flag.Int64("seed", 1, "seed of the simulation")
 	churnMax := flag.Int("churn-max", 1000, "largest membership size that also runs the leave and partition phases")
+	skipF := flag.String("skip", "", "membership phases not to run, of crash,leave (the partition then starts from the cluster as joined)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address (localhost:6060) while running: profiles of a phase that does not end")
 	replotOnly := flag.Bool("replot", false, "run nothing: read the CSVs in -out, draw the plots and print the summary again")
 	flag.Parse()
 	if *replotOnly {
@@ -132,6 +145,15 @@ func run() error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *pprofAddr != "" {
+		ln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln) //nolint:errcheck // ends with the process
+		defer srv.Close()
 	}
 	if *smoke {
 		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
@@ -170,6 +192,17 @@ func run() error {
 		return fmt.Errorf("-ring-shards %d, -ring-snapshots %d: want at least one shard and no negative count", *ringShards, *ringSnapshots)
 	}
 
+	skip := map[string]bool{}
+	for _, p := range strings.Split(*skipF, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "":
+		case "crash", "leave":
+			skip[p] = true
+		default:
+			return fmt.Errorf("-skip %q: want phases of crash,leave", p)
+		}
+	}
+
 	// Refuse up front what the machine cannot hold.
 	avail, err := memAvailable()
 	if err != nil {
@@ -184,7 +217,11 @@ func run() error {
 	}
 	for _, s := range shards {
 		for _, m := range stateMembers {
-			if need := stateBytes(s, m); need > budget {
+			layout := stateEpochMap
+			if m <= *lwwMapMembers {
+				layout = stateLWWMap
+			}
+			if need := stateBytes(layout, s, m); need > budget {
 				refused = append(refused, fmt.Sprintf("%d shards on %d members need about %s", s, m, gib(need)))
 			}
 		}
@@ -211,7 +248,7 @@ func run() error {
 	var memRows []memRow
 	for _, n := range sizes {
 		lc := cluster.DefaultCoreConfig()
-		row, err := runMembership(n, lc, *seed, *churnMax, logf)
+		row, err := runMembership(n, lc, *seed, *churnMax, skip, logf)
 		if err != nil {
 			return fmt.Errorf("membership of %d: %w", n, err)
 		}
@@ -255,21 +292,32 @@ func run() error {
 		if len(shards) == 0 {
 			break
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		// Real members join one after another: the time to form the cluster grows with
+		// them (10 s a member is generous on a quiet machine, not at a load of 40).
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(m)*10*time.Second)
 		c, err := startStateCluster(ctx, m)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("%d members for the state: %w", m, err)
 		}
+		idle := c.idleCPU(3 * time.Second)
+		logf("coordinator state: %d members at rest take %.3f CPU s/s", m, idle)
 		for _, s := range shards {
-			row := runState(ctx, c, s)
-			logf("coordinator state %d shards on %d members: %d bytes, written in %v, read back in %v %s",
-				s, m, row.Bytes, row.Write, row.ReadBack, row.Err)
-			stateRows = append(stateRows, row)
-			if *smoke && row.Err != "" {
-				c.close()
-				cancel()
-				return fmt.Errorf("coordinator state of %d shards on %d members: %s", s, m, row.Err)
+			layouts := []string{stateEpochMap}
+			if m <= *lwwMapMembers {
+				layouts = append(layouts, stateLWWMap) // alternated in one run: before and after
+			}
+			for _, layout := range layouts {
+				row := runState(ctx, c, layout, s)
+				row.IdleCPU = idle
+				logf("coordinator state (%s) %d shards on %d members: %d bytes, written in %v, read back in %v with %v of CPU %s",
+					layout, s, m, row.Bytes, row.Write, row.ReadBack, row.ReadCPU, row.Err)
+				stateRows = append(stateRows, row)
+				if *smoke && row.Err != "" {
+					c.close()
+					cancel()
+					return fmt.Errorf("coordinator state (%s) of %d shards on %d members: %s", layout, s, m, row.Err)
+				}
 			}
 		}
 		c.close()
