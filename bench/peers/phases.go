@@ -191,19 +191,23 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		err := turns(o, sides, func(r int, s side) error {
 			n := o.tells / o.rounds
 			err := profiled(o.profileDir, s.sys.key+"-tells-r"+strconv.Itoa(r), func() error {
-				d, sent, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
-				rates.add(s.sys.key, int64(n), d)
-				progress("tells: %s: %d sent in %v, applied in %v", s.sys.name, n, sent, d)
-				return err
+				return rates.measured(s.sys.key, func() error {
+					d, sent, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
+					rates.add(s.sys.key, int64(n), d)
+					progress("tells: %s: %d sent in %v, applied in %v", s.sys.name, n, sent, d)
+					return err
+				})
 			})
 			if err != nil || s.mem == nil {
 				return err
 			}
 			return profiled(o.profileDir, s.sys.key+"-tells-mem-r"+strconv.Itoa(r), func() error {
-				d, sent, err := tellLoad(ctx, s.mem, s.memIDs, o.tellers, n)
-				memRates.add(s.sys.key, int64(n), d)
-				progress("tells: %s, in memory: %d sent in %v, applied in %v", s.sys.name, n, sent, d)
-				return err
+				return memRates.measured(s.sys.key, func() error {
+					d, sent, err := tellLoad(ctx, s.mem, s.memIDs, o.tellers, n)
+					memRates.add(s.sys.key, int64(n), d)
+					progress("tells: %s, in memory: %d sent in %v, applied in %v", s.sys.name, n, sent, d)
+					return err
+				})
 			})
 		})
 		if err != nil {
@@ -211,8 +215,9 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		}
 		for k, r := range rates {
 			res.set(k, "tells", r.perSecond())
+			res.set(k, "tells-cpu", r.cpuPerOp())
 		}
-		setMemRows(o, res, memRates, "tells", "tells-mem", "", "")
+		setMemRows(o, res, memRates, "tells", "tells-mem", "tells-cpu", "tells-cpu-mem")
 	}
 	if o.runs("activation") {
 		progress("activations")
