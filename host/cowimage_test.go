@@ -116,14 +116,15 @@ func TestImagesPastTheMappingLimitAreCopied(t *testing.T) {
 	if first.lm.cow == 0 || second.lm.cow != 0 {
 		t.Fatalf("the first instance maps %d bytes of the image, the second %d: want the first only", first.lm.cow, second.lm.cow)
 	}
-	fresh := freshInstance(t, m, "counter", "c1")
+	fresh, fresh2 := freshInstance(t, m, "counter", "c1"), freshInstance(t, m, "counter", "c1")
 	sameState(t, "mapped", fresh, first)
-	sameState(t, "copied", fresh, second)
+	sameState(t, "copied", fresh2, second)
 	for _, msg := range []string{"inc", "inc", "get"} {
 		receiveBoth(t, fresh, first, msg)
-		receiveBoth(t, first, second, msg)
+		receiveBoth(t, fresh2, second, msg)
 	}
-	sameState(t, "copied, after messages", first, second)
+	sameState(t, "mapped, after messages", fresh, first)
+	sameState(t, "copied, after messages", fresh2, second)
 	first.Close(ctx)
 	second.Close(ctx)
 	if a.mappedSlots() != 0 {
