@@ -280,7 +280,8 @@ bench-peers: examples
 
 # How costs grow with members and shards (docs/scale.md): the membership protocol on a
 # simulated network and clock, the shard coordinator's decisions and its state in
-# distributed data, distributed data alone, the state store's ring; CSVs and PNG plots
+# distributed data, distributed data alone, the state store's ring, routing a message
+# with cold and warm home caches; CSVs and PNG plots
 # into docs/scale/, a markdown summary on stdout.
 # Not part of make test (hours on a busy 2-core machine, most of it 1,000 members). SIZES are
 # the membership sizes, SHARDS the shard counts; sizes the machine cannot hold are
@@ -292,7 +293,7 @@ scale:
 	cd bench/scale && nice -n 10 $(GO) run -mod=mod . -sizes $(SIZES) -shards $(SHARDS) -out $(CURDIR)/docs/scale
 
 # The same at small sizes (10 and 30 members, 1k and 5k shards, 3 real members for the
-# state, 100 keys on 3 real members for distributed data), into a temporary directory: under a minute alone, about 2 minutes on a loaded
+# state, 100 keys on 3 real members for distributed data, routing over 10 members), into a temporary directory: under a minute alone, about 2 minutes on a loaded
 # 2-core machine. A phase that does not end fails it. make test runs it.
 scale-smoke:
 	out=$$(mktemp -d) && cd bench/scale && $(GO) run -mod=mod . -smoke -out $$out >/dev/null && rm -rf $$out

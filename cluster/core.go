@@ -130,13 +130,23 @@ const (
 	msgGossipStatus
 	msgHeartbeat
 	msgHeartbeatRsp
+	// msgContact and msgContactRsp are the heartbeats for contact only
+	// (contactReceivers), in a form of their own: the request names its sender by UID
+	// alone (FromUID) and carries a number (Seq) that names the request among all this
+	// sender's contact requests; the answer carries only that number. 19 and 9 bytes
+	// at most (a random UID, a number below 2³²) where a heartbeat and its answer are
+	// about 33 each: at 1,000 members, about 500 of each a second per member.
+	msgContact
+	msgContactRsp
 )
 
 // Message is what the Cores of members send each other. Its content is the core's
 // business: carry it with EncodeMessage and DecodeMessage.
 type Message struct {
-	Kind messageKind   `cbor:"1,keyasint"`
-	From UniqueAddress `cbor:"2,keyasint"`
+	Kind messageKind `cbor:"1,keyasint"`
+	// From is the sender; the zero value (left out of the encoding) in msgContact and
+	// msgContactRsp.
+	From UniqueAddress `cbor:"2,keyasint,omitempty"`
 	// Joiner is the joining member (msgJoin).
 	Joiner *gossipMember `cbor:"3,keyasint,omitempty"`
 	// Gossip is the full state (msgWelcome, msgGossip).
@@ -153,6 +163,9 @@ type Message struct {
 	// most of the gossip at rest (docs/scale.md). Members that know only Seen ignore
 	// it and answer with their own status.
 	SeenBits []byte `cbor:"8,keyasint,omitempty"`
+	// FromUID is the sender of a msgContact, by UID: the receiver finds its address
+	// among the members of its state (none, or two with that UID: no answer).
+	FromUID UID `cbor:"9,keyasint,omitempty"`
 }
 
 // Outbound is a message a Core asks its caller to send: to a member's address
@@ -184,6 +197,12 @@ type Core struct {
 	// have been delayed). MajorityContact is computed from them.
 	hbSent  map[uint64]time.Time
 	contact map[UniqueAddress]time.Time
+	// contactRounds are the recent rounds of contact requests (msgContact), round
+	// hbSeq at hbSeq % maxHeartbeatRounds: an answer carries only its request's
+	// number, which names the round and the member it went to. contactNext is the
+	// number of the next request.
+	contactRounds [maxHeartbeatRounds]contactRound
+	contactNext   uint64
 	// ring is the heartbeat ring of the members in ringSet (heartbeatRing).
 	ring    heartbeatRing
 	ringSet map[UniqueAddress]struct{}
@@ -192,6 +211,9 @@ type Core struct {
 	nodes   []UniqueAddress
 	nodeSet map[UniqueAddress]struct{}
 	nodesOf map[UniqueAddress]gossipMember
+	// byUID finds the members of nodes by UID (a contact request's sender); a UID
+	// that two members share maps to the zero UniqueAddress.
+	byUID map[UID]UniqueAddress
 	// derived holds what is computed from the state on every tick (derivedState).
 	derived derived
 	// lastNow is the time of the latest Tick or Step: self's own contact.
@@ -222,6 +244,9 @@ func NewCore(cfg CoreConfig) (*Core, error) {
 		detectors: map[UniqueAddress]*phiDetector{},
 		hbSent:    map[uint64]time.Time{},
 		contact:   map[UniqueAddress]time.Time{},
+		// Request numbers from 1: a number below 2³² encodes in at most 5 bytes, and
+		// 0 is what an answer without one decodes to.
+		contactNext: 1,
 	}, nil
 }
 
@@ -328,9 +353,15 @@ func (c *Core) sortedNodes() []UniqueAddress {
 	}
 	c.nodes = make([]UniqueAddress, 0, len(c.gossip.members))
 	c.nodeSet = make(map[UniqueAddress]struct{}, len(c.gossip.members))
+	c.byUID = make(map[UID]UniqueAddress, len(c.gossip.members))
 	for n := range c.gossip.members {
 		c.nodes = append(c.nodes, n)
 		c.nodeSet[n] = struct{}{}
+		if _, dup := c.byUID[n.UID]; dup {
+			c.byUID[n.UID] = UniqueAddress{}
+		} else {
+			c.byUID[n.UID] = n
+		}
 	}
 	slices.SortFunc(c.nodes, UniqueAddress.compare)
 	return c.nodes
@@ -342,7 +373,8 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 	}
 	c.lastHeartbeat = now
 	unreachable := c.derivedState().unreachable
-	receivers := c.heartbeatRing().receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
+	ring := c.heartbeatRing()
+	receivers := ring.receivers(c.self(), c.cfg.MonitoredByNrOfMembers, unreachable)
 	keep := map[UniqueAddress]bool{}
 	c.hbSeq++
 	c.hbSent[c.hbSeq] = now
@@ -359,8 +391,13 @@ func (c *Core) heartbeats(now time.Time) []Outbound {
 		}
 		out = append(out, Outbound{To: r, Msg: Message{Kind: msgHeartbeat, From: c.self(), Seq: c.hbSeq}})
 	}
-	for _, r := range c.contactReceivers(receivers, unreachable) {
-		out = append(out, Outbound{To: r, Msg: Message{Kind: msgHeartbeat, From: c.self(), Seq: c.hbSeq}})
+	answered := c.answeredLastRound()
+	round := &c.contactRounds[c.hbSeq%maxHeartbeatRounds]
+	round.sent, round.first, round.ring, round.monitored = now, c.contactNext, ring.nodes, receivers
+	round.idx = c.contactReceivers(ring, receivers, unreachable, answered, round.idx[:0])
+	for _, i := range round.idx {
+		out = append(out, Outbound{To: ring.nodes[i], Msg: Message{Kind: msgContact, FromUID: c.self().UID, Seq: c.contactNext}})
+		c.contactNext++
 	}
 	for n := range c.detectors {
 		if !keep[n] {
@@ -826,8 +863,76 @@ func (c *Core) Step(now time.Time, m Message) []Outbound {
 		if sent, ok := c.hbSent[m.Seq]; ok && sent.After(c.contact[m.From]) {
 			c.contact[m.From] = sent
 		}
+	case msgContact:
+		from, ok := c.memberByUID(m.FromUID)
+		if !ok {
+			return nil // not a member of this state (or a UID two share): no address to answer
+		}
+		if c.gossip.members[from].Status == StatusDown {
+			return []Outbound{c.gossipTo(from)} // as a heartbeat of a downed member
+		}
+		return []Outbound{{To: from, Msg: Message{Kind: msgContactRsp, Seq: m.Seq}}}
+	case msgContactRsp:
+		if n, sent, ok := c.contactAnswered(m.Seq); ok && sent.After(c.contact[n]) {
+			c.contact[n] = sent
+		}
 	}
 	return nil
+}
+
+// memberByUID returns the member of the state with UID uid; false if none, or if two
+// members have it.
+func (c *Core) memberByUID(uid UID) (UniqueAddress, bool) {
+	if !c.joined || uid == 0 {
+		return UniqueAddress{}, false
+	}
+	c.sortedNodes() // keeps byUID
+	n, ok := c.byUID[uid]
+	return n, ok && n.UID != 0
+}
+
+// contactRound is one heartbeat round: sent at sent, with heartbeats to monitored
+// and contact requests numbered from first, the i-th to ring[idx[i]].
+type contactRound struct {
+	sent      time.Time
+	first     uint64
+	ring      []UniqueAddress
+	idx       []int32
+	monitored []UniqueAddress
+}
+
+// answeredLastRound returns, when a member asked in the previous heartbeat round
+// (monitored or for contact) did not answer it, a test of whether a member answered
+// that round; nil when all did (at rest), or before the second round.
+func (c *Core) answeredLastRound() func(UniqueAddress) bool {
+	if c.hbSeq < 2 {
+		return nil
+	}
+	prev := &c.contactRounds[(c.hbSeq-1)%maxHeartbeatRounds]
+	answered := func(n UniqueAddress) bool { return !c.contact[n].Before(prev.sent) }
+	for _, n := range prev.monitored {
+		if !answered(n) {
+			return answered
+		}
+	}
+	for _, i := range prev.idx {
+		if !answered(prev.ring[i]) {
+			return answered
+		}
+	}
+	return nil
+}
+
+// contactAnswered returns the member that contact request number n went to and when
+// its round was sent; false if n is of no recent round (maxHeartbeatRounds back).
+func (c *Core) contactAnswered(n uint64) (UniqueAddress, time.Time, bool) {
+	for i := range c.contactRounds {
+		r := &c.contactRounds[i]
+		if n >= r.first && n-r.first < uint64(len(r.idx)) {
+			return r.ring[r.idx[n-r.first]], r.sent, true
+		}
+	}
+	return UniqueAddress{}, time.Time{}, false
 }
 
 func (c *Core) onJoin(now time.Time, m Message) []Outbound {
@@ -1016,6 +1121,31 @@ type View struct {
 	MajorityContact time.Time `json:"majority_contact"`
 }
 
+// Member returns the member at a gossip address in v. If two incarnations are listed
+// (a restarted process whose old incarnation is not removed yet), the one in the
+// earlier lifecycle status is returned: the live one. O(log members): a binary search
+// of Members, which are sorted by address (sharding looks up the member of a shard's
+// home for every message it forwards, docs/scale.md).
+func (v View) Member(address string) (Member, bool) {
+	i, _ := slices.BinarySearchFunc(v.Members, address, func(m Member, a string) int {
+		switch {
+		case m.Address < a:
+			return -1
+		case m.Address > a:
+			return 1
+		}
+		return 0
+	})
+	var found Member
+	ok := false
+	for ; i < len(v.Members) && v.Members[i].Address == address; i++ {
+		if mem := v.Members[i]; !ok || statusRank(mem.Status) < statusRank(found.Status) {
+			found, ok = mem, true
+		}
+	}
+	return found, ok
+}
+
 // maxHeartbeatRounds is how many heartbeat rounds back a response still counts as a
 // round trip for MajorityContact.
 const maxHeartbeatRounds = 16
@@ -1041,39 +1171,55 @@ func (c *Core) contactNeeded() int {
 	return n / 2
 }
 
-// contactReceivers returns the members that get a heartbeat for contact only (no
-// failure detector watches their answers) besides the monitored receivers: with more
-// than 2×MonitoredByNrOfMembers+1 members, the monitored ones are fewer than
-// View.MajorityContact needs, and without these no member would ever have majority
-// contact (nor host under sharding's lease). They are the next members up or leaving
-// and reachable along the heartbeat ring, until one more than needed answers a round
-// (a slow answer then does not age the contact by a round). Cost: about members/2
-// heartbeats a round for each member above that size, O(members) a member and
-// O(members²) for the cluster (docs/scale.md, "Membership").
-func (c *Core) contactReceivers(monitored []UniqueAddress, unreachable map[UniqueAddress]bool) []UniqueAddress {
+// contactReceivers appends to out the positions on ring of the members that get a
+// heartbeat for contact only (msgContact; no failure detector watches their answers)
+// besides the monitored receivers: with more than 2×MonitoredByNrOfMembers+1 members,
+// the monitored ones are fewer than View.MajorityContact needs, and without these no
+// member would ever have majority contact (nor host under sharding's lease). They are
+// the next members up or leaving and reachable along the heartbeat ring, until one
+// more than needed would answer a round (a slow answer then does not age the contact
+// by a round). When a member asked in the previous round did not answer it (answered
+// is then not nil), only the members that answered that round are counted, and the
+// others are asked again: the walk goes on until enough that answered are asked, or
+// over the whole ring, so that a side that lost up to half of the cluster to a
+// partition has majority contact again a round later, long before its failure
+// detectors see the others unreachable; a member cut off asks every member each round
+// until it is out. Each must be a round trip of this member's own: contact
+// vouched for by another member would keep the lease of a member cut off behind a
+// bridge. Cost at rest: about members/2 requests and as many answers a round for each
+// member above that size, O(members) a member and O(members²) for the cluster; a
+// request is at most 19 bytes and an answer 9 (docs/scale.md, "Membership").
+func (c *Core) contactReceivers(ring heartbeatRing, monitored []UniqueAddress, unreachable map[UniqueAddress]bool, answered func(UniqueAddress) bool, out []int32) []int32 {
 	need := c.contactNeeded()
 	have := 0
 	inMonitored := make(map[UniqueAddress]bool, len(monitored))
 	for _, r := range monitored {
 		inMonitored[r] = true
-		if m, ok := c.gossip.members[r]; ok && countsForContact(m.Status) && !unreachable[r] {
+		if m, ok := c.gossip.members[r]; ok && countsForContact(m.Status) && !unreachable[r] && (answered == nil || answered(r)) {
 			have++
 		}
 	}
 	if have > need {
-		return nil
+		return out
 	}
-	ring := c.heartbeatRing()
-	var out []UniqueAddress
-	for _, r := range ring.receivers(c.self(), len(ring.nodes), unreachable) {
-		if have > need {
-			break
+	// The walk of heartbeatRing.receivers over the whole ring, without its copy.
+	start := slices.Index(ring.nodes, c.self())
+	for step := 1; step < len(ring.nodes) && have <= need; step++ {
+		i := step - 1
+		if start >= 0 {
+			i = (start + step) % len(ring.nodes)
 		}
-		if m, ok := c.gossip.members[r]; inMonitored[r] || unreachable[r] || !ok || !countsForContact(m.Status) {
+		r := ring.nodes[i]
+		if r == c.self() || inMonitored[r] || unreachable[r] {
 			continue
 		}
-		out = append(out, r)
-		have++
+		if m, ok := c.gossip.members[r]; !ok || !countsForContact(m.Status) {
+			continue
+		}
+		out = append(out, int32(i))
+		if answered == nil || answered(r) {
+			have++
+		}
 	}
 	return out
 }

@@ -17,8 +17,11 @@ import (
 // UniqueAddress identifies one incarnation of a member: its address and the UID chosen
 // when its process started. It orders by address, then UID.
 type UniqueAddress struct {
-	Address string `cbor:"1,keyasint" json:"address"`
-	UID     UID    `cbor:"2,keyasint" json:"uid"`
+	// omitempty: a member's address and UID are never empty, so they encode as before;
+	// the zero value is an empty map, which Message.From then leaves out (a contact
+	// message names its sender by UID alone, Message.FromUID).
+	Address string `cbor:"1,keyasint,omitempty" json:"address"`
+	UID     UID    `cbor:"2,keyasint,omitempty" json:"uid"`
 }
 
 func (u UniqueAddress) String() string { return uniqueAddress(u.Address, u.UID) }

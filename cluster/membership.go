@@ -597,17 +597,8 @@ func (m *Membership) Members() []Member { return append([]Member(nil), m.view.Lo
 
 // Member returns the member at a gossip address. If two incarnations are listed (a
 // restarted process whose old incarnation is not removed yet), the one in the earlier
-// lifecycle status is returned: the live one.
-func (m *Membership) Member(address string) (Member, bool) {
-	var found Member
-	ok := false
-	for _, mem := range m.view.Load().Members {
-		if mem.Address == address && (!ok || statusRank(mem.Status) < statusRank(found.Status)) {
-			found, ok = mem, true
-		}
-	}
-	return found, ok
-}
+// lifecycle status is returned: the live one (View.Member, O(log members)).
+func (m *Membership) Member(address string) (Member, bool) { return m.view.Load().Member(address) }
 
 // Join waits until this member is in the cluster (welcomed by a seed, or the first
 // member), or ctx ends. The error wraps ErrJoinFailed.

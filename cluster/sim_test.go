@@ -712,11 +712,19 @@ func TestSimMajorityContactBeyondTheMonitoredMembers(t *testing.T) {
 // contact again, in a view it still saw converged, and hosted an entity and
 // acknowledged a write before their gossip told it it was down. A downed member gets
 // no heartbeat answers: its majority contact never covers a moment after it resumed.
+// At 15 members most of its contact comes from contact requests (msgContact), which
+// get no answers either.
 func TestSimDownedMemberGetsNoMajorityContact(t *testing.T) {
+	for _, n := range []int{5, 15} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testDownedMemberGetsNoMajorityContact(t, n) })
+	}
+}
+
+func testDownedMemberGetsNoMajorityContact(t *testing.T, size int) {
 	s := newSim(t, nil)
-	nodes := s.startCluster(5)
+	nodes := s.startCluster(size)
 	s.run(3 * time.Second)
-	paused, rest := nodes[4], nodes[:4]
+	paused, rest := nodes[size-1], nodes[:size-1]
 	paused.paused = true
 	s.until(30*time.Second, "the paused member downed", func() bool {
 		for _, n := range rest {

@@ -47,3 +47,29 @@ func TestStatusSeenBits(t *testing.T) {
 		t.Fatalf("2 bytes of bits for 4 members read as %v, want nothing", got)
 	}
 }
+
+// View.Member finds a member by address by binary search, and of two incarnations at
+// one address the one earlier in the lifecycle; an address between two listed, before
+// the first or after the last is not found.
+func TestViewMemberFindsTheLiveIncarnation(t *testing.T) {
+	v := View{Members: []Member{
+		{Address: "10.0.0.1:7946", UID: 1, Status: StatusUp},
+		{Address: "10.0.0.3:7946", UID: 2, Status: StatusDown},
+		{Address: "10.0.0.3:7946", UID: 3, Status: StatusUp},
+		{Address: "10.0.0.3:7946", UID: 4, Status: StatusExiting},
+		{Address: "10.0.0.5:7946", UID: 5, Status: StatusLeaving},
+	}}
+	for addr, want := range map[string]UID{"10.0.0.1:7946": 1, "10.0.0.3:7946": 3, "10.0.0.5:7946": 5} {
+		if m, ok := v.Member(addr); !ok || m.UID != want {
+			t.Errorf("Member(%s) = %v %v, want uid %d", addr, m, ok, want)
+		}
+	}
+	for _, addr := range []string{"10.0.0.0:7946", "10.0.0.2:7946", "10.0.0.9:7946", ""} {
+		if m, ok := v.Member(addr); ok {
+			t.Errorf("Member(%s) = %v, want none", addr, m)
+		}
+	}
+	if _, ok := (View{}).Member("10.0.0.1:7946"); ok {
+		t.Error("an empty view has a member")
+	}
+}

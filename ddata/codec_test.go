@@ -213,8 +213,10 @@ func fuzzSeedValues() []ReplicatedData {
 	clock := func(int64, []byte) int64 { return 42 }
 	reg := NewLWWRegister(a, []byte("v"), clock)
 	bin := NewLWWRegister(b, []byte{0xff, 0}, func(int64, []byte) int64 { return -7 })
+	em, _ := EpochMap{}.Put(1000, 1<<40, "10.0.0.1:7946")
+	em, _ = em.Put(1001, 3, "")
 	return []ReplicatedData{
-		GCounter{}, g, PNCounter{}, p, GSet{}, s, Flag{}, f, LWWRegister{}, reg, bin,
+		GCounter{}, g, PNCounter{}, p, GSet{}, s, Flag{}, f, LWWRegister{}, reg, bin, EpochMap{}, em,
 		// Seeds of the other types go here.
 	}
 }

@@ -32,6 +32,7 @@ const (
 	TypePNCounterMap DataType = "pncountermap"
 	TypeLWWRegister  DataType = "lwwregister"
 	TypeFlag         DataType = "flag"
+	TypeEpochMap     DataType = "epochmap"
 )
 
 // ReplicatedData is a state-based CRDT: a value of a join-semilattice.

@@ -16,7 +16,9 @@
 //
 // The ten CRDT types (GCounter, PNCounter, GSet, ORSet, Flag, LWWRegister, ORMap,
 // LWWMap, PNCounterMap, ORMultiMap) with their constructors, and the Replicator with
-// ReplicatorConfig: Get, Update, Delete and Subscribe at a consistency level. The
-// codec is public for the host's ABI, which carries values to and from guests. The
+// ReplicatorConfig: Get, Update, Delete and Subscribe at a consistency level. An
+// eleventh type, EpochMap (per integer key the value of the highest epoch), holds the
+// shard coordinator's allocations compactly; it has no textual operation (ParseOp), so
+// the ABI and the CLI read it but do not write it. The codec is public for the host's ABI, which carries values to and from guests. The
 // replicator's wire messages, pruning state and durable store are unexported.
 package ddata

@@ -35,8 +35,10 @@ func Empty(t DataType) (ReplicatedData, error) {
 		return LWWRegister{}, nil
 	case TypeFlag:
 		return Flag{}, nil
+	case TypeEpochMap:
+		return EpochMap{}, nil
 	}
-	return nil, fmt.Errorf("%w: %q (want gcounter, pncounter, gset, orset, ormap, ormultimap, lwwmap, pncountermap, lwwregister or flag)", ErrUnknownType, t)
+	return nil, fmt.Errorf("%w: %q (want gcounter, pncounter, gset, orset, ormap, ormultimap, lwwmap, pncountermap, lwwregister, flag or epochmap)", ErrUnknownType, t)
 }
 
 // Op is a parsed textual update, as the CLI and the management API take them:
@@ -86,6 +88,8 @@ func ParseOp(t DataType, text string) (Op, error) {
 		return k, strings.TrimLeft(r, " ")
 	}
 	switch t {
+	case TypeEpochMap:
+		return Op{}, fmt.Errorf("%w: %s takes no textual operation (the shard coordinator writes it)", ErrBadOp, t)
 	case TypeGCounter, TypePNCounter:
 		n, ok := count(rest)
 		if !ok || !(verb == "incr" || verb == "decr" && t == TypePNCounter) {

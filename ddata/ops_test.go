@@ -67,6 +67,7 @@ func TestParseOpRefusesWhatDoesNotFit(t *testing.T) {
 		TypeGSet:         {"remove x", "add"},
 		TypeORSet:        {"clear x", "add"},
 		TypeFlag:         {"disable", "enable now"},
+		TypeEpochMap:     {"put 1 2 x", ""},
 		TypeLWWRegister:  {"put x"},
 		TypeLWWMap:       {"put", "remove a b"},
 		TypePNCounterMap: {"incr", "incr a x", "remove a 1"},

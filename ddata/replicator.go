@@ -64,6 +64,9 @@ const (
 	topicDelta  = "ddata/delta"
 	topicWrite  = "ddata/write"
 	topicRead   = "ddata/read"
+	// topicPruning carries pruningSeenMsg: a replica tells the owner of prunings which
+	// of their markers it has seen.
+	topicPruning = "ddata/pruning-seen"
 )
 
 // Membership is what the replicator needs of membership; *cluster.Membership has it.
@@ -194,16 +197,24 @@ type Replicator struct {
 	now  func() time.Time
 	rng  *rand.Rand
 
-	mu          sync.Mutex
-	data        map[string]envelope
-	digests     map[string][32]byte
-	lastAccess  map[string]time.Time
-	deltas      map[string]pendingDelta
-	seq         map[string]uint64            // own delta sequence per key
-	received    map[NodeID]map[string]uint64 // last delta sequence seen per origin and key
-	changed     map[string]bool              // keys to notify subscribers of
-	subs        map[*Subscription]struct{}
-	removed     map[NodeID]bool // removed members whose data is being pruned
+	mu         sync.Mutex
+	data       map[string]envelope
+	digests    map[string][32]byte
+	lastAccess map[string]time.Time
+	deltas     map[string]pendingDelta
+	seq        map[string]uint64            // own delta sequence per key
+	received   map[NodeID]map[string]uint64 // last delta sequence seen per origin and key
+	changed    map[string]bool              // keys to notify subscribers of
+	subs       map[*Subscription]struct{}
+	removed    map[NodeID]bool // removed members whose data is being pruned
+
+	// seenFor holds, per owner of a pruning and removed member, the keys whose markers
+	// this replica has seen and not yet told the owner of (sendSeen).
+	seenFor map[NodeID]map[NodeID][]string
+	// seenBy holds, per key and removed member, the members that told this replica
+	// they have seen its marker (handlePruningSeen), for the next prune.
+	seenBy map[string]map[NodeID][]NodeID
+
 	dirty       map[string]bool // durable keys not yet written (write-behind)
 	chunk       int
 	gossipBytes atomic.Uint64 // bytes of ddata messages sent, for benchmarks
@@ -243,6 +254,8 @@ func NewReplicator(cfg ReplicatorConfig) (*Replicator, error) {
 		changed:    map[string]bool{},
 		subs:       map[*Subscription]struct{}{},
 		removed:    map[NodeID]bool{},
+		seenFor:    map[NodeID]map[NodeID][]string{},
+		seenBy:     map[string]map[NodeID][]NodeID{},
 		dirty:      map[string]bool{},
 		owner:      owner.New(),
 	}
@@ -257,6 +270,7 @@ func NewReplicator(cfg ReplicatorConfig) (*Replicator, error) {
 	cfg.Messenger.Handle(topicDelta, r.handleDelta)
 	cfg.Messenger.Handle(topicWrite, r.handleWrite)
 	cfg.Messenger.Handle(topicRead, r.handleRead)
+	cfg.Messenger.Handle(topicPruning, r.handlePruningSeen)
 	r.sub = cfg.Membership.Subscribe(256)
 	r.owner.Go(r.run)
 	return r, nil
@@ -387,8 +401,13 @@ func (r *Replicator) get(ctx context.Context, key string, rc ReadConsistency) (R
 	r.lastAccess[key] = r.now()
 	local, ok := r.data[key]
 	r.mu.Unlock()
-	peers := r.peers()
-	needed := rc.c.needed(len(peers) + 1)
+	// A local read asks nobody: the members are not even listed (O(members) a read).
+	var peers []cluster.Member
+	needed := 1
+	if rc.c.level != levelLocal {
+		peers = r.peers()
+		needed = rc.c.needed(len(peers) + 1)
+	}
 	if needed > 1 {
 		merged, found, err := r.readFrom(ctx, key, peers, needed-1)
 		if err != nil {
@@ -579,6 +598,7 @@ func (r *Replicator) mergeLocked(key string, in envelope) (envelope, error) {
 			return cur, err
 		}
 	}
+	merged = r.addSeenLocked(key, merged)
 	old := r.digests[key]
 	r.setLocked(key, merged)
 	if r.digests[key] != old || !ok {

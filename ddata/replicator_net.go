@@ -46,6 +46,14 @@ type deltaEntry struct {
 	UsedAt int64 `cbor:"6,keyasint,omitempty"`
 }
 
+// pruningSeenMsg tells the owner of the prunings of Removed's data that From has seen
+// their markers in Keys (pruning.go).
+type pruningSeenMsg struct {
+	From    NodeID   `cbor:"1,keyasint"`
+	Removed NodeID   `cbor:"2,keyasint"`
+	Keys    []string `cbor:"3,keyasint"`
+}
+
 // writeMsg and readMsg are the requests of Update/Delete and Get with a consistency
 // above local; their replies are an empty ack and readReply.
 type writeMsg struct {
@@ -106,6 +114,7 @@ func (r *Replicator) run() {
 			}
 			if due(&lastDelta, r.cfg.DeltaPropagationInterval) {
 				r.propagateDeltas()
+				r.sendSeen()
 			}
 			if due(&lastGossip, r.cfg.GossipInterval) {
 				r.gossipRound()
@@ -166,6 +175,32 @@ func (r *Replicator) encodeFor(n int, v any) []byte {
 		r.sentBytes[kindOf(v)].Add(uint64(len(b) * (n - 1)))
 	}
 	return b
+}
+
+// broadcastEntries sends envelopes to every member, in gossip messages of at most
+// MaxDeltaElements entries, each encoded once (prune's steps 1 and 3).
+func (r *Replicator) broadcastEntries(entries map[string][]byte) {
+	targets := r.gossipTargets()
+	if len(targets) == 0 {
+		return
+	}
+	batch := map[string][]byte{}
+	flush := func() {
+		body := r.encodeFor(len(targets), gossipMsg{From: r.self, Entries: batch})
+		for _, m := range targets {
+			r.cfg.Messenger.Tell(m.TransportAddr, topicGossip, body)
+		}
+		batch = map[string][]byte{}
+	}
+	for key, b := range entries {
+		batch[key] = b
+		if len(batch) >= r.cfg.MaxDeltaElements {
+			flush()
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
 }
 
 // gossipRound sends the digests of the next chunk of keys to a random member.

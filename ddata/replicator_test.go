@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -375,6 +376,68 @@ func TestReplicatorPrunesARemovedMembersData(t *testing.T) {
 			}
 			return c.Count().Cmp(big.NewInt(30)) == 0
 		})
+	}
+}
+
+// Pruning does not wait for gossip: with gossip rounds an hour apart, the markers of
+// many keys in many chunks go from the leader to every member, the seen marks to the
+// owner and the pruned values back to everyone in a few pruning intervals. Every
+// replica then holds every key without the removed member's data and with its count
+// unchanged (the removed member's part collapsed into the owner's).
+func TestReplicatorPrunesEveryKeyWithoutGossip(t *testing.T) {
+	const keys = 120
+	rc := newReplClusterWith(t, 4, cluster.DefaultLocalCoreConfig(), func(c *ReplicatorConfig) {
+		c.GossipInterval = time.Hour // after the first round, none
+		c.MaxDeltaElements = 10      // 12 chunks, 12 gossip rounds a step by gossip
+		c.PruningInterval = 100 * time.Millisecond
+		c.MaxPruningDissemination = time.Minute
+	})
+	victim := rc.nodes[3]
+	gone := victim.r.SelfNodeID()
+	for i, n := range rc.nodes {
+		for k := range keys {
+			if _, err := n.r.Update(ctxT(t), "p"+strconv.Itoa(k), GCounter{}, WriteLocal(), func(d ReplicatedData) (ReplicatedData, ReplicatedData, error) {
+				c, delta := d.(GCounter).Increment(n.r.SelfNodeID(), uint64(i+1))
+				return c, delta, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// 1+2+3+4 on every key, everywhere (by deltas), before the removal.
+	for _, n := range rc.nodes {
+		testutil.Eventually(t, 15*time.Second, "every count at 10", func() bool {
+			for k := range keys {
+				d, err := n.r.Get(ctxT(t), "p"+strconv.Itoa(k), ReadLocal())
+				if err != nil || d.(GCounter).Count().Cmp(big.NewInt(10)) != 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	victim.Crash()
+	rc.WaitUp() // downed and removed
+	for _, n := range rc.live() {
+		testutil.Eventually(t, 30*time.Second, "every key pruned of the removed member", func() bool {
+			for k := range keys {
+				d, err := n.r.Get(ctxT(t), "p"+strconv.Itoa(k), ReadLocal())
+				if err != nil || d.(GCounter).NeedPruningFrom(gone) {
+					return false
+				}
+			}
+			return true
+		})
+		for k := range keys {
+			d, err := n.r.Get(ctxT(t), "p"+strconv.Itoa(k), ReadLocal())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := d.(GCounter)
+			if c.Count().Cmp(big.NewInt(10)) != 0 || slices.Contains(c.ModifiedByNodes(), gone) {
+				t.Fatalf("p%d on %s after pruning: count %v, nodes %v (want 10, without %s)", k, n.r.SelfNodeID(), c.Count(), c.ModifiedByNodes(), gone)
+			}
+		}
 	}
 }
 

@@ -52,10 +52,11 @@ const (
 	msgWrite
 	msgRead
 	msgReply
+	msgPruning
 	numMsgKinds
 )
 
-var msgKindNames = [numMsgKinds]string{"status", "gossip", "delta", "write", "read", "reply"}
+var msgKindNames = [numMsgKinds]string{"status", "gossip", "delta", "write", "read", "reply", "pruning"}
 
 func kindOf(v any) msgKind {
 	switch v.(type) {
@@ -69,6 +70,8 @@ func kindOf(v any) msgKind {
 		return msgWrite
 	case readMsg:
 		return msgRead
+	case pruningSeenMsg:
+		return msgPruning
 	}
 	return msgReply
 }
@@ -133,7 +136,7 @@ func (r *Replicator) instrument() {
 	keys := obs.Must(meter.Int64ObservableGauge("shardhost.ddata.keys", metric.WithUnit("{key}"),
 		metric.WithDescription("Keys this replica holds, deleted ones included. []")))
 	sent := obs.Must(meter.Int64ObservableCounter("shardhost.ddata.sent", metric.WithUnit("By"),
-		metric.WithDescription("Bytes of replicator messages sent, by shardhost.ddata.message (delta, gossip, status, write, read, reply). [shardhost.ddata.message]")))
+		metric.WithDescription("Bytes of replicator messages sent, by shardhost.ddata.message (delta, gossip, status, write, read, reply, pruning). [shardhost.ddata.message]")))
 	var kinds [numMsgKinds]metric.ObserveOption
 	for i, name := range msgKindNames {
 		kinds[i] = metric.WithAttributeSet(attribute.NewSet(attrMessage.String(name)))

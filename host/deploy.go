@@ -73,7 +73,8 @@ type DeployResult struct {
 	CanaryMoved *UpgradeResult `json:"canary_moved,omitempty"`
 	// Activation says how new instances of the module are made, the same on every
 	// member: "pre-initialized image" (its state after _initialize, written into each
-	// new instance), or "initialised at each activation (REASON)" when its
+	// new instance; "pre-initialized image, mapped copy-on-write" when new instances
+	// map it from a file shared by all of them and keep only the pages they write), or "initialised at each activation (REASON)" when its
 	// initialisation is not the same for every instance (it calls host functions of
 	// the shardhost module or writes output) or its code may change tables or data
 	// segments.

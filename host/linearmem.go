@@ -61,10 +61,16 @@ type memArena struct {
 	warmSlots
 	// resident are the closed instances' slots kept re-imaged (residentslots.go).
 	resident residentState
-	// pagemap is /proc/self/pagemap, opened at its first use (backedPages); -1 when
+	// pagemap is /proc/self/pagemap, opened at its first use (pageStates); -1 when
 	// it cannot be.
 	pagemap     int
 	pagemapOpen bool
+	// cowLive counts the slots with an image mapped over them (cowimage.go), handed
+	// out or resident; at most cowMax at a time. cowImages are the modules' mapped
+	// images, closed with the arena.
+	cowLive   int
+	cowMax    int
+	cowImages map[*cowImage]struct{}
 }
 
 // writeProtection returns the arena's write tracking, opening it at the first call.
@@ -83,7 +89,8 @@ func newMemArena(slotBytes uint64, poolBytes int64) *memArena {
 	per := int(arenaChunkBytes / slotBytes)
 	per = min(max(per, 1), arenaMaxChunkSlots)
 	return &memArena{slot: int(slotBytes), perChunk: per, warmSlots: warmSlots{fillers: owner.New()},
-		resident: residentState{budget: max(poolBytes, 0), trimEvery: residentTrimEvery}, pagemap: -1}
+		resident: residentState{budget: max(poolBytes, 0), trimEvery: residentTrimEvery}, pagemap: -1,
+		cowMax: maxMapCount() / 4}
 }
 
 // get returns a free slot, len and cap slot bytes, reserving a chunk when none is free;
@@ -114,20 +121,80 @@ func (a *memArena) get() []byte {
 
 // put gives the first used bytes of slot back to the operating system and the slot back
 // to the arena. After close, the last slot put unmaps every chunk.
-func (a *memArena) put(slot []byte, used int) {
-	if used > 0 {
-		if err := releaseMemory(slot[:used]); err != nil {
-			// The pages stay backed: the slot is not reused, as it would not be zero.
-			used = -1
-		}
+func (a *memArena) put(slot []byte, used int) { a.putMapped(slot, used, 0) }
+
+// putMapped is put for a slot whose first cow bytes map an image (cowimage.go; 0:
+// none): anonymous memory is mapped back over them first.
+func (a *memArena) putMapped(slot []byte, used, cow int) {
+	ok := true
+	if cow > 0 {
+		// On failure the range may be left unmapped.
+		ok = unmapCowFile(slot[:cow]) == nil
+	}
+	if ok && used > cow {
+		// On failure the pages stay backed and would not read as zero.
+		ok = releaseMemory(slot[cow:used]) == nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.live--
-	if used >= 0 {
+	if cow > 0 {
+		a.cowLive--
+	}
+	if ok { // else the slot is not reused
 		a.free = append(a.free, slot)
 	}
 	a.unmapIfDone()
+}
+
+// getMapped returns a free slot with c mapped over its first c.size bytes
+// (cowimage.go); nil when the arena has no slot, maps cowMax slots already, or the
+// mapping failed.
+func (a *memArena) getMapped(c *cowImage) []byte {
+	a.mu.Lock()
+	ok := a.cowLive < a.cowMax && !a.closed
+	if ok {
+		a.cowLive++
+	}
+	a.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	slot := a.get()
+	if slot == nil {
+		a.mu.Lock()
+		a.cowLive--
+		a.mu.Unlock()
+		return nil
+	}
+	if err := c.mapInto(slot); err != nil {
+		a.putMapped(slot, 0, c.size)
+		return nil
+	}
+	return slot
+}
+
+// addCowImage makes the arena close c when it closes; false if it is closed already.
+func (a *memArena) addCowImage(c *cowImage) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || a.failed {
+		return false
+	}
+	if a.cowImages == nil {
+		a.cowImages = map[*cowImage]struct{}{}
+	}
+	a.cowImages[c] = struct{}{}
+	return true
+}
+
+// dropCowImage closes c, its module closed; the slots mapping it keep their mapping
+// until given back.
+func (a *memArena) dropCowImage(c *cowImage) {
+	a.mu.Lock()
+	delete(a.cowImages, c)
+	a.mu.Unlock()
+	c.close()
 }
 
 // close unmaps the arena's chunks now if no slot is handed out, or else when the last
@@ -137,6 +204,10 @@ func (a *memArena) close() {
 	a.closed = true
 	a.closeWarm()
 	a.closeResident()
+	for c := range a.cowImages {
+		c.close()
+	}
+	a.cowImages = nil
 	a.unmapIfDone()
 	a.mu.Unlock()
 	a.fillers.Close()
@@ -181,6 +252,9 @@ type linearMemory struct {
 	// holding the module's image.
 	resident *residentPool
 	imaged   bool
+	// cow is how many bytes from the slot's start map the module's image copy-on-write
+	// (cowimage.go); 0: none.
+	cow int
 }
 
 var _ experimental.LinearMemory = (*linearMemory)(nil)
@@ -205,12 +279,12 @@ func (m *linearMemory) Free() {
 	if m.slot != nil {
 		// A module with resident slots keeps no warm ones: the pool's budget bounds
 		// what its closed instances keep.
-		kept := !tracked && m.arena.keepResident(m.resident, m.slot, m.used)
-		if !kept && !tracked && m.resident == nil {
+		kept := !tracked && m.arena.keepResident(m.resident, m.slot, m.used, m.cow)
+		if !kept && !tracked && m.resident == nil && m.cow == 0 {
 			kept = m.arena.recycle(m.slot, m.used, m.hot)
 		}
 		if !kept {
-			m.arena.put(m.slot, m.used)
+			m.arena.putMapped(m.slot, m.used, m.cow)
 		}
 		m.slot = nil
 	}
@@ -250,15 +324,21 @@ func (a *memoryAllocator) Allocate(capacity, maxBytes uint64) experimental.Linea
 	arena := i.m.rt.arena
 	if arena != nil && maxBytes <= uint64(arena.slot) {
 		// A resident slot holds the module's image already, for an instance made from
-		// it; a warm slot has the pages the module's activations touch backed. Their
-		// used bytes cover what is backed, so that Free releases it.
+		// it, and so does a slot the image is mapped over; a warm slot has the pages
+		// the module's activations touch backed. Their used bytes cover what is
+		// backed, so that Free releases it.
 		pool := i.m.resident.Load()
 		imaged := false
 		var slot []byte
-		used := 0
+		used, cow := 0, 0
 		if i.fromImage {
-			slot, used = arena.getResident(pool)
+			slot, used, cow = arena.getResident(pool)
 			imaged = slot != nil
+			if img := i.m.pre.image.Load(); slot == nil && img != nil && img.cow != nil {
+				if slot = arena.getMapped(img.cow); slot != nil {
+					imaged, cow = true, img.cow.size
+				}
+			}
 		}
 		if slot == nil && pool == nil {
 			slot, used = arena.getWarm(&i.m.hot)
@@ -267,9 +347,37 @@ func (a *memoryAllocator) Allocate(capacity, maxBytes uint64) experimental.Linea
 			slot, used = arena.get(), 0
 		}
 		if slot != nil {
-			i.lm = &linearMemory{arena: arena, slot: slot, used: used, hot: &i.m.hot, resident: pool, imaged: imaged}
+			i.lm = &linearMemory{arena: arena, slot: slot, used: used, hot: &i.m.hot, resident: pool, imaged: imaged, cow: cow}
 			return i.lm
 		}
 	}
 	return &heapMemory{buf: make([]byte, 0, min(capacity, maxBytes)), max: maxBytes}
+}
+
+// pageState is what backs a page of a slot (memArena.pageStates).
+type pageState uint8
+
+const (
+	// pageNone: nothing; the page reads as what the slot maps there (zero, or the
+	// image's page: cowimage.go).
+	pageNone pageState = iota
+	// pageOwn: memory of the slot's own: written, copied from a mapped image at its
+	// first write, or read where nothing is mapped (the zero page).
+	pageOwn
+	// pageFile: a page of the mapped image's file, shared with every slot mapping it.
+	pageFile
+)
+
+// backedPages reports, for each 4 KiB page of b, whether memory backs it (of its own
+// or the mapped image's); nil when the system does not say. b is as for pageStates.
+func (a *memArena) backedPages(b []byte) []bool {
+	states := a.pageStates(b)
+	if states == nil {
+		return nil
+	}
+	backed := make([]bool, len(states))
+	for k, s := range states {
+		backed[k] = s != pageNone
+	}
+	return backed
 }

@@ -74,11 +74,12 @@ func residentRuns(b []byte, max int) []pageRun {
 	return runs
 }
 
-// backedPages reports, for each 4 KiB page of b, whether it is backed by memory:
-// present, or swapped out (/proc/self/pagemap, Documentation/admin-guide/mm/pagemap.rst);
-// nil when the system does not say. b starts on a page boundary and is in one of a's
-// slots, handed out.
-func (a *memArena) backedPages(b []byte) []bool {
+// pageStates reports, for each 4 KiB page of b, what backs it
+// (/proc/self/pagemap, Documentation/admin-guide/mm/pagemap.rst): nothing, memory of
+// the mapping's own (anonymous, present or swapped out), or a page of the file it maps
+// (bit 61); nil when the system does not say. b starts on a page boundary and is in
+// one of a's slots, handed out.
+func (a *memArena) pageStates(b []byte) []pageState {
 	a.mu.Lock()
 	if !a.pagemapOpen && !a.closed {
 		a.pagemapOpen = true
@@ -89,16 +90,17 @@ func (a *memArena) backedPages(b []byte) []bool {
 	fd := a.pagemap
 	a.mu.Unlock()
 	pages := len(b) / pageSize
-	backed := make([]bool, pages)
+	states := make([]pageState, pages)
 	if fd < 0 {
 		return nil
 	}
 	if pages == 0 {
-		return backed
+		return states
 	}
 	const (
 		present = 1 << 63
 		swapped = 1 << 62
+		file    = 1 << 61
 		batch   = 512
 	)
 	var buf [batch * 8]byte
@@ -110,12 +112,16 @@ func (a *memArena) backedPages(b []byte) []bool {
 			return nil
 		}
 		for k := 0; k < n; k++ {
-			e := binary.LittleEndian.Uint64(buf[k*8:])
-			backed[p+k] = e&(present|swapped) != 0
+			switch e := binary.LittleEndian.Uint64(buf[k*8:]); {
+			case e&present != 0 && e&file != 0:
+				states[p+k] = pageFile
+			case e&(present|swapped) != 0:
+				states[p+k] = pageOwn
+			}
 		}
 		p += n
 	}
-	return backed
+	return states
 }
 
 func closePagemap(fd int) { syscall.Close(fd) }

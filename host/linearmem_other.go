@@ -17,7 +17,7 @@ func populateMemory([]byte) error { return errors.New("host: no page population 
 
 func residentRuns([]byte, int) []pageRun { return []pageRun{} }
 
-func (a *memArena) backedPages([]byte) []bool { return nil }
+func (a *memArena) pageStates([]byte) []pageState { return nil }
 
 func closePagemap(int) {}
 

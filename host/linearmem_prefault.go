@@ -55,7 +55,13 @@ func (h *moduleHotPages) learn(m *linearMemory) {
 	if m == nil || h.runs.Load() != nil || !h.learning.CompareAndSwap(false, true) {
 		return
 	}
-	runs := residentRuns(m.slot[:m.used], maxHotPages)
+	// Where the image is mapped (cowimage.go), the kernel counts the file's pages in
+	// memory as backed whoever touched them: only the anonymous part is learned.
+	from := min(m.cow, m.used)
+	runs := residentRuns(m.slot[from:m.used], maxHotPages)
+	for k := range runs {
+		runs[k].off += from
+	}
 	h.size.Store(int64(m.used))
 	h.runs.Store(&runs)
 }

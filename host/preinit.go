@@ -34,13 +34,15 @@ import (
 // do not hold (tables, data segments: RestoreImage's scan). Module.PreInitialized says
 // which path a module takes and why (deploy's log and `shardhost modules`).
 //
-// Copying was chosen over mapping an image file copy-on-write (a memfd mapped
-// MAP_PRIVATE over the slot): a copy-on-write page is a fresh page at its first write,
-// which costs what every activation pays now (bench/pagecost: 1.3 to 13 µs a page on
-// this kind of machine), while a copy into a recycled slot (linearmem_prefault.go)
-// writes pages that are backed already (zeroing or writing a backed page: about
-// 0.3 µs). BenchmarkPreInitActivation and BenchmarkMemberActivation measure activations
-// with and without the image in one run.
+// The image gets into a new instance's slot one of two ways: copied (the non-zero
+// pages written into the slot), or, on Linux for an image of cowMinImageBytes or more,
+// mapped copy-on-write from a sealed memfd (cowimage.go), so that an instance keeps of
+// its own only the pages it writes. Either way the pages an activation writes are
+// fresh pages the first time (bench/pagecost: 1.3 to 13 µs a page on this kind of
+// machine) unless the slot is a resident one (residentslots.go), which holds them
+// backed already. BenchmarkPreInitActivation and BenchmarkMemberActivation measure
+// activations with and without the image in one run, BenchmarkActiveEntityMemory the
+// memory an active entity keeps.
 
 // imageRun is a run of an image's non-zero 4 KiB pages: its bytes from off.
 type imageRun struct {
@@ -59,6 +61,9 @@ type preImage struct {
 	clock   snapshotClock
 	// randOff is how many bytes of WASI's random stream the initialisation read.
 	randOff int
+	// cow is the image in a sealed memfd, which new instances map copy-on-write
+	// (cowimage.go); nil: it is copied into them.
+	cow *cowImage
 }
 
 // bytes returns how many bytes of memory the image writes.
@@ -101,10 +106,14 @@ func (m *wasmModule) Activation() string {
 	ok, why := m.PreInitialized()
 	switch {
 	case ok:
-		if np := m.pre.noPool.Load(); np != nil {
-			return "pre-initialized image; " + *np
+		s := "pre-initialized image"
+		if m.pre.image.Load().cow != nil {
+			s += ", mapped copy-on-write"
 		}
-		return "pre-initialized image"
+		if np := m.pre.noPool.Load(); np != nil {
+			return s + "; " + *np
+		}
+		return s
 	case why == "":
 		return ""
 	}
@@ -118,6 +127,15 @@ func (m *wasmModule) capturePreImage(inst *wasmInstance) {
 	if img == nil {
 		m.pre.reason.Store(&why)
 		return
+	}
+	if a := m.rt.arena; a != nil && img.bytes() >= int(m.rt.cowMinBytes.Load()) {
+		if c, err := newCowImage(img); err != nil {
+			m.rt.log.Debug("module image copied into each instance, not mapped", "digest", m.Digest[:min(12, len(m.Digest))], "err", err)
+		} else if a.addCowImage(c) {
+			img.cow = c
+		} else {
+			c.close()
+		}
 	}
 	m.pre.image.Store(img)
 	if why := m.rt.arena.poolTooSmall(img); why != "" {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -25,6 +27,35 @@ func preinitRuntime(t testing.TB, mutate func(*RuntimeConfig)) *wasmRuntime {
 		}
 	})
 	return rt
+}
+
+// imageModes are the two ways an image gets into a new instance's memory: copied into
+// it, or mapped copy-on-write (cowimage.go) whatever the image's size.
+var imageModes = []struct {
+	name   string
+	mapped bool
+}{{"copied", false}, {"mapped", true}}
+
+// setImageMode makes the modules rt compiles from now on copy or map their images.
+func setImageMode(rt *wasmRuntime, mapped bool) {
+	if mapped {
+		rt.cowMinBytes.Store(0)
+	} else {
+		rt.cowMinBytes.Store(math.MaxInt64)
+	}
+}
+
+// checkImageMode fails the test unless inst's memory maps its module's image when
+// mapped is set (on a system that can), and does not otherwise.
+func checkImageMode(t testing.TB, inst *wasmInstance, mapped bool) {
+	t.Helper()
+	cow := inst.lm != nil && inst.lm.cow > 0
+	switch {
+	case mapped && !cow && runtime.GOOS == "linux":
+		t.Fatalf("the instance's memory does not map the image (activation: %s)", inst.m.Activation())
+	case !mapped && cow:
+		t.Fatal("the instance's memory maps the image, want it copied")
+	}
 }
 
 type zeroReader struct{}
@@ -117,39 +148,66 @@ func TestPreInitializedExamplesMatchFreshInstances(t *testing.T) {
 	for _, ex := range []string{"counter-rust", "echo-rust", "bank-rust", "cart", "ledger", "abitest-rust"} {
 		builds = append(builds, build{"rust/" + ex, func(tb testing.TB) []byte { return testwasm.RustBytes(tb, ex) }})
 	}
-	rt := preinitRuntime(t, nil)
-	for _, bd := range builds {
-		t.Run(bd.name, func(t *testing.T) {
-			m, err := rt.Compile(context.Background(), bd.bytes(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close(context.Background())
-			ok, why := m.PreInitialized()
-			if len(m.start) == 0 {
-				// A Rust cdylib: nothing to run ahead, and no image.
-				if ok || why == "" {
-					t.Fatalf("pre-initialized %v (%q) without initialisation, want not, with a reason", ok, why)
-				}
-				return
-			}
-			if !ok {
-				t.Fatalf("not pre-initialized: %s", why)
-			}
-			fresh := freshInstance(t, m, "ex", "e1")
-			image := imageInstance(t, m, "ex", "e1")
-			sameState(t, "after instantiation", fresh, image)
-			if err, err2 := fresh.Activate(context.Background()), image.Activate(context.Background()); fmt.Sprint(err) != fmt.Sprint(err2) {
-				t.Fatalf("activation: fresh %v, image %v", err, err2)
-			}
-			for _, msg := range exampleMessages {
-				if !receiveBoth(t, fresh, image, msg) {
-					return
-				}
-			}
-			sameState(t, "after the messages", fresh, image)
-		})
+	rt := preinitRuntime(t, func(c *RuntimeConfig) { c.InstancePoolBytes = -1 })
+	for _, mode := range imageModes {
+		for _, bd := range builds {
+			t.Run(mode.name+"/"+bd.name, func(t *testing.T) {
+				setImageMode(rt, mode.mapped)
+				preInitializedMatchesFresh(t, rt, bd.bytes(t), mode.mapped)
+			})
+		}
 	}
+}
+
+// preInitializedMatchesFresh compiles wasm and checks that an instance from its image
+// is one from its initialisation; see TestPreInitializedExamplesMatchFreshInstances.
+func preInitializedMatchesFresh(t *testing.T, rt *wasmRuntime, wasm []byte, mapped bool) {
+	m, err := rt.Compile(context.Background(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	ok, why := m.PreInitialized()
+	if len(m.start) == 0 {
+		// A Rust cdylib: nothing to run ahead, and no image.
+		if ok || why == "" {
+			t.Fatalf("pre-initialized %v (%q) without initialisation, want not, with a reason", ok, why)
+		}
+		return
+	}
+	if !ok {
+		t.Fatalf("not pre-initialized: %s", why)
+	}
+	// Twice: the second instance's slot is one the first's close gave back (with the
+	// image unmapped from it, when mapped).
+	for round := range 2 {
+		fresh := freshInstance(t, m, "ex", "e1")
+		image := imageInstance(t, m, "ex", "e1")
+		checkImageMode(t, image, mapped)
+		if matchFresh(t, fresh, image) && round == 0 {
+			scribble(t, image, 1, 7)
+		}
+		fresh.Close(context.Background())
+		image.Close(context.Background())
+	}
+}
+
+// matchFresh checks that image, made from the image, is fresh: state, activation,
+// replies to exampleMessages and the state they leave. It reports whether both are
+// still open.
+func matchFresh(t *testing.T, fresh, image *wasmInstance) bool {
+	t.Helper()
+	sameState(t, "after instantiation", fresh, image)
+	if err, err2 := fresh.Activate(context.Background()), image.Activate(context.Background()); fmt.Sprint(err) != fmt.Sprint(err2) {
+		t.Fatalf("activation: fresh %v, image %v", err, err2)
+	}
+	for _, msg := range exampleMessages {
+		if !receiveBoth(t, fresh, image, msg) {
+			return false
+		}
+	}
+	sameState(t, "after the messages", fresh, image)
+	return true
 }
 
 // A module whose initialisation asks the host for something an instance's own (its
@@ -216,22 +274,44 @@ func FuzzPreInitializedImage(f *testing.F) {
 	f.Add([]byte{0, 3, 0, 1, 2, 3, 4, 1, 5, 6, 7, 8, 3, 9, 10, 11, 12, 0,
 		1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 0, 1, 0, 0, 0, 7, 7, 7, 7, 7, 7, 1, 1, 0, 0, 0, 9, 9, 9, 9, 9, 9, 2,
 		3, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 20})
-	rt := preinitRuntime(f, func(c *RuntimeConfig) { c.MemoryLimit = 6 << 16 })
+	var rts [2]*wasmRuntime
+	for k, mode := range imageModes {
+		rts[k] = preinitRuntime(f, func(c *RuntimeConfig) {
+			c.MemoryLimit = 6 << 16
+			c.InstancePoolBytes = 64 << 20
+		})
+		setImageMode(rts[k], mode.mapped)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		spec := specFromBytes(data)
-		m, err := rt.Compile(context.Background(), spec.module())
-		if err != nil {
-			t.Fatalf("%+v: %v", spec, err)
+		for k, mode := range imageModes {
+			m, err := rts[k].Compile(context.Background(), spec.module())
+			if err != nil {
+				t.Fatalf("%+v: %v", spec, err)
+			}
+			if ok, why := m.PreInitialized(); !ok {
+				t.Fatalf("%+v: not pre-initialized: %s", spec, why)
+			}
+			fresh := freshInstance(t, m, "f", "1")
+			image := imageInstance(t, m, "f", "1")
+			if m.pre.image.Load().bytes() > 0 {
+				checkImageMode(t, image, mode.mapped)
+			}
+			sameState(t, mode.name+": after instantiation", fresh, image)
+			receiveBoth(t, fresh, image, "message")
+			sameState(t, mode.name+": after a message", fresh, image)
+			// The next instance takes the slot the image instance leaves, written
+			// all over, re-imaged in place (residentslots.go).
+			scribble(t, image, 0, uint64(len(data)))
+			image.Close(context.Background())
+			fresh, image = freshInstance(t, m, "f", "2"), imageInstance(t, m, "f", "2")
+			sameState(t, mode.name+": from a kept slot", fresh, image)
+			receiveBoth(t, fresh, image, "message")
+			sameState(t, mode.name+": from a kept slot, after a message", fresh, image)
+			fresh.Close(context.Background())
+			image.Close(context.Background())
+			m.Close(context.Background())
 		}
-		defer m.Close(context.Background())
-		if ok, why := m.PreInitialized(); !ok {
-			t.Fatalf("%+v: not pre-initialized: %s", spec, why)
-		}
-		fresh := freshInstance(t, m, "f", "1")
-		image := imageInstance(t, m, "f", "1")
-		sameState(t, "after instantiation", fresh, image)
-		receiveBoth(t, fresh, image, "message")
-		sameState(t, "after a message", fresh, image)
 	})
 }
 

@@ -21,7 +21,9 @@ import (
 // message, whichever is larger) are given back to the operating system: a tenant that
 // grew its memory and wrote over all of it leaves no more behind than a usual one. The
 // next instance of the module takes the slot with its memory already the image: no
-// page is copied and none faults.
+// page is copied and none faults. A slot that maps the image copy-on-write
+// (cowimage.go) keeps its mapping: only the pages of its own (those its instances
+// wrote) are compared and rewritten, and only they are charged to the pool.
 //
 // Which pages to look at comes from the kernel (mincore: the backed pages), not from a
 // record of writes, which would cost a fault per written page (dirtypages.go); pages
@@ -66,6 +68,9 @@ type residentSlot struct {
 	extent int
 	// charge is the backed bytes the slot keeps, counted against the budget.
 	charge int64
+	// cow is how many bytes from the slot's start map the image (cowimage.go); 0:
+	// none.
+	cow int
 }
 
 // residentPool is a module's resident slots. Its fields are under memArena.mu.
@@ -116,48 +121,55 @@ func (a *memArena) newResidentPool(img *preImage, hot *moduleHotPages) *resident
 	return p
 }
 
-// getResident returns one of p's slots, holding p's image, and its extent; nil when
-// p has none.
-func (a *memArena) getResident(p *residentPool) ([]byte, int) {
+// getResident returns one of p's slots, holding p's image, its extent and how many
+// bytes of it map the image (cowimage.go); nil when p has none.
+func (a *memArena) getResident(p *residentPool) ([]byte, int, int) {
 	if p == nil {
-		return nil, 0
+		return nil, 0, 0
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := len(p.slots)
 	if n == 0 || a.closed {
-		return nil, 0
+		return nil, 0, 0
 	}
 	s := p.slots[n-1]
 	p.slots = p.slots[:n-1]
 	p.low = min(p.low, len(p.slots))
 	a.resident.charged -= s.charge
-	return s.slot, s.extent
+	return s.slot, s.extent, s.cow
 }
 
 // keepResident re-images the slot of a freed instance (its first used bytes handed
-// out) into p and keeps it, if its backed bytes fit the budget. It reports whether it
-// took the slot; if not, the slot is untouched and the caller gives it back.
-func (a *memArena) keepResident(p *residentPool, slot []byte, used int) bool {
+// out, its first cow bytes mapping the image) into p and keeps it, if the bytes it
+// keeps backed of its own fit the budget. It reports whether it took the slot; if not,
+// the slot is untouched and the caller gives it back.
+func (a *memArena) keepResident(p *residentPool, slot []byte, used, cow int) bool {
 	if p == nil {
 		return false
 	}
 	// The extent covers the image even when the instance's memory did not (its
 	// instantiation failed): the pages past what it used are not backed, and read as
-	// zero.
-	extent := max(int(p.img.pages)*wasmPageSize, int(p.hot.size.Load()))
+	// zero (or the image's, where it is mapped).
+	extent := max(int(p.img.pages)*wasmPageSize, int(p.hot.size.Load()), cow)
 	extent = min((extent+pageSize-1)/pageSize*pageSize, len(slot))
-	backed := a.backedPages(slot[:extent])
-	if backed == nil {
+	states := a.pageStates(slot[:extent])
+	if states == nil {
 		return false
 	}
+	// What the slot keeps of its own: where the image is mapped, the pages the
+	// instance wrote (copied from the file) and no more, as the file's pages are
+	// shared; elsewhere, the image's pages too once re-imaged.
 	charge := int64(0)
-	for _, b := range backed {
-		if b {
+	for _, st := range states {
+		if st == pageOwn {
 			charge += pageSize
 		}
 	}
-	charge = max(charge, int64(p.img.bytes()))
+	if cow == 0 {
+		charge = max(charge, int64(p.img.bytes()))
+	}
+	charge = max(charge, pageSize)
 	a.mu.Lock()
 	ok := !p.dropped && !a.closed && a.resident.charged+charge <= a.resident.budget
 	if ok {
@@ -167,27 +179,29 @@ func (a *memArena) keepResident(p *residentPool, slot []byte, used int) bool {
 	if !ok {
 		return false
 	}
-	n, err := reimage(slot, extent, used, backed, p.img)
+	n, err := reimage(slot, extent, used, cow, states, p.img)
 	a.resident.rewritten.Add(int64(n))
 	a.mu.Lock()
 	kept := err == nil && !p.dropped && !a.closed
 	if kept {
-		p.slots = append(p.slots, residentSlot{slot: slot, extent: extent, charge: charge})
+		p.slots = append(p.slots, residentSlot{slot: slot, extent: extent, charge: charge, cow: cow})
 	} else {
 		a.resident.charged -= charge
 	}
 	a.mu.Unlock()
 	if !kept {
-		a.put(slot, used)
+		a.putMapped(slot, used, cow)
 	}
 	return true
 }
 
-// reimage makes slot's first extent bytes img's memory: the image's pages are written
-// where they differ, the other backed pages zeroed where they are not zero (backed
-// says which pages of the extent are backed), and the bytes from extent to used are
-// given back to the operating system. It returns how many pages it wrote.
-func reimage(slot []byte, extent, used int, backed []bool, img *preImage) (written int, err error) {
+// reimage makes slot's first extent bytes img's memory, the first cow of them mapping
+// img's file (cowimage.go): the image's pages are written where they differ, the other
+// backed pages zeroed where they are not zero (states says what backs each page of the
+// extent), and the bytes from extent to used are given back to the operating system.
+// Where the file is mapped, only the pages of the slot's own are looked at: the
+// others are the file's, which holds the image. It returns how many pages it wrote.
+func reimage(slot []byte, extent, used, cow int, states []pageState, img *preImage) (written int, err error) {
 	if used > extent {
 		if err := releaseMemory(slot[extent:used]); err != nil {
 			return 0, err
@@ -196,6 +210,9 @@ func reimage(slot []byte, extent, used int, backed []bool, img *preImage) (writt
 	run, k := 0, 0 // the image run at or after the page, and its page
 	for p := 0; p < extent/pageSize; p++ {
 		off := p * pageSize
+		if off < cow && states[p] != pageOwn {
+			continue
+		}
 		page := slot[off : off+pageSize]
 		for run < len(img.runs) && img.runs[run].off+len(img.runs[run].data) <= off {
 			run++
@@ -203,13 +220,13 @@ func reimage(slot []byte, extent, used int, backed []bool, img *preImage) (writt
 		if run < len(img.runs) && img.runs[run].off <= off {
 			k = off - img.runs[run].off
 			want := img.runs[run].data[k : k+pageSize]
-			if !backed[p] || !bytes.Equal(page, want) {
+			if states[p] == pageNone || !bytes.Equal(page, want) {
 				copy(page, want)
 				written++
 			}
 			continue
 		}
-		if backed[p] && !isZeroPage4K(page) {
+		if states[p] != pageNone && !isZeroPage4K(page) {
 			clear(page)
 			written++
 		}
@@ -233,7 +250,7 @@ func (a *memArena) dropResident(p *residentPool) {
 	delete(a.resident.pools, p)
 	a.mu.Unlock()
 	for _, s := range slots {
-		a.put(s.slot, s.extent)
+		a.putMapped(s.slot, s.extent, s.cow)
 	}
 }
 
@@ -270,7 +287,7 @@ func (a *memArena) trimResident() (released int) {
 	}
 	a.mu.Unlock()
 	for _, s := range back {
-		a.put(s.slot, s.extent)
+		a.putMapped(s.slot, s.extent, s.cow)
 	}
 	return len(back)
 }
@@ -280,6 +297,11 @@ func (a *memArena) trimResident() (released int) {
 func (a *memArena) closeResident() {
 	for p := range a.resident.pools {
 		a.live -= len(p.slots)
+		for _, s := range p.slots {
+			if s.cow > 0 {
+				a.cowLive--
+			}
+		}
 		p.slots = nil
 		p.dropped = true
 	}
@@ -303,7 +325,11 @@ func (a *memArena) poolTooSmall(img *preImage) string {
 	if a == nil || a.resident.budget <= 0 {
 		return ""
 	}
-	if need := int64(img.bytes()); need > a.resident.budget {
+	need := int64(img.bytes())
+	if img.cow != nil {
+		need = pageSize // a slot mapping the image keeps what its instance wrote
+	}
+	if need > a.resident.budget {
 		return fmt.Sprintf("the instance pool's %d bytes (--instance-pool-bytes) are under one instance's %d: closed instances' memory goes back to the operating system", a.resident.budget, need)
 	}
 	return ""

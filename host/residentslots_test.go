@@ -62,59 +62,71 @@ func scribble(t *testing.T, inst *wasmInstance, grow uint32, seed uint64) {
 // An instance from a resident slot, which the last instance of the module grew and
 // scribbled over before it was closed, is the instance a fresh instantiation makes:
 // memory, globals, clocks and random stream, and the replies to the same messages and
-// the state they leave, for every Go and TinyGo example.
+// the state they leave, for every Go and TinyGo example, with the image copied into
+// the slots or mapped copy-on-write (cowimage.go).
 func TestResidentSlotsMatchFreshInstances(t *testing.T) {
 	rt, _ := slotsRuntime(t)
-	for _, c := range testwasm.GoCompilers {
-		for _, ex := range []string{"counter", "bank", "room", "subscription", "webhook", "abitest", "faulty"} {
-			t.Run(c.Name+"/"+ex, func(t *testing.T) {
-				ctx := context.Background()
-				m, err := rt.Compile(ctx, c.Bytes(t, ex))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close(ctx)
-				if ok, why := m.PreInitialized(); !ok {
-					t.Fatalf("not pre-initialized: %s", why)
-				}
-				pool := residentPoolOf(t, m)
-				for round := range 3 {
-					// The tenant: from the image (or, the first round, the pool's
-					// first slot), messages, then garbage everywhere.
-					tenant := imageInstance(t, m, "ex", "tenant")
-					slot := tenant.lm.slot
-					for _, msg := range exampleMessages[:4] {
-						tenant.Receive(ctx, []byte(msg))
-					}
-					if !tenant.Closed() {
-						scribble(t, tenant, uint32(1+round*7), uint64(round))
-					}
-					tenant.Close(ctx) // if a message did not close it (faulty's trap)
-					if rt.arena.poolSlots(pool) == 0 {
-						t.Fatalf("round %d: no resident slot after a close", round)
-					}
-					fresh := freshInstance(t, m, "ex", "e1")
-					reused := imageInstance(t, m, "ex", "e1")
-					if !reused.lm.imaged || addrOf(reused.lm.slot) != addrOf(slot) {
-						t.Fatalf("round %d: the instance is not in the closed tenant's slot", round)
-					}
-					sameState(t, fmt.Sprintf("round %d, after instantiation", round), fresh, reused)
-					if err, err2 := fresh.Activate(ctx), reused.Activate(ctx); fmt.Sprint(err) != fmt.Sprint(err2) {
-						t.Fatalf("activation: fresh %v, reused %v", err, err2)
-					}
-					for _, msg := range exampleMessages {
-						if !receiveBoth(t, fresh, reused, msg) {
-							break
-						}
-					}
-					if !fresh.Closed() && !reused.Closed() {
-						sameState(t, fmt.Sprintf("round %d, after the messages", round), fresh, reused)
-					}
-					fresh.Close(ctx)
-					reused.Close(ctx)
-				}
-			})
+	for _, mode := range imageModes {
+		for _, c := range testwasm.GoCompilers {
+			for _, ex := range []string{"counter", "bank", "room", "subscription", "webhook", "abitest", "faulty"} {
+				t.Run(mode.name+"/"+c.Name+"/"+ex, func(t *testing.T) {
+					setImageMode(rt, mode.mapped)
+					residentSlotsMatchFresh(t, rt, c.Bytes(t, ex), mode.mapped)
+				})
+			}
 		}
+	}
+}
+
+// residentSlotsMatchFresh is TestResidentSlotsMatchFreshInstances for one module.
+func residentSlotsMatchFresh(t *testing.T, rt *wasmRuntime, wasm []byte, mapped bool) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := rt.Compile(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if ok, why := m.PreInitialized(); !ok {
+		t.Fatalf("not pre-initialized: %s", why)
+	}
+	pool := residentPoolOf(t, m)
+	for round := range 3 {
+		// The tenant: from the image (or, the first round, the pool's
+		// first slot), messages, then garbage everywhere.
+		tenant := imageInstance(t, m, "ex", "tenant")
+		checkImageMode(t, tenant, mapped)
+		slot := tenant.lm.slot
+		for _, msg := range exampleMessages[:4] {
+			tenant.Receive(ctx, []byte(msg))
+		}
+		if !tenant.Closed() {
+			scribble(t, tenant, uint32(1+round*7), uint64(round))
+		}
+		tenant.Close(ctx) // if a message did not close it (faulty's trap)
+		if rt.arena.poolSlots(pool) == 0 {
+			t.Fatalf("round %d: no resident slot after a close", round)
+		}
+		fresh := freshInstance(t, m, "ex", "e1")
+		reused := imageInstance(t, m, "ex", "e1")
+		if !reused.lm.imaged || addrOf(reused.lm.slot) != addrOf(slot) {
+			t.Fatalf("round %d: the instance is not in the closed tenant's slot", round)
+		}
+		checkImageMode(t, reused, mapped)
+		sameState(t, fmt.Sprintf("round %d, after instantiation", round), fresh, reused)
+		if err, err2 := fresh.Activate(ctx), reused.Activate(ctx); fmt.Sprint(err) != fmt.Sprint(err2) {
+			t.Fatalf("activation: fresh %v, reused %v", err, err2)
+		}
+		for _, msg := range exampleMessages {
+			if !receiveBoth(t, fresh, reused, msg) {
+				break
+			}
+		}
+		if !fresh.Closed() && !reused.Closed() {
+			sameState(t, fmt.Sprintf("round %d, after the messages", round), fresh, reused)
+		}
+		fresh.Close(ctx)
+		reused.Close(ctx)
 	}
 }
 

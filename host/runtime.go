@@ -165,6 +165,10 @@ type wasmRuntime struct {
 	compileHook func(ctx context.Context, digest string) error
 	// arena holds the instances' linear memories (linearmem.go).
 	arena *memArena
+	// cowMinBytes is the fewest bytes of image a module's image is mapped
+	// copy-on-write for (cowimage.go), cowMinImageBytes; tests change it before they
+	// compile.
+	cowMinBytes atomic.Int64
 	// inflight counts what uses an instance's memory now (instantiations, calls,
 	// snapshots); once closing is set, enter refuses new ones and Close waits for
 	// inflight to drain before it closes the modules and their memories.
@@ -240,6 +244,7 @@ func newWasmRuntime(ctx context.Context, cfg RuntimeConfig) (*wasmRuntime, error
 		arena:  newMemArena(cfg.MemoryLimit>>16<<16, cfg.poolBytes()),
 	}
 	rt.live = map[*wasmInstance]struct{}{}
+	rt.cowMinBytes.Store(cowMinImageBytes)
 	rt.bg = owner.New()
 	rt.started = cfg.Clock()
 	for _, r := range []wazero.Runtime{rt.r, rt.interp} {
@@ -647,6 +652,9 @@ func (m *wasmModule) Close(ctx context.Context) error {
 	if m.rt.arena != nil {
 		m.rt.arena.dropWarm(&m.hot)
 		m.rt.arena.dropResident(m.resident.Swap(nil))
+		if img := m.pre.image.Load(); img != nil && img.cow != nil {
+			m.rt.arena.dropCowImage(img.cow)
+		}
 	}
 	return err
 }

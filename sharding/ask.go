@@ -44,6 +44,12 @@ type delivery struct {
 	// allocation per ask).
 	waiter *askWaiter
 	gen    uint64
+	// tell, if set (and reply and waiter nil), is where a tell made on this member
+	// (by teller) learns of a failure while TellMessage has not returned, for the use
+	// gen of it (tellCall.failed): without a closure or a tellCall of its own (an
+	// allocation each per tell).
+	tell   *tellCall
+	teller *Sharding
 	// wait is the span of the message's wait in a region's buffer, while it waits there
 	// in a traced context.
 	wait trace.Span
@@ -55,6 +61,16 @@ func (d delivery) fail(err error) { d.answer(Reply{}, err) }
 
 // expired reports whether d has a deadline and it passed at now.
 func (d *delivery) expired(now time.Time) bool { return !d.deadline.IsZero() && now.After(d.deadline) }
+
+// expiredNow reports whether d has a deadline and it has passed, and the time it read
+// to tell; without a deadline it reads no clock (a tell's usual case).
+func (d *delivery) expiredNow() (time.Time, bool) {
+	if d.deadline.IsZero() {
+		return time.Time{}, false
+	}
+	now := time.Now()
+	return now, now.After(d.deadline)
+}
 
 // timeLeft is envelope.TimeLeft for d sent at now: 0 without a deadline, else what is
 // left of it, at least 1 ns (an expired message is dropped where it is taken).
@@ -93,6 +109,8 @@ func (d *delivery) answer(r Reply, err error) {
 		d.reply(r, err)
 	case d.waiter != nil:
 		d.waiter.put(d.gen, r, err)
+	case d.tell != nil:
+		d.tell.failed(d, err)
 	}
 }
 
@@ -149,48 +167,57 @@ func (s *Sharding) TellMessage(ctx context.Context, m Message) error {
 	if ctx.Done() != nil {
 		dctx = context.WithoutCancel(ctx) // the message outlives the call: the trace, not the cancellation
 	}
-	t := &tellCall{s: s, env: env, ctx: dctx}
+	t := tellCalls.Get().(*tellCall)
+	t.mu.Lock()
+	gen := t.gen
+	t.mu.Unlock()
 	deadline, _ := ctx.Deadline() // the message's, if the caller gave one (delivery.deadline)
 	s.route(delivery{
 		env:      env,
 		ctx:      dctx,
 		deadline: deadline,
-		reply:    func(_ Reply, err error) { t.failed(err) },
+		tell:     t,
+		gen:      gen,
+		teller:   s,
 	})
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.returned = true
-	if t.err != nil {
-		failSpan(span, t.err)
+	err := t.err
+	t.err = nil
+	t.gen++ // returned: a later failure of this tell is a dead letter
+	t.mu.Unlock()
+	tellCalls.Put(t)
+	if err != nil {
+		failSpan(span, err)
 	}
-	return classified(t.err)
+	return classified(err)
 }
 
-// tellCall is a tell on its way: what its delivery's failures need.
+// tellCall is where TellMessage learns of a failure to route its tell from here: the
+// caller's error. It serves one tell at a time, use gen of it, and is used again (from
+// tellCalls) once TellMessage has returned; a failure that comes later (for an older
+// gen) is a dead letter.
 type tellCall struct {
-	s   *Sharding
-	env envelope
-	ctx context.Context
-
-	mu       sync.Mutex
-	returned bool  // TellMessage has returned
-	err      error // the routing failure TellMessage returns
+	mu  sync.Mutex
+	gen uint64 // the use under way; moves on when TellMessage returns
+	err error  // the routing failure TellMessage returns
 }
 
-// failed takes a failure of the tell: the caller's, if it failed to route the message
-// from here before TellMessage returned; a dead letter otherwise.
-func (t *tellCall) failed(err error) {
+var tellCalls = sync.Pool{New: func() any { return new(tellCall) }}
+
+// failed takes a failure of d, a tell made on this member: the caller's, if it failed
+// to route the message from here before TellMessage returned; a dead letter otherwise.
+func (t *tellCall) failed(d *delivery, err error) {
 	t.mu.Lock()
 	// Only a failure to route the message from here is the caller's; the entity's own
 	// failure is a dead letter even when it comes back before TellMessage returns (a
 	// quick local entity).
-	early := !t.returned && t.err == nil && tellRoutingError(err)
+	early := t.gen == d.gen && t.err == nil && tellRoutingError(err)
 	if early {
 		t.err = err
 	}
 	t.mu.Unlock()
 	if !early && err != nil {
-		t.s.tellFailed(t.ctx, t.env, err)
+		d.teller.tellFailed(d.ctx, d.env, err)
 	}
 }
 

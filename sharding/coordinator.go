@@ -58,7 +58,15 @@ type coordinator struct {
 	// previous incarnation's allocations, and their epochs, must not pass to it
 	// (forgetReplacedLocked).
 	incarnation map[string]cluster.UID
+	// replaced is forgetReplacedLocked's scratch: per region with a recorded process,
+	// what the members say of it.
+	replaced map[string]replacedState
 }
+
+// replacedState is what the members say of a region's recorded process
+// (forgetReplacedLocked): whether it still hosts, and whether another process is in
+// the cluster at its address.
+type replacedState struct{ recordedHosts, successor bool }
 
 // epochTagBits is how many low bits of an allocation epoch name the coordinator that
 // gave it (nextEpoch).
@@ -112,22 +120,45 @@ func (c *coordinator) knowLocked(typ string, shard int) {
 // every known shard without a home that holds reminders in the state store: its new home
 // fires them (reminders_run.go); or outbox marks: its new home activates their
 // entities, which send their unacknowledged tells again (delivery.go).
-func (c *coordinator) allocateRemembered() {
+func (c *coordinator) allocateRemembered() { c.allocateHomeless(nil) }
+
+// allocateHomeless is allocateRemembered for the shards of only, or, for nil, every
+// known shard: the ones without a home of a type that remembers entities are
+// allocated, and the others if the state store holds reminders or outbox marks for
+// them (one or two store reads a shard).
+func (c *coordinator) allocateHomeless(only []shardRef) {
 	c.mu.Lock()
 	if !c.active {
 		c.mu.Unlock()
 		return
 	}
 	var refs, others []shardRef
-	for typ, shards := range c.known {
-		remember := c.s.typeSettings(typ).RememberEntities
-		for shard := range shards {
-			if a, ok := c.alloc[typ][shard]; !ok || a.region == "" {
-				if remember {
-					refs = append(refs, shardRef{Type: typ, Shard: shard})
-				} else {
-					others = append(others, shardRef{Type: typ, Shard: shard})
-				}
+	remembers := map[string]bool{}
+	consider := func(typ string, shard int) {
+		if a, ok := c.alloc[typ][shard]; ok && a.region != "" {
+			return
+		}
+		remember, ok := remembers[typ]
+		if !ok {
+			remember = c.s.typeSettings(typ).RememberEntities
+			remembers[typ] = remember
+		}
+		if remember {
+			refs = append(refs, shardRef{Type: typ, Shard: shard})
+		} else {
+			others = append(others, shardRef{Type: typ, Shard: shard})
+		}
+	}
+	if only == nil {
+		for typ, shards := range c.known {
+			for shard := range shards {
+				consider(typ, shard)
+			}
+		}
+	} else {
+		for _, ref := range only {
+			if c.known[ref.Type][ref.Shard] {
+				consider(ref.Type, ref.Shard)
 			}
 		}
 	}
@@ -463,7 +494,11 @@ func (c *coordinator) shardStopped(ref shardRef) {
 			if err := c.persist(ctx, ref.Type, ref.Shard, allocation{"", a.epoch}); err != nil {
 				c.s.log.Debug("recording a handoff", "shard", ref.String(), "err", err)
 			}
-			c.allocateRemembered()
+			// This shard alone: the other shards without a home were looked at when
+			// they lost it (and every RebalanceInterval). A walk of every known shard
+			// here, with a store read for each homeless one, made a member's leave with
+			// S/M shards cost O(S²/M) (docs/scale.md).
+			c.allocateHomeless([]shardRef{{Type: ref.Type, Shard: ref.Shard}})
 		})
 	}
 }
@@ -563,25 +598,38 @@ func (c *coordinator) noteIncarnationLocked(region string, members []cluster.Mem
 // previous incarnation (a clock that went back across the restart) and lose them
 // (faults seed 10011).
 func (c *coordinator) forgetReplacedLocked(members []cluster.Member) {
+	if len(c.incarnation) == 0 {
+		return
+	}
+	// One pass over the members, for every region with a recorded process: O(members)
+	// per call, and a call per request for a shard's home (it was a pass over the
+	// members per region, O(members²): 90,000 address comparisons a request at 300
+	// members, docs/scale.md).
+	if c.replaced == nil {
+		c.replaced = map[string]replacedState{}
+	}
+	clear(c.replaced)
+	for _, m := range members {
+		uid, ok := c.incarnation[m.Address]
+		if !ok {
+			continue
+		}
+		st := c.replaced[m.Address]
+		switch {
+		case m.UID == uid:
+			st.recordedHosts = hosting(m)
+		case m.Status != cluster.StatusDown && m.Status != cluster.StatusRemoved && m.Status != cluster.StatusExiting:
+			st.successor = true
+		}
+		c.replaced[m.Address] = st
+	}
 	for region, uid := range c.incarnation {
 		// Replaced: the recorded process no longer hosts (downed, exiting, or gone from
 		// the membership) and another one at its address is in the cluster. While the
 		// recorded one still hosts, its allocations stand, even beside a second UID at
 		// the address (a stale entry the gossip brought back, seed 13364): dropping
 		// them would allocate its shards elsewhere while it still ran them.
-		recordedHosts, successor := false, false
-		for _, m := range members {
-			if m.Address != region {
-				continue
-			}
-			switch {
-			case m.UID == uid:
-				recordedHosts = hosting(m)
-			case m.Status != cluster.StatusDown && m.Status != cluster.StatusRemoved && m.Status != cluster.StatusExiting:
-				successor = true
-			}
-		}
-		if recordedHosts || !successor {
+		if st := c.replaced[region]; st.recordedHosts || !st.successor {
 			continue
 		}
 		delete(c.incarnation, region)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,33 +28,48 @@ type DData interface {
 
 // Keys of the coordinator's state in distributed data: the set of entity types with
 // allocations (coordinatorTypesKey); per type, the set of its buckets with allocations
-// (coordinatorBucketsKey), and per bucket of coordinatorBucketShards shards an LWWMap
-// shard → "region|epoch" (region empty: not allocated; coordinatorBucketKey). Entries
-// are never removed, so the highest epoch is always known.
+// (coordinatorBucketsKey), and per bucket of coordinatorBucketShards shards a
+// ddata.EpochMap shard → region at its epoch (region empty: not allocated;
+// coordinatorBucketKey). The EpochMap keeps per shard the higher epoch, and at one epoch
+// the record without region, as mergeAllocation does, so two coordinators active for a
+// moment that record different shards of one bucket keep both. Entries are never
+// removed, so the highest epoch is always known.
 //
-// One map per type held every shard before: about 82 bytes a shard encoded, so 100,000
-// shards came to 98.8% of the transport's frame limit, and every write cost each replica
-// O(shards) (the map copied, its whole encoding digested). A bucket keeps both at
-// O(coordinatorBucketShards) and is read back in parallel with the others
-// (docs/scale.md). The map of the former layout (coordinatorKey) is still read, and
-// merged with the buckets by epoch (mergeAllocation), so that the state written before
-// is recovered; it is no longer written.
+// Two earlier layouts are still read, and merged with it by epoch (mergeAllocation), so
+// that the state they hold is recovered; they are no longer written (docs/scale.md says
+// in what order an upgrade goes):
+//   - per type, one LWWMap shard → "region|epoch" for every shard (legacyMapKey): about
+//     82 bytes a shard encoded, 98.8% of the transport's frame limit at 100,000 shards;
+//   - per type, a GSet of buckets (legacyBucketsKey) and per bucket such an LWWMap
+//     (legacyBucketKey): each entry a register encoded as a value of its own, so that
+//     reading 100,000 shards back decoded 100,000 values.
+//
+// A bucket's EpochMap is about 10 bytes a shard; a new coordinator reads the buckets
+// back in parallel, coordinatorReadParallel at once.
 const (
 	coordinatorTypesKey     = "sharding-coordinator-types"
 	coordinatorBucketShards = 1000
-	// coordinatorReadParallel bounds the buckets read at once by a recovering coordinator.
+	// coordinatorReadParallel bounds the keys read at once by a recovering coordinator.
 	coordinatorReadParallel = 16
 )
 
-// coordinatorKey is the former layout's map of every shard of a type: read, not written.
-func coordinatorKey(typ string) string { return "sharding-coordinator:" + typ }
+// coordinatorBucketsKey is the GSet of a type's buckets (decimal numbers) with an EpochMap.
+func coordinatorBucketsKey(typ string) string { return "sharding-coordinator-epochs:" + typ }
 
-// coordinatorBucketsKey is the GSet of a type's buckets (decimal numbers) with allocations.
-func coordinatorBucketsKey(typ string) string { return "sharding-coordinator-buckets:" + typ }
-
-// coordinatorBucketKey is the LWWMap of the shards of typ in bucket (shard /
+// coordinatorBucketKey is the EpochMap of the shards of typ in bucket (shard /
 // coordinatorBucketShards).
 func coordinatorBucketKey(typ string, bucket int) string {
+	return "sharding-coordinator-epochs@" + strconv.Itoa(bucket) + ":" + typ
+}
+
+// legacyMapKey is the first layout's LWWMap of every shard of a type: read, not written.
+func legacyMapKey(typ string) string { return "sharding-coordinator:" + typ }
+
+// legacyBucketsKey is the second layout's GSet of a type's buckets: read, not written.
+func legacyBucketsKey(typ string) string { return "sharding-coordinator-buckets:" + typ }
+
+// legacyBucketKey is the second layout's LWWMap of a bucket: read, not written.
+func legacyBucketKey(typ string, bucket int) string {
 	return "sharding-coordinator@" + strconv.Itoa(bucket) + ":" + typ
 }
 
@@ -242,67 +258,104 @@ func (c *coordinator) retryRead(gen uint64, what string, read func() error) bool
 }
 
 // readState reads the coordinator's state from distributed data with ReadMajority: the
-// types, each type's buckets (in parallel, at most coordinatorReadParallel at once) and
-// the former layout's map of the type, merged by mergeAllocation.
+// types; per type, the two sets of buckets (this layout's and the second's), then the
+// buckets and the first layout's map, at most coordinatorReadParallel keys at once; all
+// merged by mergeAllocation.
 func (c *coordinator) readState() (map[string]map[int]allocation, map[string]uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.RequestTimeout)
 	defer cancel()
 	alloc := map[string]map[int]allocation{}
 	maxEpoch := map[string]uint64{}
-	d, err := c.s.cfg.DData.Get(ctx, coordinatorTypesKey, ddata.ReadMajority(0))
-	if errors.Is(err, ddata.ErrNotFound) {
-		return alloc, maxEpoch, nil
-	}
+	types, err := c.readKeys(ctx, []string{coordinatorTypesKey})
 	if err != nil {
 		return nil, nil, err
 	}
-	types, ok := d.(ddata.GSet)
-	if !ok {
-		return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorTypesKey, d.Type())
+	if types[0] == nil {
+		return alloc, maxEpoch, nil
 	}
-	for _, typ := range types.Elements() {
-		keys := []string{coordinatorKey(typ)}
-		d, err := c.s.cfg.DData.Get(ctx, coordinatorBucketsKey(typ), ddata.ReadMajority(0))
-		switch {
-		case errors.Is(err, ddata.ErrNotFound):
-		case err != nil:
-			return nil, nil, err
-		default:
-			buckets, ok := d.(ddata.GSet)
-			if !ok {
-				return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorBucketsKey(typ), d.Type())
-			}
-			for _, b := range buckets.Elements() {
-				n, err := strconv.Atoi(b)
-				if err != nil || n < 0 {
-					return nil, nil, fmt.Errorf("sharding: %s holds %q, not a bucket", coordinatorBucketsKey(typ), b)
-				}
-				keys = append(keys, coordinatorBucketKey(typ, n))
-			}
-		}
-		maps, err := c.readMaps(ctx, keys)
+	typeSet, ok := types[0].(ddata.GSet)
+	if !ok {
+		return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorTypesKey, types[0].Type())
+	}
+	for _, typ := range typeSet.Elements() {
+		lists, err := c.readKeys(ctx, []string{coordinatorBucketsKey(typ), legacyBucketsKey(typ)})
 		if err != nil {
 			return nil, nil, err
 		}
-		shards := map[int]allocation{}
-		buckets := map[int]bool{}
-		for i, m := range maps {
-			for key, v := range m.Entries() {
-				shard, err1 := strconv.Atoi(key)
-				region, epochStr, _ := strings.Cut(string(v), "|")
-				epoch, err2 := strconv.ParseUint(epochStr, 10, 64)
-				if err1 != nil || err2 != nil {
-					continue
+		bucketsOf := func(key string, d ddata.ReplicatedData) ([]int, error) {
+			if d == nil {
+				return nil, nil
+			}
+			set, ok := d.(ddata.GSet)
+			if !ok {
+				return nil, fmt.Errorf("sharding: %s holds %s", key, d.Type())
+			}
+			var out []int
+			for _, b := range set.Elements() {
+				n, err := strconv.Atoi(b)
+				if err != nil || n < 0 {
+					return nil, fmt.Errorf("sharding: %s holds %q, not a bucket", key, b)
 				}
-				maxEpoch[typ] = max(maxEpoch[typ], epoch)
-				a := allocation{region, epoch}
-				if cur, ok := shards[shard]; ok {
-					a = mergeAllocation(cur, a)
+				out = append(out, n)
+			}
+			return out, nil
+		}
+		buckets, err := bucketsOf(coordinatorBucketsKey(typ), lists[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		legacy, err := bucketsOf(legacyBucketsKey(typ), lists[1])
+		if err != nil {
+			return nil, nil, err
+		}
+		keys := make([]string, 0, len(buckets)+len(legacy)+1)
+		for _, b := range buckets {
+			keys = append(keys, coordinatorBucketKey(typ, b))
+		}
+		keys = append(keys, legacyMapKey(typ))
+		for _, b := range legacy {
+			keys = append(keys, legacyBucketKey(typ, b))
+		}
+		values, err := c.readKeys(ctx, keys)
+		if err != nil {
+			return nil, nil, err
+		}
+		shards := make(map[int]allocation, len(buckets)*coordinatorBucketShards)
+		note := func(shard int, a allocation) {
+			maxEpoch[typ] = max(maxEpoch[typ], a.epoch)
+			if cur, ok := shards[shard]; ok {
+				a = mergeAllocation(cur, a)
+			}
+			shards[shard] = a
+		}
+		for i, d := range values {
+			switch v := d.(type) {
+			case nil:
+			case ddata.EpochMap:
+				if i >= len(buckets) {
+					return nil, nil, fmt.Errorf("sharding: %s holds %s", keys[i], d.Type())
 				}
-				shards[shard] = a
-				if i > 0 {
-					buckets[shard/coordinatorBucketShards] = true
+				for e := range v.All() {
+					if e.Key > math.MaxInt {
+						continue // not a shard this coordinator wrote
+					}
+					note(int(e.Key), allocation{e.Value, e.Epoch})
 				}
+			case ddata.LWWMap:
+				if i < len(buckets) {
+					return nil, nil, fmt.Errorf("sharding: %s holds %s", keys[i], d.Type())
+				}
+				for key, v := range v.Entries() {
+					shard, err1 := strconv.Atoi(key)
+					region, epochStr, _ := strings.Cut(string(v), "|")
+					epoch, err2 := strconv.ParseUint(epochStr, 10, 64)
+					if err1 != nil || err2 != nil {
+						continue
+					}
+					note(shard, allocation{region, epoch})
+				}
+			default:
+				return nil, nil, fmt.Errorf("sharding: %s holds %s", keys[i], d.Type())
 			}
 		}
 		alloc[typ] = shards
@@ -311,7 +364,7 @@ func (c *coordinator) readState() (map[string]map[int]allocation, map[string]uin
 		if c.bucketsSaved[typ] == nil {
 			c.bucketsSaved[typ] = map[int]bool{}
 		}
-		for b := range buckets {
+		for _, b := range buckets {
 			c.bucketsSaved[typ][b] = true
 		}
 		c.mu.Unlock()
@@ -319,10 +372,11 @@ func (c *coordinator) readState() (map[string]map[int]allocation, map[string]uin
 	return alloc, maxEpoch, nil
 }
 
-// readMaps reads the LWWMaps at keys with ReadMajority, at most coordinatorReadParallel
-// at once: an empty map for a key not found, the first error otherwise.
-func (c *coordinator) readMaps(ctx context.Context, keys []string) ([]ddata.LWWMap, error) {
-	out := make([]ddata.LWWMap, len(keys))
+// readKeys reads the values at keys with ReadMajority, at most coordinatorReadParallel
+// at once: nil for a key not found or deleted (an earlier layout's keys may be deleted
+// once every member is upgraded, docs/scale.md), the errors joined otherwise.
+func (c *coordinator) readKeys(ctx context.Context, keys []string) ([]ddata.ReplicatedData, error) {
+	out := make([]ddata.ReplicatedData, len(keys))
 	errs := make([]error, len(keys))
 	sem := make(chan struct{}, coordinatorReadParallel)
 	var wg sync.WaitGroup
@@ -333,15 +387,11 @@ func (c *coordinator) readMaps(ctx context.Context, keys []string) ([]ddata.LWWM
 			defer func() { <-sem; wg.Done() }()
 			d, err := c.s.cfg.DData.Get(ctx, key, ddata.ReadMajority(0))
 			switch {
-			case errors.Is(err, ddata.ErrNotFound):
+			case errors.Is(err, ddata.ErrNotFound), errors.Is(err, ddata.ErrDataDeleted):
 			case err != nil:
 				errs[i] = err
 			default:
-				m, ok := d.(ddata.LWWMap)
-				if !ok {
-					errs[i] = fmt.Errorf("sharding: %s holds %s", key, d.Type())
-				}
-				out[i] = m
+				out[i] = d
 			}
 		}()
 	}
@@ -350,7 +400,8 @@ func (c *coordinator) readMaps(ctx context.Context, keys []string) ([]ddata.LWWM
 }
 
 // persist records a shard's allocation (region "" when it has none) in distributed data
-// with WriteMajority, in its bucket; the type and the bucket are recorded first, once.
+// with WriteMajority, in its bucket's EpochMap; the type and the bucket are recorded
+// first, once.
 func (c *coordinator) persist(ctx context.Context, typ string, shard int, a allocation) error {
 	dd := c.s.cfg.DData
 	if dd == nil {
@@ -359,7 +410,6 @@ func (c *coordinator) persist(ctx context.Context, typ string, shard int, a allo
 	if shard < 0 {
 		return fmt.Errorf("sharding: shard %d of %s: negative", shard, typ)
 	}
-	node := dd.SelfNodeID()
 	bucket := shard / coordinatorBucketShards
 	c.mu.Lock()
 	saved, bucketSaved := c.typesSaved[typ], c.bucketsSaved[typ][bucket]
@@ -391,10 +441,13 @@ func (c *coordinator) persist(ctx context.Context, typ string, shard int, a allo
 		c.bucketsSaved[typ][bucket] = true
 		c.mu.Unlock()
 	}
-	value := []byte(a.region + "|" + strconv.FormatUint(a.epoch, 10))
-	_, err := dd.Update(ctx, coordinatorBucketKey(typ, bucket), ddata.LWWMap{}, ddata.WriteMajority(0),
+	_, err := dd.Update(ctx, coordinatorBucketKey(typ, bucket), ddata.EpochMap{}, ddata.WriteMajority(0),
 		func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
-			m, delta := d.(ddata.LWWMap).Put(node, strconv.Itoa(shard), value, ddata.DefaultClock(func() int64 { return c.s.cfg.Now().UnixMilli() }))
+			m, ok := d.(ddata.EpochMap)
+			if !ok {
+				return nil, nil, fmt.Errorf("sharding: %s holds %s", coordinatorBucketKey(typ, bucket), d.Type())
+			}
+			m, delta := m.Put(uint64(shard), a.epoch, a.region)
 			return m, delta, nil
 		})
 	return err

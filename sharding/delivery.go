@@ -184,30 +184,30 @@ func (ms senderMarks) repeat(d *delivery) (*senderMark, bool) {
 // answerRepeat answers a repeated message from its sender's mark, handling nothing: an
 // acknowledged tell is acknowledged, an ask at the mark gets the recorded reply or
 // error, one under it ErrRepeatForgotten.
-func (e *entity) answerRepeat(d delivery, m *senderMark, done func(error)) {
+func (e *entity) answerRepeat(d delivery, m *senderMark, done msgDone) {
 	s := e.r.s
 	e.r.s.tel.repeats.Add(context.Background(), 1, e.r.tel.typeOnly)
 	switch {
 	case !d.ask:
-		done(nil)
+		done.finish(nil)
 	case d.env.Acked != 0:
-		done(nil)
+		done.finish(nil)
 		d.answer(Reply{Node: s.self}, nil)
 	case d.env.SenderSeq < m.seq:
 		err := fmt.Errorf("%w: %s #%d (the last handled is #%d)", ErrRepeatForgotten, d.env.Sender, d.env.SenderSeq, m.seq)
-		done(nil)
+		done.finish(nil)
 		d.fail(err)
 	case m.outcome == outcomeForwarded:
 		// Its reply came from the entity it was passed on to, and is not kept.
 		err := fmt.Errorf("%w: %s #%d was passed on to another entity", ErrRepeatForgotten, d.env.Sender, d.env.SenderSeq)
-		done(nil)
+		done.finish(nil)
 		d.fail(err)
 	case m.outcome == "":
-		done(nil)
+		done.finish(nil)
 		d.answer(Reply{Payload: m.reply, Node: s.self}, nil)
 	default:
 		err := &RemoteError{Code: m.outcome, Message: string(m.reply), Node: s.self}
-		done(err)
+		done.finish(err)
 		d.fail(err)
 	}
 }

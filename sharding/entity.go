@@ -330,7 +330,7 @@ func (e *entity) process(d delivery) {
 		e.rerouteFenced(d)
 		return
 	}
-	if now := time.Now(); !d.start && d.expired(now) {
+	if now, ok := d.expiredNow(); !d.start && ok {
 		// Its deadline passed while it waited (behind a slow message, or for its
 		// shard): whoever waited for it gave up, and it must not hold the entity.
 		e.mu.Lock()
@@ -354,34 +354,8 @@ func (e *entity) process(d delivery) {
 	}
 	// done ends the message's span and records it; it comes before the reply, so that
 	// the reply's server span (the asker's wait) covers everything here.
-	// It reads copies of d's fields, not d, which would move d to the heap.
-	kind, remote, arrived := kindIndex(&d), d.env.Origin != "" && d.env.Origin != s.self, d.arrived
-	start, handled := d.start, d.env.Kind.Handled()
-	done := func(err error) {
-		var now time.Time
-		if !start {
-			now = s.cfg.Now()
-		}
-		e.mu.Lock()
-		e.busy = false
-		if !start {
-			e.lastUsed = now
-		}
-		e.mu.Unlock()
-		if start {
-			return
-		}
-		if handled {
-			e.stats.handledOne(e, now, err)
-			e.r.counters.count(now.Sub(arrived), err)
-			e.r.used(e)
-		}
-		if s.tel.metered {
-			e.recordMessage(kind, remote, arrived, now, err)
-		}
-		failSpan(span, err)
-		span.End()
-	}
+	done := msgDone{e: e, span: span, arrived: d.arrived, kind: kindIndex(&d),
+		remote: d.env.Origin != "" && d.env.Origin != s.self, start: d.start, handled: d.env.Kind.Handled()}
 	if d.env.Kind == kindPassivate {
 		// A passivation asked from outside (Sharding.Passivate), after the messages
 		// before it; an entity that is not active stays so.
@@ -390,7 +364,7 @@ func (e *entity) process(d delivery) {
 			e.passivateNow(context.WithoutCancel(ctx), causeCommand, trace.SpanContext{})
 			out = []byte(PassivateDone)
 		}
-		done(nil)
+		done.finish(nil)
 		if d.ask {
 			d.answer(Reply{Payload: out, Node: s.self}, nil)
 		}
@@ -400,7 +374,7 @@ func (e *entity) process(d delivery) {
 		// A scheduled message kept or cancelled (Sharding.Schedule): in the store,
 		// with the entity's reminders; the entity is not activated.
 		out, err := e.scheduleControl(ctx, d)
-		done(err)
+		done.finish(err)
 		d.answer(out, err)
 		return
 	}
@@ -409,7 +383,7 @@ func (e *entity) process(d delivery) {
 		// moving elsewhere, so the entity stops, unsaved, and the message fails.
 		e.stop(ctx, false)
 		err = wrapCause(ErrShardUnavailable, e.name(), err)
-		done(err)
+		done.finish(err)
 		d.fail(err)
 		return
 	}
@@ -421,7 +395,7 @@ func (e *entity) process(d delivery) {
 		// The state TTL sweep (statettl.go): after the messages before it, and
 		// without an activation.
 		out, err := e.expire(ctx)
-		done(err)
+		done.finish(err)
 		d.answer(Reply{Payload: []byte(out), Node: s.self}, err)
 		return
 	}
@@ -431,16 +405,16 @@ func (e *entity) process(d delivery) {
 				// The shard's allocation here turned out stale (the store refused
 				// its fence): the message goes to the shard's home.
 				s.log.DebugContext(ctx, "entity not activated: its shard has moved", "entity", e.name(), "err", err)
-				done(nil)
+				done.finish(nil)
 				e.rerouteFenced(d)
 				return
 			}
 			if guestFailure(err) && e.pauses(&d) && e.retryOrPause(ctx, d, err) {
-				done(err) // tried again later, or the entity's poison
+				done.finish(err) // tried again later, or the entity's poison
 				return
 			}
 			s.log.WarnContext(ctx, "entity activation failed", "entity", e.name(), "err", err)
-			done(err)
+			done.finish(err)
 			d.fail(err)
 			return
 		}
@@ -454,10 +428,10 @@ func (e *entity) process(d delivery) {
 		// behind the poison, or is refused if its sender waits.
 		if d.ask {
 			err := e.pausedError()
-			done(err)
+			done.finish(err)
 			d.fail(err)
 		} else {
-			done(nil)
+			done.finish(nil)
 			e.requeue(d)
 		}
 		return
@@ -466,17 +440,17 @@ func (e *entity) process(d delivery) {
 		// The allocation turned out stale while the entity activated: this instance
 		// must not handle anything.
 		e.stop(ctx, false)
-		done(nil)
+		done.finish(nil)
 		e.rerouteFenced(d)
 		return
 	}
 	if d.start {
-		done(nil)
+		done.finish(nil)
 		return // a remembered entity restarted: no message
 	}
-	if now := time.Now(); d.expired(now) {
+	if now, ok := d.expiredNow(); ok {
 		// Its deadline passed while the entity activated.
-		done(errExpired)
+		done.finish(errExpired)
 		s.dropExpired(d, now)
 		return
 	}
@@ -528,7 +502,7 @@ func (e *entity) process(d delivery) {
 			// Its record follows the batch's: they go first.
 			if jerr := e.flushBatch(ctx); jerr != nil {
 				// The instance that handled it stopped unsaved with them.
-				done(jerr)
+				done.finish(jerr)
 				d.fail(jerr)
 				return
 			}
@@ -542,7 +516,7 @@ func (e *entity) process(d delivery) {
 			// only then; an idempotency key makes a retry safe either way).
 			e.stop(ctx, false)
 			jerr = wrapCause(ErrStateNotSaved, "", jerr)
-			done(jerr)
+			done.finish(jerr)
 			d.fail(jerr)
 			return
 		}
@@ -555,7 +529,7 @@ func (e *entity) process(d delivery) {
 		e.stop(ctx, false)
 	}
 	if err != nil && guestFailure(err) && e.pauses(&d) && e.retryOrPause(ctx, d, err) {
-		done(err) // tried again later, or the entity's poison
+		done.finish(err) // tried again later, or the entity's poison
 		return
 	}
 	if err == nil {
@@ -564,11 +538,11 @@ func (e *entity) process(d delivery) {
 	if fwd != nil {
 		// Passed on: the entity it names answers the asker.
 		s.forward(d, fwd)
-		d.reply, d.waiter, d.ask = nil, nil, false
+		d.reply, d.waiter, d.tell, d.teller, d.ask = nil, nil, nil, nil, false
 	}
 	if err != nil {
 		s.log.DebugContext(ctx, "message failed", "entity", e.name(), "err", err)
-		done(err)
+		done.finish(err)
 		d.fail(err)
 		return
 	}
@@ -585,7 +559,7 @@ func (e *entity) process(d delivery) {
 	if e.inst == nil {
 		// Terminated just after it handled the message: the reply stands, but its
 		// state is not saved.
-		done(nil)
+		done.finish(nil)
 		if d.ask {
 			d.answer(Reply{Payload: out, Node: s.self}, nil)
 		}
@@ -595,9 +569,12 @@ func (e *entity) process(d delivery) {
 	if key := d.env.IdempotencyKey; key != "" {
 		e.rememberOutcome(key, 0, out, fwd)
 	}
-	if fwd != nil {
+	switch {
+	case d.env.SenderSeq == 0 || d.env.Sender == "":
+		// No sender's mark to keep (markSender): no clock read, no reply to copy.
+	case fwd != nil:
 		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), outcomeForwarded, nil)
-	} else {
+	default:
 		e.markSender(d.env.Sender, d.env.SenderSeq, d.env.Payload, s.cfg.Now(), "", markReply(d, out, nil))
 	}
 	// The checkpoint policy: with every-message, the state is saved before the reply,
@@ -610,7 +587,7 @@ func (e *entity) process(d delivery) {
 			// next message activates it from its saved state.
 			e.stop(ctx, false)
 			err = wrapCause(ErrStateNotSaved, "", err)
-			done(err)
+			done.finish(err)
 			d.fail(err)
 			return
 		}
@@ -621,7 +598,7 @@ func (e *entity) process(d delivery) {
 			return
 		}
 	}
-	done(nil)
+	done.finish(nil)
 	if d.ask {
 		d.answer(Reply{Payload: out, Node: s.self}, nil)
 	}
@@ -634,13 +611,56 @@ func (e *entity) process(d delivery) {
 	}
 }
 
+// msgDone is what ends a message of an entity's mailbox (entity.process): a value, not
+// a closure, so that it costs no allocation per message, and is kept with a batched
+// message (entity_batch.go) until its batch is durable.
+type msgDone struct {
+	e       *entity
+	span    trace.Span
+	arrived time.Time // when the message reached the mailbox (delivery.arrived)
+	kind    messageKindIndex
+	remote  bool // sent from another member
+	start   bool // an activation without a message (delivery.start)
+	handled bool // its kind counts as handled (MessageKind.Handled)
+}
+
+// finish ends the message with its outcome err: the entity is no longer busy, and the
+// message is counted, recorded and its span ended.
+func (m msgDone) finish(err error) {
+	e := m.e
+	s := e.r.s
+	var now time.Time
+	if !m.start {
+		now = s.cfg.Now()
+	}
+	e.mu.Lock()
+	e.busy = false
+	if !m.start {
+		e.lastUsed = now
+	}
+	e.mu.Unlock()
+	if m.start {
+		return
+	}
+	if m.handled {
+		e.stats.handledOne(e, now, err)
+		e.r.counters.count(now.Sub(m.arrived), err)
+		e.r.used(e)
+	}
+	if s.tel.metered {
+		e.recordMessage(m.kind, m.remote, m.arrived, now, err)
+	}
+	failSpan(m.span, err)
+	m.span.End()
+}
+
 // failLeaseLapsed ends a message handled while the hosting lease lapsed: the instance
 // stops unsaved and the message fails with ErrOutcomeUnknown (ErrNoMajority): it was
 // handled, and may or may not count.
-func (e *entity) failLeaseLapsed(ctx context.Context, d delivery, done func(error)) {
+func (e *entity) failLeaseLapsed(ctx context.Context, d delivery, done msgDone) {
 	e.stop(ctx, false)
 	// The entity handled the message: its outcome is unknown to the caller.
 	err := wrapCause(ErrOutcomeUnknown, e.name(), ErrNoMajority)
-	done(err)
+	done.finish(err)
 	d.fail(err)
 }

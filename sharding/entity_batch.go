@@ -31,7 +31,7 @@ type batched struct {
 	out   []byte
 	entry JournalEntry
 	sends []Send
-	done  func(error)
+	done  msgDone
 	span  trace.Span
 }
 
@@ -51,7 +51,7 @@ func (e *entity) nextSeq() uint64 { return e.seq + uint64(len(e.batch)) + 1 }
 // having changed nothing, when the message is alone (no batch, nothing behind it) or
 // its record is not to be journaled (the entity says it left its state as it was); the
 // caller then handles it as a single message.
-func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done func(error), span trace.Span) bool {
+func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done msgDone, span trace.Span) bool {
 	if len(e.batch) == 0 && !e.more {
 		return false // alone: a single message's append, as before
 	}
@@ -70,7 +70,7 @@ func (e *entity) joinBatch(ctx context.Context, d delivery, out []byte, done fun
 		e.flushBatch(ctx)
 		e.stop(ctx, false)
 		err = wrapCause(ErrStateNotSaved, "", err)
-		done(err)
+		done.finish(err)
 		d.fail(err)
 		return true
 	}
@@ -117,7 +117,7 @@ func (e *entity) flushBatch(ctx context.Context) error {
 		e.stop(ctx, false)
 		err = wrapCause(ErrStateNotSaved, "", err)
 		for k := range b {
-			b[k].done(err)
+			b[k].done.finish(err)
 			b[k].d.fail(err)
 		}
 		return err

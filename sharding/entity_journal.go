@@ -141,21 +141,21 @@ func (e *entity) remember(key string, seq uint64, at time.Time, outcome string, 
 // answerRemembered answers a message whose idempotency key the entity remembers with
 // the first message's outcome: its reply, its error (with its code), or the same
 // forward (whose target, given the same key, answers with its own first reply).
-func (e *entity) answerRemembered(d delivery, ke *idemEntry, done func(error)) {
+func (e *entity) answerRemembered(d delivery, ke *idemEntry, done msgDone) {
 	s := e.r.s
 	switch ke.outcome {
 	case "":
-		done(nil)
+		done.finish(nil)
 		if d.ask {
 			d.answer(Reply{Payload: ke.reply, Node: s.self}, nil)
 		}
 	case outcomeForwarded:
-		done(nil)
+		done.finish(nil)
 		typ, id, _ := strings.Cut(string(ke.reply), "\x00")
 		s.forward(d, &ForwardTo{EntityType: typ, EntityID: id})
 	default:
 		err := &RemoteError{Code: ke.outcome, Message: string(ke.reply), Node: s.self}
-		done(err)
+		done.finish(err)
 		d.fail(err)
 	}
 }
@@ -191,7 +191,7 @@ func (e *entity) appendRecords(ctx context.Context, entries ...JournalEntry) err
 
 // finishJournaled answers a journaled message (its record durable), saves a base when
 // one is due, and passivates the entity if it asked to be.
-func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, done func(error), lc EntityLifecycle, span trace.Span, passivateAsked bool) {
+func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, done msgDone, lc EntityLifecycle, span trace.Span, passivateAsked bool) {
 	s := e.r.s
 	e.unsaved++
 	if e.inst != nil && !s.hostingAllowed() {
@@ -200,7 +200,7 @@ func (e *entity) finishJournaled(ctx context.Context, d delivery, out []byte, do
 		// before it reads, so it reads the record and the reply stands.
 		e.stop(ctx, false)
 	}
-	done(nil)
+	done.finish(nil)
 	if d.ask {
 		d.answer(Reply{Payload: out, Node: s.self}, nil)
 	}

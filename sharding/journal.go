@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"hash/fnv"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/internal/binread"
@@ -253,25 +252,34 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// journalChecksum is the CRC-32C of the entity's key, seq and body: of the type, a
-// zero byte, the ID and seq (a uvarint), then of the body.
+// journalChecksum is the CRC-32C of the entity's key, seq and body. The key and seq,
+// a few bytes, are folded in byte by byte (crcBytes): handed to crc32.Update, each
+// piece was a heap allocation, four a checksum, and a record is checksummed five times
+// on its way to three replicas.
 func journalChecksum(key EntityKey, seq uint64, body []byte) uint32 {
-	// The key's bytes go to crc32 from a pooled buffer: crc32.Update keeps its argument
-	// to the heap, so a conversion of each string was an allocation of every record
-	// written and read.
-	bp := checksumBufs.Get().(*[]byte)
-	b := append((*bp)[:0], key.Type...)
-	b = append(b, 0)
-	b = append(b, key.ID...)
-	b = binary.AppendUvarint(b, seq)
-	c := crc32.Update(0, journalCRC, b)
-	*bp = b
-	checksumBufs.Put(bp)
+	c := crcBytes(0, key.Type)
+	c = crcBytes(c, "\x00")
+	c = crcBytes(c, key.ID)
+	for seq >= 0x80 { // seq's uvarint (binary.PutUvarint)
+		c = crcByte(c, byte(seq)|0x80)
+		seq >>= 7
+	}
+	c = crcByte(c, byte(seq))
 	return crc32.Update(c, journalCRC, body)
 }
 
-// checksumBufs are journalChecksum's buffers.
-var checksumBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
+// crcBytes is crc32.Update(c, journalCRC, []byte(s)), the table's bytewise algorithm
+// (as hash/crc32's simpleUpdate).
+func crcBytes(c uint32, s string) uint32 {
+	c = ^c
+	for i := 0; i < len(s); i++ {
+		c = journalCRC[byte(c)^s[i]] ^ (c >> 8)
+	}
+	return ^c
+}
+
+// crcByte is crcBytes of one byte.
+func crcByte(c uint32, b byte) uint32 { return ^(journalCRC[byte(^c)^b] ^ (^c >> 8)) }
 
 // VerifyJournalRecord checks that rec is an intact record of key's journal: a known
 // version, and a checksum that matches the entity, the Seq and the bytes. Stores call

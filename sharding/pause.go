@@ -196,7 +196,7 @@ func (e *entity) setPaused(poison *delivery, err error) {
 	s := e.r.s
 	if poison != nil {
 		p := *poison
-		p.reply, p.waiter, p.ask = nil, nil, false // its asker, if any, had its answer
+		p.reply, p.waiter, p.tell, p.teller, p.ask = nil, nil, nil, nil, false // its asker, if any, had its answer
 		poison = &p
 	}
 	e.mu.Lock()
@@ -247,7 +247,7 @@ func (e *entity) pausedError() error {
 }
 
 // hold handles Pause's message (process): the entity pauses on no message.
-func (e *entity) hold(ctx context.Context, d delivery, done func(error)) {
+func (e *entity) hold(ctx context.Context, d delivery, done msgDone) {
 	s := e.r.s
 	e.mu.Lock()
 	was := e.poison != nil
@@ -258,7 +258,7 @@ func (e *entity) hold(ctx context.Context, d delivery, done func(error)) {
 			entry := JournalEntry{Seq: e.seq + 1, Time: s.cfg.Now(), Kind: kindPause, Effects: []byte{byte(kindHold)}}
 			if err := e.appendRecords(ctx, entry); err != nil {
 				err = wrapCause(ErrStateNotSaved, e.name(), err)
-				done(err)
+				done.finish(err)
 				d.fail(err)
 				return
 			}
@@ -268,7 +268,7 @@ func (e *entity) hold(ctx context.Context, d delivery, done func(error)) {
 		e.failQueuedAsks()
 		out = PauseDone
 	}
-	done(nil)
+	done.finish(nil)
 	if d.ask {
 		d.answer(Reply{Payload: []byte(out), Node: s.self}, nil)
 	}
@@ -276,7 +276,7 @@ func (e *entity) hold(ctx context.Context, d delivery, done func(error)) {
 
 // resumeOrSkip handles Resume's, Skip's and Pause's message (process). A skip of an
 // operator's pause drops nothing: it resumes.
-func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done func(error)) {
+func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done msgDone) {
 	if d.env.Kind == kindHold {
 		e.hold(ctx, d, done)
 		return
@@ -296,7 +296,7 @@ func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done func(error))
 			}
 			if err := e.appendRecords(ctx, entry); err != nil {
 				err = wrapCause(ErrStateNotSaved, e.name(), err)
-				done(err)
+				done.finish(err)
 				d.fail(err)
 				return
 			}
@@ -324,7 +324,7 @@ func (e *entity) resumeOrSkip(ctx context.Context, d delivery, done func(error))
 			s.log.InfoContext(ctx, "entity resumed: its paused message was skipped (a dead letter)", "entity", e.name())
 		}
 	}
-	done(nil)
+	done.finish(nil)
 	if d.ask {
 		d.answer(Reply{Payload: []byte(out), Node: s.self}, nil)
 	}

@@ -118,6 +118,19 @@ var (
 //	go test -run '^$' -bench BenchmarkReminderSteadyState -benchtime 1x ./sharding/ \
 //	    -args -remind-reminders 1000000 -remind-entities 100000 -remind-rate 30000
 func BenchmarkReminderSteadyState(b *testing.B) {
+	benchReminderSteadyState(b, withSharedStateStore())
+}
+
+// RunReminderSteadyState is BenchmarkReminderSteadyState with a state store of each
+// member's own, made by newStore (package replstore's: replstore_test.go), so that the
+// firings' reads, journal records and write backs go through that store's replicas.
+func RunReminderSteadyState(b *testing.B, newStore MemberStateStore) {
+	benchReminderSteadyState(b, withMemberStateStores(newStore))
+}
+
+// benchReminderSteadyState runs BenchmarkReminderSteadyState on the store that store
+// gives the members.
+func benchReminderSteadyState(b *testing.B, store clusterOption) {
 	const members = 3
 	// The figures go out as they come (b.Logf's wait for the end, after the stop).
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
@@ -139,7 +152,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 		byMember map[string]int
 	}
 	rec.byMember = map[string]int{}
-	tc := newTestCluster(b, members, withSharedStateStore(), withConfig(func(c *Config) {
+	tc := newTestCluster(b, members, store, withConfig(func(c *Config) {
 		c.AskTimeout = time.Minute
 		// The default, not the tests' 50 ms: each member's idle sweep walks all its
 		// active entities every ReconcileInterval.
@@ -248,7 +261,7 @@ func BenchmarkReminderSteadyState(b *testing.B) {
 			due := t0 + int64(k*nEnt+e)*interval/int64(nRem)
 			rs[k] = Reminder{Name: "r" + strconv.Itoa(k), Due: due, Interval: interval, Payload: payload}
 		}
-		if err := tc.states.SaveReminders(ctx, EntityKey{Type: typ, Shard: s, ID: id}, epochs[s], rs); err != nil {
+		if err := home[s].sharding.reminders.SaveReminders(ctx, EntityKey{Type: typ, Shard: s, ID: id}, epochs[s], rs); err != nil {
 			b.Fatal(err)
 		}
 	}

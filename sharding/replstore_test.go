@@ -29,3 +29,11 @@ func replicatedStores(tb testing.TB, ms *cluster.Membership, msgr *cluster.Messe
 func TestANewOwnersFirstReadFencesTheFormerOwnerReplicated(t *testing.T) {
 	sharding.RunNewOwnersFirstReadFences(t, replicatedStores)
 }
+
+// BenchmarkReminderSteadyStateReplicated is BenchmarkReminderSteadyState (its flags
+// alike) with the built-in replicated store on each member: the firings' reads, journal
+// records and write backs fsynced on a majority of each shard's three replicas, the
+// due reminders read through the replicas' index on due times.
+func BenchmarkReminderSteadyStateReplicated(b *testing.B) {
+	sharding.RunReminderSteadyState(b, replicatedStores)
+}

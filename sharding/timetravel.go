@@ -100,10 +100,10 @@ func cutAt(entries []JournalEntry, base, upTo uint64) ([]JournalEntry, error) {
 }
 
 // timeTravel handles a revert or a fork (process, before any activation).
-func (e *entity) timeTravel(ctx context.Context, d delivery, done func(error)) {
+func (e *entity) timeTravel(ctx context.Context, d delivery, done msgDone) {
 	s := e.r.s
 	fail := func(err error) {
-		done(err)
+		done.finish(err)
 		d.fail(err)
 	}
 	if !e.journals() || s.cfg.States == nil {
@@ -163,7 +163,7 @@ func (e *entity) timeTravel(ctx context.Context, d delivery, done func(error)) {
 	}
 	rec := entry.Seq
 	s.log.InfoContext(ctx, "entity "+what, "entity", e.name(), "record", rec)
-	done(nil)
+	done.finish(nil)
 	if d.ask {
 		d.answer(Reply{Payload: []byte(strconv.FormatUint(rec, 10)), Node: s.self}, nil)
 	}

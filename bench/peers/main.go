@@ -40,6 +40,7 @@ type options struct {
 	remote      bool
 	recovery    bool
 	checkpoint  string
+	memory      bool
 	rounds      int
 	rssSizes    []int
 	rssMemFrac  float64
@@ -69,6 +70,7 @@ func main() {
 	flag.BoolVar(&o.remote, "remote", true, "run the two-member workloads")
 	flag.BoolVar(&o.recovery, "recovery", true, "shardhost members keep in-memory recovery on (host.Config.Recovery, on by default)")
 	flag.StringVar(&o.checkpoint, "checkpoint", "", "the counter type's checkpoint policy (deploy --checkpoint: journal, passivation, every-message, every-N; empty: the default, journal)")
+	flag.BoolVar(&o.memory, "memory-rows", true, "also measure the tells and remote asks of shardhost counters that keep their state in memory (checkpoint at passivation), like Proto.Actor's, in rows of their own (left out when -checkpoint is passivation)")
 	flag.Float64Var(&o.rssMemFrac, "rss-mem-frac", 0.5, "skip an RSS size whose estimate (from the smaller sizes) exceeds this fraction of MemAvailable")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write CPU and allocation profiles of the serial, concurrent, tells, activation and remote workloads here (SYSTEM-WORKLOAD-rROUND.*.pprof)")
 	flag.StringVar(&o.childRSS, "child-rss", "", "internal: measure RSS per entity of this system in this process")
@@ -112,6 +114,10 @@ func main() {
 }
 
 func (o options) runs(w string) bool { return o.only == nil || o.only[w] }
+
+// memRows reports whether the run measures the in-memory rows (-memory-rows): only
+// when the counter type's own policy writes something per message.
+func (o options) memRows() bool { return o.memory && o.checkpoint != "passivation" }
 
 // system is one column of the table.
 type system struct {

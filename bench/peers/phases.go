@@ -10,12 +10,15 @@ import (
 )
 
 // side is one system in a phase of the run: its way into its counters, the IDs of its
-// warm counters, and how to stop it.
+// warm counters, and how to stop it; for shardhost with the in-memory rows
+// (options.memRows), its way into the memCounterType counters too, and their IDs.
 type side struct {
-	sys  system
-	c    counters
-	ids  []string
-	stop func()
+	sys    system
+	c      counters
+	ids    []string
+	mem    counters
+	memIDs []string
+	stop   func()
 }
 
 // rate accumulates a count over rounds, and the process's CPU time meanwhile.
@@ -112,11 +115,14 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 			as := quietActorSystem()
 			s.c, s.stop = newProtoCounters(as), as.Shutdown
 		} else {
-			cl, err := startShardCluster(ctx, 1, sys.wasm, cache, o.recovery, o.checkpoint)
+			cl, err := startShardCluster(ctx, 1, sys.wasm, cache, o.recovery, o.checkpoint, o.memRows())
 			if err != nil {
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
-			s.c, s.stop = shardCounters{cl.nodes[0].Sharding()}, cl.stop
+			s.c, s.stop = shardCounters{cl.nodes[0].Sharding(), counterType}, cl.stop
+			if o.memRows() {
+				s.mem = shardCounters{cl.nodes[0].Sharding(), memCounterType}
+			}
 		}
 		sides = append(sides, s)
 		if err := homeAllShards(ctx, s.c); err != nil {
@@ -128,6 +134,16 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		sides[len(sides)-1] = s
 		if err := activate(ctx, s.c, s.ids, o.askers); err != nil {
 			return fmt.Errorf("%s: %w", sys.name, err)
+		}
+		if s.mem != nil && o.runs("tells") {
+			s.memIDs = s.ids
+			sides[len(sides)-1] = s
+			if err := homeAllShards(ctx, s.mem); err != nil {
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
+			if err := activate(ctx, s.mem, s.memIDs, o.askers); err != nil {
+				return fmt.Errorf("%s: %w", sys.name, err)
+			}
 		}
 	}
 	slice := o.dur / time.Duration(o.rounds)
@@ -171,13 +187,27 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 	}
 	if o.runs("tells") {
 		progress("tells")
-		rates := rateTable{}
+		rates, memRates := rateTable{}, rateTable{}
 		err := turns(o, sides, func(r int, s side) error {
 			n := o.tells / o.rounds
-			return profiled(o.profileDir, s.sys.key+"-tells-r"+strconv.Itoa(r), func() error {
-				d, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
-				rates.add(s.sys.key, int64(n), d)
+			err := profiled(o.profileDir, s.sys.key+"-tells-r"+strconv.Itoa(r), func() error {
+				return rates.measured(s.sys.key, func() error {
+					d, sent, err := tellLoad(ctx, s.c, s.ids, o.tellers, n)
+					rates.add(s.sys.key, int64(n), d)
+					progress("tells: %s: %d sent in %v, applied in %v", s.sys.name, n, sent, d)
+					return err
+				})
+			})
+			if err != nil || s.mem == nil {
 				return err
+			}
+			return profiled(o.profileDir, s.sys.key+"-tells-mem-r"+strconv.Itoa(r), func() error {
+				return memRates.measured(s.sys.key, func() error {
+					d, sent, err := tellLoad(ctx, s.mem, s.memIDs, o.tellers, n)
+					memRates.add(s.sys.key, int64(n), d)
+					progress("tells: %s, in memory: %d sent in %v, applied in %v", s.sys.name, n, sent, d)
+					return err
+				})
 			})
 		})
 		if err != nil {
@@ -185,7 +215,9 @@ func localPhase(ctx context.Context, o options, systems []system, cache string, 
 		}
 		for k, r := range rates {
 			res.set(k, "tells", r.perSecond())
+			res.set(k, "tells-cpu", r.cpuPerOp())
 		}
+		setMemRows(o, res, memRates, "tells", "tells-mem", "tells-cpu", "tells-cpu-mem")
 	}
 	if o.runs("activation") {
 		progress("activations")
@@ -236,24 +268,38 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
 		} else {
-			cl, err := startShardCluster(ctx, 2, sys.wasm, cache, o.recovery, o.checkpoint)
+			cl, err := startShardCluster(ctx, 2, sys.wasm, cache, o.recovery, o.checkpoint, o.memRows())
 			if err != nil {
 				return fmt.Errorf("%s: %w", sys.name, err)
 			}
-			s.c, s.stop = shardCounters{cl.nodes[0].Sharding()}, cl.stop
+			s.c, s.stop = shardCounters{cl.nodes[0].Sharding(), counterType}, cl.stop
 			sides = append(sides, s)
-			if s.ids, err = cl.remoteIDs(ctx, "r-", o.entities); err != nil {
-				return fmt.Errorf("%s: %w", sys.name, err)
+			types := []string{counterType}
+			if o.memRows() {
+				s.mem = shardCounters{cl.nodes[0].Sharding(), memCounterType}
+				types = append(types, memCounterType)
 			}
-			if err := activate(ctx, s.c, s.ids, o.askers); err != nil {
-				return fmt.Errorf("%s: %w", sys.name, err)
-			}
-			r, err := cl.nodes[0].Sharding().Ask(ctx, counterType, s.ids[0], msgGet)
-			if err != nil {
-				return fmt.Errorf("%s: %w", sys.name, err)
-			}
-			if r.Node != cl.nodes[1].Self().Address {
-				return fmt.Errorf("%s: counter %s answered from %s, not member 2", sys.name, s.ids[0], r.Node)
+			for _, typ := range types {
+				ids, err := cl.remoteIDs(ctx, typ, "r-", o.entities)
+				if err != nil {
+					return fmt.Errorf("%s: %w", sys.name, err)
+				}
+				c := shardCounters{cl.nodes[0].Sharding(), typ}
+				if err := activate(ctx, c, ids, o.askers); err != nil {
+					return fmt.Errorf("%s: %w", sys.name, err)
+				}
+				r, err := cl.nodes[0].Sharding().Ask(ctx, typ, ids[0], msgGet)
+				if err != nil {
+					return fmt.Errorf("%s: %w", sys.name, err)
+				}
+				if r.Node != cl.nodes[1].Self().Address {
+					return fmt.Errorf("%s: counter %s/%s answered from %s, not member 2", sys.name, typ, ids[0], r.Node)
+				}
+				if typ == counterType {
+					s.ids = ids
+				} else {
+					s.memIDs = ids
+				}
 			}
 		}
 		sides[len(sides)-1] = s
@@ -261,7 +307,7 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 	slice := o.dur / time.Duration(o.rounds)
 	progress("remote asks")
 	samples := map[string]latencies{}
-	rates := rateTable{}
+	rates, memRates := rateTable{}, rateTable{}
 	err := turns(o, sides, func(r int, s side) error {
 		err := profiled(o.profileDir, s.sys.key+"-remote-serial-r"+strconv.Itoa(r), func() error {
 			l, err := serialAsks(ctx, s.c, s.ids[0], slice, o.serialMax/o.rounds)
@@ -271,10 +317,20 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 		if err != nil {
 			return err
 		}
-		return profiled(o.profileDir, s.sys.key+"-remote-rate-r"+strconv.Itoa(r), func() error {
+		err = profiled(o.profileDir, s.sys.key+"-remote-rate-r"+strconv.Itoa(r), func() error {
 			return rates.measured(s.sys.key, func() error {
 				n, d, err := concurrentAsks(ctx, s.c, s.ids, o.askers, slice)
 				rates.add(s.sys.key, n, d)
+				return err
+			})
+		})
+		if err != nil || s.mem == nil {
+			return err
+		}
+		return profiled(o.profileDir, s.sys.key+"-remote-rate-mem-r"+strconv.Itoa(r), func() error {
+			return memRates.measured(s.sys.key, func() error {
+				n, d, err := concurrentAsks(ctx, s.mem, s.memIDs, o.askers, slice)
+				memRates.add(s.sys.key, n, d)
 				return err
 			})
 		})
@@ -288,5 +344,28 @@ func remotePhase(ctx context.Context, o options, systems []system, cache string,
 		res.set(k, "remote-rate", rates[k].perSecond())
 		res.set(k, "remote-cpu", rates[k].cpuPerOp())
 	}
+	setMemRows(o, res, memRates, "remote-rate", "remote-rate-mem", "remote-cpu", "remote-cpu-mem")
 	return nil
+}
+
+// setMemRows sets the in-memory rows (options.memRows) of a rate workload: shardhost's
+// from memRates, under memRow (and the CPU time per operation under memCPURow, if not
+// empty); Proto.Actor's, whose actors live in memory anyway, are its figures of the
+// same workload (row, cpuRow), measured in the same turns.
+func setMemRows(o options, res results, memRates rateTable, row, memRow, cpuRow, memCPURow string) {
+	if !o.memRows() {
+		return
+	}
+	for k, r := range memRates {
+		res.set(k, memRow, r.perSecond())
+		if memCPURow != "" {
+			res.set(k, memCPURow, r.cpuPerOp())
+		}
+	}
+	if v, ok := res["proto"][row]; ok {
+		res.set("proto", memRow, v)
+		if v, ok := res["proto"][cpuRow]; ok && memCPURow != "" {
+			res.set("proto", memCPURow, v)
+		}
+	}
 }

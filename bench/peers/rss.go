@@ -70,12 +70,12 @@ func rssChild(o options) error {
 		if err != nil {
 			return err
 		}
-		cl, err := startShardCluster(ctx, 1, wasm, o.childCache, o.recovery, o.checkpoint)
+		cl, err := startShardCluster(ctx, 1, wasm, o.childCache, o.recovery, o.checkpoint, false)
 		if err != nil {
 			return err
 		}
 		defer cl.stop()
-		c = shardCounters{cl.nodes[0].Sharding()}
+		c = shardCounters{cl.nodes[0].Sharding(), counterType}
 	}
 	if err := homeAllShards(ctx, c); err != nil {
 		return err

@@ -16,21 +16,32 @@ import (
 	"github.com/shardhost/shardhost/sharding"
 )
 
-const counterType = "counter"
+// The counter module is deployed twice: as counterType, with the run's checkpoint
+// policy (the journal by default: each message's record durable before its reply or
+// effects leave), and, for the rows that compare like with like with Proto.Actor's
+// counters, which live in memory only, as memCounterType, whose state is saved only
+// at passivation (nothing written per message).
+const (
+	counterType    = "counter"
+	memCounterType = "counter-mem"
+)
 
-// shardCounters asks and tells the counter type through one member's sharding: the
+// shardCounters asks and tells one counter type through one member's sharding: the
 // entity may live on that member or on another.
-type shardCounters struct{ s *sharding.Sharding }
+type shardCounters struct {
+	s   *sharding.Sharding
+	typ string
+}
 
 var _ counters = shardCounters{}
 
 func (c shardCounters) Ask(ctx context.Context, id string, msg []byte) ([]byte, error) {
-	r, err := c.s.Ask(ctx, counterType, id, msg)
+	r, err := c.s.Ask(ctx, c.typ, id, msg)
 	return r.Payload, err
 }
 
 func (c shardCounters) Tell(id string, msg []byte) error {
-	return c.s.Tell(context.Background(), counterType, id, msg)
+	return c.s.Tell(context.Background(), c.typ, id, msg)
 }
 
 // Busy: a full buffer or mailbox refuses a tell synchronously; the sender retries.
@@ -49,8 +60,8 @@ type shardCluster struct {
 // local gossip, no API, quiet logs, a compilation cache shared by the run (cacheDir) and
 // in-memory recovery as the run asks (on by default, as in host.DefaultConfig). The
 // counter type is deployed with checkpoint as its policy (empty: the default, the
-// journal).
-func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir string, recovery bool, checkpoint string) (*shardCluster, error) {
+// journal) and, with mem, memCounterType with checkpoints at passivation.
+func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir string, recovery bool, checkpoint string, mem bool) (*shardCluster, error) {
 	dir, err := os.MkdirTemp("", "peers-shardhost-")
 	if err != nil {
 		return nil, err
@@ -98,6 +109,12 @@ func startShardCluster(ctx context.Context, count int, wasm []byte, cacheDir str
 		c.stop()
 		return nil, err
 	}
+	if mem {
+		if _, err := c.nodes[0].Deploy(ctx, wasm, sharding.TypeSettings{Name: memCounterType, Checkpoint: "passivation"}); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -126,10 +143,10 @@ func homeAllShards(ctx context.Context, c counters) error {
 	return nil
 }
 
-// remoteIDs returns n entity IDs whose shards are hosted by member 1 of c, after every
-// shard has a home.
-func (c *shardCluster) remoteIDs(ctx context.Context, prefix string, n int) ([]string, error) {
-	if err := homeAllShards(ctx, shardCounters{c.nodes[0].Sharding()}); err != nil {
+// remoteIDs returns n entity IDs of type typ whose shards are hosted by member 1 of c,
+// after every shard of the type has a home.
+func (c *shardCluster) remoteIDs(ctx context.Context, typ, prefix string, n int) ([]string, error) {
+	if err := homeAllShards(ctx, shardCounters{c.nodes[0].Sharding(), typ}); err != nil {
 		return nil, err
 	}
 	st, err := c.nodes[0].Sharding().ClusterShardingState(ctx)
@@ -142,7 +159,7 @@ func (c *shardCluster) remoteIDs(ctx context.Context, prefix string, n int) ([]s
 			continue
 		}
 		for _, s := range r.Shards {
-			if s.Type == counterType {
+			if s.Type == typ {
 				there[s.ID] = true
 			}
 		}

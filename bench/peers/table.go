@@ -31,20 +31,36 @@ func rows(o options) []row {
 	}
 	tcpFloor := func(f floors) string { return "TCP round trip " + formatValue(f.tcpRTT.Seconds(), seconds) }
 	none := func(floors) string { return "" }
+	// What the rows compare: shardhost under the counter type's checkpoint policy, and
+	// Proto.Actor, whose actors keep their state in memory only.
+	durability := " (shardhost: each message's record durable in the journal before its effects; Proto.Actor: in memory)"
+	switch o.checkpoint {
+	case "", "journal":
+	case "passivation":
+		durability = " (both in memory: shardhost saves at passivation)"
+	default:
+		durability = " (shardhost: checkpoint " + o.checkpoint + "; Proto.Actor: in memory)"
+	}
+	const inMemory = ", both in memory (shardhost: a counter type saved at passivation)"
 	rs := []row{
 		{"serial-p50", "serial local ask into a warm entity, p50", seconds, serialFloor},
 		{"serial-p99", "serial local ask, p99", seconds, none},
 		{"concurrent", fmt.Sprintf("concurrent asks, %d askers over %s entities, 1 member", o.askers, thousands(o.entities)), perSecond, none},
 		{"concurrent-cpu", "concurrent asks: CPU time of the process per ask (user and system)", seconds, none},
-		{"tells", fmt.Sprintf("tells, %s from %d senders over %s entities, until all are applied", thousands(o.tells), o.tellers, thousands(o.entities)), perSecond, none},
+		{"tells", fmt.Sprintf("tells, %s from %d senders over %s entities, until all are applied%s", thousands(o.tells), o.tellers, thousands(o.entities), durability), perSecond, none},
+		{"tells-cpu", "tells: CPU time of the process per tell (user and system; the sends, the handling and the reads that wait for it)", seconds, none},
+		{"tells-mem", "tells" + inMemory, perSecond, none},
+		{"tells-cpu-mem", "tells" + inMemory + ": CPU time per tell", seconds, none},
 		{"activation-p50", "activation (first message to a new ID), one at a time, p50", seconds, none},
 		{"activation-p99", "activation, p99", seconds, none},
 		{"activation-rate", fmt.Sprintf("activations, %d askers", o.askers), perSecond, none},
 		{"remote-p50", "remote ask, member 1 into member 2, p50", seconds, tcpFloor},
 		{"remote-p99", "remote ask, p99", seconds, none},
-		{"remote-rate", fmt.Sprintf("remote asks, %d askers on member 1 over %s entities on member 2", o.askers, thousands(o.entities)), perSecond, none},
+		{"remote-rate", fmt.Sprintf("remote asks, %d askers on member 1 over %s entities on member 2%s", o.askers, thousands(o.entities), durability), perSecond, none},
+		{"remote-cpu", "remote asks: CPU time of the process (both members) per ask", seconds, none},
+		{"remote-rate-mem", "remote asks" + inMemory, perSecond, none},
+		{"remote-cpu-mem", "remote asks" + inMemory + ": CPU time per ask", seconds, none},
 	}
-	rs = append(rs, row{"remote-cpu", "remote asks: CPU time of the process (both members) per ask", seconds, none})
 	for _, n := range o.rssSizes {
 		rs = append(rs, row{"rss-" + strconv.Itoa(n), "RSS per active entity, " + thousands(n) + " active", bytesEach, none})
 	}
@@ -89,6 +105,9 @@ func printTable(w io.Writer, o options, m machine, fl floors, systems []system, 
 		fmt.Fprintln(w, "The counter type's checkpoint policy: the journal, the default (each message's record durable before its reply or effects leave; the records of messages queued together appended together).")
 	} else {
 		fmt.Fprintf(w, "The counter type's checkpoint policy: %s (-checkpoint).\n", o.checkpoint)
+	}
+	if o.memRows() {
+		fmt.Fprintln(w, "Proto.Actor's actors keep their state in memory only. The rows \"both in memory\" compare like with like: shardhost's counters of a second type, deployed with checkpoints at passivation (nothing written per message), measured in the same turns; Proto.Actor's figure in them is the one of the row above.")
 	}
 	fmt.Fprintln(w, "Hollywood (github.com/anthdm/hollywood) and Ergo (ergo.services/ergo) are not measured: neither is on the Go module proxy this build uses.")
 	for _, s := range systems {

@@ -134,13 +134,14 @@ func activate(ctx context.Context, c counters, ids []string, askers int) error {
 
 // tellLoad sends total "inc" tells, round robin over ids, from senders goroutines, and
 // returns the time from the first send until every counter shows its tells (read by
-// asking "get" of each, one after another, after the last send).
-func tellLoad(ctx context.Context, c counters, ids []string, senders, total int) (time.Duration, error) {
+// asking "get" of each, one after another, after the last send), and the time from the
+// first send to the last.
+func tellLoad(ctx context.Context, c counters, ids []string, senders, total int) (applied, sent time.Duration, err error) {
 	base := make([]int64, len(ids))
 	for i, id := range ids {
 		n, err := askCount(ctx, c, id)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		base[i] = n
 	}
@@ -168,8 +169,9 @@ func tellLoad(ctx context.Context, c counters, ids []string, senders, total int)
 		}(s)
 	}
 	wg.Wait()
+	sent = time.Since(start)
 	if firstErr != nil {
-		return 0, firstErr
+		return 0, 0, firstErr
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for i, id := range ids {
@@ -180,18 +182,18 @@ func tellLoad(ctx context.Context, c counters, ids []string, senders, total int)
 		for {
 			n, err := askCount(ctx, c, id)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if n >= want {
 				break
 			}
 			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("counter %s shows %d of %d after 60 s (tells lost)", id, n, want)
+				return 0, 0, fmt.Errorf("counter %s shows %d of %d after 60 s (tells lost)", id, n, want)
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), sent, nil
 }
 
 func askCount(ctx context.Context, c counters, id string) (int64, error) {

@@ -45,6 +45,7 @@ type ddataRow struct {
 	FullStateTime  time.Duration // until the new member held every key
 	MajorityWrite  time.Duration
 	Prune          time.Duration // from the writer's removal until no replica needs pruning from it
+	PruneBytes     float64       // bytes the live members sent meanwhile (every message kind), per key
 	Err            string
 }
 
@@ -268,6 +269,8 @@ func runDData(ctx context.Context, keys, members int, rest time.Duration) (row d
 		row.Err = "the writer was not removed"
 		return row
 	}
+	kinds := []string{"status", "gossip", "delta", "write", "read", "reply", "pruning"}
+	bytes0 := sumKind(ctx, live, kinds...)
 	t = time.Now()
 	pruned := func() bool {
 		for _, d := range live {
@@ -288,6 +291,7 @@ func runDData(ctx context.Context, keys, members int, rest time.Duration) (row d
 		return row
 	}
 	row.Prune = time.Since(t)
+	row.PruneBytes = float64(sumKind(ctx, live, kinds...)-bytes0) / float64(keys)
 	return row
 }
 
@@ -296,10 +300,10 @@ func writeDData(dir string, rows []ddataRow) error {
 	for _, r := range rows {
 		out = append(out, []string{strconv.Itoa(r.Keys), strconv.Itoa(r.Members), ff(r.Spread.Seconds()), ff(r.DeltaPerKey),
 			ff(r.RestBytes), ff(r.FullStateBytes), ff(r.FullStateTime.Seconds()), ff(r.MajorityWrite.Seconds()),
-			ff(r.Prune.Seconds()), r.Err})
+			ff(r.Prune.Seconds()), r.Err, ff(r.PruneBytes)})
 	}
 	return writeCSV(filepath.Join(dir, "ddata.csv"), []string{"keys", "members", "spread_s", "delta_bytes_per_key",
-		"rest_bytes_per_member_s", "full_state_gossip_bytes", "full_state_s", "majority_write_s", "prune_s", "error"}, out)
+		"rest_bytes_per_member_s", "full_state_gossip_bytes", "full_state_s", "majority_write_s", "prune_s", "error", "prune_bytes_per_key"}, out)
 }
 
 func replotDData(dir string) ([]ddataRow, error) {
@@ -322,8 +326,12 @@ func replotDData(dir string) ([]ddataRow, error) {
 		}
 		k, _ := strconv.Atoi(r[0])
 		m, _ := strconv.Atoi(r[1])
-		out = append(out, ddataRow{Keys: k, Members: m, Spread: secs(r[2]), DeltaPerKey: num(r[3]), RestBytes: num(r[4]),
-			FullStateBytes: num(r[5]), FullStateTime: secs(r[6]), MajorityWrite: secs(r[7]), Prune: secs(r[8]), Err: r[9]})
+		row := ddataRow{Keys: k, Members: m, Spread: secs(r[2]), DeltaPerKey: num(r[3]), RestBytes: num(r[4]),
+			FullStateBytes: num(r[5]), FullStateTime: secs(r[6]), MajorityWrite: secs(r[7]), Prune: secs(r[8]), Err: r[9]}
+		if len(r) > 10 { // rows written before the column have none
+			row.PruneBytes = num(r[10])
+		}
+		out = append(out, row)
 	}
 	return out, nil
 }
@@ -354,6 +362,7 @@ func plotDData(dir string, rows []ddataRow) error {
 	bytes = append(bytes, ddataSeries(rows, "delta B per key", func(r ddataRow) float64 { return r.DeltaPerKey })...)
 	bytes = append(bytes, ddataSeries(rows, "at rest B/s/member", func(r ddataRow) float64 { return r.RestBytes })...)
 	bytes = append(bytes, ddataSeries(rows, "full state to a new member, KB", func(r ddataRow) float64 { return r.FullStateBytes / 1e3 })...)
+	bytes = append(bytes, ddataSeries(rows, "pruning B per key", func(r ddataRow) float64 { return r.PruneBytes })...)
 	if err := logPlot(filepath.Join(dir, "ddata_bytes.png"), "Distributed data: bytes", "keys", "bytes", bytes); err != nil {
 		return err
 	}
@@ -368,15 +377,19 @@ func summaryDData(w io.Writer, rows []ddataRow) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\n| keys | members | spread from one member | delta B/key | at rest B/s/member | full state to a new member | majority write | pruned after a removal | error |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(w, "\n| keys | members | spread from one member | delta B/key | at rest B/s/member | full state to a new member | majority write | pruned after a removal | pruning B/key | error |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
 		prune := "—"
 		if r.Prune > 0 {
 			prune = r.Prune.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "| %d | %d | %v | %.0f | %.0f | %.0f KB in %v | %v | %s | %s |\n", r.Keys, r.Members, r.Spread.Round(time.Millisecond),
+		pb := "—"
+		if r.PruneBytes > 0 {
+			pb = fmt.Sprintf("%.0f", r.PruneBytes)
+		}
+		fmt.Fprintf(w, "| %d | %d | %v | %.0f | %.0f | %.0f KB in %v | %v | %s | %s | %s |\n", r.Keys, r.Members, r.Spread.Round(time.Millisecond),
 			r.DeltaPerKey, r.RestBytes, r.FullStateBytes/1e3, r.FullStateTime.Round(time.Millisecond),
-			r.MajorityWrite.Round(time.Microsecond), prune, r.Err)
+			r.MajorityWrite.Round(time.Microsecond), prune, pb, r.Err)
 	}
 	fmt.Fprintln(w, "\n| distributed data curve (over keys) | members | log-log slope | growth |\n|---|---:|---:|---|")
 	for _, c := range []struct {
@@ -389,6 +402,7 @@ func summaryDData(w io.Writer, rows []ddataRow) {
 		{"full state to a new member (bytes)", func(r ddataRow) float64 { return r.FullStateBytes }},
 		{"majority write", func(r ddataRow) float64 { return r.MajorityWrite.Seconds() }},
 		{"pruned after a removal", func(r ddataRow) float64 { return r.Prune.Seconds() }},
+		{"pruning bytes per key", func(r ddataRow) float64 { return r.PruneBytes }},
 	} {
 		for _, s := range ddataSeries(rows, c.name, c.f) {
 			k, name := growth(s.xs, s.ys)

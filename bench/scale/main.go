@@ -20,6 +20,9 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -58,15 +61,28 @@ func ints(s string) ([]int, error) {
 // the simulation holds n² member records, and full states in flight during the join.
 func membershipBytes(n int) float64 { return float64(n) * (64<<10 + float64(n)*1200) }
 
-// The coordinator state experiment holds the LWWMap on each of the members' replicas,
-// its encoding, and the harness's copies.
-func stateBytes(shards, members int) float64 {
-	return float64(shards) * 400 * float64(members+4)
+// The coordinator state experiment holds the state on each of the members' replicas,
+// its encoding, and the harness's copies: about 400 bytes a shard a replica with the
+// LWWMap layout, 100 with the EpochMap's (32 bytes an entry, its encoding of about 10,
+// the replies of a read back in flight). Each real member (memberlist, messenger,
+// replicator) takes about 4 MiB besides.
+func stateBytes(layout string, shards, members int) float64 {
+	perShard := 100.0
+	if layout == stateLWWMap {
+		perShard = 400
+	}
+	return float64(shards)*perShard*float64(members+4) + float64(members)*(4<<20)
 }
 
 // The distributed data experiment holds every key on each member's replica (a GCounter
 // with its envelope and digest, a few hundred bytes), and the messages in flight.
 func ddataBytes(keys, members int) float64 { return float64(keys) * 2000 * float64(members+2) }
+
+// The routing experiment holds an active entity per shard, with its mailbox and the
+// regions' slots, and M members' sharding and messenger.
+func routeBytes(shards, members int) float64 {
+	return float64(shards)*4000 + float64(members)*(2<<20)
+}
 
 func memAvailable() (float64, error) {
 	f, err := os.Open("/proc/meminfo")
@@ -91,16 +107,22 @@ func run() error {
 	shardsF := flag.String("shards", "1000,10000,100000", "shard counts of the coordinator experiments")
 	shardMembersF := flag.String("shard-members", "10,100,300", "member counts of the coordinator's decisions")
 	stateMembersF := flag.String("state-members", "10", "member counts of the state read-back (real members on in-memory networks)")
+	lwwMapMembers := flag.Int("state-lwwmap-members", 10, "largest member count that also runs the state's previous layout (an LWWMap a bucket)")
 	ddataKeysF := flag.String("ddata-keys", "1000,10000,100000", "top-level key counts of the distributed data experiment")
 	ringMembersF := flag.String("ring-members", "10,100,300", "member counts of the state store ring")
 	ringShards := flag.Int("ring-shards", 1000, "shards of the state store ring's type")
 	ringSnapshots := flag.Int("ring-snapshots", 1_000_000, "snapshots spread over the ring's shards")
+	routeMembersF := flag.String("route-members", "10,100,300", "member counts of the routing experiment (its shard counts are -shards)")
+	routeWarm := flag.Int("route-warm", 100_000, "messages of the routing experiment's warm phase (at least one per shard)")
 	ddataMembersF := flag.String("ddata-members", "10", "member counts of the distributed data experiment (real members on in-memory networks)")
 	out := flag.String("out", "docs/scale", "directory of the CSVs and plots")
 	smoke := flag.Bool("smoke", false, "small sizes, a few minutes at most; a phase not reached fails the run")
 	seed := flag.Int64("seed", 1, "seed of the simulation")
 	churnMax := flag.Int("churn-max", 1000, "largest membership size that also runs the leave and partition phases")
+	skipF := flag.String("skip", "", "membership phases not to run, of crash,leave (the partition then starts from the cluster as joined)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address (localhost:6060) while running: profiles of a phase that does not end")
+	phasesF := flag.String("phases", "membership,coordinator,state,ring,ddata,routing", "the phases to run, of membership, coordinator, state, ring, ddata and routing")
 	replotOnly := flag.Bool("replot", false, "run nothing: read the CSVs in -out, draw the plots and print the summary again")
 	flag.Parse()
 	if *replotOnly {
@@ -120,6 +142,12 @@ func run() error {
 			return err
 		}
 		summaryDData(os.Stdout, dd)
+		if rr, err := replotRouting(*out); err == nil {
+			if err := plotRouting(*out, rr); err != nil {
+				return err
+			}
+			summaryRouting(os.Stdout, rr)
+		}
 		return nil
 	}
 	if *cpuprofile != "" {
@@ -133,10 +161,20 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *pprofAddr != "" {
+		ln, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln) //nolint:errcheck // ends with the process
+		defer srv.Close()
+	}
 	if *smoke {
 		*sizesF, *shardsF, *shardMembersF, *stateMembersF = "10,30", "1000,5000", "10,100", "3"
 		*ddataKeysF, *ddataMembersF = "100", "3"
 		*ringMembersF, *ringSnapshots = "10,30", 10_000
+		*routeMembersF, *routeWarm = "10", 10_000
 	}
 	sizes, err := ints(*sizesF)
 	if err != nil {
@@ -166,8 +204,48 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	routeMembers, err := ints(*routeMembersF)
+	if err != nil {
+		return err
+	}
+	phases := map[string]bool{}
+	for _, p := range strings.Split(*phasesF, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "membership", "coordinator", "state", "ring", "ddata", "routing":
+			phases[p] = true
+		case "":
+		default:
+			return fmt.Errorf("-phases: %q is no phase (membership, coordinator, state, ring, ddata, routing)", p)
+		}
+	}
+	if !phases["membership"] {
+		sizes = nil
+	}
+	if !phases["state"] {
+		stateMembers = nil
+	}
+	if !phases["ring"] {
+		ringMembers = nil
+	}
+	if !phases["ddata"] {
+		ddataMembers = nil
+	}
+	if !phases["routing"] {
+		routeMembers = nil
+	}
 	if *ringShards < 1 || *ringSnapshots < 0 {
 		return fmt.Errorf("-ring-shards %d, -ring-snapshots %d: want at least one shard and no negative count", *ringShards, *ringSnapshots)
+	}
+
+	skip := map[string]bool{}
+	for _, p := range strings.Split(*skipF, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "":
+		case "crash", "leave":
+			skip[p] = true
+		default:
+			return fmt.Errorf("-skip %q: want phases of crash,leave", p)
+		}
 	}
 
 	// Refuse up front what the machine cannot hold.
@@ -184,7 +262,11 @@ func run() error {
 	}
 	for _, s := range shards {
 		for _, m := range stateMembers {
-			if need := stateBytes(s, m); need > budget {
+			layout := stateEpochMap
+			if m <= *lwwMapMembers {
+				layout = stateLWWMap
+			}
+			if need := stateBytes(layout, s, m); need > budget {
 				refused = append(refused, fmt.Sprintf("%d shards on %d members need about %s", s, m, gib(need)))
 			}
 		}
@@ -193,6 +275,13 @@ func run() error {
 		for _, m := range ddataMembers {
 			if need := ddataBytes(k, m); need > budget {
 				refused = append(refused, fmt.Sprintf("%d keys on %d members need about %s", k, m, gib(need)))
+			}
+		}
+	}
+	for _, m := range routeMembers {
+		for _, s := range shards {
+			if need := routeBytes(s, m); need > budget {
+				refused = append(refused, fmt.Sprintf("routing %d shards over %d members needs about %s", s, m, gib(need)))
 			}
 		}
 	}
@@ -211,7 +300,7 @@ func run() error {
 	var memRows []memRow
 	for _, n := range sizes {
 		lc := cluster.DefaultCoreConfig()
-		row, err := runMembership(n, lc, *seed, *churnMax, logf)
+		row, err := runMembership(n, lc, *seed, *churnMax, skip, logf)
 		if err != nil {
 			return fmt.Errorf("membership of %d: %w", n, err)
 		}
@@ -227,6 +316,9 @@ func run() error {
 	// The coordinator's decisions.
 	var shardRows []shardRow
 	for _, s := range shards {
+		if !phases["coordinator"] {
+			break
+		}
 		for _, m := range shardMembers {
 			for _, st := range []struct {
 				name  string
@@ -255,21 +347,32 @@ func run() error {
 		if len(shards) == 0 {
 			break
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		// Real members join one after another: the time to form the cluster grows with
+		// them (10 s a member is generous on a quiet machine, not at a load of 40).
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(m)*10*time.Second)
 		c, err := startStateCluster(ctx, m)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("%d members for the state: %w", m, err)
 		}
+		idle := c.idleCPU(3 * time.Second)
+		logf("coordinator state: %d members at rest take %.3f CPU s/s", m, idle)
 		for _, s := range shards {
-			row := runState(ctx, c, s)
-			logf("coordinator state %d shards on %d members: %d bytes, written in %v, read back in %v %s",
-				s, m, row.Bytes, row.Write, row.ReadBack, row.Err)
-			stateRows = append(stateRows, row)
-			if *smoke && row.Err != "" {
-				c.close()
-				cancel()
-				return fmt.Errorf("coordinator state of %d shards on %d members: %s", s, m, row.Err)
+			layouts := []string{stateEpochMap}
+			if m <= *lwwMapMembers {
+				layouts = append(layouts, stateLWWMap) // alternated in one run: before and after
+			}
+			for _, layout := range layouts {
+				row := runState(ctx, c, layout, s)
+				row.IdleCPU = idle
+				logf("coordinator state (%s) %d shards on %d members: %d bytes, written in %v, read back in %v with %v of CPU %s",
+					layout, s, m, row.Bytes, row.Write, row.ReadBack, row.ReadCPU, row.Err)
+				stateRows = append(stateRows, row)
+				if *smoke && row.Err != "" {
+					c.close()
+					cancel()
+					return fmt.Errorf("coordinator state (%s) of %d shards on %d members: %s", layout, s, m, row.Err)
+				}
 			}
 		}
 		c.close()
@@ -287,11 +390,13 @@ func run() error {
 			m, row.Lookup, row.Shards2, row.Repair)
 		ringRows = append(ringRows, row)
 	}
-	if err := writeRing(*out, ringRows); err != nil {
-		return err
-	}
-	if err := plotRing(*out, ringRows); err != nil {
-		return err
+	if len(ringRows) > 0 {
+		if err := writeRing(*out, ringRows); err != nil {
+			return err
+		}
+		if err := plotRing(*out, ringRows); err != nil {
+			return err
+		}
 	}
 
 	// Distributed data alone.
@@ -317,6 +422,29 @@ func run() error {
 		}
 	}
 
+	// Routing.
+	var routeRows []routeRow
+	for _, m := range routeMembers {
+		if len(shards) == 0 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		rows := runRouting(ctx, m, shards, *routeWarm, logf)
+		cancel()
+		routeRows = append(routeRows, rows...)
+		if err := writeRouting(*out, routeRows); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if *smoke && r.Err != "" {
+				return fmt.Errorf("routing, %d shards on %d members: %s", r.Shards, r.Members, r.Err)
+			}
+		}
+	}
+	if err := plotRouting(*out, routeRows); err != nil {
+		return err
+	}
+
 	if err := plotAll(*out, memRows, shardRows, stateRows); err != nil {
 		return err
 	}
@@ -326,6 +454,7 @@ func run() error {
 	summary(os.Stdout, memRows, shardRows, stateRows)
 	summaryDData(os.Stdout, ddataRows)
 	summaryRing(os.Stdout, ringRows)
+	summaryRouting(os.Stdout, routeRows)
 	fmt.Fprintf(os.Stderr, "wrote %s\n", filepath.Clean(*out))
 	return nil
 }

@@ -79,7 +79,9 @@ func newMemSim(n int, lc cluster.CoreConfig, seed int64) (*memSim, error) {
 	for i := range n {
 		addr := fmt.Sprintf("10.%d.%d.%d:7946", i/65536, (i/256)%256, i%256)
 		cfg := lc
-		cfg.Self = cluster.UniqueAddress{Address: addr, UID: cluster.UID(i + 1)}
+		// A random UID as Membership draws one (8 bytes on the wire, where a small
+		// one would take 1 to 3 and flatter every message that names a member).
+		cfg.Self = cluster.UniqueAddress{Address: addr, UID: cluster.UID(s.rng.Uint64() | 1<<63)}
 		cfg.TransportAddr = addr
 		cfg.RandomSeed = seed*7919 + int64(i)
 		if i > 0 {
@@ -264,8 +266,9 @@ func heapInUse() uint64 {
 // runMembership runs the phases for n members with the lifecycle lc and logs progress
 // with logf.
 // Above churnMax members the leave and partition phases are not run (notRun): their
-// simulated minutes cost too much CPU on a small machine.
-func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf func(string, ...any)) (memRow, error) {
+// simulated minutes cost too much CPU on a small machine. The phases in skip (crash,
+// leave) are not run either; the next then starts from the cluster as it is.
+func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, skip map[string]bool, logf func(string, ...any)) (memRow, error) {
 	wall := time.Now()
 	row := memRow{N: n}
 	base := heapInUse()
@@ -296,8 +299,91 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf 
 	row.RestMsgs = float64(s.msgs-m0) / float64(n) / secs
 	row.RestCPU = (cpuTime() - c0).Seconds() / float64(n) / secs
 
+	row.Unreachable, row.Downed, row.Removed, row.LeaveRemoved, row.PartitionSplit = notRun, notRun, notRun, notRun, notRun
+	row.CrashBytes = math.NaN()
+	live := s.live()
+	if !skip["crash"] {
+		if err := s.crashPhase(&row, logf); err != nil {
+			return row, err
+		}
+		live = s.live()
+	}
+	if n > churnMax {
+		row.Wall = time.Since(wall)
+		return row, nil
+	}
+	if !skip["leave"] && n >= 3 && row.Removed != -1 {
+		// A graceful leave of the second to last member, once the view has settled again.
+		if _, err := s.waitFor(phaseLimit, func() bool {
+			return allSee(live, func(v cluster.View) bool { return upView(v, len(live)) })
+		}); err != nil {
+			return row, err
+		}
+		leaver := live[len(live)-1]
+		leaver.core.Leave(leaver.addr)
+		rest := live[:len(live)-1]
+		if row.LeaveRemoved, err = s.waitFor(phaseLimit, func() bool {
+			return allSee(rest, func(v cluster.View) bool { _, ok := findMember(v, leaver.addr); return !ok })
+		}); err != nil {
+			return row, err
+		}
+		leaver.crashed = true // its process stops once it has left
+		logf("n=%d leave: removed in %v", n, row.LeaveRemoved)
+	}
+	if row.Removed == -1 || row.LeaveRemoved == -1 {
+		row.Wall = time.Since(wall)
+		return row, nil // a phase did not end: the next would start from an unsettled cluster
+	}
+
+	// A partition that cuts off a third: the majority side (keep-majority) downs and
+	// removes the others.
+	rest := s.live()
+	if len(rest) >= 3 {
+		if _, err := s.waitFor(phaseLimit, func() bool {
+			return allSee(rest, func(v cluster.View) bool { return upView(v, len(rest)) })
+		}); err != nil {
+			return row, err
+		}
+		cut := len(rest) / 3
+		majority := rest[:len(rest)-cut]
+		for _, m := range rest[len(rest)-cut:] {
+			m.side = 1
+		}
+		s.cutOn = true
+		t0, w0, next := s.now, time.Now(), 10*time.Second
+		if row.PartitionSplit, err = s.waitFor(phaseLimit, func() bool {
+			if el := s.now.Sub(t0); el >= next {
+				// Progress, as the majority's first member sees it: the long phase at
+				// 1,000 members is worth watching.
+				next += 10 * time.Second
+				v := majority[0].core.View()
+				unreachable, down := 0, 0
+				for _, m := range v.Members {
+					if !m.Reachable {
+						unreachable++
+					}
+					if m.Status == cluster.StatusDown {
+						down++
+					}
+				}
+				logf("n=%d partition: %v simulated (%v real): %s sees %d members, %d unreachable, %d down, converged %v",
+					n, el, time.Since(w0).Round(time.Second), majority[0].addr, len(v.Members), unreachable, down, v.Converged)
+			}
+			return allSee(majority, func(v cluster.View) bool { return len(v.Members) == len(majority) && v.Converged })
+		}); err != nil {
+			return row, err
+		}
+		logf("n=%d partition of %d: majority alone in %v", n, cut, row.PartitionSplit)
+	}
+	row.Wall = time.Since(wall)
+	return row, nil
+}
+
+// crashPhase crashes the last member and measures until every live member has seen
+// it unreachable, down, and no longer lists it (into row).
+func (s *memSim) crashPhase(row *memRow, logf func(string, ...any)) error {
 	// One crash: the last member (never the leader, the lowest address).
-	victim := s.nodes[n-1]
+	victim := s.nodes[len(s.nodes)-1]
 	victim.crashed = true
 	live := s.live()
 	t0 := s.now
@@ -324,7 +410,7 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf 
 		return allSee(live, func(v cluster.View) bool { _, ok := findMember(v, victim.addr); return !ok })
 	})
 	if err != nil {
-		return row, err
+		return err
 	}
 	row.Unreachable, row.Downed, row.Removed = tU, tD, removed
 	if removed > 0 {
@@ -333,57 +419,9 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, logf 
 	if tD < 0 && removed >= 0 {
 		row.Downed = removed
 	}
-	logf("n=%d crash: unreachable %v, downed %v, removed %v", n, row.Unreachable, row.Downed, row.Removed)
+	logf("n=%d crash: unreachable %v, downed %v, removed %v", len(s.nodes), row.Unreachable, row.Downed, row.Removed)
 
-	// A graceful leave of the second to last member, once the view has settled again.
-	row.LeaveRemoved, row.PartitionSplit = -1, -1
-	if n > churnMax {
-		row.LeaveRemoved, row.PartitionSplit = notRun, notRun
-		row.Wall = time.Since(wall)
-		return row, nil
-	}
-	if n >= 3 && removed >= 0 {
-		if _, err := s.waitFor(phaseLimit, func() bool {
-			return allSee(live, func(v cluster.View) bool { return upView(v, n-1) })
-		}); err != nil {
-			return row, err
-		}
-		leaver := s.nodes[n-2]
-		leaver.core.Leave(leaver.addr)
-		rest := live[:len(live)-1]
-		if row.LeaveRemoved, err = s.waitFor(phaseLimit, func() bool {
-			return allSee(rest, func(v cluster.View) bool { _, ok := findMember(v, leaver.addr); return !ok })
-		}); err != nil {
-			return row, err
-		}
-		leaver.crashed = true // its process stops once it has left
-		logf("n=%d leave: removed in %v", n, row.LeaveRemoved)
-	}
-
-	// A partition that cuts off a third: the majority side (keep-majority) downs and
-	// removes the others.
-	rest := s.live()
-	if len(rest) >= 3 && row.LeaveRemoved >= 0 {
-		if _, err := s.waitFor(phaseLimit, func() bool {
-			return allSee(rest, func(v cluster.View) bool { return upView(v, len(rest)) })
-		}); err != nil {
-			return row, err
-		}
-		cut := len(rest) / 3
-		majority := rest[:len(rest)-cut]
-		for _, m := range rest[len(rest)-cut:] {
-			m.side = 1
-		}
-		s.cutOn = true
-		if row.PartitionSplit, err = s.waitFor(phaseLimit, func() bool {
-			return allSee(majority, func(v cluster.View) bool { return len(v.Members) == len(majority) && v.Converged })
-		}); err != nil {
-			return row, err
-		}
-		logf("n=%d partition of %d: majority alone in %v", n, cut, row.PartitionSplit)
-	}
-	row.Wall = time.Since(wall)
-	return row, nil
+	return nil
 }
 
 // notRun marks a phase not run.

@@ -76,10 +76,11 @@ func writeState(dir string, rows []stateRow) error {
 	var out [][]string
 	for _, r := range rows {
 		out = append(out, []string{strconv.Itoa(r.Shards), strconv.Itoa(r.Members), strconv.Itoa(r.Bytes),
-			ff(r.Put.Seconds()), ff(r.Write.Seconds()), ff(r.ReadBack.Seconds()), r.Err, strconv.Itoa(r.MaxKey), ff(r.ReadCPU.Seconds())})
+			ff(r.Put.Seconds()), ff(r.Write.Seconds()), ff(r.ReadBack.Seconds()), r.Err, strconv.Itoa(r.MaxKey), ff(r.ReadCPU.Seconds()),
+			r.Layout, ff(r.IdleCPU)})
 	}
 	return writeCSV(filepath.Join(dir, "coordinator_state.csv"), []string{"shards", "members", "state_bytes", "put_s", "write_s",
-		"read_majority_s", "error", "largest_key_bytes", "read_cpu_s"}, out)
+		"read_majority_s", "error", "largest_key_bytes", "read_cpu_s", "layout", "idle_cpu_s_per_s"}, out)
 }
 
 type series struct {
@@ -202,25 +203,25 @@ func plotAll(dir string, mem []memRow, sh []shardRow, st []stateRow) error {
 		}
 	}
 	if len(st) > 0 {
-		// One curve per member count: runs on different members do not make one.
+		// One curve per layout and member count: runs on different members do not make one.
 		var ss []series
-		idx := map[int]int{}
+		idx := map[string]int{}
 		for _, r := range st {
-			i, ok := idx[r.Members]
+			id := fmt.Sprintf("%s, %d members", r.Layout, r.Members)
+			i, ok := idx[id]
 			if !ok {
 				i = len(ss)
-				idx[r.Members] = i
-				ss = append(ss, series{name: fmt.Sprintf("state KB (%d members)", r.Members)},
-					series{name: fmt.Sprintf("read back ms, %d members", r.Members)},
-					series{name: fmt.Sprintf("write ms, %d members", r.Members)},
-					series{name: fmt.Sprintf("CPU during read back ms, %d members", r.Members)})
+				idx[id] = i
+				ss = append(ss, series{name: "state KB (" + id + ")"},
+					series{name: "read back ms (" + id + ")"},
+					series{name: "CPU during read back ms (" + id + ")"})
 			}
-			rb, wr, cpu := r.ReadBack.Seconds()*1e3, r.Write.Seconds()*1e3, r.ReadCPU.Seconds()*1e3
+			rb, cpu := r.ReadBack.Seconds()*1e3, r.ReadCPU.Seconds()*1e3
 			if r.Err != "" {
-				rb, wr, cpu = math.NaN(), math.NaN(), math.NaN()
+				rb, cpu = math.NaN(), math.NaN()
 			}
 			x := float64(r.Shards)
-			for j, y := range []float64{float64(r.Bytes) / 1e3, rb, wr, cpu} {
+			for j, y := range []float64{float64(r.Bytes) / 1e3, rb, cpu} {
 				ss[i+j].xs, ss[i+j].ys = append(ss[i+j].xs, x), append(ss[i+j].ys, y)
 			}
 		}
@@ -321,45 +322,52 @@ func summary(w io.Writer, mem []memRow, sh []shardRow, st []stateRow) {
 		}
 	}
 	if len(st) > 0 {
-		fmt.Fprintln(w, "\n| shards | members | state | largest key | one Put (per allocation) | write (WriteMajority, a bucket an Update) | read back (ReadMajority) | CPU during read back | error |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-		var xs, bs, rs []float64
+		fmt.Fprintln(w, "\n| layout | shards | members | state | largest key | one Put (per allocation) | write (WriteMajority, a bucket an Update) | read back (ReadMajority) | CPU during read back | of which at rest (est.) | error |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 		for _, r := range st {
 			write, read := r.Write.Round(time.Millisecond).String(), r.ReadBack.Round(time.Millisecond).String()
-			cpu := "—" // not measured (a run before the column)
+			cpu, idle := "—", "—" // not measured (a run before the column)
 			if r.ReadCPU > 0 {
 				cpu = r.ReadCPU.Round(time.Millisecond).String()
+			}
+			if r.IdleCPU > 0 {
+				idle = time.Duration(r.IdleCPU * float64(r.ReadBack)).Round(time.Millisecond).String()
 			}
 			if r.Err != "" {
 				write, read = "—", "—"
 			}
-			fmt.Fprintf(w, "| %d | %d | %d KB | %d KB | %v | %s | %s | %v | %s |\n", r.Shards, r.Members, r.Bytes/1000, r.MaxKey/1000, r.Put.Round(time.Microsecond),
-				write, read, cpu, r.Err)
-			xs, bs = append(xs, float64(r.Shards)), append(bs, float64(r.Bytes))
-			v := r.ReadBack.Seconds()
-			if r.Err != "" {
-				v = math.NaN()
-			}
-			rs = append(rs, v)
+			fmt.Fprintf(w, "| %s | %d | %d | %d KB | %d KB | %v | %s | %s | %v | %s | %s |\n", r.Layout, r.Shards, r.Members, r.Bytes/1000, r.MaxKey/1000,
+				r.Put.Round(time.Microsecond), write, read, cpu, idle, r.Err)
 		}
-		k1, n1 := growth(xs, bs)
-		fmt.Fprintf(w, "\nstate size: slope %.2f (%s)", k1, n1)
-		// The read back per member count: runs on different members do not make a curve.
-		var counts []int
+		// Fitted growth per layout and member count: runs on different members do not
+		// make a curve.
+		type curve struct {
+			layout  string
+			members int
+		}
+		var curves []curve
 		for _, r := range st {
-			if !slices.Contains(counts, r.Members) {
-				counts = append(counts, r.Members)
+			if c := (curve{r.Layout, r.Members}); !slices.Contains(curves, c) {
+				curves = append(curves, c)
 			}
-		}
-		for _, m := range counts {
-			var mx, my []float64
-			for i, r := range st {
-				if r.Members == m {
-					mx, my = append(mx, xs[i]), append(my, rs[i])
-				}
-			}
-			k, name := growth(mx, my)
-			fmt.Fprintf(w, "; read back on %d members: slope %.2f (%s)", m, k, name)
 		}
 		fmt.Fprintln(w)
+		for _, c := range curves {
+			var xs, bs, rs, cs []float64
+			for _, r := range st {
+				if r.Layout != c.layout || r.Members != c.members {
+					continue
+				}
+				rb, cpu := r.ReadBack.Seconds(), r.ReadCPU.Seconds()
+				if r.Err != "" {
+					rb, cpu = math.NaN(), math.NaN()
+				}
+				xs, bs, rs, cs = append(xs, float64(r.Shards)), append(bs, float64(r.Bytes)), append(rs, rb), append(cs, cpu)
+			}
+			kb, nb := growth(xs, bs)
+			kr, nr := growth(xs, rs)
+			kc, nc := growth(xs, cs)
+			fmt.Fprintf(w, "%s on %d members: state size slope %.2f (%s); read back slope %.2f (%s); its CPU slope %.2f (%s)\n",
+				c.layout, c.members, kb, nb, kr, nr, kc, nc)
+		}
 	}
 }

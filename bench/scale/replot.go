@@ -101,6 +101,13 @@ func replot(dir string) ([]memRow, []shardRow, []stateRow, error) {
 		if len(r) > 8 {
 			row.ReadCPU = secs(r[8])
 		}
+		row.Layout = stateLWWMap // rows from before the column
+		if len(r) > 9 {
+			row.Layout = r[9]
+		}
+		if len(r) > 10 {
+			row.IdleCPU, _ = strconv.ParseFloat(r[10], 64)
+		}
 		st = append(st, row)
 	}
 	return mem, sh, st, nil

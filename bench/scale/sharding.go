@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -25,11 +26,12 @@ import (
 // keeps the same index, builds the same map, and calls the real, exported strategies
 // (sharding.LeastShardAllocationStrategy, the default, and
 // sharding.PriorityAllocationStrategy). The state in distributed data is the real
-// ddata.LWWMap the coordinator writes (shard → "region|epoch"), one per bucket of 1,000
-// shards with a GSet of the buckets (sharding/coordinator_state.go), encoded by
+// ddata.EpochMap the coordinator writes (shard → region at its epoch), one per bucket of
+// 1,000 shards with a GSet of the buckets (sharding/coordinator_state.go), encoded by
 // ddata.Encode, and read back with ReadMajority through real replicators on
 // clustertest's in-memory networks, the buckets 16 at a time as the coordinator reads
-// them.
+// them; beside it, in the same run, the layout before it (an LWWMap shard →
+// "region|epoch" a bucket), which the coordinator still reads.
 
 type shardRow struct {
 	Strategy  string
@@ -207,30 +209,61 @@ func runStrategy(name string, strat sharding.ShardAllocationStrategy, shards, me
 }
 
 type stateRow struct {
+	Layout   string // stateEpochMap or stateLWWMap
 	Shards   int
 	Members  int
 	Bytes    int           // the state's encoding (ddata.Encode), every bucket
 	MaxKey   int           // the largest key's encoding: what one message carries
-	Put      time.Duration // one LWWMap.Put on a full bucket: the coordinator's CPU per recorded allocation
+	Put      time.Duration // one Put on a full bucket: the coordinator's CPU per recorded allocation
 	Write    time.Duration // writing it (one Update a bucket, WriteMajority)
 	ReadBack time.Duration // the buckets' GSet, then every bucket, with ReadMajority from another member, as a new coordinator does
 	ReadCPU  time.Duration // this process's CPU time (user and system) during ReadBack: every replica's share, the gossip's too
+	IdleCPU  float64       // this process's CPU seconds per second with the members at rest, before the first write
 	Err      string        // what failed, if something did
 }
+
+// The layouts of the coordinator's state (sharding/coordinator_state.go).
+const (
+	stateEpochMap = "epochmap" // one ddata.EpochMap a bucket: this version's
+	stateLWWMap   = "lwwmap"   // one ddata.LWWMap shard → "region|epoch" a bucket: the version before, still read
+)
 
 // stateBucket is the coordinator's bucket size (sharding/coordinator_state.go).
 const stateBucket = 1000
 
-// coordinatorState returns the LWWMap the coordinator keeps for the shards [from, to)
-// of one type allocated over members, written by node.
-func coordinatorState(node ddata.NodeID, members int, from, to int) ddata.LWWMap {
+// stateEpoch is the epoch the harness gives shard s: as nextEpoch gives them
+// (sharding/coordinator.go), a count in the high 40 bits and a coordinator's tag in the
+// low 24.
+func stateEpoch(s int) uint64 { return uint64(s+1)<<24 | 0xa5c3e1 }
+
+// coordinatorState returns the bucket the coordinator keeps for the shards [from, to)
+// of one type allocated over members, in layout, written by node.
+func coordinatorState(layout string, node ddata.NodeID, members int, from, to int) ddata.ReplicatedData {
+	if layout == stateEpochMap {
+		var m ddata.EpochMap
+		for s := from; s < to; s++ {
+			m, _ = m.Put(uint64(s), stateEpoch(s), regionName(s%members))
+		}
+		return m
+	}
 	clock := ddata.DefaultClock(func() int64 { return time.Now().UnixMilli() })
 	var m ddata.LWWMap
 	for s := from; s < to; s++ {
-		value := []byte(regionName(s%members) + "|" + strconv.FormatUint(uint64(1<<40+s), 10))
+		value := []byte(regionName(s%members) + "|" + strconv.FormatUint(stateEpoch(s), 10))
 		m, _ = m.Put(node, strconv.Itoa(s), value, clock)
 	}
 	return m
+}
+
+// stateKeys returns the keys of layout for type typ (sharding/coordinator_state.go):
+// the GSet of buckets, and a bucket's key.
+func stateKeys(layout, typ string) (string, func(int) string) {
+	if layout == stateEpochMap {
+		return "sharding-coordinator-epochs:" + typ,
+			func(b int) string { return "sharding-coordinator-epochs@" + strconv.Itoa(b) + ":" + typ }
+	}
+	return "sharding-coordinator-buckets:" + typ,
+		func(b int) string { return "sharding-coordinator@" + strconv.Itoa(b) + ":" + typ }
 }
 
 // stateCluster is members real members (membership over memberlist on the in-memory
@@ -243,6 +276,7 @@ type stateCluster struct {
 func startStateCluster(ctx context.Context, n int) (*stateCluster, error) {
 	net := clustertest.NewNetwork()
 	c := &stateCluster{}
+	start := time.Now()
 	log := slog.New(slog.DiscardHandler)
 	for i := range n {
 		cfg := cluster.DefaultMembershipConfig()
@@ -268,7 +302,7 @@ func startStateCluster(ctx context.Context, n int) (*stateCluster, error) {
 		c.repls = append(c.repls, r)
 		if err := m.Membership.Join(ctx); err != nil {
 			c.close()
-			return nil, err
+			return nil, fmt.Errorf("member %d of %d, after %v: %w", i+1, n, time.Since(start).Round(time.Second), err)
 		}
 	}
 	ms := make([]*cluster.Membership, n)
@@ -286,6 +320,14 @@ func startStateCluster(ctx context.Context, n int) (*stateCluster, error) {
 	return c, nil
 }
 
+// idleCPU returns the process's CPU seconds per second over d with the members at rest:
+// the gossip's share of a read back's CPU is about this times its wall time.
+func (c *stateCluster) idleCPU(d time.Duration) float64 {
+	cpu0, t := processCPU(), time.Now()
+	time.Sleep(d)
+	return (processCPU() - cpu0).Seconds() / time.Since(t).Seconds()
+}
+
 func (c *stateCluster) close() {
 	for i := len(c.repls) - 1; i >= 0; i-- {
 		c.repls[i].Close()
@@ -295,14 +337,14 @@ func (c *stateCluster) close() {
 	}
 }
 
-func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
+func runState(ctx context.Context, c *stateCluster, layout string, shards int) stateRow {
 	members := len(c.members)
-	row := stateRow{Shards: shards, Members: members}
-	// The state: one LWWMap a bucket of 1,000 shards, each written by a coordinator of
+	row := stateRow{Layout: layout, Shards: shards, Members: members}
+	// The state: one value a bucket of 1,000 shards, each written by a coordinator of
 	// its own (as if successive coordinators had written them).
-	var buckets []ddata.LWWMap
+	var buckets []ddata.ReplicatedData
 	for from := 0; from < shards; from += stateBucket {
-		b := coordinatorState(ddata.NodeID("coordinator-"+strconv.Itoa(from/stateBucket)), members, from, min(from+stateBucket, shards))
+		b := coordinatorState(layout, ddata.NodeID("coordinator-"+strconv.Itoa(from/stateBucket)), members, from, min(from+stateBucket, shards))
 		enc, err := ddata.Encode(b)
 		if err != nil {
 			row.Err = err.Error()
@@ -317,13 +359,16 @@ func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 	clock := ddata.DefaultClock(func() int64 { return time.Now().UnixMilli() })
 	for i := range 5 {
 		t := time.Now()
-		buckets[0].Put("coordinator-x", strconv.Itoa(i), []byte(regionName(0)+"|1"), clock)
+		switch b := buckets[0].(type) {
+		case ddata.EpochMap:
+			b.Put(uint64(i), stateEpoch(shards), regionName(0))
+		case ddata.LWWMap:
+			b.Put("coordinator-x", strconv.Itoa(i), []byte(regionName(0)+"|"+strconv.FormatUint(stateEpoch(shards), 10)), clock)
+		}
 		ds = append(ds, time.Since(t))
 	}
 	row.Put = median(ds)
-	typ := "scale-" + strconv.Itoa(shards)
-	bucketKey := func(b int) string { return "sharding-coordinator@" + strconv.Itoa(b) + ":" + typ }
-	listKey := "sharding-coordinator-buckets:" + typ
+	listKey, bucketKey := stateKeys(layout, "scale-"+strconv.Itoa(shards))
 	w := c.repls[0]
 	t := time.Now()
 	for i, b := range buckets {
@@ -333,7 +378,7 @@ func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 				return s, delta, nil
 			})
 		if err == nil {
-			_, err = w.Update(ctx, bucketKey(i), ddata.LWWMap{}, ddata.WriteMajority(0),
+			_, err = w.Update(ctx, bucketKey(i), b, ddata.WriteMajority(0),
 				func(d ddata.ReplicatedData) (ddata.ReplicatedData, ddata.ReplicatedData, error) {
 					merged, err := d.Merge(b)
 					return merged, b, err
@@ -346,8 +391,10 @@ func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 	}
 	row.Write = time.Since(t)
 	// A new coordinator on another member reads it back with ReadMajority: the list of
-	// buckets, then the buckets, 16 at a time (sharding/coordinator_state.go).
+	// buckets, then the buckets, 16 at a time (sharding/coordinator_state.go), and
+	// walks every entry as it merges them.
 	r := c.repls[members-1]
+	runtime.GC() // the write's garbage is not the read's
 	cpu0 := processCPU()
 	t = time.Now()
 	d, err := r.Get(ctx, listKey, ddata.ReadMajority(0))
@@ -367,13 +414,24 @@ func runState(ctx context.Context, c *stateCluster, shards int) stateRow {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			d, err := r.Get(ctx, bucketKey(b), ddata.ReadMajority(0))
+			n := 0
+			switch v := d.(type) {
+			case ddata.EpochMap:
+				for e := range v.All() {
+					if e.Epoch != 0 {
+						n++
+					}
+				}
+			case ddata.LWWMap:
+				n = v.Len()
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, err)
 				return
 			}
-			got += d.(ddata.LWWMap).Len()
+			got += n
 		}()
 	}
 	wg.Wait()

@@ -1,6 +1,6 @@
 // Package wirecbor writes and reads, without reflection, the few CBOR (RFC 8949) shapes
 // of shardhost's per-message wire formats: maps with small unsigned-integer keys whose
-// values are unsigned integers, byte strings, text strings and arrays of text strings.
+// values are unsigned integers, booleans, byte strings, text strings, arrays and maps.
 //
 // The writer produces the core deterministic encoding (RFC 8949 §4.2.1: shortest heads,
 // definite lengths) that github.com/fxamacker/cbor's CoreDetEncOptions produces for the
@@ -21,7 +21,27 @@ const (
 	MajorText  = 3
 	MajorArray = 4
 	MajorMap   = 5
+	// MajorSimple is the major type of false, true and null (RFC 8949 §3.3).
+	MajorSimple = 7
 )
+
+// The simple values this package writes and reads.
+const (
+	simpleFalse = 20
+	simpleTrue  = 21
+	simpleNull  = 22
+)
+
+// AppendBool appends false or true.
+func AppendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, MajorSimple<<5|simpleTrue)
+	}
+	return append(b, MajorSimple<<5|simpleFalse)
+}
+
+// AppendNull appends null (how CoreDetEncOptions writes a nil slice).
+func AppendNull(b []byte) []byte { return append(b, MajorSimple<<5|simpleNull) }
 
 // AppendHead appends the head of a data item of major type major with argument n in its
 // shortest form.
@@ -105,6 +125,33 @@ func (r *Reader) Head() (major byte, n uint64, ok bool) {
 	}
 	r.off += size
 	return major, n, true
+}
+
+// Bool reads false or true.
+func (r *Reader) Bool() (v, ok bool) {
+	if r.off >= len(r.b) {
+		return false, false
+	}
+	switch r.b[r.off] {
+	case MajorSimple<<5 | simpleFalse:
+		v = false
+	case MajorSimple<<5 | simpleTrue:
+		v = true
+	default:
+		return false, false
+	}
+	r.off++
+	return v, true
+}
+
+// Null reads a null if it is the next item, and reports whether it was; it reads
+// nothing otherwise.
+func (r *Reader) Null() bool {
+	if r.off < len(r.b) && r.b[r.off] == MajorSimple<<5|simpleNull {
+		r.off++
+		return true
+	}
+	return false
 }
 
 // Uint reads an unsigned integer.

@@ -180,3 +180,55 @@ func TestTombstoneDropsOlderCopies(t *testing.T) {
 		t.Fatalf("needs of a newer tombstone: %v %v, want [1]", need, err)
 	}
 }
+
+// One write of the records of several entities: each entity's floor and tombstone
+// apply to its own records, those already on disk and those of the write before them.
+func TestWriteOfSeveralEntities(t *testing.T) {
+	d, err := openStateDisk(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	const typ, shard = "t", 1
+	prefix := stateShardPrefix(typ, shard)
+	j := func(id string, jseq, seq uint64) stateRecord {
+		key := sharding.EntityKey{Type: typ, Shard: shard, ID: id}
+		return stateRecord{Kind: stateKindJournal, ID: id, Epoch: 2, Seq: seq, JSeq: jseq, Data: jrec(key, jseq, id).Data}
+	}
+	first := []stateRecord{
+		{Kind: stateKindFloor, ID: "a", Epoch: 2, Seq: 1, Floor: 5},
+		{Kind: stateKindGone, ID: "c", Epoch: 2, Seq: 10},
+	}
+	if _, err := d.applyWrite(&stateWriteReq{Type: typ, Shard: shard, Epoch: 2, Fence: true, Records: first}); err != nil {
+		t.Fatal(err)
+	}
+	write := []stateRecord{
+		j("a", 3, 20), // below a's floor on disk: dropped
+		j("b", 1, 21), // kept
+		{Kind: stateKindFloor, ID: "b", Epoch: 2, Seq: 22, Floor: 3},
+		j("b", 2, 23), // below b's floor of this write: dropped
+		j("a", 6, 24), // kept
+		j("c", 1, 9),  // older than c's tombstone: dropped
+		j("c", 2, 25), // newer: kept
+		j("b", 4, 26), // kept
+		j("a", 4, 27), // below a's floor: dropped
+		{Kind: stateKindGone, ID: "d", Epoch: 2, Seq: 30},
+		j("d", 1, 28), // older than d's tombstone of this write: dropped
+	}
+	if _, err := d.applyWrite(&stateWriteReq{Type: typ, Shard: shard, Epoch: 2, Fence: true, Records: write}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, false, true, false, true, false, true, true, false, true, false} {
+		r := &write[i]
+		got, found, err := d.recordOf(prefix, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := found && got.sameAs(r); kept != want {
+			t.Errorf("record %d (%s kind %d #%d): kept %v, want %v", i, r.ID, r.Kind, r.JSeq, kept, want)
+		}
+	}
+	if _, found, _ := d.recordOf(prefix, &write[1]); found {
+		t.Error("b #1 outlived b's floor of 3")
+	}
+}

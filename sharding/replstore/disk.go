@@ -107,6 +107,9 @@ const stateDiskWriteLogInterval = 10 * time.Second
 // close's: it must not block).
 type stateDiskOp struct {
 	fn func(eb, rb *bolt.Bucket) (changed bool, err error)
+	// write, instead of fn, is a write request's (stateWrite.apply); its outcome goes
+	// to write.done if set.
+	write *stateWrite
 	// req, when not nil, is the write request fn applies: the op goes through the
 	// write-ahead log. read, instead of fn: a read the writer serves from its open
 	// transaction, once the batch's log entries are written (view).
@@ -390,7 +393,7 @@ func (d *stateDisk) applyLogged(i int, op *stateDiskOp) error {
 	}
 	var changed bool
 	err := boltfile.Guard(func() (err error) {
-		changed, err = op.fn(d.txEB, d.txRB)
+		changed, err = op.run(d.txEB, d.txRB)
 		return err
 	})
 	if err != nil {
@@ -531,8 +534,20 @@ func replayWAL(db *bolt.DB, dir string) (*stateWAL, uint64, error) {
 	return wal, max(after, last), nil
 }
 
+// run applies the op (fn, or write's apply).
+func (op *stateDiskOp) run(eb, rb *bolt.Bucket) (bool, error) {
+	if op.write != nil {
+		return op.write.apply(eb, rb)
+	}
+	return op.fn(eb, rb)
+}
+
 // finish hands the op its outcome.
 func (op *stateDiskOp) finish(err error) {
+	if w := op.write; w != nil && w.done != nil {
+		w.done(w.outcome(err))
+		return
+	}
 	if op.notify != nil {
 		op.notify(err)
 		return
@@ -565,7 +580,7 @@ func (d *stateDisk) commit(batch []*stateDiskOp) error {
 		}
 		changed := false
 		for _, op := range batch {
-			c, err := op.fn(eb, rb)
+			c, err := op.run(eb, rb)
 			if err != nil {
 				return false, err
 			}
@@ -727,8 +742,10 @@ func (d *stateDisk) viewDB(fn func(eb, rb *bolt.Bucket) error) error {
 }
 
 // stateEpochOf returns the epoch stored for a shard, and whether there is an entry.
-func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) {
-	v := eb.Get(prefix)
+func stateEpochOf(eb *bolt.Bucket, prefix []byte) (uint64, bool) { return epochValue(eb.Get(prefix)) }
+
+// epochValue reads an epochs entry's value v (nil: none).
+func epochValue(v []byte) (uint64, bool) {
 	if v == nil {
 		return 0, false
 	}

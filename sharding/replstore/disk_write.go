@@ -23,33 +23,43 @@ func (d *stateDisk) applyWrite(req *stateWriteReq) (uint64, error) {
 	return d.startWrite(req).wait()
 }
 
-// stateWrite is a write request submitted to the disk's writer (startWrite).
+// stateWrite is a write request submitted to the disk's writer (startWrite), with
+// its op (one allocation for both: op.write is the stateWrite, whose apply the writer
+// runs).
 type stateWrite struct {
-	d     *stateDisk
-	req   *stateWriteReq
-	op    *stateDiskOp
+	d      *stateDisk
+	req    *stateWriteReq
+	prefix []byte // the shard's (stateShardPrefix)
+	op     stateDiskOp
+	// done, for a write queued by tryWrite, gets its outcome.
+	done  func(epoch uint64, err error)
 	err   error // a refusal before the op was submitted
 	epoch uint64
 	stale bool
+}
+
+// newStateWrite returns the write of req and its op, of size bytes (op.done or w.done
+// are the caller's to set).
+func (d *stateDisk) newStateWrite(req *stateWriteReq, size int) *stateWrite {
+	w := &stateWrite{d: d, req: req, prefix: stateShardPrefix(req.Type, req.Shard)}
+	w.op = stateDiskOp{write: w, size: size}
+	if size <= walMaxWrite {
+		w.op.req = req
+	}
+	return w
 }
 
 // startWrite checks and submits a write request (applyWrite without the wait): the
 // writes started one after the other, then waited for, share the writer's transaction
 // and fsync.
 func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
-	w := &stateWrite{d: d, req: req}
-	prefix := stateShardPrefix(req.Type, req.Shard)
-	size, err := w.check()
+	size, err := checkWrite(req)
 	if err != nil {
-		w.err = err
-		return w
+		return &stateWrite{d: d, req: req, err: err}
 	}
-	w.op = &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
-		done: make(chan error, 1)}
-	if size <= walMaxWrite {
-		w.op.req = req
-	}
-	w.err = d.queue(w.op)
+	w := d.newStateWrite(req, size)
+	w.op.done = make(chan error, 1)
+	w.err = d.queue(&w.op)
 	if w.err != nil {
 		w.err = fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, w.err)
 	}
@@ -62,19 +72,14 @@ func (d *stateDisk) startWrite(req *stateWriteReq) *stateWrite {
 // (or the caller's, or close's) and must not block. It reports false, done not
 // called, when the queue is full.
 func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err error)) bool {
-	w := &stateWrite{d: d, req: req}
-	size, err := w.check()
+	size, err := checkWrite(req)
 	if err != nil {
 		done(0, err)
 		return true
 	}
-	prefix := stateShardPrefix(req.Type, req.Shard)
-	op := &stateDiskOp{fn: func(eb, rb *bolt.Bucket) (bool, error) { return w.apply(prefix, eb, rb) }, size: size,
-		notify: func(err error) { done(w.outcome(err)) }}
-	if size <= walMaxWrite {
-		op.req = req
-	}
-	queued, err := d.tryQueue(op)
+	w := d.newStateWrite(req, size)
+	w.done = done
+	queued, err := d.tryQueue(&w.op)
 	if err != nil {
 		done(0, fmt.Errorf("%w: state store %s: write: %w", sharding.ErrStoreUnavailable, d.path, err))
 		return true
@@ -82,10 +87,9 @@ func (d *stateDisk) tryWrite(req *stateWriteReq, done func(epoch uint64, err err
 	return queued
 }
 
-// check verifies the write's journal records (sharding.VerifyJournalRecord) and
+// checkWrite verifies the write's journal records (sharding.VerifyJournalRecord) and
 // returns its size, in bytes.
-func (w *stateWrite) check() (int, error) {
-	req := w.req
+func checkWrite(req *stateWriteReq) (int, error) {
 	size := 0
 	for i := range req.Records {
 		r := &req.Records[i]
@@ -105,7 +109,7 @@ func (w *stateWrite) wait() (uint64, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	return w.outcome(w.d.await(w.op))
+	return w.outcome(w.d.await(&w.op))
 }
 
 // outcome is the write's outcome, its op's being err.
@@ -121,17 +125,21 @@ func (w *stateWrite) outcome(err error) (uint64, error) {
 }
 
 // apply applies the write in the writer's transaction; it may run twice (stateDiskOp).
-func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
-	req := w.req
-	cur, has := stateEpochOf(eb, prefix)
+func (w *stateWrite) apply(eb, rb *bolt.Bucket) (bool, error) {
+	req, prefix := w.req, w.prefix
+	eg, rg := boltGetter{b: eb}, boltGetter{b: rb}
+	cur, has := epochValue(eg.get(prefix))
 	if req.Fence && req.Epoch < cur {
 		w.epoch, w.stale = cur, true
 		return false, nil
 	}
 	epoch := max(cur, req.Epoch)
 	w.epoch, w.stale = epoch, false
+	kb := make([]byte, 0, 128) // the keys looked up and put (bbolt keeps none of them)
+	kb = append(kb, 0)
+	kb = append(kb, req.Type...)
 	var deletedMark uint64
-	if v := eb.Get(stateDeletedKey(req.Type)); len(v) == 8 && !req.Fence {
+	if v := eg.get(kb); len(v) == 8 && !req.Fence { // stateDeletedKey
 		deletedMark = binary.BigEndian.Uint64(v)
 	}
 	changed := false
@@ -141,33 +149,30 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		}
 		changed = true
 	}
-	var floors map[string]uint64 // the journals' floors met in this write
+	// The journals' floors and the entities' tombstones met in this write, each read
+	// once.
+	var marks stateEntityMarks
 	floorOf := func(id string) uint64 {
-		f, ok := floors[id]
-		if !ok {
-			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rb.Get(stateRecordKey(prefix, stateKindFloor, id))); ok {
-				f = fr.Floor
+		m := marks.of(id)
+		if !m.floorRead {
+			kb = appendStateRecordKey(kb[:0], prefix, stateKindFloor, id)
+			if fr, ok := decodeStateRecord(stateKindFloor, id, 0, rg.get(kb)); ok {
+				m.floor = fr.Floor
 			}
-			if floors == nil {
-				floors = map[string]uint64{}
-			}
-			floors[id] = f
+			m.floorRead = true
 		}
-		return f
+		return m.floor
 	}
-	var gones map[string]stateVersion // the entities' tombstones met in this write
 	goneOf := func(id string) stateVersion {
-		g, ok := gones[id]
-		if !ok {
-			if gr, ok := decodeStateRecord(stateKindGone, id, 0, rb.Get(stateRecordKey(prefix, stateKindGone, id))); ok {
-				g = gr.version()
+		m := marks.of(id)
+		if !m.goneRead {
+			kb = appendStateRecordKey(kb[:0], prefix, stateKindGone, id)
+			if gr, ok := decodeStateRecord(stateKindGone, id, 0, rg.get(kb)); ok {
+				m.gone = gr.version()
 			}
-			if gones == nil {
-				gones = map[string]stateVersion{}
-			}
-			gones[id] = g
+			m.goneRead = true
 		}
-		return g
+		return m.gone
 	}
 	// Tombstones first: a repair write carries its records in key order, and a journal
 	// record written after a deletion must not meet the floor the deletion removes.
@@ -182,8 +187,8 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		if err := rb.Put(r.key(prefix), encodeStateValue(r)); err != nil {
 			return false, err
 		}
-		gones[r.ID] = r.version()
-		delete(floors, r.ID)
+		m := marks.of(r.ID)
+		m.gone, m.floor, m.floorRead = r.version(), 0, false // the floor was older: deleted
 		changed = true
 	}
 	for i := range req.Records {
@@ -197,31 +202,30 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 		if r.version().less(goneOf(r.ID)) {
 			continue // a copy from before the entity was deleted (stateKindGone)
 		}
-		k := r.key(prefix)
+		if r.Kind == stateKindJournal && r.JSeq < floorOf(r.ID) {
+			continue // below the journal's floor: a base holds it
+		}
+		kb = r.appendKey(kb[:0], prefix)
+		k := kb
 		switch r.Kind {
 		case stateKindJournal:
-			if r.JSeq < floorOf(r.ID) {
-				continue // below the journal's floor: a base holds it
-			}
-			if old := rb.Get(k); old != nil {
+			if old := rg.get(k); old != nil {
 				o, ok := decodeStateRecord(r.Kind, r.ID, r.JSeq, old)
 				if ok && !r.newer(&o) && verifyStateJournal(req.Type, req.Shard, &o) == nil {
 					continue // the replica's is as new or newer, and intact
 				}
 			}
 		case stateKindFloor:
-			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rb.Get(k)); ok && !r.newer(&o) {
+			if o, ok := decodeStateRecord(r.Kind, r.ID, 0, rg.get(k)); ok && !r.newer(&o) {
 				continue
 			}
 			if err := truncateJournal(rb, prefix, r.ID, r.Floor); err != nil {
 				return false, err
 			}
-			if floors == nil {
-				floors = map[string]uint64{}
-			}
-			floors[r.ID] = max(floors[r.ID], r.Floor)
+			m := marks.of(r.ID) // the floor is r's once it is put below
+			m.floor, m.floorRead = max(m.floor, r.Floor), true
 		default:
-			old := rb.Get(k)
+			old := rg.get(k)
 			if old != nil {
 				if ov, _, _, ok := decodeStateValue(old); ok && !ov.less(r.version()) {
 					continue // the replica's is as new or newer
@@ -245,11 +249,70 @@ func (w *stateWrite) apply(prefix []byte, eb, rb *bolt.Bucket) (bool, error) {
 	return changed, nil
 }
 
+// boltGetter is a bucket's Get through one cursor, moved by each lookup: bbolt's Get
+// makes a cursor each time, and its stack, allocations that were most of a write's
+// (a journal record's write looks up its shard's epoch, its type's deletion mark, its
+// entity's floor and tombstone, and its own key). A Put meanwhile is fine: each lookup
+// seeks from the bucket's root.
+type boltGetter struct {
+	b *bolt.Bucket
+	c *bolt.Cursor
+}
+
+// get returns the value of key k, nil if there is none (as Bucket.Get).
+func (g *boltGetter) get(k []byte) []byte {
+	if g.c == nil {
+		g.c = g.b.Cursor()
+	}
+	ck, v := g.c.Seek(k)
+	if !bytes.Equal(ck, k) {
+		return nil
+	}
+	return v
+}
+
+// stateEntityMark is what a write has read of an entity's journal floor and tombstone.
+type stateEntityMark struct {
+	floor               uint64
+	gone                stateVersion
+	floorRead, goneRead bool
+}
+
+// stateEntityMarks are the marks of the entities a write touches. Most writes are of
+// one entity (a journal append): its mark is kept inline, and a map is made only for a
+// second entity.
+type stateEntityMarks struct {
+	id     string
+	first  stateEntityMark
+	others map[string]*stateEntityMark
+	used   bool
+}
+
+// of returns id's mark, a new one (nothing read) the first time.
+func (m *stateEntityMarks) of(id string) *stateEntityMark {
+	switch {
+	case !m.used:
+		m.id, m.used = id, true
+		return &m.first
+	case id == m.id:
+		return &m.first
+	}
+	if m.others == nil {
+		m.others = map[string]*stateEntityMark{}
+	}
+	e := m.others[id]
+	if e == nil {
+		e = &stateEntityMark{}
+		m.others[id] = e
+	}
+	return e
+}
+
 // applyReq applies a write request as its writer's op does: the replay of a logged
 // write.
 func applyReq(req *stateWriteReq, eb, rb *bolt.Bucket) (bool, error) {
-	w := &stateWrite{req: req}
-	return w.apply(stateShardPrefix(req.Type, req.Shard), eb, rb)
+	w := &stateWrite{req: req, prefix: stateShardPrefix(req.Type, req.Shard)}
+	return w.apply(eb, rb)
 }
 
 // verifyStateJournal checks a journal record of the shard typ/shard

@@ -416,7 +416,8 @@ func TestJournalsMoveWithTheirShards(t *testing.T) {
 // in-memory network, each replica on its own bbolt file, fsynced: serially, and from
 // many goroutines at once (each owning its own entities), over many shards or few
 // (appends of one shard's entities to one replica can share a request). ns/op is the
-// wall time per append over all goroutines; appends/s the throughput.
+// wall time per append over all goroutines; appends/s the throughput; cpu-µs/op the
+// process's CPU time per append (the three members together).
 func BenchmarkAppendJournal(b *testing.B) {
 	c := newSSCluster(b, 3, clustertest.Tolerant(), func(cfg *Config) {
 		cfg.RequestTimeout = 10 * time.Second
@@ -428,6 +429,7 @@ func BenchmarkAppendJournal(b *testing.B) {
 		var wg sync.WaitGroup
 		var failed atomic.Value
 		per := b.N / writers
+		cpu, cpuOK := processCPU()
 		b.ResetTimer()
 		for w := 0; w < writers; w++ {
 			n := per
@@ -463,6 +465,9 @@ func BenchmarkAppendJournal(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+		if end, _ := processCPU(); cpuOK && b.N > 0 {
+			b.ReportMetric(float64((end-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+		}
 	}
 	for _, bc := range []struct {
 		writers, shards int

@@ -542,10 +542,13 @@ func (s *Store) send(ctx context.Context, req *stateWriteReq) error {
 		err error
 	}
 	results := make(chan ack, len(reps.reps))
-	rctx := withTraceOf(s.owner.Context(), ctx)
+	var rctx context.Context // made for the writes that need a goroutine alone
 	for _, r := range reps.reps {
 		if s.writeNow(r, req, func(err error) { results <- ack{r.in, err} }) {
 			continue
+		}
+		if rctx == nil {
+			rctx = withTraceOf(s.owner.Context(), ctx)
 		}
 		if !s.owner.Go(func() { results <- ack{r.in, s.writeTo(rctx, r, req)} }) {
 			results <- ack{r.in, closedError()}

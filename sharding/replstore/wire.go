@@ -435,7 +435,12 @@ var (
 // stateMaxListLen caps the records of one message (a write, a diff, a listing page).
 const stateMaxListLen = 1 << 16
 
+// encodeState encodes a message or record (statecodec.go's fast path for those of
+// every journal append, the same bytes).
 func encodeState(v any) []byte {
+	if b, ok := encodeStateFast(v); ok {
+		return b
+	}
 	b, err := stateEncMode.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("replstore: encoding %T: %v", v, err)) // only our own types get here
@@ -443,9 +448,15 @@ func encodeState(v any) []byte {
 	return b
 }
 
+// decodeState decodes a message or record into v, a pointer to its zero value
+// (statecodec.go's fast path for those of every journal append: their records' data
+// then alias b). Errors: sharding.ErrMalformedMessage.
 func decodeState(b []byte, v any) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%w: %T: empty body", sharding.ErrMalformedMessage, v)
+	}
+	if decodeStateFast(b, v) {
+		return nil
 	}
 	if err := stateDecMode.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%w: %T: %v", sharding.ErrMalformedMessage, v, err)
@@ -534,10 +545,14 @@ func parseStateShardPrefix(k []byte) (typ string, shard int, ok bool) {
 }
 
 func stateRecordKey(prefix []byte, kind uint8, id string) []byte {
-	k := make([]byte, 0, len(prefix)+1+len(id))
-	k = append(k, prefix...)
-	k = append(k, kind)
-	return append(k, id...)
+	return appendStateRecordKey(make([]byte, 0, len(prefix)+1+len(id)), prefix, kind, id)
+}
+
+// appendStateRecordKey appends stateRecordKey(prefix, kind, id) to dst.
+func appendStateRecordKey(dst, prefix []byte, kind uint8, id string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, kind)
+	return append(dst, id...)
 }
 
 // splitStateRecordKey returns the kind and ID of a records key under prefix (and a
@@ -577,6 +592,18 @@ func (r *stateRecord) key(prefix []byte) []byte {
 		return stateJournalKey(prefix, r.ID, r.JSeq)
 	}
 	return stateRecordKey(prefix, r.Kind, r.ID)
+}
+
+// appendKey appends the record's key under the shard prefix to dst.
+func (r *stateRecord) appendKey(dst, prefix []byte) []byte {
+	if r.Kind != stateKindJournal {
+		return appendStateRecordKey(dst, prefix, r.Kind, r.ID)
+	}
+	dst = append(dst, prefix...)
+	dst = append(dst, stateKindJournal)
+	dst = binary.AppendUvarint(dst, uint64(len(r.ID)))
+	dst = append(dst, r.ID...)
+	return binary.BigEndian.AppendUint64(dst, r.JSeq)
 }
 
 func encodeStateValue(r *stateRecord) []byte {
