@@ -103,7 +103,8 @@
 // ReminderStore keeps them itself (CheckReminderSet checks what it is given), and RemindersOf keeps them through any other store's
 // records (ReminderIDPrefix, IsReminderID, under PlatformIDPrefix; RecordReminders, DecodeReminderRecord for a
 // store that indexes those records itself). A due reminder comes to its entity as a
-// KindReminder message, EntityReminder lists a shard's due ones.
+// KindReminder message, EntityReminder lists a shard's due ones; a ReminderAdvancer
+// moves fired ones on in place.
 //
 // Scheduled messages (docs/sharding.md, "Scheduled messages"): Sharding.Schedule keeps
 // a message from outside for a later time with the entity's reminders (under

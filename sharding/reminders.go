@@ -336,8 +336,17 @@ type dueEntry struct {
 	r   *Reminder
 }
 
+// lessDue orders a due-time index: by due time, then ID, then name. The strings are
+// compared only between entries of one due time (cmp.Or would compare them always, as
+// its arguments are all evaluated: most of a firing's index update).
 func lessDue(a, b dueEntry) bool {
-	return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id), strings.Compare(a.r.Name, b.r.Name)) < 0
+	if a.due != b.due {
+		return a.due < b.due
+	}
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	return a.r.Name < b.r.Name
 }
 
 // SaveReminders implements ReminderStore.
