@@ -180,6 +180,13 @@ func DecodeReminderRecord(b []byte) ([]Reminder, error) {
 	return rs, nil
 }
 
+// EncodeReminderRecord returns the data of a reminder record (RecordReminders) of the
+// entity's reminders rs, which it sorts by name (a copy): what DecodeReminderRecord
+// reads. rs is not checked (CheckReminderSet). Errors: the encoder's (CBOR).
+func EncodeReminderRecord(rs []Reminder) ([]byte, error) {
+	return cbor.Marshal(sortedReminders(rs))
+}
+
 func reminderKey(key EntityKey) EntityKey {
 	return EntityKey{Type: key.Type, Shard: key.Shard, ID: ReminderIDPrefix + key.ID}
 }
@@ -240,7 +247,7 @@ func (s recordReminders) SaveReminders(ctx context.Context, key EntityKey, epoch
 		}
 		return s.Save(ctx, rk, epoch, nil)
 	}
-	b, err := cbor.Marshal(sortedReminders(rs))
+	b, err := EncodeReminderRecord(rs)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,10 +40,11 @@ const reminderStall = time.Second
 // shardReminders is what a shard's home keeps of the shard's reminders: the next due
 // time, one timer, and the firings under way. Nothing per reminder beyond the firings.
 type shardReminders struct {
-	// mu serialises the read-modify-writes of the shard's reminders from here (a set,
+	// mu serialises the read-modify-writes of an entity's reminders from here (a set,
 	// a cancel, a firing's advance): the store's records of an entity are rewritten
-	// whole.
-	mu sync.Mutex
+	// whole. One lock of reminderLocks per entity (lock), so that the write backs of
+	// a shard's entities do not wait for one another's round trips to the store.
+	mu [reminderLocks]sync.Mutex
 
 	tmu      sync.Mutex // guards what follows
 	timer    *time.Timer
@@ -63,6 +65,18 @@ type shardReminders struct {
 	// lastScan is when the last scan started (Unix ms).
 	lastScan int64
 }
+
+// reminderLocks is how many locks serialise the read-modify-writes of a shard's
+// reminders (shardReminders.mu): entities share one by a hash of their ID.
+const reminderLocks = 32
+
+// lock returns the lock of the entity id's read-modify-writes.
+func (rem *shardReminders) lock(id string) *sync.Mutex {
+	return &rem.mu[maphash.String(reminderSeed, id)%reminderLocks]
+}
+
+// reminderSeed seeds the hash of lock.
+var reminderSeed = maphash.MakeSeed()
 
 // reminderFiring names one firing: deduplicated by the entity, the reminder's name and
 // its due time.
@@ -497,7 +511,12 @@ func handledError(err error) bool {
 
 // nextDue is the first due of an interval reminder after now: due plus as many whole
 // intervals as it takes (missed ones are skipped, not delivered one by one).
-func nextDue(due, interval, now int64) int64 {
+func nextDue(due, interval, now int64) int64 { return NextDue(due, interval, now) }
+
+// NextDue returns the first due time (Unix ms) of an interval reminder after now (Unix
+// ms), from its due time due and its interval (ms, > 0): due plus as many whole
+// intervals as it takes to pass now, the missed ones skipped. For a ReminderAdvancer.
+func NextDue(due, interval, now int64) int64 {
 	if due > now {
 		return due + interval
 	}
@@ -513,8 +532,9 @@ func (r *shardRegion) advanceReminders(ctx context.Context, sh *shard, id string
 		if err != nil {
 			return 0, err
 		}
-		sh.rem.mu.Lock()
-		defer sh.rem.mu.Unlock()
+		mu := sh.rem.lock(id)
+		mu.Lock()
+		defer mu.Unlock()
 		return adv.AdvanceReminders(ctx, r.settings.Name, sh.id, epoch, fired, nowMillis())
 	}
 	var next int64
@@ -566,8 +586,9 @@ func (r *shardRegion) updateRemindersIn(ctx context.Context, sh *shard, id strin
 	if err != nil {
 		return err
 	}
-	sh.rem.mu.Lock()
-	defer sh.rem.mu.Unlock()
+	mu := sh.rem.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
 	key := EntityKey{Type: r.settings.Name, Shard: sh.id, ID: id}
 	rs, err := r.s.reminders.LoadReminders(WithReadEpoch(ctx, epoch), key)
 	if err != nil {
