@@ -279,9 +279,19 @@ func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before 
 		}
 	}
 	slices.Sort(ids)
+	// The records read are kept for the write backs of their firings at the read epoch
+	// (AdvanceReminders), the shard's home's.
+	epoch, fenced := sharding.ReadEpoch(ctx)
+	var token uint64
+	if fenced {
+		token = s.fired.begin(typ, shard, epoch, ids)
+	}
 	loaded, err := s.loadRemindersOf(ctx, typ, shard, ids)
 	if err != nil {
 		return nil, 0, err
+	}
+	if fenced {
+		s.fired.keep(typ, shard, token, ids, loaded)
 	}
 	var due []sharding.EntityReminder
 	for i, id := range ids {

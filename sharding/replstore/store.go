@@ -238,6 +238,8 @@ type Store struct {
 
 	pipesMu sync.Mutex
 	pipes   map[statePipeKey]*statePipe // coalesce.go
+
+	fired firedRecords // advance.go
 }
 
 var _ sharding.StateStore = (*Store)(nil)
@@ -282,6 +284,7 @@ func New(cfg Config) (*Store, error) {
 		kick:        make(chan struct{}, 1),
 		pipes:       map[statePipeKey]*statePipe{},
 	}
+	s.fired.m = map[firedKey]*firedRecord{}
 	s.ring.restored = restored
 	if err := s.register(); err != nil {
 		s.owner.Close()
@@ -530,6 +533,11 @@ func (s *Store) write(ctx context.Context, typ string, shard int, epoch uint64, 
 // request's records must not change until every replica has answered, which may be
 // after send returns.
 func (s *Store) send(ctx context.Context, req *stateWriteReq) error {
+	// The reminder records it writes are read anew by AdvanceReminders: once from here
+	// (a due read that starts while it is under way sees its outcome, or not, as a
+	// read does), and once it is done.
+	s.fired.forget(req)
+	defer s.fired.forget(req)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", sharding.ErrStoreUnavailable, err)
 	}

@@ -335,3 +335,63 @@ func remindersDueIndex(t *testing.T, h []sharding.StateStore) {
 		}
 	}
 }
+
+// remindersAdvance, for a store that moves fired reminders on itself
+// (sharding.ReminderAdvancer; others skip it): the fired reminders of many entities of
+// a shard move on in one call (an interval's due to its first after now, a one-shot
+// out, an entity left without reminders has none), what every handle then reads; a
+// reminder set anew between the due read and the advance keeps its new due; an
+// advance at an epoch older than the shard's is refused and changes nothing.
+func remindersAdvance(t *testing.T, h []sharding.StateStore) {
+	adv, ok := sharding.StateStoreAs[sharding.ReminderAdvancer](h[0])
+	if !ok {
+		t.Skip("the store does not implement sharding.ReminderAdvancer")
+	}
+	rs := remindersOf(h)
+	ctx := ctxOf(t)
+	key := func(id string) sharding.EntityKey { return sharding.EntityKey{Type: "timed", Shard: 2, ID: id} }
+	sets := map[string][]sharding.Reminder{
+		"a": {{Name: "i", Due: 100, Interval: 1000, Payload: []byte("p")}, {Name: "o", Due: 200}, {Name: "z", Due: 9000}},
+		"b": {{Name: "x", Due: 150}},
+		"c": {{Name: "i", Due: 120, Interval: 1000}},
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if err := rs[0].SaveReminders(ctx, key(id), 2, sets[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due, _, err := adv.DueReminders(sharding.WithReadEpoch(ctx, 2), "timed", 2, 250, 0)
+	if err != nil || len(due) != 4 {
+		t.Fatalf("due at 250: %+v %v, want 4", due, err)
+	}
+	setC := []sharding.Reminder{{Name: "i", Due: 5000, Interval: 1000}}
+	if err := rs[0].SaveReminders(ctx, key("c"), 2, setC); err != nil {
+		t.Fatal(err)
+	}
+	next, err := adv.AdvanceReminders(ctx, "timed", 2, 2, due, 2150)
+	if err != nil || next != 3100 {
+		t.Fatalf("advance at 2150: next %d %v, want 3100", next, err)
+	}
+	for _, s := range rs {
+		mustLoadReminders(t, s, key("a"), sharding.Reminder{Name: "i", Due: 3100, Interval: 1000, Payload: []byte("p")}, sharding.Reminder{Name: "z", Due: 9000})
+		mustLoadReminders(t, s, key("b"))
+		mustLoadReminders(t, s, key("c"), setC...)
+		due, next, err := s.DueReminders(ctx, "timed", 2, 3000, 0)
+		if err != nil || len(due) != 0 || next != 3100 {
+			t.Fatalf("due at 3000 after the advance: %+v next %d %v, want none, next 3100", due, next, err)
+		}
+	}
+	// A newer epoch fences the advance at the older one out.
+	mustSave(t, h[1], sharding.EntityKey{Type: "timed", Shard: 2, ID: "state"}, 3, []byte("s"))
+	due, _, err = adv.DueReminders(sharding.WithReadEpoch(ctx, 3), "timed", 2, 10_000, 0)
+	if err != nil || len(due) != 3 {
+		t.Fatalf("due at 10000: %+v %v, want 3", due, err)
+	}
+	if _, err := adv.AdvanceReminders(ctx, "timed", 2, 2, due, 10_000); !errors.Is(err, sharding.ErrStaleEpoch) {
+		t.Fatalf("advance at epoch 2 of a shard at 3: %v, want ErrStaleEpoch", err)
+	}
+	for _, s := range rs {
+		mustLoadReminders(t, s, key("a"), sharding.Reminder{Name: "i", Due: 3100, Interval: 1000, Payload: []byte("p")}, sharding.Reminder{Name: "z", Due: 9000})
+		mustLoadReminders(t, s, key("c"), setC...)
+	}
+}

@@ -4,7 +4,7 @@
 // delete (sharding.EntityStateDeleter), and journals
 // (appends, reads, truncation, refusals of corrupt records, concurrent appends), and
 // the listing of a store that keeps an index (sharding.StateLister), and reminders
-// (sharding.RemindersOf). It also builds a
+// (sharding.RemindersOf), and their write back (sharding.ReminderAdvancer). It also builds a
 // replicated store of several members on in-memory networks, for tests and benchmarks
 // outside package sharding.
 package statestoretest
@@ -63,6 +63,7 @@ func Run(t *testing.T, open Open) {
 		{"RemindersRefusals", remindersRefusals},
 		{"RemindersWithScheduled", remindersWithScheduled},
 		{"RemindersDeleteType", remindersDeleteType},
+		{"RemindersAdvance", remindersAdvance},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := open(t)
