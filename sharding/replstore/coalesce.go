@@ -9,8 +9,10 @@
 // arrived meanwhile into its next commit. Each write keeps its own fence and its own
 // reply; writes are versioned, so their order of arrival does not matter. No goroutine
 // waits on a pipe: a write's sender, or the answer to a request, sends the next
-// request, and each write's outcome goes to its callback. Snapshots, remember marks
-// and fences go as before, a state/write each.
+// request, and each write's outcome goes to its callback. Reminder records (small
+// snapshots and remember marks of sharding.ReminderIDPrefix IDs) go the same way;
+// entities' snapshots, their remember marks and fences go as before, a state/write
+// each.
 
 package replstore
 
@@ -52,14 +54,30 @@ type statePipeWrite struct {
 	done func(error)
 }
 
+// statePipeMaxRecord caps the data of a reminder record that goes through a pipe
+// (coalescable): larger ones go alone, chunked if need be.
+const statePipeMaxRecord = 64 << 10
+
 // coalescable reports whether a write goes through the replica's pipe: one of journal
-// records and floors alone.
+// records, floors, and reminder records (sharding.RecordReminders: snapshots of up to
+// statePipeMaxRecord bytes and remember marks of sharding.ReminderIDPrefix IDs, written
+// by the firings' write backs and by sets and cancels) alone.
 func coalescable(req *stateWriteReq) bool {
 	if len(req.Records) == 0 {
 		return false
 	}
 	for i := range req.Records {
-		if r := &req.Records[i]; (r.Kind != stateKindJournal && r.Kind != stateKindFloor) || r.Xfer != 0 {
+		r := &req.Records[i]
+		if r.Xfer != 0 {
+			return false
+		}
+		switch r.Kind {
+		case stateKindJournal, stateKindFloor:
+		case stateKindSnapshot, stateKindRemember:
+			if !sharding.IsReminderID(r.ID) || len(r.Data) > statePipeMaxRecord {
+				return false
+			}
+		default:
 			return false
 		}
 	}
