@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fxamacker/cbor/v2"
 	"github.com/google/btree"
 )
 
@@ -165,27 +164,6 @@ func (s recordReminders) Unwrap() StateStore { return s.StateStore }
 // those records and answers DueReminders itself from an index of their due times
 // (package replstore), and whose SaveReminders and LoadReminders are these.
 func RecordReminders(s StateStore) ReminderStore { return recordReminders{s} }
-
-// DecodeReminderRecord reads the data of a reminder record (the snapshot of a
-// ReminderIDPrefix ID, RecordReminders) back: the entity's reminders, by name. An empty
-// record has none. Errors: a record that does not decode (CBOR).
-func DecodeReminderRecord(b []byte) ([]Reminder, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	var rs []Reminder
-	if err := cbor.Unmarshal(b, &rs); err != nil {
-		return nil, err
-	}
-	return rs, nil
-}
-
-// EncodeReminderRecord returns the data of a reminder record (RecordReminders) of the
-// entity's reminders rs, which it sorts by name (a copy): what DecodeReminderRecord
-// reads. rs is not checked (CheckReminderSet). Errors: the encoder's (CBOR).
-func EncodeReminderRecord(rs []Reminder) ([]byte, error) {
-	return cbor.Marshal(sortedReminders(rs))
-}
 
 func reminderKey(key EntityKey) EntityKey {
 	return EntityKey{Type: key.Type, Shard: key.Shard, ID: ReminderIDPrefix + key.ID}

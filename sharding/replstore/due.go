@@ -42,14 +42,14 @@ func recordDues(v []byte) []int64 {
 	if !ok || len(data) == 0 {
 		return nil
 	}
-	rs, err := sharding.DecodeReminderRecord(data)
+	all, err := sharding.ReminderRecordDues(data)
 	if err != nil {
 		return nil
 	}
-	dues := make([]int64, 0, len(rs))
-	for _, r := range rs {
-		if r.Due >= 0 {
-			dues = append(dues, r.Due)
+	dues := all[:0]
+	for _, due := range all {
+		if due >= 0 {
+			dues = append(dues, due)
 		}
 	}
 	slices.Sort(dues)
