@@ -315,8 +315,12 @@ func (s *Store) DueReminders(ctx context.Context, typ string, shard int, before 
 	return due, next, nil
 }
 
-// dueLoaders bounds the reads of a due read's entities under way at once.
-const dueLoaders = 16
+// dueLoaders bounds the reads of a due read's entities under way at once. The reads
+// wait on round trips and on the replicas' writers, not on CPU: in
+// BenchmarkReminderSteadyStateReplicated (40k reminders over 4k entities, 3,000/s due,
+// on a 2-core machine shared with other work) 16 of them fired 1,607/s and
+// 64 fired 2,452-2,922/s; 256 fired no more, for more CPU per firing.
+const dueLoaders = 64
 
 // loadRemindersOf reads the reminders of the shard's entities ids (LoadReminders),
 // dueLoaders at a time; the first error fails them all.
