@@ -40,12 +40,13 @@ type firedRecord struct {
 // again. A record is kept only while this Store writes nothing to it: each of its
 // writes of a reminder record (send) forgets the record as it starts and as it ends,
 // and a due read keeps what it read only if no write forgot the record since the read
-// started. The shard's home is its records' only writer at its epoch (the store is
-// fenced: a newer owner's writes make the home's fail), and its writes of a record are
-// serialised (the home's per-entity lock), so a kept record is the record's newest
-// version until the home itself writes it. A record is dropped once its write back
-// takes it, when the next due read of its entity replaces it, and the oldest half are
-// dropped when firedRecordsMax are kept.
+// started; the deletion of a type on this member (ForgetType) forgets the type's. The
+// shard's home is its records' only writer at its epoch (the store is fenced: a newer
+// owner's writes make the home's fail), and its writes of a record are serialised (the
+// home's per-entity lock), so a kept record is the record's newest version until the
+// home itself writes it. A record is dropped once its write back takes it, when the
+// next due read of its entity replaces it, and all are dropped when a due read would
+// keep more than firedRecordsMax.
 type firedRecords struct {
 	mu    sync.Mutex
 	m     map[firedKey]*firedRecord
@@ -117,6 +118,18 @@ func (f *firedRecords) forget(req *stateWriteReq) {
 	}
 	if locked {
 		f.mu.Unlock()
+	}
+}
+
+// forgetType forgets the reminder records of typ (its deletion on this member: a write
+// back must not bring a deleted record back).
+func (f *firedRecords) forgetType(typ string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range f.m {
+		if k.typ == typ {
+			delete(f.m, k)
+		}
 	}
 }
 

@@ -155,3 +155,31 @@ func TestFiredRecordsForgetWrites(t *testing.T) {
 		t.Fatalf("a: %v %v", got, ok)
 	}
 }
+
+// A type deleted between a due read and the write back of its firings stays deleted:
+// the write back does not write the record the due read kept.
+func TestAdvanceRemindersAfterTheTypesDeletion(t *testing.T) {
+	c := newSSCluster(t, 3, clustertest.Tolerant(), func(cfg *Config) { cfg.RepairInterval = time.Hour })
+	const typ, shard = "remind", 3
+	home := c.nodes[0].store
+	key := sharding.EntityKey{Type: typ, Shard: shard, ID: "a"}
+	if err := home.SaveReminders(ssCtx(t), key, 1, []sharding.Reminder{{Name: "i", Due: 100, Interval: 60_000}, {Name: "z", Due: 9_000}}); err != nil {
+		t.Fatal(err)
+	}
+	due, _, err := home.DueReminders(sharding.WithReadEpoch(ssCtx(t), 1), typ, shard, 250, 100)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("due read: %v %v", due, err)
+	}
+	if err := c.nodes[1].store.DeleteType(ssCtx(t), typ); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := home.AdvanceReminders(ssCtx(t), typ, shard, 1, due, 250); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		if got, err := n.store.LoadReminders(ssCtx(t), key); err != nil || len(got) != 0 {
+			t.Fatalf("after the type's deletion and a write back, via %s: %v %v, want none", n.addr(), got, err)
+		}
+		checkDueIndex(t, "after the type's deletion on "+n.addr(), n.store.disk, 0)
+	}
+}

@@ -386,6 +386,8 @@ func (s *Store) ForgetType(typ string, at uint64) error {
 		return closedError()
 	}
 	defer s.owner.Leave()
+	s.fired.forgetType(typ)
+	defer s.fired.forgetType(typ)
 	mark, deleted, err := s.disk.deleteType(typ, at)
 	if err != nil {
 		return err
