@@ -101,10 +101,11 @@
 // MaxReminderName, MaxReminderPayload, MaxRemindersPerEntity, MinReminderInterval;
 // ErrInvalidReminder, ErrTooManyReminders) in the state store with its shard: a
 // ReminderStore keeps them itself (CheckReminderSet checks what it is given), and RemindersOf keeps them through any other store's
-// records (ReminderIDPrefix, IsReminderID, under PlatformIDPrefix; RecordReminders, DecodeReminderRecord for a
-// store that indexes those records itself). A due reminder comes to its entity as a
+// records (ReminderIDPrefix, IsReminderID, under PlatformIDPrefix; RecordReminders, EncodeReminderRecord,
+// DecodeReminderRecord and ReminderRecordDues for a store that indexes those records
+// itself). A due reminder comes to its entity as a
 // KindReminder message, EntityReminder lists a shard's due ones; a ReminderAdvancer
-// moves fired ones on in place.
+// moves fired ones on itself (NextDue: an interval's next due time).
 //
 // Scheduled messages (docs/sharding.md, "Scheduled messages"): Sharding.Schedule keeps
 // a message from outside for a later time with the entity's reminders (under

@@ -9,9 +9,10 @@
 // The files: store.go (the store: Save, Load, Remember, Remembered, FenceShard,
 // DeleteType, DeleteEntity), journal.go (its journals: AppendJournal, ReadJournal, TruncateJournal),
 // due.go (its reminders, a sharding.ReminderStore: SaveReminders, LoadReminders, and
-// DueReminders from each replica's index of due times),
-// replicas.go (its requests to replicas and their majorities), coalesce.go (the journal
-// writes to one replica sent together), serve.go (a replica's side of the protocol),
+// DueReminders from each replica's index of due times), advance.go (the write back of
+// fired reminders, a sharding.ReminderAdvancer: AdvanceReminders, from the records the
+// due reads kept), replicas.go (its requests to replicas and their majorities),
+// coalesce.go (the journal and reminder writes to one replica sent together), serve.go (a replica's side of the protocol),
 // wire.go (the protocol's messages and the records on disk), disk.go (the bbolt file
 // and its group commit; disk_read.go its reads, disk_write.go what a write changes),
 // wal.go (the write-ahead log in front of it), repair.go (read repair and
