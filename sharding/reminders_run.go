@@ -71,20 +71,41 @@ type reminderFiring struct {
 	due      int64
 }
 
+// reminderKeyPrefix begins a reminder firing's idempotency key: NUL cannot begin a
+// caller's key (CheckIdempotencyKey).
+const reminderKeyPrefix = "\x00reminder:"
+
 // reminderIdempotencyKey is the idempotency key of a firing, so that an entity whose
 // type journals handles a firing delivered twice (after a crash between the delivery
 // and the store's advance) once: NUL, "reminder:", the due time, ":", the name.
 func reminderIdempotencyKey(name string, due int64) string {
-	const prefix = "\x00reminder:"
 	var num [20]byte
 	d := strconv.AppendInt(num[:0], due, 10)
 	var b strings.Builder // one allocation
-	b.Grow(len(prefix) + len(d) + 1 + len(name))
-	b.WriteString(prefix)
+	b.Grow(len(reminderKeyPrefix) + len(d) + 1 + len(name))
+	b.WriteString(reminderKeyPrefix)
 	b.Write(d)
 	b.WriteByte(':')
 	b.WriteString(name)
 	return b.String()
+}
+
+// parseReminderIdempotencyKey returns the name and due time of a reminder's firing from
+// its idempotency key (reminderIdempotencyKey), or false for another key.
+func parseReminderIdempotencyKey(key string) (name string, due int64, ok bool) {
+	rest, ok := strings.CutPrefix(key, reminderKeyPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	d, name, ok := strings.Cut(rest, ":")
+	if !ok {
+		return "", 0, false
+	}
+	due, err := strconv.ParseInt(d, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return name, due, true
 }
 
 func nowMillis() int64 { return time.Now().UnixMilli() }
