@@ -48,6 +48,7 @@ type scheduler struct {
 
 	mu   sync.Mutex
 	sent map[string]scheduledOutcome // "inbox/ID S<n>" → its outcome
+	ids  map[string]string           // "inbox/ID S<n>" → its scheduled message ID, if acknowledged
 }
 
 func (s *scheduler) run(ctx context.Context) {
@@ -77,8 +78,11 @@ func (s *scheduler) step(ctx context.Context) {
 		return
 	}
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	_, _, err := sh.Schedule(octx, typeInbox, id, due, []byte("deliver "+x), "")
+	sm, _, err := sh.Schedule(octx, typeInbox, id, due, []byte("deliver "+x), "")
 	cancel()
+	// In the members' log (-members-log, -failure-logs): a lost message's ID leads to
+	// its history there (sharding's debug lines name scheduled messages by ID).
+	s.c.log.Info("faults: scheduled", "inbox", id, "x", x, "via", m.slot, "due", due, "scheduled", sm.ID, "err", err)
 	out := scheduledAcked
 	switch {
 	case err != nil && errors.Is(err, sharding.ErrNotDelivered):
@@ -88,6 +92,12 @@ func (s *scheduler) step(ctx context.Context) {
 	}
 	s.mu.Lock()
 	s.sent[id+" "+x] = out
+	if out == scheduledAcked {
+		if s.ids == nil {
+			s.ids = map[string]string{}
+		}
+		s.ids[id+" "+x] = sm.ID
+	}
 	s.mu.Unlock()
 }
 
@@ -136,7 +146,7 @@ func (s *scheduler) check(ctx context.Context) (failures []string, unknown strin
 		return nil, fmt.Sprintf("scheduled messages: the inboxes could not be read within %v: %v", scheduledWait, readErr), len(sent), acked
 	}
 	for _, k := range missing() {
-		failures = append(failures, fmt.Sprintf("scheduled message %s acknowledged, never delivered within %v (lost)", k, scheduledWait))
+		failures = append(failures, fmt.Sprintf("scheduled message %s acknowledged, never delivered within %v (lost; %s)", k, scheduledWait, s.whereIs(ctx, k)))
 	}
 	for k, n := range seen {
 		switch out, ok := sent[k]; {
@@ -150,6 +160,38 @@ func (s *scheduler) check(ctx context.Context) (failures []string, unknown strin
 	}
 	slices.Sort(failures)
 	return failures, "", len(sent), acked
+}
+
+// whereIs says whether the state store still holds the acknowledged scheduled message k
+// ("inbox S<n>"), read through a running member: if it does, its shard's home never
+// fired it (a scan or firing fault); if not, it was deleted or never kept (a store or
+// read-modify-write fault).
+func (s *scheduler) whereIs(ctx context.Context, k string) string {
+	s.mu.Lock()
+	sid := s.ids[k]
+	s.mu.Unlock()
+	inbox, _, _ := strings.Cut(k, " ")
+	for _, m := range s.c.targets() {
+		s.c.mu.Lock()
+		sh, running := m.sh, m.state == stateRunning
+		s.c.mu.Unlock()
+		if !running {
+			continue
+		}
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		waiting, err := sh.ScheduledOf(octx, typeInbox, inbox)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, sm := range waiting {
+			if sm.ID == sid {
+				return fmt.Sprintf("%s still in the state store, due %s: never fired", sid, time.UnixMilli(sm.Due).UTC().Format("15:04:05.000"))
+			}
+		}
+		return fmt.Sprintf("%s no longer in the state store (%d others wait): deleted, or never kept", sid, len(waiting))
+	}
+	return sid + ": the state store could not be read"
 }
 
 // readInboxes asks every inbox for its deliveries ("inbox-ID X" → count).
