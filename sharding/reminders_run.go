@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,6 +229,15 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	if errors.Is(err, ErrStaleEpoch) {
 		r.s.log.Warn("the state store has a newer allocation of a shard hosted here", "type", r.settings.Name, "shard", sh.id, "err", err)
 		r.dropStale(sh.id, epoch+1)
+		if cur, ok := r.hostedEpoch(sh); ok && cur > epoch {
+			// Not dropped: the coordinator hosted the shard here again at a newer
+			// epoch while this scan read at the old one (the store's newer epoch may be
+			// that one). Read again at it now: the timer that started this scan has
+			// fired, and nothing else would read what fell due.
+			rem.tmu.Lock()
+			rem.rescan = true
+			rem.tmu.Unlock()
+		}
 		return
 	}
 	if err != nil {
@@ -442,6 +452,10 @@ func (r *shardRegion) fireBatch(ctx context.Context, sh *shard, id string, due [
 		return
 	}
 	next, err := r.advanceReminders(ctx, sh, id, delivered)
+	if r.s.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.s.log.Debug("reminders delivered", "type", r.settings.Name, "shard", sh.id, "id", id,
+			"reminders", firingNames(r.settings.Name, delivered), "moved_on", err == nil)
+	}
 	if err != nil {
 		if r.s.owner.Closed() {
 			return
@@ -734,4 +748,18 @@ func remindersOf(s StateStore) ReminderStore {
 		return nil
 	}
 	return RemindersOf(s)
+}
+
+// firingNames names delivered firings for a debug log: a scheduled message by its ID
+// (ScheduledID), a reminder by its name, each with its due time (Unix ms).
+func firingNames(typ string, due []EntityReminder) []string {
+	out := make([]string, 0, len(due))
+	for _, er := range due {
+		name := er.Name
+		if IsScheduledName(name) {
+			name = ScheduledID(typ, er.ID, name)
+		}
+		out = append(out, name+"@"+strconv.FormatInt(er.Due, 10))
+	}
+	return out
 }
