@@ -1182,10 +1182,10 @@ func (c *Core) contactNeeded() int {
 // by a round). When a member asked in the previous round did not answer it (answered
 // is then not nil), only the members that answered that round are counted, and the
 // others are asked again: the walk goes on until enough that answered are asked, or
-// over the whole ring, so that a side that lost up to half of the cluster to a
-// partition has majority contact again a round later, long before its failure
-// detectors see the others unreachable; a member cut off asks every member each round
-// until it is out. Each must be a round trip of this member's own: contact
+// over the whole ring, so that the majority side of a partition has majority contact
+// again a round later, long before its failure detectors see the others unreachable
+// (TestSimMajorityKeepsContactThroughAPartition); a member cut off asks every member
+// it still sees reachable each round until it is out. Each must be a round trip of this member's own: contact
 // vouched for by another member would keep the lease of a member cut off behind a
 // bridge. Cost at rest: about members/2 requests and as many answers a round for each
 // member above that size, O(members) a member and O(members²) for the cluster; a
