@@ -27,9 +27,9 @@ import (
 // 3) to every member at once, and each replica tells the owner which entries it has
 // seen (step 2) in a pruningSeenMsg, a key name each, batched with the next deltas;
 // the owner adds what it was told to the seen sets on its next pruning tick.
-// A step is then one message away whatever the keys and members: the time of a pruning
-// is about two pruning intervals, its bytes O(keys × members). Gossip still repairs
-// what a lost message left out.
+// A step is then one message away whatever the keys and members, the bytes O(keys ×
+// members) (docs/scale.md has the times measured). Gossip still repairs what a lost
+// message left out.
 func (r *Replicator) prune(now time.Time) {
 	view := r.cfg.Membership.View()
 	leader := view.HasLeader && view.Leader == r.cfg.Membership.Self().Node()
