@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -425,6 +426,12 @@ type derived struct {
 	leader         UniqueAddress
 	hasLeader      bool
 	converged      bool
+	// speedUp is Core.speedUp's answer for this state, once speedUpKnown.
+	speedUp, speedUpKnown bool
+	// sbrSignature is resolveSplitBrain's signature of this state, once
+	// sbrSignatureKnown.
+	sbrSignature      string
+	sbrSignatureKnown bool
 }
 
 // derivedState returns the unreachable set, the leader and convergence of the current
@@ -603,12 +610,20 @@ func (c *Core) resolveSplitBrain(now time.Time) {
 		d.unreachableFor = c.gossip.unreachableSetFor(c.self())
 	}
 	unreachable := d.unreachableFor
-	sig := ""
-	for _, n := range sortedSet(unreachable) {
-		if s := c.gossip.members[n].Status; s != StatusDown {
-			sig += n.String() + ","
+	if !d.sbrSignatureKnown {
+		// Once per state, in one buffer: built on every tick with += it was O(u²)
+		// bytes for u unreachable members, and with a third of 1,000 members cut off
+		// most of the CPU and garbage of the partition (docs/scale.md).
+		var b strings.Builder
+		for _, n := range sortedSet(unreachable) {
+			if s := c.gossip.members[n].Status; s != StatusDown {
+				b.WriteString(n.String())
+				b.WriteByte(',')
+			}
 		}
+		d.sbrSignature, d.sbrSignatureKnown = b.String(), true
 	}
+	sig := d.sbrSignature
 	if sig != c.sbrSignature {
 		c.sbrSignature, c.sbrSince = sig, now
 		return
@@ -741,6 +756,17 @@ func (c *Core) gossipRound(now time.Time) []Outbound {
 // tails (docs/scale.md). At rest every member has seen it, and rounds are at the
 // interval.
 func (c *Core) speedUp() bool {
+	// Once per state (derivedState): at rest every tick between a third of the
+	// interval and the interval asked, and the scan of every member was a quarter of
+	// the CPU at 1,000 members (docs/scale.md).
+	d := c.derivedState()
+	if !d.speedUpKnown {
+		d.speedUp, d.speedUpKnown = c.scanSpeedUp(), true
+	}
+	return d.speedUp
+}
+
+func (c *Core) scanSpeedUp() bool {
 	mine := c.gossip.reachability[c.self()].Unreachable
 	for n, m := range c.gossip.members {
 		if c.gossip.seen[n] || m.Status == StatusDown || m.Status == StatusExiting {
@@ -1181,10 +1207,10 @@ func (c *Core) contactNeeded() int {
 // by a round). When a member asked in the previous round did not answer it (answered
 // is then not nil), only the members that answered that round are counted, and the
 // others are asked again: the walk goes on until enough that answered are asked, or
-// over the whole ring, so that a side that lost up to half of the cluster to a
-// partition has majority contact again a round later, long before its failure
-// detectors see the others unreachable; a member cut off asks every member each round
-// until it is out. Each must be a round trip of this member's own: contact
+// over the whole ring, so that the majority side of a partition has majority contact
+// again a round later, long before its failure detectors see the others unreachable
+// (TestSimMajorityKeepsContactThroughAPartition); a member cut off asks every member
+// it still sees reachable each round until it is out. Each must be a round trip of this member's own: contact
 // vouched for by another member would keep the lease of a member cut off behind a
 // bridge. Cost at rest: about members/2 requests and as many answers a round for each
 // member above that size, O(members) a member and O(members²) for the cluster; a

@@ -1,6 +1,7 @@
 package ddata
 
 import (
+	"slices"
 	"time"
 
 	"github.com/shardhost/shardhost/cluster"
@@ -27,9 +28,9 @@ import (
 // 3) to every member at once, and each replica tells the owner which entries it has
 // seen (step 2) in a pruningSeenMsg, a key name each, batched with the next deltas;
 // the owner adds what it was told to the seen sets on its next pruning tick.
-// A step is then one message away whatever the keys and members: the time of a pruning
-// is about two pruning intervals, its bytes O(keys × members). Gossip still repairs
-// what a lost message left out.
+// A step is then one message away whatever the keys and members, the bytes O(keys ×
+// members) (docs/scale.md has the times measured). Gossip still repairs what a lost
+// message left out.
 func (r *Replicator) prune(now time.Time) {
 	view := r.cfg.Membership.View()
 	leader := view.HasLeader && view.Leader == r.cfg.Membership.Self().Node()
@@ -48,6 +49,9 @@ func (r *Replicator) prune(now time.Time) {
 		}
 		if len(env.pruning) == 0 && (!leader || len(r.removed) == 0) {
 			continue
+		}
+		if !r.pruneDueLocked(key, env, p, leader, live, now) {
+			continue // nothing to do: no copy of the markers, every tick, for every key
 		}
 		changed, send := false, false
 		markers := make(map[NodeID]pruning, len(env.pruning))
@@ -130,6 +134,32 @@ func (r *Replicator) prune(now time.Time) {
 	if len(spread) > 0 {
 		r.broadcastEntries(spread)
 	}
+}
+
+// pruneDueLocked reports whether prune has anything to do for key's entry env (whose
+// data is p): a removed member to mark (leader), a marker to mark seen here or with
+// what others told, one to perform, one obsolete. It allocates nothing. r.mu is held.
+func (r *Replicator) pruneDueLocked(key string, env envelope, p RemovedNodePruning, leader bool, live map[NodeID]bool, now time.Time) bool {
+	if leader {
+		for removed := range r.removed {
+			if _, marked := env.pruning[removed]; !marked && p.NeedPruningFrom(removed) {
+				return true
+			}
+		}
+	}
+	for removed, m := range env.pruning {
+		switch {
+		case m.Performed:
+			if now.UnixMilli() > m.ObsoleteAt {
+				return true
+			}
+		case !containsNode(m.Seen, r.self):
+			return true
+		case m.Owner == r.self && (len(r.seenBy[key][removed]) > 0 || seenByAll(m.Seen, live)):
+			return true
+		}
+	}
+	return false
 }
 
 // addSeenLocked adds this replica to the seen set of every initialized marker of env
@@ -231,13 +261,14 @@ func containsNode(list []NodeID, n NodeID) bool {
 	return false
 }
 
+// seenByAll reports whether every live member is in seen, which is sorted (a binary
+// search each, no allocation).
 func seenByAll(seen []NodeID, live map[NodeID]bool) bool {
-	set := map[NodeID]bool{}
-	for _, n := range seen {
-		set[n] = true
+	if len(seen) < len(live) {
+		return false
 	}
 	for n := range live {
-		if !set[n] {
+		if _, ok := slices.BinarySearch(seen, n); !ok {
 			return false
 		}
 	}

@@ -18,7 +18,9 @@
 //   - scheduled messages (scheduled.go; kept and fired as durable reminders are),
 //     scheduled through random members while the faults happen, due up to 1.5 s later:
 //     once every fault is healed, each one acknowledged reaches its inbox's durable
-//     state once (none lost, none doubled), and none answered not-delivered does.
+//     state once (none lost, none doubled), and none answered not-delivered does (a
+//     message counts as lost only if the check's last read of the inboxes succeeded:
+//     when the cluster cannot be read at the end, what is missing is unknown).
 //
 // With -transfers (Options.Transfers; `make test-faults` sets it) a client also moves
 // units between accounts, entities whose "send" tells its destination "credit"

@@ -44,8 +44,8 @@ type DData interface {
 //     (legacyBucketKey): each entry a register encoded as a value of its own, so that
 //     reading 100,000 shards back decoded 100,000 values.
 //
-// A bucket's EpochMap is about 10 bytes a shard; a new coordinator reads the buckets
-// back in parallel, coordinatorReadParallel at once.
+// A bucket's EpochMap is 8 to 13 bytes a shard (10 to 300 regions); a new coordinator
+// reads the buckets back in parallel, coordinatorReadParallel at once.
 const (
 	coordinatorTypesKey     = "sharding-coordinator-types"
 	coordinatorBucketShards = 1000

@@ -39,30 +39,65 @@ func (e *idemEntry) size() int { return len(e.key) + len(e.outcome) + len(e.repl
 
 // idemTable is an entity's remembered keys, oldest first. It is used on the entity's
 // mailbox goroutine.
+//
+// A reminder's firings (reminderIdempotencyKey) are remembered by the reminder's name:
+// only the latest due handled of each name is kept, since a reminder is moved on to a
+// later due only after its firing was handled, so no earlier due of that name is fired
+// again but by a duplicate (a home that read the reminder before it moved on). A firing
+// of a due at or before the latest one handled of its name is answered as that one.
+// An interval reminder so costs one remembered key, not one a firing for the
+// retention (a reminder a minute kept 1,440 a day).
 type idemTable struct {
-	byKey map[string]*idemEntry
-	order []*idemEntry // by at, oldest first; forgotten entries are nil
-	head  int
-	bytes int
+	byKey      map[string]*idemEntry
+	byReminder map[string]*idemEntry // a reminder's name → the entry of its latest due
+	order      []*idemEntry          // by at, oldest first; forgotten entries are nil
+	head       int
+	bytes      int
 }
 
-// get returns the entry of key if it is remembered and not older than retention.
+// get returns the entry of key if it is remembered and not older than retention; for
+// a reminder's firing, the entry of its name's latest due if that is not earlier.
 func (t *idemTable) get(key string, now time.Time, retention time.Duration) (*idemEntry, bool) {
 	e, ok := t.byKey[key]
-	if !ok || now.UnixMilli()-e.at > retention.Milliseconds() {
+	if !ok {
+		name, due, isReminder := parseReminderIdempotencyKey(key)
+		if !isReminder {
+			return nil, false
+		}
+		if e, ok = t.byReminder[name]; !ok {
+			return nil, false
+		}
+		if _, latest, _ := parseReminderIdempotencyKey(e.key); latest < due {
+			return nil, false
+		}
+	}
+	if now.UnixMilli()-e.at > retention.Milliseconds() {
 		return nil, false
 	}
 	return e, true
 }
 
-// put remembers e (replacing an entry of its key), then forgets what is older than
-// retention and, past the bounds, the oldest.
+// put remembers e (replacing an entry of its key, and for a reminder's firing the
+// entry of an earlier due of its name), then forgets what is older than retention and,
+// past the bounds, the oldest.
 func (t *idemTable) put(e *idemEntry, now time.Time, retention time.Duration) {
 	if t.byKey == nil {
 		t.byKey = map[string]*idemEntry{}
 	}
 	if old, ok := t.byKey[e.key]; ok {
 		t.forget(old)
+	}
+	if name, due, ok := parseReminderIdempotencyKey(e.key); ok {
+		if old, ok := t.byReminder[name]; ok {
+			if _, oldDue, _ := parseReminderIdempotencyKey(old.key); oldDue > due {
+				return // a later due of the name is remembered already
+			}
+			t.forget(old)
+		}
+		if t.byReminder == nil {
+			t.byReminder = map[string]*idemEntry{}
+		}
+		t.byReminder[name] = e
 	}
 	t.byKey[e.key] = e
 	t.order = append(t.order, e)
@@ -72,13 +107,21 @@ func (t *idemTable) put(e *idemEntry, now time.Time, retention time.Duration) {
 
 // forget drops e from the table (its place in order is left nil).
 func (t *idemTable) forget(e *idemEntry) {
-	delete(t.byKey, e.key)
+	t.unindex(e)
 	t.bytes -= e.size()
 	for k := t.head; k < len(t.order); k++ {
 		if t.order[k] == e {
 			t.order[k] = nil
 			return
 		}
+	}
+}
+
+// unindex drops e from byKey and, a reminder's firing, from byReminder.
+func (t *idemTable) unindex(e *idemEntry) {
+	delete(t.byKey, e.key)
+	if name, _, ok := parseReminderIdempotencyKey(e.key); ok && t.byReminder[name] == e {
+		delete(t.byReminder, name)
 	}
 }
 
@@ -92,7 +135,7 @@ func (t *idemTable) expire(now time.Time, retention time.Duration) {
 			break
 		}
 		if e != nil {
-			delete(t.byKey, e.key)
+			t.unindex(e)
 			t.bytes -= e.size()
 		}
 		t.order[t.head] = nil

@@ -130,3 +130,60 @@ func TestIdemTable(t *testing.T) {
 		t.Fatalf("garbage keys: %v, want ErrCorruptRecord", err)
 	}
 }
+
+// A reminder's firings are remembered by name, the latest due only: an interval
+// reminder costs one key however often it fires, a firing of its latest due or of an
+// earlier one (a duplicate) is answered as already handled, a later one is new, and a
+// base keeps the same.
+func TestIdemTableKeepsTheLatestFiringOfEachReminder(t *testing.T) {
+	now := time.UnixMilli(1_000_000_000)
+	var tab idemTable
+	for k := int64(0); k < 1000; k++ {
+		due := 1000 + 60_000*k
+		if _, ok := tab.get(reminderIdempotencyKey("tick", due), now, time.Hour); ok {
+			t.Fatalf("firing %d (due %d) answered as handled before it was", k, due)
+		}
+		tab.put(&idemEntry{key: reminderIdempotencyKey("tick", due), seq: uint64(k + 1), at: now.UnixMilli()}, now, time.Hour)
+	}
+	tab.put(&idemEntry{key: reminderIdempotencyKey("other", 5), seq: 2000, at: now.UnixMilli()}, now, time.Hour)
+	tab.put(&idemEntry{key: "deposit-1", seq: 2001, at: now.UnixMilli()}, now, time.Hour)
+	if len(tab.byKey) != 3 {
+		t.Fatalf("%d keys remembered after 1,000 firings of one reminder, one of another and a caller's key: want 3", len(tab.byKey))
+	}
+	latest := 1000 + 60_000*int64(999)
+	for _, due := range []int64{latest, latest - 60_000, 1000} {
+		e, ok := tab.get(reminderIdempotencyKey("tick", due), now, time.Hour)
+		if !ok || e.seq != 1000 {
+			t.Fatalf("a duplicate firing due %d: %+v %v, want the latest firing's entry (seq 1000)", due, e, ok)
+		}
+	}
+	if _, ok := tab.get(reminderIdempotencyKey("tick", latest+60_000), now, time.Hour); ok {
+		t.Fatal("the next due answered as handled")
+	}
+	// A name that is another's prefix, or a caller's key that looks alike, is its own.
+	if _, ok := tab.get(reminderIdempotencyKey("tic", latest), now, time.Hour); ok {
+		t.Fatal("a reminder named tic answered by tick's firing")
+	}
+	// An earlier due put after a later one (a replay out of order) keeps the later.
+	tab.put(&idemEntry{key: reminderIdempotencyKey("other", 1), seq: 3000, at: now.UnixMilli()}, now, time.Hour)
+	if e, ok := tab.get(reminderIdempotencyKey("other", 5), now, time.Hour); !ok || e.seq != 2000 {
+		t.Fatalf("other's latest after an earlier due was put: %+v %v", e, ok)
+	}
+	// The base: the same three keys, and the same answers.
+	back, err := decodeIdemTable(tab.encode(), now, time.Hour)
+	if err != nil || len(back.byKey) != 3 {
+		t.Fatalf("decoded: %d keys, %v; want 3", len(back.byKey), err)
+	}
+	if e, ok := back.get(reminderIdempotencyKey("tick", 1000), now, time.Hour); !ok || e.seq != 1000 {
+		t.Fatalf("a duplicate firing after the base: %+v %v", e, ok)
+	}
+	// Retention still applies.
+	if _, ok := back.get(reminderIdempotencyKey("tick", latest), now.Add(2*time.Hour), time.Hour); ok {
+		t.Fatal("a firing remembered past the retention")
+	}
+	for _, key := range []string{"\x00reminder:", "\x00reminder:x", "\x00reminder:12", "\x00reminder:abc:n", "reminder:5:n"} {
+		if _, _, ok := parseReminderIdempotencyKey(key); ok {
+			t.Fatalf("%q parsed as a reminder's firing", key)
+		}
+	}
+}

@@ -624,6 +624,7 @@ func (r *shardRegion) hostShardLocked(shardID int, epoch uint64) *shard {
 			r.s.owner.Go(func() { r.scanReminders(sh) })
 		}
 	} else if epoch > sh.epoch {
+		r.s.log.Debug("hosting shard at a newer epoch", "type", r.settings.Name, "shard", shardID, "epoch", epoch, "was", sh.epoch)
 		sh.epoch = epoch
 		for _, e := range sh.entities {
 			e.setEpoch(epoch)

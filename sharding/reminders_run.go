@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,20 +86,41 @@ type reminderFiring struct {
 	due      int64
 }
 
+// reminderKeyPrefix begins a reminder firing's idempotency key: NUL cannot begin a
+// caller's key (CheckIdempotencyKey).
+const reminderKeyPrefix = "\x00reminder:"
+
 // reminderIdempotencyKey is the idempotency key of a firing, so that an entity whose
 // type journals handles a firing delivered twice (after a crash between the delivery
 // and the store's advance) once: NUL, "reminder:", the due time, ":", the name.
 func reminderIdempotencyKey(name string, due int64) string {
-	const prefix = "\x00reminder:"
 	var num [20]byte
 	d := strconv.AppendInt(num[:0], due, 10)
 	var b strings.Builder // one allocation
-	b.Grow(len(prefix) + len(d) + 1 + len(name))
-	b.WriteString(prefix)
+	b.Grow(len(reminderKeyPrefix) + len(d) + 1 + len(name))
+	b.WriteString(reminderKeyPrefix)
 	b.Write(d)
 	b.WriteByte(':')
 	b.WriteString(name)
 	return b.String()
+}
+
+// parseReminderIdempotencyKey returns the name and due time of a reminder's firing from
+// its idempotency key (reminderIdempotencyKey), or false for another key.
+func parseReminderIdempotencyKey(key string) (name string, due int64, ok bool) {
+	rest, ok := strings.CutPrefix(key, reminderKeyPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	d, name, ok := strings.Cut(rest, ":")
+	if !ok {
+		return "", 0, false
+	}
+	due, err := strconv.ParseInt(d, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return name, due, true
 }
 
 func nowMillis() int64 { return time.Now().UnixMilli() }
@@ -221,6 +243,15 @@ func (r *shardRegion) scanRemindersOnce(sh *shard) {
 	if errors.Is(err, ErrStaleEpoch) {
 		r.s.log.Warn("the state store has a newer allocation of a shard hosted here", "type", r.settings.Name, "shard", sh.id, "err", err)
 		r.dropStale(sh.id, epoch+1)
+		if cur, ok := r.hostedEpoch(sh); ok && cur > epoch {
+			// Not dropped: the coordinator hosted the shard here again at a newer
+			// epoch while this scan read at the old one (the store's newer epoch may be
+			// that one). Read again at it now: the timer that started this scan has
+			// fired, and nothing else would read what fell due.
+			rem.tmu.Lock()
+			rem.rescan = true
+			rem.tmu.Unlock()
+		}
 		return
 	}
 	if err != nil {
@@ -435,6 +466,10 @@ func (r *shardRegion) fireBatch(ctx context.Context, sh *shard, id string, due [
 		return
 	}
 	next, err := r.advanceReminders(ctx, sh, id, delivered)
+	if r.s.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.s.log.Debug("reminders delivered", "type", r.settings.Name, "shard", sh.id, "id", id,
+			"reminders", firingNames(r.settings.Name, delivered), "moved_on", err == nil)
+	}
 	if err != nil {
 		if r.s.owner.Closed() {
 			return
@@ -734,4 +769,18 @@ func remindersOf(s StateStore) ReminderStore {
 		return nil
 	}
 	return RemindersOf(s)
+}
+
+// firingNames names delivered firings for a debug log: a scheduled message by its ID
+// (ScheduledID), a reminder by its name, each with its due time (Unix ms).
+func firingNames(typ string, due []EntityReminder) []string {
+	out := make([]string, 0, len(due))
+	for _, er := range due {
+		name := er.Name
+		if IsScheduledName(name) {
+			name = ScheduledID(typ, er.ID, name)
+		}
+		out = append(out, name+"@"+strconv.FormatInt(er.Due, 10))
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -384,6 +385,10 @@ func (e *entity) scheduleControl(ctx context.Context, d delivery) (Reply, error)
 	})
 	if err != nil && !errors.Is(err, errUnchanged) {
 		return Reply{}, err
+	}
+	if r.s.log.Enabled(ctx, slog.LevelDebug) {
+		r.s.log.Debug("scheduled message kept", "type", r.settings.Name, "id", e.id, "shard", sh.id,
+			"scheduled", ScheduledID(r.settings.Name, e.id, req.Name), "due", req.Due, "outcome", out)
 	}
 	if out == scheduledNew {
 		r.scheduleReminders(sh, req.Due)

@@ -105,19 +105,30 @@ func rssChild(o options) error {
 	return nil
 }
 
-// residentBytes is VmRSS from /proc/self/status after a collection that returns what it
-// can to the OS.
+// residentBytes is the process's proportional set size (Pss, /proc/self/smaps_rollup)
+// after a collection that returns what it can to the OS, or VmRSS (/proc/self/status)
+// where the kernel has no smaps_rollup. Pss counts a page mapped many times in the
+// process once (a Go-port module's pre-initialized image, mapped copy-on-write into
+// each of its instances, is one file's pages); VmRSS counts it in every mapping.
 func residentBytes() (int64, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
-	f, err := os.Open("/proc/self/status")
+	if v, err := procKB("/proc/self/smaps_rollup", "Pss:"); err == nil {
+		return v, nil
+	}
+	return procKB("/proc/self/status", "VmRSS:")
+}
+
+// procKB reads the first line of file that starts with field, a figure in kB, in bytes.
+func procKB(file, field string) (int64, error) {
+	f, err := os.Open(file)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			fields := strings.Fields(v)
 			if len(fields) == 0 {
 				break
@@ -126,5 +137,5 @@ func residentBytes() (int64, error) {
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/self/status")
+	return 0, fmt.Errorf("no %s in %s", field, file)
 }

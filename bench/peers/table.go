@@ -62,7 +62,7 @@ func rows(o options) []row {
 		{"remote-cpu-mem", "remote asks" + inMemory + ": CPU time per ask", seconds, none},
 	}
 	for _, n := range o.rssSizes {
-		rs = append(rs, row{"rss-" + strconv.Itoa(n), "RSS per active entity, " + thousands(n) + " active", bytesEach, none})
+		rs = append(rs, row{"rss-" + strconv.Itoa(n), "memory per active entity (Pss), " + thousands(n) + " active", bytesEach, none})
 	}
 	return rs
 }

@@ -298,6 +298,8 @@ func runMembership(n int, lc cluster.CoreConfig, seed int64, churnMax int, skip 
 	row.RestBytes = float64(s.bytes-b0) / float64(n) / secs
 	row.RestMsgs = float64(s.msgs-m0) / float64(n) / secs
 	row.RestCPU = (cpuTime() - c0).Seconds() / float64(n) / secs
+	logf("n=%d at rest: %.0f B/s and %.1f messages/s per member, %.0f µs of CPU per member per simulated second",
+		n, row.RestBytes, row.RestMsgs, row.RestCPU*1e6)
 
 	row.Unreachable, row.Downed, row.Removed, row.LeaveRemoved, row.PartitionSplit = notRun, notRun, notRun, notRun, notRun
 	row.CrashBytes = math.NaN()

@@ -125,3 +125,30 @@ func TestSharedReads(t *testing.T) {
 		t.Fatal("BytesShared took a text string")
 	}
 }
+
+func TestBoolAndNull(t *testing.T) {
+	b := AppendNull(AppendBool(AppendBool(nil, true), false))
+	if string(b) != "\xf5\xf4\xf6" {
+		t.Fatalf("encoded %x", b)
+	}
+	r := NewReader(b)
+	if r.Null() {
+		t.Fatal("Null read a bool")
+	}
+	if v, ok := r.Bool(); !ok || !v {
+		t.Fatalf("Bool = %v, %v", v, ok)
+	}
+	if v, ok := r.Bool(); !ok || v {
+		t.Fatalf("Bool = %v, %v", v, ok)
+	}
+	if _, ok := r.Bool(); ok {
+		t.Fatal("Bool read null")
+	}
+	r = NewReader(b[2:])
+	if !r.Null() || !r.Done() {
+		t.Fatal("Null did not read null")
+	}
+	if _, ok := r.Bool(); ok {
+		t.Fatal("Bool read past the end")
+	}
+}

@@ -232,3 +232,54 @@ func TestWriteOfSeveralEntities(t *testing.T) {
 		t.Error("b #1 outlived b's floor of 3")
 	}
 }
+
+// The writer's cache of floors and tombstones follows its transaction across writes:
+// a floor or tombstone written by one write holds for the next, and one that an op
+// outside the log removes (deleteType) holds no more.
+func TestWriterMarksFollowTheTransaction(t *testing.T) {
+	d, err := openStateDisk(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	const typ, shard = "t", 1
+	prefix := stateShardPrefix(typ, shard)
+	key := sharding.EntityKey{Type: typ, Shard: shard, ID: "e"}
+	j := func(jseq, seq uint64) stateRecord {
+		return stateRecord{Kind: stateKindJournal, ID: "e", Epoch: 2, Seq: seq, JSeq: jseq, Data: jrec(key, jseq, "x").Data}
+	}
+	write := func(recs ...stateRecord) {
+		t.Helper()
+		if _, err := d.applyWrite(&stateWriteReq{Type: typ, Shard: shard, Epoch: 2, Fence: true, Records: recs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func(r stateRecord, want bool) {
+		t.Helper()
+		got, found, err := d.recordOf(prefix, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := found && got.sameAs(&r); k != want {
+			t.Fatalf("#%d (seq %d): kept %v, want %v", r.JSeq, r.Seq, k, want)
+		}
+	}
+	write(j(9, 1)) // reads e's marks: none
+	write(stateRecord{Kind: stateKindFloor, ID: "e", Epoch: 2, Seq: 2, Floor: 5})
+	below, above := j(3, 3), j(6, 4)
+	write(below, above)
+	kept(below, false)
+	kept(above, true)
+	write(stateRecord{Kind: stateKindGone, ID: "e", Epoch: 2, Seq: 100})
+	older, newer, underOldFloor := j(7, 50), j(8, 101), j(2, 102)
+	write(older, newer, underOldFloor)
+	kept(older, false)
+	kept(newer, true)
+	kept(underOldFloor, true) // the tombstone deleted the floor
+	if _, _, err := d.deleteType(typ, 0); err != nil {
+		t.Fatal(err)
+	}
+	afterDelete := j(1, 90) // older than the deleted tombstone: a fenced write lands
+	write(afterDelete)
+	kept(afterDelete, true)
+}

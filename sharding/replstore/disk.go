@@ -96,6 +96,14 @@ type stateDisk struct {
 	noFlushAtClose bool
 	// flushEvery is walFlushInterval; the tests set it before the first write.
 	flushEvery time.Duration
+	// marks caches the journal floors and tombstones that the logged writes read or
+	// wrote, as the writer's transaction holds them (key: shard prefix and entity ID;
+	// stateEntityMarks), so that a journal append need not search the records bucket
+	// for the two keys its entity nearly never has. nil: empty. Emptied when the
+	// transaction is rebuilt (rolled back), and by every op that is not a logged write
+	// (deleteType, dropSynced, a write too large for the log): those change records
+	// without keeping it. Only the writer's goroutine touches it.
+	marks map[string]stateEntityMark
 }
 
 // stateDiskWriteLogInterval is the least time between two log lines of refused writes.
@@ -322,6 +330,7 @@ func (d *stateDisk) runBatch(batch []*stateDiskOp) {
 			results[i] = d.applyLogged(i, op)
 		default:
 			// Not logged: committed now, after what the open transaction holds.
+			d.marks = nil
 			if err := d.flush(); err != nil {
 				results[i] = err
 				continue
@@ -391,6 +400,12 @@ func (d *stateDisk) applyLogged(i int, op *stateDiskOp) error {
 	if err := d.begin(); err != nil {
 		return err
 	}
+	if op.write != nil {
+		if d.marks == nil {
+			d.marks = map[string]stateEntityMark{}
+		}
+		op.write.marks = d.marks
+	}
 	var changed bool
 	err := boltfile.Guard(func() (err error) {
 		changed, err = op.run(d.txEB, d.txRB)
@@ -422,6 +437,7 @@ func (d *stateDisk) applyLogged(i int, op *stateDiskOp) error {
 // new one. When that fails the writer is broken: it refuses every write (the log keeps
 // what it acknowledged, for the next open).
 func (d *stateDisk) rebuild() error {
+	d.marks = nil // they may hold what the rollback undoes
 	if d.tx != nil {
 		_ = d.tx.Rollback()
 		d.tx = nil

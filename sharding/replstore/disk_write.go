@@ -32,7 +32,10 @@ type stateWrite struct {
 	prefix []byte // the shard's (stateShardPrefix)
 	op     stateDiskOp
 	// done, for a write queued by tryWrite, gets its outcome.
-	done  func(epoch uint64, err error)
+	done func(epoch uint64, err error)
+	// marks, when not nil, is the writer's cache of floors and tombstones
+	// (stateDisk.marks), which apply reads and adds to.
+	marks map[string]stateEntityMark
 	err   error // a refusal before the op was submitted
 	epoch uint64
 	stale bool
@@ -151,7 +154,7 @@ func (w *stateWrite) apply(eb, rb *bolt.Bucket) (bool, error) {
 	}
 	// The journals' floors and the entities' tombstones met in this write, each read
 	// once.
-	var marks stateEntityMarks
+	marks := stateEntityMarks{cache: w.marks, prefix: prefix}
 	floorOf := func(id string) uint64 {
 		m := marks.of(id)
 		if !m.floorRead {
@@ -246,6 +249,7 @@ func (w *stateWrite) apply(eb, rb *bolt.Bucket) (bool, error) {
 		}
 		changed = true
 	}
+	marks.keep()
 	return changed, nil
 }
 
@@ -280,32 +284,70 @@ type stateEntityMark struct {
 
 // stateEntityMarks are the marks of the entities a write touches. Most writes are of
 // one entity (a journal append): its mark is kept inline, and a map is made only for a
-// second entity.
+// second entity. cache, when not nil, is the writer's (stateDisk.marks), keyed by the
+// shard's prefix and the entity's ID: a mark starts as the cache has it, and keep puts
+// the write's marks back.
 type stateEntityMarks struct {
 	id     string
 	first  stateEntityMark
 	others map[string]*stateEntityMark
 	used   bool
+	cache  map[string]stateEntityMark
+	prefix []byte
+	ck     []byte // a cache key
 }
 
-// of returns id's mark, a new one (nothing read) the first time.
+// stateMarksCap bounds the writer's cache of marks (stateDisk.marks): it is emptied
+// when full.
+const stateMarksCap = 1 << 16
+
+// of returns id's mark: the cache's, else one with nothing read, the first time.
 func (m *stateEntityMarks) of(id string) *stateEntityMark {
+	var e *stateEntityMark
 	switch {
 	case !m.used:
 		m.id, m.used = id, true
-		return &m.first
+		e = &m.first
 	case id == m.id:
 		return &m.first
-	}
-	if m.others == nil {
-		m.others = map[string]*stateEntityMark{}
-	}
-	e := m.others[id]
-	if e == nil {
+	default:
+		if e = m.others[id]; e != nil {
+			return e
+		}
+		if m.others == nil {
+			m.others = map[string]*stateEntityMark{}
+		}
 		e = &stateEntityMark{}
 		m.others[id] = e
 	}
+	if m.cache != nil {
+		m.ck = append(append(m.ck[:0], m.prefix...), id...)
+		if c, ok := m.cache[string(m.ck)]; ok {
+			*e = c
+		}
+	}
 	return e
+}
+
+// keep puts the marks the write read or wrote into the cache.
+func (m *stateEntityMarks) keep() {
+	if m.cache == nil || !m.used {
+		return
+	}
+	put := func(id string, e *stateEntityMark) {
+		if !e.floorRead && !e.goneRead {
+			return
+		}
+		if len(m.cache) >= stateMarksCap {
+			clear(m.cache)
+		}
+		m.ck = append(append(m.ck[:0], m.prefix...), id...)
+		m.cache[string(m.ck)] = *e
+	}
+	put(m.id, &m.first)
+	for id, e := range m.others {
+		put(id, e)
+	}
 }
 
 // applyReq applies a write request as its writer's op does: the replay of a logged

@@ -12,8 +12,10 @@
 // DueReminders from each replica's index of due times), advance.go (the write back of
 // fired reminders, a sharding.ReminderAdvancer: AdvanceReminders, from the records the
 // due reads kept), replicas.go (its requests to replicas and their majorities),
-// coalesce.go (the journal and reminder writes to one replica sent together), serve.go (a replica's side of the protocol),
-// wire.go (the protocol's messages and the records on disk), disk.go (the bbolt file
+// coalesce.go (the journal and reminder writes to one replica sent together), serve.go
+// (a replica's side of the protocol), wire.go (the protocol's messages and the records
+// on disk), statecodec.go (the hand-written encoding of the messages of every journal
+// append, the bytes CBOR gives them), disk.go (the bbolt file
 // and its group commit; disk_read.go its reads, disk_write.go what a write changes),
 // wal.go (the write-ahead log in front of it), repair.go (read repair and
 // anti-entropy), ring.go (the ring a shard's replicas are ranked over, and its views), handover.go (the rounds that end a
