@@ -339,19 +339,8 @@ func replotDData(dir string) ([]ddataRow, error) {
 // ddataSeries returns, per member count, the curve of f over keys (a phase a row did not
 // reach is 0, which the plots and fits leave out).
 func ddataSeries(rows []ddataRow, name string, f func(ddataRow) float64) []series {
-	var out []series
-	idx := map[int]int{}
-	for _, r := range rows {
-		i, ok := idx[r.Members]
-		if !ok {
-			i = len(out)
-			idx[r.Members] = i
-			out = append(out, series{name: fmt.Sprintf("%s, %d members", name, r.Members)})
-		}
-		out[i].xs = append(out[i].xs, float64(r.Keys))
-		out[i].ys = append(out[i].ys, f(r))
-	}
-	return out
+	return groupSeries(rows, name, ", %d members", func(r ddataRow) int { return r.Members },
+		func(r ddataRow) float64 { return float64(r.Keys) }, f)
 }
 
 func plotDData(dir string, rows []ddataRow) error {

@@ -378,34 +378,32 @@ func replotRouting(dir string) ([]routeRow, error) {
 // routeSeries returns, per member count, f over shards (0, a phase not reached, is left
 // out of plots and fits).
 func routeSeries(rows []routeRow, name string, f func(routeRow) float64) []series {
-	var out []series
-	idx := map[int]int{}
-	for _, r := range rows {
-		i, ok := idx[r.Members]
-		if !ok {
-			i = len(out)
-			idx[r.Members] = i
-			out = append(out, series{name: fmt.Sprintf("%s, %d members", name, r.Members)})
-		}
-		out[i].xs = append(out[i].xs, float64(r.Shards))
-		out[i].ys = append(out[i].ys, f(r))
-	}
-	return out
+	return groupSeries(rows, name, ", %d members", func(r routeRow) int { return r.Members },
+		func(r routeRow) float64 { return float64(r.Shards) }, f)
 }
 
 // routeSeriesByMembers returns, per shard count, f over members.
 func routeSeriesByMembers(rows []routeRow, name string, f func(routeRow) float64) []series {
+	return groupSeries(rows, name, ", %d shards", func(r routeRow) int { return r.Shards },
+		func(r routeRow) float64 { return float64(r.Members) }, f)
+}
+
+// groupSeries returns one series per value of group over rows, in the order they first
+// come, named name and suffix formatted with that value, each the points (x, y) of its
+// rows.
+func groupSeries[R any](rows []R, name, suffix string, group func(R) int, x, y func(R) float64) []series {
 	var out []series
 	idx := map[int]int{}
 	for _, r := range rows {
-		i, ok := idx[r.Shards]
+		g := group(r)
+		i, ok := idx[g]
 		if !ok {
 			i = len(out)
-			idx[r.Shards] = i
-			out = append(out, series{name: fmt.Sprintf("%s, %d shards", name, r.Shards)})
+			idx[g] = i
+			out = append(out, series{name: name + fmt.Sprintf(suffix, g)})
 		}
-		out[i].xs = append(out[i].xs, float64(r.Members))
-		out[i].ys = append(out[i].ys, f(r))
+		out[i].xs = append(out[i].xs, x(r))
+		out[i].ys = append(out[i].ys, y(r))
 	}
 	return out
 }
