@@ -49,11 +49,11 @@ func statesOf(t *testing.T, a *memArena, b []byte) (own, file int) {
 	return own, file
 }
 
-// An instance of Go's port whose image is mapped keeps of its own only the pages it
-// wrote, reads the others from the image's file, and says so in its activation; when
-// it is closed, its slot maps anonymous memory again, with nothing backed, and reads
-// as zero.
-func TestMappedImageKeepsOnlyTheWrittenPages(t *testing.T) {
+// mappedCounter compiles the counter example built by Go's port on a runtime without
+// resident slots, and returns the runtime's arena, the module (closed when the test
+// ends) and its mapped image; it skips the test where images cannot be mapped.
+func mappedCounter(t *testing.T) (*memArena, *wasmModule, *cowImage) {
+	t.Helper()
 	rt := preinitRuntime(t, func(c *RuntimeConfig) { c.InstancePoolBytes = -1 })
 	a := arenaOrSkip(t, rt)
 	ctx := context.Background()
@@ -61,8 +61,17 @@ func TestMappedImageKeepsOnlyTheWrittenPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close(ctx)
-	c := cowOrSkip(t, m)
+	t.Cleanup(func() { m.Close(ctx) })
+	return a, m, cowOrSkip(t, m)
+}
+
+// An instance of Go's port whose image is mapped keeps of its own only the pages it
+// wrote, reads the others from the image's file, and says so in its activation; when
+// it is closed, its slot maps anonymous memory again, with nothing backed, and reads
+// as zero.
+func TestMappedImageKeepsOnlyTheWrittenPages(t *testing.T) {
+	a, m, c := mappedCounter(t)
+	ctx := context.Background()
 	if got := m.Activation(); !strings.Contains(got, "mapped copy-on-write") {
 		t.Fatalf("activation %q does not say the image is mapped", got)
 	}
@@ -99,15 +108,8 @@ func TestMappedImageKeepsOnlyTheWrittenPages(t *testing.T) {
 // Past the most slots the arena maps, instances get the image copied, and are the
 // same instance.
 func TestImagesPastTheMappingLimitAreCopied(t *testing.T) {
-	rt := preinitRuntime(t, func(c *RuntimeConfig) { c.InstancePoolBytes = -1 })
-	a := arenaOrSkip(t, rt)
+	a, m, _ := mappedCounter(t)
 	ctx := context.Background()
-	m, err := rt.Compile(ctx, testwasm.Bytes(t, "counter"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
-	cowOrSkip(t, m)
 	a.mu.Lock()
 	a.cowMax = 1
 	a.mu.Unlock()
