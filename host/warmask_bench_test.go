@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/shardhost/shardhost/internal/testutil"
 	"github.com/shardhost/shardhost/internal/testwasm"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -109,11 +110,11 @@ func parallelOps(b *testing.B, workers int, op func(w int, i int64) error) {
 }
 
 // reportCPU starts measuring the process's CPU time; the function it returns reports
-// it per operation as cpu-µs/op (nothing where processCPU cannot tell).
+// it per operation as cpu-µs/op (nothing where testutil.ProcessCPU cannot tell).
 func reportCPU(b *testing.B) func() {
-	start, ok := processCPU()
+	start, ok := testutil.ProcessCPU()
 	return func() {
-		end, _ := processCPU()
+		end, _ := testutil.ProcessCPU()
 		if ok && b.N > 0 {
 			b.ReportMetric(float64((end-start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 		}

@@ -296,13 +296,13 @@ func benchReminderSteadyState(b *testing.B, store clusterOption) {
 	act0 := activations()
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	cpu0, _ := processCPU()
+	cpu0, _ := testutil.ProcessCPU()
 	start := time.Now()
 	time.Sleep(*remindMeasure)
 	rec.Lock()
 	rec.on = false
 	took := time.Since(start)
-	cpu1, haveCPU := processCPU()
+	cpu1, haveCPU := testutil.ProcessCPU()
 	goroutines := runtime.NumGoroutine()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

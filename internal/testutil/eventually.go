@@ -1,5 +1,6 @@
 // Package testutil holds what shardhost's tests share: the polling wait for a condition
-// that becomes true on its own (a view converging, a shard moving, a value spreading).
+// that becomes true on its own (a view converging, a shard moving, a value spreading),
+// and the process's CPU time that benchmarks report per operation (ProcessCPU).
 // Tests wait on the event itself with a generous deadline, never on a sleep of a
 // guessed length: CI shares two cores with other work.
 package testutil

@@ -429,7 +429,7 @@ func BenchmarkAppendJournal(b *testing.B) {
 		var wg sync.WaitGroup
 		var failed atomic.Value
 		per := b.N / writers
-		cpu, cpuOK := processCPU()
+		cpu, cpuOK := testutil.ProcessCPU()
 		b.ResetTimer()
 		for w := 0; w < writers; w++ {
 			n := per
@@ -465,7 +465,7 @@ func BenchmarkAppendJournal(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
-		if end, _ := processCPU(); cpuOK && b.N > 0 {
+		if end, _ := testutil.ProcessCPU(); cpuOK && b.N > 0 {
 			b.ReportMetric(float64((end-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 		}
 	}

@@ -1,8 +1,0 @@
-//go:build !unix
-
-package sharding
-
-import "time"
-
-// processCPU reports false: no getrusage here.
-func processCPU() (time.Duration, bool) { return 0, false }
