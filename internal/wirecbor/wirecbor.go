@@ -166,6 +166,27 @@ func (r *Reader) Uint() (uint64, bool) {
 // MapHead reads the head of a map and returns its number of pairs.
 func (r *Reader) MapHead() (int, bool) { return r.countHead(MajorMap) }
 
+// Fields reads a map whose keys are unsigned integers in ascending order, each at most
+// max, and calls field with each key to read its value; field reports whether it
+// could. Fields reports false on a key out of order or over max, a map of more than
+// max pairs, or a field that failed. It reads a struct as fxamacker/cbor encodes one
+// with integer keys (keyasint), in field order.
+func (r *Reader) Fields(max uint64, field func(key uint64) bool) bool {
+	n, ok := r.MapHead()
+	if !ok || uint64(n) > max {
+		return false
+	}
+	var last uint64
+	for range n {
+		k, ok := r.Uint()
+		if !ok || k <= last || k > max || !field(k) {
+			return false
+		}
+		last = k
+	}
+	return true
+}
+
 // ArrayHead reads the head of an array and returns its number of elements.
 func (r *Reader) ArrayHead() (int, bool) { return r.countHead(MajorArray) }
 

@@ -152,3 +152,41 @@ func TestBoolAndNull(t *testing.T) {
 		t.Fatal("Bool read past the end")
 	}
 }
+
+// Fields reads a map of ascending integer keys up to its bound, and refuses one out of
+// order, over the bound, or whose value the field cannot read.
+func TestFields(t *testing.T) {
+	enc := func(keys ...uint64) []byte {
+		b := AppendHead(nil, MajorMap, uint64(len(keys)))
+		for _, k := range keys {
+			b = AppendUint(b, k)
+			b = AppendUint(b, k*10)
+		}
+		return b
+	}
+	read := func(b []byte, max uint64) (map[uint64]uint64, bool) {
+		got := map[uint64]uint64{}
+		r := NewReader(b)
+		ok := r.Fields(max, func(k uint64) bool {
+			v, ok := r.Uint()
+			got[k] = v
+			return ok
+		})
+		return got, ok
+	}
+	if got, ok := read(enc(1, 3, 7), 23); !ok || len(got) != 3 || got[3] != 30 || got[7] != 70 {
+		t.Fatalf("ascending keys: %v %v", got, ok)
+	}
+	for name, b := range map[string][]byte{
+		"out of order": enc(3, 1),
+		"repeated":     enc(2, 2),
+		"over the max": enc(1, 24),
+		"zero":         enc(0),
+		"cut":          enc(1, 2)[:4],
+		"not a map":    AppendUint(nil, 5),
+	} {
+		if _, ok := read(b, 23); ok {
+			t.Errorf("%s: read", name)
+		}
+	}
+}

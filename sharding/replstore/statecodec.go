@@ -229,24 +229,6 @@ func decodeStateFast(b []byte, v any) bool {
 	return ok
 }
 
-// readKeys reads a map's head and calls field for each key, which must ascend and be
-// at most 23 (a key of one byte); field reads the value and reports whether it could.
-func readKeys(r *wirecbor.Reader, field func(key uint64) bool) bool {
-	n, ok := r.MapHead()
-	if !ok || n > 23 {
-		return false
-	}
-	var last uint64
-	for range n {
-		k, ok := r.Uint()
-		if !ok || k <= last || k > 23 || !field(k) {
-			return false
-		}
-		last = k
-	}
-	return true
-}
-
 // readCount reads an array's head of at most stateMaxListLen items, or a null (nil:
 // false).
 func readCount(r *wirecbor.Reader) (n int, null, ok bool) {
@@ -258,7 +240,7 @@ func readCount(r *wirecbor.Reader) (n int, null, ok bool) {
 }
 
 func readStateRecord(r *wirecbor.Reader, rec *stateRecord) bool {
-	return readKeys(r, func(k uint64) bool {
+	return r.Fields(23, func(k uint64) bool {
 		var ok bool
 		switch k {
 		case 1:
@@ -294,7 +276,7 @@ func readStateRecord(r *wirecbor.Reader, rec *stateRecord) bool {
 // readStateWriteReq reads a write request; typ is the last type read, whose string
 // the next request of the same type shares.
 func readStateWriteReq(r *wirecbor.Reader, req *stateWriteReq, typ *string) bool {
-	return readKeys(r, func(k uint64) bool {
+	return r.Fields(23, func(k uint64) bool {
 		var ok bool
 		switch k {
 		case 1:
@@ -327,7 +309,7 @@ func readStateWriteReq(r *wirecbor.Reader, req *stateWriteReq, typ *string) bool
 
 func readStateWritesReq(r *wirecbor.Reader, req *stateWritesReq) bool {
 	var typ string
-	return readKeys(r, func(k uint64) bool {
+	return r.Fields(23, func(k uint64) bool {
 		if k != 1 {
 			return false
 		}
@@ -346,7 +328,7 @@ func readStateWritesReq(r *wirecbor.Reader, req *stateWritesReq) bool {
 }
 
 func readStateReply(r *wirecbor.Reader, rep *stateReply) bool {
-	return readKeys(r, func(k uint64) bool {
+	return r.Fields(23, func(k uint64) bool {
 		var ok bool
 		switch k {
 		case 1:
@@ -366,7 +348,7 @@ func readStateReply(r *wirecbor.Reader, rep *stateReply) bool {
 }
 
 func readStateWritesReply(r *wirecbor.Reader, rep *stateWritesReply) bool {
-	return readKeys(r, func(k uint64) bool {
+	return r.Fields(23, func(k uint64) bool {
 		var ok bool
 		switch k {
 		case 1:
